@@ -1,0 +1,178 @@
+"""Neutral, frozen types shared by the engine and every adapter.
+
+Adapters translate their native format into these; the engine never looks at native data itself
+(it passes ``native`` fields back to the adapter that produced them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+JsonObject = dict[str, Any]
+
+
+class Mode(StrEnum):
+    PREPARE_ONLY = "prepare_only"
+    REPLAY_ONLY = "replay_only"
+    REPLAY_AND_CONTINUE = "replay_and_continue"
+
+
+class CallPolicy(StrEnum):
+    """How a historical call can be treated when its batch is inside the prefix."""
+
+    FRESH = "fresh"  # re-run in the workspace, observation regenerated
+    STALE = "stale"  # observation cannot be refreshed; reuse needs --allow-stale-observations
+    REFUSED = "refused"  # cannot be replayed at all (would change semantics silently)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What a tool call returned, in the agent's native content shape (a string or a list of blocks)."""
+
+    content: Any
+    is_error: bool = False
+
+    @property
+    def text(self) -> str:
+        return observation_text(self.content)
+
+
+def observation_text(content: Any) -> str:
+    """Flatten native content to the text a human would compare (text blocks joined, others as JSON)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts: list[str] = []
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+                parts.append(block["text"])
+            else:
+                from forkpoint.hashing import canonical_json
+
+                parts.append(canonical_json(block))
+        return "\n".join(parts)
+    from forkpoint.hashing import canonical_json
+
+    return canonical_json(content)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    call_id: str
+    name: str
+    arguments: JsonObject
+    historical: Observation | None
+    policy: CallPolicy = CallPolicy.FRESH
+    policy_reason: str | None = None  # why the call is stale or refused
+    native: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def stale(self) -> bool:
+        return self.policy is not CallPolicy.FRESH
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Every tool call of one assistant response with all their results: the unit of replay."""
+
+    ordinal: int
+    calls: tuple[ToolCall, ...]
+    locator: str  # where it sits in the native file, e.g. "line:12"
+    complete: bool = True
+    native: Any = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class ActionSignature:
+    """What an assistant turn did: visible text, reasoning and tool calls (for next-action comparison)."""
+
+    text: str
+    reasoning: str
+    tools: tuple[tuple[str, JsonObject], ...]
+
+    def to_json(self) -> JsonObject:
+        return {
+            "text": self.text,
+            "reasoning": self.reasoning,
+            "tools": [{"name": name, "arguments": args} for name, args in self.tools],
+        }
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """A parsed native recording.
+
+    ``batches`` holds every tool batch on the active conversation in order; the selectable ones are the
+    leading complete batches (``complete_count``). ``next_actions[n]`` is the first assistant turn after
+    batch n (index 0 = after the task), None when the recording ends there.
+    """
+
+    agent: str
+    version: str | None
+    versions: frozenset[str]
+    session_id: str | None
+    cwd: str | None
+    source_path: Path
+    source_sha256: str
+    batches: tuple[Batch, ...]
+    next_actions: tuple[ActionSignature | None, ...]
+    boundary_refusals: dict[int, str] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    native: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def complete_count(self) -> int:
+        count = 0
+        for batch in self.batches:
+            if not batch.complete:
+                break
+            count += 1
+        return count
+
+    @property
+    def incomplete_tail(self) -> bool:
+        return self.complete_count < len(self.batches)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A trajectory cut at a boundary: the batches 1..after_step that will be replayed."""
+
+    trajectory: Trajectory
+    after_step: int
+    mode: Mode
+    profile: str
+    allow_stale_observations: bool = False
+
+    @property
+    def batches(self) -> tuple[Batch, ...]:
+        return self.trajectory.batches[: self.after_step]
+
+    @property
+    def calls(self) -> tuple[ToolCall, ...]:
+        return tuple(call for batch in self.batches for call in batch.calls)
+
+    @property
+    def prefix_model_turns(self) -> int:
+        return self.after_step
+
+    @property
+    def original_next_action(self) -> ActionSignature | None:
+        actions = self.trajectory.next_actions
+        return actions[self.after_step] if self.after_step < len(actions) else None
+
+
+@dataclass(frozen=True)
+class NativePrefix:
+    """The native session files an adapter wrote for a plan, and what identifies them."""
+
+    path: Path
+    format: str
+    session_id: str | None
+    sha256: str
+    extra_paths: tuple[Path, ...] = ()

@@ -1,0 +1,167 @@
+"""ReplayRequest: one strict model built from CLI flags, a TOML ``[replay]`` table or a JSON request.
+
+All validation messages live here so the three sources refuse bad input with the same words.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+import uuid
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from forkpoint.adapters import AGENT_NAMES, unknown_agent_message
+from forkpoint.errors import configuration
+from forkpoint.model import Mode
+
+REQUEST_SCHEMA = "forkpoint.request/v1"
+DEFAULT_OUTPUT_ROOT = Path("forkpoint-out/runs")
+DEFAULT_STATE_ROOT = Path("forkpoint-out/state")
+_RUN_ID = re.compile(r"[A-Za-z0-9_-]+")
+_MAX_INPUT_BYTES = 16 * 1024 * 1024
+
+
+class ReplayRequest(BaseModel):
+    """What to replay, where, and how far. Paths are kept as given; the engine resolves them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    agent: str
+    trajectory: Path
+    after_step: int
+    workspace: Path = Path(".")
+    state_dir: Path = DEFAULT_STATE_ROOT
+    output_dir: Path = DEFAULT_OUTPUT_ROOT
+    run_id: str | None = None
+    max_steps: int | None = None
+    mode: Mode = Mode.REPLAY_AND_CONTINUE
+    allow_stale_observations: bool = False
+    boundary_user_prompt: str | None = None
+
+    def resolved_run_id(self) -> str:
+        return self.run_id or f"replay-{uuid.uuid4().hex}"
+
+
+# Keys accepted in a TOML [replay] table / JSON request besides the model fields.
+_MODE_KEYS = ("prepare_only", "replay_only")
+_FIELD_KEYS = tuple(name for name in ReplayRequest.model_fields if name != "mode")
+
+
+def mode_from_flags(prepare_only: bool, replay_only: bool) -> Mode:
+    if prepare_only and replay_only:
+        raise configuration("prepare_only and replay_only are mutually exclusive")
+    if prepare_only:
+        return Mode.PREPARE_ONLY
+    if replay_only:
+        return Mode.REPLAY_ONLY
+    return Mode.REPLAY_AND_CONTINUE
+
+
+def build_request(values: dict[str, Any], *, source: str) -> ReplayRequest:
+    """Validate a flat mapping (snake_case keys, plus prepare_only/replay_only) into a request."""
+    unknown = sorted(set(values) - set(_FIELD_KEYS) - set(_MODE_KEYS))
+    if unknown:
+        raise configuration(f"{source}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(_allowed())}")
+    for required in ("agent", "trajectory", "after_step"):
+        if values.get(required) is None:
+            raise configuration(f"{source}: missing required key {required!r}")
+    fields = {k: v for k, v in values.items() if k in _FIELD_KEYS and v is not None}
+    for flag in _MODE_KEYS:
+        if flag in values and not isinstance(values[flag], bool):
+            raise configuration(f"{source}: {flag} must be true or false")
+    fields["mode"] = mode_from_flags(bool(values.get("prepare_only")), bool(values.get("replay_only")))
+    for key in ("trajectory", "workspace", "state_dir", "output_dir"):
+        if key in fields:
+            if not isinstance(fields[key], str | Path) or str(fields[key]) == "":
+                raise configuration(f"{source}: {key} must be a non-empty path string")
+            fields[key] = Path(fields[key])
+    try:
+        request = ReplayRequest(**fields)
+    except ValidationError as exc:
+        raise configuration(f"{source}: {_describe(exc)}") from None
+    validate_request(request)
+    return request
+
+
+def validate_request(request: ReplayRequest) -> None:
+    """Checks that need no parsing; filesystem checks come first in the engine (workspace, trajectory)."""
+    if request.agent not in AGENT_NAMES:
+        raise configuration(unknown_agent_message(request.agent))
+    if request.after_step < 1:
+        raise configuration("after_step must be a positive complete batch ordinal (1 or more)")
+    if request.max_steps is not None and request.max_steps < 1:
+        raise configuration("max_steps must be positive")
+    prompt = request.boundary_user_prompt
+    if prompt is not None and prompt != "" and prompt.strip() == "":
+        raise configuration("boundary_user_prompt must contain a non-whitespace character")
+    if request.run_id is not None and not _RUN_ID.fullmatch(request.run_id):
+        raise configuration("run_id may contain only letters, digits, '-' and '_'")
+
+
+def load_toml(path: Path) -> ReplayRequest:
+    raw = _read_input(path, "replay config")
+    try:
+        document = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise configuration(f"parse replay config {path}: {exc}") from None
+    extra_tables = sorted(set(document) - {"replay"})
+    if extra_tables:
+        raise configuration(f"replay config {path}: unknown table(s) or key(s) {', '.join(extra_tables)}; "
+                            "only a [replay] table is allowed")
+    table = document.get("replay")
+    if not isinstance(table, dict):
+        raise configuration(f"replay config {path}: missing [replay] table")
+    return build_request(_relative_to(dict(table), path.parent), source=f"replay config {path}")
+
+
+def load_json_request(path: Path) -> ReplayRequest:
+    raw = _read_input(path, "request")
+    try:
+        document = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise configuration(f"parse request {path}: {exc}") from None
+    if not isinstance(document, dict):
+        raise configuration(f"request {path}: must be a JSON object")
+    schema = document.pop("schema_version", None)
+    if schema != REQUEST_SCHEMA:
+        raise configuration(f'request {path}: schema_version must be "{REQUEST_SCHEMA}"')
+    return build_request(_relative_to(document, path.parent), source=f"request {path}")
+
+
+def _relative_to(values: dict[str, Any], base: Path) -> dict[str, Any]:
+    """Relative paths inside a config file are relative to that file, not to the caller's cwd."""
+    for key in ("trajectory", "workspace", "state_dir", "output_dir"):
+        value = values.get(key)
+        if isinstance(value, str) and value and not Path(value).is_absolute():
+            values[key] = str(base / value)
+    return values
+
+
+def _read_input(path: Path, what: str) -> bytes:
+    try:
+        if not path.is_file():
+            raise configuration(f"{what} {path} does not exist or is not a regular file")
+        with path.open("rb") as handle:
+            data = handle.read(_MAX_INPUT_BYTES + 1)
+    except OSError as exc:
+        raise configuration(f"read {what} {path}: {exc.strerror or exc}") from None
+    if len(data) > _MAX_INPUT_BYTES:
+        raise configuration(f"{what} {path} is larger than {_MAX_INPUT_BYTES} bytes")
+    return data
+
+
+def _allowed() -> list[str]:
+    return sorted((*_FIELD_KEYS, *_MODE_KEYS))
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors():
+        location = ".".join(str(p) for p in error["loc"]) or "request"
+        parts.append(f"{location}: {error['msg'].lower()}")
+    return "; ".join(parts)
+

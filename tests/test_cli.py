@@ -1,0 +1,111 @@
+"""The real `forkpoint` console script, run as a process: help, inspect JSON shape, replay, exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from forkpoint.testing.claude_sessions import simple_session
+
+
+def forkpoint(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "forkpoint.cli", *args],
+        capture_output=True, text=True, cwd=cwd, timeout=60, check=False,
+    )
+
+
+@pytest.fixture()
+def session(tmp_path: Path) -> Path:
+    return simple_session(3).write(tmp_path / "session.jsonl")
+
+
+def test_help_teaches_the_commands() -> None:
+    top = forkpoint("--help")
+    assert top.returncode == 0
+    for word in ("inspect", "replay", "agents", "boundary"):
+        assert word in top.stdout
+    replay = forkpoint("replay", "--help")
+    for flag in ("--after-step", "--prepare-only", "--replay-only", "--allow-stale-observations",
+                 "--boundary-user-prompt", "--config", "--request", "--json", "--max-steps"):
+        assert flag in replay.stdout
+
+
+def test_inspect_json_shape(session: Path) -> None:
+    done = forkpoint("inspect", str(session), "--json")
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert {"agent", "version", "session_id", "cwd", "batches", "incomplete_tail"} <= set(document)
+    assert document["agent"] == "claude-code"  # detected without --agent
+    assert document["incomplete_tail"] is False
+    assert [b["ordinal"] for b in document["batches"]] == [1, 2, 3]
+    call = document["batches"][0]["calls"][0]
+    assert {"id", "name", "input", "observation_bytes", "stale"} <= set(call)
+    assert call["name"] == "Bash" and call["input"] == {"command": "echo 1"}
+    assert call["observation_bytes"] == 2 and call["stale"] is False
+
+
+def test_inspect_table_names_the_valid_range(session: Path) -> None:
+    done = forkpoint("inspect", str(session))
+    assert done.returncode == 0
+    assert "valid --after-step: 1..3" in done.stdout
+    assert "echo 2" in done.stdout
+
+
+def test_inspect_refuses_unreadable_input(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.txt"
+    junk.write_text("hello\n")
+    done = forkpoint("inspect", str(junk), "--json")
+    assert done.returncode == 2
+    assert "pass --agent" in json.loads(done.stdout)["failure"]["message"]
+    done = forkpoint("inspect", str(junk), "--agent", "claude-code")
+    assert done.returncode == 10 and "invalid JSON at line 1" in done.stderr
+
+
+def test_replay_prepare_only_prints_one_json_line(session: Path, tmp_path: Path) -> None:
+    done = forkpoint(
+        "replay", "--agent", "claude-code", "--trajectory", str(session), "--after-step", "1",
+        "--prepare-only", "--output-dir", str(tmp_path / "out"), "--state-dir", str(tmp_path / "state"),
+        "--run-id", "cli-run", "--json", cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1
+    result = json.loads(lines[0])
+    assert result["phase"] == "prepared" and result["run_id"] == "cli-run"
+    assert (tmp_path / "out" / "cli-run" / "native" / "prefix" / "session-1.jsonl").is_file()
+
+
+def test_replay_human_summary_and_exit_code(session: Path, tmp_path: Path) -> None:
+    ok = forkpoint("replay", "--agent", "claude-code", "--trajectory", str(session), "--after-step", "2",
+                   "--prepare-only", cwd=tmp_path)
+    assert ok.returncode == 0
+    assert "prepared claude-code run" in ok.stdout and "prepared_native_prefix" in ok.stdout
+    assert (tmp_path / "forkpoint-out" / "runs").is_dir()
+    bad = forkpoint("replay", "--agent", "claude-code", "--trajectory", str(session), "--after-step", "7",
+                    "--prepare-only", cwd=tmp_path)
+    assert bad.returncode == 10
+    assert "requested after-step 7, trajectory has 3 complete batches" in bad.stderr
+
+
+def test_config_and_request_cannot_be_mixed_with_flags(session: Path, tmp_path: Path) -> None:
+    config = tmp_path / "replay.toml"
+    config.write_text(f'[replay]\nagent = "claude-code"\ntrajectory = "{session}"\nafter_step = 1\n'
+                      f'prepare_only = true\noutput_dir = "out"\nstate_dir = "state"\n')
+    mixed = forkpoint("replay", "--config", str(config), "--after-step", "2")
+    assert mixed.returncode == 2 and "cannot be combined" in mixed.stderr
+    both = forkpoint("replay", "--config", str(config), "--request", str(config))
+    assert both.returncode == 2 and "mutually exclusive" in both.stderr
+    ran = forkpoint("replay", "--config", str(config), "--json")
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout)["output_dir"].startswith(str(tmp_path / "out"))
+
+
+def test_direct_mode_names_missing_flags() -> None:
+    done = forkpoint("replay", "--agent", "claude-code")
+    assert done.returncode == 2
+    assert "missing --trajectory, --after-step" in done.stderr

@@ -1,0 +1,130 @@
+"""The pipeline contract: refusals before allocation, exclusive outputs, journal, prepare-only outputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import orjson
+import pytest
+from forkpoint.journal import Journal
+
+from forkpoint.engine import execute
+from forkpoint.request import ReplayRequest, build_request
+from forkpoint.testing.claude_sessions import simple_session
+
+SECRET_PROMPT = "please look at the failing test again"
+
+
+@pytest.fixture()
+def layout(tmp_path: Path) -> dict[str, Path]:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "keep.txt").write_text("untouched\n")
+    trajectory = simple_session(3).write(tmp_path / "session.jsonl")
+    return {"root": tmp_path, "workspace": workspace, "trajectory": trajectory,
+            "state": tmp_path / "state", "output": tmp_path / "out"}
+
+
+def _request(layout: dict[str, Path], **overrides: object) -> ReplayRequest:
+    values: dict[str, object] = {
+        "agent": "claude-code",
+        "trajectory": str(layout["trajectory"]),
+        "after_step": 2,
+        "workspace": str(layout["workspace"]),
+        "state_dir": str(layout["state"]),
+        "output_dir": str(layout["output"]),
+        "run_id": "run-1",
+        "prepare_only": True,
+    }
+    values.update(overrides)
+    return build_request(values, source="test")
+
+
+def test_prepare_only_writes_the_contract_outputs(layout: dict[str, Path]) -> None:
+    source_before = layout["trajectory"].read_bytes()
+    result = execute(_request(layout, boundary_user_prompt=SECRET_PROMPT))
+    assert result.failure is None and result.exit_code == 0
+    assert (result.phase, result.quality, result.agent_status) == ("prepared", "verified", "not_started")
+    assert result.replayed_tool_calls == 0 and result.after_step == 2 and result.prefix_model_turns == 2
+    out = layout["output"] / "run-1"
+    for name in ("result.json", "manifest.json", "replay-summary.json", "replay-events.jsonl"):
+        assert (out / name).is_file(), name
+    prefix = out / "native" / "prefix" / "session-1.jsonl"
+    lines = prefix.read_bytes().splitlines()
+    source_lines = source_before.splitlines()
+    assert lines == source_lines[:7]  # task + 2 x (text, tool_use, result): original bytes, nothing else
+    assert orjson.loads(lines[-1])["message"]["content"][0]["content"] == "2\n"
+    # Nothing ran and nothing changed.
+    assert layout["trajectory"].read_bytes() == source_before
+    assert sorted(p.name for p in layout["workspace"].iterdir()) == ["keep.txt"]
+    document = json.loads((out / "result.json").read_text())
+    assert document["schema_version"] == "forkpoint.result/v1"
+    assert document["metadata"]["source_sha256"] == result.metadata["source_sha256"]
+    assert document["metadata"]["boundary_user_prompt"]["requested"] is True
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [b["ordinal"] for b in manifest["batches"]] == [1, 2]
+    assert manifest["batches"][1]["tool_calls"][0]["arguments"] == {"command": "echo 2"}
+    events = [json.loads(line) for line in (out / "replay-events.jsonl").read_text().splitlines()[1:]]
+    assert [e["event"] for e in events] == ["run_started", "plan_validated", "session_prepared", "run_finished"]
+    roles = [a.role for a in result.artifacts]
+    assert roles == ["playback_plan", "replay_events", "replay_summary", "prepared_native_prefix"]
+    # The boundary prompt text is never persisted: only its flag, length and hash.
+    for path in [*out.rglob("*"), *layout["state"].rglob("*")]:
+        if path.is_file():
+            assert SECRET_PROMPT.encode() not in path.read_bytes(), path
+
+
+@pytest.mark.parametrize(
+    ("overrides", "category", "exit_code"),
+    [
+        ({"after_step": 9}, "trajectory_error", 10),
+        ({"workspace": "/nonexistent/ws"}, "workspace_error", 20),
+        ({"trajectory": "/nonexistent/t.jsonl"}, "configuration_error", 2),
+        ({"agent": "codex"}, "unsupported_agent", 11),
+    ],
+)
+def test_refusals_before_allocation_consume_no_output(
+    layout: dict[str, Path], overrides: dict[str, object], category: str, exit_code: int
+) -> None:
+    result = execute(_request(layout, **overrides))
+    assert result.failure is not None
+    assert (result.failure.category, result.exit_code) == (category, exit_code)
+    assert result.phase is None
+    assert result.output_dir == str(layout["output"] / "run-1")
+    assert not (layout["output"] / "run-1").exists()
+
+
+def test_unverified_recording_version_is_refused(layout: dict[str, Path]) -> None:
+    simple_session(2, version="2.0.1").write(layout["trajectory"])
+    result = execute(_request(layout))
+    assert result.failure is not None and result.failure.category == "unsupported_version"
+    assert result.exit_code == 11 and "2.0.1" in result.failure.message
+
+
+def test_output_directory_is_never_reused(layout: dict[str, Path]) -> None:
+    assert execute(_request(layout)).exit_code == 0
+    marker = layout["output"] / "run-1" / "result.json"
+    before = marker.read_bytes()
+    again = execute(_request(layout))
+    assert again.failure is not None and again.failure.category == "executor_error"
+    assert "already exists" in again.failure.message
+    assert marker.read_bytes() == before
+
+
+def test_an_uncertain_started_call_in_the_state_is_ambiguous(layout: dict[str, Path]) -> None:
+    with Journal.open(layout["state"] / "run-1") as journal:
+        journal.append("run_started", run_id="run-1")
+        journal.append("tool_started", batch=1, call_id="toolu_x", tool="Bash")
+    result = execute(_request(layout))
+    assert result.failure is not None
+    assert (result.failure.category, result.exit_code) == ("ambiguous_execution", 31)
+    assert "toolu_x" in result.failure.message
+    assert not (layout["output"] / "run-1").exists()
+
+
+def test_step_budget_is_checked_before_anything_runs(layout: dict[str, Path]) -> None:
+    result = execute(_request(layout, prepare_only=None, replay_only=True, max_steps=1))
+    assert result.failure is not None and result.exit_code == 2
+    assert "smaller than the selected replay prefix of 2 steps" in result.failure.message
+    assert not (layout["output"] / "run-1").exists()

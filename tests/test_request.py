@@ -1,0 +1,105 @@
+"""Every validation message of the request model, from flags, TOML and JSON alike."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.model import Mode
+from forkpoint.request import REQUEST_SCHEMA, build_request, load_json_request, load_toml
+
+
+def _refusal(values: dict[str, object]) -> ReplayError:
+    with pytest.raises(ReplayError) as info:
+        build_request(values, source="test")
+    assert info.value.kind is ErrorKind.CONFIGURATION
+    return info.value
+
+
+BASE = {"agent": "claude-code", "trajectory": "t.jsonl", "after_step": 1}
+
+
+def test_defaults_and_modes() -> None:
+    request = build_request(dict(BASE), source="test")
+    assert request.mode is Mode.REPLAY_AND_CONTINUE
+    assert request.workspace == Path(".")
+    assert build_request({**BASE, "prepare_only": True}, source="t").mode is Mode.PREPARE_ONLY
+    assert build_request({**BASE, "replay_only": True}, source="t").mode is Mode.REPLAY_ONLY
+    assert request.resolved_run_id().startswith("replay-")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"after_step": 0}, "after_step must be a positive complete batch ordinal"),
+        ({"after_step": -3}, "after_step must be a positive complete batch ordinal"),
+        ({"max_steps": 0}, "max_steps must be positive"),
+        ({"boundary_user_prompt": " \n\t"}, "boundary_user_prompt must contain a non-whitespace character"),
+        ({"run_id": "bad id"}, "run_id may contain only letters, digits, '-' and '_'"),
+        ({"run_id": "../x"}, "run_id may contain only letters, digits, '-' and '_'"),
+        ({"prepare_only": True, "replay_only": True}, "prepare_only and replay_only are mutually exclusive"),
+        ({"agent": "gpt-engineer"}, "unsupported agent 'gpt-engineer'; expected one of: claude-code, codex"),
+        ({"colour": "blue"}, "unknown key(s) colour"),
+        ({"after_step": "2"}, "after_step: input should be a valid integer"),
+        ({"after_step": True}, "after_step: input should be a valid integer"),
+        ({"prepare_only": "yes"}, "prepare_only must be true or false"),
+        ({"trajectory": ""}, "trajectory must be a non-empty path string"),
+    ],
+)
+def test_validation_messages(change: dict[str, object], message: str) -> None:
+    assert message in _refusal({**BASE, **change}).message
+
+
+def test_missing_required_keys() -> None:
+    assert "missing required key 'after_step'" in _refusal({"agent": "claude-code", "trajectory": "t"}).message
+
+
+def test_empty_boundary_prompt_means_absent() -> None:
+    assert build_request({**BASE, "boundary_user_prompt": ""}, source="t").boundary_user_prompt == ""
+
+
+def test_toml_table_is_strict_and_paths_are_relative_to_the_file(tmp_path: Path) -> None:
+    config = tmp_path / "replay.toml"
+    config.write_text('[replay]\nagent = "claude-code"\ntrajectory = "s.jsonl"\nafter_step = 2\nprepare_only = true\n')
+    request = load_toml(config)
+    assert request.trajectory == tmp_path / "s.jsonl"
+    assert request.mode is Mode.PREPARE_ONLY and request.after_step == 2
+
+    config.write_text('[replay]\nagent = "claude-code"\ntrajectory = "s"\nafter_step = 1\nspeed = 3\n')
+    with pytest.raises(ReplayError, match="unknown key"):
+        load_toml(config)
+    config.write_text('[replay]\nagent = "claude-code"\ntrajectory = "s"\nafter_step = 1\n[gateway]\nx = 1\n')
+    with pytest.raises(ReplayError, match="unknown table"):
+        load_toml(config)
+    config.write_text("[replay\n")
+    with pytest.raises(ReplayError, match="parse replay config"):
+        load_toml(config)
+    config.write_text("x = 1\n")
+    with pytest.raises(ReplayError, match="unknown table"):
+        load_toml(config)
+    with pytest.raises(ReplayError, match="does not exist"):
+        load_toml(tmp_path / "absent.toml")
+
+
+def test_json_request_needs_the_schema_and_strict_keys(tmp_path: Path) -> None:
+    path = tmp_path / "request.json"
+    document = {"schema_version": REQUEST_SCHEMA, **BASE, "replay_only": True, "max_steps": 4}
+    path.write_text(json.dumps(document))
+    request = load_json_request(path)
+    assert request.mode is Mode.REPLAY_ONLY and request.max_steps == 4
+
+    path.write_text(json.dumps({**document, "schema_version": "other/v9"}))
+    with pytest.raises(ReplayError, match=r'schema_version must be "forkpoint\.request/v1"'):
+        load_json_request(path)
+    path.write_text(json.dumps({**document, "surprise": 1}))
+    with pytest.raises(ReplayError, match="unknown key"):
+        load_json_request(path)
+    path.write_text("[]")
+    with pytest.raises(ReplayError, match="must be a JSON object"):
+        load_json_request(path)
+    path.write_text("{")
+    with pytest.raises(ReplayError, match="parse request"):
+        load_json_request(path)
