@@ -71,7 +71,7 @@ def build_request(values: dict[str, Any], *, source: str) -> ReplayRequest:
             raise configuration(f"{source}: missing required key {required!r}")
     fields = {k: v for k, v in values.items() if k in _FIELD_KEYS and v is not None}
     for flag in _MODE_KEYS:
-        if flag in values and not isinstance(values[flag], bool):
+        if values.get(flag) is not None and not isinstance(values[flag], bool):
             raise configuration(f"{source}: {flag} must be true or false")
     fields["mode"] = mode_from_flags(bool(values.get("prepare_only")), bool(values.get("replay_only")))
     for key in ("trajectory", "workspace", "state_dir", "output_dir"):
