@@ -84,7 +84,7 @@ def test_replay_human_summary_and_exit_code(session: Path, tmp_path: Path) -> No
     ok = forkpoint("replay", "--agent", "claude-code", "--trajectory", str(session), "--after-step", "2",
                    "--prepare-only", cwd=tmp_path)
     assert ok.returncode == 0
-    assert "prepared claude-code run" in ok.stdout and "prepared_native_prefix" in ok.stdout
+    assert "prepared claude-code run" in ok.stdout and "native_prefix" in ok.stdout
     assert (tmp_path / "forkpoint-out" / "runs").is_dir()
     bad = forkpoint("replay", "--agent", "claude-code", "--trajectory", str(session), "--after-step", "7",
                     "--prepare-only", cwd=tmp_path)

@@ -68,7 +68,7 @@ def test_prepare_only_writes_the_contract_outputs(layout: dict[str, Path]) -> No
     events = [json.loads(line) for line in (out / "replay-events.jsonl").read_text().splitlines()[1:]]
     assert [e["event"] for e in events] == ["run_started", "plan_validated", "session_prepared", "run_finished"]
     roles = [a.role for a in result.artifacts]
-    assert roles == ["playback_plan", "replay_events", "replay_summary", "prepared_native_prefix"]
+    assert roles == ["playback_plan", "replay_events", "replay_summary", "native_prefix"]
     # The boundary prompt text is never persisted: only its flag, length and hash.
     for path in [*out.rglob("*"), *layout["state"].rglob("*")]:
         if path.is_file():

@@ -13,15 +13,16 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from forkpoint import plan as planning
 from forkpoint.adapters import get_adapter
-from forkpoint.adapters.base import Adapter
+from forkpoint.adapters.base import Adapter, ReplayingAdapter
 from forkpoint.errors import ErrorKind, ReplayError, configuration
 from forkpoint.hashing import sha256_hex
 from forkpoint.journal import Journal, find_ambiguous
-from forkpoint.model import Mode, NativePrefix, Plan
+from forkpoint.model import Mode, NativePrefix, Plan, RunContext
+from forkpoint.replay import ReplayOutcome, replay_batches
 from forkpoint.request import ReplayRequest, validate_request
 from forkpoint.results import (
     MANIFEST_SCHEMA,
@@ -98,9 +99,11 @@ def _prepare(request: ReplayRequest, report: Progress) -> tuple[Plan, Adapter]:
     )
     planning.check_step_budget(request.mode, request.max_steps, plan.prefix_model_turns)
     if request.mode is not Mode.PREPARE_ONLY:
+        _replaying(adapter)
+    if request.mode is Mode.REPLAY_AND_CONTINUE:
         raise configuration(
-            f"{request.mode.value} is not available yet for {request.agent} in this forkpoint version; "
-            "use --prepare-only"
+            f"continuing the agent is not available yet for {request.agent} in this forkpoint version; "
+            "use --replay-only or --prepare-only"
         )
     report(f"selected batches 1..{plan.after_step} of {parsed.complete_count} ({len(plan.calls)} tool calls)")
     return plan, adapter
@@ -141,41 +144,67 @@ def _run_allocated(
     journal.append("plan_validated", profile=plan.profile, batches=plan.after_step, tool_calls=len(plan.calls))
     write_json(dirs.output_dir / "manifest.json", manifest(plan, adapter))
 
-    report("writing the native prefix with historical observations")
-    prefix = adapter.write_prepared_prefix(plan, dirs.output_dir / "native" / "prefix")
-    journal.append("session_prepared", sha256=prefix.sha256, path=str(prefix.path))
-    journal.append("run_finished", status="prepared")
+    context = RunContext(request.workspace.resolve(), dirs.state_dir, dirs.output_dir, parsed.session_id)
+    prefix_dir = dirs.output_dir / "native" / "prefix"
+    outcome: ReplayOutcome | None = None
+    if request.mode is Mode.PREPARE_ONLY:
+        report("writing the native prefix with historical observations")
+        prefix = adapter.write_prepared_prefix(plan, prefix_dir)
+        journal.append("session_prepared", sha256=prefix.sha256)
+        status = "prepared"
+    else:
+        replaying = _replaying(adapter)
+        executor = replaying.executor(plan, context)
+        try:
+            outcome = replay_batches(plan, executor, journal, report)
+        finally:
+            executor.close()
+        write_json(dirs.output_dir / "observations.json", {"observations": outcome.comparisons})
+        report("writing the native session with fresh observations")
+        prefix = replaying.write_rebuilt_prefix(plan, outcome.fresh, prefix_dir)
+        journal.append("session_rebuilt", sha256=prefix.sha256)
+        status = "replayed"
+    journal.append("run_finished", status=status)
     journal.copy_to(dirs.output_dir / "replay-events.jsonl")
 
     summary = {
         "schema_version": SUMMARY_SCHEMA,
         "agent": adapter.name,
         "after_step": plan.after_step,
-        "replayed_tool_calls": 0,
-        "exact_observations": 0,
-        "different_observations": 0,
-        "continuation_status": "prepared",
+        "replayed_tool_calls": outcome.executed if outcome else 0,
+        "stale_observations_reused": len(outcome.stale_reused) if outcome else 0,
+        "exact_observations": outcome.exact if outcome else 0,
+        "different_observations": len(outcome.comparisons) - outcome.exact if outcome else 0,
+        "comparison_is_gating": False,
+        "continuation_status": status,
         "continued_steps": 0,
         "boundary_user_prompt": _prompt_metadata(request),
     }
     write_json(dirs.output_dir / "replay-summary.json", summary)
+    degraded = bool(outcome and outcome.stale_reused)
     result = ReplayResult(
-        phase="prepared",
-        quality="verified",
+        phase="prepared" if status == "prepared" else "replayed",
+        quality="degraded" if degraded else "verified",
         agent_status="not_started",
         run_id=dirs.run_id,
         agent=AgentInfo(name=adapter.name, version=parsed.version, profile=plan.profile),
         after_step=plan.after_step,
-        replayed_tool_calls=0,
+        replayed_tool_calls=outcome.executed if outcome else 0,
         prefix_model_turns=plan.prefix_model_turns,
         continued_steps=0,
         state_dir=str(dirs.state_dir),
         output_dir=str(dirs.output_dir),
         artifacts=_artifacts(dirs.output_dir, prefix),
-        metadata=_metadata(request, plan, prefix),
+        metadata=_metadata(request, plan, prefix, outcome),
     )
     write_json(dirs.output_dir / "result.json", result.model_dump(mode="json"))
     return result
+
+
+def _replaying(adapter: Adapter) -> ReplayingAdapter:
+    if not hasattr(adapter, "executor") or not hasattr(adapter, "write_rebuilt_prefix"):
+        raise configuration(f"re-running tools is not available yet for {adapter.name}; use --prepare-only")
+    return cast(ReplayingAdapter, adapter)
 
 
 def manifest(plan: Plan, adapter: Adapter) -> dict[str, Any]:
@@ -236,7 +265,9 @@ def _prompt_metadata(request: ReplayRequest) -> dict[str, Any]:
     return detail
 
 
-def _metadata(request: ReplayRequest, plan: Plan, prefix: NativePrefix) -> dict[str, Any]:
+def _metadata(
+    request: ReplayRequest, plan: Plan, prefix: NativePrefix, outcome: ReplayOutcome | None
+) -> dict[str, Any]:
     parsed = plan.trajectory
     not_refreshable = [
         {"call_id": call.call_id, "name": call.name, "policy": call.policy.value, "reason": call.policy_reason}
@@ -258,6 +289,7 @@ def _metadata(request: ReplayRequest, plan: Plan, prefix: NativePrefix) -> dict[
         else "replayed_boundary_only",
         "boundary_user_prompt": _prompt_metadata(request),
         "calls_not_refreshable": not_refreshable,
+        "stale_observations_reused": outcome.stale_reused if outcome else [],
         "parse_warnings": list(parsed.warnings),
     }
 
@@ -270,7 +302,11 @@ def _artifacts(output_dir: Path, prefix: NativePrefix | None) -> list[Artifact]:
     ]
     artifacts = [Artifact(role=role, format=fmt, path=str(path)) for role, fmt, path in known if path.exists()]
     if prefix is not None and prefix.path.exists():
-        artifacts.append(Artifact(role="prepared_native_prefix", format=prefix.format, path=str(prefix.path)))
+        artifacts.append(Artifact(role="native_prefix", format=prefix.format, path=str(prefix.path)))
+    comparisons = output_dir / "observations.json"
+    if comparisons.exists():
+        artifacts.append(Artifact(role="observation_comparison", format="forkpoint.observations/v1",
+                                  path=str(comparisons)))
     return artifacts
 
 
@@ -292,8 +328,7 @@ def _finalize_failure(
         )
     with contextlib.suppress(ReplayError, OSError):
         journal.copy_to(dirs.output_dir / "replay-events.jsonl")
-    native_dir = dirs.output_dir / "native"
-    replayed = any((native_dir / name).exists() for name in ("reconstructed", "continued"))
+    replayed = "session_rebuilt" in _events_of_current_run(journal)
     result = ReplayResult(
         phase="replayed" if replayed else "prepared",
         quality="degraded",
@@ -311,6 +346,12 @@ def _finalize_failure(
     )
     write_json(dirs.output_dir / "result.json", result.model_dump(mode="json"))
     return result
+
+
+def _events_of_current_run(journal: Journal) -> list[str]:
+    names = [str(event.get("event")) for event in journal.events()]
+    starts = [index for index, name in enumerate(names) if name == "run_started"]
+    return names[starts[-1]:] if starts else names
 
 
 def _early_failure(dirs: RunDirs, error: ReplayError) -> ReplayResult:

@@ -46,11 +46,15 @@ class ErrorKind(Enum):
 class ReplayError(Exception):
     """A refusal or failure with a stable category; the message is shown to the user verbatim."""
 
-    def __init__(self, kind: ErrorKind, message: str, *, line: int | None = None) -> None:
+    def __init__(
+        self, kind: ErrorKind, message: str, *, line: int | None = None, before_effect: bool = False
+    ) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
         self.line = line
+        #: True when a tool call was refused before it could have any side effect (not ambiguous).
+        self.before_effect = before_effect
 
     def __str__(self) -> str:
         return self.message

@@ -176,3 +176,39 @@ class NativePrefix:
     session_id: str | None
     sha256: str
     extra_paths: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True)
+class FreshObservation:
+    """What re-running one historical call produced, in the agent's native content shape.
+
+    ``native`` carries agent-specific extras the session rebuild needs (e.g. Claude's ``toolUseResult``).
+    """
+
+    call_id: str
+    content: Any
+    is_error: bool = False
+    truncated: bool = False
+    stale_reused: bool = False
+    return_code: int | None = None
+    duration_ms: int = 0
+    native: Any = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Where one run lives: the workspace tools touch, and the run's private state and output dirs."""
+
+    workspace: Path
+    state_dir: Path
+    output_dir: Path
+    session_id: str | None = None
+
+    @property
+    def home(self) -> Path:
+        """The agent's isolated HOME; never the user's real home."""
+        return self.state_dir / "home"
+
+    @property
+    def logs(self) -> Path:
+        return self.output_dir / "logs"

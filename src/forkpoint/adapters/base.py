@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
-from forkpoint.model import NativePrefix, Plan, Trajectory
+from forkpoint.model import FreshObservation, NativePrefix, Plan, RunContext, ToolCall, Trajectory
 
 
 class Adapter(Protocol):
@@ -31,3 +31,25 @@ class Adapter(Protocol):
     def write_prepared_prefix(self, plan: Plan, out_dir: Path) -> NativePrefix:
         """Write the native session cut after batch N with the HISTORICAL observations."""
         ...
+
+
+class ToolExecutor(Protocol):
+    """Re-runs historical calls with the agent's own semantics and output text."""
+
+    def run(self, call: ToolCall) -> FreshObservation:
+        """Execute one FRESH-policy call in the workspace; raise ReplayError only when the run must stop."""
+        ...
+
+    def close(self) -> None:
+        """Release shells and other per-run resources."""
+        ...
+
+
+class ReplayingAdapter(Adapter, Protocol):
+    """An adapter that can also re-run tools and write the rebuilt native session."""
+
+    def executor(self, plan: Plan, context: RunContext) -> ToolExecutor: ...
+
+    def write_rebuilt_prefix(
+        self, plan: Plan, fresh: Mapping[str, FreshObservation], out_dir: Path
+    ) -> NativePrefix: ...

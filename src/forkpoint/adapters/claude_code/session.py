@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+
+import orjson
 
 from forkpoint.adapters.claude_code.parse import ClaudeNative, Record
 from forkpoint.errors import trajectory
 from forkpoint.hashing import file_sha256, sha256_hex
-from forkpoint.model import Plan
+from forkpoint.model import FreshObservation, Plan
 
 
 def prefix_records(native: ClaudeNative, after_step: int) -> list[Record]:
@@ -52,5 +55,69 @@ def write_prepared(plan: Plan, destination: Path) -> str:
     payload = b"".join(line + b"\n" for line in lines)
     from forkpoint.results import write_atomic
 
+    write_atomic(destination, payload)
+    return sha256_hex(payload)
+
+
+def rebuilt_lines(plan: Plan, fresh: Mapping[str, FreshObservation]) -> list[bytes]:
+    """The prefix with each selected tool_result's content replaced by its fresh observation.
+
+    Untouched lines keep their original bytes; a result line is re-serialised with its keys in the
+    original order. ``toolUseResult`` (Claude's UI-side copy) is replaced by the executor's fresh one,
+    or dropped when the executor has none, so no stale copy of an old observation survives.
+    """
+    parsed = plan.trajectory
+    native = parsed.native
+    assert isinstance(native, ClaudeNative)
+    records = prefix_records(native, plan.after_step)
+    lines = read_lines(parsed.source_path, records, parsed.source_sha256)
+    selected = {call.call_id for call in plan.calls}
+    replaced: set[str] = set()
+    out: list[bytes] = []
+    for record, line in zip(records, lines, strict=True):
+        if record.type != "user" or record.data is None:
+            out.append(line)
+            continue
+        obj = orjson.loads(line)
+        content = obj.get("message", {}).get("content")
+        ids = [
+            block.get("tool_use_id")
+            for block in content
+            if isinstance(block, dict) and block.get("type") == "tool_result"
+        ] if isinstance(content, list) else []
+        mine = [tool_id for tool_id in ids if tool_id in selected]
+        if not mine:
+            out.append(line)
+            continue
+        natives = []
+        for block in content:
+            tool_id = block.get("tool_use_id") if isinstance(block, dict) else None
+            if tool_id not in selected:
+                continue
+            observation = fresh.get(tool_id)
+            if observation is None:
+                raise trajectory(f"no fresh observation for selected call {tool_id}")
+            block["content"] = observation.content
+            if observation.is_error or "is_error" in block:
+                block["is_error"] = observation.is_error
+            replaced.add(tool_id)
+            natives.append(observation.native)
+        tool_use_result = natives[0] if len(natives) == 1 else None
+        if isinstance(tool_use_result, dict):
+            obj["toolUseResult"] = tool_use_result
+        else:
+            obj.pop("toolUseResult", None)
+        out.append(orjson.dumps(obj))
+    missing = selected - replaced
+    if missing:
+        raise trajectory(f"the rebuilt session did not replace every selected observation: {sorted(missing)}")
+    return out
+
+
+def write_rebuilt(plan: Plan, fresh: Mapping[str, FreshObservation], destination: Path) -> str:
+    from forkpoint.results import write_atomic
+
+    payload = b"".join(line + b"\n" for line in rebuilt_lines(plan, fresh))
+    destination.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(destination, payload)
     return sha256_hex(payload)
