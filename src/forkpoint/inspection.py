@@ -84,11 +84,10 @@ def render_table(description: dict[str, Any]) -> None:
     from rich.table import Table
 
     console = Console()
-    title = (
-        f"{description['agent']} {description['version'] or '(version unknown)'}  "
-        f"session {description['session_id']}  cwd {description['cwd']}"
-    )
-    table = Table(title=title, show_lines=False)
+    console.print(f"agent    {description['agent']} {description['version'] or '(version unknown)'}")
+    console.print(f"session  {description['session_id']}")
+    console.print(f"cwd      {description['cwd']}")
+    table = Table(show_lines=False)
     for column in ("batch", "tool", "input", "obs bytes", "notes"):
         table.add_column(column, overflow="fold")
     for batch in description["batches"]:
