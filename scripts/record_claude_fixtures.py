@@ -1,0 +1,383 @@
+#!/usr/bin/env python3
+"""Record REAL Claude Code sessions (verified native binaries) against ScriptedModel as test fixtures.
+
+    python scripts/record_claude_fixtures.py [--version V ...] [--scenario S ...]
+
+Writes tests/fixtures/claude_code/<version>/<scenario>/: session.jsonl (the native session file),
+stdout.jsonl, stderr.txt, requests.jsonl (what the model server received; system/tools as hashes),
+script.json, meta.json, workspace-initial/ and tool-results/ (persisted large outputs, when created).
+
+The recording cwd (/tmp/forkpoint-rec/<scenario>) and HOME (/tmp/forkpoint-rec-home/<scenario>) are
+fixed and recreated fresh, and tool_use ids are seeded per scenario, so re-recordings differ only in
+uuids, timestamps, session ids and the persisted-output file id.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from forkpoint import runtimes
+from forkpoint.testing.scripted_model import Block, ScriptedModel, text, tool_use
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "tests" / "fixtures" / "claude_code"
+REC_ROOT = Path("/tmp/forkpoint-rec")
+HOME_ROOT = Path("/tmp/forkpoint-rec-home")
+CLEAN_PATH = "/usr/local/bin:/usr/bin:/bin"
+RUN_TIMEOUT_S = 180.0
+
+Json = dict[str, Any]
+Turns = list[list[Block]]
+
+
+def bash(command: str, description: str) -> Block:
+    return tool_use("Bash", {"command": command, "description": description})
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    task: str
+    files: dict[str, str]
+    turns: Callable[[str], Turns]  # cwd -> scripted assistant turns
+    error_steps: frozenset[int] = frozenset()  # steps whose every tool_result must be is_error
+    kill_step: int | None = None  # SIGKILL claude once this step's tool_use is in the session file
+    check: Callable[[list[Json], Path], None] | None = None
+    notes: str = ""
+
+
+def _result_texts(lines: list[Json]) -> list[str]:
+    texts = []
+    for line in lines:
+        content = line.get("message", {}).get("content") if line.get("type") == "user" else None
+        for block in content if isinstance(content, list) else []:
+            if block.get("type") == "tool_result":
+                value = block.get("content")
+                texts.append(value if isinstance(value, str) else json.dumps(value))
+    return texts
+
+
+def _check_cd(lines: list[Json], _: Path) -> None:
+    results = _result_texts(lines)
+    assert results[0].endswith("/sub") and results[1].endswith("/sub"), results
+
+
+def _check_large(lines: list[Json], fixture: Path) -> None:
+    assert "<persisted-output>" in _result_texts(lines)[0]
+    files = list((fixture / "tool-results").glob("*"))
+    assert len(files) == 1 and files[0].read_text().startswith("1\n2\n3\n"), files
+
+
+def _check_stale(lines: list[Json], _: Path) -> None:
+    results = _result_texts(lines)
+    assert "<tool_use_error>" in results[0] and "<tool_use_error>" in results[1], results
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
+    Scenario(
+        "single_bash", "List the files here, then read notes.txt and summarise it.",
+        {"notes.txt": "hello from notes\nsecond line\n", "src/app.py": "print('hi')\n"},
+        lambda cwd: [[text("I'll list the files first."), bash("ls", "List files")],
+                     [tool_use("Read", {"file_path": f"{cwd}/notes.txt"})],
+                     [text("notes.txt says hello and has a second line.")]],
+    ),
+    Scenario(
+        "parallel", "Show the contents of a.txt and b.txt.",
+        {"a.txt": "alpha\n", "b.txt": "beta\n"},
+        lambda cwd: [[text("Reading both files in parallel."), bash("sleep 1 && cat a.txt", "Show a.txt"),
+                      bash("cat b.txt", "Show b.txt")],
+                     [text("a.txt has alpha, b.txt has beta.")]],
+        notes="call 1 sleeps 1 s, so call 2 finishes first: shows completion-order result lines",
+    ),
+    Scenario(
+        "file_tools", "Create new.txt with two lines, then change 'line two' to 'line 2'.",
+        {"README.md": "# demo\n"},
+        lambda cwd: [[tool_use("Write", {"file_path": f"{cwd}/new.txt", "content": "line one\nline two\n"})],
+                     [tool_use("Read", {"file_path": f"{cwd}/new.txt"})],
+                     [tool_use("Edit", {"file_path": f"{cwd}/new.txt", "old_string": "line two",
+                                        "new_string": "line 2"})],
+                     [tool_use("Read", {"file_path": f"{cwd}/new.txt"})],
+                     [text("new.txt now reads 'line one' and 'line 2'.")]],
+    ),
+    Scenario(
+        "error_result", "Look into missing-dir and missing.txt.",
+        {"README.md": "# demo\n"},
+        lambda cwd: [[bash("ls missing-dir", "List missing-dir")],
+                     [tool_use("Read", {"file_path": f"{cwd}/missing.txt"})],
+                     [text("Neither missing-dir nor missing.txt exists.")]],
+        error_steps=frozenset({0, 1}),
+    ),
+    Scenario(
+        "stale_tools", "Find the text files and the lines containing hello.",
+        {"hello.txt": "hello world\n", "other.txt": "nothing\n"},
+        lambda cwd: [[tool_use("Glob", {"pattern": "*.txt"})],
+                     [tool_use("Grep", {"pattern": "hello"})],
+                     [bash("ls", "List files")],
+                     [text("hello.txt and other.txt; hello.txt contains hello.")]],
+        error_steps=frozenset({0, 1}), check=_check_stale,
+        notes="Glob and Grep are not offered by these versions: <tool_use_error> results",
+    ),
+    Scenario(
+        "dangling", "Start the job and wait for it.",
+        {"README.md": "# demo\n"},
+        lambda cwd: [[bash("echo started > started.txt && cat started.txt", "Start")],
+                     [bash("echo waiting && sleep 30 && echo finished", "Wait for the job")],
+                     [text("The job finished.")]],
+        kill_step=1,
+        notes="claude was SIGKILLed while `sleep 30` ran: the last tool_use has no result "
+              "(a standalone `sleep 30` is blocked by the Bash tool, hence the echo chain)",
+    ),
+    Scenario(
+        "cd_persist", "Make a sub directory, go there and show where you are.",
+        {"README.md": "# demo\n"},
+        lambda cwd: [[bash("mkdir -p sub && cd sub && pwd", "Create and enter sub")],
+                     [bash("pwd", "Show cwd")],
+                     [text("The shell stayed in sub.")]],
+        check=_check_cd, notes="the Bash tool's shell cwd persists across calls",
+    ),
+    Scenario(
+        "large_output", "Print the numbers 1 to 9000.",
+        {"README.md": "# demo\n"},
+        lambda cwd: [[bash("seq 1 9000", "Print numbers")],
+                     [text("Printed 1..9000.")]],
+        check=_check_large, notes="output > 30,000 chars is persisted under <session-id>/tool-results/",
+    ),
+]}
+
+
+def encode_cwd(cwd: Path) -> str:
+    return re.sub(r"[^A-Za-z0-9]", "-", str(cwd))
+
+
+def read_jsonl(path: Path) -> list[Json]:
+    return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
+
+
+def write_files(root: Path, files: dict[str, str]) -> None:
+    for rel, content in files.items():
+        target = root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content, "utf-8")
+
+
+def compact_request(entry: Json) -> Json:
+    """A request log entry with the big, constant parts (system, tools) replaced by hashes / names."""
+    out = {k: v for k, v in entry.items() if k != "body"}
+    body = entry.get("body")
+    if isinstance(body, dict):
+        slim = dict(body)
+        for key in ("system", "tools"):
+            if key in slim:
+                slim[f"{key}_sha256"] = hashlib.sha256(json.dumps(slim.pop(key), sort_keys=True).encode()).hexdigest()
+        slim["tool_names"] = [t.get("name") for t in body.get("tools") or []]
+        out["body"] = slim
+    return out
+
+
+@dataclass
+class Recording:
+    session: Path
+    lines: list[Json]
+    session_id: str
+    exit_code: int | None
+    killed: bool
+    hand_cut: bool
+    aux: list[str] = field(default_factory=list)
+
+
+def _tool_use_lines(lines: list[Json]) -> dict[str, int]:
+    found = {}
+    for index, line in enumerate(lines):
+        if line.get("type") == "assistant":
+            for block in line.get("message", {}).get("content") or []:
+                if isinstance(block, dict) and block.get("type") == "tool_use":
+                    found[block["id"]] = index
+    return found
+
+
+def _descendants(root: int) -> list[int]:
+    """Pids of every descendant of ``root`` (from /proc)."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+    found, frontier = [], [root]
+    while frontier:
+        children = [pid for pid, ppid in parents.items() if ppid in frontier]
+        found += children
+        frontier = children
+    return found
+
+
+def _written_tool_ids(path: Path) -> set[str]:
+    """tool_use ids in a session file being written (a partial last line is skipped)."""
+    lines = []
+    for raw in path.read_text("utf-8").splitlines():
+        try:
+            lines.append(json.loads(raw))
+        except ValueError:
+            continue
+    return set(_tool_use_lines(lines))
+
+
+def run_claude(runtime: runtimes.Runtime, scenario: Scenario, model: ScriptedModel, expected: list[list[str]],
+               cwd: Path, home: Path, out: Path) -> Recording:
+    argv = [str(runtime.entrypoint), "-p", scenario.task, "--output-format", "stream-json", "--verbose",
+            "--dangerously-skip-permissions"]
+    project = home / ".claude" / "projects" / encode_cwd(cwd)
+    with model.serve() as url:
+        env = {"PATH": CLEAN_PATH, "HOME": str(home), "LANG": "C.UTF-8", "TZ": "UTC", "ANTHROPIC_BASE_URL": url,
+               "ANTHROPIC_API_KEY": "dummy", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "IS_SANDBOX": "1"}
+        with (out / "stdout.jsonl").open("wb") as stdout, (out / "stderr.txt").open("wb") as stderr:
+            proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                                    start_new_session=True)
+            killed = False
+            deadline = time.monotonic() + RUN_TIMEOUT_S
+            kill_ids = set(expected[scenario.kill_step]) if scenario.kill_step is not None else set()
+            try:
+                while proc.poll() is None:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"claude did not finish within {RUN_TIMEOUT_S} s")
+                    if kill_ids and any(kill_ids <= _written_tool_ids(p) for p in project.glob("*.jsonl")):
+                        time.sleep(0.5)  # let the tool start
+                        children = _descendants(proc.pid)  # the tool shell runs in its own session
+                        os.killpg(proc.pid, signal.SIGKILL)
+                        for pid in children:
+                            with contextlib.suppress(ProcessLookupError):
+                                os.kill(pid, signal.SIGKILL)
+                        killed = proc.wait() == -signal.SIGKILL
+                        break
+                    time.sleep(0.05)
+            finally:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+    sessions = sorted(project.glob("*.jsonl"))
+    if len(sessions) != 1:
+        raise RuntimeError(f"expected one session file in {project}, found {sessions}")
+    session = sessions[0]
+    lines = read_jsonl(session)
+    hand_cut = False
+    if scenario.kill_step is not None:
+        results = {b.get("tool_use_id") for line in lines if line.get("type") == "user"
+                   for b in (line["message"]["content"] if isinstance(line["message"]["content"], list) else [])}
+        if not killed or kill_ids & results:  # fallback: cut right after the last tool_use line
+            cut = max(_tool_use_lines(lines)[i] for i in kill_ids)
+            lines, hand_cut = lines[:cut + 1], True
+    return Recording(session, lines, session.stem, proc.returncode, killed, hand_cut)
+
+
+def verify(scenario: Scenario, rec: Recording, expected: list[list[str]], fixture: Path) -> None:
+    lines = read_jsonl(fixture / "session.jsonl")
+    tool_uses = _tool_use_lines(lines)
+    results: dict[str, Json] = {}
+    for line in lines:
+        content = line.get("message", {}).get("content") if line.get("type") == "user" else None
+        for block in content if isinstance(content, list) else []:
+            if block.get("type") == "tool_result":
+                results[block["tool_use_id"]] = block
+    for step, ids in enumerate(expected):
+        for tool_id in ids:
+            assert tool_id in tool_uses, f"step {step}: tool_use {tool_id} missing"
+            if step == scenario.kill_step:
+                assert tool_id not in results, f"step {step}: dangling tool_use {tool_id} has a result"
+                continue
+            assert tool_id in results, f"step {step}: no tool_result for {tool_id}"
+            assert bool(results[tool_id].get("is_error")) == (step in scenario.error_steps), results[tool_id]
+    assert set(results) <= set(tool_uses), "tool_result without tool_use"
+    if scenario.kill_step is None:
+        assert rec.exit_code == 0, f"claude exited {rec.exit_code}"
+        last = [line for line in lines if line.get("type") == "assistant"][-1]
+        assert last["message"]["stop_reason"] == "end_turn", last
+    if scenario.check:
+        scenario.check(lines, fixture)
+
+
+def record(version: str, scenario: Scenario) -> Path:
+    runtime = runtimes.find("claude-code", version)
+    if runtime is None:
+        raise SystemExit(f"claude-code {version} is not installed: `forkpoint agents install claude-code@{version}`")
+    probed = runtimes.probe_version(runtime)
+    cwd, home = REC_ROOT / scenario.name, HOME_ROOT / scenario.name
+    fixture = FIXTURES / version / scenario.name
+    for path in (cwd, home, fixture):
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True)
+    write_files(cwd, scenario.files)
+    write_files(fixture / "workspace-initial", scenario.files)
+    seed = f"claude-code/{scenario.name}"
+    turns = scenario.turns(str(cwd))
+    (fixture / "script.json").write_text(json.dumps({"seed": seed, "turns": [{"content": t} for t in turns]},
+                                                    indent=2) + "\n")
+    model = ScriptedModel(turns, seed=seed)
+    expected = [[b["id"] for b in model.respond("main", step)[1] if b["type"] == "tool_use"]
+                for step in range(len(turns))]
+    rec = run_claude(runtime, scenario, model, expected, cwd, home, fixture)
+    (fixture / "session.jsonl").write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in rec.lines)
+                                           if rec.hand_cut else rec.session.read_text("utf-8"), "utf-8")
+    persisted = rec.session.parent / rec.session_id / "tool-results"
+    if persisted.is_dir():
+        shutil.copytree(persisted, fixture / "tool-results")
+    with (fixture / "requests.jsonl").open("w") as handle:
+        for entry in model.requests:
+            handle.write(json.dumps(compact_request(entry), ensure_ascii=False) + "\n")
+    init = next((line for line in read_jsonl(fixture / "stdout.jsonl")
+                 if line.get("type") == "system" and line.get("subtype") == "init"), {})
+    if init.get("session_id") not in (None, rec.session_id):
+        raise RuntimeError(f"stdout init session {init.get('session_id')} != file {rec.session_id}")
+    meta = {
+        "agent": "claude-code", "version": version, "probed_version": probed, "scenario": scenario.name,
+        "session_id": rec.session_id, "cwd": str(cwd), "home": str(home),
+        "session_path": str(rec.session.relative_to(home)),
+        "command": ["claude", *[str(a) for a in ("-p", scenario.task, "--output-format", "stream-json", "--verbose",
+                                                  "--dangerously-skip-permissions")]],
+        "entrypoint": runtime.manifest()["entrypoint"],
+        "env": {"PATH": CLEAN_PATH, "HOME": str(home), "LANG": "C.UTF-8", "TZ": "UTC",
+                "ANTHROPIC_BASE_URL": "<scripted model url>", "ANTHROPIC_API_KEY": "dummy",
+                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "IS_SANDBOX": "1"},
+        "exit_code": rec.exit_code, "killed": rec.killed, "hand_cut": rec.hand_cut,
+        "expected_tool_ids": expected, "notes": scenario.notes,
+        "recorded_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+    }
+    (fixture / "meta.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
+    verify(scenario, rec, expected, fixture)
+    return fixture
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="append", choices=runtimes.VERIFIED["claude-code"])
+    parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
+    args = parser.parse_args()
+    failed = []
+    for version in args.version or runtimes.VERIFIED["claude-code"]:
+        for name in args.scenario or list(SCENARIOS):
+            try:
+                fixture = record(version, SCENARIOS[name])
+                meta = json.loads((fixture / "meta.json").read_text())
+                flags = " (hand-cut)" if meta["hand_cut"] else " (killed)" if meta["killed"] else ""
+                print(f"ok   {version} {name}: {len(read_jsonl(fixture / 'session.jsonl'))} lines{flags}")
+            except (AssertionError, RuntimeError) as error:
+                failed.append(f"{version}/{name}")
+                print(f"FAIL {version} {name}: {error!r}", file=sys.stderr)
+    if failed:
+        raise SystemExit(f"failed: {', '.join(failed)}")
+
+
+if __name__ == "__main__":
+    main()

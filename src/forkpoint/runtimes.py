@@ -1,0 +1,228 @@
+"""Install, find and probe verified agent runtimes (real CLIs from npm) in forkpoint's runtime cache.
+
+Layout: ``<cache_root>/<agent>/<version>/`` is an npm prefix holding the package plus a
+``forkpoint-runtime.json`` manifest. An install goes to a staging dir first and is renamed into place,
+so a version directory with a valid manifest is always a complete install.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from forkpoint.errors import ErrorKind, ReplayError
+
+MANIFEST_NAME = "forkpoint-runtime.json"
+SCHEMA_VERSION = "forkpoint.runtime/v1"
+INSTALL_TIMEOUT_S = 900.0
+PROBE_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class NpmAgent:
+    """How one agent ships on npm: its package, the bin to run, and the per-platform native package (if any)."""
+
+    package: str
+    bin_name: str
+    native_package_prefix: str | None = None  # e.g. "@anthropic-ai/claude-code-" + "linux-x64"
+    native_binary: str | None = None  # file inside the native package, copied over the bin if postinstall skipped
+
+
+NPM_AGENTS: dict[str, NpmAgent] = {
+    "claude-code": NpmAgent("@anthropic-ai/claude-code", "claude", "@anthropic-ai/claude-code-", "claude"),
+}
+
+VERIFIED: dict[str, tuple[str, ...]] = {
+    "claude-code": ("2.1.220", "2.1.332"),
+}
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """One installed agent version. ``entrypoint`` is absolute; the manifest stores it relative to ``root``."""
+
+    agent: str
+    version: str
+    root: Path
+    entrypoint: Path
+    installed_at: str
+
+    def manifest(self) -> dict[str, str]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "agent": self.agent,
+            "version": self.version,
+            "entrypoint": self.entrypoint.relative_to(self.root).as_posix(),
+            "installed_at": self.installed_at,
+        }
+
+    @classmethod
+    def from_manifest(cls, root: Path, data: Any) -> Runtime:
+        """Parse a manifest; raises ValueError when it is not a valid v1 manifest."""
+        if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
+            raise ValueError("not a forkpoint.runtime/v1 manifest")
+        fields = ("agent", "version", "entrypoint", "installed_at")
+        if not all(isinstance(data.get(f), str) and data[f] for f in fields):
+            raise ValueError(f"manifest needs string fields {', '.join(fields)}")
+        rel = Path(data["entrypoint"])
+        if rel.is_absolute() or ".." in rel.parts:
+            raise ValueError("manifest entrypoint must be a relative path inside the runtime")
+        return cls(data["agent"], data["version"], root, root / rel, data["installed_at"])
+
+
+def cache_root() -> Path:
+    """``$FORKPOINT_RUNTIMES`` or ``~/.cache/forkpoint/runtimes``."""
+    env = os.environ.get("FORKPOINT_RUNTIMES")
+    return Path(env) if env else Path.home() / ".cache" / "forkpoint" / "runtimes"
+
+
+def _spec(agent: str) -> NpmAgent:
+    if agent not in NPM_AGENTS:
+        raise ReplayError(ErrorKind.UNSUPPORTED_AGENT,
+                          f"unknown agent {agent!r}; supported: {', '.join(sorted(NPM_AGENTS))}")
+    return NPM_AGENTS[agent]
+
+
+def check_verified(agent: str, version: str) -> None:
+    """Refuse an agent version forkpoint has not verified."""
+    _spec(agent)
+    verified = VERIFIED.get(agent, ())
+    if version not in verified:
+        raise ReplayError(
+            ErrorKind.UNSUPPORTED_VERSION,
+            f"{agent} {version} is not a verified version; verified: {', '.join(verified) or 'none'}",
+        )
+
+
+def _read_runtime(directory: Path) -> Runtime | None:
+    try:
+        runtime = Runtime.from_manifest(directory, json.loads((directory / MANIFEST_NAME).read_text("utf-8")))
+    except (OSError, ValueError):
+        return None
+    if not (runtime.entrypoint.is_file() and os.access(runtime.entrypoint, os.X_OK)):
+        return None
+    return runtime
+
+
+def find(agent: str, version: str) -> Runtime | None:
+    """The installed runtime for ``agent@version`` with a valid manifest, else None."""
+    runtime = _read_runtime(cache_root() / agent / version)
+    return runtime if runtime and (runtime.agent, runtime.version) == (agent, version) else None
+
+
+def list_installed() -> list[Runtime]:
+    """Every runtime in the cache with a valid manifest, sorted by agent and version."""
+    root = cache_root()
+    found = []
+    for directory in sorted(root.glob("*/*")) if root.is_dir() else []:
+        runtime = _read_runtime(directory)
+        if runtime and (runtime.agent, runtime.version) == (directory.parent.name, directory.name):
+            found.append(runtime)
+    return found
+
+
+def _platform_key() -> str:
+    machine = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}.get(platform.machine().lower(),
+                                                                                            platform.machine())
+    system = platform.system().lower()
+    musl = system == "linux" and not platform.libc_ver()[0]
+    return f"{system}-{machine}{'-musl' if musl else ''}"
+
+
+def _is_native_binary(path: Path) -> bool:
+    try:
+        with path.open("rb") as handle:
+            return handle.read(4) in (b"\x7fELF", b"\xcf\xfa\xed\xfe", b"MZ\x90\x00")
+    except OSError:
+        return False
+
+
+def _entrypoint(prefix: Path, spec: NpmAgent) -> Path:
+    """Resolve the package's ``bin`` entry; copy the native binary in place if the postinstall did not run."""
+    package_dir = prefix / "node_modules" / spec.package
+    package = json.loads((package_dir / "package.json").read_text("utf-8"))
+    bins = package.get("bin")
+    rel = bins if isinstance(bins, str) else (bins or {}).get(spec.bin_name)
+    if not isinstance(rel, str):
+        raise ReplayError(ErrorKind.INTERNAL, f"{spec.package} declares no bin {spec.bin_name!r}")
+    entry = package_dir / rel
+    if spec.native_package_prefix and spec.native_binary and rel.endswith(".exe") and not _is_native_binary(entry):
+        native = prefix / "node_modules" / f"{spec.native_package_prefix}{_platform_key()}" / spec.native_binary
+        if not native.is_file():
+            raise ReplayError(ErrorKind.INTERNAL, f"{spec.package}: no native binary for {_platform_key()} ({native})")
+        entry.unlink(missing_ok=True)
+        shutil.copy2(native, entry)
+    entry.chmod(entry.stat().st_mode | 0o111)
+    return entry
+
+
+def install(agent: str, version: str) -> Runtime:
+    """Install a verified ``agent@version`` from npm (idempotent: an installed runtime is returned as is)."""
+    check_verified(agent, version)
+    spec = _spec(agent)
+    existing = find(agent, version)
+    if existing:
+        return existing
+    target = cache_root() / agent / version
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{version}.staging-", dir=target.parent))
+    try:
+        argv = ["npm", "install", "--prefix", str(staging), "--no-audit", "--no-fund",
+                f"{spec.package}@{version}"]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            message = f"npm install {spec.package}@{version} failed: {error}"
+            raise ReplayError(ErrorKind.CONFIGURATION, message) from None
+        if done.returncode != 0:
+            tail = (done.stderr or done.stdout).strip()[-2000:]
+            raise ReplayError(ErrorKind.CONFIGURATION,
+                              f"npm install {spec.package}@{version} exited {done.returncode}: {tail}")
+        entry = _entrypoint(staging, spec)
+        installed_at = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        staged = Runtime(agent, version, staging, entry, installed_at)
+        (staging / MANIFEST_NAME).write_text(json.dumps(staged.manifest(), indent=2) + "\n", "utf-8")
+        if target.exists():  # a previous, incomplete install
+            shutil.rmtree(target)
+        staging.rename(target)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    runtime = find(agent, version)
+    if runtime is None:
+        raise ReplayError(ErrorKind.INTERNAL, f"{agent} {version}: install finished but the runtime is not valid")
+    return runtime
+
+
+_VERSION_RE = re.compile(r"^\s*v?(\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.\-]+)?)\b")
+
+
+def parse_version_output(output: str) -> str:
+    """``"2.1.220 (Claude Code)"`` -> ``"2.1.220"``; raises ValueError on anything else."""
+    for line in output.splitlines():
+        match = _VERSION_RE.match(line)
+        if match:
+            return match.group(1)
+    raise ValueError(f"no version in {output.strip()[:200]!r}")
+
+
+def probe_version(runtime: Runtime) -> str:
+    """Run ``<entrypoint> --version`` (10 s timeout) and return the version it reports."""
+    try:
+        done = subprocess.run([str(runtime.entrypoint), "--version"], capture_output=True, text=True,
+                              timeout=PROBE_TIMEOUT_S, check=False, stdin=subprocess.DEVNULL)
+        if done.returncode != 0:
+            raise ValueError(f"exit {done.returncode}: {done.stderr.strip()[:500]}")
+        return parse_version_output(done.stdout)
+    except (OSError, subprocess.TimeoutExpired, ValueError) as error:
+        message = f"{runtime.agent} {runtime.version}: `{runtime.entrypoint} --version` failed: {error}"
+        raise ReplayError(ErrorKind.CONFIGURATION, message) from None

@@ -1,0 +1,319 @@
+"""ScriptedModel: a loopback server speaking the Anthropic Messages API (SSE streaming), driven by a script.
+
+The script is a list of assistant turns; each turn is a list of content blocks (text, thinking, tool_use;
+several tool_use blocks = one parallel batch). Which turn answers a request:
+
+* ``step_mode="conversation"`` (default): turn index = number of assistant messages already in the
+  request's ``messages`` (a run of consecutive assistant messages counts once).
+  Robust to resume: a resumed session replays the earlier turns.
+* ``step_mode="counter"``: the n-th main request gets turn n.
+
+A *main* request has a non-empty ``tools`` list; others (title/summary helpers) get a short text answer.
+Past the end of the script the answer is ``"Done."`` with ``end_turn``.
+
+    with ScriptedModel([[text("hi"), tool_use("Bash", {"command": "ls"})], [text("ok")]]).serve() as url:
+        ...  # ANTHROPIC_BASE_URL=url
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import json
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from aiohttp import web
+
+Block = dict[str, Any]
+StepMode = Literal["conversation", "counter"]
+
+_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+_SECRET_HEADERS = {"x-api-key", "authorization", "proxy-authorization", "cookie"}
+_CHUNK = 48
+
+
+def text(value: str) -> Block:
+    return {"type": "text", "text": value}
+
+
+def thinking(value: str, signature: str = "c2NyaXB0ZWQtc2lnbmF0dXJl") -> Block:
+    return {"type": "thinking", "thinking": value, "signature": signature}
+
+
+def tool_use(name: str, input: dict[str, Any], id: str | None = None) -> Block:
+    block: Block = {"type": "tool_use", "name": name, "input": input}
+    if id is not None:
+        block["id"] = id
+    return block
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One assistant response. ``stop_reason`` defaults to tool_use when it has tool calls, else end_turn."""
+
+    content: tuple[Block, ...]
+    stop_reason: str | None = None
+
+    @property
+    def effective_stop_reason(self) -> str:
+        if self.stop_reason:
+            return self.stop_reason
+        return "tool_use" if any(b.get("type") == "tool_use" for b in self.content) else "end_turn"
+
+    @classmethod
+    def of(cls, value: Turn | Sequence[Block] | dict[str, Any]) -> Turn:
+        if isinstance(value, Turn):
+            return value
+        if isinstance(value, dict):
+            return cls(tuple(value["content"]), value.get("stop_reason"))
+        return cls(tuple(value))
+
+
+def stable_id(prefix: str, *parts: object, length: int = 24) -> str:
+    """``prefix`` + ``length`` alphanumerics derived from ``parts`` (deterministic)."""
+    digest = hashlib.sha256(":".join(map(str, parts)).encode()).digest()
+    number = int.from_bytes(digest, "big")
+    chars = []
+    for _ in range(length):
+        number, rem = divmod(number, len(_ALPHABET))
+        chars.append(_ALPHABET[rem])
+    return prefix + "".join(chars)
+
+
+@dataclass
+class ScriptedModel:
+    """The scripted Anthropic Messages server. ``requests`` logs every request (auth headers removed)."""
+
+    turns: Sequence[Turn | Sequence[Block] | dict[str, Any]]
+    seed: str = "forkpoint"
+    step_mode: StepMode = "conversation"
+    log_path: Path | None = None
+    model: str = "claude-scripted"
+    final_text: str = "Done."
+    aux_text: str = "Scripted helper answer"
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    _script: list[Turn] = field(init=False, repr=False)
+    _main_count: int = field(default=0, init=False, repr=False)
+    _runner: web.AppRunner | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._script = [Turn.of(t) for t in self.turns]
+
+    @classmethod
+    def from_file(cls, path: Path, **kwargs: Any) -> ScriptedModel:
+        """Load ``{"turns": [{"content": [...], "stop_reason"?: ...}, ...], "seed"?: str}``."""
+        data = json.loads(Path(path).read_text("utf-8"))
+        kwargs.setdefault("seed", data.get("seed", "forkpoint"))
+        return cls(data["turns"], **kwargs)
+
+    # -- answering -------------------------------------------------------------------------------------
+
+    def select(self, body: dict[str, Any]) -> tuple[str, int | None]:
+        """('main', step) or ('aux', None) for a /v1/messages body."""
+        if not body.get("tools"):
+            return "aux", None
+        if self.step_mode == "counter":
+            step = self._main_count
+            self._main_count += 1
+            return "main", step
+        roles = [m.get("role") for m in body.get("messages") or [] if isinstance(m, dict)]
+        # consecutive assistant messages are one response (the API merges them)
+        return "main", sum(1 for i, r in enumerate(roles) if r == "assistant" and (i == 0 or roles[i - 1] != r))
+
+    def respond(self, kind: str, step: int | None) -> tuple[str, list[Block], str]:
+        """(message id, content blocks with ids filled in, stop_reason) for a selected step."""
+        if kind == "aux" or step is None:
+            return stable_id("msg_", self.seed, "aux", len(self.requests)), [text(self.aux_text)], "end_turn"
+        if step >= len(self._script):
+            return stable_id("msg_", self.seed, "final", step), [text(self.final_text)], "end_turn"
+        turn = self._script[step]
+        blocks = []
+        for index, block in enumerate(turn.content):
+            block = dict(block)
+            if block.get("type") == "tool_use" and "id" not in block:
+                block["id"] = stable_id("toolu_", self.seed, step, index)
+            blocks.append(block)
+        return stable_id("msg_", self.seed, step), blocks, turn.effective_stop_reason
+
+    def _log(self, entry: dict[str, Any]) -> None:
+        self.requests.append(entry)
+        if self.log_path is not None:
+            with self.log_path.open("a", encoding="utf-8") as handle:
+                handle.write(json.dumps(entry, ensure_ascii=False) + "\n")
+
+    async def _record(self, request: web.Request) -> dict[str, Any]:
+        raw = await request.read()
+        try:
+            body: Any = json.loads(raw) if raw else None
+        except ValueError:
+            body = raw.decode("utf-8", "replace")
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _SECRET_HEADERS}
+        entry = {"seq": len(self.requests) + 1, "method": request.method, "path": request.path_qs,
+                 "headers": headers, "body": body}
+        return entry
+
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        entry = await self._record(request)
+        body = entry["body"] if isinstance(entry["body"], dict) else {}
+        kind, step = self.select(body)
+        msg_id, blocks, stop_reason = self.respond(kind, step)
+        entry.update(kind=kind, step=step, stop_reason=stop_reason)
+        self._log(entry)
+        usage_in = {"input_tokens": 100, "output_tokens": 1, "cache_creation_input_tokens": 0,
+                    "cache_read_input_tokens": 0}
+        output_tokens = 10 + sum(len(json.dumps(b)) // 4 for b in blocks)
+        message = {"id": msg_id, "type": "message", "role": "assistant", "model": body.get("model", self.model),
+                   "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage_in}
+        if not body.get("stream"):
+            message.update(content=blocks, stop_reason=stop_reason,
+                           usage={**usage_in, "output_tokens": output_tokens})
+            return web.json_response(message)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        for event, data in sse_events(message, blocks, stop_reason, output_tokens):
+            await response.write(f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode())
+        await response.write_eof()
+        return response
+
+    async def _count_tokens(self, request: web.Request) -> web.Response:
+        entry = await self._record(request)
+        entry.update(kind="count_tokens")
+        self._log(entry)
+        return web.json_response({"input_tokens": 1234})
+
+    async def _other(self, request: web.Request) -> web.Response:
+        entry = await self._record(request)
+        entry.update(kind="other")
+        self._log(entry)
+        ok = request.path in ("/", "/api/hello") and request.method in ("GET", "HEAD")  # connectivity checks
+        return web.Response(status=200 if ok else 404, text="ok" if ok else "not found")
+
+    # -- serving ---------------------------------------------------------------------------------------
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=256 * 1024 * 1024)
+        app.router.add_post("/v1/messages", self._messages)
+        app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
+        app.router.add_route("*", "/{tail:.*}", self._other)
+        return app
+
+    async def start(self, port: int = 0) -> str:
+        """Start on 127.0.0.1 (port 0 = random) and return the base URL."""
+        self._runner = web.AppRunner(self.app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", port)
+        await site.start()
+        return f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    @contextlib.asynccontextmanager
+    async def running(self, port: int = 0) -> AsyncIterator[str]:
+        """In-process async use: ``async with model.running() as url``."""
+        url = await self.start(port)
+        try:
+            yield url
+        finally:
+            await self.stop()
+
+    @contextlib.contextmanager
+    def serve(self, port: int = 0) -> Iterator[str]:
+        """Sync use: run the server in a background thread with its own event loop; yields the base URL."""
+        loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        result: dict[str, Any] = {}
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            try:
+                result["url"] = loop.run_until_complete(self.start(port))
+            except BaseException as error:  # reported to the caller below
+                result["error"] = error
+            ready.set()
+            if "url" in result:
+                loop.run_forever()
+            loop.run_until_complete(self.stop())
+            loop.close()
+
+        thread = threading.Thread(target=run, name="scripted-model", daemon=True)
+        thread.start()
+        ready.wait()
+        if "error" in result:
+            thread.join()
+            raise result["error"]
+        try:
+            yield str(result["url"])
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=10)
+
+
+def sse_events(message: dict[str, Any], blocks: list[Block], stop_reason: str,
+               output_tokens: int) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The Anthropic streaming event sequence for one message."""
+    yield "message_start", {"type": "message_start", "message": message}
+    for index, block in enumerate(blocks):
+        kind = block["type"]
+        if kind == "text":
+            start: Block = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": c} for c in _chunks(block["text"])]
+        elif kind == "thinking":
+            start = {"type": "thinking", "thinking": "", "signature": ""}
+            deltas = [{"type": "thinking_delta", "thinking": c} for c in _chunks(block["thinking"])]
+            deltas.append({"type": "signature_delta", "signature": block.get("signature", "")})
+        elif kind == "tool_use":
+            start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+            deltas = [{"type": "input_json_delta", "partial_json": c}
+                      for c in _chunks(json.dumps(block["input"], ensure_ascii=False))]
+        else:
+            raise ValueError(f"unsupported scripted block type {kind!r}")
+        yield "content_block_start", {"type": "content_block_start", "index": index, "content_block": start}
+        for delta in deltas:
+            yield "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
+        yield "content_block_stop", {"type": "content_block_stop", "index": index}
+    yield "message_delta", {"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+                            "usage": {"output_tokens": output_tokens}}
+    yield "message_stop", {"type": "message_stop"}
+
+
+def _chunks(value: str) -> list[str]:
+    return [value[i:i + _CHUNK] for i in range(0, len(value), _CHUNK)] or [""]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m forkpoint.testing.scripted_model", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--script", type=Path, required=True, help='JSON file: {"turns": [{"content": [...]}]}')
+    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0 = random)")
+    parser.add_argument("--log", type=Path, default=None, help="append every request as JSONL here")
+    parser.add_argument("--seed", default=None, help="seed for generated tool_use/message ids")
+    parser.add_argument("--step-mode", choices=["conversation", "counter"], default="conversation")
+    args = parser.parse_args(argv)
+    kwargs: dict[str, Any] = {"log_path": args.log, "step_mode": args.step_mode}
+    if args.seed is not None:
+        kwargs["seed"] = args.seed
+    model = ScriptedModel.from_file(args.script, **kwargs)
+
+    async def run() -> None:
+        url = await model.start(args.port)
+        print(url, flush=True)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await model.stop()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run())
+
+
+if __name__ == "__main__":
+    main()
