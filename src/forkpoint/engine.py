@@ -65,8 +65,8 @@ def execute(request: ReplayRequest, progress: Progress | None = None) -> ReplayR
             return _finalize_failure(request, plan, journal, dirs, error)
         except Exception as exc:  # a bug must still leave a result behind, never a half-written run
             detail = "".join(traceback.format_exception_only(exc)).strip()
-            error = ReplayError(ErrorKind.INTERNAL, f"internal error: {detail}")
-            return _finalize_failure(request, plan, journal, dirs, error)
+            internal = ReplayError(ErrorKind.INTERNAL, f"internal error: {detail}")
+            return _finalize_failure(request, plan, journal, dirs, internal)
 
 
 def _run_dirs(request: ReplayRequest) -> RunDirs:

@@ -369,6 +369,7 @@ def _add_call(
             )
         historical = Observation(result_block.get("content"), result_block.get("is_error") is True)
         turn.result_records[call_id] = result_record
+    reason: str | None
     if block.get("type") == "server_tool_use":
         call_policy, reason = CallPolicy.REFUSED, "server-side tools run at the model provider"
     else:
