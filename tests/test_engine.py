@@ -7,9 +7,9 @@ from pathlib import Path
 
 import orjson
 import pytest
-from forkpoint.journal import Journal
 
 from forkpoint.engine import execute
+from forkpoint.journal import Journal
 from forkpoint.request import ReplayRequest, build_request
 from forkpoint.testing.claude_sessions import simple_session
 
