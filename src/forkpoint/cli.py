@@ -80,7 +80,8 @@ def inspect(
 
 _DIRECT_OPTIONS = (
     "agent", "trajectory", "after_step", "workspace", "state_dir", "output_dir", "run_id", "max_steps",
-    "prepare_only", "replay_only", "allow_stale_observations", "boundary_user_prompt",
+    "prepare_only", "replay_only", "allow_stale_observations", "boundary_user_prompt", "upstream",
+    "upstream_url", "agent_entrypoint",
 )
 
 
@@ -106,6 +107,16 @@ def replay(
         "(sub-agents, web, todo...); the result is marked degraded.")] = False,
     boundary_user_prompt: Annotated[str | None, typer.Option(
         help="Append exactly one user message after the last fresh observation (never stored in outputs).")] = None,
+    upstream: Annotated[str | None, typer.Option(
+        help="Where validated model requests go: 'anthropic' (ANTHROPIC_API_KEY from forkpoint's own "
+        "environment; never passed to the agent) or 'stub' (the bridge answers itself: a zero-cost check "
+        "that the real agent accepted the rebuilt session) [default: anthropic].")] = None,
+    upstream_url: Annotated[str | None, typer.Option(
+        help="Base URL of the Anthropic-compatible upstream [default: $ANTHROPIC_BASE_URL or "
+        "https://api.anthropic.com].")] = None,
+    agent_entrypoint: Annotated[Path | None, typer.Option(
+        help="An explicit agent executable (absolute path); its --version must be a verified version "
+        "[default: the installed runtime of the recorded version].")] = None,
     config: Annotated[Path | None, typer.Option(
         help="A TOML file with a [replay] table (same keys, snake_case).")] = None,
     request: Annotated[Path | None, typer.Option(
@@ -128,7 +139,8 @@ def replay(
         "state_dir": state_dir, "output_dir": output_dir, "run_id": run_id, "max_steps": max_steps,
         "prepare_only": prepare_only or None, "replay_only": replay_only or None,
         "allow_stale_observations": allow_stale_observations or None,
-        "boundary_user_prompt": boundary_user_prompt,
+        "boundary_user_prompt": boundary_user_prompt, "upstream": upstream, "upstream_url": upstream_url,
+        "agent_entrypoint": agent_entrypoint,
     }
     given = [name for name in _DIRECT_OPTIONS if direct[name] is not None]
     try:

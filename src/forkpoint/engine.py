@@ -9,6 +9,7 @@ result.json, and a failure after a tool started without a recorded outcome becom
 from __future__ import annotations
 
 import contextlib
+import os
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,19 +18,22 @@ from typing import Any, cast
 
 from forkpoint import plan as planning
 from forkpoint.adapters import get_adapter
-from forkpoint.adapters.base import Adapter, ReplayingAdapter
+from forkpoint.adapters.base import Adapter, ContinuingAdapter, ReplayingAdapter
+from forkpoint.compare import NEXT_ACTION_SCHEMA, next_action_document
 from forkpoint.errors import ErrorKind, ReplayError, configuration
 from forkpoint.hashing import sha256_hex
 from forkpoint.journal import Journal, find_ambiguous
-from forkpoint.model import Mode, NativePrefix, Plan, RunContext
+from forkpoint.model import Continuation, ContinueSettings, LaunchTarget, Mode, NativePrefix, Plan, RunContext
 from forkpoint.replay import ReplayOutcome, replay_batches
 from forkpoint.request import ReplayRequest, validate_request
 from forkpoint.results import (
     MANIFEST_SCHEMA,
     SUMMARY_SCHEMA,
     AgentInfo,
+    AgentStatus,
     Artifact,
     Failure,
+    Phase,
     ReplayResult,
     write_json,
 )
@@ -49,7 +53,8 @@ def execute(request: ReplayRequest, progress: Progress | None = None) -> ReplayR
     report = progress or (lambda _message: None)
     dirs = _run_dirs(request)
     try:
-        plan, adapter = _prepare(request, report)
+        prepared = _prepare(request, report)
+        plan = prepared.plan
         journal = Journal.open(dirs.state_dir)
     except ReplayError as error:
         return _early_failure(dirs, error)
@@ -60,7 +65,7 @@ def execute(request: ReplayRequest, progress: Progress | None = None) -> ReplayR
         return _early_failure(dirs, error)
     with journal:
         try:
-            return _run_allocated(request, plan, adapter, journal, dirs, report)
+            return _run_allocated(request, prepared, journal, dirs, report)
         except ReplayError as error:
             return _finalize_failure(request, plan, journal, dirs, error)
         except Exception as exc:  # a bug must still leave a result behind, never a half-written run
@@ -78,7 +83,14 @@ def _run_dirs(request: ReplayRequest) -> RunDirs:
     )
 
 
-def _prepare(request: ReplayRequest, report: Progress) -> tuple[Plan, Adapter]:
+@dataclass(frozen=True)
+class Prepared:
+    plan: Plan
+    adapter: Adapter
+    launch: LaunchTarget | None
+
+
+def _prepare(request: ReplayRequest, report: Progress) -> Prepared:
     """Validate, parse, select the boundary and check budgets: pure refusals, nothing written."""
     validate_request(request)
     if not request.workspace.is_dir():
@@ -98,15 +110,24 @@ def _prepare(request: ReplayRequest, report: Progress) -> tuple[Plan, Adapter]:
         allow_stale_observations=request.allow_stale_observations,
     )
     planning.check_step_budget(request.mode, request.max_steps, plan.prefix_model_turns)
+    launch: LaunchTarget | None = None
     if request.mode is not Mode.PREPARE_ONLY:
-        _replaying(adapter)
+        replaying = _replaying(adapter)
+        check_workspace = getattr(replaying, "check_workspace", None)
+        if check_workspace is not None:
+            check_workspace(parsed, request.workspace.resolve())
     if request.mode is Mode.REPLAY_AND_CONTINUE:
-        raise configuration(
-            f"continuing the agent is not available yet for {request.agent} in this forkpoint version; "
-            "use --replay-only or --prepare-only"
-        )
+        if request.upstream == "anthropic" and not _upstream_key():
+            raise configuration("--upstream anthropic needs ANTHROPIC_API_KEY in forkpoint's environment "
+                                "(it is never passed to the agent); or use --upstream stub")
+        launch = _continuing(adapter).prepare_launch(parsed, request.agent_entrypoint)
+        report(f"agent binary: {request.agent} {launch.version} ({launch.entrypoint})")
     report(f"selected batches 1..{plan.after_step} of {parsed.complete_count} ({len(plan.calls)} tool calls)")
-    return plan, adapter
+    return Prepared(plan, adapter, launch)
+
+
+def _upstream_key() -> str | None:
+    return os.environ.get("ANTHROPIC_API_KEY") or None
 
 
 def _allocate_output(output_dir: Path) -> None:
@@ -125,12 +146,12 @@ def _allocate_output(output_dir: Path) -> None:
 
 def _run_allocated(
     request: ReplayRequest,
-    plan: Plan,
-    adapter: Adapter,
+    prepared: Prepared,
     journal: Journal,
     dirs: RunDirs,
     report: Progress,
 ) -> ReplayResult:
+    plan, adapter = prepared.plan, prepared.adapter
     parsed = plan.trajectory
     journal.append(
         "run_started",
@@ -164,9 +185,15 @@ def _run_allocated(
         prefix = replaying.write_rebuilt_prefix(plan, outcome.fresh, prefix_dir)
         journal.append("session_rebuilt", sha256=prefix.sha256)
         status = "replayed"
+    continuation: Continuation | None = None
+    if request.mode is Mode.REPLAY_AND_CONTINUE:
+        assert prepared.launch is not None
+        continuation = _continue(request, prepared, prefix, context, journal, report)
+        status = continuation.agent_status
     journal.append("run_finished", status=status)
     journal.copy_to(dirs.output_dir / "replay-events.jsonl")
 
+    continued_steps = continuation.continued_steps if continuation else 0
     summary = {
         "schema_version": SUMMARY_SCHEMA,
         "agent": adapter.name,
@@ -177,28 +204,87 @@ def _run_allocated(
         "different_observations": len(outcome.comparisons) - outcome.exact if outcome else 0,
         "comparison_is_gating": False,
         "continuation_status": status,
-        "continued_steps": 0,
-        "boundary_user_prompt": _prompt_metadata(request),
+        "continued_steps": continued_steps,
+        "boundary_user_prompt": _prompt_metadata(request, continuation),
     }
     write_json(dirs.output_dir / "replay-summary.json", summary)
     degraded = bool(outcome and outcome.stale_reused)
+    phase: Phase = "continued" if continuation else ("prepared" if status == "prepared" else "replayed")
+    metadata = _metadata(request, plan, prefix, outcome, continuation)
     result = ReplayResult(
-        phase="prepared" if status == "prepared" else "replayed",
+        phase=phase,
         quality="degraded" if degraded else "verified",
-        agent_status="not_started",
+        agent_status=_agent_status(continuation),
         run_id=dirs.run_id,
         agent=AgentInfo(name=adapter.name, version=parsed.version, profile=plan.profile),
         after_step=plan.after_step,
         replayed_tool_calls=outcome.executed if outcome else 0,
         prefix_model_turns=plan.prefix_model_turns,
-        continued_steps=0,
+        continued_steps=continued_steps,
         state_dir=str(dirs.state_dir),
         output_dir=str(dirs.output_dir),
-        artifacts=_artifacts(dirs.output_dir, prefix),
-        metadata=_metadata(request, plan, prefix, outcome),
+        artifacts=_artifacts(dirs.output_dir, prefix, continuation),
+        metadata=metadata,
     )
     write_json(dirs.output_dir / "result.json", result.model_dump(mode="json"))
     return result
+
+
+def _continue(
+    request: ReplayRequest,
+    prepared: Prepared,
+    prefix: NativePrefix,
+    context: RunContext,
+    journal: Journal,
+    report: Progress,
+) -> Continuation:
+    """Start the real agent on the rebuilt session; its model traffic goes through the gate."""
+    plan, launch = prepared.plan, prepared.launch
+    assert launch is not None
+    remaining = request.max_steps - plan.prefix_model_turns if request.max_steps is not None else None
+    settings = ContinueSettings(
+        target=launch,
+        upstream=request.upstream,
+        upstream_url=request.upstream_url or os.environ.get("ANTHROPIC_BASE_URL") or None,
+        upstream_key=_upstream_key(),
+        boundary_prompt=request.boundary_user_prompt or None,
+        remaining_steps=remaining,
+    )
+    journal.append("continuation_started", agent_version=launch.version, upstream=request.upstream,
+                   remaining_steps=remaining)
+    report(f"continuing {request.agent} {launch.version} from batch {plan.after_step} (upstream {request.upstream})")
+    continuation = _continuing(prepared.adapter).continue_run(plan, prefix, context, settings)
+    journal.append(
+        "continuation_finished",
+        agent_status=continuation.agent_status,
+        continued_steps=continuation.continued_steps,
+        validated_model_requests=continuation.metadata.get("model_bridge", {}).get("validated"),
+    )
+    write_json(
+        context.output_dir / "next-action.json",
+        next_action_document(plan.original_next_action, continuation.next_action,
+                             input_condition=_input_condition(request)),
+    )
+    return continuation
+
+
+def _agent_status(continuation: Continuation | None) -> AgentStatus:
+    if continuation is None:
+        return "not_started"
+    return "max_steps" if continuation.agent_status == "max_steps" else "completed"
+
+
+def _continuing(adapter: Adapter) -> ContinuingAdapter:
+    if not hasattr(adapter, "prepare_launch") or not hasattr(adapter, "continue_run"):
+        raise configuration(f"continuing the agent is not available yet for {adapter.name}; "
+                            "use --replay-only or --prepare-only")
+    return cast(ContinuingAdapter, adapter)
+
+
+def _input_condition(request: ReplayRequest) -> str:
+    if request.boundary_user_prompt and request.mode is Mode.REPLAY_AND_CONTINUE:
+        return "boundary_user_prompt_appended"
+    return "replayed_boundary_only"
 
 
 def _replaying(adapter: Adapter) -> ReplayingAdapter:
@@ -255,18 +341,26 @@ def _prompt_facts(request: ReplayRequest) -> dict[str, Any]:
     }
 
 
-def _prompt_metadata(request: ReplayRequest) -> dict[str, Any]:
+def _prompt_metadata(request: ReplayRequest, continuation: Continuation | None = None) -> dict[str, Any]:
     prompt = request.boundary_user_prompt or None
-    detail: dict[str, Any] = {"requested": prompt is not None, "injected": False, "injection_count": 0}
+    injected = bool(prompt and continuation and continuation.metadata.get("model_bridge", {}).get("forwarded"))
+    detail: dict[str, Any] = {"requested": prompt is not None, "injected": injected, "injection_count": int(injected)}
     if prompt is not None:
         detail["sha256"] = sha256_hex(prompt)
         detail["length"] = len(prompt)
-    detail["reason"] = request.mode.value
+    if injected:
+        detail["position"] = "after_boundary_observation"
+    else:
+        detail["reason"] = request.mode.value if request.mode is not Mode.REPLAY_AND_CONTINUE else "not_injected"
     return detail
 
 
 def _metadata(
-    request: ReplayRequest, plan: Plan, prefix: NativePrefix, outcome: ReplayOutcome | None
+    request: ReplayRequest,
+    plan: Plan,
+    prefix: NativePrefix,
+    outcome: ReplayOutcome | None,
+    continuation: Continuation | None = None,
 ) -> dict[str, Any]:
     parsed = plan.trajectory
     not_refreshable = [
@@ -284,17 +378,18 @@ def _metadata(
         "selected_tool_calls": len(plan.calls),
         "native_session_id": prefix.session_id,
         "native_prefix_sha256": prefix.sha256,
-        "input_condition": "boundary_user_prompt_appended"
-        if request.boundary_user_prompt and request.mode is Mode.REPLAY_AND_CONTINUE
-        else "replayed_boundary_only",
-        "boundary_user_prompt": _prompt_metadata(request),
+        "input_condition": _input_condition(request),
+        "boundary_user_prompt": _prompt_metadata(request, continuation),
         "calls_not_refreshable": not_refreshable,
         "stale_observations_reused": outcome.stale_reused if outcome else [],
         "parse_warnings": list(parsed.warnings),
+        **(continuation.metadata if continuation else {}),
     }
 
 
-def _artifacts(output_dir: Path, prefix: NativePrefix | None) -> list[Artifact]:
+def _artifacts(
+    output_dir: Path, prefix: NativePrefix | None, continuation: Continuation | None = None
+) -> list[Artifact]:
     known = [
         ("playback_plan", MANIFEST_SCHEMA, output_dir / "manifest.json"),
         ("replay_events", "forkpoint.journal/v1", output_dir / "replay-events.jsonl"),
@@ -307,6 +402,15 @@ def _artifacts(output_dir: Path, prefix: NativePrefix | None) -> list[Artifact]:
     if comparisons.exists():
         artifacts.append(Artifact(role="observation_comparison", format="forkpoint.observations/v1",
                                   path=str(comparisons)))
+    if continuation is not None and continuation.continued_path.exists():
+        artifacts.append(Artifact(role="continued_native_session", format=prefix.format if prefix else "native",
+                                  path=str(continuation.continued_path)))
+    next_action = output_dir / "next-action.json"
+    if next_action.exists():
+        artifacts.append(Artifact(role="next_action_comparison", format=NEXT_ACTION_SCHEMA, path=str(next_action)))
+    logs = output_dir / "logs"
+    if logs.is_dir():
+        artifacts.append(Artifact(role="agent_logs", format="directory", path=str(logs)))
     return artifacts
 
 

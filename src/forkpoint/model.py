@@ -212,3 +212,33 @@ class RunContext:
     @property
     def logs(self) -> Path:
         return self.output_dir / "logs"
+
+
+@dataclass(frozen=True)
+class LaunchTarget:
+    """The verified agent binary a continuation will start (resolved before anything runs)."""
+
+    entrypoint: Path
+    version: str
+
+
+@dataclass(frozen=True)
+class ContinueSettings:
+    target: LaunchTarget
+    upstream: str  # "anthropic" | "stub"
+    upstream_url: str | None
+    upstream_key: str | None = field(default=None, repr=False)
+    boundary_prompt: str | None = field(default=None, repr=False)
+    remaining_steps: int | None = None
+    timeout_s: float = 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """How the real agent's continuation ended, and where its native session is."""
+
+    agent_status: str  # completed | max_steps
+    continued_steps: int
+    continued_path: Path
+    next_action: ActionSignature | None
+    metadata: dict[str, Any] = field(default_factory=dict)

@@ -21,6 +21,8 @@ from forkpoint.model import Mode
 REQUEST_SCHEMA = "forkpoint.request/v1"
 DEFAULT_OUTPUT_ROOT = Path("forkpoint-out/runs")
 DEFAULT_STATE_ROOT = Path("forkpoint-out/state")
+#: Where the bridge sends validated requests: a real Anthropic-compatible API, or the bridge itself.
+UPSTREAMS = ("anthropic", "stub")
 _RUN_ID = re.compile(r"[A-Za-z0-9_-]+")
 _MAX_INPUT_BYTES = 16 * 1024 * 1024
 
@@ -41,6 +43,9 @@ class ReplayRequest(BaseModel):
     mode: Mode = Mode.REPLAY_AND_CONTINUE
     allow_stale_observations: bool = False
     boundary_user_prompt: str | None = None
+    upstream: str = "anthropic"
+    upstream_url: str | None = None
+    agent_entrypoint: Path | None = None
 
     def resolved_run_id(self) -> str:
         return self.run_id or f"replay-{uuid.uuid4().hex}"
@@ -74,7 +79,7 @@ def build_request(values: dict[str, Any], *, source: str) -> ReplayRequest:
         if values.get(flag) is not None and not isinstance(values[flag], bool):
             raise configuration(f"{source}: {flag} must be true or false")
     fields["mode"] = mode_from_flags(bool(values.get("prepare_only")), bool(values.get("replay_only")))
-    for key in ("trajectory", "workspace", "state_dir", "output_dir"):
+    for key in ("trajectory", "workspace", "state_dir", "output_dir", "agent_entrypoint"):
         if key in fields:
             if not isinstance(fields[key], str | Path) or str(fields[key]) == "":
                 raise configuration(f"{source}: {key} must be a non-empty path string")
@@ -100,6 +105,12 @@ def validate_request(request: ReplayRequest) -> None:
         raise configuration("boundary_user_prompt must contain a non-whitespace character")
     if request.run_id is not None and not _RUN_ID.fullmatch(request.run_id):
         raise configuration("run_id may contain only letters, digits, '-' and '_'")
+    if request.upstream not in UPSTREAMS:
+        raise configuration(f"unknown upstream {request.upstream!r}; expected one of: {', '.join(UPSTREAMS)}")
+    if request.upstream_url is not None and not request.upstream_url.startswith(("http://", "https://")):
+        raise configuration("upstream_url must be an http:// or https:// URL")
+    if request.agent_entrypoint is not None and not request.agent_entrypoint.is_absolute():
+        raise configuration("agent_entrypoint must be an absolute path")
 
 
 def load_toml(path: Path) -> ReplayRequest:

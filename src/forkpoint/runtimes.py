@@ -226,3 +226,43 @@ def probe_version(runtime: Runtime) -> str:
     except (OSError, subprocess.TimeoutExpired, ValueError) as error:
         message = f"{runtime.agent} {runtime.version}: `{runtime.entrypoint} --version` failed: {error}"
         raise ReplayError(ErrorKind.CONFIGURATION, message) from None
+
+
+def probe_entrypoint(agent: str, entrypoint: Path) -> str:
+    """The version an explicit executable reports; it must be a regular executable file."""
+    if not entrypoint.is_file() or not os.access(entrypoint, os.X_OK):
+        raise ReplayError(ErrorKind.CONFIGURATION, f"agent entrypoint is not an executable file: {entrypoint}")
+    return probe_version(Runtime(agent, "unknown", entrypoint.parent, entrypoint, ""))
+
+
+def resolve_entrypoint(agent: str, recorded_version: str, explicit: Path | None) -> tuple[Path, str]:
+    """The binary that continues a recording: the same verified version that wrote it.
+
+    The envelope profile the bridge checks and the session format both belong to one version, so a
+    recording is continued only by its own version (an explicit entrypoint is probed to prove it).
+    """
+    check_verified(agent, recorded_version)
+    if explicit is not None:
+        version = probe_entrypoint(agent, explicit)
+        check_verified(agent, version)
+        if version != recorded_version:
+            raise ReplayError(
+                ErrorKind.UNSUPPORTED_VERSION,
+                f"{explicit} is {agent} {version}, but the trajectory was recorded by {recorded_version}; "
+                "continue a recording with the version that wrote it",
+            )
+        return explicit, version
+    runtime = find(agent, recorded_version)
+    if runtime is None:
+        raise ReplayError(
+            ErrorKind.CONFIGURATION,
+            f"{agent} {recorded_version} is not installed; run `forkpoint agents install "
+            f"{agent}@{recorded_version}` (or pass --agent-entrypoint)",
+        )
+    version = probe_version(runtime)
+    if version != recorded_version:
+        raise ReplayError(
+            ErrorKind.UNSUPPORTED_VERSION,
+            f"the installed {agent} runtime reports {version}, expected {recorded_version}; reinstall it",
+        )
+    return runtime.entrypoint, version

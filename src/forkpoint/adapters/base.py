@@ -6,7 +6,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
-from forkpoint.model import FreshObservation, NativePrefix, Plan, RunContext, ToolCall, Trajectory
+from forkpoint.model import (
+    Continuation,
+    ContinueSettings,
+    FreshObservation,
+    LaunchTarget,
+    NativePrefix,
+    Plan,
+    RunContext,
+    ToolCall,
+    Trajectory,
+)
 
 
 class Adapter(Protocol):
@@ -53,3 +63,15 @@ class ReplayingAdapter(Adapter, Protocol):
     def write_rebuilt_prefix(
         self, plan: Plan, fresh: Mapping[str, FreshObservation], out_dir: Path
     ) -> NativePrefix: ...
+
+
+class ContinuingAdapter(ReplayingAdapter, Protocol):
+    """An adapter that can also start the real agent on the rebuilt session."""
+
+    def prepare_launch(self, trajectory: Trajectory, entrypoint: Path | None) -> LaunchTarget:
+        """Resolve and probe the verified binary BEFORE anything runs (refusals consume no run id)."""
+        ...
+
+    def continue_run(
+        self, plan: Plan, prefix: NativePrefix, context: RunContext, settings: ContinueSettings
+    ) -> Continuation: ...

@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from forkpoint.adapters.claude_code.parse import AGENT, parse_session
-from forkpoint.adapters.claude_code.session import write_prepared
-from forkpoint.errors import unsupported_version
-from forkpoint.model import NativePrefix, Plan, Trajectory
+from forkpoint.adapters.claude_code.session import write_prepared, write_rebuilt
+from forkpoint.errors import ErrorKind, ReplayError, unsupported_version
+from forkpoint.model import (
+    Continuation,
+    ContinueSettings,
+    FreshObservation,
+    LaunchTarget,
+    NativePrefix,
+    Plan,
+    RunContext,
+    Trajectory,
+)
+
+if TYPE_CHECKING:
+    from forkpoint.adapters.base import ToolExecutor
 
 VERIFIED_VERSIONS = {
     "2.1.220": "claude-code/2.1.220/native-resume-v1",
@@ -43,8 +57,51 @@ class ClaudeCodeAdapter:
         return profile
 
     def write_prepared_prefix(self, plan: Plan, out_dir: Path) -> NativePrefix:
-        session_id = plan.trajectory.session_id or plan.trajectory.source_path.stem
-        destination = out_dir / f"{session_id}.jsonl"
+        destination = out_dir / f"{_session_id(plan)}.jsonl"
         out_dir.mkdir(parents=True, exist_ok=True)
-        digest = write_prepared(plan, destination)
-        return NativePrefix(destination, self.native_format, session_id, digest)
+        return NativePrefix(destination, self.native_format, _session_id(plan), write_prepared(plan, destination))
+
+    # -- replay -------------------------------------------------------------------------------------------------
+
+    def check_workspace(self, trajectory: Trajectory, workspace: Path) -> None:
+        """Recorded tool inputs name absolute paths under the recorded cwd: they must mean the same files."""
+        recorded = trajectory.cwd
+        if recorded is not None and Path(recorded) != workspace:
+            raise ReplayError(
+                ErrorKind.WORKSPACE,
+                f"the session was recorded in {recorded} but the workspace is {workspace}; recorded tool inputs "
+                f"use absolute paths, so replay in a fresh workspace at the recorded path (--workspace {recorded})",
+            )
+
+    def executor(self, plan: Plan, context: RunContext) -> ToolExecutor:
+        from forkpoint.adapters.claude_code.launch import config_dir
+        from forkpoint.adapters.claude_code.tools import ClaudeToolExecutor
+
+        version = plan.trajectory.version or ""
+        return ClaudeToolExecutor(context, version, _session_id(plan), config_dir(context.home))
+
+    def write_rebuilt_prefix(
+        self, plan: Plan, fresh: Mapping[str, FreshObservation], out_dir: Path
+    ) -> NativePrefix:
+        destination = out_dir / f"{_session_id(plan)}.jsonl"
+        digest = write_rebuilt(plan, fresh, destination)
+        return NativePrefix(destination, self.native_format, _session_id(plan), digest)
+
+    # -- continuation ---------------------------------------------------------------------------------------------
+
+    def prepare_launch(self, trajectory: Trajectory, entrypoint: Path | None) -> LaunchTarget:
+        from forkpoint.runtimes import resolve_entrypoint
+
+        path, version = resolve_entrypoint(AGENT, trajectory.version or "", entrypoint)
+        return LaunchTarget(path, version)
+
+    def continue_run(
+        self, plan: Plan, prefix: NativePrefix, context: RunContext, settings: ContinueSettings
+    ) -> Continuation:
+        from forkpoint.adapters.claude_code.continuation import continue_session
+
+        return continue_session(plan, prefix, context, settings)
+
+
+def _session_id(plan: Plan) -> str:
+    return plan.trajectory.session_id or plan.trajectory.source_path.stem

@@ -1,0 +1,203 @@
+"""End to end with the REAL claude binaries: replay + continue recorded sessions through the bridge.
+
+ScriptedModel plays the model upstream (the only stand-in). Every recorded session is replayed at every
+boundary in a workspace restored to the recording's initial state at the recorded path; the gate must pass,
+the observations must be exact, and the real claude must execute the scripted next action.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forkpoint import runtimes
+from forkpoint.adapters.claude_code.parse import parse_session
+from forkpoint.engine import execute
+from forkpoint.request import build_request
+from forkpoint.results import ReplayResult
+from forkpoint.testing import ScriptedModel
+
+pytestmark = pytest.mark.e2e
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "claude_code"
+VERSIONS = ("2.1.220", "2.1.332")
+CONTINUE_SCENARIOS = ("single_bash", "parallel", "file_tools", "cd_persist", "error_result", "large_output")
+
+
+def _cases() -> list[tuple[str, str, int]]:
+    cases = []
+    for version in VERSIONS:
+        for scenario in CONTINUE_SCENARIOS:
+            session = FIXTURES / version / scenario / "session.jsonl"
+            if session.exists():
+                for after in range(1, parse_session(session).complete_count + 1):
+                    cases.append((version, scenario, after))
+    return cases
+
+
+def _require_runtime(version: str) -> None:
+    if runtimes.find("claude-code", version) is None:
+        pytest.skip(f"claude-code {version} is not installed (forkpoint agents install claude-code@{version})")
+
+
+def restore_workspace(fixture: Path) -> Path:
+    """The recording's initial workspace, at the recorded absolute path (tool inputs name it)."""
+    meta = json.loads((fixture / "meta.json").read_text())
+    workspace = Path(meta["cwd"])
+    if workspace.exists():
+        shutil.rmtree(workspace)
+    shutil.copytree(fixture / "workspace-initial", workspace)
+    return workspace
+
+
+@pytest.fixture()
+def upstream_key(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "scripted-upstream-key")
+    yield
+
+
+def run(fixture: Path, tmp_path: Path, after: int, **overrides: Any) -> ReplayResult:
+    workspace = restore_workspace(fixture)
+    values: dict[str, Any] = {
+        "agent": "claude-code",
+        "trajectory": str(fixture / "session.jsonl"),
+        "after_step": after,
+        "workspace": str(workspace),
+        "state_dir": str(tmp_path / "state"),
+        "output_dir": str(tmp_path / "out"),
+        "run_id": f"run-{after}",
+    }
+    values.update(overrides)
+    return execute(build_request(values, source="test"))
+
+
+@pytest.mark.parametrize(("version", "scenario", "after"), _cases(), ids=lambda v: str(v))
+def test_replay_and_continue_every_boundary(
+    version: str, scenario: str, after: int, tmp_path: Path, upstream_key: None
+) -> None:
+    _require_runtime(version)
+    fixture = FIXTURES / version / scenario
+    model = ScriptedModel.from_file(fixture / "script.json")
+    with model.serve() as url:
+        result = run(fixture, tmp_path, after, upstream="anthropic", upstream_url=url)
+    assert result.failure is None, result.failure
+    assert (result.phase, result.quality) == ("continued", "verified")
+    assert result.agent_status == "completed"
+    bridge = result.metadata["model_bridge"]
+    assert bridge["validated"] >= 1 and bridge["refused"] == 0 and bridge["forwarded"] == bridge["validated"]
+    out = Path(result.output_dir or "")
+    observations = json.loads((out / "observations.json").read_text())["observations"]
+    assert observations and all(row["exact"] for row in observations), observations
+    # The first model request the upstream saw ends exactly at O'N (the nonce envelope is gone).
+    main = [entry for entry in model.requests if entry.get("kind") == "main"]
+    first = main[0]["body"]["messages"]
+    boundary_ids = {row["id"] for row in observations if row["batch"] == after}
+    last_blocks = first[-1]["content"]
+    assert first[-1]["role"] == "user"
+    assert {block["tool_use_id"] for block in last_blocks if block.get("type") == "tool_result"} == boundary_ids
+    assert all(block.get("type") == "tool_result" for block in last_blocks)
+    assert "__forkpoint_nonce_" not in json.dumps(main)
+    # The real claude executed the scripted next action (same tools and arguments as the original).
+    next_action = json.loads((out / "next-action.json").read_text())
+    assert next_action["replayed"] is not None
+    assert next_action["metrics"]["same_tool_calls"] is True, next_action
+    continued = out / "native" / "continued"
+    assert any(continued.glob("*.jsonl"))
+    assert "__forkpoint_nonce_" not in "".join(p.read_text() for p in continued.glob("*.jsonl"))
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_stub_upstream_proves_the_session_was_accepted(version: str, tmp_path: Path) -> None:
+    _require_runtime(version)
+    result = run(FIXTURES / version / "single_bash", tmp_path, 1, upstream="stub")
+    assert result.failure is None, result.failure
+    assert result.phase == "continued" and result.metadata["model_bridge"]["validated"] >= 1
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_boundary_prompt_is_one_user_message_after_the_last_observation(
+    version: str, tmp_path: Path, upstream_key: None
+) -> None:
+    _require_runtime(version)
+    fixture = FIXTURES / version / "single_bash"
+    prompt = "Before going on, double-check the listing."
+    model = ScriptedModel.from_file(fixture / "script.json")
+    with model.serve() as url:
+        result = run(fixture, tmp_path, 1, upstream="anthropic", upstream_url=url, boundary_user_prompt=prompt)
+    assert result.failure is None, result.failure
+    assert result.metadata["input_condition"] == "boundary_user_prompt_appended"
+    assert result.metadata["boundary_user_prompt"]["injected"] is True
+    first = next(e for e in model.requests if e.get("kind") == "main")["body"]["messages"]
+    assert first[-1] == {"role": "user", "content": prompt} or first[-1]["content"][-1]["text"] == prompt
+    assert first[-2]["content"][0]["type"] == "tool_result"
+    out = Path(result.output_dir or "")
+    for name in ("result.json", "replay-summary.json", "replay-events.jsonl", "manifest.json"):
+        assert prompt not in (out / name).read_text()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_max_steps_stops_the_continuation(version: str, tmp_path: Path, upstream_key: None) -> None:
+    _require_runtime(version)
+    fixture = FIXTURES / version / "single_bash"
+    model = ScriptedModel.from_file(fixture / "script.json")
+    with model.serve() as url:
+        result = run(fixture, tmp_path, 1, upstream="anthropic", upstream_url=url, max_steps=2)
+    assert result.failure is None, result.failure
+    assert result.agent_status in ("max_steps", "completed")
+    assert result.continued_steps <= 2
+
+
+def test_wrong_binary_version_is_refused(tmp_path: Path) -> None:
+    _require_runtime("2.1.332")
+    other = runtimes.find("claude-code", "2.1.332")
+    assert other is not None
+    result = run(FIXTURES / "2.1.220" / "single_bash", tmp_path, 1, upstream="stub",
+                 agent_entrypoint=str(other.entrypoint))
+    assert result.failure is not None
+    assert (result.failure.category, result.exit_code) == ("unsupported_version", 11)
+    assert not (tmp_path / "out" / "run-1").exists()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_stale_calls_refused_then_degraded(version: str, tmp_path: Path) -> None:
+    fixture = FIXTURES / version / "stale_tools"
+    refused = run(fixture, tmp_path, 3, replay_only=True)
+    assert refused.failure is not None and refused.exit_code == 10
+    assert "--allow-stale-observations" in refused.failure.message
+    degraded = run(fixture, tmp_path, 3, replay_only=True, allow_stale_observations=True, run_id="degraded")
+    assert degraded.failure is None, degraded.failure
+    assert degraded.quality == "degraded" and degraded.phase == "replayed"
+    assert len(degraded.metadata["stale_observations_reused"]) == 2
+    assert degraded.replayed_tool_calls == 1
+
+
+def test_a_workspace_elsewhere_is_refused_with_the_way_out(tmp_path: Path) -> None:
+    fixture = FIXTURES / "2.1.332" / "single_bash"
+    elsewhere = tmp_path / "ws"
+    elsewhere.mkdir()
+    result = run(fixture, tmp_path, 1, replay_only=True, workspace=str(elsewhere))
+    assert result.failure is not None and result.exit_code == 20
+    assert "--workspace /tmp/forkpoint-rec/single_bash" in result.failure.message
+
+
+def test_no_process_left_behind(tmp_path: Path) -> None:
+    """After a continuation, nothing started from the workspace survives."""
+    _require_runtime("2.1.332")
+    run(FIXTURES / "2.1.332" / "single_bash", tmp_path, 1, upstream="stub")
+    survivors = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"claude.exe" in cmdline and str(os.getpid()).encode() not in cmdline:
+            survivors.append(cmdline)
+    assert not survivors
