@@ -1,0 +1,1 @@
+"""The local model bridge: gate (pure), upstreams and the loopback server."""

@@ -1,0 +1,311 @@
+"""The model bridge: a loopback aiohttp server between the resumed agent and its model (the only I/O shell).
+
+* Listens on 127.0.0.1 (random port) in a background thread with its own event loop; refuses non-loopback
+  clients. Every route lives under a per-run secret path token: the agent's base URL is
+  ``http://127.0.0.1:PORT/<token>``; anything else gets 404 and nothing is forwarded.
+* ``POST /v1/messages``: every body goes through the gate (``gate.clean_first_request`` for the first model
+  request, ``gate.clean_later_request`` after it). A refusal answers HTTP 400 with an Anthropic-style error and
+  puts the bridge in the FAILED state: every later request is refused and nothing is ever forwarded again.
+  A validated body goes to the upstream (``anthropic`` pass-through or ``stub``).
+* ``POST /v1/messages/count_tokens`` is answered locally; ``HEAD``/``GET`` anything answers 200 (2.1.220 sends a
+  ``HEAD`` connectivity check first).
+* The verdict log (in memory, optionally JSONL) holds per-request facts only: never bodies, prompts or keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import math
+import secrets
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+import orjson
+from aiohttp import web
+
+from forkpoint.adapters.claude_code.envelope import ExpectedPrefix
+from forkpoint.bridge.gate import Verdict, clean_first_request, clean_later_request
+from forkpoint.bridge.upstream import Upstream, error_response
+from forkpoint.errors import ErrorKind, ReplayError
+
+MAX_BODY_BYTES = 64 * 1024 * 1024
+LOOPBACK = frozenset({"127.0.0.1", "::1", "::ffff:127.0.0.1"})
+REFUSAL_PREFIX = "forkpoint bridge refused: "
+START_TIMEOUT_S = 10.0
+STOP_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One request the bridge saw. ``path`` never contains the token; nothing here holds a body or a key."""
+
+    seq: int
+    method: str
+    path: str
+    verdict: str  # "ok" (validated), "refused", "local" (answered by the bridge), "not_found"
+    reason: str | None
+    forwarded: bool
+    status: int
+    duration_ms: float
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class BridgeSummary:
+    model_requests: int
+    validated: int
+    forwarded: int
+    refused: int
+    first_failure: str | None
+
+    @property
+    def failed(self) -> bool:
+        return self.first_failure is not None
+
+    def error(self) -> ReplayError | None:
+        """The continuation error the run must fail with, or None when the bridge did its job."""
+        if self.first_failure is not None:
+            return ReplayError(ErrorKind.CONTINUATION, f"the model bridge refused the resumed agent's request: "
+                                                      f"{self.first_failure}")
+        if self.validated == 0:
+            return ReplayError(ErrorKind.CONTINUATION, "the resumed agent made no model request through the bridge")
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "failed": self.failed}
+
+
+class Bridge:
+    """``with Bridge(expected, StubUpstream()) as bridge: run the agent with ANTHROPIC_BASE_URL=bridge.base_url``."""
+
+    def __init__(self, expected: ExpectedPrefix, upstream: Upstream, *, boundary_prompt: str | None = None,
+                 log_path: Path | None = None) -> None:
+        self.expected = expected
+        self.upstream = upstream
+        self._boundary_prompt = boundary_prompt
+        self._log_path = log_path
+        self._token = secrets.token_urlsafe(24)
+        self._lock = threading.Lock()
+        self._records: list[RequestRecord] = []
+        self._model_requests = 0
+        self._validated = 0
+        self._forwarded = 0
+        self._refused = 0
+        self._failure: str | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+        self._log_handle: IO[bytes] | None = None
+        self._port: int | None = None
+
+    def __repr__(self) -> str:  # never show the token
+        return f"Bridge(port={self._port}, upstream={self.upstream.name})"
+
+    # -- lifecycle -----------------------------------------------------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        """What the agent gets as ``ANTHROPIC_BASE_URL`` (contains the secret token: do not log it)."""
+        if self._port is None:
+            raise RuntimeError("the bridge is not running")
+        return f"http://127.0.0.1:{self._port}/{self._token}"
+
+    @property
+    def port(self) -> int | None:
+        return self._port
+
+    def start(self) -> str:
+        """Start in a background thread; returns ``base_url`` once the server listens."""
+        if self._thread is not None:
+            raise RuntimeError("the bridge was already started")
+        if self._log_path is not None:
+            self._log_handle = self._log_path.open("ab")
+        loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        outcome: dict[str, BaseException] = {}
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(self._serve())
+            except BaseException as error:  # reported to start() below
+                outcome["error"] = error
+                ready.set()
+                loop.close()
+                return
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self._shutdown())
+            loop.close()
+
+        self._loop = loop
+        self._thread = threading.Thread(target=run, name="forkpoint-bridge", daemon=True)
+        self._thread.start()
+        if not ready.wait(START_TIMEOUT_S):
+            raise ReplayError(ErrorKind.INTERNAL, f"the model bridge did not start within {START_TIMEOUT_S:.0f} s")
+        if "error" in outcome:
+            self._thread.join()
+            self._thread = None
+            raise ReplayError(ErrorKind.INTERNAL, f"the model bridge failed to start: {outcome['error']}")
+        return self.base_url
+
+    async def _serve(self) -> None:
+        await self.upstream.open()
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self._port = int(self._runner.addresses[0][1])
+
+    async def _shutdown(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        await self.upstream.close()
+
+    def stop(self) -> None:
+        """Stop the server (idempotent); in-flight requests are cut."""
+        thread, loop = self._thread, self._loop
+        if thread is not None and loop is not None and thread.is_alive():
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(STOP_TIMEOUT_S)
+        if self._log_handle is not None:
+            self._log_handle.close()
+            self._log_handle = None
+
+    def __enter__(self) -> Bridge:
+        self.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.stop()
+
+    # -- results ---------------------------------------------------------------------------------------------------
+
+    @property
+    def records(self) -> list[RequestRecord]:
+        with self._lock:
+            return list(self._records)
+
+    def summary(self) -> BridgeSummary:
+        with self._lock:
+            return BridgeSummary(self._model_requests, self._validated, self._forwarded, self._refused,
+                                 self._failure)
+
+    def finish(self) -> BridgeSummary:
+        """Stop the bridge and summarise it; ``summary.error()`` is the run's continuation error, if any."""
+        self.stop()
+        return self.summary()
+
+    # -- handling --------------------------------------------------------------------------------------------------
+
+    def _strip_token(self, path: str) -> str | None:
+        """The path under the token, or None when the token is missing or wrong."""
+        head, _, rest = path.lstrip("/").partition("/")
+        if not hmac.compare_digest(head.encode(), self._token.encode()):
+            return None
+        return "/" + rest
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        started = time.monotonic()
+        if request.remote not in LOOPBACK:
+            response = error_response(403, "permission_error", "forkpoint bridge: loopback clients only")
+            self._record(request.method, "(remote client)", "refused", "non-loopback client", False, 403, started)
+            return response
+        path = self._strip_token(request.rel_url.path)
+        if path is None:
+            self._record(request.method, "(outside the token)", "not_found", "missing or wrong path token", False,
+                         404, started)
+            return error_response(404, "not_found_error", "not found")
+        shown = path + (f"?{request.query_string}" if request.query_string else "")
+        if request.method in ("HEAD", "GET"):
+            self._record(request.method, shown, "local", None, False, 200, started)
+            return web.Response(status=200, text="ok")
+        if request.method == "POST" and path.rstrip("/") == "/v1/messages":
+            return await self._messages(request, shown, started)
+        if request.method == "POST" and path.rstrip("/") == "/v1/messages/count_tokens":
+            return await self._count_tokens(request, shown, started)
+        self._record(request.method, shown, "not_found", "no such route on the bridge", False, 404, started)
+        return error_response(404, "not_found_error", "not found")
+
+    def _refuse(self, method: str, path: str, reason: str, started: float,
+                facts: dict[str, Any] | None = None) -> web.Response:
+        with self._lock:
+            self._refused += 1
+            if self._failure is None:
+                self._failure = reason
+        self._record(method, path, "refused", reason, False, 400, started, facts)
+        return error_response(400, "invalid_request_error", REFUSAL_PREFIX + reason)
+
+    def _failed_reason(self) -> str | None:
+        with self._lock:
+            return self._failure
+
+    async def _read_json(self, request: web.Request) -> tuple[bytes, Any]:
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise ValueError(f"the request body is larger than {MAX_BODY_BYTES} bytes") from None
+        try:
+            return raw, orjson.loads(raw)
+        except orjson.JSONDecodeError as error:
+            raise ValueError(f"the request body is not JSON: {error}") from None
+
+    async def _messages(self, request: web.Request, shown: str, started: float) -> web.StreamResponse:
+        earlier = self._failed_reason()
+        if earlier is not None:
+            return self._refuse(request.method, shown, f"the bridge FAILED earlier ({earlier})", started)
+        try:
+            _, body = await self._read_json(request)
+        except ValueError as error:
+            return self._refuse(request.method, shown, str(error), started)
+        with self._lock:
+            self._model_requests += 1
+            first = self._model_requests == 1
+        verdict: Verdict
+        if first:
+            verdict = clean_first_request(self.expected, body, self._boundary_prompt)
+        else:
+            verdict = clean_later_request(self.expected, body, self._boundary_prompt)
+        if not verdict.ok or verdict.body is None:
+            return self._refuse(request.method, shown, verdict.reason or "refused", started, verdict.facts)
+        if self._failed_reason() is not None:  # another request failed while this one was being read
+            return self._refuse(request.method, shown, "the bridge FAILED while this request was validated", started)
+        with self._lock:
+            self._validated += 1
+        response, sent = await self.upstream.send(request, verdict.body)
+        with self._lock:
+            if sent.forwarded:
+                self._forwarded += 1
+        self._record(request.method, shown, "ok", sent.error, sent.forwarded, sent.status, started, verdict.facts)
+        return response
+
+    async def _count_tokens(self, request: web.Request, shown: str, started: float) -> web.StreamResponse:
+        earlier = self._failed_reason()
+        if earlier is not None:
+            return self._refuse(request.method, shown, f"the bridge FAILED earlier ({earlier})", started)
+        raw = await request.read()
+        self._record(request.method, shown, "local", None, False, 200, started)
+        return web.json_response({"input_tokens": math.ceil(len(raw) / 4)})
+
+    def _record(self, method: str, path: str, verdict: str, reason: str | None, forwarded: bool, status: int,
+                started: float, facts: dict[str, Any] | None = None) -> None:
+        duration = round((time.monotonic() - started) * 1000, 3)
+        with self._lock:
+            record = RequestRecord(len(self._records) + 1, method, path, verdict, reason, forwarded, status,
+                                   duration, dict(facts or {}))
+            self._records.append(record)
+            if self._log_handle is not None:
+                self._log_handle.write(orjson.dumps(record.to_json()) + b"\n")
+                self._log_handle.flush()

@@ -1,0 +1,170 @@
+"""Where the bridge sends a validated request: ``anthropic`` (pass-through, streamed) or ``stub`` (answers itself).
+
+forkpoint does not translate: the agent speaks the Anthropic Messages API and the ``anthropic`` upstream is an
+Anthropic Messages endpoint (the real API or a compatible server such as ScriptedModel). The response is
+streamed back chunk by chunk, never buffered.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+JsonObject = dict[str, Any]
+
+HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
+    "transfer-encoding", "upgrade",
+})
+# never copied from the agent's request: ours are set explicitly, the agent's key is a dummy
+DROPPED_REQUEST_HEADERS = HOP_BY_HOP | {"host", "content-length", "x-api-key", "authorization", "cookie",
+                                       "accept-encoding", "content-type"}
+PASSED_RESPONSE_HEADERS = frozenset({"content-type", "content-encoding", "cache-control", "retry-after",
+                                     "request-id", "x-request-id"})
+STUB_TEXT = "forkpoint stub upstream: the resumed session was accepted."
+
+
+@dataclass(frozen=True)
+class Sent:
+    """What an upstream did with one request: the HTTP status given to the agent and whether it left the bridge."""
+
+    status: int
+    forwarded: bool
+    error: str | None = None
+
+
+class Upstream(Protocol):
+    name: str
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def send(self, request: web.Request, body: JsonObject) -> tuple[web.StreamResponse, Sent]: ...
+
+
+def error_json(kind: str, message: str) -> JsonObject:
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def error_response(status: int, kind: str, message: str) -> web.Response:
+    return web.json_response(error_json(kind, message), status=status)
+
+
+class AnthropicUpstream:
+    """POST the cleaned body to ``<base_url>/v1/messages`` with the bridge's key; stream the answer back."""
+
+    name = "anthropic"
+
+    def __init__(self, base_url: str, api_key: str, *, connect_timeout_s: float = 30.0,
+                 read_timeout_s: float = 600.0) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"upstream base URL must be http(s): {base_url!r}")
+        if not api_key:
+            raise ValueError("the anthropic upstream needs an API key")
+        self.base_url = base_url.rstrip("/")
+        self._api_key = api_key
+        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s, sock_read=read_timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+
+    def __repr__(self) -> str:  # never show the key
+        return f"AnthropicUpstream({self.base_url!r})"
+
+    async def open(self) -> None:
+        self._session = aiohttp.ClientSession(timeout=self._timeout, auto_decompress=False, trust_env=False)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def headers_for(self, request: web.Request) -> dict[str, str]:
+        listed = {token.strip().lower() for token in request.headers.get("connection", "").split(",")}
+        headers = {
+            name: value for name, value in request.headers.items()
+            if name.lower() not in DROPPED_REQUEST_HEADERS and name.lower() not in listed
+        }
+        headers.update({"x-api-key": self._api_key, "content-type": "application/json",
+                        "accept-encoding": "identity"})
+        return headers
+
+    async def send(self, request: web.Request, body: JsonObject) -> tuple[web.StreamResponse, Sent]:
+        assert self._session is not None, "upstream not opened"
+        url = f"{self.base_url}/v1/messages"
+        if request.query_string:
+            url = f"{url}?{request.query_string}"
+        try:
+            upstream = await self._session.post(url, data=orjson.dumps(body), headers=self.headers_for(request),
+                                                allow_redirects=False)
+        except (aiohttp.ClientError, TimeoutError, OSError) as error:
+            message = f"forkpoint bridge: upstream connection failed: {type(error).__name__}: {error}"
+            return error_response(502, "api_error", message), Sent(502, False, message)
+        async with upstream:
+            headers = {name: value for name, value in upstream.headers.items()
+                       if name.lower() in PASSED_RESPONSE_HEADERS or name.lower().startswith("anthropic-")}
+            response = web.StreamResponse(status=upstream.status, headers=headers)
+            await response.prepare(request)
+            try:
+                async for chunk in upstream.content.iter_any():
+                    await response.write(chunk)
+            except (aiohttp.ClientError, TimeoutError, OSError) as error:
+                message = f"upstream stream broke: {type(error).__name__}: {error}"
+                return response, Sent(upstream.status, True, message)
+            await response.write_eof()
+            return response, Sent(upstream.status, True)
+
+
+class StubUpstream:
+    """Answers a validated request itself with a short final text (SSE when ``stream`` is true); costs nothing."""
+
+    name = "stub"
+
+    def __init__(self, text: str = STUB_TEXT) -> None:
+        self.text = text
+        self._count = 0
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def send(self, request: web.Request, body: JsonObject) -> tuple[web.StreamResponse, Sent]:
+        self._count += 1
+        message: JsonObject = {
+            "id": f"msg_forkpoint_stub_{self._count:04d}", "type": "message", "role": "assistant",
+            "model": body.get("model") if isinstance(body.get("model"), str) else "forkpoint-stub",
+            "content": [], "stop_reason": None, "stop_sequence": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0, "cache_creation_input_tokens": 0,
+                      "cache_read_input_tokens": 0},
+        }
+        if body.get("stream") is not True:
+            full = {**message, "content": [{"type": "text", "text": self.text}], "stop_reason": "end_turn",
+                    "usage": {**message["usage"], "output_tokens": 1}}
+            return web.json_response(full), Sent(200, False)
+        response = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream",
+                                                           "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        for event, data in text_message_events(message, self.text):
+            await response.write(f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode())
+        await response.write_eof()
+        return response, Sent(200, False)
+
+
+def text_message_events(message: JsonObject, text: str) -> Iterator[tuple[str, JsonObject]]:
+    """The Anthropic SSE event sequence for a message made of one text block."""
+    yield "message_start", {"type": "message_start", "message": message}
+    yield "content_block_start", {"type": "content_block_start", "index": 0,
+                                  "content_block": {"type": "text", "text": ""}}
+    yield "content_block_delta", {"type": "content_block_delta", "index": 0,
+                                  "delta": {"type": "text_delta", "text": text}}
+    yield "content_block_stop", {"type": "content_block_stop", "index": 0}
+    yield "message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                            "usage": {"output_tokens": 1}}
+    yield "message_stop", {"type": "message_stop"}
