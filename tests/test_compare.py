@@ -41,3 +41,13 @@ def test_next_action_metrics() -> None:
     metrics = next_action_document(other, mine, input_condition="x")["metrics"]
     assert metrics["reasoning_comparison_status"] == "comparable" and metrics["reasoning_similarity"] > 0
     assert metrics["ordered_tool_names_equal"] is False and metrics["tool_count_equal"] is True
+
+
+def test_normalisation_masks_only_what_the_adapter_documents() -> None:
+    historical = Observation("saved to /home/a/x1.txt")
+    mask = lambda text: text.rsplit("/", 1)[0]  # noqa: E731 - a tiny stand-in for an adapter's normaliser
+    row = observation_entry("t", "Bash", 1, historical, "saved to /home/a/y2.txt", False, normalise=mask)
+    assert row["exact"] is True and row["normalised"] is True
+    row = observation_entry("t", "Bash", 1, historical, "saved to /home/b/y2.txt", False, normalise=mask)
+    assert row["exact"] is False and row["normalised"] is False
+    assert observation_entry("t", "Bash", 1, historical, historical.content, False)["normalised"] is False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from typing import Any
 
 from forkpoint.model import ActionSignature, Observation, observation_text
@@ -29,16 +30,20 @@ def observation_entry(
     *,
     truncated: bool = False,
     stale_reused: bool = False,
+    normalise: Callable[[Any], Any] | None = None,
 ) -> dict[str, Any]:
-    """One row of observations.json. ``exact`` means the same content AND the same error flag."""
+    """One row of observations.json. ``exact`` means the same content AND the same error flag.
+
+    ``normalise`` masks the adapter's documented volatile parts (e.g. a persisted-output file path) on
+    both sides before comparing; ``normalised`` says whether it changed anything.
+    """
     historical_text = historical.text if historical else ""
     fresh_text = observation_text(fresh_content)
-    exact = (
-        historical is not None
-        and not stale_reused
-        and historical.content == fresh_content
-        and historical.is_error == fresh_is_error
-    )
+    raw_equal = historical is not None and historical.content == fresh_content
+    equal = raw_equal
+    if not raw_equal and historical is not None and normalise is not None:
+        equal = normalise(historical.content) == normalise(fresh_content)
+    exact = historical is not None and not stale_reused and equal and historical.is_error == fresh_is_error
     return {
         "id": call_id,
         "name": name,
@@ -51,6 +56,7 @@ def observation_entry(
         "fresh_is_error": fresh_is_error,
         "truncated": truncated,
         "stale_reused": stale_reused,
+        "normalised": equal and not raw_equal,
     }
 
 

@@ -177,7 +177,7 @@ def _run_allocated(
         replaying = _replaying(adapter)
         executor = replaying.executor(plan, context)
         try:
-            outcome = replay_batches(plan, executor, journal, report)
+            outcome = replay_batches(plan, executor, journal, report, getattr(adapter, "normalise_observation", None))
         finally:
             executor.close()
         write_json(dirs.output_dir / "observations.json", {"observations": outcome.comparisons})

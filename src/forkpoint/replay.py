@@ -41,6 +41,7 @@ def replay_batches(
     executor: ToolExecutor,
     journal: Journal,
     progress: Callable[[str], None],
+    normalise: Callable[[Any], Any] | None = None,
 ) -> ReplayOutcome:
     outcome = ReplayOutcome()
     total = len(plan.calls)
@@ -63,6 +64,7 @@ def replay_batches(
                     fresh.is_error,
                     truncated=fresh.truncated,
                     stale_reused=fresh.stale_reused,
+                    normalise=normalise,
                 )
             )
         journal.append("batch_committed", batch=batch.ordinal)

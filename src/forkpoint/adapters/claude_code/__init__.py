@@ -80,6 +80,12 @@ class ClaudeCodeAdapter:
         version = plan.trajectory.version or ""
         return ClaudeToolExecutor(context, version, _session_id(plan), config_dir(context.home))
 
+    def normalise_observation(self, content: object) -> object:
+        """Documented volatile parts only: the persisted-output file path (see tools.normalize_volatile)."""
+        from forkpoint.adapters.claude_code.tools import normalize_volatile
+
+        return normalize_volatile(content)
+
     def write_rebuilt_prefix(
         self, plan: Plan, fresh: Mapping[str, FreshObservation], out_dir: Path
     ) -> NativePrefix:

@@ -64,11 +64,15 @@ def continue_session(
         "agent_exit_code": result.returncode,
         "agent_log": str(agent_log),
     }
-    bridge_error = summary.error()
-    if bridge_error is not None:
-        raise bridge_error
     outcome = launch.read_stream(result.stdout)
     output_tail = (result.stdout[-_TAIL:] + b"\n" + result.stderr[-_TAIL:]).decode("utf-8", "replace")
+    bridge_error = summary.error()
+    if bridge_error is not None:
+        if summary.first_failure is None:  # no request at all: say what the agent printed instead
+            detail = outcome.detail or result.stderr.decode("utf-8", "replace").strip()[-500:] or "no output"
+            raise ReplayError(bridge_error.kind, f"{bridge_error.message} (claude exited with "
+                                                 f"{result.returncode}: {detail}; see {agent_log})")
+        raise bridge_error
     if result.timed_out:
         raise ReplayError(ErrorKind.CONTINUATION, f"claude did not finish within {settings.timeout_s:.0f} s; "
                                                   f"see {agent_log}")

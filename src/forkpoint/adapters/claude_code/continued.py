@@ -62,12 +62,17 @@ def clean_continued(
     removed: dict[str, str | None] = {}  # uuid -> its replacement parent
     kept: list[dict[str, Any]] = []
     nonce_lines = 0
+    dropped_enqueue = False
     for record in tail:
         kind = record.get("type")
         text = _sole_text(record)
         parent = record.get("parentUuid")
         if kind in ("queue-operation", "last-prompt") and nonce_bytes in orjson.dumps(record):
+            dropped_enqueue = dropped_enqueue or record.get("operation") == "enqueue"
             continue  # bookkeeping copies of the resume prompt
+        if kind == "queue-operation" and record.get("operation") == "dequeue" and dropped_enqueue:
+            dropped_enqueue = False
+            continue  # the dequeue of the resume prompt
         if kind == "user" and record.get("isMeta") is True and text == CONTINUE_TEXT:
             removed[record["uuid"]] = parent
             continue
