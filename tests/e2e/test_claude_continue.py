@@ -187,17 +187,19 @@ def test_a_workspace_elsewhere_is_refused_with_the_way_out(tmp_path: Path) -> No
 
 
 def test_no_process_left_behind(tmp_path: Path) -> None:
-    """After a continuation, nothing started from the workspace survives."""
+    """After a continuation, no process of this run (recognised by its isolated HOME) survives."""
     _require_runtime("2.1.332")
-    run(FIXTURES / "2.1.332" / "single_bash", tmp_path, 1, upstream="stub")
+    result = run(FIXTURES / "2.1.332" / "single_bash", tmp_path, 1, upstream="stub")
+    assert result.failure is None, result.failure
+    marker = f"HOME={tmp_path / 'state' / 'run-1' / 'home'}".encode()
     survivors = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
-            cmdline = (proc / "cmdline").read_bytes()
+            environ = (proc / "environ").read_bytes()
         except OSError:
             continue
-        if b"claude.exe" in cmdline and str(os.getpid()).encode() not in cmdline:
-            survivors.append(cmdline)
+        if marker in environ.split(b"\0"):
+            survivors.append(proc.name)
     assert not survivors
