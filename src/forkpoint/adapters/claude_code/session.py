@@ -103,7 +103,7 @@ def rebuilt_lines(plan: Plan, fresh: Mapping[str, FreshObservation]) -> list[byt
             replaced.add(tool_id)
             natives.append(observation.native)
         tool_use_result = natives[0] if len(natives) == 1 else None
-        if isinstance(tool_use_result, dict):
+        if isinstance(tool_use_result, dict | str):  # real Claude writes "Error: ..." strings for errors
             obj["toolUseResult"] = tool_use_result
         else:
             obj.pop("toolUseResult", None)

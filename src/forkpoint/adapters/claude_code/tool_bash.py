@@ -1,0 +1,222 @@
+"""Claude Code's Bash tool, re-executed: the same shell wrapper, the same cwd rules, the same output text.
+
+Measured on the real 2.1.220 / 2.1.332 binaries (scripted model, see the fixtures' README):
+
+- Claude runs ``/bin/bash -c "<snapshot> && shopt -u extglob && eval '<command>' < /dev/null && pwd -P >| <file>"``
+  in the shell's current directory, stdout and stderr merged. So ``$0`` is ``/bin/bash``, errors read
+  ``/bin/bash: line N: ...``, stdin is empty, exported variables do not persist, and the directory only
+  moves when the whole command succeeds (``cd sub && false`` stays put; ``exit 0`` skips the ``pwd``).
+- A final directory outside the project is reset: ``Shell cwd was reset to <project>`` (toolUseResult stderr
+  ``"\\n" + message``).
+- The first 30,000 bytes of output count. Success: leading blank lines dropped, trailing whitespace trimmed,
+  ``(Bash completed with no output)`` when empty; more than 30,000 bytes of output are saved to
+  ``<config>/projects/<project>/<session>/tool-results/<id>.txt`` and replaced by a ``<persisted-output>``
+  preview (first 2,000 UTF-16 units, cut at the last newline past unit 1,000).
+- Failure: ``Exit code N\\n<output with trailing whitespace trimmed>`` (leading blank lines kept), cut to the
+  first and last 5,000 units above 10,000 (2.1.220) / 11,024 (2.1.332) units.
+- Timeout: the recordings moved the command to a background task (a random id and a temp path that cannot
+  be replayed, and forkpoint never leaves a process running). The replay kills it and reports what the same
+  binaries print with background tasks disabled: ``Exit code 143\\nCommand timed out after <floor(s)>s\\n<output>``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+import shlex
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from forkpoint.adapters.claude_code.jstext import (
+    format_file_size,
+    js_last_index_of,
+    js_len,
+    js_slice,
+    js_trim,
+    js_trim_end,
+    strip_leading_blank_lines,
+)
+from forkpoint.adapters.claude_code.tool_profile import ToolOutcome, ToolProfile, tool_error
+from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.process import run_supervised
+
+BASH = "/bin/bash"
+DEFAULT_TIMEOUT_MS = 120_000
+MAX_TIMEOUT_MS = 600_000
+MAX_INLINE_BYTES = 30_000
+PREVIEW_UNITS = 2_000
+ERROR_KEEP_UNITS = 5_000
+NO_OUTPUT = "(Bash completed with no output)"
+#: Output kept in memory; the full output is in the run's log file (and persisted when large).
+HEAD_BYTES = 1024 * 1024
+
+#: Commands whose success is silent: toolUseResult.noOutputExpected (measured: cd, mkdir, touch, export).
+SILENT_COMMANDS = frozenset(
+    {"cd", "mkdir", "rmdir", "touch", "export", "unset", "mv", "cp", "rm", "chmod", "chown", "chgrp", "ln", "wait"}
+)
+#: Exit codes Claude Code reported for a shell killed by a signal (measured: SIGKILL -> 1, SIGTERM -> 144).
+_SIGNAL_EXIT_CODES = {9: 1, 15: 144}
+_SEGMENTS = re.compile(r"\|\||&&|[;|&\n]")
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_ID_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def timeout_ms(value: Any) -> int:
+    """The call's timeout: Claude's default when absent or not a positive number, capped at its maximum."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return DEFAULT_TIMEOUT_MS
+    return min(int(value), MAX_TIMEOUT_MS)
+
+
+def is_silent_command(command: str) -> bool:
+    segments = [segment.split() for segment in _SEGMENTS.split(command)]
+    words = [segment for segment in segments if segment]
+    if not words:
+        return False
+    for segment in words:
+        rest = [word for word in segment if not _ASSIGNMENT.match(word)] or ["export"]
+        if rest[0] not in SILENT_COMMANDS:
+            return False
+    return True
+
+
+def truncate_error_message(message: str, profile: ToolProfile) -> str:
+    """Claude's error formatting: above the version's limit keep the first and last 5,000 UTF-16 units."""
+    length = js_len(message)
+    if length <= profile.error_truncate_above:
+        return message
+    head = js_slice(message, 0, ERROR_KEEP_UNITS)
+    tail = js_slice(message, length - ERROR_KEEP_UNITS)
+    return f"{head}\n\n... [{length - 2 * ERROR_KEEP_UNITS} characters truncated] ...\n\n{tail}"
+
+
+def persisted_output_message(output: str, size: int, path: str) -> str:
+    """The ``<persisted-output>`` text that replaces an output of more than 30,000 bytes."""
+    if js_len(output) <= PREVIEW_UNITS:
+        preview, more = output, False
+    else:
+        head = js_slice(output, 0, PREVIEW_UNITS)
+        newline = js_last_index_of(head, "\n")
+        preview = js_slice(output, 0, newline if newline > PREVIEW_UNITS // 2 else PREVIEW_UNITS)
+        more = True
+    return (
+        "<persisted-output>\n"
+        f"Output too large ({format_file_size(size)}). Full output saved to: {path}\n\n"
+        f"Preview (first {format_file_size(PREVIEW_UNITS)}):\n"
+        f"{preview}{chr(10) + '...' + chr(10) if more else chr(10)}</persisted-output>"
+    )
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
+
+
+class BashShell:
+    """The Bash tool of one session: remembers the shell's directory between calls."""
+
+    def __init__(
+        self, root: str, env: Mapping[str, str], profile: ToolProfile, results_dir: Path, scratch: Path
+    ) -> None:
+        self.root = root
+        self.cwd = root
+        self.env = dict(env)
+        self.profile = profile
+        self.results_dir = results_dir
+        self.scratch = scratch
+
+    def run(self, command: str, timeout: int) -> ToolOutcome:
+        cwd = self.cwd if os.path.isdir(self.cwd) else self.root
+        cwd_file = self.scratch / "cwd"
+        log = self.scratch / "output.log"
+        with contextlib.suppress(FileNotFoundError):
+            cwd_file.unlink()
+        script = (
+            "\\builtin shopt -s expand_aliases 2>/dev/null || true && "
+            "\\builtin shopt -u extglob 2>/dev/null || true && "
+            f"eval {shlex.quote(command)} < /dev/null && pwd -P >| {shlex.quote(str(cwd_file))}"
+        )
+        env = dict(self.env)
+        env["PWD"] = cwd
+        result = run_supervised(
+            [BASH, "-c", script],
+            cwd=Path(cwd),
+            env=env,
+            timeout_s=timeout / 1000,
+            merge_stderr=True,
+            log_path=log,
+            max_output_bytes=HEAD_BYTES,
+        )
+        total = log.stat().st_size if log.exists() else len(result.stdout)
+        head = _decode(result.stdout[:MAX_INLINE_BYTES])
+        if result.timed_out:
+            out = js_trim_end(head)
+            message = f"Exit code 143\nCommand timed out after {timeout // 1000}s" + (f"\n{out}" if out else "")
+            return tool_error(truncate_error_message(message, self.profile), return_code=143)
+        code = result.returncode
+        if code is None:
+            code = 1
+        elif code < 0:
+            code = _SIGNAL_EXIT_CODES.get(-code, 128 - code)
+        if code != 0:
+            out = js_trim_end(head)
+            message = f"Exit code {code}" + (f"\n{out}" if out else "")
+            return tool_error(truncate_error_message(message, self.profile), return_code=code)
+        reset = self._follow_cwd(cwd_file)
+        stdout = js_trim_end(strip_leading_blank_lines(head))
+        stderr = f"\nShell cwd was reset to {self.root}" if reset else ""
+        native: dict[str, Any] = {
+            "stdout": stdout,
+            "stderr": stderr,
+            "interrupted": False,
+            "isImage": False,
+            "noOutputExpected": is_silent_command(command),
+        }
+        truncated = result.log_truncated
+        if total > MAX_INLINE_BYTES:
+            path = self._persist(log)
+            full = js_trim_end(strip_leading_blank_lines(_decode(result.stdout)))
+            content = persisted_output_message(full, total, str(path))
+            if reset:
+                content += f"\n{js_trim(stderr)}"
+            native["persistedOutputPath"] = str(path)
+            native["persistedOutputSize"] = total
+        else:
+            content = "\n".join(part for part in (stdout, js_trim(stderr)) if part) or NO_OUTPUT
+        return ToolOutcome(content, False, native, truncated, 0)
+
+    def _follow_cwd(self, cwd_file: Path) -> bool:
+        """Move to the directory the command ended in; True when it left the project and was reset."""
+        try:
+            raw = cwd_file.read_bytes()
+        except OSError:
+            return False
+        new = os.fsdecode(raw).rstrip("\n")
+        if not new or new == self.cwd:
+            return False
+        if _within(new, self.root):
+            self.cwd = new
+            return False
+        self.cwd = self.root
+        return True
+
+    def _persist(self, log: Path) -> Path:
+        """Copy the full output next to the session, as Claude does (``<id>.txt``, id = ``b`` + 8 of [0-9a-z])."""
+        try:
+            self.results_dir.mkdir(parents=True, exist_ok=True)
+            while True:
+                name = "b" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(8))
+                target = self.results_dir / f"{name}.txt"
+                if not target.exists():
+                    break
+            shutil.copyfile(log, target)
+        except OSError as exc:
+            raise ReplayError(ErrorKind.EXECUTOR, f"save large Bash output to {self.results_dir}: {exc}") from exc
+        return target

@@ -1,0 +1,111 @@
+"""Per-version differences of Claude Code's tools (measured on the real 2.1.220 and 2.1.332 binaries), and the
+shape every tool returns."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from forkpoint.errors import unsupported_version
+
+_VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)")
+
+
+@dataclass(frozen=True)
+class ToolProfile:
+    version: str
+    #: Write over an existing file needs an earlier Read/Write/Edit of it in the session (2.1.220).
+    write_requires_read: bool
+    #: A Read of an unchanged file with the same range answers "file unchanged" (2.1.220).
+    read_dedup: bool
+    #: Edit says "file state is current in your context" only when the model has seen the file (2.1.332);
+    #: otherwise it says it always and never sets contentNotInModelContext (2.1.220).
+    edit_tracks_context: bool
+    #: An error message longer than this (UTF-16 units) keeps its first and last 5000 units.
+    error_truncate_above: int
+    #: Write to a directory gets its own message (2.1.332) instead of "File has not been read yet".
+    write_directory_message: bool
+    #: Read accepts ``allow_large: true`` to skip the 256 KB size check (2.1.332).
+    read_allow_large: bool
+    read_size_error: str
+    binary_file_error: str
+    #: Read decodes a file starting with the UTF-16LE BOM as UTF-16 (2.1.332; 2.1.220 shows it as UTF-8).
+    read_utf16_bom: bool = False
+    #: Appended to a Read of a file that is not valid UTF-8 (2.1.332).
+    read_invalid_utf8_note: str | None = None
+
+
+_SIZE_ERROR = (
+    "File content ({size}) exceeds maximum allowed size (256KB). Use offset and limit parameters to read specific "
+    "portions of the file, or search for specific content instead of reading the whole file."
+)
+_ALLOW_LARGE = (
+    " To read it anyway, up to what still fits in your context, call Read again with allow_large: true — only if "
+    "you genuinely need all of it or the user asked for the whole file."
+)
+_BINARY = "This tool cannot read binary files. The file appears to be a binary {ext} file."
+
+OLD = ToolProfile(
+    version="2.1.220",
+    write_requires_read=True,
+    read_dedup=True,
+    edit_tracks_context=False,
+    error_truncate_above=10000,
+    write_directory_message=False,
+    read_allow_large=False,
+    read_size_error=_SIZE_ERROR,
+    binary_file_error=_BINARY + " Please use appropriate tools for binary file analysis.",
+)
+NEW = ToolProfile(
+    version="2.1.332",
+    write_requires_read=False,
+    read_dedup=False,
+    edit_tracks_context=True,
+    error_truncate_above=11024,
+    write_directory_message=True,
+    read_allow_large=True,
+    read_size_error=_SIZE_ERROR + _ALLOW_LARGE,
+    binary_file_error=_BINARY + " Use a skill for this file type if one is available, or a shell command or script "
+    "that can read the format.",
+    read_utf16_bom=True,
+    read_invalid_utf8_note=(
+        "[This file is not valid UTF-8: it uses a legacy encoding such as Windows-1252, Shift-JIS or GBK, or it is "
+        "binary. Its undecodable bytes show above as U+FFFD. Edit and Write will refuse it: change it with a shell "
+        "command that keeps its encoding, or ask the user whether to convert it to UTF-8.]"
+    ),
+)
+
+
+def profile_for_version(version: str) -> ToolProfile:
+    """The tool behaviour of a Claude Code version: 2.1.x before 2.1.332 behaves like 2.1.220."""
+    match = _VERSION.match(version)
+    if match is None:
+        raise unsupported_version(f"cannot replay Claude Code tools of version {version!r}")
+    parts = tuple(int(part) for part in match.groups())
+    if parts[:2] != (2, 1) or parts[2] < 220:
+        raise unsupported_version(
+            f"forkpoint re-executes the tools of Claude Code 2.1.220 to 2.1.332, not {version}"
+        )
+    return NEW if parts >= (2, 1, 332) else OLD
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """One tool's fresh result: the model-visible content and Claude's structured copy (``toolUseResult``)."""
+
+    content: str
+    is_error: bool
+    native: Any
+    truncated: bool = False
+    return_code: int | None = None
+
+
+def tool_use_error(message: str) -> ToolOutcome:
+    """A refusal Claude Code reports before running the tool (wrapped in ``<tool_use_error>``)."""
+    return ToolOutcome(f"<tool_use_error>{message}</tool_use_error>", True, f"Error: {message}")
+
+
+def tool_error(message: str, *, truncated: bool = False, return_code: int | None = None) -> ToolOutcome:
+    """A failure while the tool ran: plain content, ``toolUseResult`` is ``"Error: " + content``."""
+    return ToolOutcome(message, True, f"Error: {message}", truncated, return_code)

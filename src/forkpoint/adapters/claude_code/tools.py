@@ -1,0 +1,162 @@
+"""Re-execute historical Claude Code tool calls with Claude Code's own semantics and output text.
+
+``ClaudeToolExecutor`` is the adapter's ``ToolExecutor``: one per replay run, calls in order. It reproduces the
+REAL tools of the verified versions (2.1.220, 2.1.332) byte for byte where they are deterministic; every rule
+was measured on those binaries driven by a scripted model (see ``tool_bash`` / ``tool_files`` for the rules and
+``tests/adapters/claude_code/test_fixture_fidelity.py`` for the proof on the recorded fixtures).
+
+- Bash (``tool_bash``): a shell state that keeps the working directory between calls, Claude's wrapper,
+  output text, error/timeout formats, and large outputs persisted under
+  ``<config_dir>/projects/<project>/<session_id>/tool-results/`` with the ``<persisted-output>`` preview.
+- Read / Write / Edit (``tool_files``): Claude's numbering, reminders, error texts, per-session file state
+  (2.1.220's Write-needs-Read and "file unchanged" Read; both versions' modified-since-read checks).
+- Glob / Grep / LS / MultiEdit are not offered by these versions: their fresh result is Claude's own
+  ``No such tool available`` error (the parser marks such calls stale anyway).
+- Everything touches only the workspace: a path outside it (or a symlink to a regular file outside it) is a
+  ``ReplayError(executor, before_effect=True)`` and nothing runs. Tool failures are observations.
+
+Volatile output: only the path of a persisted large output (agent home, session id, random file id) differs
+between two runs; ``normalize_volatile`` masks exactly that for comparisons.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from forkpoint.adapters.claude_code.launch import project_dir_name
+from forkpoint.adapters.claude_code.tool_bash import BashShell, timeout_ms
+from forkpoint.adapters.claude_code.tool_files import FileTools
+from forkpoint.adapters.claude_code.tool_profile import ToolOutcome, profile_for_version
+from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.model import FreshObservation, RunContext, ToolCall
+from forkpoint.process import sanitized_env
+
+#: Tools these versions do not offer, with the exact refusal text both versions give.
+NOT_OFFERED = {
+    "Glob": "Error: No such tool available: Glob. Glob is not available in this session — find files with `find` "
+    "via the Bash tool instead.",
+    "Grep": "Error: No such tool available: Grep. Grep is not available in this session — search file contents "
+    "with `grep` via the Bash tool instead.",
+    "LS": "Error: No such tool available: LS",
+    "MultiEdit": "Error: No such tool available: MultiEdit",
+}
+
+_PERSISTED_PATH = re.compile(r"(<persisted-output>\nOutput too large \([^)\n]*\)\. Full output saved to: )([^\n]+)")
+PERSISTED_PATH_PLACEHOLDER = "<persisted-output-path>"
+
+
+def normalize_volatile(content: Any) -> Any:
+    """Mask the only run-dependent part of Claude Code tool output, for comparing fresh with historical.
+
+    That is the file path inside a ``<persisted-output>`` block (``$HOME/.claude/projects/<project>/<session>/
+    tool-results/<random id>.txt``): it names the agent home, the session and a random id. Everything else,
+    the size and the preview included, is left as is. Strings and lists of text blocks are handled; other
+    values are returned unchanged.
+    """
+    if isinstance(content, str):
+        return _PERSISTED_PATH.sub(lambda match: match.group(1) + PERSISTED_PATH_PLACEHOLDER, content)
+    if isinstance(content, list):
+        return [
+            {**block, "text": normalize_volatile(block["text"])}
+            if isinstance(block, dict) and isinstance(block.get("text"), str)
+            else block
+            for block in content
+        ]
+    return content
+
+
+def tool_environment(version: str, session_id: str, home: Path | None) -> dict[str, str]:
+    """The environment of Claude's Bash tool: forkpoint's own, sanitized, plus the variables Claude sets."""
+    env = sanitized_env(os.environ, strip_credentials=True)
+    for name in list(env):
+        if name in ("PWD", "OLDPWD") or name.startswith(("ANTHROPIC_", "CLAUDE")):
+            del env[name]
+    env.update(
+        {
+            "AI_AGENT": f"claude-code_{version.replace('.', '-')}_agent",
+            "CLAUDECODE": "1",
+            "CLAUDE_CODE_CHILD_SESSION": "1",
+            "CLAUDE_CODE_ENTRYPOINT": "sdk-cli",
+            "CLAUDE_CODE_SESSION_ID": session_id,
+            "COREPACK_ENABLE_AUTO_PIN": "0",
+            "GIT_EDITOR": "true",
+            "NoDefaultCurrentDirectoryInExePath": "1",
+            "SHELL": "/bin/bash",
+        }
+    )
+    if home is not None:
+        env["HOME"] = str(home)
+    return env
+
+
+class ClaudeToolExecutor:
+    """Runs the FRESH-policy calls of one Claude Code session in order (not thread-safe: one call at a time).
+
+    ``config_dir`` is the agent's ``CLAUDE_CONFIG_DIR`` (``<home>/.claude``) of the REBUILT session and
+    ``session_id`` that session's id: large Bash outputs are saved in its ``tool-results`` folder, which is
+    where Claude itself keeps them and what the content's ``Full output saved to:`` line points at.
+    """
+
+    def __init__(self, context: RunContext, version: str, session_id: str, config_dir: Path) -> None:
+        self.profile = profile_for_version(version)
+        workspace = context.workspace
+        if not workspace.is_dir():
+            raise ReplayError(ErrorKind.WORKSPACE, f"workspace {workspace} is not a directory")
+        root = os.path.realpath(workspace)
+        home = config_dir.parent if config_dir.name == ".claude" else None
+        results = config_dir / "projects" / project_dir_name(Path(os.path.abspath(workspace))) / session_id
+        self._scratch = Path(tempfile.mkdtemp(prefix="forkpoint-claude-tools-"))
+        self.bash = BashShell(
+            root, tool_environment(version, session_id, home), self.profile, results / "tool-results", self._scratch
+        )
+        self.files = FileTools(workspace, self.profile, lambda: self.bash.cwd, str(home) if home else None)
+        self._handlers: dict[str, Callable[[dict[str, Any]], ToolOutcome]] = {
+            "Bash": self._bash,
+            "Read": self.files.read,
+            "Write": self.files.write,
+            "Edit": self.files.edit,
+        }
+
+    def run(self, call: ToolCall) -> FreshObservation:
+        started = time.monotonic()
+        handler = self._handlers.get(call.name)
+        if handler is not None:
+            outcome = handler(call.arguments)
+        elif call.name in NOT_OFFERED:
+            message = NOT_OFFERED[call.name]
+            outcome = ToolOutcome(f"<tool_use_error>{message}</tool_use_error>", True, message)
+        else:
+            raise ReplayError(
+                ErrorKind.UNSUPPORTED_VERSION,
+                f"forkpoint does not re-execute the Claude Code tool {call.name!r} (call {call.call_id})",
+                before_effect=True,
+            )
+        return FreshObservation(
+            call_id=call.call_id,
+            content=outcome.content,
+            is_error=outcome.is_error,
+            truncated=outcome.truncated,
+            return_code=outcome.return_code,
+            duration_ms=int((time.monotonic() - started) * 1000),
+            native=outcome.native,
+        )
+
+    def close(self) -> None:
+        shutil.rmtree(self._scratch, ignore_errors=True)
+
+    def _bash(self, arguments: dict[str, Any]) -> ToolOutcome:
+        command = arguments.get("command", "")
+        if not isinstance(command, str) or "\0" in command:
+            raise ReplayError(ErrorKind.EXECUTOR, "Bash call has no string command", before_effect=True)
+        if arguments.get("run_in_background") is True:
+            message = "Bash with run_in_background cannot be replayed deterministically"
+            raise ReplayError(ErrorKind.EXECUTOR, message, before_effect=True)
+        return self.bash.run(command, timeout_ms(arguments.get("timeout")))
+
