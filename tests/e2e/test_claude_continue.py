@@ -8,7 +8,6 @@ the observations must be exact, and the real claude must execute the scripted ne
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
