@@ -148,8 +148,10 @@ def test_max_steps_stops_the_continuation(version: str, tmp_path: Path, upstream
     with model.serve() as url:
         result = run(fixture, tmp_path, 1, upstream="anthropic", upstream_url=url, max_steps=2)
     assert result.failure is None, result.failure
-    assert result.agent_status in ("max_steps", "completed")
-    assert result.continued_steps <= 2
+    # max_steps is the TOTAL: 1 replayed batch + 1 live turn (the scripted Read), then claude stops.
+    assert result.agent_status == "max_steps"
+    assert result.continued_steps == 1
+    assert len([e for e in model.requests if e.get("kind") == "main"]) == 1
 
 
 def test_wrong_binary_version_is_refused(tmp_path: Path) -> None:
