@@ -1,0 +1,261 @@
+"""Parse a Codex rollout JSONL into the neutral Trajectory (pure apart from reading the file).
+
+Rules (measured on 0.149.0 / 0.171.0, see docs/adapters/codex.md):
+- Every line is ``{"timestamp", "type", "payload"}`` (0.149 adds ``ordinal``); ``session_meta`` must be the
+  first line and is the ONLY source of the native session id.
+- The model-visible history is the ``response_item`` lines. A batch is every ``function_call`` /
+  ``custom_tool_call`` of one model response (a run of call items, possibly around reasoning / assistant
+  message items, ended by the first tool output or by a user/developer message) with all their outputs,
+  paired by ``call_id``. Parallel outputs are written after both calls, in call order.
+- ``event_msg``, ``turn_context``, ``world_state`` and unknown line types are tolerated; a bad final line
+  without a trailing newline is a torn write and is ignored with a warning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from forkpoint.errors import trajectory
+from forkpoint.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
+
+AGENT = "codex"
+CALL_TYPES = frozenset({"function_call", "custom_tool_call"})
+OUTPUT_TYPES = frozenset({"function_call_output", "custom_tool_call_output"})
+FRESH_TOOLS = frozenset({"exec_command", "shell", "shell_command", "apply_patch", "update_plan"})
+_STALE_REASONS = {
+    "write_stdin": "it writes to a process session of the original run",
+    "view_image": "the image content is sent to the model, not re-created here",
+    "web_search": "web search results change over time",
+    "request_user_input": "it asked the original user a question",
+    "tool_search": "it reflects the original session's tool registry",
+}
+
+
+@dataclass
+class Line:
+    index: int  # 0-based
+    offset: int
+    length: int
+    type: str
+    payload: JsonObject
+
+
+@dataclass
+class CodexNative:
+    lines: list[Line]
+    batch_end: list[int]  # per batch: index of its last output line
+    session_meta: JsonObject
+
+
+@dataclass
+class _Response:
+    """One model response: its items in order (reasoning, assistant text, tool calls)."""
+
+    text: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    calls: list[Line] = field(default_factory=list)
+
+    def signature(self) -> ActionSignature:
+        return ActionSignature(
+            text="\n\n".join(t for t in self.text if t),
+            reasoning="\n\n".join(r for r in self.reasoning if r),
+            tools=tuple((_call_name(c.payload), _call_arguments(c.payload)) for c in self.calls),
+        )
+
+
+def parse_rollout(path: Path) -> Trajectory:
+    digest = hashlib.sha256()
+    lines: list[Line] = []
+    warnings: list[str] = []
+    with path.open("rb") as handle:
+        offset = 0
+        for number, raw in enumerate(handle, start=1):
+            digest.update(raw)
+            line = _parse_line(raw, number, offset, warnings)
+            if line is not None:
+                lines.append(line)
+            offset += len(raw)
+    return _build(path, digest.hexdigest(), lines, warnings)
+
+
+def _parse_line(raw: bytes, number: int, offset: int, warnings: list[str]) -> Line | None:
+    terminated = raw.endswith(b"\n")
+    body = raw[:-1] if terminated else raw
+    if not body.strip():
+        return None
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        if not terminated:
+            warnings.append(f"ignored a torn final line {number} (the recording was cut mid-write)")
+            return None
+        raise trajectory(f"invalid JSON at line {number}: {exc}", line=number) from None
+    if not isinstance(obj, dict):
+        raise trajectory(f"line {number} is not a JSON object", line=number)
+    kind = obj.get("type")
+    payload = obj.get("payload")
+    if not isinstance(kind, str) or not isinstance(payload, dict):
+        raise trajectory(f"line {number} is not a Codex rollout line (needs type and payload)", line=number)
+    if not isinstance(obj.get("timestamp"), str):
+        raise trajectory(f"line {number} has no timestamp", line=number)
+    return Line(number - 1, offset, len(body), kind, payload)
+
+
+def _build(path: Path, sha256: str, lines: list[Line], warnings: list[str]) -> Trajectory:
+    if not lines or lines[0].type != "session_meta":
+        raise trajectory("the rollout does not start with a session_meta line (the native session id is there)")
+    meta = lines[0].payload
+    session_id = meta.get("id")
+    if not isinstance(session_id, str) or not session_id:
+        raise trajectory("session_meta has no id: forkpoint never continues a rollout as a brand-new session")
+    version = meta.get("cli_version") if isinstance(meta.get("cli_version"), str) else None
+    cwd = meta.get("cwd") if isinstance(meta.get("cwd"), str) else None
+
+    outputs: dict[str, Line] = {}
+    for line in lines:
+        if line.type == "response_item" and line.payload.get("type") in OUTPUT_TYPES:
+            call_id = line.payload.get("call_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise trajectory(f"tool output at line {line.index + 1} has no call_id", line=line.index + 1)
+            if call_id in outputs:
+                raise trajectory(f"duplicate output for call {call_id} (line {line.index + 1})", line=line.index + 1)
+            outputs[call_id] = line
+
+    responses = _responses(lines)
+    batches: list[Batch] = []
+    batch_end: list[int] = []
+    next_actions: list[ActionSignature | None] = [responses[0].signature() if responses else None]
+    complete_so_far = True
+    seen_calls: set[str] = set()
+    for index, response in enumerate(responses):
+        if not response.calls:
+            continue
+        calls = []
+        ends = []
+        for call_line in response.calls:
+            call = _tool_call(call_line, outputs, seen_calls)
+            calls.append(call)
+            output = outputs.get(call.call_id)
+            if output is not None:
+                if output.index < call_line.index:
+                    raise trajectory(f"output of {call.call_id} comes before its call", line=output.index + 1)
+                ends.append(output.index)
+        complete = complete_so_far and len(ends) == len(calls)
+        complete_so_far = complete
+        batches.append(Batch(len(batches) + 1, tuple(calls), f"line:{response.calls[0].index + 1}", complete))
+        batch_end.append(max(ends) if ends else -1)
+        following = responses[index + 1] if index + 1 < len(responses) else None
+        next_actions.append(following.signature() if following else None)
+    return Trajectory(
+        agent=AGENT,
+        version=version,
+        versions=frozenset({version}) if version else frozenset(),
+        session_id=session_id,
+        cwd=cwd,
+        source_path=path,
+        source_sha256=sha256,
+        batches=tuple(batches),
+        next_actions=tuple(next_actions),
+        warnings=tuple(warnings),
+        native=CodexNative(lines, batch_end, meta),
+    )
+
+
+def _responses(lines: list[Line]) -> list[_Response]:
+    """Group model-output items into responses: a tool output or a user/developer message ends one."""
+    responses: list[_Response] = []
+    current: _Response | None = None
+    for line in lines:
+        if line.type != "response_item":
+            continue
+        item = line.payload
+        kind = item.get("type")
+        role = item.get("role")
+        if kind in OUTPUT_TYPES or (kind == "message" and role in ("user", "developer", "system")):
+            current = None
+            continue
+        if kind not in CALL_TYPES and kind not in ("message", "reasoning"):
+            continue
+        if current is None:
+            current = _Response()
+            responses.append(current)
+        if kind in CALL_TYPES:
+            current.calls.append(line)
+        elif kind == "message":
+            current.text.append(_message_text(item))
+        else:
+            current.reasoning.append(_reasoning_text(item))
+    return responses
+
+
+def _message_text(item: JsonObject) -> str:
+    parts = item.get("content")
+    if isinstance(parts, str):
+        return parts
+    if not isinstance(parts, list):
+        return ""
+    return "".join(str(p.get("text", "")) for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str))
+
+
+def _reasoning_text(item: JsonObject) -> str:
+    texts = []
+    for key in ("summary", "content"):
+        parts = item.get(key)
+        if isinstance(parts, list):
+            texts += [str(p["text"]) for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)]
+    return "\n".join(texts)
+
+
+def _call_name(item: JsonObject) -> str:
+    name = item.get("name")
+    return name if isinstance(name, str) else ""
+
+
+def _call_arguments(item: JsonObject) -> JsonObject:
+    """function_call arguments are a JSON string; custom tools carry free text as ``input``."""
+    if item.get("type") == "custom_tool_call":
+        raw_input = item.get("input")
+        return {"input": raw_input if isinstance(raw_input, str) else ""}
+    raw = item.get("arguments")
+    if isinstance(raw, str):
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return {"_raw_arguments": raw}
+        return value if isinstance(value, dict) else {"_raw_arguments": raw}
+    return raw if isinstance(raw, dict) else {}
+
+
+def _tool_call(line: Line, outputs: dict[str, Line], seen: set[str]) -> ToolCall:
+    item = line.payload
+    call_id = item.get("call_id")
+    if not isinstance(call_id, str) or not call_id:
+        raise trajectory(f"tool call at line {line.index + 1} has no call_id", line=line.index + 1)
+    if call_id in seen:
+        raise trajectory(f"duplicate call_id {call_id} (line {line.index + 1})", line=line.index + 1)
+    seen.add(call_id)
+    name = _call_name(item)
+    arguments = _call_arguments(item)
+    output = outputs.get(call_id)
+    historical = Observation(output.payload.get("output")) if output is not None else None
+    policy, reason = classify(name, arguments, historical)
+    return ToolCall(call_id, name, arguments, historical, policy, reason, native=line.index)
+
+
+def classify(name: str, arguments: JsonObject, historical: Observation | None) -> tuple[CallPolicy, str | None]:
+    if "_raw_arguments" in arguments:
+        return CallPolicy.STALE, "Codex could not parse the original arguments; its error is reused"
+    if name in FRESH_TOOLS:
+        return CallPolicy.FRESH, None
+    if name in _STALE_REASONS:
+        return CallPolicy.STALE, _STALE_REASONS[name]
+    return CallPolicy.REFUSED, f"forkpoint does not know the Codex tool {name!r}"
+
+
+def payload_text(value: Any) -> str:
+    return value if isinstance(value, str) else orjson.dumps(value).decode()

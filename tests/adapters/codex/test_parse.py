@@ -1,0 +1,83 @@
+"""Codex rollout parsing rules on hand-made rollouts shaped like real ones."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from forkpoint.adapters.codex.parse import parse_rollout
+from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.model import CallPolicy
+from forkpoint.testing.codex_rollouts import CodexRolloutBuilder, simple_rollout
+
+
+def _refused(path: Path) -> ReplayError:
+    with pytest.raises(ReplayError) as info:
+        parse_rollout(path)
+    assert info.value.kind is ErrorKind.TRAJECTORY
+    return info.value
+
+
+def test_sequential_batches(tmp_path: Path) -> None:
+    parsed = parse_rollout(simple_rollout(3).write(tmp_path / "r.jsonl"))
+    assert parsed.complete_count == 3 and not parsed.incomplete_tail
+    assert parsed.session_id == "019a0000-0000-7000-8000-000000000001"
+    assert parsed.version == "0.149.0" and parsed.cwd == "/work"
+    assert parsed.batches[0].calls[0].arguments == {"cmd": "echo 1"}
+    assert parsed.batches[2].calls[0].historical is not None
+    assert parsed.next_actions[3] is not None and parsed.next_actions[3].text == "Done."
+
+
+def test_parallel_calls_with_events_between_are_one_batch(tmp_path: Path) -> None:
+    builder = CodexRolloutBuilder()
+    builder.user("two")
+    builder.item({"type": "reasoning", "summary": [{"type": "summary_text", "text": "both at once"}]})
+    first = builder.call("exec_command", {"cmd": "a"})
+    second = builder.call("exec_command", {"cmd": "b"})
+    builder.event("item_completed", call_id=second)
+    builder.event("item_completed", call_id=first)
+    builder.output(first, "A")
+    builder.output(second, "B")
+    builder.assistant("ok")
+    parsed = parse_rollout(builder.write(tmp_path / "r.jsonl"))
+    assert parsed.complete_count == 1
+    assert [c.call_id for c in parsed.batches[0].calls] == [first, second]
+    assert parsed.next_actions[0] is not None and parsed.next_actions[0].reasoning == "both at once"
+
+
+def test_missing_session_meta_or_id_is_refused(tmp_path: Path) -> None:
+    builder = simple_rollout(1)
+    builder.lines.pop(0)
+    assert "session_meta" in _refused(builder.write(tmp_path / "a.jsonl")).message
+    builder = simple_rollout(1)
+    del builder.lines[0]["payload"]["id"]
+    assert "never continues a rollout as a brand-new session" in _refused(builder.write(tmp_path / "b.jsonl")).message
+
+
+def test_dangling_call_is_an_incomplete_tail(tmp_path: Path) -> None:
+    builder = simple_rollout(1)
+    builder.call("exec_command", {"cmd": "sleep 30"})
+    parsed = parse_rollout(builder.write(tmp_path / "r.jsonl"))
+    assert parsed.complete_count == 1 and parsed.incomplete_tail
+
+
+def test_tool_policies(tmp_path: Path) -> None:
+    builder = CodexRolloutBuilder()
+    builder.user("go")
+    for name in ("exec_command", "write_stdin", "mystery_tool"):
+        builder.output(builder.call(name, {}), "x")
+    builder.item({"type": "function_call", "id": "fc_bad", "name": "exec_command", "arguments": "{not json",
+                  "call_id": "bad"})
+    builder.output("bad", "failed to parse function arguments")
+    parsed = parse_rollout(builder.write(tmp_path / "r.jsonl"))
+    policies = [c.policy for batch in parsed.batches for c in batch.calls]
+    assert policies == [CallPolicy.FRESH, CallPolicy.STALE, CallPolicy.REFUSED, CallPolicy.STALE]
+
+
+def test_lines_without_type_payload_or_timestamp_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"type":"session_meta","payload":{"id":"x"}}\n')
+    assert "timestamp" in _refused(path).message
+    path.write_text('{"uuid":"u","parentUuid":null}\n')
+    assert "not a Codex rollout line" in _refused(path).message
