@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from forkpoint.adapters.claude_code.envelope import (
     CONTINUE_TEXT,
@@ -304,3 +304,31 @@ def _describe(block: BlockDigest) -> str:
     if block.type == "tool_result":
         return f"tool_result for {block.tool_use_id}"
     return block.type
+
+
+class Gate(Protocol):
+    """One protocol's fail-closed check: which routes carry model requests and how each is cleaned."""
+
+    name: str
+    model_routes: frozenset[str]  # paths under the bridge token, e.g. "/v1/messages"
+
+    def first(self, body: Any) -> Verdict: ...
+
+    def later(self, body: Any) -> Verdict: ...
+
+
+class ClaudeGate:
+    """Anthropic Messages requests from a resumed Claude Code (envelope profiles per verified version)."""
+
+    name = "anthropic-messages"
+    model_routes = frozenset({"/v1/messages"})
+
+    def __init__(self, expected: ExpectedPrefix, boundary_prompt: str | None = None) -> None:
+        self.expected = expected
+        self.boundary_prompt = boundary_prompt
+
+    def first(self, body: Any) -> Verdict:
+        return clean_first_request(self.expected, body, self.boundary_prompt)
+
+    def later(self, body: Any) -> Verdict:
+        return clean_later_request(self.expected, body, self.boundary_prompt)

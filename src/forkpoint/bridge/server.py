@@ -29,7 +29,7 @@ import orjson
 from aiohttp import web
 
 from forkpoint.adapters.claude_code.envelope import ExpectedPrefix
-from forkpoint.bridge.gate import Verdict, clean_first_request, clean_later_request
+from forkpoint.bridge.gate import ClaudeGate, Gate, Verdict
 from forkpoint.bridge.upstream import Upstream, error_response
 from forkpoint.errors import ErrorKind, ReplayError
 
@@ -86,11 +86,11 @@ class BridgeSummary:
 class Bridge:
     """``with Bridge(expected, StubUpstream()) as bridge: run the agent with ANTHROPIC_BASE_URL=bridge.base_url``."""
 
-    def __init__(self, expected: ExpectedPrefix, upstream: Upstream, *, boundary_prompt: str | None = None,
+    def __init__(self, gate: Gate | ExpectedPrefix, upstream: Upstream, *, boundary_prompt: str | None = None,
                  log_path: Path | None = None) -> None:
-        self.expected = expected
+        """``gate`` checks every model request; a bare Claude ``ExpectedPrefix`` gets the Claude gate."""
+        self.gate: Gate = ClaudeGate(gate, boundary_prompt) if isinstance(gate, ExpectedPrefix) else gate
         self.upstream = upstream
-        self._boundary_prompt = boundary_prompt
         self._log_path = log_path
         self._token = secrets.token_urlsafe(24)
         self._lock = threading.Lock()
@@ -232,9 +232,9 @@ class Bridge:
         if request.method in ("HEAD", "GET"):
             self._record(request.method, shown, "local", None, False, 200, started)
             return web.Response(status=200, text="ok")
-        if request.method == "POST" and path.rstrip("/") == "/v1/messages":
+        if request.method == "POST" and path.rstrip("/") in self.gate.model_routes:
             return await self._messages(request, shown, started)
-        if request.method == "POST" and path.rstrip("/") == "/v1/messages/count_tokens":
+        if request.method == "POST" and path.rstrip("/").endswith("/messages/count_tokens"):
             return await self._count_tokens(request, shown, started)
         self._record(request.method, shown, "not_found", "no such route on the bridge", False, 404, started)
         return error_response(404, "not_found_error", "not found")
@@ -274,10 +274,7 @@ class Bridge:
             self._model_requests += 1
             first = self._model_requests == 1
         verdict: Verdict
-        if first:
-            verdict = clean_first_request(self.expected, body, self._boundary_prompt)
-        else:
-            verdict = clean_later_request(self.expected, body, self._boundary_prompt)
+        verdict = self.gate.first(body) if first else self.gate.later(body)
         if not verdict.ok or verdict.body is None:
             return self._refuse(request.method, shown, verdict.reason or "refused", started, verdict.facts)
         if self._failed_reason() is not None:  # another request failed while this one was being read
