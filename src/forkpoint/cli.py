@@ -108,12 +108,13 @@ def replay(
     boundary_user_prompt: Annotated[str | None, typer.Option(
         help="Append exactly one user message after the last fresh observation (never stored in outputs).")] = None,
     upstream: Annotated[str | None, typer.Option(
-        help="Where validated model requests go: 'anthropic' (ANTHROPIC_API_KEY from forkpoint's own "
-        "environment; never passed to the agent) or 'stub' (the bridge answers itself: a zero-cost check "
-        "that the real agent accepted the rebuilt session) [default: anthropic].")] = None,
+        help="Where validated model requests go: 'anthropic' (claude-code; ANTHROPIC_API_KEY), "
+        "'openai-responses' (codex; OPENAI_API_KEY) — keys come from forkpoint's own environment and are never "
+        "passed to the agent — or 'stub' (the bridge answers itself: a zero-cost check that the real agent "
+        "accepted the rebuilt session) [default: the agent's own protocol].")] = None,
     upstream_url: Annotated[str | None, typer.Option(
-        help="Base URL of the Anthropic-compatible upstream [default: $ANTHROPIC_BASE_URL or "
-        "https://api.anthropic.com].")] = None,
+        help="Base URL of the upstream [default: $ANTHROPIC_BASE_URL / $OPENAI_BASE_URL, else the "
+        "provider's public API].")] = None,
     agent_entrypoint: Annotated[Path | None, typer.Option(
         help="An explicit agent executable (absolute path); its --version must be a verified version "
         "[default: the installed runtime of the recorded version].")] = None,

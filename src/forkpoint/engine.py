@@ -117,8 +117,10 @@ def _prepare(request: ReplayRequest, report: Progress) -> Prepared:
         if check_workspace is not None:
             check_workspace(parsed, request.workspace.resolve())
     if request.mode is Mode.REPLAY_AND_CONTINUE:
-        if request.upstream == "anthropic" and not _upstream_key():
-            raise configuration("--upstream anthropic needs ANTHROPIC_API_KEY in forkpoint's environment "
+        upstream = _upstream_name(request, adapter)
+        key_name = UPSTREAM_ENV.get(upstream, (None, None))[0]
+        if key_name is not None and not os.environ.get(key_name):
+            raise configuration(f"--upstream {upstream} needs {key_name} in forkpoint's environment "
                                 "(it is never passed to the agent); or use --upstream stub")
         launch = _continuing(adapter).prepare_launch(parsed, request.agent_entrypoint)
         report(f"agent binary: {request.agent} {launch.version} ({launch.entrypoint})")
@@ -126,8 +128,20 @@ def _prepare(request: ReplayRequest, report: Progress) -> Prepared:
     return Prepared(plan, adapter, launch)
 
 
-def _upstream_key() -> str | None:
-    return os.environ.get("ANTHROPIC_API_KEY") or None
+#: upstream -> (API key variable, base URL variable) read from forkpoint's OWN environment.
+UPSTREAM_ENV = {
+    "anthropic": ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
+    "openai-responses": ("OPENAI_API_KEY", "OPENAI_BASE_URL"),
+}
+
+
+def _upstream_name(request: ReplayRequest, adapter: Adapter) -> str:
+    """The request's upstream, else the agent's own wire protocol; it must be one the adapter speaks."""
+    supported: tuple[str, ...] = getattr(adapter, "upstreams", ("stub",))
+    name = request.upstream or supported[0]
+    if name not in supported:
+        raise configuration(f"{adapter.name} cannot use --upstream {name}; supported: {', '.join(supported)}")
+    return name
 
 
 def _allocate_output(output_dir: Path) -> None:
@@ -242,17 +256,19 @@ def _continue(
     plan, launch = prepared.plan, prepared.launch
     assert launch is not None
     remaining = request.max_steps - plan.prefix_model_turns if request.max_steps is not None else None
+    upstream = _upstream_name(request, prepared.adapter)
+    key_name, url_name = UPSTREAM_ENV.get(upstream, (None, None))
     settings = ContinueSettings(
         target=launch,
-        upstream=request.upstream,
-        upstream_url=request.upstream_url or os.environ.get("ANTHROPIC_BASE_URL") or None,
-        upstream_key=_upstream_key(),
+        upstream=upstream,
+        upstream_url=request.upstream_url or (os.environ.get(url_name) if url_name else None) or None,
+        upstream_key=os.environ.get(key_name) if key_name else None,
         boundary_prompt=request.boundary_user_prompt or None,
         remaining_steps=remaining,
     )
-    journal.append("continuation_started", agent_version=launch.version, upstream=request.upstream,
+    journal.append("continuation_started", agent_version=launch.version, upstream=upstream,
                    remaining_steps=remaining)
-    report(f"continuing {request.agent} {launch.version} from batch {plan.after_step} (upstream {request.upstream})")
+    report(f"continuing {request.agent} {launch.version} from batch {plan.after_step} (upstream {upstream})")
     continuation = _continuing(prepared.adapter).continue_run(plan, prefix, context, settings)
     journal.append(
         "continuation_finished",

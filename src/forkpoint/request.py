@@ -22,7 +22,7 @@ REQUEST_SCHEMA = "forkpoint.request/v1"
 DEFAULT_OUTPUT_ROOT = Path("forkpoint-out/runs")
 DEFAULT_STATE_ROOT = Path("forkpoint-out/state")
 #: Where the bridge sends validated requests: a real Anthropic-compatible API, or the bridge itself.
-UPSTREAMS = ("anthropic", "stub")
+UPSTREAMS = ("anthropic", "openai-responses", "stub")
 _RUN_ID = re.compile(r"[A-Za-z0-9_-]+")
 _MAX_INPUT_BYTES = 16 * 1024 * 1024
 
@@ -43,7 +43,7 @@ class ReplayRequest(BaseModel):
     mode: Mode = Mode.REPLAY_AND_CONTINUE
     allow_stale_observations: bool = False
     boundary_user_prompt: str | None = None
-    upstream: str = "anthropic"
+    upstream: str | None = None  # None: the agent's own protocol (claude-code: anthropic, codex: openai-responses)
     upstream_url: str | None = None
     agent_entrypoint: Path | None = None
 
@@ -105,7 +105,7 @@ def validate_request(request: ReplayRequest) -> None:
         raise configuration("boundary_user_prompt must contain a non-whitespace character")
     if request.run_id is not None and not _RUN_ID.fullmatch(request.run_id):
         raise configuration("run_id may contain only letters, digits, '-' and '_'")
-    if request.upstream not in UPSTREAMS:
+    if request.upstream is not None and request.upstream not in UPSTREAMS:
         raise configuration(f"unknown upstream {request.upstream!r}; expected one of: {', '.join(UPSTREAMS)}")
     if request.upstream_url is not None and not request.upstream_url.startswith(("http://", "https://")):
         raise configuration("upstream_url must be an http:// or https:// URL")

@@ -33,6 +33,7 @@ class ClaudeCodeAdapter:
     name = AGENT
     verified_versions = VERIFIED_VERSIONS
     native_format = "claude-code/session-jsonl"
+    upstreams = ("anthropic", "stub")
 
     def sniff(self, head: bytes) -> bool:
         return b'"parentUuid"' in head and b'"sessionId"' in head

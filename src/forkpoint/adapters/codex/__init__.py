@@ -19,6 +19,7 @@ class CodexAdapter:
     name = AGENT
     verified_versions = VERIFIED_VERSIONS
     native_format = "codex/rollout-jsonl"
+    upstreams = ("openai-responses", "stub")
 
     def sniff(self, head: bytes) -> bool:
         return b'"session_meta"' in head
