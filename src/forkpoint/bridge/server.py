@@ -65,6 +65,12 @@ class BridgeSummary:
     forwarded: int
     refused: int
     first_failure: str | None
+    #: model requests answered "step budget reached" (the agent's budget, not a gate failure)
+    over_budget: int = 0
+
+    @property
+    def budget_reached(self) -> bool:
+        return self.over_budget > 0
 
     @property
     def failed(self) -> bool:
@@ -87,7 +93,7 @@ class Bridge:
     """``with Bridge(expected, StubUpstream()) as bridge: run the agent with ANTHROPIC_BASE_URL=bridge.base_url``."""
 
     def __init__(self, gate: Gate | ExpectedPrefix, upstream: Upstream, *, boundary_prompt: str | None = None,
-                 log_path: Path | None = None) -> None:
+                 log_path: Path | None = None, max_model_requests: int | None = None) -> None:
         """``gate`` checks every model request; a bare Claude ``ExpectedPrefix`` gets the Claude gate."""
         self.gate: Gate = ClaudeGate(gate, boundary_prompt) if isinstance(gate, ExpectedPrefix) else gate
         self.upstream = upstream
@@ -96,6 +102,9 @@ class Bridge:
         self._lock = threading.Lock()
         self._records: list[RequestRecord] = []
         self._model_requests = 0
+        #: a step budget enforced at the wire, for agents without a max-steps option of their own
+        self._max_model_requests = max_model_requests
+        self._over_budget = 0
         self._validated = 0
         self._forwarded = 0
         self._refused = 0
@@ -201,7 +210,7 @@ class Bridge:
     def summary(self) -> BridgeSummary:
         with self._lock:
             return BridgeSummary(self._model_requests, self._validated, self._forwarded, self._refused,
-                                 self._failure)
+                                 self._failure, self._over_budget)
 
     def finish(self) -> BridgeSummary:
         """Stop the bridge and summarise it; ``summary.error()`` is the run's continuation error, if any."""
@@ -271,8 +280,17 @@ class Bridge:
         except ValueError as error:
             return self._refuse(request.method, shown, str(error), started)
         with self._lock:
-            self._model_requests += 1
-            first = self._model_requests == 1
+            budget = self._max_model_requests
+            if budget is not None and self._validated >= budget:
+                self._over_budget += 1
+                over = True
+            else:
+                over = False
+                self._model_requests += 1
+                first = self._model_requests == 1
+        if over:
+            self._record(request.method, shown, "over_budget", "step budget reached", False, 400, started)
+            return error_response(400, "invalid_request_error", "forkpoint: the step budget (--max-steps) is reached")
         verdict: Verdict
         verdict = self.gate.first(body) if first else self.gate.later(body)
         if not verdict.ok or verdict.body is None:

@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from forkpoint.adapters.codex.parse import AGENT, parse_rollout
-from forkpoint.adapters.codex.session import write_prepared
-from forkpoint.errors import unsupported_version
-from forkpoint.model import NativePrefix, Plan, Trajectory
+from forkpoint.adapters.codex.session import write_prepared, write_rebuilt
+from forkpoint.errors import ErrorKind, ReplayError, unsupported_version
+from forkpoint.model import (
+    Continuation,
+    ContinueSettings,
+    FreshObservation,
+    LaunchTarget,
+    NativePrefix,
+    Plan,
+    RunContext,
+    Trajectory,
+)
+
+if TYPE_CHECKING:
+    from forkpoint.adapters.base import ToolExecutor
 
 VERIFIED_VERSIONS = {
     "0.149.0": "codex/0.149.0/native-responses-jsonl-v1",
@@ -39,7 +53,56 @@ class CodexAdapter:
 
     def write_prepared_prefix(self, plan: Plan, out_dir: Path) -> NativePrefix:
         session_id = plan.trajectory.session_id or plan.trajectory.source_path.stem
-        destination = out_dir / plan.trajectory.source_path.name
-        if not destination.name.startswith("rollout-"):
-            destination = out_dir / f"rollout-{session_id}.jsonl"
+        destination = out_dir / _rollout_name(plan)
         return NativePrefix(destination, self.native_format, session_id, write_prepared(plan, destination))
+
+    # -- replay -------------------------------------------------------------------------------------------------
+
+    def check_workspace(self, trajectory: Trajectory, workspace: Path) -> None:
+        recorded = trajectory.cwd
+        if recorded is not None and Path(recorded) != workspace:
+            raise ReplayError(
+                ErrorKind.WORKSPACE,
+                f"the rollout was recorded in {recorded} but the workspace is {workspace}; recorded tool inputs "
+                f"use absolute paths, so replay in a fresh workspace at the recorded path (--workspace {recorded})",
+            )
+
+    def executor(self, plan: Plan, context: RunContext) -> ToolExecutor:
+        from forkpoint.adapters.codex.tools import CodexToolExecutor
+
+        return CodexToolExecutor(context, plan.trajectory.version or "")
+
+    def normalise_observation(self, content: object) -> object:
+        """Documented volatile parts only (Chunk ID, Wall time: see tools.normalize_volatile)."""
+        from forkpoint.adapters.codex.tools import normalize_volatile
+
+        return normalize_volatile(content)
+
+    def write_rebuilt_prefix(
+        self, plan: Plan, fresh: Mapping[str, FreshObservation], out_dir: Path
+    ) -> NativePrefix:
+        session_id = plan.trajectory.session_id or plan.trajectory.source_path.stem
+        destination = out_dir / _rollout_name(plan)
+        return NativePrefix(destination, self.native_format, session_id, write_rebuilt(plan, fresh, destination))
+
+    # -- continuation ---------------------------------------------------------------------------------------------
+
+    def prepare_launch(self, trajectory: Trajectory, entrypoint: Path | None) -> LaunchTarget:
+        from forkpoint.runtimes import resolve_entrypoint
+
+        path, version = resolve_entrypoint(AGENT, trajectory.version or "", entrypoint)
+        return LaunchTarget(path, version)
+
+    def continue_run(
+        self, plan: Plan, prefix: NativePrefix, context: RunContext, settings: ContinueSettings
+    ) -> Continuation:
+        from forkpoint.adapters.codex.continuation import continue_rollout
+
+        return continue_rollout(plan, prefix, context, settings)
+
+
+def _rollout_name(plan: Plan) -> str:
+    name = plan.trajectory.source_path.name
+    if name.startswith("rollout-") and name.endswith(".jsonl"):
+        return name
+    return f"rollout-{plan.trajectory.session_id}.jsonl"

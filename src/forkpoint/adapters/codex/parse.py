@@ -50,12 +50,19 @@ class CodexNative:
     lines: list[Line]
     batch_end: list[int]  # per batch: index of its last output line
     session_meta: JsonObject
+    response_starts: list[int] = field(default_factory=list)  # line index of each model response's first item
+    batch_response: list[int] = field(default_factory=list)  # per batch: ordinal (0-based) of its response
+
+    def response_starts_before(self, after_step: int) -> int:
+        """How many model responses belong to the prefix cut after ``after_step`` batches."""
+        return self.batch_response[after_step - 1] + 1 if after_step >= 1 else 0
 
 
 @dataclass
 class _Response:
     """One model response: its items in order (reasoning, assistant text, tool calls)."""
 
+    first_line: int
     text: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
     calls: list[Line] = field(default_factory=list)
@@ -129,6 +136,7 @@ def _build(path: Path, sha256: str, lines: list[Line], warnings: list[str]) -> T
     responses = _responses(lines)
     batches: list[Batch] = []
     batch_end: list[int] = []
+    batch_response: list[int] = []
     next_actions: list[ActionSignature | None] = [responses[0].signature() if responses else None]
     complete_so_far = True
     seen_calls: set[str] = set()
@@ -149,6 +157,7 @@ def _build(path: Path, sha256: str, lines: list[Line], warnings: list[str]) -> T
         complete_so_far = complete
         batches.append(Batch(len(batches) + 1, tuple(calls), f"line:{response.calls[0].index + 1}", complete))
         batch_end.append(max(ends) if ends else -1)
+        batch_response.append(index)
         following = responses[index + 1] if index + 1 < len(responses) else None
         next_actions.append(following.signature() if following else None)
     return Trajectory(
@@ -162,7 +171,7 @@ def _build(path: Path, sha256: str, lines: list[Line], warnings: list[str]) -> T
         batches=tuple(batches),
         next_actions=tuple(next_actions),
         warnings=tuple(warnings),
-        native=CodexNative(lines, batch_end, meta),
+        native=CodexNative(lines, batch_end, meta, [r.first_line for r in responses], batch_response),
     )
 
 
@@ -182,7 +191,7 @@ def _responses(lines: list[Line]) -> list[_Response]:
         if kind not in CALL_TYPES and kind not in ("message", "reasoning"):
             continue
         if current is None:
-            current = _Response()
+            current = _Response(line.index)
             responses.append(current)
         if kind in CALL_TYPES:
             current.calls.append(line)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
-from forkpoint.adapters.codex.parse import CodexNative
+import orjson
+
+from forkpoint.adapters.codex.parse import OUTPUT_TYPES, CodexNative
 from forkpoint.errors import trajectory
 from forkpoint.hashing import file_sha256, sha256_hex
-from forkpoint.model import Plan
+from forkpoint.model import FreshObservation, Plan
 from forkpoint.results import write_atomic
 
 
@@ -37,6 +40,49 @@ def read_prefix(plan: Plan) -> list[bytes]:
 
 def write_prepared(plan: Plan, destination: Path) -> str:
     payload = b"".join(line + b"\n" for line in read_prefix(plan))
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(destination, payload)
+    return sha256_hex(payload)
+
+
+def rebuilt_lines(plan: Plan, fresh: Mapping[str, FreshObservation]) -> tuple[list[bytes], int]:
+    """The prefix with each selected call's output replaced by its fresh observation.
+
+    Untouched lines keep their bytes. ``event_msg`` lines that mention a replayed call (Codex's UI-side copies of
+    the OLD command output: exec/item-completed events) are dropped, so no stale copy survives; the model never
+    sees them. Returns the lines and how many event lines were dropped.
+    """
+    selected = {call.call_id for call in plan.calls}
+    replaced: set[str] = set()
+    out: list[bytes] = []
+    dropped = 0
+    for raw in read_prefix(plan):
+        obj = orjson.loads(raw)
+        payload = obj.get("payload")
+        kind = obj.get("type")
+        if kind == "response_item" and isinstance(payload, dict) and payload.get("type") in OUTPUT_TYPES:
+            call_id = payload.get("call_id")
+            if call_id in selected:
+                observation = fresh.get(call_id)
+                if observation is None:
+                    raise trajectory(f"no fresh observation for selected call {call_id}")
+                payload["output"] = observation.content
+                replaced.add(call_id)
+                out.append(orjson.dumps(obj))
+                continue
+        if kind == "event_msg" and any(call_id.encode() in raw for call_id in selected):
+            dropped += 1
+            continue
+        out.append(raw)
+    missing = selected - replaced
+    if missing:
+        raise trajectory(f"the rebuilt rollout did not replace every selected output: {sorted(missing)}")
+    return out, dropped
+
+
+def write_rebuilt(plan: Plan, fresh: Mapping[str, FreshObservation], destination: Path) -> str:
+    lines, _ = rebuilt_lines(plan, fresh)
+    payload = b"".join(line + b"\n" for line in lines)
     destination.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(destination, payload)
     return sha256_hex(payload)
