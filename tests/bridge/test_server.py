@@ -375,3 +375,17 @@ def test_lifecycle_and_repr_hide_secrets() -> None:
         AnthropicUpstream("ftp://x", UPSTREAM_KEY)
     with pytest.raises(ValueError):
         AnthropicUpstream("http://x", "")
+
+
+def test_step_budget_answers_over_budget_requests_without_forwarding() -> None:
+    """Agents without a max-steps option get their budget at the wire: request budget+1 is never forwarded."""
+    case = load_case()
+    with Bridge(case.expected, StubUpstream(), max_model_requests=1) as bridge:
+        first = request(bridge.base_url + "/v1/messages", body=case.first)
+        assert first.status == 200
+        over = request(bridge.base_url + "/v1/messages", body=case.later)
+        assert over.status == 400 and b"step budget" in over.body
+        summary = bridge.finish()
+    assert (summary.validated, summary.over_budget, summary.budget_reached) == (1, 1, True)
+    assert summary.error() is None  # a reached budget is not a gate failure
+    assert [r.verdict for r in bridge.records] == ["ok", "over_budget"]
