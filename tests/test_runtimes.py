@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -83,6 +84,8 @@ def test_unknown_agent_refused(cache: Path) -> None:
     ("2.1.332 (Claude Code)", "2.1.332"),
     ("warning: something\n0.149.0\n", "0.149.0"),
     ("v1.2.3-beta.1\n", "1.2.3-beta.1"),
+    ("codex-cli 0.149.0\n", "0.149.0"),
+    ("WARNING: proceeding, even though we could not create PATH aliases\ncodex-cli 0.171.0\n", "0.171.0"),
 ])
 def test_parse_version_output(output: str, expected: str) -> None:
     assert runtimes.parse_version_output(output) == expected
@@ -91,6 +94,57 @@ def test_parse_version_output(output: str, expected: str) -> None:
 def test_parse_version_output_rejects_garbage() -> None:
     with pytest.raises(ValueError):
         runtimes.parse_version_output("Claude Code\n")
+
+
+def test_codex_is_verified() -> None:
+    for version in ("0.149.0", "0.171.0"):
+        runtimes.check_verified("codex", version)
+    with pytest.raises(ReplayError) as caught:
+        runtimes.check_verified("codex", "0.169.0")
+    assert caught.value.kind is ErrorKind.UNSUPPORTED_VERSION
+
+
+def fake_codex_prefix(prefix: Path, *, native: bytes = b"\x7fELF fake", platforms: tuple[str, ...] = ("linux-x64",),
+                      binaries: int = 1) -> Path:
+    """The npm layout of @openai/codex: a JS launcher plus the installed per-platform alias package."""
+    package = prefix / "node_modules" / "@openai" / "codex"
+    (package / "bin").mkdir(parents=True)
+    (package / "bin" / "codex.js").write_text("#!/usr/bin/env node\n")
+    optional = {f"@openai/codex-{p}": f"npm:@openai/codex@0.149.0-{p}"
+                for p in ("linux-x64", "linux-arm64", "darwin-arm64")}
+    (package / "package.json").write_text(json.dumps({"name": "@openai/codex", "version": "0.149.0",
+                                                      "bin": {"codex": "bin/codex.js"},
+                                                      "optionalDependencies": optional}))
+    for name in platforms:
+        native_dir = prefix / "node_modules" / "@openai" / f"codex-{name}"
+        native_dir.mkdir(parents=True)
+        (native_dir / "package.json").write_text("{}")
+        for index in range(binaries):
+            binary = native_dir / "vendor" / f"triple-{index}" / "bin" / "codex"
+            binary.parent.mkdir(parents=True)
+            binary.write_bytes(native)
+    return prefix
+
+
+def test_codex_entrypoint_is_the_native_binary(tmp_path: Path) -> None:
+    prefix = fake_codex_prefix(tmp_path)
+    entry = runtimes._entrypoint(prefix, runtimes.NPM_AGENTS["codex"])
+    assert entry.relative_to(prefix).as_posix() == "node_modules/@openai/codex-linux-x64/vendor/triple-0/bin/codex"
+    assert entry.stat().st_mode & stat.S_IXUSR
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"platforms": ()}, "expected one installed native package"),
+    ({"platforms": ("linux-x64", "linux-arm64")}, "expected one installed native package"),
+    ({"binaries": 0}, "expected one native binary"),
+    ({"binaries": 2}, "expected one native binary"),
+    ({"native": b"#!/bin/sh\n"}, "not a native executable"),
+])
+def test_codex_entrypoint_layout_errors(tmp_path: Path, kwargs: dict[str, Any], message: str) -> None:
+    prefix = fake_codex_prefix(tmp_path, **kwargs)
+    with pytest.raises(ReplayError) as caught:
+        runtimes._entrypoint(prefix, runtimes.NPM_AGENTS["codex"])
+    assert caught.value.kind is ErrorKind.INTERNAL and message in caught.value.message
 
 
 def test_probe_failure_is_typed(cache: Path) -> None:
@@ -109,3 +163,14 @@ def test_install_and_probe_real_claude_code() -> None:
     assert runtime.entrypoint.relative_to(runtime.root).as_posix() == expected
     assert runtimes.probe_version(runtime) == "2.1.220"
     assert runtimes.find("claude-code", "2.1.220") == runtime
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("version", ["0.149.0", "0.171.0"])
+def test_install_and_probe_real_codex(version: str) -> None:
+    runtime = runtimes.install("codex", version)  # returns at once when already installed
+    rel = runtime.entrypoint.relative_to(runtime.root).as_posix()
+    assert rel.startswith("node_modules/@openai/codex-") and rel.endswith("/bin/codex") and "/vendor/" in rel
+    with runtime.entrypoint.open("rb") as handle:
+        assert handle.read(4) == b"\x7fELF"
+    assert runtimes.probe_version(runtime) == version

@@ -29,20 +29,31 @@ PROBE_TIMEOUT_S = 10.0
 
 @dataclass(frozen=True)
 class NpmAgent:
-    """How one agent ships on npm: its package, the bin to run, and the per-platform native package (if any)."""
+    """How one agent ships on npm: its package, the bin to run, and the per-platform native package (if any).
+
+    ``run_native``: the package's bin is only a JS launcher for the native binary (Codex's ``bin/codex.js``), so
+    the entrypoint is the native binary itself: no node needed, and signals reach the agent directly. The native
+    package is whichever of the package's ``optionalDependencies`` npm installed (the one for this platform), and
+    ``native_binary`` is a glob inside it that must match exactly one file.
+    """
 
     package: str
     bin_name: str
     native_package_prefix: str | None = None  # e.g. "@anthropic-ai/claude-code-" + "linux-x64"
-    native_binary: str | None = None  # file inside the native package, copied over the bin if postinstall skipped
+    native_binary: str | None = None  # file (glob when run_native) inside the native package
+    run_native: bool = False
 
 
 NPM_AGENTS: dict[str, NpmAgent] = {
     "claude-code": NpmAgent("@anthropic-ai/claude-code", "claude", "@anthropic-ai/claude-code-", "claude"),
+    # bin/codex.js spawns node_modules/@openai/codex-<platform>/vendor/<target triple>/bin/codex, where
+    # @openai/codex-<platform> is an npm alias of @openai/codex@<version>-<platform>
+    "codex": NpmAgent("@openai/codex", "codex", "@openai/codex-", "vendor/*/bin/codex", run_native=True),
 }
 
 VERIFIED: dict[str, tuple[str, ...]] = {
     "claude-code": ("2.1.220", "2.1.332"),
+    "codex": ("0.149.0", "0.171.0"),
 }
 
 
@@ -146,10 +157,34 @@ def _is_native_binary(path: Path) -> bool:
         return False
 
 
+def _native_entrypoint(prefix: Path, spec: NpmAgent, package: dict[str, Any]) -> Path:
+    """The native binary inside the installed per-platform optional dependency (see ``NpmAgent.run_native``)."""
+    prefix_name, pattern = spec.native_package_prefix or "", spec.native_binary or ""
+    optional = package.get("optionalDependencies") or {}
+    names = sorted(n for n in optional if isinstance(n, str) and n.startswith(prefix_name))
+    installed = [prefix / "node_modules" / n for n in names if (prefix / "node_modules" / n / "package.json").is_file()]
+    if len(installed) != 1:
+        found = ", ".join(p.name for p in installed) or "none"
+        raise ReplayError(ErrorKind.INTERNAL,
+                          f"{spec.package}: expected one installed native package for {_platform_key()} "
+                          f"among {', '.join(names) or 'no optionalDependencies'}; found {found}")
+    matches = sorted(p for p in installed[0].glob(pattern) if p.is_file())
+    if len(matches) != 1:
+        message = f"{spec.package}: expected one native binary {pattern} in {installed[0]}, found {len(matches)}"
+        raise ReplayError(ErrorKind.INTERNAL, message)
+    entry = matches[0]
+    if not _is_native_binary(entry):
+        raise ReplayError(ErrorKind.INTERNAL, f"{spec.package}: {entry} is not a native executable")
+    entry.chmod(entry.stat().st_mode | 0o111)
+    return entry
+
+
 def _entrypoint(prefix: Path, spec: NpmAgent) -> Path:
     """Resolve the package's ``bin`` entry; copy the native binary in place if the postinstall did not run."""
     package_dir = prefix / "node_modules" / spec.package
     package = json.loads((package_dir / "package.json").read_text("utf-8"))
+    if spec.run_native:
+        return _native_entrypoint(prefix, spec, package)
     bins = package.get("bin")
     rel = bins if isinstance(bins, str) else (bins or {}).get(spec.bin_name)
     if not isinstance(rel, str):
@@ -203,11 +238,11 @@ def install(agent: str, version: str) -> Runtime:
     return runtime
 
 
-_VERSION_RE = re.compile(r"^\s*v?(\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.\-]+)?)\b")
+_VERSION_RE = re.compile(r"^\s*(?:codex-cli\s+)?v?(\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.\-]+)?)\b")
 
 
 def parse_version_output(output: str) -> str:
-    """``"2.1.220 (Claude Code)"`` -> ``"2.1.220"``; raises ValueError on anything else."""
+    """``"2.1.220 (Claude Code)"`` / ``"codex-cli 0.149.0"`` -> the version; raises ValueError on anything else."""
     for line in output.splitlines():
         match = _VERSION_RE.match(line)
         if match:

@@ -1,18 +1,30 @@
-"""ScriptedModel: a loopback server speaking the Anthropic Messages API (SSE streaming), driven by a script.
+"""ScriptedModel: a loopback server speaking the Anthropic Messages API and the OpenAI Responses API
+(SSE streaming), driven by a script.
 
 The script is a list of assistant turns; each turn is a list of content blocks (text, thinking, tool_use;
 several tool_use blocks = one parallel batch). Which turn answers a request:
 
 * ``step_mode="conversation"`` (default): turn index = number of assistant messages already in the
-  request's ``messages`` (a run of consecutive assistant messages counts once).
+  request's ``messages`` (a run of consecutive assistant messages counts once). For the Responses API:
+  the number of assistant-output groups in ``input`` (a run of consecutive ``function_call`` /
+  ``custom_tool_call`` / ``reasoning`` / assistant ``message`` items counts once).
   Robust to resume: a resumed session replays the earlier turns.
 * ``step_mode="counter"``: the n-th main request gets turn n.
 
 A *main* request has a non-empty ``tools`` list; others (title/summary helpers) get a short text answer.
 Past the end of the script the answer is ``"Done."`` with ``end_turn``.
 
+Endpoints: ``POST /v1/messages`` (+ ``/count_tokens``) for Anthropic clients; ``POST /v1/responses`` (also
+``/responses``) for Codex, whose ``base_url = "<url>/v1"`` gets ``/responses`` appended; ``GET /v1/models``
+(also ``/models``) answers an empty list. On the Responses API a block maps to an output item:
+``text`` -> assistant ``message`` (``output_text``); ``tool_use`` -> ``function_call`` (``arguments`` = the
+JSON of ``input``, ``call_id`` = the block's ``id`` or a seeded ``call_…``); ``custom_tool_call``
+(``{"type": "custom_tool_call", "name": "apply_patch", "input": "*** Begin Patch…"}``) -> a freeform
+``custom_tool_call``; ``function_call`` (``arguments`` as a raw string, e.g. deliberately invalid JSON) is
+passed through; ``thinking`` -> a ``reasoning`` item (summary text, ``encrypted_content`` = signature).
+
     with ScriptedModel([[text("hi"), tool_use("Bash", {"command": "ls"})], [text("ok")]]).serve() as url:
-        ...  # ANTHROPIC_BASE_URL=url
+        ...  # ANTHROPIC_BASE_URL=url, or Codex base_url = url + "/v1"
 """
 
 from __future__ import annotations
@@ -48,6 +60,14 @@ def thinking(value: str, signature: str = "c2NyaXB0ZWQtc2lnbmF0dXJl") -> Block:
 
 def tool_use(name: str, input: dict[str, Any], id: str | None = None) -> Block:
     block: Block = {"type": "tool_use", "name": name, "input": input}
+    if id is not None:
+        block["id"] = id
+    return block
+
+
+def custom_tool_call(name: str, input: str, id: str | None = None) -> Block:
+    """A freeform tool call (Responses API only), e.g. Codex's ``apply_patch`` with the patch text as input."""
+    block: Block = {"type": "custom_tool_call", "name": name, "input": input}
     if id is not None:
         block["id"] = id
     return block
@@ -141,6 +161,80 @@ class ScriptedModel:
             blocks.append(block)
         return stable_id("msg_", self.seed, step), blocks, turn.effective_stop_reason
 
+    # -- OpenAI Responses API ---------------------------------------------------------------------------
+
+    def select_responses(self, body: dict[str, Any]) -> tuple[str, int | None]:
+        """('main', step) or ('aux', None) for a /v1/responses body."""
+        if not body.get("tools"):
+            return "aux", None
+        if self.step_mode == "counter":
+            step = self._main_count
+            self._main_count += 1
+            return "main", step
+        items = body.get("input")
+        marks = [_is_assistant_output(item) for item in items] if isinstance(items, list) else []
+        return "main", sum(1 for i, mark in enumerate(marks) if mark and (i == 0 or not marks[i - 1]))
+
+    def respond_responses(self, kind: str, step: int | None) -> tuple[str, list[Block]]:
+        """(response id, output items) for a selected step of the Responses API."""
+        if kind == "aux" or step is None:
+            rid = stable_id("resp_", self.seed, "aux", len(self.requests))
+            return rid, [_message_item(stable_id("msg_", self.seed, "aux", len(self.requests)), self.aux_text)]
+        if step >= len(self._script):
+            return stable_id("resp_", self.seed, "final", step), [
+                _message_item(stable_id("msg_", self.seed, "final", step), self.final_text)]
+        items = []
+        for index, block in enumerate(self._script[step].content):
+            item_id = stable_id("", self.seed, "item", step, index)
+            call_id = block.get("id") or stable_id("call_", self.seed, step, index)
+            block_type = block.get("type")
+            if block_type == "text":
+                items.append(_message_item(f"msg_{item_id}", block["text"]))
+            elif block_type == "thinking":
+                items.append({"type": "reasoning", "id": f"rs_{item_id}",
+                              "summary": [{"type": "summary_text", "text": block["thinking"]}],
+                              "encrypted_content": block.get("signature") or None})
+            elif block_type in ("tool_use", "function_call"):
+                arguments = block["arguments"] if block_type == "function_call" else json.dumps(block["input"],
+                                                                                           ensure_ascii=False)
+                items.append({"type": "function_call", "id": f"fc_{item_id}", "status": "completed",
+                              "name": block["name"], "arguments": arguments, "call_id": call_id})
+            elif block_type == "custom_tool_call":
+                items.append({"type": "custom_tool_call", "id": f"ctc_{item_id}", "status": "completed",
+                              "name": block["name"], "input": block["input"], "call_id": call_id})
+            else:
+                raise ValueError(f"unsupported scripted block type {block_type!r} for the Responses API")
+        return stable_id("resp_", self.seed, step), items
+
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        entry = await self._record(request)
+        body = entry["body"] if isinstance(entry["body"], dict) else {}
+        kind, step = self.select_responses(body)
+        response_id, items = self.respond_responses(kind, step)
+        entry.update(api="responses", kind=kind, step=step,
+                     output_types=[item["type"] for item in items])
+        self._log(entry)
+        output_tokens = 10 + sum(len(json.dumps(item)) // 4 for item in items)
+        usage = {"input_tokens": 100, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": output_tokens,
+                 "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 100 + output_tokens}
+        envelope = {"id": response_id, "object": "response", "created_at": 1767225600, "status": "in_progress",
+                    "model": body.get("model", self.model), "output": [], "usage": None}
+        if not body.get("stream"):
+            return web.json_response({**envelope, "status": "completed", "output": items, "usage": usage})
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        for number, (event, data) in enumerate(responses_sse_events(envelope, items, usage)):
+            payload = {"type": event, "sequence_number": number, **data}
+            await response.write(f"event: {event}\ndata: {json.dumps(payload, ensure_ascii=False)}\n\n".encode())
+        await response.write_eof()
+        return response
+
+    async def _models(self, request: web.Request) -> web.Response:
+        entry = await self._record(request)
+        entry.update(kind="models")
+        self._log(entry)
+        return web.json_response({"object": "list", "data": [], "models": []})
+
     def _log(self, entry: dict[str, Any]) -> None:
         self.requests.append(entry)
         if self.log_path is not None:
@@ -200,6 +294,9 @@ class ScriptedModel:
         app = web.Application(client_max_size=256 * 1024 * 1024)
         app.router.add_post("/v1/messages", self._messages)
         app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
+        for prefix in ("/v1", ""):
+            app.router.add_post(f"{prefix}/responses", self._responses)
+            app.router.add_get(f"{prefix}/models", self._models)
         app.router.add_route("*", "/{tail:.*}", self._other)
         return app
 
@@ -283,6 +380,69 @@ def sse_events(message: dict[str, Any], blocks: list[Block], stop_reason: str,
     yield "message_delta", {"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": None},
                             "usage": {"output_tokens": output_tokens}}
     yield "message_stop", {"type": "message_stop"}
+
+
+def _is_assistant_output(item: Any) -> bool:
+    """True for a Responses API input item the model produced (an assistant-turn item)."""
+    if not isinstance(item, dict):
+        return False
+    kind = item.get("type", "message")
+    if kind in ("function_call", "custom_tool_call", "reasoning", "local_shell_call", "web_search_call"):
+        return True
+    return kind == "message" and item.get("role") == "assistant"
+
+
+def _message_item(item_id: str, value: str) -> Block:
+    return {"type": "message", "id": item_id, "status": "completed", "role": "assistant",
+            "content": [{"type": "output_text", "text": value, "annotations": []}]}
+
+
+def responses_sse_events(envelope: dict[str, Any], items: list[Block],
+                         usage: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The Responses API streaming event sequence (without ``type``/``sequence_number``) for one response."""
+    yield "response.created", {"response": envelope}
+    yield "response.in_progress", {"response": envelope}
+    for index, item in enumerate(items):
+        kind, item_id = item["type"], item["id"]
+        where = {"item_id": item_id, "output_index": index}
+        if kind == "message":
+            yield "response.output_item.added", {"output_index": index, "item": {**item, "status": "in_progress",
+                                                                                 "content": []}}
+            part = {"type": "output_text", "text": "", "annotations": []}
+            value = item["content"][0]["text"]
+            yield "response.content_part.added", {**where, "content_index": 0, "part": part}
+            for chunk in _chunks(value):
+                yield "response.output_text.delta", {**where, "content_index": 0, "delta": chunk}
+            yield "response.output_text.done", {**where, "content_index": 0, "text": value}
+            yield "response.content_part.done", {**where, "content_index": 0, "part": {**part, "text": value}}
+        elif kind == "reasoning":
+            yield "response.output_item.added", {"output_index": index, "item": {**item, "summary": []}}
+            for summary_index, summary in enumerate(item["summary"]):
+                part = {"type": "summary_text", "text": ""}
+                yield "response.reasoning_summary_part.added", {**where, "summary_index": summary_index, "part": part}
+                for chunk in _chunks(summary["text"]):
+                    yield "response.reasoning_summary_text.delta", {**where, "summary_index": summary_index,
+                                                                    "delta": chunk}
+                yield "response.reasoning_summary_text.done", {**where, "summary_index": summary_index,
+                                                               "text": summary["text"]}
+                yield "response.reasoning_summary_part.done", {**where, "summary_index": summary_index,
+                                                               "part": {**part, "text": summary["text"]}}
+        elif kind == "function_call":
+            yield "response.output_item.added", {"output_index": index, "item": {**item, "status": "in_progress",
+                                                                                 "arguments": ""}}
+            for chunk in _chunks(item["arguments"]):
+                yield "response.function_call_arguments.delta", {**where, "delta": chunk}
+            yield "response.function_call_arguments.done", {**where, "arguments": item["arguments"]}
+        elif kind == "custom_tool_call":
+            yield "response.output_item.added", {"output_index": index, "item": {**item, "status": "in_progress",
+                                                                                 "input": ""}}
+            for chunk in _chunks(item["input"]):
+                yield "response.custom_tool_call_input.delta", {**where, "delta": chunk}
+            yield "response.custom_tool_call_input.done", {**where, "input": item["input"]}
+        else:
+            raise ValueError(f"unsupported output item type {kind!r}")
+        yield "response.output_item.done", {"output_index": index, "item": item}
+    yield "response.completed", {"response": {**envelope, "status": "completed", "output": items, "usage": usage}}
 
 
 def _chunks(value: str) -> list[str]:

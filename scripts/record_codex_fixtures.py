@@ -1,0 +1,324 @@
+#!/usr/bin/env python3
+"""Record REAL Codex CLI sessions (verified native binaries) against ScriptedModel as test fixtures.
+
+    python scripts/record_codex_fixtures.py [--version V ...] [--scenario S ...]
+
+Writes tests/fixtures/codex/<version>/<scenario>/: rollout.jsonl (the native rollout), stdout.jsonl
+(`codex exec --json`), stderr.txt, requests.jsonl (what the model server received; `instructions`/`tools` as
+hashes), script.json, meta.json and workspace-initial/.
+
+The recording cwd (/tmp/forkpoint-rec-codex/<scenario>) and HOME (/tmp/forkpoint-rec-codex-home/<scenario>,
+CODEX_HOME = HOME/.codex) are fixed and recreated fresh, and call ids are seeded per scenario, so
+re-recordings differ only in thread/turn/item uuids, timestamps, Chunk IDs and wall times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from forkpoint import runtimes
+from forkpoint.testing.scripted_model import Block, ScriptedModel, custom_tool_call, text, tool_use
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "tests" / "fixtures" / "codex"
+REC_ROOT = Path("/tmp/forkpoint-rec-codex")
+HOME_ROOT = Path("/tmp/forkpoint-rec-codex-home")
+CLEAN_PATH = "/usr/local/bin:/usr/bin:/bin"
+RUN_TIMEOUT_S = 180.0
+MODEL = "gpt-5.5"  # known to both versions; an unknown model name made 0.171 drop apply_patch
+API_KEY_ENV = "SCRIPTED_API_KEY"
+
+Json = dict[str, Any]
+Turns = list[list[Block]]
+
+CONFIG_TOML = f"""model = "{MODEL}"
+model_provider = "scripted"
+
+[model_providers.scripted]
+name = "ScriptedModel"
+base_url = "{{base_url}}"
+wire_api = "responses"
+env_key = "{API_KEY_ENV}"
+request_max_retries = 0
+stream_max_retries = 0
+
+[features]
+plugins = false
+remote_plugin = false
+apps = false
+"""
+
+
+def exec_command(cmd: str) -> Block:
+    return tool_use("exec_command", {"cmd": cmd})
+
+
+def apply_patch(patch: str) -> Block:
+    return custom_tool_call("apply_patch", patch)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    task: str
+    files: dict[str, str]
+    turns: Callable[[str], Turns]  # cwd -> scripted assistant turns
+    exit_codes: dict[int, int]  # step -> the exit code every exec_command output of that step must report
+    versions: tuple[str, ...] = ()  # empty = every verified version
+    check: Callable[[list[Json]], None] | None = None
+    notes: str = ""
+
+
+def _outputs(lines: list[Json]) -> dict[str, str]:
+    return {p["call_id"]: p["output"] for p in _items(lines)
+            if p.get("type") in ("function_call_output", "custom_tool_call_output")}
+
+
+def _items(lines: list[Json]) -> list[Json]:
+    return [line["payload"] for line in lines if line.get("type") == "response_item"]
+
+
+def _check_parallel(lines: list[Json]) -> None:
+    items = [(p["type"], p.get("call_id")) for p in _items(lines) if "call" in p.get("type", "")]
+    kinds = [k for k, _ in items]
+    assert kinds[:4] == ["function_call", "function_call", "function_call_output", "function_call_output"], items
+    assert [c for _, c in items[:2]] == [c for _, c in items[2:4]], f"outputs not in call order: {items}"
+    outputs = list(_outputs(lines).values())
+    assert outputs[0].endswith("Output:\nalpha\n") and outputs[1].endswith("Output:\nbeta\n"), outputs
+
+
+def _check_apply_patch(lines: list[Json]) -> None:
+    outputs = list(_outputs(lines).values())
+    assert outputs[0] == ("Exit code: 0\nWall time: 0 seconds\nOutput:\nSuccess. Updated the following files:\n"
+                          "A hello.txt\n"), outputs[0]
+    assert outputs[1].endswith("Output:\nhello from the patch\n"), outputs[1]
+
+
+def _check_error(lines: list[Json]) -> None:
+    output = next(iter(_outputs(lines).values()))
+    assert "No such file or directory" in output, output
+
+
+def _check_plan(lines: list[Json]) -> None:
+    assert list(_outputs(lines).values()) == ["Plan updated"], _outputs(lines)
+
+
+PLAN = {"explanation": "Two small steps.",
+        "plan": [{"step": "Inspect notes.txt", "status": "completed"},
+                 {"step": "Summarise it", "status": "in_progress"}]}
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
+    Scenario(
+        "exec_basic", "List the files here, then show notes.txt and summarise it.",
+        {"notes.txt": "hello from notes\nsecond line\n", "src/app.py": "print('hi')\n"},
+        lambda cwd: [[text("I'll list the files first."), exec_command("ls")],
+                     [exec_command("cat notes.txt")],
+                     [text("notes.txt says hello and has a second line.")]],
+        exit_codes={0: 0, 1: 0},
+    ),
+    Scenario(
+        "parallel", "Show the contents of a.txt and b.txt.",
+        {"a.txt": "alpha\n", "b.txt": "beta\n"},
+        lambda cwd: [[text("Reading both files in parallel."), exec_command("sleep 1 && cat a.txt"),
+                      exec_command("cat b.txt")],
+                     [text("a.txt has alpha, b.txt has beta.")]],
+        exit_codes={0: 0}, check=_check_parallel,
+        notes="call 1 sleeps 1 s, so call 2 finishes first: item_completed events in completion order, "
+              "function_call_outputs in call order",
+    ),
+    Scenario(
+        "apply_patch", "Create hello.txt and show it.",
+        {"README.md": "# demo\n"},
+        lambda cwd: [[apply_patch("*** Begin Patch\n*** Add File: hello.txt\n+hello from the patch\n*** End Patch\n")],
+                     [exec_command("cat hello.txt")],
+                     [text("hello.txt now says hello from the patch.")]],
+        exit_codes={1: 0}, check=_check_apply_patch,
+        notes="apply_patch is a freeform custom tool: custom_tool_call / custom_tool_call_output",
+    ),
+    Scenario(
+        "error_exit", "Look into missing-dir.",
+        {"README.md": "# demo\n"},
+        lambda cwd: [[exec_command("ls missing-dir")],
+                     [text("missing-dir does not exist.")]],
+        exit_codes={0: 2}, check=_check_error,
+    ),
+    Scenario(
+        "update_plan", "Plan how to summarise notes.txt.",
+        {"notes.txt": "hello from notes\n"},
+        lambda cwd: [[tool_use("update_plan", PLAN)],
+                     [text("The plan is in place.")]],
+        exit_codes={}, versions=("0.149.0",), check=_check_plan,
+        notes="update_plan exists in 0.149 only (0.171 answers `unsupported call: update_plan`)",
+    ),
+]}
+
+
+def read_jsonl(path: Path) -> list[Json]:
+    return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
+
+
+def write_files(root: Path, files: dict[str, str]) -> None:
+    for rel, content in files.items():
+        target = root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content, "utf-8")
+
+
+def _sha256(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def compact_request(entry: Json) -> Json:
+    """A request log entry with the big, constant parts (instructions, tools) replaced by hashes / names."""
+    out = {k: v for k, v in entry.items() if k != "body"}
+    body = entry.get("body")
+    if isinstance(body, dict):
+        slim = dict(body)
+        for key in ("instructions", "tools"):
+            if key in slim:
+                slim[f"{key}_sha256"] = _sha256(slim.pop(key))
+        slim["tool_names"] = [t.get("name") or t.get("type") for t in body.get("tools") or []]
+        out["body"] = slim
+    return out
+
+
+def run_codex(runtime: runtimes.Runtime, scenario: Scenario, model: ScriptedModel, cwd: Path, home: Path,
+              out: Path) -> tuple[int, Json]:
+    codex_home = home / ".codex"
+    codex_home.mkdir(parents=True)
+    argv = [str(runtime.entrypoint), *command_args(scenario)]
+    with model.serve() as url:
+        (codex_home / "config.toml").write_text(CONFIG_TOML.format(base_url=f"{url}/v1"), "utf-8")
+        env = environment(home, codex_home)
+        with (out / "stdout.jsonl").open("wb") as stdout, (out / "stderr.txt").open("wb") as stderr:
+            proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                                    start_new_session=True)
+            try:
+                code = proc.wait(timeout=RUN_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                raise RuntimeError(f"codex did not finish within {RUN_TIMEOUT_S} s") from None
+    return code, env
+
+
+def command_args(scenario: Scenario) -> list[str]:
+    return ["exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", scenario.task]
+
+
+def environment(home: Path, codex_home: Path) -> Json:
+    return {"PATH": CLEAN_PATH, "HOME": str(home), "CODEX_HOME": str(codex_home), "LANG": "C.UTF-8", "TZ": "UTC",
+            API_KEY_ENV: "dummy"}
+
+
+def verify(scenario: Scenario, exit_code: int, expected: list[list[str]], turns: Turns, fixture: Path) -> None:
+    assert exit_code == 0, f"codex exited {exit_code}"
+    lines = read_jsonl(fixture / "rollout.jsonl")
+    assert lines[0].get("type") == "session_meta", f"first line is {lines[0].get('type')}"
+    assert all("timestamp" in line for line in lines), "a line without timestamp"
+    items = _items(lines)
+    calls = {p["call_id"]: p for p in items if p.get("type") in ("function_call", "custom_tool_call")}
+    outputs = _outputs(lines)
+    for step, ids in enumerate(expected):
+        for index, call_id in enumerate(ids):
+            assert call_id in calls, f"step {step}: call {call_id} missing"
+            block = [b for b in turns[step] if b["type"] != "text"][index]
+            kind = "custom_tool_call" if block["type"] == "custom_tool_call" else "function_call"
+            assert calls[call_id]["type"] == kind, calls[call_id]
+            assert call_id in outputs, f"step {step}: no output for {call_id}"
+            out_kind = next(p["type"] for p in items if p.get("call_id") == call_id and p["type"].endswith("_output"))
+            assert out_kind == f"{kind}_output", out_kind
+            if step in scenario.exit_codes and block.get("name") == "exec_command":
+                assert f"\nProcess exited with code {scenario.exit_codes[step]}\n" in outputs[call_id], outputs[call_id]
+    assert set(outputs) <= set(calls), "output without call"
+    last = [p for p in items if p.get("type") == "message" and p.get("role") == "assistant"][-1]
+    assert last["content"][0]["text"] == turns[-1][0]["text"], last
+    assert any(line["payload"].get("type") == "task_complete" for line in lines if line["type"] == "event_msg")
+    if scenario.check:
+        scenario.check(lines)
+
+
+def record(version: str, scenario: Scenario) -> Path:
+    runtime = runtimes.find("codex", version)
+    if runtime is None:
+        raise SystemExit(f"codex {version} is not installed: `forkpoint agents install codex@{version}`")
+    probed = runtimes.probe_version(runtime)
+    cwd, home = REC_ROOT / scenario.name, HOME_ROOT / scenario.name
+    fixture = FIXTURES / version / scenario.name
+    for path in (cwd, home, fixture):
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True)
+    write_files(cwd, scenario.files)
+    write_files(fixture / "workspace-initial", scenario.files)
+    seed = f"codex/{scenario.name}"
+    turns = scenario.turns(str(cwd))
+    (fixture / "script.json").write_text(json.dumps({"seed": seed, "turns": [{"content": t} for t in turns]},
+                                                    indent=2) + "\n")
+    model = ScriptedModel(turns, seed=seed, model=MODEL)
+    expected = [[item["call_id"] for item in model.respond_responses("main", step)[1] if "call_id" in item]
+                for step in range(len(turns))]
+    exit_code, env = run_codex(runtime, scenario, model, cwd, home, fixture)
+    codex_home = home / ".codex"
+    rollouts = sorted((codex_home / "sessions").rglob("rollout-*.jsonl"))
+    if len(rollouts) != 1:
+        raise RuntimeError(f"expected one rollout under {codex_home / 'sessions'}, found {rollouts}")
+    shutil.copyfile(rollouts[0], fixture / "rollout.jsonl")
+    with (fixture / "requests.jsonl").open("w") as handle:
+        for entry in model.requests:
+            handle.write(json.dumps(compact_request(entry), ensure_ascii=False) + "\n")
+    first = read_jsonl(fixture / "rollout.jsonl")[0]
+    session_id = first.get("payload", {}).get("id")
+    started = next((line for line in read_jsonl(fixture / "stdout.jsonl") if line.get("type") == "thread.started"), {})
+    if started.get("thread_id") not in (None, session_id):
+        raise RuntimeError(f"stdout thread {started.get('thread_id')} != session_meta id {session_id}")
+    meta = {
+        "agent": "codex", "version": version, "probed_version": probed, "scenario": scenario.name,
+        "session_id": session_id, "cwd": str(cwd), "home": str(home), "codex_home": str(codex_home),
+        "rollout_path": str(rollouts[0].relative_to(codex_home)),
+        "command": ["codex", *command_args(scenario)], "stdin": "/dev/null",
+        "entrypoint": runtime.manifest()["entrypoint"],
+        "env": env,
+        "config_toml": CONFIG_TOML.format(base_url="<scripted model url>/v1"),
+        "model": MODEL, "exit_code": exit_code, "expected_call_ids": expected, "notes": scenario.notes,
+        "recorded_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+    }
+    (fixture / "meta.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
+    verify(scenario, exit_code, expected, turns, fixture)
+    return fixture
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="append", choices=runtimes.VERIFIED["codex"])
+    parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
+    args = parser.parse_args()
+    failed = []
+    for version in args.version or runtimes.VERIFIED["codex"]:
+        for name in args.scenario or list(SCENARIOS):
+            scenario = SCENARIOS[name]
+            if scenario.versions and version not in scenario.versions:
+                continue
+            try:
+                fixture = record(version, scenario)
+                print(f"ok   {version} {name}: {len(read_jsonl(fixture / 'rollout.jsonl'))} lines")
+            except (AssertionError, RuntimeError, StopIteration, KeyError, IndexError) as error:
+                failed.append(f"{version}/{name}")
+                print(f"FAIL {version} {name}: {error!r}", file=sys.stderr)
+    if failed:
+        raise SystemExit(f"failed: {', '.join(failed)}")
+
+
+if __name__ == "__main__":
+    main()
