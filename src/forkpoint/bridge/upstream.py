@@ -1,8 +1,9 @@
-"""Where the bridge sends a validated request: ``anthropic`` (pass-through, streamed) or ``stub`` (answers itself).
+"""Where the bridge sends a validated request: a pass-through (streamed) or a stub (answers itself).
 
-forkpoint does not translate: the agent speaks the Anthropic Messages API and the ``anthropic`` upstream is an
-Anthropic Messages endpoint (the real API or a compatible server such as ScriptedModel). The response is
-streamed back chunk by chunk, never buffered.
+forkpoint does not translate: Claude Code speaks the Anthropic Messages API and the ``anthropic`` upstream is an
+Anthropic Messages endpoint; Codex speaks the OpenAI Responses API and the ``openai-responses`` upstream is a
+Responses endpoint (the real APIs or a compatible server such as ScriptedModel). The response is streamed back
+chunk by chunk, never buffered. ``StubUpstream`` / ``ResponsesStubUpstream`` answer with a short final text.
 """
 
 from __future__ import annotations
@@ -168,3 +169,145 @@ def text_message_events(message: JsonObject, text: str) -> Iterator[tuple[str, J
     yield "message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
                             "usage": {"output_tokens": 1}}
     yield "message_stop", {"type": "message_stop"}
+
+
+# -- OpenAI Responses API (Codex) -------------------------------------------------------------------------------
+
+#: credential-scoping headers of the agent's (dummy) identity: the upstream key's owner decides these
+DROPPED_OPENAI_REQUEST_HEADERS = DROPPED_REQUEST_HEADERS | {"openai-organization", "openai-project",
+                                                            "chatgpt-account-id"}
+PASSED_OPENAI_RESPONSE_HEADERS = frozenset({"content-type", "content-encoding", "cache-control", "retry-after",
+                                            "x-request-id", "request-id", "x-models-etag", "x-reasoning-included"})
+PASSED_OPENAI_RESPONSE_PREFIXES = ("openai-", "x-ratelimit-", "x-codex-")
+RESPONSES_STUB_TEXT = STUB_TEXT
+
+
+def openai_error_json(kind: str, message: str, code: str | None = None) -> JsonObject:
+    """The OpenAI API error shape: ``{"error": {"message", "type", "param", "code"}}``."""
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+def openai_error_response(status: int, kind: str, message: str, code: str | None = None) -> web.Response:
+    return web.json_response(openai_error_json(kind, message, code), status=status)
+
+
+class OpenAIResponsesUpstream:
+    """POST the cleaned body to ``<base_url>/responses`` with the bridge's key; stream the answer back unbuffered.
+
+    ``base_url`` is an OpenAI-style API root such as ``https://api.openai.com/v1`` or ScriptedModel's
+    ``http://127.0.0.1:PORT/v1`` (a base already ending in ``/responses`` is used as is).
+    """
+
+    name = "openai-responses"
+
+    def __init__(self, base_url: str, api_key: str, *, connect_timeout_s: float = 30.0,
+                 read_timeout_s: float = 600.0) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"upstream base URL must be http(s): {base_url!r}")
+        if not api_key:
+            raise ValueError("the openai-responses upstream needs an API key")
+        base = base_url.rstrip("/")
+        self.base_url = base
+        self.url = base if base.endswith("/responses") else f"{base}/responses"
+        self._api_key = api_key
+        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s, sock_read=read_timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+
+    def __repr__(self) -> str:  # never show the key
+        return f"OpenAIResponsesUpstream({self.base_url!r})"
+
+    async def open(self) -> None:
+        self._session = aiohttp.ClientSession(timeout=self._timeout, auto_decompress=False, trust_env=False)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def headers_for(self, request: web.Request) -> dict[str, str]:
+        """The agent's headers (``session-id``, ``originator``, ``x-codex-*``...) minus hop-by-hop, auth, host and
+        length; then the bridge's key."""
+        listed = {token.strip().lower() for token in request.headers.get("connection", "").split(",")}
+        headers = {
+            name: value for name, value in request.headers.items()
+            if name.lower() not in DROPPED_OPENAI_REQUEST_HEADERS and name.lower() not in listed
+        }
+        headers.update({"authorization": f"Bearer {self._api_key}", "content-type": "application/json",
+                        "accept-encoding": "identity"})
+        return headers
+
+    async def send(self, request: web.Request, body: JsonObject) -> tuple[web.StreamResponse, Sent]:
+        assert self._session is not None, "upstream not opened"
+        url = self.url + (f"?{request.query_string}" if request.query_string else "")
+        try:
+            upstream = await self._session.post(url, data=orjson.dumps(body), headers=self.headers_for(request),
+                                                allow_redirects=False)
+        except (aiohttp.ClientError, TimeoutError, OSError) as error:
+            message = f"forkpoint bridge: upstream connection failed: {type(error).__name__}: {error}"
+            failed = openai_error_response(502, "server_error", message, "upstream_unreachable")
+            return failed, Sent(502, False, message)
+        async with upstream:
+            headers = {name: value for name, value in upstream.headers.items()
+                       if name.lower() in PASSED_OPENAI_RESPONSE_HEADERS
+                       or name.lower().startswith(PASSED_OPENAI_RESPONSE_PREFIXES)}
+            response = web.StreamResponse(status=upstream.status, headers=headers)
+            await response.prepare(request)
+            try:
+                async for chunk in upstream.content.iter_any():
+                    await response.write(chunk)
+            except (aiohttp.ClientError, TimeoutError, OSError) as error:
+                message = f"upstream stream broke: {type(error).__name__}: {error}"
+                return response, Sent(upstream.status, True, message)
+            await response.write_eof()
+            return response, Sent(upstream.status, True)
+
+
+class ResponsesStubUpstream:
+    """Answers a validated Responses request itself with one short assistant message (SSE when ``stream``)."""
+
+    name = "stub"
+
+    def __init__(self, text: str = RESPONSES_STUB_TEXT) -> None:
+        self.text = text
+        self._count = 0
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def send(self, request: web.Request, body: JsonObject) -> tuple[web.StreamResponse, Sent]:
+        self._count += 1
+        model = body.get("model") if isinstance(body.get("model"), str) else "forkpoint-stub"
+        response_id = f"resp_forkpoint_stub_{self._count:04d}"
+        item: JsonObject = {"type": "message", "id": f"msg_forkpoint_stub_{self._count:04d}", "status": "completed",
+                            "role": "assistant",
+                            "content": [{"type": "output_text", "text": self.text, "annotations": []}]}
+        usage: JsonObject = {"input_tokens": 0, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 1,
+                             "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 1}
+        envelope: JsonObject = {"id": response_id, "object": "response", "created_at": 0, "status": "in_progress",
+                                "model": model, "output": [], "usage": None}
+        if body.get("stream") is not True:
+            return web.json_response({**envelope, "status": "completed", "output": [item], "usage": usage}), Sent(
+                200, False)
+        response = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream",
+                                                           "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        for number, (event, data) in enumerate(responses_text_events(envelope, item, usage)):
+            payload = {"type": event, "sequence_number": number, **data}
+            await response.write(f"event: {event}\ndata: {json.dumps(payload, ensure_ascii=False)}\n\n".encode())
+        await response.write_eof()
+        return response, Sent(200, False)
+
+
+def responses_text_events(envelope: JsonObject, item: JsonObject,
+                          usage: JsonObject) -> Iterator[tuple[str, JsonObject]]:
+    """The Responses SSE events (without ``type``/``sequence_number``) for a response of one assistant message."""
+    text = item["content"][0]["text"]
+    where = {"item_id": item["id"], "output_index": 0, "content_index": 0}
+    yield "response.created", {"response": envelope}
+    yield "response.output_item.added", {"output_index": 0, "item": {**item, "status": "in_progress", "content": []}}
+    yield "response.output_text.delta", {**where, "delta": text}
+    yield "response.output_item.done", {"output_index": 0, "item": item}
+    yield "response.completed", {"response": {**envelope, "status": "completed", "output": [item], "usage": usage}}

@@ -23,16 +23,20 @@ def test_rollout_path_and_config(tmp_path: Path) -> None:
     path = cx.rollout_path(tmp_path, {"timestamp": "2026-11-30T10:00:00Z"}, "rollout-2026-x-abc.jsonl", "abc")
     assert path == tmp_path / ".codex" / "sessions" / "2026" / "11" / "30" / "rollout-2026-x-abc.jsonl"
     assert cx.rollout_path(tmp_path, {}, "mine.jsonl", "abc").name == "rollout-abc.jsonl"
-    config = tomllib.loads(cx.config_toml("http://127.0.0.1:9/tok", "gpt-5.5"))
-    provider = config["model_providers"]["forkpoint"]
+    config = tomllib.loads(cx.config_toml("http://127.0.0.1:9/tok", "gpt-5.5", "scripted"))
+    assert config["model_provider"] == "scripted"
+    provider = config["model_providers"]["scripted"]
     assert provider["base_url"] == "http://127.0.0.1:9/tok/v1" and provider["wire_api"] == "responses"
     assert config["model"] == "gpt-5.5" and config["features"] == {"plugins": False, "remote_plugin": False,
                                                                     "apps": False}
+    builtin = tomllib.loads(cx.config_toml("http://127.0.0.1:9/tok", "gpt-5.5", "openai"))
+    assert builtin["openai_base_url"] == "http://127.0.0.1:9/tok/v1" and "model_providers" not in builtin
 
 
 def test_environment_has_no_credentials(tmp_path: Path) -> None:
     env = cx.environment({"OPENAI_API_KEY": "real", "PATH": "/bin", "CODEX_HOME": "/root/.codex"}, tmp_path)
-    assert "OPENAI_API_KEY" not in env and env["CODEX_HOME"] == str(tmp_path / ".codex")
+    assert env["OPENAI_API_KEY"] == "forkpoint-bridge"  # the real key never reaches the agent
+    assert env["CODEX_HOME"] == str(tmp_path / ".codex")
     assert env[cx.BRIDGE_KEY_ENV] == "forkpoint-bridge" and env["HOME"] == str(tmp_path)
 
 
@@ -43,10 +47,11 @@ def _resumed(prefix: list[bytes]) -> list[bytes]:
     def event(payload: dict[str, object]) -> bytes:
         return orjson.dumps({"timestamp": "t", "type": "event_msg", "payload": payload})
 
-    return prefix + [
+    skills = "<skills_instructions>\n## Skills\n...</skills_instructions>"
+    return [
+        *prefix,
         event({"type": "task_started"}),
-        item({"type": "message", "role": "developer",
-              "content": [{"type": "input_text", "text": "<skills_instructions>\n## Skills\n...</skills_instructions>"}]}),
+        item({"type": "message", "role": "developer", "content": [{"type": "input_text", "text": skills}]}),
         item({"type": "message", "role": "user", "content": [{"type": "input_text", "text": NONCE}]}),
         event({"type": "user_message", "message": NONCE}),
         item({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "continuing"}]}),
@@ -76,4 +81,4 @@ def test_rewritten_prefix_or_missing_nonce_is_refused() -> None:
     with pytest.raises(ReplayError, match="rewrote"):
         cx.clean_continued([b"{}", *_resumed(prefix)[1:]], prefix, NONCE, None)
     with pytest.raises(ReplayError, match="exactly one resume prompt"):
-        cx.clean_continued(prefix + [b'{"type":"event_msg","payload":{}}'], prefix, NONCE, None)
+        cx.clean_continued([*prefix, b'{"type":"event_msg","payload":{}}'], prefix, NONCE, None)

@@ -44,25 +44,35 @@ def rollout_path(home: Path, meta: Mapping[str, Any], source_name: str, session_
     return codex_home(home) / "sessions" / year / month / day / name
 
 
-def config_toml(bridge_url: str, model: str) -> str:
-    return "\n".join([
-        f"model = {_toml_string(model)}",
-        f'model_provider = "{PROVIDER}"',
-        "",
-        f"[model_providers.{PROVIDER}]",
-        'name = "forkpoint bridge"',
-        f"base_url = {_toml_string(bridge_url + '/v1')}",
-        'wire_api = "responses"',
-        f'env_key = "{BRIDGE_KEY_ENV}"',
-        "request_max_retries = 0",
-        "stream_max_retries = 0",
-        "",
-        "[features]",
-        "plugins = false",
-        "remote_plugin = false",
-        "apps = false",
-        "",
-    ])
+def config_toml(bridge_url: str, model: str, provider: str | None) -> str:
+    """Point the recorded provider at the bridge: 0.171 refuses to resume a thread whose provider id is gone.
+
+    The built-in ``openai`` provider cannot be redefined; it is redirected with ``openai_base_url`` instead (and
+    then reads ``OPENAI_API_KEY``, which the environment sets to the bridge's dummy key).
+    """
+    head = [f"model = {_toml_string(model)}"]
+    if provider in (None, "", "openai"):
+        head += [f"openai_base_url = {_toml_string(bridge_url + '/v1')}"]
+        providers: list[str] = []
+    else:
+        assert provider is not None
+        head += [f"model_provider = {_toml_string(provider)}"]
+        providers = [
+            f"[model_providers.{_toml_key(provider)}]",
+            'name = "forkpoint bridge"',
+            f"base_url = {_toml_string(bridge_url + '/v1')}",
+            'wire_api = "responses"',
+            f'env_key = "{BRIDGE_KEY_ENV}"',
+            "request_max_retries = 0",
+            "stream_max_retries = 0",
+            "",
+        ]
+    features = ["[features]", "plugins = false", "remote_plugin = false", "apps = false", ""]
+    return "\n".join([*head, "", *providers, *features])
+
+
+def _toml_key(value: str) -> str:
+    return value if re.fullmatch(r"[A-Za-z0-9_-]+", value) else _toml_string(value)
 
 
 def _toml_string(value: str) -> str:
@@ -93,6 +103,7 @@ def environment(base: Mapping[str, str], home: Path) -> dict[str, str]:
     no_proxy = [p for p in env.get("NO_PROXY", env.get("no_proxy", "")).split(",") if p]
     no_proxy += [h for h in ("127.0.0.1", "localhost", "::1") if h not in no_proxy]
     env.update({"HOME": str(home), "CODEX_HOME": str(codex_home(home)), BRIDGE_KEY_ENV: "forkpoint-bridge",
+                "OPENAI_API_KEY": "forkpoint-bridge",  # only ever sent to the bridge (openai_base_url mode)
                 "NO_PROXY": ",".join(no_proxy), "no_proxy": ",".join(no_proxy)})
     return env
 
@@ -126,7 +137,8 @@ def continue_rollout(
         max_model_requests=settings.remaining_steps,
     )
     with bridge:
-        write_atomic(codex_home(context.home) / "config.toml", config_toml(bridge.base_url, model).encode())
+        provider = meta.get("model_provider") if isinstance(meta.get("model_provider"), str) else None
+        write_atomic(codex_home(context.home) / "config.toml", config_toml(bridge.base_url, model, provider).encode())
         result = run_supervised(
             argv(settings.target.entrypoint, session_id, nonce),
             cwd=context.workspace,
@@ -177,14 +189,12 @@ def _upstream(settings: ContinueSettings) -> Upstream:
     from forkpoint.bridge import upstream as upstreams
 
     if settings.upstream == "stub":
-        stub: Upstream = upstreams.ResponsesStubUpstream()  # type: ignore[attr-defined]
-        return stub
+        return upstreams.ResponsesStubUpstream()
     if not settings.upstream_key:
         raise ReplayError(ErrorKind.CONFIGURATION, "the openai-responses upstream needs OPENAI_API_KEY in "
                                                    "forkpoint's environment (or use --upstream stub)")
-    real: Upstream = upstreams.OpenAIResponsesUpstream(  # type: ignore[attr-defined]
-        settings.upstream_url or "https://api.openai.com/v1", settings.upstream_key)
-    return real
+    return upstreams.OpenAIResponsesUpstream(settings.upstream_url or "https://api.openai.com/v1",
+                                             settings.upstream_key)
 
 
 _INJECTED_PREFIXES = ("<skills_instructions>", "## Skills update", "<permissions instructions>",

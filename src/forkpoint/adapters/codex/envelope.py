@@ -1,0 +1,290 @@
+"""What Codex sends for a rebuilt rollout prefix, and the manifest the bridge gate checks it against (pure).
+
+Measured on the real binaries (0.149.0 and 0.171.0; the captures are in tests/fixtures/codex/requests/):
+
+* ``codex exec resume`` sends the rollout's ``response_item`` payloads, in file order, as the request ``input``:
+  the same keys and values, item ids included (``msg_…``, ``fc_…``, ``fco_…``, ``rs_…``), parallel outputs in
+  file order, ``reasoning`` items with their ``encrypted_content`` and ``content: null``. The one difference:
+  the rollout-only key ``internal_chat_message_metadata_passthrough`` (turn id, create time, 0.171's
+  content-item kinds) is never sent. ``project`` drops exactly that key on both sides and keeps everything
+  else, so any other difference is caught.
+* 0.171.0 puts a developer message holding the base instructions at ``input[0]``: it is built from
+  ``session_meta`` (0.149 sends the same text as top-level ``instructions``), is not a ``response_item`` of
+  the rollout, and is replayed identically on resume. The gate checks its shape, fingerprints it and keeps it;
+  it is not part of the conversation compared here (like ``instructions``).
+* After the last tool output the resume appends its envelope (see ``forkpoint.adapters.codex.gate``).
+
+``CodexExpectedPrefix`` carries only hashes, ids, and item kinds, never item bodies, so it can be stored in
+the run's state dir and logged.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from forkpoint.errors import configuration, trajectory, unsupported_version
+from forkpoint.hashing import canonical_sha256
+
+JsonObject = dict[str, Any]
+
+SCHEMA_VERSION = "forkpoint.codex-expected-prefix/v1"
+MIN_NONCE_LENGTH = 16
+#: keys the rollout stores on a response_item that Codex never puts on the wire
+ROLLOUT_ONLY_KEYS = frozenset({"internal_chat_message_metadata_passthrough"})
+CALL_TYPES = frozenset({"function_call", "custom_tool_call"})
+OUTPUT_TYPES = frozenset({"function_call_output", "custom_tool_call_output"})
+OUTPUT_OF = {"function_call": "function_call_output", "custom_tool_call": "custom_tool_call_output"}
+
+
+@dataclass(frozen=True)
+class EnvelopeProfile:
+    """How one verified Codex version wraps a resumed rollout (docs: native resume envelopes §2.3, §4)."""
+
+    version: str
+    profile: str
+    #: input[0] is a developer message with the base instructions that is not in the rollout (0.171)
+    instructions_item: bool
+
+
+PROFILES: dict[str, EnvelopeProfile] = {
+    "0.149.0": EnvelopeProfile("0.149.0", "codex/0.149.0/native-resume-v1", instructions_item=False),
+    "0.171.0": EnvelopeProfile("0.171.0", "codex/0.171.0/native-resume-v1", instructions_item=True),
+}
+
+
+def profile_for_version(version: str) -> EnvelopeProfile:
+    profile = PROFILES.get(version)
+    if profile is None:
+        raise unsupported_version(
+            f"Codex {version} has no verified resume envelope profile (verified: {', '.join(PROFILES)})"
+        )
+    return profile
+
+
+def make_nonce() -> str:
+    """A fresh resume prompt that cannot collide with anything in a rollout or a system prompt."""
+    return f"__forkpoint_nonce_{secrets.token_hex(16)}__"
+
+
+# -- the canonical projection ------------------------------------------------------------------------------------
+
+
+def project_item(item: Any) -> Any:
+    """One item as the model sees it: the rollout-only keys removed, everything else kept as is."""
+    if not isinstance(item, dict):
+        return item
+    return {key: value for key, value in item.items() if key not in ROLLOUT_ONLY_KEYS}
+
+
+def project(items: Sequence[Any]) -> list[Any]:
+    """The canonical form compared on both sides (rollout ``response_item`` payloads / request ``input``)."""
+    return [project_item(item) for item in items]
+
+
+def item_kind(item: Any) -> str:
+    """``message:<role>`` for messages, the item ``type`` otherwise (``?`` when there is none)."""
+    if not isinstance(item, dict):
+        return type(item).__name__
+    kind = item.get("type")
+    kind = kind if isinstance(kind, str) else "?"
+    if kind == "message":
+        return f"message:{item.get('role')}"
+    return kind
+
+
+def item_call_id(item: Any) -> str | None:
+    if isinstance(item, dict) and item.get("type") in CALL_TYPES | OUTPUT_TYPES:
+        call_id = item.get("call_id")
+        return call_id if isinstance(call_id, str) else None
+    return None
+
+
+def output_digest(item: JsonObject) -> str:
+    """Canonical hash of one tool output: its call id and output (string or content-part list)."""
+    return canonical_sha256({"call_id": item.get("call_id"), "output": item.get("output")})
+
+
+def count_text(value: Any, needle: str) -> int:
+    """How many times ``needle`` occurs in every string value and object key of ``value``."""
+    if isinstance(value, str):
+        return value.count(needle)
+    if isinstance(value, dict):
+        return sum(key.count(needle) + count_text(item, needle) for key, item in value.items())
+    if isinstance(value, list):
+        return sum(count_text(item, needle) for item in value)
+    return 0
+
+
+# -- the manifest ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ItemDigest:
+    """One projected item: its kind, canonical hash, and the call id it carries or answers (if any)."""
+
+    kind: str
+    sha256: str
+    call_id: str | None = None
+
+
+@dataclass(frozen=True)
+class OutputDigest:
+    call_id: str
+    sha256: str  # output_digest: {call_id, output}
+
+
+@dataclass(frozen=True)
+class CodexExpectedPrefix:
+    """What the resumed request's ``input`` must hold before the envelope, as hashes and ids only."""
+
+    profile: str
+    version: str
+    nonce: str
+    item_count: int
+    prefix_sha256: str
+    items: tuple[ItemDigest, ...]
+    call_ids: tuple[str, ...]  # every function_call / custom_tool_call, in order
+    outputs: tuple[OutputDigest, ...]  # every tool output, in order
+    boundary_call_ids: tuple[str, ...]  # the outputs that end the prefix (batch N), in file order
+    schema_version: str = SCHEMA_VERSION
+
+    def to_json(self) -> JsonObject:
+        """Plain JSON types only (lists, not tuples); ``from_json`` reverses it."""
+        return {
+            "schema_version": self.schema_version,
+            "profile": self.profile,
+            "version": self.version,
+            "nonce": self.nonce,
+            "item_count": self.item_count,
+            "prefix_sha256": self.prefix_sha256,
+            "items": [asdict(item) for item in self.items],
+            "call_ids": list(self.call_ids),
+            "outputs": [asdict(output) for output in self.outputs],
+            "boundary_call_ids": list(self.boundary_call_ids),
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> CodexExpectedPrefix:
+        """Parse ``to_json`` output; raises ValueError on anything else."""
+        if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
+            raise ValueError(f"not a {SCHEMA_VERSION} manifest")
+        try:
+            prefix = cls(
+                profile=str(data["profile"]),
+                version=str(data["version"]),
+                nonce=str(data["nonce"]),
+                item_count=int(data["item_count"]),
+                prefix_sha256=str(data["prefix_sha256"]),
+                items=tuple(ItemDigest(str(i["kind"]), str(i["sha256"]),
+                                       None if i.get("call_id") is None else str(i["call_id"]))
+                            for i in data["items"]),
+                call_ids=tuple(str(c) for c in data["call_ids"]),
+                outputs=tuple(OutputDigest(str(o["call_id"]), str(o["sha256"])) for o in data["outputs"]),
+                boundary_call_ids=tuple(str(c) for c in data["boundary_call_ids"]),
+            )
+        except (KeyError, TypeError, ValueError) as error:
+            raise ValueError(f"malformed {SCHEMA_VERSION} manifest: {error!r}") from None
+        if len(prefix.items) != prefix.item_count:
+            raise ValueError("manifest item_count does not match its item list")
+        return prefix
+
+
+def digest_items(projected: Sequence[Any]) -> tuple[ItemDigest, ...]:
+    return tuple(ItemDigest(item_kind(item), canonical_sha256(item), item_call_id(item)) for item in projected)
+
+
+def calls_and_outputs(projected: Sequence[Any]) -> tuple[tuple[str, ...], tuple[OutputDigest, ...]]:
+    """Every call id and every output digest, in item order."""
+    calls: list[str] = []
+    outputs: list[OutputDigest] = []
+    for item in projected:
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") in CALL_TYPES:
+            calls.append(str(item.get("call_id")))
+        elif item.get("type") in OUTPUT_TYPES:
+            outputs.append(OutputDigest(str(item.get("call_id")), output_digest(item)))
+    return tuple(calls), tuple(outputs)
+
+
+def expected_prefix(rollout_items: Sequence[Any], nonce: str, version: str) -> CodexExpectedPrefix:
+    """The manifest for a rebuilt rollout prefix: its ``response_item`` payloads, in file order.
+
+    Refuses a prefix that does not end with the outputs of exactly the calls of its last model response, a call
+    without exactly one output of the matching type (Codex would invent an ``aborted`` output on resume), and a
+    nonce that is short or already occurs in the prefix.
+    """
+    profile = profile_for_version(version)
+    if len(nonce) < MIN_NONCE_LENGTH or nonce != nonce.strip() or any(c.isspace() for c in nonce):
+        raise configuration(f"the resume nonce must be at least {MIN_NONCE_LENGTH} characters without spaces")
+    items = list(rollout_items)
+    if count_text(items, nonce):
+        raise configuration("the resume nonce already occurs in the rebuilt rollout")
+    for index, item in enumerate(items):
+        if not isinstance(item, dict) or not isinstance(item.get("type"), str):
+            raise trajectory(f"rollout response_item {index} is not an item object with a type")
+    projected = project(items)
+    _check_pairing(projected)
+    end = len(projected)
+    start = end
+    while start > 0 and projected[start - 1]["type"] in OUTPUT_TYPES:
+        start -= 1
+    if start == end:
+        raise trajectory("the rebuilt Codex prefix does not end with a tool output")
+    boundary = tuple(str(item["call_id"]) for item in projected[start:end])
+    first_call = start
+    while first_call > 0 and _is_model_item(projected[first_call - 1]):
+        first_call -= 1
+    last_calls = [str(item["call_id"]) for item in projected[first_call:start] if item["type"] in CALL_TYPES]
+    if sorted(boundary) != sorted(last_calls):
+        raise trajectory(
+            "the last tool outputs of the rebuilt Codex prefix do not answer exactly the tool calls of the model "
+            f"response before them (calls {last_calls}, outputs {list(boundary)})"
+        )
+    calls, outputs = calls_and_outputs(projected)
+    return CodexExpectedPrefix(
+        profile=profile.profile,
+        version=profile.version,
+        nonce=nonce,
+        item_count=len(projected),
+        prefix_sha256=canonical_sha256(projected),
+        items=digest_items(projected),
+        call_ids=calls,
+        outputs=outputs,
+        boundary_call_ids=boundary,
+    )
+
+
+def _is_model_item(item: JsonObject) -> bool:
+    """An item of a model response: a call, reasoning, or an assistant message."""
+    kind = item.get("type")
+    return kind in CALL_TYPES or kind == "reasoning" or (kind == "message" and item.get("role") == "assistant")
+
+
+def _check_pairing(projected: Sequence[JsonObject]) -> None:
+    calls: dict[str, str] = {}
+    answered: set[str] = set()
+    for index, item in enumerate(projected):
+        kind = item["type"]
+        if kind not in CALL_TYPES and kind not in OUTPUT_TYPES:
+            continue
+        call_id = item.get("call_id")
+        if not isinstance(call_id, str) or not call_id:
+            raise trajectory(f"rollout response_item {index} ({kind}) has no call_id")
+        if kind in CALL_TYPES:
+            if call_id in calls:
+                raise trajectory(f"rollout response_item {index}: duplicate call_id {call_id}")
+            calls[call_id] = kind
+            continue
+        if calls.get(call_id) is None or OUTPUT_OF[calls[call_id]] != kind:
+            raise trajectory(f"rollout response_item {index}: {kind} for {call_id} answers no earlier matching call")
+        if call_id in answered:
+            raise trajectory(f"rollout response_item {index}: a second output for {call_id}")
+        answered.add(call_id)
+    missing = [call_id for call_id in calls if call_id not in answered]
+    if missing:
+        raise trajectory(f"tool calls without an output in the rebuilt Codex prefix: {missing} (Codex would send "
+                         "an invented 'aborted' output for them)")

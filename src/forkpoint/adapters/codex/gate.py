@@ -1,0 +1,314 @@
+"""The fail-closed check of the model requests a resumed Codex sends (OpenAI Responses API; pure).
+
+Measured on the real binaries (0.149.0 and 0.171.0, ``codex exec resume <id> ... <NONCE>`` on a rollout cut
+right after a tool batch; tests/fixtures/codex/requests/):
+
+* ``input`` = the rollout's items (see ``envelope``; 0.171 first puts its base-instructions developer item),
+  then the envelope, then nothing else in the first request:
+
+  - a developer message ``<skills_instructions>…`` when the CODEX_HOME path differs from the recorded one (it
+    always does for forkpoint: a private home per run);
+  - a user message ``<environment_context>…`` when the cwd differs from the recorded one;
+  - the user message whose only part is ``{"type": "input_text", "text": NONCE}`` (its own new ``msg_`` id).
+
+* Later requests repeat the first request's ``input`` verbatim (envelope included, now in the middle) and
+  append the live continuation (assistant message, calls, outputs...).
+* Top level: ``client_metadata`` (turn ids) is new per request; everything else equals the original request.
+* With the built-in ``openai`` provider (``openai_base_url``; sessions recorded against OpenAI keep that provider
+  id, and 0.171 refuses to resume a thread whose provider is not configured) every item, envelope included,
+  also carries ``internal_chat_message_metadata_passthrough``; elsewhere it is never sent.
+
+The gate strips the envelope (with a boundary prompt, the nonce item stays with the prompt as its text), proves
+the conversation before it is the rebuilt rollout's (count, per-item hashes, prefix hash, call ids, output
+hashes; a refusal names the first differing ``input`` index and what differs), and refuses anything it does not
+know: an item between the last output and the nonce that is not on the allowlist, the nonce anywhere else, a
+``previous_response_id`` / ``conversation`` (server-side history the gate cannot see).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from forkpoint.adapters.codex.envelope import (
+    CALL_TYPES,
+    OUTPUT_TYPES,
+    PROFILES,
+    ROLLOUT_ONLY_KEYS,
+    CodexExpectedPrefix,
+    ItemDigest,
+    JsonObject,
+    calls_and_outputs,
+    count_text,
+    digest_items,
+    item_kind,
+    project,
+)
+from forkpoint.bridge.gate import Verdict
+from forkpoint.hashing import canonical_sha256
+
+#: (role, text prefix, fact name) of the context items a resume may insert between the last output and the nonce
+ENVELOPE_CONTEXT: tuple[tuple[str, str, str], ...] = (
+    ("developer", "<skills_instructions>", "skills_instructions"),
+    ("developer", "## Skills update", "skills_update"),
+    ("developer", "<permissions instructions>", "permissions_instructions"),
+    ("user", "<environment_context>", "environment_context"),
+)
+#: the keys an envelope message may have; the built-in ``openai`` provider also sends the rollout-only metadata
+MESSAGE_KEYS = frozenset({"type", "id", "role", "content"}) | ROLLOUT_ONLY_KEYS
+#: request fields that make the upstream add history the gate never saw
+SERVER_HISTORY_FIELDS = ("previous_response_id", "conversation")
+
+
+class _Refusal(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def clean_first_request(expected: CodexExpectedPrefix, body: Any, boundary_prompt: str | None = None) -> Verdict:
+    """The first model request: it must end exactly at the boundary outputs (plus the boundary prompt)."""
+    return _verdict(expected, body, boundary_prompt, first=True)
+
+
+def clean_later_request(expected: CodexExpectedPrefix, body: Any, boundary_prompt: str | None = None) -> Verdict:
+    """A later request: the same prefix and envelope, followed by the live continuation (kept)."""
+    return _verdict(expected, body, boundary_prompt, first=False)
+
+
+def _verdict(expected: CodexExpectedPrefix, body: Any, boundary_prompt: str | None, *, first: bool) -> Verdict:
+    facts: JsonObject = {"profile": expected.profile, "first_request": first}
+    try:
+        cleaned = _clean(expected, body, boundary_prompt, first=first, facts=facts)
+    except _Refusal as refusal:
+        return Verdict(False, None, refusal.reason, facts)
+    return Verdict(True, cleaned, None, facts)
+
+
+def _clean(expected: CodexExpectedPrefix, body: Any, boundary_prompt: str | None, *, first: bool,
+           facts: JsonObject) -> JsonObject:
+    profile = PROFILES.get(expected.version)
+    if profile is None or profile.profile != expected.profile:
+        raise _Refusal(f"no verified resume envelope profile {expected.profile!r} for Codex {expected.version}")
+    if boundary_prompt is not None and not boundary_prompt.strip():
+        raise _Refusal("the configured boundary prompt is empty")
+    if not isinstance(body, dict):
+        raise _Refusal("the request body is not a JSON object")
+    items = body.get("input")
+    if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+        raise _Refusal("the request has no input list of item objects")
+    for field in SERVER_HISTORY_FIELDS:
+        if body.get(field) is not None:
+            raise _Refusal(f"the request sets {field!r}: the upstream would add history the gate cannot check")
+    nonce = expected.nonce
+    occurrences = count_text(body, nonce)
+    if occurrences != 1:
+        raise _Refusal(f"the resume nonce occurs {occurrences} times in the request (expected exactly once)")
+    sole = [index for index, item in enumerate(items) if _is_nonce_item(item, nonce)]
+    if len(sole) != 1:
+        raise _Refusal("the resume nonce is not the sole input_text of a user message item")
+    i = sole[0]
+    facts["nonce_index"] = i
+    if first and i != len(items) - 1:
+        raise _Refusal(f"input item {i + 1} ({item_kind(items[i + 1])}) follows the resume nonce; the first request "
+                       "must end with it")
+
+    # walk back over the context items this resume inserted, up to the last tool output
+    k = i - 1
+    inserted: list[str] = []
+    while k >= 0 and items[k].get("type") not in OUTPUT_TYPES:
+        kind = _context_kind(items[k])
+        if kind is None:
+            raise _Refusal(f"input item {k} ({item_kind(items[k])}) between the last tool output and the resume "
+                           "nonce is not a known resume context item")
+        inserted.append(kind)
+        k -= 1
+    if k < 0:
+        raise _Refusal("no tool output precedes the resume nonce")
+    inserted.reverse()
+    facts["envelope_items"] = inserted
+    facts["envelope_sha256"] = [canonical_sha256(item) for item in items[k + 1:i]]
+
+    start = 0
+    if profile.instructions_item:
+        head = items[0] if items else None
+        if k < 1 or head is None or not _is_instructions_item(head):
+            raise _Refusal(f"input item 0 is not the base-instructions developer message Codex {profile.version} "
+                           "sends first")
+        facts["instructions_item_sha256"] = canonical_sha256(head)
+        start = 1
+    _compare(expected, items[start:k + 1], start)
+
+    prompt_item: JsonObject | None = None
+    if boundary_prompt is not None:
+        prompt_item = _prompt_item(items[i], boundary_prompt)
+    facts["boundary_prompt"] = prompt_item is not None
+    tail = [prompt_item] if prompt_item is not None else []
+    continuation = items[i + 1:]
+    if not first:
+        facts["continuation_items"] = len(continuation)
+    cleaned = {**body, "input": [*items[:k + 1], *tail, *continuation]}
+    if count_text(cleaned, nonce):
+        raise _Refusal("the resume nonce remains in the cleaned request")
+    facts["item_count"] = expected.item_count
+    facts["prefix_sha256"] = expected.prefix_sha256
+    return cleaned
+
+
+def _message_parts(item: JsonObject) -> list[str] | None:
+    """The texts of a message item made only of ``input_text`` parts with no other keys, else None."""
+    if item.get("type") != "message" or not set(item) <= MESSAGE_KEYS:
+        return None
+    if "id" in item and not isinstance(item["id"], str):
+        return None
+    content = item.get("content")
+    if not isinstance(content, list) or not content:
+        return None
+    texts = []
+    for part in content:
+        if not isinstance(part, dict) or set(part) != {"type", "text"} or part["type"] != "input_text":
+            return None
+        if not isinstance(part["text"], str):
+            return None
+        texts.append(part["text"])
+    return texts
+
+
+def _is_nonce_item(item: JsonObject, nonce: str) -> bool:
+    return item.get("role") == "user" and _message_parts(item) == [nonce]
+
+
+def _context_kind(item: JsonObject) -> str | None:
+    """The fact name of an allowlisted resume context item; every part must carry an allowlisted prefix."""
+    texts = _message_parts(item)
+    if texts is None:
+        return None
+    kinds = []
+    for text in texts:
+        kind = next((name for role, prefix, name in ENVELOPE_CONTEXT
+                     if item.get("role") == role and text.startswith(prefix)), None)
+        if kind is None:
+            return None
+        kinds.append(kind)
+    return "+".join(kinds)
+
+
+def _is_instructions_item(item: JsonObject) -> bool:
+    texts = _message_parts(item)
+    return item.get("role") == "developer" and texts is not None and len(texts) == 1 and bool(texts[0].strip())
+
+
+def _prompt_item(nonce_item: JsonObject, prompt: str) -> JsonObject:
+    """The nonce item with its text replaced by the boundary prompt (same shape and id, right after O'N)."""
+    return {**nonce_item, "content": [{"type": "input_text", "text": prompt}]}
+
+
+# -- comparison with the manifest ----------------------------------------------------------------------------------
+
+
+def _compare(expected: CodexExpectedPrefix, conversation: Sequence[JsonObject], offset: int) -> None:
+    """Refuse unless the projection of ``conversation`` is exactly the rebuilt rollout's; name the first difference.
+
+    ``offset`` is the ``input`` index of ``conversation[0]``.
+    """
+    projected = project(conversation)
+    got = digest_items(projected)
+    want = expected.items
+    for position in range(min(len(got), len(want))):
+        if got[position].sha256 == want[position].sha256:
+            continue
+        detail = _explain(expected, position, got, projected)
+        raise _Refusal(f"input item {offset + position} (rollout item {position}) differs from the rebuilt rollout: "
+                       f"{detail}")
+    if len(got) > len(want):
+        position = len(want)
+        raise _Refusal(f"input item {offset + position} ({_describe(got[position])}) is extra: the request has "
+                       f"{len(got)} items before the envelope, the rebuilt rollout {len(want)}")
+    if len(got) < len(want):
+        position = len(got)
+        raise _Refusal(f"rollout item {position} ({_describe(want[position])}) is missing at input item "
+                       f"{offset + position}: the request has {len(got)} items before the envelope, the rebuilt "
+                       f"rollout {len(want)}")
+    if canonical_sha256(projected) != expected.prefix_sha256:
+        raise _Refusal("the canonical prefix hash differs from the rebuilt rollout")
+    calls, outputs = calls_and_outputs(projected)
+    if calls != expected.call_ids:
+        raise _Refusal(f"call ids differ: expected {list(expected.call_ids)}, got {list(calls)}")
+    if outputs != expected.outputs:
+        raise _Refusal("the tool output hashes differ from the rebuilt rollout")
+    boundary: list[str] = []
+    for item in reversed(projected):
+        if item.get("type") not in OUTPUT_TYPES:
+            break
+        boundary.insert(0, str(item.get("call_id")))
+    if tuple(boundary) != expected.boundary_call_ids:
+        raise _Refusal(f"boundary outputs differ: expected {list(expected.boundary_call_ids)}, got {boundary}")
+
+
+def _explain(expected: CodexExpectedPrefix, position: int, got: Sequence[ItemDigest],
+             projected: Sequence[JsonObject]) -> str:
+    want, have = expected.items[position], got[position]
+    if want.kind != have.kind:
+        return f"it is {_describe(have)}, expected {_describe(want)}"
+    if want.kind in OUTPUT_TYPES:
+        if want.call_id != have.call_id:
+            # a permutation of the same run of outputs: say so
+            run_want = _output_run(expected.items, position)
+            run_got = _output_run(got, position)
+            if sorted(map(str, run_want)) == sorted(map(str, run_got)) and run_want != run_got:
+                return f"the tool outputs are in a different order: expected {run_want}, got {run_got}"
+            return f"it is the output of {have.call_id}, expected the output of {want.call_id}"
+        want_output = next((o.sha256 for o in expected.outputs if o.call_id == want.call_id), None)
+        item = projected[position]
+        if want_output is not None and canonical_sha256(
+                {"call_id": item.get("call_id"), "output": item.get("output")}) != want_output:
+            return f"the output of {have.call_id} differs"
+        return f"the output item of {have.call_id} differs outside its output (e.g. its id)"
+    if want.kind in CALL_TYPES:
+        if want.call_id != have.call_id:
+            return f"it is call {have.call_id}, expected call {want.call_id}"
+        return f"call {have.call_id} differs in its name, arguments/input or id"
+    if want.kind == "reasoning":
+        return "the reasoning item differs (summary, encrypted content or id)"
+    return f"the {want.kind} item differs (content or id)"
+
+
+def _output_run(items: Sequence[ItemDigest], position: int) -> list[str | None]:
+    """The call ids of the run of output items around ``position``."""
+    start = position
+    while start > 0 and items[start - 1].kind in OUTPUT_TYPES:
+        start -= 1
+    end = position
+    while end < len(items) and items[end].kind in OUTPUT_TYPES:
+        end += 1
+    return [item.call_id for item in items[start:end]]
+
+
+def _describe(digest: ItemDigest) -> str:
+    if digest.kind in CALL_TYPES:
+        return f"{digest.kind} {digest.call_id}"
+    if digest.kind in OUTPUT_TYPES:
+        return f"{digest.kind} for {digest.call_id}"
+    return digest.kind
+
+
+class CodexGate:
+    """OpenAI Responses requests from a resumed Codex (envelope profiles per verified version).
+
+    Codex POSTs ``<provider base_url>/responses``; forkpoint's base_url is ``<bridge>/v1``, so the route under
+    the token is ``/v1/responses`` (``/responses`` for a base_url without ``/v1``).
+    """
+
+    name = "openai-responses"
+    model_routes = frozenset({"/v1/responses", "/responses"})
+
+    def __init__(self, expected: CodexExpectedPrefix, boundary_prompt: str | None = None) -> None:
+        self.expected = expected
+        self.boundary_prompt = boundary_prompt
+
+    def first(self, body: Any) -> Verdict:
+        return clean_first_request(self.expected, body, self.boundary_prompt)
+
+    def later(self, body: Any) -> Verdict:
+        return clean_later_request(self.expected, body, self.boundary_prompt)
+
