@@ -376,3 +376,20 @@ def test_bounded_input_refuses_special_and_oversized_files(inputs: Path) -> None
         read_bounded_input(inputs / "big", max_bytes=256)
     assert len(read_bounded_input(inputs / "big", max_bytes=257)) == 257
     assert issubclass(InputChangedError, Exception)
+
+
+def test_aliases_name_the_root_too(tmp_path: Path) -> None:
+    """A sandbox mounts the workspace at the recorded cwd: that spelling (and symlinks to it) stays inside."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "a.txt").write_bytes(b"alias\n")
+    os.symlink("/recorded/cwd/a.txt", root / "link")
+    alias = ("/recorded/cwd",)
+    assert read_regular_file(root, "/recorded/cwd/a.txt", max_bytes=100, aliases=alias).data == b"alias\n"
+    assert read_regular_file(root, "/recorded/cwd/link", max_bytes=100, aliases=alias).data == b"alias\n"
+    write_file_confined(root, "/recorded/cwd/sub/b.txt", b"b", create_parents=True, aliases=alias)
+    assert (root / "sub" / "b.txt").read_bytes() == b"b"
+    with pytest.raises(ConfinementError):
+        read_regular_file(root, "/recorded/cwd/link", max_bytes=100)  # without the alias: outside
+    with pytest.raises(ConfinementError):
+        read_regular_file(root, "/recorded/other/a.txt", max_bytes=100, aliases=alias)

@@ -81,7 +81,7 @@ def inspect(
 _DIRECT_OPTIONS = (
     "agent", "trajectory", "after_step", "workspace", "state_dir", "output_dir", "run_id", "max_steps",
     "prepare_only", "replay_only", "allow_stale_observations", "boundary_user_prompt", "upstream",
-    "upstream_url", "agent_entrypoint",
+    "upstream_url", "agent_entrypoint", "sandbox", "path_map", "workspace_from",
 )
 
 
@@ -118,6 +118,19 @@ def replay(
     agent_entrypoint: Annotated[Path | None, typer.Option(
         help="An explicit agent executable (absolute path); its --version must be a verified version "
         "[default: the installed runtime of the recorded version].")] = None,
+    sandbox: Annotated[str | None, typer.Option(
+        help="Where tools and the agent run: 'local' (no isolation; the workspace must be at the recorded cwd, "
+        "or use --path-map) or 'bwrap' (bubblewrap: the workspace mounted at the recorded cwd, the rest of the "
+        "file system read-only, private /tmp, your HOME hidden, no network during tool replay) "
+        "[default: local].")] = None,
+    path_map: Annotated[list[str] | None, typer.Option(
+        "--path-map", metavar="OLD=NEW",
+        help="With --sandbox local: rewrite the recorded path prefix OLD to NEW in tool inputs for execution "
+        "(and NEW back to OLD in outputs); the native session keeps the original text. Repeatable.")] = None,
+    workspace_from: Annotated[str | None, typer.Option(
+        metavar="SOURCE",
+        help="DIR, TARBALL or GIT_URL@REV: create the (absent or empty) --workspace first: copy a directory, "
+        "extract a tar archive, or clone a git repository at a revision.")] = None,
     config: Annotated[Path | None, typer.Option(
         help="A TOML file with a [replay] table (same keys, snake_case).")] = None,
     request: Annotated[Path | None, typer.Option(
@@ -141,7 +154,8 @@ def replay(
         "prepare_only": prepare_only or None, "replay_only": replay_only or None,
         "allow_stale_observations": allow_stale_observations or None,
         "boundary_user_prompt": boundary_user_prompt, "upstream": upstream, "upstream_url": upstream_url,
-        "agent_entrypoint": agent_entrypoint,
+        "agent_entrypoint": agent_entrypoint, "sandbox": sandbox, "path_map": path_map or None,
+        "workspace_from": workspace_from,
     }
     given = [name for name in _DIRECT_OPTIONS if direct[name] is not None]
     try:

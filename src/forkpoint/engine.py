@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from forkpoint import plan as planning
 from forkpoint.adapters import get_adapter
@@ -37,6 +37,11 @@ from forkpoint.results import (
     ReplayResult,
     write_json,
 )
+from forkpoint.sandbox import open_sandbox
+from forkpoint.workspace import WorkspaceSource, check_target, create, inventory, parse_source
+
+if TYPE_CHECKING:
+    from forkpoint.sandbox.base import Sandbox
 
 Progress = Callable[[str], None]
 
@@ -88,13 +93,14 @@ class Prepared:
     plan: Plan
     adapter: Adapter
     launch: LaunchTarget | None
+    sandbox: Sandbox | None = None
+    workspace_source: WorkspaceSource | None = None
 
 
 def _prepare(request: ReplayRequest, report: Progress) -> Prepared:
     """Validate, parse, select the boundary and check budgets: pure refusals, nothing written."""
     validate_request(request)
-    if not request.workspace.is_dir():
-        raise ReplayError(ErrorKind.WORKSPACE, f"workspace is not a directory: {request.workspace}")
+    workspace_source = _workspace_source(request)
     if not request.trajectory.is_file():
         raise configuration(f"trajectory does not exist or is not a regular file: {request.trajectory}")
     adapter = get_adapter(request.agent)
@@ -111,11 +117,9 @@ def _prepare(request: ReplayRequest, report: Progress) -> Prepared:
     )
     planning.check_step_budget(request.mode, request.max_steps, plan.prefix_model_turns)
     launch: LaunchTarget | None = None
+    sandbox: Sandbox | None = None
     if request.mode is not Mode.PREPARE_ONLY:
-        replaying = _replaying(adapter)
-        check_workspace = getattr(replaying, "check_workspace", None)
-        if check_workspace is not None:
-            check_workspace(parsed, request.workspace.resolve())
+        sandbox = _sandbox(request, _replaying(adapter), parsed.cwd)
     if request.mode is Mode.REPLAY_AND_CONTINUE:
         upstream = _upstream_name(request, adapter)
         key_name = UPSTREAM_ENV.get(upstream, (None, None))[0]
@@ -125,7 +129,31 @@ def _prepare(request: ReplayRequest, report: Progress) -> Prepared:
         launch = _continuing(adapter).prepare_launch(parsed, request.agent_entrypoint)
         report(f"agent binary: {request.agent} {launch.version} ({launch.entrypoint})")
     report(f"selected batches 1..{plan.after_step} of {parsed.complete_count} ({len(plan.calls)} tool calls)")
-    return Prepared(plan, adapter, launch)
+    return Prepared(plan, adapter, launch, sandbox, workspace_source)
+
+
+def _workspace_source(request: ReplayRequest) -> WorkspaceSource | None:
+    """The workspace must exist, unless --workspace-from creates it (then it must be absent or empty)."""
+    if request.workspace_from is None:
+        if not request.workspace.is_dir():
+            raise ReplayError(ErrorKind.WORKSPACE, f"workspace is not a directory: {request.workspace}")
+        return None
+    if request.mode is Mode.PREPARE_ONLY:
+        raise configuration("--workspace-from creates a workspace to replay in; --prepare-only runs nothing")
+    source = parse_source(request.workspace_from)
+    check_target(request.workspace)
+    return source
+
+
+def _sandbox(request: ReplayRequest, adapter: Adapter, recorded_cwd: str | None) -> Sandbox:
+    """Where tools run; refuses a workspace the sandbox cannot place at the recorded cwd (see forkpoint.sandbox)."""
+    supported: frozenset[str] = getattr(adapter, "sandbox_features", frozenset({"local"}))
+    if request.sandbox not in supported:
+        raise configuration(f"{adapter.name} does not run its tools through --sandbox {request.sandbox} yet; "
+                            "use --sandbox local")
+    if request.path_map and "path_map" not in supported:
+        raise configuration(f"{adapter.name} does not rewrite recorded paths (--path-map) yet")
+    return open_sandbox(request.sandbox, request.workspace.resolve(), recorded_cwd, request.path_map)
 
 
 #: upstream -> (API key variable, base URL variable) read from forkpoint's OWN environment.
@@ -179,7 +207,13 @@ def _run_allocated(
     journal.append("plan_validated", profile=plan.profile, batches=plan.after_step, tool_calls=len(plan.calls))
     write_json(dirs.output_dir / "manifest.json", manifest(plan, adapter))
 
-    context = RunContext(request.workspace.resolve(), dirs.state_dir, dirs.output_dir, parsed.session_id)
+    facts: dict[str, Any] = {}
+    if prepared.workspace_source is not None:
+        report(f"creating the workspace {request.workspace} from {request.workspace_from}")
+        facts["workspace_from"] = create(prepared.workspace_source, request.workspace)
+        journal.append("workspace_created", **facts["workspace_from"])
+    context = RunContext(request.workspace.resolve(), dirs.state_dir, dirs.output_dir, parsed.session_id,
+                         sandbox=prepared.sandbox)
     prefix_dir = dirs.output_dir / "native" / "prefix"
     outcome: ReplayOutcome | None = None
     if request.mode is Mode.PREPARE_ONLY:
@@ -189,6 +223,9 @@ def _run_allocated(
         status = "prepared"
     else:
         replaying = _replaying(adapter)
+        fresh_tree = inventory(context.workspace)  # before anything runs: what "fresh" meant for this run
+        journal.append("workspace_inventory", sha256=fresh_tree.sha256, files=fresh_tree.files)
+        facts.update(fresh_tree.to_metadata())
         executor = replaying.executor(plan, context)
         try:
             outcome = replay_batches(plan, executor, journal, report, getattr(adapter, "normalise_observation", None))
@@ -225,6 +262,10 @@ def _run_allocated(
     degraded = bool(outcome and outcome.stale_reused)
     phase: Phase = "continued" if continuation else ("prepared" if status == "prepared" else "replayed")
     metadata = _metadata(request, plan, prefix, outcome, continuation)
+    if prepared.sandbox is not None:
+        facts.update(sandbox=prepared.sandbox.describe(), path_rewrites=prepared.sandbox.path_rewrites,
+                     path_restores=prepared.sandbox.path_restores)
+    metadata.update(facts)
     result = ReplayResult(
         phase=phase,
         quality="degraded" if degraded else "verified",

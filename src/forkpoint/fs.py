@@ -100,15 +100,18 @@ def _walk(
     *,
     follow_final: bool,
     create_parents: bool = False,
+    aliases: tuple[str, ...] = (),
 ) -> _T:
     """Walk ``path`` from ``root`` component by component and call ``final(dir_fd, name)`` on the last one.
 
     ``name`` is "." when the path ends at a directory (root, ``a/..``). ``final`` raises ``_FinalSymlink``
     (or an ``ELOOP`` OSError) when the name is a symlink, which is then resolved here when allowed.
+    ``aliases`` are other absolute spellings of ``root`` (the recorded cwd a sandbox mounts the workspace at):
+    absolute paths and absolute symlink targets under them are walked from ``root`` too.
     """
     shown = os.fspath(path)
     root_abs = os.path.normpath(os.path.abspath(root))
-    roots = (root_abs, os.path.realpath(root_abs))
+    roots = (root_abs, os.path.realpath(root_abs), *(os.path.normpath(alias) for alias in aliases))
     pending = deque(_root_relative(roots, shown, shown) if os.path.isabs(shown) else _split(shown))
     stack = [os.open(root_abs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)]
     hops = 0
@@ -186,6 +189,7 @@ def open_confined(
     mode: int = 0o644,
     *,
     follow_final_symlink_inside: bool = True,
+    aliases: tuple[str, ...] = (),
 ) -> int:
     """Open a path that must stay inside ``root`` even if the tree changes concurrently; returns an fd.
 
@@ -195,7 +199,7 @@ def open_confined(
     def opener(dir_fd: int, name: str) -> int:
         return os.open(name, flags | _FINAL_FLAGS, mode, dir_fd=dir_fd)
 
-    return _walk(root, relative_or_absolute, opener, follow_final=follow_final_symlink_inside)
+    return _walk(root, relative_or_absolute, opener, follow_final=follow_final_symlink_inside, aliases=aliases)
 
 
 def _require_regular(st: os.stat_result, shown: str) -> None:
@@ -216,7 +220,7 @@ def _read_upto(fd: int, limit: int) -> bytes:
     return b"".join(parts)
 
 
-def read_regular_file(root: Path, path: str | Path, *, max_bytes: int) -> ReadResult:
+def read_regular_file(root: Path, path: str | Path, *, max_bytes: int, aliases: tuple[str, ...] = ()) -> ReadResult:
     """Read the head of a regular file inside ``root``: ``max_bytes`` at most, ``truncated`` if more exist."""
     if max_bytes < 0:
         raise ValueError("max_bytes must not be negative")
@@ -235,7 +239,7 @@ def read_regular_file(root: Path, path: str | Path, *, max_bytes: int) -> ReadRe
             _require_regular(st, shown)
         return os.open(name, os.O_RDONLY | _FINAL_FLAGS, dir_fd=dir_fd)
 
-    fd = _walk(root, path, opener, follow_final=True)
+    fd = _walk(root, path, opener, follow_final=True, aliases=aliases)
     try:
         st = os.fstat(fd)
         _require_regular(st, shown)
@@ -245,7 +249,9 @@ def read_regular_file(root: Path, path: str | Path, *, max_bytes: int) -> ReadRe
     return ReadResult(data=data[:max_bytes], truncated=len(data) > max_bytes, size=st.st_size)
 
 
-def write_file_confined(root: Path, path: str | Path, data: bytes, *, create_parents: bool = False) -> None:
+def write_file_confined(
+    root: Path, path: str | Path, data: bytes, *, create_parents: bool = False, aliases: tuple[str, ...] = ()
+) -> None:
     """Replace a file inside ``root`` with ``data``, atomically, through a temp file in the same directory.
 
     A final symlink is followed only while its target stays inside ``root``. Writing a new inode (rather
@@ -285,7 +291,7 @@ def write_file_confined(root: Path, path: str | Path, data: bytes, *, create_par
                 os.unlink(temp, dir_fd=dir_fd)
             raise
 
-    _walk(root, path, writer, follow_final=True, create_parents=create_parents)
+    _walk(root, path, writer, follow_final=True, create_parents=create_parents, aliases=aliases)
 
 
 def read_bounded_input(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> bytes:

@@ -9,7 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from forkpoint.sandbox.base import Sandbox
 
 JsonObject = dict[str, Any]
 
@@ -197,12 +200,16 @@ class FreshObservation:
 
 @dataclass(frozen=True)
 class RunContext:
-    """Where one run lives: the workspace tools touch, and the run's private state and output dirs."""
+    """Where one run lives: the workspace tools touch, and the run's private state and output dirs.
+
+    ``sandbox`` runs the tools and the agent (None: local, no isolation; see forkpoint.sandbox).
+    """
 
     workspace: Path
     state_dir: Path
     output_dir: Path
     session_id: str | None = None
+    sandbox: Sandbox | None = field(default=None, compare=False, repr=False)
 
     @property
     def home(self) -> Path:

@@ -12,11 +12,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from forkpoint.adapters import AGENT_NAMES, unknown_agent_message
 from forkpoint.errors import configuration
 from forkpoint.model import Mode
+from forkpoint.sandbox import DEFAULT_SANDBOX, SANDBOXES, unknown_sandbox_message
 
 REQUEST_SCHEMA = "forkpoint.request/v1"
 DEFAULT_OUTPUT_ROOT = Path("forkpoint-out/runs")
@@ -46,6 +47,9 @@ class ReplayRequest(BaseModel):
     upstream: str | None = None  # None: the agent's own protocol (claude-code: anthropic, codex: openai-responses)
     upstream_url: str | None = None
     agent_entrypoint: Path | None = None
+    sandbox: str = DEFAULT_SANDBOX  # local | bwrap (forkpoint.sandbox)
+    path_map: list[str] = Field(default_factory=list)  # OLD=NEW absolute prefixes (local sandbox)
+    workspace_from: str | None = None  # DIR | TARBALL | GIT_URL@REV: create the workspace first
 
     def resolved_run_id(self) -> str:
         return self.run_id or f"replay-{uuid.uuid4().hex}"
@@ -111,6 +115,15 @@ def validate_request(request: ReplayRequest) -> None:
         raise configuration("upstream_url must be an http:// or https:// URL")
     if request.agent_entrypoint is not None and not request.agent_entrypoint.is_absolute():
         raise configuration("agent_entrypoint must be an absolute path")
+    if request.sandbox not in SANDBOXES:
+        raise configuration(unknown_sandbox_message(request.sandbox))
+    if request.path_map:
+        from forkpoint.sandbox.base import PathMap
+
+        PathMap.parse(request.path_map)
+        if request.sandbox != "local":
+            raise configuration("path_map (--path-map) is for --sandbox local; --sandbox bwrap mounts the "
+                                "workspace at the recorded path, so recorded paths need no rewriting")
 
 
 def load_toml(path: Path) -> ReplayRequest:
@@ -145,9 +158,13 @@ def load_json_request(path: Path) -> ReplayRequest:
 
 def _relative_to(values: dict[str, Any], base: Path) -> dict[str, Any]:
     """Relative paths inside a config file are relative to that file, not to the caller's cwd."""
-    for key in ("trajectory", "workspace", "state_dir", "output_dir"):
+    for key in ("trajectory", "workspace", "state_dir", "output_dir", "workspace_from"):
         value = values.get(key)
         if isinstance(value, str) and value and not Path(value).is_absolute():
+            if key == "workspace_from":
+                url = value.rpartition("@")[0]
+                if not ((base / value).exists() or (url and (base / url).exists())):
+                    continue  # a remote GIT_URL@REV (or nothing next to the file: refused later as given)
             values[key] = str(base / value)
     return values
 

@@ -184,7 +184,9 @@ def test_a_workspace_elsewhere_is_refused_with_the_way_out(tmp_path: Path) -> No
     elsewhere.mkdir()
     result = run(fixture, tmp_path, 1, replay_only=True, workspace=str(elsewhere))
     assert result.failure is not None and result.exit_code == 20
-    assert "--workspace /tmp/forkpoint-rec/single_bash" in result.failure.message
+    message = result.failure.message
+    assert "--sandbox bwrap" in message
+    assert f"--path-map /tmp/forkpoint-rec/single_bash={elsewhere.resolve()}" in message
 
 
 def test_no_process_left_behind(tmp_path: Path) -> None:

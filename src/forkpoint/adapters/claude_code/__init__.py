@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from forkpoint.adapters.claude_code.parse import AGENT, parse_session
 from forkpoint.adapters.claude_code.session import write_prepared, write_rebuilt
-from forkpoint.errors import ErrorKind, ReplayError, unsupported_version
+from forkpoint.errors import unsupported_version
 from forkpoint.model import (
     Continuation,
     ContinueSettings,
@@ -34,6 +34,8 @@ class ClaudeCodeAdapter:
     verified_versions = VERIFIED_VERSIONS
     native_format = "claude-code/session-jsonl"
     upstreams = ("anthropic", "stub")
+    #: the executor and continuation run through any sandbox, and rewrite recorded paths (--path-map)
+    sandbox_features = frozenset({"local", "bwrap", "path_map"})
 
     def sniff(self, head: bytes) -> bool:
         return b'"parentUuid"' in head and b'"sessionId"' in head
@@ -63,16 +65,6 @@ class ClaudeCodeAdapter:
         return NativePrefix(destination, self.native_format, _session_id(plan), write_prepared(plan, destination))
 
     # -- replay -------------------------------------------------------------------------------------------------
-
-    def check_workspace(self, trajectory: Trajectory, workspace: Path) -> None:
-        """Recorded tool inputs name absolute paths under the recorded cwd: they must mean the same files."""
-        recorded = trajectory.cwd
-        if recorded is not None and Path(recorded) != workspace:
-            raise ReplayError(
-                ErrorKind.WORKSPACE,
-                f"the session was recorded in {recorded} but the workspace is {workspace}; recorded tool inputs "
-                f"use absolute paths, so replay in a fresh workspace at the recorded path (--workspace {recorded})",
-            )
 
     def executor(self, plan: Plan, context: RunContext) -> ToolExecutor:
         from forkpoint.adapters.claude_code.launch import config_dir

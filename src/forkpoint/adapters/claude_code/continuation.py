@@ -15,8 +15,8 @@ from forkpoint.bridge.server import Bridge
 from forkpoint.bridge.upstream import AnthropicUpstream, StubUpstream, Upstream
 from forkpoint.errors import ErrorKind, ReplayError, classify_continuation_output
 from forkpoint.model import ActionSignature, Continuation, ContinueSettings, NativePrefix, Plan, RunContext
-from forkpoint.process import run_supervised
 from forkpoint.results import write_atomic, write_json
+from forkpoint.sandbox import local_sandbox, runtime_paths
 
 BRIDGE_AGENT_KEY = "forkpoint-bridge"  # what the agent sends; the real upstream key never reaches it
 _TAIL = 4000
@@ -28,7 +28,9 @@ def continue_session(
     session_id = prefix.session_id
     assert session_id is not None
     rebuilt = prefix.path.read_bytes().splitlines()
-    session_file = launch.session_path(context.home, context.workspace, session_id)
+    sandbox = context.sandbox or local_sandbox(context.workspace)
+    # `claude --resume` looks under the project folder of the cwd it sees (the recorded one under bwrap).
+    session_file = launch.session_path(context.home, Path(sandbox.cwd), session_id)
     session_file.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(session_file, b"".join(line + b"\n" for line in rebuilt))
 
@@ -47,10 +49,14 @@ def continue_session(
     with bridge:
         env = launch.environment(os.environ, context.home, bridge.base_url, BRIDGE_AGENT_KEY)
         argv = launch.argv(settings.target.entrypoint, session_id, nonce, settings.remaining_steps)
-        result = run_supervised(
+        # The network is shared with the host for the continuation only: the bridge listens on 127.0.0.1.
+        result = sandbox.run(
             argv,
-            cwd=context.workspace,
+            cwd=sandbox.cwd,
             env=env,
+            network=True,
+            writable=(context.home,),
+            readable=runtime_paths(settings.target.entrypoint),
             timeout_s=settings.timeout_s,
             grace_s=2.0,
             max_output_bytes=16 * 1024 * 1024,

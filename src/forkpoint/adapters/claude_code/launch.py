@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from forkpoint.process import sanitized_env
+from forkpoint.sandbox import home_environment
 
 _NOT_ALNUM = re.compile(r"[^A-Za-z0-9]")
 
@@ -54,9 +55,9 @@ def environment(base: Mapping[str, str], home: Path, bridge_url: str, bridge_key
     for host in ("127.0.0.1", "localhost", "::1"):
         if host not in no_proxy:
             no_proxy.append(host)
+    home_environment(env, home)  # HOME and XDG_* under the state dir, never the user's real home
     env.update(
         {
-            "HOME": str(home),
             "CLAUDE_CONFIG_DIR": str(config_dir(home)),
             "ANTHROPIC_BASE_URL": bridge_url,
             "ANTHROPIC_API_KEY": bridge_key,

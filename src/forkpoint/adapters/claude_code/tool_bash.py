@@ -29,7 +29,7 @@ import shlex
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forkpoint.adapters.claude_code.jstext import (
     format_file_size,
@@ -42,7 +42,10 @@ from forkpoint.adapters.claude_code.jstext import (
 )
 from forkpoint.adapters.claude_code.tool_profile import ToolOutcome, ToolProfile, tool_error
 from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.process import run_supervised
+from forkpoint.sandbox import local_sandbox
+
+if TYPE_CHECKING:
+    from forkpoint.sandbox.base import Sandbox
 
 BASH = "/bin/bash"
 DEFAULT_TIMEOUT_MS = 120_000
@@ -123,17 +126,26 @@ class BashShell:
     """The Bash tool of one session: remembers the shell's directory between calls."""
 
     def __init__(
-        self, root: str, env: Mapping[str, str], profile: ToolProfile, results_dir: Path, scratch: Path
+        self,
+        root: str,
+        env: Mapping[str, str],
+        profile: ToolProfile,
+        results_dir: Path,
+        scratch: Path,
+        sandbox: Sandbox | None = None,
+        writable: tuple[Path, ...] = (),
     ) -> None:
-        self.root = root
+        self.root = root  # as the command sees it (under bwrap: the recorded cwd)
         self.cwd = root
         self.env = dict(env)
         self.profile = profile
         self.results_dir = results_dir
         self.scratch = scratch
+        self.sandbox = sandbox or local_sandbox(Path(root))
+        self.writable = (scratch, *writable)  # bound read-write at the same path inside a sandbox
 
     def run(self, command: str, timeout: int) -> ToolOutcome:
-        cwd = self.cwd if os.path.isdir(self.cwd) else self.root
+        cwd = self.cwd if os.path.isdir(self.sandbox.host_path(self.cwd)) else self.root
         cwd_file = self.scratch / "cwd"
         log = self.scratch / "output.log"
         with contextlib.suppress(FileNotFoundError):
@@ -145,11 +157,12 @@ class BashShell:
         )
         env = dict(self.env)
         env["PWD"] = cwd
-        result = run_supervised(
+        result = self.sandbox.run(
             [BASH, "-c", script],
-            cwd=Path(cwd),
+            cwd=cwd,
             env=env,
             timeout_s=timeout / 1000,
+            writable=self.writable,
             merge_stderr=True,
             log_path=log,
             max_output_bytes=HEAD_BYTES,

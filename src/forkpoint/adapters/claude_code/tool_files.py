@@ -12,6 +12,8 @@ Read
   for a sibling with the same stem); a directory ``EISDIR: illegal operation on a directory, read '<path>'``.
 - 2.1.220 answers a repeated Read of an unchanged file with the same range with a "file unchanged" stub.
 - Relative paths resolve against the Bash shell's current directory.
+- Paths are the ones the tools see: under ``--sandbox bwrap`` the recorded cwd is the workspace (an alias the
+  confined walk maps to the real workspace), so recorded absolute paths resolve unchanged.
 - forkpoint's own budgets apply only beyond that: at most 16 MiB (+1 probe byte) are scanned and 4 MiB
   returned; a cut appends one ``[Read truncated by forkpoint replay: ...]`` line and sets ``truncated``.
 
@@ -36,7 +38,7 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forkpoint.adapters.claude_code.jstext import format_file_size, js_trim, js_trim_end
 from forkpoint.adapters.claude_code.tool_profile import ToolOutcome, ToolProfile, tool_error, tool_use_error
@@ -48,6 +50,10 @@ from forkpoint.fs import (
     read_regular_file,
     write_file_confined,
 )
+from forkpoint.sandbox import local_sandbox
+
+if TYPE_CHECKING:
+    from forkpoint.sandbox.base import Sandbox
 
 READ_SCAN_BUDGET = 16 * 1024 * 1024
 READ_OUTPUT_BUDGET = 4 * 1024 * 1024
@@ -225,9 +231,22 @@ def _node_error(exc: OSError, path: str, syscall: str = "open") -> str:
 class FileTools:
     """Read, Write and Edit of one session, sharing Claude's per-file state."""
 
-    def __init__(self, workspace: Path, profile: ToolProfile, cwd: Callable[[], str], home: str | None) -> None:
+    def __init__(
+        self,
+        workspace: Path,
+        profile: ToolProfile,
+        cwd: Callable[[], str],
+        home: str | None,
+        sandbox: Sandbox | None = None,
+    ) -> None:
         self.workspace = workspace
-        self.roots = tuple(dict.fromkeys((os.path.abspath(workspace), os.path.realpath(workspace))))
+        # Paths are handled as the tools see them (under bwrap: the recorded cwd); only the fs calls and
+        # metadata lookups go to the host, through the confined walk (which knows the alias) or host_path.
+        self.sandbox = sandbox or local_sandbox(workspace)
+        self.roots = self.sandbox.roots
+        host_roots = (os.path.abspath(workspace), os.path.realpath(workspace))
+        self.aliases = tuple(root for root in self.roots if root not in host_roots)
+        self._host = self.sandbox.host_path
         self.profile = profile
         self.cwd = cwd
         self.home = home
@@ -260,7 +279,7 @@ class FileTools:
     def _escaped(self, tool: str, path: str, absolute: str) -> ToolOutcome:
         """A symlink led outside: a non-regular target is an ordinary tool error, a regular file a refusal."""
         try:
-            target = os.stat(absolute)  # metadata only, nothing outside is opened
+            target = os.stat(self._host(absolute))  # metadata only, nothing outside is opened
         except OSError:
             target = None
         if target is not None and stat.S_ISDIR(target.st_mode):
@@ -287,7 +306,7 @@ class FileTools:
         directory, name = os.path.split(absolute)
         stem = os.path.splitext(name)[0]
         try:
-            fd = open_confined(self.workspace, directory, os.O_RDONLY | os.O_DIRECTORY)
+            fd = open_confined(self.workspace, directory, os.O_RDONLY | os.O_DIRECTORY, aliases=self.aliases)
         except (OSError, ConfinementError):
             return None
         try:
@@ -300,21 +319,21 @@ class FileTools:
 
     def _mtime(self, absolute: str) -> int | None:
         try:
-            return os.stat(absolute).st_mtime_ns
+            return os.stat(self._host(absolute)).st_mtime_ns
         except OSError:
             return None
 
     def _load(self, tool: str, path: str, absolute: str) -> _Loaded | ToolOutcome:
         """The current file for Write/Edit, or the tool error Claude would give."""
         try:
-            result = read_regular_file(self.workspace, absolute, max_bytes=EDIT_BUDGET)
+            result = read_regular_file(self.workspace, absolute, max_bytes=EDIT_BUDGET, aliases=self.aliases)
         except ConfinementError:
             outcome = self._escaped(tool, path, absolute)
             return _Loaded("directory") if outcome.content.startswith("EISDIR") else outcome
         except (FileNotFoundError, NotADirectoryError):
             return _Loaded("missing")
         except NotRegularFileError:
-            if os.path.isdir(absolute):
+            if os.path.isdir(self._host(absolute)):
                 return _Loaded("directory")
             return self._not_regular(tool, absolute)
         except OSError as exc:
@@ -337,7 +356,7 @@ class FileTools:
     def _write(self, tool: str, path: str, absolute: str, data: bytes) -> int | ToolOutcome | None:
         """Write (creating parents); the new mtime, or the tool error when the file system refuses."""
         try:
-            write_file_confined(self.workspace, absolute, data, create_parents=True)
+            write_file_confined(self.workspace, absolute, data, create_parents=True, aliases=self.aliases)
         except ConfinementError as exc:
             raise ReplayError(
                 ErrorKind.EXECUTOR, f"Claude Code {tool} of {path!r} resolves outside the workspace: {exc}"
@@ -365,13 +384,13 @@ class FileTools:
         start_line = 1 if offset is None else offset
         line_limit = limit if limit is not None and limit > 0 else None
         try:
-            result = read_regular_file(self.workspace, absolute, max_bytes=READ_SCAN_BUDGET)
+            result = read_regular_file(self.workspace, absolute, max_bytes=READ_SCAN_BUDGET, aliases=self.aliases)
         except ConfinementError:
             return self._escaped("Read", path, absolute)
         except (FileNotFoundError, NotADirectoryError):
             return tool_error(self._missing(absolute))
         except NotRegularFileError:
-            if os.path.isdir(absolute):
+            if os.path.isdir(self._host(absolute)):
                 return tool_error(f"EISDIR: illegal operation on a directory, read '{absolute}'")
             return self._not_regular("Read", absolute)
         except OSError as exc:

@@ -14,6 +14,10 @@ was measured on those binaries driven by a scripted model (see ``tool_bash`` / `
   ``No such tool available`` error (the parser marks such calls stale anyway).
 - Everything touches only the workspace: a path outside it (or a symlink to a regular file outside it) is a
   ``ReplayError(executor, before_effect=True)`` and nothing runs. Tool failures are observations.
+- Everything runs through the run's sandbox (``context.sandbox``, default local): Bash inside it, file tools on
+  the paths it exposes (under bwrap the recorded cwd). With ``--path-map`` every string of a call's input is
+  rewritten recorded -> real before it runs, and every string of its content and ``toolUseResult`` real ->
+  recorded afterwards (``sandbox.base.rewrite_arguments`` / ``restore_paths``, both logged for the metadata).
 
 Volatile output: only the path of a persisted large output (agent home, session id, random file id) differs
 between two runs; ``normalize_volatile`` masks exactly that for comparisons.
@@ -37,6 +41,8 @@ from forkpoint.adapters.claude_code.tool_profile import ToolOutcome, profile_for
 from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.model import FreshObservation, RunContext, ToolCall
 from forkpoint.process import sanitized_env
+from forkpoint.sandbox import home_environment, local_sandbox
+from forkpoint.sandbox.base import restore_paths, rewrite_arguments
 
 #: Tools these versions do not offer, with the exact refusal text both versions give.
 NOT_OFFERED = {
@@ -92,7 +98,7 @@ def tool_environment(version: str, session_id: str, home: Path | None) -> dict[s
         }
     )
     if home is not None:
-        env["HOME"] = str(home)
+        home_environment(env, home)
     return env
 
 
@@ -109,14 +115,24 @@ class ClaudeToolExecutor:
         workspace = context.workspace
         if not workspace.is_dir():
             raise ReplayError(ErrorKind.WORKSPACE, f"workspace {workspace} is not a directory")
-        root = os.path.realpath(workspace)
+        self.sandbox = context.sandbox or local_sandbox(workspace)
+        root = self.sandbox.roots[0]  # what `pwd -P` prints at the workspace, as the tools see it
         home = config_dir.parent if config_dir.name == ".claude" else None
-        results = config_dir / "projects" / project_dir_name(Path(os.path.abspath(workspace))) / session_id
+        # Claude keeps large outputs under the project folder of the cwd IT sees (the recorded one under bwrap).
+        results = config_dir / "projects" / project_dir_name(Path(self.sandbox.cwd)) / session_id
         self._scratch = Path(tempfile.mkdtemp(prefix="forkpoint-claude-tools-"))
         self.bash = BashShell(
-            root, tool_environment(version, session_id, home), self.profile, results / "tool-results", self._scratch
+            root,
+            tool_environment(version, session_id, home),
+            self.profile,
+            results / "tool-results",
+            self._scratch,
+            self.sandbox,
+            (home,) if home is not None else (),
         )
-        self.files = FileTools(workspace, self.profile, lambda: self.bash.cwd, str(home) if home else None)
+        self.files = FileTools(
+            workspace, self.profile, lambda: self.bash.cwd, str(home) if home else None, self.sandbox
+        )
         self._handlers: dict[str, Callable[[dict[str, Any]], ToolOutcome]] = {
             "Bash": self._bash,
             "Read": self.files.read,
@@ -128,7 +144,15 @@ class ClaudeToolExecutor:
         started = time.monotonic()
         handler = self._handlers.get(call.name)
         if handler is not None:
-            outcome = handler(call.arguments)
+            outcome = handler(rewrite_arguments(self.sandbox, call.call_id, call.arguments))
+            if self.sandbox.path_map:
+                outcome = ToolOutcome(
+                    restore_paths(self.sandbox, call.call_id, "content", outcome.content),
+                    outcome.is_error,
+                    restore_paths(self.sandbox, call.call_id, "native", outcome.native),
+                    outcome.truncated,
+                    outcome.return_code,
+                )
         elif call.name in NOT_OFFERED:
             message = NOT_OFFERED[call.name]
             outcome = ToolOutcome(f"<tool_use_error>{message}</tool_use_error>", True, message)
