@@ -400,7 +400,7 @@ def _prompt_facts(request: ReplayRequest) -> dict[str, Any]:
 
 def _prompt_metadata(request: ReplayRequest, continuation: Continuation | None = None) -> dict[str, Any]:
     prompt = request.boundary_user_prompt or None
-    injected = bool(prompt and continuation and continuation.metadata.get("model_bridge", {}).get("forwarded"))
+    injected = bool(prompt and continuation and continuation.metadata.get("model_bridge", {}).get("validated"))
     detail: dict[str, Any] = {"requested": prompt is not None, "injected": injected, "injection_count": int(injected)}
     if prompt is not None:
         detail["sha256"] = sha256_hex(prompt)

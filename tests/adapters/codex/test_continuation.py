@@ -20,9 +20,11 @@ def _lines(builder: object) -> list[bytes]:
 
 
 def test_rollout_path_and_config(tmp_path: Path) -> None:
-    path = cx.rollout_path(tmp_path, {"timestamp": "2026-11-30T10:00:00Z"}, "rollout-2026-x-abc.jsonl", "abc")
-    assert path == tmp_path / ".codex" / "sessions" / "2026" / "11" / "30" / "rollout-2026-x-abc.jsonl"
-    assert cx.rollout_path(tmp_path, {}, "mine.jsonl", "abc").name == "rollout-abc.jsonl"
+    sid = "01a22df0-1756-7d63-b117-22d12ddaf383"
+    path = cx.rollout_path(tmp_path, {"timestamp": "2026-11-30T10:20:30.5Z"}, "rollout.jsonl", sid)
+    assert path == tmp_path / ".codex" / "sessions" / "2026" / "11" / "30" / f"rollout-2026-11-30T10-20-30-{sid}.jsonl"
+    canonical = f"rollout-2026-11-29T01-02-03-{sid}.jsonl"
+    assert cx.rollout_path(tmp_path, {"timestamp": "2026-11-30T10:20:30Z"}, canonical, sid).name == canonical
     config = tomllib.loads(cx.config_toml("http://127.0.0.1:9/tok", "gpt-5.5", "scripted"))
     assert config["model_provider"] == "scripted"
     provider = config["model_providers"]["scripted"]

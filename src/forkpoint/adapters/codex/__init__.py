@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from forkpoint.adapters.codex.parse import AGENT, parse_rollout
 from forkpoint.adapters.codex.session import write_prepared, write_rebuilt
-from forkpoint.errors import ErrorKind, ReplayError, unsupported_version
+from forkpoint.errors import unsupported_version
 from forkpoint.model import (
     Continuation,
     ContinueSettings,
@@ -34,6 +34,7 @@ class CodexAdapter:
     verified_versions = VERIFIED_VERSIONS
     native_format = "codex/rollout-jsonl"
     upstreams = ("openai-responses", "stub")
+    sandbox_features = frozenset({"local"})
 
     def sniff(self, head: bytes) -> bool:
         return b'"session_meta"' in head
@@ -57,15 +58,6 @@ class CodexAdapter:
         return NativePrefix(destination, self.native_format, session_id, write_prepared(plan, destination))
 
     # -- replay -------------------------------------------------------------------------------------------------
-
-    def check_workspace(self, trajectory: Trajectory, workspace: Path) -> None:
-        recorded = trajectory.cwd
-        if recorded is not None and Path(recorded) != workspace:
-            raise ReplayError(
-                ErrorKind.WORKSPACE,
-                f"the rollout was recorded in {recorded} but the workspace is {workspace}; recorded tool inputs "
-                f"use absolute paths, so replay in a fresh workspace at the recorded path (--workspace {recorded})",
-            )
 
     def executor(self, plan: Plan, context: RunContext) -> ToolExecutor:
         from forkpoint.adapters.codex.tools import CodexToolExecutor

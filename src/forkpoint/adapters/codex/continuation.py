@@ -27,7 +27,9 @@ from forkpoint.results import write_atomic
 BRIDGE_KEY_ENV = "FORKPOINT_BRIDGE_KEY"
 PROVIDER = "forkpoint"
 _TAIL = 4000
-_DATE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})")
+_STAMP = re.compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})")
+#: 0.149+ resumes only rollouts named like it names them (paginated history).
+_CANONICAL = re.compile(r"rollout-\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}-[0-9a-fA-F-]{36}\.jsonl")
 
 
 def codex_home(home: Path) -> Path:
@@ -37,10 +39,10 @@ def codex_home(home: Path) -> Path:
 def rollout_path(home: Path, meta: Mapping[str, Any], source_name: str, session_id: str) -> Path:
     """Codex finds any ``rollout-*.jsonl`` under ``sessions/``; keep the native date layout and name."""
     stamp = meta.get("timestamp") if isinstance(meta.get("timestamp"), str) else ""
-    match = _DATE.match(str(stamp))
-    year, month, day = match.groups() if match else ("1970", "01", "01")
-    name = source_name if source_name.startswith("rollout-") and source_name.endswith(".jsonl") else (
-        f"rollout-{session_id}.jsonl")
+    match = _STAMP.match(str(stamp))
+    year, month, day, hour, minute, second = match.groups() if match else ("1970", "01", "01", "00", "00", "00")
+    name = source_name if _CANONICAL.fullmatch(source_name) else (
+        f"rollout-{year}-{month}-{day}T{hour}-{minute}-{second}-{session_id}.jsonl")
     return codex_home(home) / "sessions" / year / month / day / name
 
 

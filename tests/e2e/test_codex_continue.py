@@ -1,0 +1,151 @@
+"""End to end with the REAL codex binaries: replay + continue recorded rollouts through the Responses bridge.
+
+ScriptedModel plays the model upstream (the only stand-in). Every recorded rollout is replayed at every boundary
+in a workspace restored to the recording's initial state at the recorded path; the gate must pass, the fresh
+observations must equal the historical ones (up to the documented volatile fields), and the real codex must
+execute the scripted next action.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forkpoint import runtimes
+from forkpoint.adapters.codex.parse import parse_rollout
+from forkpoint.engine import execute
+from forkpoint.request import build_request
+from forkpoint.results import ReplayResult
+from forkpoint.testing import ScriptedModel
+
+pytestmark = pytest.mark.e2e
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "codex"
+VERSIONS = ("0.149.0", "0.171.0")
+
+
+def _cases() -> list[tuple[str, str, int]]:
+    cases = []
+    for version in VERSIONS:
+        for rollout in sorted((FIXTURES / version).glob("*/rollout.jsonl")):
+            for after in range(1, parse_rollout(rollout).complete_count + 1):
+                cases.append((version, rollout.parent.name, after))
+    return cases
+
+
+def _require_runtime(version: str) -> None:
+    if runtimes.find("codex", version) is None:
+        pytest.skip(f"codex {version} is not installed (forkpoint agents install codex@{version})")
+
+
+def restore_workspace(fixture: Path) -> Path:
+    workspace = Path(json.loads((fixture / "meta.json").read_text())["cwd"])
+    if workspace.exists():
+        shutil.rmtree(workspace)
+    shutil.copytree(fixture / "workspace-initial", workspace)
+    return workspace
+
+
+def run(fixture: Path, tmp_path: Path, after: int, **overrides: Any) -> ReplayResult:
+    values: dict[str, Any] = {
+        "agent": "codex",
+        "trajectory": str(fixture / "rollout.jsonl"),
+        "after_step": after,
+        "workspace": str(restore_workspace(fixture)),
+        "state_dir": str(tmp_path / "state"),
+        "output_dir": str(tmp_path / "out"),
+        "run_id": overrides.pop("run_id", f"run-{after}"),
+    }
+    values.update(overrides)
+    return execute(build_request(values, source="test"))
+
+
+@pytest.mark.parametrize(("version", "scenario", "after"), _cases(), ids=lambda v: str(v))
+def test_replay_and_continue_every_boundary(
+    version: str, scenario: str, after: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _require_runtime(version)
+    monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
+    fixture = FIXTURES / version / scenario
+    model = ScriptedModel.from_file(fixture / "script.json")
+    with model.serve() as url:
+        result = run(fixture, tmp_path, after, upstream="openai-responses", upstream_url=f"{url}/v1")
+    assert result.failure is None, result.failure
+    assert (result.phase, result.quality, result.agent_status) == ("continued", "verified", "completed")
+    bridge = result.metadata["model_bridge"]
+    assert bridge["validated"] >= 1 and bridge["refused"] == 0 and bridge["forwarded"] == bridge["validated"]
+    out = Path(result.output_dir or "")
+    observations = json.loads((out / "observations.json").read_text())["observations"]
+    assert observations and all(row["exact"] for row in observations), observations
+    main = [entry for entry in model.requests if entry.get("kind") == "main"]
+    first_input = main[0]["body"]["input"]
+    boundary_ids = {row["id"] for row in observations if row["batch"] == after}
+    tail_ids = set()
+    for item in reversed(first_input):
+        if item.get("type") not in ("function_call_output", "custom_tool_call_output"):
+            break
+        tail_ids.add(item["call_id"])
+    assert tail_ids == boundary_ids  # the first forwarded request ends exactly at O'N
+    assert "__forkpoint_nonce_" not in json.dumps(main)
+    next_action = json.loads((out / "next-action.json").read_text())
+    assert next_action["replayed"] is not None
+    assert next_action["metrics"]["same_tool_calls"] is True, next_action
+    continued = next((out / "native" / "continued").glob("rollout-*.jsonl"))
+    assert "__forkpoint_nonce_" not in continued.read_text()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_stub_upstream_and_boundary_prompt(version: str, tmp_path: Path) -> None:
+    _require_runtime(version)
+    fixture = FIXTURES / version / "exec_basic"
+    prompt = "Check the listing once more before reading."
+    result = run(fixture, tmp_path, 1, upstream="stub", boundary_user_prompt=prompt)
+    assert result.failure is None, result.failure
+    assert result.phase == "continued" and result.metadata["boundary_user_prompt"]["injected"] is True
+    continued = next((Path(result.output_dir or "") / "native" / "continued").glob("rollout-*.jsonl"))
+    assert prompt in continued.read_text()
+    for name in ("result.json", "replay-summary.json", "replay-events.jsonl"):
+        assert prompt not in (Path(result.output_dir or "") / name).read_text()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_step_budget_is_enforced_at_the_bridge(version: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _require_runtime(version)
+    monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
+    fixture = FIXTURES / version / "exec_basic"
+    model = ScriptedModel.from_file(fixture / "script.json")
+    with model.serve() as url:
+        result = run(fixture, tmp_path, 1, upstream="openai-responses", upstream_url=f"{url}/v1", max_steps=2)
+    assert result.failure is None, result.failure
+    assert result.agent_status == "max_steps"
+    assert len([e for e in model.requests if e.get("kind") == "main"]) == 1
+
+
+def test_wrong_binary_version_is_refused(tmp_path: Path) -> None:
+    _require_runtime("0.171.0")
+    other = runtimes.find("codex", "0.171.0")
+    assert other is not None
+    result = run(FIXTURES / "0.149.0" / "exec_basic", tmp_path, 1, upstream="stub",
+                 agent_entrypoint=str(other.entrypoint))
+    assert result.failure is not None and (result.failure.category, result.exit_code) == ("unsupported_version", 11)
+    assert not (tmp_path / "out" / "run-1").exists()
+
+
+def test_unknown_tool_and_missing_session_meta(tmp_path: Path) -> None:
+    source = (FIXTURES / "0.149.0" / "exec_basic" / "rollout.jsonl").read_text().splitlines()
+    no_meta = tmp_path / "no-meta.jsonl"
+    no_meta.write_text("\n".join(source[1:]) + "\n")
+    result = execute(build_request({"agent": "codex", "trajectory": str(no_meta), "after_step": 1,
+                                    "prepare_only": True, "output_dir": str(tmp_path / "o")}, source="test"))
+    assert result.failure is not None and result.exit_code == 10 and "session_meta" in result.failure.message
+    unknown = tmp_path / "rollout-unknown.jsonl"
+    unknown.write_text("\n".join(line.replace('"name":"exec_command"', '"name":"teleport"') for line in source) + "\n")
+    fixture = FIXTURES / "0.149.0" / "exec_basic"
+    result = execute(build_request({"agent": "codex", "trajectory": str(unknown), "after_step": 1,
+                                    "replay_only": True, "workspace": str(restore_workspace(fixture)),
+                                    "output_dir": str(tmp_path / "o2")}, source="test"))
+    assert result.failure is not None and result.exit_code == 11 and "teleport" in result.failure.message
