@@ -62,7 +62,7 @@ class CodexAdapter:
     def executor(self, plan: Plan, context: RunContext) -> ToolExecutor:
         from forkpoint.adapters.codex.tools import CodexToolExecutor
 
-        return CodexToolExecutor(context, plan.trajectory.version or "")
+        return CodexToolExecutor(context, plan.trajectory.version or "", native=plan.trajectory.native)
 
     def normalise_observation(self, content: object) -> object:
         """Documented volatile parts only (Chunk ID, Wall time: see tools.normalize_volatile)."""

@@ -1,0 +1,427 @@
+"""Codex's command tools, re-executed: ``exec_command`` (unified exec) and the legacy ``shell_command``.
+
+How the real binaries run a command (0.149.0 / 0.171.0, measured with ``/proc/$$/cmdline``, ``env`` and
+``shopt login_shell`` from inside the command):
+
+- The model's ``cmd`` becomes ``[<shell>, "-lc", cmd]`` (``"-c"`` with ``login: false``); that is the command
+  Codex shows in messages. A shell snapshot taken once from a login shell is then sourced and the command is
+  ``exec``-ed, so the process is a NON-login ``<shell> -c cmd`` (``$0`` is the shell path) whose environment is
+  the login shell's (``/etc/profile``'s PATH) plus Codex's own variables: ``CODEX_HOME``, ``CODEX_SESSION_ID`` /
+  ``CODEX_THREAD_ID``, and for exec_command ``NO_COLOR=1 TERM=dumb LANG/LC_CTYPE/LC_ALL=C.UTF-8 COLORTERM=
+  PAGER/GIT_PAGER/GH_PAGER=cat CODEX_CI=1``; 0.171 adds ``CODEX_TOOL_CALL_ID``, ``CODEX_VERSION`` and
+  ``CODEX_APPLY_PATCH_PRESERVE_LINE_ENDINGS=1``. PATH starts with the runtime's ``codex-path`` dir (bundled rg).
+- ``shell`` picks the shell by its name: bash -> the session shell (/bin/bash), sh -> ``sh`` on PATH,
+  anything else or not installed -> /bin/sh. ``workdir`` is relative to the session cwd (forkpoint refuses one
+  outside the workspace). ``tty: true`` runs on a 24x80 pseudo-terminal (so ``\\n`` becomes ``\\r\\n``) that
+  nobody types into.
+- stdin is /dev/null, stdout and stderr go to one buffer (their relative order is not deterministic in Codex:
+  forkpoint merges them in write order). Output kept: the first and last 512 KiB of the stream.
+- exec_command waits ``yield_time_ms`` (default 10,000, clamped to 250..30,000). A command still running then
+  stays alive in Codex (``Process running with session ID N``, polled with write_stdin); the replay reports the
+  same text but kills it, because nothing may outlive a replayed call. Background children (``sleep 30 &``) are
+  killed when the command exits (Codex left them running; the output is the same).
+- ``rm -f`` style commands are refused before running (``tool_policy``).
+
+Output texts (both versions unless noted)::
+
+    Chunk ID: <6 random hex>\\nWall time: <s, 4 decimals> seconds\\nProcess exited with code N\\n
+    Original token count: <ceil(raw bytes / 4)>\\nOutput:\\n<output, maybe truncated>
+
+    exec_command failed for `<cmd>`: CreateProcess { message: "Rejected(\\"<reason>\\")" }   (0.149)
+    exec_command failed: CreateProcess { message: "Rejected(\\"<reason>\\")" }               (0.171)
+
+    Exit code: N\\nWall time: <s rounded to 0.1> seconds\\n[Total output lines: N\\n]Output:\\n<output>
+                                                                    (shell_command, 0.149 only)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import shutil
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from forkpoint.adapters.codex import tool_args
+from forkpoint.adapters.codex.tool_policy import RM_FORCE_REASON, is_rm_force
+from forkpoint.adapters.codex.tool_text import (
+    approx_tokens,
+    decode_lossy,
+    decode_smart,
+    io_error,
+    needs_truncation,
+    rust_debug,
+    rust_lines_count,
+    seconds_one_decimal,
+    shlex_join,
+    truncate_middle,
+)
+from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.process import run_supervised
+
+#: Codex starts its yield clock and wall time ~0.145 s after spawning the command (measured: ``sleep 0.4``
+#: reports ``Wall time: 0.2543``, a quick command ``0.0000``); the replay does the same.
+EXEC_START_OFFSET_S = 0.145
+DEFAULT_YIELD_MS = 10_000
+MIN_YIELD_MS = 250
+MAX_YIELD_MS = 30_000
+DEFAULT_MAX_OUTPUT_TOKENS = 10_000  # also the cap: the model's truncation budget (gpt-5.5)
+UNIFIED_OUTPUT_MAX_BYTES = 1024 * 1024  # head + tail kept by exec_command
+LEGACY_OUTPUT_MAX_BYTES = 1024 * 1024  # head kept by shell_command
+LEGACY_DEFAULT_TIMEOUT_MS = 10_000
+LEGACY_TIMEOUT_EXIT_CODE = 124
+SESSION_SHELL = "/bin/bash"
+FALLBACK_SHELL = "/bin/sh"
+UNIFIED_EXEC_ENV = {
+    "NO_COLOR": "1",
+    "TERM": "dumb",
+    "LANG": "C.UTF-8",
+    "LC_CTYPE": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "COLORTERM": "",
+    "PAGER": "cat",
+    "GIT_PAGER": "cat",
+    "GH_PAGER": "cat",
+    "CODEX_CI": "1",
+}
+_DROPPED_FROM_SNAPSHOT = frozenset({"PWD", "OLDPWD", "SHLVL", "_"})
+_ENV_MARKER = b"\0__forkpoint_login_env__\0"
+_IO_KINDS = {errno.ENOENT: "NotFound", errno.ENOTDIR: "NotADirectory", errno.EACCES: "PermissionDenied"}
+
+
+# ----------------------------------------------------------------------------------------- the one runner
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    """One command to run: the process, where, with what, for how long, and how much output to keep."""
+
+    argv: tuple[str, ...]
+    cwd: Path
+    env: Mapping[str, str]
+    timeout_s: float
+    keep_head: int  # bytes kept from the start of the merged stdout+stderr stream
+    keep_tail: int  # bytes kept from its end (when the stream is longer than head + tail)
+    tty: bool = False  # run on a pseudo-terminal (24x80) instead of pipes
+
+
+@dataclass(frozen=True)
+class CommandOutput:
+    returncode: int | None  # the exit code, 128 + N for signal N; None when it ran past the deadline
+    head: bytes
+    tail: bytes
+    total_bytes: int
+    wall_time_s: float
+    background_cleanup: bool
+    capture_incomplete: bool = False  # more output than forkpoint's log could hold: the tail may be wrong
+
+
+#: Runs argv[1:] on a new pseudo-terminal (its stdin, stdout and stderr) and copies what it prints to stdout.
+#: Nothing is ever typed into it, like a replayed Codex ``tty: true`` command that nobody writes to.
+_PTY_HELPER = """
+import fcntl, os, pty, struct, sys, termios
+pid, fd = pty.fork()
+if pid == 0:
+    fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    try:
+        os.execv(sys.argv[1], sys.argv[1:])
+    except OSError:
+        os._exit(127)
+while True:
+    try:
+        data = os.read(fd, 65536)
+    except OSError:
+        break
+    if not data:
+        break
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+os._exit(code if code >= 0 else 128 - code)
+"""
+
+
+def run_command(spec: CommandSpec, scratch: Path) -> CommandOutput:
+    """Run one command to completion or deadline, leaving nothing behind. THE place commands are executed.
+
+    stdout and stderr are merged in write order and stdin is /dev/null (with ``tty``, all three are a fresh
+    pseudo-terminal nobody types into). At the deadline the command and all its descendants are killed
+    (``returncode`` None); after a normal exit, background descendants are killed too. A sandbox layer can replace
+    this function: everything else only builds ``CommandSpec``s and formats results.
+    """
+    log = scratch / "command.log"
+    argv = list(spec.argv)
+    if spec.tty:
+        argv = [sys.executable, "-I", "-c", _PTY_HELPER, *argv]
+    started = time.monotonic()
+    result = run_supervised(
+        argv,
+        cwd=spec.cwd,
+        env=spec.env,
+        timeout_s=spec.timeout_s,
+        merge_stderr=True,
+        max_output_bytes=spec.keep_head + spec.keep_tail,
+        log_path=log,
+    )
+    wall = time.monotonic() - started
+    total = log.stat().st_size if log.exists() else len(result.stdout)
+    head, tail = result.stdout, b""
+    if total > spec.keep_head + spec.keep_tail:
+        head = result.stdout[: spec.keep_head]
+        with log.open("rb") as handle:
+            handle.seek(max(total - spec.keep_tail, 0))
+            tail = handle.read(spec.keep_tail)
+    with contextlib.suppress(OSError):
+        log.unlink()
+    code = result.returncode
+    if result.timed_out:
+        code = None
+    elif code is None:
+        code = -1
+    elif code < 0:
+        code = 128 - code
+    return CommandOutput(code, head, tail, total, wall, result.background_cleanup, result.log_truncated)
+
+
+# ----------------------------------------------------------------------------------------- environment
+
+
+@dataclass(frozen=True)
+class ExecProfile:
+    """What differs between the verified versions."""
+
+    version: str
+    failure_names_command: bool  # 0.149: "exec_command failed for `<cmd>`: ..."
+    per_call_env: bool  # 0.171: CODEX_TOOL_CALL_ID, CODEX_VERSION, CODEX_APPLY_PATCH_PRESERVE_LINE_ENDINGS
+
+
+class Environment:
+    """The environment Codex gives commands, built once per run (the login snapshot is taken lazily)."""
+
+    def __init__(
+        self,
+        base: Mapping[str, str],
+        workspace: Path,
+        home: Path,
+        session_id: str | None,
+        path_prepend: Path | None,
+        scratch: Path,
+    ) -> None:
+        env = {k: v for k, v in base.items() if not k.startswith("CODEX_") and k not in _DROPPED_FROM_SNAPSHOT}
+        env["HOME"] = str(home)
+        self.base = env
+        self.workspace = workspace
+        self.session_id = session_id
+        self.path_prepend = path_prepend
+        self.scratch = scratch
+        self.codex_home = home / ".codex"
+        self._login: dict[str, str] | None = None
+
+    def login(self) -> dict[str, str]:
+        """The exported environment of a login shell started with the base environment (Codex's snapshot)."""
+        if self._login is None:
+            self._login = dict(self.base)
+            spec = CommandSpec(
+                (SESSION_SHELL, "-lc", "printf '\\0__forkpoint_login_env__\\0'; env -0"),
+                self.workspace,
+                self.base,
+                10.0,
+                4 * 1024 * 1024,
+                0,
+            )
+            with contextlib.suppress(ReplayError, OSError):
+                output = run_command(spec, self.scratch)
+                if output.returncode == 0 and _ENV_MARKER in output.head:
+                    dump = output.head.split(_ENV_MARKER, 1)[1]
+                    captured = {}
+                    for entry in dump.split(b"\0"):
+                        name, sep, value = entry.partition(b"=")
+                        if sep and name:
+                            captured[os.fsdecode(name)] = os.fsdecode(value)
+                    self._login = {k: v for k, v in captured.items() if k not in _DROPPED_FROM_SNAPSHOT}
+        return self._login
+
+    def build(self, *, login: bool, unified: bool, profile: ExecProfile, call_id: str) -> dict[str, str]:
+        env = dict(self.login() if login else self.base)
+        env["HOME"] = self.base["HOME"]
+        env["CODEX_HOME"] = str(self.codex_home)
+        if self.session_id:
+            env["CODEX_SESSION_ID"] = self.session_id
+            env["CODEX_THREAD_ID"] = self.session_id
+        if profile.per_call_env:
+            env["CODEX_TOOL_CALL_ID"] = call_id
+            env["CODEX_VERSION"] = profile.version
+            env["CODEX_APPLY_PATCH_PRESERVE_LINE_ENDINGS"] = "1"
+        if unified:
+            env.update(UNIFIED_EXEC_ENV)
+        if self.path_prepend is not None:
+            path = env.get("PATH", "")
+            env["PATH"] = f"{self.path_prepend}:{path}" if path else str(self.path_prepend)
+        return env
+
+    def which(self, name: str) -> str | None:
+        return shutil.which(name, path=self.base.get("PATH", os.defpath))
+
+
+def resolve_shell(requested: str | None, environment: Environment) -> str:
+    """The shell Codex runs for the model's ``shell`` argument (measured: see the module docstring)."""
+    if requested is None:
+        return SESSION_SHELL
+    name = os.path.basename(requested)
+    if name == os.path.basename(SESSION_SHELL):
+        return SESSION_SHELL
+    if name in ("sh", "zsh"):
+        return environment.which(name) or FALLBACK_SHELL
+    return FALLBACK_SHELL
+
+
+# ----------------------------------------------------------------------------------------- the tools
+
+
+@dataclass(frozen=True)
+class ExecOutcome:
+    content: str
+    return_code: int | None
+    native: dict[str, Any]
+    truncated: bool = False
+
+
+def _create_process_failure(profile: ExecProfile, display: str, reason: str) -> str:
+    message = f"Rejected({rust_debug(reason)})"
+    prefix = f"exec_command failed for `{display}`: " if profile.failure_names_command else "exec_command failed: "
+    return f"{prefix}CreateProcess {{ message: {rust_debug(message)} }}"
+
+
+def _positive_int(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else default
+
+
+def format_unified_output(output: CommandOutput, max_tokens: int) -> tuple[str, str]:
+    """(the text after ``Output:\\n``, the whole header) for one exec_command result."""
+    head, tail, total = output.head, output.tail, output.total_bytes
+    omitted = max(total - len(head) - len(tail), 0)
+    collected = head + (f"\n... {omitted} bytes omitted ...\n".encode() + tail if omitted else tail)
+    text = decode_lossy(collected)
+    tokens = approx_tokens(total)
+    if needs_truncation(text, max_tokens):
+        second = f"... {omitted} bytes omitted ..." if omitted else f"Total output lines: {rust_lines_count(text)}"
+        truncated = truncate_middle(text, max_tokens)
+        text = f"Warning: truncated output (original token count: {tokens})\n{second}\n\n{truncated}"
+    chunk_id = "".join(secrets.choice("0123456789abcdef") for _ in range(6))
+    wall = max(output.wall_time_s - EXEC_START_OFFSET_S, 0.0)
+    lines = [f"Chunk ID: {chunk_id}", f"Wall time: {wall:.4f} seconds"]
+    if output.returncode is not None:
+        lines.append(f"Process exited with code {output.returncode}")
+    else:
+        lines.append(f"Process running with session ID {1000 + secrets.randbelow(99_000)}")
+    lines += [f"Original token count: {tokens}", "Output:"]
+    return text, "\n".join(lines) + "\n"
+
+
+class CommandTools:
+    """exec_command and shell_command for one run (calls run one at a time)."""
+
+    def __init__(self, workspace: Path, environment: Environment, profile: ExecProfile, scratch: Path) -> None:
+        self.workspace = workspace
+        self.cwd = os.path.abspath(workspace)
+        self.environment = environment
+        self.profile = profile
+        self.scratch = scratch
+
+    def _workdir(self, value: Any, tool: str) -> str:
+        if value is None:
+            return self.cwd
+        if not isinstance(value, str) or "\0" in value:
+            raise ReplayError(ErrorKind.EXECUTOR, f"{tool} workdir is not a path", before_effect=True)
+        path = os.path.normpath(os.path.join(self.cwd, value))
+        roots = {os.path.normpath(self.cwd), os.path.realpath(self.cwd)}
+        if not any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots):
+            raise ReplayError(
+                ErrorKind.EXECUTOR,
+                f"{tool} workdir {value!r} is outside the workspace {self.cwd}; forkpoint runs commands only there",
+                before_effect=True,
+            )
+        return path
+
+    @staticmethod
+    def _command(value: Any, tool: str) -> str:
+        if not isinstance(value, str) or "\0" in value:
+            raise ReplayError(ErrorKind.EXECUTOR, f"{tool} has no runnable command string", before_effect=True)
+        return value
+
+    def exec_command(self, arguments: dict[str, Any], raw: str, call_id: str) -> ExecOutcome:
+        problem = tool_args.check(raw, tool_args.EXEC_COMMAND)
+        if problem is not None:
+            return ExecOutcome(problem, None, {"rejected": "arguments"})
+        cmd = self._command(arguments.get("cmd"), "exec_command")
+        login = arguments.get("login") is not False
+        shell = resolve_shell(arguments.get("shell"), self.environment)
+        workdir = self._workdir(arguments.get("workdir"), "exec_command")
+        yield_ms = min(max(_positive_int(arguments.get("yield_time_ms"), DEFAULT_YIELD_MS), MIN_YIELD_MS), MAX_YIELD_MS)
+        requested_tokens = arguments.get("max_output_tokens")
+        max_tokens = min(_positive_int(requested_tokens, DEFAULT_MAX_OUTPUT_TOKENS), DEFAULT_MAX_OUTPUT_TOKENS)
+        derived = [shell, "-lc" if login else "-c", cmd]
+        display = shlex_join(derived)
+        if is_rm_force(derived):
+            reason = f"`{display}` rejected: {RM_FORCE_REASON}"
+            return ExecOutcome(_create_process_failure(self.profile, display, reason), None, {"rejected": "policy"})
+        if not os.path.isdir(workdir):
+            code = errno.ENOTDIR if os.path.lexists(workdir) else errno.ENOENT
+            reason = f"Failed to create unified exec process: {io_error(code)}"
+            return ExecOutcome(_create_process_failure(self.profile, display, reason), None, {"rejected": "workdir"})
+        env = self.environment.build(login=login, unified=True, profile=self.profile, call_id=call_id)
+        half = UNIFIED_OUTPUT_MAX_BYTES // 2
+        tty = arguments.get("tty") is True
+        timeout = yield_ms / 1000 + EXEC_START_OFFSET_S
+        spec = CommandSpec((shell, "-c", cmd), Path(workdir), env, timeout, half, half, tty)
+        output = run_command(spec, self.scratch)
+        text, header = format_unified_output(output, max_tokens)
+        native = {
+            "exit_code": output.returncode,
+            "wall_time_s": output.wall_time_s,
+            "killed_at_yield": output.returncode is None,
+            "background_cleanup": output.background_cleanup,
+        }
+        return ExecOutcome(header + text, output.returncode, native, output.capture_incomplete)
+
+    def shell_command(self, arguments: dict[str, Any], raw: str) -> ExecOutcome:
+        problem = tool_args.check(raw, tool_args.SHELL_COMMAND)
+        if problem is not None:
+            return ExecOutcome(problem, None, {"rejected": "arguments"})
+        command = self._command(arguments.get("command"), "shell_command")
+        login = arguments.get("login") is not False
+        workdir = self._workdir(arguments.get("workdir"), "shell_command")
+        timeout_ms = _positive_int(arguments.get("timeout_ms"), LEGACY_DEFAULT_TIMEOUT_MS)
+        derived = [SESSION_SHELL, "-lc" if login else "-c", command]
+        display = shlex_join(derived)
+        if is_rm_force(derived):
+            return ExecOutcome(f"`{display}` rejected: {RM_FORCE_REASON}", None, {"rejected": "policy"})
+        if not os.path.isdir(workdir):
+            code = errno.ENOTDIR if os.path.lexists(workdir) else errno.ENOENT
+            kind = _IO_KINDS.get(code, "Other")
+            message = rust_debug(os.strerror(code))
+            failure = f"execution error: Io(Os {{ code: {code}, kind: {kind}, message: {message} }})"
+            return ExecOutcome(failure, None, {"rejected": "workdir"})
+        env = self.environment.build(login=login, unified=False, profile=self.profile, call_id="")
+        spec = CommandSpec(
+            (SESSION_SHELL, "-c", command), Path(workdir), env, max(timeout_ms, 1) / 1000, LEGACY_OUTPUT_MAX_BYTES, 0
+        )
+        output = run_command(spec, self.scratch)
+        text = decode_smart(output.head)
+        code = output.returncode if output.returncode is not None else LEGACY_TIMEOUT_EXIT_CODE
+        if output.returncode is None:
+            text = f"command timed out after {int(output.wall_time_s * 1000)} milliseconds\n{text}"
+        lines = ""
+        if needs_truncation(text, DEFAULT_MAX_OUTPUT_TOKENS):
+            lines = f"Total output lines: {rust_lines_count(text)}\n"
+        body = truncate_middle(text, DEFAULT_MAX_OUTPUT_TOKENS)
+        wall = seconds_one_decimal(output.wall_time_s)
+        content = f"Exit code: {code}\nWall time: {wall} seconds\n{lines}Output:\n{body}"
+        native = {"exit_code": code, "wall_time_s": output.wall_time_s, "timed_out": output.returncode is None}
+        return ExecOutcome(content, code, native, output.capture_incomplete)

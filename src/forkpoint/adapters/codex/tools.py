@@ -1,0 +1,254 @@
+"""Re-execute historical Codex tool calls with Codex's own semantics and output text.
+
+``CodexToolExecutor`` is the adapter's ``ToolExecutor``: one per replay run, calls in order. It reproduces the
+tools of the verified versions (0.149.0, 0.171.0) byte for byte where they are deterministic; every rule was
+measured on those binaries driven by a scripted model (``tests/adapters/codex/test_fixture_fidelity.py`` is the
+proof on the recorded fixtures, ``test_tools.py`` pins the probed texts):
+
+- ``exec_command`` (``tool_exec``): the shell Codex derives (``/bin/bash -lc``, run as ``-c`` with the login
+  snapshot's environment), yield time, output cap and truncation, ``rm -f`` refusal (``tool_policy``), Codex's
+  argument errors (``tool_args``), the exact header. One function, ``tool_exec.run_command``, runs processes.
+- ``shell_command`` (0.149 only; 0.171 answers ``unsupported call: shell_command``): the legacy output format.
+- ``apply_patch`` (``tool_patch``), freeform (``custom_tool_call``) and function forms (``{"input"}`` or
+  ``{"patch"}``): Codex's grammar, matching, texts and per-version line endings, confined to the workspace.
+- ``update_plan``: ``Plan updated`` on 0.149 (after Codex's argument checks); ``unsupported call: update_plan``
+  on 0.171. Any tool Codex does not know (``shell``, ...) gets ``unsupported call: <name>``.
+- ``write_stdin``, ``view_image``, ``web_search``, ... cannot be re-run (the adapter marks them stale): calling
+  ``run`` with one is a ``ReplayError`` before any effect.
+
+Every observation is the output string Codex writes to the rollout (``is_error`` is always False: Codex's tool
+outputs carry no error flag). ``normalize_volatile`` masks the parts that differ on every run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from forkpoint.adapters.codex import tool_args
+from forkpoint.adapters.codex.parse import CodexNative, Line
+from forkpoint.adapters.codex.tool_exec import CommandTools, Environment, ExecOutcome, ExecProfile
+from forkpoint.adapters.codex.tool_patch import ApplyPatch
+from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.model import FreshObservation, RunContext, ToolCall
+from forkpoint.process import sanitized_env
+
+#: Tools Codex offers whose result cannot be re-created (a process session, an image, the web, the user, ...).
+NOT_REPLAYABLE = {
+    "write_stdin": "it writes to a process session of the original run, which does not exist in a replay",
+    "view_image": "the image is sent to the model, not re-created here",
+    "web_search": "web search results change over time",
+    "request_user_input": "it asked the original user a question",
+    "tool_search": "it reflects the original session's tool registry",
+    "get_goal": "goals live in the original CODEX_HOME",
+    "create_goal": "goals live in the original CODEX_HOME",
+    "update_goal": "goals live in the original CODEX_HOME",
+}
+PLAN_UPDATED = "Plan updated"
+
+
+@dataclass(frozen=True)
+class CodexToolProfile:
+    version: str
+    update_plan: bool
+    shell_command: bool
+    preserve_line_endings: bool
+    failure_names_command: bool
+
+    @property
+    def exec(self) -> ExecProfile:
+        return ExecProfile(self.version, self.failure_names_command, per_call_env=self.preserve_line_endings)
+
+
+PROFILES = {
+    "0.149.0": CodexToolProfile("0.149.0", True, True, False, True),
+    "0.171.0": CodexToolProfile("0.171.0", False, False, True, False),
+}
+
+
+def profile_for_version(version: str) -> CodexToolProfile:
+    profile = PROFILES.get(version)
+    if profile is None:
+        raise ReplayError(
+            ErrorKind.UNSUPPORTED_VERSION,
+            f"forkpoint re-executes the tools of Codex {', '.join(PROFILES)} only, not {version or '(unknown)'}",
+            before_effect=True,
+        )
+    return profile
+
+
+# ----------------------------------------------------------------------------------------- volatile parts
+
+CHUNK_ID_PLACEHOLDER = "<chunk-id>"
+WALL_TIME_PLACEHOLDER = "<wall-time>"
+SESSION_ID_PLACEHOLDER = "<session-id>"
+DURATION_PLACEHOLDER = "<duration>"
+_UNIFIED_HEADER = re.compile(r"\AChunk ID: [0-9a-f]{6}\nWall time: \d+(?:\.\d+)? seconds\n")
+_RUNNING = re.compile(r"\AProcess running with session ID \d+\n")
+_LEGACY_HEADER = re.compile(r"\A(Exit code: -?\d+\n)Wall time: \d+(?:\.\d+)? seconds\n")
+_LEGACY_TIMEOUT = re.compile(r"\A((?:Total output lines: \d+\n)?Output:\n)command timed out after \d+ milliseconds\n")
+
+
+def normalize_volatile(content: Any) -> Any:
+    """Mask the run-dependent parts of Codex tool output, for comparing a fresh observation with the historical one.
+
+    Only header fields Codex fills with a random or measured value are masked, never command output:
+
+    - exec_command: ``Chunk ID: <6 random hex>`` and ``Wall time: <measured> seconds`` (first two lines), and
+      ``Process running with session ID <random>`` (a command still running when its yield time ended);
+    - apply_patch / shell_command: ``Wall time: <measured, 0.1 s> seconds`` (second line), and for a timed-out
+      shell_command the measured ``command timed out after <N> milliseconds`` first output line.
+
+    Everything else (exit code, token count, truncation, output bytes) must match exactly. Values other than
+    strings are returned unchanged.
+    """
+    if not isinstance(content, str):
+        return content
+    match = _UNIFIED_HEADER.match(content)
+    if match:
+        rest = content[match.end() :]
+        running = _RUNNING.match(rest)
+        if running:
+            rest = f"Process running with session ID {SESSION_ID_PLACEHOLDER}\n" + rest[running.end() :]
+        return f"Chunk ID: {CHUNK_ID_PLACEHOLDER}\nWall time: {WALL_TIME_PLACEHOLDER} seconds\n{rest}"
+    match = _LEGACY_HEADER.match(content)
+    if match:
+        rest = content[match.end() :]
+        timeout = _LEGACY_TIMEOUT.match(rest)
+        if timeout:
+            rest = f"{timeout.group(1)}command timed out after {DURATION_PLACEHOLDER} milliseconds\n" + rest[
+                timeout.end() :
+            ]
+        return f"{match.group(1)}Wall time: {WALL_TIME_PLACEHOLDER} seconds\n{rest}"
+    return content
+
+
+# ----------------------------------------------------------------------------------------- the executor
+
+
+def runtime_path_dir(version: str) -> Path | None:
+    """The runtime's ``codex-path`` dir (Codex puts it first on the PATH of commands: its bundled ``rg``)."""
+    from forkpoint import runtimes
+
+    runtime = runtimes.find("codex", version)
+    if runtime is None:
+        return None
+    candidate = runtime.entrypoint.parent.parent / "codex-path"
+    return candidate if candidate.is_dir() else None
+
+
+def tool_environment() -> dict[str, str]:
+    """forkpoint's environment without what would redirect Python or leak credentials to replayed commands."""
+    return sanitized_env(os.environ, strip_credentials=True)
+
+
+class CodexToolExecutor:
+    """Runs the FRESH-policy calls of one Codex rollout in order (not thread-safe: one call at a time).
+
+    ``context.workspace`` is Codex's session cwd (the rollout's recorded cwd), ``context.home`` the agent HOME
+    commands see (``CODEX_HOME`` = ``<home>/.codex``), ``context.session_id`` the thread id they see. ``native`` is
+    the parsed rollout (``Trajectory.native``): with it, argument errors quote the raw JSON the model sent
+    (without it the arguments are re-serialised, which can shift a reported column).
+    """
+
+    def __init__(
+        self,
+        context: RunContext,
+        version: str,
+        *,
+        native: CodexNative | None = None,
+        path_prepend: Path | None = None,
+    ) -> None:
+        self.profile = profile_for_version(version)
+        workspace = context.workspace
+        if not workspace.is_dir():
+            raise ReplayError(ErrorKind.WORKSPACE, f"workspace {workspace} is not a directory")
+        self.workspace = workspace
+        self._lines: dict[int, Line] = {line.index: line for line in native.lines} if native is not None else {}
+        self._scratch = Path(tempfile.mkdtemp(prefix="forkpoint-codex-tools-"))
+        home = context.home
+        home.mkdir(parents=True, exist_ok=True)
+        environment = Environment(
+            tool_environment(),
+            workspace,
+            home,
+            context.session_id,
+            path_prepend if path_prepend is not None else runtime_path_dir(version),
+            self._scratch,
+        )
+        self.commands = CommandTools(workspace, environment, self.profile.exec, self._scratch)
+        self.patcher = ApplyPatch(workspace, self.profile.preserve_line_endings)
+
+    def run(self, call: ToolCall) -> FreshObservation:
+        started = time.monotonic()
+        outcome = self._dispatch(call)
+        return FreshObservation(
+            call_id=call.call_id,
+            content=outcome.content,
+            is_error=False,
+            truncated=outcome.truncated,
+            return_code=outcome.return_code,
+            duration_ms=int((time.monotonic() - started) * 1000),
+            native=outcome.native,
+        )
+
+    def close(self) -> None:
+        shutil.rmtree(self._scratch, ignore_errors=True)
+
+    # -- dispatch
+
+    def _dispatch(self, call: ToolCall) -> ExecOutcome:
+        name = call.name
+        arguments = call.arguments
+        if name in NOT_REPLAYABLE:
+            raise ReplayError(
+                ErrorKind.EXECUTOR,
+                f"Codex tool {name!r} cannot be re-executed: {NOT_REPLAYABLE[name]} (call {call.call_id})",
+                before_effect=True,
+            )
+        if "_raw_arguments" in arguments:
+            raise ReplayError(
+                ErrorKind.EXECUTOR,
+                f"the arguments of call {call.call_id} are not a JSON object; Codex's own error is reused (stale)",
+                before_effect=True,
+            )
+        if name == "exec_command":
+            return self.commands.exec_command(arguments, self._raw(call), call.call_id)
+        if name == "shell_command" and self.profile.shell_command:
+            return self.commands.shell_command(arguments, self._raw(call))
+        if name == "apply_patch":
+            return self._apply_patch(call)
+        if name == "update_plan" and self.profile.update_plan:
+            problem = tool_args.check(self._raw(call), tool_args.UPDATE_PLAN)
+            return ExecOutcome(problem or PLAN_UPDATED, None, {})
+        return ExecOutcome(f"unsupported call: {name}", None, {})
+
+    def _line(self, call: ToolCall) -> Line | None:
+        return self._lines.get(call.native) if isinstance(call.native, int) else None
+
+    def _raw(self, call: ToolCall) -> str:
+        line = self._line(call)
+        if line is not None and isinstance(line.payload.get("arguments"), str):
+            return str(line.payload["arguments"])
+        return tool_args.raw_arguments(call.arguments)
+
+    def _apply_patch(self, call: ToolCall) -> ExecOutcome:
+        line = self._line(call)
+        freeform = line.payload.get("type") == "custom_tool_call" if line is not None else None
+        arguments = call.arguments
+        patch = arguments.get("input")
+        if not isinstance(patch, str) and freeform is not True:
+            patch = arguments.get("patch")
+            if not isinstance(patch, str):
+                problem = tool_args.check(self._raw(call), tool_args.APPLY_PATCH_FUNCTION)
+                return ExecOutcome(problem or "failed to parse function arguments: missing field `input`", None, {})
+        if not isinstance(patch, str):
+            patch = ""
+        result = self.patcher.run(patch)
+        return ExecOutcome(result.content, result.exit_code, {"changed_paths": list(result.changed)})
