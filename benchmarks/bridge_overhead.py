@@ -1,0 +1,252 @@
+"""6. Bridge overhead: streaming requests through the bridge (gate + pass-through) vs straight to ScriptedModel.
+
+Three processes, as in a real run: ScriptedModel (``python -m forkpoint.testing.scripted_model``) as the model,
+forkpoint's ``Bridge`` with the Claude gate and the ``anthropic`` pass-through upstream
+(``benchmarks/_bridge_server.py``), and this client. The bodies are REAL Claude Code 2.1.332 resume requests
+(tests/fixtures/claude_code/requests/2.1.332/parallel_after_2): after the first request, every request is a
+"later" one (prefix + envelope + continuation), validated in full by the gate. "direct" sends the body the
+gate would forward (envelope removed) straight to ScriptedModel; both answers are the same SSE stream (~30
+events) and are checked byte for byte. The ~2 MB body carries a 2 MB tool output in the continuation.
+
+Latency: one keep-alive connection per side, direct and bridged requests alternating; time to first body byte
+(TTFB) and to the end of the stream. Throughput: an aiohttp client with 8 concurrent keep-alive connections,
+small bodies, bounded by request count and time, blocks in ABBA order. Targets: ≤ 1 ms added p50 latency,
+≤ 2 ms added TTFB, ≥ 500 req/s sustained through the bridge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import cProfile
+import http.client
+import io
+import json
+import pstats
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common as c
+
+from forkpoint.adapters.claude_code.envelope import expected_prefix
+from forkpoint.bridge.gate import clean_later_request
+
+CASE = c.FIXTURES / "claude_code" / "requests" / "2.1.332" / "parallel_after_2"
+HEADERS = {"content-type": "application/json", "anthropic-version": "2023-06-01", "x-api-key": "dummy",
+           "anthropic-beta": "claude-code-20250219", "user-agent": "claude-cli/bench", "connection": "keep-alive"}
+LARGE_BYTES = 2 * 1024 * 1024
+CONCURRENCY = 8
+ANSWER = "The bridge streams this answer through unchanged, chunk by chunk. " * 16  # ~1 KB, ~22 deltas
+
+
+@contextmanager
+def process(argv: list[str], *, terminate: bool = False) -> Iterator[str]:
+    """Start a server process that prints its base URL on the first stdout line; on exit close its stdin (the
+    bridge helper then stops cleanly) or, with ``terminate``, send it SIGTERM (ScriptedModel serves forever)."""
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        if not url.startswith("http"):
+            raise RuntimeError(f"{argv} did not start: {url} {proc.stderr.read() if proc.stderr else ''}")
+        yield url
+    finally:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        if terminate:
+            proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+@contextmanager
+def servers(script: Path) -> Iterator[tuple[str, str]]:
+    """(model URL, bridge base URL) with the bridge's first request already validated."""
+    helper = str(Path(__file__).parent / "_bridge_server.py")
+    with process([sys.executable, "-u", "-m", "forkpoint.testing.scripted_model", "--script", str(script)],
+                 terminate=True) as model, process([sys.executable, "-u", helper, str(CASE), model]) as bridge:
+        first = (CASE / "first_request.json").read_bytes()
+        with Client(bridge) as client:
+            status, _, _, _ = client.post("/v1/messages?beta=true", first)
+            if status != 200:
+                raise RuntimeError(f"the bridge refused the recorded first request ({status})")
+        yield model, bridge
+
+
+class Client:
+    """One keep-alive HTTP/1.1 connection."""
+
+    def __init__(self, base_url: str) -> None:
+        parts = urlsplit(base_url)
+        self.prefix = parts.path.rstrip("/")
+        self.connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=30)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.connection.close()
+
+    def post(self, path: str, body: bytes) -> tuple[int, float, float, bytes]:
+        """(status, seconds to the first body byte, seconds to the end, whole body)."""
+        started = time.perf_counter()
+        self.connection.request("POST", self.prefix + path, body=body, headers=HEADERS)
+        response = self.connection.getresponse()
+        first = response.read1(65536)
+        ttfb = time.perf_counter() - started
+        rest = response.read()
+        return response.status, ttfb, time.perf_counter() - started, first + rest
+
+
+def bodies() -> dict[str, tuple[bytes, bytes]]:
+    """size label -> (body the agent sends to the bridge, body the gate forwards = what direct sends)."""
+    meta = json.loads((CASE / "meta.json").read_text("utf-8"))
+    records = [json.loads(line) for line in (CASE / "session.jsonl").read_text("utf-8").splitlines()]
+    expected = expected_prefix(records, meta["nonce"], meta["version"])
+    later = json.loads((CASE / "later_request.json").read_text("utf-8"))
+    large = copy.deepcopy(later)
+    tool_result = large["messages"][-1]["content"][0]
+    line = "0123456789 abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ .,;:!?\n"
+    tool_result["content"] = (line * (LARGE_BYTES // len(line) + 1))[:LARGE_BYTES]
+    out = {}
+    for label, body in (("small", later), ("~2 MB", large)):
+        verdict = clean_later_request(expected, body, None)
+        assert verdict.ok and verdict.body is not None, verdict.reason
+        out[label] = (orjson.dumps(body), orjson.dumps(verdict.body))
+    return out
+
+
+def gate_cost(raw: bytes, rounds: int) -> tuple[float, float]:
+    """In-process median of what the bridge does to a body besides I/O (orjson.loads + gate + orjson.dumps), and
+    the share of the gate's time spent in ``contains_text`` (the recursive nonce search over the whole body)."""
+    meta = json.loads((CASE / "meta.json").read_text("utf-8"))
+    records = [json.loads(line) for line in (CASE / "session.jsonl").read_text("utf-8").splitlines()]
+    expected = expected_prefix(records, meta["nonce"], meta["version"])
+    times = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        verdict = clean_later_request(expected, orjson.loads(raw), None)
+        orjson.dumps(verdict.body)
+        times.append(time.perf_counter() - started)
+    body = orjson.loads(raw)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(rounds):
+        clean_later_request(expected, body, None)
+    profiler.disable()
+    stats = pstats.Stats(profiler, stream=io.StringIO()).stats  # type: ignore[attr-defined]
+    total = sum(cum for (_, _, name), (_, _, _, cum, _) in stats.items() if name == "clean_later_request")
+    search = sum(cum for (_, _, name), (_, _, _, cum, _) in stats.items() if name == "contains_text")
+    return c.median(times), search / total if total else float("nan")
+
+
+async def throughput(base_url: str, body: bytes, count: int, seconds: float) -> tuple[int, float]:
+    import aiohttp
+
+    url = base_url.rstrip("/") + "/v1/messages?beta=true"
+    done = 0
+    deadline = time.perf_counter() + seconds
+    connector = aiohttp.TCPConnector(limit=CONCURRENCY)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def worker() -> None:
+            nonlocal done
+            while done < count and time.perf_counter() < deadline:
+                done += 1
+                async with session.post(url, data=body, headers=HEADERS) as response:
+                    await response.read()
+                    if response.status != 200:
+                        raise RuntimeError(f"HTTP {response.status}")
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
+        return done, time.perf_counter() - started
+
+
+def main() -> None:
+    parser = c.parser(__doc__ or "", repeat=200)
+    parser.add_argument("--seconds", type=float, default=None, help="time bound per throughput block [default 8]")
+    args = c.finish_args(parser.parse_args())
+    rounds = {"small": args.repeat, "~2 MB": max(2, args.repeat // 5)}
+    if args.smoke:
+        rounds = {"small": 5, "~2 MB": 2}
+    count = 20 if args.smoke else 1000
+    seconds = args.seconds or (2.0 if args.smoke else 8.0)
+    payloads = bodies()
+    latency: dict[tuple[str, str], list[float]] = {}
+    first_byte: dict[tuple[str, str], list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="forkpoint-bench-bridge-") as tmp:
+        script = Path(tmp) / "script.json"
+        script.write_text(json.dumps({"turns": [{"content": [{"type": "text", "text": ANSWER}]}] * 40}))
+        for label, (agent_body, forwarded_body) in payloads.items():
+            with servers(script) as (model, bridge), Client(model) as direct, Client(bridge) as bridged:
+                sides = {"direct": (direct, forwarded_body), "bridge": (bridged, agent_body)}
+                answers = {}
+                for side, (client, body) in sides.items():  # warm-up + the same answer check
+                    status, _, _, answers[side] = client.post("/v1/messages?beta=true", body)
+                    assert status == 200, (side, status)
+                if answers["direct"] != answers["bridge"]:
+                    raise RuntimeError("the bridged answer differs from the direct one")
+                for side in sides:
+                    latency[(label, side)], first_byte[(label, side)] = [], []
+                for index in range(rounds[label]):
+                    for side in (("direct", "bridge") if index % 2 == 0 else ("bridge", "direct")):
+                        client, body = sides[side]
+                        status, ttfb, total, _ = client.post("/v1/messages?beta=true", body)
+                        assert status == 200
+                        latency[(label, side)].append(total)
+                        first_byte[(label, side)].append(ttfb)
+        rates: dict[str, list[tuple[int, float]]] = {"direct": [], "bridge": []}
+        small_agent, small_forwarded = payloads["small"]
+        for side in ("direct", "bridge", "bridge", "direct"):
+            with servers(script) as (model, bridge):  # fresh servers: ScriptedModel keeps every request in memory
+                target = model if side == "direct" else bridge
+                body = small_forwarded if side == "direct" else small_agent
+                rates[side].append(asyncio.run(throughput(target, body, count // 2, seconds / 2)))
+    gate = {label: gate_cost(agent_body, 5 if args.smoke else 30) for label, (agent_body, _) in payloads.items()}
+
+    rows = []
+    for label, (agent_body, _) in payloads.items():
+        for side in ("direct", "bridge"):
+            lat, fb = latency[(label, side)], first_byte[(label, side)]
+            rows.append([f"{label} ({len(agent_body) / 1e6:.2f} MB)", side, len(lat), c.ms(c.median(fb)),
+                         c.ms(c.p95(fb)), c.ms(c.median(lat)), c.ms(c.p95(lat)), "", ""])
+        added_latency = c.median(latency[(label, "bridge")]) - c.median(latency[(label, "direct")])
+        added_ttfb = c.median(first_byte[(label, "bridge")]) - c.median(first_byte[(label, "direct")])
+        rows.append([f"{label}", "**added by the bridge**", "", c.ms(added_ttfb), "", c.ms(added_latency), "",
+                     c.verdict(added_ttfb <= 0.002), c.verdict(added_latency <= 0.001)])
+    doc = c.table(["body", "path", "n", "TTFB p50 ms", "TTFB p95 ms", "latency p50 ms", "latency p95 ms",
+                    "≤ 2 ms TTFB", "≤ 1 ms p50"], rows)
+    rate = {side: sum(n for n, _ in runs) / sum(t for _, t in runs) for side, runs in rates.items()}
+    doc += "\n\n" + c.table(
+        ["sustained (small bodies, 8 connections)", "requests", "req/s", "≥ 500 req/s"],
+        [[side, sum(n for n, _ in rates[side]), f"{rate[side]:.0f}",
+          c.verdict(rate[side] >= 500) if side == "bridge" else ""] for side in ("direct", "bridge")])
+    doc += f"""
+
+In-process cost of the gate alone (orjson.loads + `clean_later_request` + orjson.dumps, median):
+{', '.join(f'{label} {c.ms(value)} ms' for label, (value, _) in gate.items())}; of the gate's own time,
+{', '.join(f'{label} {share:.0%}' for label, (_, share) in gate.items())} is `envelope.contains_text`, the
+recursive search for the nonce through every string of the body (tools and system included), done twice per
+request (once on the body, once on the cleaned copy). The rest of the added time is the
+extra loopback hop: aiohttp reading the body, a second HTTP request to the upstream and the chunk-by-chunk
+relay of the stream. All three processes share the 2 cores, so the throughput test measures the whole system;
+throughput blocks are bounded at {count // 2} requests / {seconds / 2:.0f} s each."""
+    c.emit("bridge_overhead", "6. Bridge overhead (gate + pass-through)", doc, args)
+
+
+if __name__ == "__main__":
+    main()

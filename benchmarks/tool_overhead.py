@@ -1,0 +1,162 @@
+"""5. Tool re-execution overhead: replay-only of 200 Bash calls vs the same commands run with ``bash -c``.
+
+A Claude Code session recorded in the workspace (session cwd = the workspace path, so ``--sandbox local`` runs
+there) with 200 batches of one trivial Bash call each (``echo N``, historical output ``N``). Per round, in an
+alternating order (ABBA):
+
+* baseline: ``subprocess.run(["bash", "-c", "echo N"])`` for N = 1..200, in sequence, output captured;
+* engine: ``engine.execute`` replay-only after batch 200 (in process: parse, journal with fsync'd
+  tool_started / tool_finished per call, the Claude Bash wrapper, observation comparison, rebuilt session);
+* wrapper (for reference): the script forkpoint's Claude Bash tool really runs (``shopt`` lines, ``eval`` of the
+  command, ``pwd -P`` into a file: Claude's own semantics) through a plain ``subprocess.run``;
+* CLI (for reference): the same through ``forkpoint replay --replay-only`` (adds the interpreter start).
+
+Target: engine ≤ 1.15× the baseline.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import itertools
+import json
+import os
+import pstats
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common as c
+
+from forkpoint.engine import execute
+from forkpoint.request import build_request
+from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, text, tool_use
+
+TARGET = 1.15
+
+
+def session(path: Path, workspace: Path, calls: int) -> list[str]:
+    builder = ClaudeSessionBuilder(session_id="overhead-0000-4000-8000-000000000000", cwd=str(workspace))
+    builder.user_prompt("Count.")
+    commands = []
+    for n in range(1, calls + 1):
+        command = f"echo {n}"
+        commands.append(command)
+        tool_id = f"toolu_{n:05d}"
+        builder.assistant([text(f"{n}"), tool_use(tool_id, "Bash", {"command": command, "description": "count"})])
+        builder.results({tool_id: f"{n}"})
+    builder.assistant([text("Counted.")])
+    builder.write(path)
+    return commands
+
+
+def main() -> None:
+    parser = c.parser(__doc__ or "", repeat=5)
+    parser.add_argument("--calls", type=int, default=None, help="Bash calls [default: 200; smoke: 20]")
+    args = c.finish_args(parser.parse_args())
+    calls = args.calls or (20 if args.smoke else 200)
+    with tempfile.TemporaryDirectory(prefix="forkpoint-bench-tools-") as tmp:
+        root = Path(tmp)
+        workspace = root / "ws"
+        workspace.mkdir()
+        trajectory = root / "session.jsonl"
+        commands = session(trajectory, workspace, calls)
+        runs = itertools.count()
+
+        def request(run_id: str) -> dict[str, object]:
+            return {"agent": "claude-code", "trajectory": str(trajectory), "after_step": calls, "replay_only": True,
+                    "workspace": str(workspace), "state_dir": str(root / "state"), "output_dir": str(root / "out"),
+                    "run_id": run_id}
+
+        def baseline() -> float:
+            started = time.perf_counter()
+            for command in commands:
+                subprocess.run(["bash", "-c", command], cwd=workspace, capture_output=True, check=True)
+            return time.perf_counter() - started
+
+        def wrapper() -> float:
+            cwd_file = root / "cwd"
+            started = time.perf_counter()
+            for command in commands:
+                script = ("\\builtin shopt -s expand_aliases 2>/dev/null || true && "
+                          "\\builtin shopt -u extglob 2>/dev/null || true && "
+                          f"eval {shlex.quote(command)} < /dev/null && pwd -P >| {shlex.quote(str(cwd_file))}")
+                subprocess.run(["/bin/bash", "-c", script], cwd=workspace, capture_output=True, check=True)
+            return time.perf_counter() - started
+
+        def engine() -> float:
+            run_id = f"engine-{next(runs)}"
+            started = time.perf_counter()
+            result = execute(build_request(request(run_id), source="bench"))
+            elapsed = time.perf_counter() - started
+            if result.failure is not None or result.replayed_tool_calls != calls:
+                raise RuntimeError(f"replay failed: {result.failure}")
+            rows = json.loads((root / "out" / run_id / "observations.json").read_text())["observations"]
+            if not all(row["exact"] for row in rows):
+                raise RuntimeError("a fresh observation differs from the recorded one")
+            return elapsed
+
+        def cli() -> float:
+            argv = [*c.forkpoint_argv(), "replay", "--replay-only", "--json"] + [
+                part for key, value in request(f"cli-{next(runs)}").items() if key != "replay_only"
+                for part in (f"--{key.replace('_', '-')}", str(value))]
+            return c.timed_run(argv, cwd=root)[0]
+
+        tasks = {"baseline": baseline, "wrapper": wrapper, "engine": engine, "cli": cli}
+        samples: dict[str, list[float]] = {name: [] for name in tasks}
+        for name in tasks:  # warm-up
+            tasks[name]()
+        for round_index in range(args.repeat):
+            order = list(tasks) if round_index % 2 == 0 else list(reversed(tasks))
+            for name in order:
+                samples[name].append(tasks[name]())
+        profiler = cProfile.Profile()
+        profiler.enable()
+        engine()
+        profiler.disable()
+    stats = pstats.Stats(profiler)
+    hot = sorted(stats.stats.items(), key=lambda item: item[1][2], reverse=True)[:8]  # type: ignore[attr-defined]
+    total = sum(value[2] for value in stats.stats.values())  # type: ignore[attr-defined]
+    cumulative: dict[str, tuple[int, float]] = {}
+    for (_file, _line, name), (_, ncalls, _tot, cum, _) in stats.stats.items():  # type: ignore[attr-defined]
+        if name in ("_scan_proc", "<built-in method posix.fsync>", "<built-in method _posixsubprocess.fork_exec>"):
+            cumulative[name] = (ncalls, cum)
+    processes = sum(1 for entry in os.listdir("/proc") if entry.isdigit())
+
+    base = c.median(samples["baseline"])
+    labels = {"baseline": f"{calls} × `bash -c 'echo N'` (baseline)",
+              "wrapper": f"{calls} × the same through Claude's Bash wrapper, plain `subprocess.run` (reference)",
+              "engine": "engine.execute replay-only",
+              "cli": "`forkpoint replay --replay-only` (whole CLI)"}
+    rows = []
+    for name, values in samples.items():
+        target = c.verdict(c.median(values) <= TARGET * base) if name in ("engine", "cli") else ""
+        rows.append([labels[name], c.ms(c.median(values)), c.ms(c.p95(values)), c.ratio(c.median(values), base),
+                     c.ms((c.median(values) - base) / calls), target])
+    body = c.table(["run", "median ms", "p95 ms", "/ baseline", "added per call ms", "≤ 1.15× target"], rows)
+    body += f"""
+
+{calls} one-call batches, {args.repeat} rounds after a warm-up, alternating order (ABBA); every engine run is checked
+(all {calls} calls re-run, every fresh observation exact).
+
+Where a replay-only run spends its time (cProfile of one engine run, {total * 1000:.0f} ms of self time in
+total; profiling inflates Python-heavy parts). Cumulative: {'; '.join(
+        f"`{name}` {cum * 1000:.0f} ms in {ncalls} calls" for name, (ncalls, cum) in cumulative.items())}, with
+{processes} processes in /proc (the supervisor's descendant scan reads every `/proc/<pid>/stat`):
+
+""" + "\n".join(
+        f"- `{_where(filename)}:{line}({name})` {tottime * 1000:.0f} ms ({ncalls} calls)"
+        for (filename, line, name), (_, ncalls, tottime, _cum, _) in hot)
+    c.emit("tool_overhead", "5. Tool re-execution overhead (200 Bash calls)", body, args)
+
+
+def _where(filename: str) -> str:
+    return filename.replace(str(c.ROOT / "src") + "/", "").split("/lib/python3.11/")[-1]
+
+
+if __name__ == "__main__":
+    main()
