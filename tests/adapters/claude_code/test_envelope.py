@@ -226,3 +226,18 @@ def test_real_prefix_projection_equals_the_recorded_request(session: Path, after
 
 def test_real_cases_cover_both_versions() -> None:
     assert {s.parent.parent.name for s, _ in REAL_CASES} >= set(VERSIONS)
+
+
+def test_nonce_counting_fast_path_agrees_with_the_walk() -> None:
+    from forkpoint.adapters.claude_code.envelope import _walk_count, contains_text
+
+    nonce = "__forkpoint_nonce_00ff__"
+    samples = [
+        {"a": [f"x{nonce}y", {nonce: nonce + nonce}], "b": 3, "c": None},
+        {"text": f"\n{nonce}\u0001é{nonce}\t", "n": [1.5, True]},
+        ["plain", {"k": "v"}],
+    ]
+    for value in samples:
+        assert contains_text(value, nonce) == _walk_count(value, nonce)
+    # a needle that could start inside an escape sequence takes the exact walk
+    assert contains_text({"s": "\nabc"}, "nabc") == 0
