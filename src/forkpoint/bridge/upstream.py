@@ -58,6 +58,22 @@ def error_response(status: int, kind: str, message: str) -> web.Response:
     return web.json_response(error_json(kind, message), status=status)
 
 
+async def relay(
+    request: web.Request, upstream: aiohttp.ClientResponse, headers: dict[str, str]
+) -> tuple[web.StreamResponse, Sent]:
+    """Stream the upstream's answer to the agent chunk by chunk as it arrives: never buffered."""
+    response = web.StreamResponse(status=upstream.status, headers=headers)
+    await response.prepare(request)
+    try:
+        async for chunk in upstream.content.iter_any():
+            await response.write(chunk)
+    except (aiohttp.ClientError, TimeoutError, OSError) as error:
+        message = f"upstream stream broke: {type(error).__name__}: {error}"
+        return response, Sent(upstream.status, True, message)
+    await response.write_eof()
+    return response, Sent(upstream.status, True)
+
+
 class AnthropicUpstream:
     """POST the cleaned body to ``<base_url>/v1/messages`` with the bridge's key; stream the answer back."""
 
@@ -109,16 +125,7 @@ class AnthropicUpstream:
         async with upstream:
             headers = {name: value for name, value in upstream.headers.items()
                        if name.lower() in PASSED_RESPONSE_HEADERS or name.lower().startswith("anthropic-")}
-            response = web.StreamResponse(status=upstream.status, headers=headers)
-            await response.prepare(request)
-            try:
-                async for chunk in upstream.content.iter_any():
-                    await response.write(chunk)
-            except (aiohttp.ClientError, TimeoutError, OSError) as error:
-                message = f"upstream stream broke: {type(error).__name__}: {error}"
-                return response, Sent(upstream.status, True, message)
-            await response.write_eof()
-            return response, Sent(upstream.status, True)
+            return await relay(request, upstream, headers)
 
 
 class StubUpstream:
@@ -250,16 +257,7 @@ class OpenAIResponsesUpstream:
             headers = {name: value for name, value in upstream.headers.items()
                        if name.lower() in PASSED_OPENAI_RESPONSE_HEADERS
                        or name.lower().startswith(PASSED_OPENAI_RESPONSE_PREFIXES)}
-            response = web.StreamResponse(status=upstream.status, headers=headers)
-            await response.prepare(request)
-            try:
-                async for chunk in upstream.content.iter_any():
-                    await response.write(chunk)
-            except (aiohttp.ClientError, TimeoutError, OSError) as error:
-                message = f"upstream stream broke: {type(error).__name__}: {error}"
-                return response, Sent(upstream.status, True, message)
-            await response.write_eof()
-            return response, Sent(upstream.status, True)
+            return await relay(request, upstream, headers)
 
 
 class ResponsesStubUpstream:
