@@ -34,7 +34,7 @@ class CodexAdapter:
     verified_versions = VERIFIED_VERSIONS
     native_format = "codex/rollout-jsonl"
     upstreams = ("openai-responses", "stub")
-    sandbox_features = frozenset({"local"})
+    sandbox_features = frozenset({"local", "bwrap", "path_map"})
 
     def sniff(self, head: bytes) -> bool:
         return b'"session_meta"' in head

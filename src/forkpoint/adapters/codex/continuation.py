@@ -4,6 +4,10 @@ The rollout goes to ``<CODEX_HOME>/sessions/YYYY/MM/DD/rollout-...-<id>.jsonl`` 
 the state dir, with a config.toml whose provider points at the bridge (``wire_api = "responses"``) and the
 plugin/app sync features off (they call out to the internet). Codex has no max-steps option: the bridge
 enforces the step budget by answering the (remaining + 1)-th model request with an error.
+
+``codex exec resume`` runs in the run's sandbox (``context.sandbox``, default local) at the session cwd as the
+tools see it (under bwrap the recorded cwd), with the network shared so it reaches the bridge on the host's
+127.0.0.1, its isolated HOME (CODEX_HOME inside) writable and its runtime readable.
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ from forkpoint.bridge.server import Bridge
 from forkpoint.bridge.upstream import Upstream
 from forkpoint.errors import ErrorKind, ReplayError, classify_continuation_output
 from forkpoint.model import ActionSignature, Continuation, ContinueSettings, NativePrefix, Plan, RunContext
-from forkpoint.process import run_supervised, sanitized_env
+from forkpoint.process import sanitized_env
 from forkpoint.results import write_atomic
+from forkpoint.sandbox import local_sandbox, runtime_paths
 
 BRIDGE_KEY_ENV = "FORKPOINT_BRIDGE_KEY"
 PROVIDER = "forkpoint"
@@ -141,10 +146,15 @@ def continue_rollout(
     with bridge:
         provider = meta.get("model_provider") if isinstance(meta.get("model_provider"), str) else None
         write_atomic(codex_home(context.home) / "config.toml", config_toml(bridge.base_url, model, provider).encode())
-        result = run_supervised(
+        sandbox = context.sandbox or local_sandbox(context.workspace)
+        # The network is shared with the host for the continuation only: the bridge listens on 127.0.0.1.
+        result = sandbox.run(
             argv(settings.target.entrypoint, session_id, nonce),
-            cwd=context.workspace,
+            cwd=sandbox.cwd,
             env=environment(os.environ, context.home),
+            network=True,
+            writable=(context.home,),
+            readable=runtime_paths(settings.target.entrypoint),
             timeout_s=settings.timeout_s,
             grace_s=2.0,
             max_output_bytes=16 * 1024 * 1024,

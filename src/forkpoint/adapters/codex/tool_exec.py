@@ -46,7 +46,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forkpoint.adapters.codex import tool_args
 from forkpoint.adapters.codex.tool_policy import RM_FORCE_REASON, is_rm_force
@@ -63,7 +63,10 @@ from forkpoint.adapters.codex.tool_text import (
     truncate_middle,
 )
 from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.process import run_supervised
+from forkpoint.sandbox import local_sandbox
+
+if TYPE_CHECKING:
+    from forkpoint.sandbox.base import Sandbox
 
 #: Codex starts its yield clock and wall time ~0.145 s after spawning the command (measured: ``sleep 0.4``
 #: reports ``Wall time: 0.2543``, a quick command ``0.0000``); the replay does the same.
@@ -103,7 +106,7 @@ class CommandSpec:
     """One command to run: the process, where, with what, for how long, and how much output to keep."""
 
     argv: tuple[str, ...]
-    cwd: Path
+    cwd: Path  # as the command sees it (under bwrap: below the recorded cwd)
     env: Mapping[str, str]
     timeout_s: float
     keep_head: int  # bytes kept from the start of the merged stdout+stderr stream
@@ -147,24 +150,46 @@ os._exit(code if code >= 0 else 128 - code)
 """
 
 
-def run_command(spec: CommandSpec, scratch: Path) -> CommandOutput:
+@dataclass(frozen=True)
+class Runner:
+    """Where commands run: the run's sandbox (network off), and the host paths they need besides the workspace."""
+
+    sandbox: Sandbox
+    writable: tuple[Path, ...] = ()  # the agent HOME (CODEX_HOME is inside it)
+    readable: tuple[Path, ...] = ()  # the runtime's codex-path dir (bundled rg)
+
+
+def _python_install() -> Path:
+    """The Python install the tty helper runs on (made readable inside a sandbox that hides home dirs)."""
+    return Path(sys.base_prefix).resolve()
+
+
+def run_command(spec: CommandSpec, scratch: Path, runner: Runner | None = None) -> CommandOutput:
     """Run one command to completion or deadline, leaving nothing behind. THE place commands are executed.
 
     stdout and stderr are merged in write order and stdin is /dev/null (with ``tty``, all three are a fresh
     pseudo-terminal nobody types into). At the deadline the command and all its descendants are killed
     (``returncode`` None); after a normal exit, background descendants are killed too. A sandbox layer can replace
-    this function: everything else only builds ``CommandSpec``s and formats results.
+    this function: everything else only builds ``CommandSpec``s and formats results. The process starts inside
+    ``runner.sandbox`` (default: local, no isolation) with the network off.
     """
+    if runner is None:
+        runner = Runner(local_sandbox(Path(spec.cwd)))
     log = scratch / "command.log"
     argv = list(spec.argv)
+    readable = runner.readable
     if spec.tty:
         argv = [sys.executable, "-I", "-c", _PTY_HELPER, *argv]
+        readable = (*readable, _python_install())
     started = time.monotonic()
-    result = run_supervised(
+    result = runner.sandbox.run(
         argv,
-        cwd=spec.cwd,
+        cwd=str(spec.cwd),
         env=spec.env,
         timeout_s=spec.timeout_s,
+        network=False,
+        writable=runner.writable,
+        readable=readable,
         merge_stderr=True,
         max_output_bytes=spec.keep_head + spec.keep_tail,
         log_path=log,
@@ -212,14 +237,18 @@ class Environment:
         session_id: str | None,
         path_prepend: Path | None,
         scratch: Path,
+        runner: Runner | None = None,
     ) -> None:
         env = {k: v for k, v in base.items() if not k.startswith("CODEX_") and k not in _DROPPED_FROM_SNAPSHOT}
         env["HOME"] = str(home)
         self.base = env
-        self.workspace = workspace
+        self.workspace = workspace  # the session cwd as commands see it
         self.session_id = session_id
         self.path_prepend = path_prepend
         self.scratch = scratch
+        self.runner = runner or Runner(
+            local_sandbox(workspace), (home,), (path_prepend,) if path_prepend is not None else ()
+        )
         self.codex_home = home / ".codex"
         self._login: dict[str, str] | None = None
 
@@ -236,7 +265,7 @@ class Environment:
                 0,
             )
             with contextlib.suppress(ReplayError, OSError):
-                output = run_command(spec, self.scratch)
+                output = run_command(spec, self.scratch, self.runner)
                 if output.returncode == 0 and _ENV_MARKER in output.head:
                     dump = output.head.split(_ENV_MARKER, 1)[1]
                     captured = {}
@@ -327,9 +356,19 @@ def format_unified_output(output: CommandOutput, max_tokens: int) -> tuple[str, 
 class CommandTools:
     """exec_command and shell_command for one run (calls run one at a time)."""
 
-    def __init__(self, workspace: Path, environment: Environment, profile: ExecProfile, scratch: Path) -> None:
+    def __init__(
+        self,
+        workspace: Path,
+        environment: Environment,
+        profile: ExecProfile,
+        scratch: Path,
+        sandbox: Sandbox | None = None,
+    ) -> None:
         self.workspace = workspace
-        self.cwd = os.path.abspath(workspace)
+        self.sandbox = sandbox or environment.runner.sandbox
+        # Paths as the commands see them: the session cwd (under bwrap the recorded one) and every spelling of it.
+        self.cwd = self.sandbox.cwd
+        self.roots = {os.path.normpath(root) for root in (self.cwd, os.path.realpath(self.cwd), *self.sandbox.roots)}
         self.environment = environment
         self.profile = profile
         self.scratch = scratch
@@ -340,8 +379,7 @@ class CommandTools:
         if not isinstance(value, str) or "\0" in value:
             raise ReplayError(ErrorKind.EXECUTOR, f"{tool} workdir is not a path", before_effect=True)
         path = os.path.normpath(os.path.join(self.cwd, value))
-        roots = {os.path.normpath(self.cwd), os.path.realpath(self.cwd)}
-        if not any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots):
+        if not any(path == root or path.startswith(root.rstrip("/") + "/") for root in self.roots):
             raise ReplayError(
                 ErrorKind.EXECUTOR,
                 f"{tool} workdir {value!r} is outside the workspace {self.cwd}; forkpoint runs commands only there",
@@ -371,8 +409,9 @@ class CommandTools:
         if is_rm_force(derived):
             reason = f"`{display}` rejected: {RM_FORCE_REASON}"
             return ExecOutcome(_create_process_failure(self.profile, display, reason), None, {"rejected": "policy"})
-        if not os.path.isdir(workdir):
-            code = errno.ENOTDIR if os.path.lexists(workdir) else errno.ENOENT
+        host = self.sandbox.host_path(workdir)
+        if not os.path.isdir(host):
+            code = errno.ENOTDIR if os.path.lexists(host) else errno.ENOENT
             reason = f"Failed to create unified exec process: {io_error(code)}"
             return ExecOutcome(_create_process_failure(self.profile, display, reason), None, {"rejected": "workdir"})
         env = self.environment.build(login=login, unified=True, profile=self.profile, call_id=call_id)
@@ -380,7 +419,7 @@ class CommandTools:
         tty = arguments.get("tty") is True
         timeout = yield_ms / 1000 + EXEC_START_OFFSET_S
         spec = CommandSpec((shell, "-c", cmd), Path(workdir), env, timeout, half, half, tty)
-        output = run_command(spec, self.scratch)
+        output = run_command(spec, self.scratch, self.environment.runner)
         text, header = format_unified_output(output, max_tokens)
         native = {
             "exit_code": output.returncode,
@@ -402,8 +441,9 @@ class CommandTools:
         display = shlex_join(derived)
         if is_rm_force(derived):
             return ExecOutcome(f"`{display}` rejected: {RM_FORCE_REASON}", None, {"rejected": "policy"})
-        if not os.path.isdir(workdir):
-            code = errno.ENOTDIR if os.path.lexists(workdir) else errno.ENOENT
+        host = self.sandbox.host_path(workdir)
+        if not os.path.isdir(host):
+            code = errno.ENOTDIR if os.path.lexists(host) else errno.ENOENT
             kind = _IO_KINDS.get(code, "Other")
             message = rust_debug(os.strerror(code))
             failure = f"execution error: Io(Os {{ code: {code}, kind: {kind}, message: {message} }})"
@@ -412,7 +452,7 @@ class CommandTools:
         spec = CommandSpec(
             (SESSION_SHELL, "-c", command), Path(workdir), env, max(timeout_ms, 1) / 1000, LEGACY_OUTPUT_MAX_BYTES, 0
         )
-        output = run_command(spec, self.scratch)
+        output = run_command(spec, self.scratch, self.environment.runner)
         text = decode_smart(output.head)
         code = output.returncode if output.returncode is not None else LEGACY_TIMEOUT_EXIT_CODE
         if output.returncode is None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import errno
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -362,20 +363,35 @@ def _path_key(path: str) -> str:
     return ("/" if path.startswith("/") else "") + "/".join(parts)
 
 
-def _inside(root: Path, absolute: str) -> bool:
+def _inside(root: Path, absolute: str, aliases: tuple[str, ...] = ()) -> bool:
     normal = os.path.normpath(absolute)
-    for base in {os.path.normpath(os.path.abspath(root)), os.path.realpath(root)}:
+    for base in {os.path.normpath(os.path.abspath(root)), os.path.realpath(root), *map(os.path.normpath, aliases)}:
         if normal == base or normal.startswith(base.rstrip("/") + "/"):
             return True
     return False
 
 
 class ApplyPatch:
-    """Applies one patch in ``root`` (the workspace, which is also Codex's cwd for the patch)."""
+    """Applies one patch in ``root`` (the workspace, which is also Codex's cwd for the patch).
 
-    def __init__(self, root: Path, preserve_line_endings: bool) -> None:
+    In a sandbox, ``cwd`` is the session cwd as the tools see it (under bwrap the recorded cwd), ``aliases`` the
+    spellings of the workspace that are not its host path (resolved by forkpoint's confined walk) and
+    ``host_path`` maps a path the tools see to the host (for existence checks); texts name the tools' paths.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        preserve_line_endings: bool,
+        *,
+        cwd: str | None = None,
+        aliases: tuple[str, ...] = (),
+        host_path: Callable[[str], str] | None = None,
+    ) -> None:
         self.root = root
-        self.cwd = os.path.abspath(root)
+        self.cwd = cwd if cwd is not None else os.path.abspath(root)
+        self.aliases = aliases
+        self._host: Callable[[str], str] = host_path if host_path is not None else (lambda path: path)
         self.preserve_line_endings = preserve_line_endings
 
     def run(self, text: str) -> PatchResult:
@@ -406,7 +422,7 @@ class ApplyPatch:
     def _confine(self, hunks: list[Hunk]) -> None:
         for hunk in hunks:
             for path in (hunk.path, hunk.move_path):
-                if path is not None and not _inside(self.root, join_path(self.cwd, path)):
+                if path is not None and not _inside(self.root, join_path(self.cwd, path), self.aliases):
                     raise ReplayError(
                         ErrorKind.EXECUTOR,
                         f"apply_patch path {path!r} is outside the workspace {self.cwd}; nothing was changed",
@@ -415,7 +431,7 @@ class ApplyPatch:
 
     def _read(self, absolute: str, context: str) -> str:
         try:
-            result = read_regular_file(self.root, absolute, max_bytes=DEFAULT_MAX_INPUT_BYTES)
+            result = read_regular_file(self.root, absolute, max_bytes=DEFAULT_MAX_INPUT_BYTES, aliases=self.aliases)
         except ConfinementError:
             raise
         except NotRegularFileError as error:
@@ -488,20 +504,22 @@ class ApplyPatch:
 
     def _write(self, absolute: str, contents: str) -> None:
         parent = os.path.dirname(absolute)
-        parent_existed = os.path.lexists(parent)
+        parent_existed = os.path.lexists(self._host(parent))
         try:
-            write_file_confined(self.root, absolute, contents.encode("utf-8"), create_parents=True)
+            write_file_confined(
+                self.root, absolute, contents.encode("utf-8"), create_parents=True, aliases=self.aliases
+            )
         except (ConfinementError, ReplayError):
             raise
         except (OSError, NotRegularFileError) as error:
-            if not parent_existed and not os.path.isdir(parent):
+            if not parent_existed and not os.path.isdir(self._host(parent)):
                 raise _ApplyFailure(f"Failed to create parent directories for {absolute}") from error
             raise _ApplyFailure(f"Failed to write file {absolute}") from error
 
     def _unlink(self, absolute: str, message: str) -> None:
         parent, name = os.path.split(absolute)
         try:
-            fd = open_confined(self.root, parent, os.O_RDONLY | os.O_DIRECTORY)
+            fd = open_confined(self.root, parent, os.O_RDONLY | os.O_DIRECTORY, aliases=self.aliases)
         except ConfinementError:
             raise
         except OSError as error:

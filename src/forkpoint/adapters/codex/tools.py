@@ -16,6 +16,11 @@ proof on the recorded fixtures, ``test_tools.py`` pins the probed texts):
 - ``write_stdin``, ``view_image``, ``web_search``, ... cannot be re-run (the adapter marks them stale): calling
   ``run`` with one is a ``ReplayError`` before any effect.
 
+Everything runs through the run's sandbox (``context.sandbox``, default local): commands inside it with the network
+off, apply_patch on the paths it exposes (under bwrap the recorded cwd is the session cwd). With ``--path-map``
+every string of a call's input is rewritten recorded -> real before it runs, and the output text and native
+metadata real -> recorded afterwards (``sandbox.base.rewrite_arguments`` / ``restore_paths``, both logged).
+
 Every observation is the output string Codex writes to the rollout (``is_error`` is always False: Codex's tool
 outputs carry no error flag). ``normalize_volatile`` masks the parts that differ on every run.
 """
@@ -27,17 +32,19 @@ import re
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from forkpoint.adapters.codex import tool_args
 from forkpoint.adapters.codex.parse import CodexNative, Line
-from forkpoint.adapters.codex.tool_exec import CommandTools, Environment, ExecOutcome, ExecProfile
+from forkpoint.adapters.codex.tool_exec import CommandTools, Environment, ExecOutcome, ExecProfile, Runner
 from forkpoint.adapters.codex.tool_patch import ApplyPatch
 from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.model import FreshObservation, RunContext, ToolCall
 from forkpoint.process import sanitized_env
+from forkpoint.sandbox import local_sandbox
+from forkpoint.sandbox.base import restore_paths, rewrite_arguments
 
 #: Tools Codex offers whose result cannot be re-created (a process session, an image, the web, the user, ...).
 NOT_REPLAYABLE = {
@@ -170,24 +177,39 @@ class CodexToolExecutor:
         if not workspace.is_dir():
             raise ReplayError(ErrorKind.WORKSPACE, f"workspace {workspace} is not a directory")
         self.workspace = workspace
+        self.sandbox = context.sandbox or local_sandbox(workspace)
+        cwd = self.sandbox.cwd  # Codex's session cwd as the tools see it (under bwrap: the recorded cwd)
         self._lines: dict[int, Line] = {line.index: line for line in native.lines} if native is not None else {}
         self._scratch = Path(tempfile.mkdtemp(prefix="forkpoint-codex-tools-"))
         home = context.home
         home.mkdir(parents=True, exist_ok=True)
+        prepend = path_prepend if path_prepend is not None else runtime_path_dir(version)
+        runner = Runner(self.sandbox, (home,), (prepend,) if prepend is not None else ())
         environment = Environment(
-            tool_environment(),
-            workspace,
-            home,
-            context.session_id,
-            path_prepend if path_prepend is not None else runtime_path_dir(version),
-            self._scratch,
+            tool_environment(), Path(cwd), home, context.session_id, prepend, self._scratch, runner
         )
-        self.commands = CommandTools(workspace, environment, self.profile.exec, self._scratch)
-        self.patcher = ApplyPatch(workspace, self.profile.preserve_line_endings)
+        self.commands = CommandTools(workspace, environment, self.profile.exec, self._scratch, self.sandbox)
+        host_roots = (os.path.abspath(workspace), os.path.realpath(workspace))
+        self.patcher = ApplyPatch(
+            workspace,
+            self.profile.preserve_line_endings,
+            cwd=cwd,
+            aliases=tuple(root for root in self.sandbox.roots if root not in host_roots),
+            host_path=self.sandbox.host_path,
+        )
 
     def run(self, call: ToolCall) -> FreshObservation:
         started = time.monotonic()
+        sandbox = self.sandbox
+        if sandbox.path_map:
+            call = replace(call, arguments=rewrite_arguments(sandbox, call.call_id, call.arguments))
         outcome = self._dispatch(call)
+        if sandbox.path_map:
+            outcome = replace(
+                outcome,
+                content=restore_paths(sandbox, call.call_id, "content", outcome.content),
+                native=restore_paths(sandbox, call.call_id, "native", outcome.native),
+            )
         return FreshObservation(
             call_id=call.call_id,
             content=outcome.content,
