@@ -129,3 +129,28 @@ def test_step_budget_is_checked_before_anything_runs(layout: dict[str, Path]) ->
     assert result.failure is not None and result.exit_code == 2
     assert "smaller than the selected replay prefix of 2 steps" in result.failure.message
     assert not (layout["output"] / "run-1").exists()
+
+
+def test_a_run_id_whose_calls_already_ran_is_not_replayed_again(tmp_path: Path) -> None:
+    """Reusing a state dir after tools ran would repeat their effects: refused (31), nothing runs."""
+    from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, text, tool_use
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    builder = ClaudeSessionBuilder(cwd=str(workspace))
+    builder.user_prompt("append")
+    builder.assistant([tool_use("t1", "Bash", {"command": "echo once >> marker.txt"})])
+    builder.results({"t1": ""})
+    builder.assistant([text("done")])
+    session = builder.write(tmp_path / "s.jsonl")
+
+    def replay(output: str) -> int:
+        request = build_request({"agent": "claude-code", "trajectory": str(session), "after_step": 1,
+                                 "replay_only": True, "workspace": str(workspace), "state_dir": str(tmp_path / "st"),
+                                 "output_dir": str(tmp_path / output), "run_id": "same"}, source="test")
+        return execute(request).exit_code
+
+    assert replay("out1") == 0
+    assert replay("out2") == 31
+    assert (workspace / "marker.txt").read_text() == "once\n"
+    assert not (tmp_path / "out2" / "same").exists()

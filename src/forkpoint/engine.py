@@ -63,6 +63,16 @@ def execute(request: ReplayRequest, progress: Progress | None = None) -> ReplayR
         journal = Journal.open(dirs.state_dir)
     except ReplayError as error:
         return _early_failure(dirs, error)
+    if request.mode is not Mode.PREPARE_ONLY:
+        executed = _executed_calls(journal)
+        if executed:
+            journal.close()
+            return _early_failure(dirs, ReplayError(
+                ErrorKind.AMBIGUOUS_EXECUTION,
+                f"the state dir {dirs.state_dir} already holds a run that executed {executed} tool call(s); "
+                "replaying again would repeat their side effects in a workspace that is no longer fresh — "
+                "use a fresh workspace and a new --run-id",
+            ))
     try:
         _allocate_output(dirs.output_dir)
     except ReplayError as error:
@@ -77,6 +87,11 @@ def execute(request: ReplayRequest, progress: Progress | None = None) -> ReplayR
             detail = "".join(traceback.format_exception_only(exc)).strip()
             internal = ReplayError(ErrorKind.INTERNAL, f"internal error: {detail}")
             return _finalize_failure(request, plan, journal, dirs, internal)
+
+
+def _executed_calls(journal: Journal) -> int:
+    """Calls an earlier run with this run id executed (their effects are already in the workspace)."""
+    return len({str(e.get("call_id")) for e in journal.events() if e.get("event") == "tool_finished"})
 
 
 def _run_dirs(request: ReplayRequest) -> RunDirs:

@@ -132,6 +132,8 @@ def load_toml(path: Path) -> ReplayRequest:
         document = tomllib.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise configuration(f"parse replay config {path}: {exc}") from None
+    except RecursionError:
+        raise configuration(f"parse replay config {path}: nested too deeply") from None
     extra_tables = sorted(set(document) - {"replay"})
     if extra_tables:
         raise configuration(f"replay config {path}: unknown table(s) or key(s) {', '.join(extra_tables)}; "
@@ -148,6 +150,8 @@ def load_json_request(path: Path) -> ReplayRequest:
         document = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise configuration(f"parse request {path}: {exc}") from None
+    except RecursionError:
+        raise configuration(f"parse request {path}: nested too deeply") from None
     if not isinstance(document, dict):
         raise configuration(f"request {path}: must be a JSON object")
     schema = document.pop("schema_version", None)

@@ -125,7 +125,7 @@ def _build(path: Path, sha256: str, lines: list[Line], warnings: list[str]) -> T
 
     outputs: dict[str, Line] = {}
     for line in lines:
-        if line.type == "response_item" and line.payload.get("type") in OUTPUT_TYPES:
+        if line.type == "response_item" and _item_type(line.payload) in OUTPUT_TYPES:
             call_id = line.payload.get("call_id")
             if not isinstance(call_id, str) or not call_id:
                 raise trajectory(f"tool output at line {line.index + 1} has no call_id", line=line.index + 1)
@@ -183,7 +183,7 @@ def _responses(lines: list[Line]) -> list[_Response]:
         if line.type != "response_item":
             continue
         item = line.payload
-        kind = item.get("type")
+        kind = _item_type(item)
         role = item.get("role")
         if kind in OUTPUT_TYPES or (kind == "message" and role in ("user", "developer", "system")):
             current = None
@@ -200,6 +200,12 @@ def _responses(lines: list[Line]) -> list[_Response]:
         else:
             current.reasoning.append(_reasoning_text(item))
     return responses
+
+
+def _item_type(item: JsonObject) -> str | None:
+    """The item's ``type`` when it is a string (a list or object there must not break set lookups)."""
+    kind = item.get("type")
+    return kind if isinstance(kind, str) else None
 
 
 def _message_text(item: JsonObject) -> str:
