@@ -146,7 +146,7 @@ def main() -> None:
 Where a replay-only run spends its time (cProfile of one engine run, {total * 1000:.0f} ms of self time in
 total; profiling inflates Python-heavy parts). Cumulative: {'; '.join(
         f"`{name}` {cum * 1000:.0f} ms in {ncalls} calls" for name, (ncalls, cum) in cumulative.items())}, with
-{processes} processes in /proc (the supervisor's descendant scan reads every `/proc/<pid>/stat`):
+{processes} processes in /proc (the supervisor walks only its own subtree, not all of /proc):
 
 """ + "\n".join(
         f"- `{_where(filename)}:{line}({name})` {tottime * 1000:.0f} ms ({ncalls} calls)"

@@ -10,8 +10,10 @@ a daemon, and never let a chatty command exhaust memory. So every command:
 How escaped descendants (``setsid``, double fork) are found: forkpoint marks itself as a *child subreaper*
 (``prctl(PR_SET_CHILD_SUBREAPER)``, once per process), so an orphaned descendant is re-parented to
 forkpoint instead of init and stays visible in ``/proc`` as a child of ours, which we can kill and reap.
-While a command runs, ``/proc/*/stat`` is scanned (every 50 ms, backing off to 500 ms for long quiet
-commands; every 50 ms again while terminating); a process belongs to the run when it is
+While a command runs, forkpoint's own process subtree is scanned through ``/proc/<pid>/task/<tid>/children``
+and ``/proc/<pid>/stat`` (as a subreaper, that subtree holds every process the rules below can attribute; all
+of ``/proc`` is read where subreaping or the children files are unavailable) every 50 ms, backing off to
+500 ms for long quiet commands, and every 50 ms again while terminating; a process belongs to the run when it is
 
 1. in the leader's process group or session, or
 2. a descendant (by ppid) of the leader, or
@@ -132,6 +134,7 @@ class _ProcInfo(NamedTuple):
     sid: int
     start: int
     state: str
+    threads: int = 1
 
 
 def _read_stat(pid: int) -> _ProcInfo | None:
@@ -141,15 +144,16 @@ def _read_stat(pid: int) -> _ProcInfo | None:
     except OSError:
         return None
     # comm may contain spaces and parentheses: the fields start after the last ")".
-    fields = raw[raw.rfind(b")") + 2 :].split()
+    fields = raw[raw.rfind(b")") + 2 :].split(maxsplit=20)
     try:
         ppid, pgid, sid, start = int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19])
-        return _ProcInfo(pid, ppid, pgid, sid, start, fields[0].decode())
+        return _ProcInfo(pid, ppid, pgid, sid, start, fields[0].decode(), int(fields[17]))
     except (IndexError, ValueError):
         return None
 
 
-def _scan_proc() -> dict[int, _ProcInfo]:
+def _scan_all() -> dict[int, _ProcInfo]:
+    """Every process of the machine (the fallback when the subtree walk is not possible)."""
     table: dict[int, _ProcInfo] = {}
     try:
         entries = os.listdir("/proc")
@@ -161,6 +165,67 @@ def _scan_proc() -> dict[int, _ProcInfo]:
             if info is not None:
                 table[info.pid] = info
     return table
+
+
+_children_state: bool | None = None
+
+
+def _children_supported() -> bool:
+    """``/proc/<pid>/task/<tid>/children`` exists (CONFIG_PROC_CHILDREN); checked once."""
+    global _children_state
+    if _children_state is None:
+        pid = os.getpid()
+        _children_state = os.path.exists(f"/proc/{pid}/task/{pid}/children")
+    return _children_state
+
+
+def _children(pid: int, threads: int) -> list[int]:
+    """The children of every thread of ``pid`` (a single-threaded process needs one read, no listdir)."""
+    if threads == 1:
+        tids = [str(pid)]
+    else:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return []
+    result: list[int] = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as handle:
+                result.extend(int(child) for child in handle.read().split())
+        except (OSError, ValueError):
+            continue
+    return result
+
+
+def _scan_tree(root: int) -> dict[int, _ProcInfo]:
+    """``root`` and all of its descendants, following the children links instead of reading all of /proc."""
+    table: dict[int, _ProcInfo] = {}
+    stack = [root]
+    while stack:
+        pid = stack.pop()
+        if pid in table:
+            continue
+        info = _read_stat(pid)
+        if info is None:
+            continue
+        table[pid] = info
+        if info.state not in ("Z", "X"):
+            stack.extend(_children(pid, info.threads))
+    return table
+
+
+def _scan_proc() -> dict[int, _ProcInfo]:
+    """The processes a run can own: forkpoint's own subtree when we are a subreaper, else all of /proc.
+
+    As a child subreaper, every descendant of ours stays in our subtree when its parent dies (it is
+    re-parented to us or to a subreaper below us), and a process can only join the leader's session or
+    group by descending from it. So the subtree holds every process the rules of the module docstring can
+    attribute, and a scan costs a few reads instead of one per process of the machine.
+    """
+    if _subreaper_state and _children_supported():
+        return _scan_tree(os.getpid())
+    return _scan_all()
 
 
 def _has_token(pid: int, needle: bytes) -> bool:

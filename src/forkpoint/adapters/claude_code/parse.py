@@ -14,6 +14,7 @@ Rules (measured on the real binaries, see docs/adapters/claude-code.md):
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,9 @@ class Record:
     uuid: str
     parent: str | None
     sidechain: bool
-    data: JsonObject | None  # the parsed object, kept for user/assistant lines only
+    # What the rebuild needs of the parsed object, nothing more: ``{"message": {"id", "content"}}`` of an
+    # assistant line, ``{"message": {"content"}}`` of a user line holding tool results, else None.
+    data: JsonObject | None
 
 
 @dataclass
@@ -69,6 +72,7 @@ class ClaudeNative:
     chain: list[Record]
     batch_records: list[list[Record]]  # per batch (same order as Trajectory.batches)
     batch_terminals: list[Record]  # the last line of each batch in file order
+    source_stat: tuple[int, int] | None = None  # (size, mtime_ns) of the source when it was parsed
 
 
 @dataclass
@@ -95,18 +99,19 @@ def parse_session(path: Path) -> Trajectory:
             digest.update(raw)
             _scan_line(scan, raw, line_number, offset)
             offset += len(raw)
-    return _build(path, digest.hexdigest(), scan)
+        stat = os.fstat(handle.fileno())
+    return _build(path, digest.hexdigest(), scan, (stat.st_size, stat.st_mtime_ns))
 
 
 def _scan_line(scan: _Scan, raw: bytes, line: int, offset: int) -> None:
     terminated = raw.endswith(b"\n")
-    body = raw[:-1] if terminated else raw
-    if body.endswith(b"\r"):
-        body = body[:-1]
-    if not body.strip():
+    length = len(raw) - 1 if terminated else len(raw)
+    if length and raw[length - 1] == 0x0D:  # "\r"
+        length -= 1
+    if not length or raw.isspace():
         raise trajectory(f"blank line at line {line} of the Claude Code session", line=line)
     try:
-        obj = orjson.loads(body)
+        obj = orjson.loads(raw)  # JSON allows the trailing "\r\n": no copy of the line without it
     except orjson.JSONDecodeError as exc:
         if not terminated:
             scan.warnings.append(f"ignored a torn final line {line} (the recording was cut mid-write)")
@@ -133,8 +138,7 @@ def _scan_line(scan: _Scan, raw: bytes, line: int, offset: int) -> None:
     if not isinstance(kind, str):
         raise trajectory(f"line {line} has no record type", line=line)
     sidechain = obj.get("isSidechain") is True
-    keep = kind in ("user", "assistant")
-    record = Record(line, offset, len(body), kind, uuid, parent, sidechain, obj if keep else None)
+    record = Record(line, offset, length, kind, uuid, parent, sidechain, None)
     version = obj.get("version")
     if isinstance(version, str) and version:
         scan.versions.add(version)
@@ -174,6 +178,7 @@ def _index_assistant(scan: _Scan, record: Record, obj: JsonObject) -> None:
     if not isinstance(message_id, str) or not message_id:
         raise trajectory(f"assistant line {record.line} has no message.id", line=record.line)
     scan.assistant_by_message.setdefault(message_id, []).append(record)
+    record.data = {"message": {"id": message_id, "content": message.get("content")}}
 
 
 def _index_results(scan: _Scan, record: Record, obj: JsonObject) -> None:
@@ -193,9 +198,10 @@ def _index_results(scan: _Scan, record: Record, obj: JsonObject) -> None:
                 line=record.line,
             )
         scan.results[tool_use_id] = (record, block)
+        record.data = {"message": {"content": content}}
 
 
-def _build(path: Path, sha256: str, scan: _Scan) -> Trajectory:
+def _build(path: Path, sha256: str, scan: _Scan, source_stat: tuple[int, int] | None = None) -> Trajectory:
     if not scan.records:
         raise trajectory(_not_claude_message(scan))
     chain = _active_chain(scan)
@@ -250,7 +256,7 @@ def _build(path: Path, sha256: str, scan: _Scan) -> Trajectory:
         next_actions=tuple(next_actions),
         boundary_refusals=refusals,
         warnings=tuple(scan.warnings),
-        native=ClaudeNative(scan.records, chain, batch_records, terminals),
+        native=ClaudeNative(scan.records, chain, batch_records, terminals, source_stat),
     )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -45,18 +47,55 @@ def read_lines(path: Path, records: list[Record], expected_sha256: str) -> list[
     return lines
 
 
+_COPY_CHUNK = 1 << 20
+
+
 def write_prepared(plan: Plan, destination: Path) -> str:
-    """The prefix with historical observations, byte-identical lines; returns the file's SHA-256."""
+    """The prefix with historical observations, byte-identical lines; returns the file's SHA-256.
+
+    One sequential pass over the source: the kept byte ranges are streamed to a temp file (renamed over
+    ``destination`` only on success) while the whole source is hashed, so a source that changed since it
+    was parsed is refused without a separate re-hash, and no copy of the prefix is held in memory.
+    """
     parsed = plan.trajectory
     native = parsed.native
     assert isinstance(native, ClaudeNative)
     records = prefix_records(native, plan.after_step)
-    lines = read_lines(parsed.source_path, records, parsed.source_sha256)
-    payload = b"".join(line + b"\n" for line in lines)
-    from forkpoint.results import write_atomic
+    path = parsed.source_path
+    from forkpoint.results import atomic_writer
 
-    write_atomic(destination, payload)
-    return sha256_hex(payload)
+    changed = trajectory(f"the trajectory {path} changed while forkpoint was reading it")
+    source_digest = hashlib.sha256()
+    out_digest = hashlib.sha256()
+    with path.open("rb", buffering=0) as source:
+        stat = os.fstat(source.fileno())
+        if native.source_stat is not None and (stat.st_size, stat.st_mtime_ns) != native.source_stat:
+            raise changed
+        with atomic_writer(destination) as out:
+
+            def copy(count: int, keep: bool) -> None:
+                while count > 0:
+                    chunk = source.read(min(count, _COPY_CHUNK))
+                    if not chunk:
+                        raise changed  # shorter than when it was parsed
+                    source_digest.update(chunk)
+                    if keep:
+                        out_digest.update(chunk)
+                        out.write(chunk)
+                    count -= len(chunk)
+
+            position = 0
+            for record in records:
+                copy(record.offset - position, keep=False)
+                copy(record.length, keep=True)
+                out_digest.update(b"\n")
+                out.write(b"\n")
+                position = record.offset + record.length
+            while chunk := source.read(_COPY_CHUNK):
+                source_digest.update(chunk)
+            if source_digest.hexdigest() != parsed.source_sha256:
+                raise changed
+    return out_digest.hexdigest()
 
 
 def rebuilt_lines(plan: Plan, fresh: Mapping[str, FreshObservation]) -> list[bytes]:
