@@ -36,7 +36,7 @@ first request, so the model never saw them and the later requests keep showing i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -47,12 +47,11 @@ from forkpoint.adapters.claude_code.envelope import (
     BlockDigest,
     ExpectedPrefix,
     JsonObject,
-    contains_text,
     digest_messages,
     project_indexed,
     tool_ids_and_observations,
 )
-from forkpoint.hashing import canonical_sha256, sha256_hex
+from forkpoint.hashing import canonical_sha256, count_text, sha256_hex
 
 EPHEMERAL = {"type": "ephemeral"}
 NO_RESPONSE_MESSAGE = {"role": "assistant", "content": [{"type": "text", "text": NO_RESPONSE_TEXT}]}
@@ -70,50 +69,57 @@ class Verdict:
     facts: JsonObject = field(default_factory=dict)
 
 
-class _Refusal(Exception):
+class Refusal(Exception):
+    """Raised inside a gate's checks; ``checked`` turns it into a refusing Verdict."""
+
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
 
 
+
+
+def checked(profile: str, first: bool, clean: Callable[[JsonObject], JsonObject]) -> Verdict:
+    """Run one protocol's ``clean(facts) -> cleaned body``; a Refusal becomes a refusing Verdict."""
+    facts: JsonObject = {"profile": profile, "first_request": first}
+    try:
+        cleaned = clean(facts)
+    except Refusal as refusal:
+        return Verdict(False, None, refusal.reason, facts)
+    return Verdict(True, cleaned, None, facts)
+
+
 def clean_first_request(expected: ExpectedPrefix, body: Any, boundary_prompt: str | None = None) -> Verdict:
     """The first model request: it must end exactly at the boundary tool results (plus the boundary prompt)."""
-    return _verdict(expected, body, boundary_prompt, first=True)
+    return checked(expected.profile, True,
+                   lambda facts: _clean(expected, body, boundary_prompt, first=True, facts=facts))
 
 
 def clean_later_request(expected: ExpectedPrefix, body: Any, boundary_prompt: str | None) -> Verdict:
     """A later request: the same prefix and envelope, followed by the real continuation (kept)."""
-    return _verdict(expected, body, boundary_prompt, first=False)
-
-
-def _verdict(expected: ExpectedPrefix, body: Any, boundary_prompt: str | None, *, first: bool) -> Verdict:
-    facts: JsonObject = {"profile": expected.profile, "first_request": first}
-    try:
-        cleaned = _clean(expected, body, boundary_prompt, first=first, facts=facts)
-    except _Refusal as refusal:
-        return Verdict(False, None, refusal.reason, facts)
-    return Verdict(True, cleaned, None, facts)
+    return checked(expected.profile, False,
+                   lambda facts: _clean(expected, body, boundary_prompt, first=False, facts=facts))
 
 
 def _clean(expected: ExpectedPrefix, body: Any, boundary_prompt: str | None, *, first: bool,
            facts: JsonObject) -> JsonObject:
     profile = PROFILES.get(expected.version)
     if profile is None or profile.profile != expected.profile:
-        raise _Refusal(f"no verified resume envelope profile {expected.profile!r} for Claude Code {expected.version}")
+        raise Refusal(f"no verified resume envelope profile {expected.profile!r} for Claude Code {expected.version}")
     if boundary_prompt is not None and not boundary_prompt.strip():
-        raise _Refusal("the configured boundary prompt is empty")
+        raise Refusal("the configured boundary prompt is empty")
     if not isinstance(body, dict):
-        raise _Refusal("the request body is not a JSON object")
+        raise Refusal("the request body is not a JSON object")
     messages = body.get("messages")
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-        raise _Refusal("the request has no list of message objects")
+        raise Refusal("the request has no list of message objects")
     nonce = expected.nonce
-    occurrences = contains_text(body, nonce)
+    occurrences = count_text(body, nonce)
     if occurrences != 1:
-        raise _Refusal(f"the resume nonce occurs {occurrences} times in the request (expected exactly once)")
+        raise Refusal(f"the resume nonce occurs {occurrences} times in the request (expected exactly once)")
     sole = [index for index, message in enumerate(messages) if _is_nonce_message(message, nonce)]
     if len(sole) != 1:
-        raise _Refusal("the resume nonce is not the sole content of a user message")
+        raise Refusal("the resume nonce is not the sole content of a user message")
     i = sole[0]
     facts["nonce_index"] = i
 
@@ -123,7 +129,7 @@ def _clean(expected: ExpectedPrefix, body: Any, boundary_prompt: str | None, *, 
         leading_system += 1
     if first and leading_system != len(after):
         index = i + 1 + leading_system
-        raise _Refusal(
+        raise Refusal(
             f"message {index} after the resume nonce has role {after[leading_system].get('role')!r}; the first "
             "request may only carry role:\"system\" messages after the nonce"
         )
@@ -133,29 +139,29 @@ def _clean(expected: ExpectedPrefix, body: Any, boundary_prompt: str | None, *, 
     continuation = after[leading_system:]
 
     if i < 3:
-        raise _Refusal(f"the resume nonce (message {i}) has no complete envelope and prefix before it")
+        raise Refusal(f"the resume nonce (message {i}) has no complete envelope and prefix before it")
     if messages[i - 1] != NO_RESPONSE_MESSAGE:
-        raise _Refusal(f"message {i - 1} before the resume nonce is not the exact assistant closure "
+        raise Refusal(f"message {i - 1} before the resume nonce is not the exact assistant closure "
                        f"{NO_RESPONSE_TEXT!r}")
     k = i - 2
     boundary = messages[k]
     content = boundary.get("content")
     if boundary.get("role") != "user" or not isinstance(content, list) or not content:
-        raise _Refusal(f"message {k} (the boundary) is not a user message with content blocks")
+        raise Refusal(f"message {k} (the boundary) is not a user message with content blocks")
     blocks = list(content)
     if profile.continue_closure:
         if blocks[-1] != CONTINUE_BLOCK:
-            raise _Refusal(f"message {k} (the boundary) does not end with the exact {profile.version} closure "
+            raise Refusal(f"message {k} (the boundary) does not end with the exact {profile.version} closure "
                            f"text block {CONTINUE_TEXT!r}")
         blocks.pop()
     facts["continue_closure_removed"] = profile.continue_closure
     for position, block in enumerate(blocks):
         if not isinstance(block, dict) or block.get("type") != "tool_result":
             kind = block.get("type") if isinstance(block, dict) else type(block).__name__
-            raise _Refusal(f"message {k} (the boundary) block {position} is {kind!r}; only tool_result blocks may "
+            raise Refusal(f"message {k} (the boundary) block {position} is {kind!r}; only tool_result blocks may "
                            "precede the envelope")
     if not blocks:
-        raise _Refusal(f"message {k} (the boundary) holds no tool_result block")
+        raise Refusal(f"message {k} (the boundary) holds no tool_result block")
 
     prefix = [*messages[:k], {**boundary, "content": blocks}]
     _compare(expected, prefix)
@@ -220,8 +226,8 @@ def _mark_last_block(message: JsonObject) -> JsonObject:
 
 
 def _check_residue(cleaned: JsonObject, nonce: str) -> None:
-    if contains_text(cleaned, nonce):
-        raise _Refusal("the resume nonce remains in the cleaned request")
+    if count_text(cleaned, nonce):
+        raise Refusal("the resume nonce remains in the cleaned request")
     for index, message in enumerate(cleaned["messages"]):
         content = message.get("content")
         texts = [content] if isinstance(content, str) else [
@@ -229,7 +235,7 @@ def _check_residue(cleaned: JsonObject, nonce: str) -> None:
         ] if isinstance(content, list) else []
         for text in texts:
             if text in (NO_RESPONSE_TEXT, CONTINUE_TEXT):
-                raise _Refusal(f"message {index} of the cleaned request still holds the envelope text {text!r}")
+                raise Refusal(f"message {index} of the cleaned request still holds the envelope text {text!r}")
 
 
 # -- comparison with the manifest ----------------------------------------------------------------------------------
@@ -246,26 +252,26 @@ def _compare(expected: ExpectedPrefix, prefix: Sequence[JsonObject]) -> None:
             continue
         where = f"conversation message {position} (request messages[{indexed[position][0]}])"
         detail = _explain(expected, position, roles[position], blocks[position])
-        raise _Refusal(f"{where} differs from the rebuilt session: {detail}")
+        raise Refusal(f"{where} differs from the rebuilt session: {detail}")
     if len(projected) > count:
         where = f"conversation message {count} (request messages[{indexed[count][0]}])"
-        raise _Refusal(f"{where} is extra: the request has {len(projected)} conversation messages before the "
+        raise Refusal(f"{where} is extra: the request has {len(projected)} conversation messages before the "
                        f"envelope, the rebuilt session {count}")
     if len(projected) < count:
-        raise _Refusal(f"conversation message {len(projected)} ({expected.message_roles[len(projected)]}) is "
+        raise Refusal(f"conversation message {len(projected)} ({expected.message_roles[len(projected)]}) is "
                        f"missing: the request has {len(projected)} conversation messages before the envelope, the "
                        f"rebuilt session {count}")
     if canonical_sha256(projected) != expected.prefix_sha256:
-        raise _Refusal("the canonical prefix hash differs from the rebuilt session")
+        raise Refusal("the canonical prefix hash differs from the rebuilt session")
     tool_ids, observations = tool_ids_and_observations(projected)
     if tool_ids != expected.tool_use_ids:
-        raise _Refusal(f"tool_use ids differ: expected {list(expected.tool_use_ids)}, got {list(tool_ids)}")
+        raise Refusal(f"tool_use ids differ: expected {list(expected.tool_use_ids)}, got {list(tool_ids)}")
     if observations != expected.observation_sha256:
-        raise _Refusal("the tool_result observation hashes differ from the rebuilt session")
+        raise Refusal("the tool_result observation hashes differ from the rebuilt session")
     last = projected[-1]["content"]
     boundary_ids = tuple(str(b.get("tool_use_id")) for b in last if isinstance(b, dict))
     if boundary_ids != expected.boundary_tool_use_ids:
-        raise _Refusal(f"boundary tool results differ: expected {list(expected.boundary_tool_use_ids)}, "
+        raise Refusal(f"boundary tool results differ: expected {list(expected.boundary_tool_use_ids)}, "
                        f"got {list(boundary_ids)}")
 
 

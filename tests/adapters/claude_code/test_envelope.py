@@ -229,7 +229,7 @@ def test_real_cases_cover_both_versions() -> None:
 
 
 def test_nonce_counting_fast_path_agrees_with_the_walk() -> None:
-    from forkpoint.adapters.claude_code.envelope import _walk_count, contains_text
+    from forkpoint.hashing import _walk_count, count_text
 
     nonce = "__forkpoint_nonce_00ff__"
     samples = [
@@ -238,6 +238,6 @@ def test_nonce_counting_fast_path_agrees_with_the_walk() -> None:
         ["plain", {"k": "v"}],
     ]
     for value in samples:
-        assert contains_text(value, nonce) == _walk_count(value, nonce)
+        assert count_text(value, nonce) == _walk_count(value, nonce)
     # a needle that could start inside an escape sequence takes the exact walk
-    assert contains_text({"s": "\nabc"}, "nabc") == 0
+    assert count_text({"s": "\nabc"}, "nabc") == 0

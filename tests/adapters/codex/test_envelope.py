@@ -17,7 +17,6 @@ from forkpoint.adapters.codex.envelope import (
     PROFILES,
     ROLLOUT_ONLY_KEYS,
     CodexExpectedPrefix,
-    count_text,
     expected_prefix,
     make_nonce,
     output_digest,
@@ -224,4 +223,6 @@ def test_pairing_is_checked() -> None:
 
 
 def test_count_text() -> None:
+    from forkpoint.hashing import count_text
+
     assert count_text({"a": [NONCE, {NONCE: 1}], "b": 3, "c": None}, NONCE) == 2

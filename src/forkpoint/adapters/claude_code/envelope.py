@@ -18,16 +18,13 @@ in the run's state dir and logged.
 
 from __future__ import annotations
 
-import re
 import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import orjson
-
 from forkpoint.errors import configuration, trajectory, unsupported_version
-from forkpoint.hashing import canonical_sha256
+from forkpoint.hashing import canonical_sha256, count_text
 
 JsonObject = dict[str, Any]
 
@@ -293,32 +290,6 @@ def tool_ids_and_observations(projected: Sequence[JsonObject]) -> tuple[tuple[st
     return tuple(ids), tuple(observations)
 
 
-def contains_text(value: Any, needle: str) -> int:
-    """How many times ``needle`` occurs in every string value and object key of ``value``.
-
-    A needle of plain word characters starting with ``_`` (forkpoint's nonces) is never escaped by JSON, cannot
-    straddle a key/value boundary (that would need a quote) and cannot start inside an escape sequence (``_`` is
-    neither an escape letter nor a hex digit), so it is counted in the serialised bytes: one C pass instead of a
-    Python walk of a request body that can be megabytes.
-    """
-    if _PLAIN.fullmatch(needle):
-        return orjson.dumps(value).count(needle.encode())
-    return _walk_count(value, needle)
-
-
-_PLAIN = re.compile(r"_[A-Za-z0-9_-]*")
-
-
-def _walk_count(value: Any, needle: str) -> int:
-    if isinstance(value, str):
-        return value.count(needle)
-    if isinstance(value, dict):
-        return sum(key.count(needle) + _walk_count(item, needle) for key, item in value.items())
-    if isinstance(value, list):
-        return sum(_walk_count(item, needle) for item in value)
-    return 0
-
-
 def expected_prefix(records: Iterable[JsonObject], nonce: str, version: str) -> ExpectedPrefix:
     """The manifest for a rebuilt session prefix (its kept lines' parsed objects, in file order).
 
@@ -329,7 +300,7 @@ def expected_prefix(records: Iterable[JsonObject], nonce: str, version: str) -> 
     if len(nonce) < MIN_NONCE_LENGTH or nonce != nonce.strip():
         raise configuration(f"the resume nonce must be at least {MIN_NONCE_LENGTH} characters without spaces")
     record_list = list(records)
-    if contains_text(record_list, nonce):
+    if count_text(record_list, nonce):
         raise configuration("the resume nonce already occurs in the rebuilt session")
     projected = project(api_messages_from_session(record_list))
     if len(projected) < 3:

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from forkpoint.errors import configuration, trajectory, unsupported_version
-from forkpoint.hashing import canonical_sha256
+from forkpoint.hashing import canonical_sha256, count_text
 
 JsonObject = dict[str, Any]
 
@@ -105,17 +105,6 @@ def item_call_id(item: Any) -> str | None:
 def output_digest(item: JsonObject) -> str:
     """Canonical hash of one tool output: its call id and output (string or content-part list)."""
     return canonical_sha256({"call_id": item.get("call_id"), "output": item.get("output")})
-
-
-def count_text(value: Any, needle: str) -> int:
-    """How many times ``needle`` occurs in every string value and object key of ``value``."""
-    if isinstance(value, str):
-        return value.count(needle)
-    if isinstance(value, dict):
-        return sum(key.count(needle) + count_text(item, needle) for key, item in value.items())
-    if isinstance(value, list):
-        return sum(count_text(item, needle) for item in value)
-    return 0
 
 
 # -- the manifest ------------------------------------------------------------------------------------------------

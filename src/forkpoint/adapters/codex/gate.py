@@ -39,13 +39,12 @@ from forkpoint.adapters.codex.envelope import (
     ItemDigest,
     JsonObject,
     calls_and_outputs,
-    count_text,
     digest_items,
     item_kind,
     project,
 )
-from forkpoint.bridge.gate import Verdict
-from forkpoint.hashing import canonical_sha256
+from forkpoint.bridge.gate import Refusal, Verdict, checked
+from forkpoint.hashing import canonical_sha256, count_text
 
 #: (role, text prefix, fact name) of the context items a resume may insert between the last output and the nonce
 ENVELOPE_CONTEXT: tuple[tuple[str, str, str], ...] = (
@@ -60,57 +59,44 @@ MESSAGE_KEYS = frozenset({"type", "id", "role", "content"}) | ROLLOUT_ONLY_KEYS
 SERVER_HISTORY_FIELDS = ("previous_response_id", "conversation")
 
 
-class _Refusal(Exception):
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
 def clean_first_request(expected: CodexExpectedPrefix, body: Any, boundary_prompt: str | None = None) -> Verdict:
     """The first model request: it must end exactly at the boundary outputs (plus the boundary prompt)."""
-    return _verdict(expected, body, boundary_prompt, first=True)
+    return checked(expected.profile, True,
+                   lambda facts: _clean(expected, body, boundary_prompt, first=True, facts=facts))
 
 
 def clean_later_request(expected: CodexExpectedPrefix, body: Any, boundary_prompt: str | None = None) -> Verdict:
     """A later request: the same prefix and envelope, followed by the live continuation (kept)."""
-    return _verdict(expected, body, boundary_prompt, first=False)
-
-
-def _verdict(expected: CodexExpectedPrefix, body: Any, boundary_prompt: str | None, *, first: bool) -> Verdict:
-    facts: JsonObject = {"profile": expected.profile, "first_request": first}
-    try:
-        cleaned = _clean(expected, body, boundary_prompt, first=first, facts=facts)
-    except _Refusal as refusal:
-        return Verdict(False, None, refusal.reason, facts)
-    return Verdict(True, cleaned, None, facts)
+    return checked(expected.profile, False,
+                   lambda facts: _clean(expected, body, boundary_prompt, first=False, facts=facts))
 
 
 def _clean(expected: CodexExpectedPrefix, body: Any, boundary_prompt: str | None, *, first: bool,
            facts: JsonObject) -> JsonObject:
     profile = PROFILES.get(expected.version)
     if profile is None or profile.profile != expected.profile:
-        raise _Refusal(f"no verified resume envelope profile {expected.profile!r} for Codex {expected.version}")
+        raise Refusal(f"no verified resume envelope profile {expected.profile!r} for Codex {expected.version}")
     if boundary_prompt is not None and not boundary_prompt.strip():
-        raise _Refusal("the configured boundary prompt is empty")
+        raise Refusal("the configured boundary prompt is empty")
     if not isinstance(body, dict):
-        raise _Refusal("the request body is not a JSON object")
+        raise Refusal("the request body is not a JSON object")
     items = body.get("input")
     if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
-        raise _Refusal("the request has no input list of item objects")
+        raise Refusal("the request has no input list of item objects")
     for field in SERVER_HISTORY_FIELDS:
         if body.get(field) is not None:
-            raise _Refusal(f"the request sets {field!r}: the upstream would add history the gate cannot check")
+            raise Refusal(f"the request sets {field!r}: the upstream would add history the gate cannot check")
     nonce = expected.nonce
     occurrences = count_text(body, nonce)
     if occurrences != 1:
-        raise _Refusal(f"the resume nonce occurs {occurrences} times in the request (expected exactly once)")
+        raise Refusal(f"the resume nonce occurs {occurrences} times in the request (expected exactly once)")
     sole = [index for index, item in enumerate(items) if _is_nonce_item(item, nonce)]
     if len(sole) != 1:
-        raise _Refusal("the resume nonce is not the sole input_text of a user message item")
+        raise Refusal("the resume nonce is not the sole input_text of a user message item")
     i = sole[0]
     facts["nonce_index"] = i
     if first and i != len(items) - 1:
-        raise _Refusal(f"input item {i + 1} ({item_kind(items[i + 1])}) follows the resume nonce; the first request "
+        raise Refusal(f"input item {i + 1} ({item_kind(items[i + 1])}) follows the resume nonce; the first request "
                        "must end with it")
 
     # walk back over the context items this resume inserted, up to the last tool output
@@ -119,12 +105,12 @@ def _clean(expected: CodexExpectedPrefix, body: Any, boundary_prompt: str | None
     while k >= 0 and items[k].get("type") not in OUTPUT_TYPES:
         kind = _context_kind(items[k])
         if kind is None:
-            raise _Refusal(f"input item {k} ({item_kind(items[k])}) between the last tool output and the resume "
+            raise Refusal(f"input item {k} ({item_kind(items[k])}) between the last tool output and the resume "
                            "nonce is not a known resume context item")
         inserted.append(kind)
         k -= 1
     if k < 0:
-        raise _Refusal("no tool output precedes the resume nonce")
+        raise Refusal("no tool output precedes the resume nonce")
     inserted.reverse()
     facts["envelope_items"] = inserted
     facts["envelope_sha256"] = [canonical_sha256(item) for item in items[k + 1:i]]
@@ -133,7 +119,7 @@ def _clean(expected: CodexExpectedPrefix, body: Any, boundary_prompt: str | None
     if profile.instructions_item:
         head = items[0] if items else None
         if k < 1 or head is None or not _is_instructions_item(head):
-            raise _Refusal(f"input item 0 is not the base-instructions developer message Codex {profile.version} "
+            raise Refusal(f"input item 0 is not the base-instructions developer message Codex {profile.version} "
                            "sends first")
         facts["instructions_item_sha256"] = canonical_sha256(head)
         start = 1
@@ -149,7 +135,7 @@ def _clean(expected: CodexExpectedPrefix, body: Any, boundary_prompt: str | None
         facts["continuation_items"] = len(continuation)
     cleaned = {**body, "input": [*items[:k + 1], *tail, *continuation]}
     if count_text(cleaned, nonce):
-        raise _Refusal("the resume nonce remains in the cleaned request")
+        raise Refusal("the resume nonce remains in the cleaned request")
     facts["item_count"] = expected.item_count
     facts["prefix_sha256"] = expected.prefix_sha256
     return cleaned
@@ -218,31 +204,31 @@ def _compare(expected: CodexExpectedPrefix, conversation: Sequence[JsonObject], 
         if got[position].sha256 == want[position].sha256:
             continue
         detail = _explain(expected, position, got, projected)
-        raise _Refusal(f"input item {offset + position} (rollout item {position}) differs from the rebuilt rollout: "
+        raise Refusal(f"input item {offset + position} (rollout item {position}) differs from the rebuilt rollout: "
                        f"{detail}")
     if len(got) > len(want):
         position = len(want)
-        raise _Refusal(f"input item {offset + position} ({_describe(got[position])}) is extra: the request has "
+        raise Refusal(f"input item {offset + position} ({_describe(got[position])}) is extra: the request has "
                        f"{len(got)} items before the envelope, the rebuilt rollout {len(want)}")
     if len(got) < len(want):
         position = len(got)
-        raise _Refusal(f"rollout item {position} ({_describe(want[position])}) is missing at input item "
+        raise Refusal(f"rollout item {position} ({_describe(want[position])}) is missing at input item "
                        f"{offset + position}: the request has {len(got)} items before the envelope, the rebuilt "
                        f"rollout {len(want)}")
     if canonical_sha256(projected) != expected.prefix_sha256:
-        raise _Refusal("the canonical prefix hash differs from the rebuilt rollout")
+        raise Refusal("the canonical prefix hash differs from the rebuilt rollout")
     calls, outputs = calls_and_outputs(projected)
     if calls != expected.call_ids:
-        raise _Refusal(f"call ids differ: expected {list(expected.call_ids)}, got {list(calls)}")
+        raise Refusal(f"call ids differ: expected {list(expected.call_ids)}, got {list(calls)}")
     if outputs != expected.outputs:
-        raise _Refusal("the tool output hashes differ from the rebuilt rollout")
+        raise Refusal("the tool output hashes differ from the rebuilt rollout")
     boundary: list[str] = []
     for item in reversed(projected):
         if item.get("type") not in OUTPUT_TYPES:
             break
         boundary.insert(0, str(item.get("call_id")))
     if tuple(boundary) != expected.boundary_call_ids:
-        raise _Refusal(f"boundary outputs differ: expected {list(expected.boundary_call_ids)}, got {boundary}")
+        raise Refusal(f"boundary outputs differ: expected {list(expected.boundary_call_ids)}, got {boundary}")
 
 
 def _explain(expected: CodexExpectedPrefix, position: int, got: Sequence[ItemDigest],
