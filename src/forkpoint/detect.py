@@ -42,18 +42,11 @@ def guess_agent(path: Path) -> str | None:
             head = handle.read(_HEAD_BYTES)
     except OSError as exc:
         raise configuration(f"read trajectory {path}: {exc.strerror or exc}") from None
-    first_line = head.split(b"\n", 1)[0]
-    for candidate in (first_line, head):
+    # the first line, the whole head (a JSON document), then later lines (JSONL that opens with bookkeeping)
+    lines = head.split(b"\n")
+    for candidate in (lines[0], head, *lines[1:20]):
         try:
             guess = guess_agent_from_object(orjson.loads(candidate))
-        except orjson.JSONDecodeError:
-            continue
-        if guess:
-            return guess
-    # JSONL whose first line is bookkeeping: try a few more lines.
-    for line in head.split(b"\n")[1:20]:
-        try:
-            guess = guess_agent_from_object(orjson.loads(line))
         except orjson.JSONDecodeError:
             continue
         if guess:
