@@ -131,7 +131,7 @@ def bodies() -> dict[str, tuple[bytes, bytes]]:
 
 def gate_cost(raw: bytes, rounds: int) -> tuple[float, float]:
     """In-process median of what the bridge does to a body besides I/O (orjson.loads + gate + orjson.dumps), and
-    the share of the gate's time spent in ``count_text`` (the recursive nonce search over the whole body)."""
+    the share of the gate's time spent in ``count_text`` (the nonce search: an orjson serialisation of the body)."""
     meta = json.loads((CASE / "meta.json").read_text("utf-8"))
     records = [json.loads(line) for line in (CASE / "session.jsonl").read_text("utf-8").splitlines()]
     expected = expected_prefix(records, meta["nonce"], meta["version"])
@@ -240,7 +240,7 @@ def main() -> None:
 In-process cost of the gate alone (orjson.loads + `clean_later_request` + orjson.dumps, median):
 {', '.join(f'{label} {c.ms(value)} ms' for label, (value, _) in gate.items())}; of the gate's own time,
 {', '.join(f'{label} {share:.0%}' for label, (_, share) in gate.items())} is `hashing.count_text`, the
-recursive search for the nonce through every string of the body (tools and system included), done twice per
+search for the nonce (an orjson serialisation of the whole body, tools and system included), done twice per
 request (once on the body, once on the cleaned copy). The rest of the added time is the
 extra loopback hop: aiohttp reading the body, a second HTTP request to the upstream and the chunk-by-chunk
 relay of the stream. All three processes share the 2 cores, so the throughput test measures the whole system;
