@@ -109,7 +109,8 @@ def replay(
         help="Append exactly one user message after the last fresh observation (never stored in outputs).")] = None,
     upstream: Annotated[str | None, typer.Option(
         help="Where validated model requests go: 'anthropic' (claude-code; ANTHROPIC_API_KEY), "
-        "'openai-responses' (codex; OPENAI_API_KEY) — keys come from forkpoint's own environment and are never "
+        "'openai-responses' (codex; OPENAI_API_KEY), 'openai-chat' (opencode, pi, mini-swe-agent, openhands; "
+        "OPENAI_API_KEY) — keys come from forkpoint's own environment and are never "
         "passed to the agent — or 'stub' (the bridge answers itself: a zero-cost check that the real agent "
         "accepted the rebuilt session) [default: the agent's own protocol].")] = None,
     upstream_url: Annotated[str | None, typer.Option(

@@ -175,6 +175,7 @@ def _sandbox(request: ReplayRequest, adapter: Adapter, recorded_cwd: str | None)
 UPSTREAM_ENV = {
     "anthropic": ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
     "openai-responses": ("OPENAI_API_KEY", "OPENAI_BASE_URL"),
+    "openai-chat": ("OPENAI_API_KEY", "OPENAI_BASE_URL"),
 }
 
 

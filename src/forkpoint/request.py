@@ -23,7 +23,7 @@ REQUEST_SCHEMA = "forkpoint.request/v1"
 DEFAULT_OUTPUT_ROOT = Path("forkpoint-out/runs")
 DEFAULT_STATE_ROOT = Path("forkpoint-out/state")
 #: Where the bridge sends validated requests: a real Anthropic-compatible API, or the bridge itself.
-UPSTREAMS = ("anthropic", "openai-responses", "stub")
+UPSTREAMS = ("anthropic", "openai-responses", "openai-chat", "stub")
 _RUN_ID = re.compile(r"[A-Za-z0-9_-]+")
 _MAX_INPUT_BYTES = 16 * 1024 * 1024
 

@@ -313,7 +313,12 @@ def _describe(block: BlockDigest) -> str:
 
 
 class Gate(Protocol):
-    """One protocol's fail-closed check: which routes carry model requests and how each is cleaned."""
+    """One protocol's fail-closed check: which routes carry model requests and how each is cleaned.
+
+    A gate may also define ``auxiliary(body) -> Verdict | None`` (see ``auxiliary_verdict``): requests it
+    recognises as the agent's helper calls (OpenCode's title generation: no tools) are forwarded with the returned
+    body without counting as a model step and without taking the first request's place; None = a model request.
+    """
 
     name: str
     model_routes: frozenset[str]  # paths under the bridge token, e.g. "/v1/messages"
@@ -321,6 +326,12 @@ class Gate(Protocol):
     def first(self, body: Any) -> Verdict: ...
 
     def later(self, body: Any) -> Verdict: ...
+
+
+def auxiliary_verdict(gate: Gate, body: Any) -> Verdict | None:
+    """The gate's verdict on a helper (non-step) request, or None when the gate has no such notion or it is a step."""
+    check: Callable[[Any], Verdict | None] | None = getattr(gate, "auxiliary", None)
+    return None if check is None else check(body)
 
 
 class ClaudeGate:

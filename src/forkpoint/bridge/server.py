@@ -29,7 +29,7 @@ import orjson
 from aiohttp import web
 
 from forkpoint.adapters.claude_code.envelope import ExpectedPrefix
-from forkpoint.bridge.gate import ClaudeGate, Gate, Verdict
+from forkpoint.bridge.gate import ClaudeGate, Gate, Verdict, auxiliary_verdict
 from forkpoint.bridge.upstream import Upstream, error_response
 from forkpoint.errors import ErrorKind, ReplayError
 
@@ -67,6 +67,8 @@ class BridgeSummary:
     first_failure: str | None
     #: model requests answered "step budget reached" (the agent's budget, not a gate failure)
     over_budget: int = 0
+    #: helper requests (not steps) the gate cleared, e.g. OpenCode's title generation
+    auxiliary: int = 0
 
     @property
     def budget_reached(self) -> bool:
@@ -105,6 +107,7 @@ class Bridge:
         #: a step budget enforced at the wire, for agents without a max-steps option of their own
         self._max_model_requests = max_model_requests
         self._over_budget = 0
+        self._auxiliary_count = 0
         self._validated = 0
         self._forwarded = 0
         self._refused = 0
@@ -210,7 +213,7 @@ class Bridge:
     def summary(self) -> BridgeSummary:
         with self._lock:
             return BridgeSummary(self._model_requests, self._validated, self._forwarded, self._refused,
-                                 self._failure, self._over_budget)
+                                 self._failure, self._over_budget, self._auxiliary_count)
 
     def finish(self) -> BridgeSummary:
         """Stop the bridge and summarise it; ``summary.error()`` is the run's continuation error, if any."""
@@ -279,6 +282,9 @@ class Bridge:
             _, body = await self._read_json(request)
         except ValueError as error:
             return self._refuse(request.method, shown, str(error), started)
+        helper = auxiliary_verdict(self.gate, body)
+        if helper is not None:
+            return await self._auxiliary(request, shown, started, helper)
         with self._lock:
             budget = self._max_model_requests
             if budget is not None and self._validated >= budget:
@@ -304,6 +310,20 @@ class Bridge:
             if sent.forwarded:
                 self._forwarded += 1
         self._record(request.method, shown, "ok", sent.error, sent.forwarded, sent.status, started, verdict.facts)
+        return response
+
+    async def _auxiliary(self, request: web.Request, shown: str, started: float,
+                         verdict: Verdict) -> web.StreamResponse:
+        """A helper request (no step, not the first request): forwarded when the gate cleared it, else refused."""
+        if not verdict.ok or verdict.body is None:
+            return self._refuse(request.method, shown, verdict.reason or "refused", started, verdict.facts)
+        response, sent = await self.upstream.send(request, verdict.body)
+        with self._lock:
+            self._auxiliary_count += 1
+            if sent.forwarded:
+                self._forwarded += 1
+        self._record(request.method, shown, "auxiliary", sent.error, sent.forwarded, sent.status, started,
+                     verdict.facts)
         return response
 
     async def _count_tokens(self, request: web.Request, shown: str, started: float) -> web.StreamResponse:

@@ -1,9 +1,10 @@
 """Where the bridge sends a validated request: a pass-through (streamed) or a stub (answers itself).
 
-forkpoint does not translate: Claude Code speaks the Anthropic Messages API and the ``anthropic`` upstream is an
-Anthropic Messages endpoint; Codex speaks the OpenAI Responses API and the ``openai-responses`` upstream is a
-Responses endpoint (the real APIs or a compatible server such as ScriptedModel). The response is streamed back
-chunk by chunk, never buffered. ``StubUpstream`` / ``ResponsesStubUpstream`` answer with a short final text.
+forkpoint does not translate: each agent's own wire protocol goes to an upstream of the same protocol. Claude Code
+speaks the Anthropic Messages API (``anthropic``), Codex the OpenAI Responses API (``openai-responses``), OpenCode,
+Pi and the litellm-based Python agents OpenAI Chat Completions (``openai-chat``): the real APIs or a compatible
+server such as ScriptedModel. The response is streamed back chunk by chunk, never buffered. ``StubUpstream``,
+``ResponsesStubUpstream`` and ``ChatStubUpstream`` answer with a short final text.
 """
 
 from __future__ import annotations
@@ -198,30 +199,32 @@ def openai_error_response(status: int, kind: str, message: str, code: str | None
     return web.json_response(openai_error_json(kind, message, code), status=status)
 
 
-class OpenAIResponsesUpstream:
-    """POST the cleaned body to ``<base_url>/responses`` with the bridge's key; stream the answer back unbuffered.
+class OpenAIUpstream:
+    """POST the cleaned body to ``<base_url><endpoint>`` with the bridge's key; stream the answer back unbuffered.
 
     ``base_url`` is an OpenAI-style API root such as ``https://api.openai.com/v1`` or ScriptedModel's
-    ``http://127.0.0.1:PORT/v1`` (a base already ending in ``/responses`` is used as is).
+    ``http://127.0.0.1:PORT/v1`` (a base already ending in the endpoint is used as is). Subclasses name the
+    endpoint: ``/responses`` (Codex) or ``/chat/completions`` (OpenCode, Pi, litellm agents).
     """
 
-    name = "openai-responses"
+    name = "openai"
+    endpoint = "/responses"
 
     def __init__(self, base_url: str, api_key: str, *, connect_timeout_s: float = 30.0,
                  read_timeout_s: float = 600.0) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"upstream base URL must be http(s): {base_url!r}")
         if not api_key:
-            raise ValueError("the openai-responses upstream needs an API key")
+            raise ValueError(f"the {self.name} upstream needs an API key")
         base = base_url.rstrip("/")
         self.base_url = base
-        self.url = base if base.endswith("/responses") else f"{base}/responses"
+        self.url = base if base.endswith(self.endpoint) else f"{base}{self.endpoint}"
         self._api_key = api_key
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s, sock_read=read_timeout_s)
         self._session: aiohttp.ClientSession | None = None
 
     def __repr__(self) -> str:  # never show the key
-        return f"OpenAIResponsesUpstream({self.base_url!r})"
+        return f"{type(self).__name__}({self.base_url!r})"
 
     async def open(self) -> None:
         self._session = aiohttp.ClientSession(timeout=self._timeout, auto_decompress=False, trust_env=False)
@@ -258,6 +261,20 @@ class OpenAIResponsesUpstream:
                        if name.lower() in PASSED_OPENAI_RESPONSE_HEADERS
                        or name.lower().startswith(PASSED_OPENAI_RESPONSE_PREFIXES)}
             return await relay(request, upstream, headers)
+
+
+class OpenAIResponsesUpstream(OpenAIUpstream):
+    """The OpenAI Responses API (Codex)."""
+
+    name = "openai-responses"
+    endpoint = "/responses"
+
+
+class OpenAIChatUpstream(OpenAIUpstream):
+    """OpenAI Chat Completions (OpenCode's openai-compatible provider, Pi's openai-completions, litellm)."""
+
+    name = "openai-chat"
+    endpoint = "/chat/completions"
 
 
 class ResponsesStubUpstream:
@@ -309,3 +326,52 @@ def responses_text_events(envelope: JsonObject, item: JsonObject,
     yield "response.output_text.delta", {**where, "delta": text}
     yield "response.output_item.done", {"output_index": 0, "item": item}
     yield "response.completed", {"response": {**envelope, "status": "completed", "output": [item], "usage": usage}}
+
+
+# -- OpenAI Chat Completions (OpenCode, Pi, litellm agents) ---------------------------------------------------
+
+CHAT_STUB_TEXT = STUB_TEXT
+
+
+class ChatStubUpstream:
+    """Answers a validated Chat Completions request itself with one short assistant message (SSE when ``stream``)."""
+
+    name = "stub"
+
+    def __init__(self, text: str = CHAT_STUB_TEXT) -> None:
+        self.text = text
+        self._count = 0
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def send(self, request: web.Request, body: JsonObject) -> tuple[web.StreamResponse, Sent]:
+        self._count += 1
+        model = body.get("model") if isinstance(body.get("model"), str) else "forkpoint-stub"
+        completion_id = f"chatcmpl-forkpoint-stub-{self._count:04d}"
+        usage: JsonObject = {"prompt_tokens": 0, "completion_tokens": 1, "total_tokens": 1}
+        message: JsonObject = {"role": "assistant", "content": self.text}
+        if body.get("stream") is not True:
+            return web.json_response({"id": completion_id, "object": "chat.completion", "created": 0, "model": model,
+                                      "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                                      "usage": usage}), Sent(200, False)
+        options = body.get("stream_options")
+        chunks: list[JsonObject] = [
+            {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]},
+            {"choices": [{"index": 0, "delta": {"content": self.text}, "finish_reason": None}]},
+            {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        ]
+        if isinstance(options, dict) and options.get("include_usage") is True:
+            chunks.append({"choices": [], "usage": usage})
+        response = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream",
+                                                           "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        for chunk in chunks:
+            payload = {"id": completion_id, "object": "chat.completion.chunk", "created": 0, "model": model, **chunk}
+            await response.write(f"data: {json.dumps(payload, ensure_ascii=False)}\n\n".encode())
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response, Sent(200, False)

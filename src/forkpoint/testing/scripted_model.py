@@ -1,5 +1,5 @@
-"""ScriptedModel: a loopback server speaking the Anthropic Messages API and the OpenAI Responses API
-(SSE streaming), driven by a script.
+"""ScriptedModel: a loopback server speaking the Anthropic Messages API, the OpenAI Responses API and OpenAI
+Chat Completions (SSE streaming), driven by a script.
 
 The script is a list of assistant turns; each turn is a list of content blocks (text, thinking, tool_use;
 several tool_use blocks = one parallel batch). Which turn answers a request:
@@ -11,11 +11,14 @@ several tool_use blocks = one parallel batch). Which turn answers a request:
   Robust to resume: a resumed session replays the earlier turns.
 * ``step_mode="counter"``: the n-th main request gets turn n.
 
-A *main* request has a non-empty ``tools`` list; others (title/summary helpers) get a short text answer.
-Past the end of the script the answer is ``"Done."`` with ``end_turn``.
+A *main* request has a non-empty ``tools`` list (or any request with ``tools_required=False``, for agents that
+parse actions from text); others (title/summary helpers) get a short text answer. Past the end of the script the
+answer is ``"Done."`` with ``end_turn`` (or, with ``loop_last=True``, the last turn again: a model that never stops).
 
 Endpoints: ``POST /v1/messages`` (+ ``/count_tokens``) for Anthropic clients; ``POST /v1/responses`` (also
-``/responses``) for Codex, whose ``base_url = "<url>/v1"`` gets ``/responses`` appended; ``GET /v1/models``
+``/responses``) for Codex, whose ``base_url = "<url>/v1"`` gets ``/responses`` appended; ``POST /v1/chat/completions``
+(also ``/chat/completions``) for OpenCode, Pi and litellm clients (see forkpoint.testing.chat_completions for the
+block mapping; a turn with ``"stall": true`` sends headers and then nothing: a silent upstream); ``GET /v1/models``
 (also ``/models``) answers an empty list. On the Responses API a block maps to an output item:
 ``text`` -> assistant ``message`` (``output_text``); ``tool_use`` -> ``function_call`` (``arguments`` = the
 JSON of ``input``, ``call_id`` = the block's ``id`` or a seeded ``call_…``); ``custom_tool_call``
@@ -41,6 +44,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from aiohttp import web
+
+from forkpoint.testing.chat_completions import assistant_runs, chat_chunks, chat_completion, chat_message, sse_data
 
 Block = dict[str, Any]
 StepMode = Literal["conversation", "counter"]
@@ -79,6 +84,8 @@ class Turn:
 
     content: tuple[Block, ...]
     stop_reason: str | None = None
+    #: answer with headers and then nothing, forever (an upstream that goes silent; Chat Completions only)
+    stall: bool = False
 
     @property
     def effective_stop_reason(self) -> str:
@@ -91,7 +98,7 @@ class Turn:
         if isinstance(value, Turn):
             return value
         if isinstance(value, dict):
-            return cls(tuple(value["content"]), value.get("stop_reason"))
+            return cls(tuple(value["content"]), value.get("stop_reason"), bool(value.get("stall", False)))
         return cls(tuple(value))
 
 
@@ -108,7 +115,7 @@ def stable_id(prefix: str, *parts: object, length: int = 24) -> str:
 
 @dataclass
 class ScriptedModel:
-    """The scripted Anthropic Messages server. ``requests`` logs every request (auth headers removed)."""
+    """The scripted model server. ``requests`` logs every request (auth headers removed)."""
 
     turns: Sequence[Turn | Sequence[Block] | dict[str, Any]]
     seed: str = "forkpoint"
@@ -117,6 +124,10 @@ class ScriptedModel:
     model: str = "claude-scripted"
     final_text: str = "Done."
     aux_text: str = "Scripted helper answer"
+    #: False: a request without ``tools`` is a main request too (agents that parse actions from text)
+    tools_required: bool = True
+    #: past the end of the script, repeat the last turn (a model that never stops) instead of ``final_text``
+    loop_last: bool = False
     requests: list[dict[str, Any]] = field(default_factory=list)
     _script: list[Turn] = field(init=False, repr=False)
     _main_count: int = field(default=0, init=False, repr=False)
@@ -136,23 +147,28 @@ class ScriptedModel:
 
     def select(self, body: dict[str, Any]) -> tuple[str, int | None]:
         """('main', step) or ('aux', None) for a /v1/messages body."""
-        if not body.get("tools"):
+        if self.tools_required and not body.get("tools"):
             return "aux", None
         if self.step_mode == "counter":
             step = self._main_count
             self._main_count += 1
             return "main", step
-        roles = [m.get("role") for m in body.get("messages") or [] if isinstance(m, dict)]
         # consecutive assistant messages are one response (the API merges them)
-        return "main", sum(1 for i, r in enumerate(roles) if r == "assistant" and (i == 0 or roles[i - 1] != r))
+        return "main", assistant_runs(body.get("messages"))
+
+    def turn_at(self, step: int) -> Turn | None:
+        """The scripted turn answering ``step``; None past the end (unless ``loop_last``)."""
+        if step < len(self._script):
+            return self._script[step]
+        return self._script[-1] if self.loop_last and self._script else None
 
     def respond(self, kind: str, step: int | None) -> tuple[str, list[Block], str]:
         """(message id, content blocks with ids filled in, stop_reason) for a selected step."""
         if kind == "aux" or step is None:
             return stable_id("msg_", self.seed, "aux", len(self.requests)), [text(self.aux_text)], "end_turn"
-        if step >= len(self._script):
+        turn = self.turn_at(step)
+        if turn is None:
             return stable_id("msg_", self.seed, "final", step), [text(self.final_text)], "end_turn"
-        turn = self._script[step]
         blocks = []
         for index, block in enumerate(turn.content):
             block = dict(block)
@@ -165,7 +181,7 @@ class ScriptedModel:
 
     def select_responses(self, body: dict[str, Any]) -> tuple[str, int | None]:
         """('main', step) or ('aux', None) for a /v1/responses body."""
-        if not body.get("tools"):
+        if self.tools_required and not body.get("tools"):
             return "aux", None
         if self.step_mode == "counter":
             step = self._main_count
@@ -180,11 +196,12 @@ class ScriptedModel:
         if kind == "aux" or step is None:
             rid = stable_id("resp_", self.seed, "aux", len(self.requests))
             return rid, [_message_item(stable_id("msg_", self.seed, "aux", len(self.requests)), self.aux_text)]
-        if step >= len(self._script):
+        turn = self.turn_at(step)
+        if turn is None:
             return stable_id("resp_", self.seed, "final", step), [
                 _message_item(stable_id("msg_", self.seed, "final", step), self.final_text)]
         items = []
-        for index, block in enumerate(self._script[step].content):
+        for index, block in enumerate(turn.content):
             item_id = stable_id("", self.seed, "item", step, index)
             call_id = block.get("id") or stable_id("call_", self.seed, step, index)
             block_type = block.get("type")
@@ -226,6 +243,51 @@ class ScriptedModel:
         for number, (event, data) in enumerate(responses_sse_events(envelope, items, usage)):
             payload = {"type": event, "sequence_number": number, **data}
             await response.write(f"event: {event}\ndata: {json.dumps(payload, ensure_ascii=False)}\n\n".encode())
+        await response.write_eof()
+        return response
+
+    # -- OpenAI Chat Completions ----------------------------------------------------------------------
+
+    def select_chat(self, body: dict[str, Any]) -> tuple[str, int | None]:
+        """('main', step) or ('aux', None) for a /v1/chat/completions body."""
+        if self.tools_required and not body.get("tools"):
+            return "aux", None
+        if self.step_mode == "counter":
+            step = self._main_count
+            self._main_count += 1
+            return "main", step
+        return "main", assistant_runs(body.get("messages"))
+
+    def respond_chat(self, kind: str, step: int | None) -> tuple[str, dict[str, Any], str, bool]:
+        """(completion id, assistant message, finish_reason, stall) for a selected step of Chat Completions."""
+        turn = None if kind == "aux" or step is None else self.turn_at(step)
+        if turn is None:
+            label = ("aux", len(self.requests)) if kind == "aux" or step is None else ("final", step)
+            message, finish = chat_message([text(self.aux_text if label[0] == "aux" else self.final_text)], str)
+            return stable_id("chatcmpl-", self.seed, *label), message, finish, False
+        message, finish = chat_message(list(turn.content),
+                                       lambda index: stable_id("call_", self.seed, step, index))
+        return stable_id("chatcmpl-", self.seed, step), message, finish, turn.stall
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        entry = await self._record(request)
+        body = entry["body"] if isinstance(entry["body"], dict) else {}
+        kind, step = self.select_chat(body)
+        completion_id, message, finish, stall = self.respond_chat(kind, step)
+        entry.update(api="chat", kind=kind, step=step, finish_reason=finish, stall=stall)
+        self._log(entry)
+        model = body.get("model", self.model)
+        if not body.get("stream") and not stall:
+            return web.json_response(chat_completion(completion_id, model, message, finish))
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        if stall:
+            await asyncio.sleep(24 * 3600)  # cancelled when the client goes away or the server stops
+        options = body.get("stream_options")
+        include_usage = isinstance(options, dict) and options.get("include_usage") is True
+        for chunk in chat_chunks(completion_id, model, message, finish, include_usage):
+            await response.write(sse_data(chunk))
+        await response.write(sse_data("[DONE]"))
         await response.write_eof()
         return response
 
@@ -296,6 +358,7 @@ class ScriptedModel:
         app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
         for prefix in ("/v1", ""):
             app.router.add_post(f"{prefix}/responses", self._responses)
+            app.router.add_post(f"{prefix}/chat/completions", self._chat)
             app.router.add_get(f"{prefix}/models", self._models)
         app.router.add_route("*", "/{tail:.*}", self._other)
         return app
@@ -457,8 +520,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--log", type=Path, default=None, help="append every request as JSONL here")
     parser.add_argument("--seed", default=None, help="seed for generated tool_use/message ids")
     parser.add_argument("--step-mode", choices=["conversation", "counter"], default="conversation")
+    parser.add_argument("--loop-last", action="store_true", help="repeat the last turn forever (never stops)")
+    parser.add_argument("--no-tools-required", action="store_true",
+                        help="treat requests without tools as main requests (agents that parse text actions)")
     args = parser.parse_args(argv)
-    kwargs: dict[str, Any] = {"log_path": args.log, "step_mode": args.step_mode}
+    kwargs: dict[str, Any] = {"log_path": args.log, "step_mode": args.step_mode, "loop_last": args.loop_last,
+                              "tools_required": not args.no_tools_required}
     if args.seed is not None:
         kwargs["seed"] = args.seed
     model = ScriptedModel.from_file(args.script, **kwargs)
