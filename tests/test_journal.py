@@ -472,3 +472,93 @@ def test_every_start_finished_before_a_terminal_receipt_is_never_ambiguous(
 @given(_resolved_runs(), _CALL_IDS)
 def test_a_trailing_unfinished_start_is_always_ambiguous(events: list[dict[str, Any]], call_id: str) -> None:
     assert find_ambiguous([*events, _ev("tool_started", call_id=call_id)]) == call_id
+
+
+class _FsyncCounter:
+    """Counts the real fsyncs of one fd (os.fsync still runs)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[int] = []
+        real = os.fsync
+
+        def counting(fd: int) -> None:
+            self.calls.append(fd)
+            real(fd)
+
+        monkeypatch.setattr(os, "fsync", counting)
+
+
+def test_unsynced_records_are_written_at_once_and_made_durable_by_the_next_synced_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal = Journal.open(tmp_path)
+    counter = _FsyncCounter(monkeypatch)
+    journal.append("batch_started", sync=False, batch=1)
+    journal.append("tool_finished", sync=False, batch=1, call_id="a")
+    assert counter.calls == []
+    # a killed process loses nothing: the lines are in the file (page cache) before any fsync
+    assert [e["event"] for e in read_events(tmp_path / JOURNAL_FILE)] == ["batch_started", "tool_finished"]
+    journal.append("tool_started", batch=2, call_id="b")
+    assert len(counter.calls) == 1
+    journal.sync()  # nothing pending: no fsync
+    assert len(counter.calls) == 1
+    journal.append("tool_finished", sync=False, batch=2, call_id="b")
+    journal.sync()
+    assert len(counter.calls) == 2
+    journal.append("batch_committed", sync=False, batch=2)
+    journal.close()  # pending records are fsync'd on close
+    assert len(counter.calls) == 3
+    assert [e["event"] for e in read_events(tmp_path / JOURNAL_FILE)][-1] == "batch_committed"
+
+
+def test_sync_is_not_a_payload_key(tmp_path: Path) -> None:
+    with Journal.open(tmp_path) as journal:
+        journal.append("x", sync=False, value=1)
+        assert journal.events()[-1] == {"seq": 0, "at": journal.events()[-1]["at"], "event": "x", "value": 1}
+
+
+def test_a_lost_unsynced_tool_finished_fails_closed(tmp_path: Path) -> None:
+    """What an OS crash could leave (only the synced prefix): the unmatched tool_started is ambiguous."""
+    with Journal.open(tmp_path) as journal:
+        journal.append("run_started", sync=False, run_id="r")
+        journal.append("tool_started", batch=1, call_id="a")
+        synced_size = (tmp_path / JOURNAL_FILE).stat().st_size
+        journal.append("tool_finished", sync=False, batch=1, call_id="a")
+    with (tmp_path / JOURNAL_FILE).open("r+b") as handle:
+        handle.truncate(synced_size)
+    error = _open_refused(tmp_path)
+    assert error.kind is ErrorKind.AMBIGUOUS_EXECUTION
+
+
+def test_a_replay_fsyncs_the_journal_once_per_rerun_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from forkpoint.engine import execute
+    from forkpoint.request import build_request
+    from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, text, tool_use
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    builder = ClaudeSessionBuilder(session_id="fsync-0000-4000-8000-000000000000", cwd=str(workspace))
+    builder.user_prompt("Count.")
+    for n in range(1, 6):
+        builder.assistant([text(str(n)), tool_use(f"toolu_{n:05d}", "Bash", {"command": f"echo {n}"})])
+        builder.results({f"toolu_{n:05d}": f"{n}"})
+    builder.assistant([text("Counted.")])
+    trajectory = builder.write(tmp_path / "session.jsonl")
+    journal_fsyncs: list[int] = []
+    real = os.fsync
+
+    def counting(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(JOURNAL_FILE):
+            journal_fsyncs.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", counting)
+    result = execute(build_request({"agent": "claude-code", "trajectory": str(trajectory), "after_step": 5,
+                                    "replay_only": True, "workspace": str(workspace),
+                                    "state_dir": str(tmp_path / "state"), "output_dir": str(tmp_path / "out"),
+                                    "run_id": "r"}, source="test"))
+    assert result.failure is None and result.replayed_tool_calls == 5
+    # the new journal's header + each tool_started (before its effect) + run_finished
+    assert len(journal_fsyncs) == 1 + 5 + 1

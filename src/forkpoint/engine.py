@@ -213,6 +213,7 @@ def _run_allocated(
     parsed = plan.trajectory
     journal.append(
         "run_started",
+        sync=False,  # made durable by the first fact that precedes an effect, or by run_finished
         run_id=dirs.run_id,
         agent=adapter.name,
         mode=request.mode.value,
@@ -220,14 +221,15 @@ def _run_allocated(
         after_step=plan.after_step,
         **_prompt_facts(request),
     )
-    journal.append("plan_validated", profile=plan.profile, batches=plan.after_step, tool_calls=len(plan.calls))
+    journal.append("plan_validated", sync=False, profile=plan.profile, batches=plan.after_step,
+                   tool_calls=len(plan.calls))
     write_json(dirs.output_dir / "manifest.json", manifest(plan, adapter))
 
     facts: dict[str, Any] = {}
     if prepared.workspace_source is not None:
         report(f"creating the workspace {request.workspace} from {request.workspace_from}")
         facts["workspace_from"] = create(prepared.workspace_source, request.workspace)
-        journal.append("workspace_created", **facts["workspace_from"])
+        journal.append("workspace_created", sync=False, **facts["workspace_from"])
     context = RunContext(request.workspace.resolve(), dirs.state_dir, dirs.output_dir, parsed.session_id,
                          sandbox=prepared.sandbox)
     prefix_dir = dirs.output_dir / "native" / "prefix"
@@ -235,12 +237,12 @@ def _run_allocated(
     if request.mode is Mode.PREPARE_ONLY:
         report("writing the native prefix with historical observations")
         prefix = adapter.write_prepared_prefix(plan, prefix_dir)
-        journal.append("session_prepared", sha256=prefix.sha256)
+        journal.append("session_prepared", sync=False, sha256=prefix.sha256)
         status = "prepared"
     else:
         replaying = _replaying(adapter)
         fresh_tree = inventory(context.workspace)  # before anything runs: what "fresh" meant for this run
-        journal.append("workspace_inventory", sha256=fresh_tree.sha256, files=fresh_tree.files)
+        journal.append("workspace_inventory", sync=False, sha256=fresh_tree.sha256, files=fresh_tree.files)
         facts.update(fresh_tree.to_metadata())
         executor = replaying.executor(plan, context)
         try:
@@ -250,7 +252,7 @@ def _run_allocated(
         write_json(dirs.output_dir / "observations.json", {"observations": outcome.comparisons})
         report("writing the native session with fresh observations")
         prefix = replaying.write_rebuilt_prefix(plan, outcome.fresh, prefix_dir)
-        journal.append("session_rebuilt", sha256=prefix.sha256)
+        journal.append("session_rebuilt", sync=False, sha256=prefix.sha256)
         status = "replayed"
     continuation: Continuation | None = None
     if request.mode is Mode.REPLAY_AND_CONTINUE:
@@ -329,6 +331,7 @@ def _continue(
     continuation = _continuing(prepared.adapter).continue_run(plan, prefix, context, settings)
     journal.append(
         "continuation_finished",
+        sync=False,
         agent_status=continuation.agent_status,
         continued_steps=continuation.continued_steps,
         validated_model_requests=continuation.metadata.get("model_bridge", {}).get("validated"),

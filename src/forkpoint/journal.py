@@ -1,9 +1,16 @@
 """The durable replay fact journal of one run's state dir, its ``run.lock`` and the ambiguity check.
 
-Why it exists: a replay re-runs real tool calls with real side effects. Every fact (``tool_started`` before a
-call, ``tool_finished`` after it, a terminal ``run_finished``/``run_failed``) is appended and fsync'd BEFORE
-the engine acts on it, so after a crash the next run can tell "never ran" from "may have run" and refuses
-to repeat a call whose effects are unknown (ambiguous_execution) instead of silently running it twice.
+Why it exists: a replay re-runs real tool calls with real side effects. A fact that PRECEDES an effect
+(``tool_started`` before a call, ``continuation_started`` before the agent runs) and the terminal
+``run_finished``/``run_failed`` are appended and fsync'd BEFORE the engine acts on them, so after a crash the next
+run can tell "never ran" from "may have run" and refuses to repeat a call whose effects are unknown
+(ambiguous_execution) instead of silently running it twice.
+
+Facts that only record what already happened (``tool_finished``, ``batch_committed``...) are appended with
+``sync=False``: written at once (a killed process loses nothing: the page cache keeps them) and made durable by the
+next synced append or by ``close``. The file is append-only and written in order, so an OS crash can lose only a
+suffix of such records; a lost ``tool_finished`` leaves its ``tool_started`` unmatched, which the next run refuses
+as ambiguous: fail closed, one fsync per re-run call instead of two or more.
 
 Format (``<state_dir>/journal.jsonl``, forkpoint's own; one orjson line per record)::
 
@@ -118,6 +125,7 @@ class Journal:
         self._records = records
         self._size = size
         self._failed = False
+        self._unsynced = False
 
     @classmethod
     def open(cls, state_dir: Path) -> Journal:
@@ -193,10 +201,11 @@ class Journal:
     def journal_id(self) -> str:
         return str(self._header["journal"])
 
-    def append(self, event: str, /, **fields: Any) -> None:
-        """Durably record one fact: returns only after the line is written and fsync'd.
+    def append(self, event: str, /, *, sync: bool = True, **fields: Any) -> None:
+        """Record one fact: returns after the line is written and (``sync``, the default) fsync'd together with
+        every earlier unsynced record. ``sync=False`` only for facts that follow an effect (see the module doc).
 
-        Payload keys may not be ``seq``, ``at`` or ``event``; never pass prompt text or secrets.
+        Payload keys may not be ``seq``, ``at``, ``event`` or ``sync``; never pass prompt text or secrets.
         """
         fd = self._writable_fd()
         if not isinstance(event, str) or not event:
@@ -213,12 +222,25 @@ class Journal:
             raise _internal(f"journal event {event!r} is {len(line)} bytes; the limit is {MAX_RECORD_BYTES}")
         try:
             _write_all(fd, line)
-            os.fsync(fd)
+            if sync:
+                os.fsync(fd)
         except OSError as exc:
             self._failed = True
             raise _executor(f"commit journal record {event!r} to {self._path}: {exc}") from None
         self._size += len(line)
+        self._unsynced = not sync
         self._records.append(orjson.loads(line))  # keep exactly what is on disk, not the caller's objects
+
+    def sync(self) -> None:
+        """Make every appended record durable now (a no-op when nothing is pending)."""
+        fd = self._writable_fd()
+        if self._unsynced:
+            try:
+                os.fsync(fd)
+            except OSError as exc:
+                self._failed = True
+                raise _executor(f"fsync journal {self._path}: {exc}") from None
+            self._unsynced = False
 
     def events(self) -> list[dict[str, Any]]:
         """Every committed record of this journal, recovered ones included, oldest first (copies)."""
@@ -248,7 +270,12 @@ class Journal:
         lock_fd, self._lock_fd = self._lock_fd, None
         try:
             if fd is not None:
-                os.close(fd)
+                try:
+                    if self._unsynced and not self._failed:
+                        with contextlib.suppress(OSError):  # best effort: the records are written already
+                            os.fsync(fd)
+                finally:
+                    os.close(fd)
         finally:
             if lock_fd is not None:
                 with contextlib.suppress(OSError):

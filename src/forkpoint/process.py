@@ -517,7 +517,7 @@ class _Supervision:
 
     def run(self, timeout_s: float, pipe_grace_s: float) -> ProcessResult:
         start = time.monotonic()
-        self.tracker.scan()
+        self.last_scan = start  # the first scan comes one interval in (or at exit): a fresh leader has no members
         self.pump_until(start + timeout_s, self.leader_exited)
         if not self.leader_exited():
             self.timed_out = True

@@ -47,7 +47,7 @@ def replay_batches(
     total = len(plan.calls)
     done = 0
     for batch in plan.batches:
-        journal.append("batch_started", batch=batch.ordinal)
+        journal.append("batch_started", sync=False, batch=batch.ordinal)
         for call in batch.calls:
             done += 1
             progress(f"[{done}/{total}] batch {batch.ordinal}: {call.name} {_short(call)}")
@@ -67,7 +67,7 @@ def replay_batches(
                     normalise=normalise,
                 )
             )
-        journal.append("batch_committed", batch=batch.ordinal)
+        journal.append("batch_committed", sync=False, batch=batch.ordinal)
     return outcome
 
 
@@ -78,11 +78,12 @@ def _execute(batch: int, call: ToolCall, executor: ToolExecutor, journal: Journa
         fresh = executor.run(call)
     except ReplayError as error:
         if error.before_effect:
-            journal.append("tool_finished", batch=batch, call_id=call.call_id, refused=True, is_error=True,
+            journal.append("tool_finished", sync=False, batch=batch, call_id=call.call_id, refused=True, is_error=True,
                            return_code=None, duration_ms=int((time.monotonic() - started) * 1000))
         raise
     journal.append(
         "tool_finished",
+        sync=False,  # follows the effect: made durable by the next tool_started (see forkpoint.journal)
         batch=batch,
         call_id=call.call_id,
         is_error=fresh.is_error,
