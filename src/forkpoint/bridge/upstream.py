@@ -129,8 +129,8 @@ class AnthropicUpstream:
             return await relay(request, upstream, headers)
 
 
-class StubUpstream:
-    """Answers a validated request itself with a short final text (SSE when ``stream`` is true); costs nothing."""
+class LocalStub:
+    """Base of the stubs answering in the bridge itself: nothing to open, a counter for unique ids."""
 
     name = "stub"
 
@@ -143,6 +143,10 @@ class StubUpstream:
 
     async def close(self) -> None:
         return None
+
+
+class StubUpstream(LocalStub):
+    """Answers a validated request itself with a short final text (SSE when ``stream`` is true); costs nothing."""
 
     async def send(self, request: web.Request, body: JsonObject) -> tuple[web.StreamResponse, Sent]:
         self._count += 1
@@ -187,7 +191,6 @@ DROPPED_OPENAI_REQUEST_HEADERS = DROPPED_REQUEST_HEADERS | {"openai-organization
 PASSED_OPENAI_RESPONSE_HEADERS = frozenset({"content-type", "content-encoding", "cache-control", "retry-after",
                                             "x-request-id", "request-id", "x-models-etag", "x-reasoning-included"})
 PASSED_OPENAI_RESPONSE_PREFIXES = ("openai-", "x-ratelimit-", "x-codex-")
-RESPONSES_STUB_TEXT = STUB_TEXT
 
 
 def openai_error_json(kind: str, message: str, code: str | None = None) -> JsonObject:
@@ -277,20 +280,8 @@ class OpenAIChatUpstream(OpenAIUpstream):
     endpoint = "/chat/completions"
 
 
-class ResponsesStubUpstream:
+class ResponsesStubUpstream(LocalStub):
     """Answers a validated Responses request itself with one short assistant message (SSE when ``stream``)."""
-
-    name = "stub"
-
-    def __init__(self, text: str = RESPONSES_STUB_TEXT) -> None:
-        self.text = text
-        self._count = 0
-
-    async def open(self) -> None:
-        return None
-
-    async def close(self) -> None:
-        return None
 
     async def send(self, request: web.Request, body: JsonObject) -> tuple[web.StreamResponse, Sent]:
         self._count += 1
@@ -330,23 +321,8 @@ def responses_text_events(envelope: JsonObject, item: JsonObject,
 
 # -- OpenAI Chat Completions (OpenCode, Pi, litellm agents) ---------------------------------------------------
 
-CHAT_STUB_TEXT = STUB_TEXT
-
-
-class ChatStubUpstream:
+class ChatStubUpstream(LocalStub):
     """Answers a validated Chat Completions request itself with one short assistant message (SSE when ``stream``)."""
-
-    name = "stub"
-
-    def __init__(self, text: str = CHAT_STUB_TEXT) -> None:
-        self.text = text
-        self._count = 0
-
-    async def open(self) -> None:
-        return None
-
-    async def close(self) -> None:
-        return None
 
     async def send(self, request: web.Request, body: JsonObject) -> tuple[web.StreamResponse, Sent]:
         self._count += 1

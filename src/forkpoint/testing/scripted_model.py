@@ -38,7 +38,7 @@ import contextlib
 import hashlib
 import json
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -145,16 +145,19 @@ class ScriptedModel:
 
     # -- answering -------------------------------------------------------------------------------------
 
-    def select(self, body: dict[str, Any]) -> tuple[str, int | None]:
-        """('main', step) or ('aux', None) for a /v1/messages body."""
+    def _select(self, body: dict[str, Any], turns_so_far: Callable[[], int]) -> tuple[str, int | None]:
         if self.tools_required and not body.get("tools"):
             return "aux", None
         if self.step_mode == "counter":
             step = self._main_count
             self._main_count += 1
             return "main", step
+        return "main", turns_so_far()
+
+    def select(self, body: dict[str, Any]) -> tuple[str, int | None]:
+        """('main', step) or ('aux', None) for a /v1/messages or /v1/chat/completions body."""
         # consecutive assistant messages are one response (the API merges them)
-        return "main", assistant_runs(body.get("messages"))
+        return self._select(body, lambda: assistant_runs(body.get("messages")))
 
     def turn_at(self, step: int) -> Turn | None:
         """The scripted turn answering ``step``; None past the end (unless ``loop_last``)."""
@@ -181,15 +184,12 @@ class ScriptedModel:
 
     def select_responses(self, body: dict[str, Any]) -> tuple[str, int | None]:
         """('main', step) or ('aux', None) for a /v1/responses body."""
-        if self.tools_required and not body.get("tools"):
-            return "aux", None
-        if self.step_mode == "counter":
-            step = self._main_count
-            self._main_count += 1
-            return "main", step
-        items = body.get("input")
-        marks = [_is_assistant_output(item) for item in items] if isinstance(items, list) else []
-        return "main", sum(1 for i, mark in enumerate(marks) if mark and (i == 0 or not marks[i - 1]))
+        def turns_so_far() -> int:
+            items = body.get("input")
+            marks = [_is_assistant_output(item) for item in items] if isinstance(items, list) else []
+            return sum(1 for i, mark in enumerate(marks) if mark and (i == 0 or not marks[i - 1]))
+
+        return self._select(body, turns_so_far)
 
     def respond_responses(self, kind: str, step: int | None) -> tuple[str, list[Block]]:
         """(response id, output items) for a selected step of the Responses API."""
@@ -248,16 +248,6 @@ class ScriptedModel:
 
     # -- OpenAI Chat Completions ----------------------------------------------------------------------
 
-    def select_chat(self, body: dict[str, Any]) -> tuple[str, int | None]:
-        """('main', step) or ('aux', None) for a /v1/chat/completions body."""
-        if self.tools_required and not body.get("tools"):
-            return "aux", None
-        if self.step_mode == "counter":
-            step = self._main_count
-            self._main_count += 1
-            return "main", step
-        return "main", assistant_runs(body.get("messages"))
-
     def respond_chat(self, kind: str, step: int | None) -> tuple[str, dict[str, Any], str, bool]:
         """(completion id, assistant message, finish_reason, stall) for a selected step of Chat Completions."""
         turn = None if kind == "aux" or step is None else self.turn_at(step)
@@ -272,7 +262,7 @@ class ScriptedModel:
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         entry = await self._record(request)
         body = entry["body"] if isinstance(entry["body"], dict) else {}
-        kind, step = self.select_chat(body)
+        kind, step = self.select(body)
         completion_id, message, finish, stall = self.respond_chat(kind, step)
         entry.update(api="chat", kind=kind, step=step, finish_reason=finish, stall=stall)
         self._log(entry)
