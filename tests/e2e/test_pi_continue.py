@@ -1,0 +1,204 @@
+"""End to end with the REAL Pi 0.83.0 (npm package on its Node 22 runtime): replay + continue through the SDK.
+
+ScriptedModel plays the model upstream (the only stand-in). Every recorded fixture (event stream and session file)
+is replayed at every boundary in a workspace restored to the recording's initial state at the recorded path; the
+gate must pass, the fresh observations must equal the historical ones, the first forwarded request must be the
+request the same Pi sent after batch N while recording (continue(): nothing added; prompt(): exactly one user
+message), and the real Pi must execute the scripted next action.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forkpoint import runtimes
+from forkpoint.adapters.pi import continuation
+from forkpoint.adapters.pi.parse import parse_pi
+from forkpoint.engine import execute
+from forkpoint.request import build_request
+from forkpoint.results import ReplayResult
+from forkpoint.testing import ScriptedModel
+
+pytestmark = pytest.mark.e2e
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "pi" / "0.83.0"
+SCENARIOS = ("single_bash", "parallel", "file_tools", "error_result")
+PROMPT = "Before going on, say what you found so far."
+
+
+def _cases(formats: tuple[str, ...]) -> list[tuple[str, str, int]]:
+    return [(s, f, n) for s in SCENARIOS for f in formats
+            for n in range(1, parse_pi(FIXTURES / s / f).complete_count + 1)]
+
+
+@pytest.fixture(autouse=True)
+def _runtime(monkeypatch: pytest.MonkeyPatch) -> None:
+    if runtimes.find("pi", "0.83.0") is None:
+        pytest.skip("pi 0.83.0 is not installed (forkpoint agents install pi@0.83.0)")
+    monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
+
+
+def restore_workspace(fixture: Path) -> Path:
+    workspace = Path(json.loads((fixture / "meta.json").read_text())["cwd"])
+    if workspace.exists():
+        shutil.rmtree(workspace)
+    shutil.copytree(fixture / "workspace-initial", workspace)
+    return workspace
+
+
+def run(fixture: Path, tmp_path: Path, after: int, name: str = "events.jsonl", **overrides: Any) -> ReplayResult:
+    values: dict[str, Any] = {
+        "agent": "pi",
+        "trajectory": str(fixture / name),
+        "after_step": after,
+        "workspace": str(restore_workspace(fixture)),
+        "state_dir": str(tmp_path / "state"),
+        "output_dir": str(tmp_path / "out"),
+        "run_id": overrides.pop("run_id", f"run-{after}"),
+    }
+    values.update(overrides)
+    return execute(build_request(values, source="test"))
+
+
+def recorded_request(fixture: Path, after: int) -> dict[str, Any]:
+    requests = [json.loads(line) for line in (fixture / "requests.jsonl").read_text().splitlines()]
+    body: dict[str, Any] = next(r["body"] for r in requests if r["step"] == after)
+    return body
+
+
+def _comparable(body: dict[str, Any]) -> dict[str, Any]:
+    """A request without the system prompt and tools (the fixtures keep them as hashes)."""
+    return {**{k: v for k, v in body.items() if k != "tools"}, "messages": body["messages"][1:]}
+
+
+def _scripted(fixture: Path) -> ScriptedModel:
+    return ScriptedModel.from_file(fixture / "script.json", model="scripted-model")
+
+
+def _check_verified(result: ReplayResult, status: str = "completed", *, forwarded: bool = True) -> Path:
+    assert result.failure is None, result.failure
+    assert (result.phase, result.quality, result.agent_status) == ("continued", "verified", status)
+    bridge = result.metadata["model_bridge"]
+    assert bridge["validated"] >= 1 and bridge["refused"] == 0
+    assert bridge["forwarded"] == (bridge["validated"] if forwarded else 0)
+    out = Path(result.output_dir or "")
+    observations = json.loads((out / "observations.json").read_text())["observations"]
+    assert observations and all(row["exact"] for row in observations), observations
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert "__forkpoint_nonce_" not in path.read_text(errors="replace"), path
+    return out
+
+
+@pytest.mark.parametrize(("scenario", "name", "after"), _cases(("events.jsonl", "session.jsonl")),
+                         ids=lambda v: str(v))
+def test_continue_at_every_boundary(scenario: str, name: str, after: int, tmp_path: Path) -> None:
+    fixture = FIXTURES / scenario
+    model = _scripted(fixture)
+    with model.serve() as url:
+        result = run(fixture, tmp_path, after, name, upstream="openai-chat", upstream_url=f"{url}/v1")
+    out = _check_verified(result)
+    assert result.metadata["pi_resume_transport"]["method"] == "agent.continue"
+    main = [entry for entry in model.requests if entry.get("kind") == "main"]
+    # continue(): the first request is byte-for-byte the request Pi sent after batch N while recording
+    assert _comparable(main[0]["body"]) == _comparable(recorded_request(fixture, after))
+    next_action = json.loads((out / "next-action.json").read_text())
+    assert next_action["replayed"] is not None and next_action["metrics"]["same_tool_calls"] is True, next_action
+    continued = parse_pi(next((out / "native" / "continued").glob("*_*.jsonl")))
+    total = len(json.loads((fixture / "script.json").read_text())["turns"])
+    assert result.continued_steps == total - after == len(main)
+    assert continued.native.messages[-1]["role"] == "assistant"
+
+
+@pytest.mark.parametrize(("scenario", "name", "after"), _cases(("events.jsonl",)), ids=lambda v: str(v))
+def test_boundary_prompt_at_every_boundary(scenario: str, name: str, after: int, tmp_path: Path) -> None:
+    fixture = FIXTURES / scenario
+    model = _scripted(fixture)
+    with model.serve() as url:
+        result = run(fixture, tmp_path, after, name, upstream="openai-chat", upstream_url=f"{url}/v1",
+                     boundary_user_prompt=PROMPT)
+    out = _check_verified(result)
+    assert result.metadata["boundary_user_prompt"]["injected"] is True
+    main = [entry for entry in model.requests if entry.get("kind") == "main"]
+    first = _comparable(main[0]["body"])
+    recorded = _comparable(recorded_request(fixture, after))
+    # prompt(): exactly one user message after O'N, carrying the boundary prompt
+    assert first["messages"][:-1] == recorded["messages"]
+    assert first["messages"][-1] == {"role": "user", "content": [{"type": "text", "text": PROMPT}]}
+    continued = next((out / "native" / "continued").glob("*_*.jsonl")).read_text()
+    assert continued.count(PROMPT) == 1
+    for name_ in ("result.json", "replay-summary.json", "replay-events.jsonl", "manifest.json"):
+        assert PROMPT not in (out / name_).read_text()
+
+
+def test_step_budget_stops_the_agent_and_reports_max_steps(tmp_path: Path) -> None:
+    fixture = FIXTURES / "file_tools"
+    model = _scripted(fixture)
+    with model.serve() as url:
+        result = run(fixture, tmp_path, 1, upstream="openai-chat", upstream_url=f"{url}/v1", max_steps=3)
+    _check_verified(result, status="max_steps")
+    assert result.continued_steps == 2 and result.metadata["model_bridge"]["over_budget"] == 0
+    assert len([e for e in model.requests if e.get("kind") == "main"]) == 2
+
+
+def test_stub_upstream(tmp_path: Path) -> None:
+    result = run(FIXTURES / "single_bash", tmp_path, 2, upstream="stub")
+    _check_verified(result, forwarded=False)
+    assert result.continued_steps == 1
+
+
+def test_tampered_session_is_refused_with_nothing_forwarded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The session Pi reads differs from the one forkpoint proved (one observation changed): fail closed."""
+    real: Callable[..., Any] = getattr(continuation, "expected_prefix")  # noqa: B009
+
+    def proved_elsewhere(messages: list[dict[str, Any]], nonce: str | None, model: str | None) -> Any:
+        changed = json.loads(json.dumps(messages))
+        changed[-1]["content"] = [{"type": "text", "text": "what forkpoint proved"}]
+        return real(changed, nonce, model)
+
+    monkeypatch.setattr(continuation, "expected_prefix", proved_elsewhere)
+    fixture = FIXTURES / "single_bash"
+    model = _scripted(fixture)
+    with model.serve() as url:
+        result = run(fixture, tmp_path, 1, upstream="openai-chat", upstream_url=f"{url}/v1")
+    assert result.failure is not None and result.failure.category == "continuation_error"
+    assert "observation of call_sb_1 differs" in result.failure.message
+    assert model.requests == []  # nothing reached the model
+    bridge_log = [json.loads(line) for line in (tmp_path / "state" / "run-1" / "bridge-log.jsonl").read_text()
+                  .splitlines()]
+    assert bridge_log and all(not record["forwarded"] for record in bridge_log)
+
+
+def test_unknown_tool_recording_is_refused(tmp_path: Path) -> None:
+    result = run(FIXTURES / "unknown_tool", tmp_path, 1, upstream="stub")
+    assert result.failure is not None and result.failure.category == "unsupported_version"
+    assert result.exit_code == 11 and 'tool "glob"' in result.failure.message
+    assert not (tmp_path / "out").exists()
+
+
+def test_wrong_version_entrypoint_is_refused(tmp_path: Path) -> None:
+    fake = tmp_path / "pi"
+    fake.write_text("#!/bin/sh\necho 0.82.0\n")
+    fake.chmod(0o755)
+    result = run(FIXTURES / "single_bash", tmp_path, 1, upstream="stub", agent_entrypoint=str(fake))
+    assert result.failure is not None and result.failure.category == "unsupported_version"
+    assert result.exit_code == 11 and "0.82.0" in result.failure.message
+    assert not (tmp_path / "out").exists()
+
+
+def test_replay_only_and_prepare_only(tmp_path: Path) -> None:
+    fixture = FIXTURES / "error_result"
+    replayed = run(fixture, tmp_path, 2, "session.jsonl", replay_only=True, run_id="replay")
+    assert replayed.failure is None and (replayed.phase, replayed.agent_status) == ("replayed", "not_started")
+    assert replayed.replayed_tool_calls == 3 and replayed.quality == "verified"
+    prepared = run(fixture, tmp_path, 2, "session.jsonl", prepare_only=True, run_id="prepare")
+    assert prepared.failure is None and prepared.phase == "prepared" and prepared.replayed_tool_calls == 0
+    rebuilt = next((Path(replayed.output_dir or "") / "native" / "prefix").glob("*.jsonl")).read_text()
+    historical = next((Path(prepared.output_dir or "") / "native" / "prefix").glob("*.jsonl")).read_text()
+    assert rebuilt == historical  # every fresh observation (errors included) equals the recorded one
