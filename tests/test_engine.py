@@ -81,7 +81,7 @@ def test_prepare_only_writes_the_contract_outputs(layout: dict[str, Path]) -> No
         ({"after_step": 9}, "trajectory_error", 10),
         ({"workspace": "/nonexistent/ws"}, "workspace_error", 20),
         ({"trajectory": "/nonexistent/t.jsonl"}, "configuration_error", 2),
-        ({"agent": "pi"}, "unsupported_agent", 11),
+        ({"agent": "pi"}, "trajectory_error", 10),  # a Claude session is not a Pi recording
         ({"agent": "codex"}, "trajectory_error", 10),
     ],
 )

@@ -498,6 +498,7 @@ def _finalize_failure(
     error: ReplayError,
 ) -> ReplayResult:
     """Record the failure durably; a started-but-unfinished tool call upgrades it to ambiguous_execution."""
+    error = _without_secrets(request, error)
     with contextlib.suppress(ReplayError):
         journal.append("run_failed", category=error.kind.category, message=error.message)
     ambiguous = find_ambiguous(journal.events())
@@ -526,6 +527,21 @@ def _finalize_failure(
     )
     write_json(dirs.output_dir / "result.json", result.model_dump(mode="json"))
     return result
+
+
+def _without_secrets(request: ReplayRequest, error: ReplayError) -> ReplayError:
+    """The failure without the boundary prompt or an upstream key: a message may quote the agent's output, which
+    may quote what the upstream answered (an error can echo the request's text). Values under 8 characters are
+    left alone (replacing them would garble the message more than it protects)."""
+    secrets = {request.boundary_user_prompt or "": "<boundary prompt>"}
+    secrets.update({os.environ.get(key, ""): "<api key>" for key, _ in UPSTREAM_ENV.values()})
+    message = error.message
+    for secret, shown in sorted(secrets.items(), key=lambda item: -len(item[0])):
+        if len(secret.strip()) >= 8:
+            message = message.replace(secret, shown)
+    if message == error.message:
+        return error
+    return ReplayError(error.kind, message, line=error.line, before_effect=error.before_effect)
 
 
 def _events_of_current_run(journal: Journal) -> list[str]:

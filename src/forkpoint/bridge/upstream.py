@@ -59,18 +59,53 @@ def error_response(status: int, kind: str, message: str) -> web.Response:
     return web.json_response(error_json(kind, message), status=status)
 
 
+REDACTED = b"[redacted by forkpoint]"
+
+
+class Redactor:
+    """Replaces the bridge's upstream key in a relayed byte stream, also across chunk boundaries.
+
+    An upstream may echo the key it was sent (an error body such as ``invalid x-api-key: sk-...``); the agent would
+    print it and write it into its session. Only a tail that could begin the key is held back until the next chunk,
+    so a normal stream is passed on exactly as it arrives.
+    """
+
+    def __init__(self, secret: str) -> None:
+        self.secret = secret.encode()
+        self.pending = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        parts = (self.pending + chunk).split(self.secret)
+        tail = parts[-1]  # raw bytes after the last whole key: only they can begin the next one
+        held = next((size for size in range(min(len(self.secret) - 1, len(tail)), 0, -1)
+                     if tail.endswith(self.secret[:size])), 0)
+        self.pending = tail[len(tail) - held:] if held else b""
+        data = REDACTED.join(parts)
+        return data[: len(data) - held]
+
+    def flush(self) -> bytes:
+        data, self.pending = self.pending, b""
+        return data
+
+
 async def relay(
-    request: web.Request, upstream: aiohttp.ClientResponse, headers: dict[str, str]
+    request: web.Request, upstream: aiohttp.ClientResponse, headers: dict[str, str], secret: str | None = None
 ) -> tuple[web.StreamResponse, Sent]:
-    """Stream the upstream's answer to the agent chunk by chunk as it arrives: never buffered."""
+    """Stream the upstream's answer to the agent chunk by chunk as it arrives: never buffered (``secret``, the
+    upstream key, is redacted on the way)."""
     response = web.StreamResponse(status=upstream.status, headers=headers)
     await response.prepare(request)
+    redactor = Redactor(secret) if secret else None
     try:
         async for chunk in upstream.content.iter_any():
-            await response.write(chunk)
+            out = redactor.feed(chunk) if redactor is not None else chunk
+            if out:
+                await response.write(out)
     except (aiohttp.ClientError, TimeoutError, OSError) as error:
         message = f"upstream stream broke: {type(error).__name__}: {error}"
         return response, Sent(upstream.status, True, message)
+    if redactor is not None and redactor.pending:
+        await response.write(redactor.flush())
     await response.write_eof()
     return response, Sent(upstream.status, True)
 
@@ -126,7 +161,7 @@ class AnthropicUpstream:
         async with upstream:
             headers = {name: value for name, value in upstream.headers.items()
                        if name.lower() in PASSED_RESPONSE_HEADERS or name.lower().startswith("anthropic-")}
-            return await relay(request, upstream, headers)
+            return await relay(request, upstream, headers, self._api_key)
 
 
 class LocalStub:
@@ -263,7 +298,7 @@ class OpenAIUpstream:
             headers = {name: value for name, value in upstream.headers.items()
                        if name.lower() in PASSED_OPENAI_RESPONSE_HEADERS
                        or name.lower().startswith(PASSED_OPENAI_RESPONSE_PREFIXES)}
-            return await relay(request, upstream, headers)
+            return await relay(request, upstream, headers, self._api_key)
 
 
 class OpenAIResponsesUpstream(OpenAIUpstream):
