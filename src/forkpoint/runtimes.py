@@ -62,7 +62,13 @@ VERIFIED: dict[str, tuple[str, ...]] = {
     "claude-code": ("2.1.220", "2.1.332"),
     "codex": ("0.149.0", "0.171.0"),
     "pi": ("0.83.0",),
+    # Python agents: venvs from PyPI (forkpoint.runtimes_python)
+    "mini-swe-agent": ("1.17.5", "2.4.6"),
+    "openhands": ("0.62.0",),
 }
+
+#: agents installed from PyPI into a venv by forkpoint.runtimes_python (its PYTHON_AGENTS table)
+PYTHON_AGENT_NAMES = frozenset({"mini-swe-agent", "openhands"})
 
 
 @dataclass(frozen=True)
@@ -113,7 +119,8 @@ def _spec(agent: str) -> NpmAgent:
 
 def check_verified(agent: str, version: str) -> None:
     """Refuse an agent version forkpoint has not verified."""
-    _spec(agent)
+    if agent not in PYTHON_AGENT_NAMES:
+        _spec(agent)
     verified = VERIFIED.get(agent, ())
     if version not in verified:
         raise ReplayError(
@@ -228,6 +235,10 @@ def _node_wrapper(prefix: Path, spec: NpmAgent, script: Path) -> Path:
 
 def install(agent: str, version: str) -> Runtime:
     """Install a verified ``agent@version`` from npm (idempotent: an installed runtime is returned as is)."""
+    if agent in PYTHON_AGENT_NAMES:
+        from forkpoint import runtimes_python
+
+        return runtimes_python.install(agent, version)
     check_verified(agent, version)
     spec = _spec(agent)
     existing = find(agent, version)
@@ -278,6 +289,10 @@ def parse_version_output(output: str) -> str:
 
 def probe_version(runtime: Runtime) -> str:
     """Run ``<entrypoint> --version`` (10 s timeout) and return the version it reports."""
+    if runtime.agent in PYTHON_AGENT_NAMES:  # a venv python: importlib.metadata inside it
+        from forkpoint import runtimes_python
+
+        return runtimes_python.probe_version(runtime)
     try:
         done = subprocess.run([str(runtime.entrypoint), "--version"], capture_output=True, text=True,
                               timeout=PROBE_TIMEOUT_S, check=False, stdin=subprocess.DEVNULL)

@@ -24,7 +24,10 @@ AGENT_NAMES: tuple[str, ...] = (
 ADAPTERS: dict[str, str] = {
     "claude-code": "forkpoint.adapters.claude_code:ClaudeCodeAdapter",
     "codex": "forkpoint.adapters.codex:CodexAdapter",
+    "mini-swe-agent": "forkpoint.adapters.mini_swe_agent:MiniSweAgentAdapter",
     "pi": "forkpoint.adapters.pi:PiAdapter",
+    "swe-agent": "forkpoint.adapters.swe_agent:SweAgentAdapter",
+    "openhands": "forkpoint.adapters.openhands:OpenHandsAdapter",
 }
 
 

@@ -1,0 +1,142 @@
+"""mini-swe-agent adapter: ``*.traj.json`` in (1.x and 2.x schemas), rebuilt trajectory + the real agent out.
+
+The agent never runs inside forkpoint: a companion runner (companion.py) runs in the verified runtime's venv
+(``forkpoint agents install mini-swe-agent@<version>``) and does the package-specific work over a socket (see
+runner.py and docs/adapters/mini-swe-agent.md).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from forkpoint.adapters.mini_swe_agent.parse import AGENT, FORMAT_V1, FORMAT_V2, MiniNative, parse_trajectory
+from forkpoint.errors import unsupported_version
+from forkpoint.model import (
+    Continuation,
+    ContinueSettings,
+    FreshObservation,
+    LaunchTarget,
+    Mode,
+    NativePrefix,
+    Plan,
+    RunContext,
+    Trajectory,
+)
+
+if TYPE_CHECKING:
+    from forkpoint.adapters.base import ToolExecutor
+    from forkpoint.adapters.mini_swe_agent.runner import RunnerSession
+
+VERIFIED_VERSIONS = {
+    "1.17.5": "mini-swe-agent/1.17.5/companion-v1",
+    "2.4.6": "mini-swe-agent/2.4.6/companion-v1",
+}
+#: the trajectory format each verified version writes
+FORMATS = {"1.17.5": FORMAT_V1, "2.4.6": FORMAT_V2}
+SUPPORTED_MODELS = {
+    1: frozenset({"minisweagent.models.litellm_model.LitellmModel"}),
+    2: frozenset({"minisweagent.models.litellm_model.LitellmModel",
+                  "minisweagent.models.litellm_textbased_model.LitellmTextbasedModel"}),
+}
+
+
+class MiniSweAgentAdapter:
+    name = AGENT
+    verified_versions = VERIFIED_VERSIONS
+    native_format = "mini-swe-agent/traj-json"
+    upstreams = ("openai-chat", "stub")
+    sandbox_features = frozenset({"local"})
+
+    def __init__(self) -> None:
+        self._python: Path | None = None
+        self._warm: RunnerSession | None = None  # the replay's companion, kept for the continuation
+
+    def sniff(self, head: bytes) -> bool:
+        """Both writers start the object with ``info`` (1.x ``save_traj``, 2.x ``serialize``)."""
+        start = head.lstrip()[:64].replace(b" ", b"").replace(b"\n", b"")
+        return start.startswith(b'{"info":{') or b'"trajectory_format": "mini-swe-agent-1' in head
+
+    def parse(self, path: Path) -> Trajectory:
+        return parse_trajectory(path)
+
+    def profile_for(self, trajectory: Trajectory) -> str:
+        version = trajectory.version
+        profile = VERIFIED_VERSIONS.get(version or "")
+        if profile is None:
+            raise unsupported_version(
+                f"mini-swe-agent {version or '(no info.mini_version)'} is not a verified version "
+                f"(verified: {', '.join(VERIFIED_VERSIONS)})")
+        native = trajectory.native
+        assert isinstance(native, MiniNative)
+        if native.format != FORMATS[version or ""]:
+            raise unsupported_version(f"mini-swe-agent {version} writes trajectory_format {FORMATS[version or '']!r}, "
+                                      f"this file says {native.format!r}")
+        config = native.data.get("info", {}).get("config", {})
+        model_type = config.get("model_type") if isinstance(config, dict) else None
+        if model_type not in SUPPORTED_MODELS[native.major]:
+            raise unsupported_version(f"mini-swe-agent model class {model_type!r} cannot be continued through the "
+                                      f"bridge (supported: {', '.join(sorted(SUPPORTED_MODELS[native.major]))})")
+        return profile
+
+    def write_prepared_prefix(self, plan: Plan, out_dir: Path) -> NativePrefix:
+        from forkpoint.adapters.mini_swe_agent.session import prepared_messages, write
+
+        destination = out_dir / _name(plan)
+        return NativePrefix(destination, self.native_format, None, write(plan, prepared_messages(plan), destination))
+
+    # -- replay -------------------------------------------------------------------------------------------------
+
+    def executor(self, plan: Plan, context: RunContext) -> ToolExecutor:
+        from forkpoint.adapters.mini_swe_agent.tools import MiniToolExecutor
+
+        python = self._python or self._runtime(plan.trajectory).entrypoint
+        keep = self._keep if plan.mode is Mode.REPLAY_AND_CONTINUE else None
+        return MiniToolExecutor(plan, context, python, keep)
+
+    def _keep(self, session: RunnerSession) -> None:
+        """Keep the replay's companion for continue_run; closed with the adapter if the run stops before."""
+        if self._warm is not None:
+            self._warm.close()
+        self._warm = session
+        weakref.finalize(self, session.close)
+
+    def write_rebuilt_prefix(
+        self, plan: Plan, fresh: Mapping[str, FreshObservation], out_dir: Path
+    ) -> NativePrefix:
+        from forkpoint.adapters.mini_swe_agent.session import rebuilt_messages, write
+
+        destination = out_dir / _name(plan)
+        return NativePrefix(destination, self.native_format, None,
+                            write(plan, rebuilt_messages(plan, fresh), destination))
+
+    # -- continuation ---------------------------------------------------------------------------------------------
+
+    def _runtime(self, trajectory: Trajectory) -> LaunchTarget:
+        return self.prepare_launch(trajectory, None)
+
+    def prepare_launch(self, trajectory: Trajectory, entrypoint: Path | None) -> LaunchTarget:
+        """The venv Python of the version that wrote the recording (an explicit one is probed)."""
+        from forkpoint.runtimes import resolve_entrypoint
+
+        path, version = resolve_entrypoint(AGENT, trajectory.version or "", entrypoint)
+        self._python = path
+        return LaunchTarget(path, version)
+
+    def continue_run(
+        self, plan: Plan, prefix: NativePrefix, context: RunContext, settings: ContinueSettings
+    ) -> Continuation:
+        from forkpoint.adapters.mini_swe_agent.continuation import continue_trajectory
+
+        warm, self._warm = self._warm, None
+        return continue_trajectory(plan, prefix, context, settings, warm)
+
+
+def _name(plan: Plan) -> str:
+    name = plan.trajectory.source_path.name
+    return name if name.endswith(".json") else f"{name}.traj.json"
+
+
+__all__ = ["AGENT", "MiniSweAgentAdapter"]

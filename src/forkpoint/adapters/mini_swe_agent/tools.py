@@ -1,0 +1,95 @@
+"""Re-run historical mini-swe-agent actions with the package's own environment and observation formatter.
+
+One companion process (companion.py, in the verified runtime's venv) serves the whole replay: it rebuilds the
+recording's agent/model/environment from ``info.config`` with ``cwd`` = the workspace, and each ``execute``
+request runs one action exactly as the agent would (``LocalEnvironment.execute``: a fresh subshell per command,
+the recorded ``env`` and ``timeout``) and returns the native observation message (1.x templates; 2.x
+``format_observation_messages``), including timeouts and over-long output.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from forkpoint.adapters.mini_swe_agent.parse import MiniNative, is_error_v1, is_error_v2
+from forkpoint.adapters.mini_swe_agent.runner import RunnerSession, companion_env
+from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.model import FreshObservation, Plan, RunContext, ToolCall
+
+#: added to the recorded environment timeout while waiting for one action's reply
+REPLY_MARGIN_S = 60.0
+LOG_NAME = "mini-swe-agent.log"
+
+
+def open_session(python: Path, plan: Plan, context: RunContext, log_name: str,
+                 deadline_s: float = 24 * 3600.0) -> RunnerSession:
+    """Start the companion and load the recording into it (version checked inside the venv)."""
+    session = RunnerSession(python, context.workspace, companion_env(os.environ, context.home),
+                            context.logs / log_name, deadline_s)
+    context.home.mkdir(parents=True, exist_ok=True)
+    session.start()
+    reply = session.request({"op": "open", "source": str(plan.trajectory.source_path),
+                             "workspace": str(context.workspace), "version": plan.trajectory.version},
+                            timeout_s=300.0)
+    if not reply.get("ok"):
+        session.close()
+        raise ReplayError(ErrorKind.EXECUTOR, f"the mini-swe-agent companion could not load the recording: "
+                                              f"{reply.get('error')}")
+    return session
+
+
+def environment_timeout(native: MiniNative) -> float:
+    config = native.data.get("info", {}).get("config", {})
+    environment = config.get("environment") if isinstance(config, dict) else None
+    timeout = environment.get("timeout") if isinstance(environment, dict) else None
+    return float(timeout) if isinstance(timeout, int | float) and timeout > 0 else 30.0
+
+
+class MiniToolExecutor:
+    """``keep``: hand the companion over at close (the continuation reuses it: litellm imports once) instead of
+    closing it."""
+
+    def __init__(self, plan: Plan, context: RunContext, python: Path,
+                 keep: Callable[[RunnerSession], None] | None = None) -> None:
+        self.plan, self.context, self.python, self.keep = plan, context, python, keep
+        native = plan.trajectory.native
+        assert isinstance(native, MiniNative)
+        self.native = native
+        self._session: RunnerSession | None = None
+
+    def run(self, call: ToolCall) -> FreshObservation:
+        if self._session is None:
+            self._session = open_session(self.python, self.plan, self.context, LOG_NAME)
+        action: dict[str, Any] = dict(call.native["action"])
+        reply = self._session.request({"op": "execute", "action": action},
+                                      timeout_s=environment_timeout(self.native) + REPLY_MARGIN_S)
+        if not reply.get("ok"):
+            raise ReplayError(ErrorKind.EXECUTOR, f"re-running {call.call_id} failed in the mini-swe-agent "
+                                                  f"companion: {reply.get('error')}")
+        message = reply.get("message")
+        if not isinstance(message, dict):
+            raise ReplayError(ErrorKind.EXECUTOR, f"the companion returned no observation message for {call.call_id}")
+        if reply.get("submitted"):
+            raise ReplayError(ErrorKind.EXECUTOR, f"re-running {call.call_id} ({action['command'][:80]!r}) submitted "
+                                                  "the task in the fresh workspace; the recording did not, so the "
+                                                  "prefix cannot be rebuilt")
+        output: dict[str, Any] = reply["output"] if isinstance(reply.get("output"), dict) else {}
+        content = message.get("content")
+        is_error = is_error_v2(message.get("extra")) if self.native.major >= 2 else is_error_v1(str(content))
+        code = output.get("returncode")
+        return FreshObservation(call.call_id, content, is_error=is_error,
+                                return_code=code if isinstance(code, int) else None,
+                                duration_ms=int(reply.get("duration_ms") or 0),
+                                native={"message": message, "output": output})
+
+    def close(self) -> None:
+        session, self._session = self._session, None
+        if session is None:
+            return
+        if self.keep is not None and session.alive:
+            self.keep(session)
+        else:
+            session.close()

@@ -1,0 +1,117 @@
+"""OpenHands adapter: a 0.62.0 V0 event trajectory in; the prefix replayed by OpenHands itself (ReplayManager on
+the CLI runtime, through forkpoint's companion runner in the OpenHands venv); the real agent continued live behind
+the Chat Completions bridge. OpenHands is never imported into forkpoint's process.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from forkpoint.adapters.openhands.parse import AGENT, parse_events
+from forkpoint.adapters.openhands.session import prefix_events, write_events
+from forkpoint.errors import ErrorKind, ReplayError, unsupported_version
+from forkpoint.model import (
+    Continuation,
+    ContinueSettings,
+    FreshObservation,
+    LaunchTarget,
+    NativePrefix,
+    Plan,
+    RunContext,
+    Trajectory,
+)
+
+if TYPE_CHECKING:
+    from forkpoint.adapters.base import ToolExecutor
+
+VERIFIED_VERSIONS = {"0.62.0": "openhands/0.62.0/v0-events-replay-manager"}
+
+
+class OpenHandsAdapter:
+    name = AGENT
+    verified_versions = VERIFIED_VERSIONS
+    native_format = "openhands/v0-trajectory-json"
+    upstreams = ("openai-chat", "stub")
+
+    def sniff(self, head: bytes) -> bool:
+        return head.lstrip().startswith(b"[") and b'"openhands_version"' in head
+
+    def parse(self, path: Path) -> Trajectory:
+        return parse_events(path)
+
+    def profile_for(self, trajectory: Trajectory) -> str:
+        profile = VERIFIED_VERSIONS.get(trajectory.version or "")
+        if profile is None:
+            raise unsupported_version(
+                f"OpenHands {trajectory.version or '(no openhands_version in the system event)'} is not a verified "
+                f"version (verified: {', '.join(VERIFIED_VERSIONS)}; 0.62.0 is the last release with the V0 "
+                "controller's ReplayManager)"
+            )
+        return profile
+
+    def write_prepared_prefix(self, plan: Plan, out_dir: Path) -> NativePrefix:
+        return self._write(plan, None, out_dir)
+
+    def executor(self, plan: Plan, context: RunContext) -> ToolExecutor:
+        from forkpoint.adapters.openhands.tools import OpenHandsToolExecutor
+
+        check_paths(plan, str(context.workspace))
+        return OpenHandsToolExecutor(plan, context, runtime_python(plan.trajectory.version or ""))
+
+    def write_rebuilt_prefix(
+        self, plan: Plan, fresh: Mapping[str, FreshObservation], out_dir: Path
+    ) -> NativePrefix:
+        return self._write(plan, fresh, out_dir)
+
+    def _write(self, plan: Plan, fresh: Mapping[str, FreshObservation] | None, out_dir: Path) -> NativePrefix:
+        destination = out_dir / f"{plan.trajectory.source_path.stem}.json"
+        sha256 = write_events(prefix_events(plan, fresh), destination)
+        return NativePrefix(destination, self.native_format, plan.trajectory.session_id, sha256)
+
+    def prepare_launch(self, trajectory: Trajectory, entrypoint: Path | None) -> LaunchTarget:
+        from forkpoint.runtimes import resolve_entrypoint
+
+        path, version = resolve_entrypoint(AGENT, trajectory.version or "", entrypoint)
+        return LaunchTarget(path, version)
+
+    def continue_run(
+        self, plan: Plan, prefix: NativePrefix, context: RunContext, settings: ContinueSettings
+    ) -> Continuation:
+        from forkpoint.adapters.openhands.continuation import continue_events
+
+        return continue_events(plan, prefix, context, settings)
+
+
+def runtime_python(version: str) -> Path:
+    """The installed OpenHands runtime's Python (replay needs OpenHands itself, not only continuation)."""
+    from forkpoint import runtimes
+
+    runtimes.check_verified(AGENT, version)
+    runtime = runtimes.find(AGENT, version)
+    if runtime is None:
+        raise ReplayError(ErrorKind.CONFIGURATION, f"replaying OpenHands actions needs OpenHands {version} itself: "
+                                                   f"run `forkpoint agents install openhands@{version}`")
+    return runtime.entrypoint
+
+
+def check_paths(plan: Plan, workspace: str) -> None:
+    """OpenHands' editor refuses paths outside its workspace, and its recorded paths are absolute: the workspace
+    must be the recorded one (no path rewriting: the tool calls are sent back to the model verbatim)."""
+    recorded = plan.trajectory.cwd
+    real = os.path.realpath(workspace)
+    if recorded is None or os.path.realpath(recorded) != real:
+        raise ReplayError(ErrorKind.WORKSPACE,
+                          f"the OpenHands trajectory was recorded in the workspace {recorded}, but the workspace is "
+                          f"{workspace}; OpenHands records absolute paths (editor calls, command cwd) that are sent "
+                          f"back to the model verbatim, so replay it in a fresh workspace at {recorded}")
+    root = os.path.normpath(recorded)
+    for call in plan.calls:
+        path = call.arguments.get("path")
+        if isinstance(path, str) and os.path.isabs(path):
+            normal = os.path.normpath(path)
+            if normal != root and not normal.startswith(root.rstrip("/") + "/"):
+                raise ReplayError(ErrorKind.WORKSPACE, f"call {call.call_id} names {path}, outside the recorded "
+                                                       f"workspace {recorded}; OpenHands would refuse it")

@@ -1,0 +1,115 @@
+"""SWE-agent adapter: a 1.1.0 ``.traj`` in; replay-only without SWE-agent installed (shell actions re-run in the
+workspace through forkpoint's supervised process layer, observations rendered with the recording's templates).
+
+SWE-agent is not on PyPI (the ``sweagent`` package there is an unrelated 0.0.1 placeholder), so forkpoint cannot
+install it; continuing the agent needs a SWE-agent runtime given explicitly (see ``prepare_launch``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from forkpoint.adapters.swe_agent.parse import AGENT, parse_traj
+from forkpoint.adapters.swe_agent.session import prefix_document, write_traj
+from forkpoint.errors import ErrorKind, ReplayError, unsupported_version
+from forkpoint.model import (
+    Continuation,
+    ContinueSettings,
+    FreshObservation,
+    LaunchTarget,
+    NativePrefix,
+    Plan,
+    RunContext,
+    Trajectory,
+)
+
+if TYPE_CHECKING:
+    from forkpoint.adapters.base import ToolExecutor
+
+VERIFIED_VERSIONS = {"1.1.0": "swe-agent/1.1.0/traj-v1"}
+NOT_ON_PYPI = (
+    "SWE-agent is not on PyPI (the `sweagent` package there is an unrelated 0.0.1 placeholder), so forkpoint "
+    "cannot install it. Install SWE-agent 1.1.0 from its git source (editable: `uv pip install -e <SWE-agent "
+    "checkout>` in its own venv) and pass that venv's Python as --agent-entrypoint; or use --replay-only / "
+    "--prepare-only, which need no SWE-agent"
+)
+PROBE = "import sweagent, sys; sys.stdout.write(sweagent.__version__)"
+
+
+class SweAgentAdapter:
+    name = AGENT
+    verified_versions = VERIFIED_VERSIONS
+    native_format = "swe-agent/traj"
+    upstreams = ("openai-chat", "stub")
+
+    def sniff(self, head: bytes) -> bool:
+        return b'"trajectory"' in head and b'"history"' in head
+
+    def parse(self, path: Path) -> Trajectory:
+        return parse_traj(path)
+
+    def profile_for(self, trajectory: Trajectory) -> str:
+        profile = VERIFIED_VERSIONS.get(trajectory.version or "")
+        if profile is None:
+            raise unsupported_version(
+                f"SWE-agent {trajectory.version or '(no info.swe_agent_version)'} is not a verified version "
+                f"(verified: {', '.join(VERIFIED_VERSIONS)})"
+            )
+        return profile
+
+    def write_prepared_prefix(self, plan: Plan, out_dir: Path) -> NativePrefix:
+        return self._write(plan, None, out_dir)
+
+    def executor(self, plan: Plan, context: RunContext) -> ToolExecutor:
+        from forkpoint.adapters.swe_agent.tools import SweAgentToolExecutor
+
+        return SweAgentToolExecutor(plan, context)
+
+    def write_rebuilt_prefix(
+        self, plan: Plan, fresh: Mapping[str, FreshObservation], out_dir: Path
+    ) -> NativePrefix:
+        return self._write(plan, fresh, out_dir)
+
+    def _write(self, plan: Plan, fresh: Mapping[str, FreshObservation] | None, out_dir: Path) -> NativePrefix:
+        destination = out_dir / f"{plan.trajectory.session_id or 'prefix'}.traj"
+        sha256 = write_traj(prefix_document(plan, fresh), destination)
+        return NativePrefix(destination, self.native_format, plan.trajectory.session_id, sha256)
+
+    # -- continuation -----------------------------------------------------------------------------------------------
+
+    def prepare_launch(self, trajectory: Trajectory, entrypoint: Path | None) -> LaunchTarget:
+        """Only an explicitly given SWE-agent runtime (its venv's Python) can continue a recording."""
+        if entrypoint is None:
+            raise ReplayError(ErrorKind.CONFIGURATION, f"continuing SWE-agent needs a SWE-agent runtime: {NOT_ON_PYPI}")
+        version = probe(entrypoint)
+        if version != trajectory.version:
+            raise ReplayError(ErrorKind.UNSUPPORTED_VERSION,
+                              f"{entrypoint} runs SWE-agent {version}, but the trajectory was recorded by "
+                              f"{trajectory.version}; continue a recording with the version that wrote it")
+        raise ReplayError(ErrorKind.UNSUPPORTED_AGENT,
+                          f"{entrypoint} runs SWE-agent {version}, but this forkpoint version has no verified "
+                          "SWE-agent continuation runner yet (SWE-agent could not be installed where forkpoint is "
+                          "verified); use --replay-only or --prepare-only")
+
+    def continue_run(
+        self, plan: Plan, prefix: NativePrefix, context: RunContext, settings: ContinueSettings
+    ) -> Continuation:
+        raise ReplayError(ErrorKind.UNSUPPORTED_AGENT, "SWE-agent continuation is not available in this version")
+
+
+def probe(entrypoint: Path) -> str:
+    """The SWE-agent version a Python interpreter imports; typed errors for anything else."""
+    if not entrypoint.is_file():
+        raise ReplayError(ErrorKind.CONFIGURATION, f"agent entrypoint is not a file: {entrypoint}")
+    try:
+        done = subprocess.run([str(entrypoint), "-I", "-c", PROBE], capture_output=True, text=True, timeout=60,
+                              check=False, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise ReplayError(ErrorKind.CONFIGURATION, f"cannot run {entrypoint}: {error}") from None
+    if done.returncode != 0 or not done.stdout.strip():
+        raise ReplayError(ErrorKind.CONFIGURATION, f"{entrypoint} cannot import SWE-agent ({NOT_ON_PYPI}): "
+                                                   f"{done.stderr.strip()[-300:]}")
+    return done.stdout.strip()

@@ -1,0 +1,152 @@
+"""Re-run SWE-agent shell actions without SWE-agent: one emulated persistent bash session per run.
+
+What SWE-agent 1.1.0 (with SWE-ReX 1.4) does with an action, and how forkpoint mirrors it:
+
+- ``run_action = action.strip()`` is typed into ONE long-lived interactive bash on a pseudo-terminal (pexpect,
+  24x80, echo off); the output is what the terminal printed before the next prompt, ANSI escapes removed and
+  ``\\r\\n`` turned into ``\\n`` (``swerex.runtime.local._strip_control_chars``). forkpoint runs each action with
+  ``bash -c`` on a fresh 24x80 pseudo-terminal through forkpoint's supervised process layer and carries the shell
+  state over between actions: the working directory and the exported variables (``export -p``). Not carried over:
+  aliases, functions and unexported variables, and history expansion (``!``) is off (a non-interactive shell).
+- The session starts in ``/<repo_name>`` with ``LANG=LC_ALL=C.UTF-8`` and ``agent.tools.env_variables`` exported.
+- A command still running after ``agent.tools.execution_timeout`` seconds (default 30) is killed with all its
+  descendants; the observation is ``command_cancelled_timeout_template`` (SWE-agent interrupts the session).
+- The step's ``state`` (``_state_anthropic``) is ``{"working_dir": <cwd after the action>}``; the message the
+  model sees is the raw output rendered with the recording's ``next_step_template`` (no-output and truncated
+  variants included: see templates.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shlex
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from forkpoint.adapters.codex.tool_exec import CommandSpec, Runner, run_command
+from forkpoint.adapters.swe_agent.parse import SweAgentNative
+from forkpoint.adapters.swe_agent.templates import TemplateError, render
+from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.model import FreshObservation, Plan, RunContext, ToolCall
+from forkpoint.process import SUPERVISION_ENV, sanitized_env
+from forkpoint.sandbox import local_sandbox
+
+SHELL = "/bin/bash"
+KEEP_BYTES = 8 * 1024 * 1024
+_ANSI = re.compile(r"\x1B[@-_][0-?]*[ -/]*[@-~]")
+
+
+def clean_terminal_output(raw: bytes) -> str:
+    """SWE-ReX's ``_strip_control_chars`` on pexpect's decoded text (utf-8, backslashreplace)."""
+    return _ANSI.sub("", raw.decode("utf-8", "backslashreplace")).replace("\r\n", "\n")
+
+
+def action_script(action: str, state_file: Path, next_state_file: Path) -> str:
+    """The bash program running one action in the carried-over shell state, then saving the new state."""
+    state, after = shlex.quote(str(state_file)), shlex.quote(str(next_state_file))
+    save = f"{{ unset {SUPERVISION_ENV} OLDPWD; export -p; printf 'cd %q\\n' \"$PWD\"; }} > {after} 2>/dev/null"
+    return f"source {state} || exit 97\n{action}\n__forkpoint_rc=$?\n{save}\nexit $__forkpoint_rc\n"
+
+
+def initial_state(cwd: str, env_variables: dict[str, str]) -> str:
+    exports = {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", **env_variables}
+    lines = [f"export {name}={shlex.quote(value)}" for name, value in exports.items()]
+    return "\n".join([*lines, f"cd {shlex.quote(cwd)}", ""])
+
+
+class SweAgentToolExecutor:
+    def __init__(self, plan: Plan, context: RunContext) -> None:
+        native = plan.trajectory.native
+        assert isinstance(native, SweAgentNative)
+        self.native = native
+        self.sandbox = context.sandbox or local_sandbox(context.workspace)
+        self.cwd = self.sandbox.cwd
+        context.state_dir.mkdir(parents=True, exist_ok=True)
+        self.scratch = Path(tempfile.mkdtemp(prefix="swe-agent-shell-", dir=context.state_dir))
+        self.home = context.home
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.state_file = self.scratch / "state.sh"
+        self.state_file.write_text(initial_state(self.cwd, native.env_variables), "utf-8")
+        env = sanitized_env(os.environ, strip_credentials=True)
+        env.update({"HOME": str(self.home), "TERM": "xterm"})
+        self.env = env
+
+    def run(self, call: ToolCall) -> FreshObservation:
+        templates = self.native.templates
+        if templates is None:
+            raise ReplayError(ErrorKind.EXECUTOR, f"cannot render {call.call_id}: {self.native.template_problem}",
+                              before_effect=True)
+        action = str(call.arguments["action"]).strip()
+        next_state = self.scratch / "state.next.sh"
+        next_state.unlink(missing_ok=True)
+        spec = CommandSpec((SHELL, "-c", action_script(action, self.state_file, next_state)), Path(self.cwd),
+                           self.env, self.native.execution_timeout_s, KEEP_BYTES, 0, tty=True)
+        output = run_command(spec, self.scratch, Runner(self.sandbox, (self.home, self.scratch)))
+        if output.returncode == 97 and not next_state.exists():
+            raise ReplayError(ErrorKind.EXECUTOR, f"the emulated SWE-agent shell could not restore its state "
+                                                  f"before {call.call_id}: {clean_terminal_output(output.head)[-300:]}")
+        timed_out = output.returncode is None
+        if timed_out:
+            raw = self._render(templates.timeout, {"command": action, "timeout": _number(
+                self.native.execution_timeout_s)}, call)
+        else:
+            raw = clean_terminal_output(output.head + output.tail)
+            if next_state.exists():
+                next_state.replace(self.state_file)
+        state = {"working_dir": self._working_dir()} if _records_working_dir(self.native, call) else {}
+        try:
+            message = templates.observation_message(raw, {**self.native.format_values, **state})
+        except TemplateError as error:
+            raise ReplayError(ErrorKind.EXECUTOR, f"cannot render the observation of {call.call_id}: {error}") \
+                from None
+        content = _same_shape(call.historical.content if call.historical else None, message)
+        native: dict[str, Any] = {"observation": raw, "state": state, "execution_time": round(output.wall_time_s, 6),
+                                  "timed_out": timed_out}
+        return FreshObservation(call.call_id, content, is_error=False, truncated=output.total_bytes > KEEP_BYTES,
+                                return_code=output.returncode, duration_ms=int(output.wall_time_s * 1000),
+                                native=native)
+
+    def _render(self, template: str, values: dict[str, Any], call: ToolCall) -> str:
+        try:
+            return render(template, {**self.native.format_values, **values})
+        except TemplateError as error:
+            raise ReplayError(ErrorKind.EXECUTOR, f"cannot render the timeout message of {call.call_id}: {error}") \
+                from None
+
+    def _working_dir(self) -> str:
+        for line in reversed(self.state_file.read_text("utf-8", "replace").splitlines()):
+            if line.startswith("cd "):
+                words = shlex.split(line[3:])
+                if words:
+                    return words[0]
+        return self.cwd
+
+    def close(self) -> None:
+        for path in (self.state_file, self.scratch / "state.next.sh"):
+            path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            self.scratch.rmdir()
+
+
+def _records_working_dir(native: SweAgentNative, call: ToolCall) -> bool:
+    index = call.native if isinstance(call.native, int) else -1
+    steps = native.data.get("trajectory")
+    if not isinstance(steps, list) or not 0 <= index < len(steps):
+        return False
+    state = steps[index].get("state") if isinstance(steps[index], dict) else None
+    return isinstance(state, dict) and "working_dir" in state
+
+
+def _number(value: float) -> int | float:
+    return int(value) if float(value).is_integer() else value
+
+
+def _same_shape(historical: Any, text: str) -> Any:
+    """The fresh message in the recorded content shape (a string, or text parts keeping e.g. cache_control)."""
+    if isinstance(historical, list) and len(historical) == 1 and isinstance(historical[0], dict) \
+            and historical[0].get("type") == "text":
+        return [{**historical[0], "text": text}]
+    return text

@@ -1,0 +1,198 @@
+"""Install and probe verified Python agents (PyPI packages) as venvs in forkpoint's runtime cache.
+
+Same layout and manifest as the npm runtimes (forkpoint.runtimes): ``<cache_root>/<agent>/<version>/`` is a
+venv holding the package, with a ``forkpoint-runtime.json`` whose entrypoint is the venv's ``bin/python`` (the
+companion runners run on it; forkpoint never imports an agent into its own process). The venv is created with
+the Python the version needs (pyenv's ``~/.pyenv/versions/X.Y.*``, else ``pythonX.Y`` on PATH) and filled by
+``uv`` (much faster than pip for large dependency trees; installed from PyPI into ``<cache_root>/.tools/uv``
+when it is not on PATH), in a staging dir renamed into place, so a partial install never looks complete.
+The installed version is probed with ``importlib.metadata`` inside the venv.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.runtimes import MANIFEST_NAME, Runtime, cache_root, check_verified, find
+
+UV_VERSION = "0.13.8"
+INSTALL_TIMEOUT_S = 1800.0
+PROBE_TIMEOUT_S = 60.0
+ENTRYPOINT = "bin/python"
+
+
+@dataclass(frozen=True)
+class PythonAgent:
+    """How one agent ships on PyPI: its distribution and the Python each verified version needs."""
+
+    package: str
+    python: str  # default "X.Y"
+    python_for: Mapping[str, str] = field(default_factory=dict)  # version -> "X.Y" where it differs
+    extra_packages: tuple[str, ...] = ()
+
+    def python_version(self, version: str) -> str:
+        return self.python_for.get(version, self.python)
+
+
+PYTHON_AGENTS: dict[str, PythonAgent] = {
+    # 2.x depends on datasets/pyarrow and is verified on 3.12; 1.x on 3.11
+    "mini-swe-agent": PythonAgent("mini-swe-agent", "3.11", {"2.4.6": "3.12"}),
+    # openhands-ai >= 0.10 requires Python >= 3.12 (on 3.11 pip silently picks 0.9.8)
+    "openhands": PythonAgent("openhands-ai", "3.12"),
+}
+
+
+def spec(agent: str) -> PythonAgent:
+    if agent not in PYTHON_AGENTS:
+        raise ReplayError(ErrorKind.UNSUPPORTED_AGENT,
+                          f"{agent!r} is not a Python agent; Python agents: {', '.join(sorted(PYTHON_AGENTS))}")
+    return PYTHON_AGENTS[agent]
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _version_key(name: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", name))
+
+
+def find_python(minor: str, pyenv_root: Path | None = None) -> Path:
+    """The newest ``X.Y.*`` interpreter: pyenv's versions first, then ``pythonX.Y`` on PATH (checked by running it)."""
+    root = pyenv_root or Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+    candidates = sorted((p for p in (root / "versions").glob(f"{minor}.*") if re.fullmatch(rf"{re.escape(minor)}\.\d+",
+                                                                                          p.name)),
+                        key=lambda p: _version_key(p.name), reverse=True)
+    paths = [p / "bin" / f"python{minor}" for p in candidates]
+    on_path = shutil.which(f"python{minor}")
+    if on_path:
+        paths.append(Path(on_path))
+    for path in paths:
+        if path.is_file() and _reports_minor(path, minor):
+            return path
+    raise ReplayError(ErrorKind.CONFIGURATION,
+                      f"no Python {minor} found (looked in {root / 'versions'} and for python{minor} on PATH); "
+                      f"install Python {minor} (e.g. `pyenv install {minor}`)")
+
+
+def _reports_minor(python: Path, minor: str) -> bool:
+    try:
+        done = subprocess.run([str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                              capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0 and done.stdout.strip() == minor
+
+
+def _run(argv: Sequence[str], what: str, env: Mapping[str, str] | None = None) -> str:
+    try:
+        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False,
+                              env=dict(env) if env is not None else None, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise ReplayError(ErrorKind.CONFIGURATION, f"{what} failed: {error}") from None
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip()[-2000:]
+        raise ReplayError(ErrorKind.CONFIGURATION, f"{what} exited {done.returncode}: {tail}")
+    return done.stdout
+
+
+def ensure_uv() -> Path:
+    """``uv`` on PATH, else forkpoint's own ``<cache_root>/.tools/uv`` venv (created from PyPI on first use)."""
+    on_path = shutil.which("uv")
+    if on_path:
+        return Path(on_path)
+    tools = cache_root() / ".tools"
+    uv = tools / "uv" / "bin" / "uv"
+    if uv.is_file() and os.access(uv, os.X_OK):
+        return uv
+    tools.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".uv.staging-", dir=tools))
+    try:
+        _run([sys.executable, "-m", "venv", str(staging)], "creating the uv tools venv")
+        _run([str(staging / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+              f"uv=={UV_VERSION}"], f"pip install uv=={UV_VERSION}")
+        if (tools / "uv").exists():
+            shutil.rmtree(tools / "uv")
+        staging.rename(tools / "uv")
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return uv
+
+
+def uv_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """uv must never download interpreters (offline machines; the pinned Python is passed explicitly)."""
+    env = dict(os.environ if base is None else base)
+    env.pop("VIRTUAL_ENV", None)
+    env["UV_PYTHON_DOWNLOADS"] = "never"
+    return env
+
+
+def install(agent: str, version: str) -> Runtime:
+    """Install a verified ``agent==version`` from PyPI into a venv (idempotent: an installed runtime is returned)."""
+    check_verified(agent, version)
+    agent_spec = spec(agent)
+    existing = find(agent, version)
+    if existing:
+        return existing
+    minor = agent_spec.python_version(version)
+    python = find_python(minor)
+    uv = ensure_uv()
+    target = cache_root() / agent / version
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{version}.staging-", dir=target.parent))
+    env = uv_env()
+    try:
+        _run([str(uv), "venv", "--quiet", "--relocatable", "--allow-existing", "--python", str(python),
+              str(staging)], f"uv venv ({python})", env)
+        requirement = f"{agent_spec.package}=={version}"
+        _run([str(uv), "pip", "install", "--quiet", "--python", str(staging / ENTRYPOINT), requirement,
+              *agent_spec.extra_packages], f"uv pip install {requirement}", env)
+        staged = Runtime(agent, version, staging, staging / ENTRYPOINT, _now())
+        probed = probe_version(staged)
+        if probed != version:
+            raise ReplayError(ErrorKind.CONFIGURATION, f"uv installed {agent_spec.package} {probed}, not {version}")
+        manifest = {**staged.manifest(), "kind": "python-venv", "package": agent_spec.package, "python": minor}
+        (staging / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", "utf-8")
+        if target.exists():  # a previous, incomplete install
+            shutil.rmtree(target)
+        staging.rename(target)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    runtime = find(agent, version)
+    if runtime is None:
+        raise ReplayError(ErrorKind.INTERNAL, f"{agent} {version}: install finished but the runtime is not valid")
+    return runtime
+
+
+_PROBE = "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))"
+
+
+def probe_version(runtime: Runtime) -> str:
+    """The agent distribution's version as the venv's own Python sees it (``importlib.metadata``)."""
+    package = spec(runtime.agent).package
+    try:
+        done = subprocess.run([str(runtime.entrypoint), "-I", "-c", _PROBE, package], capture_output=True,
+                              text=True, timeout=PROBE_TIMEOUT_S, check=False, stdin=subprocess.DEVNULL)
+        if done.returncode != 0:
+            raise ValueError(f"exit {done.returncode}: {done.stderr.strip()[-500:]}")
+        version = done.stdout.strip()
+        if not re.fullmatch(r"\d+(\.\d+)*([-+.]?[0-9A-Za-z.]+)?", version):
+            raise ValueError(f"unexpected version output {version[:200]!r}")
+        return version
+    except (OSError, subprocess.TimeoutExpired, ValueError) as error:
+        message = f"{runtime.agent} {runtime.version}: probing {package} in {runtime.entrypoint} failed: {error}"
+        raise ReplayError(ErrorKind.CONFIGURATION, message) from None

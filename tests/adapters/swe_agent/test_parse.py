@@ -1,0 +1,179 @@
+"""Parsing SWE-agent 1.1.0 .traj files: the constructed fixtures and hand-made edge cases."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forkpoint.adapters.swe_agent import SweAgentAdapter
+from forkpoint.adapters.swe_agent.parse import parse_traj, recorded_cwd
+from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.model import CallPolicy, Mode
+from forkpoint.plan import select_boundary
+
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "swe_agent" / "1.1.0"
+
+
+def fixture(scenario: str) -> dict[str, Any]:
+    path = next((FIXTURES / scenario).glob("*.traj"))
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def write(tmp_path: Path, data: Any, name: str = "x.traj") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(data) if not isinstance(data, str) else data)
+    return path
+
+
+def test_shell_state_fixture() -> None:
+    parsed = parse_traj(next((FIXTURES / "shell_state").glob("*.traj")))
+    assert parsed.version == "1.1.0"
+    assert parsed.cwd == "/tmp/forkpoint-rec-swe-agent/shell_state"
+    assert parsed.session_id == "toy__shell_state-1"
+    assert parsed.complete_count == 7
+    assert [len(b.calls) for b in parsed.batches] == [1] * 7
+    first = parsed.batches[0].calls[0]
+    assert (first.call_id, first.name) == ("call_shell_state_01", "bash")
+    assert first.arguments == {"action": "cat pkg/calc.py"}
+    assert first.historical is not None
+    assert first.historical.content == "OBSERVATION:\ndef add(a, b):\n    return a - b\n"
+    # the cache_control processor's text parts are kept as the historical content shape
+    sixth = parsed.batches[5].calls[0]
+    assert sixth.historical is not None and isinstance(sixth.historical.content, list)
+    submit = parsed.batches[6].calls[0]
+    assert submit.policy is CallPolicy.REFUSED and "ends the SWE-agent run" in (submit.policy_reason or "")
+    assert 7 in parsed.boundary_refusals and 6 not in parsed.boundary_refusals
+    assert parsed.next_actions[0] is not None and parsed.next_actions[0].text == "Let me look at the file."
+    assert parsed.next_actions[6] is not None and parsed.next_actions[6].tools == (("submit", {"action": "submit"}),)
+    assert parsed.next_actions[7] is None
+    assert SweAgentAdapter().profile_for(parsed) == "swe-agent/1.1.0/traj-v1"
+
+
+def test_thought_action_fixture_has_no_tool_calls_and_refuses_bundle_commands() -> None:
+    parsed = parse_traj(next((FIXTURES / "thought_action").glob("*.traj")))
+    assert [b.calls[0].call_id for b in parsed.batches] == [f"swe-agent-step-{i}" for i in range(1, 7)]
+    editor = parsed.batches[5].calls[0]
+    assert editor.policy is CallPolicy.REFUSED and "tool-bundle command" in (editor.policy_reason or "")
+    with pytest.raises(ReplayError) as caught:
+        select_boundary(parsed, 6, Mode.REPLAY_ONLY, "p")
+    assert caught.value.kind is ErrorKind.UNSUPPORTED_VERSION
+    assert select_boundary(parsed, 6, Mode.PREPARE_ONLY, "p").after_step == 6
+
+
+def test_submit_step_cannot_end_a_prefix() -> None:
+    parsed = parse_traj(next((FIXTURES / "shell_state").glob("*.traj")))
+    with pytest.raises(ReplayError, match="ends the SWE-agent run"):
+        select_boundary(parsed, 7, Mode.PREPARE_ONLY, "p")
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ([], "must be a JSON object"),
+    ({"trajectory": [], "history": []}, "no 'replay_config'"),
+    ({"trajectory": {}, "history": [], "replay_config": "{}"}, "must be a list of step objects"),
+    ({"trajectory": [], "history": [1], "replay_config": "{}"}, "must be a list of message objects"),
+    ({"trajectory": [], "history": [], "replay_config": "{not json"}, "not valid encoded JSON"),
+    ({"trajectory": [], "history": [], "replay_config": "[1]"}, "not an object"),
+])
+def test_malformed_documents_are_trajectory_errors(tmp_path: Path, data: Any, message: str) -> None:
+    with pytest.raises(ReplayError, match=message) as caught:
+        parse_traj(write(tmp_path, data))
+    assert caught.value.kind is ErrorKind.TRAJECTORY
+
+
+def test_invalid_json_and_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ReplayError, match="not valid JSON"):
+        parse_traj(write(tmp_path, "{"))
+    with pytest.raises(ReplayError, match="cannot read"):
+        parse_traj(tmp_path / "missing.traj")
+
+
+def test_retry_and_shell_agents_are_unsupported(tmp_path: Path) -> None:
+    data = fixture("shell_state")
+    with pytest.raises(ReplayError, match="RetryAgent") as caught:
+        parse_traj(write(tmp_path, {**data, "attempts": [data]}))
+    assert caught.value.kind is ErrorKind.UNSUPPORTED_VERSION
+    config = json.loads(data["replay_config"])
+    config["agent"]["type"] = "retry"
+    with pytest.raises(ReplayError, match="agent type 'retry'"):
+        parse_traj(write(tmp_path, {**data, "replay_config": json.dumps(config)}))
+
+
+def test_replay_config_may_be_an_object(tmp_path: Path) -> None:
+    data = fixture("shell_state")
+    parsed = parse_traj(write(tmp_path, {**data, "replay_config": json.loads(data["replay_config"])}))
+    assert parsed.complete_count == 7
+
+
+def test_older_trajectories_are_refused_by_version(tmp_path: Path) -> None:
+    data = fixture("shell_state")
+    data["info"].pop("swe_agent_version")
+    for step in data["trajectory"]:
+        step["messages"] = step.pop("query")
+    parsed = parse_traj(write(tmp_path, data))
+    with pytest.raises(ReplayError, match="not a verified version") as caught:
+        SweAgentAdapter().profile_for(parsed)
+    assert caught.value.kind is ErrorKind.UNSUPPORTED_VERSION
+    data["info"]["swe_agent_version"] = "1.0.1"
+    with pytest.raises(ReplayError, match=r"1\.0\.1"):
+        SweAgentAdapter().profile_for(parse_traj(write(tmp_path, data)))
+
+
+def test_a_missing_last_observation_makes_the_tail_incomplete(tmp_path: Path) -> None:
+    data = fixture("shell_state")
+    data["history"] = data["history"][:-1]  # the submit step's observation message was never written
+    parsed = parse_traj(write(tmp_path, data))
+    assert parsed.complete_count == 6 and parsed.incomplete_tail
+    data["trajectory"] = data["trajectory"][:3]  # a crash between history and trajectory updates
+    parsed = parse_traj(write(tmp_path, data))
+    assert len(parsed.batches) == 3 and parsed.complete_count == 3
+
+
+def test_demonstrations_and_requery_free_history(tmp_path: Path) -> None:
+    data = fixture("shell_state")
+    demo = [{"role": "assistant", "content": "demo", "action": "ls", "agent": "main", "is_demo": True,
+             "message_type": "demonstration"},
+            {"role": "user", "content": "demo out", "agent": "main", "is_demo": True,
+             "message_type": "demonstration"}]
+    data["history"][1:1] = demo
+    parsed = parse_traj(write(tmp_path, data))
+    assert parsed.complete_count == 7
+    assert parsed.batches[0].calls[0].arguments == {"action": "cat pkg/calc.py"}
+
+
+def test_step_without_action_is_refused(tmp_path: Path) -> None:
+    data = fixture("shell_state")
+    del data["trajectory"][1]["action"]
+    with pytest.raises(ReplayError, match="step 2 has no action"):
+        parse_traj(write(tmp_path, data))
+
+
+def test_unrenderable_templates_refuse_every_call(tmp_path: Path) -> None:
+    data = fixture("shell_state")
+    config = json.loads(data["replay_config"])
+    config["agent"]["templates"]["next_step_template"] = "{% if observation %}{{observation}}{% endif %}"
+    parsed = parse_traj(write(tmp_path, {**data, "replay_config": json.dumps(config)}))
+    call = parsed.batches[0].calls[0]
+    assert call.policy is CallPolicy.REFUSED and "next_step_template" in (call.policy_reason or "")
+
+
+def test_bundle_state_keys_are_refused(tmp_path: Path) -> None:
+    data = fixture("shell_state")
+    data["trajectory"][0]["state"] = {"working_dir": "/x", "open_file": "/x/a.py"}
+    parsed = parse_traj(write(tmp_path, data))
+    assert parsed.batches[0].calls[0].policy is CallPolicy.REFUSED
+    assert "open_file" in (parsed.batches[0].calls[0].policy_reason or "")
+
+
+@pytest.mark.parametrize(("repo", "cwd"), [
+    ({"type": "preexisting", "repo_name": "testbed"}, "/testbed"),
+    ({"type": "local", "path": "/home/me/src/calc/"}, "/calc"),
+    ({"type": "github", "github_url": "https://github.com/owner/repo.git"}, "/owner__repo"),
+    (None, None),
+])
+def test_recorded_cwd(repo: Any, cwd: str | None) -> None:
+    assert recorded_cwd({"env": {"repo": copy.deepcopy(repo)}}) == cwd

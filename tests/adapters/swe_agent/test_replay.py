@@ -1,0 +1,127 @@
+"""Replay-only fidelity on the constructed SWE-agent fixtures: fresh == historical at every replayable boundary.
+
+The workspace is restored at the recorded path (``/<repo_name>``) from ``workspace-initial/``; forkpoint re-runs
+the shell actions in its emulated SWE-agent session (cwd and exports carried over, 24x80 terminal, timeout) and
+renders them with the recording's templates. The expected texts were written by hand in make_fixtures.py.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import shutil
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forkpoint.adapters.swe_agent.parse import parse_traj
+from forkpoint.engine import execute
+from forkpoint.model import CallPolicy
+from forkpoint.request import build_request
+from forkpoint.results import ReplayResult
+
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "swe_agent" / "1.1.0"
+
+
+def _cases() -> list[tuple[str, int]]:
+    cases = []
+    for traj in sorted(FIXTURES.glob("*/*.traj")):
+        parsed = parse_traj(traj)
+        for after in range(1, parsed.complete_count + 1):
+            calls = [c for b in parsed.batches[:after] for c in b.calls]
+            if after not in parsed.boundary_refusals and all(c.policy is CallPolicy.FRESH for c in calls):
+                cases.append((traj.parent.name, after))
+    return cases
+
+
+@contextmanager
+def restored(scenario: str) -> Iterator[Path]:
+    fixture = FIXTURES / scenario
+    cwd = Path(json.loads((fixture / "meta.json").read_text())["cwd"])
+    cwd.parent.mkdir(parents=True, exist_ok=True)
+    with (cwd.parent / f".{cwd.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        shutil.rmtree(cwd, ignore_errors=True)
+        shutil.copytree(fixture / "workspace-initial", cwd)
+        try:
+            yield cwd
+        finally:
+            shutil.rmtree(cwd, ignore_errors=True)
+
+
+def run(scenario: str, workspace: Path, tmp_path: Path, after: int, **values: Any) -> ReplayResult:
+    request = {"agent": "swe-agent", "trajectory": str(next((FIXTURES / scenario).glob("*.traj"))),
+               "after_step": after, "workspace": str(workspace), "state_dir": str(tmp_path / "state"),
+               "output_dir": str(tmp_path / "out"), "run_id": f"{scenario}-{after}", **values}
+    return execute(build_request(request, source="test"))
+
+
+def test_every_fixture_has_replayable_boundaries() -> None:
+    assert {scenario for scenario, _ in _cases()} == {"shell_state", "thought_action", "timeout"}
+
+
+@pytest.mark.parametrize(("scenario", "after"), _cases(), ids=lambda v: str(v))
+def test_replay_only_reproduces_the_recorded_observations(scenario: str, after: int, tmp_path: Path) -> None:
+    with restored(scenario) as workspace:
+        result = run(scenario, workspace, tmp_path, after, replay_only=True)
+    assert result.failure is None, result.failure
+    assert (result.phase, result.quality, result.agent_status) == ("replayed", "verified", "not_started")
+    out = Path(result.output_dir)
+    rows = json.loads((out / "observations.json").read_text())["observations"]
+    assert len(rows) == after
+    assert [row["exact"] for row in rows] == [True] * after, rows
+    rebuilt = json.loads(next((out / "native" / "prefix").glob("*.traj")).read_text())
+    original = json.loads(next((FIXTURES / scenario).glob("*.traj")).read_text())
+    assert len(rebuilt["trajectory"]) == after
+    assert [s["action"] for s in rebuilt["trajectory"]] == [s["action"] for s in original["trajectory"][:after]]
+    for fresh_step, old_step in zip(rebuilt["trajectory"], original["trajectory"], strict=False):
+        assert fresh_step["observation"] == old_step["observation"]
+        assert fresh_step["state"] == old_step["state"]
+    assert rebuilt["history"][-1]["message_type"] == "observation"
+    assert rebuilt["history"] == original["history"][: len(rebuilt["history"])]
+    assert "exit_status" not in rebuilt["info"] and "submission" not in rebuilt["info"]
+    assert isinstance(rebuilt["replay_config"], str)
+
+
+def test_prepare_only_cuts_the_recording(tmp_path: Path) -> None:
+    result = run("shell_state", tmp_path, tmp_path, 2, prepare_only=True)
+    assert result.failure is None, result.failure
+    prefix = json.loads(next((Path(result.output_dir) / "native" / "prefix").glob("*.traj")).read_text())
+    original = json.loads(next((FIXTURES / "shell_state").glob("*.traj")).read_text())
+    assert prefix["trajectory"] == original["trajectory"][:2]
+    assert prefix["history"] == original["history"][:6]
+
+
+def test_a_changed_workspace_shows_up_as_a_difference(tmp_path: Path) -> None:
+    with restored("shell_state") as workspace:
+        (workspace / "pkg" / "calc.py").write_text("changed\n")
+        result = run("shell_state", workspace, tmp_path, 1, replay_only=True)
+    assert result.failure is None
+    row = json.loads((Path(result.output_dir) / "observations.json").read_text())["observations"][0]
+    assert row["exact"] is False
+
+
+def test_workspace_elsewhere_is_refused(tmp_path: Path) -> None:
+    result = run("shell_state", tmp_path, tmp_path, 1, replay_only=True)
+    assert result.failure is not None and result.failure.category == "workspace_error"
+    assert "/tmp/forkpoint-rec-swe-agent/shell_state" in result.failure.message
+
+
+def test_continuation_without_a_runtime_says_swe_agent_is_not_on_pypi(tmp_path: Path) -> None:
+    with restored("shell_state") as workspace:
+        result = run("shell_state", workspace, tmp_path, 2, upstream="stub")
+    assert result.failure is not None and result.failure.category == "configuration_error"
+    assert "not on PyPI" in result.failure.message and "--agent-entrypoint" in result.failure.message
+    assert result.exit_code == 2
+    assert not (tmp_path / "out" / "shell_state-2").exists()  # refused before anything ran
+
+
+def test_continuation_with_a_python_without_swe_agent_is_refused(tmp_path: Path) -> None:
+    with restored("shell_state") as workspace:
+        result = run("shell_state", workspace, tmp_path, 2, upstream="stub", agent_entrypoint=sys.executable)
+    assert result.failure is not None and result.failure.category == "configuration_error"
+    assert "cannot import SWE-agent" in result.failure.message
