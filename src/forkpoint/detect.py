@@ -29,6 +29,9 @@ def guess_agent_from_object(obj: Any) -> str | None:
         return "claude-code"
     if kind in ("queue-operation", "summary", "last-prompt", "file-history-snapshot"):
         return "claude-code"
+    info = obj.get("info")
+    if isinstance(info, dict) and str(info.get("id", "")).startswith("ses_") and "messages" in obj:
+        return "opencode"  # an `opencode export` (mini-swe-agent's info has no ses_ id)
     if "trajectory_format" in obj or ("messages" in obj and "info" in obj):
         return "mini-swe-agent"
     if "trajectory" in obj and "history" in obj:

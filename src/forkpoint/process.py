@@ -50,7 +50,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from forkpoint.errors import ErrorKind, ReplayError
 
@@ -69,6 +69,22 @@ _PR_SET_CHILD_SUBREAPER = 36
 _ALWAYS_DROPPED = frozenset({"PYTHONHOME", "PYTHONPATH", "VIRTUAL_ENV"})
 _CREDENTIAL_MARKERS = ("API_KEY", "TOKEN", "SECRET", "AUTHORIZATION", "PASSWORD")
 _CREDENTIAL_NAMES = frozenset(f"CLAUDE_CODE_USE_{cloud}" for cloud in ("BEDROCK", "VERTEX", "FOUNDRY"))
+
+
+class Watch(Protocol):
+    """An optional observer of a supervised command's output (e.g. an agent's step and idle watchdogs).
+
+    ``output`` sees every chunk as it is read (``stream`` is "stdout" or "stderr"); ``action`` is asked after
+    every poll tick and returns a signal to send to the command's process group now, ``WATCH_TERMINATE`` to end
+    the command (SIGTERM, grace, SIGKILL), or None. The watch records why it acted; the result does not.
+    """
+
+    def output(self, stream: str, chunk: bytes) -> None: ...
+
+    def action(self, now: float) -> int | None: ...
+
+
+WATCH_TERMINATE = -1
 
 
 @dataclass(frozen=True)
@@ -388,8 +404,10 @@ class _Supervision:
         grace_s: float,
         max_output_bytes: int,
         log: _Log | None,
+        watch: Watch | None = None,
     ) -> None:
         self.proc = proc
+        self.watch = watch
         self.grace_s = grace_s
         self.log = log
         self.tracker = _Tracker(proc.pid, token)
@@ -484,6 +502,8 @@ class _Supervision:
         capture.feed(chunk)
         if self.log is not None:
             self.log.write(chunk)
+        if self.watch is not None:
+            self.watch.output("stdout" if capture is self.out else "stderr", chunk)
 
     def pump_until(self, until: float, done: Callable[[], bool]) -> None:
         """Keep pipes drained (so nothing blocks on a full pipe) until ``done`` or the time limit."""
@@ -518,7 +538,7 @@ class _Supervision:
     def run(self, timeout_s: float, pipe_grace_s: float) -> ProcessResult:
         start = time.monotonic()
         self.last_scan = start  # the first scan comes one interval in (or at exit): a fresh leader has no members
-        self.pump_until(start + timeout_s, self.leader_exited)
+        self.pump_until(start + timeout_s, self.leader_exited if self.watch is None else self._watched_exit)
         if not self.leader_exited():
             self.timed_out = True
             self.terminate()
@@ -550,6 +570,20 @@ class _Supervision:
             log_truncated=self.log.truncated if self.log is not None else False,
         )
 
+    def _watched_exit(self) -> bool:
+        """``leader_exited`` that first lets the watch signal or end the command."""
+        if self.leader_exited():
+            return True
+        assert self.watch is not None
+        sig = self.watch.action(time.monotonic())
+        if sig == WATCH_TERMINATE:
+            self.terminate()
+            return True
+        if sig is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, sig)  # the leader is not reaped yet: the pgid is still ours
+        return False
+
     def _readers_closed(self) -> bool:
         return all(key.data is None for key in self.sel.get_map().values())
 
@@ -574,6 +608,7 @@ def run_supervised(
     log_path: Path | None = None,
     max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
     pipe_grace_s: float = _PIPE_GRACE_S,
+    watch: Watch | None = None,
 ) -> ProcessResult:
     """Run ``argv`` to completion or deadline and leave nothing of it running.
 
@@ -608,7 +643,7 @@ def run_supervised(
             ) from exc
         with _active_lock:
             _active_leaders.add(proc.pid)
-        supervision = _Supervision(proc, token, stdin, grace_s, max_output_bytes, log)
+        supervision = _Supervision(proc, token, stdin, grace_s, max_output_bytes, log, watch)
         try:
             return supervision.run(timeout_s, pipe_grace_s)
         except BaseException:

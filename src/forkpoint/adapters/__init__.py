@@ -25,6 +25,7 @@ ADAPTERS: dict[str, str] = {
     "claude-code": "forkpoint.adapters.claude_code:ClaudeCodeAdapter",
     "codex": "forkpoint.adapters.codex:CodexAdapter",
     "mini-swe-agent": "forkpoint.adapters.mini_swe_agent:MiniSweAgentAdapter",
+    "opencode": "forkpoint.adapters.opencode:OpenCodeAdapter",
     "pi": "forkpoint.adapters.pi:PiAdapter",
     "swe-agent": "forkpoint.adapters.swe_agent:SweAgentAdapter",
     "openhands": "forkpoint.adapters.openhands:OpenHandsAdapter",

@@ -1,0 +1,98 @@
+"""OpenCode adapter: a session export (or a run's event log) in; the session rebuilt in an isolated SQLite store
+and continued with ``opencode run --session`` through the Chat Completions bridge out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from forkpoint.adapters.opencode.parse import AGENT, parse_opencode
+from forkpoint.adapters.opencode.session import cut_export, native_of, write_export
+from forkpoint.errors import unsupported_version
+from forkpoint.model import (
+    Continuation,
+    ContinueSettings,
+    FreshObservation,
+    LaunchTarget,
+    NativePrefix,
+    Plan,
+    RunContext,
+    Trajectory,
+)
+
+if TYPE_CHECKING:
+    from forkpoint.adapters.base import ToolExecutor
+
+VERIFIED_VERSIONS = {
+    "1.17.11": "opencode/1.17.11/session-export-sqlite-v1",
+    "1.18.33": "opencode/1.18.33/session-export-sqlite-v1",
+}
+
+
+class OpenCodeAdapter:
+    name = AGENT
+    verified_versions = VERIFIED_VERSIONS
+    native_format = "opencode/session-export-json"
+    upstreams = ("openai-chat", "stub")
+    sandbox_features = frozenset({"local"})
+
+    def sniff(self, head: bytes) -> bool:
+        text = head.lstrip()
+        return (b'"sessionID"' in head and b'"step_start"' in head) or (
+            text.startswith(b"{") and b'"info"' in head and b'"ses_' in head)
+
+    def parse(self, path: Path) -> Trajectory:
+        return parse_opencode(path)
+
+    def profile_for(self, trajectory: Trajectory) -> str:
+        profile = VERIFIED_VERSIONS.get(trajectory.version or "")
+        if profile is None:
+            shown = trajectory.version or "(an `opencode run` event log does not record the version)"
+            raise unsupported_version(
+                f"OpenCode {shown} is not a verified version (verified: {', '.join(VERIFIED_VERSIONS)}); replay the "
+                f"session's export: `opencode export {trajectory.session_id or '<session id>'}`")
+        return profile
+
+    def write_prepared_prefix(self, plan: Plan, out_dir: Path) -> NativePrefix:
+        destination = out_dir / f"{plan.trajectory.session_id}.json"
+        digest = write_export(cut_export(plan, None), destination)
+        return NativePrefix(destination, self.native_format, plan.trajectory.session_id, digest)
+
+    # -- replay -------------------------------------------------------------------------------------------------
+
+    def executor(self, plan: Plan, context: RunContext) -> ToolExecutor:
+        from forkpoint.adapters.opencode.tools import OpenCodeToolExecutor
+        from forkpoint.runtimes import resolve_entrypoint
+
+        native_of(plan)
+        entrypoint, _ = resolve_entrypoint(AGENT, plan.trajectory.version or "", None)
+        return OpenCodeToolExecutor(context, entrypoint)
+
+    def normalise_observation(self, content: object) -> object:
+        """Documented volatile parts only (the saved-output path of a truncated bash output)."""
+        from forkpoint.adapters.opencode.tools import normalize_volatile
+
+        return normalize_volatile(content)
+
+    def write_rebuilt_prefix(
+        self, plan: Plan, fresh: Mapping[str, FreshObservation], out_dir: Path
+    ) -> NativePrefix:
+        destination = out_dir / f"{plan.trajectory.session_id}.json"
+        digest = write_export(cut_export(plan, fresh), destination)
+        return NativePrefix(destination, self.native_format, plan.trajectory.session_id, digest)
+
+    # -- continuation ---------------------------------------------------------------------------------------------
+
+    def prepare_launch(self, trajectory: Trajectory, entrypoint: Path | None) -> LaunchTarget:
+        from forkpoint.runtimes import resolve_entrypoint
+
+        path, version = resolve_entrypoint(AGENT, trajectory.version or "", entrypoint)
+        return LaunchTarget(path, version)
+
+    def continue_run(
+        self, plan: Plan, prefix: NativePrefix, context: RunContext, settings: ContinueSettings
+    ) -> Continuation:
+        from forkpoint.adapters.opencode.continuation import continue_session
+
+        return continue_session(plan, prefix, context, settings)

@@ -1,0 +1,206 @@
+"""What OpenCode sends for a rebuilt session, and the manifest the bridge gate checks it against (pure).
+
+Measured on 1.17.11 and 1.18.33 (``opencode run --format=json --session <id> <NONCE>`` on an imported cut;
+tests/fixtures/opencode/*/requests.jsonl are the recorded originals): a Chat Completions body
+``{model, max_tokens, messages, tools, tool_choice: "auto", stream: true, stream_options}`` whose ``messages`` are
+
+* ``messages[0]``: one ``system`` message built at request time (not stored; its ``Today's date:`` line changes
+  daily, the only part masked);
+* then the stored session, message by message: a user message = its one text part as a string (``run`` wraps an
+  argv word holding a space in quotes before storing it); an assistant message = ``content`` (its text parts,
+  ``""`` when none), ``reasoning_content`` (its reasoning parts, only when there are some) and ``tool_calls``
+  (``id`` = callID, ``arguments`` = the JSON of the input), followed by one ``tool`` message per tool part in
+  part order (= call order) whose ``content`` is the ``output`` (completed) or the ``error`` text;
+* then the envelope: exactly ``{"role": "user", "content": NONCE}`` (the nonce is one argv word: no quotes).
+
+The projection compares tool-call arguments as parsed JSON (OpenCode re-serialises the stored input).
+``OpenCodeExpectedPrefix`` holds hashes, ids and roles only, never message bodies.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import orjson
+
+from forkpoint.errors import configuration, trajectory, unsupported_version
+from forkpoint.hashing import canonical_sha256, count_text, sha256_hex
+
+JsonObject = dict[str, Any]
+SCHEMA_VERSION = "forkpoint.opencode-expected-prefix/v1"
+MIN_NONCE_LENGTH = 16
+DATE_LINE = re.compile(r"Today's date: [^\n]*")
+INTERRUPTED = "[Tool execution was interrupted]"
+STEP_LIMIT_TEXT = "CRITICAL - MAXIMUM STEPS REACHED"
+#: the tools OpenCode's ``build`` agent offers with forkpoint's config (a ``question`` tool = permission lost)
+BUILD_TOOLS = ("bash", "edit", "glob", "grep", "read", "skill", "task", "todowrite", "webfetch", "write")
+
+
+@dataclass(frozen=True)
+class EnvelopeProfile:
+    version: str
+    profile: str
+    tools: tuple[str, ...]
+
+
+PROFILES: dict[str, EnvelopeProfile] = {
+    version: EnvelopeProfile(version, f"opencode/{version}/chat-completions-resume-v1", BUILD_TOOLS)
+    for version in ("1.17.11", "1.18.33")
+}
+
+
+def profile_for_version(version: str) -> EnvelopeProfile:
+    profile = PROFILES.get(version)
+    if profile is None:
+        raise unsupported_version(f"OpenCode {version} has no verified resume envelope profile "
+                                  f"(verified: {', '.join(PROFILES)})")
+    return profile
+
+
+def make_nonce() -> str:
+    """One argv word without spaces (OpenCode quotes a word holding a space), unique to this run."""
+    return f"__forkpoint_nonce_{secrets.token_hex(16)}__"
+
+
+def masked_system_sha256(text: str) -> str:
+    return sha256_hex(DATE_LINE.sub("Today's date: <DATE>", text))
+
+
+# -- the projection --------------------------------------------------------------------------------------------------
+
+
+def session_messages(export: JsonObject) -> list[JsonObject]:
+    """The Chat Completions messages OpenCode sends for a stored session (without the system message)."""
+    out: list[JsonObject] = []
+    for index, message in enumerate(export.get("messages") or []):
+        info, parts = message["info"], message["parts"]
+        if info.get("role") == "user":
+            texts = [p for p in parts if p.get("type") == "text"]
+            if len(texts) != 1 or len(parts) != 1 or not isinstance(texts[0].get("text"), str):
+                kinds = [p.get("type") for p in parts]
+                raise trajectory(f"session message {index} is a user message with parts {kinds}; forkpoint has "
+                                 "verified only a single text part")
+            out.append({"role": "user", "content": texts[0]["text"]})
+            continue
+        out.extend(_assistant(index, parts))
+    return out
+
+
+def _assistant(index: int, parts: list[JsonObject]) -> list[JsonObject]:
+    known = {"step-start", "step-finish", "text", "reasoning", "tool"}
+    unknown = [p.get("type") for p in parts if p.get("type") not in known]
+    if unknown:
+        raise trajectory(f"session message {index} has parts forkpoint has not verified: {unknown}")
+    texts = [str(p.get("text") or "") for p in parts if p.get("type") == "text"]
+    reasoning = [str(p.get("text") or "") for p in parts if p.get("type") == "reasoning"]
+    tools = [p for p in parts if p.get("type") == "tool"]
+    if not texts and not reasoning and not tools:
+        return []  # an empty assistant message (an interrupted step) is skipped by OpenCode
+    message: JsonObject = {"role": "assistant", "content": "".join(texts)}
+    if reasoning:
+        message["reasoning_content"] = "".join(reasoning)
+    results = []
+    if tools:
+        message["tool_calls"] = [{"id": p["callID"], "type": "function",
+                                  "function": {"name": p["tool"], "arguments": p["state"].get("input") or {}}}
+                                 for p in tools]
+        for part in tools:
+            state = part["state"]
+            if state.get("status") == "completed":
+                content = state.get("output") if isinstance(state.get("output"), str) else ""
+            elif state.get("status") == "error":
+                content = str(state.get("error") or "")
+            else:
+                raise trajectory(f"tool part {part.get('id')} is {state.get('status')!r}; OpenCode would send "
+                                 f"{INTERRUPTED!r} for it")
+            results.append({"role": "tool", "tool_call_id": part["callID"], "content": content})
+    return [message, *results]
+
+
+def project_request_message(message: Any) -> Any:
+    """A request message in the compared form: tool-call arguments parsed (unparseable ones stay strings)."""
+    if not isinstance(message, dict) or not isinstance(message.get("tool_calls"), list):
+        return message
+    calls = []
+    for call in message["tool_calls"]:
+        if isinstance(call, dict) and isinstance(call.get("function"), dict) \
+                and isinstance(call["function"].get("arguments"), str):
+            try:
+                arguments = orjson.loads(call["function"]["arguments"])
+            except orjson.JSONDecodeError:
+                arguments = call["function"]["arguments"]
+            call = {**call, "function": {**call["function"], "arguments": arguments}}
+        calls.append(call)
+    return {**message, "tool_calls": calls}
+
+
+# -- the manifest ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OpenCodeExpectedPrefix:
+    """What the resumed request's ``messages[1:]`` must be before the nonce, as hashes, roles and ids only."""
+
+    profile: str
+    version: str
+    nonce: str
+    model: str
+    tools: tuple[str, ...]
+    message_count: int
+    prefix_sha256: str
+    message_sha256: tuple[str, ...]
+    message_roles: tuple[str, ...]
+    boundary_call_ids: tuple[str, ...]
+    #: date-masked sha256 of the system prompt when known (e.g. from a recording); None = fingerprinted only
+    system_sha256: str | None = None
+    schema_version: str = SCHEMA_VERSION
+
+    def to_json(self) -> JsonObject:
+        data = asdict(self)
+        return {**data, "tools": list(self.tools), "message_sha256": list(self.message_sha256),
+                "message_roles": list(self.message_roles), "boundary_call_ids": list(self.boundary_call_ids)}
+
+
+def expected_prefix(export: JsonObject, nonce: str, version: str, model: str,
+                    system_sha256: str | None = None) -> OpenCodeExpectedPrefix:
+    """The manifest of a cut session; refuses a cut that does not end with the results of one tool batch."""
+    profile = profile_for_version(version)
+    if len(nonce) < MIN_NONCE_LENGTH or any(c.isspace() or c in "\"'\\" for c in nonce):
+        raise configuration(f"the resume nonce must be at least {MIN_NONCE_LENGTH} characters without spaces "
+                            "or quotes (OpenCode quotes such an argv word)")
+    if count_text(export, nonce):
+        raise configuration("the resume nonce already occurs in the rebuilt session")
+    projected = session_messages(export)
+    boundary: list[str] = []
+    for message in reversed(projected):
+        if message["role"] != "tool":
+            break
+        boundary.insert(0, message["tool_call_id"])
+    if not boundary:
+        raise trajectory("the rebuilt OpenCode session does not end with tool results")
+    calls = projected[-len(boundary) - 1].get("tool_calls") or []
+    if [c["id"] for c in calls] != boundary:
+        raise trajectory("the last tool results of the rebuilt OpenCode session do not answer exactly the calls of "
+                         "the assistant message before them")
+    return OpenCodeExpectedPrefix(
+        profile=profile.profile, version=version, nonce=nonce, model=model, tools=profile.tools,
+        message_count=len(projected), prefix_sha256=canonical_sha256(projected),
+        message_sha256=tuple(canonical_sha256(m) for m in projected),
+        message_roles=tuple(str(m["role"]) for m in projected), boundary_call_ids=tuple(boundary),
+        system_sha256=system_sha256,
+    )
+
+
+def describe(messages: Sequence[JsonObject], index: int) -> str:
+    message = messages[index]
+    role = message.get("role")
+    if role == "tool":
+        return f"the tool result for {message.get('tool_call_id')}"
+    if role == "assistant" and message.get("tool_calls"):
+        ids = [c.get("id") for c in message["tool_calls"] if isinstance(c, dict)]
+        return f"the assistant message with tool calls {ids}"
+    return f"the {role} message"

@@ -1,0 +1,307 @@
+"""Parse OpenCode's native records into the neutral Trajectory (pure apart from reading the file).
+
+Two inputs (measured on 1.17.11 and 1.18.33, see docs/adapters/opencode.md):
+
+* the event log of ``opencode run --format=json``: one ``{"type", "timestamp", "sessionID", "part"}`` object
+  per line, types ``step_start``, ``reasoning``, ``text``, ``tool_use``, ``step_finish`` and ``error``
+  (``user`` events are accepted where a writer adds them; no verified version does). A ``tool_use`` is only
+  written for a terminal state (``completed`` / ``error``), in completion order;
+* the ``opencode export <session>`` JSON ``{"info": {...session...}, "messages": [{"info", "parts"}]}``: the
+  full record (user prompt, every part, the session's ``version`` and ``permission``).
+
+One step = one assistant message (``messageID``); one replay batch = the tool parts of one assistant message,
+complete when the message has its ``step-finish`` part and every tool part is terminal. Parts are ordered by
+part id, which is OpenCode's own storage order (for a parallel batch: call order). The same part id seen twice
+is merged (a terminal state is never replaced by an earlier one), so a call is never replayed twice; call ids
+come from the model and may repeat across runs, so a repeated one is made unique with its part id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+
+from forkpoint.errors import trajectory
+from forkpoint.fs import read_bounded_input
+from forkpoint.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
+
+AGENT = "opencode"
+TERMINAL = frozenset({"completed", "error"})
+FRESH_TOOLS = frozenset({"bash", "read", "write", "edit", "glob", "grep"})
+STALE_REASONS = {
+    "task": "it ran a sub-agent session of the original run",
+    "webfetch": "web content changes over time",
+    "todowrite": "it updated the original session's todo list",
+    "todoread": "it read the original session's todo list",
+    "skill": "it loaded a skill from the original machine's configuration",
+    "question": "it asked the original user a question",
+    "invalid": "OpenCode rejected the original call (unknown tool or bad arguments); its error is reused",
+}
+PART_EVENTS = frozenset({"step_start", "reasoning", "text", "tool_use", "step_finish"})
+
+
+@dataclass
+class OcMessage:
+    """One message as OpenCode stores it: ``info`` (role, id, ...) and its parts in part-id order."""
+
+    info: JsonObject
+    parts: list[JsonObject]
+    first_line: int | None = None
+
+    @property
+    def id(self) -> str:
+        return str(self.info.get("id"))
+
+    @property
+    def role(self) -> str:
+        return str(self.info.get("role"))
+
+    def tool_parts(self) -> list[JsonObject]:
+        return [part for part in self.parts if part.get("type") == "tool"]
+
+    @property
+    def finished(self) -> bool:
+        return any(part.get("type") == "step-finish" for part in self.parts) or bool(self.info.get("finish"))
+
+
+@dataclass
+class OcNative:
+    form: Literal["export", "events"]
+    session: JsonObject | None  # the export's session info
+    messages: list[OcMessage]
+    batch_message: list[int] = field(default_factory=list)  # per batch: index into messages
+    call_ids: dict[str, str] = field(default_factory=dict)  # part id -> the ToolCall.call_id used for it
+
+    @property
+    def prompt_known(self) -> bool:
+        return any(message.role == "user" for message in self.messages)
+
+
+def parse_opencode(path: Path) -> Trajectory:
+    try:
+        data = read_bounded_input(path)
+    except OSError as error:
+        raise trajectory(f"cannot read {path}: {error}") from None
+    sha256 = hashlib.sha256(data).hexdigest()
+    warnings: list[str] = []
+    whole = _whole_json(data)
+    if isinstance(whole, dict) and "info" in whole and "messages" in whole:
+        native = _from_export(whole)
+    else:
+        native = _from_events(data, warnings)
+    return _build(path, sha256, native, warnings)
+
+
+def _whole_json(data: bytes) -> Any:
+    """The file as one JSON value (an export), or None (a JSONL log fails at its second line)."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+
+
+# -- export JSON ---------------------------------------------------------------------------------------------------
+
+
+def _from_export(value: JsonObject) -> OcNative:
+    info = value.get("info")
+    messages = value.get("messages")
+    if not isinstance(info, dict) or not isinstance(info.get("id"), str) or not info["id"]:
+        raise trajectory("the OpenCode export has no session info with an id")
+    if not isinstance(messages, list):
+        raise trajectory("the OpenCode export has no messages list")
+    out: list[OcMessage] = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("info"), dict):
+            raise trajectory(f"export message {index} has no info object")
+        minfo = message["info"]
+        if minfo.get("role") not in ("user", "assistant") or not isinstance(minfo.get("id"), str):
+            raise trajectory(f"export message {index} has no role user/assistant and id")
+        parts = message.get("parts")
+        if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts):
+            raise trajectory(f"export message {index} ({minfo['id']}) has no list of part objects")
+        for position, part in enumerate(parts):
+            _check_part(part, f"export message {index} part {position}")
+        out.append(OcMessage(minfo, sorted(parts, key=lambda p: str(p["id"]))))
+    return OcNative("export", info, out)
+
+
+def _check_part(part: JsonObject, where: str) -> None:
+    if not isinstance(part.get("id"), str) or not isinstance(part.get("type"), str):
+        raise trajectory(f"{where} has no id and type")
+    if part["type"] == "tool":
+        if not isinstance(part.get("tool"), str) or not isinstance(part.get("callID"), str):
+            raise trajectory(f"{where} (tool part {part['id']}) has no tool name and callID")
+        state = part.get("state")
+        if not isinstance(state, dict) or not isinstance(state.get("status"), str):
+            raise trajectory(f"{where} (tool part {part['id']}) has no state with a status")
+        if state.get("input") is not None and not isinstance(state["input"], dict):
+            raise trajectory(f"{where} (tool part {part['id']}) has a non-object input")
+
+
+# -- run --format=json event log -------------------------------------------------------------------------------------
+
+
+def _from_events(data: bytes, warnings: list[str]) -> OcNative:
+    messages: dict[str, OcMessage] = {}
+    parts: dict[str, dict[str, JsonObject]] = {}
+    session_id: str | None = None
+    raw_lines = data.split(b"\n")
+    for number, raw in enumerate(raw_lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            event = orjson.loads(raw)
+        except orjson.JSONDecodeError as error:
+            if number == len(raw_lines):
+                warnings.append(f"ignored a torn final line {number} (the log was cut mid-write)")
+                continue
+            raise trajectory(f"invalid JSON at line {number}: {error}", line=number) from None
+        if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+            raise trajectory(f"line {number} is not an OpenCode event (needs a type)", line=number)
+        kind = event["type"]
+        if session_id is None and isinstance(event.get("sessionID"), str):
+            session_id = event["sessionID"]
+        if kind == "user":
+            _user_event(event, number, messages, parts)
+        elif kind in PART_EVENTS:
+            part = event.get("part")
+            if not isinstance(part, dict):
+                raise trajectory(f"OpenCode {kind} event at line {number} has no part", line=number)
+            if kind == "tool_use" and not isinstance(part.get("state"), dict):
+                raise trajectory(f"OpenCode tool event at line {number} has no state", line=number)
+            message_id = part.get("messageID")
+            if not isinstance(message_id, str) or not message_id:
+                raise trajectory(f"OpenCode {kind} event at line {number} has no messageID", line=number)
+            _check_part(part, f"line {number}")
+            if message_id not in messages:
+                messages[message_id] = OcMessage({"id": message_id, "role": "assistant"}, [], number)
+                parts[message_id] = {}
+            _merge(parts[message_id], part)
+        elif kind == "error":
+            warnings.append(f"line {number}: the run reported an error: {_error_text(event.get('error'))}")
+        else:
+            warnings.append(f"line {number}: ignored an unknown event type {kind!r}")
+    out = []
+    for message_id, message in messages.items():
+        message.parts = sorted(parts[message_id].values(), key=lambda p: str(p["id"]))
+        out.append(message)
+    session = {"id": session_id} if session_id else None
+    return OcNative("events", session, out)
+
+
+def _user_event(event: JsonObject, number: int, messages: dict[str, OcMessage],
+                parts: dict[str, dict[str, JsonObject]]) -> None:
+    raw = event.get("parts", event.get("part"))
+    items = raw if isinstance(raw, list) else [raw] if isinstance(raw, dict) else []
+    texts = [p for p in items if isinstance(p, dict) and isinstance(p.get("text"), str)]
+    if not texts:
+        raise trajectory(f"OpenCode user event at line {number} has no text part", line=number)
+    message_id = next((p["messageID"] for p in texts if isinstance(p.get("messageID"), str)), f"user-line-{number}")
+    messages[message_id] = OcMessage({"id": message_id, "role": "user"}, [], number)
+    parts[message_id] = {str(p.get("id") or f"prt_user_{number}_{i}"): {**p, "id": str(p.get("id") or
+                                                                                           f"prt_user_{number}_{i}"),
+                                                                          "type": "text"}
+                         for i, p in enumerate(texts)}
+
+
+def _merge(known: dict[str, JsonObject], part: JsonObject) -> None:
+    """The same part seen again (a later state of one call): newer wins, but never over a terminal state."""
+    previous = known.get(part["id"])
+    if previous is not None and previous.get("type") == "tool" == part.get("type") \
+            and previous["state"].get("status") in TERMINAL and part["state"].get("status") not in TERMINAL:
+        return
+    known[part["id"]] = part
+
+
+def _error_text(error: Any) -> str:
+    if isinstance(error, dict):
+        data = error.get("data")
+        if isinstance(data, dict) and isinstance(data.get("message"), str):
+            return str(data["message"])[:300]
+        return str(error.get("name") or error)[:300]  # a name, else the whole error
+    return str(error)[:300]
+
+
+# -- the neutral trajectory ------------------------------------------------------------------------------------------
+
+
+def _build(path: Path, sha256: str, native: OcNative, warnings: list[str]) -> Trajectory:
+    session = native.session or {}
+    version = session.get("version") if isinstance(session.get("version"), str) else None
+    cwd = session.get("directory") if isinstance(session.get("directory"), str) else None
+    counts: dict[str, int] = {}
+    for message in native.messages:
+        for part in message.tool_parts():
+            counts[part["callID"]] = counts.get(part["callID"], 0) + 1
+    assistants = [i for i, message in enumerate(native.messages) if message.role == "assistant"]
+    batches: list[Batch] = []
+    next_actions: list[ActionSignature | None] = [_signature(native.messages[assistants[0]]) if assistants else None]
+    complete_so_far = True
+    for position, index in enumerate(assistants):
+        message = native.messages[index]
+        tools = message.tool_parts()
+        if not tools:
+            continue
+        calls = []
+        for part in tools:
+            call_id = part["callID"] if counts[part["callID"]] == 1 else f"{part['callID']}@{part['id']}"
+            native.call_ids[part["id"]] = call_id
+            calls.append(_tool_call(call_id, part))
+        complete = complete_so_far and message.finished and all(
+            part["state"]["status"] in TERMINAL for part in tools)
+        complete_so_far = complete
+        locator = f"line:{message.first_line}" if message.first_line else f"message:{message.id}"
+        batches.append(Batch(len(batches) + 1, tuple(calls), locator, complete))
+        native.batch_message.append(index)
+        following = assistants[position + 1] if position + 1 < len(assistants) else None
+        next_actions.append(_signature(native.messages[following]) if following is not None else None)
+    if native.form == "events" and not native.prompt_known:
+        warnings.append("the event log holds no user prompt (OpenCode's run log never writes one); replaying "
+                        "or continuing needs the session's `opencode export` JSON")
+    return Trajectory(
+        agent=AGENT,
+        version=version,
+        versions=frozenset({version}) if version else frozenset(),
+        session_id=session.get("id") if isinstance(session.get("id"), str) else None,
+        cwd=cwd,
+        source_path=path,
+        source_sha256=sha256,
+        batches=tuple(batches),
+        next_actions=tuple(next_actions),
+        warnings=tuple(warnings),
+        native=native,
+    )
+
+
+def _tool_call(call_id: str, part: JsonObject) -> ToolCall:
+    state = part["state"]
+    status = state["status"]
+    arguments = state.get("input") if isinstance(state.get("input"), dict) else {}
+    historical: Observation | None = None
+    if status == "completed":
+        historical = Observation(state.get("output") if isinstance(state.get("output"), str) else "")
+    elif status == "error":
+        historical = Observation(str(state.get("error") or ""), is_error=True)
+    policy, reason = classify(part["tool"])
+    return ToolCall(call_id, part["tool"], arguments, historical, policy, reason, native=part)
+
+
+def classify(name: str) -> tuple[CallPolicy, str | None]:
+    if name in FRESH_TOOLS:
+        return CallPolicy.FRESH, None
+    if name in STALE_REASONS:
+        return CallPolicy.STALE, STALE_REASONS[name]
+    return CallPolicy.REFUSED, f"forkpoint does not know the OpenCode tool {name!r} (an MCP or plugin tool?)"
+
+
+def _signature(message: OcMessage) -> ActionSignature:
+    texts = [str(p.get("text") or "") for p in message.parts if p.get("type") == "text" and not p.get("synthetic")]
+    reasoning = [str(p.get("text") or "") for p in message.parts if p.get("type") == "reasoning"]
+    tools = tuple((str(p["tool"]), p["state"].get("input") if isinstance(p["state"].get("input"), dict) else {})
+                  for p in message.tool_parts())
+    return ActionSignature("\n\n".join(t for t in texts if t), "\n\n".join(r for r in reasoning if r), tools)

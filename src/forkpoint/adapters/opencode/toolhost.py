@@ -1,0 +1,265 @@
+"""Run historical tool calls through the REAL OpenCode binary, one call per model step (the I/O shell).
+
+OpenCode's tools (bash, read, write, edit with its fuzzy matchers, glob/grep over ripgrep) live inside the
+Bun binary, and their exact output text, error text and exit-code conventions are the observation the model
+sees. So forkpoint does not re-implement them: it starts the recorded version of ``opencode run`` in the
+workspace, in a private HOME/XDG tree, with a provider that points at a loopback Chat Completions endpoint
+served here. Every model request is answered with the next historical call (one ``tool_calls`` entry with the
+recorded call id, name and arguments); OpenCode runs it with its own implementation and prints the terminal
+``tool_use`` event on stdout, which is the fresh observation. ``close`` answers the next request with a final
+text, so OpenCode ends its loop and exits; anything left is ended by the supervised process group.
+
+Title requests (no ``tools``) get a fixed title. Nothing leaves loopback: the model endpoint is ours, and the
+proxy variables point at a closed loopback port so OpenCode's background fetches fail at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.process import WATCH_TERMINATE, ProcessResult, run_supervised, sanitized_env
+from forkpoint.results import write_atomic
+from forkpoint.testing.chat_completions import chat_chunks, sse_data
+
+PROVIDER = "forkpoint-tools"
+MODEL = "replay"
+PROMPT = "forkpoint-tool-replay"
+PROXY_SINK = "http://127.0.0.1:9"  # nothing listens there: background fetches fail immediately
+START_TIMEOUT_S = 120.0
+STOP_GRACE_S = 15.0
+JsonObject = dict[str, Any]
+
+
+def opencode_env(home: Path, cwd: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+    """A private HOME/XDG tree, OpenCode's network extras off, every proxy at a closed loopback port.
+
+    ``PWD`` is set to the cwd: OpenCode takes its project directory from it (an inherited PWD would point its
+    tools at forkpoint's own directory).
+    """
+    env = sanitized_env(os.environ if base is None else base, strip_credentials=True)
+    env["PWD"] = str(cwd)
+    for name in list(env):
+        if name.startswith(("OPENCODE_", "XDG_")) or name.lower() in ("http_proxy", "https_proxy", "all_proxy"):
+            del env[name]
+    env.update({
+        "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"), "XDG_DATA_HOME": str(home / ".local/share"),
+        "XDG_CACHE_HOME": str(home / ".cache"), "XDG_STATE_HOME": str(home / ".local/state"),
+        "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_SHARE": "1",
+        "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+        "HTTP_PROXY": PROXY_SINK, "HTTPS_PROXY": PROXY_SINK, "http_proxy": PROXY_SINK, "https_proxy": PROXY_SINK,
+        "NO_PROXY": "127.0.0.1,localhost,::1", "no_proxy": "127.0.0.1,localhost,::1",
+    })
+    return env
+
+
+def provider_config(provider: str, model: str, base_url: str, api_key: str) -> JsonObject:
+    """``opencode.json``: one openai-compatible provider, every permission allowed, no step limit, no sharing."""
+    return {
+        "$schema": "https://opencode.ai/config.json",
+        "autoupdate": False,
+        "share": "disabled",
+        "model": f"{provider}/{model}",
+        "small_model": f"{provider}/{model}",
+        "provider": {provider: {
+            "npm": "@ai-sdk/openai-compatible", "name": "forkpoint",
+            "options": {"baseURL": base_url, "apiKey": api_key},
+            "models": {model: {"name": model, "tool_call": True, "reasoning": False,
+                               "limit": {"context": 128000, "output": 8192}}}}},
+        "permission": {"edit": "allow", "bash": "allow", "webfetch": "allow", "external_directory": "allow"},
+    }
+
+
+def write_config(home: Path, config: JsonObject) -> None:
+    target = home / ".config" / "opencode" / "opencode.json"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(target, json.dumps(config, indent=2).encode())
+
+
+@dataclass
+class EventWatch:
+    """Collects complete stdout JSON lines (thread-safe queue) and ends the run when asked to stop."""
+
+    lines: queue.Queue[JsonObject] = field(default_factory=queue.Queue)
+    stop_at: float | None = None
+    _buffer: bytes = b""
+
+    def output(self, stream: str, chunk: bytes) -> None:
+        if stream != "stdout":
+            return
+        self._buffer += chunk
+        *complete, self._buffer = self._buffer.split(b"\n")
+        for raw in complete:
+            try:
+                event = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(event, dict):
+                self.lines.put(event)
+
+    def action(self, now: float) -> int | None:
+        if self.stop_at is not None and now - self.stop_at > STOP_GRACE_S:
+            return WATCH_TERMINATE
+        return None
+
+
+@dataclass(frozen=True)
+class HostCall:
+    call_id: str
+    name: str
+    arguments: JsonObject
+
+
+class ToolHost:
+    """One ``opencode run`` that executes the calls it is given, in order; start lazily, ``close`` always."""
+
+    def __init__(self, entrypoint: Path, workspace: Path, home: Path, log_dir: Path) -> None:
+        self.entrypoint = entrypoint
+        self.workspace = workspace
+        self.home = home
+        self.log_dir = log_dir
+        self.watch = EventWatch()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._commands: asyncio.Queue[HostCall | None] | None = None
+        self._runner: web.AppRunner | None = None
+        self._server_thread: threading.Thread | None = None
+        self._process_thread: threading.Thread | None = None
+        self._result: ProcessResult | None = None
+        self._error: BaseException | None = None
+        self.requests = 0
+
+    # -- the loopback model endpoint -------------------------------------------------------------------------------
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        assert self._commands is not None
+        if not body.get("tools"):
+            message: JsonObject = {"role": "assistant", "content": "forkpoint tool replay"}
+            finish = "stop"
+        else:
+            self.requests += 1
+            command = await self._commands.get()
+            if command is None:
+                message, finish = {"role": "assistant", "content": "Replay finished."}, "stop"
+            else:
+                call = {"id": command.call_id, "type": "function",
+                        "function": {"name": command.name,
+                                     "arguments": json.dumps(command.arguments, ensure_ascii=False)}}
+                message, finish = {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls"
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        for chunk in chat_chunks(f"chatcmpl-forkpoint-{self.requests}", str(body.get("model", MODEL)), message,
+                                 finish, include_usage=True):
+            await response.write(sse_data(chunk))
+        await response.write(sse_data("[DONE]"))
+        await response.write_eof()
+        return response
+
+    def _serve(self, ready: threading.Event, box: dict[str, Any]) -> None:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        self._loop = loop
+
+        async def start() -> str:
+            self._commands = asyncio.Queue()
+            app = web.Application(client_max_size=64 * 1024 * 1024)
+            app.router.add_post("/v1/chat/completions", self._chat)
+            self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+            await self._runner.setup()
+            site = web.TCPSite(self._runner, "127.0.0.1", 0)
+            await site.start()
+            return f"http://127.0.0.1:{self._runner.addresses[0][1]}/v1"
+
+        try:
+            box["url"] = loop.run_until_complete(start())
+        except BaseException as error:  # reported by start()
+            box["error"] = error
+            ready.set()
+            return
+        ready.set()
+        loop.run_forever()
+        if self._runner is not None:
+            loop.run_until_complete(self._runner.cleanup())
+        loop.close()
+
+    # -- lifecycle -------------------------------------------------------------------------------------------------
+
+    @property
+    def started(self) -> bool:
+        return self._process_thread is not None
+
+    def start(self) -> None:
+        ready = threading.Event()
+        box: dict[str, Any] = {}
+        self._server_thread = threading.Thread(target=self._serve, args=(ready, box), daemon=True,
+                                               name="forkpoint-opencode-toolhost")
+        self._server_thread.start()
+        ready.wait(10)
+        if "url" not in box:
+            raise ReplayError(ErrorKind.EXECUTOR, f"the OpenCode tool host did not start: {box.get('error')}")
+        write_config(self.home, provider_config(PROVIDER, MODEL, box["url"], "forkpoint-tools"))
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        argv = [str(self.entrypoint), "run", "--format=json", "--model", f"{PROVIDER}/{MODEL}", PROMPT]
+
+        def run() -> None:
+            try:
+                self._result = run_supervised(argv, cwd=self.workspace, env=opencode_env(self.home, self.workspace),
+                                              timeout_s=24 * 3600.0, grace_s=2.0, watch=self.watch,
+                                              log_path=self.log_dir / "opencode-tools.log")
+            except BaseException as error:  # surfaced by the next call / close
+                self._error = error
+
+        self._process_thread = threading.Thread(target=run, daemon=True, name="forkpoint-opencode-toolrun")
+        self._process_thread.start()
+
+    def execute(self, call: HostCall, timeout_s: float) -> JsonObject:
+        """Send one call and wait for its terminal tool part (``tool_use`` event); returns the part."""
+        if not self.started:
+            self.start()
+        assert self._loop is not None and self._commands is not None
+        self._loop.call_soon_threadsafe(self._commands.put_nowait, call)
+        deadline = time.monotonic() + timeout_s + START_TIMEOUT_S
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ReplayError(ErrorKind.EXECUTOR, f"OpenCode did not finish {call.name} {call.call_id} within "
+                                                      f"{timeout_s + START_TIMEOUT_S:.0f} s")
+            try:
+                event = self.watch.lines.get(timeout=min(remaining, 0.2))
+            except queue.Empty:
+                if self._process_thread is not None and not self._process_thread.is_alive():
+                    raise ReplayError(ErrorKind.EXECUTOR, f"the OpenCode tool host exited before {call.name} "
+                                                          f"{call.call_id} finished ({self._exit_text()})") from None
+                continue
+            part = event.get("part")
+            if event.get("type") == "tool_use" and isinstance(part, dict) and part.get("callID") == call.call_id:
+                return part
+
+    def _exit_text(self) -> str:
+        if self._error is not None:
+            return f"{type(self._error).__name__}: {self._error}"
+        result = self._result
+        if result is None:
+            return "no result"
+        return f"exit {result.returncode}: {result.stderr[-400:].decode('utf-8', 'replace').strip()}"
+
+    def close(self) -> None:
+        if self._loop is not None and self._commands is not None and self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._commands.put_nowait, None)
+        self.watch.stop_at = time.monotonic()
+        if self._process_thread is not None:
+            self._process_thread.join(STOP_GRACE_S + 10.0)
+        if self._loop is not None and self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._server_thread is not None:
+            self._server_thread.join(10.0)

@@ -1,0 +1,96 @@
+"""Re-run historical OpenCode tool calls with OpenCode's own implementation (see toolhost) and policy checks.
+
+Before a call reaches OpenCode, forkpoint confines it: every path argument (``filePath`` of read/write/edit,
+``path`` of glob/grep, ``workdir`` of bash) must resolve inside the workspace, else the call is refused before it
+has any effect. The fresh observation is OpenCode's own: the ``output`` of a ``completed`` part (a bash command
+with a non-zero exit is ``completed``, its code in ``metadata.exit``) or the ``error`` text of an ``error`` part.
+The whole fresh tool state (output, metadata, title, time) is kept for the rebuilt session.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from forkpoint.adapters.opencode.toolhost import HostCall, ToolHost
+from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.model import FreshObservation, JsonObject, RunContext, ToolCall
+
+PATH_ARGUMENTS = {"read": "filePath", "write": "filePath", "edit": "filePath", "glob": "path", "grep": "path",
+                  "bash": "workdir"}
+DEFAULT_TIMEOUT_S = 600.0
+#: the saved-output path of a truncated bash output names the replaying HOME and a random id
+_SAVED_OUTPUT = re.compile(r"(Full output saved to: )\S+")
+
+
+def normalize_volatile(content: Any) -> Any:
+    """Only what OpenCode draws at random or per HOME: the saved-output file of a truncated output."""
+    return _SAVED_OUTPUT.sub(r"\1<saved output>", content) if isinstance(content, str) else content
+
+
+def check_paths(call: ToolCall, workspace: Path) -> None:
+    """Refuse (before any effect) a call whose path argument leaves the workspace."""
+    key = PATH_ARGUMENTS.get(call.name)
+    value = call.arguments.get(key) if key else None
+    if value is None:
+        return
+    if not isinstance(value, str) or not value or "\0" in value:
+        raise ReplayError(ErrorKind.EXECUTOR, f"{call.name} {call.call_id}: {key} is not a path", before_effect=True)
+    root = os.path.realpath(workspace)
+    target = os.path.realpath(os.path.join(root, value))
+    if target != root and not target.startswith(root.rstrip("/") + "/"):
+        raise ReplayError(ErrorKind.EXECUTOR, f"{call.name} {call.call_id}: {key} {value!r} is outside the "
+                                              f"workspace {workspace}; forkpoint confines replayed tools to it",
+                          before_effect=True)
+
+
+def wire_call_id(call: ToolCall) -> str:
+    """The model-given call id (``call_id`` carries ``@<part id>`` only to stay unique across runs)."""
+    part = call.native if isinstance(call.native, dict) else {}
+    return str(part.get("callID") or call.call_id)
+
+
+def call_timeout(call: ToolCall) -> float:
+    value = call.arguments.get("timeout") if call.name == "bash" else None
+    if isinstance(value, (int, float)) and value > 0:
+        return min(float(value) / 1000.0 + 30.0, 24 * 3600.0)
+    return DEFAULT_TIMEOUT_S
+
+
+def observation(call: ToolCall, part: JsonObject, duration_ms: int) -> FreshObservation:
+    state: JsonObject = part["state"] if isinstance(part.get("state"), dict) else {}
+    status = state.get("status")
+    if status == "error":
+        return FreshObservation(call.call_id, str(state.get("error") or ""), is_error=True, duration_ms=duration_ms,
+                                native=state)
+    if status != "completed":
+        raise ReplayError(ErrorKind.EXECUTOR, f"OpenCode left {call.name} {call.call_id} in state {status!r}")
+    metadata: JsonObject = state["metadata"] if isinstance(state.get("metadata"), dict) else {}
+    exit_code = metadata.get("exit") if isinstance(metadata.get("exit"), int) else None
+    output = state.get("output") if isinstance(state.get("output"), str) else ""
+    return FreshObservation(call.call_id, output, truncated=bool(metadata.get("truncated")), return_code=exit_code,
+                            duration_ms=duration_ms, native=state)
+
+
+class OpenCodeToolExecutor:
+    """FRESH calls go through one OpenCode tool host (the recorded version) started on the first call."""
+
+    def __init__(self, context: RunContext, entrypoint: Path) -> None:
+        self.workspace = context.workspace
+        self.host = ToolHost(entrypoint, context.workspace, context.state_dir / "opencode-tools-home",
+                             context.logs)
+
+    def run(self, call: ToolCall) -> FreshObservation:
+        check_paths(call, self.workspace)
+        started = time.monotonic()
+        part = self.host.execute(HostCall(wire_call_id(call), call.name, call.arguments), call_timeout(call))
+        if part.get("tool") != call.name:
+            raise ReplayError(ErrorKind.EXECUTOR, f"OpenCode ran {part.get('tool')!r} for {call.name} {call.call_id} "
+                                                  "(it rejected the call as invalid)")
+        return observation(call, part, int((time.monotonic() - started) * 1000))
+
+    def close(self) -> None:
+        self.host.close()

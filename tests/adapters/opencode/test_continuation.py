@@ -1,0 +1,69 @@
+"""The pure parts of the OpenCode continuation: argv, config, environment, recorded model, export output."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from forkpoint.adapters.opencode.continuation import IDLE_ENV, argv, export_json, idle_limit, recorded_model
+from forkpoint.adapters.opencode.envelope import make_nonce
+from forkpoint.adapters.opencode.toolhost import PROXY_SINK, opencode_env, provider_config
+from forkpoint.errors import ReplayError
+
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "opencode"
+
+
+def test_the_nonce_is_the_last_argv_word_and_the_model_is_pinned() -> None:
+    nonce = make_nonce()
+    words = argv(Path("/rt/opencode"), "ses_1", "scripted", "scripted-model", nonce)
+    assert words[-1] == nonce and " " not in nonce and '"' not in nonce
+    assert words[words.index("--session") + 1] == "ses_1"
+    assert words[words.index("--model") + 1] == "scripted/scripted-model"
+    assert "--format=json" in words and "--print-logs" in words
+
+
+def test_config_has_no_step_limit_and_allows_every_tool() -> None:
+    config = provider_config("scripted", "m", "http://127.0.0.1:1/t/v1", "key")
+    assert "agent" not in config and config["autoupdate"] is False and config["share"] == "disabled"
+    assert config["model"] == config["small_model"] == "scripted/m"
+    provider = config["provider"]["scripted"]
+    assert provider["npm"] == "@ai-sdk/openai-compatible" and provider["options"]["baseURL"].endswith("/v1")
+    assert set(config["permission"].values()) == {"allow"}
+
+
+def test_environment_is_private_and_offline(tmp_path: Path) -> None:
+    base = {"PATH": "/usr/bin", "HOME": "/root", "PWD": "/elsewhere", "OPENAI_API_KEY": "sk-secret",
+            "XDG_DATA_HOME": "/root/.local/share", "OPENCODE_CONFIG": "/x.json", "https_proxy": "http://corp:3128"}
+    env = opencode_env(tmp_path / "home", tmp_path / "ws", base)
+    assert env["HOME"] == str(tmp_path / "home") and env["PWD"] == str(tmp_path / "ws")
+    assert env["XDG_DATA_HOME"].startswith(str(tmp_path / "home")) and "OPENCODE_CONFIG" not in env
+    assert "OPENAI_API_KEY" not in env and env["https_proxy"] == env["HTTPS_PROXY"] == PROXY_SINK
+    assert env["OPENCODE_DISABLE_MODELS_FETCH"] == "1" and "127.0.0.1" in env["NO_PROXY"]
+
+
+def test_recorded_model_comes_from_the_last_assistant_message() -> None:
+    export = json.loads((FIXTURES / "1.18.33" / "files" / "export.json").read_text())
+    assert recorded_model(export) == ("scripted", "scripted-model")
+    no_assistant = {"info": {"model": {"providerID": "p", "id": "m"}}, "messages": []}
+    assert recorded_model(no_assistant) == ("p", "m")
+    with pytest.raises(ReplayError):
+        recorded_model({"info": {}, "messages": []})
+
+
+def test_export_output_may_start_with_a_status_line() -> None:
+    document = {"info": {"id": "ses_1"}, "messages": []}
+    assert export_json(b"Exporting session: ses_1\n" + json.dumps(document).encode()) == document
+    with pytest.raises(ReplayError):
+        export_json(b"Error: session not found\n")
+
+
+def test_idle_limit_is_configurable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(IDLE_ENV, raising=False)
+    assert idle_limit() == 600.0
+    monkeypatch.setenv(IDLE_ENV, "2.5")
+    assert idle_limit() == 2.5
+    monkeypatch.setenv(IDLE_ENV, "soon")
+    with pytest.raises(ReplayError):
+        idle_limit()

@@ -1,0 +1,105 @@
+"""The proof: re-running the recorded calls of REAL OpenCode sessions reproduces the recorded observations.
+
+For every fixture (tests/fixtures/opencode/<version>/<scenario>/, written by the real binaries), the workspace is
+rebuilt at the recorded cwd from ``workspace-initial/``, every FRESH call of every complete batch is re-run in order
+by ``OpenCodeToolExecutor`` (the same OpenCode version executing its own tools), and each fresh observation must
+equal the historical one call by call (after ``normalize_volatile``), with the same error status and exit code.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from forkpoint import runtimes
+from forkpoint.adapters.opencode.parse import parse_opencode
+from forkpoint.adapters.opencode.tools import OpenCodeToolExecutor, normalize_volatile
+from forkpoint.model import CallPolicy, FreshObservation, RunContext, ToolCall
+
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "opencode"
+EXPORTS = sorted(FIXTURES.glob("*/*/export.json"))
+
+
+def fresh_calls(export: Path) -> list[ToolCall]:
+    trajectory = parse_opencode(export)
+    batches = trajectory.batches[: trajectory.complete_count]
+    return [call for batch in batches for call in batch.calls if call.policy is CallPolicy.FRESH]
+
+
+CASES = [(export, call.call_id) for export in EXPORTS for call in fresh_calls(export)]
+IDS = [f"{e.parent.parent.name}-{e.parent.name}-{c}" for e, c in CASES]
+
+
+@dataclass
+class Replay:
+    calls: dict[str, ToolCall]
+    fresh: dict[str, FreshObservation]
+
+
+_REPLAYS: dict[Path, Replay] = {}
+
+
+@contextmanager
+def exclusive(cwd: Path) -> Iterator[None]:
+    """Serialise replays of one recorded cwd (the e2e tests restore the same /tmp path)."""
+    cwd.parent.mkdir(parents=True, exist_ok=True)
+    with (cwd.parent / f".{cwd.name}.fidelity.lock").open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def replay(export: Path) -> Replay:
+    if export in _REPLAYS:
+        return _REPLAYS[export]
+    version = export.parent.parent.name
+    runtime = runtimes.find("opencode", version)
+    if runtime is None:
+        pytest.skip(f"opencode {version} is not installed (forkpoint agents install opencode@{version})")
+    trajectory = parse_opencode(export)
+    cwd = Path(json.loads((export.parent / "meta.json").read_text())["cwd"])
+    assert trajectory.cwd == str(cwd)
+    calls = fresh_calls(export)
+    result = Replay({call.call_id: call for call in calls}, {})
+    with exclusive(cwd), tempfile.TemporaryDirectory(prefix="forkpoint-oc-fidelity-") as tmp:
+        shutil.rmtree(cwd, ignore_errors=True)
+        shutil.copytree(export.parent / "workspace-initial", cwd, symlinks=True)
+        executor = OpenCodeToolExecutor(RunContext(cwd, Path(tmp) / "state", Path(tmp) / "out"), runtime.entrypoint)
+        try:
+            for call in calls:
+                result.fresh[call.call_id] = executor.run(call)
+        finally:
+            executor.close()
+            shutil.rmtree(cwd, ignore_errors=True)
+    _REPLAYS[export] = result
+    return result
+
+
+def test_every_verified_version_has_fresh_calls_of_every_tool() -> None:
+    for version in runtimes.VERIFIED["opencode"]:
+        names = {call.name for export, call_id in CASES if export.parent.parent.name == version
+                 for call in fresh_calls(export) if call.call_id == call_id}
+        assert names == {"bash", "read", "write", "edit", "glob", "grep"}, (version, names)
+
+
+@pytest.mark.parametrize(("export", "call_id"), CASES, ids=IDS)
+def test_fresh_observation_equals_recorded(export: Path, call_id: str) -> None:
+    run = replay(export)
+    call, fresh = run.calls[call_id], run.fresh[call_id]
+    assert call.historical is not None
+    assert normalize_volatile(fresh.content) == normalize_volatile(call.historical.content)
+    assert fresh.is_error == call.historical.is_error
+    recorded = call.native["state"]
+    assert fresh.native["status"] == recorded["status"]
+    if call.name == "bash":
+        assert fresh.return_code == recorded["metadata"]["exit"]

@@ -1,0 +1,169 @@
+"""OpenCode parsing: real recordings (both inputs agree) and hand-made edge cases of the event log."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forkpoint.adapters.opencode.parse import parse_opencode
+from forkpoint.errors import ReplayError
+from forkpoint.model import CallPolicy
+
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "opencode"
+RECORDINGS = sorted(p.parent for p in FIXTURES.glob("*/*/export.json"))
+
+
+def write_events(path: Path, events: list[Any], tail: str = "") -> Path:
+    path.write_text("".join(json.dumps(e) + "\n" for e in events) + tail)
+    return path
+
+
+def step(message: str, part: str) -> dict[str, Any]:
+    return {"type": "step_start", "sessionID": "ses_x",
+            "part": {"id": part, "messageID": message, "sessionID": "ses_x", "type": "step-start"}}
+
+
+def finish(message: str, part: str, reason: str = "tool-calls") -> dict[str, Any]:
+    return {"type": "step_finish", "sessionID": "ses_x",
+            "part": {"id": part, "messageID": message, "type": "step-finish", "reason": reason}}
+
+
+def tool(message: str, part: str, call: str, name: str = "bash", status: str = "completed",
+         output: str = "ok\n", **extra: Any) -> dict[str, Any]:
+    state: dict[str, Any] = {"status": status, "input": {"command": f"echo {call}"}, **extra}
+    if status == "completed":
+        state["output"] = output
+    elif status == "error":
+        state["error"] = output
+    return {"type": "tool_use", "sessionID": "ses_x",
+            "part": {"id": part, "messageID": message, "type": "tool", "tool": name, "callID": call, "state": state}}
+
+
+@pytest.mark.parametrize("fixture", RECORDINGS, ids=lambda p: f"{p.parent.name}-{p.name}")
+def test_event_log_and_export_agree(fixture: Path) -> None:
+    events, export = parse_opencode(fixture / "events.jsonl"), parse_opencode(fixture / "export.json")
+    assert export.version == fixture.parent.name and events.version is None
+    assert export.session_id == events.session_id and export.session_id
+    assert export.cwd == json.loads((fixture / "meta.json").read_text())["cwd"]
+    assert export.complete_count == events.complete_count == len(export.batches) >= 2
+    assert [b.calls for b in export.batches] == [b.calls for b in events.batches]
+    assert export.next_actions == events.next_actions
+    assert not export.warnings and any("no user prompt" in w for w in events.warnings)
+
+
+def test_parallel_batch_is_in_call_order_although_completed_out_of_order(tmp_path: Path) -> None:
+    log = write_events(tmp_path / "run.jsonl", [
+        step("msg_1", "prt_a0"),
+        tool("msg_1", "prt_a3", "call_c"), tool("msg_1", "prt_a1", "call_a"), tool("msg_1", "prt_a2", "call_b"),
+        finish("msg_1", "prt_a9"),
+        step("msg_2", "prt_b0"),
+        {"type": "text", "sessionID": "ses_x", "part": {"id": "prt_b1", "messageID": "msg_2", "type": "text",
+                                                        "text": "done"}},
+        finish("msg_2", "prt_b9", "stop"),
+    ])
+    parsed = parse_opencode(log)
+    assert [c.call_id for c in parsed.batches[0].calls] == ["call_a", "call_b", "call_c"]
+    assert parsed.complete_count == 1 and parsed.batches[0].locator == "line:1"
+    last = parsed.next_actions[1]
+    assert last is not None and last.text == "done" and last.tools == ()
+
+
+def test_states_of_one_part_merge_and_a_terminal_state_wins(tmp_path: Path) -> None:
+    log = write_events(tmp_path / "run.jsonl", [
+        step("msg_1", "prt_1"),
+        tool("msg_1", "prt_2", "call_a", status="running"),
+        tool("msg_1", "prt_2", "call_a", output="final\n"),
+        tool("msg_1", "prt_2", "call_a", status="running"),
+        finish("msg_1", "prt_9"),
+    ])
+    parsed = parse_opencode(log)
+    assert len(parsed.batches[0].calls) == 1
+    call = parsed.batches[0].calls[0]
+    assert call.historical is not None and call.historical.content == "final\n"
+    assert parsed.complete_count == 1
+
+
+def test_repeated_call_ids_across_runs_stay_distinct(tmp_path: Path) -> None:
+    log = write_events(tmp_path / "run.jsonl", [
+        step("msg_1", "prt_10"), tool("msg_1", "prt_11", "call_002_0"), finish("msg_1", "prt_19"),
+        step("msg_2", "prt_20"), tool("msg_2", "prt_21", "call_002_0"), finish("msg_2", "prt_29"),
+    ])
+    ids = [b.calls[0].call_id for b in parse_opencode(log).batches]
+    assert ids == ["call_002_0@prt_11", "call_002_0@prt_21"]
+
+
+def test_unfinished_step_and_everything_after_it_are_incomplete(tmp_path: Path) -> None:
+    log = write_events(tmp_path / "run.jsonl", [
+        step("msg_1", "prt_10"), tool("msg_1", "prt_11", "call_a"), finish("msg_1", "prt_19"),
+        step("msg_2", "prt_20"), tool("msg_2", "prt_21", "call_b"),  # killed before step_finish
+        step("msg_3", "prt_30"), tool("msg_3", "prt_31", "call_c"), finish("msg_3", "prt_39"),
+    ])
+    parsed = parse_opencode(log)
+    assert [b.complete for b in parsed.batches] == [True, False, False]
+    assert parsed.complete_count == 1 and parsed.incomplete_tail
+
+
+def test_error_states_and_tool_policies(tmp_path: Path) -> None:
+    log = write_events(tmp_path / "run.jsonl", [
+        step("msg_1", "prt_10"),
+        tool("msg_1", "prt_11", "call_a", name="read", status="error", output="File not found: /x"),
+        tool("msg_1", "prt_12", "call_b", name="webfetch"),
+        tool("msg_1", "prt_13", "call_c", name="invalid"),
+        tool("msg_1", "prt_14", "call_d", name="mcp_server_tool"),
+        finish("msg_1", "prt_19"),
+    ])
+    calls = parse_opencode(log).batches[0].calls
+    assert calls[0].historical is not None and calls[0].historical.is_error
+    assert calls[0].historical.content == "File not found: /x" and calls[0].policy is CallPolicy.FRESH
+    assert [c.policy for c in calls[1:]] == [CallPolicy.STALE, CallPolicy.STALE, CallPolicy.REFUSED]
+    assert "mcp_server_tool" in (calls[3].policy_reason or "")
+
+
+def test_user_events_give_the_prompt(tmp_path: Path) -> None:
+    log = write_events(tmp_path / "run.jsonl", [
+        {"type": "user", "sessionID": "ses_x", "part": {"id": "prt_00", "messageID": "msg_0", "text": "Do it"}},
+        step("msg_1", "prt_10"), tool("msg_1", "prt_11", "call_a"), finish("msg_1", "prt_19"),
+    ])
+    parsed = parse_opencode(log)
+    assert parsed.native.prompt_known and not parsed.warnings
+    assert [m.role for m in parsed.native.messages] == ["user", "assistant"]
+
+
+def test_torn_last_line_warns_and_errors_are_recorded(tmp_path: Path) -> None:
+    log = write_events(tmp_path / "run.jsonl", [
+        step("msg_1", "prt_10"), tool("msg_1", "prt_11", "call_a"), finish("msg_1", "prt_19"),
+        {"type": "error", "sessionID": "ses_x", "error": {"name": "APIError", "data": {"message": "boom"}}},
+        {"type": "mystery", "sessionID": "ses_x"},
+    ], tail='{"type":"step_start","part":{')
+    parsed = parse_opencode(log)
+    assert parsed.complete_count == 1
+    text = " ".join(parsed.warnings)
+    assert "torn final line" in text and "boom" in text and "mystery" in text
+
+
+@pytest.mark.parametrize(("lines", "message"), [
+    ('{"type":"mystery"}\nnot json\n{"type":"mystery"}\n', "invalid JSON at line 2"),
+    ('{"type":"tool_use","sessionID":"s"}\n', "has no part"),
+    ('{"type":"tool_use","part":{"id":"p","messageID":"m","type":"tool","tool":"bash","callID":"c"}}\n',
+     "has no state"),
+    ('{"type":"text","part":{"id":"p","type":"text"}}\n', "has no messageID"),
+    ('[1,2]\n{"a":1}\n', "not an OpenCode event"),
+    ('{"info":{"id":"ses_1"},"messages":[{"info":{"role":"system","id":"m"},"parts":[]}]}', "role user/assistant"),
+    ('{"info":{},"messages":[]}', "no session info"),
+])
+def test_malformed_input_is_a_typed_trajectory_error(tmp_path: Path, lines: str, message: str) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text(lines)
+    with pytest.raises(ReplayError) as caught:
+        parse_opencode(path)
+    assert caught.value.kind.category == "trajectory_error" and message in caught.value.message
+
+
+def test_both_inputs_are_recognised_as_opencode() -> None:
+    from forkpoint.detect import guess_agent
+
+    fixture = FIXTURES / "1.18.33" / "files"
+    assert guess_agent(fixture / "export.json") == guess_agent(fixture / "events.jsonl") == "opencode"

@@ -1,0 +1,86 @@
+"""Tool policy (workspace confinement), the observation taken from OpenCode's tool part, and the session cut."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forkpoint.adapters.opencode.parse import parse_opencode
+from forkpoint.adapters.opencode.session import cut_export
+from forkpoint.adapters.opencode.tools import check_paths, normalize_volatile, observation, wire_call_id
+from forkpoint.errors import ReplayError
+from forkpoint.model import FreshObservation, Mode, Plan, ToolCall
+
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "opencode"
+
+
+def call(name: str, **arguments: Any) -> ToolCall:
+    return ToolCall("call_1", name, arguments, None, native={"callID": "call_1", "id": "prt_1"})
+
+
+@pytest.mark.parametrize(("name", "arguments"), [
+    ("read", {"filePath": "/etc/passwd"}),
+    ("write", {"filePath": "../outside.txt", "content": "x"}),
+    ("glob", {"pattern": "*", "path": "/"}),
+    ("bash", {"command": "ls", "workdir": "/tmp"}),
+    ("edit", {"filePath": "link/secret.txt", "oldString": "a", "newString": "b"}),
+    ("read", {"filePath": ""}),
+])
+def test_paths_outside_the_workspace_are_refused_before_any_effect(tmp_path: Path, name: str,
+                                                                   arguments: dict[str, Any]) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "link").symlink_to(tmp_path)
+    with pytest.raises(ReplayError) as caught:
+        check_paths(call(name, **arguments), workspace)
+    assert caught.value.before_effect and caught.value.kind.category == "executor_error"
+
+
+def test_paths_inside_the_workspace_pass(tmp_path: Path) -> None:
+    for arguments in ({"filePath": str(tmp_path / "a.txt")}, {"filePath": "sub/b.txt"}, {}):
+        check_paths(call("read", **arguments), tmp_path)
+    check_paths(call("bash", command="cat /etc/hostname"), tmp_path)  # a command's own paths are its business
+
+
+def test_observation_follows_opencode_conventions() -> None:
+    completed = {"status": "completed", "output": "out\nerr\n", "metadata": {"exit": 3, "truncated": False}}
+    fresh = observation(call("bash"), {"tool": "bash", "state": completed}, 5)
+    assert (fresh.content, fresh.is_error, fresh.return_code) == ("out\nerr\n", False, 3)
+    failed = {"status": "error", "error": "File not found: /x"}
+    fresh = observation(call("read"), {"tool": "read", "state": failed}, 5)
+    assert (fresh.content, fresh.is_error, fresh.native) == ("File not found: /x", True, failed)
+    with pytest.raises(ReplayError, match="running"):
+        observation(call("read"), {"tool": "read", "state": {"status": "running"}}, 5)
+
+
+def test_only_the_saved_output_path_is_volatile() -> None:
+    text = "...output truncated...\n\nFull output saved to: /h/.local/share/opencode/tool-output/tool_abc123\n\n9000\n"
+    assert normalize_volatile(text) == "...output truncated...\n\nFull output saved to: <saved output>\n\n9000\n"
+    assert normalize_volatile("hello\n") == "hello\n" and normalize_volatile(["x"]) == ["x"]
+    assert wire_call_id(ToolCall("call_2@prt_9", "bash", {}, None, native={"callID": "call_2"})) == "call_2"
+
+
+def test_rebuilt_cut_carries_the_fresh_state_and_keeps_the_rest() -> None:
+    trajectory = parse_opencode(FIXTURES / "1.17.11" / "errors" / "export.json")
+    plan = Plan(trajectory, 2, Mode.REPLAY_ONLY, "p")
+    fresh = {c.call_id: FreshObservation(c.call_id, "NEW", native={"status": "completed", "output": "NEW",
+                                                                   "metadata": {"exit": 0}, "title": "t"})
+             for c in plan.calls}
+    export = cut_export(plan, fresh)
+    assert export["info"]["permission"] and len(export["messages"]) == 3  # user + the two batch messages
+    tools = [p for m in export["messages"] for p in m["parts"] if p["type"] == "tool"]
+    assert [p["state"]["output"] for p in tools] == ["NEW", "NEW"]
+    assert tools[1]["state"]["input"] == plan.calls[1].arguments and "error" not in tools[1]["state"]
+    historical = cut_export(plan, None)
+    assert json.dumps(historical).count("File not found") == 1
+    with pytest.raises(ReplayError, match="no fresh observation"):
+        cut_export(plan, {})
+
+
+def test_an_event_log_cannot_be_rebuilt() -> None:
+    trajectory = parse_opencode(FIXTURES / "1.17.11" / "errors" / "events.jsonl")
+    with pytest.raises(ReplayError, match="opencode export ses_"):
+        cut_export(Plan(trajectory, 1, Mode.PREPARE_ONLY, "p"), None)

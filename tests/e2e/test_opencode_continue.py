@@ -1,0 +1,312 @@
+"""End to end with the REAL opencode binaries: replay + continue recorded sessions through the Chat Completions bridge.
+
+ScriptedModel plays the model upstream (the only stand-in). Every recorded session (``export.json``) is replayed at
+every boundary in a workspace restored to the recording's initial state at the recorded path: the tools are re-run
+by the real binary, the session is rebuilt in a private SQLite store and continued with ``opencode run --session``.
+The gate must pass, the first forwarded request must equal the request the same binary sent after batch N while
+recording (the system prompt compared date-masked), and the real opencode must execute the scripted next action.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import shutil
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forkpoint import runtimes
+from forkpoint.adapters.opencode.envelope import masked_system_sha256, project_request_message
+from forkpoint.adapters.opencode.parse import parse_opencode
+from forkpoint.engine import execute
+from forkpoint.hashing import canonical_sha256
+from forkpoint.request import build_request
+from forkpoint.results import ReplayResult
+from forkpoint.testing import ScriptedModel
+from forkpoint.testing.scripted_model import text, tool_use
+
+pytestmark = pytest.mark.e2e
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "opencode"
+VERSIONS = ("1.17.11", "1.18.33")
+NONCE_MARK = "__forkpoint_nonce_"
+
+
+def _cases() -> list[tuple[str, str, int]]:
+    cases = []
+    for version in VERSIONS:
+        for export in sorted((FIXTURES / version).glob("*/export.json")):
+            for after in range(1, parse_opencode(export).complete_count + 1):
+                cases.append((version, export.parent.name, after))
+    return cases
+
+
+def require_runtime(version: str) -> None:
+    if runtimes.find("opencode", version) is None:
+        pytest.skip(f"opencode {version} is not installed (forkpoint agents install opencode@{version})")
+
+
+def restore_workspace(fixture: Path) -> Path:
+    workspace = Path(json.loads((fixture / "meta.json").read_text())["cwd"])
+    if workspace.exists():
+        shutil.rmtree(workspace)
+    shutil.copytree(fixture / "workspace-initial", workspace)
+    return workspace
+
+
+@contextmanager
+def exclusive(fixture: Path) -> Iterator[None]:
+    """Hold the recorded cwd (another test process, e.g. the fixture-fidelity test, may use the same /tmp path)."""
+    cwd = Path(json.loads((fixture / "meta.json").read_text())["cwd"])
+    cwd.parent.mkdir(parents=True, exist_ok=True)
+    with (cwd.parent / f".{cwd.name}.fidelity.lock").open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def run(fixture: Path, tmp_path: Path, after: int, trajectory: Path | None = None, **overrides: Any) -> ReplayResult:
+    with exclusive(fixture):
+        values: dict[str, Any] = {
+            "agent": "opencode",
+            "trajectory": str(trajectory or fixture / "export.json"),
+            "after_step": after,
+            "workspace": str(restore_workspace(fixture)),
+            "state_dir": str(tmp_path / "state"),
+            "output_dir": str(tmp_path / "out"),
+            "run_id": overrides.pop("run_id", f"run-{after}"),
+        }
+        values.update(overrides)
+        return execute(build_request(values, source="test"))
+
+
+def recorded_main_requests(fixture: Path) -> list[dict[str, Any]]:
+    lines = (fixture / "requests.jsonl").read_text().splitlines()
+    return [entry for entry in map(json.loads, lines) if entry.get("kind") == "main"]
+
+
+@pytest.mark.parametrize(("version", "scenario", "after"), _cases(), ids=lambda v: str(v))
+def test_replay_and_continue_every_boundary(
+    version: str, scenario: str, after: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    require_runtime(version)
+    monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
+    fixture = FIXTURES / version / scenario
+    trajectory = parse_opencode(fixture / "export.json")
+    stale = any(call.stale for batch in trajectory.batches[:after] for call in batch.calls)
+    model = ScriptedModel.from_file(fixture / "script.json")
+    with model.serve() as url:
+        result = run(fixture, tmp_path, after, upstream="openai-chat", upstream_url=f"{url}/v1",
+                     allow_stale_observations=stale)
+    assert result.failure is None, result.failure
+    quality = "degraded" if stale else "verified"
+    assert (result.phase, result.quality, result.agent_status) == ("continued", quality, "completed")
+    bridge = result.metadata["model_bridge"]
+    assert bridge["validated"] >= 1 and bridge["refused"] == 0 and bridge["forwarded"] == bridge["validated"]
+    out = Path(result.output_dir or "")
+    observations = json.loads((out / "observations.json").read_text())["observations"]
+    assert observations and all(row["exact"] or row["stale_reused"] for row in observations), observations
+
+    main = [entry for entry in model.requests if entry.get("kind") == "main"]
+    original = recorded_main_requests(fixture)[after]["body"]
+    first = main[0]["body"]
+    # the first forwarded request IS the request the same binary sent right after batch N while recording
+    assert canonical_sha256([project_request_message(m) for m in first["messages"][1:]]) == canonical_sha256(
+        [project_request_message(m) for m in original["messages"][1:]])
+    assert masked_system_sha256(first["messages"][0]["content"]) == original["messages"][0]["system_sha256"]
+    assert [t["function"]["name"] for t in first["tools"]] == original["tool_names"]
+    assert first["messages"][-1]["role"] == "tool"
+    assert NONCE_MARK not in json.dumps(main)
+
+    next_action = json.loads((out / "next-action.json").read_text())
+    assert next_action["replayed"] is not None
+    assert next_action["metrics"]["same_tool_calls"] is True, next_action
+    continued = out / "native" / "continued" / f"{parse_opencode(fixture / 'export.json').session_id}.json"
+    assert NONCE_MARK not in continued.read_text()
+    assert parse_opencode(continued).batches[:after] == parse_opencode(fixture / "export.json").batches[:after]
+
+
+def test_stale_calls_need_the_degraded_opt_in(tmp_path: Path) -> None:
+    fixture = FIXTURES / "1.17.11" / "stale_tools"
+    result = run(fixture, tmp_path, 1, replay_only=True)
+    assert result.failure is not None and result.exit_code == 10
+    assert "todowrite" in result.failure.message and "--allow-stale-observations" in result.failure.message
+
+
+def test_event_log_is_refused_for_replay_with_the_export_hint(tmp_path: Path) -> None:
+    fixture = FIXTURES / "1.17.11" / "bash_basic"
+    result = run(fixture, tmp_path, 1, trajectory=fixture / "events.jsonl", replay_only=True)
+    assert result.failure is not None and result.exit_code == 11
+    assert "opencode export ses_" in result.failure.message
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_stub_upstream_and_boundary_prompt(version: str, tmp_path: Path) -> None:
+    require_runtime(version)
+    fixture = FIXTURES / version / "bash_basic"
+    prompt = "Check the listing once more before reading."
+    result = run(fixture, tmp_path, 1, upstream="stub", boundary_user_prompt=prompt)
+    assert result.failure is None, result.failure
+    assert result.phase == "continued" and result.metadata["boundary_user_prompt"]["injected"] is True
+    out = Path(result.output_dir or "")
+    continued = next((out / "native" / "continued").glob("ses_*.json"))
+    assert prompt in continued.read_text()
+    for name in ("result.json", "replay-summary.json", "replay-events.jsonl"):
+        assert prompt not in (out / name).read_text()
+
+
+def _looping_model(fixture: Path, **kwargs: Any) -> ScriptedModel:
+    script = json.loads((fixture / "script.json").read_text())
+    turns = script["turns"][:-1]  # every tool turn; the last one (a bash call) repeats forever
+    return ScriptedModel(turns, seed=script["seed"], loop_last=True, **kwargs)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_never_stopping_model_is_stopped_at_the_step_budget(
+    version: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    require_runtime(version)
+    monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
+    fixture = FIXTURES / version / "bash_basic"
+    model = _looping_model(fixture)
+    with model.serve() as url:
+        result = run(fixture, tmp_path, 1, upstream="openai-chat", upstream_url=f"{url}/v1", max_steps=4)
+    assert result.failure is None, result.failure
+    assert result.agent_status == "max_steps"
+    budget = result.metadata["opencode_step_budget"]
+    assert budget["budget"] == 3 and budget["completed_steps"] == 3 and budget["sigint_sent"] is True
+    assert len([e for e in model.requests if e.get("kind") == "main"]) <= 3
+    session = next((Path(result.output_dir or "") / "native" / "continued").glob("ses_*.json"))
+    continued = parse_opencode(session)
+    assert continued.complete_count == 1 + 3  # nothing the agent did is lost (the DB is the record)
+
+
+def test_silent_model_is_ended_by_the_idle_watchdog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    require_runtime("1.18.33")
+    monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
+    monkeypatch.setenv("FORKPOINT_OPENCODE_IDLE_TIMEOUT_S", "8")
+    fixture = FIXTURES / "1.18.33" / "bash_basic"
+    script = json.loads((fixture / "script.json").read_text())
+    turns = [*script["turns"][:1], {"content": [text("...")], "stall": True}]
+    model = ScriptedModel(turns, seed=script["seed"])
+    with model.serve() as url:
+        result = run(fixture, tmp_path, 1, upstream="openai-chat", upstream_url=f"{url}/v1")
+    assert result.failure is not None and result.failure.category == "continuation_error"
+    assert "idle watchdog" in result.failure.message
+
+
+def test_tampered_session_is_refused_with_nothing_forwarded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The imported session is altered behind forkpoint's back: the gate sees a different prefix and refuses."""
+    from forkpoint.adapters.opencode import continuation
+    from forkpoint.adapters.opencode.database import database_path
+
+    require_runtime("1.17.11")
+    monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
+    real_helper = continuation.helper
+
+    def tampering_helper(entrypoint: Path, args: list[str], context: Any, env: dict[str, str], what: str) -> bytes:
+        out = real_helper(entrypoint, args, context, env, what)
+        if what == "import":
+            db = database_path(context.home)
+            with sqlite3.connect(db) as connection:
+                for part_id, data in connection.execute("SELECT id, data FROM part").fetchall():
+                    part = json.loads(data)
+                    if part.get("type") == "tool":
+                        part["state"]["output"] = "TAMPERED OUTPUT\n"
+                        connection.execute("UPDATE part SET data = ? WHERE id = ?", (json.dumps(part), part_id))
+        return out
+
+    monkeypatch.setattr(continuation, "helper", tampering_helper)
+    fixture = FIXTURES / "1.17.11" / "bash_basic"
+    model = ScriptedModel.from_file(fixture / "script.json")
+    with model.serve() as url:
+        result = run(fixture, tmp_path, 1, upstream="openai-chat", upstream_url=f"{url}/v1")
+    assert result.failure is not None and result.failure.category == "continuation_error"
+    assert "refused" in result.failure.message and "differs" in result.failure.message
+    assert [e for e in model.requests if e.get("kind") == "main"] == []  # nothing was forwarded
+
+
+def test_wrong_binary_version_is_refused(tmp_path: Path) -> None:
+    require_runtime("1.18.33")
+    other = runtimes.find("opencode", "1.18.33")
+    assert other is not None
+    result = run(FIXTURES / "1.17.11" / "bash_basic", tmp_path, 1, upstream="stub",
+                 agent_entrypoint=str(other.entrypoint))
+    assert result.failure is not None and (result.failure.category, result.exit_code) == ("unsupported_version", 11)
+    assert not (tmp_path / "out" / "run-1").exists()
+
+
+def test_unknown_tool_is_refused(tmp_path: Path) -> None:
+    fixture = FIXTURES / "1.17.11" / "bash_basic"
+    export = json.loads((fixture / "export.json").read_text())
+    for message in export["messages"]:
+        for part in message["parts"]:
+            if part.get("type") == "tool":
+                part["tool"] = "teleport"
+    unknown = tmp_path / "unknown.json"
+    unknown.write_text(json.dumps(export))
+    result = run(fixture, tmp_path, 1, trajectory=unknown, replay_only=True)
+    assert result.failure is not None and result.exit_code == 11 and "teleport" in result.failure.message
+
+
+def test_continuation_uses_a_tool_the_script_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A continuation whose next action is a parallel batch: the real opencode runs both calls after the cut."""
+    require_runtime("1.18.33")
+    monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
+    fixture = FIXTURES / "1.18.33" / "files"
+    script = json.loads((fixture / "script.json").read_text())
+    workspace = json.loads((fixture / "meta.json").read_text())["cwd"]
+    turns = [*script["turns"][:1], {"content": [tool_use("bash", {"command": "echo a", "description": "a"}),
+                                                tool_use("read", {"filePath": f"{workspace}/notes.txt"})]},
+             {"content": [text("done")]}]
+    model = ScriptedModel(turns, seed=script["seed"])
+    with model.serve() as url:
+        result = run(fixture, tmp_path, 1, upstream="openai-chat", upstream_url=f"{url}/v1")
+    assert result.failure is None, result.failure
+    session = next((Path(result.output_dir or "") / "native" / "continued").glob("ses_*.json"))
+    continued = parse_opencode(session)
+    assert [c.name for c in continued.batches[1].calls] == ["bash", "read"]
+    assert continued.batches[1].calls[0].historical is not None
+    assert continued.batches[1].calls[0].historical.content == "a\n"
+
+
+def test_idle_kill_mid_tool_keeps_the_interrupted_part(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tool that outlives the idle limit: OpenCode is terminated mid-tool; the DB record is still exported."""
+    require_runtime("1.17.11")
+    monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
+    monkeypatch.setenv("FORKPOINT_OPENCODE_IDLE_TIMEOUT_S", "6")
+    fixture = FIXTURES / "1.17.11" / "bash_basic"
+    script = json.loads((fixture / "script.json").read_text())
+    turns = [*script["turns"][:1], {"content": [tool_use("bash", {"command": "sleep 60", "description": "wait"})]}]
+    model = ScriptedModel(turns, seed=script["seed"])
+    with model.serve() as url:
+        result = run(fixture, tmp_path, 1, upstream="openai-chat", upstream_url=f"{url}/v1")
+    assert result.failure is not None and "idle watchdog" in result.failure.message
+    continued = next((tmp_path / "out" / "run-1" / "native" / "continued").glob("ses_*.json"))
+    parts = [p for m in json.loads(continued.read_text())["messages"] for p in m["parts"] if p["type"] == "tool"]
+    assert parts[-1]["state"]["status"] == "running" and parts[-1]["state"]["input"]["command"] == "sleep 60"
+    assert NONCE_MARK not in continued.read_text()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_prepare_only_and_replay_only_write_the_native_prefix(version: str, tmp_path: Path) -> None:
+    require_runtime(version)
+    fixture = FIXTURES / version / "files"
+    prepared = run(fixture, tmp_path, 2, prepare_only=True, run_id="prepared")
+    replayed = run(fixture, tmp_path, 2, replay_only=True, run_id="replayed")
+    for result, phase in ((prepared, "prepared"), (replayed, "replayed")):
+        assert result.failure is None and result.phase == phase and result.agent_status == "not_started"
+        prefix = next((Path(result.output_dir or "") / "native" / "prefix").glob("ses_*.json"))
+        cut = parse_opencode(prefix)
+        original = parse_opencode(fixture / "export.json")
+        assert cut.version == version and cut.session_id == original.session_id
+        assert cut.batches == original.batches[:2] and cut.complete_count == 2
+    observations = json.loads((Path(replayed.output_dir or "") / "observations.json").read_text())["observations"]
+    assert [row["name"] for row in observations] == ["read", "edit"] and all(row["exact"] for row in observations)
