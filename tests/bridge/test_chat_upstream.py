@@ -123,3 +123,28 @@ def test_upstream_url_and_key_rules() -> None:
         OpenAIChatUpstream("http://h", "")
     with pytest.raises(ValueError):
         OpenAIChatUpstream("ftp://h", KEY)
+
+
+def test_stop_twice_while_an_upstream_stream_stalls_shuts_down_cleanly() -> None:
+    """finish() inside ``with bridge:`` stops twice; the second stop must not cut the first one's shutdown."""
+    import threading
+
+    model = ScriptedModel([{"content": [text("never sent")], "stall": True}])
+    errors: list[BaseException] = []
+    previous = threading.excepthook
+    threading.excepthook = lambda args: errors.append(args.exc_value or RuntimeError("thread failed"))
+    try:
+        with model.serve() as url, Bridge(PrefixGate(), OpenAIChatUpstream(url, KEY)) as bridge:
+            parts = urlsplit(bridge.base_url)
+            connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+            connection.request("POST", parts.path + "/v1/chat/completions",
+                               json.dumps({"messages": PREFIX, "tools": TOOLS, "stream": True}),
+                               {"content-type": "application/json"})
+            response = connection.getresponse()  # headers arrive, then the stream stalls
+            assert response.status == 200
+            summary = bridge.finish()
+        connection.close()
+    finally:
+        threading.excepthook = previous
+    assert errors == []
+    assert summary.validated == 1 and not bridge._thread.is_alive()  # type: ignore[union-attr]

@@ -38,6 +38,7 @@ LOOPBACK = frozenset({"127.0.0.1", "::1", "::ffff:127.0.0.1"})
 REFUSAL_PREFIX = "forkpoint bridge refused: "
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0
+SHUTDOWN_GRACE_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,7 @@ class Bridge:
         self._failure: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._stop_requested = False
         self._runner: web.AppRunner | None = None
         self._log_handle: IO[bytes] | None = None
         self._port: int | None = None
@@ -173,7 +175,8 @@ class Bridge:
         await self.upstream.open()
         app = web.Application(client_max_size=MAX_BODY_BYTES)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # in-flight handlers (a stalled upstream stream) get a short grace at shutdown, not aiohttp's 60 s
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE_S)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
@@ -186,10 +189,13 @@ class Bridge:
         await self.upstream.close()
 
     def stop(self) -> None:
-        """Stop the server (idempotent); in-flight requests are cut."""
+        """Stop the server (idempotent: a second call only waits, it never interrupts the first call's shutdown);
+        in-flight requests are cut."""
         thread, loop = self._thread, self._loop
         if thread is not None and loop is not None and thread.is_alive():
-            loop.call_soon_threadsafe(loop.stop)
+            if not self._stop_requested:
+                self._stop_requested = True
+                loop.call_soon_threadsafe(loop.stop)
             thread.join(STOP_TIMEOUT_S)
         if self._log_handle is not None:
             self._log_handle.close()
