@@ -1,4 +1,10 @@
-"""The committed real recordings (tests/fixtures/<adapter>/<version>/<scenario>/) and their workspaces."""
+"""The committed recordings of every adapter (tests/fixtures/<folder>/<version>/<scenario>/) and their workspaces.
+
+One table says, per adapter, where its recordings live, which file is the trajectory forkpoint reads, whether its
+recordings are real (written by the agent's own binaries) or constructed, and whether re-running its tools needs
+the agent's installed runtime (the agent's own tool code runs them). A missing adapter, fixture folder or runtime
+is reported as "not available" by the scripts, never a crash.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +12,34 @@ import fcntl
 import json
 import shutil
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from _common import FIXTURES
 
-TRAJECTORY = {"claude-code": "session.jsonl", "codex": "rollout.jsonl"}
-FOLDER = {"claude-code": "claude_code", "codex": "codex"}
+from forkpoint.model import CallPolicy, Trajectory
+
+
+@dataclass(frozen=True)
+class Spec:
+    folder: str  # tests/fixtures/<folder>
+    trajectory: str  # glob of the trajectory file inside a scenario directory (the first match is used)
+    needs_runtime: bool  # the agent's own installed code re-runs its tools
+    constructed: bool = False  # hand-made recordings (the agent could not be installed to record them)
+
+
+SPECS: dict[str, Spec] = {
+    "claude-code": Spec("claude_code", "session.jsonl", False),
+    "codex": Spec("codex", "rollout.jsonl", False),
+    "pi": Spec("pi", "events.jsonl", True),
+    "opencode": Spec("opencode", "export.json", True),
+    "mini-swe-agent": Spec("mini_swe_agent", "trajectory.traj.json", True),
+    "openhands": Spec("openhands", "trajectory.json", True),
+    "swe-agent": Spec("swe_agent", "*.traj", False, constructed=True),
+}
+ADAPTERS = tuple(SPECS)
 
 
 @dataclass(frozen=True)
@@ -23,10 +48,7 @@ class Fixture:
     version: str
     scenario: str
     path: Path
-
-    @property
-    def trajectory(self) -> Path:
-        return self.path / TRAJECTORY[self.adapter]
+    trajectory: Path
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -38,29 +60,60 @@ class Fixture:
         return f"{self.adapter} {self.version} {self.scenario}"
 
 
-def fixtures(adapters: tuple[str, ...] = ("claude-code", "codex")) -> list[Fixture]:
+def fixtures(adapters: tuple[str, ...] = ADAPTERS) -> list[Fixture]:
+    """Every scenario directory with a trajectory, a meta.json and a workspace-initial/, in a stable order."""
     found = []
     for adapter in adapters:
-        for trajectory in sorted((FIXTURES / FOLDER[adapter]).glob(f"*/*/{TRAJECTORY[adapter]}")):
-            if (trajectory.parent / "workspace-initial").is_dir():
-                found.append(Fixture(adapter, trajectory.parent.parent.name, trajectory.parent.name, trajectory.parent))
+        spec = SPECS[adapter]
+        for scenario in sorted((FIXTURES / spec.folder).glob("*/*/")):
+            trajectories = sorted(scenario.glob(spec.trajectory))
+            if trajectories and (scenario / "meta.json").is_file() and (scenario / "workspace-initial").is_dir():
+                found.append(Fixture(adapter, scenario.parent.name, scenario.name, scenario, trajectories[0]))
     return found
+
+
+def versions(adapter: str) -> list[str]:
+    """The version folders of an adapter's fixtures (empty when it has none)."""
+    root = FIXTURES / SPECS[adapter].folder
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and p.name[:1].isdigit()) if root.is_dir() else []
+
+
+def replayable_boundary(parsed: Trajectory) -> tuple[int, str]:
+    """The last boundary replay-only may run to (no refused call in its prefix, no refused boundary), and why the
+    rest is not replayed ("" when every complete batch is)."""
+    refused_at = next((index for index, batch in enumerate(parsed.batches[: parsed.complete_count])
+                       if any(call.policy is CallPolicy.REFUSED for call in batch.calls)), parsed.complete_count)
+    after = refused_at
+    while after > 0 and after in parsed.boundary_refusals:
+        after -= 1
+    if after == parsed.complete_count:
+        return after, ""
+    if refused_at < parsed.complete_count:
+        call = next(call for call in parsed.batches[refused_at].calls if call.policy is CallPolicy.REFUSED)
+        return after, f"batch {refused_at + 1} `{call.name}` refused: {call.policy_reason or 'by policy'}"
+    return after, f"boundary {parsed.complete_count} refused: {parsed.boundary_refusals[parsed.complete_count]}"
+
+
+#: the lock files the adapters' own tests take around a restored recorded cwd (all are taken, in this order)
+LOCKS = (".{name}.fidelity.lock", ".{name}.lock")
 
 
 @contextmanager
 def restored_workspace(fixture: Fixture) -> Iterator[Path]:
     """The recording's initial workspace at the recorded cwd (tool inputs name it), removed afterwards.
 
-    The same lock file as tests/adapters/claude_code/test_fixture_fidelity.py serialises users of one path.
+    Takes the same lock files as the adapters' fidelity / e2e tests, so a concurrent test of one recorded path
+    waits instead of sharing the directory.
     """
     cwd = Path(fixture.meta["cwd"])
     cwd.parent.mkdir(parents=True, exist_ok=True)
-    with (cwd.parent / f".{cwd.name}.fidelity.lock").open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    with ExitStack() as stack:
+        for pattern in LOCKS:
+            handle = stack.enter_context((cwd.parent / pattern.format(name=cwd.name)).open("w"))
+            fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             shutil.rmtree(cwd, ignore_errors=True)
             shutil.copytree(fixture.path / "workspace-initial", cwd, symlinks=True)
             yield cwd
         finally:
             shutil.rmtree(cwd, ignore_errors=True)
-            fcntl.flock(handle, fcntl.LOCK_UN)

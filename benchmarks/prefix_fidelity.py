@@ -1,12 +1,12 @@
 """1. Prefix-preparation fidelity through the whole CLI (the reference method, §12.3 of the pVisor spec).
 
-Per adapter: 20 generated native trajectories with 2 batches, ``--after-step 1 --prepare-only`` through the
-installed ``forkpoint`` command, 3 repetitions, all attempts in one seeded shuffle with ``python -c pass``
-interleaved as the in-run baseline. A sample passes only if:
+Per adapter with a sample generator (benchmarks/_samples.py): 20 generated native trajectories with 2 batches,
+``--after-step 1 --prepare-only`` through the installed ``forkpoint`` command, 3 repetitions, all attempts in one
+seeded shuffle with ``python -c pass`` interleaved as the in-run baseline. A sample passes only if:
 
 * the source digest is preserved: the file's bytes are unchanged and ``metadata.source_sha256`` is right;
-* the prepared native prefix is a byte-identical head of the source whose tool calls are exactly the first
-  batch's, with the same arguments and the same historical observations;
+* the prepared native prefix is a byte-identical head of the source (OpenHands: the head of its event list) whose
+  tool calls are exactly the first batch's, with the same arguments and the same historical observations;
 * the second action is excluded (its call id and text appear nowhere in the prefix);
 * nothing ran: exit 0, phase ``prepared``, ``replayed_tool_calls`` 0, agent ``not_started``, and none of the
   marker files the trajectory's commands would create exists;
@@ -30,7 +30,9 @@ import _common as c
 from _samples import ADAPTERS, Sample, audit_prefix, make
 
 #: §12.3 of the reference spec (Rust, Ryzen 7 9700X pinned to 2 CPUs): lower-cluster median; P95 (ms).
-REFERENCE = {"claude-code": ("6.51", "17.07"), "codex": ("6.59", "17.82")}
+REFERENCE = {"claude-code": ("6.51", "17.07"), "codex": ("6.59", "17.82"), "opencode": ("6.52", "15.31"),
+             "mini-swe-agent": ("6.75", "14.84"), "openhands": ("6.22", "15.01"), "pi": ("6.07", "15.07"),
+             "swe-agent": ("6.55", "15.20")}
 
 
 def attempt(sample: Sample, rep: int, root: Path, digest: str, inventory: Any) -> tuple[float, list[str], str]:
@@ -121,11 +123,13 @@ def main() -> None:
     body += "\n\n" + ("Failures:\n" + "\n".join(listed) if listed else "Every attempt passed every check.")
     body += f"""
 
-{count} trajectories × {args.repeat} repetitions per adapter (both verified versions of each agent alternate),
+{count} trajectories × {args.repeat} repetitions per adapter (the verified versions of each agent alternate; Pi and
+OpenHands have one each),
 `--after-step 1 --prepare-only` through `{c.describe_argv(c.forkpoint_argv())} replay ... --json`, one seeded
 shuffle of all attempts with `python -c pass` interleaved. Timing covers process launch to exit, like the
-reference. Checks: source bytes and `metadata.source_sha256`; a byte-identical prefix holding exactly the first
-batch's calls, arguments and historical observations; the second action absent; exit 0, phase `prepared`,
+reference. Checks: source bytes and `metadata.source_sha256`; a byte-identical prefix (OpenHands, one JSON
+document: the head of the source's event list) holding exactly the first batch's calls, arguments and historical
+observations; the second action absent; exit 0, phase `prepared`,
 `replayed_tool_calls` 0, agent `not_started`; no marker file created by the trajectory's commands; the
 workspace inventory (path, kind, size, SHA-256) unchanged.
 
