@@ -61,13 +61,14 @@ class Fixture:
 
 
 def fixtures(adapters: tuple[str, ...] = ADAPTERS) -> list[Fixture]:
-    """Every scenario directory with a trajectory, a meta.json and a workspace-initial/, in a stable order."""
+    """Every scenario directory with a trajectory and a meta.json (+ workspace-initial/ unless empty), sorted."""
     found = []
     for adapter in adapters:
         spec = SPECS[adapter]
         for scenario in sorted((FIXTURES / spec.folder).glob("*/*/")):
             trajectories = sorted(scenario.glob(spec.trajectory))
-            if trajectories and (scenario / "meta.json").is_file() and (scenario / "workspace-initial").is_dir():
+            # git keeps no empty directory: a missing workspace-initial/ is an empty initial workspace
+            if trajectories and (scenario / "meta.json").is_file():
                 found.append(Fixture(adapter, scenario.parent.name, scenario.name, scenario, trajectories[0]))
     return found
 
@@ -113,7 +114,11 @@ def restored_workspace(fixture: Fixture) -> Iterator[Path]:
             fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             shutil.rmtree(cwd, ignore_errors=True)
-            shutil.copytree(fixture.path / "workspace-initial", cwd, symlinks=True)
+            initial = fixture.path / "workspace-initial"
+            if initial.is_dir():
+                shutil.copytree(initial, cwd, symlinks=True)
+            else:
+                cwd.mkdir()
             yield cwd
         finally:
             shutil.rmtree(cwd, ignore_errors=True)

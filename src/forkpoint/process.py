@@ -60,6 +60,7 @@ SUPERVISION_ENV = "FORKPOINT_SUPERVISION_ID"
 
 _CHUNK = 64 * 1024
 _TICK_S = 0.02
+_EXIT = object()  # selector data of the leader's pidfd
 _SCAN_INTERVAL_S = 0.05
 _MAX_SCAN_INTERVAL_S = 0.5
 _KILL_WAIT_S = 3.0
@@ -429,6 +430,12 @@ class _Supervision:
         if proc.stdin is not None:
             os.set_blocking(proc.stdin.fileno(), False)
             self.sel.register(proc.stdin.fileno(), selectors.EVENT_WRITE, None)
+        # The leader's exit wakes the loop too: once the pipes are closed, waiting for the exit would otherwise
+        # sleep a whole tick per command (a pidfd is readable when the process exits; Linux >= 5.3).
+        self.exit_fd: int | None = None
+        with contextlib.suppress(OSError, AttributeError):
+            self.exit_fd = os.pidfd_open(proc.pid)
+            self.sel.register(self.exit_fd, selectors.EVENT_READ, _EXIT)
 
     # -- state
 
@@ -466,6 +473,8 @@ class _Supervision:
             for key, _ in self.sel.select(timeout):
                 if key.data is None:
                     self._write_stdin(key.fd)
+                elif key.data is _EXIT:
+                    self._close_exit_fd()
                 else:
                     self._read(key.fd, key.data)
         else:
@@ -547,6 +556,7 @@ class _Supervision:
             self.terminate()
         # Output written before exit is still in the pipes; an unattributed holder gets only a short grace.
         self.pump_until(time.monotonic() + pipe_grace_s, self._readers_closed)
+        self._close_exit_fd()
         for key in list(self.sel.get_map().values()):
             if key.data is None:
                 self._close_stdin()
@@ -585,9 +595,16 @@ class _Supervision:
         return False
 
     def _readers_closed(self) -> bool:
-        return all(key.data is None for key in self.sel.get_map().values())
+        return all(key.data is None or key.data is _EXIT for key in self.sel.get_map().values())
+
+    def _close_exit_fd(self) -> None:
+        if self.exit_fd is not None:
+            self.sel.unregister(self.exit_fd)
+            os.close(self.exit_fd)
+            self.exit_fd = None
 
     def close(self) -> None:
+        self._close_exit_fd()
         self.sel.close()
         for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             if pipe is not None:

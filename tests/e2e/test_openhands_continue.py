@@ -54,7 +54,11 @@ def workspace(scenario: str) -> Iterator[Path]:
     with (cwd.parent / f".{cwd.name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         shutil.rmtree(cwd, ignore_errors=True)
-        shutil.copytree(fixture / "workspace-initial", cwd)
+        initial = fixture / "workspace-initial"  # git keeps no empty directory: absent = an empty workspace
+        if initial.is_dir():
+            shutil.copytree(initial, cwd)
+        else:
+            cwd.mkdir()
         try:
             yield cwd
         finally:
