@@ -17,6 +17,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -409,7 +410,11 @@ def test_real_codex_accepts_the_responses_stub(version: str, tmp_path: Path) -> 
     summary = bridge.summary()
     assert summary.validated == 1 and summary.forwarded == 0 and summary.error() is None
     assert [r.path for r in bridge.records] == ["/v1/responses"]
-    assert bridge.records[0].facts["envelope_items"] == ["skills_instructions"]
+    # + an <environment_context> update (stripped by the gate) when today is not the recording's current_date
+    recorded_date = json.dumps(case.rollout).split('current_date\\":\\"', 1)[-1][:10]
+    changed = [] if recorded_date == datetime.now().astimezone().date().isoformat() else ["environment_context"]
+    assert bridge.records[0].facts["envelope_items"] in (["skills_instructions"],
+                                                         ["skills_instructions", *changed])
 
 
 @pytest.mark.e2e
