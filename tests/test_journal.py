@@ -562,3 +562,67 @@ def test_a_replay_fsyncs_the_journal_once_per_rerun_call(
     assert result.failure is None and result.replayed_tool_calls == 5
     # the new journal's header + each tool_started (before its effect) + run_finished
     assert len(journal_fsyncs) == 1 + 5 + 1
+
+
+def test_a_journal_of_a_run_without_effects_never_fsyncs_yet_keeps_every_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counter = _FsyncCounter(monkeypatch)
+    with Journal.open(tmp_path, durable=False) as journal:
+        journal.append("run_started", run_id="r")
+        journal.append("session_prepared", sync=False, sha256="0" * 64)
+        journal.append("run_finished", status="prepared")
+        journal.sync()
+    assert counter.calls == []
+    assert [e["event"] for e in read_events(tmp_path / JOURNAL_FILE)] == [
+        "run_started", "session_prepared", "run_finished"]
+
+
+def test_a_durable_open_of_a_non_durable_journal_makes_file_and_entry_durable_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Journal.open(tmp_path, durable=False) as journal:
+        journal.append("run_started", run_id="r")
+    synced: list[str] = []
+    real = os.fsync
+
+    def recording(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", recording)
+    with Journal.open(tmp_path) as journal:
+        assert synced == [str(tmp_path / JOURNAL_FILE), str(tmp_path)]  # before any record can precede an effect
+        journal.append("tool_started", batch=1, call_id="a")
+    assert len(synced) == 3
+
+
+def test_prepare_only_fsyncs_no_journal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from forkpoint.engine import execute
+    from forkpoint.request import build_request
+    from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, text, tool_use
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    builder = ClaudeSessionBuilder(session_id="fsync-0000-4000-8000-000000000001", cwd=str(workspace))
+    builder.user_prompt("Count.")
+    builder.assistant([text("1"), tool_use("toolu_00001", "Bash", {"command": "echo 1"})])
+    builder.results({"toolu_00001": "1"})
+    builder.assistant([text("Counted.")])
+    trajectory = builder.write(tmp_path / "session.jsonl")
+    synced: list[str] = []
+    real = os.fsync
+
+    def counting(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", counting)
+    result = execute(build_request({"agent": "claude-code", "trajectory": str(trajectory), "after_step": 1,
+                                    "prepare_only": True, "workspace": str(workspace),
+                                    "state_dir": str(tmp_path / "state"), "output_dir": str(tmp_path / "out"),
+                                    "run_id": "r"}, source="test"))
+    assert result.phase == "prepared" and result.failure is None
+    assert not [path for path in synced if path.startswith(str(tmp_path / "state"))]
+    assert any("result.json" in Path(path).name for path in synced)  # the outputs stay durable
+    assert [e["event"] for e in read_events(tmp_path / "state" / "r" / JOURNAL_FILE)][-1] == "run_finished"

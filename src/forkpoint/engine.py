@@ -60,7 +60,8 @@ def execute(request: ReplayRequest, progress: Progress | None = None) -> ReplayR
     try:
         prepared = _prepare(request, report)
         plan = prepared.plan
-        journal = Journal.open(dirs.state_dir)
+        # prepare-only causes no effect: its journal protects nothing, so it is never fsync'd
+        journal = Journal.open(dirs.state_dir, durable=request.mode is not Mode.PREPARE_ONLY)
     except ReplayError as error:
         return _early_failure(dirs, error)
     if request.mode is not Mode.PREPARE_ONLY:

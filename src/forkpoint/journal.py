@@ -12,6 +12,10 @@ next synced append or by ``close``. The file is append-only and written in order
 suffix of such records; a lost ``tool_finished`` leaves its ``tool_started`` unmatched, which the next run refuses
 as ambiguous: fail closed, one fsync per re-run call instead of two or more.
 
+A journal opened with ``durable=False`` never fsyncs: for a run that causes no effect (prepare-only), a record lost
+to an OS crash protects nothing, and a later durable open of the same file makes the header and the directory
+entry durable before any record can precede an effect.
+
 Format (``<state_dir>/journal.jsonl``, forkpoint's own; one orjson line per record)::
 
     {"format":"forkpoint.journal/v1","journal":"<uuid4 hex>","created_at":"<ISO-8601 UTC>"}
@@ -117,8 +121,10 @@ class Journal:
         header: dict[str, Any],
         records: list[dict[str, Any]],
         size: int,
+        durable: bool = True,
     ) -> None:
         self._path = path
+        self._durable = durable
         self._lock_fd: int | None = lock_fd
         self._fd: int | None = fd
         self._header = header
@@ -128,8 +134,10 @@ class Journal:
         self._unsynced = False
 
     @classmethod
-    def open(cls, state_dir: Path) -> Journal:
+    def open(cls, state_dir: Path, *, durable: bool = True) -> Journal:
         """Create/lock the state dir, recover its records (repairing a torn tail) and refuse ambiguity.
+
+        ``durable=False`` (a run that causes no effect) skips every fsync; see the module doc.
 
         Raises ReplayError: ambiguous_execution when another process holds the lock, the journal is not
         ours or is corrupt (left untouched), or a started tool call has no recorded outcome; executor on
@@ -151,14 +159,14 @@ class Journal:
                 raise _ambiguous(f"another forkpoint process owns the state dir {state_dir}") from None
             except OSError as exc:
                 raise _executor(f"lock {lock_path}: {exc}") from None
-            return cls._recover(state_dir / JOURNAL_FILE, lock_fd)
+            return cls._recover(state_dir / JOURNAL_FILE, lock_fd, durable)
         except BaseException:
             os.close(lock_fd)  # closing the only descriptor releases the flock
             raise
 
     @classmethod
-    def _recover(cls, path: Path, lock_fd: int) -> Journal:
-        fd, created = _open_journal_file(path)
+    def _recover(cls, path: Path, lock_fd: int, durable: bool) -> Journal:
+        fd = _open_journal_file(path)
         try:
             _require_regular(fd, path)
             data = _read_all(fd, path)
@@ -169,9 +177,9 @@ class Journal:
                     os.ftruncate(fd, 0)
                     line = orjson.dumps(header, option=orjson.OPT_APPEND_NEWLINE)
                     _write_all(fd, line)
-                    os.fsync(fd)
-                    if created:
-                        _fsync_dir(path.parent)
+                    if durable:
+                        os.fsync(fd)
+                        _fsync_dir(path.parent)  # also when it existed: a non-durable run may have created it
                     size = len(line)
                 else:
                     header = recovered.header
@@ -179,7 +187,9 @@ class Journal:
                     # tail repair: the torn append never returned, so nothing acted on that record
                     if size < len(data):
                         os.ftruncate(fd, size)
+                    if durable:  # the file may come from a non-durable run: make it and its entry durable now
                         os.fsync(fd)
+                        _fsync_dir(path.parent)
             except OSError as exc:
                 raise _executor(f"recover journal {path}: {exc}") from None
             ambiguous = find_ambiguous(recovered.records)
@@ -191,7 +201,7 @@ class Journal:
         except BaseException:
             os.close(fd)
             raise
-        return cls(path, lock_fd, fd, header, recovered.records, size)
+        return cls(path, lock_fd, fd, header, recovered.records, size, durable)
 
     @property
     def path(self) -> Path:
@@ -222,13 +232,13 @@ class Journal:
             raise _internal(f"journal event {event!r} is {len(line)} bytes; the limit is {MAX_RECORD_BYTES}")
         try:
             _write_all(fd, line)
-            if sync:
+            if sync and self._durable:
                 os.fsync(fd)
         except OSError as exc:
             self._failed = True
             raise _executor(f"commit journal record {event!r} to {self._path}: {exc}") from None
         self._size += len(line)
-        self._unsynced = not sync
+        self._unsynced = self._durable and not sync
         self._records.append(orjson.loads(line))  # keep exactly what is on disk, not the caller's objects
 
     def sync(self) -> None:
@@ -380,14 +390,14 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _open_journal_file(path: Path) -> tuple[int, bool]:
-    """Open read-write/append, refusing symlinks; the flag says whether this call created the file."""
+def _open_journal_file(path: Path) -> int:
+    """Open read-write/append (created if missing), refusing symlinks."""
     flags = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         try:
-            return os.open(path, flags), False
+            return os.open(path, flags)
         except FileNotFoundError:
-            return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600), True
+            return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError as exc:
         raise _executor(f"open journal {path}: {exc}") from None
 
