@@ -8,11 +8,8 @@ is reported as "not available" by the scripts, never a crash.
 
 from __future__ import annotations
 
-import fcntl
 import json
-import shutil
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +17,7 @@ from typing import Any
 from _common import FIXTURES
 
 from forkpoint.model import CallPolicy, Trajectory
+from forkpoint.testing import recordings
 
 
 @dataclass(frozen=True)
@@ -95,30 +93,7 @@ def replayable_boundary(parsed: Trajectory) -> tuple[int, str]:
     return after, f"boundary {parsed.complete_count} refused: {parsed.boundary_refusals[parsed.complete_count]}"
 
 
-#: the lock files the adapters' own tests take around a restored recorded cwd (all are taken, in this order)
-LOCKS = (".{name}.fidelity.lock", ".{name}.lock")
-
-
-@contextmanager
-def restored_workspace(fixture: Fixture) -> Iterator[Path]:
-    """The recording's initial workspace at the recorded cwd (tool inputs name it), removed afterwards.
-
-    Takes the same lock files as the adapters' fidelity / e2e tests, so a concurrent test of one recorded path
-    waits instead of sharing the directory.
-    """
-    cwd = Path(fixture.meta["cwd"])
-    cwd.parent.mkdir(parents=True, exist_ok=True)
-    with ExitStack() as stack:
-        for pattern in LOCKS:
-            handle = stack.enter_context((cwd.parent / pattern.format(name=cwd.name)).open("w"))
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            shutil.rmtree(cwd, ignore_errors=True)
-            initial = fixture.path / "workspace-initial"
-            if initial.is_dir():
-                shutil.copytree(initial, cwd, symlinks=True)
-            else:
-                cwd.mkdir()
-            yield cwd
-        finally:
-            shutil.rmtree(cwd, ignore_errors=True)
+def restored_workspace(fixture: Fixture) -> AbstractContextManager[Path]:
+    """The recording's initial workspace at the recorded cwd (tool inputs name it), removed afterwards; holds the
+    same per-cwd lock as the adapters' tests, so a concurrent test of one recorded path waits."""
+    return recordings.restored_workspace(fixture.path)

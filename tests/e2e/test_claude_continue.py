@@ -8,7 +8,6 @@ the observations must be exact, and the real claude must execute the scripted ne
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,10 +16,9 @@ import pytest
 
 from forkpoint import runtimes
 from forkpoint.adapters.claude_code.parse import parse_session
-from forkpoint.engine import execute
-from forkpoint.request import build_request
 from forkpoint.results import ReplayResult
 from forkpoint.testing import ScriptedModel
+from forkpoint.testing.recordings import replay_recording
 
 pytestmark = pytest.mark.e2e
 
@@ -45,16 +43,6 @@ def _require_runtime(version: str) -> None:
         pytest.skip(f"claude-code {version} is not installed (forkpoint agents install claude-code@{version})")
 
 
-def restore_workspace(fixture: Path) -> Path:
-    """The recording's initial workspace, at the recorded absolute path (tool inputs name it)."""
-    meta = json.loads((fixture / "meta.json").read_text())
-    workspace = Path(meta["cwd"])
-    if workspace.exists():
-        shutil.rmtree(workspace)
-    shutil.copytree(fixture / "workspace-initial", workspace)
-    return workspace
-
-
 @pytest.fixture()
 def upstream_key(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "scripted-upstream-key")
@@ -62,18 +50,8 @@ def upstream_key(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def run(fixture: Path, tmp_path: Path, after: int, **overrides: Any) -> ReplayResult:
-    workspace = restore_workspace(fixture)
-    values: dict[str, Any] = {
-        "agent": "claude-code",
-        "trajectory": str(fixture / "session.jsonl"),
-        "after_step": after,
-        "workspace": str(workspace),
-        "state_dir": str(tmp_path / "state"),
-        "output_dir": str(tmp_path / "out"),
-        "run_id": f"run-{after}",
-    }
-    values.update(overrides)
-    return execute(build_request(values, source="test"))
+    return replay_recording(fixture, tmp_path, agent="claude-code", trajectory="session.jsonl", after=after,
+                            **overrides)
 
 
 @pytest.mark.parametrize(("version", "scenario", "after"), _cases(), ids=lambda v: str(v))

@@ -9,7 +9,6 @@ execute the scripted next action.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from forkpoint.engine import execute
 from forkpoint.request import build_request
 from forkpoint.results import ReplayResult
 from forkpoint.testing import ScriptedModel
+from forkpoint.testing.recordings import replay_recording
 
 pytestmark = pytest.mark.e2e
 
@@ -42,26 +42,8 @@ def _require_runtime(version: str) -> None:
         pytest.skip(f"codex {version} is not installed (forkpoint agents install codex@{version})")
 
 
-def restore_workspace(fixture: Path) -> Path:
-    workspace = Path(json.loads((fixture / "meta.json").read_text())["cwd"])
-    if workspace.exists():
-        shutil.rmtree(workspace)
-    shutil.copytree(fixture / "workspace-initial", workspace)
-    return workspace
-
-
 def run(fixture: Path, tmp_path: Path, after: int, **overrides: Any) -> ReplayResult:
-    values: dict[str, Any] = {
-        "agent": "codex",
-        "trajectory": str(fixture / "rollout.jsonl"),
-        "after_step": after,
-        "workspace": str(restore_workspace(fixture)),
-        "state_dir": str(tmp_path / "state"),
-        "output_dir": str(tmp_path / "out"),
-        "run_id": overrides.pop("run_id", f"run-{after}"),
-    }
-    values.update(overrides)
-    return execute(build_request(values, source="test"))
+    return replay_recording(fixture, tmp_path, agent="codex", trajectory="rollout.jsonl", after=after, **overrides)
 
 
 @pytest.mark.parametrize(("version", "scenario", "after"), _cases(), ids=lambda v: str(v))
@@ -145,7 +127,6 @@ def test_unknown_tool_and_missing_session_meta(tmp_path: Path) -> None:
     unknown = tmp_path / "rollout-unknown.jsonl"
     unknown.write_text("\n".join(line.replace('"name":"exec_command"', '"name":"teleport"') for line in source) + "\n")
     fixture = FIXTURES / "0.149.0" / "exec_basic"
-    result = execute(build_request({"agent": "codex", "trajectory": str(unknown), "after_step": 1,
-                                    "replay_only": True, "workspace": str(restore_workspace(fixture)),
-                                    "output_dir": str(tmp_path / "o2")}, source="test"))
+    result = replay_recording(fixture, tmp_path, agent="codex", trajectory=unknown, after=1, replay_only=True,
+                              output_dir=str(tmp_path / "o2"))
     assert result.failure is not None and result.exit_code == 11 and "teleport" in result.failure.message

@@ -24,6 +24,7 @@ from forkpoint.engine import execute
 from forkpoint.request import build_request
 from forkpoint.results import ReplayResult
 from forkpoint.testing import ScriptedModel
+from forkpoint.testing.recordings import replay_recording
 
 pytestmark = pytest.mark.e2e
 
@@ -51,14 +52,6 @@ def _require_runtime(version: str) -> None:
         pytest.skip(f"mini-swe-agent {version} is not installed (forkpoint agents install mini-swe-agent@{version})")
 
 
-def restore_workspace(fixture: Path) -> Path:
-    workspace = Path(json.loads((fixture / "meta.json").read_text())["cwd"])
-    if workspace.exists():
-        shutil.rmtree(workspace)
-    shutil.copytree(fixture / "workspace-initial", workspace)
-    return workspace
-
-
 def script_from(fixture: Path, after: int) -> ScriptedModel:
     """The recording's own model turns from the boundary on (the n-th continued request gets turn P + n)."""
     script = json.loads((fixture / "script.json").read_text())
@@ -68,17 +61,8 @@ def script_from(fixture: Path, after: int) -> ScriptedModel:
 
 
 def run(fixture: Path, tmp_path: Path, after: int, **overrides: Any) -> ReplayResult:
-    values: dict[str, Any] = {
-        "agent": "mini-swe-agent",
-        "trajectory": str(fixture / "trajectory.traj.json"),
-        "after_step": after,
-        "workspace": str(restore_workspace(fixture)),
-        "state_dir": str(tmp_path / "state"),
-        "output_dir": str(tmp_path / "out"),
-        "run_id": overrides.pop("run_id", f"run-{after}"),
-    }
-    values.update(overrides)
-    return execute(build_request(values, source="test"))
+    return replay_recording(fixture, tmp_path, agent="mini-swe-agent", trajectory="trajectory.traj.json", after=after,
+                            **overrides)
 
 
 @pytest.mark.parametrize(("version", "scenario", "after"), _cases(), ids=lambda v: str(v))

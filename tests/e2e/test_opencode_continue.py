@@ -9,12 +9,8 @@ recording (the system prompt compared date-masked), and the real opencode must e
 
 from __future__ import annotations
 
-import fcntl
 import json
-import shutil
 import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +19,10 @@ import pytest
 from forkpoint import runtimes
 from forkpoint.adapters.opencode.envelope import masked_system_sha256, project_request_message
 from forkpoint.adapters.opencode.parse import parse_opencode
-from forkpoint.engine import execute
 from forkpoint.hashing import canonical_sha256
-from forkpoint.request import build_request
 from forkpoint.results import ReplayResult
 from forkpoint.testing import ScriptedModel
+from forkpoint.testing.recordings import replay_recording
 from forkpoint.testing.scripted_model import text, tool_use
 
 pytestmark = pytest.mark.e2e
@@ -51,40 +46,9 @@ def require_runtime(version: str) -> None:
         pytest.skip(f"opencode {version} is not installed (forkpoint agents install opencode@{version})")
 
 
-def restore_workspace(fixture: Path) -> Path:
-    workspace = Path(json.loads((fixture / "meta.json").read_text())["cwd"])
-    if workspace.exists():
-        shutil.rmtree(workspace)
-    shutil.copytree(fixture / "workspace-initial", workspace)
-    return workspace
-
-
-@contextmanager
-def exclusive(fixture: Path) -> Iterator[None]:
-    """Hold the recorded cwd (another test process, e.g. the fixture-fidelity test, may use the same /tmp path)."""
-    cwd = Path(json.loads((fixture / "meta.json").read_text())["cwd"])
-    cwd.parent.mkdir(parents=True, exist_ok=True)
-    with (cwd.parent / f".{cwd.name}.fidelity.lock").open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def run(fixture: Path, tmp_path: Path, after: int, trajectory: Path | None = None, **overrides: Any) -> ReplayResult:
-    with exclusive(fixture):
-        values: dict[str, Any] = {
-            "agent": "opencode",
-            "trajectory": str(trajectory or fixture / "export.json"),
-            "after_step": after,
-            "workspace": str(restore_workspace(fixture)),
-            "state_dir": str(tmp_path / "state"),
-            "output_dir": str(tmp_path / "out"),
-            "run_id": overrides.pop("run_id", f"run-{after}"),
-        }
-        values.update(overrides)
-        return execute(build_request(values, source="test"))
+    return replay_recording(fixture, tmp_path, agent="opencode", trajectory=trajectory or "export.json", after=after,
+                            **overrides)
 
 
 def recorded_main_requests(fixture: Path) -> list[dict[str, Any]]:

@@ -9,11 +9,8 @@ task. Negative cases: a tampered prefix is refused with nothing forwarded; an un
 
 from __future__ import annotations
 
-import fcntl
 import json
-import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +24,7 @@ from forkpoint.model import JsonObject, Plan
 from forkpoint.request import build_request
 from forkpoint.results import ReplayResult
 from forkpoint.testing import ScriptedModel
+from forkpoint.testing.recordings import restored_workspace
 
 pytestmark = pytest.mark.e2e
 
@@ -46,23 +44,8 @@ def _runtime(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
 
 
-@contextmanager
-def workspace(scenario: str) -> Iterator[Path]:
-    fixture = FIXTURES / scenario
-    cwd = Path(json.loads((fixture / "meta.json").read_text())["cwd"])
-    cwd.parent.mkdir(parents=True, exist_ok=True)
-    with (cwd.parent / f".{cwd.name}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        shutil.rmtree(cwd, ignore_errors=True)
-        initial = fixture / "workspace-initial"  # git keeps no empty directory: absent = an empty workspace
-        if initial.is_dir():
-            shutil.copytree(initial, cwd)
-        else:
-            cwd.mkdir()
-        try:
-            yield cwd
-        finally:
-            shutil.rmtree(cwd, ignore_errors=True)
+def workspace(scenario: str) -> AbstractContextManager[Path]:
+    return restored_workspace(FIXTURES / scenario)
 
 
 def run(scenario: str, cwd: Path, tmp_path: Path, after: int, trajectory: Path | None = None,

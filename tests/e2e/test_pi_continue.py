@@ -10,7 +10,6 @@ message), and the real Pi must execute the scripted next action.
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,10 +19,9 @@ import pytest
 from forkpoint import runtimes
 from forkpoint.adapters.pi import continuation
 from forkpoint.adapters.pi.parse import parse_pi
-from forkpoint.engine import execute
-from forkpoint.request import build_request
 from forkpoint.results import ReplayResult
 from forkpoint.testing import ScriptedModel
+from forkpoint.testing.recordings import replay_recording
 
 pytestmark = pytest.mark.e2e
 
@@ -44,26 +42,8 @@ def _runtime(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
 
 
-def restore_workspace(fixture: Path) -> Path:
-    workspace = Path(json.loads((fixture / "meta.json").read_text())["cwd"])
-    if workspace.exists():
-        shutil.rmtree(workspace)
-    shutil.copytree(fixture / "workspace-initial", workspace)
-    return workspace
-
-
 def run(fixture: Path, tmp_path: Path, after: int, name: str = "events.jsonl", **overrides: Any) -> ReplayResult:
-    values: dict[str, Any] = {
-        "agent": "pi",
-        "trajectory": str(fixture / name),
-        "after_step": after,
-        "workspace": str(restore_workspace(fixture)),
-        "state_dir": str(tmp_path / "state"),
-        "output_dir": str(tmp_path / "out"),
-        "run_id": overrides.pop("run_id", f"run-{after}"),
-    }
-    values.update(overrides)
-    return execute(build_request(values, source="test"))
+    return replay_recording(fixture, tmp_path, agent="pi", trajectory=name, after=after, **overrides)
 
 
 def recorded_request(fixture: Path, after: int) -> dict[str, Any]:

@@ -15,7 +15,6 @@ import json
 import shutil
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from forkpoint.adapters.claude_code.launch import project_dir_name
 from forkpoint.adapters.claude_code.parse import parse_session
 from forkpoint.adapters.claude_code.tools import ClaudeToolExecutor, normalize_volatile
 from forkpoint.model import CallPolicy, FreshObservation, RunContext, ToolCall
+from forkpoint.testing.recordings import holding, restore_initial
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "claude_code"
 SESSIONS = sorted(FIXTURES.glob("2.*/*/session.jsonl"))
@@ -57,7 +57,7 @@ class Replay:
 _REPLAYS: dict[Path, Replay] = {}
 
 
-@contextmanager
+
 def _exclusive(cwd: Path) -> Iterator[None]:
     """Serialise replays of one recorded cwd (another test process may use the same /tmp path)."""
     cwd.parent.mkdir(parents=True, exist_ok=True)
@@ -91,9 +91,8 @@ def replay(session: Path) -> Replay:
     calls = _fresh_calls(session)
     cwd = Path(meta["cwd"])
     result = Replay({call.call_id: call for call in calls}, {}, _recorded_tool_use_results(session))
-    with _exclusive(cwd), tempfile.TemporaryDirectory(prefix="forkpoint-fidelity-") as tmp:
-        shutil.rmtree(cwd, ignore_errors=True)
-        shutil.copytree(fixture / "workspace-initial", cwd)
+    with holding(cwd), tempfile.TemporaryDirectory(prefix="forkpoint-fidelity-") as tmp:
+        restore_initial(fixture)
         config_dir = Path(tmp) / "home" / ".claude"
         context = RunContext(cwd, Path(tmp) / "state", Path(tmp) / "out")
         executor = ClaudeToolExecutor(context, trajectory.version, trajectory.session_id, config_dir)

@@ -17,7 +17,6 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from forkpoint.adapters.codex.parse import parse_rollout
 from forkpoint.adapters.codex.tools import CodexToolExecutor, normalize_volatile
 from forkpoint.errors import ReplayError
 from forkpoint.model import CallPolicy, FreshObservation, RunContext, ToolCall
+from forkpoint.testing.recordings import holding, restore_initial
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "codex"
 EXTRA = [Path(p) for p in os.environ.get("FORKPOINT_CODEX_EXTRA_FIXTURES", "").split(":") if p]
@@ -57,7 +57,7 @@ class Replay:
 _REPLAYS: dict[Path, Replay] = {}
 
 
-@contextmanager
+
 def _exclusive(cwd: Path) -> Iterator[None]:
     """Serialise replays of one recorded cwd (another test process may use the same /tmp path)."""
     cwd.parent.mkdir(parents=True, exist_ok=True)
@@ -81,9 +81,8 @@ def replay(rollout: Path) -> Replay:
     cwd = Path(meta["cwd"])
     assert trajectory.cwd == str(cwd)
     result = Replay({call.call_id: call for call in calls}, {}, {})
-    with _exclusive(cwd), tempfile.TemporaryDirectory(prefix="forkpoint-fidelity-") as tmp:
-        shutil.rmtree(cwd, ignore_errors=True)
-        shutil.copytree(fixture / "workspace-initial", cwd, symlinks=True)
+    with holding(cwd), tempfile.TemporaryDirectory(prefix="forkpoint-fidelity-") as tmp:
+        restore_initial(fixture)
         context = RunContext(cwd, Path(tmp) / "state", Path(tmp) / "out", trajectory.session_id)
         executor = CodexToolExecutor(context, trajectory.version, native=trajectory.native)
         try:

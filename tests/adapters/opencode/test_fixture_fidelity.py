@@ -13,7 +13,6 @@ import json
 import shutil
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from forkpoint import runtimes
 from forkpoint.adapters.opencode.parse import parse_opencode
 from forkpoint.adapters.opencode.tools import OpenCodeToolExecutor, normalize_volatile
 from forkpoint.model import CallPolicy, FreshObservation, RunContext, ToolCall
+from forkpoint.testing.recordings import holding, restore_initial
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "opencode"
 EXPORTS = sorted(FIXTURES.glob("*/*/export.json"))
@@ -47,7 +47,7 @@ class Replay:
 _REPLAYS: dict[Path, Replay] = {}
 
 
-@contextmanager
+
 def exclusive(cwd: Path) -> Iterator[None]:
     """Serialise replays of one recorded cwd (the e2e tests restore the same /tmp path)."""
     cwd.parent.mkdir(parents=True, exist_ok=True)
@@ -71,9 +71,8 @@ def replay(export: Path) -> Replay:
     assert trajectory.cwd == str(cwd)
     calls = fresh_calls(export)
     result = Replay({call.call_id: call for call in calls}, {})
-    with exclusive(cwd), tempfile.TemporaryDirectory(prefix="forkpoint-oc-fidelity-") as tmp:
-        shutil.rmtree(cwd, ignore_errors=True)
-        shutil.copytree(export.parent / "workspace-initial", cwd, symlinks=True)
+    with holding(cwd), tempfile.TemporaryDirectory(prefix="forkpoint-oc-fidelity-") as tmp:
+        restore_initial(export.parent)
         executor = OpenCodeToolExecutor(RunContext(cwd, Path(tmp) / "state", Path(tmp) / "out"), runtime.entrypoint)
         try:
             for call in calls:

@@ -6,8 +6,6 @@ initial state at the recorded path, and every call of every batch runs in order.
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -17,6 +15,7 @@ from forkpoint.adapters.pi.parse import parse_pi
 from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.model import CallPolicy, RunContext, ToolCall
 from forkpoint.runtimes import find
+from forkpoint.testing.recordings import restore_initial
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "pi" / "0.83.0"
 SCENARIOS = ("single_bash", "parallel", "file_tools", "error_result")
@@ -24,17 +23,10 @@ SCENARIOS = ("single_bash", "parallel", "file_tools", "error_result")
 pytestmark = pytest.mark.skipif(find("pi", "0.83.0") is None, reason="pi 0.83.0 is not installed")
 
 
-def _restore(scenario: str) -> Path:
-    workspace = Path(json.loads((FIXTURES / scenario / "meta.json").read_text())["cwd"])
-    shutil.rmtree(workspace, ignore_errors=True)
-    shutil.copytree(FIXTURES / scenario / "workspace-initial", workspace)
-    return workspace
-
-
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_fresh_equals_historical(scenario: str, tmp_path: Path) -> None:
     parsed = parse_pi(FIXTURES / scenario / "events.jsonl")
-    context = RunContext(_restore(scenario), tmp_path / "state", tmp_path / "out")
+    context = RunContext(restore_initial(FIXTURES / scenario), tmp_path / "state", tmp_path / "out")
     executor = PiAdapter().executor(None, context)  # type: ignore[arg-type]
     try:
         for batch in parsed.batches:
@@ -49,7 +41,7 @@ def test_fresh_equals_historical(scenario: str, tmp_path: Path) -> None:
 
 
 def test_unknown_tool_is_refused_before_any_effect(tmp_path: Path) -> None:
-    context = RunContext(_restore("unknown_tool"), tmp_path / "state", tmp_path / "out")
+    context = RunContext(restore_initial(FIXTURES / "unknown_tool"), tmp_path / "state", tmp_path / "out")
     executor = PiAdapter().executor(None, context)  # type: ignore[arg-type]
     call = ToolCall("c1", "glob", {"pattern": "*.py"}, None, CallPolicy.REFUSED, "unsupported")
     with pytest.raises(ReplayError) as info:

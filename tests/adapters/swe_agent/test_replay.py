@@ -7,12 +7,9 @@ renders them with the recording's templates. The expected texts were written by 
 
 from __future__ import annotations
 
-import fcntl
 import json
-import shutil
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +20,7 @@ from forkpoint.engine import execute
 from forkpoint.model import CallPolicy
 from forkpoint.request import build_request
 from forkpoint.results import ReplayResult
+from forkpoint.testing.recordings import restored_workspace
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "swe_agent" / "1.1.0"
 
@@ -38,19 +36,8 @@ def _cases() -> list[tuple[str, int]]:
     return cases
 
 
-@contextmanager
-def restored(scenario: str) -> Iterator[Path]:
-    fixture = FIXTURES / scenario
-    cwd = Path(json.loads((fixture / "meta.json").read_text())["cwd"])
-    cwd.parent.mkdir(parents=True, exist_ok=True)
-    with (cwd.parent / f".{cwd.name}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        shutil.rmtree(cwd, ignore_errors=True)
-        shutil.copytree(fixture / "workspace-initial", cwd)
-        try:
-            yield cwd
-        finally:
-            shutil.rmtree(cwd, ignore_errors=True)
+def restored(scenario: str) -> AbstractContextManager[Path]:
+    return restored_workspace(FIXTURES / scenario)
 
 
 def run(scenario: str, workspace: Path, tmp_path: Path, after: int, **values: Any) -> ReplayResult:

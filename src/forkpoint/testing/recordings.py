@@ -1,0 +1,91 @@
+"""Committed recordings (fixture dirs with ``meta.json`` + ``workspace-initial/``) replayed at their recorded cwd.
+
+Tool inputs of a recording name absolute paths, so a replay needs the initial workspace restored at the recorded
+cwd. Several test processes (e2e, fidelity tests, benchmarks) may restore the same /tmp path at once: every
+restore holds one lock file per recorded cwd, so they wait for each other instead of sharing the directory.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from forkpoint.results import ReplayResult
+
+
+def recorded_cwd(fixture: Path) -> Path:
+    """The absolute cwd the recording was made in (``meta.json``)."""
+    return Path(json.loads((fixture / "meta.json").read_text("utf-8"))["cwd"])
+
+
+@contextmanager
+def holding(cwd: Path) -> Iterator[None]:
+    """Exclusive use of one recorded cwd across processes (a lock file beside it)."""
+    cwd.parent.mkdir(parents=True, exist_ok=True)
+    with (cwd.parent / f".{cwd.name}.lock").open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def restore_initial(fixture: Path) -> Path:
+    """Replace the recorded cwd with the recording's initial workspace; call it while :func:`holding` that cwd.
+
+    git keeps no empty directory, so a missing ``workspace-initial`` means an empty workspace.
+    """
+    cwd = recorded_cwd(fixture)
+    shutil.rmtree(cwd, ignore_errors=True)
+    initial = fixture / "workspace-initial"
+    if initial.is_dir():
+        shutil.copytree(initial, cwd, symlinks=True)
+    else:
+        cwd.mkdir(parents=True)
+    return cwd
+
+
+@contextmanager
+def restored_workspace(fixture: Path, *, remove: bool = True) -> Iterator[Path]:
+    """The initial workspace at the recorded cwd, held for the block (and removed after it unless ``remove`` is
+    False, which leaves it for inspection until the next restore)."""
+    cwd = recorded_cwd(fixture)
+    with holding(cwd):
+        try:
+            yield restore_initial(fixture)
+        finally:
+            if remove:
+                shutil.rmtree(cwd, ignore_errors=True)
+
+
+def replay_recording(
+    fixture: Path, tmp_path: Path, *, agent: str, trajectory: str | Path, after: int, **overrides: Any
+) -> ReplayResult:
+    """``engine.execute`` of one recording at boundary ``after`` in its restored workspace.
+
+    ``trajectory`` is a file name inside the fixture or a path; state and output go under ``tmp_path``; the run id
+    is ``run-<after>`` unless overridden; any other request key can be overridden. The workspace is left in place
+    after the run (tests inspect it) and the cwd is held while the run lasts.
+    """
+    from forkpoint.engine import execute
+    from forkpoint.request import build_request
+
+    source = trajectory if isinstance(trajectory, Path) else fixture / trajectory
+    with restored_workspace(fixture, remove=False) as workspace:
+        values: dict[str, Any] = {
+            "agent": agent,
+            "trajectory": str(source),
+            "after_step": after,
+            "workspace": str(workspace),
+            "state_dir": str(tmp_path / "state"),
+            "output_dir": str(tmp_path / "out"),
+            "run_id": overrides.pop("run_id", f"run-{after}"),
+        }
+        values.update(overrides)
+        return execute(build_request(values, source="test"))
