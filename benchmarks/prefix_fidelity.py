@@ -5,8 +5,13 @@ Per adapter with a sample generator (benchmarks/_samples.py): 20 generated nativ
 seeded shuffle with ``python -c pass`` interleaved as the in-run baseline. A sample passes only if:
 
 * the source digest is preserved: the file's bytes are unchanged and ``metadata.source_sha256`` is right;
-* the prepared native prefix is a byte-identical head of the source (OpenHands: the head of its event list) whose
-  tool calls are exactly the first batch's, with the same arguments and the same historical observations;
+* the prepared native prefix is a byte-identical head of the source (the JSON-lines formats: Claude Code, Codex,
+  Pi) or, for the one-document formats, structurally the source cut short: OpenHands the head of its event list;
+  mini-swe-agent the head of ``messages`` with everything else as recorded except ``info``'s exit status,
+  submission and ``model_stats.api_calls``; OpenCode the session info as recorded and the head of ``messages``;
+  SWE-agent the heads of ``trajectory`` and ``history`` (ending at the last step's observation), ``info`` without
+  its end-of-run fields; and its tool calls are exactly the first batch's, with the same arguments and the same
+  historical observations;
 * the second action is excluded (its call id and text appear nowhere in the prefix);
 * nothing ran: exit 0, phase ``prepared``, ``replayed_tool_calls`` 0, agent ``not_started``, and none of the
   marker files the trajectory's commands would create exists;
@@ -123,15 +128,27 @@ def main() -> None:
     body += "\n\n" + ("Failures:\n" + "\n".join(listed) if listed else "Every attempt passed every check.")
     body += f"""
 
-{count} trajectories × {args.repeat} repetitions per adapter (the verified versions of each agent alternate; Pi and
-OpenHands have one each),
-`--after-step 1 --prepare-only` through `{c.describe_argv(c.forkpoint_argv())} replay ... --json`, one seeded
-shuffle of all attempts with `python -c pass` interleaved. Timing covers process launch to exit, like the
-reference. Checks: source bytes and `metadata.source_sha256`; a byte-identical prefix (OpenHands, one JSON
-document: the head of the source's event list) holding exactly the first batch's calls, arguments and historical
-observations; the second action absent; exit 0, phase `prepared`,
-`replayed_tool_calls` 0, agent `not_started`; no marker file created by the trajectory's commands; the
-workspace inventory (path, kind, size, SHA-256) unchanged.
+{count} trajectories × {args.repeat} repetitions per adapter
+({', '.join(ADAPTERS)}; the verified versions of each agent alternate: Claude Code 2.1.220 / 2.1.332,
+Codex 0.149.0 / 0.171.0, mini-swe-agent 1.17.5 / 2.4.6 (its two trajectory formats), OpenCode 1.17.11 / 1.18.33
+(`opencode export` JSON); Pi 0.83.0, OpenHands 0.62.0 and SWE-agent 1.1.0 have one each),
+`--after-step 1 --prepare-only` through
+`{c.describe_argv(c.forkpoint_argv())} replay ... --json`, one seeded shuffle of all attempts with `python -c pass`
+interleaved. Timing covers process launch to exit, like the reference. The OpenHands, mini-swe-agent, OpenCode and
+SWE-agent samples are built on committed fixtures (the real recordings; SWE-agent's are constructed, it cannot be
+installed here); Claude Code and Codex samples come from forkpoint's session builders, Pi's are written in the
+shape of its real recordings.
+
+Checks: source bytes and `metadata.source_sha256`; the prefix holding exactly the first batch's calls, arguments
+and historical observations; the second action absent (its call id and output text appear nowhere); exit 0, phase
+`prepared`, `replayed_tool_calls` 0, agent `not_started`; no marker file created by the trajectory's commands; the
+workspace inventory (path, kind, size, SHA-256) unchanged. The prefix of a JSON-lines format (Claude Code, Codex,
+Pi) must be a byte-identical head of the source. The one-document formats are compared structurally, since the
+adapter writes a new document: OpenHands the head of the event list; mini-swe-agent the head of `messages`, the
+rest as recorded except `info`'s exit status, submission and `model_stats.api_calls` (the run is unfinished);
+OpenCode the session info as recorded and the head of `messages` (every part); SWE-agent the heads of `trajectory`
+and `history` (ending at the last step's observation), `replay_config` as recorded, `info` without its end-of-run
+fields.
 
 Honest comparison: the reference is a Rust binary; forkpoint is a Python CLI, and the interpreter alone
 (`python -c pass`, same run) costs the baseline row. Importing forkpoint's CLI stack (typer, rich, pydantic)

@@ -2,8 +2,9 @@
 
 Per trajectory, in one process, every round shuffling (sample, task) pairs:
 
-* floor: read the file and orjson-parse every line (the least any prepare must do; a one-document format such as
-  OpenHands' trajectory.json: read + one orjson parse);
+* floor: read the file and orjson-parse every line (the least any prepare must do; a one-document format —
+  OpenHands' trajectory.json, mini-swe-agent's .traj.json, OpenCode's export, SWE-agent's .traj: read + one
+  orjson parse);
 * parse: ``adapter.parse`` (includes the source SHA-256);
 * adapter prepare: parse + ``profile_for`` + ``plan.select_boundary`` + ``write_prepared_prefix`` (atomic write);
 * engine prepare: ``forkpoint.engine.execute(build_request({... "prepare_only": True}))``: the same plus request
@@ -29,7 +30,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as c
-from _samples import ADAPTERS, Sample, make
+from _samples import ADAPTERS, DOCUMENT_FORMATS, Sample, make
 
 from forkpoint import plan as planning
 from forkpoint.adapters import get_adapter
@@ -40,7 +41,7 @@ from forkpoint.request import build_request
 TARGET_S = 0.001
 TASKS = ("floor", "parse", "adapter", "engine")
 #: formats that are one JSON document rather than JSON lines (their floor: read + one orjson parse)
-WHOLE_DOCUMENT = frozenset({"openhands"})
+WHOLE_DOCUMENT = DOCUMENT_FORMATS
 
 
 def tasks_for(sample: Sample, root: Path) -> dict[str, Callable[[], None]]:
@@ -154,8 +155,13 @@ def main() -> None:
                     for adapter in ADAPTERS}
     body += f"""
 
-{count} generated 2-batch trajectories per adapter (the prefix-fidelity samples; sizes: {sizes}), after_step 1,
-{args.repeat} rounds after one warm-up round, each round in a fresh seeded shuffle of (sample, task).
+{count} generated 2-batch trajectories per adapter (the prefix-fidelity samples of all {len(ADAPTERS)} adapters, the
+verified versions of each agent alternating), after_step 1, {args.repeat} rounds after one warm-up round, each round
+in a fresh seeded shuffle of (sample, task). Sizes: {sizes}.
+The floor of the one-document formats (OpenHands, mini-swe-agent, OpenCode, SWE-agent) is reading the file + one
+orjson parse; their adapters parse it whole and write the cut as a new document (SWE-agent and mini-swe-agent with
+the agent's own `json.dumps(indent=2)`).
+
 The engine adds {', '.join(f'{a} {ms_of(v)} ms' for a, v in engine_share.items())} (median) on top of the adapter
 work: request validation, workspace check, the fsync'd state journal (open + appends, each `fsync`'d),
 exclusive run-dir creation and the manifest / summary / result / event-copy writes (each an atomic
