@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from forkpoint.adapters.swe_agent import SweAgentAdapter
-from forkpoint.adapters.swe_agent.parse import parse_traj, recorded_cwd
+from forkpoint.adapters.swe_agent.parse import first_word, parse_traj, recorded_cwd
 from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.model import CallPolicy, Mode
 from forkpoint.plan import select_boundary
@@ -177,3 +177,17 @@ def test_bundle_state_keys_are_refused(tmp_path: Path) -> None:
 ])
 def test_recorded_cwd(repo: Any, cwd: str | None) -> None:
     assert recorded_cwd({"env": {"repo": copy.deepcopy(repo)}}) == cwd
+
+
+@pytest.mark.parametrize(("action", "word"), [
+    ("ls -la", "ls"),
+    ("  \n", ""),
+    ("'str_replace_editor' view /x", "str_replace_editor"),
+    ("python -c 'print(1)'\nmore", "python"),
+    ("cat <<'EOF' > f.py\n" + "x = 'unbalanced\n" * 1000 + "EOF", "cat"),
+    ("echo \"it's", "echo"),  # an unbalanced quote after the first word does not matter
+    ("\"unterminated", "\"unterminated"),  # inside the first word: the raw word
+    ("# a comment", "#"),
+])
+def test_first_word_is_the_command_name_the_shell_sees(action: str, word: str) -> None:
+    assert first_word(action) == word

@@ -225,14 +225,18 @@ def _batches(
 
 
 def first_word(action: str) -> str:
+    """The command name as the shell would see it; only the first token is lexed (a long heredoc is not)."""
     stripped = action.strip()
     if not stripped:
         return ""
+    lexer = shlex.shlex(stripped.splitlines()[0], posix=True)
+    lexer.whitespace_split = True
+    lexer.commenters = ""
     try:
-        words = shlex.split(stripped.splitlines()[0])
-    except ValueError:
-        words = stripped.split()
-    return words[0] if words else ""
+        word = lexer.get_token()
+    except ValueError:  # an unbalanced quote inside the first word
+        return stripped.split()[0]
+    return word or ""
 
 
 def classify(name: str, action: str, state: Any, template_problem: str | None) -> tuple[CallPolicy, str | None]:
