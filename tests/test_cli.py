@@ -109,3 +109,66 @@ def test_direct_mode_names_missing_flags() -> None:
     done = forkpoint("replay", "--agent", "claude-code")
     assert done.returncode == 2
     assert "missing --trajectory, --after-step" in done.stderr
+
+
+def test_version_and_usage_errors() -> None:
+    version = forkpoint("--version")
+    assert version.returncode == 0 and version.stdout == "forkpoint 0.1.0\n"
+    bare = forkpoint()  # no command: the help, as a usage error
+    assert bare.returncode == 2 and "inspect" in bare.stdout and "replay" in bare.stdout
+    group = forkpoint("agents")
+    assert group.returncode == 2 and "install" in group.stdout and "list" in group.stdout
+    for argv in (("bogus",), ("replay", "--bogus"), ("replay", "--after-step", "x"), ("inspect",),
+                 ("replay", "--after", "1")):  # no abbreviated options
+        done = forkpoint(*argv)
+        assert done.returncode == 2 and "error:" in done.stderr, argv
+
+
+def test_every_replay_option_is_documented() -> None:
+    from forkpoint.cli import _DIRECT_OPTIONS
+
+    text = " ".join(forkpoint("replay", "--help").stdout.split())
+    assert "forkpoint replay --config replay.toml" in text  # the examples survive, unwrapped
+    for name in (*_DIRECT_OPTIONS, "config", "request"):
+        flag = "--" + name.replace("_", "-")
+        assert f" {flag} " in text, flag
+    assert "[default: forkpoint-out/runs]" in text and "[replay] table" in text
+
+
+def test_json_line_matches_result_file(session: Path, tmp_path: Path) -> None:
+    done = forkpoint("replay", "--agent", "claude-code", "--trajectory", str(session), "--after-step", "2",
+                     "--prepare-only", "--output-dir", "out", "--state-dir", "state", "--run-id", "same", "--json",
+                     cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    printed = json.loads(done.stdout)
+    assert printed == json.loads((tmp_path / "out" / "same" / "result.json").read_text())
+    assert list(printed)[:4] == ["schema_version", "phase", "quality", "agent_status"]
+
+
+_HEAVY = ("pydantic", "typer", "rich", "click", "aiohttp", "asyncio", "subprocess", "forkpoint.bridge")
+
+
+def _imported(argv: list[str], cwd: Path | None = None) -> set[str]:
+    """Top-level heavy modules (and forkpoint modules) loaded by one CLI run, in a fresh interpreter."""
+    probe = (
+        "import sys\nfrom forkpoint.cli import main\n"
+        f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+        "sys.stderr.write('\\nMODULES ' + ' '.join(sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=cwd, timeout=60,
+                          check=False)
+    return set(done.stderr.rpartition("MODULES ")[2].split())
+
+
+def test_cold_start_loads_only_what_the_command_needs(session: Path, tmp_path: Path) -> None:
+    """Issue 8: `--help`/`--version` load no engine, and a prepare-only loads none of the heavy stacks."""
+    for argv in (["--help"], ["--version"], ["replay", "--help"]):
+        modules = _imported(argv)
+        assert "forkpoint.cli" in modules
+        assert not {m for m in modules if m.startswith(("forkpoint.", *_HEAVY)) and m != "forkpoint.cli"}, argv
+    (tmp_path / "ws").mkdir()
+    modules = _imported(["replay", "--agent", "claude-code", "--trajectory", str(session), "--after-step", "1",
+                         "--prepare-only", "--workspace", "ws", "--json"], tmp_path)
+    assert "forkpoint.engine" in modules and "forkpoint.adapters.claude_code" in modules
+    assert not {m for m in modules if m.split(".")[0] in _HEAVY or m in _HEAVY}
+    assert (tmp_path / "forkpoint-out" / "runs").is_dir()

@@ -47,6 +47,13 @@ def test_defaults_and_modes() -> None:
         ({"after_step": True}, "after_step: input should be a valid integer"),
         ({"prepare_only": "yes"}, "prepare_only must be true or false"),
         ({"trajectory": ""}, "trajectory must be a non-empty path string"),
+        ({"after_step": 2.0}, "after_step: input should be a valid integer"),
+        ({"max_steps": "3"}, "max_steps: input should be a valid integer"),
+        ({"agent": 7}, "agent: input should be a valid string"),
+        ({"allow_stale_observations": 1}, "allow_stale_observations: input should be a valid boolean"),
+        ({"path_map": ("/a=/b",)}, "path_map: input should be a valid list"),
+        ({"path_map": ["/a=/b", 3]}, "path_map.1: input should be a valid string"),
+        ({"workspace_from": ["x"]}, "workspace_from: input should be a valid string"),
     ],
 )
 def test_validation_messages(change: dict[str, object], message: str) -> None:
@@ -103,3 +110,17 @@ def test_json_request_needs_the_schema_and_strict_keys(tmp_path: Path) -> None:
     path.write_text("{")
     with pytest.raises(ReplayError, match="parse request"):
         load_json_request(path)
+
+
+def test_every_type_error_is_reported_in_field_order() -> None:
+    message = _refusal({**BASE, "workspace_from": 1, "path_map": "x", "max_steps": "y"}).message
+    assert message == ("test: max_steps: input should be a valid integer; path_map: input should be a valid list; "
+                       "workspace_from: input should be a valid string")
+
+
+def test_request_is_immutable() -> None:
+    import dataclasses
+
+    request = build_request(dict(BASE), source="test")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        request.after_step = 2  # type: ignore[misc]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,12 +18,10 @@ from typing import TYPE_CHECKING, Any, cast
 from forkpoint import plan as planning
 from forkpoint.adapters import get_adapter
 from forkpoint.adapters.base import Adapter, ContinuingAdapter, ReplayingAdapter
-from forkpoint.compare import NEXT_ACTION_SCHEMA, next_action_document
 from forkpoint.errors import ErrorKind, ReplayError, configuration
 from forkpoint.hashing import sha256_hex
 from forkpoint.journal import Journal, find_ambiguous
 from forkpoint.model import Continuation, ContinueSettings, LaunchTarget, Mode, NativePrefix, Plan, RunContext
-from forkpoint.replay import ReplayOutcome, replay_batches
 from forkpoint.request import ReplayRequest, validate_request
 from forkpoint.results import (
     MANIFEST_SCHEMA,
@@ -38,10 +35,11 @@ from forkpoint.results import (
     write_json,
 )
 from forkpoint.sandbox import open_sandbox
-from forkpoint.workspace import WorkspaceSource, check_target, create, inventory, parse_source
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # replay, compare and workspace (subprocess, ctypes, tarfile) load only when a run needs them
+    from forkpoint.replay import ReplayOutcome
     from forkpoint.sandbox.base import Sandbox
+    from forkpoint.workspace import WorkspaceSource
 
 Progress = Callable[[str], None]
 
@@ -85,6 +83,8 @@ def execute(request: ReplayRequest, progress: Progress | None = None) -> ReplayR
         except ReplayError as error:
             return _finalize_failure(request, plan, journal, dirs, error)
         except Exception as exc:  # a bug must still leave a result behind, never a half-written run
+            import traceback
+
             detail = "".join(traceback.format_exception_only(exc)).strip()
             internal = ReplayError(ErrorKind.INTERNAL, f"internal error: {detail}")
             return _finalize_failure(request, plan, journal, dirs, internal)
@@ -156,6 +156,8 @@ def _workspace_source(request: ReplayRequest) -> WorkspaceSource | None:
         return None
     if request.mode is Mode.PREPARE_ONLY:
         raise configuration("--workspace-from creates a workspace to replay in; --prepare-only runs nothing")
+    from forkpoint.workspace import check_target, parse_source
+
     source = parse_source(request.workspace_from)
     check_target(request.workspace)
     return source
@@ -229,6 +231,8 @@ def _run_allocated(
     facts: dict[str, Any] = {}
     if prepared.workspace_source is not None:
         report(f"creating the workspace {request.workspace} from {request.workspace_from}")
+        from forkpoint.workspace import create
+
         facts["workspace_from"] = create(prepared.workspace_source, request.workspace)
         journal.append("workspace_created", sync=False, **facts["workspace_from"])
     context = RunContext(request.workspace.resolve(), dirs.state_dir, dirs.output_dir, parsed.session_id,
@@ -241,6 +245,9 @@ def _run_allocated(
         journal.append("session_prepared", sync=False, sha256=prefix.sha256)
         status = "prepared"
     else:
+        from forkpoint.replay import replay_batches
+        from forkpoint.workspace import inventory
+
         replaying = _replaying(adapter)
         fresh_tree = inventory(context.workspace)  # before anything runs: what "fresh" meant for this run
         journal.append("workspace_inventory", sync=False, sha256=fresh_tree.sha256, files=fresh_tree.files)
@@ -300,7 +307,7 @@ def _run_allocated(
         artifacts=_artifacts(dirs.output_dir, prefix, continuation),
         metadata=metadata,
     )
-    write_json(dirs.output_dir / "result.json", result.model_dump(mode="json"))
+    write_json(dirs.output_dir / "result.json", result.to_json())
     return result
 
 
@@ -337,6 +344,8 @@ def _continue(
         continued_steps=continuation.continued_steps,
         validated_model_requests=continuation.metadata.get("model_bridge", {}).get("validated"),
     )
+    from forkpoint.compare import next_action_document
+
     write_json(
         context.output_dir / "next-action.json",
         next_action_document(plan.original_next_action, continuation.next_action,
@@ -484,6 +493,8 @@ def _artifacts(
                                   path=str(continuation.continued_path)))
     next_action = output_dir / "next-action.json"
     if next_action.exists():
+        from forkpoint.compare import NEXT_ACTION_SCHEMA
+
         artifacts.append(Artifact(role="next_action_comparison", format=NEXT_ACTION_SCHEMA, path=str(next_action)))
     logs = output_dir / "logs"
     if logs.is_dir():
@@ -526,7 +537,7 @@ def _finalize_failure(
         failure=Failure(category=error.kind.category, message=error.message, retryable=error.kind.retryable),
         metadata={"replayed_tool_calls_complete": False},
     )
-    write_json(dirs.output_dir / "result.json", result.model_dump(mode="json"))
+    write_json(dirs.output_dir / "result.json", result.to_json())
     return result
 
 

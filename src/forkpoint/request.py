@@ -1,18 +1,22 @@
-"""ReplayRequest: one strict model built from CLI flags, a TOML ``[replay]`` table or a JSON request.
+"""ReplayRequest: one strict record built from CLI flags, a TOML ``[replay]`` table or a JSON request.
 
-All validation messages live here so the three sources refuse bad input with the same words.
+All validation messages live here so the three sources refuse bad input with the same words. Field types are
+checked strictly (no coercion: ``"2"`` is not an integer, ``true`` is not a number) from the dataclass's own
+annotations, with pydantic's wording; a plain dataclass keeps pydantic out of the CLI's start-up.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import re
-import tomllib
+import types
+import typing
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from forkpoint.adapters import AGENT_NAMES, unknown_agent_message
 from forkpoint.errors import configuration
@@ -28,10 +32,9 @@ _RUN_ID = re.compile(r"[A-Za-z0-9_-]+")
 _MAX_INPUT_BYTES = 16 * 1024 * 1024
 
 
-class ReplayRequest(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class ReplayRequest:
     """What to replay, where, and how far. Paths are kept as given; the engine resolves them."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     agent: str
     trajectory: Path
@@ -48,7 +51,7 @@ class ReplayRequest(BaseModel):
     upstream_url: str | None = None
     agent_entrypoint: Path | None = None
     sandbox: str = DEFAULT_SANDBOX  # local | bwrap (forkpoint.sandbox)
-    path_map: list[str] = Field(default_factory=list)  # OLD=NEW absolute prefixes (local sandbox)
+    path_map: list[str] = field(default_factory=list)  # OLD=NEW absolute prefixes (local sandbox)
     workspace_from: str | None = None  # DIR | TARBALL | GIT_URL@REV: create the workspace first
 
     def resolved_run_id(self) -> str:
@@ -57,7 +60,7 @@ class ReplayRequest(BaseModel):
 
 # Keys accepted in a TOML [replay] table / JSON request besides the model fields.
 _MODE_KEYS = ("prepare_only", "replay_only")
-_FIELD_KEYS = tuple(name for name in ReplayRequest.model_fields if name != "mode")
+_FIELD_KEYS = tuple(item.name for item in dataclasses.fields(ReplayRequest) if item.name != "mode")
 
 
 def mode_from_flags(prepare_only: bool, replay_only: bool) -> Mode:
@@ -88,10 +91,11 @@ def build_request(values: dict[str, Any], *, source: str) -> ReplayRequest:
             if not isinstance(fields[key], str | Path) or str(fields[key]) == "":
                 raise configuration(f"{source}: {key} must be a non-empty path string")
             fields[key] = Path(fields[key])
-    try:
-        request = ReplayRequest(**fields)
-    except ValidationError as exc:
-        raise configuration(f"{source}: {_describe(exc)}") from None
+    errors = [error for name, expected in _field_types().items() if name in fields  # in declaration order
+              for error in _type_errors(name, fields[name], expected)]
+    if errors:
+        raise configuration(f"{source}: {'; '.join(errors)}")
+    request = ReplayRequest(**fields)
     validate_request(request)
     return request
 
@@ -127,6 +131,8 @@ def validate_request(request: ReplayRequest) -> None:
 
 
 def load_toml(path: Path) -> ReplayRequest:
+    import tomllib  # only for a --config file
+
     raw = _read_input(path, "replay config")
     try:
         document = tomllib.loads(raw.decode("utf-8"))
@@ -190,10 +196,29 @@ def _allowed() -> list[str]:
     return sorted((*_FIELD_KEYS, *_MODE_KEYS))
 
 
-def _describe(exc: ValidationError) -> str:
-    parts = []
-    for error in exc.errors():
-        location = ".".join(str(p) for p in error["loc"]) or "request"
-        parts.append(f"{location}: {error['msg'].lower()}")
-    return "; ".join(parts)
+@functools.cache
+def _field_types() -> dict[str, Any]:
+    return typing.get_type_hints(ReplayRequest)
 
+
+def _type_errors(location: str, value: Any, expected: Any) -> list[str]:
+    """Strict type check of one field value (pydantic's strict-mode rules and words); [] when it fits."""
+    if isinstance(expected, types.UnionType):  # X | None: None, or a valid X (the first member's words if not)
+        if value is None and type(None) in expected.__args__:
+            return []
+        errors = [_type_errors(location, value, arg) for arg in expected.__args__ if arg is not type(None)]
+        return [] if [] in errors else errors[0]
+    if isinstance(expected, types.GenericAlias):  # list[X]
+        if not isinstance(value, list):
+            return [f"{location}: input should be a valid list"]
+        (item,) = expected.__args__
+        return [error for index, element in enumerate(value)
+                for error in _type_errors(f"{location}.{index}", element, item)]
+    if expected is bool:
+        return [] if isinstance(value, bool) else [f"{location}: input should be a valid boolean"]
+    if expected is int:
+        fits = isinstance(value, int) and not isinstance(value, bool)
+        return [] if fits else [f"{location}: input should be a valid integer"]
+    if expected is str:
+        return [] if isinstance(value, str) else [f"{location}: input should be a valid string"]
+    return [] if isinstance(value, expected) else [f"{location}: input should be an instance of {expected.__name__}"]

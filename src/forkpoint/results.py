@@ -1,4 +1,8 @@
-"""Versioned output documents and the atomic writer every output file goes through."""
+"""Versioned output documents and the atomic writer every output file goes through.
+
+The documents are plain dataclasses serialised by orjson: they are built by forkpoint itself (never parsed from
+input), so they need no validation layer, and the CLI starts without importing pydantic.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +10,11 @@ import contextlib
 import os
 import tempfile
 from collections.abc import Iterator
-from pathlib import Path
+from dataclasses import dataclass, field
+from pathlib import Path, PurePath
 from typing import Any, BinaryIO, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict
 
 RESULT_SCHEMA = "forkpoint.result/v1"
 MANIFEST_SCHEMA = "forkpoint.plan/v1"
@@ -21,34 +25,30 @@ Quality = Literal["verified", "degraded"]
 AgentStatus = Literal["not_started", "completed", "max_steps", "failed"]
 
 
-class Failure(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+@dataclass(kw_only=True)
+class Failure:
     category: str
     message: str
     retryable: bool
 
 
-class Artifact(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+@dataclass(kw_only=True)
+class Artifact:
     role: str
     format: str
     path: str
 
 
-class AgentInfo(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+@dataclass(kw_only=True)
+class AgentInfo:
     name: str
     version: str | None
     profile: str | None
 
 
-class ReplayResult(BaseModel):
+@dataclass(kw_only=True)
+class ReplayResult:
     """``result.json``: the one document a script reads to know what happened."""
-
-    model_config = ConfigDict(extra="forbid")
 
     schema_version: str = RESULT_SCHEMA
     phase: Phase | None
@@ -62,9 +62,15 @@ class ReplayResult(BaseModel):
     continued_steps: int = 0
     state_dir: str | None
     output_dir: str | None
-    artifacts: list[Artifact] = []
+    artifacts: list[Artifact] = field(default_factory=list)
     failure: Failure | None = None
-    metadata: dict[str, Any] = {}
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The document as JSON values, in field order (what ``result.json`` and ``--json`` hold)."""
+        document: dict[str, Any] = orjson.loads(orjson.dumps(self, default=_json_default,
+                                                             option=orjson.OPT_NON_STR_KEYS))
+        return document
 
     @property
     def exit_code(self) -> int:
@@ -76,6 +82,15 @@ class ReplayResult(BaseModel):
             if kind.category == self.failure.category:
                 return kind.exit_code
         return 50
+
+
+def _json_default(value: object) -> object:
+    """What orjson leaves to us in free-form metadata: paths as strings, sets as lists."""
+    if isinstance(value, PurePath):
+        return str(value)
+    if isinstance(value, set | frozenset):
+        return list(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
 def dumps_pretty(value: Any) -> bytes:

@@ -1,0 +1,48 @@
+"""The output documents: field order, JSON values and the exact bytes written (unchanged from the pydantic era)."""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+
+import pytest
+
+from forkpoint.results import AgentInfo, Artifact, Failure, ReplayResult, dumps_pretty
+
+
+class _Colour(enum.Enum):
+    RED = "red"
+
+
+def test_failure_document_bytes() -> None:
+    result = ReplayResult(phase=None, quality=None, agent_status="not_started", run_id="r", state_dir="s",
+                          output_dir="o", failure=Failure(category="configuration_error", message="m",
+                                                          retryable=False))
+    assert dumps_pretty(result.to_json()) == (
+        b'{\n  "schema_version": "forkpoint.result/v1",\n  "phase": null,\n  "quality": null,\n'
+        b'  "agent_status": "not_started",\n  "run_id": "r",\n  "agent": null,\n  "after_step": null,\n'
+        b'  "replayed_tool_calls": 0,\n  "prefix_model_turns": 0,\n  "continued_steps": 0,\n  "state_dir": "s",\n'
+        b'  "output_dir": "o",\n  "artifacts": [],\n  "failure": {\n    "category": "configuration_error",\n'
+        b'    "message": "m",\n    "retryable": false\n  },\n  "metadata": {}\n}\n'
+    )
+    assert result.exit_code == 2
+
+
+def test_metadata_becomes_json_values() -> None:
+    result = ReplayResult(phase="prepared", quality="verified", agent_status="not_started", run_id="r",
+                          agent=AgentInfo(name="claude-code", version="2.1", profile=None), after_step=2,
+                          state_dir="s", output_dir="o", artifacts=[Artifact(role="x", format="y", path="z")],
+                          metadata={"p": Path("/a/b"), "t": (1, 2), "e": _Colour.RED, "n": {3: [Path("c"), None]},
+                                    "s": frozenset({"only"})})
+    document = result.to_json()
+    assert document["agent"] == {"name": "claude-code", "version": "2.1", "profile": None}
+    assert document["artifacts"] == [{"role": "x", "format": "y", "path": "z"}]
+    assert document["metadata"] == {"p": "/a/b", "t": [1, 2], "e": "red", "n": {"3": ["c", None]}, "s": ["only"]}
+    assert result.exit_code == 0
+
+
+def test_unserialisable_metadata_is_refused() -> None:
+    result = ReplayResult(phase=None, quality=None, agent_status="failed", run_id=None, state_dir=None,
+                          output_dir=None, metadata={"x": object()})
+    with pytest.raises(TypeError):
+        result.to_json()
