@@ -11,7 +11,7 @@ import pytest
 from forkpoint.engine import execute
 from forkpoint.journal import Journal
 from forkpoint.request import ReplayRequest, build_request
-from forkpoint.testing.claude_sessions import simple_session
+from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, simple_session, text, tool_use
 
 SECRET_PROMPT = "please look at the failing test again"
 
@@ -154,3 +154,69 @@ def test_a_run_id_whose_calls_already_ran_is_not_replayed_again(tmp_path: Path) 
     assert replay("out2") == 31
     assert (workspace / "marker.txt").read_text() == "once\n"
     assert not (tmp_path / "out2" / "same").exists()
+
+
+def _record_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The path behind every real fsync, in order (os.fsync still runs)."""
+    import os
+
+    synced: list[str] = []
+    real = os.fsync
+
+    def recording(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", recording)
+    return synced
+
+
+def _final_name(path: str) -> str:
+    """``.<name>.<random>.tmp`` (an atomic write's temp file) -> ``<name>``."""
+    name = Path(path).name
+    return name[1:].rsplit(".", 2)[0] if name.startswith(".") and name.endswith(".tmp") else name
+
+
+@pytest.mark.parametrize("mode", ["prepare_only", "replay_only"])
+def test_every_output_is_durable_before_the_result_that_names_it(
+    layout: dict[str, Path], monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    builder = ClaudeSessionBuilder(cwd=str(layout["workspace"]))  # replay-only runs in the recorded cwd
+    builder.user_prompt("Do the task.")
+    for index in (1, 2, 3):
+        builder.assistant([text(f"step {index}"), tool_use(f"toolu_{index}", "Bash", {"command": f"echo {index}"})])
+        builder.results({f"toolu_{index}": f"{index}"})
+    builder.write(layout["trajectory"])
+    synced = _record_fsyncs(monkeypatch)
+    overrides: dict[str, object] = {"prepare_only": False, "replay_only": True} if mode == "replay_only" else {}
+    result = execute(_request(layout, **overrides))
+    assert result.failure is None
+    out = layout["output"] / "run-1"
+    files = {str(path.relative_to(out)) for path in out.rglob("*") if path.is_file()}
+    synced_out = [p for p in synced if p.startswith(str(out))]
+    names = [_final_name(p) for p in synced_out]
+    assert names[-2:] == ["result.json", "run-1"]  # the result, then its directory (commits every rename there)
+    assert {Path(f).name for f in files} <= set(names)  # every output file was fsync'd
+    group = {"manifest.json", "replay-summary.json", "replay-events.jsonl"} | (
+        {"observations.json"} if mode == "replay_only" else set())
+    assert group <= set(names[:-2]) and len(synced_out) <= len(files) + 3  # no per-file directory fsyncs
+
+
+def test_a_failed_run_commits_what_it_wrote_before_its_result(
+    layout: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = layout["output"] / "run-1"
+    builder = ClaudeSessionBuilder(cwd=str(layout["workspace"]))
+    builder.user_prompt("Do the task.")
+    # a replayed command that puts a file where the rebuilt session's directory goes: the run fails after tools ran
+    builder.assistant([tool_use("toolu_1", "Bash", {"command": f"touch {out}/native"})])
+    builder.results({"toolu_1": ""})
+    builder.assistant([text("Done.")])
+    builder.write(layout["trajectory"])
+    synced = _record_fsyncs(monkeypatch)
+    result = execute(_request(layout, after_step=1, prepare_only=False, replay_only=True))
+    assert result.failure is not None and result.replayed_tool_calls == 1
+    names = [_final_name(p) for p in synced if p.startswith(str(out))]
+    written = {path.name for path in out.iterdir() if path.is_file()} - {"native"}
+    assert {"manifest.json", "observations.json", "replay-events.jsonl", "result.json"} <= written
+    assert written <= set(names) and names[-2:] == ["result.json", "run-1"]

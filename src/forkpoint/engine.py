@@ -32,6 +32,7 @@ from forkpoint.results import (
     Failure,
     Phase,
     ReplayResult,
+    make_durable,
     write_json,
 )
 from forkpoint.sandbox import open_sandbox
@@ -226,7 +227,7 @@ def _run_allocated(
     )
     journal.append("plan_validated", sync=False, profile=plan.profile, batches=plan.after_step,
                    tool_calls=len(plan.calls))
-    write_json(dirs.output_dir / "manifest.json", manifest(plan, adapter))
+    write_json(dirs.output_dir / "manifest.json", manifest(plan, adapter), durable=False)
 
     facts: dict[str, Any] = {}
     if prepared.workspace_source is not None:
@@ -257,7 +258,7 @@ def _run_allocated(
             outcome = replay_batches(plan, executor, journal, report, getattr(adapter, "normalise_observation", None))
         finally:
             executor.close()
-        write_json(dirs.output_dir / "observations.json", {"observations": outcome.comparisons})
+        write_json(dirs.output_dir / "observations.json", {"observations": outcome.comparisons}, durable=False)
         report("writing the native session with fresh observations")
         prefix = replaying.write_rebuilt_prefix(plan, outcome.fresh, prefix_dir)
         journal.append("session_rebuilt", sync=False, sha256=prefix.sha256)
@@ -268,7 +269,7 @@ def _run_allocated(
         continuation = _continue(request, prepared, prefix, context, journal, report)
         status = continuation.agent_status
     journal.append("run_finished", status=status)
-    journal.copy_to(dirs.output_dir / "replay-events.jsonl")
+    journal.copy_to(dirs.output_dir / "replay-events.jsonl", durable=False)
 
     continued_steps = continuation.continued_steps if continuation else 0
     summary = {
@@ -284,7 +285,7 @@ def _run_allocated(
         "continued_steps": continued_steps,
         "boundary_user_prompt": _prompt_metadata(request, continuation),
     }
-    write_json(dirs.output_dir / "replay-summary.json", summary)
+    write_json(dirs.output_dir / "replay-summary.json", summary, durable=False)
     degraded = bool(outcome and outcome.stale_reused)
     phase: Phase = "continued" if continuation else ("prepared" if status == "prepared" else "replayed")
     metadata = _metadata(request, plan, prefix, outcome, continuation)
@@ -307,7 +308,7 @@ def _run_allocated(
         artifacts=_artifacts(dirs.output_dir, prefix, continuation),
         metadata=metadata,
     )
-    write_json(dirs.output_dir / "result.json", result.to_json())
+    _commit_result(dirs, result)
     return result
 
 
@@ -350,6 +351,7 @@ def _continue(
         context.output_dir / "next-action.json",
         next_action_document(plan.original_next_action, continuation.next_action,
                              input_condition=_input_condition(request)),
+        durable=False,
     )
     return continuation
 
@@ -520,7 +522,7 @@ def _finalize_failure(
             f'tool call "{ambiguous}" has no recorded outcome; original failure: {error.message}',
         )
     with contextlib.suppress(ReplayError, OSError):
-        journal.copy_to(dirs.output_dir / "replay-events.jsonl")
+        journal.copy_to(dirs.output_dir / "replay-events.jsonl", durable=False)
     replayed = "session_rebuilt" in _events_of_current_run(journal)
     result = ReplayResult(
         phase="replayed" if replayed else "prepared",
@@ -537,8 +539,21 @@ def _finalize_failure(
         failure=Failure(category=error.kind.category, message=error.message, retryable=error.kind.retryable),
         metadata={"replayed_tool_calls_complete": False},
     )
-    write_json(dirs.output_dir / "result.json", result.to_json())
+    _commit_result(dirs, result)
     return result
+
+
+#: outputs written without fsync and committed together just before result.json (which names them)
+_GROUP_COMMITTED = ("manifest.json", "observations.json", "next-action.json", "replay-summary.json",
+                    "replay-events.jsonl")
+
+
+def _commit_result(dirs: RunDirs, result: ReplayResult) -> None:
+    """One group commit: the run's outputs become durable before the result that names them; the result's own
+    directory fsync also commits their renames (same directory)."""
+    written = [path for name in _GROUP_COMMITTED if (path := dirs.output_dir / name).is_file()]
+    make_durable(written, directories=False)
+    write_json(dirs.output_dir / "result.json", result.to_json())
 
 
 def _without_secrets(request: ReplayRequest, error: ReplayError) -> ReplayError:

@@ -264,13 +264,13 @@ class Journal:
                 start = index + 1
         return len({_call_key(r) for r in self._records[start:] if r["event"] == "tool_finished"})
 
-    def copy_to(self, path: Path) -> None:
+    def copy_to(self, path: Path, *, durable: bool = True) -> None:
         """Atomically write the committed journal bytes to ``path`` (the output's ``replay-events.jsonl``)."""
         if self._fd is None:
             raise _internal(f"journal {self._path} is closed")
         try:
             data = _pread_exact(self._fd, self._size)
-            write_atomic(path, data)
+            write_atomic(path, data, durable=durable)
         except OSError as exc:
             raise _executor(f"copy journal to {path}: {exc}") from None
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Any, BinaryIO, Literal
@@ -97,21 +97,27 @@ def dumps_pretty(value: Any) -> bytes:
     return orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
 
 
-def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
-    """Write to a temp file beside ``path``, fsync, rename over: readers never see a half-written file."""
+def write_atomic(path: Path, data: bytes, mode: int = 0o600, *, durable: bool = True) -> None:
+    """Write to a temp file beside ``path``, fsync, rename over: readers never see a half-written file.
+
+    ``durable=False`` skips both fsyncs: the caller commits the file later with :func:`make_durable`, before the
+    record that names it (one group commit instead of two fsyncs per file).
+    """
     fd, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         os.chmod(temp_name, mode)
         os.replace(temp_name, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp_name)
         raise
-    _fsync_dir(path.parent)
+    if durable:
+        _fsync_dir(path.parent)
 
 
 @contextlib.contextmanager
@@ -132,8 +138,26 @@ def atomic_writer(path: Path, mode: int = 0o600) -> Iterator[BinaryIO]:
     _fsync_dir(path.parent)
 
 
-def write_json(path: Path, value: Any) -> None:
-    write_atomic(path, dumps_pretty(value))
+def write_json(path: Path, value: Any, *, durable: bool = True) -> None:
+    write_atomic(path, dumps_pretty(value), durable=durable)
+
+
+def make_durable(paths: Iterable[Path], *, directories: bool = True) -> None:
+    """fsync files written with ``durable=False``, then each of their directories once (the renames).
+
+    ``directories=False`` when a durable write into the same directory follows (its directory fsync commits
+    every earlier rename there too).
+    """
+    parents: dict[Path, None] = {}
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        parents.setdefault(path.parent)
+    for directory in parents if directories else ():
+        _fsync_dir(directory)
 
 
 def _fsync_dir(directory: Path) -> None:
