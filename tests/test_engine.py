@@ -156,21 +156,6 @@ def test_a_run_id_whose_calls_already_ran_is_not_replayed_again(tmp_path: Path) 
     assert not (tmp_path / "out2" / "same").exists()
 
 
-def _record_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The path behind every real fsync, in order (os.fsync still runs)."""
-    import os
-
-    synced: list[str] = []
-    real = os.fsync
-
-    def recording(fd: int) -> None:
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-        real(fd)
-
-    monkeypatch.setattr(os, "fsync", recording)
-    return synced
-
-
 def _final_name(path: str) -> str:
     """``.<name>.<random>.tmp`` (an atomic write's temp file) -> ``<name>``."""
     name = Path(path).name
@@ -179,7 +164,7 @@ def _final_name(path: str) -> str:
 
 @pytest.mark.parametrize("mode", ["prepare_only", "replay_only"])
 def test_every_output_is_durable_before_the_result_that_names_it(
-    layout: dict[str, Path], monkeypatch: pytest.MonkeyPatch, mode: str
+    layout: dict[str, Path], request: pytest.FixtureRequest, mode: str
 ) -> None:
     builder = ClaudeSessionBuilder(cwd=str(layout["workspace"]))  # replay-only runs in the recorded cwd
     builder.user_prompt("Do the task.")
@@ -187,7 +172,7 @@ def test_every_output_is_durable_before_the_result_that_names_it(
         builder.assistant([text(f"step {index}"), tool_use(f"toolu_{index}", "Bash", {"command": f"echo {index}"})])
         builder.results({f"toolu_{index}": f"{index}"})
     builder.write(layout["trajectory"])
-    synced = _record_fsyncs(monkeypatch)
+    synced: list[str] = request.getfixturevalue("fsynced_paths")  # from here on
     overrides: dict[str, object] = {"prepare_only": False, "replay_only": True} if mode == "replay_only" else {}
     result = execute(_request(layout, **overrides))
     assert result.failure is None
@@ -203,7 +188,7 @@ def test_every_output_is_durable_before_the_result_that_names_it(
 
 
 def test_a_failed_run_commits_what_it_wrote_before_its_result(
-    layout: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+    layout: dict[str, Path], request: pytest.FixtureRequest
 ) -> None:
     out = layout["output"] / "run-1"
     builder = ClaudeSessionBuilder(cwd=str(layout["workspace"]))
@@ -213,7 +198,7 @@ def test_a_failed_run_commits_what_it_wrote_before_its_result(
     builder.results({"toolu_1": ""})
     builder.assistant([text("Done.")])
     builder.write(layout["trajectory"])
-    synced = _record_fsyncs(monkeypatch)
+    synced: list[str] = request.getfixturevalue("fsynced_paths")  # from here on
     result = execute(_request(layout, after_step=1, prepare_only=False, replay_only=True))
     assert result.failure is not None and result.replayed_tool_calls == 1
     names = [_final_name(p) for p in synced if p.startswith(str(out))]

@@ -474,40 +474,26 @@ def test_a_trailing_unfinished_start_is_always_ambiguous(events: list[dict[str, 
     assert find_ambiguous([*events, _ev("tool_started", call_id=call_id)]) == call_id
 
 
-class _FsyncCounter:
-    """Counts the real fsyncs of one fd (os.fsync still runs)."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.calls: list[int] = []
-        real = os.fsync
-
-        def counting(fd: int) -> None:
-            self.calls.append(fd)
-            real(fd)
-
-        monkeypatch.setattr(os, "fsync", counting)
-
-
 def test_unsynced_records_are_written_at_once_and_made_durable_by_the_next_synced_one(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     journal = Journal.open(tmp_path)
-    counter = _FsyncCounter(monkeypatch)
+    synced: list[str] = request.getfixturevalue("fsynced_paths")  # from here on
     journal.append("batch_started", sync=False, batch=1)
     journal.append("tool_finished", sync=False, batch=1, call_id="a")
-    assert counter.calls == []
+    assert synced == []
     # a killed process loses nothing: the lines are in the file (page cache) before any fsync
     assert [e["event"] for e in read_events(tmp_path / JOURNAL_FILE)] == ["batch_started", "tool_finished"]
     journal.append("tool_started", batch=2, call_id="b")
-    assert len(counter.calls) == 1
+    assert len(synced) == 1
     journal.sync()  # nothing pending: no fsync
-    assert len(counter.calls) == 1
+    assert len(synced) == 1
     journal.append("tool_finished", sync=False, batch=2, call_id="b")
     journal.sync()
-    assert len(counter.calls) == 2
+    assert len(synced) == 2
     journal.append("batch_committed", sync=False, batch=2)
     journal.close()  # pending records are fsync'd on close
-    assert len(counter.calls) == 3
+    assert len(synced) == 3
     assert [e["event"] for e in read_events(tmp_path / JOURNAL_FILE)][-1] == "batch_committed"
 
 
@@ -530,9 +516,7 @@ def test_a_lost_unsynced_tool_finished_fails_closed(tmp_path: Path) -> None:
     assert error.kind is ErrorKind.AMBIGUOUS_EXECUTION
 
 
-def test_a_replay_fsyncs_the_journal_once_per_rerun_call(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_replay_fsyncs_the_journal_once_per_rerun_call(tmp_path: Path, fsynced_paths: list[str]) -> None:
     from forkpoint.engine import execute
     from forkpoint.request import build_request
     from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, text, tool_use
@@ -546,58 +530,42 @@ def test_a_replay_fsyncs_the_journal_once_per_rerun_call(
         builder.results({f"toolu_{n:05d}": f"{n}"})
     builder.assistant([text("Counted.")])
     trajectory = builder.write(tmp_path / "session.jsonl")
-    journal_fsyncs: list[int] = []
-    real = os.fsync
-
-    def counting(fd: int) -> None:
-        if os.readlink(f"/proc/self/fd/{fd}").endswith(JOURNAL_FILE):
-            journal_fsyncs.append(fd)
-        real(fd)
-
-    monkeypatch.setattr(os, "fsync", counting)
     result = execute(build_request({"agent": "claude-code", "trajectory": str(trajectory), "after_step": 5,
                                     "replay_only": True, "workspace": str(workspace),
                                     "state_dir": str(tmp_path / "state"), "output_dir": str(tmp_path / "out"),
                                     "run_id": "r"}, source="test"))
     assert result.failure is None and result.replayed_tool_calls == 5
     # the new journal's header + each tool_started (before its effect) + run_finished
-    assert len(journal_fsyncs) == 1 + 5 + 1
+    assert len([path for path in fsynced_paths if path.endswith(JOURNAL_FILE)]) == 1 + 5 + 1
 
 
 def test_a_journal_of_a_run_without_effects_never_fsyncs_yet_keeps_every_record(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, fsynced_paths: list[str]
 ) -> None:
-    counter = _FsyncCounter(monkeypatch)
+    synced = fsynced_paths
     with Journal.open(tmp_path, durable=False) as journal:
         journal.append("run_started", run_id="r")
         journal.append("session_prepared", sync=False, sha256="0" * 64)
         journal.append("run_finished", status="prepared")
         journal.sync()
-    assert counter.calls == []
+    assert synced == []
     assert [e["event"] for e in read_events(tmp_path / JOURNAL_FILE)] == [
         "run_started", "session_prepared", "run_finished"]
 
 
 def test_a_durable_open_of_a_non_durable_journal_makes_file_and_entry_durable_first(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     with Journal.open(tmp_path, durable=False) as journal:
         journal.append("run_started", run_id="r")
-    synced: list[str] = []
-    real = os.fsync
-
-    def recording(fd: int) -> None:
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-        real(fd)
-
-    monkeypatch.setattr(os, "fsync", recording)
+    synced: list[str] = request.getfixturevalue("fsynced_paths")  # from here on
     with Journal.open(tmp_path) as journal:
         assert synced == [str(tmp_path / JOURNAL_FILE), str(tmp_path)]  # before any record can precede an effect
         journal.append("tool_started", batch=1, call_id="a")
     assert len(synced) == 3
 
 
-def test_prepare_only_fsyncs_no_journal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_prepare_only_fsyncs_no_journal(tmp_path: Path, fsynced_paths: list[str]) -> None:
     from forkpoint.engine import execute
     from forkpoint.request import build_request
     from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, text, tool_use
@@ -610,14 +578,7 @@ def test_prepare_only_fsyncs_no_journal(tmp_path: Path, monkeypatch: pytest.Monk
     builder.results({"toolu_00001": "1"})
     builder.assistant([text("Counted.")])
     trajectory = builder.write(tmp_path / "session.jsonl")
-    synced: list[str] = []
-    real = os.fsync
-
-    def counting(fd: int) -> None:
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-        real(fd)
-
-    monkeypatch.setattr(os, "fsync", counting)
+    synced = fsynced_paths
     result = execute(build_request({"agent": "claude-code", "trajectory": str(trajectory), "after_step": 1,
                                     "prepare_only": True, "workspace": str(workspace),
                                     "state_dir": str(tmp_path / "state"), "output_dir": str(tmp_path / "out"),

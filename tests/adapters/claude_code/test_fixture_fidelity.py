@@ -10,11 +10,9 @@ content byte for byte and ``is_error``, call by call. The only normalisation is 
 
 from __future__ import annotations
 
-import fcntl
 import json
 import shutil
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,18 +53,6 @@ class Replay:
 
 
 _REPLAYS: dict[Path, Replay] = {}
-
-
-
-def _exclusive(cwd: Path) -> Iterator[None]:
-    """Serialise replays of one recorded cwd (another test process may use the same /tmp path)."""
-    cwd.parent.mkdir(parents=True, exist_ok=True)
-    with (cwd.parent / f".{cwd.name}.fidelity.lock").open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _recorded_tool_use_results(session: Path) -> dict[str, Any]:

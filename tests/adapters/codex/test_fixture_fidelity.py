@@ -11,12 +11,10 @@ layout, e.g. probes recorded with the real binaries) adds more recordings to the
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,18 +53,6 @@ class Replay:
 
 
 _REPLAYS: dict[Path, Replay] = {}
-
-
-
-def _exclusive(cwd: Path) -> Iterator[None]:
-    """Serialise replays of one recorded cwd (another test process may use the same /tmp path)."""
-    cwd.parent.mkdir(parents=True, exist_ok=True)
-    with (cwd.parent / f".{cwd.name}.fidelity.lock").open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def replay(rollout: Path) -> Replay:

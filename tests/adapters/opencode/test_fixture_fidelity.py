@@ -8,11 +8,9 @@ equal the historical one call by call (after ``normalize_volatile``), with the s
 
 from __future__ import annotations
 
-import fcntl
 import json
 import shutil
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,18 +43,6 @@ class Replay:
 
 
 _REPLAYS: dict[Path, Replay] = {}
-
-
-
-def exclusive(cwd: Path) -> Iterator[None]:
-    """Serialise replays of one recorded cwd (the e2e tests restore the same /tmp path)."""
-    cwd.parent.mkdir(parents=True, exist_ok=True)
-    with (cwd.parent / f".{cwd.name}.fidelity.lock").open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def replay(export: Path) -> Replay:
