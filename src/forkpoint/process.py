@@ -567,7 +567,8 @@ class _Supervision:
             returncode: int | None = self.proc.wait(timeout=_KILL_WAIT_S)
         except subprocess.TimeoutExpired:
             returncode = None
-        self.tracker.scan()  # reap what died during the drain
+        if self.tracker.known:  # reap what died during the drain (with no member after the exit, none can appear)
+            self.tracker.scan()
         return ProcessResult(
             returncode=returncode,
             stdout=bytes(self.out.data),
