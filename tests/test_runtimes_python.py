@@ -101,8 +101,8 @@ def test_installed_mini_runtimes_are_real_venvs(version: str, minor: str) -> Non
     manifest = json.loads((runtime.root / runtimes.MANIFEST_NAME).read_text())
     assert manifest["kind"] == "python-venv" and manifest["python"] == minor
     assert (runtime.root / "pyvenv.cfg").read_text().count(f"version_info = {minor}.") == 1
-    path, probed = runtimes.resolve_entrypoint("mini-swe-agent", version, None)
-    assert (path, probed) == (runtime.entrypoint, version)
+    target = runtimes.resolve_entrypoint("mini-swe-agent", version, None)
+    assert (target.entrypoint, target.version) == (runtime.entrypoint, version)
     other = "2.4.6" if version == "1.17.5" else "1.17.5"
     other_runtime = runtimes.find("mini-swe-agent", other)
     if other_runtime is not None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.model import LaunchTarget
 
 MANIFEST_NAME = "forkpoint-runtime.json"
 SCHEMA_VERSION = "forkpoint.runtime/v1"
@@ -314,7 +315,7 @@ def probe_entrypoint(agent: str, entrypoint: Path) -> str:
     return probe_version(Runtime(agent, "unknown", entrypoint.parent, entrypoint, ""))
 
 
-def resolve_entrypoint(agent: str, recorded_version: str, explicit: Path | None) -> tuple[Path, str]:
+def resolve_entrypoint(agent: str, recorded_version: str, explicit: Path | None) -> LaunchTarget:
     """The binary that continues a recording: the same verified version that wrote it.
 
     The envelope profile the bridge checks and the session format both belong to one version, so a
@@ -330,7 +331,7 @@ def resolve_entrypoint(agent: str, recorded_version: str, explicit: Path | None)
                 f"{explicit} is {agent} {version}, but the trajectory was recorded by {recorded_version}; "
                 "continue a recording with the version that wrote it",
             )
-        return explicit, version
+        return LaunchTarget(explicit, version)
     runtime = find(agent, recorded_version)
     if runtime is None:
         raise ReplayError(
@@ -344,4 +345,4 @@ def resolve_entrypoint(agent: str, recorded_version: str, explicit: Path | None)
             ErrorKind.UNSUPPORTED_VERSION,
             f"the installed {agent} runtime reports {version}, expected {recorded_version}; reinstall it",
         )
-    return runtime.entrypoint, version
+    return LaunchTarget(runtime.entrypoint, version)

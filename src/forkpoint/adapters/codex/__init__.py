@@ -82,8 +82,7 @@ class CodexAdapter:
     def prepare_launch(self, trajectory: Trajectory, entrypoint: Path | None) -> LaunchTarget:
         from forkpoint.runtimes import resolve_entrypoint
 
-        path, version = resolve_entrypoint(AGENT, trajectory.version or "", entrypoint)
-        return LaunchTarget(path, version)
+        return resolve_entrypoint(AGENT, trajectory.version or "", entrypoint)
 
     def continue_run(
         self, plan: Plan, prefix: NativePrefix, context: RunContext, settings: ContinueSettings

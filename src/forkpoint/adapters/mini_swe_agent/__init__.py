@@ -121,9 +121,9 @@ class MiniSweAgentAdapter:
         """The venv Python of the version that wrote the recording (an explicit one is probed)."""
         from forkpoint.runtimes import resolve_entrypoint
 
-        path, version = resolve_entrypoint(AGENT, trajectory.version or "", entrypoint)
-        self._python = path
-        return LaunchTarget(path, version)
+        target = resolve_entrypoint(AGENT, trajectory.version or "", entrypoint)
+        self._python = target.entrypoint
+        return target
 
     def continue_run(
         self, plan: Plan, prefix: NativePrefix, context: RunContext, settings: ContinueSettings

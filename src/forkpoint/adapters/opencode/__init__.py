@@ -66,8 +66,8 @@ class OpenCodeAdapter:
         from forkpoint.runtimes import resolve_entrypoint
 
         native_of(plan)
-        entrypoint, _ = resolve_entrypoint(AGENT, plan.trajectory.version or "", None)
-        return OpenCodeToolExecutor(context, entrypoint)
+        target = resolve_entrypoint(AGENT, plan.trajectory.version or "", None)
+        return OpenCodeToolExecutor(context, target.entrypoint)
 
     def normalise_observation(self, content: object) -> object:
         """Documented volatile parts only (the saved-output path of a truncated bash output)."""
@@ -87,8 +87,7 @@ class OpenCodeAdapter:
     def prepare_launch(self, trajectory: Trajectory, entrypoint: Path | None) -> LaunchTarget:
         from forkpoint.runtimes import resolve_entrypoint
 
-        path, version = resolve_entrypoint(AGENT, trajectory.version or "", entrypoint)
-        return LaunchTarget(path, version)
+        return resolve_entrypoint(AGENT, trajectory.version or "", entrypoint)
 
     def continue_run(
         self, plan: Plan, prefix: NativePrefix, context: RunContext, settings: ContinueSettings

@@ -87,9 +87,9 @@ class PiAdapter:
         from forkpoint.runtimes import resolve_entrypoint
 
         recorded_model(trajectory.native)  # refuses an API the resume profile was not verified with
-        path, version = resolve_entrypoint(AGENT, trajectory.version or VERSION, entrypoint)
-        from_entrypoint(path)
-        return LaunchTarget(path, version)
+        target = resolve_entrypoint(AGENT, trajectory.version or VERSION, entrypoint)
+        from_entrypoint(target.entrypoint)
+        return target
 
     def continue_run(
         self, plan: Plan, prefix: NativePrefix, context: RunContext, settings: ContinueSettings
