@@ -6,7 +6,8 @@ forkpoint's ``Bridge`` with the Claude gate and the ``anthropic`` pass-through u
 (tests/fixtures/claude_code/requests/2.1.332/parallel_after_2): after the first request, every request is a
 "later" one (prefix + envelope + continuation), validated in full by the gate. "direct" sends the body the
 gate would forward (envelope removed) straight to ScriptedModel; both answers are the same SSE stream (~30
-events) and are checked byte for byte. The ~2 MB body carries a 2 MB tool output in the continuation.
+events) and are checked byte for byte. The ~2 MB body carries a 2 MB tool output in the continuation; in the
+third case the 2 MB output is batch 1's (session and requests alike), so the gate proves it on every request.
 
 Latency: one keep-alive connection per side, direct and bridged requests alternating; time to first body byte
 (TTFB) and to the end of the stream. Throughput: an aiohttp client with 8 concurrent keep-alive connections,
@@ -38,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as c
 
-from forkpoint.adapters.claude_code.envelope import expected_prefix
+from forkpoint.adapters.claude_code.envelope import ExpectedPrefix, JsonObject, expected_prefix
 from forkpoint.bridge.gate import clean_later_request
 
 CASE = c.FIXTURES / "claude_code" / "requests" / "2.1.332" / "parallel_after_2"
@@ -73,12 +74,12 @@ def process(argv: list[str], *, terminate: bool = False) -> Iterator[str]:
 
 
 @contextmanager
-def servers(script: Path) -> Iterator[tuple[str, str]]:
+def servers(script: Path, case: Path = CASE) -> Iterator[tuple[str, str]]:
     """(model URL, bridge base URL) with the bridge's first request already validated."""
     helper = str(Path(__file__).parent / "_bridge_server.py")
     with process([sys.executable, "-u", "-m", "forkpoint.testing.scripted_model", "--script", str(script)],
-                 terminate=True) as model, process([sys.executable, "-u", helper, str(CASE), model]) as bridge:
-        first = (CASE / "first_request.json").read_bytes()
+                 terminate=True) as model, process([sys.executable, "-u", helper, str(case), model]) as bridge:
+        first = (case / "first_request.json").read_bytes()
         with Client(bridge) as client:
             status, _, _, _ = client.post("/v1/messages?beta=true", first)
             if status != 200:
@@ -111,30 +112,67 @@ class Client:
         return response.status, ttfb, time.perf_counter() - started, first + rest
 
 
-def bodies() -> dict[str, tuple[bytes, bytes]]:
-    """size label -> (body the agent sends to the bridge, body the gate forwards = what direct sends)."""
-    meta = json.loads((CASE / "meta.json").read_text("utf-8"))
-    records = [json.loads(line) for line in (CASE / "session.jsonl").read_text("utf-8").splitlines()]
-    expected = expected_prefix(records, meta["nonce"], meta["version"])
-    later = json.loads((CASE / "later_request.json").read_text("utf-8"))
-    large = copy.deepcopy(later)
-    tool_result = large["messages"][-1]["content"][0]
+def large_text() -> str:
     line = "0123456789 abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ .,;:!?\n"
-    tool_result["content"] = (line * (LARGE_BYTES // len(line) + 1))[:LARGE_BYTES]
+    return (line * (LARGE_BYTES // len(line) + 1))[:LARGE_BYTES]
+
+
+def prefix_case(directory: Path) -> Path:
+    """The recorded case with its first tool output (batch 1, in every request's prefix) made ~2 MB: session and
+    requests alike, so the gate proves a prefix holding it on every request."""
+    records = [json.loads(line) for line in (CASE / "session.jsonl").read_text("utf-8").splitlines()]
+    tool_id = next(block["tool_use_id"] for record in records if isinstance(record.get("message"), dict)
+                   for block in record["message"].get("content") or []
+                   if isinstance(block, dict) and block.get("type") == "tool_result")
+    text = large_text()
+
+    def enlarge(value: object) -> None:
+        if isinstance(value, dict):
+            if value.get("type") == "tool_result" and value.get("tool_use_id") == tool_id:
+                value["content"] = text
+            for item in value.values():
+                enlarge(item)
+        elif isinstance(value, list):
+            for item in value:
+                enlarge(item)
+
+    directory.mkdir()
+    enlarge(records)
+    (directory / "session.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), "utf-8")
+    (directory / "meta.json").write_text((CASE / "meta.json").read_text("utf-8"), "utf-8")
+    for name in ("first_request.json", "later_request.json"):
+        request = json.loads((CASE / name).read_text("utf-8"))
+        enlarge(request)
+        (directory / name).write_text(json.dumps(request), "utf-8")
+    return directory
+
+
+def load_case(case: Path) -> tuple[ExpectedPrefix, JsonObject]:
+    """(the case's manifest, its recorded later request)."""
+    meta = json.loads((case / "meta.json").read_text("utf-8"))
+    records = [json.loads(line) for line in (case / "session.jsonl").read_text("utf-8").splitlines()]
+    later = json.loads((case / "later_request.json").read_text("utf-8"))
+    return expected_prefix(records, meta["nonce"], meta["version"]), later
+
+
+def bodies(big_prefix: Path) -> dict[str, tuple[Path, bytes, bytes]]:
+    """label -> (case, body the agent sends to the bridge, body the gate forwards = what direct sends)."""
+    expected, later = load_case(CASE)
+    large = copy.deepcopy(later)
+    large["messages"][-1]["content"][0]["content"] = large_text()  # the continuation's new tool output
     out = {}
-    for label, body in (("small", later), ("~2 MB", large)):
-        verdict = clean_later_request(expected, body, None)
+    for label, case, body in (("small", CASE, later), ("~2 MB", CASE, large),
+                              ("~2 MB in the prefix", big_prefix, load_case(big_prefix)[1])):
+        verdict = clean_later_request(expected if case == CASE else load_case(case)[0], body, None)
         assert verdict.ok and verdict.body is not None, verdict.reason
-        out[label] = (orjson.dumps(body), orjson.dumps(verdict.body))
+        out[label] = (case, orjson.dumps(body), orjson.dumps(verdict.body))
     return out
 
 
-def gate_cost(raw: bytes, rounds: int) -> tuple[float, float]:
+def gate_cost(case: Path, raw: bytes, rounds: int) -> tuple[float, float]:
     """In-process median of what the bridge does to a body besides I/O (orjson.loads + gate + orjson.dumps), and
     the share of the gate's time spent in ``count_text`` (the nonce search: an orjson serialisation of the body)."""
-    meta = json.loads((CASE / "meta.json").read_text("utf-8"))
-    records = [json.loads(line) for line in (CASE / "session.jsonl").read_text("utf-8").splitlines()]
-    expected = expected_prefix(records, meta["nonce"], meta["version"])
+    expected, _ = load_case(case)
     times = []
     for _ in range(rounds):
         started = time.perf_counter()
@@ -180,19 +218,19 @@ def main() -> None:
     parser = c.parser(__doc__ or "", repeat=200)
     parser.add_argument("--seconds", type=float, default=None, help="time bound per throughput block [default 8]")
     args = c.finish_args(parser.parse_args())
-    rounds = {"small": args.repeat, "~2 MB": max(2, args.repeat // 5)}
+    rounds = {"small": args.repeat, "~2 MB": max(2, args.repeat // 5), "~2 MB in the prefix": max(2, args.repeat // 5)}
     if args.smoke:
-        rounds = {"small": 5, "~2 MB": 2}
+        rounds = {"small": 5, "~2 MB": 2, "~2 MB in the prefix": 2}
     count = 20 if args.smoke else 1000
     seconds = args.seconds or (2.0 if args.smoke else 8.0)
-    payloads = bodies()
     latency: dict[tuple[str, str], list[float]] = {}
     first_byte: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="forkpoint-bench-bridge-") as tmp:
+        payloads = bodies(prefix_case(Path(tmp) / "big_prefix"))
         script = Path(tmp) / "script.json"
         script.write_text(json.dumps({"turns": [{"content": [{"type": "text", "text": ANSWER}]}] * 40}))
-        for label, (agent_body, forwarded_body) in payloads.items():
-            with servers(script) as (model, bridge), Client(model) as direct, Client(bridge) as bridged:
+        for label, (case, agent_body, forwarded_body) in payloads.items():
+            with servers(script, case) as (model, bridge), Client(model) as direct, Client(bridge) as bridged:
                 sides = {"direct": (direct, forwarded_body), "bridge": (bridged, agent_body)}
                 answers = {}
                 for side, (client, body) in sides.items():  # warm-up + the same answer check
@@ -210,16 +248,17 @@ def main() -> None:
                         latency[(label, side)].append(total)
                         first_byte[(label, side)].append(ttfb)
         rates: dict[str, list[tuple[int, float]]] = {"direct": [], "bridge": []}
-        small_agent, small_forwarded = payloads["small"]
+        _, small_agent, small_forwarded = payloads["small"]
         for side in ("direct", "bridge", "bridge", "direct"):
             with servers(script) as (model, bridge):  # fresh servers: ScriptedModel keeps every request in memory
                 target = model if side == "direct" else bridge
                 body = small_forwarded if side == "direct" else small_agent
                 rates[side].append(asyncio.run(throughput(target, body, count // 2, seconds / 2)))
-    gate = {label: gate_cost(agent_body, 5 if args.smoke else 30) for label, (agent_body, _) in payloads.items()}
+        gate = {label: gate_cost(case, agent_body, 5 if args.smoke else 30)
+                for label, (case, agent_body, _) in payloads.items()}
 
     rows = []
-    for label, (agent_body, _) in payloads.items():
+    for label, (_, agent_body, _) in payloads.items():
         for side in ("direct", "bridge"):
             lat, fb = latency[(label, side)], first_byte[(label, side)]
             rows.append([f"{label} ({len(agent_body) / 1e6:.2f} MB)", side, len(lat), c.ms(c.median(fb)),
@@ -240,11 +279,12 @@ def main() -> None:
 In-process cost of the gate alone (orjson.loads + `clean_later_request` + orjson.dumps, median):
 {', '.join(f'{label} {c.ms(value)} ms' for label, (value, _) in gate.items())}; of the gate's own time,
 {', '.join(f'{label} {share:.0%}' for label, (_, share) in gate.items())} is `hashing.count_text`, the
-search for the nonce (an orjson serialisation of the whole body, tools and system included), done twice per
-request (once on the body, once on the cleaned copy). The rest of the added time is the
-extra loopback hop: aiohttp reading the body, a second HTTP request to the upstream and the chunk-by-chunk
-relay of the stream. All three processes share the 2 cores, so the throughput test measures the whole system;
-throughput blocks are bounded at {count // 2} requests / {seconds / 2:.0f} s each."""
+search for the nonce (an orjson serialisation of the whole body, tools and system included), done once per
+request (the cleaned copy is not searched again: the cleaning removed the one message holding the nonce, so only
+the inserted boundary prompt is). The rest of the added time is the extra loopback hop: aiohttp reading the body
+and orjson parsing it (the model pays both again), the serialised cleaned body, a second HTTP request to the
+upstream and the chunk-by-chunk relay of the stream. All three processes share the 2 cores, so the throughput
+test measures the whole system; throughput blocks are bounded at {count // 2} requests / {seconds / 2:.0f} s each."""
     c.emit("bridge_overhead", "6. Bridge overhead (gate + pass-through)", doc, args)
 
 

@@ -13,8 +13,60 @@ import orjson
 
 
 def canonical_json(value: Any) -> str:
-    """Sorted keys, compact separators, UTF-8 kept as is (not \\u-escaped)."""
+    """Sorted keys, compact separators, UTF-8 kept as is (not \\u-escaped): ``json.dumps``'s text."""
+    fast = _fast_canonical(value)
+    return fast.decode("utf-8") if fast is not None else _stdlib_canonical(value)
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """``canonical_json(value)`` as UTF-8 bytes."""
+    fast = _fast_canonical(value)
+    return fast if fast is not None else _stdlib_canonical(value).encode("utf-8")
+
+
+def _stdlib_canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+#: below this size ``json.dumps`` is cheap; above it (a tool output of megabytes: 7 ms per 2 MB) orjson writes
+#: the same bytes ~30 times faster
+FAST_MIN_BYTES = 16 * 1024
+_FAST_OPTIONS = (orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATETIME
+                 | orjson.OPT_PASSTHROUGH_DATACLASS)
+_SCALARS = frozenset({str, int, bool, type(None)})
+
+
+def _fast_canonical(value: Any, min_bytes: int = FAST_MIN_BYTES) -> bytes | None:
+    """orjson's serialisation when it is provably ``json.dumps``'s text, else None.
+
+    Both sort keys by code point and escape exactly ``"``, ``\\`` and the control characters the same way; they
+    differ on floats (``1e-07`` vs ``1e-7``, NaN), subclasses, non-str keys, ints beyond 64 bits and types only
+    orjson knows (enum, UUID...). orjson refuses the subclasses, wide ints, non-str keys and lone surrogates; the
+    walk refuses everything but exact dict/list/tuple/str/int/bool/None (one step per node, not per byte).
+    """
+    try:
+        out = orjson.dumps(value, option=_FAST_OPTIONS)
+    except TypeError:  # orjson.JSONEncodeError
+        return None
+    if len(out) < min_bytes or not _plain(value):
+        return None
+    return out
+
+
+def _plain(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            if not all(type(key) is str for key in item):
+                return False
+            stack.extend(item.values())
+        elif kind is list or kind is tuple:
+            stack.extend(item)
+        elif kind not in _SCALARS:
+            return False
+    return True
 
 
 def sha256_hex(data: bytes | str) -> str:
@@ -24,7 +76,7 @@ def sha256_hex(data: bytes | str) -> str:
 
 
 def canonical_sha256(value: Any) -> str:
-    return sha256_hex(canonical_json(value))
+    return sha256_hex(canonical_bytes(value))
 
 
 def file_sha256(path: Path, chunk_size: int = 1 << 20) -> str:
@@ -41,7 +93,9 @@ def count_text(value: Any, needle: str) -> int:
     A needle of plain word characters starting with ``_`` (forkpoint's nonces) is never escaped by JSON, cannot
     straddle a key/value boundary (that would need a quote) and cannot start inside an escape sequence (``_`` is
     neither an escape letter nor a hex digit), so it is counted in the serialised bytes: one C pass instead of a
-    Python walk of a request body that can be megabytes.
+    Python walk of a request body that can be megabytes. Not in the request's raw bytes: there a ``\\u005f``
+    escape can spell a nonce character, and ruling escapes out is a short-needle search that costs more than this
+    serialisation on backslash-dense bodies (1.2 ms vs 0.2 ms on 2 MB of tool output).
     """
     if _PLAIN.fullmatch(needle):
         return orjson.dumps(value).count(needle.encode())

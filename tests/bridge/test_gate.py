@@ -18,12 +18,21 @@ import pytest
 from forkpoint.adapters.claude_code.envelope import (
     CONTINUE_TEXT,
     NO_RESPONSE_TEXT,
+    EnvelopeProfile,
     ExpectedPrefix,
     api_messages_from_session,
     expected_prefix,
     project,
 )
-from forkpoint.bridge.gate import Verdict, clean_first_request, clean_later_request
+from forkpoint.bridge.gate import (
+    Refusal,
+    Verdict,
+    clean_first_request,
+    clean_later_request,
+    open_request,
+    refuse_nonce_in,
+    verified_profile,
+)
 from forkpoint.hashing import sha256_hex
 from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, text, thinking, tool_use
 
@@ -459,3 +468,44 @@ def test_real_first_request_with_a_changed_observation_is_refused(case: Path) ->
     first["messages"][k]["content"][0]["content"] += " (changed)"
     reason = refused(clean_first_request(expected, first))
     assert f"(request messages[{k}]) differs from the rebuilt session: the observation of" in reason
+
+
+# -- the preamble every gate shares --------------------------------------------------------------------------------
+
+
+def refusal_of(call: Any) -> str:
+    with pytest.raises(Refusal) as caught:
+        call()
+    return caught.value.reason
+
+
+def test_open_request_checks_in_order_and_counts_the_nonce_once() -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": NONCE}]}
+    assert open_request(body, nonce=NONCE, boundary_prompt="go") == (body, body["messages"])
+    assert refusal_of(lambda: open_request([], boundary_prompt=" ")) == "the configured boundary prompt is empty"
+    assert refusal_of(lambda: open_request([])) == "the request body is not a JSON object"
+    assert refusal_of(lambda: open_request({"messages": [1]})) == "the request has no list of message objects"
+    assert open_request({"messages": [1]}, objects=False)[1] == [1]
+    assert refusal_of(lambda: open_request({"input": {}}, key="input", shape="no input")) == "no input"
+
+    def no_model(checked: dict[str, Any]) -> None:
+        raise Refusal(f"model {checked['model']}")
+
+    # the gate's own checks refuse before the nonce is counted
+    assert refusal_of(lambda: open_request({**body, "x": NONCE}, nonce=NONCE, checks=no_model)) == "model m"
+    assert refusal_of(lambda: open_request({**body, NONCE: 1}, nonce=NONCE)) == (
+        "the resume nonce occurs 2 times in the request (expected exactly once)")
+    assert "occurs 0 times" in refusal_of(lambda: open_request({"messages": []}, nonce=NONCE))
+    assert open_request({"messages": []})[1] == []  # no nonce: nothing counted
+
+
+def test_verified_profile_and_residue() -> None:
+    profiles = {"1.0": EnvelopeProfile("1.0", "agent/1.0/v1", continue_closure=False)}
+    assert verified_profile(profiles, "1.0", "agent/1.0/v1", "Agent") is profiles["1.0"]
+    assert refusal_of(lambda: verified_profile(profiles, "1.0", "agent/1.0/v2", "Agent")) == (
+        "no verified resume envelope profile 'agent/1.0/v2' for Agent 1.0")
+    assert "for Agent 2.0" in refusal_of(lambda: verified_profile(profiles, "2.0", "agent/1.0/v1", "Agent"))
+    refuse_nonce_in([{"role": "user", "content": "go on"}], NONCE)
+    refuse_nonce_in(None, NONCE)
+    assert refusal_of(lambda: refuse_nonce_in([{"content": f"say {NONCE}"}], NONCE)) == (
+        "the resume nonce remains in the cleaned request")

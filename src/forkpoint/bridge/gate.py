@@ -36,9 +36,9 @@ first request, so the model never saw them and the later requests keep showing i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from forkpoint.adapters.claude_code.envelope import (
     CONTINUE_TEXT,
@@ -77,6 +77,63 @@ class Refusal(Exception):
         self.reason = reason
 
 
+NO_MESSAGE_OBJECTS = "the request has no list of message objects"
+
+
+class Profiled(Protocol):
+    @property
+    def profile(self) -> str: ...
+
+
+P = TypeVar("P", bound=Profiled)
+
+
+def verified_profile(profiles: Mapping[str, P], version: str, profile: str, agent: str) -> P:
+    """The envelope profile verified for ``agent version``; a refusal when the manifest names another one."""
+    found = profiles.get(version)
+    if found is None or found.profile != profile:
+        raise Refusal(f"no verified resume envelope profile {profile!r} for {agent} {version}")
+    return found
+
+
+def open_request(body: Any, *, nonce: str | None = None, boundary_prompt: str | None = None, key: str = "messages",
+                 shape: str = NO_MESSAGE_OBJECTS, objects: bool = True,
+                 checks: Callable[[JsonObject], None] | None = None) -> tuple[JsonObject, list[Any]]:
+    """Every gate's preamble, in this order: a non-empty boundary prompt (when configured), a JSON object body
+    whose ``key`` is a list (of objects, with ``objects``; else the refusal ``shape``), the gate's own ``checks``,
+    then the nonce (when the gate has one) exactly once anywhere in the body. Returns (body, that list)."""
+    if boundary_prompt is not None and not boundary_prompt.strip():
+        raise Refusal("the configured boundary prompt is empty")
+    if not isinstance(body, dict):
+        raise Refusal("the request body is not a JSON object")
+    items = body.get(key)
+    if not isinstance(items, list) or (objects and not all(isinstance(item, dict) for item in items)):
+        raise Refusal(shape)
+    if checks is not None:
+        checks(body)
+    if nonce is not None:
+        occurrences = count_text(body, nonce)
+        if occurrences != 1:
+            raise Refusal(f"the resume nonce occurs {occurrences} times in the request (expected exactly once)")
+    return body, items
+
+
+def nonce_position(items: Sequence[JsonObject], is_nonce: Callable[[JsonObject], bool], refusal: str,
+                   facts: JsonObject) -> int:
+    """The index of the one entry ``is_nonce`` recognises (noted as the ``nonce_index`` fact), else ``refusal``."""
+    found = [index for index, item in enumerate(items) if is_nonce(item)]
+    if len(found) != 1:
+        raise Refusal(refusal)
+    facts["nonce_index"] = found[0]
+    return found[0]
+
+
+def refuse_nonce_in(inserted: Any, nonce: str) -> None:
+    """The residue check of a cleaning that removed the one message holding the body's single nonce occurrence
+    (counted by ``open_request``) and inserted only ``inserted`` (the boundary prompt): the cleaned copy holds
+    exactly ``inserted``'s occurrences, so counting them spares a second serialisation of a body of megabytes."""
+    if count_text(inserted, nonce):
+        raise Refusal("the resume nonce remains in the cleaned request")
 
 
 def checked(profile: str, first: bool, clean: Callable[[JsonObject], JsonObject]) -> Verdict:
@@ -103,25 +160,11 @@ def clean_later_request(expected: ExpectedPrefix, body: Any, boundary_prompt: st
 
 def _clean(expected: ExpectedPrefix, body: Any, boundary_prompt: str | None, *, first: bool,
            facts: JsonObject) -> JsonObject:
-    profile = PROFILES.get(expected.version)
-    if profile is None or profile.profile != expected.profile:
-        raise Refusal(f"no verified resume envelope profile {expected.profile!r} for Claude Code {expected.version}")
-    if boundary_prompt is not None and not boundary_prompt.strip():
-        raise Refusal("the configured boundary prompt is empty")
-    if not isinstance(body, dict):
-        raise Refusal("the request body is not a JSON object")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-        raise Refusal("the request has no list of message objects")
+    profile = verified_profile(PROFILES, expected.version, expected.profile, "Claude Code")
     nonce = expected.nonce
-    occurrences = count_text(body, nonce)
-    if occurrences != 1:
-        raise Refusal(f"the resume nonce occurs {occurrences} times in the request (expected exactly once)")
-    sole = [index for index, message in enumerate(messages) if _is_nonce_message(message, nonce)]
-    if len(sole) != 1:
-        raise Refusal("the resume nonce is not the sole content of a user message")
-    i = sole[0]
-    facts["nonce_index"] = i
+    body, messages = open_request(body, nonce=nonce, boundary_prompt=boundary_prompt)
+    i = nonce_position(messages, lambda message: _is_nonce_message(message, nonce),
+                       "the resume nonce is not the sole content of a user message", facts)
 
     after = messages[i + 1:]
     leading_system = 0
@@ -178,7 +221,8 @@ def _clean(expected: ExpectedPrefix, body: Any, boundary_prompt: str | None, *, 
         cleaned_messages = [*prefix, *([prompt_message] if prompt_message else []), *continuation]
         facts["continuation_messages"] = len(continuation)
     cleaned = {**body, "messages": cleaned_messages}
-    _check_residue(cleaned, nonce)
+    refuse_nonce_in(prompt_message, nonce)  # messages[i], the nonce's only place, is not in the cleaned copy
+    _check_residue(cleaned)
     facts["message_count"] = expected.message_count
     facts["prefix_sha256"] = expected.prefix_sha256
     facts["closure_messages_removed"] = 2
@@ -225,9 +269,7 @@ def _mark_last_block(message: JsonObject) -> JsonObject:
     return {**message, "content": [*content[:-1], {**content[-1], "cache_control": dict(EPHEMERAL)}]}
 
 
-def _check_residue(cleaned: JsonObject, nonce: str) -> None:
-    if count_text(cleaned, nonce):
-        raise Refusal("the resume nonce remains in the cleaned request")
+def _check_residue(cleaned: JsonObject) -> None:
     for index, message in enumerate(cleaned["messages"]):
         content = message.get("content")
         texts = [content] if isinstance(content, str) else [
@@ -245,13 +287,13 @@ def _compare(expected: ExpectedPrefix, prefix: Sequence[JsonObject]) -> None:
     """Refuse unless the projection of ``prefix`` is exactly the rebuilt session's; name the first difference."""
     indexed = project_indexed(prefix)
     projected = [message for _, message in indexed]
-    hashes, roles, blocks = digest_messages(projected)
     count = expected.message_count
-    for position in range(min(len(projected), count)):
-        if hashes[position] == expected.message_sha256[position]:
+    for position, message in enumerate(projected[:count]):
+        if canonical_sha256(message) == expected.message_sha256[position]:
             continue
+        _, roles, blocks = digest_messages([message])  # block digests only to name a difference: a hash each
         where = f"conversation message {position} (request messages[{indexed[position][0]}])"
-        detail = _explain(expected, position, roles[position], blocks[position])
+        detail = _explain(expected, position, roles[0], blocks[0])
         raise Refusal(f"{where} differs from the rebuilt session: {detail}")
     if len(projected) > count:
         where = f"conversation message {count} (request messages[{indexed[count][0]}])"

@@ -77,11 +77,21 @@ class Redactor:
     def feed(self, chunk: bytes) -> bytes:
         parts = (self.pending + chunk).split(self.secret)
         tail = parts[-1]  # raw bytes after the last whole key: only they can begin the next one
-        held = next((size for size in range(min(len(self.secret) - 1, len(tail)), 0, -1)
-                     if tail.endswith(self.secret[:size])), 0)
+        held = self._held(tail)
         self.pending = tail[len(tail) - held:] if held else b""
         data = REDACTED.join(parts)
         return data[: len(data) - held]
+
+    def _held(self, tail: bytes) -> int:
+        """The length of the longest end of ``tail`` that begins the key (shorter than the key): only the places
+        of the key's first byte are tried, not every length (a real key is ~100 bytes, a stream many chunks)."""
+        start = max(0, len(tail) - len(self.secret) + 1)
+        first = self.secret[:1]
+        while (start := tail.find(first, start)) != -1:
+            if self.secret.startswith(tail[start:]):
+                return len(tail) - start
+            start += 1
+        return 0
 
     def flush(self) -> bytes:
         data, self.pending = self.pending, b""

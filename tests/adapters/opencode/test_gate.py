@@ -143,6 +143,8 @@ def test_boundary_prompt_takes_the_place_of_the_nonce() -> None:
     verdict = gate_for(export, prompt="Now check the file.").first(body)
     assert verdict.ok and verdict.body is not None
     assert verdict.body["messages"][-1] == {"role": "user", "content": "Now check the file."}
+    refused = gate_for(export, prompt=f"say {NONCE}").first(body)
+    assert not refused.ok and refused.reason == "the resume nonce remains in the cleaned request"
 
 
 def test_title_requests_are_auxiliary_unless_they_carry_the_nonce() -> None:

@@ -122,6 +122,12 @@ def test_prompt_path_refusals() -> None:
     quoted["messages"].append({"role": "user", "content": f'"{NONCE}"'})
     assert not gate.first(quoted).ok
     assert not PiGate(expected_prefix(messages, NONCE), None).first(body).ok  # inconsistent configuration
+    nonce_body = copy.deepcopy(body)
+    nonce_body["messages"].append({"role": "user", "content": [{"type": "text", "text": NONCE}]})
+    verdict = PiGate(expected_prefix(messages, NONCE), f"say {NONCE}").first(nonce_body)
+    assert not verdict.ok and verdict.reason == "the resume nonce remains in the cleaned request"
+    verdict = PiGate(expected_prefix(messages, NONCE), " ").first(nonce_body)
+    assert not verdict.ok and verdict.reason == "the configured boundary prompt is empty"
 
 
 def test_unknown_roles_and_bad_bodies_are_refused() -> None:

@@ -43,8 +43,16 @@ from forkpoint.adapters.codex.envelope import (
     item_kind,
     project,
 )
-from forkpoint.bridge.gate import Refusal, Verdict, checked
-from forkpoint.hashing import canonical_sha256, count_text
+from forkpoint.bridge.gate import (
+    Refusal,
+    Verdict,
+    checked,
+    nonce_position,
+    open_request,
+    refuse_nonce_in,
+    verified_profile,
+)
+from forkpoint.hashing import canonical_sha256
 
 #: (role, text prefix, fact name) of the context items a resume may insert between the last output and the nonce
 ENVELOPE_CONTEXT: tuple[tuple[str, str, str], ...] = (
@@ -73,28 +81,12 @@ def clean_later_request(expected: CodexExpectedPrefix, body: Any, boundary_promp
 
 def _clean(expected: CodexExpectedPrefix, body: Any, boundary_prompt: str | None, *, first: bool,
            facts: JsonObject) -> JsonObject:
-    profile = PROFILES.get(expected.version)
-    if profile is None or profile.profile != expected.profile:
-        raise Refusal(f"no verified resume envelope profile {expected.profile!r} for Codex {expected.version}")
-    if boundary_prompt is not None and not boundary_prompt.strip():
-        raise Refusal("the configured boundary prompt is empty")
-    if not isinstance(body, dict):
-        raise Refusal("the request body is not a JSON object")
-    items = body.get("input")
-    if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
-        raise Refusal("the request has no input list of item objects")
-    for field in SERVER_HISTORY_FIELDS:
-        if body.get(field) is not None:
-            raise Refusal(f"the request sets {field!r}: the upstream would add history the gate cannot check")
+    profile = verified_profile(PROFILES, expected.version, expected.profile, "Codex")
     nonce = expected.nonce
-    occurrences = count_text(body, nonce)
-    if occurrences != 1:
-        raise Refusal(f"the resume nonce occurs {occurrences} times in the request (expected exactly once)")
-    sole = [index for index, item in enumerate(items) if _is_nonce_item(item, nonce)]
-    if len(sole) != 1:
-        raise Refusal("the resume nonce is not the sole input_text of a user message item")
-    i = sole[0]
-    facts["nonce_index"] = i
+    body, items = open_request(body, nonce=nonce, boundary_prompt=boundary_prompt, key="input",
+                               shape="the request has no input list of item objects", checks=_no_server_history)
+    i = nonce_position(items, lambda item: _is_nonce_item(item, nonce),
+                       "the resume nonce is not the sole input_text of a user message item", facts)
     if first and i != len(items) - 1:
         raise Refusal(f"input item {i + 1} ({item_kind(items[i + 1])}) follows the resume nonce; the first request "
                        "must end with it")
@@ -134,11 +126,16 @@ def _clean(expected: CodexExpectedPrefix, body: Any, boundary_prompt: str | None
     if not first:
         facts["continuation_items"] = len(continuation)
     cleaned = {**body, "input": [*items[:k + 1], *tail, *continuation]}
-    if count_text(cleaned, nonce):
-        raise Refusal("the resume nonce remains in the cleaned request")
+    refuse_nonce_in(tail, nonce)  # items[i], the nonce's only place, is not in the cleaned copy
     facts["item_count"] = expected.item_count
     facts["prefix_sha256"] = expected.prefix_sha256
     return cleaned
+
+
+def _no_server_history(body: JsonObject) -> None:
+    for field in SERVER_HISTORY_FIELDS:
+        if body.get(field) is not None:
+            raise Refusal(f"the request sets {field!r}: the upstream would add history the gate cannot check")
 
 
 def _message_parts(item: JsonObject) -> list[str] | None:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from forkpoint.bridge.gate import Refusal, Verdict, checked
+from forkpoint.bridge.gate import Refusal, Verdict, checked, open_request
 from forkpoint.hashing import canonical_sha256
 from forkpoint.model import JsonObject
 
@@ -88,11 +88,7 @@ def _difference(want: JsonObject, got: Any) -> str:
 
 def compare(expected: ExpectedChat, body: Any, *, first: bool, facts: JsonObject) -> JsonObject:
     """Refuse unless ``body.messages`` starts with (first request: equals) the expected conversation."""
-    if not isinstance(body, dict):
-        raise Refusal("the request body is not a JSON object")
-    messages = body.get("messages")
-    if not isinstance(messages, list):
-        raise Refusal("the request has no list of messages")
+    request, messages = open_request(body, shape="the request has no list of messages", objects=False)
     want = expected.messages
     facts.update(expected_messages=len(want), request_messages=len(messages), prefix_sha256=expected.sha256)
     for index, message in enumerate(messages[: len(want)]):
@@ -107,7 +103,7 @@ def compare(expected: ExpectedChat, body: Any, *, first: bool, facts: JsonObject
         raise Refusal(f"message {len(want)} ({_describe(messages[len(want)])}) is extra: the first request must end "
                       "at the end of the rebuilt prefix")
     facts["continuation_messages"] = len(messages) - len(want)
-    return body
+    return request
 
 
 class MiniChatGate:

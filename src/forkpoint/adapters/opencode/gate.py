@@ -27,32 +27,26 @@ from forkpoint.adapters.opencode.envelope import (
     masked_system_sha256,
     project_request_message,
 )
-from forkpoint.bridge.gate import Refusal, Verdict, checked
+from forkpoint.bridge.gate import (
+    Refusal,
+    Verdict,
+    checked,
+    nonce_position,
+    open_request,
+    refuse_nonce_in,
+    verified_profile,
+)
 from forkpoint.hashing import canonical_sha256, count_text
 
 
 def clean_request(expected: OpenCodeExpectedPrefix, body: Any, boundary_prompt: str | None, *, first: bool,
                   facts: JsonObject, system_seen: str | None = None) -> JsonObject:
-    profile = PROFILES.get(expected.version)
-    if profile is None or profile.profile != expected.profile:
-        raise Refusal(f"no verified resume envelope profile {expected.profile!r} for OpenCode {expected.version}")
-    if boundary_prompt is not None and not boundary_prompt.strip():
-        raise Refusal("the configured boundary prompt is empty")
-    if not isinstance(body, dict):
-        raise Refusal("the request body is not a JSON object")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-        raise Refusal("the request has no list of message objects")
+    verified_profile(PROFILES, expected.version, expected.profile, "OpenCode")
     nonce = expected.nonce
-    occurrences = count_text(body, nonce)
-    if occurrences != 1:
-        raise Refusal(f"the resume nonce occurs {occurrences} times in the request (expected exactly once)")
+    body, messages = open_request(body, nonce=nonce, boundary_prompt=boundary_prompt)
     envelope = {"role": "user", "content": nonce}
-    found = [index for index, message in enumerate(messages) if message == envelope]
-    if len(found) != 1:
-        raise Refusal("the resume nonce is not the exact content of a user message {role, content}")
-    i = found[0]
-    facts["nonce_index"] = i
+    i = nonce_position(messages, lambda message: message == envelope,
+                       "the resume nonce is not the exact content of a user message {role, content}", facts)
     if first and i != len(messages) - 1:
         raise Refusal(f"message {i + 1} ({messages[i + 1].get('role')}) follows the resume nonce; the first request "
                        "must end with it")
@@ -82,8 +76,7 @@ def clean_request(expected: OpenCodeExpectedPrefix, body: Any, boundary_prompt: 
     if not first:
         facts["continuation_messages"] = len(continuation)
     cleaned = {**body, "messages": [*messages[:i], *tail, *continuation]}
-    if count_text(cleaned, nonce):
-        raise Refusal("the resume nonce remains in the cleaned request")
+    refuse_nonce_in(tail, nonce)  # messages[i], the nonce's only place, is not in the cleaned copy
     facts["message_count"] = expected.message_count
     facts["prefix_sha256"] = expected.prefix_sha256
     return cleaned

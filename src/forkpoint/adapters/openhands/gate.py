@@ -12,17 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 from forkpoint.adapters.openhands.expected import ExpectedConversation, project
-from forkpoint.bridge.gate import Refusal, Verdict, checked
+from forkpoint.bridge.gate import Refusal, Verdict, checked, open_request
 from forkpoint.hashing import canonical_sha256
 from forkpoint.model import JsonObject
 
 
 def _compare(expected: ExpectedConversation, body: Any, *, first: bool, facts: JsonObject) -> JsonObject:
-    if not isinstance(body, dict):
-        raise Refusal("the request body is not a JSON object")
-    messages = body.get("messages")
-    if not isinstance(messages, list):
-        raise Refusal("the request has no messages list")
+    request, messages = open_request(body, shape="the request has no messages list", objects=False)
     count = len(expected.messages)
     projected = [project(m) for m in messages]
     for index in range(min(count, len(projected))):
@@ -44,7 +40,7 @@ def _compare(expected: ExpectedConversation, body: Any, *, first: bool, facts: J
     facts["prefix_sha256"] = expected.prefix_sha256
     if not first:
         facts["continuation_messages"] = len(projected) - count
-    return body
+    return request
 
 
 def _explain(want: JsonObject, got: JsonObject) -> str:

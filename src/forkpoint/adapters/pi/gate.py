@@ -23,8 +23,8 @@ from typing import Any
 
 import orjson
 
-from forkpoint.bridge.gate import Refusal, Verdict, checked
-from forkpoint.hashing import canonical_sha256, count_text
+from forkpoint.bridge.gate import Refusal, Verdict, checked, open_request, refuse_nonce_in
+from forkpoint.hashing import canonical_sha256
 from forkpoint.model import JsonObject
 
 PROFILE = "pi/0.83.0/openai-completions-sdk-v1"
@@ -160,19 +160,8 @@ def _clean(expected: PiExpectedPrefix, body: Any, boundary_prompt: str | None, *
            facts: JsonObject) -> JsonObject:
     if (boundary_prompt is None) != (expected.nonce is None):
         raise Refusal("the gate was configured inconsistently (a boundary prompt needs the resume nonce)")
-    if boundary_prompt is not None and not boundary_prompt.strip():
-        raise Refusal("the configured boundary prompt is empty")
-    if not isinstance(body, dict):
-        raise Refusal("the request body is not a JSON object")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-        raise Refusal("the request has no list of message objects")
-    if expected.model is not None and body.get("model") != expected.model:
-        raise Refusal(f"the request asks for model {body.get('model')!r}, the recording used {expected.model!r}")
-    if expected.nonce is not None:
-        occurrences = count_text(body, expected.nonce)
-        if occurrences != 1:
-            raise Refusal(f"the resume nonce occurs {occurrences} times in the request (expected exactly once)")
+    body, messages = open_request(body, nonce=expected.nonce, boundary_prompt=boundary_prompt,
+                                  checks=lambda checked_body: _check_model(expected, checked_body))
     start = 1 if messages and messages[0].get("role") in ("system", "developer") else 0
     if start:
         facts["system_prompt_sha256"] = canonical_sha256(messages[0].get("content"))
@@ -198,11 +187,16 @@ def _clean(expected: PiExpectedPrefix, body: Any, boundary_prompt: str | None, *
     if not first:
         facts["continuation_messages"] = len(rest)
     cleaned = {**body, "messages": [*messages[:end], *cleaned_tail, *rest]}
-    if expected.nonce is not None and count_text(cleaned, expected.nonce):
-        raise Refusal("the resume nonce remains in the cleaned request")
+    if expected.nonce is not None:  # messages[end], the nonce's only place, is not in the cleaned copy
+        refuse_nonce_in(cleaned_tail, expected.nonce)
     facts["message_count"] = count
     facts["prefix_sha256"] = expected.prefix_sha256
     return cleaned
+
+
+def _check_model(expected: PiExpectedPrefix, body: JsonObject) -> None:
+    if expected.model is not None and body.get("model") != expected.model:
+        raise Refusal(f"the request asks for model {body.get('model')!r}, the recording used {expected.model!r}")
 
 
 def _nonce_message(text: str) -> JsonObject:
