@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,12 @@ def file_sha256(path: Path, chunk_size: int = 1 << 20) -> str:
         while chunk := handle.read(chunk_size):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def make_nonce() -> str:
+    """A fresh resume prompt that cannot collide with anything in a session or a system prompt; plain word
+    characters starting with ``_``, so :func:`count_text` counts it in serialised bytes."""
+    return f"__forkpoint_nonce_{secrets.token_hex(16)}__"
 
 
 def count_text(value: Any, needle: str) -> int:

@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 from forkpoint import runtimes
-from forkpoint.adapters.claude_code.envelope import expected_prefix, make_nonce, project
+from forkpoint.adapters.claude_code.envelope import expected_prefix, project
 from forkpoint.bridge.server import Bridge
 from forkpoint.bridge.upstream import AnthropicUpstream, StubUpstream
+from forkpoint.hashing import make_nonce
 from forkpoint.testing import ScriptedModel, text, tool_use
 
 pytestmark = pytest.mark.e2e

@@ -26,10 +26,11 @@ import pytest
 from aiohttp import web
 
 from forkpoint import runtimes
-from forkpoint.adapters.codex.envelope import CodexExpectedPrefix, expected_prefix, make_nonce
+from forkpoint.adapters.codex.envelope import CodexExpectedPrefix, expected_prefix
 from forkpoint.adapters.codex.gate import CodexGate, clean_first_request
 from forkpoint.bridge.server import Bridge
 from forkpoint.bridge.upstream import OpenAIResponsesUpstream, ResponsesStubUpstream
+from forkpoint.hashing import make_nonce
 from forkpoint.testing import ScriptedModel, text, tool_use
 
 REQUESTS = Path(__file__).parents[1] / "fixtures" / "codex" / "requests"

@@ -13,14 +13,13 @@ from forkpoint.adapters.claude_code.envelope import (
     ExpectedPrefix,
     api_messages_from_session,
     expected_prefix,
-    make_nonce,
     observation_digest,
     project,
 )
 from forkpoint.adapters.claude_code.parse import ClaudeNative, parse_session
 from forkpoint.adapters.claude_code.session import prefix_records, read_lines
 from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.hashing import canonical_sha256
+from forkpoint.hashing import canonical_sha256, make_nonce
 from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, simple_session, text, thinking, tool_use
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "claude_code"

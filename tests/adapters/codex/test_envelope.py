@@ -18,13 +18,12 @@ from forkpoint.adapters.codex.envelope import (
     ROLLOUT_ONLY_KEYS,
     CodexExpectedPrefix,
     expected_prefix,
-    make_nonce,
     output_digest,
     project,
 )
 from forkpoint.adapters.codex.parse import parse_rollout
 from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.hashing import canonical_sha256
+from forkpoint.hashing import canonical_sha256, make_nonce
 
 REQUESTS = Path(__file__).parents[2] / "fixtures" / "codex" / "requests"
 CASES = sorted(p for p in REQUESTS.glob("0.*/*") if (p / "first_request.json").is_file())

@@ -9,11 +9,12 @@ import orjson
 
 from forkpoint.adapters.claude_code import launch
 from forkpoint.adapters.claude_code.continued import clean_continued
-from forkpoint.adapters.claude_code.envelope import expected_prefix, make_nonce
+from forkpoint.adapters.claude_code.envelope import expected_prefix
 from forkpoint.adapters.claude_code.parse import parse_session
 from forkpoint.bridge.server import Bridge
 from forkpoint.bridge.upstream import AnthropicUpstream, StubUpstream, Upstream
 from forkpoint.errors import ErrorKind, ReplayError, classify_continuation_output
+from forkpoint.hashing import make_nonce
 from forkpoint.model import ActionSignature, Continuation, ContinueSettings, NativePrefix, Plan, RunContext
 from forkpoint.results import write_atomic, write_json
 from forkpoint.sandbox import local_sandbox, runtime_paths

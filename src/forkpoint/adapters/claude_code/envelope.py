@@ -18,7 +18,6 @@ in the run's state dir and logged.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -58,10 +57,6 @@ def profile_for_version(version: str) -> EnvelopeProfile:
         )
     return profile
 
-
-def make_nonce() -> str:
-    """A fresh resume prompt that cannot collide with anything in a session or a system prompt."""
-    return f"__forkpoint_nonce_{secrets.token_hex(16)}__"
 
 
 # -- the messages Claude Code sends for a session --------------------------------------------------------------

@@ -118,8 +118,9 @@ def environment(base: Mapping[str, str], home: Path) -> dict[str, str]:
 def continue_rollout(
     plan: Plan, prefix: NativePrefix, context: RunContext, settings: ContinueSettings
 ) -> Continuation:
-    from forkpoint.adapters.codex.envelope import expected_prefix, make_nonce
+    from forkpoint.adapters.codex.envelope import expected_prefix
     from forkpoint.adapters.codex.gate import CodexGate
+    from forkpoint.hashing import make_nonce
 
     session_id = prefix.session_id
     assert session_id is not None

@@ -20,7 +20,6 @@ the run's state dir and logged.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -63,10 +62,6 @@ def profile_for_version(version: str) -> EnvelopeProfile:
         )
     return profile
 
-
-def make_nonce() -> str:
-    """A fresh resume prompt that cannot collide with anything in a rollout or a system prompt."""
-    return f"__forkpoint_nonce_{secrets.token_hex(16)}__"
 
 
 # -- the canonical projection ------------------------------------------------------------------------------------

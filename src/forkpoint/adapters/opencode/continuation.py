@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from forkpoint.adapters.opencode.database import Reconciled, database_path, reconcile
-from forkpoint.adapters.opencode.envelope import expected_prefix, make_nonce
+from forkpoint.adapters.opencode.envelope import expected_prefix
 from forkpoint.adapters.opencode.gate import OpenCodeGate
 from forkpoint.adapters.opencode.parse import parse_opencode
 from forkpoint.adapters.opencode.toolhost import opencode_env, provider_config, write_config
@@ -28,6 +28,7 @@ from forkpoint.adapters.opencode.watchdog import DEFAULT_IDLE_S, StepWatch
 from forkpoint.bridge.server import Bridge, BridgeSummary
 from forkpoint.bridge.upstream import Upstream
 from forkpoint.errors import ErrorKind, ReplayError, classify_continuation_output
+from forkpoint.hashing import make_nonce
 from forkpoint.model import Continuation, ContinueSettings, JsonObject, NativePrefix, Plan, RunContext
 from forkpoint.process import ProcessResult, run_supervised
 from forkpoint.results import write_atomic

@@ -20,7 +20,6 @@ The projection compares tool-call arguments as parsed JSON (OpenCode re-serialis
 from __future__ import annotations
 
 import re
-import secrets
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -60,10 +59,6 @@ def profile_for_version(version: str) -> EnvelopeProfile:
                                   f"(verified: {', '.join(PROFILES)})")
     return profile
 
-
-def make_nonce() -> str:
-    """One argv word without spaces (OpenCode quotes a word holding a space), unique to this run."""
-    return f"__forkpoint_nonce_{secrets.token_hex(16)}__"
 
 
 def masked_system_sha256(text: str) -> str:

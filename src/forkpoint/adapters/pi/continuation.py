@@ -10,7 +10,6 @@ option: the runner stops the agent loop after ``remaining`` turns (and the bridg
 
 from __future__ import annotations
 
-import secrets
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from forkpoint.adapters.pi.tools import tool_environment
 from forkpoint.bridge.server import Bridge
 from forkpoint.bridge.upstream import Upstream
 from forkpoint.errors import ErrorKind, ReplayError, classify_continuation_output, unsupported_version
+from forkpoint.hashing import make_nonce
 from forkpoint.model import Continuation, ContinueSettings, JsonObject, NativePrefix, Plan, RunContext
 from forkpoint.results import write_atomic
 from forkpoint.sandbox import local_sandbox
@@ -32,9 +32,6 @@ BRIDGE_KEY = "forkpoint-bridge"
 SETTINGS = {"retry": {"enabled": False}, "compaction": {"enabled": False}}
 _TAIL = 4000
 
-
-def make_nonce() -> str:
-    return f"__forkpoint_nonce_{secrets.token_hex(16)}__"
 
 
 def agent_dir(home: Path) -> Path:
