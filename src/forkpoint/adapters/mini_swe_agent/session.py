@@ -28,21 +28,21 @@ def _native(plan: Plan) -> MiniNative:
 
 
 def _document(native: MiniNative, messages: list[JsonObject], after_step: int) -> JsonObject:
-    data: JsonObject = copy.deepcopy({key: value for key, value in native.data.items() if key != "messages"})
-    info = data.setdefault("info", {})
-    if isinstance(info, dict):
+    data: JsonObject = {key: value for key, value in native.data.items() if key != "messages"}
+    info = data.get("info", {})
+    if isinstance(info, dict):  # the fields a finished run sets, copied (the parsed document stays as read)
         unset: Any = "" if native.major >= 2 else None
-        info["exit_status"], info["submission"] = unset, unset
+        info = data["info"] = {**info, "exit_status": unset, "submission": unset}
         stats = info.get("model_stats")
         if isinstance(stats, dict):
-            stats["api_calls"] = native.prefix_calls(after_step)
+            info["model_stats"] = {**stats, "api_calls": native.prefix_calls(after_step)}
     data["messages"] = messages
     return data
 
 
 def prepared_messages(plan: Plan) -> list[JsonObject]:
     native = _native(plan)
-    return copy.deepcopy(native.messages[: native.batch_end(plan.after_step)])
+    return native.messages[: native.batch_end(plan.after_step)]  # only serialised: no copy
 
 
 def rebuilt_messages(plan: Plan, fresh: Mapping[str, FreshObservation]) -> list[JsonObject]:

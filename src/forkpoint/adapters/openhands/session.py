@@ -46,13 +46,17 @@ def prefix_events(plan: Plan, fresh: Mapping[str, FreshObservation] | None) -> l
     end = prefix_end(plan)
     selected = {event_id for batch in native.batch_observations[: plan.after_step] for event_id in batch}
     later = {event_id for batch in native.batch_actions[plan.after_step:] for event_id in batch}
-    events = [copy.deepcopy(e) for e in native.events if e["id"] <= end and e["id"] not in later]
+    kept = [e for e in native.events if e["id"] <= end and e["id"] not in later]
     if fresh is None:
-        return events
+        return kept  # only serialised: the parsed events are not copied
     by_cause = {call.native: fresh.get(call.call_id) for call in plan.calls}
-    for event in events:
+    events: list[JsonObject] = []
+    for event in kept:
         if event["id"] not in selected:
+            events.append(event)
             continue
+        event = dict(event)  # only top-level fields are replaced
+        events.append(event)
         observation = by_cause.get(event.get("cause"))
         if observation is None or not isinstance(observation.native, dict):
             raise trajectory(f"no fresh OpenHands observation for action {event.get('cause')}")

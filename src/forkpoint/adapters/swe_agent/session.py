@@ -29,7 +29,8 @@ END_OF_RUN_INFO = ("exit_status", "submission", "edited_files30", "edited_files5
 def prefix_document(plan: Plan, fresh: Mapping[str, FreshObservation] | None) -> JsonObject:
     native = plan.trajectory.native
     assert isinstance(native, SweAgentNative)
-    data = copy.deepcopy(native.data)
+    # the prepared prefix only slices lists and replaces top-level fields; a rebuilt one also edits records
+    data = copy.deepcopy(native.data) if fresh is not None else dict(native.data)
     steps = native.steps[: plan.after_step]
     last = steps[-1]
     if last.observation_at is None:
