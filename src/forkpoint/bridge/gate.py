@@ -49,7 +49,6 @@ from forkpoint.adapters.claude_code.envelope import (
     JsonObject,
     digest_messages,
     project_indexed,
-    tool_ids_and_observations,
 )
 from forkpoint.hashing import canonical_sha256, count_text, sha256_hex
 
@@ -303,18 +302,8 @@ def _compare(expected: ExpectedPrefix, prefix: Sequence[JsonObject]) -> None:
         raise Refusal(f"conversation message {len(projected)} ({expected.message_roles[len(projected)]}) is "
                        f"missing: the request has {len(projected)} conversation messages before the envelope, the "
                        f"rebuilt session {count}")
-    if canonical_sha256(projected) != expected.prefix_sha256:
-        raise Refusal("the canonical prefix hash differs from the rebuilt session")
-    tool_ids, observations = tool_ids_and_observations(projected)
-    if tool_ids != expected.tool_use_ids:
-        raise Refusal(f"tool_use ids differ: expected {list(expected.tool_use_ids)}, got {list(tool_ids)}")
-    if observations != expected.observation_sha256:
-        raise Refusal("the tool_result observation hashes differ from the rebuilt session")
-    last = projected[-1]["content"]
-    boundary_ids = tuple(str(b.get("tool_use_id")) for b in last if isinstance(b, dict))
-    if boundary_ids != expected.boundary_tool_use_ids:
-        raise Refusal(f"boundary tool results differ: expected {list(expected.boundary_tool_use_ids)}, "
-                       f"got {list(boundary_ids)}")
+    # Every message equals the rebuilt session's, in number and content: the whole-prefix hash, the tool ids,
+    # the observation hashes and the boundary results (all functions of those messages) are equal too.
 
 
 def _explain(expected: ExpectedPrefix, position: int, role: str, got: Sequence[BlockDigest]) -> str:
