@@ -172,3 +172,18 @@ def test_cold_start_loads_only_what_the_command_needs(session: Path, tmp_path: P
     assert "forkpoint.engine" in modules and "forkpoint.adapters.claude_code" in modules
     assert not {m for m in modules if m.split(".")[0] in _HEAVY or m in _HEAVY}
     assert (tmp_path / "forkpoint-out" / "runs").is_dir()
+
+
+def test_the_exit_codes_in_replay_help_are_the_error_kinds() -> None:
+    """`forkpoint replay --help` lists every category with its exit code, as forkpoint.errors defines them."""
+    import re
+
+    from forkpoint.cli import REPLAY_EPILOG
+    from forkpoint.errors import ErrorKind
+
+    listed = REPLAY_EPILOG.split("exit codes:", 1)[1]
+    for kind in ErrorKind:
+        name = kind.category if not kind.category.startswith("model_") else "model_*"
+        match = re.search(rf"(\d+) (?:[a-z_]+ / )?{re.escape(name)}", listed)  # also "40 a / b"
+        assert match is not None, f"{kind.category} is not in replay --help"
+        assert int(match.group(1)) == kind.exit_code, kind.category

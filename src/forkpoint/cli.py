@@ -72,6 +72,31 @@ _REPLAY_OPTIONS: tuple[tuple[str, str | None, Callable[[str], Any], str], ...] =
 )
 
 
+#: Shown after `forkpoint replay --help`'s options; the exit codes are ErrorKind's (a test keeps them equal).
+REPLAY_EPILOG = """examples:
+
+  # the native prefix with the historical observations, nothing run (a training prefix)
+  forkpoint replay --agent claude-code --trajectory session.jsonl --after-step 2 --prepare-only
+  # re-run batches 1..2 in a fresh workspace (mounted at the recorded cwd) and write the fresh session
+  forkpoint replay --agent codex --trajectory rollout.jsonl --after-step 2 --replay-only --workspace ws/ \\
+      --sandbox bwrap
+  # ... and continue the real agent, its model traffic validated by the bridge and sent to Anthropic
+  ANTHROPIC_API_KEY=... forkpoint replay --agent claude-code --trajectory session.jsonl --after-step 2 \\
+      --workspace ws/ --sandbox bwrap --max-steps 30 --boundary-user-prompt "Run the tests first."
+  # a zero-cost check that the real agent accepts the rebuilt session (the bridge answers itself)
+  forkpoint replay --agent pi --trajectory events.jsonl --after-step 1 --upstream stub
+  # the workspace created from a git revision, tools isolated by bubblewrap
+  forkpoint replay --config replay.toml --workspace-from https://example.org/repo.git@abc123 --sandbox bwrap
+
+outputs: <output-dir>/<run-id>/result.json (phase, quality, agent_status, failure), manifest.json,
+observations.json (fresh vs historical, per call), native/ (the rebuilt session), next-action.json,
+replay-events.jsonl; `--json` prints result.json as one line.
+
+exit codes: 0 done; 2 configuration_error; 10 trajectory_error; 11 unsupported_agent / unsupported_version;
+20 workspace_error; 30 executor_error; 31 ambiguous_execution (a tool call may have run: use a fresh workspace);
+40 continuation_error / model_* (model_* are retryable); 50 internal_error."""
+
+
 class _Formatter(argparse.HelpFormatter):
     """Wraps each paragraph of a description on its own; indented paragraphs (examples) stay as written; lists
     the commands of a group without argparse's extra `COMMAND` heading line."""
@@ -108,11 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "table.")
 
     replay = _command(commands, "replay", "Replay a trajectory up to --after-step and (by default) continue the "
-                      "real agent from there.", _replay, epilog=(
-                          "examples:\n\n"
-                          "  forkpoint replay --agent claude-code --trajectory session.jsonl --after-step 2 "
-                          "--prepare-only\n"
-                          "  forkpoint replay --config replay.toml"))
+                      "real agent from there.", _replay, epilog=REPLAY_EPILOG)
     for option, metavar, kind, text in _REPLAY_OPTIONS:
         dest = "as_json" if option == "--json" else option[2:].replace("-", "_")
         if metavar is None:
