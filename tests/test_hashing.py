@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 import uuid
 from collections import OrderedDict
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +20,7 @@ from forkpoint.hashing import (
     canonical_json,
     canonical_sha256,
     sha256_hex,
+    sha256_pending,
 )
 
 
@@ -70,3 +73,20 @@ def test_values_only_one_encoder_accepts_or_writes_differently_fall_back() -> No
             continue
         raise AssertionError(f"{foreign!r} was serialised")
     assert _fast_canonical(["small"]) is None  # below FAST_MIN_BYTES json.dumps is used
+
+
+@pytest.mark.parametrize("size", [0, 10, (4 << 20) + 3])
+def test_sha256_pending_equals_hashlib_below_and_above_the_background_threshold(size: int) -> None:
+    data = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+    view = memoryview(data)
+    chunks = [view[: size // 3], data[size // 3 : size // 2], view[size // 2 :]]
+    assert sha256_pending(chunks)() == hashlib.sha256(data).hexdigest()
+
+
+def test_sha256_pending_reraises_a_failure_of_its_thread() -> None:
+    class NotABuffer:
+        def __len__(self) -> int:  # counts as large, so the hash runs on the helper thread
+            return 8 << 20
+
+    with pytest.raises(TypeError):
+        sha256_pending([b"x", NotABuffer()])()  # type: ignore[list-item]

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import enum
+import hashlib
 from pathlib import Path
 
 import pytest
 
-from forkpoint.results import AgentInfo, Artifact, Failure, ReplayResult, dumps_pretty
+from forkpoint.results import (
+    AgentInfo,
+    Artifact,
+    Failure,
+    ReplayResult,
+    dumps_pretty,
+    line_pieces,
+    write_source_lines,
+)
 
 
 class _Colour(enum.Enum):
@@ -46,3 +55,20 @@ def test_unserialisable_metadata_is_refused() -> None:
                           output_dir=None, metadata={"x": object()})
     with pytest.raises(TypeError):
         result.to_json()
+
+
+def test_line_pieces_spell_each_span_with_one_newline() -> None:
+    source = b'{"a":1}\n{"b":2}\r\n{"c":3}\n{"d":4}\n{"e":5}'
+    spans = [(0, 7), (8, 7), (17, 7), (33, 7)]  # skips line d; e is unterminated
+    pieces = line_pieces(source, spans)
+    assert b"".join(pieces) == b'{"a":1}\n{"b":2}\n{"c":3}\n{"e":5}\n'
+    assert [bytes(piece) for piece in pieces] == [b'{"a":1}\n{"b":2}', b"\n", b'{"c":3}\n', b'{"e":5}', b"\n"]
+    assert line_pieces(source, []) == []
+
+
+def test_write_source_lines_returns_the_written_files_sha256(tmp_path: Path) -> None:
+    source = b"".join(b'{"n":%d}\n' % n for n in range(3))
+    out = tmp_path / "out.jsonl"
+    digest = write_source_lines(out, source, [(0, 7), (16, 7)])
+    assert out.read_bytes() == b'{"n":0}\n{"n":2}\n'
+    assert digest == hashlib.sha256(out.read_bytes()).hexdigest()

@@ -7,6 +7,7 @@ import hashlib
 import json
 import re
 import secrets
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,45 @@ def sha256_hex(data: bytes | str) -> str:
 
 def canonical_sha256(value: Any) -> str:
     return sha256_hex(canonical_bytes(value))
+
+
+_BACKGROUND_HASH_MIN = 4 << 20
+
+
+def sha256_pending(chunks: Sequence[bytes | memoryview]) -> Callable[[], str]:
+    """Start the SHA-256 of ``chunks`` (in order); calling the result returns its hex digest.
+
+    Large inputs are hashed on a helper thread: hashlib releases the GIL for big updates, so next to a
+    Python-bound parse or a write the hash costs no wall time on a machine with a second core. The chunks
+    must not change until the result has been called.
+    """
+    digest = hashlib.sha256()
+    if sum(len(chunk) for chunk in chunks) < _BACKGROUND_HASH_MIN:
+        for chunk in chunks:
+            digest.update(chunk)
+        done = digest.hexdigest()
+        return lambda: done
+    import threading
+
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            for chunk in chunks:
+                digest.update(chunk)
+        except BaseException as exc:  # re-raised by the caller's join: a partial digest is never returned
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, name="forkpoint-sha256", daemon=True)
+    thread.start()
+
+    def join() -> str:
+        thread.join()
+        if failure:
+            raise failure[0]
+        return digest.hexdigest()
+
+    return join
 
 
 def file_sha256(path: Path, chunk_size: int = 1 << 20) -> str:

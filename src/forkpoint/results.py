@@ -138,6 +138,47 @@ def atomic_writer(path: Path, mode: int = 0o600) -> Iterator[BinaryIO]:
     _fsync_dir(path.parent)
 
 
+def line_pieces(source: bytes, spans: Iterable[tuple[int, int]]) -> list[memoryview | bytes]:
+    """Slices of ``source`` that spell each span (offset, length without terminator) followed by one ``\n``.
+
+    Adjacent spans already followed by ``\n`` in the source stay one slice, so a prefix that is the head of a
+    JSONL file is a single piece and nothing is copied.
+    """
+    view = memoryview(source)
+    pieces: list[memoryview | bytes] = []
+    run_start, run_end = 0, -1  # the pending run of whole source lines, none while run_end < 0
+    for offset, length in spans:
+        stop = offset + length
+        if offset != run_end:
+            if run_end >= 0:
+                pieces.append(view[run_start:run_end])
+            run_start = offset
+        if source[stop:stop + 1] == b"\n":
+            run_end = stop + 1
+        else:  # a "\r\n" terminator outside the span, or an unterminated last line
+            pieces += [view[run_start:stop], b"\n"]
+            run_end = -1
+    if run_end >= 0:
+        pieces.append(view[run_start:run_end])
+    return pieces
+
+
+def write_source_lines(path: Path, source: bytes, spans: Iterable[tuple[int, int]]) -> str:
+    """Atomically write the given lines of ``source``, each ended by one ``\n``; returns the file's SHA-256.
+
+    Prefix writers cut their lines from the bytes that were parsed and hashed, so a source that changed since
+    cannot leak in; the output is hashed on a helper thread while it is written (see ``sha256_pending``).
+    """
+    from forkpoint.hashing import sha256_pending
+
+    pieces = line_pieces(source, spans)
+    written_sha256 = sha256_pending(pieces)
+    with atomic_writer(path) as out:
+        for piece in pieces:
+            out.write(piece)
+    return written_sha256()
+
+
 def write_json(path: Path, value: Any, *, durable: bool = True) -> None:
     write_atomic(path, dumps_pretty(value), durable=durable)
 

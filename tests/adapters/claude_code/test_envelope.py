@@ -17,7 +17,7 @@ from forkpoint.adapters.claude_code.envelope import (
     project,
 )
 from forkpoint.adapters.claude_code.parse import ClaudeNative, parse_session
-from forkpoint.adapters.claude_code.session import prefix_records, read_lines
+from forkpoint.adapters.claude_code.session import line_bytes, prefix_records
 from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.hashing import canonical_sha256, make_nonce
 from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, simple_session, text, thinking, tool_use
@@ -209,7 +209,7 @@ def test_real_prefix_projection_equals_the_recorded_request(session: Path, after
     parsed = parse_session(session)
     native = parsed.native
     assert isinstance(native, ClaudeNative)
-    lines = read_lines(session, prefix_records(native, after), parsed.source_sha256)
+    lines = line_bytes(native, prefix_records(native, after))
     records = [orjson.loads(line) for line in lines]
     projected = project(api_messages_from_session(records))
     boundary = [str(b["tool_use_id"]) for b in projected[-1]["content"]]

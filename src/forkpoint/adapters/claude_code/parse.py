@@ -13,8 +13,6 @@ Rules (measured on the real binaries, see docs/adapters/claude-code.md):
 
 from __future__ import annotations
 
-import hashlib
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ import orjson
 
 from forkpoint.adapters.claude_code import policy
 from forkpoint.errors import trajectory
+from forkpoint.hashing import sha256_pending
 from forkpoint.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
 
 AGENT = "claude-code"
@@ -72,7 +71,9 @@ class ClaudeNative:
     chain: list[Record]
     batch_records: list[list[Record]]  # per batch (same order as Trajectory.batches)
     batch_terminals: list[Record]  # the last line of each batch in file order
-    source_stat: tuple[int, int] | None = None  # (size, mtime_ns) of the source when it was parsed
+    # The exact bytes that were parsed and hashed: prefixes are cut from them, so a file that changes after
+    # the parse can never mix into a prefix (records' offsets point into these bytes).
+    source: bytes = field(repr=False)
 
 
 @dataclass
@@ -91,16 +92,19 @@ class _Scan:
 
 
 def parse_session(path: Path) -> Trajectory:
-    digest = hashlib.sha256()
+    """Read the session once; its SHA-256 is computed alongside the line scan (see ``sha256_pending``)."""
+    with path.open("rb", buffering=0) as handle:
+        source = handle.readall()
+    source_sha256 = sha256_pending((source,))
     scan = _Scan()
-    with path.open("rb") as handle:
-        offset = 0
-        for line_number, raw in enumerate(handle, start=1):
-            digest.update(raw)
-            _scan_line(scan, raw, line_number, offset)
-            offset += len(raw)
-        stat = os.fstat(handle.fileno())
-    return _build(path, digest.hexdigest(), scan, (stat.st_size, stat.st_mtime_ns))
+    offset, line_number, size = 0, 0, len(source)
+    while offset < size:
+        end = source.find(b"\n", offset)
+        end = size if end < 0 else end + 1
+        line_number += 1
+        _scan_line(scan, source[offset:end], line_number, offset)
+        offset = end
+    return _build(path, source_sha256(), scan, source)
 
 
 def _scan_line(scan: _Scan, raw: bytes, line: int, offset: int) -> None:
@@ -201,7 +205,7 @@ def _index_results(scan: _Scan, record: Record, obj: JsonObject) -> None:
         record.data = {"message": {"content": content}}
 
 
-def _build(path: Path, sha256: str, scan: _Scan, source_stat: tuple[int, int] | None = None) -> Trajectory:
+def _build(path: Path, sha256: str, scan: _Scan, source: bytes) -> Trajectory:
     if not scan.records:
         raise trajectory(_not_claude_message(scan))
     chain = _active_chain(scan)
@@ -256,7 +260,7 @@ def _build(path: Path, sha256: str, scan: _Scan, source_stat: tuple[int, int] | 
         next_actions=tuple(next_actions),
         boundary_refusals=refusals,
         warnings=tuple(scan.warnings),
-        native=ClaudeNative(scan.records, chain, batch_records, terminals, source_stat),
+        native=ClaudeNative(scan.records, chain, batch_records, terminals, source),
     )
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -11,7 +9,7 @@ import orjson
 
 from forkpoint.adapters.claude_code.parse import ClaudeNative, Record
 from forkpoint.errors import trajectory
-from forkpoint.hashing import file_sha256, sha256_hex
+from forkpoint.hashing import sha256_hex
 from forkpoint.model import FreshObservation, Plan
 
 
@@ -34,68 +32,19 @@ def prefix_records(native: ClaudeNative, after_step: int) -> list[Record]:
     return ordered
 
 
-def read_lines(path: Path, records: list[Record], expected_sha256: str) -> list[bytes]:
-    """Read the original bytes of ``records``; refuse if the source changed since it was parsed."""
-    if file_sha256(path) != expected_sha256:
-        raise trajectory(f"the trajectory {path} changed while forkpoint was reading it")
-    lines: list[bytes] = []
-    with path.open("rb") as handle:
-        for record in records:
-            handle.seek(record.offset)
-            data = handle.read(record.length)
-            lines.append(data)
-    return lines
-
-
-_COPY_CHUNK = 1 << 20
+def line_bytes(native: ClaudeNative, records: list[Record]) -> list[bytes]:
+    """The original bytes of ``records`` (without their line terminators), as they were parsed."""
+    return [native.source[record.offset:record.offset + record.length] for record in records]
 
 
 def write_prepared(plan: Plan, destination: Path) -> str:
-    """The prefix with historical observations, byte-identical lines; returns the file's SHA-256.
+    """The prefix with historical observations, byte-identical lines; returns the file's SHA-256."""
+    from forkpoint.results import write_source_lines
 
-    One sequential pass over the source: the kept byte ranges are streamed to a temp file (renamed over
-    ``destination`` only on success) while the whole source is hashed, so a source that changed since it
-    was parsed is refused without a separate re-hash, and no copy of the prefix is held in memory.
-    """
-    parsed = plan.trajectory
-    native = parsed.native
+    native = plan.trajectory.native
     assert isinstance(native, ClaudeNative)
-    records = prefix_records(native, plan.after_step)
-    path = parsed.source_path
-    from forkpoint.results import atomic_writer
-
-    changed = trajectory(f"the trajectory {path} changed while forkpoint was reading it")
-    source_digest = hashlib.sha256()
-    out_digest = hashlib.sha256()
-    with path.open("rb", buffering=0) as source:
-        stat = os.fstat(source.fileno())
-        if native.source_stat is not None and (stat.st_size, stat.st_mtime_ns) != native.source_stat:
-            raise changed
-        with atomic_writer(destination) as out:
-
-            def copy(count: int, keep: bool) -> None:
-                while count > 0:
-                    chunk = source.read(min(count, _COPY_CHUNK))
-                    if not chunk:
-                        raise changed  # shorter than when it was parsed
-                    source_digest.update(chunk)
-                    if keep:
-                        out_digest.update(chunk)
-                        out.write(chunk)
-                    count -= len(chunk)
-
-            position = 0
-            for record in records:
-                copy(record.offset - position, keep=False)
-                copy(record.length, keep=True)
-                out_digest.update(b"\n")
-                out.write(b"\n")
-                position = record.offset + record.length
-            while chunk := source.read(_COPY_CHUNK):
-                source_digest.update(chunk)
-            if source_digest.hexdigest() != parsed.source_sha256:
-                raise changed
-    return out_digest.hexdigest()
+    spans = [(record.offset, record.length) for record in prefix_records(native, plan.after_step)]
+    return write_source_lines(destination, native.source, spans)
 
 
 def rebuilt_lines(plan: Plan, fresh: Mapping[str, FreshObservation]) -> list[bytes]:
@@ -109,7 +58,7 @@ def rebuilt_lines(plan: Plan, fresh: Mapping[str, FreshObservation]) -> list[byt
     native = parsed.native
     assert isinstance(native, ClaudeNative)
     records = prefix_records(native, plan.after_step)
-    lines = read_lines(parsed.source_path, records, parsed.source_sha256)
+    lines = line_bytes(native, records)
     selected = {call.call_id for call in plan.calls}
     replaced: set[str] = set()
     out: list[bytes] = []

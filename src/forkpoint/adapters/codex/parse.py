@@ -13,7 +13,6 @@ Rules (measured on 0.149.0 / 0.171.0, see docs/adapters/codex.md):
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 import orjson
 
 from forkpoint.errors import trajectory
+from forkpoint.hashing import sha256_pending
 from forkpoint.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
 
 AGENT = "codex"
@@ -50,6 +50,7 @@ class CodexNative:
     lines: list[Line]
     batch_end: list[int]  # per batch: index of its last output line
     session_meta: JsonObject
+    source: bytes = field(repr=False)  # the exact bytes parsed and hashed; line offsets point into them
     response_starts: list[int] = field(default_factory=list)  # line index of each model response's first item
     batch_response: list[int] = field(default_factory=list)  # per batch: ordinal (0-based) of its response
 
@@ -76,18 +77,22 @@ class _Response:
 
 
 def parse_rollout(path: Path) -> Trajectory:
-    digest = hashlib.sha256()
+    """Read the rollout once; its SHA-256 is computed alongside the line scan (see ``sha256_pending``)."""
+    with path.open("rb", buffering=0) as handle:
+        source = handle.readall()
+    source_sha256 = sha256_pending((source,))
     lines: list[Line] = []
     warnings: list[str] = []
-    with path.open("rb") as handle:
-        offset = 0
-        for number, raw in enumerate(handle, start=1):
-            digest.update(raw)
-            line = _parse_line(raw, number, offset, warnings)
-            if line is not None:
-                lines.append(line)
-            offset += len(raw)
-    return _build(path, digest.hexdigest(), lines, warnings)
+    offset, number, size = 0, 0, len(source)
+    while offset < size:
+        end = source.find(b"\n", offset)
+        end = size if end < 0 else end + 1
+        number += 1
+        line = _parse_line(source[offset:end], number, offset, warnings)
+        if line is not None:
+            lines.append(line)
+        offset = end
+    return _build(path, source_sha256(), lines, warnings, source)
 
 
 def _parse_line(raw: bytes, number: int, offset: int, warnings: list[str]) -> Line | None:
@@ -113,7 +118,7 @@ def _parse_line(raw: bytes, number: int, offset: int, warnings: list[str]) -> Li
     return Line(number - 1, offset, len(body), kind, payload)
 
 
-def _build(path: Path, sha256: str, lines: list[Line], warnings: list[str]) -> Trajectory:
+def _build(path: Path, sha256: str, lines: list[Line], warnings: list[str], source: bytes) -> Trajectory:
     if not lines or lines[0].type != "session_meta":
         raise trajectory("the rollout does not start with a session_meta line (the native session id is there)")
     meta = lines[0].payload
@@ -171,7 +176,7 @@ def _build(path: Path, sha256: str, lines: list[Line], warnings: list[str]) -> T
         batches=tuple(batches),
         next_actions=tuple(next_actions),
         warnings=tuple(warnings),
-        native=CodexNative(lines, batch_end, meta, [r.first_line for r in responses], batch_response),
+        native=CodexNative(lines, batch_end, meta, source, [r.first_line for r in responses], batch_response),
     )
 
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import orjson
 
-from forkpoint.adapters.codex.parse import OUTPUT_TYPES, CodexNative
+from forkpoint.adapters.codex.parse import OUTPUT_TYPES, CodexNative, Line
 from forkpoint.errors import trajectory
-from forkpoint.hashing import file_sha256, sha256_hex
+from forkpoint.hashing import sha256_hex
 from forkpoint.model import FreshObservation, Plan
-from forkpoint.results import write_atomic
+from forkpoint.results import write_atomic, write_source_lines
 
 
 def prefix_line_indices(native: CodexNative, after_step: int) -> range:
@@ -21,28 +21,26 @@ def prefix_line_indices(native: CodexNative, after_step: int) -> range:
     return range(0, end + 1)
 
 
-def read_prefix(plan: Plan) -> list[bytes]:
-    """The original bytes of every line up to and including batch N's last output."""
-    parsed = plan.trajectory
-    native = parsed.native
+def prefix_lines(plan: Plan) -> list[Line]:
+    """Every line up to and including batch N's last output."""
+    native = plan.trajectory.native
     assert isinstance(native, CodexNative)
-    if file_sha256(parsed.source_path) != parsed.source_sha256:
-        raise trajectory(f"the trajectory {parsed.source_path} changed while forkpoint was reading it")
     wanted = prefix_line_indices(native, plan.after_step)
-    out: list[bytes] = []
-    with parsed.source_path.open("rb") as handle:
-        for line in native.lines:
-            if line.index in wanted:
-                handle.seek(line.offset)
-                out.append(handle.read(line.length))
-    return out
+    return [line for line in native.lines if line.index in wanted]
+
+
+def read_prefix(plan: Plan) -> list[bytes]:
+    """The original bytes of the prefix lines, cut from the bytes that were parsed and hashed."""
+    native = plan.trajectory.native
+    assert isinstance(native, CodexNative)
+    return [native.source[line.offset:line.offset + line.length] for line in prefix_lines(plan)]
 
 
 def write_prepared(plan: Plan, destination: Path) -> str:
-    payload = b"".join(line + b"\n" for line in read_prefix(plan))
+    native = plan.trajectory.native
+    assert isinstance(native, CodexNative)
     destination.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(destination, payload)
-    return sha256_hex(payload)
+    return write_source_lines(destination, native.source, [(line.offset, line.length) for line in prefix_lines(plan)])
 
 
 def rebuilt_lines(plan: Plan, fresh: Mapping[str, FreshObservation]) -> tuple[list[bytes], int]:
