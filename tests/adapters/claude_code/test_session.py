@@ -72,7 +72,7 @@ def test_a_source_rewritten_after_the_parse_cannot_leak_into_the_prefix(tmp_path
 
 
 def test_a_large_session_hashes_source_and_prefix_exactly(tmp_path: Path) -> None:
-    """Above the background-hash threshold (4 MiB) both digests still equal hashlib's of the bytes."""
+    """Above the background-hash threshold (1 MiB) both digests still equal hashlib's of the bytes."""
     builder = ClaudeSessionBuilder()
     builder.user_prompt("big")
     for n in range(12):
@@ -81,7 +81,7 @@ def test_a_large_session_hashes_source_and_prefix_exactly(tmp_path: Path) -> Non
     builder.assistant([text("done")])
     session = builder.write(tmp_path / "s.jsonl")
     source = session.read_bytes()
-    assert len(source) > 4 << 20
+    assert len(source) > 1 << 20
     parsed = parse_session(session)
     assert parsed.source_sha256 == hashlib.sha256(source).hexdigest()
     data, digest = _prepare(session, 12, tmp_path / "out.jsonl")
