@@ -24,6 +24,7 @@ from forkpoint.fs import (
     open_confined,
     read_bounded_input,
     read_regular_file,
+    split_lines,
     write_file_confined,
 )
 
@@ -393,3 +394,8 @@ def test_aliases_name_the_root_too(tmp_path: Path) -> None:
         read_regular_file(root, "/recorded/cwd/link", max_bytes=100)  # without the alias: outside
     with pytest.raises(ConfinementError):
         read_regular_file(root, "/recorded/other/a.txt", max_bytes=100, aliases=alias)
+
+
+def test_split_lines_numbers_offsets_and_keeps_terminators() -> None:
+    assert list(split_lines(b'{"a":1}\n\r\n{"b":2}')) == [(1, 0, b'{"a":1}\n'), (2, 8, b"\r\n"), (3, 10, b'{"b":2}')]
+    assert list(split_lines(b"")) == []

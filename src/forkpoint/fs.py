@@ -24,7 +24,7 @@ import os
 import stat
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -292,6 +292,17 @@ def write_file_confined(
             raise
 
     _walk(root, path, writer, follow_final=True, create_parents=create_parents, aliases=aliases)
+
+
+def split_lines(source: bytes) -> Iterator[tuple[int, int, bytes]]:
+    """(1-based number, byte offset, line with its ``\n`` if any) of every line of a JSONL buffer."""
+    offset, number, size = 0, 0, len(source)
+    while offset < size:
+        end = source.find(b"\n", offset)
+        end = size if end < 0 else end + 1
+        number += 1
+        yield number, offset, source[offset:end]
+        offset = end
 
 
 def read_bounded_input(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> bytes:

@@ -21,6 +21,7 @@ import orjson
 
 from forkpoint.adapters.claude_code import policy
 from forkpoint.errors import trajectory
+from forkpoint.fs import split_lines
 from forkpoint.hashing import sha256_pending
 from forkpoint.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
 
@@ -97,13 +98,8 @@ def parse_session(path: Path) -> Trajectory:
         source = handle.readall()
     source_sha256 = sha256_pending((source,))
     scan = _Scan()
-    offset, line_number, size = 0, 0, len(source)
-    while offset < size:
-        end = source.find(b"\n", offset)
-        end = size if end < 0 else end + 1
-        line_number += 1
-        _scan_line(scan, source[offset:end], line_number, offset)
-        offset = end
+    for line_number, offset, raw in split_lines(source):
+        _scan_line(scan, raw, line_number, offset)
     return _build(path, source_sha256(), scan, source)
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from forkpoint.errors import trajectory
+from forkpoint.fs import split_lines
 from forkpoint.hashing import sha256_pending
 from forkpoint.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
 
@@ -83,15 +84,10 @@ def parse_rollout(path: Path) -> Trajectory:
     source_sha256 = sha256_pending((source,))
     lines: list[Line] = []
     warnings: list[str] = []
-    offset, number, size = 0, 0, len(source)
-    while offset < size:
-        end = source.find(b"\n", offset)
-        end = size if end < 0 else end + 1
-        number += 1
-        line = _parse_line(source[offset:end], number, offset, warnings)
+    for number, offset, raw in split_lines(source):
+        line = _parse_line(raw, number, offset, warnings)
         if line is not None:
             lines.append(line)
-        offset = end
     return _build(path, source_sha256(), lines, warnings, source)
 
 
