@@ -142,6 +142,25 @@ def build_parser() -> argparse.ArgumentParser:
             action = "append" if option == "--path-map" else "store"
             replay.add_argument(option, dest=dest, metavar=metavar, type=kind, action=action, help=text)
 
+    exporter = _command(commands, "export", "Export runs (and batches of runs) as training data: chat messages "
+                        "with segments, loss mask and provenance, as parquet, JSONL, ATIF or native files.", _export,
+                        epilog=EXPORT_EPILOG)
+    exporter.add_argument("runs", type=Path, nargs="+", metavar="RUN_OR_DIR",
+                          help="A run dir (<output-dir>/<run-id>) or a dir holding runs (an output root, a batch).")
+    exporter.add_argument("--format", dest="fmt", metavar="FORMAT", default="parquet",
+                          choices=("parquet", "messages-jsonl", "atif", "native"),
+                          help="parquet (Hugging Face-loadable), messages-jsonl, atif (ATIF v1.8, a directory) or "
+                          "native (the native sessions, a directory) [default: parquet].")
+    exporter.add_argument("-o", "--out", type=Path, required=True, metavar="PATH",
+                          help="The output file (a directory for atif/native); never overwritten. The report goes "
+                          "beside it as PATH.report.json.")
+    exporter.add_argument("--train-on", metavar="SEGMENT", default="live", choices=("live", "prefix", "all"),
+                          help="Which assistant turns are trainable: live (the continuation), prefix or all "
+                          "[default: live].")
+    exporter.add_argument("--no-redact", dest="redact", action="store_false",
+                          help="Keep secrets and the home path as they are (recorded in every row and the report).")
+    exporter.add_argument("--json", dest="as_json", action="store_true", help="Print the report as one JSON line.")
+
     agents = _command(commands, "agents", "Install and list verified agent runtimes (real CLIs from npm / PyPI).",
                       None)
     agents_commands = agents.add_subparsers(title="commands", metavar="COMMAND")
@@ -280,6 +299,54 @@ def _agents_list(args: argparse.Namespace) -> None:
         have = {r.version for r in installed if r.agent == agent_name}
         marks = ", ".join(f"{v}{' (installed)' if v in have else ''}" for v in versions)
         _say(f"{agent_name}: {marks}")
+
+
+EXPORT_EPILOG = """examples:
+
+  # every run under an output root, as one parquet file (datasets.load_dataset("parquet", data_files=...))
+  forkpoint export forkpoint-out/runs -o prefixes.parquet
+  # OpenAI-style messages as JSONL, training on the prefix's assistant turns as well
+  forkpoint export forkpoint-out/runs/run-1 forkpoint-out/runs/run-2 --format messages-jsonl -o sft.jsonl \\
+      --train-on all
+  # ATIF v1.8: per run <run>.json (prefix steps is_copied_context) and <run>.prefix.json
+  forkpoint export forkpoint-out/runs --format atif -o atif/
+
+rows: messages (role, content, reasoning_content, tool_calls, tool_call_id, segment = task | prefix |
+boundary_prompt | live, trainable), tools (JSON, when recorded), prefix_message_count and provenance (agent,
+versions, profile, after_step, upstream, model, bridge verdict, observation counts, next-action match, quality,
+agent_status, run id). Secrets of well-known shapes, secret-named assignments and the home path are redacted
+unless --no-redact; the report counts them (never the values). Runs that cannot be exported are listed in the
+report with the reason.
+
+exit codes: 0 done (skipped runs are reported, not errors); 2 configuration_error (bad option, output exists,
+an extra not installed)."""
+
+
+def _export(args: argparse.Namespace) -> None:
+    from forkpoint.errors import configuration
+    from forkpoint.export import export
+    from forkpoint.export.rows import ExportOptions
+
+    def progress(report: Any) -> None:
+        if not args.as_json and report.rows % 100 == 0:
+            _say(f"  {report.rows} rows, {len(report.skipped)} skipped", err=True, style=_DIM)
+
+    try:
+        report = export(args.runs, args.fmt, args.out, ExportOptions(args.train_on, args.redact), progress)
+    except FileExistsError as error:
+        _fail(configuration(str(error)), args.as_json)
+    except ModuleNotFoundError as error:
+        _fail(configuration(f"{error.name} is not installed: pip install 'forkpoint[export]'"), args.as_json)
+    if args.as_json:
+        _print_json(report.to_json())
+        return
+    _say(f"forkpoint: exported {report.rows} rows to {report.out} ({report.format}), "
+         f"{len(report.skipped)} skipped; report: {report.out}.report.json", style=_GREEN)
+    for skipped in report.skipped:
+        _say(f"  skipped {skipped['path']}: {skipped['reason']}", err=True)
+    if report.redaction_totals:
+        counts = ", ".join(f"{kind} {count}" for kind, count in sorted(report.redaction_totals.items()))
+        _say(f"  redacted: {counts}")
 
 
 # -- output --------------------------------------------------------------------------------------------------------
