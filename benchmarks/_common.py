@@ -37,6 +37,7 @@ ORDER = (
     "bridge_overhead",
     "observation_fidelity",
     "continuation_fidelity",
+    "export",
 )
 
 DOC_HEADER = """# Benchmarks

@@ -27,6 +27,7 @@ SCRIPTS = {
     "bridge_overhead": 25,
     "observation_fidelity": 30,
     "continuation_fidelity": 180,
+    "export": 60,
 }
 
 

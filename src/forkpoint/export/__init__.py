@@ -71,10 +71,11 @@ def export(
             except SkippedRun as skipped:
                 report.skipped.append({"path": str(skipped.path), "reason": skipped.reason})
                 continue
-            before = Counter(redactor.counts) if redactor else Counter()
-            row, _ = build_row(run, options, None if fmt == "native" else redactor)
-            writer.write(row, run.path)
-            made = Counter(redactor.counts) - before if redactor else Counter()
+            row = build_row(run, options, None if fmt == "native" else redactor)
+            if redactor is not None:
+                row["redaction_count"] = redactor.pending()
+            writer.write(row, run.path)  # (native copies are redacted while written)
+            made = redactor.take() if redactor is not None else Counter()
             if made:
                 report.redaction_per_row[str(row["run_id"])] = dict(sorted(made.items()))
             report.rows += 1

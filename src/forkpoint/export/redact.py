@@ -7,7 +7,6 @@ ordinary text and hashes pass untouched.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -16,19 +15,20 @@ _SECRET_NAME = (
     r"[A-Za-z_][A-Za-z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIALS?|PRIVATE)[A-Za-z0-9_]*"
 )
 
-#: (kind, pattern); a pattern with a group named ``value`` redacts only that group.
-PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("private_key", re.compile(
-        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----.*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|\Z)", re.S)),
-    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),
-    ("anthropic_key", re.compile(r"\bsk-ant-[A-Za-z0-9_-]{20,}")),
-    ("openai_key", re.compile(r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}")),
-    ("github_token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})")),
-    ("aws_access_key_id", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
-    ("slack_token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}")),
-    ("secret_assignment", re.compile(  # NAME=value / NAME: value / export NAME="value" / "name": "value"
-        rf"(?im)(?P<name>\b{_SECRET_NAME}\b[\"']?\s*[=:]\s*[\"']?)(?P<value>[^\s\"',;]{{4,}})")),
-)
+#: kind -> pattern, tried in this order at each position; ``secret_assignment`` redacts only its ``value`` group.
+PATTERNS: dict[str, str] = {
+    "private_key": r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----[\s\S]*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|\Z)",
+    "jwt": r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
+    "anthropic_key": r"\bsk-ant-[A-Za-z0-9_-]{20,}",
+    "openai_key": r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}",
+    "github_token": r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})",
+    "aws_access_key_id": r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
+    "slack_token": r"\bxox[abposr]-[A-Za-z0-9-]{10,}",
+    # NAME=value / NAME: value / export NAME="value" / "name": "value"
+    "secret_assignment": rf"(?P<name>(?i:\b{_SECRET_NAME}\b)[\"']?\s*[=:]\s*[\"']?)(?P<value>[^\s\"',;]{{4,}})",
+}
+#: one pass over the text: the alternation of every pattern, each in a group named after its kind
+_ANY = re.compile("|".join(f"(?P<{kind}>{pattern})" for kind, pattern in PATTERNS.items()))
 
 
 @dataclass
@@ -37,20 +37,29 @@ class Redactor:
 
     home: str | None = None
     counts: Counter[str] = field(default_factory=Counter)
+    _since: Counter[str] = field(default_factory=Counter)
+
+    def pending(self) -> int:
+        """How many replacements since the last :meth:`take`."""
+        return sum(self._since.values())
+
+    def take(self) -> Counter[str]:
+        """The replacements per kind since the last call (one row's), and start counting anew."""
+        taken, self._since = self._since, Counter()
+        return taken
 
     def text(self, value: str) -> str:
-        for kind, pattern in PATTERNS:
-            value = pattern.sub(functools.partial(self._replace, kind), value)
+        value = _ANY.sub(self._replace, value)
         if self.home and len(self.home) > 1 and self.home in value:
             value, count = re.subn(re.escape(self.home) + r"(?![A-Za-z0-9_.-])", "~", value)
             self.counts["home_path"] += count
+            self._since["home_path"] += count
         return value
 
-    def _replace(self, kind: str, match: re.Match[str]) -> str:
-        if match.groupdict().get("value") is None:
-            self.counts[kind] += 1
-            return f"[REDACTED:{kind}]"
-        if match.group("value").startswith("[REDACTED:"):
-            return match.group(0)
+    def _replace(self, match: re.Match[str]) -> str:
+        kind = match.lastgroup or "secret"
         self.counts[kind] += 1
-        return f"{match.group('name')}[REDACTED:{kind}]"
+        self._since[kind] += 1
+        if kind == "secret_assignment":
+            return f"{match.group('name')}[REDACTED:{kind}]"
+        return f"[REDACTED:{kind}]"

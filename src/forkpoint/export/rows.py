@@ -9,7 +9,6 @@ messages are ever ``trainable``: by default the live ones (``train_on="live"``),
 from __future__ import annotations
 
 import json
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,9 +25,8 @@ class ExportOptions:
     redact: bool = True
 
 
-def build_row(run: Run, options: ExportOptions, redactor: Redactor | None) -> tuple[dict[str, Any], Counter[str]]:
-    """The row of ``run`` and the redactions made in it."""
-    before = Counter(redactor.counts) if redactor else Counter()
+def build_row(run: Run, options: ExportOptions, redactor: Redactor | None) -> dict[str, Any]:
+    """The row of ``run``, its texts passed through ``redactor`` (None: not redacted here)."""
     prefix = [dict(message) for message in run.prefix.messages]
     notes = list(run.prefix.notes)
     messages = prefix
@@ -52,11 +50,10 @@ def build_row(run: Run, options: ExportOptions, redactor: Redactor | None) -> tu
         "prefix_message_count": len(prefix),
         **provenance(run),
         "notes": notes,
-        "redacted": redactor is not None,
+        "redacted": options.redact,
+        "redaction_count": 0,
     }
-    delta = Counter(redactor.counts) - before if redactor else Counter()
-    row["redaction_count"] = sum(delta.values())
-    return row, delta
+    return row
 
 
 def _starts_with(continued: list[ChatMessage], prefix: list[ChatMessage]) -> bool:

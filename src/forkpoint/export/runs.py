@@ -18,7 +18,9 @@ from typing import Any
 import orjson
 
 from forkpoint.export.chat import Conversation
-from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES, ConfinementError, NotRegularFileError, read_regular_file
+from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 RESULT_SCHEMA = "forkpoint.result/v1"
 MAX_DEPTH = 4
@@ -95,73 +97,109 @@ def _is_file(path: Path) -> bool:
 
 def load_run(run_dir: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Run:
     """The run's documents and conversations, or SkippedRun saying why it cannot be exported."""
-    result = _json(run_dir, "result.json", max_bytes)
-    if not isinstance(result, dict) or result.get("schema_version") != RESULT_SCHEMA:
-        found = result.get("schema_version") if isinstance(result, dict) else None
-        raise SkippedRun(run_dir, f"result.json has schema {found!r}, expected {RESULT_SCHEMA!r}")
-    if result.get("phase") is None:
-        raise SkippedRun(run_dir, "the run failed before it wrote a native session (no phase)")
-    agent = (result.get("agent") or {}).get("name")
-    if agent not in CONVERTERS:
-        raise SkippedRun(run_dir, f"no exporter for agent {agent!r}")
-    convert = import_module(CONVERTERS[agent]).to_chat
-    prefix_path = _artifact(run_dir, result, "native_prefix")
-    if prefix_path is None:
-        raise SkippedRun(run_dir, "no native prefix among the run's artifacts")
-    continued_path = _artifact(run_dir, result, "continued_native_session")
-    summary = _json(run_dir, "replay-summary.json", max_bytes, required=False)
-    next_action = _json(run_dir, "next-action.json", max_bytes, required=False)
-    schemas = _json(run_dir, "tool-schemas.json", max_bytes, required=False)
+    with RunFiles(run_dir, max_bytes) as files:
+        result = files.json("result.json", required=True)
+        if not isinstance(result, dict) or result.get("schema_version") != RESULT_SCHEMA:
+            found = result.get("schema_version") if isinstance(result, dict) else None
+            raise SkippedRun(run_dir, f"result.json has schema {found!r}, expected {RESULT_SCHEMA!r}")
+        if result.get("phase") is None:
+            raise SkippedRun(run_dir, "the run failed before it wrote a native session (no phase)")
+        agent = (result.get("agent") or {}).get("name")
+        if agent not in CONVERTERS:
+            raise SkippedRun(run_dir, f"no exporter for agent {agent!r}")
+        convert = import_module(CONVERTERS[agent]).to_chat
+        prefix_data = files.read(*_artifact(result, "native_prefix"))
+        if prefix_data is None:
+            raise SkippedRun(run_dir, "no native prefix among the run's files")
+        continued_data = files.read(*_artifact(result, "continued_native_session"))
+        summary = files.json("replay-summary.json")
+        next_action = files.json("next-action.json")
+        schemas = files.json("tool-schemas.json")
     try:
-        prefix = convert(_read(run_dir, prefix_path, max_bytes))
-        continued = convert(_read(run_dir, continued_path, max_bytes)) if continued_path else None
+        prefix = convert(prefix_data)
+        continued = convert(continued_data) if continued_data is not None else None
     except ValueError as error:
         raise SkippedRun(run_dir, f"cannot parse its native session: {error}") from None
+    tools = schemas.get("tools") if isinstance(schemas, dict) else None
     return Run(
         path=run_dir,
         result=result,
         summary=summary if isinstance(summary, dict) else {},
         next_action=next_action if isinstance(next_action, dict) else None,
-        tool_schemas=schemas["tools"] if isinstance(schemas, dict) and isinstance(schemas.get("tools"), list) else None,
+        tool_schemas=tools if isinstance(tools, list) else None,
         prefix=prefix,
         continued=continued,
     )
 
 
-def _read(run_dir: Path, relative: Path, max_bytes: int) -> bytes:
-    """A file of the run, through the confined walk: no link leads out of the run dir, no FIFO or device is read."""
-    try:
-        read = read_regular_file(run_dir, relative, max_bytes=max_bytes)
-    except (OSError, ConfinementError, NotRegularFileError) as error:
-        raise SkippedRun(run_dir, f"cannot read {relative}: {error}") from None
-    if read.truncated:
-        raise SkippedRun(run_dir, f"{relative} exceeds {max_bytes} bytes (raise --max-file-bytes)")
-    return read.data
+class RunFiles:
+    """Reads files of one run dir relative to its directory fd: every component opened with ``O_NOFOLLOW``, only
+    regular files read (a FIFO never blocks: ``O_NONBLOCK``), each read bounded; a run dir from a stranger cannot
+    lead the exporter elsewhere. A missing file reads as None."""
 
-
-def _artifact(run_dir: Path, result: dict[str, Any], role: str) -> Path | None:
-    """The artifact of ``role``, found inside ``run_dir`` (the recorded absolute path may be from another host)."""
-    for artifact in result.get("artifacts") or []:
-        if not isinstance(artifact, dict) or artifact.get("role") != role or not isinstance(artifact.get("path"), str):
-            continue
-        recorded = Path(artifact["path"])
-        output_dir = Path(str(result.get("output_dir", "")))
+    def __init__(self, run_dir: Path, max_bytes: int) -> None:
+        self.run_dir = run_dir
+        self.max_bytes = max_bytes
         try:
-            relative = recorded.relative_to(output_dir)
-        except ValueError:
-            relative = Path(*recorded.parts[-3:])  # native/<kind>/<file>
-        if ".." in relative.parts or relative.is_absolute():
+            self.fd = os.open(run_dir, _DIR_FLAGS)
+        except OSError as error:
+            raise SkippedRun(run_dir, f"cannot open the run dir: {error.strerror}") from None
+
+    def __enter__(self) -> RunFiles:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        os.close(self.fd)
+
+    def read(self, *parts: str) -> bytes | None:
+        if not parts or any(part in ("", ".", "..") or "/" in part for part in parts):
             return None
-        return relative if _is_file(run_dir / relative) else None
-    return None
+        opened: list[int] = []
+        try:
+            parent = self.fd
+            for part in parts[:-1]:
+                parent = os.open(part, _DIR_FLAGS, dir_fd=parent)
+                opened.append(parent)
+            fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent)
+            opened.append(fd)
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise SkippedRun(self.run_dir, f"{'/'.join(parts)} is not a regular file")
+            if info.st_size > self.max_bytes:
+                raise SkippedRun(self.run_dir, f"{'/'.join(parts)} exceeds {self.max_bytes} bytes")
+            chunks: list[bytes] = []
+            remaining = self.max_bytes + 1
+            while remaining > 0 and (chunk := os.read(fd, min(remaining, 1 << 20))):
+                chunks.append(chunk)
+                remaining -= len(chunk)
+            if remaining <= 0:
+                raise SkippedRun(self.run_dir, f"{'/'.join(parts)} exceeds {self.max_bytes} bytes")
+            return b"".join(chunks)
+        except FileNotFoundError:
+            return None
+        except OSError as error:  # ELOOP: a link where a file or folder should be
+            raise SkippedRun(self.run_dir, f"cannot read {'/'.join(parts)}: {error.strerror}") from None
+        finally:
+            for fd in opened:
+                os.close(fd)
+
+    def json(self, name: str, *, required: bool = False) -> Any:
+        data = self.read(name)
+        if data is None:
+            if required:
+                raise SkippedRun(self.run_dir, f"no {name} (unfinished or not a forkpoint run)")
+            return None
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError as error:
+            raise SkippedRun(self.run_dir, f"{name} is unreadable: {error}") from None
 
 
-def _json(run_dir: Path, name: str, max_bytes: int, *, required: bool = True) -> Any:
-    if not _is_file(run_dir / name):
-        if required:
-            raise SkippedRun(run_dir, f"no {name} (unfinished or not a forkpoint run)")
-        return None
-    try:
-        return orjson.loads(_read(run_dir, Path(name), max_bytes))
-    except ValueError as error:
-        raise SkippedRun(run_dir, f"{name} is unreadable: {error}") from None
+def _artifact(result: dict[str, Any], role: str) -> tuple[str, ...]:
+    """The run-relative path parts of the artifact of ``role`` (the recorded absolute path may be another host's):
+    ``native/<kind>/<file>``; () when the run has none."""
+    for artifact in result.get("artifacts") or []:
+        if isinstance(artifact, dict) and artifact.get("role") == role and isinstance(artifact.get("path"), str):
+            parts = tuple(artifact["path"].rsplit("/", 3)[-3:])
+            return parts if len(parts) == 3 and parts[0] == "native" else ()
+    return ()

@@ -104,8 +104,9 @@ class ParquetWriter(_Staged):
     def _flush(self) -> None:
         import pyarrow as pa
 
-        if self.pending:
-            self.writer.write_table(pa.Table.from_pylist(self.pending, schema=self.schema))
+        if self.pending:  # column by column: Table.from_pylist would import pandas
+            columns = [pa.array([row.get(f.name) for row in self.pending], type=f.type) for f in self.schema]
+            self.writer.write_table(pa.Table.from_arrays(columns, schema=self.schema))
             self.pending = []
 
     def commit(self) -> None:
