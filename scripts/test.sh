@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's test command. On a fresh clone it does its own set-up, then runs the whole suite:
 #   1. forkpoint with its test extras (pip, editable);
-#   2. Debian packages the tests drive: bubblewrap (--sandbox bwrap), ripgrep (OpenCode's grep/glob tools);
+#   2. Debian packages the tests drive: bubblewrap (--sandbox bwrap), ripgrep (OpenCode's grep/glob tools),
+#      chromium (the report tests open reports in it through Playwright);
 #   3. the verified agent runtimes (npm prefixes and uv venvs, cached under ~/.cache/forkpoint/runtimes:
 #      a second run only checks them);
 #   4. ruff, mypy --strict, then pytest (extra arguments go to pytest: scripts/test.sh tests/test_plan.py -q).
@@ -16,6 +17,7 @@ if [ "${FORKPOINT_TEST_SKIP_SETUP:-0}" != 1 ]; then
     missing=()
     command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
     command -v rg >/dev/null 2>&1 || missing+=(ripgrep)
+    command -v chromium >/dev/null 2>&1 || missing+=(chromium)   # `forkpoint report` tests, through Playwright
     if [ ${#missing[@]} -gt 0 ]; then
         sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
         $sudo apt-get update -qq && $sudo apt-get install -y -qq "${missing[@]}"

@@ -161,6 +161,16 @@ def build_parser() -> argparse.ArgumentParser:
                           help="Keep secrets and the home path as they are (recorded in every row and the report).")
     exporter.add_argument("--json", dest="as_json", action="store_true", help="Print the report as one JSON line.")
 
+    report = _command(commands, "report", "Write one self-contained HTML report (no network, works from file://) of "
+                      "a run or of every run under a directory: timeline, historical vs fresh observations with "
+                      "diffs, bridge verdicts, the continuation, the next action.", _report)
+    report.add_argument("runs", type=Path, nargs="+", metavar="RUN_OR_DIR",
+                        help="A run dir (<output-dir>/<run-id>) or a dir holding runs (an output root, a batch).")
+    report.add_argument("-o", "--out", type=Path, metavar="FILE",
+                        help="The HTML file [default: report.html inside the first RUN_OR_DIR].")
+    report.add_argument("--open", dest="open_browser", action="store_true",
+                        help="Open the report in the default browser afterwards.")
+
     agents = _command(commands, "agents", "Install and list verified agent runtimes (real CLIs from npm / PyPI).",
                       None)
     agents_commands = agents.add_subparsers(title="commands", metavar="COMMAND")
@@ -347,6 +357,24 @@ def _export(args: argparse.Namespace) -> None:
     if report.redaction_totals:
         counts = ", ".join(f"{kind} {count}" for kind, count in sorted(report.redaction_totals.items()))
         _say(f"  redacted: {counts}")
+
+
+def _report(args: argparse.Namespace) -> None:
+    from forkpoint.errors import configuration
+    from forkpoint.report import write_report
+
+    out = args.out or args.runs[0] / "report.html"
+    try:
+        info = write_report(args.runs, out)
+    except FileNotFoundError as error:
+        _fail(configuration(str(error)), False)
+    _say(f"forkpoint: report of {info.runs} run(s): {info.out} ({info.size_bytes:,} bytes)", style=_GREEN)
+    for path, reason in info.skipped:
+        _say(f"  not shown: {path}: {reason}", err=True)
+    if args.open_browser:
+        import webbrowser
+
+        webbrowser.open(info.out.resolve().as_uri())
 
 
 # -- output --------------------------------------------------------------------------------------------------------

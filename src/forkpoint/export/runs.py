@@ -108,10 +108,10 @@ def load_run(run_dir: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Run:
         if agent not in CONVERTERS:
             raise SkippedRun(run_dir, f"no exporter for agent {agent!r}")
         convert = import_module(CONVERTERS[agent]).to_chat
-        prefix_data = files.read(*_artifact(result, "native_prefix"))
+        prefix_data = files.read(*artifact_parts(result, "native_prefix"))
         if prefix_data is None:
             raise SkippedRun(run_dir, "no native prefix among the run's files")
-        continued_data = files.read(*_artifact(result, "continued_native_session"))
+        continued_data = files.read(*artifact_parts(result, "continued_native_session"))
         summary = files.json("replay-summary.json")
         next_action = files.json("next-action.json")
         schemas = files.json("tool-schemas.json")
@@ -195,7 +195,7 @@ class RunFiles:
             raise SkippedRun(self.run_dir, f"{name} is unreadable: {error}") from None
 
 
-def _artifact(result: dict[str, Any], role: str) -> tuple[str, ...]:
+def artifact_parts(result: dict[str, Any], role: str) -> tuple[str, ...]:
     """The run-relative path parts of the artifact of ``role`` (the recorded absolute path may be another host's):
     ``native/<kind>/<file>``; () when the run has none."""
     for artifact in result.get("artifacts") or []:
