@@ -38,6 +38,7 @@ ORDER = (
     "observation_fidelity",
     "continuation_fidelity",
     "export",
+    "report_open",
 )
 
 DOC_HEADER = """# Benchmarks

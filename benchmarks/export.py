@@ -4,7 +4,8 @@
 One real prepare-only run of a generated 2-batch Claude Code session is made by the engine, then cloned into N run
 dirs (only the run id differs). Each size is exported in a fresh interpreter (`forkpoint.export.export`, parquet,
 redaction on), so its ``ru_maxrss`` is the exporter's own peak; the sizes alternate over the repetitions. The
-export is single-threaded: runs/s is per core; the interpreter start and the imports (pyarrow) are not counted. A read-only pass over the same files (the runs' JSON documents and
+export is single-threaded: runs/s is per core; the interpreter start and the imports (pyarrow) are not counted.
+A read-only pass over the same files (the runs' JSON documents and
 native prefixes loaded, nothing converted or written) is measured alongside as the I/O floor.
 """
 
@@ -60,13 +61,20 @@ print(json.dumps({"rows": count, "seconds": elapsed,
 """
 
 
-def make_runs(root: Path, count: int) -> Path:
-    """``count`` copies of one real prepare-only run under ``root/runs-<count>``."""
+def make_runs(root: Path, count: int, *, replay: bool = False) -> Path:
+    """``count`` copies of one real prepare-only (or, with ``replay``, replay-only) run under ``root/runs-<count>``."""
     template = root / "template"
     if not template.exists():
-        session = simple_session(2).write(root / "session.jsonl")
+        builder = simple_session(2)
+        workspace = root / "ws"
+        workspace.mkdir()
+        builder.cwd = str(workspace)
+        for record in builder.records:
+            record["cwd"] = builder.cwd
+        session = builder.write(root / "session.jsonl")
+        mode = {"replay_only": True, "workspace": str(workspace)} if replay else {"prepare_only": True}
         result = execute(build_request({
-            "agent": "claude-code", "trajectory": str(session), "after_step": 2, "prepare_only": True,
+            "agent": "claude-code", "trajectory": str(session), "after_step": 2, **mode,
             "state_dir": str(root / "state"), "output_dir": str(template), "run_id": "run",
         }, source="benchmark"))
         assert result.exit_code == 0, result.failure
@@ -112,9 +120,10 @@ def main() -> None:
     slowest = min(c.median([size / v["seconds"] for v in samples[("export", size)]]) for size in sizes)
     growth = export_rss[sizes[-1]] / export_rss[sizes[0]]
     body = c.table(("pass", "runs", "runs/s (median)", "peak RSS MiB (median)"), rows)
-    body += (f"\n\nExport throughput ≥ {GOAL_RATE:,.0f} runs/s per core: {slowest:,.0f} → {c.verdict(slowest >= GOAL_RATE)}. "
-             f"Peak RSS {sizes[-1]:,} vs {sizes[0]:,} runs: {growth:.2f}× → {c.verdict(growth <= GOAL_RSS_GROWTH)} "
-             f"(flat = ≤ {GOAL_RSS_GROWTH}×). {args.repeat} repetition(s), sizes alternated; each pass a fresh interpreter.")
+    body += (f"\n\nExport throughput ≥ {GOAL_RATE:,.0f} runs/s per core: {slowest:,.0f} → "
+             f"{c.verdict(slowest >= GOAL_RATE)}. Peak RSS {sizes[-1]:,} vs {sizes[0]:,} runs: {growth:.2f}× → "
+             f"{c.verdict(growth <= GOAL_RSS_GROWTH)} (flat = ≤ {GOAL_RSS_GROWTH}×). {args.repeat} repetition(s), "
+             "sizes alternated; each pass a fresh interpreter.")
     c.emit("export", "9. Export to parquet (runs/s, peak RSS)", body, args)
 
 

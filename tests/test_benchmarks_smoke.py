@@ -28,6 +28,7 @@ SCRIPTS = {
     "observation_fidelity": 30,
     "continuation_fidelity": 180,
     "export": 60,
+    "report_open": 60,
 }
 
 
