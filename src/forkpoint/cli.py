@@ -27,7 +27,7 @@ DESCRIPTION = (
 _DIRECT_OPTIONS = (
     "agent", "trajectory", "after_step", "workspace", "state_dir", "output_dir", "run_id", "max_steps",
     "prepare_only", "replay_only", "allow_stale_observations", "boundary_user_prompt", "upstream",
-    "upstream_url", "agent_entrypoint", "sandbox", "path_map", "workspace_from",
+    "upstream_url", "agent_entrypoint", "sandbox", "path_map", "workspace_from", "on_divergence",
 )
 
 #: (option, metavar or None for a flag, type, help) of `forkpoint replay`, in the order --help lists them.
@@ -66,6 +66,10 @@ _REPLAY_OPTIONS: tuple[tuple[str, str | None, Callable[[str], Any], str], ...] =
     ("--workspace-from", "SOURCE", str,
      "DIR, TARBALL or GIT_URL@REV: create the (absent or empty) --workspace first: copy a directory, "
      "extract a tar archive, or clone a git repository at a revision."),
+    ("--on-divergence", "POLICY", str,
+     "When a fresh observation differs from the recorded one (after the adapter's normalisation of volatile "
+     "fields): 'warn' prints a line per diverging call and goes on, 'stop' ends the run after the replay, before "
+     "the continuation (exit 32), 'ignore' only records it; always in metadata.divergence [default: warn]."),
     ("--config", "FILE", Path, "A TOML file with a [replay] table (same keys, snake_case)."),
     ("--request", "FILE", Path, 'A JSON request with schema_version "forkpoint.request/v1".'),
     ("--json", None, bool, "Print the result as one JSON line."),
@@ -94,6 +98,7 @@ replay-events.jsonl; `--json` prints result.json as one line.
 
 exit codes: 0 done; 2 configuration_error; 10 trajectory_error; 11 unsupported_agent / unsupported_version;
 20 workspace_error; 30 executor_error; 31 ambiguous_execution (a tool call may have run: use a fresh workspace);
+32 divergence (--on-divergence stop);
 40 continuation_error / model_* (model_* are retryable); 50 internal_error."""
 
 
@@ -259,7 +264,8 @@ def _replay(args: argparse.Namespace) -> None:
         _fail(error, args.as_json)
 
     progress = None if args.as_json else (lambda message: _say(f"  {message}", err=True, style=_DIM))
-    result = engine.execute(replay_request, progress=progress)
+    warn = lambda message: _say(f"forkpoint: {message}", err=True, style=_YELLOW)  # noqa: E731
+    result = engine.execute(replay_request, progress=progress, warn=warn)
     if args.as_json:
         _print_json(result.to_json())
     else:
@@ -379,7 +385,7 @@ def _report(args: argparse.Namespace) -> None:
 
 # -- output --------------------------------------------------------------------------------------------------------
 
-_RED, _GREEN, _DIM = "31", "32", "2"
+_RED, _GREEN, _YELLOW, _DIM = "31", "32", "33", "2"
 
 
 def _say(message: str, *, err: bool = False, style: str | None = None) -> None:
