@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, cast
 from forkpoint import plan as planning
 from forkpoint.adapters import get_adapter
 from forkpoint.adapters.base import Adapter, ContinuingAdapter, ReplayingAdapter
-from forkpoint.errors import ErrorKind, ReplayError, configuration
 from forkpoint.divergence import observations_match
+from forkpoint.errors import ErrorKind, ReplayError, configuration
 from forkpoint.hashing import sha256_hex
 from forkpoint.journal import Journal, find_ambiguous
 from forkpoint.model import Continuation, ContinueSettings, LaunchTarget, Mode, NativePrefix, Plan, RunContext
