@@ -176,6 +176,35 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--open", dest="open_browser", action="store_true",
                         help="Open the report in the default browser afterwards.")
 
+    batch = _command(commands, "batch", "Run many replays from a jobs file (JSONL, or TOML with [defaults] and "
+                     "[[job]]), resumably: a SQLite ledger in the batch dir records every job; rerun the same command "
+                     "to finish what is left. `forkpoint batch status DIR` summarises a batch.", _batch,
+                     epilog=BATCH_EPILOG)
+    batch.add_argument("jobs", metavar="JOBS|status", help="The jobs file, or the word status.")
+    batch.add_argument("status_dir", nargs="?", type=Path, metavar="DIR", help="With status: the batch dir.")
+    batch.add_argument("--out", type=Path, default=Path("forkpoint-batch"), metavar="DIR",
+                       help="The batch dir: ledger.sqlite, runs/, state/ [default: forkpoint-batch].")
+    batch.add_argument("--workers", type=int, metavar="N", help="Local worker processes [default: the cores].")
+    batch.add_argument("--executor", choices=("local", "ray"), default="local",
+                       help="local (a process pool) or ray (an existing Ray cluster; pip install 'forkpoint[ray]').")
+    batch.add_argument("--ray-address", metavar="ADDR", help="auto, ray://HOST:PORT, or local (start a head here) "
+                       "[default: local].")
+    batch.add_argument("--cpus-per-job", type=float, default=1.0, metavar="N", help="Ray: CPUs per job [1].")
+    batch.add_argument("--memory-per-job", type=int, metavar="BYTES", help="Ray: memory per job.")
+    batch.add_argument("--retries", type=int, default=3, metavar="N",
+                       help="Retries of a job whose failure is retryable (model rate limit, 5xx, connection) [3].")
+    for option, metavar, text in (
+        ("--mode", "MODE", "Default mode: prepare-only, replay-only or continue [prepare-only]."),
+        ("--agent", "NAME", "Default agent (detected from each trajectory otherwise)."),
+        ("--sandbox", "NAME", "Default sandbox: local or bwrap."),
+        ("--upstream", "NAME", "Default upstream (as in replay)."),
+        ("--upstream-url", "URL", "Default upstream URL."),
+        ("--on-divergence", "POLICY", "Default divergence policy: warn, stop or ignore."),
+    ):
+        batch.add_argument(option, dest=f"default_{option[2:].replace('-', '_')}", metavar=metavar, help=text)
+    batch.add_argument("--max-steps", dest="default_max_steps", type=int, metavar="N", help="Default step budget.")
+    batch.add_argument("--json", dest="as_json", action="store_true", help="Print the summary as one JSON line.")
+
     agents = _command(commands, "agents", "Install and list verified agent runtimes (real CLIs from npm / PyPI).",
                       None)
     agents_commands = agents.add_subparsers(title="commands", metavar="COMMAND")
@@ -381,6 +410,118 @@ def _report(args: argparse.Namespace) -> None:
         import webbrowser
 
         webbrowser.open(info.out.resolve().as_uri())
+
+
+BATCH_EPILOG = """jobs (JSONL, one object a line; or TOML: [defaults] then [[job]] tables):
+
+  {"trajectory": "runs/a.jsonl", "after_step": "all", "mode": "prepare-only"}
+  {"trajectory": "runs/b.jsonl", "agent": "codex", "after_step": [1, 3], "mode": "replay-only",
+   "workspace_from": "seeds/b.tar.gz", "sandbox": "bwrap"}
+
+keys: trajectory (required; relative paths are relative to the jobs file), agent, after_step (N, [N, ...] or
+"all"), mode, workspace_from (required for replay-only / continue: every job gets its own fresh workspace made
+from it), sandbox, upstream, upstream_url, max_steps, boundary_user_prompt, allow_stale_observations,
+on_divergence. A bad line is reported with its number and the rest runs.
+
+examples:
+
+  forkpoint batch jobs.jsonl --out prefixes/ --workers 2
+  forkpoint batch jobs.jsonl --out prefixes/                  # again: skips what is done, retries what may
+  forkpoint batch status prefixes/ --json
+  forkpoint batch jobs.jsonl --out /shared/b1 --executor ray --ray-address auto --cpus-per-job 1
+
+exit codes: 0 every job done; 1 a job failed or is ambiguous, or a line was bad (`forkpoint batch status`); 2 bad options;
+130 interrupted (rerun to resume)."""
+
+
+def _batch(args: argparse.Namespace) -> None:
+    from forkpoint.batch import BatchOptions, run_batch, status
+
+    if args.jobs == "status":
+        if args.status_dir is None:
+            _say("forkpoint: configuration_error: batch status needs the batch DIR", err=True, style=_RED)
+            raise SystemExit(2)
+        try:
+            summary = status(args.status_dir)
+        except FileNotFoundError as error:
+            _say(f"forkpoint: configuration_error: {error}", err=True, style=_RED)
+            raise SystemExit(2) from None
+        _batch_summary(summary, args.as_json)
+        return
+    jobs = Path(args.jobs)
+    if not jobs.is_file():
+        _say(f"forkpoint: configuration_error: jobs file {jobs} does not exist", err=True, style=_RED)
+        raise SystemExit(2)
+    defaults = {name[len("default_"):]: value for name, value in vars(args).items()
+                if name.startswith("default_") and value is not None}
+    options = BatchOptions(workers=args.workers or os.cpu_count() or 1, executor=args.executor,
+                           ray_address=args.ray_address, cpus_per_job=args.cpus_per_job,
+                           memory_per_job=args.memory_per_job, retries=args.retries, defaults=defaults)
+    display = _BatchDisplay(quiet=args.as_json)
+    try:
+        summary = run_batch(jobs, args.out, options, progress=display.update,
+                            on_bad=lambda line, reason: _say(f"  job {line}: {reason}", err=True, style=_YELLOW))
+    except RuntimeError as error:
+        _say(f"forkpoint: configuration_error: {error}", err=True, style=_RED)
+        raise SystemExit(2) from None
+    finally:
+        display.close()
+    _batch_summary(summary, args.as_json)
+    if summary.get("interrupted"):
+        raise SystemExit(130)
+    counts = summary["counts"]
+    raise SystemExit(1 if counts["failed"] or counts["ambiguous"] or counts["pending"] or summary["bad_lines"] else 0)
+
+
+class _BatchDisplay:
+    """A Rich progress bar on a terminal; plain lines (every 10 s and at the end) otherwise."""
+
+    def __init__(self, *, quiet: bool) -> None:
+        self.quiet = quiet
+        self.bar: Any = None
+        self.task: Any = None
+        self.last = 0.0
+
+    def update(self, state: Any) -> None:
+        import time
+
+        if self.quiet:
+            return
+        finished = state.done + state.failed
+        if sys.stderr.isatty():
+            if self.bar is None:
+                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+                self.bar = Progress(TextColumn("batch"), BarColumn(), MofNCompleteColumn(),
+                                    TextColumn("{task.fields[detail]}"), TimeRemainingColumn(), transient=False)
+                self.bar.start()
+                self.task = self.bar.add_task("batch", total=state.total, detail="")
+            self.bar.update(self.task, completed=finished, detail=f"failed {state.failed} · running "
+                            f"{state.running} · {state.rate:.1f}/s")
+        elif time.monotonic() - self.last >= 10 or (finished == state.total and not state.running):
+            self.last = time.monotonic()
+            _say(f"  batch: {finished}/{state.total} finished ({state.failed} failed), {state.running} running, "
+                 f"{state.rate:.1f} jobs/s", err=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _batch_summary(summary: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        _print_json(summary)
+        return
+    counts = ", ".join(f"{name} {count}" for name, count in summary["counts"].items())
+    _say(f"forkpoint: batch {summary['batch_dir']}: {summary['jobs']} jobs ({counts}); "
+         f"{len(summary['bad_lines'])} bad line(s)", style=_GREEN if not summary["failed"] else _YELLOW)
+    for category, count in summary["by_category"].items():
+        _say(f"  {category}: {count}")
+    for job in summary["failed"][:20]:
+        _say(f"  job line {job['line']} after_step {job['after_step']} ({job['status']}, {job['category']}): "
+             f"{job['message']}", err=True)
+    if len(summary["failed"]) > 20:
+        _say(f"  ... {len(summary['failed']) - 20} more: forkpoint batch status DIR --json", err=True)
 
 
 # -- output --------------------------------------------------------------------------------------------------------
