@@ -430,8 +430,8 @@ examples:
   forkpoint batch status prefixes/ --json
   forkpoint batch jobs.jsonl --out /shared/b1 --executor ray --ray-address auto --cpus-per-job 1
 
-exit codes: 0 every job done; 1 a job failed or is ambiguous, or a line was bad (`forkpoint batch status`); 2 bad options;
-130 interrupted (rerun to resume)."""
+exit codes: 0 every job done; 1 a job failed or is ambiguous, or a line was bad (`forkpoint batch status`);
+2 bad options; 130 interrupted (rerun to resume)."""
 
 
 def _batch(args: argparse.Namespace) -> None:
