@@ -39,6 +39,7 @@ ORDER = (
     "continuation_fidelity",
     "export",
     "report_open",
+    "batch_throughput",
 )
 
 DOC_HEADER = """# Benchmarks

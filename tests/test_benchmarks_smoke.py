@@ -29,6 +29,7 @@ SCRIPTS = {
     "continuation_fidelity": 180,
     "export": 60,
     "report_open": 60,
+    "batch_throughput": 150,
 }
 
 

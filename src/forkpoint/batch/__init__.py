@@ -103,25 +103,50 @@ def _drive(ledger: Ledger, executor: Any, batch_dir: Path, retries: int, state: 
                 if not batch and cursor:
                     cursor = 0  # a second pass picks up retryable failures
                     batch = [row for row in ledger.runnable(retries, free) if row[1].identity not in
-                             {job.identity for job in in_flight.values()}]
+                             {job.identity for job, _ in in_flight.values()}]
                 for ordinal, job, attempts in batch:
                     cursor = max(cursor, ordinal)
                     run_id = job.run_id if attempts == 0 else f"{job.run_id}-a{attempts + 1}"
                     ledger.mark_running(job, run_id, executor.__class__.__name__)
-                    in_flight[executor.submit(job.to_json(), str(batch_dir), run_id)] = job
+                    in_flight[executor.submit(job.to_json(), str(batch_dir), run_id)] = (job, run_id)
         state.running = len(in_flight)
         if progress is not None:
             progress(state)
         if not in_flight:
             break
         for handle, outcome in executor.wait(list(in_flight), timeout=0.5):
-            in_flight.pop(handle)
-            result = Outcome(**outcome)
+            job, run_id = in_flight.pop(handle)
+            if isinstance(outcome, BaseException):
+                result = _lost(job, run_id, outcome, batch_dir)
+                stop.requested = stop.requested or _broken(outcome)
+            else:
+                result = Outcome(**outcome)
             ledger.finish(result)
             if result.exit_code == 0:
                 state.done += 1
             else:
                 state.failed += 1
+
+
+def _lost(job: Any, run_id: str, error: BaseException, batch_dir: Path) -> Outcome:
+    """A job whose worker died under it: retryable when nothing can have run (its journal shows no tool and no
+    continuation start), else ambiguous — never re-executed when its effects are unknown."""
+    from forkpoint.journal import read_events
+
+    events = read_events(batch_dir / "state" / run_id / "journal.jsonl")
+    started = job.mode != "prepare-only" and any(
+        e.get("event") in ("tool_started", "continuation_started") for e in events)
+    category, code = ("ambiguous_execution", 31) if started else ("internal_error", 50)
+    return Outcome(identity=job.identity, run_id=run_id, exit_code=code, category=category, retryable=not started,
+                   message=f"the worker running this job died ({type(error).__name__}: {error})"[:2000],
+                   phase=None, quality=None, agent_status="not_started", seconds=0.0, worker="lost")
+
+
+def _broken(error: BaseException) -> bool:
+    """A local pool whose worker died cannot take more jobs: stop submitting (a rerun resumes)."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    return isinstance(error, BrokenProcessPool)
 
 
 class _Stop:

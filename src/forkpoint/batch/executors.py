@@ -22,7 +22,9 @@ class Executor(Protocol):
 
     def submit(self, spec: dict[str, Any], batch_dir: str, run_id: str) -> Any: ...
 
-    def wait(self, handles: list[Any], timeout: float) -> list[tuple[Any, dict[str, Any]]]: ...
+    def wait(self, handles: list[Any], timeout: float) -> list[tuple[Any, dict[str, Any] | BaseException]]:
+        """Finished handles with the worker's outcome JSON, or the exception that lost the job (a dead worker
+        process, a lost Ray node)."""
 
     def close(self, *, cancel: bool) -> None: ...
 
@@ -48,9 +50,9 @@ class LocalPool:
 
         return self.pool.submit(run_job, spec, batch_dir, run_id)
 
-    def wait(self, handles: list[Any], timeout: float) -> list[tuple[Any, dict[str, Any]]]:
+    def wait(self, handles: list[Any], timeout: float) -> list[tuple[Any, dict[str, Any] | BaseException]]:
         done, _ = futures.wait(handles, timeout=timeout, return_when=futures.FIRST_COMPLETED)
-        return [(handle, handle.result()) for handle in done]
+        return [(handle, handle.exception() or handle.result()) for handle in done]
 
     def close(self, *, cancel: bool) -> None:
         self.pool.shutdown(wait=not cancel, cancel_futures=cancel)
@@ -89,9 +91,15 @@ class RayCluster:
                 self.trajectories[sha] = self.ray.put(handle.read())
         return self.remote.remote(spec, batch_dir, run_id, self.trajectories[sha])
 
-    def wait(self, handles: list[Any], timeout: float) -> list[tuple[Any, dict[str, Any]]]:
+    def wait(self, handles: list[Any], timeout: float) -> list[tuple[Any, dict[str, Any] | BaseException]]:
         ready, _ = self.ray.wait(handles, num_returns=1, timeout=timeout)
-        return [(handle, self.ray.get(handle)) for handle in ready]
+        finished: list[tuple[Any, dict[str, Any] | BaseException]] = []
+        for handle in ready:
+            try:
+                finished.append((handle, self.ray.get(handle)))
+            except Exception as error:  # a worker or node died under the task
+                finished.append((handle, error))
+        return finished
 
     def close(self, *, cancel: bool) -> None:
         self.ray.shutdown()
