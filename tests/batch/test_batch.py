@@ -174,3 +174,24 @@ def test_continue_batch_with_the_stub_upstream(tmp_path: Path) -> None:
         result = json.loads((tmp_path / "batch" / "runs" / row["run_id"] / "result.json").read_text())
         assert result["metadata"]["model_bridge"]["validated"] >= 1 and result["metadata"]["path_rewrites"] is not None
         assert result["metadata"]["sandbox"]["workspace"].startswith(str(tmp_path / "batch" / "work"))
+
+
+def test_ctrl_c_lets_running_jobs_finish_and_a_rerun_resumes(tmp_path: Path) -> None:
+    jobs, markers = _replay_batch(tmp_path, 6, pause=1.0)
+    batch = tmp_path / "batch"
+    command = [sys.executable, "-m", "forkpoint.cli", "batch", str(jobs), "--out", str(batch), "--workers", "2"]
+    driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (batch / "state").exists():
+        time.sleep(0.05)
+    time.sleep(0.3)
+    driver.send_signal(signal.SIGINT)
+    _, stderr = driver.communicate(timeout=120)
+    assert driver.returncode == 130, stderr
+    first = status(batch)["counts"]
+    assert first["running"] == 0 and first["failed"] == 0 and first["ambiguous"] == 0
+    assert 1 <= first["done"] < 6 and first["pending"] == 6 - first["done"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert status(batch)["counts"]["done"] == 6
+    assert all((markers / str(i)).read_text() == "run\n" for i in range(6))
