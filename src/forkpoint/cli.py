@@ -27,7 +27,8 @@ DESCRIPTION = (
 _DIRECT_OPTIONS = (
     "agent", "trajectory", "after_step", "workspace", "state_dir", "output_dir", "run_id", "max_steps",
     "prepare_only", "replay_only", "allow_stale_observations", "boundary_user_prompt", "upstream",
-    "upstream_url", "agent_entrypoint", "sandbox", "path_map", "workspace_from", "on_divergence",
+    "upstream_url", "agent_entrypoint", "sandbox", "path_map", "workspace_from", "on_divergence", "branches",
+    "branch_prompt", "parallel", "keep_snapshot", "drop_snapshot",
 )
 
 #: (option, metavar or None for a flag, type, help) of `forkpoint replay`, in the order --help lists them.
@@ -70,6 +71,15 @@ _REPLAY_OPTIONS: tuple[tuple[str, str | None, Callable[[str], Any], str], ...] =
      "When a fresh observation differs from the recorded one (after the adapter's normalisation of volatile "
      "fields): 'warn' prints a line per diverging call and goes on, 'stop' ends the run after the replay, before "
      "the continuation (exit 32), 'ignore' only records it; always in metadata.divergence [default: warn]."),
+    ("--branches", "K", int, "Re-run the prefix once, then continue K times from identical copies of the boundary "
+     "(branches/<i>/ per branch, branches.json with their agreement) [default: 1]."),
+    ("--branch-prompt", "TEXT", str, "The boundary prompt of the branches: once for all, or once per branch "
+     "(repeatable; never stored, only its length and SHA-256)."),
+    ("--parallel", "P", int, "Branches running at once under --sandbox bwrap (local: one at a time, the recorded "
+     "path is one workspace) [default: the cores]."),
+    ("--keep-snapshot", None, bool, "Keep the boundary snapshot (for `forkpoint continue`) also after a single "
+     "continuation."),
+    ("--drop-snapshot", None, bool, "Keep no boundary snapshot (replay-only and branched runs keep one by default)."),
     ("--config", "FILE", Path, "A TOML file with a [replay] table (same keys, snake_case)."),
     ("--request", "FILE", Path, 'A JSON request with schema_version "forkpoint.request/v1".'),
     ("--json", None, bool, "Print the result as one JSON line."),
@@ -144,8 +154,22 @@ def build_parser() -> argparse.ArgumentParser:
         if metavar is None:
             replay.add_argument(option, dest=dest, action="store_true", help=text)
         else:
-            action = "append" if option == "--path-map" else "store"
+            action = "append" if option in ("--path-map", "--branch-prompt") else "store"
             replay.add_argument(option, dest=dest, metavar=metavar, type=kind, action=action, help=text)
+
+    resume = _command(commands, "continue", "Continue again from a replayed run's boundary snapshot without "
+                      "re-running any tool: K more branches (--branches), or the planned branches a killed run "
+                      "did not start.", _continue)
+    resume.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="The run's output dir (<output-dir>/<run-id>).")
+    resume.add_argument("--branches", type=int, metavar="K", help="K new branches (ids after the existing ones).")
+    resume.add_argument("--branch-prompt", dest="branch_prompts", action="append", default=[], metavar="TEXT",
+                        help="The branches' boundary prompt: once for all or once per branch (never stored).")
+    resume.add_argument("--parallel", type=int, metavar="P", help="Branches at once (bwrap runs) [the cores].")
+    resume.add_argument("--upstream", metavar="NAME", help="As in replay [the agent's own protocol].")
+    resume.add_argument("--upstream-url", metavar="URL", help="As in replay.")
+    resume.add_argument("--max-steps", type=int, metavar="N", help="As in replay (the total budget).")
+    resume.add_argument("--agent-entrypoint", type=Path, metavar="PATH", help="As in replay.")
+    resume.add_argument("--json", dest="as_json", action="store_true", help="Print branches.json as one line.")
 
     exporter = _command(commands, "export", "Export runs (and batches of runs) as training data: chat messages "
                         "with segments, loss mask and provenance, as parquet, JSONL, ATIF or native files.", _export,
@@ -266,7 +290,7 @@ def _replay(args: argparse.Namespace) -> None:
     from forkpoint.errors import ReplayError, configuration
 
     direct = {name: getattr(args, name) for name in _DIRECT_OPTIONS}
-    for flag in ("prepare_only", "replay_only", "allow_stale_observations"):
+    for flag in ("prepare_only", "replay_only", "allow_stale_observations", "keep_snapshot", "drop_snapshot"):
         direct[flag] = direct[flag] or None  # an absent flag is "not given", like an absent option
     given = [name for name in _DIRECT_OPTIONS if direct[name] is not None]
     try:
@@ -286,9 +310,14 @@ def _replay(args: argparse.Namespace) -> None:
                     "missing " + ", ".join("--" + m.replace("_", "-") for m in missing)
                     + " (or pass --config FILE.toml / --request FILE.json)"
                 )
-            replay_request = requests.build_request(
-                {k: v for k, v in direct.items() if v is not None}, source="command line"
-            )
+            if direct["keep_snapshot"] and direct["drop_snapshot"]:
+                raise configuration("--keep-snapshot and --drop-snapshot are exclusive")
+            values = {k: v for k, v in direct.items() if v is not None and k not in ("drop_snapshot", "branch_prompt")}
+            if direct["drop_snapshot"]:
+                values["keep_snapshot"] = False
+            if direct["branch_prompt"]:
+                values["branch_prompts"] = direct["branch_prompt"]
+            replay_request = requests.build_request(values, source="command line")
     except ReplayError as error:
         _fail(error, args.as_json)
 
@@ -300,6 +329,44 @@ def _replay(args: argparse.Namespace) -> None:
     else:
         _render_result(result)
     raise SystemExit(result.exit_code)
+
+
+def _continue(args: argparse.Namespace) -> None:
+    from forkpoint.errors import ReplayError
+    from forkpoint.resume import ContinueOptions, continue_run_dir
+
+    options = ContinueOptions(branches=args.branches, branch_prompts=tuple(args.branch_prompts),
+                              parallel=args.parallel, upstream=args.upstream, upstream_url=args.upstream_url,
+                              max_steps=args.max_steps, agent_entrypoint=args.agent_entrypoint)
+    progress = (lambda message: None) if args.as_json else (lambda message: _say(f"  {message}", err=True, style=_DIM))
+    try:
+        document = continue_run_dir(args.run_dir, options, progress)
+    except ReplayError as error:
+        _fail(error, args.as_json)
+    if args.as_json:
+        _print_json(document)
+    else:
+        _render_branches(document)
+    failed = [row for row in document["branches"] if row.get("status") != "finished"]
+    raise SystemExit(1 if failed else 0)
+
+
+def _render_branches(document: dict[str, Any]) -> None:
+    """The branches table: status, steps, first action, agreement with the original, files changed."""
+    _say("  branch  status     agent       steps  same as original  files changed  first action")
+    for row in document["branches"]:
+        action = row.get("first_action") or {}
+        tools = ", ".join(str(t.get("name")) for t in action.get("tools") or []) or " ".join(
+            str(action.get("text") or "").split())[:40]
+        changed = row.get("files_changed") or {}
+        count = sum(len(changed.get(k) or []) for k in ("added", "removed", "modified"))
+        _say(f"  {row['branch']:>6}  {row.get('status', ''):<9}  {row.get('agent_status') or '':<10}  "
+             f"{row.get('continued_steps') or 0:>5}  {row.get('same_as_original')!s:<16}  {count:>13}  {tools}")
+    agreement = document.get("agreement") or {}
+    if agreement.get("branches"):
+        _say(f"  agreement: same next action as the original {agreement['same_next_action_as_original']:.0%}, "
+             f"completed {agreement['completed']:.0%}, largest group with the same first tool calls "
+             f"{agreement['largest_group_same_first_tools']:.0%} ({agreement['distinct_first_tool_calls']} distinct)")
 
 
 def _render_result(result: Any) -> None:
@@ -316,6 +383,10 @@ def _render_result(result: Any) -> None:
     )
     for artifact in result.artifacts:
         _say(f"  {artifact.role}: {artifact.path}")
+        if artifact.role == "branches":
+            import json
+
+            _render_branches(json.loads(Path(artifact.path).read_text("utf-8")))
 
 
 def _agents_install(args: argparse.Namespace) -> None:

@@ -267,10 +267,18 @@ def _run_allocated(
         journal.append("session_rebuilt", sync=False, sha256=prefix.sha256)
         status = "replayed"
     stopped = _divergence(request, outcome, facts, journal, warn)
+    if outcome is not None and _keeps_snapshot(request):
+        from forkpoint.branching import take_snapshot
+
+        report("keeping the boundary snapshot")
+        facts["boundary_snapshot"] = take_snapshot(context.workspace, dirs.state_dir)
     continuation: Continuation | None = None
     if request.mode is Mode.REPLAY_AND_CONTINUE and stopped is None:
         assert prepared.launch is not None
-        continuation = _continue(request, prepared, prefix, context, journal, report)
+        if request.branches > 1 or request.branch_prompts:
+            continuation = _branch(request, prepared, prefix, context, journal, report, facts["boundary_snapshot"])
+        else:
+            continuation = _continue(request, prepared, prefix, context, journal, report)
         status = continuation.agent_status
     journal.append("run_finished", status=status)
     journal.copy_to(dirs.output_dir / "replay-events.jsonl", durable=False)
@@ -347,19 +355,9 @@ def _continue(
     report: Progress,
 ) -> Continuation:
     """Start the real agent on the rebuilt session; its model traffic goes through the gate."""
-    plan, launch = prepared.plan, prepared.launch
-    assert launch is not None
-    remaining = request.max_steps - plan.prefix_model_turns if request.max_steps is not None else None
-    upstream = _upstream_name(request, prepared.adapter)
-    key_name, url_name = UPSTREAM_ENV.get(upstream, (None, None))
-    settings = ContinueSettings(
-        target=launch,
-        upstream=upstream,
-        upstream_url=request.upstream_url or (os.environ.get(url_name) if url_name else None) or None,
-        upstream_key=os.environ.get(key_name) if key_name else None,
-        boundary_prompt=request.boundary_user_prompt or None,
-        remaining_steps=remaining,
-    )
+    plan = prepared.plan
+    settings = continue_settings(request, prepared.adapter, prepared.launch, plan)
+    launch, upstream, remaining = settings.target, settings.upstream, settings.remaining_steps
     journal.append("continuation_started", agent_version=launch.version, upstream=upstream,
                    remaining_steps=remaining)
     report(f"continuing {request.agent} {launch.version} from batch {plan.after_step} (upstream {upstream})")
@@ -382,10 +380,54 @@ def _continue(
     return continuation
 
 
+def continue_settings(request: ReplayRequest, adapter: Adapter, launch: LaunchTarget | None,
+                      plan: Plan) -> ContinueSettings:
+    """Where and how the continued agent's model traffic goes (keys from forkpoint's own environment)."""
+    assert launch is not None
+    remaining = request.max_steps - plan.prefix_model_turns if request.max_steps is not None else None
+    upstream = _upstream_name(request, adapter)
+    key_name, url_name = UPSTREAM_ENV.get(upstream, (None, None))
+    return ContinueSettings(
+        target=launch,
+        upstream=upstream,
+        upstream_url=request.upstream_url or (os.environ.get(url_name) if url_name else None) or None,
+        upstream_key=os.environ.get(key_name) if key_name else None,
+        boundary_prompt=request.boundary_user_prompt or None,
+        remaining_steps=remaining,
+    )
+
+
+def _keeps_snapshot(request: ReplayRequest) -> bool:
+    if request.keep_snapshot is not None:
+        return request.keep_snapshot
+    return request.mode is Mode.REPLAY_ONLY or request.branches > 1 or bool(request.branch_prompts)
+
+
+def _branch(request: ReplayRequest, prepared: Prepared, prefix: NativePrefix, context: RunContext,
+            journal: Journal, report: Progress, snapshot: dict[str, Any]) -> Continuation:
+    """K continuations from the boundary snapshot (forkpoint.branching); the run's own journal frames them."""
+    from forkpoint.branching import BranchRequest, BranchSetup, aggregate, plan_branches, run_branches
+
+    branches = BranchRequest.of(request.branches, request.branch_prompts, request.parallel)
+    setup = BranchSetup(
+        adapter=_continuing(prepared.adapter), plan=prepared.plan, prefix=prefix,
+        settings=continue_settings(request, prepared.adapter, prepared.launch, prepared.plan),
+        workspace=context.workspace, state_dir=context.state_dir, output_dir=context.output_dir,
+        session_id=context.session_id, sandbox_name=request.sandbox, recorded_cwd=prepared.plan.trajectory.cwd,
+        snapshot=Path(snapshot["path"]))
+    plan_branches(setup, branches, snapshot)
+    journal.append("branches_started", count=branches.count)
+    document = run_branches(setup, branches, report)
+    journal.append("branches_finished", sync=False, count=branches.count)
+    return aggregate(document)
+
+
 def _agent_status(continuation: Continuation | None) -> AgentStatus:
     if continuation is None:
         return "not_started"
-    return "max_steps" if continuation.agent_status == "max_steps" else "completed"
+    if continuation.agent_status in ("max_steps", "failed"):
+        return cast(AgentStatus, continuation.agent_status)
+    return "completed"
 
 
 def _continuing(adapter: Adapter) -> ContinuingAdapter:
@@ -516,9 +558,12 @@ def _artifacts(
     if comparisons.exists():
         artifacts.append(Artifact(role="observation_comparison", format="forkpoint.observations/v1",
                                   path=str(comparisons)))
-    if continuation is not None and continuation.continued_path.exists():
+    if continuation is not None and continuation.continued_path.is_file():
         artifacts.append(Artifact(role="continued_native_session", format=prefix.format if prefix else "native",
                                   path=str(continuation.continued_path)))
+    branches = output_dir / "branches.json"
+    if branches.exists():
+        artifacts.append(Artifact(role="branches", format="forkpoint.branches/v1", path=str(branches)))
     next_action = output_dir / "next-action.json"
     if next_action.exists():
         from forkpoint.compare import NEXT_ACTION_SCHEMA

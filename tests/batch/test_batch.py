@@ -6,6 +6,7 @@ merged duplicates, and a continue batch with the bridge's stub upstream."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -55,6 +56,19 @@ def _marker_session(root: Path, index: int, markers: Path, *, pause: float = 0.0
     builder.results({"toolu_0002": "data.txt"})
     builder.assistant([text("Done.")])
     return builder.write(root / f"session-{index}.jsonl"), source
+
+
+def _carrying(marker: str) -> list[int]:
+    """Live processes whose environment holds ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "environ").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
 
 
 def test_200_prepare_only_jobs_of_every_adapter(tmp_path: Path) -> None:
@@ -135,15 +149,17 @@ def test_kill_9_of_the_driver_then_rerun_never_executes_a_job_twice(tmp_path: Pa
     jobs, markers = _replay_batch(tmp_path, 8, pause=1.5)
     batch = tmp_path / "batch"
     command = [sys.executable, "-m", "forkpoint.cli", "batch", str(jobs), "--out", str(batch), "--workers", "2"]
-    driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    marker = f"FORKPOINT_TEST_BATCH={tmp_path.name}"  # inherited by every process the driver starts
+    env = {**os.environ, "FORKPOINT_TEST_BATCH": tmp_path.name}
+    driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                              env=env)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and len(list(markers.iterdir())) < 3:
         time.sleep(0.1)
     driver.send_signal(signal.SIGKILL)
     driver.wait()
-    time.sleep(5)  # what is still running now outlived the driver
-    survivors = subprocess.run(["pgrep", "-f", f"forkpoint.*{batch}|sleep 1.5"], capture_output=True, text=True)
-    assert survivors.stdout.strip() == "", survivors.stdout
+    time.sleep(5)  # what is still running now outlived the driver: workers, the tool commands they ran
+    assert _carrying(marker) == []
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode in (0, 1), done.stderr
     summary = status(batch)

@@ -36,12 +36,13 @@ def _init_local_worker() -> None:
 
 
 class LocalPool:
-    """``workers`` processes started once (forkserver), each running job after job in one interpreter."""
+    """``workers`` processes started once (spawn: each is the driver's own child, so PR_SET_PDEATHSIG ties it to the
+    driver — a forkserver's children would keep the forkserver, and so themselves, alive after a killed driver),
+    each running job after job in one interpreter."""
 
     def __init__(self, workers: int) -> None:
         self.slots = workers
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["forkpoint.engine", "forkpoint.batch.worker"])
+        context = multiprocessing.get_context("spawn")
         self.pool = futures.ProcessPoolExecutor(max_workers=workers, mp_context=context,
                                                 initializer=_init_local_worker)
 
