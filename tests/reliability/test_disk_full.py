@@ -1,0 +1,97 @@
+"""A full disk under the output dir (a real, small tmpfs): the right category, exit code, phase and message.
+
+The output root is a tmpfs of a few pages; a replay-only run of the committed Claude Code ``large_output`` fixture
+(``seq 1 9000``, persisted output) re-runs its tool, then cannot write its rebuilt session there. The result must say
+``output_error`` (exit 21), phase ``replayed`` (the tool ran: the workspace is no longer fresh), and name the file it
+could not write — not ``internal_error`` in phase ``prepared``. Needs ``mount`` (root, or a user namespace that
+allows it); skipped with the reason elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "claude_code" / "2.1.332" / "large_output"
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="tmpfs mounts are Linux")
+
+
+@pytest.fixture()
+def small_tmpfs(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
+    """Mount tmpfs file systems of a given size under tmp_path; all are unmounted at teardown."""
+    mounted: list[Path] = []
+
+    def mount(size: str) -> Path:
+        target = tmp_path / f"tmpfs-{len(mounted)}"
+        target.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(target)],
+                              capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            pytest.skip(f"mounting a tmpfs is not permitted here: {done.stderr.strip() or done.returncode}")
+        mounted.append(target)
+        return target
+
+    yield mount
+    for target in reversed(mounted):
+        subprocess.run(["umount", str(target)], check=True)
+
+
+def _replay(tmp_path: Path, output_root: Path) -> tuple[int, dict[str, object], Path]:
+    recorded = json.loads((FIXTURE / "meta.json").read_text())["cwd"]
+    workspace = tmp_path / "ws"
+    argv = [sys.executable, "-m", "forkpoint.cli", "replay", "--agent", "claude-code", "--trajectory",
+            str(FIXTURE / "session.jsonl"), "--after-step", "1", "--replay-only", "--workspace", str(workspace),
+            "--workspace-from", str(FIXTURE / "workspace-initial"), "--path-map", f"{recorded}={workspace}",
+            "--state-dir", str(tmp_path / "state"), "--output-dir", str(output_root), "--run-id", "full", "--json"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert "Traceback" not in done.stderr, done.stderr
+    return done.returncode, json.loads(done.stdout), workspace
+
+
+def test_a_full_output_disk_after_the_tools_ran_is_an_output_error_in_phase_replayed(
+    tmp_path: Path, small_tmpfs: Callable[[str], Path]
+) -> None:
+    output_root = small_tmpfs("64k")  # the manifest fits; the ~150 KB rebuilt session does not
+    code, result, _ = _replay(tmp_path, output_root)
+    failure = result["failure"]
+    assert isinstance(failure, dict)
+    assert (code, failure["category"], failure["retryable"]) == (21, "output_error", False), result
+    assert result["phase"] == "replayed" and result["replayed_tool_calls"] == 1, result
+    message = str(failure["message"])
+    prefix = output_root / "full" / "native" / "prefix" / "60347578-c7e9-4433-ac3e-7fbb4adfd973.jsonl"
+    assert message.startswith(f"no space left on device writing {prefix}"), message
+    assert "fresh workspace" in message  # the tool ran: the same workspace must not be replayed into again
+    assert "internal" not in message
+    written = json.loads((output_root / "full" / "result.json").read_text())  # the small result still fits
+    assert written["failure"] == failure and written["phase"] == "replayed"
+    assert not list(output_root.rglob(".*.tmp"))  # the failed write left no temp file behind
+
+
+def test_an_output_disk_too_full_for_the_result_still_reports_before_any_tool_ran(
+    tmp_path: Path, small_tmpfs: Callable[[str], Path]
+) -> None:
+    output_root = small_tmpfs("64k")
+    filler = os.open(output_root / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        with pytest.raises(OSError, match="No space left"):  # fill it: nothing fits any more
+            for _ in range(1000):
+                os.write(filler, b"x" * 4096)
+    finally:
+        os.close(filler)
+    code, result, _ = _replay(tmp_path, output_root)
+    failure = result["failure"]
+    assert isinstance(failure, dict)
+    assert (code, failure["category"]) == (21, "output_error"), result
+    assert result["phase"] == "prepared" and result["replayed_tool_calls"] == 0, result
+    message = str(failure["message"])
+    assert message.startswith(f"no space left on device writing {output_root / 'full' / 'manifest.json'}"), message
+    assert "fresh workspace" not in message
+    assert "result.json was not written either: no space left on device" in message
+    assert not (output_root / "full" / "result.json").exists()
