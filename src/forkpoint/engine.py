@@ -73,12 +73,19 @@ def execute(request: ReplayRequest, progress: Progress | None = None) -> ReplayR
                 "replaying again would repeat their side effects in a workspace that is no longer fresh — "
                 "use a fresh workspace and a new --run-id",
             ))
+    workspace_lock = None
     try:
+        if request.mode is not Mode.PREPARE_ONLY:  # one run at a time executes in a workspace (prepare-only: none)
+            from forkpoint.workspace_lock import lock_workspace
+
+            workspace_lock = lock_workspace(request.workspace, dirs.run_id, create=request.workspace_from is not None)
         _allocate_output(dirs.output_dir)
     except ReplayError as error:
+        if workspace_lock is not None:
+            workspace_lock.release()
         journal.close()
         return _early_failure(dirs, error)
-    with journal:
+    with journal, workspace_lock or contextlib.nullcontext():
         try:
             return _run_allocated(request, prepared, journal, dirs, report)
         except ReplayError as error:
