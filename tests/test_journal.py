@@ -379,12 +379,8 @@ def test_lock_held_by_another_process_is_refused(tmp_path: Path) -> None:
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
-        with pytest.raises(ReplayError) as caught:
-            Journal.open(tmp_path)
-        error = caught.value  # nothing ran: a run id collision (executor_error), not ambiguous_execution
-        assert error.kind is ErrorKind.EXECUTOR
-        assert error.message == (f"another forkpoint process owns the state dir {tmp_path}; nothing was run — wait "
-                                 "for it or choose another --run-id")
+        error = _open_refused(tmp_path)
+        assert error.message == f"another forkpoint process owns the state dir {tmp_path}"
     finally:
         assert holder.stdin is not None
         holder.stdin.close()

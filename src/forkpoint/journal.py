@@ -183,9 +183,8 @@ class Journal:
         try:
             try:
                 fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:  # nothing ran here: a run id collision, like an existing output dir
-                raise _executor(f"another forkpoint process owns the state dir {state_dir}; nothing was run — wait "
-                                "for it or choose another --run-id") from None
+            except BlockingIOError:
+                raise _ambiguous(f"another forkpoint process owns the state dir {state_dir}") from None
             except OSError as exc:
                 raise _executor(f"lock {lock_path}: {exc}") from None
             return cls._recover(state_dir / JOURNAL_FILE, lock_fd, durable)
