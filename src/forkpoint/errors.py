@@ -62,7 +62,7 @@ class ReplayError(Exception):
         return self.message
 
     def with_context(self, context: str) -> ReplayError:
-        return ReplayError(self.kind, f"{context}: {self.message}", line=self.line)
+        return ReplayError(self.kind, f"{context}: {self.message}", line=self.line, before_effect=self.before_effect)
 
 
 def configuration(message: str) -> ReplayError:

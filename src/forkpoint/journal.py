@@ -174,12 +174,12 @@ class Journal:
         try:
             state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
-            raise _executor(f"create state dir {state_dir}: {exc}") from None
+            raise _io_failure(f"create state dir {state_dir}", exc, state_dir) from None
         lock_path = state_dir / LOCK_FILE
         try:
             lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         except OSError as exc:
-            raise _executor(f"open run lock {lock_path}: {exc}") from None
+            raise _io_failure(f"open run lock {lock_path}", exc, lock_path) from None
         try:
             try:
                 fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
