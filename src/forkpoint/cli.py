@@ -242,7 +242,7 @@ def _replay(args: argparse.Namespace) -> None:
 def _render_result(result: Any) -> None:
     if result.failure is not None:
         _say(f"forkpoint: {result.failure.category}: {result.failure.message}", err=True, style=_RED)
-        if result.phase is not None:
+        if result.phase is not None and Path(str(result.output_dir), "result.json").is_file():  # a full disk: none
             _say(f"  result: {result.output_dir}/result.json", err=True)
         return
     _say(

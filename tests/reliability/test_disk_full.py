@@ -43,23 +43,27 @@ def small_tmpfs(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
         subprocess.run(["umount", str(target)], check=True)
 
 
-def _replay(tmp_path: Path, output_root: Path) -> tuple[int, dict[str, object], Path]:
+def _argv(tmp_path: Path, output_root: Path, run_id: str = "full") -> list[str]:
     recorded = json.loads((FIXTURE / "meta.json").read_text())["cwd"]
-    workspace = tmp_path / "ws"
-    argv = [sys.executable, "-m", "forkpoint.cli", "replay", "--agent", "claude-code", "--trajectory",
+    workspace = tmp_path / f"ws-{run_id}"
+    return [sys.executable, "-m", "forkpoint.cli", "replay", "--agent", "claude-code", "--trajectory",
             str(FIXTURE / "session.jsonl"), "--after-step", "1", "--replay-only", "--workspace", str(workspace),
             "--workspace-from", str(FIXTURE / "workspace-initial"), "--path-map", f"{recorded}={workspace}",
-            "--state-dir", str(tmp_path / "state"), "--output-dir", str(output_root), "--run-id", "full", "--json"]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+            "--state-dir", str(tmp_path / "state"), "--output-dir", str(output_root), "--run-id", run_id]
+
+
+def _replay(tmp_path: Path, output_root: Path) -> tuple[int, dict[str, object]]:
+    done = subprocess.run([*_argv(tmp_path, output_root), "--json"], capture_output=True, text=True, timeout=120,
+                          check=False)
     assert "Traceback" not in done.stderr, done.stderr
-    return done.returncode, json.loads(done.stdout), workspace
+    return done.returncode, json.loads(done.stdout)
 
 
 def test_a_full_output_disk_after_the_tools_ran_is_an_output_error_in_phase_replayed(
     tmp_path: Path, small_tmpfs: Callable[[str], Path]
 ) -> None:
     output_root = small_tmpfs("64k")  # the manifest fits; the ~150 KB rebuilt session does not
-    code, result, _ = _replay(tmp_path, output_root)
+    code, result = _replay(tmp_path, output_root)
     failure = result["failure"]
     assert isinstance(failure, dict)
     assert (code, failure["category"], failure["retryable"]) == (21, "output_error", False), result
@@ -85,7 +89,7 @@ def test_an_output_disk_too_full_for_the_result_still_reports_before_any_tool_ra
                 os.write(filler, b"x" * 4096)
     finally:
         os.close(filler)
-    code, result, _ = _replay(tmp_path, output_root)
+    code, result = _replay(tmp_path, output_root)
     failure = result["failure"]
     assert isinstance(failure, dict)
     assert (code, failure["category"]) == (21, "output_error"), result
@@ -95,3 +99,8 @@ def test_an_output_disk_too_full_for_the_result_still_reports_before_any_tool_ra
     assert "fresh workspace" not in message
     assert "result.json was not written either: no space left on device" in message
     assert not (output_root / "full" / "result.json").exists()
+    shown = subprocess.run(_argv(tmp_path, output_root, "plain"), capture_output=True, text=True, timeout=120,
+                           check=False)  # the human form says the same, and points at no result.json
+    assert shown.returncode == 21 and "Traceback" not in shown.stderr, shown.stderr
+    assert "forkpoint: output_error: no space left on device writing" in shown.stderr
+    assert "result.json was not written either" in shown.stderr and "  result: " not in shown.stderr
