@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 from forkpoint import plan as planning
 from forkpoint.adapters import get_adapter
 from forkpoint.adapters.base import Adapter, ContinuingAdapter, ReplayingAdapter
+from forkpoint.divergence import observations_match
 from forkpoint.errors import ErrorKind, ReplayError, configuration, no_space
 from forkpoint.hashing import sha256_hex
 from forkpoint.journal import Journal, describe_ambiguous, executed_calls
@@ -52,8 +53,9 @@ class RunDirs:
     output_dir: Path
 
 
-def execute(request: ReplayRequest, progress: Progress | None = None) -> ReplayResult:
-    """Run one replay request to a result; never raises for user-facing failures."""
+def execute(request: ReplayRequest, progress: Progress | None = None, warn: Progress | None = None) -> ReplayResult:
+    """Run one replay request to a result; never raises for user-facing failures. ``warn`` receives the lines
+    that must reach the user even in --json mode (diverging calls under --on-divergence warn)."""
     report = progress or (lambda _message: None)
     dirs = _run_dirs(request)
     try:
@@ -87,7 +89,7 @@ def execute(request: ReplayRequest, progress: Progress | None = None) -> ReplayR
         return _early_failure(dirs, error)
     with journal, workspace_lock or contextlib.nullcontext():
         try:
-            return _run_allocated(request, prepared, journal, dirs, report)
+            return _run_allocated(request, prepared, journal, dirs, report, warn or (lambda _message: None))
         except ReplayError as error:
             return _finalize_failure(request, plan, journal, dirs, error)
         except Exception as exc:  # a bug must still leave a result behind, never a half-written run
@@ -224,6 +226,7 @@ def _run_allocated(
     journal: Journal,
     dirs: RunDirs,
     report: Progress,
+    warn: Progress,
 ) -> ReplayResult:
     plan, adapter = prepared.plan, prepared.adapter
     parsed = plan.trajectory
@@ -275,8 +278,9 @@ def _run_allocated(
         prefix = replaying.write_rebuilt_prefix(plan, outcome.fresh, prefix_dir)
         journal.append("session_rebuilt", sync=False, sha256=prefix.sha256)
         status = "replayed"
+    stopped = _divergence(request, outcome, facts, journal, warn)
     continuation: Continuation | None = None
-    if request.mode is Mode.REPLAY_AND_CONTINUE:
+    if request.mode is Mode.REPLAY_AND_CONTINUE and stopped is None:
         assert prepared.launch is not None
         continuation = _continue(request, prepared, prefix, context, journal, report)
         status = continuation.agent_status
@@ -308,6 +312,8 @@ def _run_allocated(
     result = ReplayResult(
         phase=phase,
         quality="degraded" if degraded else "verified",
+        observations_match=observations_match(outcome.comparisons if outcome else None),
+        failure=stopped,
         agent_status=_agent_status(continuation),
         run_id=dirs.run_id,
         agent=AgentInfo(name=adapter.name, version=parsed.version, profile=plan.profile),
@@ -322,6 +328,26 @@ def _run_allocated(
     )
     _commit_result(dirs, result)
     return result
+
+
+def _divergence(request: ReplayRequest, outcome: ReplayOutcome | None, facts: dict[str, Any], journal: Journal,
+                warn: Progress) -> Failure | None:
+    """Record the diverging calls (metadata.divergence), warn of them, or stop before the continuation."""
+    if outcome is None:
+        return None
+    from forkpoint.divergence import stop_message, summary, warning_lines
+
+    facts["divergence"] = summary(outcome.comparisons, request.on_divergence)
+    if not facts["divergence"]["count"]:
+        return None
+    journal.append("divergence", sync=False, count=facts["divergence"]["count"], policy=request.on_divergence)
+    if request.on_divergence == "warn":
+        for line in warning_lines(outcome.comparisons):
+            warn(line)
+    if request.on_divergence != "stop":
+        return None
+    kind = ErrorKind.DIVERGENCE
+    return Failure(category=kind.category, message=stop_message(outcome.comparisons), retryable=kind.retryable)
 
 
 def _continue(

@@ -53,6 +53,7 @@ class ReplayRequest:
     sandbox: str = DEFAULT_SANDBOX  # local | bwrap (forkpoint.sandbox)
     path_map: list[str] = field(default_factory=list)  # OLD=NEW absolute prefixes (local sandbox)
     workspace_from: str | None = None  # DIR | TARBALL | GIT_URL@REV: create the workspace first
+    on_divergence: str = "warn"  # warn | stop | ignore (forkpoint.divergence)
 
     def resolved_run_id(self) -> str:
         return self.run_id or f"replay-{uuid.uuid4().hex}"
@@ -111,6 +112,8 @@ def validate_request(request: ReplayRequest) -> None:
     prompt = request.boundary_user_prompt
     if prompt is not None and prompt != "" and prompt.strip() == "":
         raise configuration("boundary_user_prompt must contain a non-whitespace character")
+    if request.on_divergence not in ("warn", "stop", "ignore"):
+        raise configuration(f"on_divergence must be warn, stop or ignore, not {request.on_divergence!r}")
     if request.run_id is not None and not _RUN_ID.fullmatch(request.run_id):
         raise configuration("run_id may contain only letters, digits, '-' and '_'")
     if request.upstream is not None and request.upstream not in UPSTREAMS:
