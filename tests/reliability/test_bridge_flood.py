@@ -180,6 +180,35 @@ def test_slow_headers_are_cut_off_and_the_agent_is_served_afterwards() -> None:
     assert not summary.failed and summary.validated == 1 and summary.shed == 2
 
 
+def test_headers_trickled_byte_by_byte_are_cut_off_at_the_same_deadline() -> None:
+    with _bridge(header_timeout_s=1.0) as (bridge, port, token_path, first):
+        header = f"POST {token_path}/v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode() + b"X-Slow: a" * 100
+        started = time.monotonic()
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            try:
+                for byte in header:  # one byte every 50 ms: each byte is progress, the deadline does not move
+                    sock.sendall(bytes([byte]))
+                    time.sleep(0.05)
+                    assert time.monotonic() - started < 4, "the trickling client was never cut off"
+            except OSError:
+                pass  # closed by the bridge
+        assert time.monotonic() - started < 4
+        status, _ = _valid(bridge.base_url, first)
+        summary = bridge.finish()
+    assert status == 200 and not summary.failed and summary.shed == 1
+
+
+def test_a_chunked_body_over_the_byte_budget_is_cut_off() -> None:
+    with _bridge(max_buffered_bytes=1 * MIB) as (bridge, port, token_path, first):
+        head = _head(f"{token_path}/v1/messages/count_tokens", None, "Transfer-Encoding: chunked\r\n")
+        chunk = b"%x\r\n%s\r\n" % (256 * 1024, b"y" * 256 * 1024)
+        status, _ = _exchange(port, head, chunk * 8 + b"0\r\n\r\n", timeout=10)  # 2 MiB, no Content-Length
+        assert status == 503
+        status, _ = _valid(bridge.base_url, first)
+        summary = bridge.finish()
+    assert status == 200 and not summary.failed and summary.shed == 1
+
+
 def test_a_slow_body_gets_408_and_the_agent_is_served_afterwards() -> None:
     with _bridge(body_timeout_s=1.0) as (bridge, port, token_path, first):
         started = time.monotonic()
