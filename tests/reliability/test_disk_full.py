@@ -43,6 +43,16 @@ def small_tmpfs(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
         subprocess.run(["umount", str(target)], check=True)
 
 
+def _fill(root: Path) -> None:
+    filler = os.open(root / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        with pytest.raises(OSError, match="No space left"):  # nothing fits any more
+            for _ in range(1000):
+                os.write(filler, b"x" * 4096)
+    finally:
+        os.close(filler)
+
+
 def _argv(tmp_path: Path, output_root: Path, run_id: str = "full") -> list[str]:
     recorded = json.loads((FIXTURE / "meta.json").read_text())["cwd"]
     workspace = tmp_path / f"ws-{run_id}"
@@ -82,13 +92,7 @@ def test_an_output_disk_too_full_for_the_result_still_reports_before_any_tool_ra
     tmp_path: Path, small_tmpfs: Callable[[str], Path]
 ) -> None:
     output_root = small_tmpfs("64k")
-    filler = os.open(output_root / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        with pytest.raises(OSError, match="No space left"):  # fill it: nothing fits any more
-            for _ in range(1000):
-                os.write(filler, b"x" * 4096)
-    finally:
-        os.close(filler)
+    _fill(output_root)
     code, result = _replay(tmp_path, output_root)
     failure = result["failure"]
     assert isinstance(failure, dict)
@@ -104,3 +108,18 @@ def test_an_output_disk_too_full_for_the_result_still_reports_before_any_tool_ra
     assert shown.returncode == 21 and "Traceback" not in shown.stderr, shown.stderr
     assert "forkpoint: output_error: no space left on device writing" in shown.stderr
     assert "result.json was not written either" in shown.stderr and "  result: " not in shown.stderr
+
+
+def test_a_full_state_dir_is_an_output_error_before_anything_runs(
+    tmp_path: Path, small_tmpfs: Callable[[str], Path]
+) -> None:
+    state_root = small_tmpfs("64k")
+    _fill(state_root)
+    argv = [*_argv(tmp_path, tmp_path / "out"), "--json"]
+    argv[argv.index("--state-dir") + 1] = str(state_root)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert "Traceback" not in done.stderr, done.stderr
+    result = json.loads(done.stdout)
+    assert (done.returncode, result["failure"]["category"], result["phase"]) == (21, "output_error", None), result
+    assert result["failure"]["message"].startswith(f"no space left on device writing {state_root / 'full'}")
+    assert not (tmp_path / "out" / "full").exists()  # refused before the output dir was allocated
