@@ -107,7 +107,8 @@ observations.json (fresh vs historical, per call), native/ (the rebuilt session)
 replay-events.jsonl; `--json` prints result.json as one line.
 
 exit codes: 0 done; 2 configuration_error; 10 trajectory_error; 11 unsupported_agent / unsupported_version;
-20 workspace_error; 30 executor_error; 31 ambiguous_execution (a tool call may have run: use a fresh workspace);
+20 workspace_error; 21 output_error (the output or state dir could not be written, e.g. disk full);
+30 executor_error; 31 ambiguous_execution (a tool call may have run: use a fresh workspace);
 32 divergence (--on-divergence stop);
 40 continuation_error / model_* (model_* are retryable); 50 internal_error."""
 
@@ -372,7 +373,7 @@ def _render_branches(document: dict[str, Any]) -> None:
 def _render_result(result: Any) -> None:
     if result.failure is not None:
         _say(f"forkpoint: {result.failure.category}: {result.failure.message}", err=True, style=_RED)
-        if result.phase is not None:
+        if result.phase is not None and Path(str(result.output_dir), "result.json").is_file():  # a full disk: none
             _say(f"  result: {result.output_dir}/result.json", err=True)
         return
     _say(

@@ -19,9 +19,9 @@ from forkpoint import plan as planning
 from forkpoint.adapters import get_adapter
 from forkpoint.adapters.base import Adapter, ContinuingAdapter, ReplayingAdapter
 from forkpoint.divergence import observations_match
-from forkpoint.errors import ErrorKind, ReplayError, configuration
+from forkpoint.errors import ErrorKind, ReplayError, configuration, no_space
 from forkpoint.hashing import sha256_hex
-from forkpoint.journal import Journal, find_ambiguous
+from forkpoint.journal import Journal, describe_ambiguous, executed_calls
 from forkpoint.model import Continuation, ContinueSettings, LaunchTarget, Mode, NativePrefix, Plan, RunContext
 from forkpoint.request import ReplayRequest, validate_request
 from forkpoint.results import (
@@ -75,17 +75,27 @@ def execute(request: ReplayRequest, progress: Progress | None = None, warn: Prog
                 "replaying again would repeat their side effects in a workspace that is no longer fresh — "
                 "use a fresh workspace and a new --run-id",
             ))
+    workspace_lock = None
     try:
+        if request.mode is not Mode.PREPARE_ONLY:  # one run at a time executes in a workspace (prepare-only: none)
+            from forkpoint.workspace_lock import lock_workspace
+
+            workspace_lock = lock_workspace(request.workspace, dirs.run_id, create=request.workspace_from is not None)
         _allocate_output(dirs.output_dir)
     except ReplayError as error:
+        if workspace_lock is not None:
+            workspace_lock.release()
         journal.close()
         return _early_failure(dirs, error)
-    with journal:
+    with journal, workspace_lock or contextlib.nullcontext():
         try:
             return _run_allocated(request, prepared, journal, dirs, report, warn or (lambda _message: None))
         except ReplayError as error:
             return _finalize_failure(request, plan, journal, dirs, error)
         except Exception as exc:  # a bug must still leave a result behind, never a half-written run
+            full = no_space(exc, dirs.output_dir) if isinstance(exc, OSError) else None
+            if full is not None:  # a full disk is no bug: say which file could not be written
+                return _finalize_failure(request, plan, journal, dirs, full)
             import traceback
 
             detail = "".join(traceback.format_exception_only(exc)).strip()
@@ -94,8 +104,9 @@ def execute(request: ReplayRequest, progress: Progress | None = None, warn: Prog
 
 
 def _executed_calls(journal: Journal) -> int:
-    """Calls an earlier run with this run id executed (their effects are already in the workspace)."""
-    return len({str(e.get("call_id")) for e in journal.events() if e.get("event") == "tool_finished"})
+    """Calls an earlier run with this run id executed (their effects are already in the workspace); a call refused
+    before it could have any effect is not one of them."""
+    return len(executed_calls(journal.events()))
 
 
 def _run_dirs(request: ReplayRequest) -> RunDirs:
@@ -205,7 +216,8 @@ def _allocate_output(output_dir: Path) -> None:
             "(choose another --run-id)",
         ) from None
     except OSError as exc:
-        raise ReplayError(ErrorKind.EXECUTOR, f"create output directory {output_dir}: {exc}") from None
+        raise no_space(exc, output_dir) or ReplayError(
+            ErrorKind.EXECUTOR, f"create output directory {output_dir}: {exc}") from None
 
 
 def _run_allocated(
@@ -586,19 +598,26 @@ def _finalize_failure(
     error = _without_secrets(request, error)
     with contextlib.suppress(ReplayError):
         journal.append("run_failed", category=error.kind.category, message=error.message)
-    ambiguous = find_ambiguous(journal.events())
+    # this process knows which of its calls finished even when the run_failed receipt could not be written
+    ambiguous = describe_ambiguous([*journal.events(), {"event": "run_failed"}])
     if ambiguous is not None:
-        error = ReplayError(
-            ErrorKind.AMBIGUOUS_EXECUTION,
-            f'tool call "{ambiguous}" has no recorded outcome; original failure: {error.message}',
-        )
+        error = ReplayError(ErrorKind.AMBIGUOUS_EXECUTION, f"the run left {ambiguous}; original failure: "
+                                                           f"{error.message}")
     with contextlib.suppress(ReplayError, OSError):
         journal.copy_to(dirs.output_dir / "replay-events.jsonl", durable=False)
-    replayed = "session_rebuilt" in _events_of_current_run(journal)
+    current = _records_of_current_run(journal)
+    events = {str(record.get("event")) for record in current}
+    refused = {str(r.get("call_id")) for r in current if r.get("event") == "tool_finished" and r.get("refused") is True}
+    # a call that started (and was not refused before any effect) may have had effects: the phase is not "prepared"
+    tools_ran = "session_rebuilt" in events or any(
+        r.get("event") == "tool_started" and str(r.get("call_id")) not in refused for r in current)
+    if tools_ran and error.kind is ErrorKind.OUTPUT:
+        error = ReplayError(error.kind, f"{error.message}; tools already ran in the workspace, so replay again in a "
+                                        "fresh workspace with a new --run-id")
     result = ReplayResult(
-        phase="replayed" if replayed else "prepared",
+        phase="replayed" if tools_ran else "prepared",
         quality="degraded",
-        agent_status="failed" if replayed and request.mode is Mode.REPLAY_AND_CONTINUE else "not_started",
+        agent_status="failed" if "continuation_started" in events else "not_started",
         run_id=dirs.run_id,
         agent=AgentInfo(name=request.agent, version=plan.trajectory.version, profile=plan.profile),
         after_step=plan.after_step,
@@ -610,7 +629,14 @@ def _finalize_failure(
         failure=Failure(category=error.kind.category, message=error.message, retryable=error.kind.retryable),
         metadata={"replayed_tool_calls_complete": False},
     )
-    _commit_result(dirs, result)
+    try:
+        _commit_result(dirs, result)
+    except OSError as exc:  # e.g. the disk is still full: the printed result is all there is
+        unwritten = no_space(exc, dirs.output_dir / "result.json")
+        detail = unwritten.message if unwritten is not None else f"{exc}"
+        failure = result.failure
+        assert failure is not None
+        failure.message = f"{failure.message}; result.json was not written either: {detail}"
     return result
 
 
@@ -642,10 +668,10 @@ def _without_secrets(request: ReplayRequest, error: ReplayError) -> ReplayError:
     return ReplayError(error.kind, message, line=error.line, before_effect=error.before_effect)
 
 
-def _events_of_current_run(journal: Journal) -> list[str]:
-    names = [str(event.get("event")) for event in journal.events()]
-    starts = [index for index, name in enumerate(names) if name == "run_started"]
-    return names[starts[-1]:] if starts else names
+def _records_of_current_run(journal: Journal) -> list[dict[str, Any]]:
+    records = journal.events()
+    starts = [index for index, record in enumerate(records) if record.get("event") == "run_started"]
+    return records[starts[-1]:] if starts else records
 
 
 def _early_failure(dirs: RunDirs, error: ReplayError) -> ReplayResult:

@@ -188,14 +188,13 @@ def _executor(options: BatchOptions) -> Any:
 def _settle_stale(ledger: Ledger, batch_dir: Path) -> None:
     """Jobs a killed driver left ``running``: re-run when nothing can have happened (prepare-only, or a journal
     without any tool or continuation start), else ``ambiguous`` — never executed twice silently."""
-    from forkpoint.journal import find_ambiguous, read_events
+    from forkpoint.journal import describe_ambiguous, read_events
 
     for identity, run_id, effects in ledger.stale_running():
         events = read_events(batch_dir / "state" / str(run_id) / "journal.jsonl") if run_id else []
         started = [e for e in events if e.get("event") in ("tool_started", "continuation_started")]
         if effects and started:
-            call = find_ambiguous(events)
-            detail = f"call {call} started and has no recorded outcome" if call else "its continuation had started"
+            detail = describe_ambiguous(events) or "its continuation had started"  # names a call that did not finish
             ledger.reset(identity, status="ambiguous", message=f"the previous batch driver stopped while job run "
                          f"{run_id} was running: {detail}; it is not run again (its workspace was not fresh)")
             continue
