@@ -172,6 +172,20 @@ def test_a_claude_session_named_only_by_its_file_is_checked_too(tmp_path: Path) 
     assert not (tmp_path / "out").exists()
 
 
+def test_a_codex_call_id_with_a_nul_is_refused_before_it_reaches_an_environment(tmp_path: Path) -> None:
+    """Codex passes the call id to the replayed command as CODEX_TOOL_CALL_ID: a NUL would fail mid-run."""
+    fixture, name, _ = SESSION_IDS["codex"]
+    text = (FIXTURES / fixture).read_text("utf-8").replace("call_pUvqoQyPryidNhKHXvpus7Wv", "call_\\u0000x")
+    (tmp_path / "in").mkdir()
+    trajectory = tmp_path / "in" / name
+    trajectory.write_text(text, "utf-8")
+    (tmp_path / "ws").mkdir()
+    result = run(tmp_path, "codex", trajectory, replay_only=True)
+    assert result.exit_code == 10 and result.failure is not None
+    assert "call_id" in result.failure.message and "NUL" in result.failure.message
+    assert not (tmp_path / "out").exists() and not (tmp_path / "state").exists()
+
+
 @pytest.mark.parametrize("agent", list(SESSION_IDS))
 def test_the_cli_refuses_a_crafted_id_in_replay_and_inspect(agent: str, tmp_path: Path) -> None:
     trajectory = with_session_id(tmp_path, agent, "../../../../escaped")

@@ -23,7 +23,7 @@ from forkpoint.adapters.source import read_trajectory
 from forkpoint.errors import trajectory
 from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES, split_lines
 from forkpoint.hashing import sha256_pending
-from forkpoint.ids import UUID, check_id
+from forkpoint.ids import UUID, check_id, shown
 from forkpoint.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
 
 AGENT = "codex"
@@ -135,6 +135,9 @@ def _build(path: Path, sha256: str, lines: list[Line], warnings: list[str], sour
                 raise trajectory(f"tool output at line {line.index + 1} has no call_id", line=line.index + 1)
             if call_id in outputs:
                 raise trajectory(f"duplicate output for call {call_id} (line {line.index + 1})", line=line.index + 1)
+            if "\x00" in call_id:  # a replayed command gets it as CODEX_TOOL_CALL_ID: no NUL in an environment
+                raise trajectory(f"call_id {shown(call_id)} at line {line.index + 1} contains a NUL byte",
+                                 line=line.index + 1)
             outputs[call_id] = line
 
     responses = _responses(lines)
