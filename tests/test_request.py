@@ -124,3 +124,17 @@ def test_request_is_immutable() -> None:
     request = build_request(dict(BASE), source="test")
     with pytest.raises(dataclasses.FrozenInstanceError):
         request.after_step = 2  # type: ignore[misc]
+
+
+def test_max_trajectory_bytes_defaults_to_256_mib_and_is_a_strict_positive_key(tmp_path: Path) -> None:
+    assert build_request(dict(BASE), source="t").max_trajectory_bytes == 256 * 1024 * 1024
+    assert "max_trajectory_bytes must be positive" in _refusal({**BASE, "max_trajectory_bytes": 0}).message
+    assert "max_trajectory_bytes: input should be a valid integer" in _refusal(
+        {**BASE, "max_trajectory_bytes": "1000"}).message
+    config = tmp_path / "replay.toml"
+    config.write_text('[replay]\nagent = "codex"\ntrajectory = "r.jsonl"\nafter_step = 1\n'
+                      "max_trajectory_bytes = 1000000\n")
+    assert load_toml(config).max_trajectory_bytes == 1_000_000
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"schema_version": REQUEST_SCHEMA, **BASE, "max_trajectory_bytes": 5}))
+    assert load_json_request(request).max_trajectory_bytes == 5

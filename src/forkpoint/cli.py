@@ -28,7 +28,7 @@ _DIRECT_OPTIONS = (
     "agent", "trajectory", "after_step", "workspace", "state_dir", "output_dir", "run_id", "max_steps",
     "prepare_only", "replay_only", "allow_stale_observations", "boundary_user_prompt", "upstream",
     "upstream_url", "agent_entrypoint", "sandbox", "path_map", "workspace_from", "on_divergence", "branches",
-    "branch_prompt", "parallel", "keep_snapshot", "drop_snapshot",
+    "branch_prompt", "parallel", "keep_snapshot", "drop_snapshot", "max_trajectory_bytes",
 )
 
 #: (option, metavar or None for a flag, type, help) of `forkpoint replay`, in the order --help lists them.
@@ -41,6 +41,8 @@ _REPLAY_OPTIONS: tuple[tuple[str, str | None, Callable[[str], Any], str], ...] =
     ("--output-dir", "DIR", Path, "Output root; each run gets <root>/<run-id> [default: forkpoint-out/runs]."),
     ("--run-id", "ID", str, "Run id ([A-Za-z0-9_-]+) [default: replay-<random>]."),
     ("--max-steps", "N", int, "TOTAL step budget including the replayed prefix."),
+    ("--max-trajectory-bytes", "N", int, "Refuse a trajectory larger than N bytes (trajectories are untrusted "
+     "input) [default: 268435456 = 256 MiB]."),
     ("--prepare-only", None, bool, "Write the native prefix with the historical observations; run nothing."),
     ("--replay-only", None, bool, "Re-run the prefix's tools and write the native prefix; do not start the agent."),
     ("--allow-stale-observations", None, bool, "Reuse recorded observations that cannot be refreshed "
@@ -147,6 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--agent", metavar="NAME", help="Agent that wrote it; detected from the file when omitted.")
     inspect.add_argument("--json", dest="as_json", action="store_true", help="Print one JSON object instead of a "
                          "table.")
+    inspect.add_argument("--max-trajectory-bytes", metavar="N", type=int, default=None,
+                         help="Refuse a trajectory larger than N bytes [default: 268435456 = 256 MiB].")
 
     replay = _command(commands, "replay", "Replay a trajectory up to --after-step and (by default) continue the "
                       "real agent from there.", _replay, epilog=REPLAY_EPILOG)
@@ -276,7 +280,8 @@ def _inspect(args: argparse.Namespace) -> None:
     from forkpoint.inspection import describe, render_table
 
     try:
-        description = describe(args.trajectory, args.agent)
+        description = describe(args.trajectory, args.agent, *(
+            () if args.max_trajectory_bytes is None else (args.max_trajectory_bytes,)))
     except ReplayError as error:
         _fail(error, args.as_json)
     if args.as_json:

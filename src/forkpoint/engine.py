@@ -136,7 +136,7 @@ def _prepare(request: ReplayRequest, report: Progress) -> Prepared:
     adapter = get_adapter(request.agent)
     source = request.trajectory.resolve()
     report(f"parsing {source}")
-    parsed = adapter.parse(source)
+    parsed = adapter.parse(source, request.max_trajectory_bytes)
     profile = adapter.profile_for(parsed)
     plan = planning.select_boundary(
         parsed,

@@ -317,7 +317,10 @@ def read_bounded_input(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> 
         _require_regular(st, os.fspath(path))
         if st.st_size > max_bytes:
             raise InputTooLargeError(f"input exceeds {max_bytes} bytes: {path}")
-        data = _read_upto(fd, st.st_size + 1)
+        # One read sized by fstat holds the file once (a list of chunks joined would hold it twice at the end).
+        data = os.read(fd, st.st_size + 1)
+        if 0 < len(data) < st.st_size:  # a short read (some file systems): the rest in chunks
+            data += _read_upto(fd, st.st_size + 1 - len(data))
     finally:
         os.close(fd)
     if len(data) != st.st_size:

@@ -8,20 +8,23 @@ from typing import Any
 from forkpoint.adapters import get_adapter
 from forkpoint.detect import guess_agent
 from forkpoint.errors import ReplayError, configuration
+from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
 from forkpoint.model import ToolCall
 
 _SHORT = 60
 
 
-def describe(path: Path, agent: str | None = None) -> dict[str, Any]:
+def describe(path: Path, agent: str | None = None, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> dict[str, Any]:
     """The stable JSON shape scripts rely on (see README); extra keys may be added, never removed."""
+    if max_bytes < 1:
+        raise configuration("--max-trajectory-bytes must be positive")
     if not path.is_file():
         raise configuration(f"trajectory does not exist or is not a regular file: {path}")
     name = agent or guess_agent(path)
     if name is None:
         raise configuration(f"cannot tell which agent wrote {path}; pass --agent NAME")
     adapter = get_adapter(name)
-    parsed = adapter.parse(path.resolve())
+    parsed = adapter.parse(path.resolve(), max_bytes)
     version_problem: str | None = None
     try:
         adapter.profile_for(parsed)

@@ -20,6 +20,7 @@ from typing import Any
 
 from forkpoint.adapters import AGENT_NAMES, unknown_agent_message
 from forkpoint.errors import configuration
+from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
 from forkpoint.model import Mode
 from forkpoint.sandbox import DEFAULT_SANDBOX, SANDBOXES, unknown_sandbox_message
 
@@ -58,6 +59,7 @@ class ReplayRequest:
     branch_prompts: list[str] = field(default_factory=list)  # one for all branches, or one per branch
     parallel: int | None = None  # concurrent branches (bwrap only) [default: the cores]
     keep_snapshot: bool | None = None  # keep the boundary snapshot; None: for replay-only and branched runs
+    max_trajectory_bytes: int = DEFAULT_MAX_INPUT_BYTES  # the one size bound of every trajectory parser
 
     def resolved_run_id(self) -> str:
         return self.run_id or f"replay-{uuid.uuid4().hex}"
@@ -113,6 +115,8 @@ def validate_request(request: ReplayRequest) -> None:
         raise configuration("after_step must be a positive complete batch ordinal (1 or more)")
     if request.max_steps is not None and request.max_steps < 1:
         raise configuration("max_steps must be positive")
+    if request.max_trajectory_bytes < 1:
+        raise configuration("max_trajectory_bytes must be positive")
     prompt = request.boundary_user_prompt
     if prompt is not None and prompt != "" and prompt.strip() == "":
         raise configuration("boundary_user_prompt must contain a non-whitespace character")

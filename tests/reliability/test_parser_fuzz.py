@@ -244,7 +244,8 @@ def test_guess_agent_never_raises_untyped(data: bytes) -> None:
 # --- request / config loading ------------------------------------------------------------------------------------
 REQUEST_KEYS = ["agent", "trajectory", "after_step", "workspace", "state_dir", "output_dir", "run_id", "max_steps",
                 "prepare_only", "replay_only", "allow_stale_observations", "boundary_user_prompt", "upstream",
-                "upstream_url", "agent_entrypoint", "sandbox", "path_map", "workspace_from", "mode"]
+                "upstream_url", "agent_entrypoint", "sandbox", "path_map", "workspace_from", "max_trajectory_bytes",
+                "mode"]
 VALID = {"agent": "claude-code", "trajectory": "s.jsonl", "after_step": 1}
 
 

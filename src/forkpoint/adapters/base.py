@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
+from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
 from forkpoint.model import (
     Continuation,
     ContinueSettings,
@@ -30,8 +31,9 @@ class Adapter(Protocol):
         """True when the first bytes of a file look like this agent's native trajectory."""
         ...
 
-    def parse(self, path: Path) -> Trajectory:
-        """Parse a native trajectory. Pure apart from reading ``path``; raises ReplayError only."""
+    def parse(self, path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
+        """Parse a native trajectory of at most ``max_bytes``. Pure apart from reading ``path``; raises ReplayError
+        only (a trajectory error for an id that cannot become a file name or argument, see forkpoint.ids)."""
         ...
 
     def profile_for(self, trajectory: Trajectory) -> str:

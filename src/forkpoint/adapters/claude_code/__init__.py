@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from forkpoint.adapters.claude_code.parse import AGENT, parse_session
 from forkpoint.adapters.claude_code.session import write_prepared, write_rebuilt
 from forkpoint.errors import unsupported_version
+from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
 from forkpoint.model import (
     Continuation,
     ContinueSettings,
@@ -40,8 +41,8 @@ class ClaudeCodeAdapter:
     def sniff(self, head: bytes) -> bool:
         return b'"parentUuid"' in head and b'"sessionId"' in head
 
-    def parse(self, path: Path) -> Trajectory:
-        return parse_session(path)
+    def parse(self, path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
+        return parse_session(path, max_bytes)
 
     def profile_for(self, trajectory: Trajectory) -> str:
         versions = sorted(trajectory.versions)

@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 
+from forkpoint.ids import check_id
 from forkpoint.process import sanitized_env
 from forkpoint.sandbox import home_environment
 
@@ -34,7 +35,7 @@ def session_path(home: Path, workspace: Path, session_id: str) -> Path:
 def argv(entrypoint: Path, session_id: str, nonce: str, max_turns: int | None) -> list[str]:
     command = [
         str(entrypoint),
-        "--resume", session_id,
+        "--resume", check_id(session_id, "session id"),  # validated by the parser; never an option
         "-p", nonce,
         "--output-format", "stream-json",
         "--verbose",

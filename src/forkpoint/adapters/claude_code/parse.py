@@ -20,9 +20,11 @@ from typing import Any
 import orjson
 
 from forkpoint.adapters.claude_code import policy
+from forkpoint.adapters.source import read_trajectory
 from forkpoint.errors import trajectory
-from forkpoint.fs import split_lines
+from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES, split_lines
 from forkpoint.hashing import sha256_pending
+from forkpoint.ids import check_id
 from forkpoint.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
 
 AGENT = "claude-code"
@@ -92,10 +94,9 @@ class _Scan:
     first_object: JsonObject | None = None
 
 
-def parse_session(path: Path) -> Trajectory:
+def parse_session(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
     """Read the session once; its SHA-256 is computed alongside the line scan (see ``sha256_pending``)."""
-    with path.open("rb", buffering=0) as handle:
-        source = handle.readall()
+    source = read_trajectory(path, max_bytes, "Claude Code session")
     source_sha256 = sha256_pending((source,))
     scan = _Scan()
     for line_number, offset, raw in split_lines(source):
@@ -244,11 +245,14 @@ def _build(path: Path, sha256: str, scan: _Scan, source: bytes) -> Trajectory:
     if len(session_ids) > 1:
         raise trajectory(f"the session file mixes several session ids: {', '.join(session_ids)}")
     versions = frozenset(scan.versions)
+    # The session id names the prefix file, the session file in the agent HOME and `claude --resume <id>`.
+    session_id = check_id(session_ids[0], "sessionId") if session_ids else check_id(
+        path.stem, "session id (the file name: no line has a sessionId)")
     return Trajectory(
         agent=AGENT,
         version=next(iter(versions)) if len(versions) == 1 else None,
         versions=versions,
-        session_id=session_ids[0] if session_ids else path.stem,
+        session_id=session_id,
         cwd=scan.cwd,
         source_path=path,
         source_sha256=sha256,

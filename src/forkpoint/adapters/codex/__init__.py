@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from forkpoint.adapters.codex.parse import AGENT, parse_rollout
 from forkpoint.adapters.codex.session import write_prepared, write_rebuilt
 from forkpoint.errors import unsupported_version
+from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
 from forkpoint.model import (
     Continuation,
     ContinueSettings,
@@ -39,8 +40,8 @@ class CodexAdapter:
     def sniff(self, head: bytes) -> bool:
         return b'"session_meta"' in head
 
-    def parse(self, path: Path) -> Trajectory:
-        return parse_rollout(path)
+    def parse(self, path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
+        return parse_rollout(path, max_bytes)
 
     def profile_for(self, trajectory: Trajectory) -> str:
         version = trajectory.version

@@ -24,6 +24,7 @@ from forkpoint.adapters.codex.parse import AGENT, parse_rollout
 from forkpoint.bridge.server import Bridge
 from forkpoint.bridge.upstream import Upstream
 from forkpoint.errors import ErrorKind, ReplayError, classify_continuation_output
+from forkpoint.ids import check_id
 from forkpoint.model import ActionSignature, Continuation, ContinueSettings, NativePrefix, Plan, RunContext
 from forkpoint.process import sanitized_env
 from forkpoint.results import write_atomic
@@ -98,7 +99,7 @@ def recorded_model(lines: list[bytes]) -> str | None:
 
 
 def argv(entrypoint: Path, session_id: str, nonce: str) -> list[str]:
-    return [str(entrypoint), "exec", "resume", session_id, "--json", "--skip-git-repo-check",
+    return [str(entrypoint), "exec", "resume", check_id(session_id, "session id"), "--json", "--skip-git-repo-check",
             "--dangerously-bypass-approvals-and-sandbox", nonce]
 
 

@@ -19,9 +19,11 @@ from typing import Any
 
 import orjson
 
+from forkpoint.adapters.source import read_trajectory
 from forkpoint.errors import trajectory
-from forkpoint.fs import split_lines
+from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES, split_lines
 from forkpoint.hashing import sha256_pending
+from forkpoint.ids import UUID, check_id, shown
 from forkpoint.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
 
 AGENT = "codex"
@@ -77,10 +79,9 @@ class _Response:
         )
 
 
-def parse_rollout(path: Path) -> Trajectory:
+def parse_rollout(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
     """Read the rollout once; its SHA-256 is computed alongside the line scan (see ``sha256_pending``)."""
-    with path.open("rb", buffering=0) as handle:
-        source = handle.readall()
+    source = read_trajectory(path, max_bytes, "Codex rollout")
     source_sha256 = sha256_pending((source,))
     lines: list[Line] = []
     warnings: list[str] = []
@@ -121,6 +122,8 @@ def _build(path: Path, sha256: str, lines: list[Line], warnings: list[str], sour
     session_id = meta.get("id")
     if not isinstance(session_id, str) or not session_id:
         raise trajectory("session_meta has no id: forkpoint never continues a rollout as a brand-new session")
+    # the thread id names the rollout file (prefix, CODEX_HOME) and is `codex exec resume <id>`'s argument
+    check_id(session_id, "session_meta.id", shape=UUID, shape_name="a UUID (Codex thread ids are UUIDs)")
     version = meta.get("cli_version") if isinstance(meta.get("cli_version"), str) else None
     cwd = meta.get("cwd") if isinstance(meta.get("cwd"), str) else None
 
@@ -132,6 +135,9 @@ def _build(path: Path, sha256: str, lines: list[Line], warnings: list[str], sour
                 raise trajectory(f"tool output at line {line.index + 1} has no call_id", line=line.index + 1)
             if call_id in outputs:
                 raise trajectory(f"duplicate output for call {call_id} (line {line.index + 1})", line=line.index + 1)
+            if "\x00" in call_id:  # a replayed command gets it as CODEX_TOOL_CALL_ID: no NUL in an environment
+                raise trajectory(f"call_id {shown(call_id)} at line {line.index + 1} contains a NUL byte",
+                                 line=line.index + 1)
             outputs[call_id] = line
 
     responses = _responses(lines)

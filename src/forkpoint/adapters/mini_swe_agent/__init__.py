@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from forkpoint.adapters.mini_swe_agent.parse import AGENT, FORMAT_V1, FORMAT_V2, MiniNative, parse_trajectory
 from forkpoint.errors import unsupported_version
+from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
 from forkpoint.model import (
     Continuation,
     ContinueSettings,
@@ -59,8 +60,8 @@ class MiniSweAgentAdapter:
         start = head.lstrip()[:64].replace(b" ", b"").replace(b"\n", b"")
         return start.startswith(b'{"info":{') or b'"trajectory_format": "mini-swe-agent-1' in head
 
-    def parse(self, path: Path) -> Trajectory:
-        return parse_trajectory(path)
+    def parse(self, path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
+        return parse_trajectory(path, max_bytes)
 
     def profile_for(self, trajectory: Trajectory) -> str:
         version = trajectory.version

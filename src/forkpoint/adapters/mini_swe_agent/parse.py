@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from forkpoint.adapters.source import read_trajectory
 from forkpoint.errors import ErrorKind, ReplayError, trajectory
-from forkpoint.fs import read_bounded_input
+from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
 from forkpoint.model import ActionSignature, Batch, JsonObject, Observation, ToolCall, Trajectory
 
 AGENT = "mini-swe-agent"
@@ -71,13 +72,11 @@ class MiniNative:
         return self.turns[self.batch_turns[after_step - 1]].end if after_step >= 1 else 2
 
 
-def parse_trajectory(path: Path) -> Trajectory:
+def parse_trajectory(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
     try:
-        raw = read_bounded_input(path)
+        raw = read_trajectory(path, max_bytes, "mini-swe-agent trajectory")
     except OSError as error:
         raise ReplayError(ErrorKind.CONFIGURATION, f"cannot read {path}: {error}") from None
-    except Exception as error:  # fs budget / not-regular errors
-        raise trajectory(f"cannot read {path}: {error}") from None
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as error:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from forkpoint.adapters.opencode.parse import AGENT, parse_opencode
 from forkpoint.adapters.opencode.session import cut_export, native_of, write_export
 from forkpoint.errors import unsupported_version
+from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
 from forkpoint.model import (
     Continuation,
     ContinueSettings,
@@ -42,8 +43,8 @@ class OpenCodeAdapter:
         return (b'"sessionID"' in head and b'"step_start"' in head) or (
             text.startswith(b"{") and b'"info"' in head and b'"ses_' in head)
 
-    def parse(self, path: Path) -> Trajectory:
-        return parse_opencode(path)
+    def parse(self, path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
+        return parse_opencode(path, max_bytes)
 
     def profile_for(self, trajectory: Trajectory) -> str:
         profile = VERIFIED_VERSIONS.get(trajectory.version or "")

@@ -29,6 +29,7 @@ from forkpoint.bridge.server import Bridge, BridgeSummary
 from forkpoint.bridge.upstream import Upstream
 from forkpoint.errors import ErrorKind, ReplayError, classify_continuation_output
 from forkpoint.hashing import make_nonce
+from forkpoint.ids import check_id
 from forkpoint.model import Continuation, ContinueSettings, JsonObject, NativePrefix, Plan, RunContext
 from forkpoint.process import ProcessResult, run_supervised
 from forkpoint.results import write_atomic
@@ -84,7 +85,8 @@ def export_json(stdout: bytes) -> JsonObject:
 
 
 def argv(entrypoint: Path, session_id: str, provider: str, model: str, nonce: str) -> list[str]:
-    return [str(entrypoint), "run", "--format=json", "--thinking", "--print-logs", "--session", session_id,
+    return [str(entrypoint), "run", "--format=json", "--thinking", "--print-logs", "--session",
+            check_id(session_id, "session id"),
             "--model", f"{provider}/{model}", nonce]
 
 
@@ -177,7 +179,7 @@ def collect(export: JsonObject, nonce: str, boundary_prompt: str | None, context
     task_message = next((str(m["info"]["id"]) for m in reversed(export["messages"])
                          if m["info"].get("role") == "user"), None)
     reconciled = reconcile(database_path(context.home), session_id, prefix_ids, nonce, boundary_prompt, task_message)
-    continued = export_json(helper(entrypoint, ["export", session_id], context, env, "export"))
+    continued = export_json(helper(entrypoint, ["export", check_id(session_id, "session id")], context, env, "export"))
     payload = json.dumps(continued, indent=2, ensure_ascii=False).encode()
     if nonce.encode() in payload or nonce.encode() in stdout:
         raise ReplayError(ErrorKind.CONTINUATION, "the resume nonce remains in the continued OpenCode session")

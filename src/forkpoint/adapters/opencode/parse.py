@@ -25,8 +25,10 @@ from typing import Any, Literal
 
 import orjson
 
+from forkpoint.adapters.source import read_trajectory
 from forkpoint.errors import trajectory
-from forkpoint.fs import read_bounded_input
+from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
+from forkpoint.ids import OPENCODE_SESSION, check_id
 from forkpoint.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
 
 AGENT = "opencode"
@@ -81,9 +83,9 @@ class OcNative:
         return any(message.role == "user" for message in self.messages)
 
 
-def parse_opencode(path: Path) -> Trajectory:
+def parse_opencode(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
     try:
-        data = read_bounded_input(path)
+        data = read_trajectory(path, max_bytes, "OpenCode trajectory")
     except OSError as error:
         raise trajectory(f"cannot read {path}: {error}") from None
     sha256 = hashlib.sha256(data).hexdigest()
@@ -230,8 +232,22 @@ def _error_text(error: Any) -> str:
 # -- the neutral trajectory ------------------------------------------------------------------------------------------
 
 
+def _check_ids(session: JsonObject, native: OcNative) -> str | None:
+    """The session id names the prefix file and is ``opencode run --session`` / ``export``'s argument; message and
+    part ids are imported into OpenCode's store: each must be one safe name (see forkpoint.ids)."""
+    session_id = session.get("id")
+    if session_id is not None:
+        check_id(session_id, "session id", shape=OPENCODE_SESSION, shape_name="an OpenCode session id (ses_…)")
+    for message in native.messages:
+        check_id(message.info.get("id"), "message id")
+        for part in message.parts:
+            check_id(part.get("id"), f"part id (message {message.id})")
+    return session_id if isinstance(session_id, str) else None
+
+
 def _build(path: Path, sha256: str, native: OcNative, warnings: list[str]) -> Trajectory:
     session = native.session or {}
+    session_id = _check_ids(session, native)
     version = session.get("version") if isinstance(session.get("version"), str) else None
     cwd = session.get("directory") if isinstance(session.get("directory"), str) else None
     counts: dict[str, int] = {}
@@ -267,7 +283,7 @@ def _build(path: Path, sha256: str, native: OcNative, warnings: list[str]) -> Tr
         agent=AGENT,
         version=version,
         versions=frozenset({version}) if version else frozenset(),
-        session_id=session.get("id") if isinstance(session.get("id"), str) else None,
+        session_id=session_id,
         cwd=cwd,
         source_path=path,
         source_sha256=sha256,

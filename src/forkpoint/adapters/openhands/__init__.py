@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from forkpoint.adapters.openhands.parse import AGENT, parse_events
 from forkpoint.adapters.openhands.session import prefix_events, write_events
 from forkpoint.errors import ErrorKind, ReplayError, unsupported_version
+from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
 from forkpoint.model import (
     Continuation,
     ContinueSettings,
@@ -39,8 +40,8 @@ class OpenHandsAdapter:
     def sniff(self, head: bytes) -> bool:
         return head.lstrip().startswith(b"[") and b'"openhands_version"' in head
 
-    def parse(self, path: Path) -> Trajectory:
-        return parse_events(path)
+    def parse(self, path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
+        return parse_events(path, max_bytes)
 
     def profile_for(self, trajectory: Trajectory) -> str:
         profile = VERIFIED_VERSIONS.get(trajectory.version or "")

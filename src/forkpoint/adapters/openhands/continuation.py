@@ -22,6 +22,7 @@ from forkpoint.adapters.openhands.session import replay_input, replayed_action_c
 from forkpoint.bridge.server import Bridge
 from forkpoint.bridge.upstream import Upstream
 from forkpoint.errors import ErrorKind, ReplayError, classify_continuation_output
+from forkpoint.ids import safe_file_stem
 from forkpoint.model import Continuation, ContinueSettings, JsonObject, NativePrefix, Plan, RunContext
 from forkpoint.results import write_atomic
 
@@ -85,7 +86,7 @@ def continue_events(
     with bridge:
         request: dict[str, Any] = {
             "mode": "continue", "workspace": str(context.workspace), "file_store": str(work / "file-store"),
-            "sid": f"forkpoint-{context.session_id or 'session'}", "save_trajectory": str(saved),
+            "sid": f"forkpoint-{safe_file_stem(context.session_id or 'session')}", "save_trajectory": str(saved),
             "max_iterations": replayed + live, "replay_events": str(replay_path),
             "fresh_observations": str(fresh_path),
             **({"boundary_prompt_env": PROMPT_ENV} if prompt is not None else {}),

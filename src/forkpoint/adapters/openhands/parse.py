@@ -27,6 +27,7 @@ import orjson
 from forkpoint.adapters.openhands.format import model_text
 from forkpoint.adapters.swe_agent.jsondoc import as_object, as_text, load_json_document
 from forkpoint.errors import trajectory
+from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
 from forkpoint.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
 
 AGENT = "openhands"
@@ -55,8 +56,8 @@ class OpenHandsNative:
     version: str | None
 
 
-def parse_events(path: Path) -> Trajectory:
-    data, sha256 = load_json_document(path, "OpenHands trajectory")
+def parse_events(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
+    data, sha256 = load_json_document(path, "OpenHands trajectory", max_bytes)
     if not isinstance(data, list):
         raise trajectory("an OpenHands V0 trajectory must be a JSON array of events")
     if not data:

@@ -22,6 +22,7 @@ from forkpoint.adapters.openhands.format import model_text
 from forkpoint.adapters.openhands.launch import DEAD_LLM_URL, run_runner, work_dir
 from forkpoint.adapters.openhands.session import replay_input, replayed_action_count, write_events
 from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.ids import safe_file_stem
 from forkpoint.model import FreshObservation, JsonObject, Plan, RunContext, ToolCall
 
 REPLAY_TIMEOUT_S = 1800.0
@@ -65,7 +66,8 @@ class OpenHandsToolExecutor:
         saved = work / "replayed-trajectory.json"
         request: dict[str, Any] = {
             "mode": "replay", "workspace": str(self.context.workspace), "file_store": str(work / "file-store-replay"),
-            "sid": f"forkpoint-replay-{self.context.session_id or 'session'}", "save_trajectory": str(saved),
+            "sid": f"forkpoint-replay-{safe_file_stem(self.context.session_id or 'session')}",
+            "save_trajectory": str(saved),
             "max_iterations": replayed_action_count(events), "replay_events": str(replay_path),
             "llm": {"model": "openai/forkpoint-replay-only", "base_url": DEAD_LLM_URL, "api_key_env": "NO_KEY"},
         }

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from forkpoint.adapters.pi.parse import AGENT, any_refused, parse_pi
 from forkpoint.adapters.pi.runtime import VERSION
 from forkpoint.errors import unsupported_version
+from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
 from forkpoint.model import (
     Continuation,
     ContinueSettings,
@@ -37,8 +38,8 @@ class PiAdapter:
         return b'"type":"turn_start"' in head or b'"type":"agent_start"' in head or (
             b'"type":"session"' in head and b'"version":3' in head)
 
-    def parse(self, path: Path) -> Trajectory:
-        return parse_pi(path)
+    def parse(self, path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
+        return parse_pi(path, max_bytes)
 
     def profile_for(self, trajectory: Trajectory) -> str:
         """Pi recordings carry no agent version: the verified 0.83.0 profile, refusing tools it cannot re-run."""

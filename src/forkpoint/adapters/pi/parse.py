@@ -24,7 +24,10 @@ from typing import Any
 
 import orjson
 
+from forkpoint.adapters.source import read_trajectory
 from forkpoint.errors import trajectory
+from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES, split_lines
+from forkpoint.ids import UUID, check_id
 from forkpoint.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
 
 AGENT = "pi"
@@ -55,28 +58,37 @@ class PiNative:
         return None, None, None
 
 
-def parse_pi(path: Path) -> Trajectory:
+def parse_pi(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
     """Parse an event JSONL or a v3 session file (told apart by their lines, not by the file name)."""
-    digest = hashlib.sha256()
+    source = read_trajectory(path, max_bytes, "Pi recording")
     objects: list[tuple[int, JsonObject]] = []
     warnings: list[str] = []
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            digest.update(raw)
-            obj = _parse_line(raw, number, warnings)
-            if obj is not None:
-                objects.append((number, obj))
-    sha256 = digest.hexdigest()
+    for number, _offset, raw in split_lines(source):
+        obj = _parse_line(raw, number, warnings)
+        if obj is not None:
+            objects.append((number, obj))
+    sha256 = hashlib.sha256(source).hexdigest()
     if not objects:
         raise trajectory("the Pi recording is empty")
     header = objects[0][1] if objects[0][1].get("type") == "session" else None
     if header is not None and header.get("version") != 3:
         raise trajectory(f"Pi session header version {header.get('version')!r} is not 3 (the verified format)")
+    if header is not None:
+        _check_header_ids(header)
     is_session = header is not None and any(isinstance(o.get("parentId"), str) or "parentId" in o
                                             for _, o in objects[1:])
     native = _from_session(objects, warnings) if is_session else _from_events(objects, warnings)
     native.header = header
     return _build(path, sha256, native, warnings)
+
+
+def _check_header_ids(header: JsonObject) -> None:
+    """The session file is named ``<timestamp with : and . as ->_<id>.jsonl`` (prefix and agent HOME)."""
+    if _str(header.get("id")) is not None:  # otherwise an id derived from the recording's hash is used
+        check_id(header["id"], "session header id", shape=UUID, shape_name="a UUID (Pi session ids are UUIDs)")
+    stamp = header.get("timestamp")
+    if isinstance(stamp, str):
+        check_id(stamp.replace(":", "-").replace(".", "-"), "session header timestamp")
 
 
 def _parse_line(raw: bytes, number: int, warnings: list[str]) -> JsonObject | None:

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 from forkpoint.adapters.swe_agent.parse import AGENT, parse_traj
 from forkpoint.adapters.swe_agent.session import prefix_document, write_traj
 from forkpoint.errors import ErrorKind, ReplayError, unsupported_version
+from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
+from forkpoint.ids import safe_file_stem
 from forkpoint.model import (
     Continuation,
     ContinueSettings,
@@ -48,8 +50,8 @@ class SweAgentAdapter:
     def sniff(self, head: bytes) -> bool:
         return b'"trajectory"' in head and b'"history"' in head
 
-    def parse(self, path: Path) -> Trajectory:
-        return parse_traj(path)
+    def parse(self, path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
+        return parse_traj(path, max_bytes)
 
     def profile_for(self, trajectory: Trajectory) -> str:
         profile = VERIFIED_VERSIONS.get(trajectory.version or "")
@@ -74,7 +76,9 @@ class SweAgentAdapter:
         return self._write(plan, fresh, out_dir)
 
     def _write(self, plan: Plan, fresh: Mapping[str, FreshObservation] | None, out_dir: Path) -> NativePrefix:
-        destination = out_dir / f"{plan.trajectory.session_id or 'prefix'}.traj"
+        # run-replay files store problem_statement.id as an absolute path: a derived safe name, never that path
+        # (the original stays in the result's native_session_id)
+        destination = out_dir / f"{safe_file_stem(plan.trajectory.session_id or 'prefix')}.traj"
         sha256 = write_traj(prefix_document(plan, fresh), destination)
         return NativePrefix(destination, self.native_format, plan.trajectory.session_id, sha256)
 

@@ -7,17 +7,16 @@ from typing import Any
 
 import orjson
 
+from forkpoint.adapters.source import read_trajectory
 from forkpoint.errors import trajectory
-from forkpoint.fs import InputChangedError, InputTooLargeError, NotRegularFileError, read_bounded_input
+from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
 from forkpoint.hashing import sha256_hex
 
 
-def load_json_document(path: Path, what: str) -> tuple[Any, str]:
+def load_json_document(path: Path, what: str, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> tuple[Any, str]:
     """The parsed document and the SHA-256 of its bytes; typed trajectory errors for anything unreadable."""
     try:
-        raw = read_bounded_input(path)
-    except (InputTooLargeError, InputChangedError, NotRegularFileError) as error:
-        raise trajectory(f"cannot read the {what} {path}: {error}") from None
+        raw = read_trajectory(path, max_bytes, what)
     except OSError as error:
         raise trajectory(f"cannot read the {what} {path}: {error.strerror or error}") from None
     try:

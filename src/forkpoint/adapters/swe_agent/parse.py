@@ -25,6 +25,7 @@ import orjson
 from forkpoint.adapters.swe_agent.jsondoc import as_object, load_json_document
 from forkpoint.adapters.swe_agent.templates import ObservationTemplates, TemplateError
 from forkpoint.errors import trajectory, unsupported_version
+from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
 from forkpoint.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
 
 AGENT = "swe-agent"
@@ -62,8 +63,8 @@ class SweAgentNative:
     format_values: dict[str, Any]  # template names SWE-agent's _get_format_dict provides besides the state
 
 
-def parse_traj(path: Path) -> Trajectory:
-    data, sha256 = load_json_document(path, "SWE-agent trajectory")
+def parse_traj(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
+    data, sha256 = load_json_document(path, "SWE-agent trajectory", max_bytes)
     if not isinstance(data, dict):
         raise trajectory("a SWE-agent .traj must be a JSON object")
     if "attempts" in data:
