@@ -92,9 +92,10 @@ outputs: <output-dir>/<run-id>/result.json (phase, quality, agent_status, failur
 observations.json (fresh vs historical, per call), native/ (the rebuilt session), next-action.json,
 replay-events.jsonl; `--json` prints result.json as one line.
 
-exit codes: 0 done; 2 configuration_error; 10 trajectory_error; 11 unsupported_agent / unsupported_version /
-unsupported_tool; 20 workspace_error; 30 executor_error; 31 ambiguous_execution (a tool call may have run: use a
-fresh workspace); 40 continuation_error / model_* (model_* are retryable); 50 internal_error."""
+exit codes: 0 done; 2 configuration_error; 10 trajectory_error; 11 unsupported_agent / unsupported_version;
+11 unsupported_tool (a call in the prefix cannot be re-run); 20 workspace_error; 30 executor_error;
+31 ambiguous_execution (a tool call may have run: use a fresh workspace); 40 continuation_error / model_*
+(model_* are retryable); 50 internal_error."""
 
 
 class _Formatter(argparse.HelpFormatter):
