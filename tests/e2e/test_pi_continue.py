@@ -153,10 +153,11 @@ def test_tampered_session_is_refused_with_nothing_forwarded(tmp_path: Path, monk
     """The session Pi reads differs from the one forkpoint proved (one observation changed): fail closed."""
     real: Callable[..., Any] = getattr(continuation, "expected_prefix")  # noqa: B009
 
-    def proved_elsewhere(messages: list[dict[str, Any]], nonce: str | None, model: str | None) -> Any:
+    def proved_elsewhere(messages: list[dict[str, Any]], nonce: str | None, model: str | None,
+                         tools: Any = None) -> Any:
         changed = json.loads(json.dumps(messages))
         changed[-1]["content"] = [{"type": "text", "text": "what forkpoint proved"}]
-        return real(changed, nonce, model)
+        return real(changed, nonce, model, tools)
 
     monkeypatch.setattr(continuation, "expected_prefix", proved_elsewhere)
     fixture = FIXTURES / "single_bash"
