@@ -59,6 +59,8 @@ class Scenario:
     turns: list[list[Block]]
     notes: str = ""
     expect_errors: dict[str, bool] = field(default_factory=dict)  # call id -> isError the recording must show
+    tools: str | None = None  # Pi's --tools allowlist (None: Pi's defaults read,bash,edit,write)
+    expect_texts: dict[str, str] = field(default_factory=dict)  # call id -> text its result must contain
 
 
 def _bash(command: str, call_id: str) -> Block:
@@ -114,8 +116,67 @@ SCENARIOS = [
          [_bash("ls *.py", "call_unk_2")],
          [text("main.py is the only python file.")]],
         expect_errors={"call_unk_1": True},
-        notes="Pi answers a call to a tool it does not have with 'Tool glob not found' (isError); forkpoint refuses "
-              "to replay such a recording",
+        notes="Pi answers a call to a tool it does not have with 'Tool glob not found' (isError); forkpoint "
+              "reproduces that answer",
+    ),
+    Scenario(
+        "unknown_tools", "Run the checks and track them.",
+        {"check.sh": "echo all good\n"},
+        [[tool_use("Bash", {"command": "sh check.sh"}, id="call_ut_1"),
+          tool_use("todowrite", {"todos": [{"content": "run checks", "status": "pending"}]}, id="call_ut_2")],
+         [tool_use("grep", {"pattern": "good"}, id="call_ut_3")],
+         [tool_use("run_checks", {"all": True}, id="call_ut_4")],
+         [_bash("sh check.sh", "call_ut_5")],
+         [text("The checks pass.")]],
+        expect_errors={"call_ut_1": True, "call_ut_2": True, "call_ut_3": True, "call_ut_4": True,
+                       "call_ut_5": False},
+        expect_texts={"call_ut_1": "Tool Bash not found", "call_ut_2": "Tool todowrite not found",
+                      "call_ut_3": "Tool grep not found", "call_ut_4": "Tool run_checks not found"},
+        notes="a wrong-case name (Bash), another agent's tool (todowrite), an optional built-in that is off by "
+              "default (grep) and a hallucinated name: Pi's loop answers each 'Tool <name> not found' (isError)",
+    ),
+    Scenario(
+        "optional_tools", "Find where main is defined and list the project.",
+        {"src/app.py": "def main():\n    return helper()\n\n\ndef helper():\n    return 42\n",
+         "src/data.json": "{\"answer\": 42}\n", "docs/notes.md": "# notes\nmain calls helper\n",
+         "README.md": "# optional tools\n"},
+        [[tool_use("grep", {"pattern": "def ", "path": "src/app.py"}, id="call_opt_1"),
+          tool_use("find", {"pattern": "*.py"}, id="call_opt_2")],
+         [tool_use("ls", {}, id="call_opt_3"), tool_use("ls", {"path": "src"}, id="call_opt_4")],
+         [tool_use("grep", {"pattern": "helper", "path": "docs", "ignoreCase": True}, id="call_opt_5"),
+          tool_use("find", {"pattern": "*.rs"}, id="call_opt_6")],
+         [tool_use("grep", {"pattern": "(", "path": "src/app.py"}, id="call_opt_7"),
+          tool_use("ls", {"path": "missing"}, id="call_opt_8")],
+         [tool_use("edit", {"path": "src/app.py", "edits": [{"oldText": "42", "newText": "43"}]}, id="call_opt_9")],
+         [text("main is in src/app.py.")]],
+        tools="read,bash,edit,write,grep,find,ls",
+        expect_errors={"call_opt_1": False, "call_opt_2": True, "call_opt_3": False, "call_opt_8": True},
+        expect_texts={"call_opt_1": "app.py:1: def main():", "call_opt_2": "fd is not available",
+                      "call_opt_4": "app.py"},
+        notes="pi --tools read,bash,edit,write,grep,find,ls: grep (ripgrep from PATH) and ls ran; find needs fd >= 9 "
+              "(it passes --no-require-git; Debian 12's fd-find 8.6 rejects that flag) and offline Pi cannot "
+              "download its own, so on the recording host (no fd) it answered 'fd is not available' (isError). "
+              "Every grep matches within one file: rg searches several files in parallel and Pi does not sort "
+              "its output, so a multi-file order is not reproducible",
+    ),
+    Scenario(
+        "long_session", "Summarise the big log, then record the summary and fix a line.",
+        {"big.log": "".join(f"line {i:04d}: status ok, value {i * 7 % 1000:03d}\n" for i in range(1, 3001)),
+         "README.md": "# long session\n"},
+        [[tool_use("read", {"path": "big.log"}, id="call_long_1")],
+         [tool_use("read", {"path": "big.log", "offset": 2990}, id="call_long_2"),
+          _bash("grep -c 'status ok' big.log", "call_long_3")],
+         [tool_use("write", {"path": "summary.md", "content": "# summary\n3000 lines, all ok\n"}, id="call_long_4")],
+         [tool_use("edit", {"path": "big.log", "edits": [
+             {"oldText": "line 1500: status ok", "newText": "line 1500: status fixed"}]}, id="call_long_5"),
+          tool_use("edit", {"path": "summary.md", "edits": [{"oldText": "all ok", "newText": "one fixed"}]},
+                   id="call_long_6")],
+         [tool_use("read", {"path": "big.log", "offset": 1499, "limit": 3}, id="call_long_7")],
+         [text("Summary written and line 1500 fixed.")]],
+        expect_errors={"call_long_1": False, "call_long_5": False},
+        expect_texts={"call_long_1": "line 0001: status ok", "call_long_7": "line 1500: status fixed"},
+        notes="a read of a 3,000-line file: Pi truncates it and repeats the text in details.truncation, so the "
+              "tool runner's reply is over 64 KiB (it used to be cut in the pipe)",
     ),
 ]
 
@@ -149,7 +210,8 @@ def record(scenario: Scenario, entrypoint: Path) -> Path:
     shutil.copytree(cwd, out / "workspace-initial")
     model = ScriptedModel(scenario.turns, seed=f"pi-{scenario.name}", model=MODEL)
     env = {"PATH": CLEAN_PATH, "HOME": str(home), "LANG": "C.UTF-8", "TZ": "UTC", "PI_OFFLINE": "1"}
-    command = [str(entrypoint), "--mode", "json", "--provider", PROVIDER, "--model", MODEL, scenario.task]
+    tools = ["--tools", scenario.tools] if scenario.tools else []
+    command = [str(entrypoint), "--mode", "json", "--provider", PROVIDER, "--model", MODEL, *tools, scenario.task]
     with model.serve() as url:
         agent_dir = home / ".pi" / "agent"
         agent_dir.mkdir(parents=True)
@@ -183,17 +245,22 @@ def record(scenario: Scenario, entrypoint: Path) -> Path:
 def _check(scenario: Scenario, stdout: bytes) -> None:
     """The recording must show what the scenario is about (every call ran, the expected error flags)."""
     results: dict[str, bool] = {}
+    texts: dict[str, str] = {}
     for raw in stdout.splitlines():
         event = json.loads(raw)
         if event.get("type") == "turn_end":
             for result in event.get("toolResults") or []:
                 results[result["toolCallId"]] = bool(result.get("isError"))
+                texts[result["toolCallId"]] = "".join(str(b.get("text", "")) for b in result.get("content") or [])
     wanted = [b["id"] for turn in scenario.turns for b in turn if b.get("type") == "tool_use"]
     if sorted(results) != sorted(wanted):
         raise SystemExit(f"{scenario.name}: results for {sorted(results)}, expected {sorted(wanted)}")
     for call_id, is_error in scenario.expect_errors.items():
         if results[call_id] != is_error:
             raise SystemExit(f"{scenario.name}: {call_id} isError={results[call_id]}, expected {is_error}")
+    for call_id, wanted_text in scenario.expect_texts.items():
+        if wanted_text not in texts[call_id]:
+            raise SystemExit(f"{scenario.name}: {call_id} result {texts[call_id][:300]!r} lacks {wanted_text!r}")
 
 
 def _runtime() -> runtimes.Runtime:

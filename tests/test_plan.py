@@ -77,5 +77,5 @@ def test_refused_calls_stay_refused_with_the_flag(tmp_path: Path) -> None:
     builder.results({"bg": "started"})
     with pytest.raises(ReplayError) as info:
         select_boundary(_parsed(tmp_path, builder), 1, Mode.REPLAY_ONLY, "p", allow_stale_observations=True)
-    assert info.value.kind is ErrorKind.UNSUPPORTED_VERSION
+    assert info.value.kind is ErrorKind.UNSUPPORTED_TOOL and info.value.kind.exit_code == 11
     assert "run_in_background" in info.value.message

@@ -109,10 +109,10 @@ observations.json (fresh vs historical, per call), native/ (the rebuilt session)
 replay-events.jsonl; `--json` prints result.json as one line.
 
 exit codes: 0 done; 2 configuration_error; 10 trajectory_error; 11 unsupported_agent / unsupported_version;
-20 workspace_error; 21 output_error (the output or state dir could not be written, e.g. disk full);
-30 executor_error; 31 ambiguous_execution (a tool call may have run: use a fresh workspace);
-32 divergence (--on-divergence stop);
-40 continuation_error / model_* (model_* are retryable); 50 internal_error."""
+11 unsupported_tool (a call in the prefix cannot be re-run); 20 workspace_error; 21 output_error (the output or
+state dir could not be written, e.g. disk full); 30 executor_error; 31 ambiguous_execution (a tool call may have run:
+use a fresh workspace); 32 divergence (--on-divergence stop); 40 continuation_error / model_* (model_* are
+retryable); 50 internal_error."""
 
 
 class _Formatter(argparse.HelpFormatter):

@@ -22,6 +22,7 @@ class ErrorKind(Enum):
     TRAJECTORY = _Kind("trajectory_error", 10, False)
     UNSUPPORTED_AGENT = _Kind("unsupported_agent", 11, False)
     UNSUPPORTED_VERSION = _Kind("unsupported_version", 11, False)
+    UNSUPPORTED_TOOL = _Kind("unsupported_tool", 11, False)  # a call no verified profile can re-run
     WORKSPACE = _Kind("workspace_error", 20, False)
     OUTPUT = _Kind("output_error", 21, False)  # forkpoint's own files (output or state dir) could not be written
     EXECUTOR = _Kind("executor_error", 30, False)
@@ -76,6 +77,10 @@ def trajectory(message: str, *, line: int | None = None) -> ReplayError:
 
 def unsupported_version(message: str) -> ReplayError:
     return ReplayError(ErrorKind.UNSUPPORTED_VERSION, message)
+
+
+def unsupported_tool(message: str) -> ReplayError:
+    return ReplayError(ErrorKind.UNSUPPORTED_TOOL, message)
 
 
 _NO_SPACE = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded"}

@@ -44,7 +44,7 @@ def check_call_policies(plan: Plan) -> None:
         for call in batch.calls:
             if call.policy is CallPolicy.REFUSED:
                 raise ReplayError(
-                    ErrorKind.UNSUPPORTED_VERSION,
+                    ErrorKind.UNSUPPORTED_TOOL,
                     f"tool call {call.name}({call.call_id}) in batch {batch.ordinal} cannot be replayed: "
                     f"{call.policy_reason}",
                 )

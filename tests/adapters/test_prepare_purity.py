@@ -26,8 +26,9 @@ RECORDINGS = {
     "openhands": "openhands/*/*/trajectory.json",
     "swe-agent": "swe_agent/*/*/*.traj",
 }
-#: recordings whose every boundary is refused by design (batch 1 calls a tool the adapter cannot replay)
-ALL_REFUSED = {FIXTURES / "pi/0.83.0/unknown_tool/events.jsonl"}
+#: recordings whose every boundary is refused by design (batch 1 calls a tool the adapter cannot replay); Pi's
+#: unknown_tool is no longer one: Pi's own "Tool glob not found" answer is reproduced
+ALL_REFUSED: set[Path] = set()
 CASES = [(agent, path) for agent, pattern in RECORDINGS.items() for path in sorted(FIXTURES.glob(pattern))
          if path not in ALL_REFUSED]
 

@@ -9,6 +9,7 @@ message), and the real Pi must execute the scripted next action.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +27,8 @@ from forkpoint.testing.recordings import replay_recording
 pytestmark = pytest.mark.e2e
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "pi" / "0.83.0"
-SCENARIOS = ("single_bash", "parallel", "file_tools", "error_result")
+SCENARIOS = ("single_bash", "parallel", "file_tools", "error_result", "unknown_tool", "unknown_tools", "optional_tools",
+             "long_session")
 PROMPT = "Before going on, say what you found so far."
 
 
@@ -42,7 +44,7 @@ def _runtime(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
 
 
-def run(fixture: Path, tmp_path: Path, after: int, name: str = "events.jsonl", **overrides: Any) -> ReplayResult:
+def run(fixture: Path, tmp_path: Path, after: int, name: str | Path = "events.jsonl", **overrides: Any) -> ReplayResult:
     return replay_recording(fixture, tmp_path, agent="pi", trajectory=name, after=after, **overrides)
 
 
@@ -55,6 +57,17 @@ def recorded_request(fixture: Path, after: int) -> dict[str, Any]:
 def _comparable(body: dict[str, Any]) -> dict[str, Any]:
     """A request without the system prompt and tools (the fixtures keep them as hashes)."""
     return {**{k: v for k, v in body.items() if k != "tools"}, "messages": body["messages"][1:]}
+
+
+def _hash(value: Any) -> str:
+    """The fixtures' hash of the system prompt and tools (scripts/record_pi_fixtures.py)."""
+    return "sha256:" + hashlib.sha256(json.dumps(value, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def _tools_and_system(body: dict[str, Any], *, hashed: bool) -> tuple[Any, Any]:
+    """The tools and system prompt of a request: the same enabled tool set gives the same pair."""
+    tools, system = body.get("tools"), body["messages"][0]["content"]
+    return (tools, system) if hashed else (_hash(tools), _hash(system))
 
 
 def _scripted(fixture: Path) -> ScriptedModel:
@@ -88,6 +101,9 @@ def test_continue_at_every_boundary(scenario: str, name: str, after: int, tmp_pa
     main = [entry for entry in model.requests if entry.get("kind") == "main"]
     # continue(): the first request is byte-for-byte the request Pi sent after batch N while recording
     assert _comparable(main[0]["body"]) == _comparable(recorded_request(fixture, after))
+    # with the recorded enabled tool set: the same tools and system prompt as while recording
+    assert _tools_and_system(main[0]["body"], hashed=False) == _tools_and_system(recorded_request(fixture, after),
+                                                                                 hashed=True)
     next_action = json.loads((out / "next-action.json").read_text())
     assert next_action["replayed"] is not None and next_action["metrics"]["same_tool_calls"] is True, next_action
     continued = parse_pi(next((out / "native" / "continued").glob("*_*.jsonl")))
@@ -137,10 +153,11 @@ def test_tampered_session_is_refused_with_nothing_forwarded(tmp_path: Path, monk
     """The session Pi reads differs from the one forkpoint proved (one observation changed): fail closed."""
     real: Callable[..., Any] = getattr(continuation, "expected_prefix")  # noqa: B009
 
-    def proved_elsewhere(messages: list[dict[str, Any]], nonce: str | None, model: str | None) -> Any:
+    def proved_elsewhere(messages: list[dict[str, Any]], nonce: str | None, model: str | None,
+                         tools: Any = None) -> Any:
         changed = json.loads(json.dumps(messages))
         changed[-1]["content"] = [{"type": "text", "text": "what forkpoint proved"}]
-        return real(changed, nonce, model)
+        return real(changed, nonce, model, tools)
 
     monkeypatch.setattr(continuation, "expected_prefix", proved_elsewhere)
     fixture = FIXTURES / "single_bash"
@@ -155,11 +172,33 @@ def test_tampered_session_is_refused_with_nothing_forwarded(tmp_path: Path, monk
     assert bridge_log and all(not record["forwarded"] for record in bridge_log)
 
 
-def test_unknown_tool_recording_is_refused(tmp_path: Path) -> None:
-    result = run(FIXTURES / "unknown_tool", tmp_path, 1, upstream="stub")
-    assert result.failure is not None and result.failure.category == "unsupported_version"
-    assert result.exit_code == 11 and 'tool "glob"' in result.failure.message
-    assert not (tmp_path / "out").exists()
+def test_optional_tools_continue_with_the_recorded_tool_set(tmp_path: Path) -> None:
+    fixture = FIXTURES / "optional_tools"
+    model = _scripted(fixture)
+    with model.serve() as url:
+        result = run(fixture, tmp_path, 2, upstream="openai-chat", upstream_url=f"{url}/v1")
+    _check_verified(result)
+    enabled = ["read", "bash", "edit", "write", "grep", "find", "ls"]
+    assert result.metadata["pi_tools"]["enabled"] == enabled
+    main = [entry for entry in model.requests if entry.get("kind") == "main"]
+    assert [t["function"]["name"] for t in main[0]["body"]["tools"]] == enabled
+
+
+def test_a_tool_pi_ran_but_cannot_be_rerun_refuses_only_boundaries_after_it(tmp_path: Path) -> None:
+    """An extension tool in batch 2 (Pi ran it; no built-in): boundary 1 continues, boundary 2 is refused as
+    unsupported_tool before anything is allocated."""
+    fixture = FIXTURES / "single_bash"
+    events = (fixture / "events.jsonl").read_text().replace('"call_sb_2","name":"bash"', '"call_sb_2","name":"ext"')
+    events = events.replace('"toolCallId":"call_sb_2","toolName":"bash"', '"toolCallId":"call_sb_2","toolName":"ext"')
+    source = tmp_path / "extension.jsonl"
+    source.write_text(events)
+    assert [c.policy.value for b in parse_pi(source).batches for c in b.calls] == ["fresh", "refused"]
+    first = run(fixture, tmp_path / "one", 1, source, upstream="stub")
+    _check_verified(first, forwarded=False)
+    second = run(fixture, tmp_path / "two", 2, source, upstream="stub")
+    assert second.failure is not None and (second.failure.category, second.exit_code) == ("unsupported_tool", 11)
+    assert "ext(call_sb_2) in batch 2" in second.failure.message
+    assert not (tmp_path / "two" / "out").exists()
 
 
 def test_wrong_version_entrypoint_is_refused(tmp_path: Path) -> None:

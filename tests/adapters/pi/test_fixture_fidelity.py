@@ -1,24 +1,31 @@
 """Pi's own tools, re-run by forkpoint's Node runner, give the recorded observations on every fixture.
 
 Needs the real runtime (`forkpoint agents install pi@0.83.0`); the workspace is restored to the recording's
-initial state at the recorded path, and every call of every batch runs in order.
+initial state at the recorded path, and every call of every batch runs in order with the recording's enabled tool
+set (a call Pi rejected gets Pi's "Tool <name> not found" again). The runner's failures are classified per call:
+no answer is an executor failure of that call, ambiguous only when a changing tool may have started.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
 import pytest
 
 from forkpoint.adapters.pi import PiAdapter
 from forkpoint.adapters.pi.parse import parse_pi
+from forkpoint.adapters.pi.runtime import PiRuntime, installed
+from forkpoint.adapters.pi.tools import PiToolExecutor
 from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.model import CallPolicy, RunContext, ToolCall
+from forkpoint.model import CallPolicy, Mode, RunContext, ToolCall
+from forkpoint.plan import select_boundary
 from forkpoint.runtimes import find
-from forkpoint.testing.recordings import restore_initial
+from forkpoint.testing.recordings import restored_workspace
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "pi" / "0.83.0"
-SCENARIOS = ("single_bash", "parallel", "file_tools", "error_result")
+SCENARIOS = ("single_bash", "parallel", "file_tools", "error_result", "unknown_tool", "unknown_tools",
+             "optional_tools", "long_session")
 
 pytestmark = pytest.mark.skipif(find("pi", "0.83.0") is None, reason="pi 0.83.0 is not installed")
 
@@ -26,24 +33,71 @@ pytestmark = pytest.mark.skipif(find("pi", "0.83.0") is None, reason="pi 0.83.0 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_fresh_equals_historical(scenario: str, tmp_path: Path) -> None:
     parsed = parse_pi(FIXTURES / scenario / "events.jsonl")
-    context = RunContext(restore_initial(FIXTURES / scenario), tmp_path / "state", tmp_path / "out")
-    executor = PiAdapter().executor(None, context)  # type: ignore[arg-type]
-    try:
-        for batch in parsed.batches:
-            for call in batch.calls:
-                fresh = executor.run(call)
-                assert call.historical is not None
-                assert (fresh.content, fresh.is_error) == (call.historical.content, call.historical.is_error), call
-                recorded_details = call.native.get("details") if isinstance(call.native, dict) else None
-                assert fresh.native["details"] == recorded_details, call.call_id
-    finally:
-        executor.close()
+    plan = select_boundary(parsed, parsed.complete_count, Mode.REPLAY_ONLY, PiAdapter().profile_for(parsed))
+    with restored_workspace(FIXTURES / scenario) as workspace:
+        context = RunContext(workspace, tmp_path / "state", tmp_path / "out")
+        executor = PiAdapter().executor(plan, context)
+        try:
+            for batch in parsed.batches:
+                for call in batch.calls:
+                    fresh = executor.run(call)
+                    assert call.historical is not None
+                    assert (fresh.content, fresh.is_error) == (call.historical.content, call.historical.is_error), call
+                    recorded_details = call.native.get("details") if isinstance(call.native, dict) else None
+                    assert fresh.native["details"] == recorded_details, call.call_id
+                    assert not fresh.truncated
+        finally:
+            executor.close()
 
 
-def test_unknown_tool_is_refused_before_any_effect(tmp_path: Path) -> None:
-    context = RunContext(restore_initial(FIXTURES / "unknown_tool"), tmp_path / "state", tmp_path / "out")
-    executor = PiAdapter().executor(None, context)  # type: ignore[arg-type]
-    call = ToolCall("c1", "glob", {"pattern": "*.py"}, None, CallPolicy.REFUSED, "unsupported")
+def test_a_rejected_tool_needs_no_process(tmp_path: Path) -> None:
+    """Pi's loop answers before any tool runs: no runner is started (a runtime without Node still answers)."""
+    runtime = PiRuntime(tmp_path / "none", tmp_path / "none" / "node", "0.83.0")
+    executor = PiToolExecutor(RunContext(tmp_path, tmp_path / "state", tmp_path / "out"), runtime)
+    fresh = executor.run(ToolCall("c1", "Bash", {"command": "touch x"}, None, CallPolicy.FRESH))
+    assert (fresh.content, fresh.is_error) == ([{"type": "text", "text": "Tool Bash not found"}], True)
+    assert not (tmp_path / "x").exists()
+    enabled = PiToolExecutor(RunContext(tmp_path, tmp_path / "state", tmp_path / "out"), runtime,
+                             ("read", "bash", "edit", "write", "grep"))
+    assert enabled.run(ToolCall("c2", "ls", {}, None, CallPolicy.FRESH)).content[0]["text"] == "Tool ls not found"
+
+
+def _dying_runtime(tmp_path: Path, script: str) -> PiRuntime:
+    """A runtime whose 'node' is a shell script playing a runner that dies (the executor's failure paths)."""
+    root = tmp_path / "runtime"
+    root.mkdir()
+    node = root / "node"
+    node.write_text(f"#!/bin/sh\ncat >/dev/null\n{script}\n")
+    node.chmod(0o755)
+    return PiRuntime(root, node, "0.83.0")
+
+
+@pytest.mark.parametrize(("tool", "script", "ambiguous", "stderr"), [
+    ("read", "echo 'import failed: boom' >&2; exit 0", False, "import failed: boom"),
+    ("bash", "echo 'killed early' >&2; exit 0", False, "killed early"),
+    ("read", "echo '{\"started\":true}'; echo 'reading died' >&2; kill -9 $$", False, "reading died"),
+    ("bash", "echo '{\"started\":true}'; echo 'bash died' >&2; kill -9 $$", True, "bash died"),
+    ("write", "echo '{\"started\":true}'; printf '{\"content\":[{\"type\":\"te'; exit 0", True, "(empty)"),
+])
+def test_a_runner_without_an_answer_is_an_executor_failure_of_that_call(
+        tmp_path: Path, tool: str, script: str, ambiguous: bool, stderr: str) -> None:
+    runtime = _dying_runtime(tmp_path, script)
+    executor = PiToolExecutor(RunContext(tmp_path, tmp_path / "state", tmp_path / "out"), runtime)
     with pytest.raises(ReplayError) as info:
-        executor.run(call)
-    assert info.value.kind is ErrorKind.UNSUPPORTED_VERSION and info.value.before_effect
+        executor.run(ToolCall("c1", tool, {"path": "a.txt", "command": "true", "content": "x"}, None,
+                              CallPolicy.FRESH))
+    error = info.value
+    assert error.kind is ErrorKind.EXECUTOR and error.kind.exit_code == 30
+    assert error.before_effect is not ambiguous  # only a changing tool that started may have had an effect
+    assert f"{tool}(c1)" in error.message and "died without answering" in error.message
+    assert f"stderr: {stderr}" in error.message
+
+
+def test_a_reply_over_64_kib_arrives_whole(tmp_path: Path) -> None:
+    """A read of a 3,000-line file: the reply (text + details.truncation) is over 64 KiB and arrives whole."""
+    (tmp_path / "big.txt").write_text("".join(f"line {i:04d}: {'x' * 40}\n" for i in range(1, 3001)))
+    executor = PiToolExecutor(RunContext(tmp_path, tmp_path / "state", tmp_path / "out"), installed())
+    fresh = executor.run(ToolCall("c1", "read", {"path": "big.txt"}, None, CallPolicy.FRESH))
+    assert not fresh.is_error and fresh.content[0]["text"].startswith("line 0001: ")
+    assert fresh.native["details"]["truncation"]["truncated"] is True
+    assert len(orjson.dumps({"content": fresh.content, "details": fresh.native["details"]})) > 65536

@@ -17,7 +17,8 @@ from forkpoint.adapters.pi.gate import PiGate, expected_prefix
 from forkpoint.adapters.pi.parse import parse_pi
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "pi" / "0.83.0"
-SCENARIOS = ("single_bash", "parallel", "file_tools", "error_result")
+SCENARIOS = ("single_bash", "parallel", "file_tools", "error_result", "unknown_tool", "unknown_tools", "optional_tools",
+             "long_session")
 NONCE = "__forkpoint_nonce_0123456789abcdef0123456789abcdef__"
 
 
@@ -152,3 +153,17 @@ def test_another_model_is_refused() -> None:
     assert gate.first(copy.deepcopy(body)).ok
     verdict = gate.first({**body, "model": "gpt-other"})
     assert not verdict.ok and verdict.reason is not None and "gpt-other" in verdict.reason
+
+
+def test_another_tool_set_is_refused() -> None:
+    """Pi writes its enabled tools nowhere; the continuation must offer the model the set the recording shows."""
+    messages, body = _setup("optional_tools", 2)
+    enabled = ("read", "bash", "edit", "write", "grep", "find", "ls")
+    gate = PiGate(expected_prefix(messages, None, None, enabled))
+    offered = [{"type": "function", "function": {"name": name, "parameters": {}}} for name in enabled]
+    assert gate.first({**body, "tools": offered}).ok
+    for wrong in (offered[:4], [*offered[:4], *offered[5:]], [offered[4], *offered[:4], *offered[5:]], "tools",
+                  [{"type": "function"}, *offered[1:]], None):
+        verdict = gate.first({**body, "tools": wrong})
+        assert not verdict.ok and verdict.reason is not None and "enabled tool set" in verdict.reason, wrong
+    assert expected_prefix(messages, None, None, enabled).to_json()["tools"] == list(enabled)

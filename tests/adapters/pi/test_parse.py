@@ -68,14 +68,72 @@ def test_errors_are_observations_with_is_error() -> None:
     assert bash is not None and bash.text.endswith("Command exited with code 3")
 
 
-def test_unknown_tool_is_refused_for_the_whole_recording() -> None:
-    parsed = parse_pi(FIXTURES / "unknown_tool" / "events.jsonl")
-    assert parsed.batches[0].calls[0].policy is CallPolicy.REFUSED
-    assert parsed.batches[1].calls[0].policy is CallPolicy.FRESH
+def test_tools_pi_rejected_are_fresh_calls_and_keep_the_default_set() -> None:
+    """Pi answered "Tool <name> not found": a deterministic observation, re-made by replay, never a refusal."""
+    for scenario, rejected in (("unknown_tool", {"glob"}), ("unknown_tools", {"Bash", "todowrite", "grep",
+                                                                              "run_checks"})):
+        parsed = parse_pi(FIXTURES / scenario / "events.jsonl")
+        calls = [c for b in parsed.batches for c in b.calls]
+        assert all(c.policy is CallPolicy.FRESH for c in calls), calls
+        assert {c.name for c in calls if c.historical and c.historical.text == f"Tool {c.name} not found"} == rejected
+        assert parsed.native.tools == ("read", "bash", "edit", "write")  # grep was off: Pi rejected it
+        assert PiAdapter().profile_for(parsed).startswith("pi/0.83.0/")
+        assert not any("enabled tools" in w for w in parsed.warnings)
+
+
+def test_optional_tools_pi_ran_are_part_of_the_recorded_configuration() -> None:
+    for name in ("events.jsonl", "session.jsonl"):
+        parsed = parse_pi(FIXTURES / "optional_tools" / name)
+        assert parsed.native.tools == ("read", "bash", "edit", "write", "grep", "find", "ls")
+        assert all(c.policy is CallPolicy.FRESH for b in parsed.batches for c in b.calls)
+        assert any("grep,find,ls" in w and "enabled tools" in w for w in parsed.warnings)
+
+
+def _with_result(events: list[dict[str, Any]], call_id: str, name: str, text: str, *, error: bool = True,
+                 batch: int = 0) -> list[dict[str, Any]]:
+    """Rename one call (and its result) of the single_bash recording and give it another result text."""
+    out = json.loads(json.dumps(events))
+    for event in out:
+        for message in [event.get("message"), *(event.get("toolResults") or []), *(event.get("messages") or [])]:
+            if not isinstance(message, dict):
+                continue
+            for block in message.get("content") or []:
+                if isinstance(block, dict) and block.get("type") == "toolCall" and block.get("id") == call_id:
+                    block["name"] = name
+            if message.get("toolCallId") == call_id:
+                message.update(toolName=name, isError=error, content=[{"type": "text", "text": text}])
+    return out
+
+
+def test_a_tool_pi_ran_that_is_no_built_in_is_refused_only_at_its_boundary(tmp_path: Path) -> None:
+    """An extension tool Pi ran (not a built-in, not rejected) stays refused, as unsupported_tool, and only for
+    boundaries whose batches hold it."""
+    events = _with_result(_events(), "call_sb_2", "todowrite", "Todos updated", error=False)
+    parsed = parse_pi(_write(tmp_path / "ext.jsonl", events))
+    refused = parsed.batches[1].calls[0]
+    assert refused.policy is CallPolicy.REFUSED and "not one of its built-in tools" in str(refused.policy_reason)
+    profile = PiAdapter().profile_for(parsed)  # the recording as a whole is not refused
+    from forkpoint.model import Mode
+    from forkpoint.plan import select_boundary
+
+    assert select_boundary(parsed, 1, Mode.REPLAY_ONLY, profile).after_step == 1
     with pytest.raises(ReplayError) as info:
-        PiAdapter().profile_for(parsed)
-    assert info.value.kind is ErrorKind.UNSUPPORTED_VERSION and 'tool "glob"' in info.value.message
-    assert PiAdapter().profile_for(parse_pi(FIXTURES / "single_bash" / "events.jsonl")).startswith("pi/0.83.0/")
+        select_boundary(parsed, 2, Mode.REPLAY_ONLY, profile)
+    assert info.value.kind is ErrorKind.UNSUPPORTED_TOOL and info.value.kind.exit_code == 11
+    assert "todowrite(call_sb_2) in batch 2" in info.value.message
+
+
+def test_a_built_in_pi_rejected_is_off_and_a_changed_tool_set_is_refused(tmp_path: Path) -> None:
+    rejected = _with_result(_events(), "call_sb_2", "bash", "Tool bash not found")
+    parsed = parse_pi(_write(tmp_path / "nobash.jsonl", rejected))
+    # bash ran in batch 1 and was rejected in batch 2: the tool set changed within the session
+    assert [c.policy for b in parsed.batches for c in b.calls] == [CallPolicy.REFUSED, CallPolicy.REFUSED]
+    assert "both running and rejecting" in str(parsed.batches[0].calls[0].policy_reason)
+    only = _with_result(_with_result(_events(), "call_sb_1", "ls", "a\nb", error=False),
+                        "call_sb_2", "bash", "Tool bash not found")
+    parsed = parse_pi(_write(tmp_path / "ls.jsonl", only))
+    assert parsed.native.tools == ("read", "edit", "write", "ls")
+    assert [c.policy for b in parsed.batches for c in b.calls] == [CallPolicy.FRESH, CallPolicy.FRESH]
 
 
 def test_sniff_recognises_both_formats() -> None:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import array
+import fcntl
 import json
 import shutil
 import subprocess
+import termios
+import time
 from pathlib import Path
 
 import pytest
@@ -60,14 +64,54 @@ def test_from_entrypoint_refuses_another_package_version(tmp_path: Path) -> None
 
 
 @needs_runtime
-def test_runner_itself_refuses_unknown_tools(tmp_path: Path) -> None:
+def test_runner_answers_like_pis_loop_and_refuses_what_it_cannot_run(tmp_path: Path) -> None:
     assert INSTALLED is not None
     runtime = from_entrypoint(INSTALLED.entrypoint)
-    request = {"runtime_root": str(runtime.root), "cwd": str(tmp_path),
-               "call": {"id": "c1", "name": "glob", "arguments": {"pattern": "*"}}}
-    done = subprocess.run([str(runtime.node), str(RUNNER), "tool"], input=json.dumps(request), capture_output=True,
-                          text=True, timeout=60, check=False)
-    assert done.returncode == 3 and "does not support tool" in done.stdout
+
+    def tool(name: str, tools: list[str] | None) -> subprocess.CompletedProcess[str]:
+        request = {"runtime_root": str(runtime.root), "cwd": str(tmp_path), "tools": tools,
+                   "call": {"id": "c1", "name": name, "arguments": {"pattern": "*"}}}
+        return subprocess.run([str(runtime.node), str(RUNNER), "tool"], input=json.dumps(request),
+                              capture_output=True, text=True, timeout=60, check=False)
+
+    rejected = tool("glob", ["read", "bash", "edit", "write"])
+    assert rejected.returncode == 0 and json.loads(rejected.stdout.splitlines()[-1]) == {
+        "content": [{"type": "text", "text": "Tool glob not found"}], "details": {}, "isError": True,
+        "duration_ms": 0}
+    refused = tool("glob", ["glob"])  # enabled, but no Pi built-in: a second lock behind the parser's refusal
+    assert refused.returncode == 3 and "does not support tool" in refused.stdout
+
+
+@needs_runtime
+def test_runner_reply_over_64_kib_survives_a_slow_reader(tmp_path: Path) -> None:
+    """The reader drains the pipe only after it filled up and the runner had time to exit: the old runner
+    (process.exit() right after write) lost everything past 65,536 bytes; now the runner waits for the pipe."""
+    assert INSTALLED is not None
+    runtime = from_entrypoint(INSTALLED.entrypoint)
+    (tmp_path / "big.txt").write_text("".join(f"line {i:04d}: {'x' * 40}\n" for i in range(1, 3001)))
+    request = {"runtime_root": str(runtime.root), "cwd": str(tmp_path), "tools": ["read"],
+               "call": {"id": "c1", "name": "read", "arguments": {"path": "big.txt"}}}
+    with subprocess.Popen([str(runtime.node), str(RUNNER), "tool"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL) as child:
+        assert child.stdin is not None and child.stdout is not None
+        child.stdin.write(json.dumps(request).encode())
+        child.stdin.close()
+        deadline = time.monotonic() + 60
+        while _pending(child.stdout.fileno()) < 65536 and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(2.0)  # the old runner exits here, dropping what did not fit into the pipe
+        data = child.stdout.read()
+        assert child.wait(timeout=60) == 0
+    reply = json.loads(data.splitlines()[-1])
+    assert len(data) > 65536 and reply["details"]["truncation"]["truncated"] is True
+    assert reply["content"][0]["text"].startswith("line 0001: ")
+
+
+def _pending(fd: int) -> int:
+    """Bytes waiting in a pipe (FIONREAD)."""
+    buffer = array.array("i", [0])
+    fcntl.ioctl(fd, termios.FIONREAD, buffer)
+    return buffer[0]
 
 
 def test_continuation_refuses_other_recorded_apis(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from forkpoint.adapters.pi.parse import AGENT, any_refused, parse_pi
+from forkpoint.adapters.pi.parse import AGENT, parse_pi
 from forkpoint.adapters.pi.runtime import VERSION
 from forkpoint.errors import unsupported_version
 from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
@@ -42,12 +42,10 @@ class PiAdapter:
         return parse_pi(path, max_bytes)
 
     def profile_for(self, trajectory: Trajectory) -> str:
-        """Pi recordings carry no agent version: the verified 0.83.0 profile, refusing tools it cannot re-run."""
+        """Pi recordings carry no agent version: the verified 0.83.0 profile. A call it cannot re-run is REFUSED
+        per call, so only a boundary whose batches hold one is refused (plan.check_call_policies)."""
         if trajectory.version not in (None, VERSION):
             raise unsupported_version(f"Pi {trajectory.version} is not a verified version (verified: {VERSION})")
-        refused = any_refused(trajectory)
-        if refused is not None:
-            raise unsupported_version(f"tool call {refused.name}({refused.call_id}): {refused.policy_reason}")
         return VERIFIED_VERSIONS[VERSION]
 
     def write_prepared_prefix(self, plan: Plan, out_dir: Path) -> NativePrefix:
@@ -60,10 +58,12 @@ class PiAdapter:
     # -- replay -------------------------------------------------------------------------------------------------
 
     def executor(self, plan: Plan, context: RunContext) -> ToolExecutor:
+        from forkpoint.adapters.pi.parse import DEFAULT_TOOLS
         from forkpoint.adapters.pi.runtime import installed
         from forkpoint.adapters.pi.tools import PiToolExecutor
 
-        return PiToolExecutor(context, installed())
+        tools = plan.trajectory.native.tools if plan is not None else DEFAULT_TOOLS
+        return PiToolExecutor(context, installed(), tools)
 
     def normalise_observation(self, content: object) -> object:
         """Documented volatile part only: the random name of bash's full-output temp file."""

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from forkpoint.adapters.pi.gate import PiGate, expected_prefix
-from forkpoint.adapters.pi.parse import PiNative, dumps, model_turns, parse_pi
+from forkpoint.adapters.pi.parse import DEFAULT_TOOLS, PiNative, dumps, model_turns, parse_pi
 from forkpoint.adapters.pi.runtime import from_entrypoint
 from forkpoint.adapters.pi.tools import tool_environment
 from forkpoint.bridge.server import Bridge
@@ -82,7 +82,7 @@ def continue_session(plan: Plan, prefix: NativePrefix, context: RunContext,
 
     boundary_prompt = settings.boundary_prompt or None
     nonce = make_nonce() if boundary_prompt else None
-    expected = expected_prefix(prefix_messages_of(rebuilt), nonce, model)
+    expected = expected_prefix(prefix_messages_of(rebuilt), nonce, model, native.tools)
     write_atomic(context.state_dir / "expected-prefix.json", orjson.dumps(expected.to_json()))
     context.logs.mkdir(parents=True, exist_ok=True)
     events_path = context.state_dir / "pi-continue-events.jsonl"
@@ -94,7 +94,9 @@ def continue_session(plan: Plan, prefix: NativePrefix, context: RunContext,
         write_atomic(home_agent / "models.json", orjson.dumps(models_json(bridge.base_url, provider, model)))
         request = {"runtime_root": str(runtime.root), "cwd": sandbox.cwd, "session_file": str(target),
                    "provider": provider, "model": model, "prompt": nonce, "max_turns": remaining,
-                   "events_path": str(events_path), "expected_version": runtime.version}
+                   "events_path": str(events_path), "expected_version": runtime.version,
+                   # Pi's --tools: only a set other than the defaults is passed (the recorded default path as is)
+                   "tools": list(native.tools) if native.tools != DEFAULT_TOOLS else None}
         env = tool_environment(context)
         no_proxy = [p for p in env.get("NO_PROXY", env.get("no_proxy", "")).split(",") if p]
         no_proxy += [h for h in ("127.0.0.1", "localhost", "::1") if h not in no_proxy]
@@ -151,6 +153,8 @@ def continue_session(plan: Plan, prefix: NativePrefix, context: RunContext,
         "pi_resume_transport": {"method": "prompt" if nonce else "agent.continue",
                                 "removed_before_model_request": nonce is not None},
         "max_steps_reported": status == "max_steps",
+        "pi_tools": {"enabled": list(native.tools), "source": "the recording's calls (Pi does not record its tool "
+                     "set: the defaults, plus optional built-ins it ran, minus built-ins it rejected)"},
     }
     return Continuation(status, turns, continued_path, next_action, metadata)
 

@@ -43,6 +43,7 @@ class PiExpectedPrefix:
     observation_sha256: tuple[tuple[str, str], ...]
     boundary_call_ids: tuple[str, ...]
     model: str | None = None  # the recorded model id the request must ask for
+    tools: tuple[str, ...] | None = None  # the recorded enabled tool names, in the order Pi sends them
 
     @property
     def message_count(self) -> int:
@@ -53,7 +54,8 @@ class PiExpectedPrefix:
                 "message_roles": list(self.message_roles), "message_sha256": list(self.message_sha256),
                 "prefix_sha256": self.prefix_sha256, "call_ids": list(self.call_ids),
                 "observation_sha256": [list(pair) for pair in self.observation_sha256],
-                "boundary_call_ids": list(self.boundary_call_ids), "model": self.model}
+                "boundary_call_ids": list(self.boundary_call_ids), "model": self.model,
+                "tools": None if self.tools is None else list(self.tools)}
 
 
 # -- projections -------------------------------------------------------------------------------------------------
@@ -131,7 +133,8 @@ def wire_projection(messages: Sequence[JsonObject], offset: int) -> list[JsonObj
     return out
 
 
-def expected_prefix(messages: Sequence[JsonObject], nonce: str | None, model: str | None = None) -> PiExpectedPrefix:
+def expected_prefix(messages: Sequence[JsonObject], nonce: str | None, model: str | None = None,
+                    tools: Sequence[str] | None = None) -> PiExpectedPrefix:
     projected = pi_projection(messages)
     if not projected or projected[-1]["role"] != "tool":
         raise ValueError("a rebuilt Pi prefix must end with the tool results of its last batch")
@@ -145,7 +148,7 @@ def expected_prefix(messages: Sequence[JsonObject], nonce: str | None, model: st
         boundary.insert(0, str(message["tool_call_id"]))
     return PiExpectedPrefix(PROFILE, nonce, tuple(m["role"] for m in projected),
                             tuple(canonical_sha256(m) for m in projected), canonical_sha256(projected), calls,
-                            observations, tuple(boundary), model)
+                            observations, tuple(boundary), model, None if tools is None else tuple(tools))
 
 
 # -- the gate ------------------------------------------------------------------------------------------------------
@@ -197,6 +200,20 @@ def _clean(expected: PiExpectedPrefix, body: Any, boundary_prompt: str | None, *
 def _check_model(expected: PiExpectedPrefix, body: JsonObject) -> None:
     if expected.model is not None and body.get("model") != expected.model:
         raise Refusal(f"the request asks for model {body.get('model')!r}, the recording used {expected.model!r}")
+    if expected.tools is not None and _tool_names(body.get("tools")) != expected.tools:
+        raise Refusal(f"the request offers the tools {_tool_names(body.get('tools'))}, the recording had "
+                      f"{list(expected.tools)} (Pi's enabled tool set)")
+
+
+def _tool_names(tools: Any) -> tuple[str | None, ...] | None:
+    """The function names a Chat Completions ``tools`` array offers (None when it is not an array)."""
+    if tools is None:
+        return ()
+    if not isinstance(tools, list):
+        return None
+    functions = [t.get("function") if isinstance(t, dict) else None for t in tools]
+    return tuple(f.get("name") if isinstance(f, dict) and isinstance(f.get("name"), str) else None
+                 for f in functions)
 
 
 def _nonce_message(text: str) -> JsonObject:

@@ -9,9 +9,12 @@ Two native inputs (measured on the real package, see docs/adapters/pi.md):
 * a v3 session file: a ``session`` header, then entries chained by ``id`` / ``parentId``; the context is the path
   from the last entry to the root, and its ``message`` entries are the conversation.
 
-One replay step is one assistant message with tool calls plus all its results, paired by ``toolCallId``. Only
-Pi's default tools (read, bash, edit, write) can be re-run with Pi's own implementations; any other tool makes
-the whole recording unsupported (``profile_for``), so tool semantics never change silently.
+One replay step is one assistant message with tool calls plus all its results, paired by ``toolCallId``. Pi's
+built-in tools (read, bash, edit, write and the optional grep, find, ls) are re-run with Pi's own implementations;
+a call Pi answered with its agent loop's "Tool <name> not found" is reproduced as that answer. Pi writes its
+enabled tool set nowhere (not in the session, not in the event stream), so it is read from the recording itself
+(``enabled_tools``): the defaults, plus each optional built-in Pi ran, minus each built-in Pi rejected. A tool Pi
+ran that is not a built-in (an extension or SDK tool) stays REFUSED, so tool semantics never change silently.
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ from forkpoint.ids import UUID, check_id
 from forkpoint.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
 
 AGENT = "pi"
-FRESH_TOOLS = frozenset({"read", "bash", "edit", "write"})
+#: Pi 0.83.0's built-in tools in its registry order (createAllToolDefinitions); the first four are on by default
+PI_TOOLS = ("read", "bash", "edit", "write", "grep", "find", "ls")
+DEFAULT_TOOLS = PI_TOOLS[:4]
 #: session entry types that change what the model sees in ways the rebuild does not reproduce
 _CONTEXT_ENTRIES = frozenset({"compaction", "branch_summary", "custom_message"})
 _SKIPPED_STOPS = frozenset({"error", "aborted"})  # Pi never sends these assistant messages to the model
@@ -49,6 +54,7 @@ class PiNative:
     entry_times: list[str | None] = field(default_factory=list)  # the entry timestamps (session input)
     batch_assistant: list[int] = field(default_factory=list)  # per batch: index of its assistant message
     batch_end: list[int] = field(default_factory=list)  # per complete batch: index of its last toolResult
+    tools: tuple[str, ...] = DEFAULT_TOOLS  # the enabled tool set, as the recording shows it (enabled_tools)
 
     def model_info(self) -> tuple[str | None, str | None, str | None]:
         """(provider, model id, api) of the first assistant message: what the continuation must configure."""
@@ -238,6 +244,7 @@ def _tool_calls(message: JsonObject, where: str, line: int | None = None) -> lis
 def _build(path: Path, sha256: str, native: PiNative, warnings: list[str]) -> Trajectory:
     messages = native.messages
     batches: list[Batch] = []
+    found: list[tuple[int, list[tuple[JsonObject, JsonObject | None]], bool]] = []
     index = 0
     while index < len(messages):
         message = messages[index]
@@ -271,13 +278,20 @@ def _build(path: Path, sha256: str, native: PiNative, warnings: list[str]) -> Tr
         if not complete and cursor < len(messages):
             missing = next(c["id"] for c in calls if c["id"] not in by_id)
             raise trajectory(f'Pi {where} has no result for tool call "{missing}"')
-        ordinal = len(batches) + 1
-        tool_calls = tuple(_tool_call(call, by_id.get(call["id"])) for call in calls)
-        batches.append(Batch(ordinal, tool_calls, f"message:{index}", complete=complete))
+        found.append((index, [(call, by_id.get(call["id"])) for call in calls], complete))
         native.batch_assistant.append(index)
         if complete:
             native.batch_end.append(cursor - 1)
         index = cursor
+    pairs = [pair for _, batch_pairs, _ in found for pair in batch_pairs]
+    native.tools, conflicts = enabled_tools(pairs)
+    for ordinal, (at, batch_pairs, complete) in enumerate(found, start=1):
+        tool_calls = tuple(_tool_call(call, result, conflicts) for call, result in batch_pairs)
+        batches.append(Batch(ordinal, tool_calls, f"message:{at}", complete=complete))
+    if native.tools != DEFAULT_TOOLS:
+        warnings.append(f"Pi does not record its enabled tools; the recording shows {','.join(native.tools)} "
+                        "(the optional built-ins it ran, without the built-ins it rejected): replay and "
+                        "continuation use that set")
     next_actions = _next_actions(native)
     header = native.header or {}
     session_id = _str(header.get("id")) or str(uuid.UUID(sha256[:32]))
@@ -300,16 +314,46 @@ def _build(path: Path, sha256: str, native: PiNative, warnings: list[str]) -> Tr
     )
 
 
-def _tool_call(call: JsonObject, result: JsonObject | None) -> ToolCall:
+def not_found_text(name: str) -> str:
+    """What Pi 0.83.0's agent loop answers a call to a tool outside its enabled set (agent-loop.js)."""
+    return f"Tool {name} not found"
+
+
+def is_not_found(name: str, result: JsonObject | None) -> bool:
+    """Whether Pi answered this call with its loop's own "not found" error (no tool ran)."""
+    return result is not None and bool(result.get("isError")) and result.get("content") == [
+        {"type": "text", "text": not_found_text(name)}]
+
+
+def enabled_tools(pairs: list[tuple[JsonObject, JsonObject | None]]) -> tuple[tuple[str, ...], frozenset[str]]:
+    """The enabled built-ins the recording shows, in Pi's registry order, and the names it shows both ways.
+
+    Pi enables read, bash, edit, write unless ``--tools`` / ``--no-tools`` / ``--exclude-tools`` say otherwise and
+    writes the choice nowhere: a built-in it answered "not found" was off, an optional one it ran was on. Tools
+    enabled but never called cannot be seen (docs/adapters/pi.md)."""
+    rejected = {str(call["name"]) for call, result in pairs if is_not_found(str(call["name"]), result)}
+    ran = {str(call["name"]) for call, result in pairs if result is not None
+           and not is_not_found(str(call["name"]), result)}
+    tools = tuple(t for t in PI_TOOLS if t not in rejected and (t in DEFAULT_TOOLS or t in ran))
+    return tools, frozenset(rejected & ran)
+
+
+def _tool_call(call: JsonObject, result: JsonObject | None, conflicts: frozenset[str]) -> ToolCall:
     name = str(call["name"])
     historical = None
     if result is not None:
         if result.get("toolName") != name:
             raise trajectory(f'Pi result for "{call["id"]}" does not match its tool name')
         historical = Observation(result.get("content"), bool(result.get("isError")))
-    policy, reason = (CallPolicy.FRESH, None) if name in FRESH_TOOLS else (
-        CallPolicy.REFUSED, f'Pi replay profile does not support tool "{name}" (only {", ".join(sorted(FRESH_TOOLS))} '
-                            "are re-run with Pi's own implementations)")
+    policy, reason = CallPolicy.FRESH, None
+    if name in conflicts:
+        policy, reason = CallPolicy.REFUSED, (f'the recording shows Pi both running and rejecting tool "{name}" (its '
+                                              "tool set changed during the session); forkpoint cannot tell which "
+                                              "set to replay with")
+    elif name not in PI_TOOLS and not is_not_found(name, result):
+        policy, reason = CallPolicy.REFUSED, (f'Pi ran tool "{name}", which is not one of its built-in tools '
+                                              f"({', '.join(PI_TOOLS)}); forkpoint re-runs only Pi's own "
+                                              "implementations and Pi's \"not found\" answer")
     return ToolCall(str(call["id"]), name, dict(call["arguments"]), historical, policy, reason, native=result)
 
 
@@ -339,11 +383,6 @@ def _next_actions(native: PiNative) -> list[ActionSignature | None]:
         after = next((i for i in turns if i > start), None)
         actions.append(signature(native.messages[after]) if after is not None else None)
     return actions
-
-
-def any_refused(parsed: Trajectory) -> ToolCall | None:
-    """The first call anywhere in the recording that Pi's replay profile cannot re-run."""
-    return next((c for b in parsed.batches for c in b.calls if c.policy is CallPolicy.REFUSED), None)
 
 
 def dumps(value: Any) -> bytes:

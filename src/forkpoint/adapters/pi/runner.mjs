@@ -1,22 +1,39 @@
 // forkpoint's Node runner for Pi (@earendil-works/pi-coding-agent 0.83.0), run with the runtime's own Node 22.
 //
-//   node runner.mjs tool      < {"runtime_root", "cwd", "call": {"id", "name", "arguments"}}
+//   node runner.mjs tool      < {"runtime_root", "cwd", "tools", "call": {"id", "name", "arguments"}}
 //       Re-runs one historical call with Pi's OWN tool (createReadTool/createBashTool/createEditTool/
-//       createWriteTool), exactly as Pi's agent loop does: prepareArguments, validateToolArguments, execute; a
-//       thrown error becomes {content:[{type:"text",text:message}], details:{}, isError:true}. Prints one JSON line.
+//       createWriteTool/createGrepTool/createFindTool/createLsTool), exactly as Pi's agent loop does: a name
+//       outside the enabled ``tools`` gets the loop's own "Tool <name> not found" error result; otherwise
+//       prepareArguments, validateToolArguments, execute; a thrown error becomes
+//       {content:[{type:"text",text:message}], details:{}, isError:true}. Prints {"started":true} (flushed) right
+//       before execute, so forkpoint knows whether an effect may have happened, then the reply as the last line.
 //   node runner.mjs continue  < {"runtime_root", "cwd", "session_file", "provider", "model", "prompt", "max_turns",
 //                                "events_path"}
 //       Opens the rebuilt v3 session with the Pi SDK and continues it: no prompt -> session.agent.continue() (no
 //       user message at all); a prompt -> exactly one session.prompt(). Every agent event is appended to
 //       events_path as JSONL. Stops after max_turns turns (a shouldStopAfterTurn hook on the agent loop). Prints
-//       {"turns", "agent_status", "error"} as the last stdout line.
+//       {"turns", "agent_status", "error"} as the last stdout line. ``tools`` (optional): the recorded enabled
+//       tool names, passed to createAgentSession like Pi's own --tools flag.
+//
+// Every reply is written with a completion callback before process.exit(): Node writes to a full pipe
+// asynchronously, and exiting at once cut replies over 64 KiB.
 //
 // The agent dir (models.json, settings.json, auth) comes from PI_CODING_AGENT_DIR, set by forkpoint.
 import { readFileSync, appendFileSync } from "node:fs";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 
-const TOOL_FACTORIES = { read: "createReadTool", bash: "createBashTool", edit: "createEditTool", write: "createWriteTool" };
+const TOOL_FACTORIES = {
+  read: "createReadTool", bash: "createBashTool", edit: "createEditTool", write: "createWriteTool",
+  grep: "createGrepTool", find: "createFindTool", ls: "createLsTool",
+};
+
+/** Write all of ``text`` to stdout and resolve once Node handed it to the pipe (a full pipe drains later). */
+function emit(text) {
+  return new Promise((resolve) => {
+    process.stdout.write(text, () => resolve());
+  });
+}
 
 async function importPackage(root, name) {
   const dir = join(root, "node_modules", ...name.split("/"));
@@ -40,10 +57,18 @@ async function runTool(request) {
   const { module: pi } = await importPackage(request.runtime_root, "@earendil-works/pi-coding-agent");
   const { module: ai } = await importPackage(request.runtime_root, "@earendil-works/pi-ai");
   const call = request.call;
+  const enabled = Array.isArray(request.tools) ? request.tools : Object.keys(TOOL_FACTORIES).slice(0, 4);
+  if (!enabled.includes(call.name)) {
+    // agent-loop.js prepareToolCall: `currentContext.tools?.find((t) => t.name === toolCall.name)` failed
+    const out = { content: [{ type: "text", text: `Tool ${call.name} not found` }], details: {}, isError: true,
+                  duration_ms: 0 };
+    await emit(JSON.stringify(out) + "\n");
+    return;
+  }
   const factory = TOOL_FACTORIES[call.name];
   if (!factory) {
     // never reached through forkpoint (the parser refuses such recordings); kept as a second lock
-    process.stdout.write(JSON.stringify({ refused: `Pi replay profile does not support tool "${call.name}"` }) + "\n");
+    await emit(JSON.stringify({ refused: `Pi replay profile does not support tool "${call.name}"` }) + "\n");
     process.exitCode = 3;
     return;
   }
@@ -54,13 +79,14 @@ async function runTool(request) {
   try {
     const prepared = tool.prepareArguments ? tool.prepareArguments(call.arguments) : call.arguments;
     const args = ai.validateToolArguments(tool, { ...call, arguments: prepared });
+    await emit(JSON.stringify({ started: true }) + "\n");
     result = await tool.execute(call.id, args, undefined, undefined);
   } catch (error) {
     result = errorResult(error);
     isError = true;
   }
   const out = { content: result.content ?? [], details: result.details, isError, duration_ms: Date.now() - started };
-  process.stdout.write(JSON.stringify(out) + "\n");
+  await emit(JSON.stringify(out) + "\n");
 }
 
 async function runContinue(request) {
@@ -70,7 +96,9 @@ async function runContinue(request) {
   const model = modelRuntime.getModel(request.provider, request.model);
   if (!model) throw new Error(`model ${request.provider}/${request.model} is not configured in models.json`);
   const sessionManager = pi.SessionManager.open(request.session_file);
-  const { session } = await pi.createAgentSession({ cwd: request.cwd, model, modelRuntime, sessionManager });
+  const options = { cwd: request.cwd, model, modelRuntime, sessionManager };
+  if (Array.isArray(request.tools)) options.tools = request.tools;
+  const { session } = await pi.createAgentSession(options);
   let turns = 0;
   let stopped = false;
   let failure = null;
@@ -97,7 +125,7 @@ async function runContinue(request) {
     await session.prompt(request.prompt, { expandPromptTemplates: false, source: "rpc" });
   }
   const status = failure ? "failed" : stopped ? "max_steps" : "completed";
-  process.stdout.write(JSON.stringify({ turns, agent_status: status, error: failure }) + "\n");
+  await emit(JSON.stringify({ turns, agent_status: status, error: failure }) + "\n");
   session.dispose?.();
 }
 
@@ -107,7 +135,7 @@ try {
   else if (mode === "continue") await runContinue(readStdin());
   else throw new Error(`unknown runner mode ${mode}`);
 } catch (error) {
-  process.stdout.write(JSON.stringify({ fatal: error instanceof Error ? error.message : String(error) }) + "\n");
+  await emit(JSON.stringify({ fatal: error instanceof Error ? error.message : String(error) }) + "\n");
   process.exitCode = 2;
 }
 process.exit();

@@ -1,9 +1,14 @@
-"""Re-run historical Pi calls with Pi's OWN tools (read, bash, edit, write) through the Node runner.
+"""Re-run historical Pi calls with Pi's OWN tools (read, bash, edit, write, grep, find, ls) through the Node runner.
 
 One supervised ``node runner.mjs tool`` per call, in the run's sandbox at the workspace: the runner goes through
 the same steps as Pi's agent loop (prepareArguments, validateToolArguments, execute; a thrown error becomes the
-observation text with ``isError``), so fresh observations have Pi's exact text. Calls run one at a time in call
-order (Pi runs a parallel batch concurrently, but stores and sends the results in call order).
+observation text with ``isError``), so fresh observations have Pi's exact text. A call outside the recorded
+enabled tool set gets the loop's own "Tool <name> not found" error without any process. Calls run one at a time
+in call order (Pi runs a parallel batch concurrently, but stores and sends the results in call order).
+
+A runner that ends without a reply is an executor failure of that call (exit 30, its stderr tail in the message),
+before any effect unless the runner announced ``started`` for a tool that changes things (bash, edit, write):
+then the effect may have happened and the engine reports ambiguous_execution.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from forkpoint.adapters.pi.parse import FRESH_TOOLS
+from forkpoint.adapters.pi.parse import DEFAULT_TOOLS, PI_TOOLS, not_found_text
 from forkpoint.adapters.pi.runtime import PiRuntime
 from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.model import FreshObservation, RunContext, ToolCall
@@ -25,6 +30,10 @@ DEFAULT_TIMEOUT_S = 3600.0
 STARTUP_MARGIN_S = 60.0
 #: Pi's bash keeps the tail of long output and names a random temp file holding all of it
 _TEMP_LOG = re.compile(r"pi-bash-[0-9A-Za-z]+\.log")
+#: tools whose execution may change the workspace; read, grep, find and ls only read it
+MUTATING = frozenset({"bash", "edit", "write"})
+_STARTED = b'{"started":true}'
+_TAIL = 500
 
 
 def tool_environment(context: RunContext) -> dict[str, str]:
@@ -35,16 +44,21 @@ def tool_environment(context: RunContext) -> dict[str, str]:
 
 
 class PiToolExecutor:
-    def __init__(self, context: RunContext, runtime: PiRuntime) -> None:
+    def __init__(self, context: RunContext, runtime: PiRuntime, tools: tuple[str, ...] = DEFAULT_TOOLS) -> None:
         self.context = context
         self.runtime = runtime
+        self.tools = tools  # the recording's enabled tool set (parse.enabled_tools)
         self.sandbox = context.sandbox or local_sandbox(context.workspace)
 
     def run(self, call: ToolCall) -> FreshObservation:
-        if call.name not in FRESH_TOOLS:
-            raise ReplayError(ErrorKind.UNSUPPORTED_VERSION, f'Pi replay profile does not support tool "{call.name}"',
+        if call.name not in self.tools:
+            # Pi's agent loop answers before any tool runs: nothing to execute
+            return FreshObservation(call.call_id, [{"type": "text", "text": not_found_text(call.name)}], True,
+                                    native={"details": {}})
+        if call.name not in PI_TOOLS:
+            raise ReplayError(ErrorKind.UNSUPPORTED_TOOL, f'Pi replay profile does not support tool "{call.name}"',
                               before_effect=True)
-        request = {"runtime_root": str(self.runtime.root), "cwd": self.sandbox.cwd,
+        request = {"runtime_root": str(self.runtime.root), "cwd": self.sandbox.cwd, "tools": list(self.tools),
                    "call": {"id": call.call_id, "name": call.name, "arguments": call.arguments}}
         self.context.home.mkdir(parents=True, exist_ok=True)
         result = self.sandbox.run(
@@ -57,13 +71,21 @@ class PiToolExecutor:
             stdin=orjson.dumps(request),
             max_output_bytes=256 * 1024 * 1024,
         )
+        where = f"{call.name}({call.call_id})"
+        # an effect may have happened only once a changing tool was handed its arguments
+        no_effect = call.name not in MUTATING or _STARTED not in result.stdout.splitlines()
         if result.timed_out:
-            raise ReplayError(ErrorKind.EXECUTOR, f"Pi tool {call.name}({call.call_id}) did not finish in time")
+            raise ReplayError(ErrorKind.EXECUTOR, f"Pi tool {where} did not finish in time", before_effect=no_effect)
         reply = _last_json_line(result.stdout)
-        if reply is None or "fatal" in reply or result.returncode not in (0, None):
-            detail = reply.get("fatal") if reply else result.stderr.decode("utf-8", "replace")[-500:]
-            raise ReplayError(ErrorKind.EXECUTOR, f"the Pi tool runner failed on {call.name}({call.call_id}) "
-                                                  f"(exit {result.returncode}): {detail}")
+        if reply is not None and "refused" in reply:
+            raise ReplayError(ErrorKind.UNSUPPORTED_TOOL, str(reply["refused"]), before_effect=True)
+        if reply is None or "content" not in reply or result.returncode not in (0, None):
+            stderr = result.stderr.decode("utf-8", "replace").strip()[-_TAIL:]
+            detail = reply.get("fatal") if reply and "fatal" in reply else None
+            reason = f"failed: {detail}" if detail else "died without answering"
+            raise ReplayError(ErrorKind.EXECUTOR, f"the Pi tool runner {reason} on {where} (exit {result.returncode}"
+                                                  f"{', output cut' if result.stdout_truncated else ''}); stderr: "
+                                                  f"{stderr or '(empty)'}", before_effect=no_effect)
         return FreshObservation(
             call_id=call.call_id,
             content=reply.get("content", []),
