@@ -48,7 +48,7 @@ def run(scenario: str, workspace: Path, tmp_path: Path, after: int, **values: An
 
 
 def test_every_fixture_has_replayable_boundaries() -> None:
-    assert {scenario for scenario, _ in _cases()} == {"shell_state", "thought_action", "timeout"}
+    assert {scenario for scenario, _ in _cases()} == {"shell_state", "thought_action", "timeout", "editor"}
 
 
 @pytest.mark.parametrize(("scenario", "after"), _cases(), ids=lambda v: str(v))
