@@ -270,3 +270,17 @@ def test_a_last_submit_that_did_not_submit_is_a_review_stage(tmp_path: Path) -> 
     parsed = parse_traj(write(tmp_path, data))
     assert parsed.complete_count == 18 and not parsed.boundary_refusals
     assert parsed.batches[17].calls[0].policy is CallPolicy.FRESH
+
+
+def test_an_autosubmitted_last_step_ends_the_run(tmp_path: Path) -> None:
+    """After an error (e.g. the cost limit) SWE-agent appends a step it wrote itself: no action, observation
+    "Exited (autosubmitted)". It is no replayable call and no boundary."""
+    data = fixture("timeout")
+    data["trajectory"][-1].update(action="", observation="Exited (autosubmitted)")
+    data["history"][-2]["action"] = ""
+    data["info"].update(exit_status="submitted (exit_cost)", submission="diff --git a/x b/x\n")
+    parsed = parse_traj(write(tmp_path, data))
+    last = parsed.batches[-1].calls[0]
+    assert last.policy is CallPolicy.REFUSED and "ends the SWE-agent run" in (last.policy_reason or "")
+    assert "step 3 (no action) ends the SWE-agent run" in parsed.boundary_refusals[3]
+    assert 2 not in parsed.boundary_refusals

@@ -22,6 +22,8 @@ REIMPLEMENTED = {"edit_anthropic": ("str_replace_editor",), "review_on_submit_m"
 PLAIN_SUBMIT_BUNDLE = "submit"
 SUBMISSION_MARKER = "<<SWE_AGENT_SUBMISSION>>"
 _TRACEBACK = "Traceback (most recent call last):"
+#: observations SWE-agent 1.1.0 puts on the step that ends a run after an error (no command produced them)
+AGENT_WRITTEN_ENDINGS = frozenset({"Exited (autosubmitted)", "Environment died unexpectedly. Exited (autosubmitted)"})
 _FILEMAP = "<NOTE>This file is too large to display entirely. Showing abbreviated version."
 
 
@@ -52,7 +54,10 @@ def bundle_setup(tools: JsonObject) -> BundleSetup:
 def ends_the_run(command: str, index: int, last: int, observation: Any, info: JsonObject) -> bool:
     """Did step ``index`` end the run? ``submit`` only when SWE-agent found the submission marker: the last step,
     exit status ``submitted``, and the observation replaced by the patch (a review stage prints a message instead
-    and the run goes on). ``exit``-like commands always count."""
+    and the run goes on). ``exit``-like commands always count, and so does a last step whose observation is one
+    SWE-agent writes itself when it stops the run (``attempt_autosubmission_after_error``)."""
+    if index == last and observation in AGENT_WRITTEN_ENDINGS:
+        return True
     if command != "submit":
         return command in ("exit", "exit_forfeit", "forfeit")
     status = info.get("exit_status")

@@ -237,8 +237,9 @@ def _batches(
         if terminal_at is None and terminal:
             terminal_at = step.index + 1
         if terminal_at is not None:
-            refusals[step.index + 1] = (f"step {terminal_at} ({first_word(steps[terminal_at - 1].action)}) ends "
-                                        "the SWE-agent run; a replay prefix cannot contain it")
+            ended = first_word(steps[terminal_at - 1].action) or "no action"
+            refusals[step.index + 1] = (f"step {terminal_at} ({ended}) ends the SWE-agent run; a replay prefix cannot "
+                                        "contain it")
     next_actions: list[ActionSignature | None] = []
     assistants = [i for i, item in enumerate(history) if item.get("role") == "assistant" and not _is_demo(item)]
     for n in range(len(batches) + 1):
@@ -268,8 +269,8 @@ def classify(name: str, action: str, state: Any, template_problem: str | None, *
     if template_problem is not None:
         return CallPolicy.REFUSED, template_problem
     command = first_word(action)
-    if command in TERMINAL_COMMANDS and terminal is not False:
-        return CallPolicy.REFUSED, f"{command!r} ends the SWE-agent run"
+    if terminal or (command in TERMINAL_COMMANDS and terminal is None):
+        return CallPolicy.REFUSED, f"{command or 'this step'!r} ends the SWE-agent run"
     bundled = classify_bundle_call(setup, name, command, action, observation) if setup is not None else None
     if bundled is not None:
         policy, reason = bundled
