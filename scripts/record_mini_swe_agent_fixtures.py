@@ -11,6 +11,10 @@ turns), requests.jsonl (the messages litellm sent on each main request), meta.js
 
 Usage: python scripts/record_mini_swe_agent_fixtures.py [--version 2.4.6] [--scenario basic]
 (needs `forkpoint agents install mini-swe-agent@1.17.5` and `@2.4.6`).
+
+``--deterministic`` instead records 1.17.5/deterministic/deterministic.traj.json: the real CLI with the package's
+own offline ``DeterministicModel`` (config ``model_class: deterministic``, the turns as ``outputs``), a model class
+forkpoint can replay but never continue. Its file name keeps it out of the every-boundary continuation suites.
 """
 
 from __future__ import annotations
@@ -194,12 +198,58 @@ def record(version: str, name: str) -> None:
     print(f"{version}/{name}: {data['info'].get('exit_status')}, {len(data['messages'])} messages -> {out}")
 
 
+DETERMINISTIC = ["THOUGHT: Read the code.\n\n```bash\ncat calc.py\n```",
+                 "THOUGHT: Fix it.\n\n```bash\nsed -i 's/a - b/a + b/' calc.py && cat calc.py\n```",
+                 f"THOUGHT: Done.\n\n```bash\n{SUBMIT}\n```"]
+
+
+def record_deterministic(version: str = "1.17.5") -> None:
+    """The real `mini` with its DeterministicModel: no model server at all."""
+    python = venv_python(version)
+    workspace = RECORD_ROOT / version / "deterministic"
+    home = RECORD_ROOT / "home" / version / "deterministic"
+    seed(workspace)
+    shutil.rmtree(home, ignore_errors=True)
+    home.mkdir(parents=True)
+    traj = home / "out.traj.json"
+    config = builtin_config(python)
+    config.setdefault("environment", {}).update(cwd=str(workspace), timeout=10)
+    config["model"] = {"model_class": "deterministic", "model_name": "deterministic", "outputs": DETERMINISTIC}
+    config["agent"]["step_limit"] = 20
+    (home / "config.yaml").write_text(json.dumps(config, indent=2))
+    argv = [str(python), "-m", "minisweagent.run.mini", "-c", str(home / "config.yaml"), "-t", TASK, "-y",
+            "--exit-immediately", "-o", str(traj)]
+    done = subprocess.run(argv, cwd=workspace, env=clean_env(home), stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=300, check=False)
+    if done.returncode != 0 or not traj.is_file():
+        sys.exit(f"{version}/deterministic: mini exited {done.returncode}\n{done.stdout[-3000:]}\n"
+                 f"{done.stderr[-3000:]}")
+    out = FIXTURES / version / "deterministic"
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    shutil.copy(traj, out / "deterministic.traj.json")
+    seed(out / "workspace-initial")
+    data = json.loads(traj.read_text())
+    meta = {"agent": "mini-swe-agent", "version": version, "scenario": "deterministic", "cwd": str(workspace),
+            "command": ["mini", *argv[3:]], "model_class": "minisweagent.models.test_models.DeterministicModel",
+            "environment_timeout": 10, "exit_code": done.returncode, "exit_status": data["info"].get("exit_status"),
+            "trajectory_format": data.get("trajectory_format"),
+            "recorded_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")}
+    (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    print(f"{version}/deterministic: {data['info'].get('exit_status')}, {len(data['messages'])} messages -> {out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="append", choices=["1.17.5", "2.4.6"])
     parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
+    parser.add_argument("--deterministic", action="store_true", help="record 1.17.5/deterministic only")
     args = parser.parse_args()
     os.environ.pop("VIRTUAL_ENV", None)
+    if args.deterministic:
+        record_deterministic()
+        return
     for version in args.version or ["1.17.5", "2.4.6"]:
         for name in args.scenario or list(SCENARIOS):
             record(version, name)

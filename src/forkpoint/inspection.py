@@ -31,6 +31,8 @@ def describe(path: Path, agent: str | None = None, max_bytes: int = DEFAULT_MAX_
     except ReplayError as error:
         version_problem = error.message
     complete = parsed.complete_count
+    # a run's end (e.g. SWE-agent's final submit) is a refused boundary: never offer it as the range's end
+    last = next((n for n in range(complete, 0, -1) if n not in parsed.boundary_refusals), 0)
     return {
         "agent": adapter.name,
         "version": parsed.version,
@@ -47,7 +49,7 @@ def describe(path: Path, agent: str | None = None, max_bytes: int = DEFAULT_MAX_
         ],
         "incomplete_tail": parsed.incomplete_tail,
         "complete_batches": complete,
-        "after_step_range": [1, complete] if complete else None,
+        "after_step_range": [1, last] if last else None,
         "source_sha256": parsed.source_sha256,
         "version_supported": version_problem is None,
         "version_problem": version_problem,
@@ -111,8 +113,10 @@ def render_table(description: dict[str, Any]) -> None:
             )
     console.print(table)
     complete = description["complete_batches"]
-    if complete:
-        console.print(f"valid --after-step: 1..{complete}")
+    if description["after_step_range"]:
+        console.print(f"valid --after-step: 1..{description['after_step_range'][1]}")
+    elif complete:
+        console.print("every boundary is refused (see the notes above): nothing to replay")
     else:
         console.print("no complete tool batch: nothing to replay")
     if description["incomplete_tail"]:

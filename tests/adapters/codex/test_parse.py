@@ -81,3 +81,32 @@ def test_lines_without_type_payload_or_timestamp_are_refused(tmp_path: Path) -> 
     assert "timestamp" in _refused(path).message
     path.write_text('{"uuid":"u","parentUuid":null}\n')
     assert "not a Codex rollout line" in _refused(path).message
+
+
+def test_a_call_without_output_blocks_only_boundaries_at_or_after_its_batch(tmp_path: Path) -> None:
+    """Codex wrote no output for a call (it answered the model with an invented ``aborted``, as for an
+    ``apply_patch`` sent as a JSON function call) and the turn went on: the token_count after each response still
+    separates the batches, so the next response's call is not pulled into the unanswered batch."""
+    from forkpoint.model import Mode
+    from forkpoint.plan import select_boundary
+
+    builder = CodexRolloutBuilder()
+    builder.user("go")
+    first = builder.call("exec_command", {"cmd": "ls"})
+    builder.output(first, "a.txt\n")
+    builder.event("token_count", info=None)
+    builder.call("apply_patch", {"input": "*** Begin Patch"})  # never answered in the rollout
+    builder.event("token_count", info=None)
+    third = builder.call("exec_command", {"cmd": "cat a.txt"})
+    builder.output(third, "hello\n")
+    builder.event("token_count", info=None)
+    builder.assistant("Done.")
+    parsed = parse_rollout(builder.write(tmp_path / "r.jsonl"))
+    assert [[call.name for call in batch.calls] for batch in parsed.batches] == [
+        ["exec_command"], ["apply_patch"], ["exec_command"]]
+    assert parsed.complete_count == 1 and parsed.incomplete_tail
+    assert parsed.next_actions[1] is not None
+    assert parsed.next_actions[1].tools == (("apply_patch", {"input": "*** Begin Patch"}),)
+    assert select_boundary(parsed, 1, Mode.PREPARE_ONLY, "p").after_step == 1
+    with pytest.raises(ReplayError, match="batch 2 is incomplete"):
+        select_boundary(parsed, 2, Mode.PREPARE_ONLY, "p")

@@ -200,8 +200,11 @@ def test_profile_checks_version_format_and_model_class(tmp_path: Path) -> None:
         assert adapter.profile_for(parsed) == f"mini-swe-agent/{version}/companion-v1"
     data = json.loads((FIXTURES / "2.4.6" / "basic" / "trajectory.traj.json").read_text())
     data["info"]["config"]["model_type"] = "minisweagent.models.test_models.DeterministicModel"
+    deterministic = parse_trajectory(_write(tmp_path, data))
+    # the model class matters only to a continuation (issue 22): prepare-only and replay-only need no model
+    assert adapter.profile_for(deterministic) == "mini-swe-agent/2.4.6/companion-v1"
     with pytest.raises(ReplayError) as caught:
-        adapter.profile_for(parse_trajectory(_write(tmp_path, data)))
+        adapter.prepare_launch(deterministic, None)
     assert caught.value.kind is ErrorKind.UNSUPPORTED_VERSION and "DeterministicModel" in caught.value.message
     data["info"]["mini_version"] = "2.4.5"
     with pytest.raises(ReplayError) as caught:

@@ -54,11 +54,19 @@ def test_shell_state_fixture() -> None:
     assert SweAgentAdapter().profile_for(parsed) == "swe-agent/1.1.0/traj-v1"
 
 
-def test_thought_action_fixture_has_no_tool_calls_and_refuses_bundle_commands() -> None:
+def test_thought_action_fixture_has_no_tool_calls_and_refuses_bundle_commands(tmp_path: Path) -> None:
     parsed = parse_traj(next((FIXTURES / "thought_action").glob("*.traj")))
     assert [b.calls[0].call_id for b in parsed.batches] == [f"swe-agent-step-{i}" for i in range(1, 7)]
-    editor = parsed.batches[5].calls[0]
-    assert editor.policy is CallPolicy.REFUSED and "tool-bundle command" in (editor.policy_reason or "")
+    editor = parsed.batches[5].calls[0]  # str_replace_editor is re-implemented now (issue 22 item 8)
+    assert editor.policy is CallPolicy.FRESH and editor.policy_reason is None
+    assert select_boundary(parsed, 6, Mode.REPLAY_ONLY, "p").after_step == 6
+    # a bundle command forkpoint does not re-implement (the windowed bundle's `open`) is still refused
+    data = fixture("thought_action")
+    data["trajectory"][5]["action"] = "open data/small.txt"
+    data["history"][-2]["action"] = "open data/small.txt"
+    parsed = parse_traj(write(tmp_path, data))
+    refused = parsed.batches[5].calls[0]
+    assert refused.policy is CallPolicy.REFUSED and "tool-bundle command" in (refused.policy_reason or "")
     with pytest.raises(ReplayError) as caught:
         select_boundary(parsed, 6, Mode.REPLAY_ONLY, "p")
     assert caught.value.kind is ErrorKind.UNSUPPORTED_VERSION
@@ -191,3 +199,88 @@ def test_recorded_cwd(repo: Any, cwd: str | None) -> None:
 ])
 def test_first_word_is_the_command_name_the_shell_sees(action: str, word: str) -> None:
     assert first_word(action) == word
+
+
+def test_editor_fixture_re_runs_the_default_bundle_tools() -> None:
+    parsed = parse_traj(next((FIXTURES / "editor").glob("*.traj")))
+    assert parsed.complete_count == 19
+    names = [b.calls[0].name for b in parsed.batches]
+    assert names.count("str_replace_editor") == 15 and names[-2:] == ["submit", "submit"]
+    assert all(b.calls[0].policy is CallPolicy.FRESH for b in parsed.batches[:18])
+    review, final = parsed.batches[17].calls[0], parsed.batches[18].calls[0]
+    assert review.policy is CallPolicy.FRESH  # a review stage: the run went on
+    assert final.policy is CallPolicy.REFUSED and "ends the SWE-agent run" in (final.policy_reason or "")
+    assert 19 in parsed.boundary_refusals and 18 not in parsed.boundary_refusals
+    native = parsed.native
+    assert native.bundle_commands == frozenset({"str_replace_editor", "submit"})
+    assert native.registry_variables["USE_FILEMAP"] == "true"
+
+
+def test_inspect_never_offers_the_final_submit_as_a_boundary() -> None:
+    from forkpoint.inspection import describe
+
+    for scenario, last in (("shell_state", 6), ("editor", 18), ("timeout", 3)):
+        description = describe(next((FIXTURES / scenario).glob("*.traj")), "swe-agent")
+        assert description["after_step_range"] == [1, last], scenario
+
+
+def test_null_replay_config_says_so(tmp_path: Path) -> None:
+    data = fixture("shell_state")
+    with pytest.raises(ReplayError, match="replay_config is null") as caught:
+        parse_traj(write(tmp_path, {**data, "replay_config": None}))
+    assert caught.value.kind is ErrorKind.TRAJECTORY
+
+
+def _editor_with(tmp_path: Path, step: int, **changes: Any) -> Any:
+    data = fixture("editor")
+    config = json.loads(data["replay_config"])
+    for key, value in changes.pop("registry", {}).items():
+        config["agent"]["tools"]["registry_variables"][key] = value
+    if "bundles" in changes:
+        config["agent"]["tools"]["bundles"] = changes.pop("bundles")
+    data["replay_config"] = json.dumps(config)
+    data["trajectory"][step].update(changes)
+    return parse_traj(write(tmp_path, data)).batches[step].calls[0]
+
+
+def test_calls_the_re_implementation_cannot_reproduce_stay_stale(tmp_path: Path) -> None:
+    crashed = _editor_with(tmp_path, 1, observation="Traceback (most recent call last):\n  File \"/root/tools/...")
+    assert crashed.policy is CallPolicy.STALE and "traceback" in (crashed.policy_reason or "")
+    filemap = _editor_with(tmp_path, 1, observation="<NOTE>This file is too large to display entirely. Showing "
+                                                    "abbreviated version. Please use ...")
+    assert filemap.policy is CallPolicy.STALE and "filemap" in (filemap.policy_reason or "")
+    linted = _editor_with(tmp_path, 7, registry={"USE_LINTER": "true"})
+    assert linted.policy is CallPolicy.STALE and "flake8" in (linted.policy_reason or "")
+    viewed = _editor_with(tmp_path, 1, registry={"USE_LINTER": "true"})  # a view runs no linter
+    assert viewed.policy is CallPolicy.FRESH
+
+
+def test_bundle_tools_exist_only_when_their_bundle_was_loaded(tmp_path: Path) -> None:
+    bundles = [{"path": "/root/tools/registry"}, {"path": "/root/tools/submit"}]
+    editor = _editor_with(tmp_path, 1, bundles=bundles)
+    assert editor.policy is CallPolicy.REFUSED and "tool-bundle command" in (editor.policy_reason or "")
+    review = _editor_with(tmp_path, 17, bundles=bundles)  # the plain submit bundle has no review stage
+    assert review.policy is CallPolicy.REFUSED and "review_on_submit_m" in (review.policy_reason or "")
+
+
+def test_a_last_submit_that_did_not_submit_is_a_review_stage(tmp_path: Path) -> None:
+    data = fixture("editor")
+    data["trajectory"], data["history"] = data["trajectory"][:18], data["history"][:-2]
+    data["info"].update(exit_status="exit_cost", submission=None)
+    parsed = parse_traj(write(tmp_path, data))
+    assert parsed.complete_count == 18 and not parsed.boundary_refusals
+    assert parsed.batches[17].calls[0].policy is CallPolicy.FRESH
+
+
+def test_an_autosubmitted_last_step_ends_the_run(tmp_path: Path) -> None:
+    """After an error (e.g. the cost limit) SWE-agent appends a step it wrote itself: no action, observation
+    "Exited (autosubmitted)". It is no replayable call and no boundary."""
+    data = fixture("timeout")
+    data["trajectory"][-1].update(action="", observation="Exited (autosubmitted)")
+    data["history"][-2]["action"] = ""
+    data["info"].update(exit_status="submitted (exit_cost)", submission="diff --git a/x b/x\n")
+    parsed = parse_traj(write(tmp_path, data))
+    last = parsed.batches[-1].calls[0]
+    assert last.policy is CallPolicy.REFUSED and "ends the SWE-agent run" in (last.policy_reason or "")
+    assert "step 3 (no action) ends the SWE-agent run" in parsed.boundary_refusals[3]
+    assert 2 not in parsed.boundary_refusals

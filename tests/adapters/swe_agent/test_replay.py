@@ -48,7 +48,7 @@ def run(scenario: str, workspace: Path, tmp_path: Path, after: int, **values: An
 
 
 def test_every_fixture_has_replayable_boundaries() -> None:
-    assert {scenario for scenario, _ in _cases()} == {"shell_state", "thought_action", "timeout"}
+    assert {scenario for scenario, _ in _cases()} == {"shell_state", "thought_action", "timeout", "editor"}
 
 
 @pytest.mark.parametrize(("scenario", "after"), _cases(), ids=lambda v: str(v))
@@ -112,3 +112,26 @@ def test_continuation_with_a_python_without_swe_agent_is_refused(tmp_path: Path)
         result = run("shell_state", workspace, tmp_path, 2, upstream="stub", agent_entrypoint=sys.executable)
     assert result.failure is not None and result.failure.category == "configuration_error"
     assert "cannot import SWE-agent" in result.failure.message
+
+
+def test_a_multi_line_quoted_argument_reaches_the_editor_intact(tmp_path: Path) -> None:
+    """FunctionCallingParser shell-quotes every argument: a multi-line ``file_text`` with quotes is one argv word
+    after bash has read the (multi-line) action line."""
+    import shlex
+
+    data = json.loads(next((FIXTURES / "editor").glob("*.traj")).read_text())
+    text = "PI = 3.14\nNAME = \"it's\"\n\tTAB = '$HOME'\n"
+    path = "/tmp/forkpoint-rec-swe-agent/editor/pkg/constants.py"
+    action = f"str_replace_editor create {path} --file_text {shlex.quote(text)}"
+    data["trajectory"][9]["action"] = action
+    create = [item for item in data["history"] if item.get("role") == "assistant"][9]
+    create["action"] = action
+    traj = tmp_path / "toy__editor-1.traj"
+    traj.write_text(json.dumps(data, indent=2))
+    with restored("editor") as workspace:
+        result = run("editor", workspace, tmp_path, 10, replay_only=True, trajectory=str(traj))
+        written = (workspace / "pkg" / "constants.py").read_text()
+    assert result.failure is None, result.failure
+    rows = json.loads((Path(result.output_dir) / "observations.json").read_text())["observations"]
+    assert [row["exact"] for row in rows] == [True] * 10
+    assert written == text

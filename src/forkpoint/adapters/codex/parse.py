@@ -183,10 +183,15 @@ def _build(path: Path, sha256: str, lines: list[Line], warnings: list[str], sour
 
 
 def _responses(lines: list[Line]) -> list[_Response]:
-    """Group model-output items into responses: a tool output or a user/developer message ends one."""
+    """Group model-output items into responses: a tool output, a user/developer message or the ``token_count``
+    event Codex writes after every model response ends one (so a call whose output the rollout lacks, as when Codex
+    answered it with an invented ``aborted``, never pulls the next response's calls into its batch)."""
     responses: list[_Response] = []
     current: _Response | None = None
     for line in lines:
+        if line.type == "event_msg" and line.payload.get("type") == "token_count":
+            current = None
+            continue
         if line.type != "response_item":
             continue
         item = line.payload

@@ -75,11 +75,6 @@ class MiniSweAgentAdapter:
         if native.format != FORMATS[version or ""]:
             raise unsupported_version(f"mini-swe-agent {version} writes trajectory_format {FORMATS[version or '']!r}, "
                                       f"this file says {native.format!r}")
-        config = native.data.get("info", {}).get("config", {})
-        model_type = config.get("model_type") if isinstance(config, dict) else None
-        if model_type not in SUPPORTED_MODELS[native.major]:
-            raise unsupported_version(f"mini-swe-agent model class {model_type!r} cannot be continued through the "
-                                      f"bridge (supported: {', '.join(sorted(SUPPORTED_MODELS[native.major]))})")
         return profile
 
     def write_prepared_prefix(self, plan: Plan, out_dir: Path) -> NativePrefix:
@@ -115,16 +110,26 @@ class MiniSweAgentAdapter:
 
     # -- continuation ---------------------------------------------------------------------------------------------
 
-    def _runtime(self, trajectory: Trajectory) -> LaunchTarget:
-        return self.prepare_launch(trajectory, None)
-
-    def prepare_launch(self, trajectory: Trajectory, entrypoint: Path | None) -> LaunchTarget:
+    def _runtime(self, trajectory: Trajectory, entrypoint: Path | None = None) -> LaunchTarget:
         """The venv Python of the version that wrote the recording (an explicit one is probed)."""
         from forkpoint.runtimes import resolve_entrypoint
 
         target = resolve_entrypoint(AGENT, trajectory.version or "", entrypoint)
         self._python = target.entrypoint
         return target
+
+    def prepare_launch(self, trajectory: Trajectory, entrypoint: Path | None) -> LaunchTarget:
+        """Only a continuation talks to a model: its class must go through the bridge (prepare-only and replay-only
+        of e.g. a ``DeterministicModel`` recording need none)."""
+        native = trajectory.native
+        assert isinstance(native, MiniNative)
+        config = native.data.get("info", {}).get("config", {})
+        model_type = config.get("model_type") if isinstance(config, dict) else None
+        if model_type not in SUPPORTED_MODELS[native.major]:
+            raise unsupported_version(f"mini-swe-agent model class {model_type!r} cannot be continued through the "
+                                      f"bridge (supported: {', '.join(sorted(SUPPORTED_MODELS[native.major]))}); "
+                                      "--prepare-only and --replay-only need no model")
+        return self._runtime(trajectory, entrypoint)
 
     def continue_run(
         self, plan: Plan, prefix: NativePrefix, context: RunContext, settings: ContinueSettings

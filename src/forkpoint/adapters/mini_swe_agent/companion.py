@@ -61,8 +61,8 @@ class Session:
         env_config = {**(config.get("environment") or {}), "cwd": workspace}
         self.env = _class("minisweagent.environments.local.LocalEnvironment")(**env_config)
         model_config = dict(config.get("model") or {})
-        model_config["cost_tracking"] = "ignore_errors"
-        if api is not None:
+        if api is not None:  # replay never queries the model: any recorded class (e.g. DeterministicModel) builds
+            model_config["cost_tracking"] = "ignore_errors"
             kwargs = dict(model_config.get("model_kwargs") or {})
             kwargs.update(api_base=api["api_base"], api_key=api["api_key"])
             if not str(model_config.get("model_name", "")).startswith("openai/"):

@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from forkpoint.adapters.swe_agent.bundles import BundleSetup, bundle_setup, classify_bundle_call, ends_the_run
 from forkpoint.adapters.swe_agent.jsondoc import as_object, load_json_document
 from forkpoint.adapters.swe_agent.templates import ObservationTemplates, TemplateError
 from forkpoint.errors import trajectory, unsupported_version
@@ -61,6 +62,16 @@ class SweAgentNative:
     execution_timeout_s: float
     env_variables: dict[str, str]
     format_values: dict[str, Any]  # template names SWE-agent's _get_format_dict provides besides the state
+    bundles: BundleSetup
+    problem_statement: str | None  # the text SWE-agent exported as PROBLEM_STATEMENT (text problem statements)
+
+    @property
+    def bundle_commands(self) -> frozenset[str]:
+        return self.bundles.commands
+
+    @property
+    def registry_variables(self) -> dict[str, Any]:
+        return self.bundles.registry_variables
 
 
 def parse_traj(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
@@ -74,6 +85,10 @@ def parse_traj(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajecto
         if key not in data:
             hint = " (trajectories older than SWE-agent 1.0 do not record it)" if key == "replay_config" else ""
             raise trajectory(f"the SWE-agent trajectory has no {key!r}{hint}")
+    if data["replay_config"] is None:
+        raise trajectory("the SWE-agent trajectory's replay_config is null (SWE-agent writes null when the agent ran "
+                         "without `sweagent run`/`run-batch` setting it, e.g. from the Python API): without the "
+                         "recorded configuration (repository, templates, tools) forkpoint cannot replay it")
     steps_raw, history = data["trajectory"], data["history"]
     if not isinstance(steps_raw, list) or not all(isinstance(s, dict) for s in steps_raw):
         raise trajectory("SWE-agent 'trajectory' must be a list of step objects")
@@ -99,9 +114,12 @@ def parse_traj(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajecto
     format_values = _format_values(config, env_variables, cwd)
     templates, problem = _templates(agent, set(format_values) | REPLAYABLE_STATE)
 
+    setup = bundle_setup(tools)
     steps = _steps(steps_raw, history)
-    batches, next_actions, refusals = _batches(steps, steps_raw, history, problem)
-    native = SweAgentNative(data, config, tuple(steps), templates, problem, timeout_s, env_variables, format_values)
+    batches, next_actions, refusals = _batches(steps, steps_raw, history, problem, setup, info)
+    statement = format_values.get("problem_statement")
+    native = SweAgentNative(data, config, tuple(steps), templates, problem, timeout_s, env_variables, format_values,
+                            setup, statement if isinstance(statement, str) else None)
     return Trajectory(
         agent=AGENT,
         version=version,
@@ -195,7 +213,8 @@ def _steps(steps_raw: list[JsonObject], history: list[JsonObject]) -> list[Step]
 
 
 def _batches(
-    steps: list[Step], steps_raw: list[JsonObject], history: list[JsonObject], template_problem: str | None
+    steps: list[Step], steps_raw: list[JsonObject], history: list[JsonObject], template_problem: str | None,
+    setup: BundleSetup, info: JsonObject,
 ) -> tuple[list[Batch], list[ActionSignature | None], dict[int, str]]:
     batches: list[Batch] = []
     refusals: dict[int, str] = {}
@@ -210,14 +229,18 @@ def _batches(
         historical = Observation(item.get("content")) if item is not None else None
         name = _tool_name(assistant)
         call_id = _call_id(assistant, step.index)
-        policy, reason = classify(name, step.action, raw.get("state"), template_problem)
+        command = first_word(step.action)
+        terminal = ends_the_run(command, step.index, len(steps_raw) - 1, observation, info)
+        policy, reason = classify(name, step.action, raw.get("state"), template_problem, setup=setup,
+                                  terminal=terminal, observation=observation)
         call = ToolCall(call_id, name, {"action": step.action}, historical, policy, reason, native=step.index)
         batches.append(Batch(step.index + 1, (call,), f"trajectory[{step.index}]", complete, native=step))
-        if terminal_at is None and first_word(step.action) in TERMINAL_COMMANDS:
+        if terminal_at is None and terminal:
             terminal_at = step.index + 1
         if terminal_at is not None:
-            refusals[step.index + 1] = (f"step {terminal_at} ({first_word(steps[terminal_at - 1].action)}) ends "
-                                        "the SWE-agent run; a replay prefix cannot contain it")
+            ended = first_word(steps[terminal_at - 1].action) or "no action"
+            refusals[step.index + 1] = (f"step {terminal_at} ({ended}) ends the SWE-agent run; a replay prefix cannot "
+                                        "contain it")
     next_actions: list[ActionSignature | None] = []
     assistants = [i for i, item in enumerate(history) if item.get("role") == "assistant" and not _is_demo(item)]
     for n in range(len(batches) + 1):
@@ -240,13 +263,26 @@ def first_word(action: str) -> str:
     return word or ""
 
 
-def classify(name: str, action: str, state: Any, template_problem: str | None) -> tuple[CallPolicy, str | None]:
-    """Only plain shell actions re-run: bundle tools need SWE-agent's own tool scripts (not installable here)."""
+def classify(name: str, action: str, state: Any, template_problem: str | None, *, setup: BundleSetup | None = None,
+             terminal: bool | None = None, observation: Any = None) -> tuple[CallPolicy, str | None]:
+    """Shell actions and the re-implemented default bundle tools (bundle_tools.py) re-run; other bundle tools need
+    SWE-agent's own scripts (not installable here). ``terminal`` None: any terminal command counts as the end."""
     if template_problem is not None:
         return CallPolicy.REFUSED, template_problem
     command = first_word(action)
+    if terminal or (command in TERMINAL_COMMANDS and terminal is None):
+        return CallPolicy.REFUSED, f"{command or 'this step'!r} ends the SWE-agent run"
+    bundled = classify_bundle_call(setup, name, command, action, observation) if setup is not None else None
+    if bundled is not None:
+        policy, reason = bundled
+        extra = sorted(set(state) - REPLAYABLE_STATE) if isinstance(state, dict) else []
+        if extra:
+            return CallPolicy.REFUSED, (f"its state ({', '.join(extra)}) comes from a SWE-agent bundle state "
+                                        "command forkpoint cannot run")
+        return policy, reason
     if command in TERMINAL_COMMANDS:
-        return CallPolicy.REFUSED, f"{command!r} ends the SWE-agent run"
+        return CallPolicy.REFUSED, (f"{command!r} did not end this run (a review stage), but forkpoint re-implements "
+                                    "it only for the review_on_submit_m bundle")
     if name != "bash" or command in BUNDLE_COMMANDS:
         tool = name if name != "bash" else command
         return CallPolicy.REFUSED, (f"{tool!r} is a SWE-agent tool-bundle command; its script ships with SWE-agent "

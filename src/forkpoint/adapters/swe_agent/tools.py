@@ -8,7 +8,13 @@ What SWE-agent 1.1.0 (with SWE-ReX 1.4) does with an action, and how forkpoint m
   ``bash -c`` on a fresh 24x80 pseudo-terminal through forkpoint's supervised process layer and carries the shell
   state over between actions: the working directory and the exported variables (``export -p``). Not carried over:
   aliases, functions and unexported variables, and history expansion (``!``) is off (a non-interactive shell).
-- The session starts in ``/<repo_name>`` with ``LANG=LC_ALL=C.UTF-8`` and ``agent.tools.env_variables`` exported.
+- The session starts in ``/<repo_name>`` with ``LANG=LC_ALL=C.UTF-8``, ``agent.tools.env_variables``, ``ROOT`` (the
+  repository's physical path, ``SWEEnv._reset_repository``) and ``PROBLEM_STATEMENT`` (text problem statements)
+  exported.
+- The default bundles' tools (``str_replace_editor``, ``submit``: see bundle_tools.py) are commands on ``PATH``
+  like SWE-agent's ``/root/tools/<bundle>/bin``: small wrappers in the run's scratch directory that run forkpoint's
+  re-implementation with forkpoint's own Python (``-I``), against a registry file seeded with
+  ``agent.tools.registry_variables`` (SWE-agent's ``/root/.swe-agent-env``) and a private ``model.patch``.
 - A command still running after ``agent.tools.execution_timeout`` seconds (default 30) is killed with all its
   descendants; the observation is ``command_cancelled_timeout_template`` (SWE-agent interrupts the session).
 - The step's ``state`` (``_state_anthropic``) is ``{"working_dir": <cwd after the action>}``; the message the
@@ -19,14 +25,18 @@ What SWE-agent 1.1.0 (with SWE-ReX 1.4) does with an action, and how forkpoint m
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shlex
+import stat
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from forkpoint.adapters.codex.tool_exec import CommandSpec, Runner, run_command
+from forkpoint.adapters.swe_agent import bundle_tools
 from forkpoint.adapters.swe_agent.parse import SweAgentNative
 from forkpoint.adapters.swe_agent.templates import TemplateError, render
 from forkpoint.errors import ErrorKind, ReplayError
@@ -51,10 +61,22 @@ def action_script(action: str, state_file: Path, next_state_file: Path) -> str:
     return f"source {state} || exit 97\n{action}\n__forkpoint_rc=$?\n{save}\nexit $__forkpoint_rc\n"
 
 
-def initial_state(cwd: str, env_variables: dict[str, str]) -> str:
+def initial_state(cwd: str, env_variables: dict[str, str], *, tool_dir: Path | None = None,
+                  problem_statement: str | None = None) -> str:
+    """The shell state SWE-agent's setup leaves: exports, the bundles' bin dir on PATH, ``cd`` into the repo."""
     exports = {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", **env_variables}
+    if problem_statement is not None:
+        exports["PROBLEM_STATEMENT"] = problem_statement
     lines = [f"export {name}={shlex.quote(value)}" for name, value in exports.items()]
-    return "\n".join([*lines, f"cd {shlex.quote(cwd)}", ""])
+    if tool_dir is not None:
+        lines.append(f"export PATH={shlex.quote(str(tool_dir))}:\"$PATH\"")
+    return "\n".join([*lines, f"cd {shlex.quote(cwd)}", 'export ROOT="$(pwd -P)"', ""])
+
+
+def tool_wrapper(tool: str, registry: Path, patch: Path) -> str:
+    """The ``/bin/sh`` script standing in for SWE-agent's bundle script ``tool``."""
+    argv = [sys.executable, "-I", bundle_tools.__file__, str(registry), str(patch), tool]
+    return f"#!/bin/sh\nexec {' '.join(shlex.quote(word) for word in argv)} \"$@\"\n"
 
 
 class SweAgentToolExecutor:
@@ -69,7 +91,9 @@ class SweAgentToolExecutor:
         self.home = context.home
         self.home.mkdir(parents=True, exist_ok=True)
         self.state_file = self.scratch / "state.sh"
-        self.state_file.write_text(initial_state(self.cwd, native.env_variables), "utf-8")
+        tool_dir = self._install_tools() if native.bundle_commands else None
+        self.state_file.write_text(initial_state(self.cwd, native.env_variables, tool_dir=tool_dir,
+                                                 problem_statement=native.problem_statement), "utf-8")
         env = sanitized_env(os.environ, strip_credentials=True)
         env.update({"HOME": str(self.home), "TERM": "xterm"})
         self.env = env
@@ -84,7 +108,8 @@ class SweAgentToolExecutor:
         next_state.unlink(missing_ok=True)
         spec = CommandSpec((SHELL, "-c", action_script(action, self.state_file, next_state)), Path(self.cwd),
                            self.env, self.native.execution_timeout_s, KEEP_BYTES, 0, tty=True)
-        output = run_command(spec, self.scratch, Runner(self.sandbox, (self.home, self.scratch)))
+        output = run_command(spec, self.scratch, Runner(self.sandbox, (self.home, self.scratch),
+                                                        (Path(bundle_tools.__file__).parent,)))
         if output.returncode == 97 and not next_state.exists():
             raise ReplayError(ErrorKind.EXECUTOR, f"the emulated SWE-agent shell could not restore its state "
                                                   f"before {call.call_id}: {clean_terminal_output(output.head)[-300:]}")
@@ -109,6 +134,18 @@ class SweAgentToolExecutor:
                                 return_code=output.returncode, duration_ms=int(output.wall_time_s * 1000),
                                 native=native)
 
+    def _install_tools(self) -> Path:
+        """The bundles' commands as wrappers in ``scratch/bin``, the registry seeded like ``ToolHandler.reset``."""
+        tool_dir = self.scratch / "bin"
+        tool_dir.mkdir()
+        registry, patch = self.scratch / "registry.json", self.scratch / "model.patch"
+        registry.write_text(json.dumps(self.native.registry_variables), "utf-8")
+        for tool in sorted(self.native.bundle_commands):
+            wrapper = tool_dir / tool
+            wrapper.write_text(tool_wrapper(tool, registry, patch), "utf-8")
+            wrapper.chmod(stat.S_IRWXU)
+        return tool_dir
+
     def _render(self, template: str, values: dict[str, Any], call: ToolCall) -> str:
         try:
             return render(template, {**self.native.format_values, **values})
@@ -125,10 +162,13 @@ class SweAgentToolExecutor:
         return self.cwd
 
     def close(self) -> None:
-        for path in (self.state_file, self.scratch / "state.next.sh"):
+        tools = [self.scratch / "bin" / tool for tool in self.native.bundle_commands]
+        for path in (self.state_file, self.scratch / "state.next.sh", self.scratch / "registry.json",
+                     self.scratch / "model.patch", *tools):
             path.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):
-            self.scratch.rmdir()
+        for directory in (self.scratch / "bin", self.scratch):
+            with contextlib.suppress(OSError):
+                directory.rmdir()
 
 
 def _records_working_dir(native: SweAgentNative, call: ToolCall) -> bool:

@@ -1,0 +1,322 @@
+"""SWE-agent 1.1.0's default bundle tools, re-implemented: ``str_replace_editor`` (edit_anthropic) and ``submit``
+(review_on_submit_m), run as a script inside the replayed shell like SWE-agent runs its bundle scripts.
+
+    python -I bundle_tools.py <registry file> <patch file> <tool> [tool arguments...]
+
+A STANDALONE stdlib-only script (it runs in the sandbox with ``-I``, without forkpoint importable). Written from
+the public facts of SWE-agent 1.1.0 (tools/edit_anthropic/bin/str_replace_editor, tools/review_on_submit_m/bin/
+submit, tools/registry/lib/registry.py; see docs/adapters/swe-agent.md), not copied. What it reproduces:
+
+- the registry: one JSON object in a file (SWE-agent: ``/root/.swe-agent-env``), created from
+  ``tools.registry_variables``; ``get`` prefers the file, falls back to an environment variable, then the default;
+- every message, exit code and output shape of the editor (``cat -n``-like numbering ``{n:6}\\t{line}``, the
+  16,000-character clip, the 4-line snippets, the window expansion of ``MAX_WINDOW_EXPANSION_*``), the path checks
+  in SWE-agent's order, ``find -maxdepth 2`` for directories, the encoding fallbacks, tab expansion on edits;
+- the edit history exactly as 1.1.0 keeps it: each edit appends to a FRESH copy of the registry's ``file_history``
+  that is never written back, so nothing persists and ``undo_edit`` always answers "No edit history found";
+- ``submit``: ``git add -A && git diff --cached`` into the patch file in ``$ROOT``, then the next review stage of
+  ``SUBMIT_REVIEW_MESSAGES`` (``SUBMIT_STAGE`` counted in the registry) or the ``<<SWE_AGENT_SUBMISSION>>`` markers.
+
+Not reproduced (the parser marks such calls stale): the tree-sitter "filemap" abbreviation of large Python files
+(SWE-agent's fallback when tree-sitter is missing is used instead), flake8 lint epilogues, Python tracebacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+TRUNCATED_MESSAGE = ("<response clipped><NOTE>To save on context only part of this file has been shown to you. You "
+                     "should retry this tool after you have searched inside the file with `grep -n` in order to "
+                     "find the line numbers of what you are looking for.</NOTE>")
+MAX_RESPONSE_LEN = 16000
+SNIPPET_LINES = 4
+COMMANDS = '"view", "create", "str_replace", "insert", "undo_edit"'
+
+
+class Registry:
+    """SWE-agent's ``EnvRegistry``: a JSON object in one file, read afresh on every access."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def _load(self) -> dict[str, Any]:
+        if not self.path.exists():
+            self.path.write_text("{}")
+        data: dict[str, Any] = json.loads(self.path.read_text())
+        return data
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key in os.environ:
+            default = os.environ[key]
+        return self._load().get(key, default)
+
+    def set(self, key: str, value: Any) -> None:
+        data = self._load()
+        data[key] = value
+        self.path.write_text(json.dumps(data))
+
+
+def fail(message: str, code: int) -> NoReturn:
+    print(message)
+    sys.exit(code)
+
+
+def clip(text: str) -> str:
+    return text if len(text) <= MAX_RESPONSE_LEN else text[:MAX_RESPONSE_LEN] + TRUNCATED_MESSAGE
+
+
+def numbered(content: str, descriptor: str, first: int = 1) -> str:
+    """The editor's ``cat -n``-like rendering (clipped, tabs expanded, ``{n:6}\\t{line}``)."""
+    lines = clip(content).expandtabs().split("\n")
+    body = "\n".join(f"{number:6}\t{line}" for number, line in enumerate(lines, start=first))
+    return f"Here's the result of running `cat -n` on {descriptor}:\n{body}\n"
+
+
+_BREAK_AT = (re.compile(r"^\s*def\s+"), re.compile(r"^\s*class\s+"), re.compile(r"^\s*@"))
+
+
+def _breakpoint(lines: list[str], line: int, step: int, budget: int, suffix: str) -> int:
+    """Where a viewport edge may move to (1-based, inclusive): blank lines, Python definitions, the file's ends."""
+    if (step == 1 and line == len(lines)) or (step == -1 and line == 1):
+        return line
+    end = min(line + budget, len(lines)) + 1 if step == 1 else max(line - budget, 1) - 1
+    candidates = range(line, end, step)
+    best_score, best = 0, line
+    for number in candidates:
+        text = lines[number - 1]
+        following = lines[number + step - 1] if (number + step) in candidates else None
+        score = 0
+        if text == "":
+            score = 2 if following == "" else 1
+        if suffix == ".py" and any(pattern.match(text) for pattern in _BREAK_AT):
+            score = 3
+        if score > best_score:
+            best_score, best = score, number
+            if step == 1 and number != line:
+                best -= 1
+        if number in (1, len(lines)) and best_score < 3:
+            best_score, best = 3, number
+    if (step == 1 and best < line) or (step == -1 and best > line):
+        return line
+    return best
+
+
+def expand_window(lines: list[str], start: int, stop: int, budget: int, suffix: str) -> tuple[int, int]:
+    if not 1 <= start <= stop <= len(lines):  # SWE-agent asserts this and crashes with a traceback
+        raise AssertionError((start, stop, len(lines)))
+    if budget <= 0:
+        return start, stop
+    return _breakpoint(lines, start, -1, budget, suffix), _breakpoint(lines, stop, 1, budget, suffix)
+
+
+class Editor:
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+        self.encoding: str | None = None
+
+    def setting(self, key: str) -> str:
+        return str(self.registry.get(key, "0" if key.startswith("MAX_") else "false"))
+
+    def history_of(self, path: Path) -> list[str]:
+        """1.1.0 looks its history up by ``Path`` in a dict whose JSON keys are strings: never found."""
+        history: dict[Any, list[str]] = json.loads(self.registry.get("file_history", "{}"))
+        return history.get(path, [])
+
+    def run(self, args: argparse.Namespace) -> None:
+        path = Path(args.path)
+        self.validate(args.command, path)
+        if args.command == "view":
+            self.view(path, args.view_range)
+        elif args.command == "create":
+            if args.file_text is None:
+                fail("Parameter `file_text` is required for command: create", 1)
+            self.create(path, args.file_text)
+        elif args.command == "str_replace":
+            if args.old_str is None:
+                fail("Parameter `old_str` is required for command: str_replace", 2)
+            self.replace(path, args.old_str, args.new_str)
+        elif args.command == "insert":
+            if args.insert_line is None:
+                fail("Parameter `insert_line` is required for command: insert", 3)
+            if args.new_str is None:
+                fail("Parameter `new_str` is required for command: insert", 4)
+            self.insert(path, args.insert_line, args.new_str)
+        elif args.command == "undo_edit":
+            self.undo(path)
+        else:
+            fail(f"Unrecognized command {args.command}. The allowed commands for the str_replace_editor tool are: "
+                 f"{COMMANDS}", 5)
+
+    def validate(self, command: str, path: Path) -> None:
+        if not path.is_absolute():
+            fail(f"The path {path} is not an absolute path, it should start with `/`. Maybe you meant "
+                 f"{Path.cwd() / path}?", 6)
+        if not path.exists() and command != "create":
+            fail(f"The path {path} does not exist. Please provide a valid path.", 7)
+        if path.exists() and command == "create":
+            fail(f"File already exists at: {path}. Cannot overwrite files using command `create`.", 8)
+        if path.is_dir() and command != "view":
+            fail(f"The path {path} is a directory and only the `view` command can be used on directories", 9)
+
+    def read(self, path: Path) -> str:
+        for encoding, errors in ((None, None), ("utf-8", None), ("latin-1", None), ("utf-8", "replace")):
+            self.encoding = encoding
+            try:
+                return path.read_text(encoding=encoding, errors=errors)
+            except UnicodeDecodeError as error:
+                problem = error
+        fail(f"Ran into UnicodeDecodeError {problem} while trying to read {path}", 19)
+
+    def write(self, path: Path, text: str) -> None:
+        try:
+            path.write_text(text, encoding=self.encoding or "utf-8")
+        except Exception as error:
+            fail(f"Ran into {error} while trying to write to {path}", 20)
+
+    def view(self, path: Path, view_range: list[int] | None) -> None:
+        if path.is_dir():
+            if view_range:
+                fail("The `view_range` parameter is not allowed when `path` points to a directory.", 10)
+            found = subprocess.run(rf"find {path} -maxdepth 2 -not -path '*/\.*'", shell=True, capture_output=True,
+                                   check=False)
+            if not found.stderr.decode():
+                print(f"Here's the files and directories up to 2 levels deep in {path}, excluding hidden items:\n"
+                      f"{found.stdout.decode()}\n")
+            return
+        content = self.read(path)
+        first = 1
+        if view_range:
+            lines = content.split("\n")
+            count = len(lines)
+            start, stop = view_range
+            if start < 1 or start > count:
+                fail(f"Invalid `view_range`: {view_range}. Its first element `{start}` should be within the range of "
+                     f"lines of the file: {[1, count]}", 12)
+            if stop > count:
+                fail(f"Invalid `view_range`: {view_range}. Its second element `{stop}` should be smaller than the "
+                     f"number of lines in the file: `{count}`", 13)
+            if stop != -1 and stop < start:
+                fail(f"Invalid `view_range`: {view_range}. Its second element `{stop}` should be larger or equal "
+                     f"than its first `{start}`", 14)
+            stop = count if stop == -1 else stop
+            first, stop = expand_window(lines, start, stop, int(self.setting("MAX_WINDOW_EXPANSION_VIEW")),
+                                        path.suffix)
+            content = "\n".join(lines[first - 1: stop])
+        # a large .py file with USE_FILEMAP: SWE-agent shows a tree-sitter filemap; without tree-sitter it falls
+        # back to the clipped file, as here (the parser marks recorded filemaps stale)
+        print(numbered(content, str(path), first))
+
+    def create(self, path: Path, text: str) -> None:
+        if not path.parent.exists():
+            fail(f"The parent directory {path.parent} does not exist. Please create it first.", 21)
+        self.write(path, text)
+        self.history_of(path).append(text)  # lost, as in 1.1.0
+        print(f"File created successfully at: {path}")
+
+    def replace(self, path: Path, old: str, new: str | None) -> None:
+        content = self.read(path).expandtabs()
+        old = old.expandtabs()
+        new = new.expandtabs() if new is not None else ""
+        occurrences = content.count(old)
+        if occurrences == 0:
+            fail(f"No replacement was performed, old_str `{old}` did not appear verbatim in {path}.", 15)
+        if occurrences > 1:
+            where = [number for number, line in enumerate(content.split("\n"), start=1) if old in line]
+            fail(f"No replacement was performed. Multiple occurrences of old_str `{old}` in lines {where}. Please "
+                 "ensure it is unique", 16)
+        if new == old:
+            fail(f"No replacement was performed, old_str `{old}` is the same as new_str `{new}`.", 161)
+        updated = content.replace(old, new)
+        self.write(path, updated)
+        self.history_of(path).append(content)  # lost, as in 1.1.0
+        at = content.split(old)[0].count("\n")
+        start = max(1, at - SNIPPET_LINES)
+        stop = min(at + SNIPPET_LINES + new.count("\n"), len(updated.splitlines()))
+        lines = updated.split("\n")
+        start, stop = expand_window(lines, start, stop, int(self.setting("MAX_WINDOW_EXPANSION_EDIT_CONFIRM")),
+                                    path.suffix)
+        snippet = "\n".join(lines[start - 1: stop])
+        print(f"The file {path} has been edited. " + numbered(snippet, f"a snippet of {path}", start)
+              + "Review the changes and make sure they are as expected. Edit the file again if necessary.")
+
+    def insert(self, path: Path, line: int, new: str) -> None:
+        text = self.read(path).expandtabs()
+        new = new.expandtabs()
+        lines = text.split("\n")
+        if line < 0 or line > len(lines):
+            fail(f"Invalid `insert_line` parameter: {line}. It should be within the range of lines of the file: "
+                 f"{[0, len(lines)]}", 17)
+        added = new.split("\n")
+        self.write(path, "\n".join(lines[:line] + added + lines[line:]))
+        self.history_of(path).append(text)  # lost, as in 1.1.0
+        snippet = "\n".join(lines[max(0, line - SNIPPET_LINES): line] + added + lines[line: line + SNIPPET_LINES])
+        print(f"The file {path} has been edited. "
+              + numbered(snippet, "a snippet of the edited file", max(1, line - SNIPPET_LINES + 1))
+              + "Review the changes and make sure they are as expected (correct indentation, no duplicate lines, "
+                "etc). Edit the file again if necessary.")
+
+    def undo(self, path: Path) -> None:
+        history = self.history_of(path)
+        if not history:
+            fail(f"No edit history found for {path}.", 18)
+        old = history.pop()
+        self.write(path, old)
+        print(f"Last edit to {path} undone successfully. {numbered(old, str(path))}")
+
+
+def editor_main(registry: Registry, argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="str_replace_editor")
+    parser.add_argument("command", type=str)
+    parser.add_argument("path", type=str)
+    parser.add_argument("--file_text", type=str)
+    parser.add_argument("--view_range", type=int, nargs=2)
+    parser.add_argument("--old_str", type=str)
+    parser.add_argument("--new_str", type=str)
+    parser.add_argument("--insert_line", type=int)
+    Editor(registry).run(parser.parse_args(argv))
+
+
+def submit_main(registry: Registry, patch_path: Path, argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="submit", description="Submit changes for review")
+    parser.add_argument("-f", "--force", action="store_true", help="Force submit without review")
+    args = parser.parse_args(argv)
+    root = registry.get("ROOT", os.getenv("ROOT"))
+    if not root:
+        raise AssertionError
+    subprocess.run(f"git add -A && git diff --cached > {patch_path}", shell=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, cwd=root, check=False)
+    patch = patch_path.read_text(errors="backslashreplace")
+    messages = registry.get("SUBMIT_REVIEW_MESSAGES", [])
+    stage = registry.get("SUBMIT_STAGE", 0)
+    if not args.force and stage != len(messages):
+        message = str(messages[stage]).replace("{{diff}}", patch)
+        message = message.replace("{{problem_statement}}", str(registry.get("PROBLEM_STATEMENT", "")))
+        registry.set("SUBMIT_STAGE", stage + 1)
+        print(message)
+        sys.exit(0)
+    print("<<SWE_AGENT_SUBMISSION>>")
+    print(patch)
+    print("<<SWE_AGENT_SUBMISSION>>")
+
+
+def main(argv: list[str]) -> None:
+    registry, patch, tool, rest = Registry(Path(argv[0])), Path(argv[1]), argv[2], argv[3:]
+    sys.stdout = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8")
+    if tool == "str_replace_editor":
+        editor_main(registry, rest)
+    elif tool == "submit":
+        submit_main(registry, patch, rest)
+    else:
+        sys.exit(f"unknown bundle tool {tool!r}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

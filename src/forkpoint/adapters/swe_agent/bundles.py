@@ -1,0 +1,95 @@
+"""Which SWE-agent bundle tools a recording had, and whether one recorded call of them can be re-run (pure).
+
+SWE-agent 1.1.0's default configuration loads the bundles ``registry`` (state only), ``edit_anthropic``
+(``str_replace_editor``) and ``review_on_submit_m`` (``submit`` with review stages); ``tools/submit`` is the plain
+``submit``. forkpoint re-implements those two commands (bundle_tools.py); every other bundle command stays refused.
+A bundle is recognised by the last component of its recorded ``path`` (SWE-agent uploads it as
+``/root/tools/<that name>``).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from forkpoint.adapters.swe_agent.jsondoc import as_object
+from forkpoint.model import CallPolicy, JsonObject
+
+#: bundle directory name -> the commands forkpoint re-implements from it
+REIMPLEMENTED = {"edit_anthropic": ("str_replace_editor",), "review_on_submit_m": ("submit",)}
+PLAIN_SUBMIT_BUNDLE = "submit"
+SUBMISSION_MARKER = "<<SWE_AGENT_SUBMISSION>>"
+_TRACEBACK = "Traceback (most recent call last):"
+#: observations SWE-agent 1.1.0 puts on the step that ends a run after an error (no command produced them)
+AGENT_WRITTEN_ENDINGS = frozenset({"Exited (autosubmitted)", "Environment died unexpectedly. Exited (autosubmitted)"})
+_FILEMAP = "<NOTE>This file is too large to display entirely. Showing abbreviated version."
+
+
+@dataclass(frozen=True)
+class BundleSetup:
+    """The bundle side of one recording's tool configuration."""
+
+    commands: frozenset[str]  # commands forkpoint provides for this recording
+    bundles: tuple[str, ...]  # bundle names in the recorded order
+    registry_variables: dict[str, Any]
+
+    def registry_flag(self, key: str) -> bool:
+        return str(self.registry_variables.get(key, "false")).lower() == "true"
+
+
+def bundle_setup(tools: JsonObject) -> BundleSetup:
+    names: list[str] = []
+    raw = tools.get("bundles")
+    for bundle in raw if isinstance(raw, list) else []:
+        path = as_object(bundle).get("path")
+        if isinstance(path, str) and path.strip("/"):
+            names.append(os.path.basename(os.path.normpath(path)))
+    commands = {command for name in names for command in REIMPLEMENTED.get(name, ())}
+    variables = tools.get("registry_variables")
+    return BundleSetup(frozenset(commands), tuple(names), dict(variables) if isinstance(variables, dict) else {})
+
+
+def ends_the_run(command: str, index: int, last: int, observation: Any, info: JsonObject) -> bool:
+    """Did step ``index`` end the run? ``submit`` only when SWE-agent found the submission marker: the last step,
+    exit status ``submitted``, and the observation replaced by the patch (a review stage prints a message instead
+    and the run goes on). ``exit``-like commands always count, and so does a last step whose observation is one
+    SWE-agent writes itself when it stops the run (``attempt_autosubmission_after_error``)."""
+    if index == last and observation in AGENT_WRITTEN_ENDINGS:
+        return True
+    if command != "submit":
+        return command in ("exit", "exit_forfeit", "forfeit")
+    status = info.get("exit_status")
+    submission = info.get("submission")
+    return (index == last and isinstance(status, str) and status.startswith("submitted")
+            and observation == (submission if isinstance(submission, str) else ""))
+
+
+def classify_bundle_call(setup: BundleSetup, name: str, command: str, action: str,
+                         observation: Any) -> tuple[CallPolicy, str | None] | None:
+    """The policy of a call to a re-implemented bundle command; None when ``command`` is not one of them."""
+    if command not in setup.commands:
+        return None
+    if name not in ("bash", command):
+        return CallPolicy.REFUSED, f"the tool {name!r} ran the action {command!r}, which SWE-agent never does"
+    recorded = observation if isinstance(observation, str) else ""
+    if _TRACEBACK in recorded:
+        return CallPolicy.STALE, (f"{command} crashed in the original run; its Python traceback names SWE-agent's "
+                                  "install paths")
+    if command == "str_replace_editor":
+        if recorded.startswith(_FILEMAP):
+            return CallPolicy.STALE, ("the recorded view is SWE-agent's tree-sitter filemap of a large Python file "
+                                      "(USE_FILEMAP), which forkpoint does not reproduce")
+        if setup.registry_flag("USE_LINTER") and _subcommand(action) == "str_replace":
+            return CallPolicy.STALE, ("USE_LINTER runs flake8 from SWE-agent's container after the edit; forkpoint "
+                                      "does not reproduce its report")
+    return CallPolicy.FRESH, None
+
+
+def _subcommand(action: str) -> str:
+    try:
+        words = shlex.split(action.strip().splitlines()[0]) if action.strip() else []
+    except ValueError:
+        words = action.split()
+    return words[1] if len(words) > 1 else ""

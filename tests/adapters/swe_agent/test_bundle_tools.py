@@ -1,0 +1,102 @@
+"""forkpoint's re-implementation of SWE-agent 1.1.0's bundle tools, run as the script the replay shell runs.
+
+Expected texts are derived by hand from SWE-agent's tools (edit_anthropic/bin/str_replace_editor,
+review_on_submit_m/bin/submit, registry/lib/registry.py); the editor fixture covers the common messages, these
+tests the rarer paths (window expansion, tab expansion, review stages, argument errors).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from forkpoint.adapters.swe_agent import bundle_tools
+
+SCRIPT = bundle_tools.__file__
+
+
+def tool(tmp_path: Path, *argv: str, registry: dict[str, object] | None = None,
+         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    registry_file = tmp_path / "registry.json"
+    if registry is not None:
+        registry_file.write_text(json.dumps(registry))
+    environment = {"PATH": os.environ["PATH"], "LANG": "C.UTF-8", "COLUMNS": "80", "HOME": str(tmp_path),
+                   **(env or {})}
+    return subprocess.run([sys.executable, "-I", SCRIPT, str(registry_file), str(tmp_path / "model.patch"), *argv],
+                          cwd=tmp_path, env=environment, capture_output=True, text=True, check=False, timeout=60)
+
+
+def test_view_range_expands_to_definitions_with_max_window_expansion(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text("import os\n\n\ndef f():\n    x = 1\n    return x\n\nclass C:\n    pass\n")
+    done = tool(tmp_path, "str_replace_editor", "view", str(source), "--view_range", "5", "6",
+                registry={"MAX_WINDOW_EXPANSION_VIEW": 5})
+    assert done.stdout == (f"Here's the result of running `cat -n` on {source}:\n     4\tdef f():\n     5\t    x = 1\n"
+                           "     6\t    return x\n     7\t\n\n")
+    # the registry is read first, the environment only when the key is missing
+    done = tool(tmp_path, "str_replace_editor", "view", str(source), "--view_range", "5", "6", registry={},
+                env={"MAX_WINDOW_EXPANSION_VIEW": "5"})
+    assert done.stdout.splitlines()[1] == "     4\tdef f():"
+    done = tool(tmp_path, "str_replace_editor", "view", str(source), "--view_range", "5", "6",
+                registry={"MAX_WINDOW_EXPANSION_VIEW": 0}, env={"MAX_WINDOW_EXPANSION_VIEW": "5"})
+    assert done.stdout.splitlines()[1] == "     5\t    x = 1"
+
+
+def test_edits_expand_every_tab_of_the_file(tmp_path: Path) -> None:
+    table = tmp_path / "t.txt"
+    table.write_text("a\tb\nc\n")
+    done = tool(tmp_path, "str_replace_editor", "str_replace", str(table), "--old_str", "c", "--new_str", "d",
+                registry={})
+    assert table.read_text() == "a       b\nd\n"
+    # the snippet ends at min(line + 4, len(splitlines())): the empty last "line" is not shown
+    assert done.stdout == (f"The file {table} has been edited. Here's the result of running `cat -n` on a snippet of "
+                           f"{table}:\n     1\ta       b\n     2\td\nReview the changes and make sure they "
+                           "are as expected. Edit the file again if necessary.\n")
+    assert done.returncode == 0
+
+
+def test_argument_and_range_errors(tmp_path: Path) -> None:
+    target = tmp_path / "f.txt"
+    target.write_text("x\n")
+    done = tool(tmp_path, "str_replace_editor", "view", registry={})
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.endswith("str_replace_editor: error: the following arguments are required: path\n")
+    assert done.stderr.startswith("usage: str_replace_editor [-h] [--file_text FILE_TEXT]\n")
+    done = tool(tmp_path, "str_replace_editor", "insert", str(target), "--insert_line", "5", "--new_str", "y")
+    assert (done.returncode, done.stdout) == (17, "Invalid `insert_line` parameter: 5. It should be within the range "
+                                                  "of lines of the file: [0, 2]\n")
+    done = tool(tmp_path, "str_replace_editor", "view", str(target), "--view_range", "0", "1")
+    assert done.stdout == ("Invalid `view_range`: [0, 1]. Its first element `0` should be within the range of lines "
+                           "of the file: [1, 2]\n")
+    done = tool(tmp_path, "str_replace_editor", "delete", str(target))
+    assert (done.returncode, done.stdout) == (5, 'Unrecognized command delete. The allowed commands for the '
+                                                 'str_replace_editor tool are: "view", "create", "str_replace", '
+                                                 '"insert", "undo_edit"\n')
+    done = tool(tmp_path, "str_replace_editor", "str_replace", str(target), "--old_str", "x", "--new_str", "x")
+    assert (done.returncode, done.stdout) == (161, "No replacement was performed, old_str `x` is the same as "
+                                                   "new_str `x`.\n")
+
+
+def test_submit_walks_the_review_stages_then_submits(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "a.txt").write_text("one\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "init.defaultBranch=main"]
+    for command in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "init"]):
+        subprocess.run([*git, *command], cwd=repo, check=True, capture_output=True, env={**os.environ,
+                                                                                      "HOME": str(tmp_path)})
+    (repo / "a.txt").write_text("two\n")
+    patch = ("diff --git a/a.txt b/a.txt\nindex 5626abf..f719efd 100644\n--- a/a.txt\n+++ b/a.txt\n@@ -1 +1 @@\n"
+             "-one\n+two\n")
+    env = {"ROOT": str(repo), "PROBLEM_STATEMENT": "the task"}
+    registry = {"SUBMIT_REVIEW_MESSAGES": ["check {{diff}} for {{problem_statement}}"]}
+    first = tool(tmp_path, "submit", registry=registry, env=env)
+    assert (first.returncode, first.stdout) == (0, f"check {patch} for the task\n")
+    assert json.loads((tmp_path / "registry.json").read_text())["SUBMIT_STAGE"] == 1
+    second = tool(tmp_path, "submit", env=env)
+    assert second.stdout == f"<<SWE_AGENT_SUBMISSION>>\n{patch}\n<<SWE_AGENT_SUBMISSION>>\n"
+    forced = tool(tmp_path, "submit", "-f", registry=registry, env=env)
+    assert forced.stdout.startswith("<<SWE_AGENT_SUBMISSION>>\n")
