@@ -27,7 +27,7 @@ DESCRIPTION = (
 _DIRECT_OPTIONS = (
     "agent", "trajectory", "after_step", "workspace", "state_dir", "output_dir", "run_id", "max_steps",
     "prepare_only", "replay_only", "allow_stale_observations", "boundary_user_prompt", "upstream",
-    "upstream_url", "agent_entrypoint", "sandbox", "path_map", "workspace_from",
+    "upstream_url", "agent_entrypoint", "sandbox", "path_map", "workspace_from", "opencode_export",
 )
 
 #: (option, metavar or None for a flag, type, help) of `forkpoint replay`, in the order --help lists them.
@@ -66,6 +66,8 @@ _REPLAY_OPTIONS: tuple[tuple[str, str | None, Callable[[str], Any], str], ...] =
     ("--workspace-from", "SOURCE", str,
      "DIR, TARBALL or GIT_URL@REV: create the (absent or empty) --workspace first: copy a directory, "
      "extract a tar archive, or clone a git repository at a revision."),
+    ("--opencode-export", "FILE", Path, "With an OpenCode `run --format=json` event log as --trajectory: the "
+     "session's `opencode export` JSON, which gives what the log lacks (the prompt, the version)."),
     ("--config", "FILE", Path, "A TOML file with a [replay] table (same keys, snake_case)."),
     ("--request", "FILE", Path, 'A JSON request with schema_version "forkpoint.request/v1".'),
     ("--json", None, bool, "Print the result as one JSON line."),

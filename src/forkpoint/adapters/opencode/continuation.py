@@ -8,13 +8,17 @@
    from the workspace, under the step and idle watchdogs (watchdog.StepWatch); the bridge also refuses any
    model request past the budget, so nothing beyond it is ever forwarded.
 4. The database is reconciled (database.reconcile: the nonce message removed, empty messages dropped,
-   interrupted parts reported) and ``opencode export`` writes the continued session, the native output.
+   interrupted parts reported) and ``opencode export`` writes the continued session, the native output. Its
+   stdout goes to a file, never a pipe: the Bun binary exits without flushing a pipe, so an export over 64 KiB
+   read through one was cut at 65,536 bytes.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -23,11 +27,13 @@ from forkpoint.adapters.opencode.database import Reconciled, database_path, reco
 from forkpoint.adapters.opencode.envelope import expected_prefix
 from forkpoint.adapters.opencode.gate import OpenCodeGate
 from forkpoint.adapters.opencode.parse import parse_opencode
+from forkpoint.adapters.opencode.session import native_of
 from forkpoint.adapters.opencode.toolhost import opencode_env, provider_config, write_config
 from forkpoint.adapters.opencode.watchdog import DEFAULT_IDLE_S, StepWatch
 from forkpoint.bridge.server import Bridge, BridgeSummary
 from forkpoint.bridge.upstream import Upstream
 from forkpoint.errors import ErrorKind, ReplayError, classify_continuation_output
+from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES, read_regular_file
 from forkpoint.hashing import make_nonce
 from forkpoint.model import Continuation, ContinueSettings, JsonObject, NativePrefix, Plan, RunContext
 from forkpoint.process import ProcessResult, run_supervised
@@ -35,6 +41,9 @@ from forkpoint.results import write_atomic
 
 IDLE_ENV = "FORKPOINT_OPENCODE_IDLE_TIMEOUT_S"
 HELPER_TIMEOUT_S = 180.0
+MAX_EXPORT_BYTES = DEFAULT_MAX_INPUT_BYTES
+#: ``sh -c`` script: run "$@" with stdout appended to the (already created, empty) file "$1"
+_TO_FILE = 'out=$1; shift; exec "$@" >>"$out"'
 _TAIL = 4000
 
 
@@ -70,6 +79,24 @@ def helper(entrypoint: Path, args: list[str], context: RunContext, env: dict[str
     return result.stdout
 
 
+def export_session(entrypoint: Path, session_id: str, context: RunContext, env: dict[str, str]) -> JsonObject:
+    """``opencode export <id>`` with its stdout on a file created here (O_EXCL, in a private directory of the run's
+    state dir), read back bounded and without following links: Bun does not flush a pipe before it exits."""
+    context.state_dir.mkdir(parents=True, exist_ok=True)
+    private = Path(tempfile.mkdtemp(prefix="opencode-export-", dir=context.state_dir))
+    try:
+        target = private / "export.json"
+        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+        helper(Path("/bin/sh"), ["-c", _TO_FILE, "sh", str(target), str(entrypoint), "export", session_id], context,
+               env, "export")
+        read = read_regular_file(private, "export.json", max_bytes=MAX_EXPORT_BYTES)
+        if read.truncated:
+            raise ReplayError(ErrorKind.CONTINUATION, f"opencode export printed more than {MAX_EXPORT_BYTES} bytes")
+        return export_json(read.data)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
 def export_json(stdout: bytes) -> JsonObject:
     """``opencode export`` output: 1.17 may print a status line before the JSON document."""
     text = stdout.decode("utf-8", "replace")
@@ -94,7 +121,7 @@ def continue_session(plan: Plan, prefix: NativePrefix, context: RunContext,
     session_id = str(export["info"]["id"])
     provider, model = recorded_model(export)
     entrypoint, version = settings.target.entrypoint, settings.target.version
-    env = opencode_env(context.home, context.workspace)
+    env = opencode_env(context.home, context.workspace, shell=native_of(plan).shell)
     nonce = make_nonce()
     expected = expected_prefix(export, nonce, version, model)
     write_atomic(context.state_dir / "expected-prefix.json", json.dumps(expected.to_json()).encode())
@@ -177,7 +204,7 @@ def collect(export: JsonObject, nonce: str, boundary_prompt: str | None, context
     task_message = next((str(m["info"]["id"]) for m in reversed(export["messages"])
                          if m["info"].get("role") == "user"), None)
     reconciled = reconcile(database_path(context.home), session_id, prefix_ids, nonce, boundary_prompt, task_message)
-    continued = export_json(helper(entrypoint, ["export", session_id], context, env, "export"))
+    continued = export_session(entrypoint, session_id, context, env)
     payload = json.dumps(continued, indent=2, ensure_ascii=False).encode()
     if nonce.encode() in payload or nonce.encode() in stdout:
         raise ReplayError(ErrorKind.CONTINUATION, "the resume nonce remains in the continued OpenCode session")

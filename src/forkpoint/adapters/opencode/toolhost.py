@@ -41,14 +41,20 @@ STOP_GRACE_S = 15.0
 JsonObject = dict[str, Any]
 
 
-def opencode_env(home: Path, cwd: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+def opencode_env(home: Path, cwd: Path, base: dict[str, str] | None = None, *,
+                 shell: str | None = None) -> dict[str, str]:
     """A private HOME/XDG tree, OpenCode's network extras off, every proxy at a closed loopback port.
 
     ``PWD`` is set to the cwd: OpenCode takes its project directory from it (an inherited PWD would point its
-    tools at forkpoint's own directory).
+    tools at forkpoint's own directory). ``SHELL`` comes from the recording, never from the caller: OpenCode runs
+    bash-tool commands with ``$SHELL`` started as that path (``$0``, and every shell error line, names it), else
+    with ``bash`` found on PATH; so it is the ``shell`` the recording showed (parse.recorded_shell), or unset.
     """
     env = sanitized_env(os.environ if base is None else base, strip_credentials=True)
     env["PWD"] = str(cwd)
+    env.pop("SHELL", None)
+    if shell is not None:
+        env["SHELL"] = shell
     for name in list(env):
         if name.startswith(("OPENCODE_", "XDG_")) or name.lower() in ("http_proxy", "https_proxy", "all_proxy"):
             del env[name]
@@ -123,9 +129,11 @@ class HostCall:
 class ToolHost:
     """One ``opencode run`` that executes the calls it is given, in order; start lazily, ``close`` always."""
 
-    def __init__(self, entrypoint: Path, workspace: Path, home: Path, log_dir: Path) -> None:
+    def __init__(self, entrypoint: Path, workspace: Path, home: Path, log_dir: Path, *,
+                 shell: str | None = None) -> None:
         self.entrypoint = entrypoint
         self.workspace = workspace
+        self.shell = shell
         self.home = home
         self.log_dir = log_dir
         self.watch = EventWatch()
@@ -210,12 +218,12 @@ class ToolHost:
         write_config(self.home, provider_config(PROVIDER, MODEL, box["url"], "forkpoint-tools"))
         self.log_dir.mkdir(parents=True, exist_ok=True)
         argv = [str(self.entrypoint), "run", "--format=json", "--model", f"{PROVIDER}/{MODEL}", PROMPT]
+        env = opencode_env(self.home, self.workspace, shell=self.shell)
 
         def run() -> None:
             try:
-                self._result = run_supervised(argv, cwd=self.workspace, env=opencode_env(self.home, self.workspace),
-                                              timeout_s=24 * 3600.0, grace_s=2.0, watch=self.watch,
-                                              log_path=self.log_dir / "opencode-tools.log")
+                self._result = run_supervised(argv, cwd=self.workspace, env=env, timeout_s=24 * 3600.0, grace_s=2.0,
+                                              watch=self.watch, log_path=self.log_dir / "opencode-tools.log")
             except BaseException as error:  # surfaced by the next call / close
                 self._error = error
 
