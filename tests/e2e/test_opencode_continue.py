@@ -151,6 +151,24 @@ def test_run_event_log_replays_and_continues_with_its_export(
     assert len(rows) == sum(len(b.calls) for b in parse_opencode(export).batches)  # no call replayed twice
 
 
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_final_event_over_64_kib_is_kept_whole(version: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """1.17.11 exits without flushing a pipe: its last `text` event (> 64 KiB) was cut; stdout is a file now."""
+    require_runtime(version)
+    monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
+    fixture = FIXTURES / version / "bash_basic"
+    script = json.loads((fixture / "script.json").read_text())
+    answer = "".join(f"line {n:05d} of a long final answer\n" for n in range(4000))  # 132 KB
+    model = ScriptedModel([*script["turns"][:1], {"content": [text(answer)]}], seed=script["seed"])
+    with model.serve() as url:
+        result = run(fixture, tmp_path, 1, upstream="openai-chat", upstream_url=f"{url}/v1")
+    assert result.failure is None, result.failure
+    events_path = Path(result.output_dir or "") / "native" / "continued" / "events.jsonl"
+    events = [json.loads(line) for line in events_path.read_text().splitlines()]
+    assert [e["type"] for e in events][-2:] == ["text", "step_finish"] and events[-2]["part"]["text"] == answer
+    assert result.metadata["opencode_step_budget"]["completed_steps"] == 1
+
+
 def test_stale_calls_need_the_degraded_opt_in(tmp_path: Path) -> None:
     fixture = FIXTURES / "1.17.11" / "stale_tools"
     result = run(fixture, tmp_path, 1, replay_only=True)

@@ -8,17 +8,22 @@
    from the workspace, under the step and idle watchdogs (watchdog.StepWatch); the bridge also refuses any
    model request past the budget, so nothing beyond it is ever forwarded.
 4. The database is reconciled (database.reconcile: the nonce message removed, empty messages dropped,
-   interrupted parts reported) and ``opencode export`` writes the continued session, the native output. Its
-   stdout goes to a file, never a pipe: the Bun binary exits without flushing a pipe, so an export over 64 KiB
-   read through one was cut at 65,536 bytes.
+   interrupted parts reported) and ``opencode export`` writes the continued session, the native output.
+
+The stdout of ``run`` and ``export`` goes to a file created here, never a pipe: the Bun binary exits without
+flushing a pipe, so an export over 64 KiB read through one was cut at 65,536 bytes (and a final ``run`` event of
+1.17.11 likewise).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -42,6 +47,7 @@ from forkpoint.results import write_atomic
 IDLE_ENV = "FORKPOINT_OPENCODE_IDLE_TIMEOUT_S"
 HELPER_TIMEOUT_S = 180.0
 MAX_EXPORT_BYTES = DEFAULT_MAX_INPUT_BYTES
+MAX_EVENTS_BYTES = 64 * 1024 * 1024
 #: ``sh -c`` script: run "$@" with stdout appended to the (already created, empty) file "$1"
 _TO_FILE = 'out=$1; shift; exec "$@" >>"$out"'
 _TAIL = 4000
@@ -79,22 +85,40 @@ def helper(entrypoint: Path, args: list[str], context: RunContext, env: dict[str
     return result.stdout
 
 
-def export_session(entrypoint: Path, session_id: str, context: RunContext, env: dict[str, str]) -> JsonObject:
-    """``opencode export <id>`` with its stdout on a file created here (O_EXCL, in a private directory of the run's
-    state dir), read back bounded and without following links: Bun does not flush a pipe before it exits."""
-    context.state_dir.mkdir(parents=True, exist_ok=True)
-    private = Path(tempfile.mkdtemp(prefix="opencode-export-", dir=context.state_dir))
+@contextmanager
+def stdout_file(state_dir: Path, name: str) -> Iterator[Path]:
+    """An empty file for a child's stdout: created O_EXCL in a private directory of the run's state dir, removed
+    with it afterwards. A child writes it through ``to_file``; read it with ``read_stdout``."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    private = Path(tempfile.mkdtemp(prefix=f"opencode-{name}-", dir=state_dir))
     try:
-        target = private / "export.json"
+        target = private / name
         os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
-        helper(Path("/bin/sh"), ["-c", _TO_FILE, "sh", str(target), str(entrypoint), "export", session_id], context,
-               env, "export")
-        read = read_regular_file(private, "export.json", max_bytes=MAX_EXPORT_BYTES)
-        if read.truncated:
-            raise ReplayError(ErrorKind.CONTINUATION, f"opencode export printed more than {MAX_EXPORT_BYTES} bytes")
-        return export_json(read.data)
+        yield target
     finally:
         shutil.rmtree(private, ignore_errors=True)
+
+
+def to_file(target: Path, command: list[str]) -> list[str]:
+    """``command`` with its stdout appended to ``target`` (``sh`` execs it: the process is the command itself)."""
+    return ["/bin/sh", "-c", _TO_FILE, "sh", str(target), *command]
+
+
+def read_stdout(target: Path, max_bytes: int) -> tuple[bytes, bool]:
+    """(the head of a stdout file, whether more was there), bounded and without following a link."""
+    read = read_regular_file(target.parent, target.name, max_bytes=max_bytes)
+    return read.data, read.truncated
+
+
+def export_session(entrypoint: Path, session_id: str, context: RunContext, env: dict[str, str]) -> JsonObject:
+    """``opencode export <id>`` with its stdout on a file (see ``stdout_file``): Bun does not flush a pipe."""
+    with stdout_file(context.state_dir, "export.json") as target:
+        command = to_file(target, [str(entrypoint), "export", session_id])
+        helper(Path(command[0]), command[1:], context, env, "export")
+        data, truncated = read_stdout(target, MAX_EXPORT_BYTES)
+    if truncated:
+        raise ReplayError(ErrorKind.CONTINUATION, f"opencode export printed more than {MAX_EXPORT_BYTES} bytes")
+    return export_json(data)
 
 
 def export_json(stdout: bytes) -> JsonObject:
@@ -130,11 +154,19 @@ def continue_session(plan: Plan, prefix: NativePrefix, context: RunContext,
     watch = StepWatch(settings.remaining_steps, idle_limit())
     bridge = Bridge(OpenCodeGate(expected, settings.boundary_prompt or None), _upstream(settings),
                     log_path=context.state_dir / "bridge-log.jsonl", max_model_requests=settings.remaining_steps)
-    with bridge:
+    with bridge, stdout_file(context.state_dir, "events.jsonl") as events_file:
         write_config(context.home, provider_config(provider, model, bridge.base_url + "/v1", "forkpoint-bridge"))
-        result = run_supervised(argv(entrypoint, session_id, provider, model, nonce), cwd=context.workspace,
-                                env=env, timeout_s=settings.timeout_s, grace_s=2.0,
-                                max_output_bytes=64 * 1024 * 1024, watch=watch)
+        watch.stdout_fd = os.open(events_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            result = run_supervised(to_file(events_file, argv(entrypoint, session_id, provider, model, nonce)),
+                                    cwd=context.workspace, env=env, timeout_s=settings.timeout_s, grace_s=2.0,
+                                    max_output_bytes=MAX_EVENTS_BYTES, watch=watch)
+            watch.poll()
+        finally:
+            os.close(watch.stdout_fd)
+            watch.stdout_fd = None
+        stdout, truncated = read_stdout(events_file, MAX_EVENTS_BYTES)
+        result = dataclasses.replace(result, stdout=stdout, stdout_truncated=truncated)
     summary = bridge.summary()  # stopped once, by the with block (a second stop would cut its shutdown short)
     continued_dir = context.output_dir / "native" / "continued"
     continued_dir.mkdir(parents=True, exist_ok=True)
