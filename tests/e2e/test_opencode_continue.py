@@ -143,6 +143,7 @@ def test_run_event_log_replays_and_continues_with_its_export(
                         upstream="openai-chat", upstream_url=f"{url}/v1")
     assert continued.failure is None, continued.failure
     assert (continued.phase, continued.quality, continued.agent_status) == ("continued", "verified", "completed")
+    assert continued.metadata["opencode_shell"] == "/usr/bin/bash"  # the recording's, not forkpoint's /bin/bash
     main = [entry for entry in model.requests if entry.get("kind") == "main"]
     original = recorded_main_requests(fixture)[after]["body"]
     assert canonical_sha256([project_request_message(m) for m in main[0]["body"]["messages"][1:]]) == \

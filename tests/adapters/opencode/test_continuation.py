@@ -48,6 +48,12 @@ def test_the_shell_comes_from_the_recording_never_from_the_caller(tmp_path: Path
     base = {"PATH": "/usr/bin", "SHELL": "/bin/bash"}
     assert opencode_env(tmp_path / "h", tmp_path / "ws", base, shell="/usr/bin/bash")["SHELL"] == "/usr/bin/bash"
     assert "SHELL" not in opencode_env(tmp_path / "h", tmp_path / "ws", base)  # unknown: OpenCode's own fallback
+    planted = tmp_path / "ws" / "bin" / "bash"  # a shell a replayed write could have planted
+    planted.parent.mkdir(parents=True)
+    planted.write_text("#!/bin/sh\n")
+    planted.chmod(0o755)
+    for shell in (str(planted), "/nonexistent/bin/zsh", "bin/bash"):
+        assert "SHELL" not in opencode_env(tmp_path / "h", tmp_path / "ws", base, shell=shell), shell
 
 
 def test_recorded_model_comes_from_the_last_assistant_message() -> None:

@@ -198,6 +198,7 @@ def continue_session(plan: Plan, prefix: NativePrefix, context: RunContext,
         "opencode_step_budget": {"budget": settings.remaining_steps, "completed_steps": watch.steps,
                                  "sigint_sent": watch.budget_fired, "bridge_refused_over_budget": summary.over_budget},
         "opencode_idle_watchdog": {"limit_s": watch.idle_s, "fired": watch.idle_fired},
+        "opencode_shell": env.get("SHELL"),  # the recording's (None: unset, OpenCode runs `bash` from PATH)
     }
     actions = parse_opencode(continued_path).next_actions
     return Continuation(

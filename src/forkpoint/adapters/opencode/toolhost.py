@@ -48,12 +48,14 @@ def opencode_env(home: Path, cwd: Path, base: dict[str, str] | None = None, *,
     ``PWD`` is set to the cwd: OpenCode takes its project directory from it (an inherited PWD would point its
     tools at forkpoint's own directory). ``SHELL`` comes from the recording, never from the caller: OpenCode runs
     bash-tool commands with ``$SHELL`` started as that path (``$0``, and every shell error line, names it), else
-    with ``bash`` found on PATH; so it is the ``shell`` the recording showed (parse.recorded_shell), or unset.
+    with ``bash`` found on PATH; so it is the ``shell`` the recording showed (parse.recorded_shell), or unset. A
+    recorded path that is not an executable file of this host outside the workspace (which replayed calls write) is
+    not used: OpenCode would not run it either, or it would be a program the recording planted.
     """
     env = sanitized_env(os.environ if base is None else base, strip_credentials=True)
     env["PWD"] = str(cwd)
     env.pop("SHELL", None)
-    if shell is not None:
+    if shell is not None and usable_shell(shell, cwd):
         env["SHELL"] = shell
     for name in list(env):
         if name.startswith(("OPENCODE_", "XDG_")) or name.lower() in ("http_proxy", "https_proxy", "all_proxy"):
@@ -67,6 +69,12 @@ def opencode_env(home: Path, cwd: Path, base: dict[str, str] | None = None, *,
         "NO_PROXY": "127.0.0.1,localhost,::1", "no_proxy": "127.0.0.1,localhost,::1",
     })
     return env
+
+
+def usable_shell(shell: str, workspace: Path) -> bool:
+    real, root = os.path.realpath(shell), os.path.realpath(workspace)
+    inside = real == root or real.startswith(root.rstrip("/") + "/")
+    return os.path.isabs(shell) and not inside and os.path.isfile(real) and os.access(real, os.X_OK)
 
 
 def provider_config(provider: str, model: str, base_url: str, api_key: str) -> JsonObject:
