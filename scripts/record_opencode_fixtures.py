@@ -5,8 +5,10 @@ For every verified OpenCode version installed in forkpoint's runtime cache and e
 ScriptedModel (OpenAI Chat Completions over SSE; the only stand-in), write a private HOME/XDG tree with an
 ``opencode.json`` whose provider ``scripted`` (``@ai-sdk/openai-compatible``) points at it, restore the scenario's
 workspace at ``/tmp/forkpoint-rec-opencode/<scenario>`` and run, from there,
-``opencode run --format=json --thinking --print-logs "<task>"``. Then ``opencode export <session>`` writes the
-session as JSON. Saved per case:
+``opencode run --format=json --thinking --print-logs "<task>"`` (``run_log``: plain ``opencode run --format=json
+"<task>"``, as a user runs it). Then ``opencode export <session>`` writes the session as JSON. Both commands write
+their stdout to a FILE: the Bun binary exits without flushing a pipe, so an export over 64 KiB read through a pipe
+is cut at 65,536 bytes. Saved per case:
 
 * ``events.jsonl``: the ``run --format=json`` stdout (the native event log); ``stderr.txt`` the logfmt log;
 * ``export.json``: ``opencode export`` of the session (the full record: user message, every part);
@@ -82,6 +84,8 @@ class Scenario:
     turns: list[list[Block]]
     #: per batch (in order): expected tool status per call ("completed" / "error")
     statuses: list[list[str]]
+    #: the ``opencode run`` flags after ``--format=json``
+    flags: tuple[str, ...] = ("--thinking", "--print-logs")
 
 
 def ws(scenario: str, name: str) -> str:
@@ -90,6 +94,10 @@ def ws(scenario: str, name: str) -> str:
 
 def bash(command: str) -> Block:
     return tool_use("bash", {"command": command, "description": "Run a command"})
+
+
+#: 1,200 numbered lines (~36 KB): the long session reads, greps and edits it
+LONG_FILE = "".join(f"line {n:04d} of the long session\n" for n in range(1, 1201))
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -136,6 +144,35 @@ SCENARIOS: dict[str, Scenario] = {
          [text("Listed.")]],
         [["completed"], ["completed"], ["completed"]],
     ),
+    "long_session": Scenario(
+        "Work through the long file.", {"big.txt": LONG_FILE, "notes.md": "# notes\n"},
+        [[thinking("Look at the file first."), bash("wc -l big.txt && head -n 3 big.txt")],
+         [bash("nosuchcmd_forkpoint --help")],  # the shell names itself: `<$SHELL or bash on PATH>: line 1: ...`
+         [tool_use("read", {"filePath": ws("long_session", "big.txt"), "limit": 400})],
+         [bash("sed -n '401,800p' big.txt")],
+         [tool_use("edit", {"filePath": ws("long_session", "big.txt"), "oldString": "line 0007 of",
+                            "newString": "LINE 0007 of"})],
+         [tool_use("read", {"filePath": ws("long_session", "big.txt"), "offset": 801, "limit": 400})],
+         [tool_use("grep", {"pattern": "line 01[0-9][0-9] of", "include": "*.txt"})],
+         [bash("tail -n 400 big.txt | tr a-z A-Z")],
+         [tool_use("write", {"filePath": ws("long_session", "summary.md"), "content": "1200 lines, one edited\n"}),
+          tool_use("glob", {"pattern": "*.md"})],
+         [bash("wc -c big.txt notes.md summary.md")],
+         [text("The long file is summarised in summary.md.")]],
+        [["completed"], ["completed"], ["completed"], ["completed"], ["completed"], ["completed"], ["completed"],
+         ["completed"], ["completed", "completed"], ["completed"]],
+    ),
+    "run_log": Scenario(
+        "Check the notes, as a user would run it.", {"notes.txt": "alpha\nbeta\n"},
+        [[thinking("Several things at once."), text("Reading and listing."), bash("ls && nosuchcmd_forkpoint"),
+          tool_use("read", {"filePath": ws("run_log", "notes.txt")})],
+         [thinking("Now change it."), tool_use("edit", {"filePath": ws("run_log", "notes.txt"), "oldString": "beta",
+                                                        "newString": "gamma"})],
+         [bash("cat notes.txt")],
+         [text("notes.txt now says alpha, gamma.")]],
+        [["completed", "completed"], ["completed"], ["completed"]],
+        flags=(),
+    ),
     "errors": Scenario(
         "Show me the failures.", {"notes.txt": "hello\n"},
         [[bash("echo out; echo err >&2; exit 3")],
@@ -170,16 +207,22 @@ def scrub(body: Any) -> Any:
     return out
 
 
-def run(binary: Path, args: list[str], cwd: Path, home: Path) -> subprocess.CompletedProcess[bytes]:
-    proc = subprocess.Popen([str(binary), *args], cwd=cwd, env=environment(home), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise SystemExit(f"opencode {' '.join(args[:2])} did not finish within {TIMEOUT_S:.0f} s") from None
-    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+def run(binary: Path, args: list[str], cwd: Path, home: Path, out: Path) -> subprocess.CompletedProcess[bytes]:
+    """Run to completion with stdout and stderr on files in ``out`` (never a pipe: Bun exits before flushing one)."""
+    stdout_path, stderr_path = out / ".stdout", out / ".stderr"
+    with stdout_path.open("xb") as stdout, stderr_path.open("xb") as stderr:
+        proc = subprocess.Popen([str(binary), *args], cwd=cwd, env=environment(home), stdin=subprocess.DEVNULL,
+                                stdout=stdout, stderr=stderr, start_new_session=True)
+        try:
+            proc.wait(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise SystemExit(f"opencode {' '.join(args[:2])} did not finish within {TIMEOUT_S:.0f} s") from None
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout_path.read_bytes(), stderr_path.read_bytes())
+    stdout_path.unlink()
+    stderr_path.unlink()
+    return done
 
 
 def record(version: str, name: str, out_root: Path) -> list[str]:
@@ -200,19 +243,19 @@ def record(version: str, name: str, out_root: Path) -> list[str]:
     script = {"seed": f"opencode/{name}", "turns": [{"content": turn} for turn in scenario.turns]}
     (out / "script.json").write_text(json.dumps(script, indent=2) + "\n", "utf-8")
     model = ScriptedModel.from_file(out / "script.json")
-    args = ["run", "--format=json", "--thinking", "--print-logs", scenario.task]
+    args = ["run", "--format=json", *scenario.flags, scenario.task]
     with model.serve() as url:
         settings = config(url)
         (home / ".config" / "opencode").mkdir(parents=True)
         (home / ".config" / "opencode" / "opencode.json").write_text(json.dumps(settings, indent=2), "utf-8")
-        done = run(runtime.entrypoint, args, cwd, home)
+        done = run(runtime.entrypoint, args, cwd, home, out)
     (out / "events.jsonl").write_bytes(done.stdout)
     (out / "stderr.txt").write_bytes(done.stderr)
     events = [json.loads(line) for line in done.stdout.decode().splitlines() if line.strip()]
     session_id = next((e.get("sessionID") for e in events if e.get("sessionID")), None)
     problems = [] if done.returncode == 0 else [f"exit {done.returncode}: {done.stderr.decode()[-800:]}"]
     if session_id:
-        exported = run(runtime.entrypoint, ["export", session_id], cwd, home)
+        exported = run(runtime.entrypoint, ["export", session_id], cwd, home, out)
         text_out = exported.stdout.decode()
         start = text_out.find("{")  # 1.17 prints "Exporting session: ..." before the JSON
         (out / "export.json").write_text(json.dumps(json.loads(text_out[start:]), indent=2) + "\n", "utf-8")

@@ -138,3 +138,26 @@ def test_max_trajectory_bytes_defaults_to_256_mib_and_is_a_strict_positive_key(t
     request = tmp_path / "request.json"
     request.write_text(json.dumps({"schema_version": REQUEST_SCHEMA, **BASE, "max_trajectory_bytes": 5}))
     assert load_json_request(request).max_trajectory_bytes == 5
+
+
+def test_opencode_export_completes_an_opencode_event_log_only(tmp_path: Path) -> None:
+    request = build_request({**BASE, "agent": "opencode", "opencode_export": "ses.json"}, source="test")
+    assert request.opencode_export == Path("ses.json")
+    message = _refusal({**BASE, "agent": "codex", "opencode_export": "ses.json"}).message
+    assert "opencode_export (--opencode-export) completes an OpenCode event log; agent is codex" in message
+    config = tmp_path / "replay.toml"
+    config.write_text('[replay]\nagent = "opencode"\ntrajectory = "run.jsonl"\nafter_step = 1\n'
+                      'opencode_export = "ses.json"\n')
+    assert load_toml(config).opencode_export == tmp_path / "ses.json"  # relative to the config file
+
+
+def test_a_missing_opencode_export_is_a_configuration_error(tmp_path: Path) -> None:
+    from forkpoint.engine import execute
+
+    fixture = Path(__file__).parent / "fixtures" / "opencode" / "1.18.33" / "run_log"
+    result = execute(build_request({"agent": "opencode", "trajectory": str(fixture / "events.jsonl"), "after_step": 1,
+                                    "replay_only": True, "workspace": str(tmp_path),
+                                    "opencode_export": str(tmp_path / "absent.json"),
+                                    "output_dir": str(tmp_path / "out"), "state_dir": str(tmp_path / "state")},
+                                   source="test"))
+    assert result.failure is not None and result.exit_code == 2 and "absent.json" in result.failure.message

@@ -28,7 +28,7 @@ _DIRECT_OPTIONS = (
     "agent", "trajectory", "after_step", "workspace", "state_dir", "output_dir", "run_id", "max_steps",
     "prepare_only", "replay_only", "allow_stale_observations", "boundary_user_prompt", "upstream",
     "upstream_url", "agent_entrypoint", "sandbox", "path_map", "workspace_from", "on_divergence", "branches",
-    "branch_prompt", "parallel", "keep_snapshot", "drop_snapshot", "max_trajectory_bytes",
+    "branch_prompt", "parallel", "keep_snapshot", "drop_snapshot", "max_trajectory_bytes", "opencode_export",
 )
 
 #: (option, metavar or None for a flag, type, help) of `forkpoint replay`, in the order --help lists them.
@@ -82,6 +82,8 @@ _REPLAY_OPTIONS: tuple[tuple[str, str | None, Callable[[str], Any], str], ...] =
     ("--keep-snapshot", None, bool, "Keep the boundary snapshot (for `forkpoint continue`) also after a single "
      "continuation."),
     ("--drop-snapshot", None, bool, "Keep no boundary snapshot (replay-only and branched runs keep one by default)."),
+    ("--opencode-export", "FILE", Path, "With an OpenCode `run --format=json` event log as --trajectory: the "
+     "session's `opencode export` JSON, which gives what the log lacks (the prompt, the version)."),
     ("--config", "FILE", Path, "A TOML file with a [replay] table (same keys, snake_case)."),
     ("--request", "FILE", Path, 'A JSON request with schema_version "forkpoint.request/v1".'),
     ("--json", None, bool, "Print the result as one JSON line."),

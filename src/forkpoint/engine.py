@@ -136,7 +136,15 @@ def _prepare(request: ReplayRequest, report: Progress) -> Prepared:
     adapter = get_adapter(request.agent)
     source = request.trajectory.resolve()
     report(f"parsing {source}")
-    parsed = adapter.parse(source, request.max_trajectory_bytes)
+    if request.opencode_export is not None:  # an OpenCode event log completed by the session's export
+        from forkpoint.adapters.opencode.parse import parse_opencode
+
+        if not request.opencode_export.is_file():
+            raise configuration(f"opencode_export is not a regular file: {request.opencode_export}")
+        parsed = parse_opencode(source, export=request.opencode_export.resolve(),
+                                max_bytes=request.max_trajectory_bytes)
+    else:
+        parsed = adapter.parse(source, request.max_trajectory_bytes)
     profile = adapter.profile_for(parsed)
     plan = planning.select_boundary(
         parsed,

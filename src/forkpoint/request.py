@@ -60,6 +60,7 @@ class ReplayRequest:
     parallel: int | None = None  # concurrent branches (bwrap only) [default: the cores]
     keep_snapshot: bool | None = None  # keep the boundary snapshot; None: for replay-only and branched runs
     max_trajectory_bytes: int = DEFAULT_MAX_INPUT_BYTES  # the one size bound of every trajectory parser
+    opencode_export: Path | None = None  # `opencode export` JSON completing an OpenCode run event log
 
     def resolved_run_id(self) -> str:
         return self.run_id or f"replay-{uuid.uuid4().hex}"
@@ -93,7 +94,7 @@ def build_request(values: dict[str, Any], *, source: str) -> ReplayRequest:
         if values.get(flag) is not None and not isinstance(values[flag], bool):
             raise configuration(f"{source}: {flag} must be true or false")
     fields["mode"] = mode_from_flags(bool(values.get("prepare_only")), bool(values.get("replay_only")))
-    for key in ("trajectory", "workspace", "state_dir", "output_dir", "agent_entrypoint"):
+    for key in ("trajectory", "workspace", "state_dir", "output_dir", "agent_entrypoint", "opencode_export"):
         if key in fields:
             if not isinstance(fields[key], str | Path) or str(fields[key]) == "":
                 raise configuration(f"{source}: {key} must be a non-empty path string")
@@ -139,6 +140,9 @@ def validate_request(request: ReplayRequest) -> None:
         raise configuration("upstream_url must be an http:// or https:// URL")
     if request.agent_entrypoint is not None and not request.agent_entrypoint.is_absolute():
         raise configuration("agent_entrypoint must be an absolute path")
+    if request.opencode_export is not None and request.agent != "opencode":
+        raise configuration("opencode_export (--opencode-export) completes an OpenCode event log; agent is "
+                            f"{request.agent}")
     if request.sandbox not in SANDBOXES:
         raise configuration(unknown_sandbox_message(request.sandbox))
     if request.path_map:
@@ -188,7 +192,7 @@ def load_json_request(path: Path) -> ReplayRequest:
 
 def _relative_to(values: dict[str, Any], base: Path) -> dict[str, Any]:
     """Relative paths inside a config file are relative to that file, not to the caller's cwd."""
-    for key in ("trajectory", "workspace", "state_dir", "output_dir", "workspace_from"):
+    for key in ("trajectory", "workspace", "state_dir", "output_dir", "workspace_from", "opencode_export"):
         value = values.get(key)
         if isinstance(value, str) and value and not Path(value).is_absolute():
             if key == "workspace_from":

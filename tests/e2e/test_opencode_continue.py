@@ -20,6 +20,7 @@ from forkpoint import runtimes
 from forkpoint.adapters.opencode.envelope import masked_system_sha256, project_request_message
 from forkpoint.adapters.opencode.parse import parse_opencode
 from forkpoint.hashing import canonical_sha256
+from forkpoint.model import Observation
 from forkpoint.results import ReplayResult
 from forkpoint.testing import ScriptedModel
 from forkpoint.testing.recordings import replay_recording
@@ -32,11 +33,18 @@ VERSIONS = ("1.17.11", "1.18.33")
 NONCE_MARK = "__forkpoint_nonce_"
 
 
+#: long recordings: only their LAST boundary (the whole session exported after the continuation, > 64 KiB)
+LAST_ONLY = frozenset({"long_session"})
+PIPE_CAPACITY = 65536
+
+
 def _cases() -> list[tuple[str, str, int]]:
     cases = []
     for version in VERSIONS:
         for export in sorted((FIXTURES / version).glob("*/export.json")):
-            for after in range(1, parse_opencode(export).complete_count + 1):
+            count = parse_opencode(export).complete_count
+            first = count if export.parent.name in LAST_ONLY else 1
+            for after in range(first, count + 1):
                 cases.append((version, export.parent.name, after))
     return cases
 
@@ -62,6 +70,7 @@ def test_replay_and_continue_every_boundary(
 ) -> None:
     require_runtime(version)
     monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
+    monkeypatch.setenv("SHELL", "/bin/bash")  # forkpoint's own; the recordings had none (OpenCode ran /usr/bin/bash)
     fixture = FIXTURES / version / scenario
     trajectory = parse_opencode(fixture / "export.json")
     stale = any(call.stale for batch in trajectory.batches[:after] for call in batch.calls)
@@ -95,6 +104,70 @@ def test_replay_and_continue_every_boundary(
     continued = out / "native" / "continued" / f"{parse_opencode(fixture / 'export.json').session_id}.json"
     assert NONCE_MARK not in continued.read_text()
     assert parse_opencode(continued).batches[:after] == parse_opencode(fixture / "export.json").batches[:after]
+    if scenario in LAST_ONLY:  # `opencode export` through a pipe was cut at 65,536 bytes (issue 22.3)
+        assert continued.stat().st_size > PIPE_CAPACITY and parse_opencode(continued).complete_count == after
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_run_event_log_replays_and_continues_with_its_export(
+    version: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plain `opencode run --format=json` log (no reasoning, no prompt, no version) + `--opencode-export`."""
+    require_runtime(version)
+    monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
+    monkeypatch.setenv("SHELL", "/bin/bash")
+    fixture = FIXTURES / version / "run_log"
+    export = fixture / "export.json"
+    replayed = run(fixture, tmp_path, 1, trajectory=fixture / "events.jsonl", opencode_export=str(export),
+                   replay_only=True)
+    assert replayed.failure is None, replayed.failure
+    assert (replayed.phase, replayed.quality) == ("replayed", "verified")
+    out = Path(replayed.output_dir or "")
+    rows = json.loads((out / "observations.json").read_text())["observations"]
+    assert [row["name"] for row in rows] == ["bash", "read"] and all(row["exact"] for row in rows), rows
+    assert "/usr/bin/bash: line 1: nosuchcmd_forkpoint" in (parse_opencode(export).batches[0].calls[0]
+                                                              .historical or Observation("")).content
+    prefix = next((out / "native" / "prefix").glob("ses_*.json"))
+    cut, recorded = parse_opencode(prefix).native.messages, parse_opencode(export).native.messages[:2]
+    assert [m.info for m in cut] == [m.info for m in recorded]  # the prompt and message details of the export
+    assert [[p["type"] for p in m.parts] for m in cut] == [[p["type"] for p in m.parts] for m in recorded]
+    assert [p for p in cut[1].parts if p["type"] == "reasoning"] == [  # not in the log, kept from the export
+        p for p in recorded[1].parts if p["type"] == "reasoning"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["source"]["path"] == str(fixture / "events.jsonl")
+
+    model = ScriptedModel.from_file(fixture / "script.json")
+    after = parse_opencode(export).complete_count
+    with model.serve() as url:
+        continued = run(fixture, tmp_path, after, trajectory=fixture / "events.jsonl", opencode_export=str(export),
+                        upstream="openai-chat", upstream_url=f"{url}/v1")
+    assert continued.failure is None, continued.failure
+    assert (continued.phase, continued.quality, continued.agent_status) == ("continued", "verified", "completed")
+    assert continued.metadata["opencode_shell"] == "/usr/bin/bash"  # the recording's, not forkpoint's /bin/bash
+    main = [entry for entry in model.requests if entry.get("kind") == "main"]
+    original = recorded_main_requests(fixture)[after]["body"]
+    assert canonical_sha256([project_request_message(m) for m in main[0]["body"]["messages"][1:]]) == \
+        canonical_sha256([project_request_message(m) for m in original["messages"][1:]])
+    rows = json.loads((Path(continued.output_dir or "") / "observations.json").read_text())["observations"]
+    assert len(rows) == sum(len(b.calls) for b in parse_opencode(export).batches)  # no call replayed twice
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_final_event_over_64_kib_is_kept_whole(version: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """1.17.11 exits without flushing a pipe: its last `text` event (> 64 KiB) was cut; stdout is a file now."""
+    require_runtime(version)
+    monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
+    fixture = FIXTURES / version / "bash_basic"
+    script = json.loads((fixture / "script.json").read_text())
+    answer = "".join(f"line {n:05d} of a long final answer\n" for n in range(4000))  # 132 KB
+    model = ScriptedModel([*script["turns"][:1], {"content": [text(answer)]}], seed=script["seed"])
+    with model.serve() as url:
+        result = run(fixture, tmp_path, 1, upstream="openai-chat", upstream_url=f"{url}/v1")
+    assert result.failure is None, result.failure
+    events_path = Path(result.output_dir or "") / "native" / "continued" / "events.jsonl"
+    events = [json.loads(line) for line in events_path.read_text().splitlines()]
+    assert [e["type"] for e in events][-2:] == ["text", "step_finish"] and events[-2]["part"]["text"] == answer
+    assert result.metadata["opencode_step_budget"]["completed_steps"] == 1
 
 
 def test_stale_calls_need_the_degraded_opt_in(tmp_path: Path) -> None:
@@ -109,6 +182,8 @@ def test_event_log_is_refused_for_replay_with_the_export_hint(tmp_path: Path) ->
     result = run(fixture, tmp_path, 1, trajectory=fixture / "events.jsonl", replay_only=True)
     assert result.failure is not None and result.exit_code == 11
     assert "opencode export ses_" in result.failure.message
+    assert "--opencode-export" in result.failure.message and "version" in result.failure.message
+    assert not (tmp_path / "out" / "run-1").exists()
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -43,6 +43,19 @@ def test_environment_is_private_and_offline(tmp_path: Path) -> None:
     assert env["OPENCODE_DISABLE_MODELS_FETCH"] == "1" and "127.0.0.1" in env["NO_PROXY"]
 
 
+def test_the_shell_comes_from_the_recording_never_from_the_caller(tmp_path: Path) -> None:
+    """Issue 22.7: forkpoint's own SHELL=/bin/bash made a replayed error line say /bin/bash, not /usr/bin/bash."""
+    base = {"PATH": "/usr/bin", "SHELL": "/bin/bash"}
+    assert opencode_env(tmp_path / "h", tmp_path / "ws", base, shell="/usr/bin/bash")["SHELL"] == "/usr/bin/bash"
+    assert "SHELL" not in opencode_env(tmp_path / "h", tmp_path / "ws", base)  # unknown: OpenCode's own fallback
+    planted = tmp_path / "ws" / "bin" / "bash"  # a shell a replayed write could have planted
+    planted.parent.mkdir(parents=True)
+    planted.write_text("#!/bin/sh\n")
+    planted.chmod(0o755)
+    for shell in (str(planted), "/nonexistent/bin/zsh", "bin/bash"):
+        assert "SHELL" not in opencode_env(tmp_path / "h", tmp_path / "ws", base, shell=shell), shell
+
+
 def test_recorded_model_comes_from_the_last_assistant_message() -> None:
     export = json.loads((FIXTURES / "1.18.33" / "files" / "export.json").read_text())
     assert recorded_model(export) == ("scripted", "scripted-model")

@@ -9,8 +9,11 @@ equal the historical one call by call (after ``normalize_volatile``), with the s
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +48,20 @@ class Replay:
 _REPLAYS: dict[Path, Replay] = {}
 
 
+@contextmanager
+def caller_shell(shell: str) -> Iterator[None]:
+    """forkpoint's own SHELL differs from the recording's (unset there: OpenCode ran /usr/bin/bash from PATH)."""
+    before = os.environ.get("SHELL")
+    os.environ["SHELL"] = shell
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("SHELL", None)
+        else:
+            os.environ["SHELL"] = before
+
+
 def replay(export: Path) -> Replay:
     if export in _REPLAYS:
         return _REPLAYS[export]
@@ -57,9 +74,10 @@ def replay(export: Path) -> Replay:
     assert trajectory.cwd == str(cwd)
     calls = fresh_calls(export)
     result = Replay({call.call_id: call for call in calls}, {})
-    with holding(cwd), tempfile.TemporaryDirectory(prefix="forkpoint-oc-fidelity-") as tmp:
+    with holding(cwd), tempfile.TemporaryDirectory(prefix="forkpoint-oc-fidelity-") as tmp, caller_shell("/bin/bash"):
         restore_initial(export.parent)
-        executor = OpenCodeToolExecutor(RunContext(cwd, Path(tmp) / "state", Path(tmp) / "out"), runtime.entrypoint)
+        executor = OpenCodeToolExecutor(RunContext(cwd, Path(tmp) / "state", Path(tmp) / "out"), runtime.entrypoint,
+                                        shell=trajectory.native.shell)
         try:
             for call in calls:
                 result.fresh[call.call_id] = executor.run(call)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -50,8 +51,89 @@ def test_event_log_and_export_agree(fixture: Path) -> None:
     assert export.cwd == json.loads((fixture / "meta.json").read_text())["cwd"]
     assert export.complete_count == events.complete_count == len(export.batches) >= 2
     assert [b.calls for b in export.batches] == [b.calls for b in events.batches]
-    assert export.next_actions == events.next_actions
+    if "--thinking" in json.loads((fixture / "meta.json").read_text())["command"]:
+        assert export.next_actions == events.next_actions
+    else:  # a plain `run --format=json` log prints no reasoning
+        assert [a and dataclasses.replace(a, reasoning="") for a in export.next_actions] == list(events.next_actions)
     assert not export.warnings and any("no user prompt" in w for w in events.warnings)
+
+
+@pytest.mark.parametrize("fixture", RECORDINGS, ids=lambda p: f"{p.parent.name}-{p.name}")
+def test_event_log_with_its_export_is_the_export(fixture: Path) -> None:
+    """What the log lacks (prompt, version, reasoning, message details) comes from the export; nothing twice."""
+    completed = parse_opencode(fixture / "events.jsonl", export=fixture / "export.json")
+    export = parse_opencode(fixture / "export.json")
+    assert completed.source_path == fixture / "events.jsonl" and completed.version == export.version
+    assert completed.batches == export.batches and completed.next_actions == export.next_actions
+    assert completed.native.form == "export" and completed.native.prompt_known
+    assert completed.native.messages == export.native.messages and completed.native.shell == export.native.shell
+    assert any("come from the OpenCode export" in w for w in completed.warnings)
+
+
+def test_export_must_be_of_the_logged_run(tmp_path: Path) -> None:
+    fixture = FIXTURES / "1.18.33" / "run_log"
+    other = FIXTURES / "1.18.33" / "bash_basic" / "export.json"
+    with pytest.raises(ReplayError) as caught:
+        parse_opencode(fixture / "events.jsonl", export=other)
+    message = caught.value.message
+    assert "the OpenCode export is of session" in message and "opencode export ses_" in message
+    export = json.loads((fixture / "export.json").read_text())
+    tool_part = next(p for m in export["messages"] for p in m["parts"] if p["type"] == "tool")
+    tool_part["state"]["output"] = "something else\n"
+    (tmp_path / "edited.json").write_text(json.dumps(export))
+    with pytest.raises(ReplayError) as caught:
+        parse_opencode(fixture / "events.jsonl", export=tmp_path / "edited.json")
+    assert f"disagrees with the event log on part {tool_part['id']}" in caught.value.message
+    export = json.loads((fixture / "export.json").read_text())
+    export["messages"] = export["messages"][:2]  # an export taken before the run ended
+    (tmp_path / "early.json").write_text(json.dumps(export))
+    with pytest.raises(ReplayError) as caught:
+        parse_opencode(fixture / "events.jsonl", export=tmp_path / "early.json")
+    assert "lacks message msg_" in caught.value.message
+    with pytest.raises(ReplayError) as caught:
+        parse_opencode(fixture / "export.json", export=fixture / "export.json")
+    assert "already an `opencode export` JSON" in caught.value.message
+    with pytest.raises(ReplayError) as caught:
+        parse_opencode(fixture / "events.jsonl", export=fixture / "events.jsonl")
+    assert "is not an `opencode export` JSON" in caught.value.message
+
+
+def test_later_runs_of_the_session_are_cut_off(tmp_path: Path) -> None:
+    """An export taken after the session went on: the log's run ends the trajectory."""
+    fixture = FIXTURES / "1.17.11" / "run_log"
+    events = [json.loads(line) for line in (fixture / "events.jsonl").read_text().splitlines()]
+    last_message = next(e["part"]["messageID"] for e in events if e["type"] == "tool_use")
+    first_step = [e for e in events if e["part"]["messageID"] == last_message]  # only the first step was logged
+    log = write_events(tmp_path / "first.jsonl", first_step)
+    parsed = parse_opencode(log, export=fixture / "export.json")
+    assert [m.role for m in parsed.native.messages] == ["user", "assistant"]
+    assert len(parsed.batches) == 1 and parsed.next_actions[-1] is None
+    assert parsed.batches[0] == parse_opencode(fixture / "export.json").batches[0]
+
+
+@pytest.mark.parametrize("version", ["1.17.11", "1.18.33"])
+def test_the_shell_comes_from_the_recorded_shell_error(version: str) -> None:
+    """SHELL was unset while recording, so OpenCode ran `bash` from PATH; its error line names /usr/bin/bash."""
+    assert parse_opencode(FIXTURES / version / "long_session" / "export.json").native.shell == "/usr/bin/bash"
+    assert parse_opencode(FIXTURES / version / "bash_basic" / "export.json").native.shell is None
+
+
+@pytest.mark.parametrize(("outputs", "shell", "warned"), [
+    (["/bin/bash: line 1: nope: command not found\n"], "/bin/bash", False),
+    (["x\n/bin/sh: 1: nope: not found\n"], "/bin/sh", False),
+    (["/usr/bin/zsh:1: command not found: nope\n"], "/usr/bin/zsh", False),
+    (["bash: line 1: nope: command not found\n", "/home/u/bash: line 1: x\n"], "/home/u/bash", False),
+    (["/usr/bin/bash: line 1: a: command not found\n", "/bin/bash: line 3: b: command not found\n"],
+     "/usr/bin/bash", True),
+    (["/usr/bin/python: line 1: not a shell\n", "see /bin/bash: line 1: quoted\n"], None, False),
+])
+def test_recorded_shell_is_the_first_shell_error_path(tmp_path: Path, outputs: list[str], shell: str | None,
+                                                      warned: bool) -> None:
+    events = [step("msg_1", "prt_10")]
+    events += [tool("msg_1", f"prt_1{i + 1}", f"call_{i}", output=out) for i, out in enumerate(outputs)]
+    parsed = parse_opencode(write_events(tmp_path / "run.jsonl", [*events, finish("msg_1", "prt_19")]))
+    assert parsed.native.shell == shell
+    assert any("several shells" in w for w in parsed.warnings) == warned
 
 
 def test_parallel_batch_is_in_call_order_although_completed_out_of_order(tmp_path: Path) -> None:

@@ -73,3 +73,20 @@ def test_the_watch_drives_a_real_supervised_process(tmp_path: Path) -> None:
     result = run_supervised(["sleep", "30"], cwd=tmp_path, env=dict(os.environ), timeout_s=30, watch=silent)
     assert silent.idle_fired and result.returncode is not None and result.returncode < 0
     assert not result.timed_out
+
+
+def test_poll_reads_the_stdout_file_as_it_grows(tmp_path: Path) -> None:
+    """The agent's stdout is a file (Bun drops a pipe's unflushed tail at exit): each tick reads what was added."""
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b"")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        watch = StepWatch(budget=1, idle_s=60, stdout_fd=fd)
+        with path.open("ab") as handle:
+            handle.write(b'{"type":"step_start"}\n' + finish_line()[:9])
+        assert watch.action(time.monotonic()) is None and watch.steps == 0
+        with path.open("ab") as handle:
+            handle.write(finish_line()[9:])
+        assert watch.action(time.monotonic()) == signal.SIGINT and watch.steps == 1
+    finally:
+        os.close(fd)

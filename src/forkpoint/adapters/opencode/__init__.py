@@ -44,15 +44,19 @@ class OpenCodeAdapter:
             text.startswith(b"{") and b'"info"' in head and b'"ses_' in head)
 
     def parse(self, path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
-        return parse_opencode(path, max_bytes)
+        return parse_opencode(path, max_bytes=max_bytes)
 
     def profile_for(self, trajectory: Trajectory) -> str:
         profile = VERIFIED_VERSIONS.get(trajectory.version or "")
-        if profile is None:
-            shown = trajectory.version or "(an `opencode run` event log does not record the version)"
+        session = trajectory.session_id or "<session id>"
+        if trajectory.version is None:
             raise unsupported_version(
-                f"OpenCode {shown} is not a verified version (verified: {', '.join(VERIFIED_VERSIONS)}); replay the "
-                f"session's export: `opencode export {trajectory.session_id or '<session id>'}`")
+                "an `opencode run --format=json` event log records neither the OpenCode version nor the user prompt; "
+                f"pass the session's export as --opencode-export FILE (`opencode export {session} > FILE`, where the "
+                "session was recorded), or replay that export itself")
+        if profile is None:
+            raise unsupported_version(
+                f"OpenCode {trajectory.version} is not a verified version (verified: {', '.join(VERIFIED_VERSIONS)})")
         return profile
 
     def write_prepared_prefix(self, plan: Plan, out_dir: Path) -> NativePrefix:
@@ -66,9 +70,9 @@ class OpenCodeAdapter:
         from forkpoint.adapters.opencode.tools import OpenCodeToolExecutor
         from forkpoint.runtimes import resolve_entrypoint
 
-        native_of(plan)
+        native = native_of(plan)
         target = resolve_entrypoint(AGENT, plan.trajectory.version or "", None)
-        return OpenCodeToolExecutor(context, target.entrypoint)
+        return OpenCodeToolExecutor(context, target.entrypoint, shell=native.shell)
 
     def normalise_observation(self, content: object) -> object:
         """Documented volatile parts only (the saved-output path of a truncated bash output)."""

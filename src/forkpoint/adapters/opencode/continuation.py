@@ -9,12 +9,21 @@
    model request past the budget, so nothing beyond it is ever forwarded.
 4. The database is reconciled (database.reconcile: the nonce message removed, empty messages dropped,
    interrupted parts reported) and ``opencode export`` writes the continued session, the native output.
+
+The stdout of ``run`` and ``export`` goes to a file created here, never a pipe: the Bun binary exits without
+flushing a pipe, so an export over 64 KiB read through one was cut at 65,536 bytes (and a final ``run`` event of
+1.17.11 likewise).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -23,11 +32,13 @@ from forkpoint.adapters.opencode.database import Reconciled, database_path, reco
 from forkpoint.adapters.opencode.envelope import expected_prefix
 from forkpoint.adapters.opencode.gate import OpenCodeGate
 from forkpoint.adapters.opencode.parse import parse_opencode
+from forkpoint.adapters.opencode.session import native_of
 from forkpoint.adapters.opencode.toolhost import opencode_env, provider_config, write_config
 from forkpoint.adapters.opencode.watchdog import DEFAULT_IDLE_S, StepWatch
 from forkpoint.bridge.server import Bridge, BridgeSummary
 from forkpoint.bridge.upstream import Upstream
 from forkpoint.errors import ErrorKind, ReplayError, classify_continuation_output
+from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES, read_regular_file
 from forkpoint.hashing import make_nonce
 from forkpoint.ids import check_id
 from forkpoint.model import Continuation, ContinueSettings, JsonObject, NativePrefix, Plan, RunContext
@@ -36,6 +47,10 @@ from forkpoint.results import write_atomic
 
 IDLE_ENV = "FORKPOINT_OPENCODE_IDLE_TIMEOUT_S"
 HELPER_TIMEOUT_S = 180.0
+MAX_EXPORT_BYTES = DEFAULT_MAX_INPUT_BYTES
+MAX_EVENTS_BYTES = 64 * 1024 * 1024
+#: ``sh -c`` script: run "$@" with stdout appended to the (already created, empty) file "$1"
+_TO_FILE = 'out=$1; shift; exec "$@" >>"$out"'
 _TAIL = 4000
 
 
@@ -71,6 +86,42 @@ def helper(entrypoint: Path, args: list[str], context: RunContext, env: dict[str
     return result.stdout
 
 
+@contextmanager
+def stdout_file(state_dir: Path, name: str) -> Iterator[Path]:
+    """An empty file for a child's stdout: created O_EXCL in a private directory of the run's state dir, removed
+    with it afterwards. A child writes it through ``to_file``; read it with ``read_stdout``."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    private = Path(tempfile.mkdtemp(prefix=f"opencode-{name}-", dir=state_dir))
+    try:
+        target = private / name
+        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+        yield target
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def to_file(target: Path, command: list[str]) -> list[str]:
+    """``command`` with its stdout appended to ``target`` (``sh`` execs it: the process is the command itself)."""
+    return ["/bin/sh", "-c", _TO_FILE, "sh", str(target), *command]
+
+
+def read_stdout(target: Path, max_bytes: int) -> tuple[bytes, bool]:
+    """(the head of a stdout file, whether more was there), bounded and without following a link."""
+    read = read_regular_file(target.parent, target.name, max_bytes=max_bytes)
+    return read.data, read.truncated
+
+
+def export_session(entrypoint: Path, session_id: str, context: RunContext, env: dict[str, str]) -> JsonObject:
+    """``opencode export <id>`` with its stdout on a file (see ``stdout_file``): Bun does not flush a pipe."""
+    with stdout_file(context.state_dir, "export.json") as target:
+        command = to_file(target, [str(entrypoint), "export", session_id])
+        helper(Path(command[0]), command[1:], context, env, "export")
+        data, truncated = read_stdout(target, MAX_EXPORT_BYTES)
+    if truncated:
+        raise ReplayError(ErrorKind.CONTINUATION, f"opencode export printed more than {MAX_EXPORT_BYTES} bytes")
+    return export_json(data)
+
+
 def export_json(stdout: bytes) -> JsonObject:
     """``opencode export`` output: 1.17 may print a status line before the JSON document."""
     text = stdout.decode("utf-8", "replace")
@@ -96,7 +147,7 @@ def continue_session(plan: Plan, prefix: NativePrefix, context: RunContext,
     session_id = str(export["info"]["id"])
     provider, model = recorded_model(export)
     entrypoint, version = settings.target.entrypoint, settings.target.version
-    env = opencode_env(context.home, context.workspace)
+    env = opencode_env(context.home, context.workspace, shell=native_of(plan).shell)
     nonce = make_nonce()
     expected = expected_prefix(export, nonce, version, model)
     write_atomic(context.state_dir / "expected-prefix.json", json.dumps(expected.to_json()).encode())
@@ -105,11 +156,19 @@ def continue_session(plan: Plan, prefix: NativePrefix, context: RunContext,
     watch = StepWatch(settings.remaining_steps, idle_limit())
     bridge = Bridge(OpenCodeGate(expected, settings.boundary_prompt or None), _upstream(settings),
                     log_path=context.state_dir / "bridge-log.jsonl", max_model_requests=settings.remaining_steps)
-    with bridge:
+    with bridge, stdout_file(context.state_dir, "events.jsonl") as events_file:
         write_config(context.home, provider_config(provider, model, bridge.base_url + "/v1", "forkpoint-bridge"))
-        result = run_supervised(argv(entrypoint, session_id, provider, model, nonce), cwd=context.workspace,
-                                env=env, timeout_s=settings.timeout_s, grace_s=2.0,
-                                max_output_bytes=64 * 1024 * 1024, watch=watch)
+        watch.stdout_fd = os.open(events_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            result = run_supervised(to_file(events_file, argv(entrypoint, session_id, provider, model, nonce)),
+                                    cwd=context.workspace, env=env, timeout_s=settings.timeout_s, grace_s=2.0,
+                                    max_output_bytes=MAX_EVENTS_BYTES, watch=watch)
+            watch.poll()
+        finally:
+            os.close(watch.stdout_fd)
+            watch.stdout_fd = None
+        stdout, truncated = read_stdout(events_file, MAX_EVENTS_BYTES)
+        result = dataclasses.replace(result, stdout=stdout, stdout_truncated=truncated)
     summary = bridge.summary()  # stopped once, by the with block (a second stop would cut its shutdown short)
     continued_dir = context.output_dir / "native" / "continued"
     continued_dir.mkdir(parents=True, exist_ok=True)
@@ -141,6 +200,7 @@ def continue_session(plan: Plan, prefix: NativePrefix, context: RunContext,
         "opencode_step_budget": {"budget": settings.remaining_steps, "completed_steps": watch.steps,
                                  "sigint_sent": watch.budget_fired, "bridge_refused_over_budget": summary.over_budget},
         "opencode_idle_watchdog": {"limit_s": watch.idle_s, "fired": watch.idle_fired},
+        "opencode_shell": env.get("SHELL"),  # the recording's (None: unset, OpenCode runs `bash` from PATH)
     }
     actions = parse_opencode(continued_path).next_actions
     return Continuation(
@@ -179,7 +239,7 @@ def collect(export: JsonObject, nonce: str, boundary_prompt: str | None, context
     task_message = next((str(m["info"]["id"]) for m in reversed(export["messages"])
                          if m["info"].get("role") == "user"), None)
     reconciled = reconcile(database_path(context.home), session_id, prefix_ids, nonce, boundary_prompt, task_message)
-    continued = export_json(helper(entrypoint, ["export", check_id(session_id, "session id")], context, env, "export"))
+    continued = export_session(entrypoint, check_id(session_id, "session id"), context, env)
     payload = json.dumps(continued, indent=2, ensure_ascii=False).encode()
     if nonce.encode() in payload or nonce.encode() in stdout:
         raise ReplayError(ErrorKind.CONTINUATION, "the resume nonce remains in the continued OpenCode session")

@@ -9,6 +9,11 @@ Two inputs (measured on 1.17.11 and 1.18.33, see docs/adapters/opencode.md):
 * the ``opencode export <session>`` JSON ``{"info": {...session...}, "messages": [{"info", "parts"}]}``: the
   full record (user prompt, every part, the session's ``version`` and ``permission``).
 
+An event log lacks the prompt, the version, the message details and (without ``--thinking``) the reasoning, so it
+is replayed together with the session's export (``--opencode-export``): every part the log holds must be in the
+export and agree with it (same tool, call, input, status and result), and the session is the export's messages up
+to the last message the log shows (a later run of the same session is not part of this log).
+
 One step = one assistant message (``messageID``); one replay batch = the tool parts of one assistant message,
 complete when the message has its ``step-finish`` part and every tool part is terminal. Parts are ordered by
 part id, which is OpenCode's own storage order (for a parallel batch: call order). The same part id seen twice
@@ -19,6 +24,7 @@ come from the model and may repeat across runs, so a repeated one is made unique
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -44,6 +50,11 @@ STALE_REASONS = {
     "invalid": "OpenCode rejected the original call (unknown tool or bad arguments); its error is reused",
 }
 PART_EVENTS = frozenset({"step_start", "reasoning", "text", "tool_use", "step_finish"})
+#: OpenCode runs bash-tool commands with ``$SHELL`` (else ``bash`` on PATH), started as its full path, and a shell's
+#: own error line begins with that path (``$0``): bash ``<path>: line N: ``, dash ``<path>: N: ``, zsh ``<path>:N: ``
+_SHELL_ERROR = re.compile(r"^(/[^\s:]*/(?:bash|sh|dash|zsh|ksh|mksh))(?:: line \d+: |: \d+: |:\d+: )", re.M)
+#: what must agree between a part of the event log and the same part of the export
+_SAME_STATE = ("status", "input", "output", "error")
 
 
 @dataclass
@@ -77,17 +88,18 @@ class OcNative:
     messages: list[OcMessage]
     batch_message: list[int] = field(default_factory=list)  # per batch: index into messages
     call_ids: dict[str, str] = field(default_factory=dict)  # part id -> the ToolCall.call_id used for it
+    shell: str | None = None  # the shell the recorded bash tool ran (named by its own error lines), if shown
 
     @property
     def prompt_known(self) -> bool:
         return any(message.role == "user" for message in self.messages)
 
 
-def parse_opencode(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
-    try:
-        data = read_trajectory(path, max_bytes, "OpenCode trajectory")
-    except OSError as error:
-        raise trajectory(f"cannot read {path}: {error}") from None
+def parse_opencode(
+    path: Path, export: Path | None = None, max_bytes: int = DEFAULT_MAX_INPUT_BYTES
+) -> Trajectory:
+    """Parse an export or an event log; ``export`` (the session's ``opencode export`` JSON) completes an event log."""
+    data = _read(path, max_bytes)
     sha256 = hashlib.sha256(data).hexdigest()
     warnings: list[str] = []
     whole = _whole_json(data)
@@ -95,7 +107,25 @@ def parse_opencode(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Traj
         native = _from_export(whole)
     else:
         native = _from_events(data, warnings)
+    if export is not None:
+        if native.form == "export":
+            raise trajectory(f"{path} is already an `opencode export` JSON; --opencode-export completes an "
+                             "`opencode run --format=json` event log")
+        exported = _read(export, max_bytes)
+        document = _whole_json(exported)
+        if not (isinstance(document, dict) and "info" in document and "messages" in document):
+            raise trajectory(f"{export} is not an `opencode export` JSON (an object with info and messages)")
+        native = with_export(native, _from_export(document))
+        warnings.append(f"the prompt, version and message details come from the OpenCode export {export} "
+                        f"(sha256 {hashlib.sha256(exported).hexdigest()})")
     return _build(path, sha256, native, warnings)
+
+
+def _read(path: Path, max_bytes: int) -> bytes:
+    try:
+        return read_trajectory(path, max_bytes, "OpenCode trajectory")
+    except OSError as error:
+        raise trajectory(f"cannot read {path}: {error}") from None
 
 
 def _whole_json(data: bytes) -> Any:
@@ -220,6 +250,57 @@ def _merge(known: dict[str, JsonObject], part: JsonObject) -> None:
     known[part["id"]] = part
 
 
+def with_export(log: OcNative, full: OcNative) -> OcNative:
+    """The event log's run, as the export records it (refused where they disagree); see the module docstring."""
+    assert full.session is not None
+    log_session = (log.session or {}).get("id")
+    if log_session != full.session.get("id"):
+        raise trajectory(f"the OpenCode export is of session {full.session.get('id')}, the event log of "
+                         f"{log_session}; export the logged session: `opencode export {log_session}`")
+    position = {message.id: index for index, message in enumerate(full.messages)}
+    last = -1
+    for message in log.messages:
+        index = position.get(message.id)
+        if index is None:
+            raise trajectory(f"the OpenCode export lacks message {message.id} of the event log (an export of an "
+                             "earlier state of the session?)")
+        last = max(last, index)
+        exported = {str(part["id"]): part for part in full.messages[index].parts}
+        for part in message.parts:
+            other = exported.get(str(part["id"]))
+            if other is None or _differs(part, other):
+                what = "lacks" if other is None else "disagrees with the event log on"
+                raise trajectory(f"the OpenCode export {what} part {part['id']} of message {message.id}")
+    return OcNative("export", full.session, full.messages[: last + 1])
+
+
+def _differs(logged: JsonObject, exported: JsonObject) -> bool:
+    if logged.get("type") != exported.get("type") or logged.get("text") != exported.get("text"):
+        return True
+    if logged.get("type") != "tool":
+        return False
+    if (logged["tool"], logged["callID"]) != (exported.get("tool"), exported.get("callID")):
+        return True
+    state, other = logged["state"], exported.get("state")
+    return not isinstance(other, dict) or any(state.get(key) != other.get(key) for key in _SAME_STATE)
+
+
+def recorded_shell(messages: list[OcMessage], warnings: list[str]) -> str | None:
+    """The shell path a recorded bash output names in a shell error line (the first one; a second is warned of)."""
+    seen: list[str] = []
+    for message in messages:
+        for part in message.tool_parts():
+            state = part["state"]
+            output = state.get("output") if part["tool"] == "bash" else None
+            for match in _SHELL_ERROR.finditer(output if isinstance(output, str) else ""):
+                if match.group(1) not in seen:
+                    seen.append(match.group(1))
+    if len(seen) > 1:
+        warnings.append(f"the recorded bash outputs name several shells ({', '.join(seen)}); the tools re-run with "
+                        f"SHELL={seen[0]}")
+    return seen[0] if seen else None
+
+
 def _error_text(error: Any) -> str:
     if isinstance(error, dict):
         data = error.get("data")
@@ -278,7 +359,8 @@ def _build(path: Path, sha256: str, native: OcNative, warnings: list[str]) -> Tr
         next_actions.append(_signature(native.messages[following]) if following is not None else None)
     if native.form == "events" and not native.prompt_known:
         warnings.append("the event log holds no user prompt (OpenCode's run log never writes one); replaying "
-                        "or continuing needs the session's `opencode export` JSON")
+                        "or continuing needs the session's `opencode export` JSON (--opencode-export)")
+    native.shell = recorded_shell(native.messages, warnings)
     return Trajectory(
         agent=AGENT,
         version=version,

@@ -37,7 +37,8 @@ def require_export(native: OcNative) -> JsonObject:
     if native.form != "export" or native.session is None or not native.prompt_known:
         session = (native.session or {}).get("id") or "<session id>"
         raise trajectory("an `opencode run --format=json` event log holds neither the user prompt nor the session "
-                         f"(version, permission); replay the session's export instead: `opencode export {session}`")
+                         f"(version, permission); pass the session's export as --opencode-export FILE "
+                         f"(`opencode export {session} > FILE`) or replay that export itself")
     return native.session
 
 

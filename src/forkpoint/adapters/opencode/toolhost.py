@@ -41,14 +41,22 @@ STOP_GRACE_S = 15.0
 JsonObject = dict[str, Any]
 
 
-def opencode_env(home: Path, cwd: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+def opencode_env(home: Path, cwd: Path, base: dict[str, str] | None = None, *,
+                 shell: str | None = None) -> dict[str, str]:
     """A private HOME/XDG tree, OpenCode's network extras off, every proxy at a closed loopback port.
 
     ``PWD`` is set to the cwd: OpenCode takes its project directory from it (an inherited PWD would point its
-    tools at forkpoint's own directory).
+    tools at forkpoint's own directory). ``SHELL`` comes from the recording, never from the caller: OpenCode runs
+    bash-tool commands with ``$SHELL`` started as that path (``$0``, and every shell error line, names it), else
+    with ``bash`` found on PATH; so it is the ``shell`` the recording showed (parse.recorded_shell), or unset. A
+    recorded path that is not an executable file of this host outside the workspace (which replayed calls write) is
+    not used: OpenCode would not run it either, or it would be a program the recording planted.
     """
     env = sanitized_env(os.environ if base is None else base, strip_credentials=True)
     env["PWD"] = str(cwd)
+    env.pop("SHELL", None)
+    if shell is not None and usable_shell(shell, cwd):
+        env["SHELL"] = shell
     for name in list(env):
         if name.startswith(("OPENCODE_", "XDG_")) or name.lower() in ("http_proxy", "https_proxy", "all_proxy"):
             del env[name]
@@ -61,6 +69,12 @@ def opencode_env(home: Path, cwd: Path, base: dict[str, str] | None = None) -> d
         "NO_PROXY": "127.0.0.1,localhost,::1", "no_proxy": "127.0.0.1,localhost,::1",
     })
     return env
+
+
+def usable_shell(shell: str, workspace: Path) -> bool:
+    real, root = os.path.realpath(shell), os.path.realpath(workspace)
+    inside = real == root or real.startswith(root.rstrip("/") + "/")
+    return os.path.isabs(shell) and not inside and os.path.isfile(real) and os.access(real, os.X_OK)
 
 
 def provider_config(provider: str, model: str, base_url: str, api_key: str) -> JsonObject:
@@ -123,9 +137,11 @@ class HostCall:
 class ToolHost:
     """One ``opencode run`` that executes the calls it is given, in order; start lazily, ``close`` always."""
 
-    def __init__(self, entrypoint: Path, workspace: Path, home: Path, log_dir: Path) -> None:
+    def __init__(self, entrypoint: Path, workspace: Path, home: Path, log_dir: Path, *,
+                 shell: str | None = None) -> None:
         self.entrypoint = entrypoint
         self.workspace = workspace
+        self.shell = shell
         self.home = home
         self.log_dir = log_dir
         self.watch = EventWatch()
@@ -210,12 +226,12 @@ class ToolHost:
         write_config(self.home, provider_config(PROVIDER, MODEL, box["url"], "forkpoint-tools"))
         self.log_dir.mkdir(parents=True, exist_ok=True)
         argv = [str(self.entrypoint), "run", "--format=json", "--model", f"{PROVIDER}/{MODEL}", PROMPT]
+        env = opencode_env(self.home, self.workspace, shell=self.shell)
 
         def run() -> None:
             try:
-                self._result = run_supervised(argv, cwd=self.workspace, env=opencode_env(self.home, self.workspace),
-                                              timeout_s=24 * 3600.0, grace_s=2.0, watch=self.watch,
-                                              log_path=self.log_dir / "opencode-tools.log")
+                self._result = run_supervised(argv, cwd=self.workspace, env=env, timeout_s=24 * 3600.0, grace_s=2.0,
+                                              watch=self.watch, log_path=self.log_dir / "opencode-tools.log")
             except BaseException as error:  # surfaced by the next call / close
                 self._error = error
 

@@ -78,10 +78,10 @@ def observation(call: ToolCall, part: JsonObject, duration_ms: int) -> FreshObse
 class OpenCodeToolExecutor:
     """FRESH calls go through one OpenCode tool host (the recorded version) started on the first call."""
 
-    def __init__(self, context: RunContext, entrypoint: Path) -> None:
+    def __init__(self, context: RunContext, entrypoint: Path, *, shell: str | None = None) -> None:
         self.workspace = context.workspace
         self.host = ToolHost(entrypoint, context.workspace, context.state_dir / "opencode-tools-home",
-                             context.logs)
+                             context.logs, shell=shell)
 
     def run(self, call: ToolCall) -> FreshObservation:
         check_paths(call, self.workspace)
