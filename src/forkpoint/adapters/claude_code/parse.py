@@ -13,6 +13,7 @@ Rules (measured on the real binaries, see docs/adapters/claude-code.md):
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from forkpoint.model import ActionSignature, Batch, CallPolicy, JsonObject, Obse
 
 AGENT = "claude-code"
 LEAF_TYPES = frozenset({"user", "assistant", "attachment", "system"})
+_STREAM_TYPES = frozenset({"system", "assistant", "user", "result", "stream_event"})
 
 
 @dataclass
@@ -90,6 +92,7 @@ class _Scan:
     cwd: str | None = None
     warnings: list[str] = field(default_factory=list)
     first_object: JsonObject | None = None
+    stream_json: JsonObject | None = None  # a line of `claude -p --output-format stream-json` stdout
 
 
 def parse_session(path: Path) -> Trajectory:
@@ -126,6 +129,10 @@ def _scan_line(scan: _Scan, raw: bytes, line: int, offset: int) -> None:
         leaf = obj.get("leafUuid")
         if isinstance(leaf, str) and leaf:
             scan.leaf, scan.leaf_line = leaf, line
+        return
+    if "session_id" in obj and "parentUuid" not in obj and kind in _STREAM_TYPES:
+        if scan.stream_json is None or kind == "system":
+            scan.stream_json = obj  # stdout events are not conversation records (no parentUuid chain)
         return
     if "uuid" not in obj:
         return  # bookkeeping: queue-operation, summary, api-request*, cost-state, ...
@@ -263,6 +270,16 @@ def _build(path: Path, sha256: str, scan: _Scan, source: bytes) -> Trajectory:
 def _not_claude_message(scan: _Scan) -> str:
     from forkpoint.detect import guess_agent_from_object
 
+    if scan.stream_json is not None:
+        event = scan.stream_json
+        where = "~/.claude/projects/<encoded cwd>/<session id>.jsonl"
+        if isinstance(event.get("cwd"), str) and isinstance(event.get("session_id"), str):
+            where = f"~/.claude/projects/{re.sub(r'[^A-Za-z0-9]', '-', event['cwd'])}/{event['session_id']}.jsonl"
+        return (
+            "this is the stdout of `claude --output-format stream-json`, not a Claude Code session file; "
+            f"replay the session file it wrote ({where})"
+        )
+
     guess = guess_agent_from_object(scan.first_object) if scan.first_object is not None else None
     if guess and guess != AGENT:
         return f"this file does not look like a Claude Code session (it looks like a {guess} trajectory)"
@@ -379,7 +396,8 @@ def _add_call(
     if block.get("type") == "server_tool_use":
         call_policy, reason = CallPolicy.REFUSED, "server-side tools run at the model provider"
     else:
-        call_policy, reason = policy.classify(name, arguments, historical)
+        version = next(iter(scan.versions)) if len(scan.versions) == 1 else None
+        call_policy, reason = policy.classify(name, arguments, historical, version)
     turn.calls.append(ToolCall(call_id, name, arguments, historical, call_policy, reason))
 
 
