@@ -174,3 +174,13 @@ def test_inspect_and_replay_agree_on_media_reads(tmp_path: Path) -> None:
     first, second = (batch.calls[0] for batch in parsed.batches)
     assert first.policy is CallPolicy.FRESH
     assert second.policy is CallPolicy.STALE and "image library" in (second.policy_reason or "")
+
+
+@pytest.mark.parametrize(("version", "refused"), [("2.1.220", {3, 4}), ("2.1.332", {3})])
+def test_a_boundary_followed_by_claude_meta_message_is_refused(version: str, refused: set[int]) -> None:
+    """A resized image's ``[Image: original …]`` note (both versions) and 2.1.220's PDF document follow the result
+    as a separate meta message the original model saw; a resumed session cannot end with it."""
+    session = Path(__file__).parents[2] / "fixtures" / "claude_code" / version / "read_media" / "session.jsonl"
+    parsed = parse_session(session)
+    assert set(parsed.boundary_refusals) == refused
+    assert all("meta message" in reason for reason in parsed.boundary_refusals.values())

@@ -45,6 +45,7 @@ class Record:
     # What the rebuild needs of the parsed object, nothing more: ``{"message": {"id", "content"}}`` of an
     # assistant line, ``{"message": {"content"}}`` of a user line holding tool results, else None.
     data: JsonObject | None
+    meta: bool = False  # an ``isMeta`` user line (e.g. Claude's note on a resized image, 2.1.220's PDF document)
 
 
 @dataclass
@@ -145,7 +146,8 @@ def _scan_line(scan: _Scan, raw: bytes, line: int, offset: int) -> None:
     if not isinstance(kind, str):
         raise trajectory(f"line {line} has no record type", line=line)
     sidechain = obj.get("isSidechain") is True
-    record = Record(line, offset, length, kind, uuid, parent, sidechain, None)
+    meta = kind == "user" and obj.get("isMeta") is True
+    record = Record(line, offset, length, kind, uuid, parent, sidechain, None, meta)
     version = obj.get("version")
     if isinstance(version, str) and version:
         scan.versions.add(version)
@@ -233,6 +235,14 @@ def _build(path: Path, sha256: str, scan: _Scan, source: bytes) -> Trajectory:
             refusals[ordinal] = (
                 f"the last line of batch {ordinal} (line {terminal.line}) is not on the active conversation"
             )
+        if complete and ordinal not in refusals:
+            meta = _meta_after(chain, terminal)
+            if meta is not None:
+                refusals[ordinal] = (
+                    f"the original request after batch {ordinal} also carried the meta message Claude Code wrote "
+                    f"after the results (line {meta.line}, e.g. a resized image's note or 2.1.220's PDF "
+                    "document), which a resumed session cannot end with; continue from another boundary"
+                )
         complete_so_far = complete
         batches.append(
             Batch(
@@ -265,6 +275,20 @@ def _build(path: Path, sha256: str, scan: _Scan, source: bytes) -> Trajectory:
         warnings=tuple(scan.warnings),
         native=ClaudeNative(scan.records, chain, batch_records, terminals, source),
     )
+
+
+def _meta_after(chain: list[Record], terminal: Record) -> Record | None:
+    """The first ``isMeta`` user line between a batch's last line and the next assistant line on the chain."""
+    try:
+        start = next(index for index, record in enumerate(chain) if record is terminal) + 1
+    except StopIteration:
+        return None
+    for record in chain[start:]:
+        if record.type == "assistant":
+            return None
+        if record.meta:
+            return record
+    return None
 
 
 def _not_claude_message(scan: _Scan) -> str:
