@@ -125,7 +125,7 @@ def test_continued_agent_resumes_in_the_replayed_shell_directory(
     expected = ["inside", "/tmp/forkpoint-rec/cd_continue/pkg\nmarker.txt"][after - 1:]
     assert live == expected
     assert result.metadata["shell_cwd"] == {"replayed": "pkg", "restored": True, "project_root": "pkg"}
-    # The model was told what the original's next request told it after the cd.
+    # The model is never told the shell moved back to the root (the gate removes Claude's trailing messages).
     first = next(e for e in model.requests if e.get("kind") == "main")["body"]["messages"]
     assert "Primary working directory: /tmp/forkpoint-rec/cd_continue (was" not in json.dumps(first)
 

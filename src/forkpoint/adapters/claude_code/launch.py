@@ -47,9 +47,9 @@ def resume_directory(state_dir: Path, workspace: Path, launch_root: str) -> tupl
     Claude Code does not restore its Bash tool's directory on ``--resume``: the shell starts in the launch cwd
     and the first request says ``# Environment update - Primary working directory: <launch cwd> (was <recorded
     shell cwd>)``. So the continued agent is started in the directory the replayed shell ended in (inside the
-    workspace, opened through the confined walk: no link planted by a replayed command is followed); Claude then
-    tells the model exactly what the original's next request told it after the ``cd``. Side effect, recorded in
-    the metadata: that directory is the continued session's project root.
+    workspace, opened through the confined walk: no link planted by a replayed command is followed), so its
+    commands run where the original's did. Side effect, recorded in the metadata: that directory is the
+    continued session's project root.
     """
     try:
         relative = orjson.loads((state_dir / SHELL_STATE).read_bytes()).get("cwd", ".")
