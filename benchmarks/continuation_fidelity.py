@@ -198,7 +198,12 @@ def main() -> None:
                 count, why = replayable_boundary(parsed)
                 if why:
                     refused.append(f"{fixture.name}: boundaries {count + 1}–{parsed.complete_count} not run; {why}")
-                boundaries = ([count] if count else []) if args.smoke else list(range(1, count + 1))
+                boundaries = ([count] if count else []) if args.smoke else [
+                    after for after in range(1, count + 1) if after not in parsed.boundary_refusals]
+                skipped = [after for after in range(1, count) if after in parsed.boundary_refusals]
+                if skipped and not args.smoke:
+                    refused.append(f"{fixture.name}: boundaries {skipped} not run; "
+                                   f"{parsed.boundary_refusals[skipped[0]]}")
                 cases += [(fixture, after) for after in boundaries]
         for fixture, after in cases:
             key = (fixture.adapter, fixture.version)

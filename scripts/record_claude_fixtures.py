@@ -22,9 +22,11 @@ import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -53,7 +55,7 @@ def bash(command: str, description: str) -> Block:
 class Scenario:
     name: str
     task: str
-    files: dict[str, str]
+    files: dict[str, str | bytes]
     turns: Callable[[str], Turns]  # cwd -> scripted assistant turns
     error_steps: frozenset[int] = frozenset()  # steps whose every tool_result must be is_error
     kill_step: int | None = None  # SIGKILL claude once this step's tool_use is in the session file
@@ -86,6 +88,65 @@ def _check_large(lines: list[Json], fixture: Path) -> None:
 def _check_stale(lines: list[Json], _: Path) -> None:
     results = _result_texts(lines)
     assert "<tool_use_error>" in results[0] and "<tool_use_error>" in results[1], results
+
+
+def png(width: int, height: int, rgb: tuple[int, int, int]) -> bytes:
+    """A solid-colour RGB PNG (no imaging library needed)."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    row = b"\0" + bytes(rgb) * width
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(row * height, 9)) + chunk(
+        b"IEND", b"")
+
+
+def pdf(text_line: str) -> bytes:
+    """A one-page PDF 1.4 with one line of text and a correct xref table."""
+    stream = f"BT /F1 24 Tf 72 720 Td ({text_line}) Tj ET".encode()
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+               b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+               b"/Resources << /Font << /F1 5 0 R >> >> >>",
+               b"<< /Length " + str(len(stream)).encode() + b" >>\nstream\n" + stream + b"\nendstream",
+               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+    out, offsets = b"%PDF-1.4\n", []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += f"{number} 0 obj\n".encode() + body + b"\nendobj\n"
+    xref = len(out)
+    out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
+    out += b"".join(f"{offset:010d} 00000 n \n".encode() for offset in offsets)
+    return out + f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
+
+
+NOTEBOOK = json.dumps({
+    "cells": [
+        {"cell_type": "markdown", "id": "intro", "metadata": {}, "source": ["# Demo\n", "Adds numbers."]},
+        {"cell_type": "code", "execution_count": 1, "id": "add", "metadata": {},
+         "outputs": [{"name": "stdout", "output_type": "stream", "text": ["adding\n"]},
+                     {"data": {"text/plain": ["3"]}, "execution_count": 1, "metadata": {},
+                      "output_type": "execute_result"}],
+         "source": ["print('adding')\n", "1 + 2"]},
+        {"cell_type": "code", "execution_count": 2, "id": "boom", "metadata": {},
+         "outputs": [{"ename": "ZeroDivisionError", "evalue": "division by zero", "output_type": "error",
+                      "traceback": ["Traceback (most recent call last)", "ZeroDivisionError: division by zero"]}],
+         "source": "1 / 0"},
+        {"cell_type": "raw", "id": "note", "metadata": {}, "source": "raw text"},
+    ],
+    "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+                 "language_info": {"name": "python", "version": "3.12.0"}},
+    "nbformat": 4, "nbformat_minor": 5,
+}, indent=1) + "\n"
+
+
+def _check_media(lines: list[Json], _: Path) -> None:
+    results = _result_texts(lines)
+    assert "<cell" in results[0] and "image" in results[1], results[:2]
+
+
+def _check_cd_continue(lines: list[Json], _: Path) -> None:
+    results = _result_texts(lines)
+    assert results[0] == "(Bash completed with no output)", results
+    assert results[1] == "inside" and results[2].startswith("/tmp/forkpoint-rec/cd_continue/pkg\n"), results
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
@@ -157,6 +218,26 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
                      [text("Printed 1..9000.")]],
         check=_check_large, notes="output > 30,000 chars is persisted under <session-id>/tool-results/",
     ),
+    Scenario(
+        "read_media", "Look at the notebook, the two images and the PDF.",
+        {"demo.ipynb": NOTEBOOK, "small.png": png(4, 3, (200, 30, 30)), "big.png": png(3000, 2000, (20, 90, 200)),
+         "doc.pdf": pdf("Hello from the PDF")},
+        lambda cwd: [[tool_use("Read", {"file_path": f"{cwd}/demo.ipynb"})],
+                     [tool_use("Read", {"file_path": f"{cwd}/small.png"})],
+                     [tool_use("Read", {"file_path": f"{cwd}/big.png"})],
+                     [tool_use("Read", {"file_path": f"{cwd}/doc.pdf"})],
+                     [text("A notebook, a red and a blue image, and a one-page PDF.")]],
+        check=_check_media, notes="Read of a notebook (cell blocks), a small and a large PNG and a PDF",
+    ),
+    Scenario(
+        "cd_continue", "Make a package directory, work inside it and show its marker.",
+        {"README.md": "# demo\n"},
+        lambda cwd: [[bash("mkdir -p pkg && printf 'inside\\n' > pkg/marker.txt && cd pkg", "Enter pkg")],
+                     [bash("cat marker.txt", "Show the marker")],
+                     [bash("pwd && ls", "Show where we are")],
+                     [text("The shell is in pkg.")]],
+        check=_check_cd_continue, notes="`cd pkg` persists: later relative commands run in pkg/",
+    ),
 ]}
 
 
@@ -168,11 +249,11 @@ def read_jsonl(path: Path) -> list[Json]:
     return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
 
 
-def write_files(root: Path, files: dict[str, str]) -> None:
+def write_files(root: Path, files: dict[str, str | bytes]) -> None:
     for rel, content in files.items():
         target = root / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(content, "utf-8")
+        target.write_bytes(content.encode() if isinstance(content, str) else content)
 
 
 def compact_request(entry: Json) -> Json:

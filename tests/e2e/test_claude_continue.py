@@ -16,6 +16,7 @@ import pytest
 
 from forkpoint import runtimes
 from forkpoint.adapters.claude_code.parse import parse_session
+from forkpoint.model import CallPolicy
 from forkpoint.results import ReplayResult
 from forkpoint.testing import ScriptedModel
 from forkpoint.testing.recordings import replay_recording
@@ -24,7 +25,8 @@ pytestmark = pytest.mark.e2e
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "claude_code"
 VERSIONS = ("2.1.220", "2.1.332")
-CONTINUE_SCENARIOS = ("single_bash", "parallel", "file_tools", "cd_persist", "error_result", "large_output")
+CONTINUE_SCENARIOS = ("single_bash", "parallel", "file_tools", "cd_persist", "error_result", "large_output",
+                      "read_media", "cd_continue")
 
 
 def _cases() -> list[tuple[str, str, int]]:
@@ -33,8 +35,10 @@ def _cases() -> list[tuple[str, str, int]]:
         for scenario in CONTINUE_SCENARIOS:
             session = FIXTURES / version / scenario / "session.jsonl"
             if session.exists():
-                for after in range(1, parse_session(session).complete_count + 1):
-                    cases.append((version, scenario, after))
+                parsed = parse_session(session)
+                for after in range(1, parsed.complete_count + 1):
+                    if after not in parsed.boundary_refusals:  # read_media: after a resized image's note
+                        cases.append((version, scenario, after))
     return cases
 
 
@@ -61,20 +65,27 @@ def test_replay_and_continue_every_boundary(
     _require_runtime(version)
     fixture = FIXTURES / version / scenario
     model = ScriptedModel.from_file(fixture / "script.json")
+    batches = parse_session(fixture / "session.jsonl").batches[:after]
+    # read_media: a resized image (both versions) and 2.1.220's PDF stay stale, exactly those calls.
+    stale = any(call.policy is CallPolicy.STALE for batch in batches for call in batch.calls)
     with model.serve() as url:
-        result = run(fixture, tmp_path, after, upstream="anthropic", upstream_url=url)
+        result = run(fixture, tmp_path, after, upstream="anthropic", upstream_url=url,
+                     allow_stale_observations=stale)
     assert result.failure is None, result.failure
-    assert (result.phase, result.quality) == ("continued", "verified")
+    assert (result.phase, result.quality) == ("continued", "degraded" if stale else "verified")
     assert result.agent_status == "completed"
     bridge = result.metadata["model_bridge"]
     assert bridge["validated"] >= 1 and bridge["refused"] == 0 and bridge["forwarded"] == bridge["validated"]
     out = Path(result.output_dir or "")
     observations = json.loads((out / "observations.json").read_text())["observations"]
-    assert observations and all(row["exact"] for row in observations), observations
+    assert observations and all(row["exact"] or row["stale_reused"] for row in observations), observations
+    assert [row["id"] for row in observations if row["stale_reused"]] == [
+        call.call_id for batch in batches for call in batch.calls if call.policy is CallPolicy.STALE]
     # The first model request the upstream saw ends exactly at O'N (the nonce envelope is gone).
     main = [entry for entry in model.requests if entry.get("kind") == "main"]
     first = main[0]["body"]["messages"]
-    boundary_ids = {row["id"] for row in observations if row["batch"] == after}
+    boundary_ids = {call.call_id for call in batches[after - 1].calls}
+    assert {row["id"] for row in observations if row["batch"] == after} <= boundary_ids
     last_blocks = first[-1]["content"]
     assert first[-1]["role"] == "user"
     assert {block["tool_use_id"] for block in last_blocks if block.get("type") == "tool_result"} == boundary_ids
@@ -87,6 +98,36 @@ def test_replay_and_continue_every_boundary(
     continued = out / "native" / "continued"
     assert any(continued.glob("*.jsonl"))
     assert "__forkpoint_nonce_" not in "".join(p.read_text() for p in continued.glob("*.jsonl"))
+
+
+def _live_results(continued: Path, after: int) -> list[str]:
+    """The tool_result texts the continued (live) agent got, in order."""
+    parsed = parse_session(continued)
+    return [str(call.historical.content) for batch in parsed.batches[after:] for call in batch.calls
+            if call.historical is not None]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("after", [1, 2])
+def test_continued_agent_resumes_in_the_replayed_shell_directory(
+    version: str, after: int, tmp_path: Path, upstream_key: None
+) -> None:
+    """After a replayed `cd pkg`, the live commands run in pkg/ as the original's did (not in the project root)."""
+    _require_runtime(version)
+    fixture = FIXTURES / version / "cd_continue"
+    model = ScriptedModel.from_file(fixture / "script.json")
+    with model.serve() as url:
+        result = run(fixture, tmp_path, after, upstream="anthropic", upstream_url=url)
+    assert result.failure is None, result.failure
+    assert result.quality == "verified" and result.metadata["model_bridge"]["refused"] == 0
+    continued = next((Path(result.output_dir or "") / "native" / "continued").glob("*.jsonl"))
+    live = _live_results(continued, after)
+    expected = ["inside", "/tmp/forkpoint-rec/cd_continue/pkg\nmarker.txt"][after - 1:]
+    assert live == expected
+    assert result.metadata["shell_cwd"] == {"replayed": "pkg", "restored": True, "project_root": "pkg"}
+    # The model is never told the shell moved back to the root (the gate removes Claude's trailing messages).
+    first = next(e for e in model.requests if e.get("kind") == "main")["body"]["messages"]
+    assert "Primary working directory: /tmp/forkpoint-rec/cd_continue (was" not in json.dumps(first)
 
 
 @pytest.mark.parametrize("version", VERSIONS)

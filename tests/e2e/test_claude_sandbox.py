@@ -107,10 +107,14 @@ def test_bwrap_replay_and_continue_with_the_workspace_elsewhere(
     out = Path(result.output_dir or "")
     next_action = json.loads((out / "next-action.json").read_text())
     assert next_action["metrics"]["same_tool_calls"] is True, next_action
-    # The live claude ran at the recorded path: its session sits in that project folder of the isolated home.
+    # The live claude ran at the recorded path (in the directory the replayed shell ended in: cd_persist's `sub`):
+    # its session sits in that project folder of the isolated home.
     home = tmp_path / "state" / f"run-{after}" / "home"
+    shell = "-sub" if scenario == "cd_persist" else ""
+    assert result.metadata["shell_cwd"]["restored"] is True
+    assert result.metadata["shell_cwd"]["replayed"] == ("sub" if shell else ".")
     assert list((home / ".claude" / "projects").iterdir()) == [
-        home / ".claude" / "projects" / f"-tmp-forkpoint-rec-{scenario.replace('_', '-')}"]
+        home / ".claude" / "projects" / f"-tmp-forkpoint-rec-{scenario.replace('_', '-')}{shell}"]
 
 
 @NEEDS_BWRAP

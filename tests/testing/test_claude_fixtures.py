@@ -17,7 +17,7 @@ def test_every_version_and_scenario_recorded() -> None:
     assert versions == {"2.1.220", "2.1.332"}
     scenarios = {case.name for case in CASES}
     assert {"single_bash", "parallel", "file_tools", "error_result", "stale_tools", "dangling", "cd_persist",
-            "large_output"} <= scenarios
+            "large_output", "read_media", "cd_continue"} <= scenarios
     assert len(CASES) == len(versions) * len(scenarios)
 
 

@@ -238,3 +238,33 @@ def test_streaming_text_merge_rule() -> None:
     assert _merge_stream_text("a", "ab") == "ab"
     assert _merge_stream_text("one", "two") == "one\n\ntwo"
     assert _merge_stream_text("x", "") == "x"
+
+
+def test_claude_made_up_interrupted_result_is_stale_like_a_tool_use_error(tmp_path: Path) -> None:
+    builder = ClaudeSessionBuilder()
+    builder.user_prompt("go")
+    builder.assistant([tool_use("a", "Bash", {"command": "echo waiting && sleep 30"})])
+    builder.results({"a": "[Tool call interrupted: the session ended before this call's result was recorded, so "
+                          "its outcome is unknown. Check whether it took effect before relying on it or running "
+                          "it again.]"}, errors=frozenset({"a"}))
+    builder.assistant([text("No response requested.")])
+    call = parse_session(_write(tmp_path, builder)).batches[0].calls[0]
+    assert call.policy is CallPolicy.STALE
+    assert "interrupted" in (call.policy_reason or "")
+
+
+def test_notebook_edit_is_refused_when_parsed_not_when_run(tmp_path: Path) -> None:
+    builder = ClaudeSessionBuilder()
+    builder.user_prompt("go")
+    builder.assistant([tool_use("a", "NotebookEdit", {"notebook_path": "/work/n.ipynb", "new_source": "x"})])
+    builder.results({"a": "Updated cell"})
+    builder.assistant([text("done")])
+    call = parse_session(_write(tmp_path, builder)).batches[0].calls[0]
+    assert call.policy is CallPolicy.REFUSED and "NotebookEdit" in (call.policy_reason or "")
+
+
+def test_stream_json_stdout_is_not_a_session_file() -> None:
+    stdout = Path(__file__).parents[2] / "fixtures" / "claude_code" / "2.1.332" / "single_bash" / "stdout.jsonl"
+    error = _refused(stdout)
+    assert "stream-json" in error.message and "not a Claude Code session file" in error.message
+    assert "/.claude/projects/-tmp-forkpoint-rec-single-bash/" in error.message

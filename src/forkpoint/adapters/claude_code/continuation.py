@@ -30,8 +30,10 @@ def continue_session(
     assert session_id is not None
     rebuilt = prefix.path.read_bytes().splitlines()
     sandbox = context.sandbox or local_sandbox(context.workspace)
+    # Start where the replayed shell ended (Claude keeps no shell cwd across --resume; see launch.resume_directory).
+    cwd, shell_cwd = launch.resume_directory(context.state_dir, context.workspace, sandbox.cwd)
     # `claude --resume` looks under the project folder of the cwd it sees (the recorded one under bwrap).
-    session_file = launch.session_path(context.home, Path(sandbox.cwd), session_id)
+    session_file = launch.session_path(context.home, Path(cwd), session_id)
     session_file.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(session_file, b"".join(line + b"\n" for line in rebuilt))
 
@@ -53,7 +55,7 @@ def continue_session(
         # The network is shared with the host for the continuation only: the bridge listens on 127.0.0.1.
         result = sandbox.run(
             argv,
-            cwd=sandbox.cwd,
+            cwd=cwd,
             env=env,
             network=True,
             writable=(context.home,),
@@ -70,6 +72,7 @@ def continue_session(
         "model_bridge": summary.to_json(),
         "agent_exit_code": result.returncode,
         "agent_log": str(agent_log),
+        "shell_cwd": shell_cwd,
     }
     outcome = launch.read_stream(result.stdout)
     output_tail = (result.stdout[-_TAIL:] + b"\n" + result.stderr[-_TAIL:]).decode("utf-8", "replace")

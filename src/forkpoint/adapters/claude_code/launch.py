@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 
+from forkpoint.fs import ConfinementError, open_confined
 from forkpoint.ids import check_id
 from forkpoint.process import sanitized_env
 from forkpoint.sandbox import home_environment
@@ -30,6 +31,45 @@ def config_dir(home: Path) -> Path:
 def session_path(home: Path, workspace: Path, session_id: str) -> Path:
     """`claude --resume ID` looks only in the CURRENT cwd's project folder."""
     return config_dir(home) / "projects" / project_dir_name(workspace) / f"{session_id}.jsonl"
+
+
+SHELL_STATE = "claude-shell.json"
+
+
+def save_shell_state(state_dir: Path, relative_cwd: str) -> None:
+    """Where the replayed Bash shell ended, relative to the workspace (written by the executor on close)."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    (state_dir / SHELL_STATE).write_bytes(orjson.dumps({"cwd": relative_cwd}))
+
+
+def resume_directory(state_dir: Path, workspace: Path, launch_root: str) -> tuple[str, dict[str, Any]]:
+    """The cwd to start the continued `claude` in, and the metadata that says whether the shell cwd was kept.
+
+    Claude Code does not restore its Bash tool's directory on ``--resume``: the shell starts in the launch cwd
+    and the first request says ``# Environment update - Primary working directory: <launch cwd> (was <recorded
+    shell cwd>)``. So the continued agent is started in the directory the replayed shell ended in (inside the
+    workspace, opened through the confined walk: no link planted by a replayed command is followed), so its
+    commands run where the original's did. Side effect, recorded in the metadata: that directory is the
+    continued session's project root.
+    """
+    try:
+        relative = orjson.loads((state_dir / SHELL_STATE).read_bytes()).get("cwd", ".")
+    except (OSError, orjson.JSONDecodeError, AttributeError):
+        relative = "."
+    if not isinstance(relative, str) or relative in ("", "."):
+        return launch_root, {"replayed": ".", "restored": True}
+    facts: dict[str, Any] = {"replayed": relative}
+    parts = relative.split("/")
+    if os.path.isabs(relative) or "\0" in relative or any(part in ("", ".", "..") for part in parts):
+        return launch_root, {**facts, "restored": False, "reason": "the recorded shell directory is not a plain "
+                                                                    "relative path inside the workspace"}
+    try:
+        fd = open_confined(workspace, relative, os.O_RDONLY | os.O_DIRECTORY)
+    except (OSError, ConfinementError) as exc:
+        return launch_root, {**facts, "restored": False, "reason": f"the replayed shell directory is gone or not a "
+                                                                    f"directory inside the workspace ({exc})"}
+    os.close(fd)
+    return os.path.join(launch_root, relative), {**facts, "restored": True, "project_root": relative}
 
 
 def argv(entrypoint: Path, session_id: str, nonce: str, max_turns: int | None) -> list[str]:

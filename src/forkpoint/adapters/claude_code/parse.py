@@ -13,6 +13,7 @@ Rules (measured on the real binaries, see docs/adapters/claude-code.md):
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from forkpoint.model import ActionSignature, Batch, CallPolicy, JsonObject, Obse
 
 AGENT = "claude-code"
 LEAF_TYPES = frozenset({"user", "assistant", "attachment", "system"})
+_STREAM_TYPES = frozenset({"system", "assistant", "user", "result", "stream_event"})
 
 
 @dataclass
@@ -45,6 +47,7 @@ class Record:
     # What the rebuild needs of the parsed object, nothing more: ``{"message": {"id", "content"}}`` of an
     # assistant line, ``{"message": {"content"}}`` of a user line holding tool results, else None.
     data: JsonObject | None
+    meta: bool = False  # an ``isMeta`` user line (e.g. Claude's note on a resized image, 2.1.220's PDF document)
 
 
 @dataclass
@@ -92,6 +95,7 @@ class _Scan:
     cwd: str | None = None
     warnings: list[str] = field(default_factory=list)
     first_object: JsonObject | None = None
+    stream_json: JsonObject | None = None  # a line of `claude -p --output-format stream-json` stdout
 
 
 def parse_session(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
@@ -128,6 +132,10 @@ def _scan_line(scan: _Scan, raw: bytes, line: int, offset: int) -> None:
         if isinstance(leaf, str) and leaf:
             scan.leaf, scan.leaf_line = leaf, line
         return
+    if "session_id" in obj and "parentUuid" not in obj and kind in _STREAM_TYPES:
+        if scan.stream_json is None or kind == "system":
+            scan.stream_json = obj  # stdout events are not conversation records (no parentUuid chain)
+        return
     if "uuid" not in obj:
         return  # bookkeeping: queue-operation, summary, api-request*, cost-state, ...
     uuid = obj.get("uuid")
@@ -139,7 +147,8 @@ def _scan_line(scan: _Scan, raw: bytes, line: int, offset: int) -> None:
     if not isinstance(kind, str):
         raise trajectory(f"line {line} has no record type", line=line)
     sidechain = obj.get("isSidechain") is True
-    record = Record(line, offset, length, kind, uuid, parent, sidechain, None)
+    meta = kind == "user" and obj.get("isMeta") is True
+    record = Record(line, offset, length, kind, uuid, parent, sidechain, None, meta)
     version = obj.get("version")
     if isinstance(version, str) and version:
         scan.versions.add(version)
@@ -227,6 +236,14 @@ def _build(path: Path, sha256: str, scan: _Scan, source: bytes) -> Trajectory:
             refusals[ordinal] = (
                 f"the last line of batch {ordinal} (line {terminal.line}) is not on the active conversation"
             )
+        if complete and ordinal not in refusals:
+            meta = _meta_after(chain, terminal)
+            if meta is not None:
+                refusals[ordinal] = (
+                    f"the original request after batch {ordinal} also carried the meta message Claude Code wrote "
+                    f"after the results (line {meta.line}, e.g. a resized image's note or 2.1.220's PDF "
+                    "document), which a resumed session cannot end with; continue from another boundary"
+                )
         complete_so_far = complete
         batches.append(
             Batch(
@@ -264,8 +281,32 @@ def _build(path: Path, sha256: str, scan: _Scan, source: bytes) -> Trajectory:
     )
 
 
+def _meta_after(chain: list[Record], terminal: Record) -> Record | None:
+    """The first ``isMeta`` user line between a batch's last line and the next assistant line on the chain."""
+    try:
+        start = next(index for index, record in enumerate(chain) if record is terminal) + 1
+    except StopIteration:
+        return None
+    for record in chain[start:]:
+        if record.type == "assistant":
+            return None
+        if record.meta:
+            return record
+    return None
+
+
 def _not_claude_message(scan: _Scan) -> str:
     from forkpoint.detect import guess_agent_from_object
+
+    if scan.stream_json is not None:
+        event = scan.stream_json
+        where = "~/.claude/projects/<encoded cwd>/<session id>.jsonl"
+        if isinstance(event.get("cwd"), str) and isinstance(event.get("session_id"), str):
+            where = f"~/.claude/projects/{re.sub(r'[^A-Za-z0-9]', '-', event['cwd'])}/{event['session_id']}.jsonl"
+        return (
+            "this is the stdout of `claude --output-format stream-json`, not a Claude Code session file; "
+            f"replay the session file it wrote ({where})"
+        )
 
     guess = guess_agent_from_object(scan.first_object) if scan.first_object is not None else None
     if guess and guess != AGENT:
@@ -383,7 +424,8 @@ def _add_call(
     if block.get("type") == "server_tool_use":
         call_policy, reason = CallPolicy.REFUSED, "server-side tools run at the model provider"
     else:
-        call_policy, reason = policy.classify(name, arguments, historical)
+        version = next(iter(scan.versions)) if len(scan.versions) == 1 else None
+        call_policy, reason = policy.classify(name, arguments, historical, version)
     turn.calls.append(ToolCall(call_id, name, arguments, historical, call_policy, reason))
 
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from forkpoint.adapters.claude_code import tool_media
 from forkpoint.adapters.claude_code.jstext import format_file_size, js_trim, js_trim_end
 from forkpoint.adapters.claude_code.tool_profile import ToolOutcome, ToolProfile, tool_error, tool_use_error
 from forkpoint.errors import ErrorKind, ReplayError
@@ -90,7 +91,7 @@ BINARY_EXTENSIONS = _extensions(
     ".node .wasm .rlib .sqlite .sqlite3 .db .mdb .idx .psd .ai .eps .sketch .fig .xd .blend .3ds .max .swf .fla "
     ".lockb .dat .data"
 )
-#: Read turns these into image / document / notebook blocks: not reproduced by forkpoint.
+#: Read turns these into image / document / notebook blocks (tool_media: what is reproduced, what stays stale).
 SPECIAL_READ_EXTENSIONS = _extensions(".png .jpg .jpeg .gif .webp .bmp .ico .tiff .tif .pdf .ipynb")
 MARKDOWN_EXTENSIONS = frozenset({".md", ".mdx"})
 _QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})
@@ -372,11 +373,7 @@ class FileTools:
         absolute = self.resolve("Read", path)
         extension = os.path.splitext(absolute)[1].lower()
         if extension in SPECIAL_READ_EXTENSIONS:
-            raise ReplayError(
-                ErrorKind.UNSUPPORTED_VERSION,
-                f"Claude Code Read of {path!r} returns image/PDF/notebook blocks, which forkpoint does not reproduce",
-                before_effect=True,
-            )
+            return self._read_media(path, absolute)
         if extension in BINARY_EXTENSIONS:
             return tool_use_error(self.profile.binary_file_error.format(ext=extension))
         offset = _int_arg(arguments.get("offset"))
@@ -456,6 +453,36 @@ class FileTools:
             text if not result.truncated else None, mtime, True, start_line, line_limit, in_context=full_view
         )
         return ToolOutcome(content, False, native, truncated=notice is not None)
+
+    def _read_media(self, path: str, absolute: str) -> ToolOutcome:
+        """A notebook, PNG or PDF the parse classified FRESH (tool_media); any other case stays out of range."""
+        kind = tool_media.media_kind(absolute)
+        try:
+            result = read_regular_file(self.workspace, absolute, max_bytes=READ_SCAN_BUDGET, aliases=self.aliases)
+        except ConfinementError:
+            return self._escaped("Read", path, absolute)
+        except OSError as exc:
+            raise ReplayError(
+                ErrorKind.EXECUTOR,
+                f"Claude Code Read of {path!r}: {exc.strerror or exc}; the recorded read succeeded and forkpoint "
+                "does not reproduce this case",
+                before_effect=True,
+            ) from None
+        if result.truncated:
+            raise ReplayError(ErrorKind.EXECUTOR, f"Claude Code Read of {path!r}: larger than {READ_SCAN_BUDGET} "
+                                                  "bytes", before_effect=True)
+        if kind == "notebook":
+            outcome = tool_media.read_notebook(path, result.data)
+            # The session knows the notebook now (a later Write needs that); no "unchanged" stub was measured.
+            text, _ = decode_text(result.data)
+            self.states[absolute] = FileState(text, self._mtime(absolute), False)
+            return outcome
+        if kind == "pdf":
+            return tool_media.read_pdf(path, absolute, result.data)
+        if os.path.splitext(absolute)[1].lower() != ".png":
+            raise ReplayError(ErrorKind.EXECUTOR, f"Claude Code Read of {path!r}: only PNG images are reproduced",
+                              before_effect=True)
+        return tool_media.read_image(path, result.data)
 
     # ------------------------------------------------------------------ Write
 

@@ -94,7 +94,7 @@ def profile_for_version(version: str) -> ToolProfile:
 class ToolOutcome:
     """One tool's fresh result: the model-visible content and Claude's structured copy (``toolUseResult``)."""
 
-    content: str
+    content: Any  # a string, or Claude's content blocks (notebook / image / PDF reads)
     is_error: bool
     native: Any
     truncated: bool = False

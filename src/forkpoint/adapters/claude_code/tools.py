@@ -25,6 +25,7 @@ between two runs; ``normalize_volatile`` masks exactly that for comparisons.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -34,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from forkpoint.adapters.claude_code.launch import project_dir_name
+from forkpoint.adapters.claude_code.launch import project_dir_name, save_shell_state
 from forkpoint.adapters.claude_code.tool_bash import BashShell, timeout_ms
 from forkpoint.adapters.claude_code.tool_files import FileTools
 from forkpoint.adapters.claude_code.tool_profile import ToolOutcome, profile_for_version
@@ -116,6 +117,7 @@ class ClaudeToolExecutor:
         if not workspace.is_dir():
             raise ReplayError(ErrorKind.WORKSPACE, f"workspace {workspace} is not a directory")
         self.sandbox = context.sandbox or local_sandbox(workspace)
+        self._state_dir = context.state_dir
         root = self.sandbox.roots[0]  # what `pwd -P` prints at the workspace, as the tools see it
         home = config_dir.parent if config_dir.name == ".claude" else None
         # Claude keeps large outputs under the project folder of the cwd IT sees (the recorded one under bwrap).
@@ -173,7 +175,10 @@ class ClaudeToolExecutor:
         )
 
     def close(self) -> None:
+        """Leave the shell's final directory for the continuation (``shell_state``), then drop the scratch dir."""
         shutil.rmtree(self._scratch, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            save_shell_state(self._state_dir, os.path.relpath(self.bash.cwd, self.bash.root))
 
     def _bash(self, arguments: dict[str, Any]) -> ToolOutcome:
         command = arguments.get("command", "")
