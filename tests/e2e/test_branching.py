@@ -91,6 +91,20 @@ def test_claude_three_branches_under_bwrap(tmp_path: Path, keys: None) -> None:
     out, state = Path(result.output_dir or ""), Path(result.state_dir or "")
     _check_branches(out, state, lambda i: state / "branches" / str(i) / "workspace", calls=2)
     assert not (workspace / "branch.txt").exists()  # branches worked in their own copies
+    from forkpoint.export import export
+    from forkpoint.export.rows import ExportOptions
+
+    export([out], "messages-jsonl", tmp_path / "rows.jsonl", ExportOptions())  # one training row per branch
+    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert [row["branch"] for row in rows] == [1, 2, 3]
+    for row in rows:
+        live = [m for m in row["messages"] if m["segment"] == "live"]
+        assert row["messages"][row["prefix_message_count"]]["segment"] == "boundary_prompt"
+        assert live and live[0]["trainable"] and row["bridge_verdict"] == "validated"
+    assert rows[0]["messages"][row["prefix_message_count"]]["content"] == PROMPTS[0]
+    export([out], "atif", tmp_path / "atif", ExportOptions())
+    assert sorted(p.name for p in (tmp_path / "atif").iterdir()) == [
+        f"{out.name}.b1.json", f"{out.name}.b2.json", f"{out.name}.b3.json", f"{out.name}.prefix.json"]
 
 
 def test_codex_three_branches_under_bwrap(tmp_path: Path, keys: None) -> None:

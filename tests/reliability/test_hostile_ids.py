@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -103,16 +102,27 @@ def run(tmp_path: Path, agent: str, trajectory: Path, **values: Any) -> ReplayRe
 
 
 def cli(*args: str, cwd: Path) -> tuple[int, str, int]:
-    """(exit code, stderr, peak RSS in bytes) of ``python -m forkpoint.cli ARGS`` in a child process."""
+    """(exit code, stderr, peak RSS in bytes) of ``python -m forkpoint.cli ARGS`` in a child process.
+
+    Started with posix_spawn (no fork): a forked child's peak RSS would count the pages it shared with this test
+    process (pytest with the whole suite imported), not what the CLI itself touched."""
     with (cwd / "stderr.txt").open("w+b") as stderr:
-        child = subprocess.Popen([sys.executable, "-m", "forkpoint.cli", *args], cwd=cwd,
-                                 stdout=subprocess.DEVNULL, stderr=stderr)
-        _, status, usage = os.wait4(child.pid, 0)
-        child.returncode = os.waitstatus_to_exitcode(status)
+        argv = [sys.executable, "-m", "forkpoint.cli", *args]
+        pid = _spawn(argv, cwd, stderr.fileno())
+        _, status, usage = os.wait4(pid, 0)
+        code = os.waitstatus_to_exitcode(status)
         stderr.seek(0)
         text = stderr.read().decode("utf-8", "replace")
     (cwd / "stderr.txt").unlink()
-    return child.returncode, text, usage.ru_maxrss * 1024
+    return code, text, usage.ru_maxrss * 1024
+
+
+def _spawn(argv: list[str], cwd: Path, stderr_fd: int) -> int:
+    """posix_spawn ``argv`` in ``cwd`` (through ``env -C``: posix_spawn has no cwd), stdout to /dev/null."""
+    return os.posix_spawn("/usr/bin/env", ["env", "-C", str(cwd), *argv], dict(os.environ), file_actions=[
+        (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+        (os.POSIX_SPAWN_DUP2, stderr_fd, 2),
+    ])
 
 
 def assert_refused(result: ReplayResult, field: str) -> None:

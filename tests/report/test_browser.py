@@ -101,3 +101,24 @@ def test_continued_claude_run_shows_the_continuation(browser: Any, tmp_path: Pat
     page.screenshot(path=str(tmp_path / "continued.png"), full_page=True)
     assert problems == []
     page.close()
+
+
+@pytest.mark.e2e
+def test_three_branch_report_shows_a_column_per_branch(browser: Any, tmp_path: Path) -> None:
+    if runtimes.find("claude-code", "2.1.332") is None:
+        pytest.skip("claude-code 2.1.332 is not installed (forkpoint agents install claude-code@2.1.332)")
+    fixture = FIXTURES / "claude_code/2.1.332/file_tools"
+    workspace = tmp_path / "ws"
+    shutil.copytree(fixture / "workspace-initial", workspace)
+    result = replay_recording(fixture, tmp_path, agent="claude-code", trajectory="session.jsonl", after=2,
+                              workspace=str(workspace), sandbox="bwrap", upstream="stub", branches=3)
+    assert result.exit_code == 0, result.failure
+    write_report([tmp_path / "out"], tmp_path / "report.html")
+    page, problems = _open(browser, tmp_path / "report.html")
+    headers = page.locator("table.branches thead th")
+    assert [h.inner_text() for h in headers.all()][1:] == ["branch 1", "branch 2", "branch 3"]
+    assert page.get_by_text("distinct first tool calls 1").is_visible()
+    assert page.locator("table.branches").get_by_text("validated 1, refused 0").count() == 3
+    page.screenshot(path=str(tmp_path / "branches.png"), full_page=True)
+    assert problems == []
+    page.close()

@@ -48,7 +48,7 @@ def export(
 
     from forkpoint.export.redact import Redactor
     from forkpoint.export.rows import build_row
-    from forkpoint.export.runs import SkippedRun, find_runs, load_run
+    from forkpoint.export.runs import SkippedRun, find_runs, load_runs
     from forkpoint.export.writers import dumps_report, open_writer
 
     if fmt not in FORMATS:
@@ -67,20 +67,22 @@ def export(
             try:
                 if isinstance(found, SkippedRun):
                     raise found
-                run = load_run(found)
+                runs = load_runs(found)
             except SkippedRun as skipped:
                 report.skipped.append({"path": str(skipped.path), "reason": skipped.reason})
                 continue
-            row = build_row(run, options, None if fmt == "native" else redactor)
-            if redactor is not None:
-                row["redaction_count"] = redactor.pending()
-            writer.write(row, run.path)  # (native copies are redacted while written)
-            made = redactor.take() if redactor is not None else Counter()
-            if made:
-                report.redaction_per_row[str(row["run_id"])] = dict(sorted(made.items()))
-            report.rows += 1
-            if progress is not None:
-                progress(report)
+            for run in runs:  # one row per run, or per branch of a branched run
+                row = build_row(run, options, None if fmt == "native" else redactor)
+                if redactor is not None:
+                    row["redaction_count"] = redactor.pending()
+                writer.write(row, run)  # (native copies are redacted while written)
+                made = redactor.take() if redactor is not None else Counter()
+                if made:
+                    name = str(row["run_id"]) + (f".b{row['branch']}" if row.get("branch") is not None else "")
+                    report.redaction_per_row[name] = dict(sorted(made.items()))
+                report.rows += 1
+                if progress is not None:
+                    progress(report)
         if redactor is not None:
             report.redaction_totals = Counter(redactor.counts)
         writer.commit()

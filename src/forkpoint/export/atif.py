@@ -15,8 +15,9 @@ from typing import Any
 SCHEMA_VERSION = "ATIF-v1.8"
 
 
-def trajectories(row: dict[str, Any], name: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(file suffix, document) pairs of one row: the full trajectory and its prefix."""
+def trajectories(row: dict[str, Any], name: str, prefix_name: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(file suffix, document) pairs of one row: the full trajectory (``<name>.json``) and its prefix
+    (``<prefix_name>.prefix.json``, shared by the branches of a run, each naming the prefix in ``extra``)."""
     from atif import Trajectory
 
     messages = row["messages"]
@@ -30,10 +31,11 @@ def trajectories(row: dict[str, Any], name: str) -> Iterator[tuple[str, dict[str
                   "tool_definitions": json.loads(row["tools"]) if row.get("tools") else None},
         "extra": {key: value for key, value in row.items() if key not in ("messages", "tools")},
     }
-    full = Trajectory.model_validate({**common, "trajectory_id": name, "steps": _steps(messages, mark_copied=True)})
+    full = Trajectory.model_validate({**common, "trajectory_id": name, "steps": _steps(messages, mark_copied=True),
+                                      "extra": {**common["extra"], "prefix_trajectory": f"{prefix_name}.prefix.json"}})
     prefix_messages = [m for m in messages if m["segment"] in ("task", "prefix")]
     prefix = Trajectory.model_validate({
-        **common, "trajectory_id": f"{name}.prefix", "steps": _steps(prefix_messages, mark_copied=False),
+        **common, "trajectory_id": f"{prefix_name}.prefix", "steps": _steps(prefix_messages, mark_copied=False),
         "continued_trajectory_ref": f"{name}.json" if live else None,
     })
     yield "", full.to_json_dict()

@@ -57,6 +57,8 @@ class Run:
     tool_schemas: list[dict[str, Any]] | None
     prefix: Conversation
     continued: Conversation | None
+    #: run-relative folders of the native files: the prefix's, and the continued session's (a branch's own)
+    native: tuple[tuple[str, ...], ...] = (("native", "prefix"), ("native", "continued"))
 
 
 def find_runs(paths: list[Path]) -> Iterator[Path | SkippedRun]:
@@ -93,6 +95,48 @@ def _is_file(path: Path) -> bool:
         return stat.S_ISREG(os.lstat(path).st_mode)
     except OSError:
         return False
+
+
+def load_runs(run_dir: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> list[Run]:
+    """The run, or one Run per branch of a branched run (``branches.json``): the shared prefix, each branch's own
+    continued session, status and next action; the branch index in ``metadata.branch``."""
+    run = load_run(run_dir, max_bytes)
+    with RunFiles(run_dir, max_bytes) as files:
+        document = files.json("branches.json")
+        if not isinstance(document, dict) or not isinstance(document.get("branches"), list):
+            return [run]
+        convert = import_module(CONVERTERS[run.result["agent"]["name"]]).to_chat
+        branches = []
+        for row in document["branches"]:
+            index = str(row.get("branch"))
+            name = str(row.get("continued_path") or "").rsplit("/", 1)[-1]
+            data = files.read("branches", index, "native", "continued", name) if name else None
+            action = _branch_json(files, index, "next-action.json")
+            metadata = {**(run.result.get("metadata") or {}), "branch": row.get("branch"),
+                        "boundary_user_prompt": {"injected": row.get("prompt_length") is not None,
+                                                 "sha256": row.get("prompt_sha256"),
+                                                 "length": row.get("prompt_length")},
+                        "model_bridge": row.get("model_bridge")}
+            failure = row.get("failure")
+            result = {**run.result, "metadata": metadata, "agent_status": row.get("agent_status"),
+                      "phase": "continued" if data is not None else run.result.get("phase"), "failure": failure}
+            try:
+                continued = convert(data) if data is not None else None
+            except ValueError:
+                continued = None
+            branches.append(Run(path=run_dir, result=result, summary=run.summary, next_action=action,
+                                tool_schemas=run.tool_schemas, prefix=run.prefix, continued=continued,
+                                native=(("native", "prefix"), ("branches", index, "native", "continued"))))
+    return branches or [run]
+
+
+def _branch_json(files: RunFiles, index: str, name: str) -> dict[str, Any] | None:
+    data = files.read("branches", index, name)
+    try:
+        value = orjson.loads(data) if data is not None else None
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def load_run(run_dir: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Run:

@@ -17,12 +17,13 @@ from typing import Any, Protocol
 import orjson
 
 from forkpoint.export.redact import Redactor
+from forkpoint.export.runs import Run
 
 ROW_GROUP_ROWS = 512
 
 
 class RowWriter(Protocol):
-    def write(self, row: dict[str, Any], run_dir: Path) -> None: ...
+    def write(self, row: dict[str, Any], run: Run) -> None: ...
 
     def commit(self) -> None: ...
 
@@ -53,7 +54,7 @@ class JsonlWriter(_Staged):
         super().__init__(out, directory=False)
         self.handle = self.temp.open("wb")
 
-    def write(self, row: dict[str, Any], run_dir: Path) -> None:
+    def write(self, row: dict[str, Any], run: Run) -> None:
         self.handle.write(orjson.dumps(row) + b"\n")
 
     def commit(self) -> None:
@@ -96,7 +97,7 @@ class ParquetWriter(_Staged):
         self.writer = pq.ParquetWriter(self.temp, self.schema, compression="zstd")
         self.pending: list[dict[str, Any]] = []
 
-    def write(self, row: dict[str, Any], run_dir: Path) -> None:
+    def write(self, row: dict[str, Any], run: Run) -> None:
         self.pending.append(row)
         if len(self.pending) >= ROW_GROUP_ROWS:
             self._flush()
@@ -126,12 +127,14 @@ class AtifWriter(_Staged):
     def __init__(self, out: Path) -> None:
         super().__init__(out, directory=True)
 
-    def write(self, row: dict[str, Any], run_dir: Path) -> None:
+    def write(self, row: dict[str, Any], run: Run) -> None:
         from forkpoint.export.atif import trajectories
 
         name = _row_name(row)
-        for suffix, document in trajectories(row, name):
-            (self.temp / f"{name}{suffix}.json").write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2))
+        for suffix, document in trajectories(row, name, str(row["run_id"])):
+            path = self.temp / f"{name if suffix != '.prefix' else row['run_id']}{suffix}.json"
+            if not path.exists():  # branches share their run's prefix document
+                path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2))
 
 
 class NativeWriter(_Staged):
@@ -142,20 +145,20 @@ class NativeWriter(_Staged):
         super().__init__(out, directory=True)
         self.redactor = redactor
 
-    def write(self, row: dict[str, Any], run_dir: Path) -> None:
+    def write(self, row: dict[str, Any], run: Run) -> None:
         from forkpoint.fs import read_regular_file
 
         target = self.temp / _row_name(row)
         target.mkdir()
-        for kind in ("prefix", "continued"):
-            folder = run_dir / "native" / kind
+        for kind, parts in zip(("prefix", "continued"), run.native, strict=True):
+            folder = run.path.joinpath(*parts)
             if not folder.is_dir() or folder.is_symlink():
                 continue
             (target / kind).mkdir()
             for entry in sorted(os.scandir(folder), key=lambda e: e.name):
                 if not entry.is_file(follow_symlinks=False):
                     continue
-                data = read_regular_file(run_dir, Path("native", kind, entry.name), max_bytes=1 << 31).data
+                data = read_regular_file(run.path, Path(*parts, entry.name), max_bytes=1 << 31).data
                 (target / kind / entry.name).write_bytes(self._redact(data, entry.name))
         provenance = {key: value for key, value in row.items() if key != "messages"}
         (target / "provenance.json").write_bytes(orjson.dumps(provenance, option=orjson.OPT_INDENT_2))

@@ -29,6 +29,7 @@ class RunView:
     next_action: dict[str, Any] | None
     live: list[dict[str, Any]]
     call_ms: dict[str, float] = field(default_factory=dict)
+    branches: dict[str, Any] | None = None  # branches.json of a branched run
     duration_s: float | None = None
     upstream: str | None = None
 
@@ -60,6 +61,7 @@ def collect(run_dir: Path) -> RunView:
         manifest = files.json("manifest.json") or {}
         observations = files.json("observations.json") or {}
         next_action = files.json("next-action.json")
+        branches = files.json("branches.json")
         events = files.read("replay-events.jsonl") or b""
         agent = (result.get("agent") or {}).get("name")
         live: list[dict[str, Any]] = []
@@ -80,6 +82,7 @@ def collect(run_dir: Path) -> RunView:
                       if isinstance(row, dict)} if isinstance(observations, dict) else {},
         next_action=next_action if isinstance(next_action, dict) else None,
         live=live,
+        branches=branches if isinstance(branches, dict) else None,
     )
     _timings(view, events)
     return view

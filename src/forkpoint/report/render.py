@@ -173,10 +173,47 @@ def _run(view: RunView, anchor: str) -> str:
     body.append(f"<div class=\"boundary\">boundary — after batch {e(result.get('after_step'))}</div>")
     body.append(_bridge(metadata.get("model_bridge")))
     prompt = metadata.get("boundary_user_prompt") or {}
+    if view.branches:
+        body.append(_branches(view.branches))
     body.append(_live(view.live, prompt if prompt.get("injected") else None))
     body.append(_next_action(view.next_action))
     body.append("</section>")
     return "".join(body)
+
+
+def _branches(document: dict[str, Any]) -> str:
+    """One column per branch from the shared boundary, and the agreement figures."""
+    rows = [row for row in document.get("branches") or [] if isinstance(row, dict)]
+    if not rows:
+        return ""
+
+    def first_action(row: dict[str, Any]) -> str:
+        action = row.get("first_action") or {}
+        tools = [f"{t.get('name')} {json.dumps(t.get('arguments'), ensure_ascii=False)}"
+                 for t in action.get("tools") or [] if isinstance(t, dict)]
+        return _bounded("\n".join(tools) or str(action.get("text") or ""), 600)
+
+    def changed(row: dict[str, Any]) -> str:
+        files = row.get("files_changed") or {}
+        return "\n".join(f"{sign} {path}" for sign, key in (("+", "added"), ("-", "removed"), ("~", "modified"))
+                         for path in files.get(key) or []) or "none"
+
+    lines = (("status", lambda r: r.get("status")), ("agent", lambda r: r.get("agent_status")),
+             ("steps", lambda r: r.get("continued_steps")), ("prompt", lambda r: f"{r.get('prompt_length')} chars"
+                                                              if r.get("prompt_length") else "—"),
+             ("same as original N+1", lambda r: r.get("same_as_original")), ("first action", first_action),
+             ("files changed", changed),
+             ("model requests", lambda r: "validated {validated}, refused {refused}".format(**r["model_bridge"])
+              if isinstance(r.get("model_bridge"), dict) else "—"),
+             ("failure", lambda r: (r.get("failure") or {}).get("category") or "—"))
+    head = "".join(f"<th>branch {e(row.get('branch'))}</th>" for row in rows)
+    cells = "".join(f"<tr><th>{e(name)}</th>" + "".join(f"<td><pre>{e(get(row))}</pre></td>" for row in rows)
+                    + "</tr>" for name, get in lines)
+    agreement = document.get("agreement") or {}
+    figures = ", ".join(f"{e(k.replace('_', ' '))} {e(round(v, 3) if isinstance(v, float) else v)}"
+                        for k, v in agreement.items())
+    return (f"<h3>Branches</h3><p class=\"muted\">{e(figures)}</p><div class=\"scroll\"><table class=\"branches\">"
+            f"<thead><tr><th></th>{head}</tr></thead><tbody>{cells}</tbody></table></div>")
 
 
 def _tokens(usage: Any) -> str:

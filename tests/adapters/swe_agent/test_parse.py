@@ -69,7 +69,7 @@ def test_thought_action_fixture_has_no_tool_calls_and_refuses_bundle_commands(tm
     assert refused.policy is CallPolicy.REFUSED and "tool-bundle command" in (refused.policy_reason or "")
     with pytest.raises(ReplayError) as caught:
         select_boundary(parsed, 6, Mode.REPLAY_ONLY, "p")
-    assert caught.value.kind is ErrorKind.UNSUPPORTED_VERSION
+    assert caught.value.kind is ErrorKind.UNSUPPORTED_TOOL  # a tool, not a version (issue 22.7)
     assert select_boundary(parsed, 6, Mode.PREPARE_ONLY, "p").after_step == 6
 
 
