@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from forkpoint.errors import ErrorKind, ReplayError
+
 MAX_SYMLINK_HOPS = 40
 DEFAULT_MAX_INPUT_BYTES = 256 * 1024 * 1024
 
@@ -436,6 +438,17 @@ def copy_fd_strict(source_fd: int, root: Path, path: str | Path, *, max_bytes: i
     _walk(root, path, _replacing_writer(os.fspath(path), write, mode), follow_final=False, create_parents=True,
           links=False)
     return copied
+
+
+@contextlib.contextmanager
+def refused_as(kind: ErrorKind, what: str) -> Iterator[None]:
+    """A strict helper's refusal (a link, FIFO, device or oversized file where forkpoint's own file must be)
+    becomes a ``ReplayError`` of ``kind`` that names ``what``; other errors pass through unchanged."""
+    try:
+        yield
+    except (ConfinementError, NotRegularFileError, InputTooLargeError) as exc:
+        raise ReplayError(kind, f"{what}: refused: {exc} (sandboxed code can write there; forkpoint follows no "
+                                "link and opens no FIFO or device in it)") from None
 
 
 def split_lines(source: bytes) -> Iterator[tuple[int, int, bytes]]:
