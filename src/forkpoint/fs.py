@@ -451,6 +451,17 @@ def refused_as(kind: ErrorKind, what: str) -> Iterator[None]:
                                 "link and opens no FIFO or device in it)") from None
 
 
+def read_sandbox_file(root: Path, path: Path, *, kind: ErrorKind, what: str,
+                      max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> bytes:
+    """A file that sandboxed code wrote (or could have replaced) at ``path`` below ``root``, read strictly
+    (read_file_strict); every failure, a missing file included, is a ``ReplayError`` of ``kind``."""
+    try:
+        with refused_as(kind, f"read {what} {path}"):
+            return read_file_strict(root, path.relative_to(root), max_bytes=max_bytes)
+    except OSError as exc:
+        raise ReplayError(kind, f"read {what} {path}: {exc.strerror or exc}") from None
+
+
 def split_lines(source: bytes) -> Iterator[tuple[int, int, bytes]]:
     """(1-based number, byte offset, line with its ``\n`` if any) of every line of a JSONL buffer."""
     offset, number, size = 0, 0, len(source)
