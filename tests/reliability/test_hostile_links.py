@@ -298,8 +298,9 @@ def test_inventory_never_walks_a_folder_swapped_for_a_link(host: Host, tmp_path:
         time.sleep(0.2)
         for _ in range(300):
             result = inventory(workspace)
-            # d (dir or link) + swap (link or dir) + at most d's one file: never the 200 host files.
-            assert result.files <= 1 and result.entries <= 3, result
+            # d and swap (each a dir or a link), d's one file, or an error entry for a folder that became a link
+            # between its listing and its walk: never the 200 host files.
+            assert result.files <= 1 and result.entries <= 4, result
     finally:
         flipper.kill()
         flipper.wait()
@@ -394,27 +395,30 @@ def test_e2e_claude_replayed_command_plants_the_project_folder(host: Host, tmp_p
 
 
 @pytest.mark.e2e
+@NEEDS_BWRAP
 def test_e2e_claude_continued_agent_replaces_its_own_session_file(host: Host, tmp_path: Path) -> None:
-    """The continued claude (scripted) runs a Bash command that replaces the session file forkpoint reads back
-    with a link to /dev/zero (claude's own later appends then go there, harmlessly)."""
+    """The continued claude (scripted, under bwrap) runs a Bash command that replaces the session file
+    forkpoint reads back with a link to /dev/zero (claude's own later appends then go there, harmlessly)."""
+    from forkpoint.adapters.claude_code.parse import parse_session
     from forkpoint.testing import ScriptedModel
     from forkpoint.testing import scripted_model as scripted
 
     _require("claude-code", "2.1.332")
-    (tmp_path / "recorded").mkdir()
+    fixture = Path(__file__).parents[1] / "fixtures" / "claude_code" / "2.1.332" / "single_bash"
+    shutil.copytree(fixture / "workspace-initial", tmp_path / "ws")
+    session_id = parse_session(fixture / "session.jsonl").session_id
     session_file = (tmp_path / "state" / "hostile" / "home" / ".claude" / "projects"
-                    / project_dir_name(tmp_path / "recorded") / f"{SESSION_ID}.jsonl")
-    trajectory = _claude_session(tmp_path, "echo 1")
-    args = _replay_args(tmp_path, "claude-code", trajectory, "local")
-    args[args.index("--workspace") + 1] = str(tmp_path / "recorded")
+                    / "-tmp-forkpoint-rec-single-bash" / f"{session_id}.jsonl")
+    args = _replay_args(tmp_path, "claude-code", fixture / "session.jsonl", "bwrap")
     args[args.index("--upstream") + 1] = "anthropic"
     model = ScriptedModel([[scripted.tool_use("Bash", {"command": host.plant(session_file, "dev-zero")})]],
                           step_mode="counter")
     with model.serve() as url:
         result = _cli([*args, "--upstream-url", url], tmp_path, {"ANTHROPIC_API_KEY": "scripted-key"})
     failure = result["failure"]
-    assert failure is not None and failure["category"] == "continuation_error", result
-    assert "read the continued session" in failure["message"], failure
+    assert failure is not None and (failure["category"], result["_exit_code"]) == ("continuation_error", 40), result
+    assert "read the continued session" in failure["message"] and "not followed" in failure["message"], failure
+    assert os.readlink(session_file) == "/dev/zero"  # the agent did plant it
     host.check_untouched(tmp_path / "out")
 
 
