@@ -447,3 +447,30 @@ def test_e2e_codex_replayed_command_plants_the_sessions_folder(host: Host, tmp_p
     host.check_untouched(tmp_path / "state", tmp_path / "out")
     assert not list(host.drop.iterdir())
 
+
+
+@pytest.mark.e2e
+def test_e2e_pi_replayed_command_plants_the_sessions_folder(host: Host, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pi (``--sandbox local``): a replayed ``bash`` call links the HOME's per-cwd sessions folder to a host
+    folder; the rebuilt session forkpoint writes there before the continuation is refused."""
+    from forkpoint.adapters.pi.continuation import session_dir_name
+    from forkpoint.testing.recordings import replay_recording
+
+    _require("pi", "0.83.0")
+    monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
+    fixture = Path(__file__).parents[1] / "fixtures" / "pi" / "0.83.0" / "single_bash"
+    source = (fixture / "session.jsonl").read_text()
+    cwd = json.loads(source.splitlines()[0])["cwd"]
+    folder = tmp_path / "state" / "hostile" / "home" / ".pi" / "agent" / "sessions" / session_dir_name(cwd)
+    plant = f"mkdir -p '{folder.parent}' && ln -s '{host.drop}' '{folder}'"
+    source = source.replace('"command":"ls && cat notes.txt"', json.dumps({"command": plant})[1:-1])
+    assert "ln -s" in source
+    trajectory = tmp_path / "session.jsonl"
+    trajectory.write_text(source)
+    result = replay_recording(fixture, tmp_path, agent="pi", trajectory=trajectory, after=1, run_id="hostile",
+                              upstream="stub")
+    assert result.failure is not None and result.failure.category == "continuation_error", result.failure
+    assert "not followed" in result.failure.message, result.failure
+    host.check_untouched(tmp_path / "state", tmp_path / "out")
+    assert not list(host.drop.iterdir())
