@@ -3,8 +3,22 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_workspace_lock_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Workspace locks (forkpoint.workspace_lock) of every run the suite starts live under pytest's tmp dir, not in
+    /tmp/forkpoint-locks-<uid>; subprocesses inherit it."""
+    previous = os.environ.get("FORKPOINT_LOCK_DIR")
+    os.environ["FORKPOINT_LOCK_DIR"] = str(tmp_path_factory.mktemp("workspace-locks"))
+    yield
+    if previous is None:
+        os.environ.pop("FORKPOINT_LOCK_DIR", None)
+    else:
+        os.environ["FORKPOINT_LOCK_DIR"] = previous
 
 
 @pytest.fixture()

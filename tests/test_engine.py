@@ -205,3 +205,31 @@ def test_a_failed_run_commits_what_it_wrote_before_its_result(
     written = {path.name for path in out.iterdir() if path.is_file()} - {"native"}
     assert {"manifest.json", "observations.json", "replay-events.jsonl", "result.json"} <= written
     assert written <= set(names) and names[-2:] == ["result.json", "run-1"]
+
+
+def test_a_call_refused_before_any_effect_does_not_block_a_rerun(tmp_path: Path) -> None:
+    """A refusal before anything ran is no executed call: the run is 'prepared' with 0 calls re-run, and a later run
+    with the same run id is not refused as ambiguous_execution."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+
+    def session(arguments: dict[str, object], name: str) -> Path:
+        builder = ClaudeSessionBuilder(cwd=str(workspace))
+        builder.user_prompt("append")
+        builder.assistant([tool_use("t1", "Bash", arguments)])
+        builder.results({"t1": ""})
+        builder.assistant([text("done")])
+        return builder.write(tmp_path / name)
+
+    def replay(trajectory: Path, output: str) -> tuple[int, object, object, int]:
+        request = build_request({"agent": "claude-code", "trajectory": str(trajectory), "after_step": 1,
+                                 "replay_only": True, "workspace": str(workspace), "state_dir": str(tmp_path / "st"),
+                                 "output_dir": str(tmp_path / output), "run_id": "same"}, source="test")
+        result = execute(request)
+        return result.exit_code, result.phase, result.failure and result.failure.message, result.replayed_tool_calls
+
+    refused = session({"command": 5}, "refused.jsonl")  # the executor refuses it before running anything
+    assert replay(refused, "out1") == (30, "prepared", "Bash call has no string command", 0)
+    fixed = session({"command": "echo once >> marker.txt"}, "fixed.jsonl")
+    assert replay(fixed, "out2") == (0, "replayed", None, 1)
+    assert (workspace / "marker.txt").read_text() == "once\n"

@@ -18,7 +18,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.journal import JOURNAL_FILE, JOURNAL_FORMAT, LOCK_FILE, Journal, find_ambiguous, read_events
+from forkpoint.journal import (
+    JOURNAL_FILE,
+    JOURNAL_FORMAT,
+    LOCK_FILE,
+    Journal,
+    describe_ambiguous,
+    find_ambiguous,
+    read_events,
+)
 
 AT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
@@ -133,6 +141,25 @@ def test_opening_rejects_ambiguous_state_while_holding_the_lock_then_releases_it
         "— use a fresh workspace and a new run id to replay from the start"
     )
     assert _lock_is_free(tmp_path)
+
+
+def test_ambiguity_names_the_call_that_did_not_finish(tmp_path: Path) -> None:
+    """"a" finished, "b" started and never finished: the message names "b", whose effects are really unknown."""
+    events = [_ev("run_started"), _ev("tool_started", call_id="a"), _ev("tool_finished", call_id="a"),
+              _ev("tool_started", call_id="b")]
+    assert find_ambiguous(events) == "b"
+    _write_events(tmp_path, *((e.pop("event"), e) for e in events))
+    message = _open_refused(tmp_path).message
+    assert message.startswith('state contains tool call "b" that started but has no recorded outcome')
+    assert '"a"' not in message
+
+
+def test_a_finished_call_of_an_unended_run_is_named_as_finished(tmp_path: Path) -> None:
+    _write_events(tmp_path, ("run_started", {}), ("tool_started", {"call_id": "a"}),
+                  ("tool_finished", {"call_id": "a"}))
+    assert describe_ambiguous(read_events(tmp_path / JOURNAL_FILE)) == (
+        'tool call "a" that finished, but its run never recorded its end (its batch may have been cut short)')
+    assert "has no recorded outcome" not in _open_refused(tmp_path).message
 
 
 def test_ambiguity_reports_the_lexicographically_first_call() -> None:

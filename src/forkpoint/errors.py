@@ -5,6 +5,7 @@ The categories and exit codes are part of the output contract (ARCHITECTURE.md):
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass
 from enum import Enum
 
@@ -22,8 +23,10 @@ class ErrorKind(Enum):
     UNSUPPORTED_AGENT = _Kind("unsupported_agent", 11, False)
     UNSUPPORTED_VERSION = _Kind("unsupported_version", 11, False)
     WORKSPACE = _Kind("workspace_error", 20, False)
+    OUTPUT = _Kind("output_error", 21, False)  # forkpoint's own files (output or state dir) could not be written
     EXECUTOR = _Kind("executor_error", 30, False)
     AMBIGUOUS_EXECUTION = _Kind("ambiguous_execution", 31, False)
+    DIVERGENCE = _Kind("divergence", 32, False)  # --on-divergence stop: the replayed world differs
     CONTINUATION = _Kind("continuation_error", 40, False)
     MODEL_RATE_LIMIT = _Kind("model_rate_limit", 40, True)
     MODEL_INTERNAL = _Kind("model_internal_error", 40, True)
@@ -60,7 +63,7 @@ class ReplayError(Exception):
         return self.message
 
     def with_context(self, context: str) -> ReplayError:
-        return ReplayError(self.kind, f"{context}: {self.message}", line=self.line)
+        return ReplayError(self.kind, f"{context}: {self.message}", line=self.line, before_effect=self.before_effect)
 
 
 def configuration(message: str) -> ReplayError:
@@ -73,6 +76,25 @@ def trajectory(message: str, *, line: int | None = None) -> ReplayError:
 
 def unsupported_version(message: str) -> ReplayError:
     return ReplayError(ErrorKind.UNSUPPORTED_VERSION, message)
+
+
+_NO_SPACE = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded"}
+
+
+def no_space(exc: OSError, path: object | None = None) -> ReplayError | None:
+    """An out-of-space (or quota) failure writing forkpoint's own files as an ``output_error``, else None.
+
+    Not retryable as is: when it strikes after tools ran, their effects are in the workspace, which is no longer
+    fresh (the engine says so). ``path`` names the file when the OSError does not (a failed ``write`` carries no
+    file name).
+    """
+    reason = _NO_SPACE.get(exc.errno or 0)
+    if reason is None:
+        return None
+    where = exc.filename if exc.filename is not None else path
+    shown = where if where is not None else "an output file"
+    return ReplayError(ErrorKind.OUTPUT, f"{reason} writing {shown} (free space or choose another "
+                                         "--output-dir/--state-dir)")
 
 
 def classify_continuation_output(output: str) -> ErrorKind:

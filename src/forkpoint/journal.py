@@ -43,7 +43,7 @@ from typing import Any, Final, Self
 
 import orjson
 
-from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.errors import ErrorKind, ReplayError, no_space
 from forkpoint.results import write_atomic
 
 JOURNAL_FORMAT: Final = "forkpoint.journal/v1"
@@ -62,13 +62,33 @@ _READ_CHUNK: Final = 1 << 20
 
 
 def find_ambiguous(events: Iterable[Mapping[str, Any]]) -> str | None:
-    """The lexicographically first call id whose effects are unknown, or None; pure and total.
+    """The call id to name for unknown effects, or None; pure and total.
 
     A call is resolved only by a ``tool_finished`` followed by a terminal run receipt (``run_finished`` or
     ``run_failed``): a finished call whose run never ended may belong to a batch that was cut short, and an
-    unfinished start stays ambiguous forever, whatever comes after it. Malformed call ids are kept (as a
-    stable text form) rather than skipped, so a damaged fact fails closed.
+    unfinished start stays ambiguous forever, whatever comes after it. The call named is the lexicographically
+    first one that started without finishing — the one whose effects are really unknown — and only when there is
+    none, the first finished call of the unended run. Malformed call ids are kept (as a stable text form) rather
+    than skipped, so a damaged fact fails closed.
     """
+    found = _unresolved(events)
+    return found[0] if found is not None else None
+
+
+def describe_ambiguous(events: Iterable[Mapping[str, Any]]) -> str | None:
+    """Why ``events`` leave effects unknown, as a phrase naming the call (see :func:`find_ambiguous`), or None."""
+    found = _unresolved(events)
+    if found is None:
+        return None
+    call_id, finished = found
+    if finished:
+        return (f'tool call "{call_id}" that finished, but its run never recorded its end (its batch may have been '
+                "cut short)")
+    return f'tool call "{call_id}" that started but has no recorded outcome'
+
+
+def _unresolved(events: Iterable[Mapping[str, Any]]) -> tuple[str, bool] | None:
+    """(call id, whether it finished) of the call :func:`find_ambiguous` names."""
     started: set[str] = set()
     finished: set[str] = set()
     for event in events:
@@ -82,7 +102,15 @@ def find_ambiguous(events: Iterable[Mapping[str, Any]]) -> str | None:
         elif name in _TERMINAL_EVENTS:
             started -= finished
             finished.clear()
-    return min(started) if started else None
+    unfinished = started - finished
+    if unfinished:
+        return min(unfinished), False
+    return (min(started), True) if started else None
+
+
+def executed_calls(events: Iterable[Mapping[str, Any]]) -> set[str]:
+    """Call ids that ran: finished and not refused before any effect (``refused``: nothing was started)."""
+    return {_call_key(e) for e in events if e.get("event") == "tool_finished" and e.get("refused") is not True}
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
@@ -146,12 +174,12 @@ class Journal:
         try:
             state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
-            raise _executor(f"create state dir {state_dir}: {exc}") from None
+            raise _io_failure(f"create state dir {state_dir}", exc, state_dir) from None
         lock_path = state_dir / LOCK_FILE
         try:
             lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         except OSError as exc:
-            raise _executor(f"open run lock {lock_path}: {exc}") from None
+            raise _io_failure(f"open run lock {lock_path}", exc, lock_path) from None
         try:
             try:
                 fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -191,12 +219,12 @@ class Journal:
                         os.fsync(fd)
                         _fsync_dir(path.parent)
             except OSError as exc:
-                raise _executor(f"recover journal {path}: {exc}") from None
-            ambiguous = find_ambiguous(recovered.records)
+                raise _io_failure(f"recover journal {path}", exc, path) from None
+            ambiguous = describe_ambiguous(recovered.records)
             if ambiguous is not None:
                 raise _ambiguous(
-                    f'state contains tool call "{ambiguous}" that started but has no recorded outcome; its '
-                    "effects are unknown — use a fresh workspace and a new run id to replay from the start"
+                    f"state contains {ambiguous}; its effects are unknown — use a fresh workspace and a new run id "
+                    "to replay from the start"
                 )
         except BaseException:
             os.close(fd)
@@ -236,7 +264,7 @@ class Journal:
                 os.fsync(fd)
         except OSError as exc:
             self._failed = True
-            raise _executor(f"commit journal record {event!r} to {self._path}: {exc}") from None
+            raise _io_failure(f"commit journal record {event!r} to {self._path}", exc, self._path) from None
         self._size += len(line)
         self._unsynced = self._durable and not sync
         self._records.append(orjson.loads(line))  # keep exactly what is on disk, not the caller's objects
@@ -257,12 +285,13 @@ class Journal:
         return [dict(record) for record in self._records]
 
     def completed_calls_in_current_run(self) -> int:
-        """Distinct call ids with ``tool_finished`` since the last ``run_started`` (or the journal start)."""
+        """Distinct call ids that ran (``tool_finished``, not refused before any effect) since the last
+        ``run_started`` (or the journal start)."""
         start = 0
         for index, record in enumerate(self._records):
             if record["event"] == "run_started":
                 start = index + 1
-        return len({_call_key(r) for r in self._records[start:] if r["event"] == "tool_finished"})
+        return len(executed_calls(self._records[start:]))
 
     def copy_to(self, path: Path, *, durable: bool = True) -> None:
         """Atomically write the committed journal bytes to ``path`` (the output's ``replay-events.jsonl``)."""
@@ -272,7 +301,7 @@ class Journal:
             data = _pread_exact(self._fd, self._size)
             write_atomic(path, data, durable=durable)
         except OSError as exc:
-            raise _executor(f"copy journal to {path}: {exc}") from None
+            raise _io_failure(f"copy journal to {path}", exc, path) from None
 
     def close(self) -> None:
         """Close the journal and release the state dir lock; idempotent."""
@@ -451,6 +480,11 @@ def _fsync_dir(directory: Path) -> None:
 
 def _executor(message: str) -> ReplayError:
     return ReplayError(ErrorKind.EXECUTOR, message)
+
+
+def _io_failure(action: str, exc: OSError, path: Path) -> ReplayError:
+    """A full disk is an output_error naming the file; any other I/O failure stays an executor error."""
+    return no_space(exc, path) or _executor(f"{action}: {exc}")
 
 
 def _ambiguous(message: str) -> ReplayError:

@@ -54,6 +54,8 @@ class ReplayResult:
     phase: Phase | None
     quality: Quality | None
     agent_status: AgentStatus
+    #: exact / diverged after a replay (forkpoint.divergence); None when nothing was replayed
+    observations_match: str | None = None
     run_id: str | None
     agent: AgentInfo | None = None
     after_step: int | None = None
@@ -112,9 +114,10 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600, *, durable: bool = 
                 os.fsync(handle.fileno())
         os.chmod(temp_name, mode)
         os.replace(temp_name, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp_name)
+        _name_the_file(exc, path)
         raise
     if durable:
         _fsync_dir(path.parent)
@@ -131,11 +134,18 @@ def atomic_writer(path: Path, mode: int = 0o600) -> Iterator[BinaryIO]:
             os.fsync(handle.fileno())
         os.chmod(temp_name, mode)
         os.replace(temp_name, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp_name)
+        _name_the_file(exc, path)
         raise
     _fsync_dir(path.parent)
+
+
+def _name_the_file(exc: BaseException, path: Path) -> None:
+    """A failed ``write`` (disk full) raises an OSError without a file name: give it the file being written."""
+    if isinstance(exc, OSError) and exc.filename is None:
+        exc.filename = str(path)
 
 
 def line_pieces(source: bytes, spans: Iterable[tuple[int, int]]) -> list[memoryview | bytes]:

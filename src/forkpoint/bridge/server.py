@@ -9,7 +9,10 @@
   A validated body goes to the upstream (``anthropic`` pass-through or ``stub``).
 * ``POST /v1/messages/count_tokens`` is answered locally; ``HEAD``/``GET`` anything answers 200 (2.1.220 sends a
   ``HEAD`` connectivity check first).
-* The verdict log (in memory, optionally JSONL) holds per-request facts only: never bodies, prompts or keys.
+* The verdict log (in memory, optionally JSONL) holds per-request facts only: never bodies, prompts or keys; it keeps
+  the first ``MAX_RECORDS`` requests (a flood is counted, not listed).
+* Connections, requests in flight, buffered body bytes and slow headers/bodies are bounded (``bridge.limits``): load
+  is shed with 503/408 and a closed connection, never by failing the bridge.
 """
 
 from __future__ import annotations
@@ -30,10 +33,12 @@ from aiohttp import web
 
 from forkpoint.adapters.claude_code.envelope import ExpectedPrefix
 from forkpoint.bridge.gate import ClaudeGate, Gate, Verdict, auxiliary_verdict
+from forkpoint.bridge.limits import ByteBudget, Connections, Limits, Shed, shed_headers
 from forkpoint.bridge.upstream import Upstream, error_response
 from forkpoint.errors import ErrorKind, ReplayError
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
+MAX_RECORDS = 10_000
 LOOPBACK = frozenset({"127.0.0.1", "::1", "::ffff:127.0.0.1"})
 REFUSAL_PREFIX = "forkpoint bridge refused: "
 START_TIMEOUT_S = 10.0
@@ -70,6 +75,10 @@ class BridgeSummary:
     over_budget: int = 0
     #: helper requests (not steps) the gate cleared, e.g. OpenCode's title generation
     auxiliary: int = 0
+    #: requests and connections refused for load or slowness (503/408, closed): the agent may retry them
+    shed: int = 0
+    #: requests beyond ``MAX_RECORDS`` (counted, not listed in the verdict log)
+    unrecorded: int = 0
 
     @property
     def budget_reached(self) -> bool:
@@ -96,7 +105,8 @@ class Bridge:
     """``with Bridge(expected, StubUpstream()) as bridge: run the agent with ANTHROPIC_BASE_URL=bridge.base_url``."""
 
     def __init__(self, gate: Gate | ExpectedPrefix, upstream: Upstream, *, boundary_prompt: str | None = None,
-                 log_path: Path | None = None, max_model_requests: int | None = None) -> None:
+                 log_path: Path | None = None, max_model_requests: int | None = None,
+                 limits: Limits | None = None) -> None:
         """``gate`` checks every model request; a bare Claude ``ExpectedPrefix`` gets the Claude gate."""
         self.gate: Gate = ClaudeGate(gate, boundary_prompt) if isinstance(gate, ExpectedPrefix) else gate
         self.upstream = upstream
@@ -119,6 +129,13 @@ class Bridge:
         self._runner: web.AppRunner | None = None
         self._log_handle: IO[bytes] | None = None
         self._port: int | None = None
+        self.limits = limits or Limits()
+        self._connections = Connections(self.limits)
+        self._budget = ByteBudget(self.limits.max_buffered_bytes)
+        self._in_flight = 0
+        self._shed = 0
+        self._unrecorded = 0
+        self._server: asyncio.Server | None = None
 
     def __repr__(self) -> str:  # never show the token
         return f"Bridge(port={self._port}, upstream={self.upstream.name})"
@@ -176,13 +193,22 @@ class Bridge:
         app = web.Application(client_max_size=MAX_BODY_BYTES)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         # in-flight handlers (a stalled upstream stream) get a short grace at shutdown, not aiohttp's 60 s
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE_S)
+        # lingering_time=0: a request whose body the bridge refused to read is answered and its connection closed,
+        # instead of aiohttp reading (and discarding) whatever the client still sends for 10 s
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE_S,
+                                     keepalive_timeout=self.limits.idle_timeout_s, lingering_time=0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self._port = int(self._runner.addresses[0][1])
+        # our own listener instead of a TCPSite: every connection goes through the guard (bridge.limits)
+        server = self._runner.server
+        assert server is not None  # set by setup()
+        factory = self._connections.wrap(server)
+        self._server = await asyncio.get_running_loop().create_server(factory, "127.0.0.1", 0)
+        self._port = int(self._server.sockets[0].getsockname()[1])
 
     async def _shutdown(self) -> None:
+        if self._server is not None:
+            self._server.close()  # stop accepting; the runner's cleanup closes the open connections
+            self._server = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -219,7 +245,9 @@ class Bridge:
     def summary(self) -> BridgeSummary:
         with self._lock:
             return BridgeSummary(self._model_requests, self._validated, self._forwarded, self._refused,
-                                 self._failure, self._over_budget, self._auxiliary_count)
+                                 self._failure, self._over_budget, self._auxiliary_count,
+                                 self._shed + self._connections.refused + self._connections.timed_out,
+                                 self._unrecorded)
 
     def finish(self) -> BridgeSummary:
         """Stop the bridge and summarise it; ``summary.error()`` is the run's continuation error, if any."""
@@ -245,15 +273,33 @@ class Bridge:
         if path is None:
             self._record(request.method, "(outside the token)", "not_found", "missing or wrong path token", False,
                          404, started)
-            return error_response(404, "not_found_error", "not found")
+            response = error_response(404, "not_found_error", "not found")
+            response.force_close()  # its body is never read: close instead of draining it
+            return response
         shown = path + (f"?{request.query_string}" if request.query_string else "")
+        if self._in_flight >= self.limits.max_in_flight:
+            return self._shed_response(request.method, shown, Shed(503, "too many requests in flight"), started)
+        self._in_flight += 1
+        self._connections.request_started(request.transport)
+        reserved: list[int] = []  # body bytes this request holds in the shared budget
+        try:
+            return await self._route(request, path, shown, started, reserved)
+        except Shed as shed:
+            return self._shed_response(request.method, shown, shed, started)
+        finally:
+            self._budget.release(sum(reserved))
+            self._in_flight -= 1
+            self._connections.request_finished(request.transport)
+
+    async def _route(self, request: web.Request, path: str, shown: str, started: float,
+                     reserved: list[int]) -> web.StreamResponse:
         if request.method in ("HEAD", "GET"):
             self._record(request.method, shown, "local", None, False, 200, started)
             return web.Response(status=200, text="ok")
         if request.method == "POST" and path.rstrip("/") in self.gate.model_routes:
-            return await self._messages(request, shown, started)
+            return await self._messages(request, shown, started, reserved)
         if request.method == "POST" and path.rstrip("/").endswith("/messages/count_tokens"):
-            return await self._count_tokens(request, shown, started)
+            return await self._count_tokens(request, shown, started, reserved)
         self._record(request.method, shown, "not_found", "no such route on the bridge", False, 404, started)
         return error_response(404, "not_found_error", "not found")
 
@@ -266,26 +312,64 @@ class Bridge:
         self._record(method, path, "refused", reason, False, 400, started, facts)
         return error_response(400, "invalid_request_error", REFUSAL_PREFIX + reason)
 
+    def _shed_response(self, method: str, path: str, shed: Shed, started: float) -> web.Response:
+        """Load or slowness, not a gate verdict: answered, the connection closed, the bridge stays as it was."""
+        self._shed += 1
+        self._record(method, path, "shed", shed.reason, False, shed.status, started)
+        kind = {503: "overloaded_error", 408: "request_timeout", 413: "request_too_large"}.get(shed.status, "error")
+        response = error_response(shed.status, kind, f"forkpoint bridge: {shed.reason}; retry")
+        response.headers.update(shed_headers())
+        response.force_close()
+        return response
+
     def _failed_reason(self) -> str | None:
         with self._lock:
             return self._failure
 
-    async def _read_json(self, request: web.Request) -> tuple[bytes, Any]:
+    async def _read_body(self, request: web.Request, reserved: list[int]) -> bytes:
+        """The body, read against the shared byte budget and the body deadline (see ``bridge.limits``).
+
+        Raises ValueError over the per-request cap (a gate refusal, as before) and Shed when the budget is exhausted
+        or the body is too slow (load: the bridge does not fail).
+        """
+        declared = request.content_length
+        if declared is not None and declared > MAX_BODY_BYTES:
+            raise ValueError(f"the request body is larger than {MAX_BODY_BYTES} bytes")
+        if declared is not None:
+            if not self._budget.reserve(declared):
+                raise Shed(503, "the bridge is buffering too many request bytes")
+            reserved.append(declared)
+        chunks: list[bytes] = []
+        size = 0
         try:
-            raw = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise ValueError(f"the request body is larger than {MAX_BODY_BYTES} bytes") from None
+            async with asyncio.timeout(self.limits.body_timeout_s):
+                while chunk := await request.content.readany():
+                    size += len(chunk)
+                    if size > MAX_BODY_BYTES:
+                        raise ValueError(f"the request body is larger than {MAX_BODY_BYTES} bytes")
+                    if declared is None:
+                        if not self._budget.reserve(len(chunk)):
+                            raise Shed(503, "the bridge is buffering too many request bytes")
+                        reserved.append(len(chunk))
+                    chunks.append(chunk)
+        except TimeoutError:
+            raise Shed(408, f"the request body did not arrive within {self.limits.body_timeout_s:g} s") from None
+        return b"".join(chunks)
+
+    async def _read_json(self, request: web.Request, reserved: list[int]) -> tuple[bytes, Any]:
+        raw = await self._read_body(request, reserved)
         try:
             return raw, orjson.loads(raw)
         except orjson.JSONDecodeError as error:
             raise ValueError(f"the request body is not JSON: {error}") from None
 
-    async def _messages(self, request: web.Request, shown: str, started: float) -> web.StreamResponse:
+    async def _messages(self, request: web.Request, shown: str, started: float,
+                        reserved: list[int]) -> web.StreamResponse:
         earlier = self._failed_reason()
         if earlier is not None:
             return self._refuse(request.method, shown, f"the bridge FAILED earlier ({earlier})", started)
         try:
-            _, body = await self._read_json(request)
+            _, body = await self._read_json(request, reserved)
         except ValueError as error:
             return self._refuse(request.method, shown, str(error), started)
         helper = auxiliary_verdict(self.gate, body)
@@ -332,11 +416,15 @@ class Bridge:
                      verdict.facts)
         return response
 
-    async def _count_tokens(self, request: web.Request, shown: str, started: float) -> web.StreamResponse:
+    async def _count_tokens(self, request: web.Request, shown: str, started: float,
+                            reserved: list[int]) -> web.StreamResponse:
         earlier = self._failed_reason()
         if earlier is not None:
             return self._refuse(request.method, shown, f"the bridge FAILED earlier ({earlier})", started)
-        raw = await request.read()
+        try:
+            raw = await self._read_body(request, reserved)
+        except ValueError as error:  # not a model request: too large is load, not a gate verdict
+            raise Shed(413, str(error)) from None
         self._record(request.method, shown, "local", None, False, 200, started)
         return web.json_response({"input_tokens": math.ceil(len(raw) / 4)})
 
@@ -344,6 +432,9 @@ class Bridge:
                 started: float, facts: dict[str, Any] | None = None) -> None:
         duration = round((time.monotonic() - started) * 1000, 3)
         with self._lock:
+            if len(self._records) >= MAX_RECORDS:  # a flood is counted, not kept (memory and log stay bounded)
+                self._unrecorded += 1
+                return
             record = RequestRecord(len(self._records) + 1, method, path, verdict, reason, forwarded, status,
                                    duration, dict(facts or {}))
             self._records.append(record)
