@@ -21,11 +21,17 @@ from forkpoint.fs import (
     InputChangedError,
     InputTooLargeError,
     NotRegularFileError,
+    PlantedLinkError,
+    copy_fd_strict,
+    lstat_strict,
+    make_dirs_strict,
     open_confined,
     read_bounded_input,
+    read_file_strict,
     read_regular_file,
     split_lines,
     write_file_confined,
+    write_file_strict,
 )
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux dir-fd walk")
@@ -399,3 +405,82 @@ def test_aliases_name_the_root_too(tmp_path: Path) -> None:
 def test_split_lines_numbers_offsets_and_keeps_terminators() -> None:
     assert list(split_lines(b'{"a":1}\n\r\n{"b":2}')) == [(1, 0, b'{"a":1}\n'), (2, 8, b"\r\n"), (3, 10, b'{"b":2}')]
     assert list(split_lines(b"")) == []
+
+
+# ------------------------------------------------------------------- strict helpers (sandbox-writable folders)
+
+
+def _planted(root: Path, outside: Path) -> None:
+    """What a replayed command can plant: links to a host file and folder, /dev/zero, a FIFO."""
+    (root / "host-file").symlink_to(outside / "secret.txt")
+    (root / "host-dir").symlink_to(outside)
+    (root / "zero").symlink_to("/dev/zero")
+    (root / "inside").symlink_to("a.txt")  # even a link to a sibling: forkpoint never plants one
+    os.mkfifo(root / "fifo")
+
+
+def test_strict_read_refuses_every_link_and_special_file_fast(root: Path, outside: Path) -> None:
+    _planted(root, outside)
+    assert read_file_strict(root, "sub/b.txt") == b"bee\n"
+    for name in ("host-file", "zero", "inside", "host-dir/secret.txt"):
+        with pytest.raises(PlantedLinkError, match="symbolic link; not followed"):
+            read_file_strict(root, name)
+    started = time.monotonic()
+    with pytest.raises(NotRegularFileError):
+        read_file_strict(root, "fifo")
+    with pytest.raises(NotRegularFileError):
+        read_file_strict(root, "sub")
+    assert time.monotonic() - started < 2
+    with pytest.raises(FileNotFoundError):
+        read_file_strict(root, "missing")
+
+
+def test_strict_read_is_bounded(root: Path) -> None:
+    with open(root / "big", "wb") as handle:
+        handle.truncate(64 * 1024 * 1024)  # sparse
+    with pytest.raises(InputTooLargeError):
+        read_file_strict(root, "big", max_bytes=1024)
+    assert read_file_strict(root, "a.txt", max_bytes=6) == b"hello\n"
+
+
+def test_strict_root_may_not_be_a_link(tmp_path: Path, root: Path) -> None:
+    (tmp_path / "alias").symlink_to(root)
+    with pytest.raises(PlantedLinkError):
+        read_file_strict(tmp_path / "alias", "a.txt")
+
+
+def test_strict_write_and_mkdir_never_follow(root: Path, outside: Path) -> None:
+    _planted(root, outside)
+    before = sorted(p.name for p in outside.iterdir())
+    write_file_strict(root, "new/deeper/file.txt", b"data")
+    assert (root / "new" / "deeper" / "file.txt").read_bytes() == b"data"
+    assert stat.S_IMODE((root / "new" / "deeper" / "file.txt").stat().st_mode) == 0o600
+    for name in ("host-dir/x.txt", "host-dir/sub/x.txt", "host-file", "inside"):
+        with pytest.raises(PlantedLinkError):
+            write_file_strict(root, name, b"attacker")
+    with pytest.raises(NotRegularFileError):
+        write_file_strict(root, "fifo", b"x")
+    with pytest.raises(PlantedLinkError):
+        make_dirs_strict(root, "host-dir/made")
+    make_dirs_strict(root, "sub/made/again")
+    assert (root / "sub" / "made" / "again").is_dir()
+    assert sorted(p.name for p in outside.iterdir()) == before
+    assert (outside / "secret.txt").read_bytes() == b"SECRET\n"
+    assert (root / "host-file").is_symlink() and (root / "inside").is_symlink()
+
+
+def test_strict_lstat_and_copy(root: Path, outside: Path) -> None:
+    _planted(root, outside)
+    st = lstat_strict(root, "zero")
+    assert st is not None and stat.S_ISLNK(st.st_mode)
+    assert lstat_strict(root, "missing") is None
+    with pytest.raises(PlantedLinkError):
+        lstat_strict(root, "host-dir/secret.txt")
+    fd = os.open(root / "a.txt", os.O_RDONLY)
+    try:
+        assert copy_fd_strict(fd, root, "copies/a.txt", max_bytes=3) == 3
+    finally:
+        os.close(fd)
+    assert (root / "copies" / "a.txt").read_bytes() == b"hel"
+    with pytest.raises(PlantedLinkError):
+        copy_fd_strict(0, root, "host-dir/c.txt", max_bytes=3)

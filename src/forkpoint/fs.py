@@ -11,6 +11,10 @@ outside the root, so nothing here hands a path with more than one component to t
 - the final component is opened with ``O_NOFOLLOW|O_NONBLOCK``, and reads check ``fstat`` of the *opened*
   inode, so a FIFO never blocks and a device or socket is never read.
 
+The ``*_strict`` helpers are for folders that sandboxed code can write (the agent HOME, scratch and persisted-
+output folders, continued session files): there a symbolic link anywhere below the root is refused
+(``PlantedLinkError``), not resolved, since forkpoint itself never puts one there.
+
 ``ConfinementError`` and ``NotRegularFileError`` are plain exceptions: the tool layer decides whether they
 become an error observation or a refusal. Other failures are the ``OSError`` of the failing call, carrying
 the caller's path rather than one component.
@@ -29,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from forkpoint.errors import ErrorKind, ReplayError
+
 MAX_SYMLINK_HOPS = 40
 DEFAULT_MAX_INPUT_BYTES = 256 * 1024 * 1024
 
@@ -41,6 +47,10 @@ _T = TypeVar("_T")
 
 class ConfinementError(Exception):
     """The path (or a symlink on the way) leads outside the workspace root."""
+
+
+class PlantedLinkError(ConfinementError):
+    """A symbolic link where forkpoint's own file or folder must be: sandboxed code planted it; never followed."""
 
 
 class NotRegularFileError(Exception):
@@ -101,23 +111,33 @@ def _walk(
     follow_final: bool,
     create_parents: bool = False,
     aliases: tuple[str, ...] = (),
+    links: bool = True,
 ) -> _T:
     """Walk ``path`` from ``root`` component by component and call ``final(dir_fd, name)`` on the last one.
 
     ``name`` is "." when the path ends at a directory (root, ``a/..``). ``final`` raises ``_FinalSymlink``
     (or an ``ELOOP`` OSError) when the name is a symlink, which is then resolved here when allowed.
     ``aliases`` are other absolute spellings of ``root`` (the recorded cwd a sandbox mounts the workspace at):
-    absolute paths and absolute symlink targets under them are walked from ``root`` too.
+    absolute paths and absolute symlink targets under them are walked from ``root`` too. ``links=False``:
+    any symlink met, the root's last component included, raises ``PlantedLinkError`` instead.
     """
     shown = os.fspath(path)
     root_abs = os.path.normpath(os.path.abspath(root))
     roots = (root_abs, os.path.realpath(root_abs), *(os.path.normpath(alias) for alias in aliases))
     pending = deque(_root_relative(roots, shown, shown) if os.path.isabs(shown) else _split(shown))
-    stack = [os.open(root_abs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)]
+    try:
+        stack = [os.open(root_abs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | (0 if links else os.O_NOFOLLOW))]
+    except OSError as exc:
+        if not links and exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(root_abs):
+            raise PlantedLinkError(f"{root_abs} is a symbolic link; not followed") from None
+        raise
     hops = 0
+    current = shown  # the component being resolved, for messages
 
     def follow(target: str) -> None:
         nonlocal hops
+        if not links:
+            raise PlantedLinkError(f"{shown}: {current} is a symbolic link; not followed")
         hops += 1
         if hops > MAX_SYMLINK_HOPS:
             raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), shown)
@@ -134,6 +154,7 @@ def _walk(
             if not pending:
                 return final(stack[-1], ".")
             name = pending.popleft()
+            current = name
             if name == "..":
                 if len(stack) == 1:
                     raise ConfinementError(f"path escapes workspace: {shown}")
@@ -151,6 +172,8 @@ def _walk(
                         if isinstance(exc, OSError):
                             raise
                         target = name  # swapped back since `final` looked: look again (counts as a hop)
+                    elif not links:
+                        raise PlantedLinkError(f"{shown}: {name} is a symbolic link; not followed") from None
                     elif not follow_final:
                         raise OSError(errno.ELOOP, "final component is a symbolic link", shown) from None
                     follow(target)
@@ -249,16 +272,8 @@ def read_regular_file(root: Path, path: str | Path, *, max_bytes: int, aliases: 
     return ReadResult(data=data[:max_bytes], truncated=len(data) > max_bytes, size=st.st_size)
 
 
-def write_file_confined(
-    root: Path, path: str | Path, data: bytes, *, create_parents: bool = False, aliases: tuple[str, ...] = ()
-) -> None:
-    """Replace a file inside ``root`` with ``data``, atomically, through a temp file in the same directory.
-
-    A final symlink is followed only while its target stays inside ``root``. Writing a new inode (rather
-    than truncating in place) means a hard link inside the root to a file outside is replaced, never
-    written through. An existing file keeps its permission bits. No fsync: the workspace is disposable.
-    """
-    shown = os.fspath(path)
+def _replacing_writer(shown: str, write: Callable[[int], None], mode: int | None) -> Callable[[int, str], None]:
+    """A final step that writes a new inode beside ``name`` and renames it over (see write_file_confined)."""
 
     def writer(dir_fd: int, name: str) -> None:
         if name == ".":
@@ -277,11 +292,11 @@ def write_file_confined(
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _FINAL_FLAGS, 0o666, dir_fd=dir_fd)
         try:
             try:
-                if st is not None:
+                if mode is not None:
+                    os.fchmod(fd, mode)
+                elif st is not None:
                     os.fchmod(fd, stat.S_IMODE(st.st_mode))
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
+                write(fd)
             finally:
                 os.close(fd)
             # A rename replaces whatever is at `name` now (even a swapped-in symlink) and follows nothing.
@@ -291,7 +306,160 @@ def write_file_confined(
                 os.unlink(temp, dir_fd=dir_fd)
             raise
 
+    return writer
+
+
+def _write_all(data: bytes) -> Callable[[int], None]:
+    def write(fd: int) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+
+    return write
+
+
+def write_file_confined(
+    root: Path, path: str | Path, data: bytes, *, create_parents: bool = False, aliases: tuple[str, ...] = ()
+) -> None:
+    """Replace a file inside ``root`` with ``data``, atomically, through a temp file in the same directory.
+
+    A final symlink is followed only while its target stays inside ``root``. Writing a new inode (rather
+    than truncating in place) means a hard link inside the root to a file outside is replaced, never
+    written through. An existing file keeps its permission bits. No fsync: the workspace is disposable.
+    """
+    writer = _replacing_writer(os.fspath(path), _write_all(data), None)
     _walk(root, path, writer, follow_final=True, create_parents=create_parents, aliases=aliases)
+
+
+# ------------------------------------------------------------------- folders that sandboxed code can write
+
+
+def open_regular_strict(root: Path, path: str | Path) -> int:
+    """An fd (read-only, non-blocking) on a regular file below ``root``; no symlink followed on the way.
+
+    ``PlantedLinkError`` for a symlink anywhere below ``root``, ``NotRegularFileError`` for a FIFO, device,
+    socket or directory (looked at before opening, checked again on the opened inode), ``FileNotFoundError``.
+    """
+    shown = os.fspath(path)
+
+    def opener(dir_fd: int, name: str) -> int:
+        if name == ".":
+            raise NotRegularFileError(f"not a regular file: {shown}")
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if stat.S_ISLNK(st.st_mode):
+            raise _FinalSymlink(name)
+        _require_regular(st, shown)
+        return os.open(name, os.O_RDONLY | _FINAL_FLAGS, dir_fd=dir_fd)
+
+    fd = _walk(root, path, opener, follow_final=False, links=False)
+    try:
+        _require_regular(os.fstat(fd), shown)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_file_strict(root: Path, path: str | Path, *, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> bytes:
+    """A whole regular file below ``root`` that sandboxed code could have replaced (see open_regular_strict).
+
+    More than ``max_bytes`` is ``InputTooLargeError``: a file that keeps growing is never read to the end.
+    """
+    fd = open_regular_strict(root, path)
+    try:
+        data = _read_upto(fd, max_bytes + 1)
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise InputTooLargeError(f"{path} exceeds {max_bytes} bytes")
+    return data
+
+
+def lstat_strict(root: Path, path: str | Path) -> os.stat_result | None:
+    """The entry's own metadata (None when absent); the folders on the way are opened without following links."""
+
+    def look(dir_fd: int, name: str) -> os.stat_result | None:
+        try:
+            return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+
+    try:
+        return _walk(root, path, look, follow_final=False, links=False)
+    except FileNotFoundError:
+        return None
+
+
+def make_dirs_strict(root: Path, path: str | Path, mode: int = 0o700) -> None:
+    """``mkdir -p`` below ``root``; an existing symlink (or other non-directory) on the way is refused."""
+    shown = os.fspath(path)
+
+    def make(dir_fd: int, name: str) -> None:
+        if name == ".":
+            return
+        try:
+            os.mkdir(name, mode, dir_fd=dir_fd)
+        except FileExistsError:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode):
+                raise PlantedLinkError(f"{shown}: {name} is a symbolic link; not followed") from None
+            if not stat.S_ISDIR(st.st_mode):
+                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), shown) from None
+
+    _walk(root, path, make, follow_final=False, create_parents=True, links=False)
+
+
+def write_file_strict(root: Path, path: str | Path, data: bytes, *, mode: int = 0o600) -> None:
+    """Atomically replace a file below ``root`` (parents created), no symlink followed anywhere on the way.
+
+    A symlink or special file planted at the name itself is refused too (not silently replaced): the
+    caller reports what sandboxed code did.
+    """
+    writer = _replacing_writer(os.fspath(path), _write_all(data), mode)
+    _walk(root, path, writer, follow_final=False, create_parents=True, links=False)
+
+
+def copy_fd_strict(source_fd: int, root: Path, path: str | Path, *, max_bytes: int, mode: int = 0o600) -> int:
+    """Copy at most ``max_bytes`` from ``source_fd`` (read from its current offset) into a new file below
+    ``root`` (as write_file_strict); returns the number of bytes copied."""
+    copied = 0
+
+    def write(fd: int) -> None:
+        nonlocal copied
+        while copied < max_bytes:
+            chunk = os.read(source_fd, min(_READ_CHUNK, max_bytes - copied))
+            if not chunk:
+                break
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(fd, view) :]
+            copied += len(chunk)
+
+    _walk(root, path, _replacing_writer(os.fspath(path), write, mode), follow_final=False, create_parents=True,
+          links=False)
+    return copied
+
+
+@contextlib.contextmanager
+def refused_as(kind: ErrorKind, what: str) -> Iterator[None]:
+    """A strict helper's refusal (a link, FIFO, device or oversized file where forkpoint's own file must be)
+    becomes a ``ReplayError`` of ``kind`` that names ``what``; other errors pass through unchanged."""
+    try:
+        yield
+    except (ConfinementError, NotRegularFileError, InputTooLargeError) as exc:
+        raise ReplayError(kind, f"{what}: refused: {exc} (sandboxed code can write there; forkpoint follows no "
+                                "link and opens no FIFO or device in it)") from None
+
+
+def read_sandbox_file(root: Path, path: Path, *, kind: ErrorKind, what: str,
+                      max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> bytes:
+    """A file that sandboxed code wrote (or could have replaced) at ``path`` below ``root``, read strictly
+    (read_file_strict); every failure, a missing file included, is a ``ReplayError`` of ``kind``."""
+    try:
+        with refused_as(kind, f"read {what} {path}"):
+            return read_file_strict(root, path.relative_to(root), max_bytes=max_bytes)
+    except OSError as exc:
+        raise ReplayError(kind, f"read {what} {path}: {exc.strerror or exc}") from None
 
 
 def split_lines(source: bytes) -> Iterator[tuple[int, int, bytes]]:

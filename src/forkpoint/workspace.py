@@ -74,9 +74,9 @@ def _shown(relative: bytes) -> dict[str, str]:
         return {"path_hex": relative.hex()}
 
 
-def _file_entry(path: bytes, st: os.stat_result) -> dict[str, Any]:
+def _file_entry(dir_fd: int, name: bytes, st: os.stat_result) -> dict[str, Any]:
     entry: dict[str, Any] = {"type": "file", "size": st.st_size, "executable": bool(st.st_mode & 0o111)}
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY, dir_fd=dir_fd)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since the lstat: report what is there now
             raise OSError(errno.EAGAIN, "changed while hashed")
@@ -86,6 +86,24 @@ def _file_entry(path: bytes, st: os.stat_result) -> dict[str, Any]:
         os.close(fd)
     entry["sha256"] = digest.hexdigest()
     return entry
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _open_below(base_fd: int, relative: bytes) -> int:
+    """A directory below the root, every component opened with O_NOFOLLOW: a folder swapped for a symlink
+    since it was listed is an error (ELOOP / ENOTDIR), never a walk outside the workspace."""
+    fd = os.dup(base_fd)
+    try:
+        for part in relative.split(b"/"):
+            child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def inventory(root: Path) -> Inventory:
@@ -105,48 +123,70 @@ def inventory(root: Path) -> Inventory:
 
 def tree_entries(root: Path) -> list[tuple[bytes, dict[str, Any]]]:
     """Every entry under ``root`` (relative path, {type, size, sha256 | symlink target | error}), sorted by path;
-    never follows a symlink, never opens a special file."""
-    base = os.fsencode(os.path.abspath(root))
+    never follows a symlink, never opens a special file.
+
+    Replayed commands write the workspace: every directory is opened relative to its parent's fd with
+    ``O_NOFOLLOW`` and every entry is looked at through that fd, so nothing outside the tree is listed or read.
+    """
+    try:
+        base_fd = os.open(os.path.abspath(root), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ReplayError(ErrorKind.WORKSPACE, f"cannot list the workspace {root}: {exc.strerror}") from None
     collected: list[tuple[bytes, dict[str, Any]]] = []
     pending = [b""]
-    while pending:
-        relative_dir = pending.pop()
-        directory = os.path.join(base, relative_dir) if relative_dir else base
-        try:
-            names = os.listdir(directory)
-        except OSError as exc:
-            if not relative_dir:
-                raise ReplayError(ErrorKind.WORKSPACE, f"cannot list the workspace {root}: {exc.strerror}") from None
-            collected.append((relative_dir, {"type": "dir", "error": _errno_name(exc)}))
-            continue
-        for name in names:
-            relative = os.path.join(relative_dir, name) if relative_dir else name
-            path = os.path.join(base, relative)
+    try:
+        while pending:
+            relative_dir = pending.pop()
             try:
-                st = os.lstat(path)
+                dir_fd = _open_below(base_fd, relative_dir) if relative_dir else os.dup(base_fd)
+                try:
+                    names = [os.fsencode(name) for name in os.listdir(dir_fd)]
+                except BaseException:
+                    os.close(dir_fd)
+                    raise
             except OSError as exc:
-                collected.append((relative, {"type": "other", "error": _errno_name(exc)}))
+                if not relative_dir:
+                    raise ReplayError(ErrorKind.WORKSPACE,
+                                      f"cannot list the workspace {root}: {exc.strerror}") from None
+                collected.append((relative_dir, {"type": "dir", "error": _errno_name(exc)}))
                 continue
-            mode = st.st_mode
-            if stat.S_ISDIR(mode):
-                collected.append((relative, {"type": "dir"}))
-                pending.append(relative)
-            elif stat.S_ISLNK(mode):
-                try:
-                    target = os.readlink(path)
-                except OSError as exc:
-                    collected.append((relative, {"type": "symlink", "error": _errno_name(exc)}))
-                else:
-                    collected.append((relative, {"type": "symlink", **_target(target)}))
-            elif stat.S_ISREG(mode):
-                try:
-                    collected.append((relative, _file_entry(path, st)))
-                except OSError as exc:
-                    collected.append((relative, {"type": "file", "size": st.st_size, "error": _errno_name(exc)}))
-            else:
-                collected.append((relative, {"type": _special(mode)}))
+            try:
+                for name in names:
+                    relative = os.path.join(relative_dir, name) if relative_dir else name
+                    _collect(dir_fd, name, relative, collected, pending)
+            finally:
+                os.close(dir_fd)
+    finally:
+        os.close(base_fd)
     collected.sort(key=lambda item: item[0])
     return collected
+
+
+def _collect(dir_fd: int, name: bytes, relative: bytes, collected: list[tuple[bytes, dict[str, Any]]],
+             pending: list[bytes]) -> None:
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError as exc:
+        collected.append((relative, {"type": "other", "error": _errno_name(exc)}))
+        return
+    mode = st.st_mode
+    if stat.S_ISDIR(mode):
+        collected.append((relative, {"type": "dir"}))
+        pending.append(relative)
+    elif stat.S_ISLNK(mode):
+        try:
+            target = os.readlink(name, dir_fd=dir_fd)
+        except OSError as exc:
+            collected.append((relative, {"type": "symlink", "error": _errno_name(exc)}))
+        else:
+            collected.append((relative, {"type": "symlink", **_target(target)}))
+    elif stat.S_ISREG(mode):
+        try:
+            collected.append((relative, _file_entry(dir_fd, name, st)))
+        except OSError as exc:
+            collected.append((relative, {"type": "file", "size": st.st_size, "error": _errno_name(exc)}))
+    else:
+        collected.append((relative, {"type": _special(mode)}))
 
 
 def _target(target: bytes) -> dict[str, str]:

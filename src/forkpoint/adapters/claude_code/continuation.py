@@ -14,6 +14,7 @@ from forkpoint.adapters.claude_code.parse import parse_session
 from forkpoint.bridge.server import Bridge
 from forkpoint.bridge.upstream import AnthropicUpstream, StubUpstream, Upstream
 from forkpoint.errors import ErrorKind, ReplayError, classify_continuation_output
+from forkpoint.fs import read_file_strict, refused_as, write_file_strict
 from forkpoint.hashing import make_nonce
 from forkpoint.model import ActionSignature, Continuation, ContinueSettings, NativePrefix, Plan, RunContext
 from forkpoint.results import write_atomic, write_json
@@ -34,8 +35,11 @@ def continue_session(
     cwd, shell_cwd = launch.resume_directory(context.state_dir, context.workspace, sandbox.cwd)
     # `claude --resume` looks under the project folder of the cwd it sees (the recorded one under bwrap).
     session_file = launch.session_path(context.home, Path(cwd), session_id)
-    session_file.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(session_file, b"".join(line + b"\n" for line in rebuilt))
+    # Replayed commands could write the HOME: no link planted there is followed (forkpoint.fs strict helpers).
+    context.home.mkdir(parents=True, exist_ok=True)
+    in_home = session_file.relative_to(context.home)
+    with refused_as(ErrorKind.CONTINUATION, f"write the rebuilt session to {session_file}"):
+        write_file_strict(context.home, in_home, b"".join(line + b"\n" for line in rebuilt))
 
     nonce = make_nonce()
     expected = expected_prefix([orjson.loads(line) for line in rebuilt], nonce, settings.target.version)
@@ -97,7 +101,12 @@ def continue_session(
         raise ReplayError(classify_continuation_output(output_tail),
                           f"claude reported an error: {outcome.detail}; see {agent_log}")
 
-    cleaned = clean_continued(session_file.read_bytes().splitlines(), rebuilt, nonce, settings.boundary_prompt)
+    try:
+        with refused_as(ErrorKind.CONTINUATION, f"read the continued session {session_file}"):
+            continued_bytes = read_file_strict(context.home, in_home)
+    except OSError as exc:
+        raise ReplayError(ErrorKind.CONTINUATION, f"read the continued session {session_file}: {exc}") from None
+    cleaned = clean_continued(continued_bytes.splitlines(), rebuilt, nonce, settings.boundary_prompt)
     continued_path = context.output_dir / "native" / "continued" / f"{session_id}.jsonl"
     continued_path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(continued_path, b"".join(line + b"\n" for line in cleaned.lines))

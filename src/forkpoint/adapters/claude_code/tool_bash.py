@@ -14,6 +14,10 @@ Measured on the real 2.1.220 / 2.1.332 binaries (scripted model, see the fixture
   preview (first 2,000 UTF-16 units, cut at the last newline past unit 1,000).
 - Failure: ``Exit code N\\n<output with trailing whitespace trimmed>`` (leading blank lines kept), cut to the
   first and last 5,000 units above 10,000 (2.1.220) / 11,024 (2.1.332) units.
+- Host side (forkpoint, outside any sandbox): the command can write only ``<scratch>/shell`` (where the wrapper's
+  ``cwd`` file is) and the agent HOME (where ``tool-results`` is); both are read and written through
+  forkpoint.fs's strict helpers, so a symlink, FIFO or device planted there is refused (executor error), never
+  followed, opened blocking or read without bound. The output log stays in ``<scratch>``, out of its reach.
 - Timeout: the recordings moved the command to a background task (a random id and a temp path that cannot
   be replayed, and forkpoint never leaves a process running). The replay kills it and reports what the same
   binaries print with background tasks disabled: ``Exit code 143\\nCommand timed out after <floor(s)>s\\n<output>``.
@@ -26,7 +30,6 @@ import os
 import re
 import secrets
 import shlex
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,9 +45,19 @@ from forkpoint.adapters.claude_code.jstext import (
 )
 from forkpoint.adapters.claude_code.tool_profile import ToolOutcome, ToolProfile, tool_error
 from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.fs import (
+    InputTooLargeError,
+    NotRegularFileError,
+    PlantedLinkError,
+    copy_fd_strict,
+    lstat_strict,
+    open_regular_strict,
+    read_file_strict,
+)
 from forkpoint.sandbox import local_sandbox
 
 if TYPE_CHECKING:
+    from forkpoint.process import ProcessResult
     from forkpoint.sandbox.base import Sandbox
 
 BASH = "/bin/bash"
@@ -66,6 +79,8 @@ _SIGNAL_EXIT_CODES = {9: 1, 15: 144}
 _SEGMENTS = re.compile(r"\|\||&&|[;|&\n]")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _ID_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
+_MAX_CWD_BYTES = 64 * 1024
+_PLANTED = (PlantedLinkError, NotRegularFileError, InputTooLargeError)
 
 
 def timeout_ms(value: Any) -> int:
@@ -134,22 +149,30 @@ class BashShell:
         scratch: Path,
         sandbox: Sandbox | None = None,
         writable: tuple[Path, ...] = (),
+        results_root: Path | None = None,
     ) -> None:
         self.root = root  # as the command sees it (under bwrap: the recorded cwd)
         self.cwd = root
         self.env = dict(env)
         self.profile = profile
         self.results_dir = results_dir
-        self.scratch = scratch
+        # The folder the command can write that holds results_dir (the agent HOME): walked strictly from there.
+        self.results_root = results_root if results_root is not None else results_dir.parent
+        self.results_root.mkdir(parents=True, exist_ok=True)  # forkpoint's (under the state dir): made first
+        self.scratch = scratch  # forkpoint's own: the output log
+        self.shell_dir = scratch / "shell"  # the command's: the wrapper's cwd file
+        self.shell_dir.mkdir(mode=0o700, exist_ok=True)
         self.sandbox = sandbox or local_sandbox(Path(root))
-        self.writable = (scratch, *writable)  # bound read-write at the same path inside a sandbox
+        self.writable = (self.shell_dir, *writable)  # bound read-write at the same path inside a sandbox
 
     def run(self, command: str, timeout: int) -> ToolOutcome:
         cwd = self.cwd if os.path.isdir(self.sandbox.host_path(self.cwd)) else self.root
-        cwd_file = self.scratch / "cwd"
+        cwd_file = self.shell_dir / "cwd"
         log = self.scratch / "output.log"
-        with contextlib.suppress(FileNotFoundError):
-            cwd_file.unlink()
+        # Whatever an earlier command left at these names goes (unlink never follows; nothing of it runs now).
+        for stale in (cwd_file, log):
+            with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+                stale.unlink()
         script = (
             "\\builtin shopt -s expand_aliases 2>/dev/null || true && "
             "\\builtin shopt -u extglob 2>/dev/null || true && "
@@ -167,7 +190,22 @@ class BashShell:
             log_path=log,
             max_output_bytes=HEAD_BYTES,
         )
-        total = log.stat().st_size if log.exists() else len(result.stdout)
+        try:
+            log_fd: int | None = open_regular_strict(self.scratch, log.name)
+        except FileNotFoundError:
+            log_fd = None
+        except _PLANTED as exc:
+            raise ReplayError(ErrorKind.EXECUTOR, f"the Bash output log was replaced while the command ran: {exc}") \
+                from None
+        try:
+            return self._outcome(command, timeout, result, log_fd, cwd_file)
+        finally:
+            if log_fd is not None:
+                os.close(log_fd)
+
+    def _outcome(self, command: str, timeout: int, result: ProcessResult, log_fd: int | None,
+                 cwd_file: Path) -> ToolOutcome:
+        total = os.fstat(log_fd).st_size if log_fd is not None else len(result.stdout)
         head = _decode(result.stdout[:MAX_INLINE_BYTES])
         if result.timed_out:
             out = js_trim_end(head)
@@ -194,7 +232,9 @@ class BashShell:
         }
         truncated = result.log_truncated
         if total > MAX_INLINE_BYTES:
-            path = self._persist(log)
+            if log_fd is None:
+                raise ReplayError(ErrorKind.EXECUTOR, "the Bash output log disappeared while the command ran")
+            path = self._persist(log_fd, total)
             full = js_trim_end(strip_leading_blank_lines(_decode(result.stdout)))
             content = persisted_output_message(full, total, str(path))
             if reset:
@@ -208,7 +248,10 @@ class BashShell:
     def _follow_cwd(self, cwd_file: Path) -> bool:
         """Move to the directory the command ended in; True when it left the project and was reset."""
         try:
-            raw = cwd_file.read_bytes()
+            raw = read_file_strict(cwd_file.parent, cwd_file.name, max_bytes=_MAX_CWD_BYTES)
+        except _PLANTED as exc:
+            raise ReplayError(ErrorKind.EXECUTOR, f"the replayed command replaced the Bash wrapper's cwd file "
+                                                  f"({exc}); forkpoint does not follow it") from None
         except OSError:
             return False
         new = os.fsdecode(raw).rstrip("\n")
@@ -220,16 +263,22 @@ class BashShell:
         self.cwd = self.root
         return True
 
-    def _persist(self, log: Path) -> Path:
-        """Copy the full output next to the session, as Claude does (``<id>.txt``, id = ``b`` + 8 of [0-9a-z])."""
+    def _persist(self, log_fd: int, size: int) -> Path:
+        """Copy the full output next to the session, as Claude does (``<id>.txt``, id = ``b`` + 8 of [0-9a-z]).
+
+        The folder is in the agent HOME, which replayed commands can write: no link on the way is followed.
+        """
+        relative = Path(os.path.relpath(self.results_dir, self.results_root))
         try:
-            self.results_dir.mkdir(parents=True, exist_ok=True)
             while True:
                 name = "b" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(8))
-                target = self.results_dir / f"{name}.txt"
-                if not target.exists():
+                if lstat_strict(self.results_root, relative / f"{name}.txt") is None:
                     break
-            shutil.copyfile(log, target)
+            os.lseek(log_fd, 0, os.SEEK_SET)
+            copy_fd_strict(log_fd, self.results_root, relative / f"{name}.txt", max_bytes=size, mode=0o644)
+        except _PLANTED as exc:
+            raise ReplayError(ErrorKind.EXECUTOR, f"save large Bash output to {self.results_dir}: refused, a "
+                                                  f"replayed command planted it: {exc}") from None
         except OSError as exc:
             raise ReplayError(ErrorKind.EXECUTOR, f"save large Bash output to {self.results_dir}: {exc}") from exc
-        return target
+        return self.results_dir / f"{name}.txt"

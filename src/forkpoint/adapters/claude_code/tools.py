@@ -131,6 +131,7 @@ class ClaudeToolExecutor:
             self._scratch,
             self.sandbox,
             (home,) if home is not None else (),
+            results_root=home if home is not None else config_dir,
         )
         self.files = FileTools(
             workspace, self.profile, lambda: self.bash.cwd, str(home) if home else None, self.sandbox

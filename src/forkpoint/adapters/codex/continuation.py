@@ -24,6 +24,7 @@ from forkpoint.adapters.codex.parse import AGENT, parse_rollout
 from forkpoint.bridge.server import Bridge
 from forkpoint.bridge.upstream import Upstream
 from forkpoint.errors import ErrorKind, ReplayError, classify_continuation_output
+from forkpoint.fs import read_file_strict, refused_as, write_file_strict
 from forkpoint.ids import check_id
 from forkpoint.model import ActionSignature, Continuation, ContinueSettings, NativePrefix, Plan, RunContext
 from forkpoint.process import sanitized_env
@@ -128,8 +129,11 @@ def continue_rollout(
     rebuilt = prefix.path.read_bytes().splitlines()
     meta = plan.trajectory.native.session_meta
     target = rollout_path(context.home, meta, plan.trajectory.source_path.name, session_id)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(target, b"".join(line + b"\n" for line in rebuilt))
+    # Replayed commands could write the HOME: no link planted there is followed (forkpoint.fs strict helpers).
+    context.home.mkdir(parents=True, exist_ok=True)
+    in_home = target.relative_to(context.home)
+    with refused_as(ErrorKind.CONTINUATION, f"write the rebuilt rollout to {target}"):
+        write_file_strict(context.home, in_home, b"".join(line + b"\n" for line in rebuilt))
 
     nonce = make_nonce()
     items = [obj["payload"] for obj in map(orjson.loads, rebuilt) if obj.get("type") == "response_item"]
@@ -147,7 +151,10 @@ def continue_rollout(
     )
     with bridge:
         provider = meta.get("model_provider") if isinstance(meta.get("model_provider"), str) else None
-        write_atomic(codex_home(context.home) / "config.toml", config_toml(bridge.base_url, model, provider).encode())
+        config = codex_home(context.home) / "config.toml"
+        with refused_as(ErrorKind.CONTINUATION, f"write {config}"):
+            write_file_strict(context.home, config.relative_to(context.home),
+                              config_toml(bridge.base_url, model, provider).encode())
         sandbox = context.sandbox or local_sandbox(context.workspace)
         # The network is shared with the host for the continuation only: the bridge listens on 127.0.0.1.
         result = sandbox.run(
@@ -184,7 +191,12 @@ def continue_rollout(
         raise ReplayError(classify_continuation_output(tail),
                           f"codex exited with {result.returncode}: {tail[-500:].strip()}; see {agent_log}")
 
-    cleaned, removed = clean_continued(target.read_bytes().splitlines(), rebuilt, nonce, settings.boundary_prompt)
+    try:
+        with refused_as(ErrorKind.CONTINUATION, f"read the continued rollout {target}"):
+            continued_bytes = read_file_strict(context.home, in_home)
+    except OSError as exc:
+        raise ReplayError(ErrorKind.CONTINUATION, f"read the continued rollout {target}: {exc}") from None
+    cleaned, removed = clean_continued(continued_bytes.splitlines(), rebuilt, nonce, settings.boundary_prompt)
     continued_path = context.output_dir / "native" / "continued" / target.name
     continued_path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(continued_path, b"".join(line + b"\n" for line in cleaned))

@@ -63,6 +63,7 @@ from forkpoint.adapters.codex.tool_text import (
     truncate_middle,
 )
 from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.fs import open_regular_strict, refused_as
 from forkpoint.sandbox import local_sandbox
 
 if TYPE_CHECKING:
@@ -176,6 +177,8 @@ def run_command(spec: CommandSpec, scratch: Path, runner: Runner | None = None) 
     if runner is None:
         runner = Runner(local_sandbox(Path(spec.cwd)))
     log = scratch / "command.log"
+    with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+        log.unlink()  # whatever was planted at the name goes (unlink never follows)
     argv = list(spec.argv)
     readable = runner.readable
     if spec.tty:
@@ -195,13 +198,21 @@ def run_command(spec: CommandSpec, scratch: Path, runner: Runner | None = None) 
         log_path=log,
     )
     wall = time.monotonic() - started
-    total = log.stat().st_size if log.exists() else len(result.stdout)
+    # The log is forkpoint's (outside the sandbox's writable folders), but read as if it could have been replaced.
+    try:
+        with refused_as(ErrorKind.EXECUTOR, f"read the command log {log}"):
+            log_fd: int | None = open_regular_strict(scratch, log.name)
+    except FileNotFoundError:
+        log_fd = None
     head, tail = result.stdout, b""
-    if total > spec.keep_head + spec.keep_tail:
-        head = result.stdout[: spec.keep_head]
-        with log.open("rb") as handle:
-            handle.seek(max(total - spec.keep_tail, 0))
-            tail = handle.read(spec.keep_tail)
+    try:
+        total = os.fstat(log_fd).st_size if log_fd is not None else len(result.stdout)
+        if total > spec.keep_head + spec.keep_tail and log_fd is not None:
+            head = result.stdout[: spec.keep_head]
+            tail = os.pread(log_fd, spec.keep_tail, max(total - spec.keep_tail, 0))
+    finally:
+        if log_fd is not None:
+            os.close(log_fd)
     with contextlib.suppress(OSError):
         log.unlink()
     code = result.returncode

@@ -19,6 +19,7 @@ from forkpoint.adapters.mini_swe_agent.tools import LOG_NAME, open_session
 from forkpoint.bridge.server import Bridge
 from forkpoint.bridge.upstream import Upstream
 from forkpoint.errors import ErrorKind, ReplayError, classify_continuation_output
+from forkpoint.fs import lstat_strict, read_sandbox_file
 from forkpoint.model import ActionSignature, Continuation, ContinueSettings, NativePrefix, Plan, RunContext
 from forkpoint.results import write_atomic, write_json
 
@@ -124,9 +125,11 @@ def restored_model_config(continued: dict[str, Any], source: dict[str, Any]) -> 
 def _restore_model_config(path: Path, native: MiniNative) -> None:
     import json
 
-    if not path.is_file():
+    # The companion (and the commands it ran) wrote this file: read it strictly (no link, FIFO or device followed).
+    if lstat_strict(path.parent, path.name) is None:
         return
-    data = restored_model_config(json.loads(path.read_text("utf-8")), native.data)
+    raw = read_sandbox_file(path.parent, path, kind=ErrorKind.CONTINUATION, what="the continued trajectory")
+    data = restored_model_config(json.loads(raw), native.data)
     write_atomic(path, json.dumps(data, indent=2).encode("utf-8"))
 
 

@@ -238,7 +238,8 @@ def collect(export: JsonObject, nonce: str, boundary_prompt: str | None, context
     prefix_ids = {str(m["info"]["id"]) for m in export["messages"]}
     task_message = next((str(m["info"]["id"]) for m in reversed(export["messages"])
                          if m["info"].get("role") == "user"), None)
-    reconciled = reconcile(database_path(context.home), session_id, prefix_ids, nonce, boundary_prompt, task_message)
+    reconciled = reconcile(database_path(context.home), session_id, prefix_ids, nonce, boundary_prompt, task_message,
+                           context.home)
     continued = export_session(entrypoint, check_id(session_id, "session id"), context, env)
     payload = json.dumps(continued, indent=2, ensure_ascii=False).encode()
     if nonce.encode() in payload or nonce.encode() in stdout:

@@ -6,17 +6,23 @@ left). After the run forkpoint removes exactly what the resume transport added: 
 parts (or, with a boundary prompt, puts the prompt text in its place), re-points the new assistant messages at
 the task's user message, and drops assistant messages that have no part at all. Everything else the agent wrote
 is kept; interrupted tool parts are counted and reported.
+
+The agent could write its data dir: before SQLite opens anything, the database and each of its sidecar files
+(``-wal``, ``-shm``, ``-journal``) must be a regular file (or absent) reached without any symbolic link from
+the HOME (forkpoint.fs strict helpers), so a planted link or FIFO is refused instead of followed or hung on.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
+import stat
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
 from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.fs import PlantedLinkError, lstat_strict, refused_as
 
 
 def database_path(home: Path) -> Path:
@@ -31,9 +37,27 @@ class Reconciled:
     interrupted_tool_parts: int
 
 
+def check_database(home: Path, db: Path) -> None:
+    """Refuse a database (or sidecar) that is not a plain regular file reached without links from ``home``."""
+    with refused_as(ErrorKind.CONTINUATION, f"open the OpenCode database {db}"):
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            path = db.with_name(db.name + suffix)
+            st = lstat_strict(home, path.relative_to(home))
+            if st is None:
+                if not suffix:
+                    raise ReplayError(ErrorKind.CONTINUATION, f"OpenCode left no database at {db}")
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                raise PlantedLinkError(f"{path} is a symbolic link; not followed")
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+                raise PlantedLinkError(f"{path} is not a regular file with one link")
+
+
 def reconcile(db: Path, session_id: str, prefix_ids: set[str], nonce: str, boundary_prompt: str | None,
-              parent_id: str | None) -> Reconciled:
-    if not db.is_file():
+              parent_id: str | None, home: Path | None = None) -> Reconciled:
+    if home is not None:
+        check_database(home, db)
+    elif not db.is_file():
         raise ReplayError(ErrorKind.CONTINUATION, f"OpenCode left no database at {db}")
     with closing(sqlite3.connect(db, timeout=30)) as connection, connection:
         rows = connection.execute(

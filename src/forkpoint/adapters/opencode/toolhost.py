@@ -28,8 +28,8 @@ from typing import Any
 from aiohttp import web
 
 from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.fs import refused_as, write_file_strict
 from forkpoint.process import WATCH_TERMINATE, ProcessResult, run_supervised, sanitized_env
-from forkpoint.results import write_atomic
 from forkpoint.testing.chat_completions import chat_chunks, sse_data
 
 PROVIDER = "forkpoint-tools"
@@ -94,10 +94,11 @@ def provider_config(provider: str, model: str, base_url: str, api_key: str) -> J
     }
 
 
-def write_config(home: Path, config: JsonObject) -> None:
-    target = home / ".config" / "opencode" / "opencode.json"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(target, json.dumps(config, indent=2).encode())
+def write_config(home: Path, config: JsonObject, kind: ErrorKind = ErrorKind.CONTINUATION) -> None:
+    """``opencode.json`` in the HOME, which replayed tools can write: no link planted there is followed."""
+    home.mkdir(parents=True, exist_ok=True)
+    with refused_as(kind, f"write {home / '.config/opencode/opencode.json'}"):
+        write_file_strict(home, ".config/opencode/opencode.json", json.dumps(config, indent=2).encode())
 
 
 @dataclass
@@ -223,7 +224,7 @@ class ToolHost:
         ready.wait(10)
         if "url" not in box:
             raise ReplayError(ErrorKind.EXECUTOR, f"the OpenCode tool host did not start: {box.get('error')}")
-        write_config(self.home, provider_config(PROVIDER, MODEL, box["url"], "forkpoint-tools"))
+        write_config(self.home, provider_config(PROVIDER, MODEL, box["url"], "forkpoint-tools"), ErrorKind.EXECUTOR)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         argv = [str(self.entrypoint), "run", "--format=json", "--model", f"{PROVIDER}/{MODEL}", PROMPT]
         env = opencode_env(self.home, self.workspace, shell=self.shell)

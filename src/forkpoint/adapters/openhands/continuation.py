@@ -22,6 +22,7 @@ from forkpoint.adapters.openhands.session import replay_input, replayed_action_c
 from forkpoint.bridge.server import Bridge
 from forkpoint.bridge.upstream import Upstream
 from forkpoint.errors import ErrorKind, ReplayError, classify_continuation_output
+from forkpoint.fs import read_sandbox_file
 from forkpoint.ids import safe_file_stem
 from forkpoint.model import Continuation, ContinueSettings, JsonObject, NativePrefix, Plan, RunContext
 from forkpoint.results import write_atomic
@@ -123,7 +124,8 @@ def continue_events(
     continued_path = context.output_dir / "native" / "continued" / prefix.path.name
     continued_path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        write_atomic(continued_path, saved.read_bytes())
+        write_atomic(continued_path, read_sandbox_file(work, saved, kind=ErrorKind.CONTINUATION,
+                                                       what="the continued OpenHands trajectory"))
         continued = parse_events(continued_path)
     except (OSError, ReplayError) as error:
         raise ReplayError(ErrorKind.CONTINUATION, f"the continued OpenHands trajectory is unusable: {error}") \

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.fs import read_file_strict, refused_as
 from forkpoint.model import RunContext
 from forkpoint.process import ProcessResult, sanitized_env
 from forkpoint.results import write_atomic
@@ -26,6 +27,7 @@ BRIDGE_KEY_ENV = "FORKPOINT_BRIDGE_KEY"
 #: where the replay-only runner's LLM points: nothing listens there, so a model call could only fail
 DEAD_LLM_URL = "http://127.0.0.1:9/v1"
 _TAIL = 4000
+_MAX_RESULT_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -77,8 +79,10 @@ def run_runner(python: Path, context: RunContext, name: str, request: dict[str, 
         writable=(context.home, work), readable=(*runtime_paths(python), RUNNER.parent),
         grace_s=5.0, max_output_bytes=4 * 1024 * 1024, log_path=log,
     )
-    try:
-        result = json.loads(result_path.read_text("utf-8"))
+    kind = ErrorKind.CONTINUATION if name == "continue" else ErrorKind.EXECUTOR
+    try:  # the runner's folder is writable by the agent: read strictly (no link, FIFO or device followed)
+        with refused_as(kind, f"read the OpenHands runner result {result_path}"):
+            result = json.loads(read_file_strict(work, result_path.name, max_bytes=_MAX_RESULT_BYTES))
     except (OSError, ValueError):
         result = {}
     outcome = RunnerOutcome(result if isinstance(result, dict) else {}, process, log)

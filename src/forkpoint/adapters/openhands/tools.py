@@ -22,6 +22,7 @@ from forkpoint.adapters.openhands.format import model_text
 from forkpoint.adapters.openhands.launch import DEAD_LLM_URL, run_runner, work_dir
 from forkpoint.adapters.openhands.session import replay_input, replayed_action_count, write_events
 from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.fs import read_sandbox_file
 from forkpoint.ids import safe_file_stem
 from forkpoint.model import FreshObservation, JsonObject, Plan, RunContext, ToolCall
 
@@ -82,8 +83,9 @@ class OpenHandsToolExecutor:
                                                   f"{request['max_iterations']} actions ({last_error or 'no error'});"
                                                   f" see {outcome.log}")
         try:
-            trajectory = json.loads(saved.read_text("utf-8"))
-        except (OSError, ValueError) as error:
+            trajectory = json.loads(read_sandbox_file(work, saved, kind=ErrorKind.EXECUTOR,
+                                                      what="the OpenHands replayed trajectory"))
+        except ValueError as error:
             raise ReplayError(ErrorKind.EXECUTOR, f"the OpenHands replay wrote no readable trajectory: {error}") \
                 from None
         return fresh_observations(trajectory, [call.call_id for call in self.plan.calls])

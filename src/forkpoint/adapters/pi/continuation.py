@@ -22,6 +22,7 @@ from forkpoint.adapters.pi.tools import tool_environment
 from forkpoint.bridge.server import Bridge
 from forkpoint.bridge.upstream import Upstream
 from forkpoint.errors import ErrorKind, ReplayError, classify_continuation_output, unsupported_version
+from forkpoint.fs import lstat_strict, make_dirs_strict, read_sandbox_file, refused_as, write_file_strict
 from forkpoint.hashing import make_nonce
 from forkpoint.model import Continuation, ContinueSettings, JsonObject, NativePrefix, Plan, RunContext
 from forkpoint.results import write_atomic
@@ -66,6 +67,11 @@ def prefix_messages_of(lines: list[bytes]) -> list[JsonObject]:
     return [obj["message"] for obj in map(orjson.loads, lines) if obj.get("type") == "message"]
 
 
+def _write_home(home: Path, path: Path, data: bytes) -> None:
+    with refused_as(ErrorKind.CONTINUATION, f"write {path}"):
+        write_file_strict(home, path.relative_to(home), data)
+
+
 def continue_session(plan: Plan, prefix: NativePrefix, context: RunContext,
                      settings: ContinueSettings) -> Continuation:
     native: PiNative = plan.trajectory.native
@@ -76,22 +82,28 @@ def continue_session(plan: Plan, prefix: NativePrefix, context: RunContext,
     rebuilt[0] = dumps({**orjson.loads(rebuilt[0]), "cwd": sandbox.cwd})  # Pi runs at the workspace
     home_agent = agent_dir(context.home)
     target = home_agent / "sessions" / session_dir_name(sandbox.cwd) / prefix.path.name
-    target.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(target, b"".join(line + b"\n" for line in rebuilt))
-    write_atomic(home_agent / "settings.json", orjson.dumps(SETTINGS))
+    # Replayed tools could write the HOME: no link planted there is followed (forkpoint.fs strict helpers).
+    home = context.home
+    home.mkdir(parents=True, exist_ok=True)
+    _write_home(home, target, b"".join(line + b"\n" for line in rebuilt))
+    _write_home(home, home_agent / "settings.json", orjson.dumps(SETTINGS))
 
     boundary_prompt = settings.boundary_prompt or None
     nonce = make_nonce() if boundary_prompt else None
     expected = expected_prefix(prefix_messages_of(rebuilt), nonce, model, native.tools)
     write_atomic(context.state_dir / "expected-prefix.json", orjson.dumps(expected.to_json()))
     context.logs.mkdir(parents=True, exist_ok=True)
-    events_path = context.state_dir / "pi-continue-events.jsonl"
+    # The runner's own folder (bound writable): never the state dir itself, which holds the journal and lock.
+    events_dir = context.state_dir / "pi-continue"
+    with refused_as(ErrorKind.CONTINUATION, f"create {events_dir}"):
+        make_dirs_strict(context.state_dir, events_dir.name)
+    events_path = events_dir / "events.jsonl"
     events_path.unlink(missing_ok=True)
     remaining = settings.remaining_steps
     bridge = Bridge(PiGate(expected, boundary_prompt), _upstream(settings),
                     log_path=context.state_dir / "bridge-log.jsonl", max_model_requests=remaining)
     with bridge:
-        write_atomic(home_agent / "models.json", orjson.dumps(models_json(bridge.base_url, provider, model)))
+        _write_home(home, home_agent / "models.json", orjson.dumps(models_json(bridge.base_url, provider, model)))
         request = {"runtime_root": str(runtime.root), "cwd": sandbox.cwd, "session_file": str(target),
                    "provider": provider, "model": model, "prompt": nonce, "max_turns": remaining,
                    "events_path": str(events_path), "expected_version": runtime.version,
@@ -104,7 +116,7 @@ def continue_session(plan: Plan, prefix: NativePrefix, context: RunContext,
                     "no_proxy": ",".join(no_proxy)})
         result = sandbox.run(
             [str(runtime.node), str(runtime.runner), "continue"],
-            cwd=sandbox.cwd, env=env, network=True, writable=(context.home, context.state_dir),
+            cwd=sandbox.cwd, env=env, network=True, writable=(context.home, events_dir),
             readable=(runtime.root, runtime.runner.parent), stdin=orjson.dumps(request),
             timeout_s=settings.timeout_s, grace_s=2.0, max_output_bytes=16 * 1024 * 1024,
             log_path=context.logs / "pi-runner.log",
@@ -128,16 +140,17 @@ def continue_session(plan: Plan, prefix: NativePrefix, context: RunContext,
     if turns == 0:
         raise ReplayError(ErrorKind.CONTINUATION, "Pi produced no live continuation turn")
 
-    continued_lines = target.read_bytes().splitlines()
+    continued = read_sandbox_file(home, target, kind=ErrorKind.CONTINUATION, what="the continued session")
+    continued_lines = continued.splitlines()
     if continued_lines[: len(rebuilt)] != rebuilt:
         raise ReplayError(ErrorKind.CONTINUATION, "Pi rewrote lines of the rebuilt session prefix")
     out_dir = context.output_dir / "native" / "continued"
     out_dir.mkdir(parents=True, exist_ok=True)
     continued_path = out_dir / target.name
     write_atomic(continued_path, _restore_prompt(continued_lines, nonce, boundary_prompt))
-    if events_path.is_file():
-        write_atomic(out_dir / "events.jsonl", _restore_prompt(events_path.read_bytes().splitlines(), nonce,
-                                                                 boundary_prompt))
+    if lstat_strict(events_dir, events_path.name) is not None:
+        events = read_sandbox_file(events_dir, events_path, kind=ErrorKind.CONTINUATION, what="the runner's events")
+        write_atomic(out_dir / "events.jsonl", _restore_prompt(events.splitlines(), nonce, boundary_prompt))
         events_path.unlink()
     next_action, steps = _continued_actions(continued_path, plan.after_step, len(prefix_messages_of(rebuilt)))
     if steps != turns:

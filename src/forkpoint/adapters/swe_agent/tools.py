@@ -40,12 +40,14 @@ from forkpoint.adapters.swe_agent import bundle_tools
 from forkpoint.adapters.swe_agent.parse import SweAgentNative
 from forkpoint.adapters.swe_agent.templates import TemplateError, render
 from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.fs import NotRegularFileError, lstat_strict, read_sandbox_file, refused_as
 from forkpoint.model import FreshObservation, Plan, RunContext, ToolCall
 from forkpoint.process import SUPERVISION_ENV, sanitized_env
 from forkpoint.sandbox import local_sandbox
 
 SHELL = "/bin/bash"
 KEEP_BYTES = 8 * 1024 * 1024
+_MAX_STATE_BYTES = 16 * 1024 * 1024
 _ANSI = re.compile(r"\x1B[@-_][0-?]*[ -/]*[@-~]")
 
 
@@ -110,7 +112,12 @@ class SweAgentToolExecutor:
                            self.env, self.native.execution_timeout_s, KEEP_BYTES, 0, tty=True)
         output = run_command(spec, self.scratch, Runner(self.sandbox, (self.home, self.scratch),
                                                         (Path(bundle_tools.__file__).parent,)))
-        if output.returncode == 97 and not next_state.exists():
+        # The command can write the scratch folder: its next state must be a plain file, never a link or FIFO.
+        with refused_as(ErrorKind.EXECUTOR, f"the emulated SWE-agent shell state {next_state}"):
+            planted = lstat_strict(self.scratch, next_state.name)
+            if planted is not None and not stat.S_ISREG(planted.st_mode):
+                raise NotRegularFileError(f"not a regular file: {next_state}")
+        if output.returncode == 97 and planted is None:
             raise ReplayError(ErrorKind.EXECUTOR, f"the emulated SWE-agent shell could not restore its state "
                                                   f"before {call.call_id}: {clean_terminal_output(output.head)[-300:]}")
         timed_out = output.returncode is None
@@ -119,7 +126,7 @@ class SweAgentToolExecutor:
                 self.native.execution_timeout_s)}, call)
         else:
             raw = clean_terminal_output(output.head + output.tail)
-            if next_state.exists():
+            if planted is not None:
                 next_state.replace(self.state_file)
         state = {"working_dir": self._working_dir()} if _records_working_dir(self.native, call) else {}
         try:
@@ -154,7 +161,9 @@ class SweAgentToolExecutor:
                 from None
 
     def _working_dir(self) -> str:
-        for line in reversed(self.state_file.read_text("utf-8", "replace").splitlines()):
+        state = read_sandbox_file(self.scratch, self.state_file, kind=ErrorKind.EXECUTOR,
+                                  what="the emulated SWE-agent shell state", max_bytes=_MAX_STATE_BYTES)
+        for line in reversed(state.decode("utf-8", "replace").splitlines()):
             if line.startswith("cd "):
                 words = shlex.split(line[3:])
                 if words:
