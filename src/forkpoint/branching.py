@@ -208,6 +208,7 @@ def _one_branch(setup: BranchSetup, index: int, prompt: str | None, report: Any)
             journal.append("run_failed", category=kind.category, message=message)
             return {"status": "failed", "agent_status": "failed", "continued_steps": 0,
                     "failure": {"category": kind.category, "message": message, "retryable": kind.retryable}}
+        _inherit_replay_state(setup.state_dir, state)
         context = RunContext(workspace, state, out, setup.session_id, sandbox=sandbox)
         settings = dataclasses.replace(setup.settings, boundary_prompt=prompt)
         journal.append("continuation_started", branch=index, **{k: v for k, v in _prompt_facts(prompt).items()})
@@ -241,6 +242,18 @@ def _one_branch(setup: BranchSetup, index: int, prompt: str | None, report: Any)
         write_json(out / "result.json", {"schema_version": BRANCH_RESULT_SCHEMA, "branch": index,
                                          **_prompt_facts(prompt), **row})
         return row
+
+
+#: the run's own files in its state dir; every other top-level file is state the replay left for the continuation
+_RUN_OWN = frozenset({"journal.jsonl", "run.lock", "bridge-log.jsonl", "expected-prefix.json"})
+
+
+def _inherit_replay_state(run_state: Path, branch_state: Path) -> None:
+    """Give the branch what the replay left for the continuation in the run's state dir (e.g. where Claude's
+    replayed shell ended), so each branch resumes exactly like a single continuation would."""
+    for entry in os.scandir(run_state):
+        if entry.name not in _RUN_OWN and entry.is_file(follow_symlinks=False):
+            shutil.copyfile(entry.path, branch_state / entry.name, follow_symlinks=False)
 
 
 def agreement(rows: list[dict[str, Any]]) -> dict[str, Any]:
