@@ -178,6 +178,11 @@ def build_parser() -> argparse.ArgumentParser:
     resume.add_argument("--agent-entrypoint", type=Path, metavar="PATH", help="As in replay.")
     resume.add_argument("--json", dest="as_json", action="store_true", help="Print branches.json as one line.")
 
+    gc = _command(commands, "gc", "Free the disk a replayed run keeps for branching: its boundary snapshot and its "
+                  "branches' workspace copies (`forkpoint continue` then refuses that run).", _gc)
+    gc.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR", help="Run dirs (<output-dir>/<run-id>).")
+    gc.add_argument("--dry-run", action="store_true", help="Only say what would be removed.")
+
     exporter = _command(commands, "export", "Export runs (and batches of runs) as training data: chat messages "
                         "with segments, loss mask and provenance, as parquet, JSONL, ATIF or native files.", _export,
                         epilog=EXPORT_EPILOG)
@@ -359,6 +364,22 @@ def _continue(args: argparse.Namespace) -> None:
     raise SystemExit(1 if failed else 0)
 
 
+def _gc(args: argparse.Namespace) -> None:
+    from forkpoint.errors import ReplayError
+    from forkpoint.resume import collect_snapshots
+
+    total = 0
+    for run_dir in args.run_dirs:
+        try:
+            freed = collect_snapshots(run_dir, dry_run=args.dry_run)
+        except ReplayError as error:
+            _fail(error, False)
+        total += freed["bytes"]
+        for path in freed["removed"]:
+            _say(f"  {'would remove' if args.dry_run else 'removed'} {path}")
+    _say(f"forkpoint: {'would free' if args.dry_run else 'freed'} {total / 1e6:.1f} MB", style=_GREEN)
+
+
 def _render_branches(document: dict[str, Any]) -> None:
     """The branches table: status, steps, first action, agreement with the original, files changed."""
     _say("  branch  status     agent       steps  same as original  files changed  first action")
@@ -500,7 +521,7 @@ BATCH_EPILOG = """jobs (JSONL, one object a line; or TOML: [defaults] then [[job
 keys: trajectory (required; relative paths are relative to the jobs file), agent, after_step (N, [N, ...] or
 "all"), mode, workspace_from (required for replay-only / continue: every job gets its own fresh workspace made
 from it), sandbox, upstream, upstream_url, max_steps, boundary_user_prompt, allow_stale_observations,
-on_divergence. A bad line is reported with its number and the rest runs.
+on_divergence, branches, branch_prompts. A bad line is reported with its number and the rest runs.
 
 examples:
 

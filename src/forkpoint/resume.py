@@ -132,3 +132,31 @@ def _document(path: Path) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise configuration(f"{path} is not a JSON object")
     return value
+
+
+def collect_snapshots(run_dir: Path, *, dry_run: bool = False) -> dict[str, Any]:
+    """`forkpoint gc RUN_DIR`: remove the run's boundary snapshot and its branches' workspace copies (what
+    `forkpoint continue` would branch from); returns what was (or, with ``dry_run``, would be) freed."""
+    import os
+    import shutil
+
+    result = _json(run_dir / "result.json", None) or {}
+    branches = _json(run_dir / "branches.json", None) or {}
+    state = result.get("state_dir") or branches.get("state_dir")
+    if not state:
+        raise configuration(f"{run_dir} is not a forkpoint run dir (no result.json or branches.json naming its state)")
+    state_dir = Path(state)
+    targets = [state_dir / "snapshot", *sorted((state_dir / "branches").glob("*/workspace"))]
+    found = [path for path in targets if path.is_dir() and not path.is_symlink()]
+    freed = 0
+    for path in found:
+        for root, _dirs, files in os.walk(path):
+            for name in files:
+                try:
+                    freed += os.lstat(os.path.join(root, name)).st_blocks * 512
+                except OSError:
+                    continue
+        if not dry_run:
+            shutil.rmtree(path)
+    return {"run_dir": str(run_dir), "removed": [str(path) for path in found], "bytes": freed,
+            "dry_run": dry_run}

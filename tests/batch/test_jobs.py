@@ -28,12 +28,16 @@ def test_bad_lines_are_reported_with_their_number_and_the_rest_is_kept(tmp_path:
         {"trajectory": str(FIXTURE), "after_step": 1, "max_steps": "3"},
         {"trajectory": str(tmp_path / "missing.jsonl"), "after_step": 1},
         {"trajectory": str(FIXTURE), "after_step": 99},
+        {"trajectory": str(FIXTURE), "after_step": 1, "branches": 3},
+        {"trajectory": str(FIXTURE), "after_step": 1, "mode": "continue", "workspace_from": "/", "branches": 3,
+         "branch_prompts": ["a", 2]},
     ])
     items = list(expand(read_lines(jobs, {})))
     good = [item for item in items if isinstance(item, Job)]
     bad = {item.line: item.reason for item in items if isinstance(item, BadJob)}
     assert [job.line for job in good] == [1]
-    assert sorted(bad) == [2, 3, 4, 5, 7, 8, 9]
+    assert sorted(bad) == [2, 3, 4, 5, 7, 8, 9, 10, 11]
+    assert "mode must be continue" in bad[10] and "branch_prompts must be a list of strings" in bad[11]
     assert "not valid JSON" in bad[2] and "positive integer" in bad[3] and "needs workspace_from" in bad[4]
     assert "unknown key(s) colour" in bad[5] and "max_steps has the wrong type" in bad[7]
     assert "does not exist" in bad[8] and "beyond the" in bad[9]
@@ -63,5 +67,8 @@ def test_identity_merges_equal_jobs_and_separates_near_ones() -> None:
         identity(JobLine(1, FIXTURE, None, 1, "prepare-only", {"boundary_user_prompt": "q"}), "claude-code", 1,
                  "a" * 64, None),
         identity(JobLine(1, FIXTURE, None, 1, "replay-only", {}), "claude-code", 1, "a" * 64, "dir:y"),
+        identity(JobLine(1, FIXTURE, None, 1, "continue", {"branches": 2}), "claude-code", 1, "a" * 64, "dir:y"),
+        identity(JobLine(1, FIXTURE, None, 1, "continue", {"branches": 2, "branch_prompts": ["p", "q"]}),
+                 "claude-code", 1, "a" * 64, "dir:y"),
     }
-    assert base not in others and len(others) == 6
+    assert base not in others and len(others) == 8

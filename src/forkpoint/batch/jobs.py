@@ -27,6 +27,7 @@ MODES = ("prepare-only", "replay-only", "continue")
 OPTION_TYPES: dict[str, type | tuple[type, ...]] = {
     "workspace_from": str, "sandbox": str, "upstream": str, "upstream_url": str, "max_steps": int,
     "boundary_user_prompt": str, "allow_stale_observations": bool, "on_divergence": str, "timeout_s": (int, float),
+    "branches": int, "branch_prompts": list,
 }
 JOB_KEYS = frozenset({"trajectory", "agent", "after_step", "mode", *OPTION_TYPES})
 DEFAULT_MODE = "prepare-only"
@@ -138,6 +139,10 @@ def _job_line(line: int, value: Any, defaults: dict[str, Any], base: Path) -> Jo
         expected = OPTION_TYPES[key]
         if not isinstance(value_, expected) or (isinstance(value_, bool) and expected is not bool):
             return BadJob(line, f"{key} has the wrong type")
+    if "branch_prompts" in options and not all(isinstance(p, str) for p in options["branch_prompts"]):
+        return BadJob(line, "branch_prompts must be a list of strings")
+    if ("branches" in options or "branch_prompts" in options) and mode != "continue":
+        return BadJob(line, "branches continue the agent: mode must be continue")
     if mode != "prepare-only" and "workspace_from" not in options:
         return BadJob(line, f"mode {mode} needs workspace_from (a directory, a tarball or GIT_URL@REV): each job "
                             "gets its own fresh workspace made from it")
@@ -155,6 +160,9 @@ def identity(line: JobLine, agent: str, after_step: int, trajectory_sha256: str,
     """The job's identity (see the module docstring); the prompt enters by its hash, never in clear."""
     options = dict(line.options)
     prompt = options.pop("boundary_user_prompt", None)
+    branch_prompts = options.pop("branch_prompts", None)
+    if branch_prompts is not None:  # like the boundary prompt: by hash only
+        options["branch_prompts_sha256"] = [hashlib.sha256(str(p).encode()).hexdigest() for p in branch_prompts]
     options.pop("workspace_from", None)
     options.pop("timeout_s", None)  # how long to wait is not what the job does
     key = {
