@@ -40,6 +40,7 @@ ORDER = (
     "export",
     "report_open",
     "batch_throughput",
+    "branching",
 )
 
 DOC_HEADER = """# Benchmarks

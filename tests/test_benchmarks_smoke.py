@@ -30,6 +30,7 @@ SCRIPTS = {
     "export": 60,
     "report_open": 60,
     "batch_throughput": 150,
+    "branching": 120,
 }
 
 

@@ -1,0 +1,101 @@
+"""12. Branching: K = 1, 4, 8 continuations of one replay (`--branches K`, stub upstream, real Claude Code under
+bwrap) against K separate full replays, side by side; and the boundary snapshot of a 200 MB workspace against a
+plain `cp -a` of it.
+
+Goal: K branches cost ≤ one replay + K continuations + 10%, where one continuation's cost is measured in the same
+run as (full replay with continuation) − (replay-only); the snapshot ≤ 2× `cp -a` (≈ 0 with reflinks where the
+file system has them: the table names the file system). The recording is the committed Claude Code 2.1.332
+`file_tools` session at its last boundary (4 replayed calls). Rounds alternate the measured commands.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common as c
+
+FIXTURE = c.FIXTURES / "claude_code" / "2.1.332" / "file_tools"
+GOAL_OVERHEAD = 1.10
+GOAL_SNAPSHOT = 2.0
+
+
+def replay(root: Path, name: str, *extra: str) -> float:
+    workspace = c.fresh_dir(root / f"ws-{name}")
+    shutil.copytree(FIXTURE / "workspace-initial", workspace, dirs_exist_ok=True)
+    argv = [*c.forkpoint_argv(), "replay", "--agent", "claude-code", "--trajectory", str(FIXTURE / "session.jsonl"),
+            "--after-step", "4", "--workspace", str(workspace), "--sandbox", "bwrap", "--output-dir",
+            str(root / "out"), "--state-dir", str(root / "state"), "--run-id", name, *extra]
+    started = time.perf_counter()
+    subprocess.run(argv, check=True, capture_output=True)
+    elapsed = time.perf_counter() - started
+    shutil.rmtree(root / "out" / name, ignore_errors=True)
+    shutil.rmtree(root / "state" / name, ignore_errors=True)
+    return elapsed
+
+
+def snapshot_vs_cp(root: Path, megabytes: int) -> tuple[float, float, str]:
+    from forkpoint.branching import take_snapshot
+
+    tree = c.fresh_dir(root / "big")
+    for index in range(megabytes):
+        (tree / f"f{index:04d}.bin").write_bytes(os.urandom(1024 * 1024))
+    fs = subprocess.run(["stat", "-f", "-c", "%T", str(root)], capture_output=True, text=True).stdout.strip()
+    cp_times, snap_times = [], []
+    for round_index in range(3):
+        target = c.fresh_dir(root / f"cp-{round_index}")
+        started = time.perf_counter()
+        subprocess.run(["cp", "-a", f"{tree}/.", str(target)], check=True)
+        cp_times.append(time.perf_counter() - started)
+        shutil.rmtree(target)
+        state = c.fresh_dir(root / f"state-snap-{round_index}")
+        started = time.perf_counter()
+        take_snapshot(tree, state)
+        snap_times.append(time.perf_counter() - started)
+        shutil.rmtree(state)
+    return c.median(snap_times), c.median(cp_times), fs
+
+
+def main() -> None:
+    args = c.finish_args(c.parser(__doc__ or "", repeat=3).parse_args())
+    counts = (1, 2) if args.smoke else (1, 4, 8)
+    megabytes = 5 if args.smoke else 200
+    os.environ.setdefault("ANTHROPIC_API_KEY", "unused-by-the-stub")
+    with tempfile.TemporaryDirectory(prefix="forkpoint-bench-branch-") as tmp:
+        root = Path(tmp)
+        tasks = {"replay-only": lambda: replay(root, "ro", "--replay-only", "--drop-snapshot"),
+                 "replay + 1 continuation": lambda: replay(root, "one", "--upstream", "stub")}
+        for k in counts:
+            tasks[f"--branches {k}"] = (lambda k=k: replay(root, f"b{k}", "--upstream", "stub", "--branches", str(k)))
+        samples = c.interleaved(tasks, args.repeat, args.seed)
+        snap, cp, fs = snapshot_vs_cp(root, megabytes)
+    replay_only = c.median(samples["replay-only"])
+    continuation = max(c.median(samples["replay + 1 continuation"]) - replay_only, 0.0)
+    rows = [("replay-only", "", f"{replay_only:.2f} s", "", ""),
+            ("replay + 1 continuation", "", f"{replay_only + continuation:.2f} s", "", "")]
+    verdicts = []
+    for k in counts:
+        branched = c.median(samples[f"--branches {k}"])
+        separate = k * (replay_only + continuation)
+        budget = (replay_only + k * continuation) * GOAL_OVERHEAD
+        verdicts.append(branched <= budget)
+        rows.append((f"--branches {k}", f"{separate:.2f} s", f"{branched:.2f} s", f"{branched / separate:.2f}×",
+                     c.verdict(branched <= budget)))
+    body = c.table(("run", "K separate full replays (est.)", "measured", "vs separate", "≤ replay + K cont. + 10%"),
+                   rows)
+    body += (f"\n\nOne continuation ≈ {continuation:.2f} s (full − replay-only, same run). Snapshot of a "
+             f"{megabytes} MB workspace on {fs}: {snap:.2f} s vs `cp -a` {cp:.2f} s = {snap / cp:.2f}× → "
+             f"{c.verdict(snap <= GOAL_SNAPSHOT * cp)} (goal ≤ {GOAL_SNAPSHOT}×; the snapshot also hashes the "
+             f"copy for its inventory). Branches run concurrently under bwrap (--parallel = cores).")
+    c.emit("branching", "12. Branching (K continuations of one replay; snapshot cost)", body, args)
+
+
+if __name__ == "__main__":
+    main()
