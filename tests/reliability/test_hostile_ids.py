@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -101,28 +102,31 @@ def run(tmp_path: Path, agent: str, trajectory: Path, **values: Any) -> ReplayRe
     return execute(build_request(request, source="test"))
 
 
+#: runs the CLI and records the peak RSS of its own address space (VmHWM: reset at exec, unlike ru_maxrss, which a
+#: child started from this big pytest process inherits from the parent's address space at exec)
+_MEASURED_CLI = """
+import atexit, os, sys
+def _report():
+    with open("/proc/self/status") as status:
+        hwm = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
+    with open(os.environ["FORKPOINT_TEST_HWM_FILE"], "w") as out:
+        out.write(hwm)
+atexit.register(_report)
+sys.argv = ["forkpoint", *sys.argv[1:]]
+from forkpoint.cli import main
+main()
+"""
+
+
 def cli(*args: str, cwd: Path) -> tuple[int, str, int]:
-    """(exit code, stderr, peak RSS in bytes) of ``python -m forkpoint.cli ARGS`` in a child process.
-
-    Started with posix_spawn (no fork): a forked child's peak RSS would count the pages it shared with this test
-    process (pytest with the whole suite imported), not what the CLI itself touched."""
-    with (cwd / "stderr.txt").open("w+b") as stderr:
-        argv = [sys.executable, "-m", "forkpoint.cli", *args]
-        pid = _spawn(argv, cwd, stderr.fileno())
-        _, status, usage = os.wait4(pid, 0)
-        code = os.waitstatus_to_exitcode(status)
-        stderr.seek(0)
-        text = stderr.read().decode("utf-8", "replace")
-    (cwd / "stderr.txt").unlink()
-    return code, text, usage.ru_maxrss * 1024
-
-
-def _spawn(argv: list[str], cwd: Path, stderr_fd: int) -> int:
-    """posix_spawn ``argv`` in ``cwd`` (through ``env -C``: posix_spawn has no cwd), stdout to /dev/null."""
-    return os.posix_spawn("/usr/bin/env", ["env", "-C", str(cwd), *argv], dict(os.environ), file_actions=[
-        (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
-        (os.POSIX_SPAWN_DUP2, stderr_fd, 2),
-    ])
+    """(exit code, stderr, peak RSS in bytes) of the forkpoint CLI with ARGS in a child process."""
+    hwm = cwd / "hwm.txt"
+    done = subprocess.run([sys.executable, "-c", _MEASURED_CLI, *args], cwd=cwd, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, env={**os.environ, "FORKPOINT_TEST_HWM_FILE": str(hwm)},
+                          timeout=300, check=False)
+    peak = int(hwm.read_text()) * 1024
+    hwm.unlink()
+    return done.returncode, done.stderr.decode("utf-8", "replace"), peak
 
 
 def assert_refused(result: ReplayResult, field: str) -> None:
