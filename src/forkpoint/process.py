@@ -29,6 +29,11 @@ Remembered processes are identified by (pid, start time), and the leader is not 
 over, so its pid (= the process group id) cannot be reused under our ``killpg``. Individual processes are
 signalled through pidfds after re-checking their start time.
 
+When forkpoint itself dies (``kill -9``), ``forkpoint.reaper`` takes over: every command is started with
+``PR_SET_PDEATHSIG`` = SIGKILL, and a reaper process, started with the first command, kills the rest of the
+runs' processes (descendants, daemons) when forkpoint's end closes its pipe. The supervisor never counts the
+reaper as a process of a run.
+
 The residual gap (with concurrent supervisions): a descendant that clears its environment *and* leaves the
 session *and* is orphaned between two scans is not attributed. It is never waited for: once the leader and
 its group are gone, the pipes get a short grace and are then closed, so forkpoint does not hang on them.
@@ -52,11 +57,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
+from forkpoint import reaper
 from forkpoint.errors import ErrorKind, ReplayError
 
 DEFAULT_MAX_OUTPUT_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_LOG_BYTES = 256 * 1024 * 1024
-SUPERVISION_ENV = "FORKPOINT_SUPERVISION_ID"
+SUPERVISION_ENV = reaper.SUPERVISION_ENV
 
 _CHUNK = 64 * 1024
 _TICK_S = 0.02
@@ -299,8 +305,9 @@ class _Tracker:
         for info in table.values():
             children.setdefault(info.ppid, []).append(info.pid)
         roots = [self.leader]
+        keeper = reaper.pid()
         for info in table.values():
-            if info.pid == self.leader:
+            if info.pid in (self.leader, keeper):
                 continue
             key = (info.pid, info.start)
             if info.pgid == self.leader or info.sid == self.leader or key in self.known:
@@ -639,7 +646,8 @@ def run_supervised(
     if timeout_s <= 0 or grace_s < 0 or max_output_bytes < 0 or max_log_bytes < 0 or pipe_grace_s < 0:
         raise ValueError("timeouts and limits must be positive")
     _ensure_subreaper()
-    token = uuid.uuid4().hex
+    reaper.start()
+    token = reaper.INSTANCE + uuid.uuid4().hex[:16]  # the prefix lets the reaper find a run's processes
     child_env = dict(env)
     child_env[SUPERVISION_ENV] = token
     log = _Log(log_path, max_log_bytes) if log_path is not None else None
@@ -654,6 +662,7 @@ def run_supervised(
                 stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
                 start_new_session=True,
                 close_fds=True,
+                preexec_fn=reaper.die_with_parent_hook(),
             )
         except OSError as exc:
             raise ReplayError(
@@ -661,6 +670,7 @@ def run_supervised(
             ) from exc
         with _active_lock:
             _active_leaders.add(proc.pid)
+        reaper.leader_started(proc.pid)
         supervision = _Supervision(proc, token, stdin, grace_s, max_output_bytes, log, watch)
         try:
             return supervision.run(timeout_s, pipe_grace_s)
@@ -677,6 +687,7 @@ def run_supervised(
             supervision.close()
             with _active_lock:
                 _active_leaders.discard(proc.pid)
+            reaper.leader_done(proc.pid)
     finally:
         if log is not None:
             log.close()
