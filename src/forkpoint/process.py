@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
-from forkpoint import reaper
+from forkpoint import childenv, reaper
 from forkpoint.errors import ErrorKind, ReplayError
 
 DEFAULT_MAX_OUTPUT_BYTES = 4 * 1024 * 1024
@@ -74,8 +74,6 @@ _PIPE_GRACE_S = 0.25
 _PR_SET_CHILD_SUBREAPER = 36
 
 _ALWAYS_DROPPED = frozenset({"PYTHONHOME", "PYTHONPATH", "VIRTUAL_ENV"})
-_CREDENTIAL_MARKERS = ("API_KEY", "TOKEN", "SECRET", "AUTHORIZATION", "PASSWORD")
-_CREDENTIAL_NAMES = frozenset(f"CLAUDE_CODE_USE_{cloud}" for cloud in ("BEDROCK", "VERTEX", "FOUNDRY"))
 
 
 class Watch(Protocol):
@@ -115,17 +113,12 @@ class ProcessResult:
 
 
 def sanitized_env(base: Mapping[str, str], *, strip_credentials: bool) -> dict[str, str]:
-    """Copy ``base`` minus what would redirect Python or hand a replayed command our credentials."""
-    result: dict[str, str] = {}
-    for name, value in base.items():
-        if name in _ALWAYS_DROPPED:
-            continue
-        if strip_credentials:
-            upper = name.upper()
-            if upper in _CREDENTIAL_NAMES or any(marker in upper for marker in _CREDENTIAL_MARKERS):
-                continue
-        result[name] = value
-    return result
+    """The environment of a child: with ``strip_credentials`` (every replayed command, agent and tool runner),
+    only ``base``'s allowlisted names plus the run's ``--env`` values (``forkpoint.childenv``); without it (forkpoint's
+    own git/cp on the user's behalf), ``base`` minus what would redirect Python."""
+    if strip_credentials:
+        return {**childenv.allowlisted(base), **childenv.passed()}
+    return {name: value for name, value in base.items() if name not in _ALWAYS_DROPPED}
 
 
 # --------------------------------------------------------------------------------------------- subreaper

@@ -53,6 +53,7 @@ class ReplayRequest:
     sandbox: str = DEFAULT_SANDBOX  # local | bwrap (forkpoint.sandbox)
     path_map: list[str] = field(default_factory=list)  # OLD=NEW absolute prefixes (local sandbox)
     workspace_from: str | None = None  # DIR | TARBALL | GIT_URL@REV: create the workspace first
+    env: list[str] = field(default_factory=list)  # NAME (the host's value) or NAME=VALUE, passed to children
 
     def resolved_run_id(self) -> str:
         return self.run_id or f"replay-{uuid.uuid4().hex}"
@@ -121,6 +122,10 @@ def validate_request(request: ReplayRequest) -> None:
         raise configuration("agent_entrypoint must be an absolute path")
     if request.sandbox not in SANDBOXES:
         raise configuration(unknown_sandbox_message(request.sandbox))
+    if request.env:
+        from forkpoint.childenv import check_specs
+
+        check_specs(request.env)
     if request.path_map:
         from forkpoint.sandbox.base import PathMap
 
