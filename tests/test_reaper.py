@@ -1,9 +1,9 @@
 """forkpoint.reaper: a supervised command's processes die with the process that supervises them.
 
 A helper Python process supervises a command through ``run_supervised`` and is then killed with SIGKILL (no
-cleanup of its own can run). PR_SET_PDEATHSIG alone takes the direct child; the reaper takes the rest (a
-child of the leader, a daemon with a cleared environment). The reaper itself is never taken for a process of a
-run, and it leaves when its owner does.
+cleanup of its own can run). PR_SET_PDEATHSIG alone (``die_with_parent``) takes the direct child; the reaper
+takes everything (without PDEATHSIG: the leader, a child of the leader, a daemon with a cleared environment).
+The reaper itself is never taken for a process of a run, and it leaves when its owner does.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from forkpoint import process, reaper
 if sys.argv[1] == "no-reaper":
     reaper.start = lambda: None
 script = os.environ["FP_TEST_SCRIPT"]  # not in argv: the helper must not carry the marker itself
-process.run_supervised(["sh", "-c", script], cwd=Path("/"), env={"PATH": "/usr/bin:/bin"}, timeout_s=300)
+process.run_supervised(["sh", "-c", script], cwd=Path("/"), env={"PATH": "/usr/bin:/bin"}, timeout_s=300,
+                       die_with_parent=sys.argv[1] != "reaper")
 """
 
 

@@ -29,10 +29,10 @@ Remembered processes are identified by (pid, start time), and the leader is not 
 over, so its pid (= the process group id) cannot be reused under our ``killpg``. Individual processes are
 signalled through pidfds after re-checking their start time.
 
-When forkpoint itself dies (``kill -9``), ``forkpoint.reaper`` takes over: every command is started with
-``PR_SET_PDEATHSIG`` = SIGKILL, and a reaper process, started with the first command, kills the rest of the
-runs' processes (descendants, daemons) when forkpoint's end closes its pipe. The supervisor never counts the
-reaper as a process of a run.
+When forkpoint itself dies (``kill -9``), ``forkpoint.reaper`` takes over: a reaper process, started with the
+first command, kills the runs' processes (leaders, descendants, daemons) when forkpoint's end closes its pipe;
+long-lived children (``die_with_parent``: the agent, tool runners) also get ``PR_SET_PDEATHSIG`` = SIGKILL.
+The supervisor never counts the reaper as a process of a run.
 
 The residual gap (with concurrent supervisions): a descendant that clears its environment *and* leaves the
 session *and* is orphaned between two scans is not attributed. It is never waited for: once the leader and
@@ -627,8 +627,13 @@ def run_supervised(
     max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
     pipe_grace_s: float = _PIPE_GRACE_S,
     watch: Watch | None = None,
+    die_with_parent: bool = False,
 ) -> ProcessResult:
     """Run ``argv`` to completion or deadline and leave nothing of it running.
+
+    ``die_with_parent``: also set PR_SET_PDEATHSIG in the leader, for long-lived children (the agent, tool
+    runners). It costs a full fork instead of vfork (5-30 ms with forkpoint's memory), too much per replayed
+    command; ``forkpoint.reaper`` kills every command's processes when forkpoint dies either way.
 
     The command's own failures (non-zero exit, timeout, truncation) are in the result. Only supervision
     failures raise ``ReplayError`` (executor): the program cannot be started, or the log cannot be written.
@@ -655,7 +660,7 @@ def run_supervised(
                 stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
                 start_new_session=True,
                 close_fds=True,
-                preexec_fn=reaper.die_with_parent_hook(),
+                preexec_fn=reaper.die_with_parent_hook() if die_with_parent else None,
             )
         except OSError as exc:
             raise ReplayError(

@@ -1,11 +1,13 @@
 """Nothing of a run outlives forkpoint, even after ``kill -9``: a small reaper process that holds the tree.
 
 ``forkpoint.process`` kills every process of a command when the command ends, but only while forkpoint lives.
-If forkpoint itself is killed (``kill -9``, OOM killer), its direct children get ``PR_SET_PDEATHSIG`` =
-SIGKILL (set in each child before exec; the kernel sends it when the *thread* that forked exits, and every
-supervised command is forked by the thread that supervises it until it ends), but a child's own children,
-daemons (``setsid``, double fork, ``nohup``) and the continued agent's tools would keep running: the signal is
-not inherited, and an orphan is re-parented to init. So the first supervised command also starts this reaper:
+If forkpoint itself is killed (``kill -9``, OOM killer), its long-lived children (the agent, tool runners:
+``run_supervised(die_with_parent=True)``) get ``PR_SET_PDEATHSIG`` = SIGKILL (set in the child before exec;
+the kernel sends it when the *thread* that forked exits, and every supervised command is forked by the thread
+that supervises it until it ends). That is not enough: the signal is not inherited, so a child's own
+children, daemons (``setsid``, double fork, ``nohup``) and the agent's tools would keep running, re-parented to
+init; and a per-command preexec hook would cost a full fork (5-30 ms) per replayed command. So the first
+supervised command also starts this reaper, which covers every command:
 
 - a separate Python process (``python -I -S reaper.py OWNER``: stdlib only, isolated from the environment
   and the working directory), in a session of its own (a Ctrl-C or ``killpg`` aimed at forkpoint's group
@@ -25,8 +27,8 @@ Under ``--sandbox bwrap`` the same holds, and bwrap adds its own guarantee: ``--
 
 Residual gap: a process that clears its environment, leaves the session *and* is orphaned in the last
 100 ms before forkpoint dies is not attributed (cgroups would close it; they are not available to an
-unprivileged process everywhere). Where ``sys.executable`` is unusable, no reaper runs: direct children
-still die by PDEATHSIG.
+unprivileged process everywhere). Where ``sys.executable`` is unusable, no reaper runs: only the
+``die_with_parent`` children still die by PDEATHSIG.
 """
 
 from __future__ import annotations

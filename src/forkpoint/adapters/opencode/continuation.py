@@ -107,7 +107,7 @@ def continue_session(plan: Plan, prefix: NativePrefix, context: RunContext,
         write_config(context.home, provider_config(provider, model, bridge.base_url + "/v1", "forkpoint-bridge"))
         result = run_supervised(argv(entrypoint, session_id, provider, model, nonce), cwd=context.workspace,
                                 env=env, timeout_s=settings.timeout_s, grace_s=2.0,
-                                max_output_bytes=64 * 1024 * 1024, watch=watch)
+                                max_output_bytes=64 * 1024 * 1024, watch=watch, die_with_parent=True)
     summary = bridge.summary()  # stopped once, by the with block (a second stop would cut its shutdown short)
     continued_dir = context.output_dir / "native" / "continued"
     continued_dir.mkdir(parents=True, exist_ok=True)
