@@ -133,6 +133,32 @@ def test_kill_9_during_a_replayed_tool_call_leaves_nothing(tmp_path: Path, sandb
 
 
 @pytest.mark.e2e
+def test_kill_9_during_a_tool_runner_call_leaves_nothing(tmp_path: Path) -> None:
+    """A tool runner (mini-swe-agent's companion, a long-lived Python process) replays the daemonising command."""
+    version = "1.17.5"
+    if runtimes.find("mini-swe-agent", version) is None:
+        pytest.skip(f"mini-swe-agent {version} is not installed")
+    marker = f"fphostile{uuid.uuid4().hex}"
+    fixture = FIXTURES / "mini_swe_agent" / version / "basic"
+    recorded_cwd = json.loads((fixture / "meta.json").read_text())["cwd"]
+    workspace = tmp_path / "ws"
+    shutil.copytree(fixture / "workspace-initial", workspace)
+    document = json.loads((fixture / "trajectory.traj.json").read_text().replace(recorded_cwd, str(workspace)))
+    first = document["messages"][2]
+    assert first["role"] == "assistant" and "```bash\ncat calc.py\n```" in first["content"]
+    first["content"] = first["content"].replace("cat calc.py", command("daemon", marker))
+    trajectory = tmp_path / "hostile.traj.json"
+    trajectory.write_text(json.dumps(document))
+    cli = _cli(["--agent", "mini-swe-agent", "--trajectory", str(trajectory), "--after-step", "1", "--replay-only",
+                "--workspace", str(workspace)], tmp_path)
+    try:
+        _started(cli, tmp_path, "the replayed command", 3, 120, marker)
+        assert marked(str(tmp_path / "state")), "the companion was not found by its state dir"
+    finally:
+        _kill_and_check(cli, marker, str(tmp_path / "state"))
+
+
+@pytest.mark.e2e
 @pytest.mark.parametrize("sandbox", SANDBOXES)
 def test_kill_9_during_a_continuation_leaves_no_agent(tmp_path: Path, sandbox: str) -> None:
     """The real claude, continued, runs a long Bash call of its own; forkpoint dies: the agent and its tool die."""
