@@ -92,6 +92,9 @@ def _kill_and_check(cli: subprocess.Popen[bytes], *needles: str) -> None:
 
 
 def _cli(argv: list[str], tmp: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """The CLI, its temp dir under ``tmp`` (a killed forkpoint cannot remove its scratch dirs: pytest does)."""
+    (tmp / "tmp").mkdir()
+    env = {**(os.environ if env is None else env), "TMPDIR": str(tmp / "tmp")}
     with open(tmp / "cli.out", "wb") as out:
         return subprocess.Popen([sys.executable, "-m", "forkpoint.cli", "replay", *argv, "--state-dir",
                                  str(tmp / "state"), "--output-dir", str(tmp / "out"), "--run-id", "hostile",
