@@ -37,6 +37,9 @@ ORDER = (
     "bridge_overhead",
     "observation_fidelity",
     "continuation_fidelity",
+    "export",
+    "report_open",
+    "batch_throughput",
 )
 
 DOC_HEADER = """# Benchmarks

@@ -27,6 +27,9 @@ SCRIPTS = {
     "bridge_overhead": 25,
     "observation_fidelity": 30,
     "continuation_fidelity": 180,
+    "export": 60,
+    "report_open": 60,
+    "batch_throughput": 150,
 }
 
 

@@ -51,3 +51,32 @@ def test_normalisation_masks_only_what_the_adapter_documents() -> None:
     row = observation_entry("t", "Bash", 1, historical, "saved to /home/b/y2.txt", False, normalise=mask)
     assert row["exact"] is False and row["normalised"] is False
     assert observation_entry("t", "Bash", 1, historical, historical.content, False)["normalised"] is False
+
+
+def test_a_diverging_call_keeps_bounded_previews_and_a_bounded_unified_diff() -> None:
+    from forkpoint.compare import DIFF_MAX_LINES, PREVIEW_CHARS
+
+    historical = Observation("line a\nline b\nline c\n")
+    row = observation_entry("t", "Bash", 1, historical, "line a\nline B\nline c\n", False)
+    assert row["diff"]["lines"] == ["--- historical", "+++ fresh", "@@ -1,3 +1,3 @@", " line a", "-line b",
+                                    "+line B", " line c"]
+    assert row["diff"]["truncated"] is False
+    assert row["historical_preview"] == {"text": "line a\nline b\nline c\n", "truncated": False}
+    assert observation_entry("t", "Bash", 1, historical, "line a\nline b\nline c\n", False)["diff"] is None
+    big_old = "".join(f"{i}\n" for i in range(5000))
+    big_new = "".join(f"{i * 2}\n" for i in range(5000))
+    row = observation_entry("t", "Bash", 1, Observation(big_old), big_new, False)
+    assert len(row["diff"]["lines"]) == DIFF_MAX_LINES and row["diff"]["truncated"] is True
+    assert len(row["fresh_preview"]["text"]) == PREVIEW_CHARS and row["fresh_preview"]["truncated"] is True
+    endings = observation_entry("t", "Bash", 1, Observation("x\n"), "x", False)["diff"]
+    assert endings is not None and "line endings or trailing newline" in endings["lines"][-1]
+
+
+def test_a_call_equal_after_normalisation_shows_the_masked_difference() -> None:
+    def mask(content: object) -> object:
+        return str(content).replace("/home/a/", "/home/X/").replace("/home/b/", "/home/X/")
+
+    row = observation_entry("t", "Bash", 1, Observation("saved to /home/a/y.txt"), "saved to /home/b/y.txt", False,
+                            normalise=mask)
+    assert row["exact"] is True and row["normalised"] is True
+    assert "-saved to /home/a/y.txt" in row["diff"]["lines"] and "+saved to /home/b/y.txt" in row["diff"]["lines"]

@@ -29,7 +29,8 @@ def test_failure_document_bytes() -> None:
                                                           retryable=False))
     assert dumps_pretty(result.to_json()) == (
         b'{\n  "schema_version": "forkpoint.result/v1",\n  "phase": null,\n  "quality": null,\n'
-        b'  "agent_status": "not_started",\n  "run_id": "r",\n  "agent": null,\n  "after_step": null,\n'
+        b'  "agent_status": "not_started",\n  "observations_match": null,\n  "run_id": "r",\n  "agent": null,\n'
+        b'  "after_step": null,\n'
         b'  "replayed_tool_calls": 0,\n  "prefix_model_turns": 0,\n  "continued_steps": 0,\n  "state_dir": "s",\n'
         b'  "output_dir": "o",\n  "artifacts": [],\n  "failure": {\n    "category": "configuration_error",\n'
         b'    "message": "m",\n    "retryable": false\n  },\n  "metadata": {}\n}\n'

@@ -27,7 +27,8 @@ DESCRIPTION = (
 _DIRECT_OPTIONS = (
     "agent", "trajectory", "after_step", "workspace", "state_dir", "output_dir", "run_id", "max_steps",
     "prepare_only", "replay_only", "allow_stale_observations", "boundary_user_prompt", "upstream",
-    "upstream_url", "agent_entrypoint", "sandbox", "path_map", "workspace_from", "env",
+    "upstream_url", "agent_entrypoint", "sandbox", "path_map", "workspace_from", "on_divergence", "branches",
+    "branch_prompt", "parallel", "keep_snapshot", "drop_snapshot", "env",
 )
 
 #: (option, metavar or None for a flag, type, help) of `forkpoint replay`, in the order --help lists them.
@@ -70,6 +71,19 @@ _REPLAY_OPTIONS: tuple[tuple[str, str | None, Callable[[str], Any], str], ...] =
     ("--workspace-from", "SOURCE", str,
      "DIR, TARBALL or GIT_URL@REV: create the (absent or empty) --workspace first: copy a directory, "
      "extract a tar archive, or clone a git repository at a revision."),
+    ("--on-divergence", "POLICY", str,
+     "When a fresh observation differs from the recorded one (after the adapter's normalisation of volatile "
+     "fields): 'warn' prints a line per diverging call and goes on, 'stop' ends the run after the replay, before "
+     "the continuation (exit 32), 'ignore' only records it; always in metadata.divergence [default: warn]."),
+    ("--branches", "K", int, "Re-run the prefix once, then continue K times from identical copies of the boundary "
+     "(branches/<i>/ per branch, branches.json with their agreement) [default: 1]."),
+    ("--branch-prompt", "TEXT", str, "The boundary prompt of the branches: once for all, or once per branch "
+     "(repeatable; never stored, only its length and SHA-256)."),
+    ("--parallel", "P", int, "Branches running at once under --sandbox bwrap (local: one at a time, the recorded "
+     "path is one workspace) [default: the cores]."),
+    ("--keep-snapshot", None, bool, "Keep the boundary snapshot (for `forkpoint continue`) also after a single "
+     "continuation."),
+    ("--drop-snapshot", None, bool, "Keep no boundary snapshot (replay-only and branched runs keep one by default)."),
     ("--config", "FILE", Path, "A TOML file with a [replay] table (same keys, snake_case)."),
     ("--request", "FILE", Path, 'A JSON request with schema_version "forkpoint.request/v1".'),
     ("--json", None, bool, "Print the result as one JSON line."),
@@ -98,6 +112,7 @@ replay-events.jsonl; `--json` prints result.json as one line.
 
 exit codes: 0 done; 2 configuration_error; 10 trajectory_error; 11 unsupported_agent / unsupported_version;
 20 workspace_error; 30 executor_error; 31 ambiguous_execution (a tool call may have run: use a fresh workspace);
+32 divergence (--on-divergence stop);
 40 continuation_error / model_* (model_* are retryable); 50 internal_error."""
 
 
@@ -143,8 +158,80 @@ def build_parser() -> argparse.ArgumentParser:
         if metavar is None:
             replay.add_argument(option, dest=dest, action="store_true", help=text)
         else:
-            action = "append" if option in ("--path-map", "--env") else "store"
+            action = "append" if option in ("--path-map", "--branch-prompt", "--env") else "store"
             replay.add_argument(option, dest=dest, metavar=metavar, type=kind, action=action, help=text)
+
+    resume = _command(commands, "continue", "Continue again from a replayed run's boundary snapshot without "
+                      "re-running any tool: K more branches (--branches), or the planned branches a killed run "
+                      "did not start.", _continue)
+    resume.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="The run's output dir (<output-dir>/<run-id>).")
+    resume.add_argument("--branches", type=int, metavar="K", help="K new branches (ids after the existing ones).")
+    resume.add_argument("--branch-prompt", dest="branch_prompts", action="append", default=[], metavar="TEXT",
+                        help="The branches' boundary prompt: once for all or once per branch (never stored).")
+    resume.add_argument("--parallel", type=int, metavar="P", help="Branches at once (bwrap runs) [the cores].")
+    resume.add_argument("--upstream", metavar="NAME", help="As in replay [the agent's own protocol].")
+    resume.add_argument("--upstream-url", metavar="URL", help="As in replay.")
+    resume.add_argument("--max-steps", type=int, metavar="N", help="As in replay (the total budget).")
+    resume.add_argument("--agent-entrypoint", type=Path, metavar="PATH", help="As in replay.")
+    resume.add_argument("--json", dest="as_json", action="store_true", help="Print branches.json as one line.")
+
+    exporter = _command(commands, "export", "Export runs (and batches of runs) as training data: chat messages "
+                        "with segments, loss mask and provenance, as parquet, JSONL, ATIF or native files.", _export,
+                        epilog=EXPORT_EPILOG)
+    exporter.add_argument("runs", type=Path, nargs="+", metavar="RUN_OR_DIR",
+                          help="A run dir (<output-dir>/<run-id>) or a dir holding runs (an output root, a batch).")
+    exporter.add_argument("--format", dest="fmt", metavar="FORMAT", default="parquet",
+                          choices=("parquet", "messages-jsonl", "atif", "native"),
+                          help="parquet (Hugging Face-loadable), messages-jsonl, atif (ATIF v1.8, a directory) or "
+                          "native (the native sessions, a directory) [default: parquet].")
+    exporter.add_argument("-o", "--out", type=Path, required=True, metavar="PATH",
+                          help="The output file (a directory for atif/native); never overwritten. The report goes "
+                          "beside it as PATH.report.json.")
+    exporter.add_argument("--train-on", metavar="SEGMENT", default="live", choices=("live", "prefix", "all"),
+                          help="Which assistant turns are trainable: live (the continuation), prefix or all "
+                          "[default: live].")
+    exporter.add_argument("--no-redact", dest="redact", action="store_false",
+                          help="Keep secrets and the home path as they are (recorded in every row and the report).")
+    exporter.add_argument("--json", dest="as_json", action="store_true", help="Print the report as one JSON line.")
+
+    report = _command(commands, "report", "Write one self-contained HTML report (no network, works from file://) of "
+                      "a run or of every run under a directory: timeline, historical vs fresh observations with "
+                      "diffs, bridge verdicts, the continuation, the next action.", _report)
+    report.add_argument("runs", type=Path, nargs="+", metavar="RUN_OR_DIR",
+                        help="A run dir (<output-dir>/<run-id>) or a dir holding runs (an output root, a batch).")
+    report.add_argument("-o", "--out", type=Path, metavar="FILE",
+                        help="The HTML file [default: report.html inside the first RUN_OR_DIR].")
+    report.add_argument("--open", dest="open_browser", action="store_true",
+                        help="Open the report in the default browser afterwards.")
+
+    batch = _command(commands, "batch", "Run many replays from a jobs file (JSONL, or TOML with [defaults] and "
+                     "[[job]]), resumably: a SQLite ledger in the batch dir records every job; rerun the same command "
+                     "to finish what is left. `forkpoint batch status DIR` summarises a batch.", _batch,
+                     epilog=BATCH_EPILOG)
+    batch.add_argument("jobs", metavar="JOBS|status", help="The jobs file, or the word status.")
+    batch.add_argument("status_dir", nargs="?", type=Path, metavar="DIR", help="With status: the batch dir.")
+    batch.add_argument("--out", type=Path, default=Path("forkpoint-batch"), metavar="DIR",
+                       help="The batch dir: ledger.sqlite, runs/, state/ [default: forkpoint-batch].")
+    batch.add_argument("--workers", type=int, metavar="N", help="Local worker processes [default: the cores].")
+    batch.add_argument("--executor", choices=("local", "ray"), default="local",
+                       help="local (a process pool) or ray (an existing Ray cluster; pip install 'forkpoint[ray]').")
+    batch.add_argument("--ray-address", metavar="ADDR", help="auto, ray://HOST:PORT, or local (start a head here) "
+                       "[default: local].")
+    batch.add_argument("--cpus-per-job", type=float, default=1.0, metavar="N", help="Ray: CPUs per job [1].")
+    batch.add_argument("--memory-per-job", type=int, metavar="BYTES", help="Ray: memory per job.")
+    batch.add_argument("--retries", type=int, default=3, metavar="N",
+                       help="Retries of a job whose failure is retryable (model rate limit, 5xx, connection) [3].")
+    for option, metavar, text in (
+        ("--mode", "MODE", "Default mode: prepare-only, replay-only or continue [prepare-only]."),
+        ("--agent", "NAME", "Default agent (detected from each trajectory otherwise)."),
+        ("--sandbox", "NAME", "Default sandbox: local or bwrap."),
+        ("--upstream", "NAME", "Default upstream (as in replay)."),
+        ("--upstream-url", "URL", "Default upstream URL."),
+        ("--on-divergence", "POLICY", "Default divergence policy: warn, stop or ignore."),
+    ):
+        batch.add_argument(option, dest=f"default_{option[2:].replace('-', '_')}", metavar=metavar, help=text)
+    batch.add_argument("--max-steps", dest="default_max_steps", type=int, metavar="N", help="Default step budget.")
+    batch.add_argument("--json", dest="as_json", action="store_true", help="Print the summary as one JSON line.")
 
     agents = _command(commands, "agents", "Install and list verified agent runtimes (real CLIs from npm / PyPI).",
                       None)
@@ -207,7 +294,7 @@ def _replay(args: argparse.Namespace) -> None:
     from forkpoint.errors import ReplayError, configuration
 
     direct = {name: getattr(args, name) for name in _DIRECT_OPTIONS}
-    for flag in ("prepare_only", "replay_only", "allow_stale_observations"):
+    for flag in ("prepare_only", "replay_only", "allow_stale_observations", "keep_snapshot", "drop_snapshot"):
         direct[flag] = direct[flag] or None  # an absent flag is "not given", like an absent option
     given = [name for name in _DIRECT_OPTIONS if direct[name] is not None]
     try:
@@ -227,19 +314,63 @@ def _replay(args: argparse.Namespace) -> None:
                     "missing " + ", ".join("--" + m.replace("_", "-") for m in missing)
                     + " (or pass --config FILE.toml / --request FILE.json)"
                 )
-            replay_request = requests.build_request(
-                {k: v for k, v in direct.items() if v is not None}, source="command line"
-            )
+            if direct["keep_snapshot"] and direct["drop_snapshot"]:
+                raise configuration("--keep-snapshot and --drop-snapshot are exclusive")
+            values = {k: v for k, v in direct.items() if v is not None and k not in ("drop_snapshot", "branch_prompt")}
+            if direct["drop_snapshot"]:
+                values["keep_snapshot"] = False
+            if direct["branch_prompt"]:
+                values["branch_prompts"] = direct["branch_prompt"]
+            replay_request = requests.build_request(values, source="command line")
     except ReplayError as error:
         _fail(error, args.as_json)
 
     progress = None if args.as_json else (lambda message: _say(f"  {message}", err=True, style=_DIM))
-    result = engine.execute(replay_request, progress=progress)
+    warn = lambda message: _say(f"forkpoint: {message}", err=True, style=_YELLOW)  # noqa: E731
+    result = engine.execute(replay_request, progress=progress, warn=warn)
     if args.as_json:
         _print_json(result.to_json())
     else:
         _render_result(result)
     raise SystemExit(result.exit_code)
+
+
+def _continue(args: argparse.Namespace) -> None:
+    from forkpoint.errors import ReplayError
+    from forkpoint.resume import ContinueOptions, continue_run_dir
+
+    options = ContinueOptions(branches=args.branches, branch_prompts=tuple(args.branch_prompts),
+                              parallel=args.parallel, upstream=args.upstream, upstream_url=args.upstream_url,
+                              max_steps=args.max_steps, agent_entrypoint=args.agent_entrypoint)
+    progress = (lambda message: None) if args.as_json else (lambda message: _say(f"  {message}", err=True, style=_DIM))
+    try:
+        document = continue_run_dir(args.run_dir, options, progress)
+    except ReplayError as error:
+        _fail(error, args.as_json)
+    if args.as_json:
+        _print_json(document)
+    else:
+        _render_branches(document)
+    failed = [row for row in document["branches"] if row.get("status") != "finished"]
+    raise SystemExit(1 if failed else 0)
+
+
+def _render_branches(document: dict[str, Any]) -> None:
+    """The branches table: status, steps, first action, agreement with the original, files changed."""
+    _say("  branch  status     agent       steps  same as original  files changed  first action")
+    for row in document["branches"]:
+        action = row.get("first_action") or {}
+        tools = ", ".join(str(t.get("name")) for t in action.get("tools") or []) or " ".join(
+            str(action.get("text") or "").split())[:40]
+        changed = row.get("files_changed") or {}
+        count = sum(len(changed.get(k) or []) for k in ("added", "removed", "modified"))
+        _say(f"  {row['branch']:>6}  {row.get('status', ''):<9}  {row.get('agent_status') or '':<10}  "
+             f"{row.get('continued_steps') or 0:>5}  {row.get('same_as_original')!s:<16}  {count:>13}  {tools}")
+    agreement = document.get("agreement") or {}
+    if agreement.get("branches"):
+        _say(f"  agreement: same next action as the original {agreement['same_next_action_as_original']:.0%}, "
+             f"completed {agreement['completed']:.0%}, largest group with the same first tool calls "
+             f"{agreement['largest_group_same_first_tools']:.0%} ({agreement['distinct_first_tool_calls']} distinct)")
 
 
 def _render_result(result: Any) -> None:
@@ -256,6 +387,10 @@ def _render_result(result: Any) -> None:
     )
     for artifact in result.artifacts:
         _say(f"  {artifact.role}: {artifact.path}")
+        if artifact.role == "branches":
+            import json
+
+            _render_branches(json.loads(Path(artifact.path).read_text("utf-8")))
 
 
 def _agents_install(args: argparse.Namespace) -> None:
@@ -286,9 +421,187 @@ def _agents_list(args: argparse.Namespace) -> None:
         _say(f"{agent_name}: {marks}")
 
 
+EXPORT_EPILOG = """examples:
+
+  # every run under an output root, as one parquet file (datasets.load_dataset("parquet", data_files=...))
+  forkpoint export forkpoint-out/runs -o prefixes.parquet
+  # OpenAI-style messages as JSONL, training on the prefix's assistant turns as well
+  forkpoint export forkpoint-out/runs/run-1 forkpoint-out/runs/run-2 --format messages-jsonl -o sft.jsonl \\
+      --train-on all
+  # ATIF v1.8: per run <run>.json (prefix steps is_copied_context) and <run>.prefix.json
+  forkpoint export forkpoint-out/runs --format atif -o atif/
+
+rows: messages (role, content, reasoning_content, tool_calls, tool_call_id, segment = task | prefix |
+boundary_prompt | live, trainable), tools (JSON, when recorded), prefix_message_count and provenance (agent,
+versions, profile, after_step, upstream, model, bridge verdict, observation counts, next-action match, quality,
+agent_status, run id). Secrets of well-known shapes, secret-named assignments and the home path are redacted
+unless --no-redact; the report counts them (never the values). Runs that cannot be exported are listed in the
+report with the reason.
+
+exit codes: 0 done (skipped runs are reported, not errors); 2 configuration_error (bad option, output exists,
+an extra not installed)."""
+
+
+def _export(args: argparse.Namespace) -> None:
+    from forkpoint.errors import configuration
+    from forkpoint.export import export
+    from forkpoint.export.rows import ExportOptions
+
+    def progress(report: Any) -> None:
+        if not args.as_json and report.rows % 100 == 0:
+            _say(f"  {report.rows} rows, {len(report.skipped)} skipped", err=True, style=_DIM)
+
+    try:
+        report = export(args.runs, args.fmt, args.out, ExportOptions(args.train_on, args.redact), progress)
+    except FileExistsError as error:
+        _fail(configuration(str(error)), args.as_json)
+    except ModuleNotFoundError as error:
+        _fail(configuration(f"{error.name} is not installed: pip install 'forkpoint[export]'"), args.as_json)
+    if args.as_json:
+        _print_json(report.to_json())
+        return
+    _say(f"forkpoint: exported {report.rows} rows to {report.out} ({report.format}), "
+         f"{len(report.skipped)} skipped; report: {report.out}.report.json", style=_GREEN)
+    for skipped in report.skipped:
+        _say(f"  skipped {skipped['path']}: {skipped['reason']}", err=True)
+    if report.redaction_totals:
+        counts = ", ".join(f"{kind} {count}" for kind, count in sorted(report.redaction_totals.items()))
+        _say(f"  redacted: {counts}")
+
+
+def _report(args: argparse.Namespace) -> None:
+    from forkpoint.errors import configuration
+    from forkpoint.report import write_report
+
+    out = args.out or args.runs[0] / "report.html"
+    try:
+        info = write_report(args.runs, out)
+    except FileNotFoundError as error:
+        _fail(configuration(str(error)), False)
+    _say(f"forkpoint: report of {info.runs} run(s): {info.out} ({info.size_bytes:,} bytes)", style=_GREEN)
+    for path, reason in info.skipped:
+        _say(f"  not shown: {path}: {reason}", err=True)
+    if args.open_browser:
+        import webbrowser
+
+        webbrowser.open(info.out.resolve().as_uri())
+
+
+BATCH_EPILOG = """jobs (JSONL, one object a line; or TOML: [defaults] then [[job]] tables):
+
+  {"trajectory": "runs/a.jsonl", "after_step": "all", "mode": "prepare-only"}
+  {"trajectory": "runs/b.jsonl", "agent": "codex", "after_step": [1, 3], "mode": "replay-only",
+   "workspace_from": "seeds/b.tar.gz", "sandbox": "bwrap"}
+
+keys: trajectory (required; relative paths are relative to the jobs file), agent, after_step (N, [N, ...] or
+"all"), mode, workspace_from (required for replay-only / continue: every job gets its own fresh workspace made
+from it), sandbox, upstream, upstream_url, max_steps, boundary_user_prompt, allow_stale_observations,
+on_divergence. A bad line is reported with its number and the rest runs.
+
+examples:
+
+  forkpoint batch jobs.jsonl --out prefixes/ --workers 2
+  forkpoint batch jobs.jsonl --out prefixes/                  # again: skips what is done, retries what may
+  forkpoint batch status prefixes/ --json
+  forkpoint batch jobs.jsonl --out /shared/b1 --executor ray --ray-address auto --cpus-per-job 1
+
+exit codes: 0 every job done; 1 a job failed or is ambiguous, or a line was bad (`forkpoint batch status`);
+2 bad options; 130 interrupted (rerun to resume)."""
+
+
+def _batch(args: argparse.Namespace) -> None:
+    from forkpoint.batch import BatchOptions, run_batch, status
+
+    if args.jobs == "status":
+        if args.status_dir is None:
+            _say("forkpoint: configuration_error: batch status needs the batch DIR", err=True, style=_RED)
+            raise SystemExit(2)
+        try:
+            summary = status(args.status_dir)
+        except FileNotFoundError as error:
+            _say(f"forkpoint: configuration_error: {error}", err=True, style=_RED)
+            raise SystemExit(2) from None
+        _batch_summary(summary, args.as_json)
+        return
+    jobs = Path(args.jobs)
+    if not jobs.is_file():
+        _say(f"forkpoint: configuration_error: jobs file {jobs} does not exist", err=True, style=_RED)
+        raise SystemExit(2)
+    defaults = {name[len("default_"):]: value for name, value in vars(args).items()
+                if name.startswith("default_") and value is not None}
+    options = BatchOptions(workers=args.workers or os.cpu_count() or 1, executor=args.executor,
+                           ray_address=args.ray_address, cpus_per_job=args.cpus_per_job,
+                           memory_per_job=args.memory_per_job, retries=args.retries, defaults=defaults)
+    display = _BatchDisplay(quiet=args.as_json)
+    try:
+        summary = run_batch(jobs, args.out, options, progress=display.update,
+                            on_bad=lambda line, reason: _say(f"  job {line}: {reason}", err=True, style=_YELLOW))
+    except RuntimeError as error:
+        _say(f"forkpoint: configuration_error: {error}", err=True, style=_RED)
+        raise SystemExit(2) from None
+    finally:
+        display.close()
+    _batch_summary(summary, args.as_json)
+    if summary.get("interrupted"):
+        raise SystemExit(130)
+    counts = summary["counts"]
+    raise SystemExit(1 if counts["failed"] or counts["ambiguous"] or counts["pending"] or summary["bad_lines"] else 0)
+
+
+class _BatchDisplay:
+    """A Rich progress bar on a terminal; plain lines (every 10 s and at the end) otherwise."""
+
+    def __init__(self, *, quiet: bool) -> None:
+        self.quiet = quiet
+        self.bar: Any = None
+        self.task: Any = None
+        self.last = 0.0
+
+    def update(self, state: Any) -> None:
+        import time
+
+        if self.quiet:
+            return
+        finished = state.done + state.failed
+        if sys.stderr.isatty():
+            if self.bar is None:
+                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+                self.bar = Progress(TextColumn("batch"), BarColumn(), MofNCompleteColumn(),
+                                    TextColumn("{task.fields[detail]}"), TimeRemainingColumn(), transient=False)
+                self.bar.start()
+                self.task = self.bar.add_task("batch", total=state.total, detail="")
+            self.bar.update(self.task, completed=finished, detail=f"failed {state.failed} · running "
+                            f"{state.running} · {state.rate:.1f}/s")
+        elif time.monotonic() - self.last >= 10 or (finished == state.total and not state.running):
+            self.last = time.monotonic()
+            _say(f"  batch: {finished}/{state.total} finished ({state.failed} failed), {state.running} running, "
+                 f"{state.rate:.1f} jobs/s", err=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _batch_summary(summary: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        _print_json(summary)
+        return
+    counts = ", ".join(f"{name} {count}" for name, count in summary["counts"].items())
+    _say(f"forkpoint: batch {summary['batch_dir']}: {summary['jobs']} jobs ({counts}); "
+         f"{len(summary['bad_lines'])} bad line(s)", style=_GREEN if not summary["failed"] else _YELLOW)
+    for category, count in summary["by_category"].items():
+        _say(f"  {category}: {count}")
+    for job in summary["failed"][:20]:
+        _say(f"  job line {job['line']} after_step {job['after_step']} ({job['status']}, {job['category']}): "
+             f"{job['message']}", err=True)
+    if len(summary["failed"]) > 20:
+        _say(f"  ... {len(summary['failed']) - 20} more: forkpoint batch status DIR --json", err=True)
+
+
 # -- output --------------------------------------------------------------------------------------------------------
 
-_RED, _GREEN, _DIM = "31", "32", "2"
+_RED, _GREEN, _YELLOW, _DIM = "31", "32", "33", "2"
 
 
 def _say(message: str, *, err: bool = False, style: str | None = None) -> None:

@@ -9,6 +9,10 @@ from typing import Any
 from forkpoint.model import ActionSignature, Observation, observation_text
 
 NEXT_ACTION_SCHEMA = "forkpoint.next-action/v1"
+#: bounds of what observations.json keeps of each observation's text, and of a diverging call's unified diff
+PREVIEW_CHARS = 4096
+DIFF_MAX_LINES = 200
+DIFF_INPUT_LINES = 2000
 
 
 def similarity(a: str, b: str) -> float:
@@ -57,7 +61,29 @@ def observation_entry(
         "truncated": truncated,
         "stale_reused": stale_reused,
         "normalised": equal and not raw_equal,
+        "historical_preview": preview(historical_text),
+        "fresh_preview": preview(fresh_text),
+        # also for a call equal only after normalisation: the diff shows the masked volatile parts
+        "diff": None if raw_equal or historical is None or stale_reused else unified_diff(historical_text, fresh_text),
     }
+
+
+def preview(text: str) -> dict[str, Any]:
+    """The head of an observation's text (``PREVIEW_CHARS`` at most) and whether it was cut."""
+    return {"text": text[:PREVIEW_CHARS], "truncated": len(text) > PREVIEW_CHARS}
+
+
+def unified_diff(historical: str, fresh: str) -> dict[str, Any]:
+    """A bounded unified diff (historical -> fresh): the first ``DIFF_INPUT_LINES`` lines of each side are compared
+    (difflib is quadratic at worst) and at most ``DIFF_MAX_LINES`` diff lines kept; ``truncated`` says if cut."""
+    old, new = historical.splitlines(), fresh.splitlines()
+    cut = len(old) > DIFF_INPUT_LINES or len(new) > DIFF_INPUT_LINES
+    lines = list(difflib.unified_diff(old[:DIFF_INPUT_LINES], new[:DIFF_INPUT_LINES], "historical", "fresh",
+                                      lineterm="", n=2))
+    if not lines and historical != fresh:  # same lines, other line endings or a final newline
+        lines = ["--- historical", "+++ fresh", f"@@ the texts differ only in line endings or trailing newline "
+                 f"({historical[-1:]!r} vs {fresh[-1:]!r}) @@"]
+    return {"lines": lines[:DIFF_MAX_LINES], "truncated": cut or len(lines) > DIFF_MAX_LINES}
 
 
 def _text_metrics(original: str, replayed: str, label: str) -> dict[str, Any]:

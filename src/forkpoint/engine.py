@@ -19,6 +19,7 @@ from forkpoint import childenv
 from forkpoint import plan as planning
 from forkpoint.adapters import get_adapter
 from forkpoint.adapters.base import Adapter, ContinuingAdapter, ReplayingAdapter
+from forkpoint.divergence import observations_match
 from forkpoint.errors import ErrorKind, ReplayError, configuration
 from forkpoint.hashing import sha256_hex
 from forkpoint.journal import Journal, find_ambiguous
@@ -53,8 +54,9 @@ class RunDirs:
     output_dir: Path
 
 
-def execute(request: ReplayRequest, progress: Progress | None = None) -> ReplayResult:
-    """Run one replay request to a result; never raises for user-facing failures."""
+def execute(request: ReplayRequest, progress: Progress | None = None, warn: Progress | None = None) -> ReplayResult:
+    """Run one replay request to a result; never raises for user-facing failures. ``warn`` receives the lines
+    that must reach the user even in --json mode (diverging calls under --on-divergence warn)."""
     report = progress or (lambda _message: None)
     dirs = _run_dirs(request)
     try:
@@ -81,7 +83,7 @@ def execute(request: ReplayRequest, progress: Progress | None = None) -> ReplayR
         return _early_failure(dirs, error)
     with journal, childenv.passing(childenv.resolve(request.env, os.environ).values):
         try:
-            return _run_allocated(request, prepared, journal, dirs, report)
+            return _run_allocated(request, prepared, journal, dirs, report, warn or (lambda _message: None))
         except ReplayError as error:
             return _finalize_failure(request, plan, journal, dirs, error)
         except Exception as exc:  # a bug must still leave a result behind, never a half-written run
@@ -213,6 +215,7 @@ def _run_allocated(
     journal: Journal,
     dirs: RunDirs,
     report: Progress,
+    warn: Progress,
 ) -> ReplayResult:
     plan, adapter = prepared.plan, prepared.adapter
     parsed = plan.trajectory
@@ -265,10 +268,19 @@ def _run_allocated(
         prefix = replaying.write_rebuilt_prefix(plan, outcome.fresh, prefix_dir)
         journal.append("session_rebuilt", sync=False, sha256=prefix.sha256)
         status = "replayed"
+    stopped = _divergence(request, outcome, facts, journal, warn)
+    if outcome is not None and _keeps_snapshot(request):
+        from forkpoint.branching import take_snapshot
+
+        report("keeping the boundary snapshot")
+        facts["boundary_snapshot"] = take_snapshot(context.workspace, dirs.state_dir)
     continuation: Continuation | None = None
-    if request.mode is Mode.REPLAY_AND_CONTINUE:
+    if request.mode is Mode.REPLAY_AND_CONTINUE and stopped is None:
         assert prepared.launch is not None
-        continuation = _continue(request, prepared, prefix, context, journal, report)
+        if request.branches > 1 or request.branch_prompts:
+            continuation = _branch(request, prepared, prefix, context, journal, report, facts["boundary_snapshot"])
+        else:
+            continuation = _continue(request, prepared, prefix, context, journal, report)
         status = continuation.agent_status
     journal.append("run_finished", status=status)
     journal.copy_to(dirs.output_dir / "replay-events.jsonl", durable=False)
@@ -298,6 +310,8 @@ def _run_allocated(
     result = ReplayResult(
         phase=phase,
         quality="degraded" if degraded else "verified",
+        observations_match=observations_match(outcome.comparisons if outcome else None),
+        failure=stopped,
         agent_status=_agent_status(continuation),
         run_id=dirs.run_id,
         agent=AgentInfo(name=adapter.name, version=parsed.version, profile=plan.profile),
@@ -314,6 +328,26 @@ def _run_allocated(
     return result
 
 
+def _divergence(request: ReplayRequest, outcome: ReplayOutcome | None, facts: dict[str, Any], journal: Journal,
+                warn: Progress) -> Failure | None:
+    """Record the diverging calls (metadata.divergence), warn of them, or stop before the continuation."""
+    if outcome is None:
+        return None
+    from forkpoint.divergence import stop_message, summary, warning_lines
+
+    facts["divergence"] = summary(outcome.comparisons, request.on_divergence)
+    if not facts["divergence"]["count"]:
+        return None
+    journal.append("divergence", sync=False, count=facts["divergence"]["count"], policy=request.on_divergence)
+    if request.on_divergence == "warn":
+        for line in warning_lines(outcome.comparisons):
+            warn(line)
+    if request.on_divergence != "stop":
+        return None
+    kind = ErrorKind.DIVERGENCE
+    return Failure(category=kind.category, message=stop_message(outcome.comparisons), retryable=kind.retryable)
+
+
 def _continue(
     request: ReplayRequest,
     prepared: Prepared,
@@ -323,19 +357,9 @@ def _continue(
     report: Progress,
 ) -> Continuation:
     """Start the real agent on the rebuilt session; its model traffic goes through the gate."""
-    plan, launch = prepared.plan, prepared.launch
-    assert launch is not None
-    remaining = request.max_steps - plan.prefix_model_turns if request.max_steps is not None else None
-    upstream = _upstream_name(request, prepared.adapter)
-    key_name, url_name = UPSTREAM_ENV.get(upstream, (None, None))
-    settings = ContinueSettings(
-        target=launch,
-        upstream=upstream,
-        upstream_url=request.upstream_url or (os.environ.get(url_name) if url_name else None) or None,
-        upstream_key=os.environ.get(key_name) if key_name else None,
-        boundary_prompt=request.boundary_user_prompt or None,
-        remaining_steps=remaining,
-    )
+    plan = prepared.plan
+    settings = continue_settings(request, prepared.adapter, prepared.launch, plan)
+    launch, upstream, remaining = settings.target, settings.upstream, settings.remaining_steps
     journal.append("continuation_started", agent_version=launch.version, upstream=upstream,
                    remaining_steps=remaining)
     report(f"continuing {request.agent} {launch.version} from batch {plan.after_step} (upstream {upstream})")
@@ -358,10 +382,54 @@ def _continue(
     return continuation
 
 
+def continue_settings(request: ReplayRequest, adapter: Adapter, launch: LaunchTarget | None,
+                      plan: Plan) -> ContinueSettings:
+    """Where and how the continued agent's model traffic goes (keys from forkpoint's own environment)."""
+    assert launch is not None
+    remaining = request.max_steps - plan.prefix_model_turns if request.max_steps is not None else None
+    upstream = _upstream_name(request, adapter)
+    key_name, url_name = UPSTREAM_ENV.get(upstream, (None, None))
+    return ContinueSettings(
+        target=launch,
+        upstream=upstream,
+        upstream_url=request.upstream_url or (os.environ.get(url_name) if url_name else None) or None,
+        upstream_key=os.environ.get(key_name) if key_name else None,
+        boundary_prompt=request.boundary_user_prompt or None,
+        remaining_steps=remaining,
+    )
+
+
+def _keeps_snapshot(request: ReplayRequest) -> bool:
+    if request.keep_snapshot is not None:
+        return request.keep_snapshot
+    return request.mode is Mode.REPLAY_ONLY or request.branches > 1 or bool(request.branch_prompts)
+
+
+def _branch(request: ReplayRequest, prepared: Prepared, prefix: NativePrefix, context: RunContext,
+            journal: Journal, report: Progress, snapshot: dict[str, Any]) -> Continuation:
+    """K continuations from the boundary snapshot (forkpoint.branching); the run's own journal frames them."""
+    from forkpoint.branching import BranchRequest, BranchSetup, aggregate, plan_branches, run_branches
+
+    branches = BranchRequest.of(request.branches, request.branch_prompts, request.parallel)
+    setup = BranchSetup(
+        adapter=_continuing(prepared.adapter), plan=prepared.plan, prefix=prefix,
+        settings=continue_settings(request, prepared.adapter, prepared.launch, prepared.plan),
+        workspace=context.workspace, state_dir=context.state_dir, output_dir=context.output_dir,
+        session_id=context.session_id, sandbox_name=request.sandbox, recorded_cwd=prepared.plan.trajectory.cwd,
+        snapshot=Path(snapshot["path"]))
+    plan_branches(setup, branches, snapshot)
+    journal.append("branches_started", count=branches.count)
+    document = run_branches(setup, branches, report)
+    journal.append("branches_finished", sync=False, count=branches.count)
+    return aggregate(document)
+
+
 def _agent_status(continuation: Continuation | None) -> AgentStatus:
     if continuation is None:
         return "not_started"
-    return "max_steps" if continuation.agent_status == "max_steps" else "completed"
+    if continuation.agent_status in ("max_steps", "failed"):
+        return cast(AgentStatus, continuation.agent_status)
+    return "completed"
 
 
 def _continuing(adapter: Adapter) -> ContinuingAdapter:
@@ -492,9 +560,12 @@ def _artifacts(
     if comparisons.exists():
         artifacts.append(Artifact(role="observation_comparison", format="forkpoint.observations/v1",
                                   path=str(comparisons)))
-    if continuation is not None and continuation.continued_path.exists():
+    if continuation is not None and continuation.continued_path.is_file():
         artifacts.append(Artifact(role="continued_native_session", format=prefix.format if prefix else "native",
                                   path=str(continuation.continued_path)))
+    branches = output_dir / "branches.json"
+    if branches.exists():
+        artifacts.append(Artifact(role="branches", format="forkpoint.branches/v1", path=str(branches)))
     next_action = output_dir / "next-action.json"
     if next_action.exists():
         from forkpoint.compare import NEXT_ACTION_SCHEMA

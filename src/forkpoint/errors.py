@@ -24,6 +24,7 @@ class ErrorKind(Enum):
     WORKSPACE = _Kind("workspace_error", 20, False)
     EXECUTOR = _Kind("executor_error", 30, False)
     AMBIGUOUS_EXECUTION = _Kind("ambiguous_execution", 31, False)
+    DIVERGENCE = _Kind("divergence", 32, False)  # --on-divergence stop: the replayed world differs
     CONTINUATION = _Kind("continuation_error", 40, False)
     MODEL_RATE_LIMIT = _Kind("model_rate_limit", 40, True)
     MODEL_INTERNAL = _Kind("model_internal_error", 40, True)

@@ -294,6 +294,8 @@ class _Tracker:
     def scan(self) -> list[_ProcInfo]:
         """Refresh the live members (leader excluded); reap attributed zombies that are our children."""
         table = _scan_proc()
+        with _active_lock:  # after the table: every leader in it is registered by now (spawned under the lock)
+            leaders = set(_active_leaders)
         children: dict[int, list[int]] = {}
         for info in table.values():
             children.setdefault(info.ppid, []).append(info.pid)
@@ -305,13 +307,13 @@ class _Tracker:
             key = (info.pid, info.start)
             if info.pgid == self.leader or info.sid == self.leader or key in self.known:
                 roots.append(info.pid)
-            elif info.ppid == self.me and info.pid not in _active_leaders:
+            elif info.ppid == self.me and info.pid not in leaders:
                 if key not in self.untagged and _has_token(info.pid, self.needle):
                     roots.append(info.pid)
                     continue
                 if info.state != "Z":
                     self.untagged.add(key)  # environ is fixed at exec: no need to read it again
-                if len(_active_leaders) == 1 and info.start >= self.leader_start:
+                if len(leaders) == 1 and info.start >= self.leader_start:
                     # Untagged (env cleared) but orphaned to us after our command started while no other
                     # supervision runs: it can only come from our command.
                     roots.append(info.pid)
@@ -651,23 +653,25 @@ def run_supervised(
     log = _Log(log_path, max_log_bytes) if log_path is not None else None
     try:
         try:
-            proc = subprocess.Popen(
-                list(argv),
-                cwd=cwd,
-                env=child_env,
-                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
-                start_new_session=True,
-                close_fds=True,
-                preexec_fn=reaper.die_with_parent_hook() if die_with_parent else None,
-            )
+            # Spawn and register under one lock: a scan of a concurrent supervision (another thread) that sees
+            # this child in /proc then also sees it registered, and never takes it for an orphan of its own.
+            with _active_lock:
+                proc = subprocess.Popen(
+                    list(argv),
+                    cwd=cwd,
+                    env=child_env,
+                    stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+                    start_new_session=True,
+                    close_fds=True,
+                    preexec_fn=reaper.die_with_parent_hook() if die_with_parent else None,
+                )
+                _active_leaders.add(proc.pid)
         except OSError as exc:
             raise ReplayError(
                 ErrorKind.EXECUTOR, f"spawn supervised process {argv[0]!r}: {exc.strerror or exc}"
             ) from exc
-        with _active_lock:
-            _active_leaders.add(proc.pid)
         reaper.leader_started(proc.pid)
         supervision = _Supervision(proc, token, stdin, grace_s, max_output_bytes, log, watch)
         try:

@@ -53,6 +53,11 @@ class ReplayRequest:
     sandbox: str = DEFAULT_SANDBOX  # local | bwrap (forkpoint.sandbox)
     path_map: list[str] = field(default_factory=list)  # OLD=NEW absolute prefixes (local sandbox)
     workspace_from: str | None = None  # DIR | TARBALL | GIT_URL@REV: create the workspace first
+    on_divergence: str = "warn"  # warn | stop | ignore (forkpoint.divergence)
+    branches: int = 1  # K continuations from one replayed boundary (forkpoint.branching)
+    branch_prompts: list[str] = field(default_factory=list)  # one for all branches, or one per branch
+    parallel: int | None = None  # concurrent branches (bwrap only) [default: the cores]
+    keep_snapshot: bool | None = None  # keep the boundary snapshot; None: for replay-only and branched runs
     env: list[str] = field(default_factory=list)  # NAME (the host's value) or NAME=VALUE, passed to children
 
     def resolved_run_id(self) -> str:
@@ -112,6 +117,17 @@ def validate_request(request: ReplayRequest) -> None:
     prompt = request.boundary_user_prompt
     if prompt is not None and prompt != "" and prompt.strip() == "":
         raise configuration("boundary_user_prompt must contain a non-whitespace character")
+    if request.branches < 1 or (request.parallel is not None and request.parallel < 1):
+        raise configuration("branches and parallel must be at least 1")
+    if request.branch_prompts and len(request.branch_prompts) not in (1, request.branches):
+        raise configuration(f"give one branch prompt for all branches or one per branch ({request.branches}), "
+                            f"not {len(request.branch_prompts)}")
+    if (request.branches > 1 or request.branch_prompts) and request.mode is not Mode.REPLAY_AND_CONTINUE:
+        raise configuration("branches continue the agent: they cannot be combined with prepare_only / replay_only")
+    if request.branch_prompts and request.boundary_user_prompt:
+        raise configuration("boundary_user_prompt and branch_prompts are exclusive (branch prompts replace it)")
+    if request.on_divergence not in ("warn", "stop", "ignore"):
+        raise configuration(f"on_divergence must be warn, stop or ignore, not {request.on_divergence!r}")
     if request.run_id is not None and not _RUN_ID.fullmatch(request.run_id):
         raise configuration("run_id may contain only letters, digits, '-' and '_'")
     if request.upstream is not None and request.upstream not in UPSTREAMS:

@@ -54,6 +54,8 @@ class ReplayResult:
     phase: Phase | None
     quality: Quality | None
     agent_status: AgentStatus
+    #: exact / diverged after a replay (forkpoint.divergence); None when nothing was replayed
+    observations_match: str | None = None
     run_id: str | None
     agent: AgentInfo | None = None
     after_step: int | None = None

@@ -90,6 +90,22 @@ def _file_entry(path: bytes, st: os.stat_result) -> dict[str, Any]:
 
 def inventory(root: Path) -> Inventory:
     """Hash the workspace tree (see the module docstring); never follows a symlink, never opens a special file."""
+    digest = hashlib.sha256()
+    files = 0
+    unreadable: list[str] = []
+    entries = tree_entries(root)
+    for relative, entry in entries:
+        document = {**_shown(relative), **entry}
+        digest.update(canonical_json(document).encode("utf-8") + b"\n")
+        files += entry["type"] == "file"
+        if "error" in entry:
+            unreadable.append(os.fsdecode(relative))
+    return Inventory(digest.hexdigest(), files, len(entries), tuple(unreadable))
+
+
+def tree_entries(root: Path) -> list[tuple[bytes, dict[str, Any]]]:
+    """Every entry under ``root`` (relative path, {type, size, sha256 | symlink target | error}), sorted by path;
+    never follows a symlink, never opens a special file."""
     base = os.fsencode(os.path.abspath(root))
     collected: list[tuple[bytes, dict[str, Any]]] = []
     pending = [b""]
@@ -130,16 +146,7 @@ def inventory(root: Path) -> Inventory:
             else:
                 collected.append((relative, {"type": _special(mode)}))
     collected.sort(key=lambda item: item[0])
-    digest = hashlib.sha256()
-    files = 0
-    unreadable: list[str] = []
-    for relative, entry in collected:
-        document = {**_shown(relative), **entry}
-        digest.update(canonical_json(document).encode("utf-8") + b"\n")
-        files += entry["type"] == "file"
-        if "error" in entry:
-            unreadable.append(os.fsdecode(relative))
-    return Inventory(digest.hexdigest(), files, len(collected), tuple(unreadable))
+    return collected
 
 
 def _target(target: bytes) -> dict[str, str]:
@@ -215,7 +222,7 @@ def create(source: WorkspaceSource, workspace: Path) -> dict[str, Any]:
     check_target(workspace)
     workspace.mkdir(parents=True, exist_ok=True)
     if source.kind == "dir":
-        _copy_dir(Path(source.location), workspace)
+        copy_tree(Path(source.location), workspace)
         return source.to_metadata()
     if source.kind == "tarball":
         count = extract_tarball(Path(source.location), workspace)
@@ -224,7 +231,8 @@ def create(source: WorkspaceSource, workspace: Path) -> dict[str, Any]:
     return {**source.to_metadata(), "commit": commit}
 
 
-def _copy_dir(source: Path, workspace: Path) -> None:
+def copy_tree(source: Path, workspace: Path) -> None:
+    """Copy a directory tree into ``workspace`` (`cp --reflink=auto -a`: a reflink where the file system has them)."""
     src, dest = source.resolve(), workspace.resolve()
     if dest == src or src in dest.parents:
         raise ReplayError(ErrorKind.WORKSPACE, f"--workspace-from {source}: the workspace {workspace} lies inside it")

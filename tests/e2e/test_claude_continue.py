@@ -184,3 +184,17 @@ def test_no_process_left_behind(tmp_path: Path) -> None:
         if marker in environ.split(b"\0"):
             survivors.append(proc.name)
     assert not survivors
+
+
+def test_a_short_upstream_key_does_not_corrupt_the_relayed_stream(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Local OpenAI-compatible servers are often given a key like "x" or "EMPTY": it is not redacted from the
+    relayed stream (it would replace every such letter in the model's answer and break its tool calls)."""
+    _require_runtime("2.1.332")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "k")
+    fixture = FIXTURES / "2.1.332" / "single_bash"
+    model = ScriptedModel.from_file(fixture / "script.json")
+    with model.serve() as url:
+        result = run(fixture, tmp_path, 1, upstream="anthropic", upstream_url=url)
+    assert result.failure is None, result.failure
+    assert [entry["step"] for entry in model.requests if entry.get("kind") == "main"] == [1, 2]

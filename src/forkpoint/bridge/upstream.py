@@ -62,6 +62,9 @@ def error_response(status: int, kind: str, message: str) -> web.Response:
 REDACTED = b"[redacted by forkpoint]"
 
 
+MIN_REDACTED_SECRET = 8
+
+
 class Redactor:
     """Replaces the bridge's upstream key in a relayed byte stream, also across chunk boundaries.
 
@@ -105,7 +108,9 @@ async def relay(
     upstream key, is redacted on the way)."""
     response = web.StreamResponse(status=upstream.status, headers=headers)
     await response.prepare(request)
-    redactor = Redactor(secret) if secret else None
+    # A key under 8 characters ("x", "EMPTY": what local OpenAI-compatible servers are given) is no secret to
+    # hide, and replacing it would corrupt the stream wherever those letters occur.
+    redactor = Redactor(secret) if secret and len(secret) >= MIN_REDACTED_SECRET else None
     try:
         async for chunk in upstream.content.iter_any():
             out = redactor.feed(chunk) if redactor is not None else chunk

@@ -11,6 +11,9 @@ several tool_use blocks = one parallel batch). Which turn answers a request:
   Robust to resume: a resumed session replays the earlier turns.
 * ``step_mode="counter"``: the n-th main request gets turn n.
 
+``keyed`` scripts answer requests whose body contains their key (e.g. a branch's boundary prompt) instead of
+``turns``: K branches of one boundary, each prompted differently, get different answers from one server.
+
 A *main* request has a non-empty ``tools`` list (or any request with ``tools_required=False``, for agents that
 parse actions from text); others (title/summary helpers) get a short text answer. Past the end of the script the
 answer is ``"Done."`` with ``end_turn`` (or, with ``loop_last=True``, the last turn again: a model that never stops).
@@ -129,12 +132,18 @@ class ScriptedModel:
     #: past the end of the script, repeat the last turn (a model that never stops) instead of ``final_text``
     loop_last: bool = False
     requests: list[dict[str, Any]] = field(default_factory=list)
+    #: key -> turns: a request whose JSON body contains the key is answered from these turns (first key wins)
+    keyed: dict[str, Sequence[Turn | Sequence[Block] | dict[str, Any]]] = field(default_factory=dict)
     _script: list[Turn] = field(init=False, repr=False)
+    _scripts: dict[str, list[Turn]] = field(init=False, repr=False)
+    _chosen: list[Turn] = field(init=False, repr=False)
     _main_count: int = field(default=0, init=False, repr=False)
     _runner: web.AppRunner | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._script = [Turn.of(t) for t in self.turns]
+        self._scripts = {key: [Turn.of(t) for t in turns] for key, turns in self.keyed.items()}
+        self._chosen = self._script
 
     @classmethod
     def from_file(cls, path: Path, **kwargs: Any) -> ScriptedModel:
@@ -146,6 +155,9 @@ class ScriptedModel:
     # -- answering -------------------------------------------------------------------------------------
 
     def _select(self, body: dict[str, Any], turns_so_far: Callable[[], int]) -> tuple[str, int | None]:
+        # select and respond run back to back (no await between them), so the choice holds for this request
+        raw = json.dumps(body, ensure_ascii=False) if self._scripts else ""
+        self._chosen = next((script for key, script in self._scripts.items() if key in raw), self._script)
         if self.tools_required and not body.get("tools"):
             return "aux", None
         if self.step_mode == "counter":
@@ -161,9 +173,10 @@ class ScriptedModel:
 
     def turn_at(self, step: int) -> Turn | None:
         """The scripted turn answering ``step``; None past the end (unless ``loop_last``)."""
-        if step < len(self._script):
-            return self._script[step]
-        return self._script[-1] if self.loop_last and self._script else None
+        script = self._chosen
+        if step < len(script):
+            return script[step]
+        return script[-1] if self.loop_last and script else None
 
     def respond(self, kind: str, step: int | None) -> tuple[str, list[Block], str]:
         """(message id, content blocks with ids filled in, stop_reason) for a selected step."""

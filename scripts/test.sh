@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The README's test command. On a fresh clone it does its own set-up, then runs the whole suite:
+#   1. forkpoint with its test extras (pip, editable);
+#   2. Debian packages the tests drive: bubblewrap (--sandbox bwrap), ripgrep (OpenCode's grep/glob tools),
+#      chromium (the report tests open reports in it through Playwright);
+#   3. the verified agent runtimes (npm prefixes and uv venvs, cached under ~/.cache/forkpoint/runtimes:
+#      a second run only checks them);
+#   4. ruff, mypy --strict, then pytest (extra arguments go to pytest: scripts/test.sh tests/test_plan.py -q).
+# FORKPOINT_TEST_SKIP_SETUP=1 skips steps 1-3 (a machine that has run them already), FORKPOINT_TEST_SKIP_LINT=1
+# skips ruff and mypy.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "${FORKPOINT_TEST_SKIP_SETUP:-0}" != 1 ]; then
+    python3 -m pip install --quiet --disable-pip-version-check -e ".[test]"
+
+    missing=()
+    command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+    command -v rg >/dev/null 2>&1 || missing+=(ripgrep)
+    command -v chromium >/dev/null 2>&1 || missing+=(chromium)   # `forkpoint report` tests, through Playwright
+    if [ ${#missing[@]} -gt 0 ]; then
+        sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+        $sudo apt-get update -qq && $sudo apt-get install -y -qq "${missing[@]}"
+    fi
+
+    # Real agent runtimes at their verified versions.
+    for agent in claude-code@2.1.220 claude-code@2.1.332 codex@0.149.0 codex@0.171.0 \
+                 opencode@1.17.11 opencode@1.18.33 pi@0.83.0 \
+                 mini-swe-agent@1.17.5 mini-swe-agent@2.4.6 openhands@0.62.0; do
+        python3 -m forkpoint.cli agents install "$agent"
+    done
+fi
+if [ "${FORKPOINT_TEST_SKIP_LINT:-0}" != 1 ]; then
+    python3 -m ruff check src tests scripts benchmarks
+    python3 -m mypy
+fi
+
+exec python3 -m pytest "$@"

@@ -1,0 +1,224 @@
+"""`forkpoint batch`: thousands of replays from one jobs file, resumable, on a local pool or a Ray cluster.
+
+The driver reads the jobs (bad lines reported with their number, the rest kept), records every job in the
+ledger (``ledger.sqlite``), settles what a previous driver left running (re-run when its journal proves nothing
+ran, ``ambiguous`` otherwise), then keeps one job per worker slot in flight and records each outcome as it comes
+back. Rerunning the same batch skips what is done and retries only retryable failures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from forkpoint.batch.ledger import Ledger, Outcome
+
+LEDGER = "ledger.sqlite"
+
+
+@dataclass
+class BatchOptions:
+    workers: int = 1
+    executor: str = "local"  # local | ray
+    ray_address: str | None = None
+    ray_temp_dir: str | None = None
+    cpus_per_job: float = 1.0
+    memory_per_job: int | None = None
+    retries: int = 3
+    defaults: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class BatchProgress:
+    total: int
+    done: int = 0
+    failed: int = 0
+    running: int = 0
+    started: float = field(default_factory=time.monotonic)
+    interrupted: bool = False
+
+    @property
+    def rate(self) -> float:
+        elapsed = time.monotonic() - self.started
+        return (self.done + self.failed) / elapsed if elapsed > 0 else 0.0
+
+
+def run_batch(jobs_file: Path, batch_dir: Path, options: BatchOptions,
+              progress: Callable[[BatchProgress], None] | None = None,
+              on_bad: Callable[[int, str], None] | None = None) -> dict[str, Any]:
+    """Run (or resume) the batch; returns the summary :func:`status` gives."""
+    from forkpoint.batch.expand import expand
+    from forkpoint.batch.jobs import BadJob, read_lines
+
+    batch_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    ledger = Ledger(batch_dir / LEDGER)
+    try:
+        _settle_stale(ledger, batch_dir)
+        bad: list[BadJob] = []
+
+        def concrete() -> Any:
+            for item in expand(read_lines(jobs_file, options.defaults)):
+                if isinstance(item, BadJob):
+                    bad.append(item)
+                else:
+                    yield item
+
+        ledger.add_jobs(concrete())
+        for item in bad:
+            ledger.add_bad(item.line, item.reason)
+            if on_bad is not None:
+                on_bad(item.line, item.reason)
+        counts = ledger.counts()
+        state = BatchProgress(total=sum(counts.values()), done=counts["done"],
+                              failed=counts["failed"] + counts["ambiguous"])
+        executor = _executor(options)
+        stop = _graceful_stop()
+        try:
+            _drive(ledger, executor, batch_dir, options.retries, state, stop, progress)
+        finally:
+            executor.close(cancel=stop.hard)
+            stop.restore()
+        state.interrupted = stop.requested
+        return {**status(batch_dir, ledger), "interrupted": stop.requested,
+                "elapsed_s": round(time.monotonic() - state.started, 3)}
+    finally:
+        ledger.close()
+
+
+def _drive(ledger: Ledger, executor: Any, batch_dir: Path, retries: int, state: BatchProgress, stop: Any,
+           progress: Callable[[BatchProgress], None] | None) -> None:
+    in_flight: dict[Any, Any] = {}
+    cursor = 0
+    while True:
+        if not stop.requested:
+            free = executor.slots - len(in_flight)
+            if free > 0:
+                batch = ledger.runnable(retries, free, after=cursor)
+                if not batch and cursor:
+                    cursor = 0  # a second pass picks up retryable failures
+                    batch = [row for row in ledger.runnable(retries, free) if row[1].identity not in
+                             {job.identity for job, _ in in_flight.values()}]
+                for ordinal, job, attempts in batch:
+                    cursor = max(cursor, ordinal)
+                    run_id = job.run_id if attempts == 0 else f"{job.run_id}-a{attempts + 1}"
+                    ledger.mark_running(job, run_id, executor.__class__.__name__)
+                    in_flight[executor.submit(job.to_json(), str(batch_dir), run_id)] = (job, run_id)
+        state.running = len(in_flight)
+        if progress is not None:
+            progress(state)
+        if not in_flight:
+            break
+        for handle, outcome in executor.wait(list(in_flight), timeout=0.5):
+            job, run_id = in_flight.pop(handle)
+            if isinstance(outcome, BaseException):
+                result = _lost(job, run_id, outcome, batch_dir)
+                stop.requested = stop.requested or _broken(outcome)
+            else:
+                result = Outcome(**outcome)
+            ledger.finish(result)
+            if result.exit_code == 0:
+                state.done += 1
+            else:
+                state.failed += 1
+
+
+def _lost(job: Any, run_id: str, error: BaseException, batch_dir: Path) -> Outcome:
+    """A job whose worker died under it: retryable when nothing can have run (its journal shows no tool and no
+    continuation start), else ambiguous — never re-executed when its effects are unknown."""
+    from forkpoint.journal import read_events
+
+    events = read_events(batch_dir / "state" / run_id / "journal.jsonl")
+    started = job.mode != "prepare-only" and any(
+        e.get("event") in ("tool_started", "continuation_started") for e in events)
+    category, code = ("ambiguous_execution", 31) if started else ("internal_error", 50)
+    return Outcome(identity=job.identity, run_id=run_id, exit_code=code, category=category, retryable=not started,
+                   message=f"the worker running this job died ({type(error).__name__}: {error})"[:2000],
+                   phase=None, quality=None, agent_status="not_started", seconds=0.0, worker="lost")
+
+
+def _broken(error: BaseException) -> bool:
+    """A local pool whose worker died cannot take more jobs: stop submitting (a rerun resumes)."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    return isinstance(error, BrokenProcessPool)
+
+
+class _Stop:
+    """First Ctrl-C: no new job starts, running jobs finish and are recorded. Second: stop waiting (what was
+    running stays ``running`` in the ledger; the next run settles it by its journal)."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.hard = False
+        self.previous: Any = None
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            self.hard = True
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def restore(self) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+
+
+def _graceful_stop() -> _Stop:
+    stop = _Stop()
+    with contextlib.suppress(ValueError):  # not the main thread: Ctrl-C is the caller's business
+        stop.previous = signal.signal(signal.SIGINT, stop)
+    return stop
+
+
+def _executor(options: BatchOptions) -> Any:
+    from forkpoint.batch.executors import LocalPool, RayCluster
+
+    if options.executor == "ray":
+        return RayCluster(options.ray_address, cpus=options.cpus_per_job, memory=options.memory_per_job,
+                          slots=None, temp_dir=options.ray_temp_dir, local_cpus=options.workers)
+    return LocalPool(options.workers)
+
+
+def _settle_stale(ledger: Ledger, batch_dir: Path) -> None:
+    """Jobs a killed driver left ``running``: re-run when nothing can have happened (prepare-only, or a journal
+    without any tool or continuation start), else ``ambiguous`` — never executed twice silently."""
+    from forkpoint.journal import find_ambiguous, read_events
+
+    for identity, run_id, effects in ledger.stale_running():
+        events = read_events(batch_dir / "state" / str(run_id) / "journal.jsonl") if run_id else []
+        started = [e for e in events if e.get("event") in ("tool_started", "continuation_started")]
+        if effects and started:
+            call = find_ambiguous(events)
+            detail = f"call {call} started and has no recorded outcome" if call else "its continuation had started"
+            ledger.reset(identity, status="ambiguous", message=f"the previous batch driver stopped while job run "
+                         f"{run_id} was running: {detail}; it is not run again (its workspace was not fresh)")
+            continue
+        for folder in ("runs", "state", "work"):
+            if run_id:
+                shutil.rmtree(batch_dir / folder / run_id, ignore_errors=True)
+        ledger.reset(identity, status="pending")
+
+
+def status(batch_dir: Path, ledger: Ledger | None = None) -> dict[str, Any]:
+    """Counts by status and failure category, the bad lines and the failed jobs of a batch dir."""
+    own = ledger is None
+    if ledger is None:
+        if not (batch_dir / LEDGER).is_file():
+            raise FileNotFoundError(f"{batch_dir} is not a forkpoint batch dir (no {LEDGER})")
+        ledger = Ledger(batch_dir / LEDGER)
+    try:
+        counts = ledger.counts()
+        bad = ledger.bad()
+        return {"schema_version": "forkpoint.batch-status/v1", "batch_dir": str(batch_dir),
+                "jobs": sum(counts.values()), "counts": counts, "by_category": ledger.by_category(),
+                "bad_lines": [{"line": line, "reason": reason} for line, reason in bad],
+                "failed": ledger.failures()}
+    finally:
+        if own:
+            ledger.close()

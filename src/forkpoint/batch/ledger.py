@@ -1,0 +1,167 @@
+"""The batch ledger: one SQLite database (WAL) in the batch dir, the only record of what a batch did.
+
+One row per job identity. States: ``pending`` -> ``running`` (committed BEFORE the job starts; durably when the job
+can have effects) -> ``done`` | ``failed`` (category, exit code, retryable) | ``ambiguous`` (it started, did not
+finish, and its journal shows a tool may have run: never executed again). Bad job lines are kept with their
+reason. Only the driver writes; workers report back to it.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from forkpoint.batch.jobs import Job
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    identity TEXT PRIMARY KEY, ordinal INTEGER NOT NULL, line INTEGER NOT NULL, duplicate_lines TEXT NOT NULL,
+    spec TEXT NOT NULL, agent TEXT NOT NULL, mode TEXT NOT NULL, after_step INTEGER NOT NULL,
+    status TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, run_id TEXT, effects INTEGER NOT NULL,
+    exit_code INTEGER, category TEXT, retryable INTEGER, message TEXT, phase TEXT, quality TEXT,
+    agent_status TEXT, started_at REAL, finished_at REAL, seconds REAL, worker TEXT
+);
+CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status, ordinal);
+CREATE TABLE IF NOT EXISTS bad_jobs (line INTEGER PRIMARY KEY, reason TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+STATUSES = ("pending", "running", "done", "failed", "ambiguous")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one attempt of a job ended with (from the worker)."""
+
+    identity: str
+    run_id: str
+    exit_code: int
+    category: str | None
+    retryable: bool
+    message: str | None
+    phase: str | None
+    quality: str | None
+    agent_status: str | None
+    seconds: float
+    worker: str
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class Ledger:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- filling ------------------------------------------------------------------------------------------------
+
+    def add_jobs(self, jobs: Iterator[Job]) -> tuple[int, int]:
+        """Insert new jobs (one transaction); an identity already present is the same job: its line is noted.
+        Returns (new jobs, merged duplicates)."""
+        added = merged = 0
+        ordinal = self.db.execute("SELECT COALESCE(MAX(ordinal), 0) FROM jobs").fetchone()[0]
+        self.db.execute("BEGIN")
+        for job in jobs:
+            row = self.db.execute("SELECT line, duplicate_lines FROM jobs WHERE identity = ?",
+                                  (job.identity,)).fetchone()
+            if row is not None:
+                lines = set(json.loads(row[1])) | {job.line}
+                if job.line != row[0]:
+                    merged += 1
+                    self.db.execute("UPDATE jobs SET duplicate_lines = ? WHERE identity = ?",
+                                    (json.dumps(sorted(lines - {row[0]})), job.identity))
+                continue
+            ordinal += 1
+            added += 1
+            self.db.execute(
+                "INSERT INTO jobs (identity, ordinal, line, duplicate_lines, spec, agent, mode, after_step, status, "
+                "effects) VALUES (?, ?, ?, '[]', ?, ?, ?, ?, 'pending', ?)",
+                (job.identity, ordinal, job.line, json.dumps(job.to_json()), job.agent, job.mode, job.after_step,
+                 int(job.mode != "prepare-only")))
+        self.db.execute("COMMIT")
+        return added, merged
+
+    def add_bad(self, line: int, reason: str) -> None:
+        self.db.execute("INSERT OR REPLACE INTO bad_jobs (line, reason) VALUES (?, ?)", (line, reason))
+
+    # -- running ------------------------------------------------------------------------------------------------
+
+    def stale_running(self) -> list[tuple[str, str | None, bool]]:
+        """(identity, run id, has effects) of jobs a previous driver left ``running``."""
+        return [(r[0], r[1], bool(r[2])) for r in
+                self.db.execute("SELECT identity, run_id, effects FROM jobs WHERE status = 'running'")]
+
+    def runnable(self, retries: int, limit: int, after: int = 0) -> list[tuple[int, Job, int]]:
+        """Up to ``limit`` jobs to run, in order after ordinal ``after``: pending ones, and failed retryable ones
+        with attempts left. Returns (ordinal, job, attempts so far)."""
+        rows = self.db.execute(
+            "SELECT ordinal, spec, attempts FROM jobs WHERE ordinal > ? AND (status = 'pending' OR "
+            "(status = 'failed' AND retryable = 1 AND attempts <= ?)) ORDER BY ordinal LIMIT ?",
+            (after, retries, limit)).fetchall()
+        return [(r[0], Job.from_json(json.loads(r[1])), r[2]) for r in rows]
+
+    def mark_running(self, job: Job, run_id: str, worker: str) -> None:
+        """Committed before the job starts; fsync'd first when the job can have effects (the receipt that makes
+        a crash detectable)."""
+        durable = job.mode != "prepare-only"
+        if durable:
+            self.db.execute("PRAGMA synchronous=FULL")
+        self.db.execute("UPDATE jobs SET status = 'running', attempts = attempts + 1, run_id = ?, started_at = ?, "
+                        "worker = ?, finished_at = NULL WHERE identity = ?",
+                        (run_id, time.time(), worker, job.identity))
+        if durable:
+            self.db.execute("PRAGMA synchronous=NORMAL")
+
+    def finish(self, outcome: Outcome) -> None:
+        status = "done" if outcome.exit_code == 0 else ("ambiguous" if outcome.category == "ambiguous_execution"
+                                                        else "failed")
+        self.db.execute(
+            "UPDATE jobs SET status = ?, exit_code = ?, category = ?, retryable = ?, message = ?, phase = ?, "
+            "quality = ?, agent_status = ?, finished_at = ?, seconds = ?, worker = ? WHERE identity = ?",
+            (status, outcome.exit_code, outcome.category, int(outcome.retryable), outcome.message, outcome.phase,
+             outcome.quality, outcome.agent_status, time.time(), outcome.seconds, outcome.worker, outcome.identity))
+
+    def reset(self, identity: str, *, status: str, message: str | None = None) -> None:
+        self.db.execute("UPDATE jobs SET status = ?, message = COALESCE(?, message), category = CASE WHEN ? = "
+                        "'ambiguous' THEN 'ambiguous_execution' ELSE category END, attempts = CASE WHEN ? = "
+                        "'pending' THEN MAX(attempts - 1, 0) ELSE attempts END WHERE identity = ?",
+                        (status, message, status, status, identity))
+
+    # -- reading ------------------------------------------------------------------------------------------------
+
+    def counts(self) -> dict[str, int]:
+        found = dict(self.db.execute("SELECT status, COUNT(*) FROM jobs GROUP BY status").fetchall())
+        return {status: int(found.get(status, 0)) for status in STATUSES}
+
+    def bad(self) -> list[tuple[int, str]]:
+        return [(int(r[0]), str(r[1])) for r in self.db.execute("SELECT line, reason FROM bad_jobs ORDER BY line")]
+
+    def by_category(self) -> dict[str, int]:
+        rows = self.db.execute("SELECT category, COUNT(*) FROM jobs WHERE status IN ('failed', 'ambiguous') "
+                               "GROUP BY category ORDER BY category").fetchall()
+        return {str(r[0]): int(r[1]) for r in rows}
+
+    def failures(self, limit: int = 1000) -> list[dict[str, Any]]:
+        keys = ("identity", "line", "status", "agent", "mode", "after_step", "run_id", "category", "exit_code",
+                "retryable", "attempts", "message")
+        rows = self.db.execute(f"SELECT {', '.join(keys)} FROM jobs WHERE status IN ('failed', 'ambiguous') "
+                               "ORDER BY ordinal LIMIT ?", (limit,)).fetchall()
+        return [dict(zip(keys, row, strict=True)) for row in rows]
+
+    def jobs(self) -> Iterator[dict[str, Any]]:
+        keys = ("identity", "line", "duplicate_lines", "agent", "mode", "after_step", "status", "attempts", "run_id",
+                "exit_code", "category", "phase", "quality", "agent_status", "seconds")
+        for row in self.db.execute(f"SELECT {', '.join(keys)} FROM jobs ORDER BY ordinal"):
+            yield dict(zip(keys, row, strict=True))

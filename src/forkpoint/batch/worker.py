@@ -1,0 +1,122 @@
+"""Run one batch job in this interpreter (local pool workers and Ray tasks call :func:`run_job`).
+
+Where the job's fresh workspace lives: under ``--sandbox bwrap`` a private ``work/<run-id>/ws`` mounted at the
+recorded cwd; with ``local`` and an adapter that rewrites paths, a private workspace plus ``--path-map
+RECORDED=PRIVATE``; otherwise (the adapter's tools must see the recorded path) the recorded cwd itself, held by an
+exclusive per-path lock so two jobs never share it, created for the job and removed after it (an existing
+non-empty directory there is refused, never emptied). The job's run, state and output dirs are under the batch dir.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from forkpoint.batch.jobs import Job
+from forkpoint.batch.ledger import Outcome
+
+_MODE_FLAGS = {"prepare-only": {"prepare_only": True}, "replay-only": {"replay_only": True}, "continue": {}}
+
+
+def run_job(spec: dict[str, Any], batch_dir: str, run_id: str) -> dict[str, Any]:
+    """Execute one job; returns an :class:`Outcome` as JSON. Never raises for a job's own failure."""
+    from forkpoint.engine import execute
+    from forkpoint.errors import ErrorKind, ReplayError
+    from forkpoint.request import build_request
+
+    job = Job.from_json(spec)
+    root = Path(batch_dir)
+    started = time.monotonic()
+    values: dict[str, Any] = {
+        "agent": job.agent, "trajectory": str(job.trajectory), "after_step": job.after_step, "run_id": run_id,
+        "state_dir": str(root / "state"), "output_dir": str(root / "runs"), **_MODE_FLAGS[job.mode],
+        **{k: v for k, v in job.options.items() if k != "timeout_s"},
+    }
+    try:
+        with _workspace(job, root, run_id) as (workspace, extra):
+            values["workspace"] = str(workspace)
+            values.update(extra)
+            result = execute(build_request(values, source=f"job {job.line}"))
+        failure = result.failure
+        outcome = Outcome(
+            identity=job.identity, run_id=run_id, exit_code=result.exit_code,
+            category=failure.category if failure else None, retryable=bool(failure and failure.retryable),
+            message=failure.message if failure else None, phase=result.phase, quality=result.quality,
+            agent_status=result.agent_status, seconds=time.monotonic() - started, worker=_worker())
+    except ReplayError as error:
+        outcome = _failed(job, run_id, error.kind, error.message, started)
+    except Exception as error:  # a bug in one job must not end the batch: recorded as internal
+        outcome = _failed(job, run_id, ErrorKind.INTERNAL, f"internal error: {error!r}", started)
+    return outcome.to_json()
+
+
+def _failed(job: Job, run_id: str, kind: Any, message: str, started: float) -> Outcome:
+    return Outcome(identity=job.identity, run_id=run_id, exit_code=kind.exit_code, category=kind.category,
+                   retryable=kind.retryable, message=message, phase=None, quality=None, agent_status="not_started",
+                   seconds=time.monotonic() - started, worker=_worker())
+
+
+def _worker() -> str:
+    return f"{os.uname().nodename}:{os.getpid()}"
+
+
+@contextmanager
+def _workspace(job: Job, root: Path, run_id: str) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """(workspace, extra request values) for the job, cleaned up after it."""
+    from forkpoint.adapters import get_adapter
+
+    private = root / "work" / run_id / "ws"
+    if job.mode == "prepare-only":
+        private.parent.mkdir(parents=True, exist_ok=True)
+        private.mkdir(exist_ok=True)
+        try:
+            yield private, {}
+        finally:
+            shutil.rmtree(private.parent, ignore_errors=True)
+        return
+    source = {"workspace_from": job.options["workspace_from"]}
+    sandbox = job.options.get("sandbox", "local")
+    features: frozenset[str] = getattr(get_adapter(job.agent), "sandbox_features", frozenset({"local"}))
+    if sandbox == "bwrap" or job.recorded_cwd is None:
+        private.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            yield private, source
+        finally:
+            shutil.rmtree(private.parent, ignore_errors=True)
+        return
+    if "path_map" in features:
+        private.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            yield private, {**source, "path_map": [f"{job.recorded_cwd}={private}"]}
+        finally:
+            shutil.rmtree(private.parent, ignore_errors=True)
+        return
+    recorded = Path(job.recorded_cwd)
+    with _path_lock(root, recorded):
+        created = not recorded.exists()
+        try:
+            yield recorded, source
+        finally:
+            if created:
+                shutil.rmtree(recorded, ignore_errors=True)
+
+
+@contextmanager
+def _path_lock(root: Path, path: Path) -> Iterator[None]:
+    """One job at a time at a recorded path (across this batch's workers on this machine)."""
+    locks = root / "locks"
+    locks.mkdir(exist_ok=True)
+    name = hashlib.sha256(str(path).encode()).hexdigest()[:32]
+    fd = os.open(locks / name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

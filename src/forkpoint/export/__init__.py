@@ -1,0 +1,91 @@
+"""`forkpoint export`: runs (and batches of runs) out as training data — parquet, messages JSONL, ATIF, native.
+
+Pipeline, one run at a time (memory flat in the number of runs): find run dirs -> load (bounded, confined reads;
+native sessions converted to OpenAI chat by each agent's ``messages`` module) -> build the row (segments, loss
+mask, provenance) -> redact -> write. Runs that cannot be exported are reported with the reason and counted,
+never dropped silently; the output appears only complete (temp name, rename) next to ``<out>.report.json``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from forkpoint.export.rows import TRAIN_ON, ExportOptions
+
+FORMATS = ("parquet", "messages-jsonl", "atif", "native")
+REPORT_SCHEMA = "forkpoint.export-report/v1"
+
+
+@dataclass
+class ExportReport:
+    out: Path
+    format: str
+    rows: int = 0
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    redaction_totals: Counter[str] = field(default_factory=Counter)
+    redaction_per_row: dict[str, dict[str, int]] = field(default_factory=dict)
+    options: ExportOptions = field(default_factory=ExportOptions)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": REPORT_SCHEMA, "out": str(self.out), "format": self.format, "rows": self.rows,
+            "skipped_count": len(self.skipped), "skipped": self.skipped, "train_on": self.options.train_on,
+            "redaction": {"enabled": self.options.redact, "totals": dict(sorted(self.redaction_totals.items())),
+                          "per_row": self.redaction_per_row},
+        }
+
+
+def export(
+    paths: list[Path], fmt: str, out: Path, options: ExportOptions,
+    progress: Callable[[ExportReport], None] | None = None,
+) -> ExportReport:
+    """Export every run under ``paths`` to ``out``; raises FileExistsError if ``out`` (or its report) exists."""
+    import os
+
+    from forkpoint.export.redact import Redactor
+    from forkpoint.export.rows import build_row
+    from forkpoint.export.runs import SkippedRun, find_runs, load_run
+    from forkpoint.export.writers import dumps_report, open_writer
+
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; one of {', '.join(FORMATS)}")
+    if options.train_on not in TRAIN_ON:
+        raise ValueError(f"--train-on must be one of {', '.join(TRAIN_ON)}")
+    report_path = out.with_name(out.name + ".report.json")
+    for existing in (out, report_path):
+        if os.path.lexists(existing):
+            raise FileExistsError(f"{existing} exists; forkpoint export never overwrites")
+    report = ExportReport(out=out, format=fmt, options=options)
+    redactor = Redactor(home=str(Path.home())) if options.redact else None
+    writer = open_writer(fmt, out, redactor)
+    try:
+        for found in find_runs(paths):
+            try:
+                if isinstance(found, SkippedRun):
+                    raise found
+                run = load_run(found)
+            except SkippedRun as skipped:
+                report.skipped.append({"path": str(skipped.path), "reason": skipped.reason})
+                continue
+            row = build_row(run, options, None if fmt == "native" else redactor)
+            if redactor is not None:
+                row["redaction_count"] = redactor.pending()
+            writer.write(row, run.path)  # (native copies are redacted while written)
+            made = redactor.take() if redactor is not None else Counter()
+            if made:
+                report.redaction_per_row[str(row["run_id"])] = dict(sorted(made.items()))
+            report.rows += 1
+            if progress is not None:
+                progress(report)
+        if redactor is not None:
+            report.redaction_totals = Counter(redactor.counts)
+        writer.commit()
+    except BaseException:
+        writer.abort()
+        raise
+    report_path.write_bytes(dumps_report(report.to_json()))
+    return report

@@ -1,0 +1,205 @@
+"""Find forkpoint runs under the paths given to `forkpoint export`, and read what a row needs from each (I/O).
+
+A run dir is one with ``result.json`` of schema ``forkpoint.result/v1``; a directory without one is searched
+(sorted, a few levels deep: an output root, a batch dir) for run dirs. Runs are yielded one at a time, so an
+export's memory does not grow with their number. Every file is read bounded and never through a link.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib import import_module
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from forkpoint.export.chat import Conversation
+from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+RESULT_SCHEMA = "forkpoint.result/v1"
+MAX_DEPTH = 4
+
+#: agent name -> module with ``to_chat(data: bytes) -> Conversation`` (imported when first needed)
+CONVERTERS = {
+    "claude-code": "forkpoint.adapters.claude_code.messages",
+    "codex": "forkpoint.adapters.codex.messages",
+    "opencode": "forkpoint.adapters.opencode.messages",
+    "pi": "forkpoint.adapters.pi.messages",
+    "mini-swe-agent": "forkpoint.adapters.mini_swe_agent.messages",
+    "swe-agent": "forkpoint.adapters.swe_agent.messages",
+    "openhands": "forkpoint.adapters.openhands.messages",
+}
+
+
+class SkippedRun(Exception):
+    """A directory that cannot be exported (not a run, unfinished, another schema): reported and counted."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Run:
+    """One finished run as export sees it: its documents, and its native sessions converted to chat."""
+
+    path: Path
+    result: dict[str, Any]
+    summary: dict[str, Any]
+    next_action: dict[str, Any] | None
+    tool_schemas: list[dict[str, Any]] | None
+    prefix: Conversation
+    continued: Conversation | None
+
+
+def find_runs(paths: list[Path]) -> Iterator[Path | SkippedRun]:
+    """Run dirs under ``paths`` in a stable order; a path that holds no run is reported, not dropped."""
+    for path in paths:
+        if not path.is_dir():
+            yield SkippedRun(path, "not a directory")
+            continue
+        found = False
+        for run_dir in _walk(path, 0):
+            found = True
+            yield run_dir
+        if not found:
+            yield SkippedRun(path, "no forkpoint run (result.json) under it")
+
+
+def _walk(directory: Path, depth: int) -> Iterator[Path]:
+    if _is_file(directory / "result.json"):
+        yield directory
+        return
+    if depth >= MAX_DEPTH:
+        return
+    try:
+        entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
+    except OSError:
+        return
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            yield from _walk(Path(entry.path), depth + 1)
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def load_run(run_dir: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Run:
+    """The run's documents and conversations, or SkippedRun saying why it cannot be exported."""
+    with RunFiles(run_dir, max_bytes) as files:
+        result = files.json("result.json", required=True)
+        if not isinstance(result, dict) or result.get("schema_version") != RESULT_SCHEMA:
+            found = result.get("schema_version") if isinstance(result, dict) else None
+            raise SkippedRun(run_dir, f"result.json has schema {found!r}, expected {RESULT_SCHEMA!r}")
+        if result.get("phase") is None:
+            raise SkippedRun(run_dir, "the run failed before it wrote a native session (no phase)")
+        agent = (result.get("agent") or {}).get("name")
+        if agent not in CONVERTERS:
+            raise SkippedRun(run_dir, f"no exporter for agent {agent!r}")
+        convert = import_module(CONVERTERS[agent]).to_chat
+        prefix_data = files.read(*artifact_parts(result, "native_prefix"))
+        if prefix_data is None:
+            raise SkippedRun(run_dir, "no native prefix among the run's files")
+        continued_data = files.read(*artifact_parts(result, "continued_native_session"))
+        summary = files.json("replay-summary.json")
+        next_action = files.json("next-action.json")
+        schemas = files.json("tool-schemas.json")
+    try:
+        prefix = convert(prefix_data)
+        continued = convert(continued_data) if continued_data is not None else None
+    except ValueError as error:
+        raise SkippedRun(run_dir, f"cannot parse its native session: {error}") from None
+    tools = schemas.get("tools") if isinstance(schemas, dict) else None
+    return Run(
+        path=run_dir,
+        result=result,
+        summary=summary if isinstance(summary, dict) else {},
+        next_action=next_action if isinstance(next_action, dict) else None,
+        tool_schemas=tools if isinstance(tools, list) else None,
+        prefix=prefix,
+        continued=continued,
+    )
+
+
+class RunFiles:
+    """Reads files of one run dir relative to its directory fd: every component opened with ``O_NOFOLLOW``, only
+    regular files read (a FIFO never blocks: ``O_NONBLOCK``), each read bounded; a run dir from a stranger cannot
+    lead the exporter elsewhere. A missing file reads as None."""
+
+    def __init__(self, run_dir: Path, max_bytes: int) -> None:
+        self.run_dir = run_dir
+        self.max_bytes = max_bytes
+        try:
+            self.fd = os.open(run_dir, _DIR_FLAGS)
+        except OSError as error:
+            raise SkippedRun(run_dir, f"cannot open the run dir: {error.strerror}") from None
+
+    def __enter__(self) -> RunFiles:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        os.close(self.fd)
+
+    def read(self, *parts: str) -> bytes | None:
+        if not parts or any(part in ("", ".", "..") or "/" in part for part in parts):
+            return None
+        opened: list[int] = []
+        try:
+            parent = self.fd
+            for part in parts[:-1]:
+                parent = os.open(part, _DIR_FLAGS, dir_fd=parent)
+                opened.append(parent)
+            fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent)
+            opened.append(fd)
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise SkippedRun(self.run_dir, f"{'/'.join(parts)} is not a regular file")
+            if info.st_size > self.max_bytes:
+                raise SkippedRun(self.run_dir, f"{'/'.join(parts)} exceeds {self.max_bytes} bytes")
+            chunks: list[bytes] = []
+            remaining = self.max_bytes + 1
+            while remaining > 0 and (chunk := os.read(fd, min(remaining, 1 << 20))):
+                chunks.append(chunk)
+                remaining -= len(chunk)
+            if remaining <= 0:
+                raise SkippedRun(self.run_dir, f"{'/'.join(parts)} exceeds {self.max_bytes} bytes")
+            return b"".join(chunks)
+        except FileNotFoundError:
+            return None
+        except OSError as error:  # ELOOP: a link where a file or folder should be
+            raise SkippedRun(self.run_dir, f"cannot read {'/'.join(parts)}: {error.strerror}") from None
+        finally:
+            for fd in opened:
+                os.close(fd)
+
+    def json(self, name: str, *, required: bool = False) -> Any:
+        data = self.read(name)
+        if data is None:
+            if required:
+                raise SkippedRun(self.run_dir, f"no {name} (unfinished or not a forkpoint run)")
+            return None
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError as error:
+            raise SkippedRun(self.run_dir, f"{name} is unreadable: {error}") from None
+
+
+def artifact_parts(result: dict[str, Any], role: str) -> tuple[str, ...]:
+    """The run-relative path parts of the artifact of ``role`` (the recorded absolute path may be another host's):
+    ``native/<kind>/<file>``; () when the run has none."""
+    for artifact in result.get("artifacts") or []:
+        if isinstance(artifact, dict) and artifact.get("role") == role and isinstance(artifact.get("path"), str):
+            parts = tuple(artifact["path"].rsplit("/", 3)[-3:])
+            return parts if len(parts) == 3 and parts[0] == "native" else ()
+    return ()

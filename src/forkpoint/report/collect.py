@@ -1,0 +1,109 @@
+"""What a report shows of one run, read from its run dir (I/O, bounded and confined like the exporter's reads).
+
+Everything comes from the run's own documents: result.json (phase, quality, status, failure, metadata),
+manifest.json (the batches and their calls), observations.json (previews and diffs), next-action.json, the
+journal copy (timings), and the native sessions converted to chat (the continuation's turns).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from importlib import import_module
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from forkpoint.export.runs import CONVERTERS, RESULT_SCHEMA, RunFiles, SkippedRun, artifact_parts
+
+MAX_FILE_BYTES = 64 * 1024 * 1024
+
+
+@dataclass
+class RunView:
+    path: Path
+    result: dict[str, Any]
+    batches: list[dict[str, Any]]
+    observations: dict[str, dict[str, Any]]
+    next_action: dict[str, Any] | None
+    live: list[dict[str, Any]]
+    call_ms: dict[str, float] = field(default_factory=dict)
+    duration_s: float | None = None
+    upstream: str | None = None
+
+    @property
+    def run_id(self) -> str:
+        return str(self.result.get("run_id", self.path.name))
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        value = self.result.get("metadata")
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def diverged(self) -> list[dict[str, Any]]:
+        return [row for row in self.observations.values() if not row.get("exact") and not row.get("stale_reused")]
+
+    @property
+    def observations_match(self) -> str:
+        if not self.observations:
+            return "not_replayed"
+        return "diverged" if self.diverged else "exact"
+
+
+def collect(run_dir: Path) -> RunView:
+    with RunFiles(run_dir, MAX_FILE_BYTES) as files:
+        result = files.json("result.json", required=True)
+        if not isinstance(result, dict) or result.get("schema_version") != RESULT_SCHEMA:
+            raise SkippedRun(run_dir, f"result.json is not {RESULT_SCHEMA}")
+        manifest = files.json("manifest.json") or {}
+        observations = files.json("observations.json") or {}
+        next_action = files.json("next-action.json")
+        events = files.read("replay-events.jsonl") or b""
+        agent = (result.get("agent") or {}).get("name")
+        live: list[dict[str, Any]] = []
+        prefix_data = files.read(*artifact_parts(result, "native_prefix"))
+        continued_data = files.read(*artifact_parts(result, "continued_native_session"))
+    if agent in CONVERTERS and prefix_data is not None and continued_data is not None:
+        convert = import_module(CONVERTERS[agent]).to_chat
+        try:
+            prefix_count = len(convert(prefix_data).messages)
+            live = convert(continued_data).messages[prefix_count:]
+        except ValueError:
+            live = []
+    view = RunView(
+        path=run_dir,
+        result=result,
+        batches=[b for b in manifest.get("batches") or [] if isinstance(b, dict)] if isinstance(manifest, dict) else [],
+        observations={str(row.get("id")): row for row in (observations.get("observations") or [])
+                      if isinstance(row, dict)} if isinstance(observations, dict) else {},
+        next_action=next_action if isinstance(next_action, dict) else None,
+        live=live,
+    )
+    _timings(view, events)
+    return view
+
+
+def _timings(view: RunView, events: bytes) -> None:
+    """Run duration, per-call durations and the upstream, from the journal copy's timestamps."""
+    started: dict[str, dt.datetime] = {}
+    first: dt.datetime | None = None
+    last: dt.datetime | None = None
+    for line in events.splitlines():
+        try:
+            event = orjson.loads(line)
+            at = dt.datetime.fromisoformat(str(event.get("at", "")).replace("Z", "+00:00"))
+        except (ValueError, TypeError, AttributeError):
+            continue
+        first = first or at
+        last = at
+        kind = event.get("event")
+        if kind == "tool_started":
+            started[str(event.get("call_id"))] = at
+        elif kind == "tool_finished" and str(event.get("call_id")) in started:
+            view.call_ms[str(event["call_id"])] = (at - started[str(event["call_id"])]).total_seconds() * 1000
+        elif kind == "continuation_started":
+            view.upstream = event.get("upstream")
+    if first is not None and last is not None:
+        view.duration_s = (last - first).total_seconds()

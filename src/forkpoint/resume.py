@@ -1,0 +1,134 @@
+"""`forkpoint continue RUN_DIR`: more continuations from a replayed run's boundary snapshot, no tool re-run.
+
+The run dir says what was replayed (manifest.json: agent, version, source and its SHA-256, boundary; the rebuilt
+native prefix; result.json or branches.json: the state dir and the snapshot's recorded inventory hash). The
+trajectory is parsed again (it must still have the recorded SHA-256), the snapshot is checked against its hash
+(refused, exit 20, when it changed or is gone), and the branches run as in `replay --branches`. Without
+``--branches`` the planned branches that never started (a killed run) are run; with it, K new branches get ids
+after the existing ones. A branch that started and has no outcome is reported ambiguous, never run again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from forkpoint.errors import ErrorKind, ReplayError, configuration
+from forkpoint.hashing import file_sha256
+from forkpoint.model import Mode, NativePrefix
+
+
+@dataclass(frozen=True)
+class ContinueOptions:
+    branches: int | None = None
+    branch_prompts: tuple[str, ...] = ()
+    parallel: int | None = None
+    upstream: str | None = None
+    upstream_url: str | None = None
+    max_steps: int | None = None
+    agent_entrypoint: Path | None = None
+
+
+def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[str], None]) -> dict[str, Any]:
+    """Run the branches; returns branches.json as it is afterwards."""
+    from forkpoint import plan as planning
+    from forkpoint.adapters import get_adapter
+    from forkpoint.branching import (
+        BranchRequest,
+        BranchSetup,
+        checked_snapshot,
+        next_index,
+        pending,
+        plan_branches,
+        run_branches,
+    )
+    from forkpoint.engine import continue_settings
+    from forkpoint.request import build_request
+
+    manifest = _json(run_dir / "manifest.json", "manifest.json (is this a forkpoint run dir?)")
+    result = _json(run_dir / "result.json", None) or {}
+    branches_doc = _json(run_dir / "branches.json", None) or {}
+    if result.get("phase") == "prepared" or manifest.get("mode") == Mode.PREPARE_ONLY.value:
+        raise configuration("a prepare-only run replayed nothing: there is no boundary state to continue from")
+    metadata = result.get("metadata") or {}
+    snapshot_facts = metadata.get("boundary_snapshot") or branches_doc.get("snapshot")
+    state_dir = Path(result.get("state_dir") or branches_doc.get("state_dir") or "")
+    if not snapshot_facts or not str(state_dir):
+        raise ReplayError(ErrorKind.WORKSPACE, f"{run_dir} kept no boundary snapshot (it was continued once without "
+                                               "--keep-snapshot, or replayed with --drop-snapshot)")
+    snapshot = checked_snapshot(state_dir, snapshot_facts.get("inventory_sha256"))
+    agent = manifest["agent"]["name"]
+    source = Path(manifest["source"]["path"])
+    if not source.is_file() or file_sha256(source) != manifest["source"]["sha256"]:
+        raise ReplayError(ErrorKind.TRAJECTORY, f"the trajectory {source} is gone or no longer the replayed one "
+                                                "(SHA-256 differs)")
+    adapter = get_adapter(agent)
+    parsed = adapter.parse(source)
+    plan = planning.select_boundary(parsed, int(manifest["boundary"]["after_step"]), Mode.REPLAY_AND_CONTINUE,
+                                    adapter.profile_for(parsed))
+    prefix = _prefix(run_dir, result, branches_doc, metadata)
+    sandbox = branches_doc.get("sandbox") or (metadata.get("sandbox") or {}).get("name") or "local"
+    workspace = Path(branches_doc.get("workspace") or (metadata.get("sandbox") or {}).get("workspace")
+                     or parsed.cwd or ".")
+    request = build_request({
+        "agent": agent, "trajectory": str(source), "after_step": plan.after_step, "workspace": str(workspace),
+        "upstream": options.upstream, "upstream_url": options.upstream_url, "max_steps": options.max_steps,
+        "agent_entrypoint": str(options.agent_entrypoint) if options.agent_entrypoint else None,
+        "sandbox": sandbox}, source="continue")
+    continuing = adapter  # checked by prepare_launch / continue_run below
+    launch = continuing.prepare_launch(parsed, options.agent_entrypoint)  # type: ignore[attr-defined]
+    setup = BranchSetup(adapter=continuing, plan=plan, prefix=prefix,
+                        settings=continue_settings(request, adapter, launch, plan), workspace=workspace,
+                        state_dir=state_dir, output_dir=run_dir, session_id=prefix.session_id, sandbox_name=sandbox,
+                        recorded_cwd=parsed.cwd, snapshot=snapshot)
+    waiting = pending(run_dir)
+    if waiting:
+        report(f"finishing {len(waiting)} planned branch(es): {', '.join(map(str, waiting))}")
+        resume = BranchRequest(len(waiting), (None,) * len(waiting), options.parallel or 1, waiting[0])
+        run_branches(setup, resume, report)
+    if options.branches:
+        more = BranchRequest.of(options.branches, list(options.branch_prompts), options.parallel,
+                                first_index=next_index(run_dir))
+        plan_branches(setup, more, snapshot_facts)
+        report(f"branches {more.indices.start}..{more.indices.stop - 1} from the boundary after batch "
+               f"{plan.after_step}")
+        return run_branches(setup, more, report)
+    if not waiting:
+        raise configuration("nothing to do: every planned branch has run; ask for more with --branches K")
+    return _document(run_dir / "branches.json")
+
+
+def _prefix(run_dir: Path, result: dict[str, Any], branches: dict[str, Any], metadata: dict[str, Any]) -> NativePrefix:
+    """The rebuilt prefix as the replay described it (branches.json, else result.json's artifact), unchanged."""
+    facts = branches.get("prefix") or next(
+        ({"name": Path(a["path"]).name, "format": a["format"], "session_id": metadata.get("native_session_id"),
+          "sha256": metadata.get("native_prefix_sha256")}
+         for a in result.get("artifacts") or [] if a.get("role") == "native_prefix"), None)
+    if not facts:
+        raise ReplayError(ErrorKind.TRAJECTORY, f"{run_dir} does not describe its native prefix")
+    path = run_dir / "native" / "prefix" / Path(str(facts["name"])).name
+    if not path.is_file() or path.is_symlink() or file_sha256(path) != facts["sha256"]:
+        raise ReplayError(ErrorKind.WORKSPACE, f"the native prefix {path} is gone or changed since the replay")
+    return NativePrefix(path=path, format=str(facts["format"]), session_id=facts.get("session_id"),
+                        sha256=str(facts["sha256"]))
+
+
+def _json(path: Path, required: str | None) -> Any:
+    try:
+        return json.loads(path.read_text("utf-8"))
+    except FileNotFoundError:
+        if required:
+            raise configuration(f"{path.parent} has no {required}") from None
+        return None
+    except (OSError, ValueError) as error:
+        raise configuration(f"{path} is unreadable: {error}") from None
+
+
+def _document(path: Path) -> dict[str, Any]:
+    value = _json(path, path.name)
+    if not isinstance(value, dict):
+        raise configuration(f"{path} is not a JSON object")
+    return value

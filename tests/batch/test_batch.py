@@ -1,0 +1,213 @@
+"""`forkpoint batch` end to end: a 200-job prepare-only batch over generated trajectories of every adapter, a
+20-job replay-only batch with side-effect markers (local pool and a local Ray cluster give the same per-job
+results), kill -9 of the driver mid-batch and a rerun (one execution per job, or an ambiguous report), bad lines,
+merged duplicates, and a continue batch with the bridge's stub upstream."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forkpoint import runtimes
+from forkpoint.batch import BatchOptions, run_batch, status
+from forkpoint.batch.ledger import Ledger
+from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, text, tool_use
+
+BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
+
+
+def _samples(root: Path, per_adapter: int) -> list[Any]:
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import _samples  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    return [_samples.make(adapter, index, root) for adapter in _samples.ADAPTERS for index in range(per_adapter)]
+
+
+def _jobs(path: Path, rows: list[dict[str, Any]], extra: list[str] = ()) -> Path:  # type: ignore[assignment]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows) + "".join(line + "\n" for line in extra))
+    return path
+
+
+def _marker_session(root: Path, index: int, markers: Path, *, pause: float = 0.0) -> tuple[Path, Path]:
+    """A Claude session recorded in ``root/src-<i>`` whose batch 1 appends a line to ``markers/<i>`` (outside any
+    workspace, so every execution is counted) and whose batch 2 lists the workspace."""
+    source = root / f"src-{index}"
+    source.mkdir(parents=True)
+    (source / "data.txt").write_text(f"data {index}\n")
+    builder = ClaudeSessionBuilder(session_id=f"0000000{index % 10}-0000-4000-8000-{index:012d}", cwd=str(source))
+    builder.user_prompt("Mark and list.")
+    sleep = f"sleep {pause} && " if pause else ""
+    builder.assistant([text("mark"), tool_use("toolu_0001", "Bash",
+                                              {"command": f"{sleep}echo run >> {markers}/{index} && cat data.txt"})])
+    builder.results({"toolu_0001": f"data {index}"})
+    builder.assistant([text("list"), tool_use("toolu_0002", "Bash", {"command": "ls"})])
+    builder.results({"toolu_0002": "data.txt"})
+    builder.assistant([text("Done.")])
+    return builder.write(root / f"session-{index}.jsonl"), source
+
+
+def _carrying(marker: str) -> list[int]:
+    """Live processes whose environment holds ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "environ").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def test_200_prepare_only_jobs_of_every_adapter(tmp_path: Path) -> None:
+    samples = _samples(tmp_path / "samples", 15)
+    rows = [{"trajectory": str(sample.trajectory), "agent": sample.adapter, "after_step": [1, 2]}
+            for sample in samples]
+    jobs = _jobs(tmp_path / "jobs.jsonl", rows, extra=["{broken", json.dumps(rows[0])])
+    summary = run_batch(jobs, tmp_path / "batch", BatchOptions(workers=2))
+    assert summary["jobs"] == 2 * len(samples) == 210
+    assert summary["counts"]["done"] == 210 and not summary["failed"]
+    assert [bad["line"] for bad in summary["bad_lines"]] == [len(rows) + 1]  # the duplicate merged, not bad
+    ledger = Ledger(tmp_path / "batch" / "ledger.sqlite")
+    rows_by_job = list(ledger.jobs())
+    ledger.close()
+    assert {row["agent"] for row in rows_by_job} == {"claude-code", "codex", "pi", "openhands", "mini-swe-agent",
+                                                      "opencode", "swe-agent"}
+    first = next(row for row in rows_by_job if row["line"] == 1 and row["after_step"] == 1)
+    assert json.loads(first["duplicate_lines"]) == [len(rows) + 2]
+    for row in rows_by_job:
+        result = json.loads((tmp_path / "batch" / "runs" / row["run_id"] / "result.json").read_text())
+        assert result["phase"] == "prepared" and result["after_step"] == row["after_step"]
+    again = run_batch(jobs, tmp_path / "batch", BatchOptions(workers=2))  # everything done: nothing runs
+    assert again["counts"]["done"] == 210
+    assert not (tmp_path / "batch" / "work").exists() or not any((tmp_path / "batch" / "work").iterdir())
+
+
+def _replay_batch(tmp_path: Path, count: int, *, pause: float = 0.0) -> tuple[Path, Path]:
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    rows = []
+    for index in range(count):
+        session, source = _marker_session(tmp_path / "rec", index, markers, pause=pause)
+        rows.append({"trajectory": str(session), "after_step": 1 + index % 2, "mode": "replay-only",
+                     "workspace_from": str(source)})
+    return _jobs(tmp_path / "jobs.jsonl", rows), markers
+
+
+def _results(batch: Path) -> dict[str, tuple[Any, ...]]:
+    ledger = Ledger(batch / "ledger.sqlite")
+    rows = {row["identity"]: row for row in ledger.jobs()}
+    ledger.close()
+    out = {}
+    for identity, row in rows.items():
+        result = json.loads((batch / "runs" / row["run_id"] / "result.json").read_text())
+        observations = json.loads((batch / "runs" / row["run_id"] / "observations.json").read_text())
+        out[identity] = (row["status"], result["phase"], result["observations_match"], result["replayed_tool_calls"],
+                         [o["exact"] for o in observations["observations"]])
+    return out
+
+
+def test_20_replay_only_jobs_each_run_once_in_their_own_workspace(tmp_path: Path) -> None:
+    jobs, markers = _replay_batch(tmp_path, 20)
+    summary = run_batch(jobs, tmp_path / "batch", BatchOptions(workers=2))
+    assert summary["counts"]["done"] == 20, summary["failed"]
+    assert all((markers / str(i)).read_text() == "run\n" for i in range(20))
+    results = _results(tmp_path / "batch")
+    assert all(r[:3] == ("done", "replayed", "exact") for r in results.values())
+    assert sorted(r[3] for r in results.values()) == [1] * 10 + [2] * 10
+    assert all((tmp_path / "rec" / f"src-{i}" / "data.txt").read_text() == f"data {i}\n" for i in range(20))
+    run_batch(jobs, tmp_path / "batch", BatchOptions(workers=2))  # a rerun executes nothing again
+    assert all((markers / str(i)).read_text() == "run\n" for i in range(20))
+
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'forkpoint[ray]')")
+    ray_dir = Path(tempfile.mkdtemp(prefix="fp-ray-"))  # Ray's unix sockets need a short path
+    for marker in markers.iterdir():
+        marker.unlink()
+    try:
+        ray_summary = run_batch(jobs, tmp_path / "ray-batch",
+                                BatchOptions(workers=2, executor="ray", ray_temp_dir=str(ray_dir)))
+    finally:
+        shutil.rmtree(ray_dir, ignore_errors=True)
+    assert ray_summary["counts"]["done"] == 20, ray_summary["failed"]
+    assert _results(tmp_path / "ray-batch") == results  # the same per-job results as the local pool
+    assert all((markers / str(i)).read_text() == "run\n" for i in range(20))
+
+
+def test_kill_9_of_the_driver_then_rerun_never_executes_a_job_twice(tmp_path: Path) -> None:
+    jobs, markers = _replay_batch(tmp_path, 8, pause=1.5)
+    batch = tmp_path / "batch"
+    command = [sys.executable, "-m", "forkpoint.cli", "batch", str(jobs), "--out", str(batch), "--workers", "2"]
+    marker = f"FORKPOINT_TEST_BATCH={tmp_path.name}"  # inherited by every process the driver starts
+    env = {**os.environ, "FORKPOINT_TEST_BATCH": tmp_path.name}
+    driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                              env=env)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(list(markers.iterdir())) < 3:
+        time.sleep(0.1)
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    time.sleep(5)  # what is still running now outlived the driver: workers, the tool commands they ran
+    assert _carrying(marker) == []
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode in (0, 1), done.stderr
+    summary = status(batch)
+    assert summary["counts"]["done"] + summary["counts"]["ambiguous"] == 8 and summary["counts"]["failed"] == 0
+    ambiguous = {job["identity"] for job in summary["failed"] if job["status"] == "ambiguous"}
+    for marker in markers.iterdir():
+        assert marker.read_text() == "run\n", marker  # never two executions
+    assert len(list(markers.iterdir())) >= 8 - len(ambiguous)
+    for job in summary["failed"]:
+        assert job["status"] == "ambiguous" and "not run again" in job["message"]
+
+
+@pytest.mark.e2e
+def test_continue_batch_with_the_stub_upstream(tmp_path: Path) -> None:
+    if runtimes.find("claude-code", "2.1.332") is None:
+        pytest.skip("claude-code 2.1.332 is not installed (forkpoint agents install claude-code@2.1.332)")
+    fixtures = Path(__file__).parents[1] / "fixtures" / "claude_code" / "2.1.332"
+    rows = [{"trajectory": str(fixtures / scenario / "session.jsonl"), "after_step": "all", "mode": "continue",
+             "upstream": "stub", "workspace_from": str(fixtures / scenario / "workspace-initial")}
+            for scenario in ("single_bash", "file_tools")]
+    summary = run_batch(_jobs(tmp_path / "jobs.jsonl", rows), tmp_path / "batch", BatchOptions(workers=2))
+    assert summary["counts"]["done"] == 6, summary["failed"]
+    ledger = Ledger(tmp_path / "batch" / "ledger.sqlite")
+    rows_done = list(ledger.jobs())
+    ledger.close()
+    assert {(row["phase"], row["agent_status"]) for row in rows_done} == {("continued", "completed")}
+    for row in rows_done:  # each in its own workspace (path-mapped), the gate validated the first request
+        result = json.loads((tmp_path / "batch" / "runs" / row["run_id"] / "result.json").read_text())
+        assert result["metadata"]["model_bridge"]["validated"] >= 1 and result["metadata"]["path_rewrites"] is not None
+        assert result["metadata"]["sandbox"]["workspace"].startswith(str(tmp_path / "batch" / "work"))
+
+
+def test_ctrl_c_lets_running_jobs_finish_and_a_rerun_resumes(tmp_path: Path) -> None:
+    jobs, markers = _replay_batch(tmp_path, 6, pause=1.0)
+    batch = tmp_path / "batch"
+    command = [sys.executable, "-m", "forkpoint.cli", "batch", str(jobs), "--out", str(batch), "--workers", "2"]
+    driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (batch / "state").exists():
+        time.sleep(0.05)
+    time.sleep(0.3)
+    driver.send_signal(signal.SIGINT)
+    _, stderr = driver.communicate(timeout=120)
+    assert driver.returncode == 130, stderr
+    first = status(batch)["counts"]
+    assert first["running"] == 0 and first["failed"] == 0 and first["ambiguous"] == 0
+    assert 1 <= first["done"] < 6 and first["pending"] == 6 - first["done"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert status(batch)["counts"]["done"] == 6
+    assert all((markers / str(i)).read_text() == "run\n" for i in range(6))

@@ -1,0 +1,67 @@
+"""Job lines (pure parsing, defaults, bad lines) and identities (collisions merge, near-collisions stay apart)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from forkpoint.batch.expand import expand
+from forkpoint.batch.jobs import BadJob, Job, JobLine, identity, read_lines
+
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "claude_code" / "2.1.332" / "file_tools" / "session.jsonl"
+
+
+def _write(tmp_path: Path, lines: list[object]) -> Path:
+    path = tmp_path / "jobs.jsonl"
+    path.write_text("\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines) + "\n")
+    return path
+
+
+def test_bad_lines_are_reported_with_their_number_and_the_rest_is_kept(tmp_path: Path) -> None:
+    jobs = _write(tmp_path, [
+        {"trajectory": str(FIXTURE), "after_step": 1},
+        "{not json",
+        {"trajectory": str(FIXTURE), "after_step": 0},
+        {"trajectory": str(FIXTURE), "after_step": 1, "mode": "continue"},
+        {"trajectory": str(FIXTURE), "after_step": 1, "colour": "red"},
+        "",
+        {"trajectory": str(FIXTURE), "after_step": 1, "max_steps": "3"},
+        {"trajectory": str(tmp_path / "missing.jsonl"), "after_step": 1},
+        {"trajectory": str(FIXTURE), "after_step": 99},
+    ])
+    items = list(expand(read_lines(jobs, {})))
+    good = [item for item in items if isinstance(item, Job)]
+    bad = {item.line: item.reason for item in items if isinstance(item, BadJob)}
+    assert [job.line for job in good] == [1]
+    assert sorted(bad) == [2, 3, 4, 5, 7, 8, 9]
+    assert "not valid JSON" in bad[2] and "positive integer" in bad[3] and "needs workspace_from" in bad[4]
+    assert "unknown key(s) colour" in bad[5] and "max_steps has the wrong type" in bad[7]
+    assert "does not exist" in bad[8] and "beyond the" in bad[9]
+
+
+def test_all_expands_to_every_boundary_and_defaults_apply(tmp_path: Path) -> None:
+    toml = tmp_path / "jobs.toml"
+    toml.write_text(f'[defaults]\nmode = "prepare-only"\non_divergence = "stop"\n\n'
+                    f'[[job]]\ntrajectory = "{FIXTURE}"\nafter_step = "all"\n')
+    jobs = [item for item in expand(read_lines(toml, {})) if isinstance(item, Job)]
+    assert [job.after_step for job in jobs] == list(range(1, len(jobs) + 1)) and len(jobs) >= 2
+    assert all(job.agent == "claude-code" and job.options == {"on_divergence": "stop"} for job in jobs)
+    assert len({job.identity for job in jobs}) == len(jobs)
+
+
+def test_identity_merges_equal_jobs_and_separates_near_ones() -> None:
+    line = JobLine(1, FIXTURE, None, 1, "prepare-only", {})
+    same = JobLine(7, FIXTURE, "claude-code", [1], "prepare-only", {"timeout_s": 5})
+    base = identity(line, "claude-code", 1, "a" * 64, None)
+    assert identity(same, "claude-code", 1, "a" * 64, None) == base  # line number, timeout: not what it does
+    others = {
+        identity(line, "claude-code", 2, "a" * 64, None),  # other boundary
+        identity(line, "claude-code", 1, "b" * 64, None),  # other trajectory bytes
+        identity(JobLine(1, FIXTURE, None, 1, "replay-only", {}), "claude-code", 1, "a" * 64, "dir:x"),
+        identity(JobLine(1, FIXTURE, None, 1, "prepare-only", {"boundary_user_prompt": "p"}), "claude-code", 1,
+                 "a" * 64, None),
+        identity(JobLine(1, FIXTURE, None, 1, "prepare-only", {"boundary_user_prompt": "q"}), "claude-code", 1,
+                 "a" * 64, None),
+        identity(JobLine(1, FIXTURE, None, 1, "replay-only", {}), "claude-code", 1, "a" * 64, "dir:y"),
+    }
+    assert base not in others and len(others) == 6

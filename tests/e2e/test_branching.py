@@ -1,0 +1,199 @@
+"""Replay once, branch K (real agents, ScriptedModel answering each branch by its prompt): the prefix's calls run
+once, each branch runs its own scripted next action in its own copy of the boundary, branches.json reports the
+differences; `forkpoint continue` adds branches without re-running a tool; a tampered snapshot is refused; a killed
+branch is reported ambiguous while the others are kept or run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forkpoint import runtimes
+from forkpoint.journal import read_events
+from forkpoint.testing import ScriptedModel
+from forkpoint.testing.recordings import replay_recording, restored_workspace
+from forkpoint.testing.scripted_model import text, tool_use
+
+pytestmark = pytest.mark.e2e
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+PROMPTS = ("Take branch ALPHA.", "Take branch BRAVO.", "Take branch CHARLIE.")
+
+
+@pytest.fixture()
+def keys(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "scripted-upstream-key")
+    monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
+    yield
+
+
+def _need(agent: str, version: str) -> None:
+    if runtimes.find(agent, version) is None:
+        pytest.skip(f"{agent} {version} is not installed (forkpoint agents install {agent}@{version})")
+
+
+def _keyed(base: list[Any], after: int, tool: str, arg: str, command: str) -> dict[str, list[Any]]:
+    """Per prompt: the recorded turns up to the boundary, then this branch's own action."""
+    scripts: dict[str, list[Any]] = {}
+    for prompt, name in zip(PROMPTS, ("alpha", "bravo", "charlie"), strict=True):
+        action = [text("nothing to do")] if name == "charlie" else [
+            tool_use(tool, {arg: command.format(name=name)})]
+        scripts[prompt] = [*base[:after], action, [text(f"{name} done")]]
+    return scripts
+
+
+def _check_branches(out: Path, state: Path, workspace_of: Any, calls: int) -> None:
+    document = json.loads((out / "branches.json").read_text())
+    rows = {row["branch"]: row for row in document["branches"]}
+    assert sorted(rows) == [1, 2, 3] and all(row["status"] == "finished" for row in rows.values()), rows
+    for index, name in ((1, "alpha"), (2, "bravo")):
+        assert rows[index]["files_changed"]["added"] == ["branch.txt"], rows[index]
+        assert workspace_of(index).joinpath("branch.txt").read_text().strip() == name
+    assert rows[3]["files_changed"] == {"added": [], "removed": [], "modified": []}
+    tools = [json.dumps(rows[i]["first_action"]["tools"]) for i in (1, 2, 3)]
+    assert len(set(tools)) == 3  # three different first actions
+    assert document["agreement"]["distinct_first_tool_calls"] == 3
+    assert len({row["prompt_sha256"] for row in rows.values()}) == 3
+    run_events = read_events(state / "journal.jsonl")
+    assert sum(1 for e in run_events if e.get("event") == "tool_finished") == calls  # the prefix ran once
+    for index in (1, 2, 3):
+        events = read_events(state / "branches" / str(index) / "journal.jsonl")
+        assert not any(e.get("event") == "tool_started" for e in events)  # no prefix call in a branch
+        assert [e["event"] for e in events if e["event"].startswith(("continuation", "run_"))] == [
+            "continuation_started", "run_finished"]
+    text_out = (out / "branches.json").read_text() + "".join(
+        p.read_text() for p in out.rglob("*.json"))
+    assert not any(prompt in text_out for prompt in PROMPTS)  # prompts never stored
+
+
+def test_claude_three_branches_under_bwrap(tmp_path: Path, keys: None) -> None:
+    _need("claude-code", "2.1.332")
+    fixture = FIXTURES / "claude_code" / "2.1.332" / "file_tools"
+    base = json.loads((fixture / "script.json").read_text())["turns"]
+    model = ScriptedModel(base, keyed=_keyed(base, 2, "Bash", "command", "echo {name} > branch.txt"))
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    subprocess.run(["cp", "-a", f"{fixture}/workspace-initial/.", str(workspace)], check=True)
+    with model.serve() as url:
+        result = replay_recording(fixture, tmp_path, agent="claude-code", trajectory="session.jsonl", after=2,
+                                  workspace=str(workspace), sandbox="bwrap", upstream="anthropic", upstream_url=url,
+                                  branches=3, branch_prompts=list(PROMPTS), parallel=3)
+    assert result.failure is None, result.failure
+    assert result.phase == "continued" and result.metadata["branches"]["count"] == 3
+    out, state = Path(result.output_dir or ""), Path(result.state_dir or "")
+    _check_branches(out, state, lambda i: state / "branches" / str(i) / "workspace", calls=2)
+    assert not (workspace / "branch.txt").exists()  # branches worked in their own copies
+
+
+def test_codex_three_branches_under_bwrap(tmp_path: Path, keys: None) -> None:
+    _need("codex", "0.171.0")
+    fixture = FIXTURES / "codex" / "0.171.0" / "exec_basic"
+    base = json.loads((fixture / "script.json").read_text())["turns"]
+    model = ScriptedModel(base, keyed=_keyed(base, 1, "exec_command", "cmd", "echo {name} > branch.txt"))
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    subprocess.run(["cp", "-a", f"{fixture}/workspace-initial/.", str(workspace)], check=True)
+    with model.serve() as url:
+        result = replay_recording(fixture, tmp_path, agent="codex", trajectory="rollout.jsonl", after=1,
+                                  workspace=str(workspace), sandbox="bwrap", upstream="openai-responses",
+                                  upstream_url=url + "/v1", branches=3, branch_prompts=list(PROMPTS))
+    assert result.failure is None, result.failure
+    out, state = Path(result.output_dir or ""), Path(result.state_dir or "")
+    _check_branches(out, state, lambda i: state / "branches" / str(i) / "workspace", calls=1)
+
+
+def test_pi_branches_one_after_another_in_the_local_workspace(tmp_path: Path, keys: None) -> None:
+    _need("pi", "0.83.0")
+    fixture = FIXTURES / "pi" / "0.83.0" / "single_bash"
+    base = json.loads((fixture / "script.json").read_text())["turns"]
+    model = ScriptedModel(base, keyed=_keyed(base, 1, "bash", "command", "echo {name} > branch.txt"),
+                          model="scripted-model")
+    finals: dict[int, str] = {}
+    with model.serve() as url:
+        result = replay_recording(fixture, tmp_path, agent="pi", trajectory="session.jsonl", after=1,
+                                  upstream="openai-chat", upstream_url=url + "/v1", branches=3,
+                                  branch_prompts=list(PROMPTS))
+        workspace = Path(result.metadata["sandbox"]["workspace"])
+        assert not (workspace / "branch.txt").exists()  # left at the boundary after the branches
+    assert result.failure is None, result.failure
+    out, state = Path(result.output_dir or ""), Path(result.state_dir or "")
+    rows = {r["branch"]: r for r in json.loads((out / "branches.json").read_text())["branches"]}
+    for index, name in ((1, "alpha"), (2, "bravo")):
+        assert rows[index]["files_changed"]["added"] == ["branch.txt"], rows[index]
+        finals[index] = name
+    assert rows[3]["files_changed"]["added"] == []
+    assert sum(1 for e in read_events(state / "journal.jsonl") if e.get("event") == "tool_finished") == 1
+
+
+def test_continue_adds_branches_without_rerunning_tools_and_refuses_a_tampered_snapshot(
+    tmp_path: Path, keys: None
+) -> None:
+    _need("claude-code", "2.1.332")
+    fixture = FIXTURES / "claude_code" / "2.1.332" / "file_tools"
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    subprocess.run(["cp", "-a", f"{fixture}/workspace-initial/.", str(workspace)], check=True)
+    replayed = replay_recording(fixture, tmp_path, agent="claude-code", trajectory="session.jsonl", after=2,
+                                workspace=str(workspace), sandbox="bwrap", replay_only=True)
+    assert replayed.failure is None and replayed.metadata["boundary_snapshot"]["files"] >= 1
+    out, state = Path(replayed.output_dir or ""), Path(replayed.state_dir or "")
+    command = [sys.executable, "-m", "forkpoint.cli", "continue", str(out), "--branches", "2", "--upstream", "stub",
+               "--json"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert [row["branch"] for row in document["branches"]] == [1, 2]
+    assert all(row["status"] == "finished" and row["model_bridge"]["validated"] == 1 for row in document["branches"])
+    assert sum(1 for e in read_events(state / "journal.jsonl") if e.get("event") == "tool_started") == 2
+    again = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and [r["branch"] for r in json.loads(again.stdout)["branches"]] == [1, 2, 3, 4]
+    (state / "snapshot" / "workspace" / "planted.txt").write_text("not the boundary")
+    tampered = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert tampered.returncode == 20 and "changed since the replay" in tampered.stdout
+
+
+def test_kill_9_during_branch_2_then_continue(tmp_path: Path, keys: None) -> None:
+    _need("claude-code", "2.1.332")
+    fixture = FIXTURES / "claude_code" / "2.1.332" / "single_bash"
+    base = json.loads((fixture / "script.json").read_text())["turns"]
+    keyed = {"BRANCH-KEY-ONE": [*base[:1], [tool_use("Bash", {"command": "echo one > one.txt"})], [text("ok")]],
+             # (Claude Code refuses a bare `sleep N`, so the slow command is of another kind)
+             "BRANCH-KEY-TWO": [*base[:1], [tool_use("Bash", {"command": "python3 -c 'import time; time.sleep(120)'"})],
+                                [text("ok")]],
+             "BRANCH-KEY-THREE": [*base[:1], [tool_use("Bash", {"command": "echo three > three.txt"})], [text("ok")]]}
+    model = ScriptedModel(base, keyed=keyed)
+    with model.serve() as url, restored_workspace(fixture) as workspace:
+        env = {**os.environ, "ANTHROPIC_API_KEY": "k"}
+        command = [sys.executable, "-m", "forkpoint.cli", "replay", "--agent", "claude-code", "--trajectory",
+                   str(fixture / "session.jsonl"), "--after-step", "1", "--workspace", str(workspace),
+                   "--upstream", "anthropic", "--upstream-url", url, "--branches", "3",
+                   "--branch-prompt", "BRANCH-KEY-ONE", "--branch-prompt", "BRANCH-KEY-TWO",
+                   "--branch-prompt", "BRANCH-KEY-THREE", "--output-dir", str(tmp_path / "out"),
+                   "--state-dir", str(tmp_path / "state"), "--run-id", "k"]
+        driver = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not any("BRANCH-KEY-TWO" in json.dumps(r.get("body")) for r in
+                                                      model.requests if r.get("kind") == "main"):
+            time.sleep(0.2)
+        time.sleep(3)  # branch 2's agent got its slow command and runs it
+        driver.send_signal(signal.SIGKILL)
+        driver.wait()
+        done = subprocess.run([sys.executable, "-m", "forkpoint.cli", "continue", str(tmp_path / "out" / "k"),
+                               "--upstream", "anthropic", "--upstream-url", url, "--json"],
+                              env=env, capture_output=True, text=True, timeout=600)
+    document = json.loads(done.stdout)
+    assert "branches" in document, (done.stdout, done.stderr)
+    rows = {row["branch"]: row for row in document["branches"]}
+    assert rows[1]["status"] == "finished" and rows[3]["status"] == "finished", rows
+    assert rows[2]["status"] == "ambiguous" and "not run again" in rows[2]["failure"]["message"]
+    assert done.returncode == 1
+    second = [r for r in model.requests if r.get("kind") == "main" and "BRANCH-KEY-TWO" in json.dumps(r.get("body"))]
+    assert len({r["step"] for r in second}) == 1  # branch 2 was never started again

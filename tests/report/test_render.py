@@ -1,0 +1,47 @@
+"""The report page (pure render + collect): every run's facts, the diverging call's diff, and hostile text escaped."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from forkpoint.report import write_report
+
+
+def test_a_batch_page_has_an_index_and_a_section_per_run(report_runs: Path, tmp_path: Path) -> None:
+    info = write_report([report_runs, tmp_path / "missing"], tmp_path / "r.html")
+    page = (tmp_path / "r.html").read_text()
+    assert info.runs == 4 and info.size_bytes == len(page.encode())
+    assert [p for p, _ in info.skipped] == [str(tmp_path / "missing")]
+    assert page.count('<section class="run"') == 4
+    assert re.findall(r'<a href="#(run-\d+)">', page) == ["run-1", "run-2", "run-3", "run-4"]
+    for run_id in ("codex-prepared", "pi-prepared", "opencode-prepared", "diverging"):
+        assert f">{run_id}</a>" in page
+    assert "not shown" in page and "not a directory" in page
+
+
+def test_the_diverging_call_is_marked_with_its_diff(report_runs: Path, tmp_path: Path) -> None:
+    write_report([report_runs / "diverging"], tmp_path / "r.html")
+    page = (tmp_path / "r.html").read_text()
+    assert "observations diverged" in page
+    assert page.count("<details class=\"call diverged\">") == 1  # the data.txt call; page.html is exact
+    assert '<span class="del">-beta</span>' in page and '<span class="add">+BETA changed</span>' in page
+    assert "boundary — after batch 1" in page
+
+
+def test_hostile_tool_output_is_text_only(report_runs: Path, tmp_path: Path, xss: str) -> None:
+    write_report([report_runs / "diverging"], tmp_path / "r.html")
+    page = (tmp_path / "r.html").read_text()
+    assert xss not in page
+    assert "&lt;script&gt;window.__forkpoint_xss = 1&lt;/script&gt;&lt;/textarea&gt;" in page
+    assert 'href="javascript:' not in page and "onerror=" not in page.replace("onerror=&quot;", "")
+    assert page.count("<script>") == 1  # only the page's own filter script
+    assert "Content-Security-Policy" in page
+
+
+def test_no_run_at_all_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="no forkpoint run"):
+        write_report([tmp_path], tmp_path / "r.html")
+    assert not list(tmp_path.iterdir())
