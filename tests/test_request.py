@@ -161,3 +161,16 @@ def test_a_missing_opencode_export_is_a_configuration_error(tmp_path: Path) -> N
                                     "output_dir": str(tmp_path / "out"), "state_dir": str(tmp_path / "state")},
                                    source="test"))
     assert result.failure is not None and result.exit_code == 2 and "absent.json" in result.failure.message
+
+
+def test_env_entries_from_toml_and_json(tmp_path: Path) -> None:
+    config = tmp_path / "replay.toml"
+    config.write_text('[replay]\nagent = "claude-code"\ntrajectory = "t.jsonl"\nafter_step = 1\n'
+                      'env = ["FOO_CANARY", "BAR=1"]\n')
+    assert load_toml(config).env == ["FOO_CANARY", "BAR=1"]
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"schema_version": REQUEST_SCHEMA, **BASE, "env": ["X=a=b"]}))
+    assert load_json_request(request).env == ["X=a=b"]
+    assert "env: input should be a valid list" in str(_refusal({**BASE, "env": "FOO"}))
+    assert "env.0: input should be a valid string" in str(_refusal({**BASE, "env": [1]}))
+    assert "BAD-NAME" in str(_refusal({**BASE, "env": ["BAD-NAME=1"]}))

@@ -28,7 +28,7 @@ _DIRECT_OPTIONS = (
     "agent", "trajectory", "after_step", "workspace", "state_dir", "output_dir", "run_id", "max_steps",
     "prepare_only", "replay_only", "allow_stale_observations", "boundary_user_prompt", "upstream",
     "upstream_url", "agent_entrypoint", "sandbox", "path_map", "workspace_from", "on_divergence", "branches",
-    "branch_prompt", "parallel", "keep_snapshot", "drop_snapshot", "max_trajectory_bytes", "opencode_export",
+    "branch_prompt", "parallel", "keep_snapshot", "drop_snapshot", "max_trajectory_bytes", "opencode_export", "env",
 )
 
 #: (option, metavar or None for a flag, type, help) of `forkpoint replay`, in the order --help lists them.
@@ -66,6 +66,10 @@ _REPLAY_OPTIONS: tuple[tuple[str, str | None, Callable[[str], Any], str], ...] =
     ("--path-map", "OLD=NEW", str,
      "With --sandbox local: rewrite the recorded path prefix OLD to NEW in tool inputs for execution "
      "(and NEW back to OLD in outputs); the native session keeps the original text. Repeatable."),
+    ("--env", "NAME[=VALUE]", str,
+     "Pass one more environment variable to replayed commands and the continued agent: NAME takes forkpoint's "
+     "own value, NAME=VALUE the given one (children otherwise get only an allowlist: PATH, locale, TERM, TZ, "
+     "...; see docs/security.md). Result metadata lists the names, never the values. Repeatable."),
     ("--workspace-from", "SOURCE", str,
      "DIR, TARBALL or GIT_URL@REV: create the (absent or empty) --workspace first: copy a directory, "
      "extract a tar archive, or clone a git repository at a revision."),
@@ -161,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
         if metavar is None:
             replay.add_argument(option, dest=dest, action="store_true", help=text)
         else:
-            action = "append" if option in ("--path-map", "--branch-prompt") else "store"
+            action = "append" if option in ("--path-map", "--branch-prompt", "--env") else "store"
             replay.add_argument(option, dest=dest, metavar=metavar, type=kind, action=action, help=text)
 
     resume = _command(commands, "continue", "Continue again from a replayed run's boundary snapshot without "

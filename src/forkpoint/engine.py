@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from forkpoint import childenv
 from forkpoint import plan as planning
 from forkpoint.adapters import get_adapter
 from forkpoint.adapters.base import Adapter, ContinuingAdapter, ReplayingAdapter
@@ -87,7 +88,8 @@ def execute(request: ReplayRequest, progress: Progress | None = None, warn: Prog
             workspace_lock.release()
         journal.close()
         return _early_failure(dirs, error)
-    with journal, workspace_lock or contextlib.nullcontext():
+    with journal, workspace_lock or contextlib.nullcontext(), childenv.passing(
+            childenv.resolve(request.env, os.environ).values):
         try:
             return _run_allocated(request, prepared, journal, dirs, report, warn or (lambda _message: None))
         except ReplayError as error:
@@ -252,7 +254,8 @@ def _run_allocated(
                    tool_calls=len(plan.calls))
     write_json(dirs.output_dir / "manifest.json", manifest(plan, adapter), durable=False)
 
-    facts: dict[str, Any] = {}
+    facts: dict[str, Any] = {"child_environment": {"policy": "allowlist",  # names only, never values
+                                                   **childenv.resolve(request.env, os.environ).metadata()}}
     if prepared.workspace_source is not None:
         report(f"creating the workspace {request.workspace} from {request.workspace_from}")
         from forkpoint.workspace import create

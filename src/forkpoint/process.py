@@ -29,6 +29,11 @@ Remembered processes are identified by (pid, start time), and the leader is not 
 over, so its pid (= the process group id) cannot be reused under our ``killpg``. Individual processes are
 signalled through pidfds after re-checking their start time.
 
+When forkpoint itself dies (``kill -9``), ``forkpoint.reaper`` takes over: a reaper process, started with the
+first command, kills the runs' processes (leaders, descendants, daemons) when forkpoint's end closes its pipe;
+long-lived children (``die_with_parent``: the agent, tool runners) also get ``PR_SET_PDEATHSIG`` = SIGKILL.
+The supervisor never counts the reaper as a process of a run.
+
 The residual gap (with concurrent supervisions): a descendant that clears its environment *and* leaves the
 session *and* is orphaned between two scans is not attributed. It is never waited for: once the leader and
 its group are gone, the pipes get a short grace and are then closed, so forkpoint does not hang on them.
@@ -52,11 +57,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
+from forkpoint import childenv, reaper
 from forkpoint.errors import ErrorKind, ReplayError
 
 DEFAULT_MAX_OUTPUT_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_LOG_BYTES = 256 * 1024 * 1024
-SUPERVISION_ENV = "FORKPOINT_SUPERVISION_ID"
+SUPERVISION_ENV = reaper.SUPERVISION_ENV
 
 _CHUNK = 64 * 1024
 _TICK_S = 0.02
@@ -68,8 +74,6 @@ _PIPE_GRACE_S = 0.25
 _PR_SET_CHILD_SUBREAPER = 36
 
 _ALWAYS_DROPPED = frozenset({"PYTHONHOME", "PYTHONPATH", "VIRTUAL_ENV"})
-_CREDENTIAL_MARKERS = ("API_KEY", "TOKEN", "SECRET", "AUTHORIZATION", "PASSWORD")
-_CREDENTIAL_NAMES = frozenset(f"CLAUDE_CODE_USE_{cloud}" for cloud in ("BEDROCK", "VERTEX", "FOUNDRY"))
 
 
 class Watch(Protocol):
@@ -109,17 +113,12 @@ class ProcessResult:
 
 
 def sanitized_env(base: Mapping[str, str], *, strip_credentials: bool) -> dict[str, str]:
-    """Copy ``base`` minus what would redirect Python or hand a replayed command our credentials."""
-    result: dict[str, str] = {}
-    for name, value in base.items():
-        if name in _ALWAYS_DROPPED:
-            continue
-        if strip_credentials:
-            upper = name.upper()
-            if upper in _CREDENTIAL_NAMES or any(marker in upper for marker in _CREDENTIAL_MARKERS):
-                continue
-        result[name] = value
-    return result
+    """The environment of a child: with ``strip_credentials`` (every replayed command, agent and tool runner),
+    only ``base``'s allowlisted names plus the run's ``--env`` values (``forkpoint.childenv``); without it (forkpoint's
+    own git/cp on the user's behalf), ``base`` minus what would redirect Python."""
+    if strip_credentials:
+        return {**childenv.allowlisted(base), **childenv.passed()}
+    return {name: value for name, value in base.items() if name not in _ALWAYS_DROPPED}
 
 
 # --------------------------------------------------------------------------------------------- subreaper
@@ -301,8 +300,9 @@ class _Tracker:
         for info in table.values():
             children.setdefault(info.ppid, []).append(info.pid)
         roots = [self.leader]
+        keeper = reaper.pid()
         for info in table.values():
-            if info.pid == self.leader:
+            if info.pid in (self.leader, keeper):
                 continue
             key = (info.pid, info.start)
             if info.pgid == self.leader or info.sid == self.leader or key in self.known:
@@ -629,8 +629,13 @@ def run_supervised(
     max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
     pipe_grace_s: float = _PIPE_GRACE_S,
     watch: Watch | None = None,
+    die_with_parent: bool = False,
 ) -> ProcessResult:
     """Run ``argv`` to completion or deadline and leave nothing of it running.
+
+    ``die_with_parent``: also set PR_SET_PDEATHSIG in the leader, for long-lived children (the agent, tool
+    runners). It costs a full fork instead of vfork (5-30 ms with forkpoint's memory), too much per replayed
+    command; ``forkpoint.reaper`` kills every command's processes when forkpoint dies either way.
 
     The command's own failures (non-zero exit, timeout, truncation) are in the result. Only supervision
     failures raise ``ReplayError`` (executor): the program cannot be started, or the log cannot be written.
@@ -641,7 +646,8 @@ def run_supervised(
     if timeout_s <= 0 or grace_s < 0 or max_output_bytes < 0 or max_log_bytes < 0 or pipe_grace_s < 0:
         raise ValueError("timeouts and limits must be positive")
     _ensure_subreaper()
-    token = uuid.uuid4().hex
+    reaper.start()
+    token = reaper.INSTANCE + uuid.uuid4().hex[:16]  # the prefix lets the reaper find a run's processes
     child_env = dict(env)
     child_env[SUPERVISION_ENV] = token
     log = _Log(log_path, max_log_bytes) if log_path is not None else None
@@ -659,12 +665,14 @@ def run_supervised(
                     stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
                     start_new_session=True,
                     close_fds=True,
+                    preexec_fn=reaper.die_with_parent_hook() if die_with_parent else None,
                 )
                 _active_leaders.add(proc.pid)
         except OSError as exc:
             raise ReplayError(
                 ErrorKind.EXECUTOR, f"spawn supervised process {argv[0]!r}: {exc.strerror or exc}"
             ) from exc
+        reaper.leader_started(proc.pid)
         supervision = _Supervision(proc, token, stdin, grace_s, max_output_bytes, log, watch)
         try:
             return supervision.run(timeout_s, pipe_grace_s)
@@ -681,6 +689,7 @@ def run_supervised(
             supervision.close()
             with _active_lock:
                 _active_leaders.discard(proc.pid)
+            reaper.leader_done(proc.pid)
     finally:
         if log is not None:
             log.close()

@@ -61,6 +61,7 @@ class ReplayRequest:
     keep_snapshot: bool | None = None  # keep the boundary snapshot; None: for replay-only and branched runs
     max_trajectory_bytes: int = DEFAULT_MAX_INPUT_BYTES  # the one size bound of every trajectory parser
     opencode_export: Path | None = None  # `opencode export` JSON completing an OpenCode run event log
+    env: list[str] = field(default_factory=list)  # NAME (the host's value) or NAME=VALUE, passed to children
 
     def resolved_run_id(self) -> str:
         return self.run_id or f"replay-{uuid.uuid4().hex}"
@@ -145,6 +146,10 @@ def validate_request(request: ReplayRequest) -> None:
                             f"{request.agent}")
     if request.sandbox not in SANDBOXES:
         raise configuration(unknown_sandbox_message(request.sandbox))
+    if request.env:
+        from forkpoint.childenv import check_specs
+
+        check_specs(request.env)
     if request.path_map:
         from forkpoint.sandbox.base import PathMap
 

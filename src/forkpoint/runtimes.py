@@ -21,6 +21,7 @@ from typing import Any
 
 from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.model import LaunchTarget
+from forkpoint.reaper import die_with_parent_hook
 
 MANIFEST_NAME = "forkpoint-runtime.json"
 SCHEMA_VERSION = "forkpoint.runtime/v1"
@@ -255,7 +256,8 @@ def install(agent: str, version: str) -> Runtime:
         argv = ["npm", "install", "--prefix", str(staging), "--no-audit", "--no-fund",
                 f"{spec.package}@{version}", *spec.extra_packages]
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False)
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False,
+                                  preexec_fn=die_with_parent_hook())
         except (OSError, subprocess.TimeoutExpired) as error:
             message = f"npm install {spec.package}@{version} failed: {error}"
             raise ReplayError(ErrorKind.CONFIGURATION, message) from None
@@ -299,7 +301,8 @@ def probe_version(runtime: Runtime) -> str:
         return runtimes_python.probe_version(runtime)
     try:
         done = subprocess.run([str(runtime.entrypoint), "--version"], capture_output=True, text=True,
-                              timeout=PROBE_TIMEOUT_S, check=False, stdin=subprocess.DEVNULL)
+                              timeout=PROBE_TIMEOUT_S, check=False, stdin=subprocess.DEVNULL,
+                              preexec_fn=die_with_parent_hook())
         if done.returncode != 0:
             raise ValueError(f"exit {done.returncode}: {done.stderr.strip()[:500]}")
         return parse_version_output(done.stdout)

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.reaper import die_with_parent_hook
 from forkpoint.runtimes import MANIFEST_NAME, Runtime, cache_root, check_verified, find
 
 UV_VERSION = "0.13.8"
@@ -90,7 +91,8 @@ def _reports_minor(python: Path, minor: str) -> bool:
     try:
         done = subprocess.run([str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
                               capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False,
-                              stdin=subprocess.DEVNULL)
+                              stdin=subprocess.DEVNULL,
+                              preexec_fn=die_with_parent_hook())
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0 and done.stdout.strip() == minor
@@ -99,7 +101,8 @@ def _reports_minor(python: Path, minor: str) -> bool:
 def _run(argv: Sequence[str], what: str, env: Mapping[str, str] | None = None) -> str:
     try:
         done = subprocess.run(list(argv), capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False,
-                              env=dict(env) if env is not None else None, stdin=subprocess.DEVNULL)
+                              env=dict(env) if env is not None else None, stdin=subprocess.DEVNULL,
+                              preexec_fn=die_with_parent_hook())
     except (OSError, subprocess.TimeoutExpired) as error:
         raise ReplayError(ErrorKind.CONFIGURATION, f"{what} failed: {error}") from None
     if done.returncode != 0:
@@ -186,7 +189,8 @@ def probe_version(runtime: Runtime) -> str:
     package = spec(runtime.agent).package
     try:
         done = subprocess.run([str(runtime.entrypoint), "-I", "-c", _PROBE, package], capture_output=True,
-                              text=True, timeout=PROBE_TIMEOUT_S, check=False, stdin=subprocess.DEVNULL)
+                              text=True, timeout=PROBE_TIMEOUT_S, check=False, stdin=subprocess.DEVNULL,
+                              preexec_fn=die_with_parent_hook())
         if done.returncode != 0:
             raise ValueError(f"exit {done.returncode}: {done.stderr.strip()[-500:]}")
         version = done.stdout.strip()

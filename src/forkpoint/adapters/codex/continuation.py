@@ -166,6 +166,7 @@ def continue_rollout(
             readable=runtime_paths(settings.target.entrypoint),
             timeout_s=settings.timeout_s,
             grace_s=2.0,
+            die_with_parent=True,
             max_output_bytes=16 * 1024 * 1024,
             log_path=agent_log,
         )

@@ -100,7 +100,8 @@ class RunnerSession:
     def _supervise(self, argv: list[str]) -> None:
         try:
             self.result = run_supervised(argv, cwd=self.cwd, env=self.env, timeout_s=self.deadline_s, grace_s=2.0,
-                                         merge_stderr=True, log_path=self.log_path, max_output_bytes=64 * 1024)
+                                         merge_stderr=True, log_path=self.log_path, max_output_bytes=64 * 1024,
+                                         die_with_parent=True)
         except BaseException as error:  # reported by request()/close()
             self._error = error
 

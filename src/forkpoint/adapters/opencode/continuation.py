@@ -162,7 +162,7 @@ def continue_session(plan: Plan, prefix: NativePrefix, context: RunContext,
         try:
             result = run_supervised(to_file(events_file, argv(entrypoint, session_id, provider, model, nonce)),
                                     cwd=context.workspace, env=env, timeout_s=settings.timeout_s, grace_s=2.0,
-                                    max_output_bytes=MAX_EVENTS_BYTES, watch=watch)
+                                    max_output_bytes=MAX_EVENTS_BYTES, watch=watch, die_with_parent=True)
             watch.poll()
         finally:
             os.close(watch.stdout_fd)

@@ -232,7 +232,8 @@ class ToolHost:
         def run() -> None:
             try:
                 self._result = run_supervised(argv, cwd=self.workspace, env=env, timeout_s=24 * 3600.0, grace_s=2.0,
-                                              watch=self.watch, log_path=self.log_dir / "opencode-tools.log")
+                                              watch=self.watch, log_path=self.log_dir / "opencode-tools.log",
+                                              die_with_parent=True)
             except BaseException as error:  # surfaced by the next call / close
                 self._error = error
 

@@ -77,7 +77,7 @@ def run_runner(python: Path, context: RunContext, name: str, request: dict[str, 
         [str(python), "-I", str(RUNNER), str(request_path)],
         cwd=str(work), env=environment(context.home, env_extra), timeout_s=timeout_s, network=True,
         writable=(context.home, work), readable=(*runtime_paths(python), RUNNER.parent),
-        grace_s=5.0, max_output_bytes=4 * 1024 * 1024, log_path=log,
+        grace_s=5.0, max_output_bytes=4 * 1024 * 1024, log_path=log, die_with_parent=True,
     )
     kind = ErrorKind.CONTINUATION if name == "continue" else ErrorKind.EXECUTOR
     try:  # the runner's folder is writable by the agent: read strictly (no link, FIFO or device followed)

@@ -119,7 +119,7 @@ def continue_session(plan: Plan, prefix: NativePrefix, context: RunContext,
             cwd=sandbox.cwd, env=env, network=True, writable=(context.home, events_dir),
             readable=(runtime.root, runtime.runner.parent), stdin=orjson.dumps(request),
             timeout_s=settings.timeout_s, grace_s=2.0, max_output_bytes=16 * 1024 * 1024,
-            log_path=context.logs / "pi-runner.log",
+            log_path=context.logs / "pi-runner.log", die_with_parent=True,
         )
         summary = bridge.finish()
     tail = (result.stdout[-_TAIL:] + b"\n" + result.stderr[-_TAIL:]).decode("utf-8", "replace")

@@ -27,6 +27,7 @@ from forkpoint.model import (
     RunContext,
     Trajectory,
 )
+from forkpoint.reaper import die_with_parent_hook
 
 if TYPE_CHECKING:
     from forkpoint.adapters.base import ToolExecutor
@@ -110,7 +111,8 @@ def probe(entrypoint: Path) -> str:
         raise ReplayError(ErrorKind.CONFIGURATION, f"agent entrypoint is not a file: {entrypoint}")
     try:
         done = subprocess.run([str(entrypoint), "-I", "-c", PROBE], capture_output=True, text=True, timeout=60,
-                              check=False, stdin=subprocess.DEVNULL)
+                              check=False, stdin=subprocess.DEVNULL,
+                              preexec_fn=die_with_parent_hook())
     except (OSError, subprocess.TimeoutExpired) as error:
         raise ReplayError(ErrorKind.CONFIGURATION, f"cannot run {entrypoint}: {error}") from None
     if done.returncode != 0 or not done.stdout.strip():

@@ -1,0 +1,121 @@
+"""What of forkpoint's environment a replayed command or the continued agent may see: an allowlist.
+
+A credential's name says nothing reliable (``DB_PASS``, ``SSH_PRIVATE_KEY``, ``DATABASE_URL=postgres://u:pw@h``,
+``HTTPS_PROXY=http://user:pass@proxy``), and replayed commands come from strangers' trajectories. So children
+get only the names below from the host, whatever their values:
+
+- where programs are and how text looks: ``PATH``, ``HOME`` (adapters replace it with the agent's isolated
+  home under the state dir), ``LANG``, ``LANGUAGE``, ``LC_*``, ``TERM``, ``TZ``, ``TMPDIR``, ``USER``,
+  ``LOGNAME``, ``SHELL`` (Claude Code picks its Bash tool's shell from it), ``NO_PROXY``;
+- trust-store file paths (``SSL_CERT_FILE``, ``NODE_EXTRA_CA_CERTS``, ...), so tools behind a TLS-inspecting
+  gateway still verify certificates;
+- toolchain locations that a replayed ``cargo test`` / ``go test`` / ``nvm`` shell needs once HOME is
+  isolated (``CARGO_HOME``, ``RUSTUP_HOME``, ``GOPATH``, ``JAVA_HOME``, ``PYENV_ROOT``, ...): paths, not secrets.
+
+Everything else is dropped. Each adapter then adds the variables its agent needs (in the adapter's own
+folder: ``CLAUDE_CONFIG_DIR``, the bridge URL and a dummy key, ``MSWEA_*``, ...), and SWE-agent's tools
+export what the recording itself set (``agent.tools.env_variables``). The user passes more with
+``--env NAME`` (the host's value) or ``--env NAME=VALUE`` (repeatable; ``env`` in a request file): those are
+applied by ``sanitized_env`` for the duration of the run (``passing``), after the allowlist, before the
+adapter's own variables (an adapter's bridge URL or key always wins). Result metadata lists the names only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from forkpoint.errors import configuration
+
+BASE_NAMES = frozenset({
+    "PATH", "HOME", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR", "USER", "LOGNAME", "SHELL", "NO_PROXY", "no_proxy",
+})
+BASE_PREFIXES = ("LC_",)
+TRUST_STORE_NAMES = frozenset({
+    "SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO",
+    "PIP_CERT",
+})
+TOOLCHAIN_NAMES = frozenset({
+    "CARGO_HOME", "RUSTUP_HOME", "RUSTUP_TOOLCHAIN", "GOROOT", "GOPATH", "GOBIN", "JAVA_HOME", "PYENV_ROOT",
+    "PYENV_VERSION", "NVM_DIR", "NVM_BIN", "VOLTA_HOME", "PNPM_HOME", "BUN_INSTALL", "GEM_HOME", "GEM_PATH",
+})
+ALLOWED_NAMES = BASE_NAMES | TRUST_STORE_NAMES | TOOLCHAIN_NAMES
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def allowed(name: str) -> bool:
+    return name in ALLOWED_NAMES or name.startswith(BASE_PREFIXES)
+
+
+def allowlisted(base: Mapping[str, str]) -> dict[str, str]:
+    """The allowlisted part of ``base`` (see the module docstring)."""
+    return {name: value for name, value in base.items() if allowed(name)}
+
+
+@dataclass(frozen=True)
+class PassedEnv:
+    """``--env`` entries resolved against the host: what is passed, and the names asked for but not set."""
+
+    values: dict[str, str] = field(default_factory=dict)
+    missing: tuple[str, ...] = ()
+
+    def metadata(self) -> dict[str, list[str]]:
+        """Names only: a value never reaches result metadata, the journal or the CLI output."""
+        return {"passed": sorted(self.values), "missing": list(self.missing)}
+
+
+def check_specs(specs: Sequence[str]) -> None:
+    """Refuse a malformed ``--env`` entry (a request-time check; values are not looked at beyond NUL)."""
+    for spec in specs:
+        name, sep, value = spec.partition("=")
+        if not _NAME.fullmatch(name):
+            raise configuration(f"env entry {name[:80]!r}: expected NAME or NAME=VALUE (NAME: letters, digits, _)")
+        if sep and "\0" in value:
+            raise configuration(f"env entry {name}: the value contains a NUL byte")
+
+
+def resolve(specs: Sequence[str], host: Mapping[str, str]) -> PassedEnv:
+    """``NAME`` takes the host's value (listed as missing when unset), ``NAME=VALUE`` the given one."""
+    check_specs(specs)
+    values: dict[str, str] = {}
+    missing: list[str] = []
+    given = dict(spec.partition("=")[::2] for spec in specs if "=" in spec)  # a given value wins over the host's
+    for spec in specs:
+        if "=" in spec or spec in given:
+            continue
+        if spec in host:
+            values[spec] = host[spec]
+        elif spec not in missing:
+            missing.append(spec)
+    values.update(given)
+    return PassedEnv(values, tuple(missing))
+
+
+_lock = threading.Lock()
+_passed: dict[str, str] = {}
+
+
+def passed() -> dict[str, str]:
+    """The ``--env`` values of the run in progress (a copy)."""
+    with _lock:
+        return dict(_passed)
+
+
+@contextlib.contextmanager
+def passing(values: Mapping[str, str]) -> Iterator[None]:
+    """Make ``values`` part of every sanitized child environment while a run is in progress (one run at a time:
+    the CLI runs one; the previous values come back afterwards)."""
+    with _lock:
+        before = dict(_passed)
+        _passed.clear()
+        _passed.update(values)
+    try:
+        yield
+    finally:
+        with _lock:
+            _passed.clear()
+            _passed.update(before)
