@@ -119,12 +119,14 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="forkpoint-bench-batch-") as tmp:
         root = Path(tmp)
-        try:
-            import ray  # noqa: F401
+        executors = [("local", 1), ("local", 2)]
+        if not args.smoke:  # (the smoke run leaves Ray to tests/batch: starting a head costs ~15 s)
+            try:
+                import ray  # noqa: F401
 
-            executors = [("local", 1), ("local", 2), ("ray", 2)]
-        except ModuleNotFoundError:
-            executors = [("local", 1), ("local", 2)]
+                executors.append(("ray", 2))
+            except ModuleNotFoundError:
+                pass
         for mode, count in (("prepare-only", large), ("replay-only", small)):
             jobs = make_jobs(root, count, mode)
             loop = shell_loop(make_jobs(root, min(count, small), mode), root)

@@ -44,8 +44,10 @@ def _cases() -> list[tuple[str, str, int]]:
         for export in sorted((FIXTURES / version).glob("*/export.json")):
             count = parse_opencode(export).complete_count
             first = count if export.parent.name in LAST_ONLY else 1
-            for after in range(first, count + 1):
-                cases.append((version, export.parent.name, after))
+            # every boundary on the newest version; the first and last on the older one (sampled for CI time:
+            # the envelope differs per version, the boundaries in between repeat the same path)
+            chosen = range(first, count + 1) if version == VERSIONS[-1] else sorted({first, count})
+            cases += [(version, export.parent.name, after) for after in chosen]
     return cases
 
 
