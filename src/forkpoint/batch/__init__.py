@@ -9,6 +9,7 @@ back. Rerunning the same batch skips what is done and retries only retryable fai
 from __future__ import annotations
 
 import contextlib
+import itertools
 import shutil
 import signal
 import time
@@ -60,27 +61,32 @@ def run_batch(jobs_file: Path, batch_dir: Path, options: BatchOptions,
     ledger = Ledger(batch_dir / LEDGER)
     try:
         _settle_stale(ledger, batch_dir)
-        bad: list[BadJob] = []
+        items = expand(read_lines(jobs_file, options.defaults))
 
-        def concrete() -> Any:
-            for item in expand(read_lines(jobs_file, options.defaults)):
+        def feed(count: int) -> bool:
+            """Read, parse and record up to ``count`` more lines' jobs (bad lines reported); False once the file is
+            done. Jobs are fed as workers free up, so the first jobs run while later trajectories are still parsed."""
+            jobs = []
+            taken = 0
+            for item in itertools.islice(items, count):
+                taken += 1
                 if isinstance(item, BadJob):
-                    bad.append(item)
+                    ledger.add_bad(item.line, item.reason)
+                    if on_bad is not None:
+                        on_bad(item.line, item.reason)
                 else:
-                    yield item
+                    jobs.append(item)
+            added, _ = ledger.add_jobs(iter(jobs))
+            state.total += added
+            return taken == count
 
-        ledger.add_jobs(concrete())
-        for item in bad:
-            ledger.add_bad(item.line, item.reason)
-            if on_bad is not None:
-                on_bad(item.line, item.reason)
         counts = ledger.counts()
         state = BatchProgress(total=sum(counts.values()), done=counts["done"],
                               failed=counts["failed"] + counts["ambiguous"])
         executor = _executor(options)
         stop = _graceful_stop()
         try:
-            _drive(ledger, executor, batch_dir, options.retries, state, stop, progress)
+            _drive(ledger, executor, batch_dir, options.retries, state, stop, progress, feed)
         finally:
             executor.close(cancel=stop.hard)
             stop.restore()
@@ -92,14 +98,18 @@ def run_batch(jobs_file: Path, batch_dir: Path, options: BatchOptions,
 
 
 def _drive(ledger: Ledger, executor: Any, batch_dir: Path, retries: int, state: BatchProgress, stop: Any,
-           progress: Callable[[BatchProgress], None] | None) -> None:
+           progress: Callable[[BatchProgress], None] | None, feed: Callable[[int], bool]) -> None:
     in_flight: dict[Any, Any] = {}
     cursor = 0
+    more = True  # the jobs file may hold more lines
     while True:
         if not stop.requested:
             free = executor.slots - len(in_flight)
             if free > 0:
                 batch = ledger.runnable(retries, free, after=cursor)
+                while len(batch) < free and more:
+                    more = feed(max(32, 4 * executor.slots))
+                    batch = ledger.runnable(retries, free, after=cursor)
                 if not batch and cursor:
                     cursor = 0  # a second pass picks up retryable failures
                     batch = [row for row in ledger.runnable(retries, free) if row[1].identity not in
@@ -112,8 +122,10 @@ def _drive(ledger: Ledger, executor: Any, batch_dir: Path, retries: int, state: 
         state.running = len(in_flight)
         if progress is not None:
             progress(state)
-        if not in_flight:
+        if not in_flight and (not more or stop.requested):
             break
+        if not in_flight:
+            continue
         for handle, outcome in executor.wait(list(in_flight), timeout=0.5):
             job, run_id = in_flight.pop(handle)
             if isinstance(outcome, BaseException):
