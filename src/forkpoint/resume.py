@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from forkpoint.branching import SNAPSHOT_SCHEMA
 from forkpoint.errors import ErrorKind, ReplayError, configuration
 from forkpoint.hashing import file_sha256
 from forkpoint.model import Mode, NativePrefix
@@ -146,8 +147,15 @@ def collect_snapshots(run_dir: Path, *, dry_run: bool = False) -> dict[str, Any]
     if not state:
         raise configuration(f"{run_dir} is not a forkpoint run dir (no result.json or branches.json naming its state)")
     state_dir = Path(state)
-    targets = [state_dir / "snapshot", *sorted((state_dir / "branches").glob("*/workspace"))]
-    found = [path for path in targets if path.is_dir() and not path.is_symlink()]
+    # The run dir names its state dir: remove only what forkpoint itself made there (a snapshot that carries its
+    # description, branch folders with their journal), never a folder a crafted result.json points at.
+    snapshot = state_dir / "snapshot"
+    description = _json(snapshot / "snapshot.json", None) if _plain_dir(snapshot) else None
+    targets = [snapshot] if isinstance(description, dict) and description.get("schema_version") == SNAPSHOT_SCHEMA \
+        else []
+    targets += [path for path in sorted((state_dir / "branches").glob("*/workspace"))
+                if path.parent.name.isdigit() and (path.parent / "journal.jsonl").is_file()]
+    found = [path for path in targets if _plain_dir(path)]
     freed = 0
     for path in found:
         for root, _dirs, files in os.walk(path):
@@ -160,3 +168,7 @@ def collect_snapshots(run_dir: Path, *, dry_run: bool = False) -> dict[str, Any]
             shutil.rmtree(path)
     return {"run_dir": str(run_dir), "removed": [str(path) for path in found], "bytes": freed,
             "dry_run": dry_run}
+
+
+def _plain_dir(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink() and not any(p.is_symlink() for p in path.parents)
