@@ -1,0 +1,47 @@
+"""Shared shapes of the translators: the result with its losses, the refusal, SSE encoding and small readers."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+JsonObject = dict[str, Any]
+#: the Chat Completions stream's end sentinel (``data: [DONE]``), fed to the stream translators as is
+DONE: Final = "[DONE]"
+Done = Literal["[DONE]"]
+
+
+class TranslationError(ValueError):
+    """A request or answer that cannot be translated without losing content silently: refused (fail closed)."""
+
+
+@dataclass(frozen=True)
+class Translated:
+    """A translated request body and what the translation could not carry over (for the run's metadata)."""
+
+    body: JsonObject
+    losses: tuple[str, ...]
+
+
+def sse_event(event: str, data: JsonObject) -> bytes:
+    """One server-sent event as Anthropic and the Responses API frame it: ``event: X\\ndata: {json}\\n\\n``."""
+    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n".encode()
+
+
+def text_of(value: Any, where: str) -> str:
+    """A string field, refused when it is not one (hostile or unknown shapes never pass as empty text)."""
+    if not isinstance(value, str):
+        raise TranslationError(f"{where}: expected a string, got {type(value).__name__}")
+    return value
+
+
+def object_list(value: Any, where: str) -> list[JsonObject]:
+    if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+        raise TranslationError(f"{where}: expected a list of objects")
+    return value
+
+
+def dumps_arguments(value: Any) -> str:
+    """Tool arguments as Chat carries them: compact JSON text, non-ASCII kept."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
