@@ -24,6 +24,20 @@ class Translated:
     losses: tuple[str, ...]
 
 
+class Losses:
+    """Losses counted by kind, reported once each with their count (a long session repeats the same ones)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def add(self, what: str) -> None:
+        self.counts[what] = self.counts.get(what, 0) + 1
+
+    def listed(self) -> tuple[str, ...]:
+        return tuple(what if n == 1 else f"{what} (x{n})" for what, n in self.counts.items())
+
+
+
 def sse_event(event: str, data: JsonObject) -> bytes:
     """One server-sent event as Anthropic and the Responses API frame it: ``event: X\\ndata: {json}\\n\\n``."""
     return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n".encode()
