@@ -4,10 +4,11 @@
 Anthropic SSE events it completes, in order: ``message_start`` on the first chunk, then content blocks
 (``text_delta``, ``thinking_delta`` + an empty ``signature_delta``, ``input_json_delta``), ``message_delta``
 (stop reason, usage) and ``message_stop`` once the server is done. Nothing is held back except tool-call
-arguments of a call that arrives while another call's arguments are still incomplete JSON (servers that
-interleave parallel calls by index): Anthropic blocks never interleave, so such a call is streamed once the open
-one is complete, or at the finish. A server failure (an error chunk, ``finish_reason`` ``abort``/``error``, the
-stream ending before a finish) becomes an Anthropic ``error`` event, which Claude Code reports and retries.
+arguments of a call that arrives while an earlier call's arguments are still incomplete JSON (servers that
+interleave parallel calls by index): Anthropic blocks never interleave, so such a call is streamed, in index
+order, once the open one is complete, or at the finish. A server failure (an error chunk, ``finish_reason``
+``abort``/``error``, the stream ending before a finish) becomes an Anthropic ``error`` event, which Claude Code
+reports and retries.
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ class ChatToAnthropicStream:
         if isinstance(piece, ToolCallStarted):
             self._any_tool = True
             self._queued[piece.index] = _Tool(piece.index, piece.id, piece.name)
-            return self._switch(piece.index)
+            return self._switch()
         if isinstance(piece, ToolCallArguments):
             return self._arguments(piece)
         if isinstance(piece, Finished):
@@ -134,17 +135,18 @@ class ChatToAnthropicStream:
             return [self._delta({"type": "input_json_delta", "partial_json": piece.text})]
         if piece.index in self._queued:
             self._queued[piece.index].arguments.append(piece.text)
-            return self._switch(piece.index)
+            return self._switch()
         if piece.index in self._closed and not piece.text.strip():
             return []  # whitespace after a complete JSON value carries nothing
         raise TranslationError(f"arguments for tool call {piece.index} after its block was closed")
 
-    def _switch(self, index: int) -> list[Event]:
-        """Make queued call ``index`` the open block if the open block may close (not a tool with incomplete
-        JSON arguments); otherwise it stays queued."""
-        if self._tool is not None and not _complete_json("".join(self._tool.arguments)):
-            return []
-        return self._close() + self._open_tool(self._queued.pop(index))
+    def _switch(self) -> list[Event]:
+        """Open queued calls in index order while the open block may close (it is not a tool call whose
+        arguments are still incomplete JSON): the blocks keep the server's call order."""
+        events: list[Event] = []
+        while self._queued and (self._tool is None or _complete_json("".join(self._tool.arguments))):
+            events += self._close() + self._open_tool(self._queued.pop(min(self._queued)))
+        return events
 
     def _open_tool(self, tool: _Tool) -> list[Event]:
         index = self._begin("tool_use")
