@@ -1,0 +1,197 @@
+"""The answer-side state machine both stream translators share: Chat pieces -> one output block at a time.
+
+Anthropic content blocks and the Responses output items Codex reads are sequential: a block opens, gets its
+deltas, closes, then the next one opens. Chat deltas are not: text, reasoning and several tool calls can
+alternate, and some servers interleave the arguments of parallel calls by index. The sequencer streams every
+piece as it arrives, closing the open block when another kind begins; only a tool call that starts while an
+earlier call's arguments are incomplete JSON is held back, and it is streamed (in index order) as soon as the
+open call is complete, or at the finish. A subclass turns the moments (open, delta, close, complete, fail) into
+its protocol's events.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Literal
+
+from forkpoint.bridge.translate.chat_stream import (
+    ChatStreamReader,
+    Finished,
+    Piece,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallArguments,
+    ToolCallStarted,
+    UsageReported,
+)
+from forkpoint.bridge.translate.common import DONE, Done, JsonObject, TranslationError
+from forkpoint.bridge.translate.usage import Usage
+
+Event = tuple[str, JsonObject]
+Kind = Literal["text", "reasoning", "tool"]
+#: finish reasons that mean the server gave up (SGLang ``abort``; some proxies ``error``): a failed answer
+FAILED_FINISH = frozenset({"abort", "error"})
+
+
+def complete_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
+@dataclass
+class ToolCall:
+    """A tool call as the sequencer knows it: ``arguments`` are the pieces received so far."""
+
+    chat_index: int
+    id: str
+    name: str
+    arguments: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.arguments)
+
+
+class BlockSequencer(ABC):
+    """Feed Chat chunks (or ``DONE``); get the protocol's events for them, in order, as soon as they are known."""
+
+    def __init__(self, id_prefix: str) -> None:
+        self.reader = ChatStreamReader(id_prefix=id_prefix)
+        self.losses: list[str] = []
+        self.started = False
+        self.done = False
+        self.usage = Usage()
+        self.finish: str | None = None
+        self.any_tool = False
+        self._open: Kind | None = None
+        self._tool: ToolCall | None = None
+        self._queued: dict[int, ToolCall] = {}
+        self._closed: set[int] = set()
+
+    # -- the protocol's events ------------------------------------------------------------------------------
+
+    @abstractmethod
+    def begin(self) -> list[Event]: ...
+
+    @abstractmethod
+    def open_block(self, kind: Literal["text", "reasoning"]) -> list[Event]: ...
+
+    @abstractmethod
+    def block_delta(self, kind: Literal["text", "reasoning"], text: str) -> list[Event]: ...
+
+    @abstractmethod
+    def open_tool(self, tool: ToolCall) -> list[Event]:
+        """A tool call's block opens; ``tool.arguments`` may already hold pieces (held back while queued)."""
+
+    @abstractmethod
+    def tool_delta(self, tool: ToolCall, text: str) -> list[Event]: ...
+
+    @abstractmethod
+    def close_block(self, kind: Kind, tool: ToolCall | None) -> list[Event]: ...
+
+    @abstractmethod
+    def complete(self, finish: str) -> list[Event]:
+        """The answer is whole: ``finish`` is the Chat finish_reason, ``self.usage`` the last usage reported."""
+
+    @abstractmethod
+    def fail(self, message: str) -> list[Event]: ...
+
+    # -- the state machine ----------------------------------------------------------------------------------
+
+    def feed(self, chunk: JsonObject | Done) -> list[Event]:
+        if self.done:
+            raise TranslationError("a chunk after the answer ended")
+        events = self._begin()
+        if chunk == DONE:
+            return events + self._complete()
+        assert isinstance(chunk, dict)
+        for piece in self.reader.feed(chunk):
+            events.extend(self._piece(piece))
+            if self.done:
+                break
+        return events
+
+    def end(self) -> list[Event]:
+        """The upstream's body ended (some servers send no ``[DONE]``): complete or fail the answer."""
+        return [] if self.done else self._begin() + self._complete()
+
+    def _begin(self) -> list[Event]:
+        if self.started:
+            return []
+        self.started = True
+        return self.begin()
+
+    def _piece(self, piece: Piece) -> list[Event]:
+        if isinstance(piece, TextDelta | ReasoningDelta):
+            kind: Literal["text", "reasoning"] = "text" if isinstance(piece, TextDelta) else "reasoning"
+            events = [] if self._open == kind else self._close() + self._opened(kind)
+            return events + self.block_delta(kind, piece.text)
+        if isinstance(piece, ToolCallStarted):
+            self.any_tool = True
+            self._queued[piece.index] = ToolCall(piece.index, piece.id, piece.name)
+            return self._switch()
+        if isinstance(piece, ToolCallArguments):
+            return self._arguments(piece)
+        if isinstance(piece, Finished):
+            if piece.reason in FAILED_FINISH:
+                return self._fail(f"the model server ended the answer with finish_reason {piece.reason!r}")
+            events = self._close()
+            while self._queued:
+                events += self._open_tool(self._queued.pop(min(self._queued))) + self._close()
+            self.finish = piece.reason
+            return events
+        if isinstance(piece, UsageReported):
+            self.usage = piece.usage
+            return []
+        return self._fail(piece.message)
+
+    def _opened(self, kind: Literal["text", "reasoning"]) -> list[Event]:
+        self._open = kind
+        return self.open_block(kind)
+
+    def _arguments(self, piece: ToolCallArguments) -> list[Event]:
+        if self._tool is not None and self._tool.chat_index == piece.index:
+            self._tool.arguments.append(piece.text)
+            return self.tool_delta(self._tool, piece.text)
+        if piece.index in self._queued:
+            self._queued[piece.index].arguments.append(piece.text)
+            return self._switch()
+        if piece.index in self._closed and not piece.text.strip():
+            return []  # whitespace after a complete JSON value carries nothing
+        raise TranslationError(f"arguments for tool call {piece.index} after its block was closed")
+
+    def _switch(self) -> list[Event]:
+        events: list[Event] = []
+        while self._queued and (self._tool is None or complete_json(self._tool.text)):
+            events += self._close() + self._open_tool(self._queued.pop(min(self._queued)))
+        return events
+
+    def _open_tool(self, tool: ToolCall) -> list[Event]:
+        self._open, self._tool = "tool", tool
+        return self.open_tool(tool)
+
+    def _close(self) -> list[Event]:
+        if self._open is None:
+            return []
+        kind, tool = self._open, self._tool
+        self._open, self._tool = None, None
+        if tool is not None:
+            self._closed.add(tool.chat_index)
+            if tool.arguments and not complete_json(tool.text):
+                self.losses.append(f"tool call {tool.name!r} arguments were not valid JSON")
+        return self.close_block(kind, tool)
+
+    def _complete(self) -> list[Event]:
+        if self.finish is None:
+            return self._fail("the model server's stream ended before a finish_reason")
+        self.done = True
+        return self.complete(self.finish)
+
+    def _fail(self, message: str) -> list[Event]:
+        self.done = True
+        return self.fail(message)
