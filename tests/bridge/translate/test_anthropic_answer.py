@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from forkpoint.bridge.translate.anthropic_answer import ChatToAnthropicStream, chat_completion_to_anthropic
+from forkpoint.bridge.translate.anthropic_chat import anthropic_to_chat
 from forkpoint.bridge.translate.chat_stream import SSEDecoder
-from forkpoint.bridge.translate.common import DONE, TranslationError, sse_event
+from forkpoint.bridge.translate.common import DONE, TranslationError, dumps_arguments, sse_event
 
 Event = tuple[str, dict[str, Any]]
 
@@ -282,3 +283,25 @@ def test_whole_completion() -> None:
     assert losses == ["tool call 'Bad' arguments were not valid JSON: kept as a string"]
     with pytest.raises(TranslationError):
         chat_completion_to_anthropic({"choices": []}, message_id="m", model="m")
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.text(max_size=20), st.text(max_size=20),
+       st.lists(st.tuples(st.sampled_from(["Bash", "Read"]), arguments), max_size=3), st.integers(1, 6))
+def test_answer_round_trips_through_the_next_request(reasoning: str, text: str,
+                                                      calls: list[tuple[str, dict[str, Any]]], piece: int) -> None:
+    """Chat answer -> the Anthropic message Claude Code keeps and sends back -> the next Chat request: the
+    assistant turn the model sees again is the one it produced."""
+    chunks: list[Any] = [chunk({"reasoning_content": reasoning[i:i + piece]}) for i in range(0, len(reasoning),
+                                                                                             piece)]
+    chunks += answer_chunks(text, calls, piece, False)
+    message = fold(run(chunks)[0])
+    chat = anthropic_to_chat({"model": "m", "messages": [{"role": "assistant", "content": message["content"]}]})
+    expected: dict[str, Any] = {"role": "assistant", "content": text if text or not calls else None}
+    if reasoning:
+        expected["reasoning_content"] = reasoning
+    if calls:
+        expected["tool_calls"] = [{"id": f"call_{i}", "type": "function",
+                                   "function": {"name": name, "arguments": dumps_arguments(args)}}
+                                  for i, (name, args) in enumerate(calls)]
+    assert chat.body["messages"] == [expected] and chat.losses == ()

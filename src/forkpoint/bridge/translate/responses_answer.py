@@ -5,7 +5,7 @@ which real Codex 0.149 and 0.171 accept end to end: ``response.created``, ``resp
 item ``response.output_item.added`` ... ``response.output_item.done``, ``response.completed`` with the output
 and usage. Every event carries ``type`` and a ``sequence_number`` counting from 0. Items: reasoning (from
 ``reasoning_content``/``reasoning``) -> a ``reasoning`` item with one summary part
-(``response.reasoning_summary_*``; no ``encrypted_content``); text -> a ``message`` item (``content_part``,
+(``response.reasoning_summary_*``; ``encrypted_content`` null); text -> a ``message`` item (``content_part``,
 ``output_text.delta``/``done``); a tool call -> a ``function_call`` item (``function_call_arguments.delta``/
 ``done``), or for a custom tool (Codex's freeform ``apply_patch``) a ``custom_tool_call`` item whose input is the
 call's one string argument: its JSON arguments are held until the call is complete (the raw text inside a JSON
@@ -83,7 +83,7 @@ class ChatToResponsesStream(BlockSequencer):
                     "content": []}
             return [self._added(item), self._event("response.content_part.added", {
                 **self._where(), "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}})]
-        item = {"type": "reasoning", "id": self._item_id("rs"), "summary": []}
+        item = {"type": "reasoning", "id": self._item_id("rs"), "summary": [], "encrypted_content": None}
         return [self._added(item), self._event("response.reasoning_summary_part.added", {
             **self._where(), "summary_index": 0, "part": {"type": "summary_text", "text": ""}})]
 
