@@ -83,8 +83,9 @@ class ChatToResponsesStream(BlockSequencer):
                     "content": []}
             return [self._added(item), self._event("response.content_part.added", {
                 **self._where(), "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}})]
-        item = {"type": "reasoning", "id": self._item_id("rs"), "summary": [], "encrypted_content": None}
-        return [self._added(item), self._event("response.reasoning_summary_part.added", {
+        reasoning: JsonObject = {"type": "reasoning", "id": self._item_id("rs"), "summary": [],
+                                 "encrypted_content": None}
+        return [self._added(reasoning), self._event("response.reasoning_summary_part.added", {
             **self._where(), "summary_index": 0, "part": {"type": "summary_text", "text": ""}})]
 
     def block_delta(self, kind: Literal["text", "reasoning"], text: str) -> list[Event]:
