@@ -305,3 +305,13 @@ def test_answer_round_trips_through_the_next_request(reasoning: str, text: str,
                                    "function": {"name": name, "arguments": dumps_arguments(args)}}
                                   for i, (name, args) in enumerate(calls)]
     assert chat.body["messages"] == [expected] and chat.losses == ()
+
+
+def test_usage_on_every_chunk_counts_the_last() -> None:
+    """vLLM with continuous_usage_stats: every chunk carries the usage so far."""
+    def with_usage(delta: dict[str, Any] | None, finish: str | None, completion: int) -> dict[str, Any]:
+        return {**chunk(delta, finish), "usage": {"prompt_tokens": 10, "completion_tokens": completion}}
+
+    message = fold(run([with_usage({"content": "a"}, None, 1), with_usage({"content": "b"}, None, 2),
+                        with_usage(None, "stop", 3), DONE])[0])
+    assert message["usage"]["output_tokens"] == 3 and message["content"] == [{"type": "text", "text": "ab"}]
