@@ -218,3 +218,27 @@ def test_unknown_top_level_fields_are_listed() -> None:
     translated = anthropic_to_chat(body(user(text("x")), brand_new_option=True))
     assert "request field 'brand_new_option' dropped" in translated.losses
     assert "brand_new_option" not in translated.body
+
+
+@pytest.mark.parametrize("path", RECORDED[:12:5] + RECORDED[12::5], ids=lambda p: "/".join(p.parts[-3:]))
+def test_strict_system_leaves_one_system_message_first(path: Path, chat_request_valid: Check) -> None:
+    source = json.loads(path.read_text())
+    loose = anthropic_to_chat(source).body["messages"]
+    translated = anthropic_to_chat(source, ChatOptions(strict_system=True))
+    messages = translated.body["messages"]
+    chat_request_valid(translated.body)
+    assert [m["role"] for m in messages].count("system") == 1 and messages[0] == loose[0]
+    later = [m["content"] for m in loose[1:] if m["role"] == "system"]
+    wrapped = [m["content"] for m in messages if m["role"] == "user" and str(m["content"]).startswith("<system>")]
+    assert wrapped == [f"<system>\n{t}\n</system>" for t in later] and len(messages) == len(loose)
+    assert bool(later) == any("sent as a user message" in loss for loss in translated.losses)
+
+
+def test_tool_references_and_search_results_in_tool_results() -> None:
+    source = body(assistant({"type": "tool_use", "id": "t1", "name": "ToolSearch", "input": {"query": "x"}}),
+                  user({"type": "tool_result", "tool_use_id": "t1", "content": [
+                      {"type": "tool_reference", "tool_name": "WebFetch"},
+                      {"type": "search_result", "source": "https://a", "title": "A", "content": [text("hit")]}]}))
+    translated = anthropic_to_chat(source)
+    assert translated.body["messages"][1]["content"] == "[tool reference: WebFetch]\n[search result: A (https://a)]\nhit"
+    assert "tool_reference read as text (Chat has no tool search)" in translated.losses

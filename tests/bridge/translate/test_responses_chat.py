@@ -172,3 +172,13 @@ def test_unknown_items_are_refused(item: dict[str, Any]) -> None:
 def test_server_side_state_is_refused() -> None:
     with pytest.raises(TranslationError, match="previous_response_id"):
         responses_to_chat(request(message("user", "x"), previous_response_id="resp_1"))
+
+
+def test_strict_system_for_codex_developer_messages(chat_request_valid: Check) -> None:
+    source = json.loads((REQUESTS / "0.171.0" / "parallel_after_2" / "first_request.json").read_text())
+    translated = responses_to_chat(source, ResponsesChatOptions(strict_system=True))
+    roles = [m["role"] for m in translated.body["messages"]]
+    chat_request_valid(translated.body)
+    assert roles[0] == "system" and roles.count("system") == 1
+    assert translated.body["messages"][-2]["content"].startswith("<system>\n<skills_instructions>")
+    assert "system message after the conversation began sent as a user message" in translated.losses

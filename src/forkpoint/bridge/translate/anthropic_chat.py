@@ -28,6 +28,7 @@ from forkpoint.bridge.translate.common import (
     TranslationError,
     dumps_arguments,
     object_list,
+    strict_system,
     text_of,
 )
 
@@ -43,13 +44,15 @@ HANDLED_FIELDS = frozenset({"model", "messages", "system", "tools", "tool_choice
 @dataclass(frozen=True)
 class ChatOptions:
     """What the Chat upstream accepts: images (``image_url`` parts), PDFs (``file`` parts, OpenAI only), the
-    field carrying reasoning in history (``reasoning_content``: vLLM, SGLang, DeepSeek templates) and the
-    max-tokens field name."""
+    field carrying reasoning in history (``reasoning_content``: vLLM, SGLang, DeepSeek templates), the
+    max-tokens field name, and ``strict_system`` for chat templates that refuse a system message after the first
+    (``common.strict_system``)."""
 
     images: bool = True
     files: bool = False
     reasoning_field: str = "reasoning_content"
     max_tokens_field: str = "max_tokens"
+    strict_system: bool = False
 
 
 def anthropic_to_chat(body: JsonObject, options: ChatOptions = ChatOptions()) -> Translated:
@@ -62,7 +65,7 @@ def anthropic_to_chat(body: JsonObject, options: ChatOptions = ChatOptions()) ->
         messages.append({"role": "system", "content": _system_text(system, losses, "system")})
     for number, message in enumerate(object_list(body.get("messages"), "messages")):
         messages.extend(_message(message, f"messages[{number}]", options, losses))
-    out["messages"] = messages
+    out["messages"] = strict_system(messages, losses) if options.strict_system else messages
     if "tools" in body:
         tools = _tools(object_list(body["tools"], "tools"), losses)
         if tools:
@@ -217,6 +220,15 @@ def _user_part(block: JsonObject, where: str, options: ChatOptions, losses: Loss
         return {"type": "image_url", "image_url": {"url": url}}
     if kind == "document":
         return _document(block, where, options, losses)
+    if kind == "tool_reference":  # what Claude Code's tool search returns: the named tool becomes loadable
+        losses.add("tool_reference read as text (Chat has no tool search)")
+        return {"type": "text", "text": f"[tool reference: {text_of(block.get('tool_name'), where)}]"}
+    if kind == "search_result":
+        _block_extras(block, {"type", "source", "title", "content"}, losses)
+        texts = [text_of(b.get("text"), where) for b in object_list(block.get("content"), where)
+                 if b.get("type") == "text"]
+        return {"type": "text", "text": "\n".join([f"[search result: {block.get('title')} ({block.get('source')})]",
+                                                   *texts])}
     raise TranslationError(f"{where}: a user block of type {kind!r} cannot be translated")
 
 

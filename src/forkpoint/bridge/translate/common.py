@@ -59,3 +59,35 @@ def object_list(value: Any, where: str) -> list[JsonObject]:
 def dumps_arguments(value: Any) -> str:
     """Tool arguments as Chat carries them: compact JSON text, non-ASCII kept."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+#: how a system message that a strict chat template would refuse reads as a user message
+SYSTEM_AS_USER = "<system>\n{}\n</system>"
+
+
+def strict_system(messages: list[JsonObject], losses: Losses) -> list[JsonObject]:
+    """Messages for chat templates that take one system message, first (Qwen, Llama and others refuse a system
+    message anywhere else): the leading system messages are joined into one, later ones become user messages
+    with the text wrapped in ``<system>`` tags (listed)."""
+    leading = 0
+    while leading < len(messages) and messages[leading]["role"] == "system":
+        leading += 1
+    out: list[JsonObject] = []
+    if leading:
+        texts = [_plain(m["content"]) for m in messages[:leading]]
+        out.append({"role": "system", "content": "\n\n".join(texts)})
+        if leading > 1:
+            losses.add("leading system messages joined into one")
+    for message in messages[leading:]:
+        if message["role"] == "system":
+            losses.add("system message after the conversation began sent as a user message")
+            out.append({"role": "user", "content": SYSTEM_AS_USER.format(_plain(message["content"]))})
+        else:
+            out.append(message)
+    return out
+
+
+def _plain(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "\n".join(part["text"] for part in content)

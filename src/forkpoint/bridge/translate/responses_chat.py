@@ -31,6 +31,7 @@ from forkpoint.bridge.translate.common import (
     TranslationError,
     dumps_arguments,
     object_list,
+    strict_system,
     text_of,
 )
 
@@ -57,12 +58,14 @@ class ResponsesTranslated(Translated):
 class ResponsesChatOptions:
     """``images``: the upstream takes ``image_url`` parts; ``reasoning_field``: where reasoning goes in history;
     ``reasoning_effort``: send ``reasoning_effort`` (gpt-oss on vLLM reads it; some servers refuse unknown
-    fields); ``max_tokens_field``: ``max_tokens`` or ``max_completion_tokens``."""
+    fields); ``max_tokens_field``: ``max_tokens`` or ``max_completion_tokens``; ``strict_system``: one system
+    message, first (``common.strict_system``: Codex sends developer messages mid-conversation)."""
 
     images: bool = True
     reasoning_field: str = "reasoning_content"
     reasoning_effort: bool = True
     max_tokens_field: str = "max_tokens"
+    strict_system: bool = False
 
 
 class _Builder:
@@ -135,7 +138,7 @@ def responses_to_chat(body: JsonObject, options: ResponsesChatOptions = Response
     for number, item in enumerate(object_list(items, "input")):
         _item(item, f"input[{number}]", builder, custom)
     builder.flush()
-    out["messages"] = builder.messages
+    out["messages"] = strict_system(builder.messages, losses) if options.strict_system else builder.messages
     if tools:
         out["tools"] = tools
     if "tool_choice" in body and tools:  # Chat refuses a tool_choice without tools
