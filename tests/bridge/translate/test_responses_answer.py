@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from forkpoint.bridge.translate.common import DONE, TranslationError
-from forkpoint.bridge.translate.responses_answer import ChatToResponsesStream
+from forkpoint.bridge.translate.responses_answer import ChatToResponsesStream, chat_completion_to_responses
 from forkpoint.bridge.translate.responses_chat import responses_to_chat
 from forkpoint.testing.scripted_model import responses_sse_events
 
@@ -203,3 +203,23 @@ def test_answer_round_trips_through_the_next_request(reasoning: str, text: str, 
     if reasoning:
         expected["reasoning_content"] = reasoning
     assert chat["messages"] == [expected]
+
+
+def test_whole_completion_agrees_with_the_stream() -> None:
+    completion = {"id": "c", "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+        "role": "assistant", "content": "Patching.", "reasoning_content": "plan", "tool_calls": [
+            {"id": "call_a", "type": "function", "function": {"name": "exec_command",
+                                                              "arguments": json.dumps({"cmd": "ls"})}},
+            {"id": "call_b", "type": "function", "function": {"name": "apply_patch",
+                                                              "arguments": json.dumps({"input": PATCH})}}]}}],
+        "usage": usage_chunk()["usage"]}
+    response, losses = chat_completion_to_responses(completion, response_id="resp_1", model="m",
+                                                    custom_tools=frozenset({"apply_patch"}))
+    streamed = fold(run(full_answer(3)))
+    assert response["output"] == streamed["output"] and response["usage"] == streamed["usage"]
+    assert response["status"] == "completed" and losses == []
+    with pytest.raises(TranslationError):
+        chat_completion_to_responses({"choices": []}, response_id="r", model="m")
+    with pytest.raises(TranslationError):
+        chat_completion_to_responses({"choices": [{"message": {"content": "x"}, "finish_reason": "abort"}]},
+                                     response_id="r", model="m")

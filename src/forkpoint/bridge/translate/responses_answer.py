@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from typing import Literal
 
-from forkpoint.bridge.translate.common import JsonObject
+from forkpoint.bridge.translate.common import DONE, JsonObject, TranslationError
 from forkpoint.bridge.translate.responses_chat import CUSTOM_INPUT
 from forkpoint.bridge.translate.sequencer import BlockSequencer, Event, Kind, ToolCall
 from forkpoint.bridge.translate.usage import to_responses
@@ -149,3 +149,41 @@ class ChatToResponsesStream(BlockSequencer):
         response = {**self.envelope, "status": "failed", "output": self.output, "usage": to_responses(self.usage),
                     "error": {"code": "server_error", "message": message}}
         return [self._event("response.failed", {"response": response})]
+
+
+def completion_chunks(completion: JsonObject) -> list[JsonObject]:
+    """A whole Chat completion as the chunks a server would have streamed for it (one delta per field)."""
+    choices = completion.get("choices")
+    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
+        raise TranslationError("a completion without exactly one choice")
+    message = choices[0].get("message")
+    if not isinstance(message, dict):
+        raise TranslationError("a completion choice without a message")
+    deltas: list[JsonObject] = [{name: message[name]} for name in ("reasoning_content", "reasoning", "content",
+                                                                    "refusal") if message.get(name)]
+    calls = message.get("tool_calls") or []
+    if not isinstance(calls, list):
+        raise TranslationError("message tool_calls: expected a list")
+    deltas += [{"tool_calls": [{**call, "index": index}]} for index, call in enumerate(calls)
+               if isinstance(call, dict)]
+    finish = choices[0].get("finish_reason") or ("tool_calls" if calls else "stop")
+    chunks: list[JsonObject] = [{"choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+                                for delta in deltas]
+    chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+    if isinstance(completion.get("usage"), dict):
+        chunks.append({"choices": [], "usage": completion["usage"]})
+    return chunks
+
+
+def chat_completion_to_responses(completion: JsonObject, *, response_id: str, model: str,
+                                 custom_tools: frozenset[str] = frozenset()) -> tuple[JsonObject, list[str]]:
+    """A whole (non-streamed) Chat completion -> the Responses API response object, with what was lost (the same
+    translation as the stream's, so both forms agree)."""
+    stream = ChatToResponsesStream(response_id=response_id, model=model, custom_tools=custom_tools)
+    events = [event for chunk in completion_chunks(completion) for event in stream.feed(chunk)]
+    events += stream.feed(DONE)
+    name, data = events[-1]
+    if name == "response.failed":
+        raise TranslationError(str(data["response"]["error"]["message"]))
+    response: JsonObject = data["response"]
+    return response, stream.losses
