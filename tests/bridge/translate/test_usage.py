@@ -71,3 +71,10 @@ def test_anthropic_and_responses_shapes_round_trip(prompt: int, output: int, cac
     usage = Usage(input=prompt + cached, output=output, cached=cached)
     assert from_anthropic(to_anthropic(usage)) == usage
     assert from_responses(to_responses(usage)) == usage
+
+
+def test_cumulative_reports_of_one_call_merge() -> None:
+    start = from_anthropic({"input_tokens": 10, "cache_read_input_tokens": 90, "output_tokens": 1})
+    delta = from_anthropic({"output_tokens": 42})
+    assert start.merged(delta) == Usage(input=100, output=42, cached=90)
+    assert delta.merged(start) == start.merged(delta)

@@ -18,7 +18,10 @@ class TranslationError(ValueError):
 
 @dataclass(frozen=True)
 class Translated:
-    """A translated request body and what the translation could not carry over (for the run's metadata)."""
+    """A translated request body and what the translation could not carry over (for the run's metadata).
+
+    ``body`` shares the parts it did not change (tool schemas, long strings) with the source body instead of
+    copying them (a 2 MB request stays cheap): treat both as read-only; ``sampling.apply_pins`` copies."""
 
     body: JsonObject
     losses: tuple[str, ...]

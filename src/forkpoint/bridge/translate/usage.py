@@ -28,6 +28,12 @@ class Usage:
         return Usage(self.input + other.input, self.output + other.output, self.cached + other.cached,
                      self.reasoning + other.reasoning)
 
+    def merged(self, later: Usage) -> Usage:
+        """One call's usage from two of its cumulative reports (Anthropic's message_start then message_delta,
+        vLLM's usage on every chunk): each count is the larger, so a report that omits a count keeps it."""
+        return Usage(max(self.input, later.input), max(self.output, later.output), max(self.cached, later.cached),
+                     max(self.reasoning, later.reasoning))
+
     def as_json(self) -> dict[str, int]:
         return {"input_tokens": self.input, "output_tokens": self.output, "cached_tokens": self.cached,
                 "reasoning_tokens": self.reasoning}
