@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import json
+import typing
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from openai.types.responses import ResponseStreamEvent
 
 from forkpoint.bridge.translate.common import DONE, TranslationError
 from forkpoint.bridge.translate.responses_answer import ChatToResponsesStream, chat_completion_to_responses
@@ -98,7 +100,8 @@ def test_items_and_usage() -> None:
                     "arguments": '{"cmd": "ls"}', "call_id": "call_a"}
     assert patch == {"type": "custom_tool_call", "id": "ctc_resp_1_3", "status": "completed",
                      "name": "apply_patch", "input": PATCH, "call_id": "call_b"}
-    assert response["usage"] == {"input_tokens": 120, "input_tokens_details": {"cached_tokens": 100},
+    assert response["usage"] == {"input_tokens": 120, "input_tokens_details": {"cached_tokens": 100,
+                                                                               "cache_write_tokens": 0},
                                  "output_tokens": 30, "output_tokens_details": {"reasoning_tokens": 7},
                                  "total_tokens": 150}
 
@@ -109,8 +112,8 @@ def test_one_char_pieces_give_the_same_items(piece: int) -> None:
 
 
 def test_events_have_the_fields_scripted_model_sends_to_real_codex() -> None:
-    """Per event type, the same fields (and item fields) as ScriptedModel's Responses stream, which the Codex e2e
-    tests prove real Codex 0.149/0.171 accept."""
+    """Per event type, at least the fields (and item fields) of ScriptedModel's Responses stream, which the Codex
+    e2e tests prove real Codex 0.149/0.171 accept; the extra ones are what the openai types require (below)."""
     items = [{"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "plan"}],
               "encrypted_content": None},
              {"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
@@ -123,17 +126,41 @@ def test_events_have_the_fields_scripted_model_sends_to_real_codex() -> None:
                 "output": [], "usage": None}
     usage = {"input_tokens": 1, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 1,
              "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 2}
+    extra = {"logprobs", "tool_choice", "tools", "parallel_tool_calls"}
 
-    def shapes(events: list[tuple[str, dict[str, Any]]]) -> dict[str, set[tuple[str, ...]]]:
-        found: dict[str, set[tuple[str, ...]]] = {}
+    def shapes(events: list[tuple[str, dict[str, Any]]]) -> dict[str, set[tuple[frozenset[str], frozenset[str]]]]:
+        found: dict[str, set[tuple[frozenset[str], frozenset[str]]]] = {}
         for name, data in events:
-            keys = tuple(sorted(k for k in data if k not in ("type", "sequence_number")))
             item = data.get("item") or data.get("response")
-            found.setdefault(name, set()).add(keys + (("|", *sorted(item)) if isinstance(item, dict) else ()))
+            found.setdefault(name, set()).add((frozenset(data) - extra,
+                                               frozenset(item) - extra if isinstance(item, dict) else frozenset()))
         return found
 
-    expected = shapes(list(responses_sse_events(envelope, items, usage)))
-    assert shapes(run(full_answer(4))) == expected
+    served = [(name, {"type": name, "sequence_number": number, **data})  # as ScriptedModel writes them
+              for number, (name, data) in enumerate(responses_sse_events(envelope, items, usage))]
+    assert shapes(run(full_answer(4))) == shapes(served)
+
+
+def official_event_types() -> dict[str, Any]:
+    union = ResponseStreamEvent
+    if typing.get_origin(union) is typing.Annotated:
+        union = typing.get_args(union)[0]
+    return {typing.get_args(cls.model_fields["type"].annotation)[0]: cls for cls in typing.get_args(union)}
+
+
+def test_events_validate_against_the_openai_package_types() -> None:
+    types = official_event_types()
+    request = {"tool_choice": "auto", "tools": [], "parallel_tool_calls": True}
+    streams = [full_answer(3), [chunk({"content": "cut"}), chunk(finish="length"), DONE], [chunk({"content": "x"})]]
+    names = set()
+    for chunks in streams:
+        stream = ChatToResponsesStream(response_id="resp_1", model="m", custom_tools=frozenset({"apply_patch"}),
+                                       request=request)
+        for name, data in [e for c in chunks for e in stream.feed(c)] + stream.end():
+            types[name].model_validate(data)
+            names.add(name)
+    assert {"response.completed", "response.incomplete", "response.failed",
+            "response.custom_tool_call_input.done", "response.reasoning_summary_text.delta"} <= names
 
 
 def test_text_only_answer_and_empty_answer() -> None:

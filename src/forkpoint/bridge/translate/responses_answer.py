@@ -1,15 +1,17 @@
 """A Chat Completions answer -> the Responses API events Codex reads, streamed as it arrives.
 
 The event shapes are the ones ScriptedModel's Responses server sends (``forkpoint.testing.scripted_model``),
-which real Codex 0.149 and 0.171 accept end to end: ``response.created``, ``response.in_progress``, per output
-item ``response.output_item.added`` ... ``response.output_item.done``, ``response.completed`` with the output
-and usage. Every event carries ``type`` and a ``sequence_number`` counting from 0. Items: reasoning (from
-``reasoning_content``/``reasoning``) -> a ``reasoning`` item with one summary part
-(``response.reasoning_summary_*``; ``encrypted_content`` null); text -> a ``message`` item (``content_part``,
-``output_text.delta``/``done``); a tool call -> a ``function_call`` item (``function_call_arguments.delta``/
-``done``), or for a custom tool (Codex's freeform ``apply_patch``) a ``custom_tool_call`` item whose input is the
-call's one string argument: its JSON arguments are held until the call is complete (the raw text inside a JSON
-string cannot be streamed exactly before the string ends), then given in one ``custom_tool_call_input.delta``.
+which real Codex 0.149 and 0.171 accept end to end, plus the fields the ``openai`` package's event types require
+(``logprobs`` on text events; ``tool_choice``/``tools``/``parallel_tool_calls`` echoed in the response):
+``response.created``, ``response.in_progress``, per output item ``response.output_item.added`` ...
+``response.output_item.done``, ``response.completed`` with the output and usage. Every event carries ``type``
+and a ``sequence_number`` counting from 0. Items: reasoning (from ``reasoning_content``/``reasoning``) -> a
+``reasoning`` item with one summary part (``response.reasoning_summary_*``; ``encrypted_content`` null); text
+-> a ``message`` item (``content_part``, ``output_text.delta``/``done``); a tool call -> a ``function_call``
+item (``function_call_arguments.delta``/``done``), or for a custom tool (Codex's freeform ``apply_patch``) a
+``custom_tool_call`` item whose input is the call's one string argument: its JSON arguments are held until the
+call is complete (the raw text inside a JSON string cannot be streamed exactly before the string ends), then
+given in one ``custom_tool_call_input.delta``.
 
 ``length`` and ``content_filter`` finishes end as ``response.incomplete`` (``incomplete_details.reason``
 ``max_output_tokens`` / ``content_filter``); a server failure as ``response.failed``.
@@ -42,17 +44,25 @@ def custom_input(arguments: str, name: str, losses: list[str]) -> str:
     return arguments
 
 
+def echoed(request: JsonObject) -> JsonObject:
+    """The request settings a Responses API response repeats (the OpenAI SDK's ``Response`` requires them)."""
+    return {"tool_choice": request.get("tool_choice", "auto"), "tools": request.get("tools", []),
+            "parallel_tool_calls": request.get("parallel_tool_calls", True)}
+
+
 class ChatToResponsesStream(BlockSequencer):
     """One streamed answer's translation: ``feed`` each Chat chunk or ``DONE``, ``end`` when the body ends; each
     returns ``(event name, data)`` pairs (``data`` has ``type`` and ``sequence_number``) for
-    ``common.sse_event``. ``custom_tools`` names the tools whose calls go back as ``custom_tool_call``."""
+    ``common.sse_event``. ``custom_tools`` names the tools whose calls go back as ``custom_tool_call``;
+    ``request`` (the agent's Responses body) gives the settings the response repeats."""
 
     def __init__(self, *, response_id: str, model: str, custom_tools: frozenset[str] = frozenset(),
-                 created_at: int = 0) -> None:
+                 created_at: int = 0, request: JsonObject | None = None) -> None:
         super().__init__(id_prefix="call_fp_")
         self.custom_tools = custom_tools
         self.envelope: JsonObject = {"id": response_id, "object": "response", "created_at": created_at,
-                                     "status": "in_progress", "model": model, "output": [], "usage": None}
+                                     "status": "in_progress", "model": model, "output": [], "usage": None,
+                                     **echoed(request or {})}
         self.output: list[JsonObject] = []
         self._sequence = 0
         self._item: JsonObject = {}
@@ -91,7 +101,8 @@ class ChatToResponsesStream(BlockSequencer):
     def block_delta(self, kind: Literal["text", "reasoning"], text: str) -> list[Event]:
         self._text += text
         if kind == "text":
-            return [self._event("response.output_text.delta", {**self._where(), "content_index": 0, "delta": text})]
+            return [self._event("response.output_text.delta", {**self._where(), "content_index": 0, "delta": text,
+                                                               "logprobs": []})]
         return [self._event("response.reasoning_summary_text.delta", {**self._where(), "summary_index": 0,
                                                                       "delta": text})]
 
@@ -123,7 +134,8 @@ class ChatToResponsesStream(BlockSequencer):
         elif kind == "text":
             part = {"type": "output_text", "text": self._text, "annotations": []}
             done = {**self._item, "status": "completed", "content": [part]}
-            events = [self._event("response.output_text.done", {**where, "content_index": 0, "text": self._text}),
+            events = [self._event("response.output_text.done", {**where, "content_index": 0, "text": self._text,
+                                                                "logprobs": []}),
                       self._event("response.content_part.done", {**where, "content_index": 0, "part": part})]
         else:
             part = {"type": "summary_text", "text": self._text}
@@ -176,10 +188,12 @@ def completion_chunks(completion: JsonObject) -> list[JsonObject]:
 
 
 def chat_completion_to_responses(completion: JsonObject, *, response_id: str, model: str,
-                                 custom_tools: frozenset[str] = frozenset()) -> tuple[JsonObject, list[str]]:
+                                 custom_tools: frozenset[str] = frozenset(),
+                                 request: JsonObject | None = None) -> tuple[JsonObject, list[str]]:
     """A whole (non-streamed) Chat completion -> the Responses API response object, with what was lost (the same
     translation as the stream's, so both forms agree)."""
-    stream = ChatToResponsesStream(response_id=response_id, model=model, custom_tools=custom_tools)
+    stream = ChatToResponsesStream(response_id=response_id, model=model, custom_tools=custom_tools,
+                                   request=request)
     events = [event for chunk in completion_chunks(completion) for event in stream.feed(chunk)]
     events += stream.feed(DONE)
     name, data = events[-1]

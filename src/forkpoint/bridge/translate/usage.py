@@ -86,7 +86,9 @@ def to_anthropic(usage: Usage) -> dict[str, int]:
 
 
 def to_responses(usage: Usage) -> dict[str, Any]:
-    """The Responses API ``usage`` for a normalised record."""
-    return {"input_tokens": usage.input, "input_tokens_details": {"cached_tokens": usage.cached},
+    """The Responses API ``usage`` for a normalised record (cache writes are not tracked: 0, a field the openai
+    package's ``ResponseUsage`` requires)."""
+    return {"input_tokens": usage.input, "input_tokens_details": {"cached_tokens": usage.cached,
+                                                                  "cache_write_tokens": 0},
             "output_tokens": usage.output, "output_tokens_details": {"reasoning_tokens": usage.reasoning},
             "total_tokens": usage.input + usage.output}
