@@ -193,7 +193,8 @@ def test_tools_tool_choice_and_parameters(chat_request_valid: Check) -> None:
     ({"type": "auto"}, "auto"), ({"type": "none"}, "none"), ({"type": "any"}, "required"),
     ({"type": "tool", "name": "Bash"}, {"type": "function", "function": {"name": "Bash"}})])
 def test_tool_choice(choice: dict[str, Any], expected: Any) -> None:
-    assert anthropic_to_chat(body(user(text("x")), tool_choice=choice)).body["tool_choice"] == expected
+    tools = [{"name": "Bash", "input_schema": {"type": "object"}}]
+    assert anthropic_to_chat(body(user(text("x")), tool_choice=choice, tools=tools)).body["tool_choice"] == expected
 
 
 def test_max_tokens_field_is_configurable() -> None:
@@ -242,3 +243,10 @@ def test_tool_references_and_search_results_in_tool_results() -> None:
     translated = anthropic_to_chat(source)
     assert translated.body["messages"][1]["content"] == "[tool reference: WebFetch]\n[search result: A (https://a)]\nhit"
     assert "tool_reference read as text (Chat has no tool search)" in translated.losses
+
+
+def test_tool_choice_without_tools_is_not_sent() -> None:
+    translated = anthropic_to_chat(body(user(text("x")), tool_choice={"type": "any"},
+                                        tools=[{"type": "web_search_20250305", "name": "web_search"}]))
+    assert "tool_choice" not in translated.body and "tools" not in translated.body
+    assert "tool_choice dropped (no tools left to choose)" in translated.losses

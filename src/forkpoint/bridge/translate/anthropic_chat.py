@@ -71,7 +71,11 @@ def anthropic_to_chat(body: JsonObject, options: ChatOptions = ChatOptions()) ->
         if tools:
             out["tools"] = tools
     if "tool_choice" in body:
-        out.update(_tool_choice(body["tool_choice"], losses))
+        choice = _tool_choice(body["tool_choice"], losses)
+        if "tools" in out:
+            out.update(choice)
+        elif choice.get("tool_choice") != "none":  # Chat refuses a tool_choice without tools
+            losses.add("tool_choice dropped (no tools left to choose)")
     if "stop_sequences" in body:
         out["stop"] = _stop(body["stop_sequences"])
     if "max_tokens" in body:
