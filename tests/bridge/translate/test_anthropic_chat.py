@@ -47,7 +47,9 @@ def test_real_claude_requests_translate_to_valid_chat(path: Path, chat_request_v
     assert chat["model"] == source["model"] and chat["max_tokens"] == source["max_tokens"]
     assert chat["stream"] is True
     # the system blocks become the first message, in order
-    assert chat["messages"][0] == {"role": "system", "content": "\n\n".join(b["text"] for b in source["system"])}
+    assert source["system"][0]["text"].startswith("x-anthropic-billing-header:")
+    assert chat["messages"][0] == {"role": "system", "content": "\n\n".join(b["text"] for b in source["system"][1:])}
+    assert "Claude Code's billing header system block dropped" in translated.losses
     # every tool_use id comes back as a tool_call id, every tool_result as a tool message, in order
     uses = [b["id"] for m in source["messages"] if isinstance(m["content"], list) for b in m["content"]
             if b["type"] == "tool_use"]

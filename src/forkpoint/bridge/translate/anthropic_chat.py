@@ -34,6 +34,8 @@ from forkpoint.bridge.translate.common import (
 
 #: how a failed tool result reads on Chat, which has no error flag
 TOOL_ERROR_MARK = "[tool error]\n"
+#: how Claude Code's first system block starts: attribution for Anthropic's API, not an instruction to the model
+BILLING_HEADER = "x-anthropic-billing-header:"
 #: top-level request fields dropped (reported) because Chat has no counterpart
 DROPPED_FIELDS = ("metadata", "thinking", "context_management", "output_config", "top_k", "service_tier",
                   "container", "mcp_servers")
@@ -106,7 +108,11 @@ def _system_text(system: Any, losses: Losses, where: str) -> str:
         if block.get("type") != "text":
             raise TranslationError(f"{where}[{number}]: a system block of type {block.get('type')!r}")
         _block_extras(block, {"type", "text"}, losses)
-        parts.append(text_of(block.get("text"), f"{where}[{number}].text"))
+        value = text_of(block.get("text"), f"{where}[{number}].text")
+        if value.startswith(BILLING_HEADER):
+            losses.add("Claude Code's billing header system block dropped")
+            continue
+        parts.append(value)
     return "\n\n".join(parts)
 
 
