@@ -315,3 +315,16 @@ def test_usage_on_every_chunk_counts_the_last() -> None:
     message = fold(run([with_usage({"content": "a"}, None, 1), with_usage({"content": "b"}, None, 2),
                         with_usage(None, "stop", 3), DONE])[0])
     assert message["usage"]["output_tokens"] == 3 and message["content"] == [{"type": "text", "text": "ab"}]
+
+
+def test_a_name_after_the_first_arguments_and_calls_without_index() -> None:
+    """Arguments held until the call has a name; calls without ``index`` (Gemini-style proxies) keyed by id."""
+    chunks = [chunk({"tool_calls": [{"index": 0, "id": "a", "function": {"arguments": '{"x"'}}]}),
+              chunk({"tool_calls": [{"index": 0, "function": {"name": "Bash", "arguments": ": 1}"}}]}),
+              chunk({"tool_calls": [{"id": "b", "function": {"name": "Read", "arguments": '{"y": 2}'}}]}),
+              chunk({"tool_calls": [{"id": "c", "function": {"name": "Edit", "arguments": "{"}}]}),
+              chunk({"tool_calls": [{"function": {"arguments": "}"}}]}),
+              chunk(finish="tool_calls"), DONE]
+    message = fold(run(chunks)[0])
+    assert [(b["id"], b["name"], b["input"]) for b in message["content"]] == [
+        ("a", "Bash", {"x": 1}), ("b", "Read", {"y": 2}), ("c", "Edit", {})]
