@@ -120,6 +120,10 @@ class BlockSequencer(ABC):
         """The upstream's body ended (some servers send no ``[DONE]``): complete or fail the answer."""
         return [] if self.done else self._begin() + self._complete()
 
+    def abort(self, message: str) -> list[Event]:
+        """End the answer as failed now (an unreadable upstream stream): the events that say so, once."""
+        return [] if self.done else self._begin() + self._fail(message)
+
     def _begin(self) -> list[Event]:
         if self.started:
             return []

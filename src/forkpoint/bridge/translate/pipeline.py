@@ -1,0 +1,134 @@
+"""The translating upstream's pure core, bytes in and bytes out, for the bridge's I/O shell to drive.
+
+Request side: ``prepare`` translates a validated Anthropic or Responses body into the Chat body to POST and
+applies the sampling pins to it (pins land on the body that leaves the bridge). Answer side: ``AnswerStream``
+takes the upstream's SSE bytes as they arrive and returns the agent's SSE bytes for them (``feed``), then the
+rest at the end of the body (``close``); ``whole_answer`` does the same for a non-streamed completion. The shell
+writes whatever comes back at once, so translation adds no buffering beyond what ``anthropic_answer`` and
+``responses_answer`` describe. An unreadable upstream stream ends the answer with the protocol's failure event
+and sets ``error`` (after the first byte the run fails as retryable, like a broken pass-through stream).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Literal
+
+from forkpoint.bridge.translate.anthropic_answer import ChatToAnthropicStream, chat_completion_to_anthropic
+from forkpoint.bridge.translate.anthropic_chat import ChatOptions, anthropic_to_chat
+from forkpoint.bridge.translate.chat_stream import MAX_EVENT_BYTES, SSEDecoder
+from forkpoint.bridge.translate.common import JsonObject, TranslationError, sse_event
+from forkpoint.bridge.translate.responses_answer import ChatToResponsesStream, chat_completion_to_responses
+from forkpoint.bridge.translate.responses_chat import ResponsesChatOptions, responses_to_chat
+from forkpoint.bridge.translate.sampling import Change, SamplingPins, apply_pins
+from forkpoint.bridge.translate.usage import Usage
+
+AgentProtocol = Literal["anthropic", "openai-responses"]
+NO_PINS = SamplingPins()
+ANTHROPIC_DEFAULTS = ChatOptions()
+RESPONSES_DEFAULTS = ResponsesChatOptions()
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The Chat body to send and what the bridge records about it (``losses``, pin ``changes``)."""
+
+    protocol: AgentProtocol
+    agent_body: JsonObject
+    body: JsonObject
+    losses: tuple[str, ...]
+    changes: tuple[Change, ...]
+    custom_tools: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def stream(self) -> bool:
+        return self.body.get("stream") is True
+
+    @property
+    def model(self) -> str:
+        return str(self.body["model"])
+
+
+def prepare(protocol: AgentProtocol, agent_body: JsonObject, pins: SamplingPins = NO_PINS, *,
+            anthropic_options: ChatOptions = ANTHROPIC_DEFAULTS,
+            responses_options: ResponsesChatOptions = RESPONSES_DEFAULTS) -> Prepared:
+    """Translate a validated agent body to Chat and pin it. Raises ``TranslationError`` (refuse the request: it
+    cannot be carried without silent loss) or ``sampling.UnsupportedPin``."""
+    if protocol == "anthropic":
+        translated = anthropic_to_chat(agent_body, anthropic_options)
+        custom: frozenset[str] = frozenset()
+    else:
+        responses = responses_to_chat(agent_body, responses_options)
+        translated, custom = responses, responses.custom_tools
+    body, changes = apply_pins("openai-chat", translated.body, pins)
+    return Prepared(protocol, agent_body, body, translated.losses, tuple(changes), custom)
+
+
+class AnswerStream:
+    """One streamed answer: upstream Chat SSE bytes -> the agent's SSE bytes."""
+
+    def __init__(self, prepared: Prepared, *, answer_id: str, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        self.decoder = SSEDecoder(max_event_bytes)
+        self.translator: ChatToAnthropicStream | ChatToResponsesStream
+        if prepared.protocol == "anthropic":
+            self.translator = ChatToAnthropicStream(message_id=answer_id, model=prepared.model)
+        else:
+            self.translator = ChatToResponsesStream(response_id=answer_id, model=prepared.model,
+                                                    custom_tools=prepared.custom_tools, request=prepared.agent_body)
+        self.error: str | None = None
+
+    @property
+    def usage(self) -> Usage:
+        return self.translator.usage
+
+    @property
+    def losses(self) -> list[str]:
+        return self.translator.losses
+
+    @property
+    def done(self) -> bool:
+        return self.translator.done
+
+    def feed(self, data: bytes) -> bytes:
+        try:
+            events = [event for payload in self.decoder.feed(data) if not self.translator.done
+                      for event in self.translator.feed(payload)]
+        except TranslationError as error:
+            return self._abort(str(error))
+        return b"".join(sse_event(name, event) for name, event in events)
+
+    def close(self) -> bytes:
+        """The upstream body ended: the last events (or the failure, if the answer never finished)."""
+        try:
+            events = [event for payload in self.decoder.close() if not self.translator.done
+                      for event in self.translator.feed(payload)]
+            events += self.translator.end()
+        except TranslationError as error:
+            return self._abort(str(error))
+        if self.translator.done and events and events[-1][0] in ("error", "response.failed"):
+            self.error = self.error or _failure_message(events[-1][1])
+        return b"".join(sse_event(name, event) for name, event in events)
+
+    def _abort(self, message: str) -> bytes:
+        self.error = f"the model server's answer could not be translated: {message}"
+        return b"".join(sse_event(name, event) for name, event in self.translator.abort(self.error))
+
+
+def _failure_message(data: JsonObject) -> str:
+    error = data.get("error") or data.get("response", {}).get("error") or {}
+    return str(error.get("message", "the answer failed")) if isinstance(error, dict) else str(error)
+
+
+def whole_answer(prepared: Prepared, completion: bytes, *, answer_id: str) -> tuple[JsonObject, list[str]]:
+    """A non-streamed Chat completion (the upstream's JSON body) -> the agent's JSON answer and its losses."""
+    try:
+        value = json.loads(completion)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise TranslationError(f"a completion that is not JSON: {error}") from error
+    if not isinstance(value, dict):
+        raise TranslationError("a completion that is not a JSON object")
+    if prepared.protocol == "anthropic":
+        return chat_completion_to_anthropic(value, message_id=answer_id, model=prepared.model)
+    return chat_completion_to_responses(value, response_id=answer_id, model=prepared.model,
+                                        custom_tools=prepared.custom_tools, request=prepared.agent_body)
