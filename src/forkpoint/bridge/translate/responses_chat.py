@@ -165,6 +165,8 @@ def responses_to_chat(body: JsonObject, options: ResponsesChatOptions = Response
 
 def _item(item: JsonObject, where: str, builder: _Builder, custom: set[str]) -> None:
     kind = item.get("type", "message")
+    if not isinstance(kind, str):
+        raise TranslationError(f"{where}: an item type that is not a string")
     for key in item:
         if key == "internal_chat_message_metadata_passthrough":
             builder.losses.add("item metadata passthrough dropped")
