@@ -177,11 +177,13 @@ class SSEDecoder:
         self._size = 0
 
     def feed(self, data: bytes) -> list[JsonObject | Done]:
-        self._buffer += data
+        buffer = self._buffer + data
         out: list[JsonObject | Done] = []
-        while (end := self._buffer.find(b"\n")) != -1:
-            line, self._buffer = self._buffer[:end].rstrip(b"\r"), self._buffer[end + 1:]
-            out.extend(self._line(line))
+        start = 0  # lines are cut by offset: a large chunk of many small events is read in one pass
+        while (end := buffer.find(b"\n", start)) != -1:
+            out.extend(self._line(buffer[start:end].rstrip(b"\r")))
+            start = end + 1
+        self._buffer = buffer[start:]
         if len(self._buffer) + self._size > self.max_event_bytes:
             raise TranslationError(f"an SSE event over {self.max_event_bytes} bytes")
         return out
