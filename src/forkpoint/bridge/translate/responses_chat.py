@@ -43,7 +43,6 @@ DROPPED_FIELDS = ("store", "include", "prompt_cache_key", "client_metadata", "se
 HANDLED_FIELDS = frozenset({"model", "instructions", "input", "tools", "tool_choice", "parallel_tool_calls",
                             "max_output_tokens", "reasoning", "text", "temperature", "top_p", "stream"})
 REFUSED_FIELDS = ("previous_response_id", "conversation", "prompt")
-ASSISTANT_ITEMS = frozenset({"function_call", "custom_tool_call", "local_shell_call", "reasoning"})
 OUTPUT_ITEMS = frozenset({"function_call_output", "custom_tool_call_output", "local_shell_call_output"})
 
 
