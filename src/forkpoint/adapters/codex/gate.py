@@ -43,6 +43,7 @@ from forkpoint.adapters.codex.envelope import (
     project,
 )
 from forkpoint.bridge.gate import (
+    Gate,
     Refusal,
     Verdict,
     checked,
@@ -262,7 +263,7 @@ def _describe(digest: ItemDigest) -> str:
     return digest.kind
 
 
-class CodexGate:
+class CodexGate(Gate):
     """OpenAI Responses requests from a resumed Codex (envelope profiles per verified version).
 
     Codex POSTs ``<provider base_url>/responses``; forkpoint's base_url is ``<bridge>/v1``, so the route under

@@ -16,6 +16,7 @@ from forkpoint.adapters.mini_swe_agent.gate import ExpectedChat, MiniChatGate
 from forkpoint.adapters.mini_swe_agent.parse import AGENT, MiniNative, parse_trajectory
 from forkpoint.adapters.mini_swe_agent.runner import BRIDGE_KEY, RunnerSession
 from forkpoint.adapters.mini_swe_agent.tools import LOG_NAME, open_session
+from forkpoint.bridge.protocols import make_upstream
 from forkpoint.bridge.server import Bridge
 from forkpoint.bridge.upstream import Upstream
 from forkpoint.errors import ErrorKind, ReplayError, classify_continuation_output
@@ -29,14 +30,7 @@ LIMIT_EXITS = frozenset({"LimitsExceeded", "StepLimitExceeded"})
 
 
 def _upstream(settings: ContinueSettings) -> Upstream:
-    from forkpoint.bridge import upstream as upstreams
-
-    if settings.upstream == "stub":
-        return upstreams.ChatStubUpstream()
-    if not settings.upstream_key:
-        raise ReplayError(ErrorKind.CONFIGURATION, "the openai-chat upstream needs OPENAI_API_KEY in forkpoint's "
-                                                   "environment (or use --upstream stub)")
-    return upstreams.OpenAIChatUpstream(settings.upstream_url or "https://api.openai.com/v1", settings.upstream_key)
+    return make_upstream("openai-chat", settings.upstream, settings.upstream_url, settings.upstream_key)
 
 
 def step_limit(native: MiniNative, prefix_calls: int, remaining: int | None) -> int:

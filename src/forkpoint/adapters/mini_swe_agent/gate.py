@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from forkpoint.bridge.gate import Refusal, Verdict, checked, open_request
+from forkpoint.bridge.gate import Gate, Refusal, Verdict, checked, open_request
 from forkpoint.hashing import canonical_sha256
 from forkpoint.model import JsonObject
 
@@ -106,7 +106,7 @@ def compare(expected: ExpectedChat, body: Any, *, first: bool, facts: JsonObject
     return request
 
 
-class MiniChatGate:
+class MiniChatGate(Gate):
     """Chat Completions requests from a continued mini-swe-agent (1.x and 2.x)."""
 
     name = "openai-chat"

@@ -28,6 +28,7 @@ from forkpoint.adapters.opencode.envelope import (
     project_request_message,
 )
 from forkpoint.bridge.gate import (
+    Gate,
     Refusal,
     Verdict,
     checked,
@@ -112,7 +113,7 @@ def _compare(expected: OpenCodeExpectedPrefix, conversation: list[JsonObject]) -
         raise Refusal("the canonical prefix hash differs from the rebuilt session")
 
 
-class OpenCodeGate:
+class OpenCodeGate(Gate):
     """OpenAI Chat Completions requests from a resumed OpenCode (``@ai-sdk/openai-compatible`` provider)."""
 
     name = "openai-chat"

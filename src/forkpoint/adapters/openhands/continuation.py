@@ -19,6 +19,7 @@ from forkpoint.adapters.openhands.gate import OpenHandsGate
 from forkpoint.adapters.openhands.launch import BRIDGE_KEY_ENV, run_runner, work_dir
 from forkpoint.adapters.openhands.parse import parse_events
 from forkpoint.adapters.openhands.session import replay_input, replayed_action_count, write_events
+from forkpoint.bridge.protocols import make_upstream
 from forkpoint.bridge.server import Bridge
 from forkpoint.bridge.upstream import Upstream
 from forkpoint.errors import ErrorKind, ReplayError, classify_continuation_output
@@ -141,14 +142,7 @@ def continue_events(
 
 
 def _upstream(settings: ContinueSettings) -> Upstream:
-    from forkpoint.bridge import upstream as upstreams
-
-    if settings.upstream == "stub":
-        return upstreams.ChatStubUpstream()
-    if not settings.upstream_key:
-        raise ReplayError(ErrorKind.CONFIGURATION, "the openai-chat upstream needs OPENAI_API_KEY in forkpoint's "
-                                                   "environment (or use --upstream stub)")
-    return upstreams.OpenAIChatUpstream(settings.upstream_url or "https://api.openai.com/v1", settings.upstream_key)
+    return make_upstream("openai-chat", settings.upstream, settings.upstream_url, settings.upstream_key)
 
 
 __all__ = ["continue_events"]

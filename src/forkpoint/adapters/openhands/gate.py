@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from forkpoint.adapters.openhands.expected import ExpectedConversation, project
-from forkpoint.bridge.gate import Refusal, Verdict, checked, open_request
+from forkpoint.bridge.gate import Gate, Refusal, Verdict, checked, open_request
 from forkpoint.hashing import canonical_sha256
 from forkpoint.model import JsonObject
 
@@ -52,7 +52,7 @@ def _explain(want: JsonObject, got: JsonObject) -> str:
     return "it differs outside the compared fields"
 
 
-class OpenHandsGate:
+class OpenHandsGate(Gate):
     """Chat Completions requests of a continued OpenHands (litellm POSTs ``<base_url>/chat/completions``)."""
 
     name = "openai-chat"

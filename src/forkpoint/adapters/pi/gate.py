@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from forkpoint.bridge.gate import Refusal, Verdict, checked, open_request, refuse_nonce_in
+from forkpoint.bridge.gate import Gate, Refusal, Verdict, checked, open_request, refuse_nonce_in
 from forkpoint.hashing import canonical_sha256
 from forkpoint.model import JsonObject
 
@@ -250,7 +250,7 @@ def _compare(expected: PiExpectedPrefix, projected: list[JsonObject], offset: in
         raise Refusal(f"boundary tool results differ: expected {list(expected.boundary_call_ids)}, got {boundary}")
 
 
-class PiGate:
+class PiGate(Gate):
     """Chat Completions requests from Pi's SDK continuation (``<bridge>/v1`` + ``/chat/completions``)."""
 
     name = "openai-chat"
