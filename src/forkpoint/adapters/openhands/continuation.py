@@ -14,12 +14,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from forkpoint.adapters.openhands.expected import ExpectedConversation, PrefixError, expected_messages
-from forkpoint.adapters.openhands.gate import OpenHandsGate
+from forkpoint.adapters.openhands.expected import PrefixError, expected_messages
+from forkpoint.adapters.openhands.gate import PROFILE
 from forkpoint.adapters.openhands.launch import BRIDGE_KEY_ENV, run_runner, work_dir
 from forkpoint.adapters.openhands.parse import parse_events
 from forkpoint.adapters.openhands.session import replay_input, replayed_action_count, write_events
 from forkpoint.bridge.protocols import make_upstream
+from forkpoint.bridge.protocols.openai_chat import ChatGate, ExpectedChat
 from forkpoint.bridge.server import Bridge
 from forkpoint.bridge.upstream import Upstream
 from forkpoint.errors import ErrorKind, ReplayError, classify_continuation_output
@@ -70,7 +71,7 @@ def continue_events(
         messages = expected_messages(events)
         if prompt is not None:
             messages.append({"role": "user", "text": prompt})
-        expected = ExpectedConversation.of(plan.profile, messages)
+        expected = ExpectedChat.of(plan.profile, messages)
     except PrefixError as error:
         raise ReplayError(ErrorKind.CONTINUATION, f"cannot build the expected first request: {error}") from None
     work = work_dir(context)
@@ -83,7 +84,7 @@ def continue_events(
     saved = work / "continued-trajectory.json"
     live = settings.remaining_steps if settings.remaining_steps is not None else DEFAULT_LIVE_STEPS
     replayed = replayed_action_count(replay) + (1 if prompt is not None else 0)
-    bridge = Bridge(OpenHandsGate(expected), _upstream(settings), log_path=context.state_dir / "bridge-log.jsonl",
+    bridge = Bridge(ChatGate(PROFILE, expected), _upstream(settings), log_path=context.state_dir / "bridge-log.jsonl",
                     max_model_requests=settings.remaining_steps)
     with bridge:
         request: dict[str, Any] = {

@@ -15,11 +15,12 @@ from typing import Any
 
 import orjson
 
-from forkpoint.adapters.pi.gate import PiGate, expected_prefix
+from forkpoint.adapters.pi.gate import PROFILE, expected_prefix
 from forkpoint.adapters.pi.parse import DEFAULT_TOOLS, PiNative, dumps, model_turns, parse_pi
 from forkpoint.adapters.pi.runtime import from_entrypoint
 from forkpoint.adapters.pi.tools import tool_environment
 from forkpoint.bridge.protocols import make_upstream
+from forkpoint.bridge.protocols.openai_chat import ChatGate
 from forkpoint.bridge.server import Bridge
 from forkpoint.bridge.upstream import Upstream
 from forkpoint.errors import ErrorKind, ReplayError, classify_continuation_output, unsupported_version
@@ -101,7 +102,7 @@ def continue_session(plan: Plan, prefix: NativePrefix, context: RunContext,
     events_path = events_dir / "events.jsonl"
     events_path.unlink(missing_ok=True)
     remaining = settings.remaining_steps
-    bridge = Bridge(PiGate(expected, boundary_prompt), _upstream(settings),
+    bridge = Bridge(ChatGate(PROFILE, expected, boundary_prompt), _upstream(settings),
                     log_path=context.state_dir / "bridge-log.jsonl", max_model_requests=remaining)
     with bridge:
         _write_home(home, home_agent / "models.json", orjson.dumps(models_json(bridge.base_url, provider, model)))
