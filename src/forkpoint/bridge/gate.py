@@ -16,7 +16,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from forkpoint.hashing import count_text
 
@@ -50,6 +50,7 @@ class Profiled(Protocol):
 
 
 P = TypeVar("P", bound=Profiled)
+E = TypeVar("E", bound=Profiled)
 
 
 def verified_profile(profiles: Mapping[str, P], version: str, profile: str, agent: str) -> P:
@@ -132,3 +133,23 @@ class Gate(ABC):
     def auxiliary(self, body: Any) -> Verdict | None:
         """The verdict on a helper (non-step) request, or None when ``body`` is a model request."""
         return None
+
+
+class PrefixGate(Gate, Generic[E]):
+    """A gate that checks every request against one expected prefix (``E``: an agent's manifest) with one
+    ``clean(body, first, facts) -> cleaned body`` that raises Refusal; the boundary prompt, when configured, takes
+    the resume nonce's place."""
+
+    def __init__(self, expected: E, boundary_prompt: str | None = None) -> None:
+        self.expected = expected
+        self.boundary_prompt = boundary_prompt
+
+    def first(self, body: Any) -> Verdict:
+        return checked(self.expected.profile, True, lambda facts: self.clean(body, True, facts))
+
+    def later(self, body: Any) -> Verdict:
+        return checked(self.expected.profile, False, lambda facts: self.clean(body, False, facts))
+
+    @abstractmethod
+    def clean(self, body: Any, first: bool, facts: JsonObject) -> JsonObject:
+        """The cleaned body to forward; raises Refusal (the facts gathered so far stay in the verdict)."""

@@ -50,10 +50,9 @@ from forkpoint.adapters.claude_code.envelope import (
     project_indexed,
 )
 from forkpoint.bridge.gate import (
-    Gate,
+    PrefixGate,
     Refusal,
     Verdict,
-    checked,
     nonce_position,
     open_request,
     refuse_nonce_in,
@@ -69,14 +68,12 @@ SYSTEM_FACT_CHARS = 40
 
 def clean_first_request(expected: ExpectedPrefix, body: Any, boundary_prompt: str | None = None) -> Verdict:
     """The first model request: it must end exactly at the boundary tool results (plus the boundary prompt)."""
-    return checked(expected.profile, True,
-                   lambda facts: _clean(expected, body, boundary_prompt, first=True, facts=facts))
+    return ClaudeGate(expected, boundary_prompt).first(body)
 
 
 def clean_later_request(expected: ExpectedPrefix, body: Any, boundary_prompt: str | None) -> Verdict:
     """A later request: the same prefix and envelope, followed by the real continuation (kept)."""
-    return checked(expected.profile, False,
-                   lambda facts: _clean(expected, body, boundary_prompt, first=False, facts=facts))
+    return ClaudeGate(expected, boundary_prompt).later(body)
 
 
 def _clean(expected: ExpectedPrefix, body: Any, boundary_prompt: str | None, *, first: bool,
@@ -265,18 +262,11 @@ def _describe(block: BlockDigest) -> str:
     return block.type
 
 
-class ClaudeGate(Gate):
+class ClaudeGate(PrefixGate[ExpectedPrefix]):
     """Anthropic Messages requests from a resumed Claude Code (envelope profiles per verified version)."""
 
     name = "anthropic-messages"
     model_routes = frozenset({"/v1/messages"})
 
-    def __init__(self, expected: ExpectedPrefix, boundary_prompt: str | None = None) -> None:
-        self.expected = expected
-        self.boundary_prompt = boundary_prompt
-
-    def first(self, body: Any) -> Verdict:
-        return clean_first_request(self.expected, body, self.boundary_prompt)
-
-    def later(self, body: Any) -> Verdict:
-        return clean_later_request(self.expected, body, self.boundary_prompt)
+    def clean(self, body: Any, first: bool, facts: JsonObject) -> JsonObject:
+        return _clean(self.expected, body, self.boundary_prompt, first=first, facts=facts)

@@ -36,7 +36,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from forkpoint.bridge.gate import Gate, Refusal, Verdict, checked, nonce_position, open_request, refuse_nonce_in
+from forkpoint.bridge.gate import PrefixGate, Refusal, Verdict, checked, nonce_position, open_request, refuse_nonce_in
 from forkpoint.bridge.protocols.openai import OpenAIUpstream, model_of
 from forkpoint.bridge.upstream import CHUNK, JsonObject, LocalStub, Sent, sse_event, stream_events
 from forkpoint.hashing import canonical_sha256, count_text
@@ -325,23 +325,16 @@ def compare(expected: ExpectedChat, conversation: Sequence[Any], offset: int, *,
         raise Refusal("the canonical prefix hash differs from the rebuilt prefix")
 
 
-class ChatGate(Gate):
+class ChatGate(PrefixGate[ExpectedChat]):
     """Chat Completions requests from a resumed agent, checked against ``expected`` with the agent's profile."""
 
     name = "openai-chat"
     model_routes = ROUTES
 
     def __init__(self, profile: ChatProfile, expected: ExpectedChat, boundary_prompt: str | None = None) -> None:
+        super().__init__(expected, boundary_prompt)
         self.profile = profile
-        self.expected = expected
-        self.boundary_prompt = boundary_prompt
         self._system: str | None = None  # the fingerprint of the first request's system message
-
-    def first(self, body: Any) -> Verdict:
-        return checked(self.expected.profile, True, lambda facts: self._clean(body, True, facts))
-
-    def later(self, body: Any) -> Verdict:
-        return checked(self.expected.profile, False, lambda facts: self._clean(body, False, facts))
 
     def auxiliary(self, body: Any) -> Verdict | None:
         """With ``helpers_without_tools``: a request without tools is forwarded unchanged unless it carries the
@@ -357,7 +350,7 @@ class ChatGate(Gate):
 
         return checked(self.expected.profile, False, clean)
 
-    def _clean(self, body: Any, first: bool, facts: JsonObject) -> JsonObject:
+    def clean(self, body: Any, first: bool, facts: JsonObject) -> JsonObject:
         profile, expected, prompt = self.profile, self.expected, self.boundary_prompt
         if profile.verified is not None and expected.profile not in profile.verified:
             raise Refusal(f"no verified resume envelope profile {expected.profile!r} for {profile.agent}")
