@@ -33,7 +33,7 @@ from forkpoint.bridge.server import Bridge
 from forkpoint.hashing import make_nonce
 from forkpoint.testing import ScriptedModel, text, tool_use
 
-REQUESTS = Path(__file__).parents[1] / "fixtures" / "codex" / "requests"
+REQUESTS = Path(__file__).parents[2] / "fixtures" / "codex" / "requests"
 VERSIONS = ("0.149.0", "0.171.0")
 UPSTREAM_KEY = "sk-upstream-test-key-0002"
 AGENT_HEADERS = {"content-type": "application/json", "accept": "text/event-stream", "authorization": "Bearer dummy",
