@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 
 from forkpoint.adapters.claude_code.envelope import expected_prefix
+from forkpoint.adapters.claude_code.gate import ClaudeGate
+from forkpoint.bridge.protocols.anthropic import AnthropicUpstream
 from forkpoint.bridge.server import Bridge
-from forkpoint.bridge.upstream import AnthropicUpstream
 
 #: as long as a real Anthropic key (108 characters): the relay's redaction works per chunk on the key's length
 UPSTREAM_KEY = "sk-ant-api03-" + "Bench0Key1Of2Realistic3Length4" * 3 + "Bench"
@@ -25,7 +26,7 @@ def main() -> None:
     meta = json.loads((case / "meta.json").read_text("utf-8"))
     records = [json.loads(line) for line in (case / "session.jsonl").read_text("utf-8").splitlines()]
     expected = expected_prefix(records, meta["nonce"], meta["version"])
-    with Bridge(expected, AnthropicUpstream(upstream_url, UPSTREAM_KEY)) as bridge:
+    with Bridge(ClaudeGate(expected), AnthropicUpstream(upstream_url, UPSTREAM_KEY)) as bridge:
         print(bridge.base_url, flush=True)
         sys.stdin.read()
         summary = bridge.finish()

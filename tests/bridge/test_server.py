@@ -24,9 +24,9 @@ import pytest
 from aiohttp import web
 
 from forkpoint.adapters.claude_code.envelope import ExpectedPrefix, expected_prefix
-from forkpoint.bridge.gate import clean_first_request
+from forkpoint.adapters.claude_code.gate import ClaudeGate, clean_first_request
+from forkpoint.bridge.protocols.anthropic import AnthropicStubUpstream, AnthropicUpstream
 from forkpoint.bridge.server import Bridge
-from forkpoint.bridge.upstream import AnthropicUpstream, StubUpstream
 from forkpoint.errors import ErrorKind
 from forkpoint.testing import ScriptedModel, text
 
@@ -80,7 +80,7 @@ def request(url: str, method: str = "POST", body: Any = None, headers: dict[str,
 
 
 def anthropic_bridge(case: Case, upstream_url: str, **kwargs: Any) -> Bridge:
-    return Bridge(case.expected, AnthropicUpstream(upstream_url, UPSTREAM_KEY), **kwargs)
+    return Bridge(ClaudeGate(case.expected), AnthropicUpstream(upstream_url, UPSTREAM_KEY), **kwargs)
 
 
 # -- a recording upstream --------------------------------------------------------------------------------------
@@ -181,7 +181,8 @@ def test_sse_from_scripted_model_streams_through_unchanged() -> None:
     assert cleaned.body is not None
     with direct_model.serve() as direct_url:
         direct = request(f"{direct_url}/v1/messages?beta=true", body=cleaned.body)
-    with model.serve() as model_url, Bridge(case.expected, AnthropicUpstream(model_url, UPSTREAM_KEY)) as bridge:
+    with model.serve() as model_url, Bridge(ClaudeGate(case.expected),
+                                            AnthropicUpstream(model_url, UPSTREAM_KEY)) as bridge:
         through = request(f"{bridge.base_url}/v1/messages?beta=true", body=case.first)
     assert through.status == direct.status == 200
     assert through.body == direct.body
@@ -215,7 +216,8 @@ def test_mutated_request_is_refused_and_nothing_is_forwarded(tmp_path: Path) -> 
     log = tmp_path / "bridge.jsonl"
     tampered = copy.deepcopy(case.first)
     tampered["messages"][3]["content"][0]["content"] = "a different observation"
-    with upstream.serve() as upstream_url, Bridge(case.expected, AnthropicUpstream(upstream_url, UPSTREAM_KEY),
+    with upstream.serve() as upstream_url, Bridge(ClaudeGate(case.expected),
+                                                  AnthropicUpstream(upstream_url, UPSTREAM_KEY),
                                                   log_path=log) as bridge:
         reply = request(f"{bridge.base_url}/v1/messages?beta=true", body=tampered)
         assert reply.status == 400
@@ -248,8 +250,8 @@ def test_mutated_request_is_refused_and_nothing_is_forwarded(tmp_path: Path) -> 
 def test_later_requests_are_validated_and_forwarded() -> None:
     case = load_case("2.1.332", "cd_after_2")
     upstream = RecordingUpstream()
-    with upstream.serve() as upstream_url, Bridge(case.expected, AnthropicUpstream(upstream_url, UPSTREAM_KEY),
-                                                  boundary_prompt="Carry on.") as bridge:
+    with upstream.serve() as upstream_url, Bridge(ClaudeGate(case.expected, "Carry on."),
+                                                  AnthropicUpstream(upstream_url, UPSTREAM_KEY)) as bridge:
         assert request(f"{bridge.base_url}/v1/messages", body=case.first).status == 200
         assert request(f"{bridge.base_url}/v1/messages", body=case.later).status == 200
         # a later request must carry the same prefix
@@ -288,7 +290,7 @@ def test_token_is_required() -> None:
 
 def test_stub_upstream_answers_itself() -> None:
     case = load_case("2.1.220")
-    with Bridge(case.expected, StubUpstream("stub says hi")) as bridge:
+    with Bridge(ClaudeGate(case.expected), AnthropicStubUpstream("stub says hi")) as bridge:
         streamed = request(f"{bridge.base_url}/v1/messages?beta=true", body=case.first)
         plain = request(f"{bridge.base_url}/v1/messages", body={**case.later, "stream": False})
         summary = bridge.finish()
@@ -333,7 +335,7 @@ def test_upstream_connection_error_is_502() -> None:
     upstream = RecordingUpstream()
     with upstream.serve() as dead_url:
         pass  # the server is gone: its port refuses connections now
-    with Bridge(case.expected, AnthropicUpstream(dead_url, UPSTREAM_KEY)) as bridge:
+    with Bridge(ClaudeGate(case.expected), AnthropicUpstream(dead_url, UPSTREAM_KEY)) as bridge:
         reply = request(f"{bridge.base_url}/v1/messages", body=case.first)
         summary = bridge.finish()
     assert reply.status == 502
@@ -346,7 +348,7 @@ def test_upstream_connection_error_is_502() -> None:
 
 def test_non_json_body_fails_closed() -> None:
     case = load_case()
-    with Bridge(case.expected, StubUpstream()) as bridge:
+    with Bridge(ClaudeGate(case.expected), AnthropicStubUpstream()) as bridge:
         reply = request(f"{bridge.base_url}/v1/messages", raw=b"{not json")
         assert reply.status == 400 and "not JSON" in reply.json()["error"]["message"]
         assert request(f"{bridge.base_url}/v1/messages", body=case.first).status == 400
@@ -357,7 +359,7 @@ def test_non_json_body_fails_closed() -> None:
 def test_lifecycle_and_repr_hide_secrets() -> None:
     case = load_case()
     upstream = AnthropicUpstream("http://127.0.0.1:9", UPSTREAM_KEY)
-    bridge = Bridge(case.expected, upstream)
+    bridge = Bridge(ClaudeGate(case.expected), upstream)
     with pytest.raises(RuntimeError):
         _ = bridge.base_url
     url = bridge.start()
@@ -380,7 +382,7 @@ def test_lifecycle_and_repr_hide_secrets() -> None:
 def test_step_budget_answers_over_budget_requests_without_forwarding() -> None:
     """Agents without a max-steps option get their budget at the wire: request budget+1 is never forwarded."""
     case = load_case()
-    with Bridge(case.expected, StubUpstream(), max_model_requests=1) as bridge:
+    with Bridge(ClaudeGate(case.expected), AnthropicStubUpstream(), max_model_requests=1) as bridge:
         first = request(bridge.base_url + "/v1/messages", body=case.first)
         assert first.status == 200
         over = request(bridge.base_url + "/v1/messages", body=case.later)

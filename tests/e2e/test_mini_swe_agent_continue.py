@@ -18,7 +18,7 @@ import pytest
 
 from forkpoint import runtimes
 from forkpoint.adapters.mini_swe_agent import continuation
-from forkpoint.adapters.mini_swe_agent.gate import ExpectedChat
+from forkpoint.adapters.mini_swe_agent.gate import expected_from_native
 from forkpoint.adapters.mini_swe_agent.parse import MiniNative, parse_trajectory
 from forkpoint.engine import execute
 from forkpoint.request import build_request
@@ -85,7 +85,7 @@ def test_replay_and_continue_every_boundary(
     assert bridge["refused"] == 0 and bridge["forwarded"] == bridge["validated"] == len(main) >= 1
     prefix = json.loads((out / "native" / "prefix" / "trajectory.traj.json").read_text())["messages"]
     native = _native(fixture)
-    expected = ExpectedChat.from_native("p", prefix, native.major)
+    expected = expected_from_native("p", prefix, native.major)
     assert [json.loads(json.dumps(m)) for m in expected.messages] == [
         {k: v for k, v in m.items() if v is not None} for m in main[0]["body"]["messages"]]  # ends at O'N
     continued = json.loads((out / "native" / "continued" / "trajectory.traj.json").read_text())

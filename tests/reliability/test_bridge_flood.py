@@ -24,9 +24,10 @@ from urllib.parse import urlsplit
 import pytest
 
 from forkpoint.adapters.claude_code.envelope import ExpectedPrefix, expected_prefix
+from forkpoint.adapters.claude_code.gate import ClaudeGate
 from forkpoint.bridge.limits import Limits
+from forkpoint.bridge.protocols.anthropic import AnthropicStubUpstream
 from forkpoint.bridge.server import Bridge
-from forkpoint.bridge.upstream import StubUpstream
 
 CASE = Path(__file__).resolve().parents[1] / "fixtures" / "claude_code" / "requests" / "2.1.332" / "parallel_after_2"
 MIB = 1024 * 1024
@@ -98,11 +99,12 @@ import json, sys
 from pathlib import Path
 from forkpoint.adapters.claude_code.envelope import expected_prefix
 from forkpoint.bridge.server import Bridge
-from forkpoint.bridge.upstream import StubUpstream
+from forkpoint.adapters.claude_code.gate import ClaudeGate
+from forkpoint.bridge.protocols.anthropic import AnthropicStubUpstream
 case = Path(sys.argv[1])
 meta = json.loads((case / "meta.json").read_text("utf-8"))
 records = [json.loads(line) for line in (case / "session.jsonl").read_text("utf-8").splitlines()]
-with Bridge(expected_prefix(records, meta["nonce"], "2.1.332"), StubUpstream()) as bridge:
+with Bridge(ClaudeGate(expected_prefix(records, meta["nonce"], "2.1.332")), AnthropicStubUpstream()) as bridge:
     print(bridge.base_url, flush=True)
     sys.stdin.readline()
 """
@@ -161,7 +163,7 @@ def test_many_concurrent_large_bodies_keep_the_bridge_memory_bounded() -> None:
 @contextmanager
 def _bridge(**limits: Any) -> Iterator[tuple[Bridge, int, str, bytes]]:
     expected, first = _case()
-    with Bridge(expected, StubUpstream(), limits=Limits(**limits)) as bridge:
+    with Bridge(ClaudeGate(expected), AnthropicStubUpstream(), limits=Limits(**limits)) as bridge:
         parts = urlsplit(bridge.base_url)
         yield bridge, parts.port or 0, parts.path, first
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from forkpoint.testing import ScriptedModel, text, thinking, tool_use
-from forkpoint.testing.chat_completions import assistant_runs
+from forkpoint.testing.scripted_anthropic import assistant_runs
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
 SCRIPT = [

@@ -1,61 +1,26 @@
-"""The bridge gate (pure): recognise Claude Code's resume envelope exactly, remove it, and prove the prefix.
+"""The gate kit (pure, agent-free): verdicts, refusals, the ``Gate`` base and every gate's shared preamble.
 
-Every ``/v1/messages`` body the resumed agent sends goes through here. The envelope (measured on 2.1.220 and
-2.1.332, confirmed by the real captures in tests/fixtures/claude_code/requests/) is, after the last tool result
-message ``k`` of the rebuilt session::
+A gate is one agent's fail-closed check of the model requests its resumed process sends: the first request must
+end exactly at the rebuilt prefix (O'N plus the agent's resume envelope, which the gate strips), later requests
+repeat that prefix and add the real continuation. Each wire protocol's projection and comparison live in
+``bridge.protocols``; each agent's envelope (what it adds or changes on resume) in its adapter folder.
 
-    messages[k]    user: the boundary tool_result blocks        (+ 2.1.220: text "Continue from where you left off.")
-    messages[k+1]  assistant: [text "No response requested."]
-    messages[k+2]  user: NONCE  (a string, or one text block with or without cache_control)
-    messages[k+3:] role:"system" messages built by the resume turn (environment update, task reminder...)
-
-The first request must end there; later requests continue after it (the real continuation). The gate strips
-the envelope, optionally puts the configured boundary prompt where the nonce was, restores the cache marker the
-original request had on its last block, and compares the canonical projection (envelope.project) with the
-``ExpectedPrefix`` manifest. Any deviation is a refusal whose reason names the first differing message.
-
-What the real captures showed (scripts/record_claude_requests.py; both versions, cut after 1 and 2 batches, a
-parallel batch, a ``cd``): the envelope is exactly as documented, and the cleaned first request equals the
-request the same binary sent right after batch N in the recording, byte for byte (cache marker included), except:
-
-* 2.1.332 after a batch that ran ``cd``: the recorded request ended with a ``# Environment update`` system
-  message (rendered from an attachment line written AFTER the tool_result, so the cut drops it); on resume a
-  different ``# Environment update`` (cwd back to the workspace: the shell cwd is lost) follows the nonce and is
-  stripped. Resuming from a cwd other than the recorded one also adds such a system message after the nonce.
-* The nonce is one text block with cache_control while it is the last message, and a plain string in later
-  requests (or when a system message follows it).
-* 2.1.220 also sends its role:"system" attachment message with string content and a ``# currentDate``
-  ``<system-reminder>`` block in front of the first prompt (built from today's date, not from the file); 2.1.332's
-  system message carries an extra ``output_config`` key. The projection ignores all three.
-* Outside the messages (not gated): 2.1.220's resumed ``system`` prompt and Bash tool description lose the
-  "(1M context)" model naming (with the ``context-1m`` beta header) and its ``# Memory`` path names the new HOME.
-
-Later requests also drop the run of role:"system" messages right after the nonce: they were stripped from the
-first request, so the model never saw them and the later requests keep showing it the same conversation.
+The rule for a later request that adds nothing after the prefix is the same for every gate: it is accepted (it is
+a retry of an already validated request: its content is exactly what the first request proved, so forwarding it
+again forwards nothing unchecked; agents and their SDKs resend the same body after a 429/5xx or a broken stream),
+and the ``continuation_messages`` fact is 0.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
-from forkpoint.adapters.claude_code.envelope import (
-    CONTINUE_TEXT,
-    NO_RESPONSE_TEXT,
-    PROFILES,
-    BlockDigest,
-    ExpectedPrefix,
-    JsonObject,
-    digest_messages,
-    project_indexed,
-)
-from forkpoint.hashing import canonical_sha256, count_text, sha256_hex
+from forkpoint.hashing import count_text
 
-EPHEMERAL = {"type": "ephemeral"}
-NO_RESPONSE_MESSAGE = {"role": "assistant", "content": [{"type": "text", "text": NO_RESPONSE_TEXT}]}
-CONTINUE_BLOCK = {"type": "text", "text": CONTINUE_TEXT}
-SYSTEM_FACT_CHARS = 40
+JsonObject = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -85,6 +50,7 @@ class Profiled(Protocol):
 
 
 P = TypeVar("P", bound=Profiled)
+E = TypeVar("E", bound=Profiled)
 
 
 def verified_profile(profiles: Mapping[str, P], version: str, profile: str, agent: str) -> P:
@@ -145,238 +111,45 @@ def checked(profile: str, first: bool, clean: Callable[[JsonObject], JsonObject]
     return Verdict(True, cleaned, None, facts)
 
 
-def clean_first_request(expected: ExpectedPrefix, body: Any, boundary_prompt: str | None = None) -> Verdict:
-    """The first model request: it must end exactly at the boundary tool results (plus the boundary prompt)."""
-    return checked(expected.profile, True,
-                   lambda facts: _clean(expected, body, boundary_prompt, first=True, facts=facts))
+class Gate(ABC):
+    """One agent's fail-closed check: which routes carry model requests and how each request is cleaned.
 
-
-def clean_later_request(expected: ExpectedPrefix, body: Any, boundary_prompt: str | None) -> Verdict:
-    """A later request: the same prefix and envelope, followed by the real continuation (kept)."""
-    return checked(expected.profile, False,
-                   lambda facts: _clean(expected, body, boundary_prompt, first=False, facts=facts))
-
-
-def _clean(expected: ExpectedPrefix, body: Any, boundary_prompt: str | None, *, first: bool,
-           facts: JsonObject) -> JsonObject:
-    profile = verified_profile(PROFILES, expected.version, expected.profile, "Claude Code")
-    nonce = expected.nonce
-    body, messages = open_request(body, nonce=nonce, boundary_prompt=boundary_prompt)
-    i = nonce_position(messages, lambda message: _is_nonce_message(message, nonce),
-                       "the resume nonce is not the sole content of a user message", facts)
-
-    after = messages[i + 1:]
-    leading_system = 0
-    while leading_system < len(after) and after[leading_system].get("role") == "system":
-        leading_system += 1
-    if first and leading_system != len(after):
-        index = i + 1 + leading_system
-        raise Refusal(
-            f"message {index} after the resume nonce has role {after[leading_system].get('role')!r}; the first "
-            "request may only carry role:\"system\" messages after the nonce"
-        )
-    stripped_system = after[:leading_system]
-    facts["system_after_nonce"] = len(stripped_system)
-    facts["system_after_nonce_sha256"] = [sha256_hex(_text_of(m)[:SYSTEM_FACT_CHARS]) for m in stripped_system]
-    continuation = after[leading_system:]
-
-    if i < 3:
-        raise Refusal(f"the resume nonce (message {i}) has no complete envelope and prefix before it")
-    if messages[i - 1] != NO_RESPONSE_MESSAGE:
-        raise Refusal(f"message {i - 1} before the resume nonce is not the exact assistant closure "
-                       f"{NO_RESPONSE_TEXT!r}")
-    k = i - 2
-    boundary = messages[k]
-    content = boundary.get("content")
-    if boundary.get("role") != "user" or not isinstance(content, list) or not content:
-        raise Refusal(f"message {k} (the boundary) is not a user message with content blocks")
-    blocks = list(content)
-    if profile.continue_closure:
-        if blocks[-1] != CONTINUE_BLOCK:
-            raise Refusal(f"message {k} (the boundary) does not end with the exact {profile.version} closure "
-                           f"text block {CONTINUE_TEXT!r}")
-        blocks.pop()
-    facts["continue_closure_removed"] = profile.continue_closure
-    for position, block in enumerate(blocks):
-        if not isinstance(block, dict) or block.get("type") != "tool_result":
-            kind = block.get("type") if isinstance(block, dict) else type(block).__name__
-            raise Refusal(f"message {k} (the boundary) block {position} is {kind!r}; only tool_result blocks may "
-                           "precede the envelope")
-    if not blocks:
-        raise Refusal(f"message {k} (the boundary) holds no tool_result block")
-
-    prefix = [*messages[:k], {**boundary, "content": blocks}]
-    _compare(expected, prefix)
-
-    prompt_message: JsonObject | None = None
-    if boundary_prompt is not None:
-        prompt_message = _prompt_message(messages[i], boundary_prompt)
-    facts["boundary_prompt"] = prompt_message is not None
-    if first:
-        tail = [prompt_message] if prompt_message is not None else []
-        cleaned_messages = [*prefix, *tail]
-        cleaned_messages[-1] = _mark_last_block(cleaned_messages[-1])
-    else:
-        cleaned_messages = [*prefix, *([prompt_message] if prompt_message else []), *continuation]
-        facts["continuation_messages"] = len(continuation)
-    cleaned = {**body, "messages": cleaned_messages}
-    refuse_nonce_in(prompt_message, nonce)  # messages[i], the nonce's only place, is not in the cleaned copy
-    _check_residue(cleaned)
-    facts["message_count"] = expected.message_count
-    facts["prefix_sha256"] = expected.prefix_sha256
-    facts["closure_messages_removed"] = 2
-    return cleaned
-
-
-def _is_nonce_message(message: JsonObject, nonce: str) -> bool:
-    if message.get("role") != "user":
-        return False
-    content = message.get("content")
-    if content == nonce:
-        return True
-    if not isinstance(content, list) or len(content) != 1 or not isinstance(content[0], dict):
-        return False
-    block = content[0]
-    if block.get("type") != "text" or block.get("text") != nonce:
-        return False
-    extra = set(block) - {"type", "text", "cache_control"}
-    return not extra and block.get("cache_control", EPHEMERAL) == EPHEMERAL
-
-
-def _text_of(message: JsonObject) -> str:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(b["text"] for b in content if isinstance(b, dict) and isinstance(b.get("text"), str))
-    return ""
-
-
-def _prompt_message(nonce_message: JsonObject, prompt: str) -> JsonObject:
-    """The nonce message with its text replaced by the boundary prompt (same shape, same position)."""
-    content = nonce_message["content"]
-    if isinstance(content, str):
-        return {**nonce_message, "content": prompt}
-    return {**nonce_message, "content": [{**content[0], "text": prompt}]}
-
-
-def _mark_last_block(message: JsonObject) -> JsonObject:
-    """Put the cache marker back where the original request had it: the last block of the last message."""
-    content = message["content"]
-    if isinstance(content, str):
-        content = [{"type": "text", "text": content}]
-    return {**message, "content": [*content[:-1], {**content[-1], "cache_control": dict(EPHEMERAL)}]}
-
-
-def _check_residue(cleaned: JsonObject) -> None:
-    for index, message in enumerate(cleaned["messages"]):
-        content = message.get("content")
-        texts = [content] if isinstance(content, str) else [
-            b.get("text") for b in content if isinstance(b, dict) and b.get("type") == "text"
-        ] if isinstance(content, list) else []
-        for text in texts:
-            if text in (NO_RESPONSE_TEXT, CONTINUE_TEXT):
-                raise Refusal(f"message {index} of the cleaned request still holds the envelope text {text!r}")
-
-
-# -- comparison with the manifest ----------------------------------------------------------------------------------
-
-
-def _compare(expected: ExpectedPrefix, prefix: Sequence[JsonObject]) -> None:
-    """Refuse unless the projection of ``prefix`` is exactly the rebuilt session's; name the first difference."""
-    indexed = project_indexed(prefix)
-    projected = [message for _, message in indexed]
-    count = expected.message_count
-    for position, message in enumerate(projected[:count]):
-        if canonical_sha256(message) == expected.message_sha256[position]:
-            continue
-        _, roles, blocks = digest_messages([message])  # block digests only to name a difference: a hash each
-        where = f"conversation message {position} (request messages[{indexed[position][0]}])"
-        detail = _explain(expected, position, roles[0], blocks[0])
-        raise Refusal(f"{where} differs from the rebuilt session: {detail}")
-    if len(projected) > count:
-        where = f"conversation message {count} (request messages[{indexed[count][0]}])"
-        raise Refusal(f"{where} is extra: the request has {len(projected)} conversation messages before the "
-                       f"envelope, the rebuilt session {count}")
-    if len(projected) < count:
-        raise Refusal(f"conversation message {len(projected)} ({expected.message_roles[len(projected)]}) is "
-                       f"missing: the request has {len(projected)} conversation messages before the envelope, the "
-                       f"rebuilt session {count}")
-    # Every message equals the rebuilt session's, in number and content: the whole-prefix hash, the tool ids,
-    # the observation hashes and the boundary results (all functions of those messages) are equal too.
-
-
-def _explain(expected: ExpectedPrefix, position: int, role: str, got: Sequence[BlockDigest]) -> str:
-    want_role = expected.message_roles[position]
-    if role != want_role:
-        return f"role is {role!r}, expected {want_role!r}"
-    want = expected.message_blocks[position]
-    want_results = [b.tool_use_id for b in want if b.type == "tool_result"]
-    got_results = [b.tool_use_id for b in got if b.type == "tool_result"]
-    if want_results != got_results and sorted(map(str, want_results)) == sorted(map(str, got_results)):
-        return f"its tool results are in a different order: expected {want_results}, got {got_results}"
-    for index in range(max(len(want), len(got))):
-        if index >= len(got):
-            return f"block {index} ({_describe(want[index])}) is missing"
-        if index >= len(want):
-            return f"block {index} ({_describe(got[index])}) is extra"
-        w, g = want[index], got[index]
-        if w == g:
-            continue
-        if w.type != g.type:
-            return f"block {index} is {_describe(g)}, expected {_describe(w)}"
-        if w.tool_use_id != g.tool_use_id:
-            return f"block {index} is {_describe(g)}, expected {_describe(w)}"
-        if g.type == "tool_result":
-            return f"the observation of {g.tool_use_id} (block {index}) differs"
-        if g.type == "tool_use":
-            return f"tool_use {g.tool_use_id} (block {index}) differs in its name or input"
-        return f"block {index} ({g.type}) differs"
-    return "its content differs"
-
-
-def _describe(block: BlockDigest) -> str:
-    if block.type == "tool_use":
-        return f"tool_use {block.tool_use_id}"
-    if block.type == "tool_result":
-        return f"tool_result for {block.tool_use_id}"
-    return block.type
-
-
-class Gate(Protocol):
-    """One protocol's fail-closed check: which routes carry model requests and how each is cleaned.
-
-    A gate may also define ``auxiliary(body) -> Verdict | None`` (see ``auxiliary_verdict``): requests it
-    recognises as the agent's helper calls (OpenCode's title generation: no tools) are forwarded with the returned
-    body without counting as a model step and without taking the first request's place; None = a model request.
+    ``auxiliary`` is the declared optional hook: a gate that recognises the agent's helper calls (a title
+    generation request without tools) returns their verdict; they are forwarded with the returned body without
+    counting as a model step and without taking the first request's place. The default, None: a model request.
     """
 
-    name: str
+    name: str  # the wire protocol, e.g. "anthropic-messages"
     model_routes: frozenset[str]  # paths under the bridge token, e.g. "/v1/messages"
 
-    def first(self, body: Any) -> Verdict: ...
+    @abstractmethod
+    def first(self, body: Any) -> Verdict:
+        """The first model request: it must end exactly at the rebuilt prefix (plus the boundary prompt)."""
 
-    def later(self, body: Any) -> Verdict: ...
+    @abstractmethod
+    def later(self, body: Any) -> Verdict:
+        """A later request: the same prefix, followed by the real continuation (kept)."""
+
+    def auxiliary(self, body: Any) -> Verdict | None:
+        """The verdict on a helper (non-step) request, or None when ``body`` is a model request."""
+        return None
 
 
-def auxiliary_verdict(gate: Gate, body: Any) -> Verdict | None:
-    """The gate's verdict on a helper (non-step) request, or None when the gate has no such notion or it is a step."""
-    check: Callable[[Any], Verdict | None] | None = getattr(gate, "auxiliary", None)
-    return None if check is None else check(body)
+class PrefixGate(Gate, Generic[E]):
+    """A gate that checks every request against one expected prefix (``E``: an agent's manifest) with one
+    ``clean(body, first, facts) -> cleaned body`` that raises Refusal; the boundary prompt, when configured, takes
+    the resume nonce's place."""
 
-
-class ClaudeGate:
-    """Anthropic Messages requests from a resumed Claude Code (envelope profiles per verified version)."""
-
-    name = "anthropic-messages"
-    model_routes = frozenset({"/v1/messages"})
-
-    def __init__(self, expected: ExpectedPrefix, boundary_prompt: str | None = None) -> None:
+    def __init__(self, expected: E, boundary_prompt: str | None = None) -> None:
         self.expected = expected
         self.boundary_prompt = boundary_prompt
 
     def first(self, body: Any) -> Verdict:
-        return clean_first_request(self.expected, body, self.boundary_prompt)
+        return checked(self.expected.profile, True, lambda facts: self.clean(body, True, facts))
 
     def later(self, body: Any) -> Verdict:
-        return clean_later_request(self.expected, body, self.boundary_prompt)
+        return checked(self.expected.profile, False, lambda facts: self.clean(body, False, facts))
+
+    @abstractmethod
+    def clean(self, body: Any, first: bool, facts: JsonObject) -> JsonObject:
+        """The cleaned body to forward; raises Refusal (the facts gathered so far stay in the verdict)."""

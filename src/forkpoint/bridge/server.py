@@ -3,12 +3,13 @@
 * Listens on 127.0.0.1 (random port) in a background thread with its own event loop; refuses non-loopback
   clients. Every route lives under a per-run secret path token: the agent's base URL is
   ``http://127.0.0.1:PORT/<token>``; anything else gets 404 and nothing is forwarded.
-* ``POST /v1/messages``: every body goes through the gate (``gate.clean_first_request`` for the first model
-  request, ``gate.clean_later_request`` after it). A refusal answers HTTP 400 with an Anthropic-style error and
-  puts the bridge in the FAILED state: every later request is refused and nothing is ever forwarded again.
-  A validated body goes to the upstream (``anthropic`` pass-through or ``stub``).
-* ``POST /v1/messages/count_tokens`` is answered locally; ``HEAD``/``GET`` anything answers 200 (2.1.220 sends a
-  ``HEAD`` connectivity check first).
+* ``POST`` to one of the gate's ``model_routes``: every body goes through the gate (``gate.first`` for the first
+  model request, ``gate.later`` after it; ``gate.auxiliary`` first, for helper requests that are not steps). A
+  refusal answers HTTP 400 and puts the bridge in the FAILED state: every later request is refused and nothing is
+  ever forwarded again. A validated body goes through the body hook (``prepare``, identity by default: the place
+  where a chosen model and sampling pins are set after validation) to the upstream (see ``bridge.protocols``).
+* ``POST .../messages/count_tokens`` is answered locally; ``HEAD``/``GET`` anything answers 200 (some agents send
+  a ``HEAD`` connectivity check first).
 * The verdict log (in memory, optionally JSONL) holds per-request facts only: never bodies, prompts or keys; it keeps
   the first ``MAX_RECORDS`` requests (a flood is counted, not listed).
 * Connections, requests in flight, buffered body bytes and slow headers/bodies are bounded (``bridge.limits``): load
@@ -23,6 +24,7 @@ import math
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -31,11 +33,13 @@ from typing import IO, Any
 import orjson
 from aiohttp import web
 
-from forkpoint.adapters.claude_code.envelope import ExpectedPrefix
-from forkpoint.bridge.gate import ClaudeGate, Gate, Verdict, auxiliary_verdict
+from forkpoint.bridge.gate import Gate, JsonObject, Verdict
 from forkpoint.bridge.limits import ByteBudget, Connections, Limits, Shed, shed_headers
 from forkpoint.bridge.upstream import Upstream, error_response
 from forkpoint.errors import ErrorKind, ReplayError
+
+#: a post-validation body hook: (validated body, facts to record) -> the body to send upstream
+BodyHook = Callable[[JsonObject, JsonObject], JsonObject]
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 MAX_RECORDS = 10_000
@@ -59,9 +63,14 @@ class RequestRecord:
     status: int
     duration_ms: float
     facts: dict[str, Any] = field(default_factory=dict)
+    #: what the upstream reported it used for this request (tokens...), when it reports it; never a body
+    usage: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if self.usage is None:  # only upstreams that report usage add the key
+            del data["usage"]
+        return data
 
 
 @dataclass(frozen=True)
@@ -73,7 +82,7 @@ class BridgeSummary:
     first_failure: str | None
     #: model requests answered "step budget reached" (the agent's budget, not a gate failure)
     over_budget: int = 0
-    #: helper requests (not steps) the gate cleared, e.g. OpenCode's title generation
+    #: helper requests (not steps) the gate cleared, e.g. an agent's title generation
     auxiliary: int = 0
     #: requests and connections refused for load or slowness (503/408, closed): the agent may retry them
     shed: int = 0
@@ -102,14 +111,16 @@ class BridgeSummary:
 
 
 class Bridge:
-    """``with Bridge(expected, StubUpstream()) as bridge: run the agent with ANTHROPIC_BASE_URL=bridge.base_url``."""
+    """``with Bridge(gate, upstream) as bridge: run the agent with its base URL set to bridge.base_url``."""
 
-    def __init__(self, gate: Gate | ExpectedPrefix, upstream: Upstream, *, boundary_prompt: str | None = None,
-                 log_path: Path | None = None, max_model_requests: int | None = None,
-                 limits: Limits | None = None) -> None:
-        """``gate`` checks every model request; a bare Claude ``ExpectedPrefix`` gets the Claude gate."""
-        self.gate: Gate = ClaudeGate(gate, boundary_prompt) if isinstance(gate, ExpectedPrefix) else gate
+    def __init__(self, gate: Gate, upstream: Upstream, *, log_path: Path | None = None,
+                 max_model_requests: int | None = None, limits: Limits | None = None,
+                 prepare: BodyHook | None = None) -> None:
+        """``gate`` checks every model request; ``prepare`` changes a body only AFTER the gate validated it (e.g.
+        the model field and sampling pins of a chosen model); its facts join the request's record."""
+        self.gate = gate
         self.upstream = upstream
+        self._prepare = prepare
         self._log_path = log_path
         self._token = secrets.token_urlsafe(24)
         self._lock = threading.Lock()
@@ -372,7 +383,7 @@ class Bridge:
             _, body = await self._read_json(request, reserved)
         except ValueError as error:
             return self._refuse(request.method, shown, str(error), started)
-        helper = auxiliary_verdict(self.gate, body)
+        helper = self.gate.auxiliary(body)
         if helper is not None:
             return await self._auxiliary(request, shown, started, helper)
         with self._lock:
@@ -395,11 +406,13 @@ class Bridge:
             return self._refuse(request.method, shown, "the bridge FAILED while this request was validated", started)
         with self._lock:
             self._validated += 1
-        response, sent = await self.upstream.send(request, verdict.body)
+        facts = dict(verdict.facts)
+        outgoing = verdict.body if self._prepare is None else self._prepare(verdict.body, facts)
+        response, sent = await self.upstream.send(request, outgoing)
         with self._lock:
             if sent.forwarded:
                 self._forwarded += 1
-        self._record(request.method, shown, "ok", sent.error, sent.forwarded, sent.status, started, verdict.facts)
+        self._record(request.method, shown, "ok", sent.error, sent.forwarded, sent.status, started, facts, sent.usage)
         return response
 
     async def _auxiliary(self, request: web.Request, shown: str, started: float,
@@ -413,7 +426,7 @@ class Bridge:
             if sent.forwarded:
                 self._forwarded += 1
         self._record(request.method, shown, "auxiliary", sent.error, sent.forwarded, sent.status, started,
-                     verdict.facts)
+                     verdict.facts, sent.usage)
         return response
 
     async def _count_tokens(self, request: web.Request, shown: str, started: float,
@@ -429,14 +442,15 @@ class Bridge:
         return web.json_response({"input_tokens": math.ceil(len(raw) / 4)})
 
     def _record(self, method: str, path: str, verdict: str, reason: str | None, forwarded: bool, status: int,
-                started: float, facts: dict[str, Any] | None = None) -> None:
+                started: float, facts: dict[str, Any] | None = None,
+                usage: dict[str, Any] | None = None) -> None:
         duration = round((time.monotonic() - started) * 1000, 3)
         with self._lock:
             if len(self._records) >= MAX_RECORDS:  # a flood is counted, not kept (memory and log stay bounded)
                 self._unrecorded += 1
                 return
             record = RequestRecord(len(self._records) + 1, method, path, verdict, reason, forwarded, status,
-                                   duration, dict(facts or {}))
+                                   duration, dict(facts or {}), usage)
             self._records.append(record)
             if self._log_handle is not None:
                 self._log_handle.write(orjson.dumps(record.to_json()) + b"\n")

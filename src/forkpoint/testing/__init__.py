@@ -1,4 +1,4 @@
-"""Test helpers: ScriptedModel (a scripted Anthropic Messages server) and session builders.
+"""Test helpers: ScriptedModel (a scripted model server for every bridge protocol) and session builders.
 
 Exports are loaded lazily so ``python -m forkpoint.testing.scripted_model`` runs cleanly.
 """

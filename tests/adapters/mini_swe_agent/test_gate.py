@@ -1,4 +1,5 @@
-"""MiniChatGate: the projection matches what the real packages sent; every deviation is refused."""
+"""The chat gate with mini-swe-agent's profile: the projection matches what the real packages sent; every
+deviation is refused."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from forkpoint.adapters.mini_swe_agent.gate import ExpectedChat, MiniChatGate, project
+from forkpoint.adapters.mini_swe_agent.gate import PROFILE, expected_from_native, project
 from forkpoint.adapters.mini_swe_agent.parse import MiniNative, parse_trajectory
+from forkpoint.bridge.protocols.openai_chat import ChatGate, ExpectedChat
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "mini_swe_agent"
 RECORDINGS = sorted(FIXTURES.glob("*/*/requests.jsonl"))
@@ -34,46 +36,47 @@ def test_projection_equals_every_recorded_request(requests: Path) -> None:
     starts = _turn_starts(native)
     assert len(recorded) == len(starts)
     for entry, start in zip(recorded, starts, strict=True):
-        expected = ExpectedChat.from_native("p", native.messages[:start], native.major)
-        verdict = MiniChatGate(expected).first({"model": "openai/scripted", "messages": entry["messages"]})
+        expected = expected_from_native("p", native.messages[:start], native.major)
+        verdict = ChatGate(PROFILE, expected).first({"model": "openai/scripted", "messages": entry["messages"]})
         assert verdict.ok, (entry["step"], verdict.reason)
 
 
 def _expected(version: str = "2.4.6", scenario: str = "parallel", end: int = 9) -> tuple[ExpectedChat, list[Any]]:
     native = _native(FIXTURES / version / scenario)
-    expected = ExpectedChat.from_native("p", native.messages[:end], native.major)
+    expected = expected_from_native("p", native.messages[:end], native.major)
     return expected, [copy.deepcopy(m) for m in expected.messages]
 
 
 def test_exact_first_request_passes_and_is_forwarded_unchanged() -> None:
     expected, messages = _expected()
     body = {"model": "openai/scripted", "messages": messages, "tools": [{"type": "function"}]}
-    verdict = MiniChatGate(expected).first(body)
+    verdict = ChatGate(PROFILE, expected).first(body)
     assert verdict.ok and verdict.body == body
-    assert verdict.facts["expected_messages"] == len(messages) and verdict.facts["first_request"] is True
+    assert verdict.facts["message_count"] == len(messages) and verdict.facts["first_request"] is True
 
 
 @pytest.mark.parametrize(("tamper", "needle"), [
-    (lambda m: m[-1].update(content=m[-1]["content"] + " "), "message 8 (tool result for"),
+    (lambda m: m[-1].update(content=m[-1]["content"] + " "), "messages[8] (the tool result for"),
     (lambda m: m.pop(), "is missing"),
-    (lambda m: m.append({"role": "user", "content": "Continue."}), "message 9 (user) is extra"),
+    (lambda m: m.append({"role": "user", "content": "Continue."}),
+     "messages[9] (the user message) follows the boundary"),
     (lambda m: m[1].update(role="system"), "role is 'system', expected 'user'"),
     (lambda m: m[2]["tool_calls"][1]["function"].update(arguments='{"command": "rm -rf /"}'), "'tool_calls' differs"),
     (lambda m: m[3].pop("tool_call_id"), "'tool_call_id' is missing"),
     (lambda m: m.__setitem__(4, "not a message"), "not a message object"),
-    (lambda m: m.reverse(), "message 0"),
+    (lambda m: m.reverse(), "messages[0]"),
 ])
 def test_any_deviation_in_the_first_request_is_refused(tamper: Any, needle: str) -> None:
     expected, messages = _expected()
     tamper(messages)
-    verdict = MiniChatGate(expected).first({"messages": messages})
+    verdict = ChatGate(PROFILE, expected).first({"messages": messages})
     assert not verdict.ok and verdict.body is None and verdict.reason is not None
     assert needle in verdict.reason, verdict.reason
 
 
 def test_bodies_without_messages_are_refused() -> None:
     expected, _ = _expected()
-    gate = MiniChatGate(expected)
+    gate = ChatGate(PROFILE, expected)
     for body in (None, [], {"messages": "x"}, {"input": []}):
         verdict = gate.first(body)
         assert not verdict.ok
@@ -81,7 +84,7 @@ def test_bodies_without_messages_are_refused() -> None:
 
 def test_later_requests_must_keep_the_prefix() -> None:
     expected, messages = _expected()
-    gate = MiniChatGate(expected)
+    gate = ChatGate(PROFILE, expected)
     grown = [*messages, {"role": "assistant", "content": "next", "tool_calls": None},
              {"role": "tool", "tool_call_id": "x", "content": "y"}]
     later = gate.later({"messages": grown})
@@ -89,18 +92,18 @@ def test_later_requests_must_keep_the_prefix() -> None:
     assert not gate.first({"messages": grown}).ok
     grown[5] = {**grown[5], "content": "rewritten history"}
     refused = gate.later({"messages": grown})
-    assert not refused.ok and refused.reason is not None and "message 5" in refused.reason
+    assert not refused.ok and refused.reason is not None and "messages[5]" in refused.reason
 
 
 def test_boundary_prompt_is_one_trailing_user_message_and_v1_projection() -> None:
     native = _native(FIXTURES / "1.17.5" / "basic")
-    expected = ExpectedChat.from_native("p", native.messages[:4], native.major, "Look again.")
+    expected = expected_from_native("p", native.messages[:4], native.major, "Look again.")
     wire = [{"role": m["role"], "content": m["content"]} for m in native.messages[:4]]
-    assert MiniChatGate(expected).first({"messages": [*wire, {"role": "user", "content": "Look again."}]}).ok
-    refused = MiniChatGate(expected).first({"messages": wire})
+    assert ChatGate(PROFILE, expected).first({"messages": [*wire, {"role": "user", "content": "Look again."}]}).ok
+    refused = ChatGate(PROFILE, expected).first({"messages": wire})
     assert not refused.ok and refused.reason is not None and "missing" in refused.reason
     with_timestamps = [dict(m, timestamp=1.0) for m in wire]  # 1.x sends role + content only
-    assert not MiniChatGate(expected).first({"messages": [*with_timestamps,
+    assert not ChatGate(PROFILE, expected).first({"messages": [*with_timestamps,
                                                           {"role": "user", "content": "Look again."}]}).ok
 
 

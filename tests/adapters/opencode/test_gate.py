@@ -21,9 +21,10 @@ from forkpoint.adapters.opencode.envelope import (
     project_request_message,
     session_messages,
 )
-from forkpoint.adapters.opencode.gate import OpenCodeGate
+from forkpoint.adapters.opencode.gate import PROFILE
 from forkpoint.adapters.opencode.parse import parse_opencode
 from forkpoint.adapters.opencode.session import cut_export
+from forkpoint.bridge.protocols.openai_chat import ChatGate
 from forkpoint.errors import ReplayError
 from forkpoint.hashing import canonical_sha256
 from forkpoint.model import Mode, Plan
@@ -48,8 +49,8 @@ def load(version: str, scenario: str, after: int) -> tuple[dict[str, Any], dict[
     return export, body
 
 
-def gate_for(export: dict[str, Any], version: str = "1.17.11", prompt: str | None = None) -> OpenCodeGate:
-    return OpenCodeGate(expected_prefix(export, NONCE, version, "scripted-model"), prompt)
+def gate_for(export: dict[str, Any], version: str = "1.17.11", prompt: str | None = None) -> ChatGate:
+    return ChatGate(PROFILE, expected_prefix(export, NONCE, version, "scripted-model"), prompt)
 
 
 @pytest.mark.parametrize(("version", "scenario", "after"), CASES, ids=lambda v: str(v))
@@ -123,9 +124,9 @@ def test_system_prompt_is_compared_with_the_date_masked() -> None:
     export, body = load("1.18.33", "search", 1)
     other_day = SYSTEM.replace("Mon Nov 30 2026", "Tue Dec 01 2026")
     expected = expected_prefix(export, NONCE, "1.18.33", "scripted-model", masked_system_sha256(other_day))
-    assert OpenCodeGate(expected).first(body).ok
+    assert ChatGate(PROFILE, expected).first(body).ok
     body["messages"][0]["content"] = SYSTEM + "\nInjected instruction."
-    verdict = OpenCodeGate(expected).first(body)
+    verdict = ChatGate(PROFILE, expected).first(body)
     assert not verdict.ok and "system prompt" in (verdict.reason or "")
 
 

@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from forkpoint.adapters.openhands.expected import ExpectedConversation, expected_messages
-from forkpoint.adapters.openhands.gate import OpenHandsGate
+from forkpoint.adapters.openhands.expected import expected_messages
+from forkpoint.adapters.openhands.gate import PROFILE
 from forkpoint.adapters.openhands.parse import parse_events
 from forkpoint.adapters.openhands.session import prefix_events
+from forkpoint.bridge.protocols.openai_chat import ChatGate, ExpectedChat
 from forkpoint.model import Mode, Plan
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "openhands" / "0.62.0"
@@ -28,10 +29,10 @@ def requests(scenario: str) -> list[dict[str, Any]]:
     return [json.loads(line)["body"] for line in lines]
 
 
-def gate_for(scenario: str, after: int) -> OpenHandsGate:
+def gate_for(scenario: str, after: int) -> ChatGate:
     parsed = parse_events(FIXTURES / scenario / "trajectory.json")
     plan = Plan(parsed, after, Mode.REPLAY_AND_CONTINUE, "p")
-    return OpenHandsGate(ExpectedConversation.of("p", expected_messages(prefix_events(plan, None))))
+    return ChatGate(PROFILE, ExpectedChat.of("p", expected_messages(prefix_events(plan, None))))
 
 
 def _cases() -> list[tuple[str, int]]:
@@ -84,6 +85,13 @@ def test_malformed_bodies_are_refused(body: Any) -> None:
     assert not gate_for("basic", 1).first(body).ok
 
 
-def test_a_later_request_must_add_something() -> None:
+def test_a_later_request_that_adds_nothing_is_a_retry_of_the_first() -> None:
+    """The rule of every gate (bridge.gate): the same validated prefix again forwards nothing unchecked."""
     bodies = requests("basic")
-    assert not gate_for("basic", 2).later(bodies[2]).ok
+    gate = gate_for("basic", 2)
+    assert gate.first(bodies[2]).ok
+    retry = gate.later(bodies[2])
+    assert retry.ok and retry.body == bodies[2] and retry.facts["continuation_messages"] == 0
+    tampered = copy.deepcopy(bodies[2])
+    tampered["messages"][1]["content"][0]["text"] += " (changed)"
+    assert not gate.later(tampered).ok

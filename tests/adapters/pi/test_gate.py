@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from forkpoint.adapters.pi.gate import PiGate, expected_prefix
+from forkpoint.adapters.pi.gate import PROFILE, expected_prefix
 from forkpoint.adapters.pi.parse import parse_pi
+from forkpoint.bridge.protocols.openai_chat import ChatGate
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "pi" / "0.83.0"
 SCENARIOS = ("single_bash", "parallel", "file_tools", "error_result", "unknown_tool", "unknown_tools", "optional_tools",
@@ -37,7 +38,7 @@ def _setup(scenario: str, after: int) -> tuple[list[dict[str, Any]], dict[str, A
 @pytest.mark.parametrize(("scenario", "after"), _cases())
 def test_recorded_request_after_batch_n_passes_unchanged(scenario: str, after: int) -> None:
     messages, body = _setup(scenario, after)
-    gate = PiGate(expected_prefix(messages, None))
+    gate = ChatGate(PROFILE, expected_prefix(messages, None))
     verdict = gate.first(copy.deepcopy(body))
     assert verdict.ok, verdict.reason
     assert verdict.body == body
@@ -50,7 +51,7 @@ def test_recorded_request_after_batch_n_passes_unchanged(scenario: str, after: i
 def test_the_request_after_another_batch_is_refused(scenario: str, after: int) -> None:
     messages, _ = _setup(scenario, after)
     requests = [json.loads(line) for line in (FIXTURES / scenario / "requests.jsonl").read_text().splitlines()]
-    gate = PiGate(expected_prefix(messages, None))
+    gate = ChatGate(PROFILE, expected_prefix(messages, None))
     for other in requests:
         if other["step"] != after:
             verdict = gate.first(other["body"])
@@ -60,7 +61,7 @@ def test_the_request_after_another_batch_is_refused(scenario: str, after: int) -
 def test_a_changed_observation_is_refused_and_named() -> None:
     messages, body = _setup("parallel", 1)
     body["messages"][4]["content"] = "tampered\n"
-    verdict = PiGate(expected_prefix(messages, None)).first(body)
+    verdict = ChatGate(PROFILE, expected_prefix(messages, None)).first(body)
     assert not verdict.ok and verdict.reason is not None
     assert "messages[4]" in verdict.reason and "observation of call_par_2 differs" in verdict.reason
 
@@ -68,13 +69,13 @@ def test_a_changed_observation_is_refused_and_named() -> None:
 def test_reordered_parallel_results_are_refused() -> None:
     messages, body = _setup("parallel", 1)
     body["messages"][3], body["messages"][4] = body["messages"][4], body["messages"][3]
-    assert not PiGate(expected_prefix(messages, None)).first(body).ok
+    assert not ChatGate(PROFILE, expected_prefix(messages, None)).first(body).ok
 
 
 def test_continue_request_with_a_trailing_user_message_is_refused() -> None:
     messages, body = _setup("single_bash", 1)
     body["messages"].append({"role": "user", "content": [{"type": "text", "text": "continue"}]})
-    verdict = PiGate(expected_prefix(messages, None)).first(body)
+    verdict = ChatGate(PROFILE, expected_prefix(messages, None)).first(body)
     assert not verdict.ok and verdict.reason is not None and "follows the boundary" in verdict.reason
 
 
@@ -82,11 +83,11 @@ def test_missing_message_and_changed_call_are_refused() -> None:
     messages, body = _setup("file_tools", 2)
     short = copy.deepcopy(body)
     short["messages"].pop()
-    verdict = PiGate(expected_prefix(messages, None)).first(short)
+    verdict = ChatGate(PROFILE, expected_prefix(messages, None)).first(short)
     assert not verdict.ok and verdict.reason is not None and "missing" in verdict.reason
     changed = copy.deepcopy(body)
     changed["messages"][2]["tool_calls"][0]["function"]["arguments"] = '{"path":"other.txt","content":"x"}'
-    verdict = PiGate(expected_prefix(messages, None)).first(changed)
+    verdict = ChatGate(PROFILE, expected_prefix(messages, None)).first(changed)
     assert not verdict.ok and verdict.reason is not None and "messages[2]" in verdict.reason
 
 
@@ -95,7 +96,7 @@ def test_prompt_path_swaps_the_nonce_for_the_boundary_prompt() -> None:
     prompt = "Now count the words too."
     nonce_body = copy.deepcopy(body)
     nonce_body["messages"].append({"role": "user", "content": [{"type": "text", "text": NONCE}]})
-    gate = PiGate(expected_prefix(messages, NONCE), prompt)
+    gate = ChatGate(PROFILE, expected_prefix(messages, NONCE), prompt)
     verdict = gate.first(nonce_body)
     assert verdict.ok, verdict.reason
     assert verdict.body is not None
@@ -112,7 +113,7 @@ def test_prompt_path_swaps_the_nonce_for_the_boundary_prompt() -> None:
 
 def test_prompt_path_refusals() -> None:
     messages, body = _setup("single_bash", 1)
-    gate = PiGate(expected_prefix(messages, NONCE), "prompt")
+    gate = ChatGate(PROFILE, expected_prefix(messages, NONCE), "prompt")
     assert not gate.first(body).ok  # the nonce is missing
     twice = copy.deepcopy(body)
     twice["messages"].append({"role": "user", "content": [{"type": "text", "text": NONCE}]})
@@ -122,18 +123,18 @@ def test_prompt_path_refusals() -> None:
     quoted = copy.deepcopy(body)
     quoted["messages"].append({"role": "user", "content": f'"{NONCE}"'})
     assert not gate.first(quoted).ok
-    assert not PiGate(expected_prefix(messages, NONCE), None).first(body).ok  # inconsistent configuration
+    assert not ChatGate(PROFILE, expected_prefix(messages, NONCE), None).first(body).ok  # inconsistent configuration
     nonce_body = copy.deepcopy(body)
     nonce_body["messages"].append({"role": "user", "content": [{"type": "text", "text": NONCE}]})
-    verdict = PiGate(expected_prefix(messages, NONCE), f"say {NONCE}").first(nonce_body)
+    verdict = ChatGate(PROFILE, expected_prefix(messages, NONCE), f"say {NONCE}").first(nonce_body)
     assert not verdict.ok and verdict.reason == "the resume nonce remains in the cleaned request"
-    verdict = PiGate(expected_prefix(messages, NONCE), " ").first(nonce_body)
+    verdict = ChatGate(PROFILE, expected_prefix(messages, NONCE), " ").first(nonce_body)
     assert not verdict.ok and verdict.reason == "the configured boundary prompt is empty"
 
 
 def test_unknown_roles_and_bad_bodies_are_refused() -> None:
     messages, body = _setup("single_bash", 1)
-    gate = PiGate(expected_prefix(messages, None))
+    gate = ChatGate(PROFILE, expected_prefix(messages, None))
     assert not gate.first([]).ok
     assert not gate.first({"messages": "x"}).ok
     odd = copy.deepcopy(body)
@@ -149,7 +150,7 @@ def test_expected_prefix_must_end_with_tool_results() -> None:
 
 def test_another_model_is_refused() -> None:
     messages, body = _setup("single_bash", 2)
-    gate = PiGate(expected_prefix(messages, None, "scripted-model"))
+    gate = ChatGate(PROFILE, expected_prefix(messages, None, "scripted-model"))
     assert gate.first(copy.deepcopy(body)).ok
     verdict = gate.first({**body, "model": "gpt-other"})
     assert not verdict.ok and verdict.reason is not None and "gpt-other" in verdict.reason
@@ -159,7 +160,7 @@ def test_another_tool_set_is_refused() -> None:
     """Pi writes its enabled tools nowhere; the continuation must offer the model the set the recording shows."""
     messages, body = _setup("optional_tools", 2)
     enabled = ("read", "bash", "edit", "write", "grep", "find", "ls")
-    gate = PiGate(expected_prefix(messages, None, None, enabled))
+    gate = ChatGate(PROFILE, expected_prefix(messages, None, None, enabled))
     offered = [{"type": "function", "function": {"name": name, "parameters": {}}} for name in enabled]
     assert gate.first({**body, "tools": offered}).ok
     for wrong in (offered[:4], [*offered[:4], *offered[5:]], [offered[4], *offered[:4], *offered[5:]], "tools",

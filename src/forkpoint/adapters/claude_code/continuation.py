@@ -10,9 +10,11 @@ import orjson
 from forkpoint.adapters.claude_code import launch
 from forkpoint.adapters.claude_code.continued import clean_continued
 from forkpoint.adapters.claude_code.envelope import expected_prefix
+from forkpoint.adapters.claude_code.gate import ClaudeGate
 from forkpoint.adapters.claude_code.parse import parse_session
+from forkpoint.bridge.protocols import make_upstream
 from forkpoint.bridge.server import Bridge
-from forkpoint.bridge.upstream import AnthropicUpstream, StubUpstream, Upstream
+from forkpoint.bridge.upstream import Upstream
 from forkpoint.errors import ErrorKind, ReplayError, classify_continuation_output
 from forkpoint.fs import read_file_strict, refused_as, write_file_strict
 from forkpoint.hashing import make_nonce
@@ -48,9 +50,8 @@ def continue_session(
     agent_log = context.logs / "claude-code.jsonl"
 
     bridge = Bridge(
-        expected,
+        ClaudeGate(expected, settings.boundary_prompt or None),
         _upstream(settings),
-        boundary_prompt=settings.boundary_prompt or None,
         log_path=context.state_dir / "bridge-log.jsonl",
     )
     with bridge:
@@ -124,13 +125,7 @@ def continue_session(
 
 
 def _upstream(settings: ContinueSettings) -> Upstream:
-    if settings.upstream == "stub":
-        return StubUpstream()
-    url = settings.upstream_url or "https://api.anthropic.com"
-    if not settings.upstream_key:
-        raise ReplayError(ErrorKind.CONFIGURATION, "the anthropic upstream needs ANTHROPIC_API_KEY in forkpoint's "
-                                                   "environment (or use --upstream stub)")
-    return AnthropicUpstream(url, settings.upstream_key)
+    return make_upstream("anthropic", settings.upstream, settings.upstream_url, settings.upstream_key)
 
 
 def _next_action(continued: Path, after_step: int) -> ActionSignature | None:

@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from forkpoint.adapters.codex.parse import AGENT, parse_rollout
+from forkpoint.bridge.protocols import make_upstream
 from forkpoint.bridge.server import Bridge
 from forkpoint.bridge.upstream import Upstream
 from forkpoint.errors import ErrorKind, ReplayError, classify_continuation_output
@@ -213,15 +214,7 @@ def continue_rollout(
 
 
 def _upstream(settings: ContinueSettings) -> Upstream:
-    from forkpoint.bridge import upstream as upstreams
-
-    if settings.upstream == "stub":
-        return upstreams.ResponsesStubUpstream()
-    if not settings.upstream_key:
-        raise ReplayError(ErrorKind.CONFIGURATION, "the openai-responses upstream needs OPENAI_API_KEY in "
-                                                   "forkpoint's environment (or use --upstream stub)")
-    return upstreams.OpenAIResponsesUpstream(settings.upstream_url or "https://api.openai.com/v1",
-                                             settings.upstream_key)
+    return make_upstream("openai-responses", settings.upstream, settings.upstream_url, settings.upstream_key)
 
 
 _INJECTED_PREFIXES = ("<skills_instructions>", "## Skills update", "<permissions instructions>",

@@ -42,15 +42,8 @@ from forkpoint.adapters.codex.envelope import (
     item_kind,
     project,
 )
-from forkpoint.bridge.gate import (
-    Refusal,
-    Verdict,
-    checked,
-    nonce_position,
-    open_request,
-    refuse_nonce_in,
-    verified_profile,
-)
+from forkpoint.bridge import gate as kit
+from forkpoint.bridge.gate import PrefixGate, Refusal, Verdict
 from forkpoint.hashing import canonical_sha256
 
 #: (role, text prefix, fact name) of the context items a resume may insert between the last output and the nonce
@@ -68,24 +61,22 @@ SERVER_HISTORY_FIELDS = ("previous_response_id", "conversation")
 
 def clean_first_request(expected: CodexExpectedPrefix, body: Any, boundary_prompt: str | None = None) -> Verdict:
     """The first model request: it must end exactly at the boundary outputs (plus the boundary prompt)."""
-    return checked(expected.profile, True,
-                   lambda facts: _clean(expected, body, boundary_prompt, first=True, facts=facts))
+    return CodexGate(expected, boundary_prompt).first(body)
 
 
 def clean_later_request(expected: CodexExpectedPrefix, body: Any, boundary_prompt: str | None = None) -> Verdict:
     """A later request: the same prefix and envelope, followed by the live continuation (kept)."""
-    return checked(expected.profile, False,
-                   lambda facts: _clean(expected, body, boundary_prompt, first=False, facts=facts))
+    return CodexGate(expected, boundary_prompt).later(body)
 
 
 def _clean(expected: CodexExpectedPrefix, body: Any, boundary_prompt: str | None, *, first: bool,
            facts: JsonObject) -> JsonObject:
-    profile = verified_profile(PROFILES, expected.version, expected.profile, "Codex")
+    profile = kit.verified_profile(PROFILES, expected.version, expected.profile, "Codex")
     nonce = expected.nonce
-    body, items = open_request(body, nonce=nonce, boundary_prompt=boundary_prompt, key="input",
-                               shape="the request has no input list of item objects", checks=_no_server_history)
-    i = nonce_position(items, lambda item: _is_nonce_item(item, nonce),
-                       "the resume nonce is not the sole input_text of a user message item", facts)
+    body, items = kit.open_request(body, nonce=nonce, boundary_prompt=boundary_prompt, key="input",
+                                   shape="the request has no input list of item objects", checks=_no_server_history)
+    i = kit.nonce_position(items, lambda item: _is_nonce_item(item, nonce),
+                           "the resume nonce is not the sole input_text of a user message item", facts)
     if first and i != len(items) - 1:
         raise Refusal(f"input item {i + 1} ({item_kind(items[i + 1])}) follows the resume nonce; the first request "
                        "must end with it")
@@ -125,7 +116,7 @@ def _clean(expected: CodexExpectedPrefix, body: Any, boundary_prompt: str | None
     if not first:
         facts["continuation_items"] = len(continuation)
     cleaned = {**body, "input": [*items[:k + 1], *tail, *continuation]}
-    refuse_nonce_in(tail, nonce)  # items[i], the nonce's only place, is not in the cleaned copy
+    kit.refuse_nonce_in(tail, nonce)  # items[i], the nonce's only place, is not in the cleaned copy
     facts["item_count"] = expected.item_count
     facts["prefix_sha256"] = expected.prefix_sha256
     return cleaned
@@ -262,7 +253,7 @@ def _describe(digest: ItemDigest) -> str:
     return digest.kind
 
 
-class CodexGate:
+class CodexGate(PrefixGate[CodexExpectedPrefix]):
     """OpenAI Responses requests from a resumed Codex (envelope profiles per verified version).
 
     Codex POSTs ``<provider base_url>/responses``; forkpoint's base_url is ``<bridge>/v1``, so the route under
@@ -272,13 +263,5 @@ class CodexGate:
     name = "openai-responses"
     model_routes = frozenset({"/v1/responses", "/responses"})
 
-    def __init__(self, expected: CodexExpectedPrefix, boundary_prompt: str | None = None) -> None:
-        self.expected = expected
-        self.boundary_prompt = boundary_prompt
-
-    def first(self, body: Any) -> Verdict:
-        return clean_first_request(self.expected, body, self.boundary_prompt)
-
-    def later(self, body: Any) -> Verdict:
-        return clean_later_request(self.expected, body, self.boundary_prompt)
-
+    def clean(self, body: Any, first: bool, facts: JsonObject) -> JsonObject:
+        return _clean(self.expected, body, self.boundary_prompt, first=first, facts=facts)

@@ -12,10 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from forkpoint.adapters.mini_swe_agent.gate import ExpectedChat, MiniChatGate
+from forkpoint.adapters.mini_swe_agent.gate import PROFILE, expected_from_native
 from forkpoint.adapters.mini_swe_agent.parse import AGENT, MiniNative, parse_trajectory
 from forkpoint.adapters.mini_swe_agent.runner import BRIDGE_KEY, RunnerSession
 from forkpoint.adapters.mini_swe_agent.tools import LOG_NAME, open_session
+from forkpoint.bridge.protocols import make_upstream
+from forkpoint.bridge.protocols.openai_chat import ChatGate
 from forkpoint.bridge.server import Bridge
 from forkpoint.bridge.upstream import Upstream
 from forkpoint.errors import ErrorKind, ReplayError, classify_continuation_output
@@ -29,14 +31,7 @@ LIMIT_EXITS = frozenset({"LimitsExceeded", "StepLimitExceeded"})
 
 
 def _upstream(settings: ContinueSettings) -> Upstream:
-    from forkpoint.bridge import upstream as upstreams
-
-    if settings.upstream == "stub":
-        return upstreams.ChatStubUpstream()
-    if not settings.upstream_key:
-        raise ReplayError(ErrorKind.CONFIGURATION, "the openai-chat upstream needs OPENAI_API_KEY in forkpoint's "
-                                                   "environment (or use --upstream stub)")
-    return upstreams.OpenAIChatUpstream(settings.upstream_url or "https://api.openai.com/v1", settings.upstream_key)
+    return make_upstream("openai-chat", settings.upstream, settings.upstream_url, settings.upstream_key)
 
 
 def step_limit(native: MiniNative, prefix_calls: int, remaining: int | None) -> int:
@@ -54,14 +49,14 @@ def continue_trajectory(plan: Plan, prefix: NativePrefix, context: RunContext, s
     native = plan.trajectory.native
     assert isinstance(native, MiniNative)
     prefix_messages = _messages(prefix.path)
-    expected = ExpectedChat.from_native(plan.profile, prefix_messages, native.major, settings.boundary_prompt)
+    expected = expected_from_native(plan.profile, prefix_messages, native.major, settings.boundary_prompt)
     write_json(context.state_dir / "expected-prefix.json",
-               {"profile": expected.profile, "messages": len(expected.messages), "sha256": expected.sha256})
+               {"profile": expected.profile, "messages": len(expected.messages), "sha256": expected.prefix_sha256})
     prefix_calls = native.prefix_calls(plan.after_step)
     continued = context.output_dir / "native" / "continued" / prefix.path.name
     continued.parent.mkdir(parents=True, exist_ok=True)
     log = context.logs / LOG_NAME
-    bridge = Bridge(MiniChatGate(expected), _upstream(settings), log_path=context.state_dir / "bridge-log.jsonl",
+    bridge = Bridge(ChatGate(PROFILE, expected), _upstream(settings), log_path=context.state_dir / "bridge-log.jsonl",
                     max_model_requests=settings.remaining_steps)
     with bridge:
         usable = warm is not None and warm.alive and warm.python == settings.target.entrypoint
@@ -83,7 +78,7 @@ def continue_trajectory(plan: Plan, prefix: NativePrefix, context: RunContext, s
     status = reply.get("exit_status")
     metadata: dict[str, Any] = {"native_cli": "mini-swe-agent (companion runner)", "model_bridge": summary.to_json(),
                                 "agent_exit_status": status, "agent_log": str(log), "prefix_model_calls": prefix_calls,
-                                "expected_prefix_sha256": expected.sha256, "companion_reused": metadata_reused}
+                                "expected_prefix_sha256": expected.prefix_sha256, "companion_reused": metadata_reused}
     bridge_error = summary.error()
     if bridge_error is not None:
         raise ReplayError(bridge_error.kind, f"{bridge_error.message} (mini-swe-agent exit status {status})")

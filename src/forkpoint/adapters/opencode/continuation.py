@@ -30,11 +30,13 @@ from typing import Any
 
 from forkpoint.adapters.opencode.database import Reconciled, database_path, reconcile
 from forkpoint.adapters.opencode.envelope import expected_prefix
-from forkpoint.adapters.opencode.gate import OpenCodeGate
+from forkpoint.adapters.opencode.gate import PROFILE
 from forkpoint.adapters.opencode.parse import parse_opencode
 from forkpoint.adapters.opencode.session import native_of
 from forkpoint.adapters.opencode.toolhost import opencode_env, provider_config, write_config
 from forkpoint.adapters.opencode.watchdog import DEFAULT_IDLE_S, StepWatch
+from forkpoint.bridge.protocols import make_upstream
+from forkpoint.bridge.protocols.openai_chat import ChatGate
 from forkpoint.bridge.server import Bridge, BridgeSummary
 from forkpoint.bridge.upstream import Upstream
 from forkpoint.errors import ErrorKind, ReplayError, classify_continuation_output
@@ -154,7 +156,7 @@ def continue_session(plan: Plan, prefix: NativePrefix, context: RunContext,
     helper(entrypoint, ["import", str(prefix.path)], context, env, "import")
     context.logs.mkdir(parents=True, exist_ok=True)
     watch = StepWatch(settings.remaining_steps, idle_limit())
-    bridge = Bridge(OpenCodeGate(expected, settings.boundary_prompt or None), _upstream(settings),
+    bridge = Bridge(ChatGate(PROFILE, expected, settings.boundary_prompt or None), _upstream(settings),
                     log_path=context.state_dir / "bridge-log.jsonl", max_model_requests=settings.remaining_steps)
     with bridge, stdout_file(context.state_dir, "events.jsonl") as events_file:
         write_config(context.home, provider_config(provider, model, bridge.base_url + "/v1", "forkpoint-bridge"))
@@ -249,11 +251,4 @@ def collect(export: JsonObject, nonce: str, boundary_prompt: str | None, context
 
 
 def _upstream(settings: ContinueSettings) -> Upstream:
-    from forkpoint.bridge import upstream as upstreams
-
-    if settings.upstream == "stub":
-        return upstreams.ChatStubUpstream()
-    if not settings.upstream_key:
-        raise ReplayError(ErrorKind.CONFIGURATION, "the openai-chat upstream needs OPENAI_API_KEY in forkpoint's "
-                                                   "environment (or use --upstream stub)")
-    return upstreams.OpenAIChatUpstream(settings.upstream_url or "https://api.openai.com/v1", settings.upstream_key)
+    return make_upstream("openai-chat", settings.upstream, settings.upstream_url, settings.upstream_key)

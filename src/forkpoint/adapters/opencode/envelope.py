@@ -14,23 +14,20 @@ tests/fixtures/opencode/*/requests.jsonl are the recorded originals): a Chat Com
 * then the envelope: exactly ``{"role": "user", "content": NONCE}`` (the nonce is one argv word: no quotes).
 
 The projection compares tool-call arguments as parsed JSON (OpenCode re-serialises the stored input).
-``OpenCodeExpectedPrefix`` holds hashes, ids and roles only, never message bodies.
+The manifest is the chat protocol's ``ExpectedChat`` (written as hashes, ids and roles only, never bodies).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
+from forkpoint.bridge.protocols.openai_chat import ExpectedChat, parsed_arguments
 from forkpoint.errors import configuration, trajectory, unsupported_version
-from forkpoint.hashing import canonical_sha256, count_text, sha256_hex
+from forkpoint.hashing import count_text, sha256_hex
 
 JsonObject = dict[str, Any]
-SCHEMA_VERSION = "forkpoint.opencode-expected-prefix/v1"
 MIN_NONCE_LENGTH = 16
 DATE_LINE = re.compile(r"Today's date: [^\n]*")
 INTERRUPTED = "[Tool execution was interrupted]"
@@ -120,48 +117,14 @@ def project_request_message(message: Any) -> Any:
     """A request message in the compared form: tool-call arguments parsed (unparseable ones stay strings)."""
     if not isinstance(message, dict) or not isinstance(message.get("tool_calls"), list):
         return message
-    calls = []
-    for call in message["tool_calls"]:
-        if isinstance(call, dict) and isinstance(call.get("function"), dict) \
-                and isinstance(call["function"].get("arguments"), str):
-            try:
-                arguments = orjson.loads(call["function"]["arguments"])
-            except orjson.JSONDecodeError:
-                arguments = call["function"]["arguments"]
-            call = {**call, "function": {**call["function"], "arguments": arguments}}
-        calls.append(call)
-    return {**message, "tool_calls": calls}
+    return {**message, "tool_calls": [parsed_arguments(call) for call in message["tool_calls"]]}
 
 
 # -- the manifest ----------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class OpenCodeExpectedPrefix:
-    """What the resumed request's ``messages[1:]`` must be before the nonce, as hashes, roles and ids only."""
-
-    profile: str
-    version: str
-    nonce: str
-    model: str
-    tools: tuple[str, ...]
-    message_count: int
-    prefix_sha256: str
-    message_sha256: tuple[str, ...]
-    message_roles: tuple[str, ...]
-    boundary_call_ids: tuple[str, ...]
-    #: date-masked sha256 of the system prompt when known (e.g. from a recording); None = fingerprinted only
-    system_sha256: str | None = None
-    schema_version: str = SCHEMA_VERSION
-
-    def to_json(self) -> JsonObject:
-        data = asdict(self)
-        return {**data, "tools": list(self.tools), "message_sha256": list(self.message_sha256),
-                "message_roles": list(self.message_roles), "boundary_call_ids": list(self.boundary_call_ids)}
-
-
 def expected_prefix(export: JsonObject, nonce: str, version: str, model: str,
-                    system_sha256: str | None = None) -> OpenCodeExpectedPrefix:
+                    system_sha256: str | None = None) -> ExpectedChat:
     """The manifest of a cut session; refuses a cut that does not end with the results of one tool batch."""
     profile = profile_for_version(version)
     if len(nonce) < MIN_NONCE_LENGTH or any(c.isspace() or c in "\"'\\" for c in nonce):
@@ -181,21 +144,5 @@ def expected_prefix(export: JsonObject, nonce: str, version: str, model: str,
     if [c["id"] for c in calls] != boundary:
         raise trajectory("the last tool results of the rebuilt OpenCode session do not answer exactly the calls of "
                          "the assistant message before them")
-    return OpenCodeExpectedPrefix(
-        profile=profile.profile, version=version, nonce=nonce, model=model, tools=profile.tools,
-        message_count=len(projected), prefix_sha256=canonical_sha256(projected),
-        message_sha256=tuple(canonical_sha256(m) for m in projected),
-        message_roles=tuple(str(m["role"]) for m in projected), boundary_call_ids=tuple(boundary),
-        system_sha256=system_sha256,
-    )
-
-
-def describe(messages: Sequence[JsonObject], index: int) -> str:
-    message = messages[index]
-    role = message.get("role")
-    if role == "tool":
-        return f"the tool result for {message.get('tool_call_id')}"
-    if role == "assistant" and message.get("tool_calls"):
-        ids = [c.get("id") for c in message["tool_calls"] if isinstance(c, dict)]
-        return f"the assistant message with tool calls {ids}"
-    return f"the {role} message"
+    return ExpectedChat.of(profile.profile, projected, nonce=nonce, model=model, tools=profile.tools,
+                           system_sha256=system_sha256)

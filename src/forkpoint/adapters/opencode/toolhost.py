@@ -27,10 +27,10 @@ from typing import Any
 
 from aiohttp import web
 
+from forkpoint.bridge.protocols.openai_chat import chat_chunks, sse_data
 from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.fs import refused_as, write_file_strict
 from forkpoint.process import WATCH_TERMINATE, ProcessResult, run_supervised, sanitized_env
-from forkpoint.testing.chat_completions import chat_chunks, sse_data
 
 PROVIDER = "forkpoint-tools"
 MODEL = "replay"

@@ -14,11 +14,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from forkpoint.adapters.openhands.expected import ExpectedConversation, PrefixError, expected_messages
-from forkpoint.adapters.openhands.gate import OpenHandsGate
+from forkpoint.adapters.openhands.expected import PrefixError, expected_messages
+from forkpoint.adapters.openhands.gate import PROFILE
 from forkpoint.adapters.openhands.launch import BRIDGE_KEY_ENV, run_runner, work_dir
 from forkpoint.adapters.openhands.parse import parse_events
 from forkpoint.adapters.openhands.session import replay_input, replayed_action_count, write_events
+from forkpoint.bridge.protocols import make_upstream
+from forkpoint.bridge.protocols.openai_chat import ChatGate, ExpectedChat
 from forkpoint.bridge.server import Bridge
 from forkpoint.bridge.upstream import Upstream
 from forkpoint.errors import ErrorKind, ReplayError, classify_continuation_output
@@ -69,7 +71,7 @@ def continue_events(
         messages = expected_messages(events)
         if prompt is not None:
             messages.append({"role": "user", "text": prompt})
-        expected = ExpectedConversation.of(plan.profile, messages)
+        expected = ExpectedChat.of(plan.profile, messages)
     except PrefixError as error:
         raise ReplayError(ErrorKind.CONTINUATION, f"cannot build the expected first request: {error}") from None
     work = work_dir(context)
@@ -82,7 +84,7 @@ def continue_events(
     saved = work / "continued-trajectory.json"
     live = settings.remaining_steps if settings.remaining_steps is not None else DEFAULT_LIVE_STEPS
     replayed = replayed_action_count(replay) + (1 if prompt is not None else 0)
-    bridge = Bridge(OpenHandsGate(expected), _upstream(settings), log_path=context.state_dir / "bridge-log.jsonl",
+    bridge = Bridge(ChatGate(PROFILE, expected), _upstream(settings), log_path=context.state_dir / "bridge-log.jsonl",
                     max_model_requests=settings.remaining_steps)
     with bridge:
         request: dict[str, Any] = {
@@ -141,14 +143,7 @@ def continue_events(
 
 
 def _upstream(settings: ContinueSettings) -> Upstream:
-    from forkpoint.bridge import upstream as upstreams
-
-    if settings.upstream == "stub":
-        return upstreams.ChatStubUpstream()
-    if not settings.upstream_key:
-        raise ReplayError(ErrorKind.CONFIGURATION, "the openai-chat upstream needs OPENAI_API_KEY in forkpoint's "
-                                                   "environment (or use --upstream stub)")
-    return upstreams.OpenAIChatUpstream(settings.upstream_url or "https://api.openai.com/v1", settings.upstream_key)
+    return make_upstream("openai-chat", settings.upstream, settings.upstream_url, settings.upstream_key)
 
 
 __all__ = ["continue_events"]

@@ -11,13 +11,12 @@ Completions ``messages`` =
       tool       per call, in call order: [text = the observation as the model sees it], tool_call_id, name
 
 (recall observations add nothing with prompt extensions off). Each message is projected to a canonical form
-(role, joined text, tool calls with parsed arguments, tool_call_id, name) and hashed; the gate compares the
-request's projection with this list.
+(role, joined text, tool calls with parsed arguments, tool_call_id, name); the chat gate (profile in gate.py)
+compares the request's projection with this list (``ExpectedChat.of``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -25,29 +24,11 @@ import orjson
 from forkpoint.adapters.openhands.format import model_text
 from forkpoint.adapters.openhands.parse import response_id
 from forkpoint.adapters.swe_agent.jsondoc import as_object
-from forkpoint.hashing import canonical_sha256
 from forkpoint.model import JsonObject
 
 
 class PrefixError(ValueError):
     """The prefix holds something whose model message forkpoint does not model (refuse, never guess)."""
-
-
-@dataclass(frozen=True)
-class ExpectedConversation:
-    profile: str
-    messages: tuple[JsonObject, ...]  # canonical projections
-    message_sha256: tuple[str, ...]
-    prefix_sha256: str
-
-    @classmethod
-    def of(cls, profile: str, messages: list[JsonObject]) -> ExpectedConversation:
-        hashes = tuple(canonical_sha256(m) for m in messages)
-        return cls(profile, tuple(messages), hashes, canonical_sha256(messages))
-
-    def to_json(self) -> JsonObject:
-        return {"profile": self.profile, "message_count": len(self.messages), "message_sha256": self.message_sha256,
-                "prefix_sha256": self.prefix_sha256, "roles": [m["role"] for m in self.messages]}
 
 
 def project(message: Any) -> JsonObject:

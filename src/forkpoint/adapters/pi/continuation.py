@@ -15,10 +15,12 @@ from typing import Any
 
 import orjson
 
-from forkpoint.adapters.pi.gate import PiGate, expected_prefix
+from forkpoint.adapters.pi.gate import PROFILE, expected_prefix
 from forkpoint.adapters.pi.parse import DEFAULT_TOOLS, PiNative, dumps, model_turns, parse_pi
 from forkpoint.adapters.pi.runtime import from_entrypoint
 from forkpoint.adapters.pi.tools import tool_environment
+from forkpoint.bridge.protocols import make_upstream
+from forkpoint.bridge.protocols.openai_chat import ChatGate
 from forkpoint.bridge.server import Bridge
 from forkpoint.bridge.upstream import Upstream
 from forkpoint.errors import ErrorKind, ReplayError, classify_continuation_output, unsupported_version
@@ -100,7 +102,7 @@ def continue_session(plan: Plan, prefix: NativePrefix, context: RunContext,
     events_path = events_dir / "events.jsonl"
     events_path.unlink(missing_ok=True)
     remaining = settings.remaining_steps
-    bridge = Bridge(PiGate(expected, boundary_prompt), _upstream(settings),
+    bridge = Bridge(ChatGate(PROFILE, expected, boundary_prompt), _upstream(settings),
                     log_path=context.state_dir / "bridge-log.jsonl", max_model_requests=remaining)
     with bridge:
         _write_home(home, home_agent / "models.json", orjson.dumps(models_json(bridge.base_url, provider, model)))
@@ -173,14 +175,7 @@ def continue_session(plan: Plan, prefix: NativePrefix, context: RunContext,
 
 
 def _upstream(settings: ContinueSettings) -> Upstream:
-    from forkpoint.bridge import upstream as upstreams
-
-    if settings.upstream == "stub":
-        return upstreams.ChatStubUpstream()
-    if not settings.upstream_key:
-        raise ReplayError(ErrorKind.CONFIGURATION, "the openai-chat upstream needs OPENAI_API_KEY in forkpoint's "
-                                                   "environment (or use --upstream stub)")
-    return upstreams.OpenAIChatUpstream(settings.upstream_url or "https://api.openai.com/v1", settings.upstream_key)
+    return make_upstream("openai-chat", settings.upstream, settings.upstream_url, settings.upstream_key)
 
 
 def _last_json(stdout: bytes) -> dict[str, Any] | None:

@@ -28,12 +28,12 @@ from aiohttp import web
 from forkpoint import runtimes
 from forkpoint.adapters.codex.envelope import CodexExpectedPrefix, expected_prefix
 from forkpoint.adapters.codex.gate import CodexGate, clean_first_request
+from forkpoint.bridge.protocols.openai_responses import OpenAIResponsesUpstream, ResponsesStubUpstream
 from forkpoint.bridge.server import Bridge
-from forkpoint.bridge.upstream import OpenAIResponsesUpstream, ResponsesStubUpstream
 from forkpoint.hashing import make_nonce
 from forkpoint.testing import ScriptedModel, text, tool_use
 
-REQUESTS = Path(__file__).parents[1] / "fixtures" / "codex" / "requests"
+REQUESTS = Path(__file__).parents[2] / "fixtures" / "codex" / "requests"
 VERSIONS = ("0.149.0", "0.171.0")
 UPSTREAM_KEY = "sk-upstream-test-key-0002"
 AGENT_HEADERS = {"content-type": "application/json", "accept": "text/event-stream", "authorization": "Bearer dummy",
@@ -329,11 +329,13 @@ def test_responses_stub_answers_itself() -> None:
         summary = bridge.finish()
     assert streamed.status == 200 and streamed.headers["content-type"].startswith("text/event-stream")
     events = sse_events(streamed.body)
-    assert [e["type"] for e in events] == ["response.created", "response.output_item.added",
-                                           "response.output_text.delta", "response.output_item.done",
-                                           "response.completed"]
-    assert [e["sequence_number"] for e in events] == list(range(5))
-    assert events[2]["delta"] == "stub says hi"
+    # the one Responses SSE encoding (bridge.protocols.openai_responses), shared with ScriptedModel
+    assert [e["type"] for e in events] == ["response.created", "response.in_progress", "response.output_item.added",
+                                           "response.content_part.added", "response.output_text.delta",
+                                           "response.output_text.done", "response.content_part.done",
+                                           "response.output_item.done", "response.completed"]
+    assert [e["sequence_number"] for e in events] == list(range(9))
+    assert events[4]["delta"] == "stub says hi"
     done = events[-1]["response"]
     assert done["status"] == "completed" and done["model"] == case.first["model"]
     assert done["output"][0]["content"][0]["text"] == "stub says hi" and done["usage"]["total_tokens"] == 1

@@ -14,9 +14,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from forkpoint.bridge.gate import Verdict, auxiliary_verdict
+from forkpoint.bridge.gate import Gate, Verdict
+from forkpoint.bridge.protocols.openai_chat import ChatStubUpstream, OpenAIChatUpstream
 from forkpoint.bridge.server import Bridge
-from forkpoint.bridge.upstream import ChatStubUpstream, OpenAIChatUpstream
 from forkpoint.testing import ScriptedModel, text, tool_use
 
 KEY = "sk-upstream-chat-key-0003"
@@ -24,7 +24,7 @@ TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type"
 PREFIX = [{"role": "system", "content": "sys"}, {"role": "user", "content": "task"}]
 
 
-class PrefixGate:
+class PrefixGate(Gate):
     """First request's messages must start with PREFIX; requests without tools are helpers."""
 
     name = "test-chat"
@@ -54,7 +54,7 @@ def post(base: str, path: str, body: dict[str, Any]) -> tuple[int, str]:
 
 
 def test_auxiliary_verdict_is_none_for_gates_without_the_hook() -> None:
-    class Plain:
+    class Plain(Gate):
         name = "plain"
         model_routes = frozenset({"/x"})
 
@@ -64,9 +64,9 @@ def test_auxiliary_verdict_is_none_for_gates_without_the_hook() -> None:
         def later(self, body: Any) -> Verdict:
             return Verdict(True, body, None)
 
-    assert auxiliary_verdict(Plain(), {}) is None
-    assert auxiliary_verdict(PrefixGate(), {"messages": []}) == Verdict(True, {"messages": []}, None)
-    assert auxiliary_verdict(PrefixGate(), {"tools": TOOLS}) is None
+    assert Plain().auxiliary({}) is None
+    assert PrefixGate().auxiliary({"messages": []}) == Verdict(True, {"messages": []}, None)
+    assert PrefixGate().auxiliary({"tools": TOOLS}) is None
 
 
 def test_chat_requests_pass_through_with_the_bridge_key_and_helpers_do_not_count() -> None:

@@ -1,0 +1,72 @@
+"""The bridge's wire protocols and the upstream registry (modules load lazily: a run imports only its own).
+
+One module per protocol: ``anthropic`` (Claude Code), ``openai_responses`` (Codex), ``openai_chat`` (OpenCode, Pi,
+mini-swe-agent, OpenHands) with its upstream, its stub and its SSE encoding; ``chat_gate`` is the one Chat
+Completions gate. ``make_upstream`` replaces the per-adapter upstream tables: an agent names its native protocol
+and the run's ``--upstream`` choice. A translating upstream (an agent's protocol to another upstream protocol) is
+one more registry entry keyed by (agent protocol, upstream name).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from forkpoint.bridge.upstream import Upstream
+from forkpoint.errors import ErrorKind, ReplayError
+
+STUB = "stub"
+
+
+def _anthropic(url: str | None, key: str | None) -> Upstream:
+    from forkpoint.bridge.protocols import anthropic
+
+    return anthropic.AnthropicStubUpstream() if key is None else anthropic.AnthropicUpstream(url or "", key)
+
+
+def _responses(url: str | None, key: str | None) -> Upstream:
+    from forkpoint.bridge.protocols import openai_responses
+
+    if key is None:
+        return openai_responses.ResponsesStubUpstream()
+    return openai_responses.OpenAIResponsesUpstream(url or "", key)
+
+
+def _chat(url: str | None, key: str | None) -> Upstream:
+    from forkpoint.bridge.protocols import openai_chat
+
+    return openai_chat.ChatStubUpstream() if key is None else openai_chat.OpenAIChatUpstream(url or "", key)
+
+
+@dataclass(frozen=True)
+class UpstreamKind:
+    """One protocol's upstreams: ``build(url, key)`` is the pass-through, ``build(None, None)`` the stub."""
+
+    build: Callable[[str | None, str | None], Upstream]
+    default_url: str
+    key_env: str
+
+
+#: native protocol -> its pass-through upstream (named like the protocol) and its stub
+UPSTREAMS: dict[str, UpstreamKind] = {
+    "anthropic": UpstreamKind(_anthropic, "https://api.anthropic.com", "ANTHROPIC_API_KEY"),
+    "openai-responses": UpstreamKind(_responses, "https://api.openai.com/v1", "OPENAI_API_KEY"),
+    "openai-chat": UpstreamKind(_chat, "https://api.openai.com/v1", "OPENAI_API_KEY"),
+}
+
+
+def make_upstream(protocol: str, upstream_name: str, url: str | None, key: str | None) -> Upstream:
+    """The upstream for an agent speaking ``protocol`` when the run asked for ``upstream_name`` (``stub`` or the
+    protocol's own name); a missing key or an unsupported pair is a configuration error."""
+    kind = UPSTREAMS.get(protocol)
+    if kind is None:
+        raise ReplayError(ErrorKind.CONFIGURATION, f"no bridge protocol {protocol!r} (known: {', '.join(UPSTREAMS)})")
+    if upstream_name == STUB:
+        return kind.build(None, None)
+    if upstream_name != protocol:
+        raise ReplayError(ErrorKind.CONFIGURATION, f"an agent speaking {protocol} cannot use the {upstream_name} "
+                                                   "upstream (forkpoint does not translate protocols yet)")
+    if not key:
+        raise ReplayError(ErrorKind.CONFIGURATION, f"the {protocol} upstream needs {kind.key_env} in forkpoint's "
+                                                   "environment (or use --upstream stub)")
+    return kind.build(url or kind.default_url, key)

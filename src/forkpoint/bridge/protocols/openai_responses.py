@@ -1,0 +1,107 @@
+"""The OpenAI Responses API on the bridge (Codex): its pass-through upstream, its stub and its SSE encoding.
+
+The encoding is shared with forkpoint.testing's ScriptedModel: ``response.created``, ``response.in_progress``,
+per output item ``response.output_item.added`` / its deltas / ``response.output_item.done``, then
+``response.completed``; each event carries ``type`` and ``sequence_number``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from aiohttp import web
+
+from forkpoint.bridge.protocols.openai import OpenAIUpstream, model_of
+from forkpoint.bridge.upstream import CHUNK, JsonObject, LocalStub, Sent, pieces, sse_event, stream_events
+
+PROTOCOL = "openai-responses"
+CREATED = 1767225600
+
+
+class OpenAIResponsesUpstream(OpenAIUpstream):
+    """The OpenAI Responses API (Codex)."""
+
+    name = "openai-responses"
+    endpoint = "/responses"
+
+
+def message_item(item_id: str, value: str) -> JsonObject:
+    """An assistant ``message`` output item of one text."""
+    return {"type": "message", "id": item_id, "status": "completed", "role": "assistant",
+            "content": [{"type": "output_text", "text": value, "annotations": []}]}
+
+
+def response_events(envelope: JsonObject, items: list[JsonObject], usage: JsonObject,
+                    chunk: int = CHUNK) -> Iterator[tuple[str, JsonObject]]:
+    """The Responses API streaming event sequence (without ``type``/``sequence_number``) for one response."""
+    yield "response.created", {"response": envelope}
+    yield "response.in_progress", {"response": envelope}
+    for index, item in enumerate(items):
+        kind, item_id = item["type"], item["id"]
+        where = {"item_id": item_id, "output_index": index}
+        if kind == "message":
+            yield "response.output_item.added", {"output_index": index, "item": {**item, "status": "in_progress",
+                                                                                 "content": []}}
+            part = {"type": "output_text", "text": "", "annotations": []}
+            value = item["content"][0]["text"]
+            yield "response.content_part.added", {**where, "content_index": 0, "part": part}
+            for piece in pieces(value, chunk):
+                yield "response.output_text.delta", {**where, "content_index": 0, "delta": piece}
+            yield "response.output_text.done", {**where, "content_index": 0, "text": value}
+            yield "response.content_part.done", {**where, "content_index": 0, "part": {**part, "text": value}}
+        elif kind == "reasoning":
+            yield "response.output_item.added", {"output_index": index, "item": {**item, "summary": []}}
+            for summary_index, summary in enumerate(item["summary"]):
+                part = {"type": "summary_text", "text": ""}
+                yield "response.reasoning_summary_part.added", {**where, "summary_index": summary_index, "part": part}
+                for piece in pieces(summary["text"], chunk):
+                    yield "response.reasoning_summary_text.delta", {**where, "summary_index": summary_index,
+                                                                    "delta": piece}
+                yield "response.reasoning_summary_text.done", {**where, "summary_index": summary_index,
+                                                               "text": summary["text"]}
+                yield "response.reasoning_summary_part.done", {**where, "summary_index": summary_index,
+                                                               "part": {**part, "text": summary["text"]}}
+        elif kind == "function_call":
+            yield "response.output_item.added", {"output_index": index, "item": {**item, "status": "in_progress",
+                                                                                 "arguments": ""}}
+            for piece in pieces(item["arguments"], chunk):
+                yield "response.function_call_arguments.delta", {**where, "delta": piece}
+            yield "response.function_call_arguments.done", {**where, "arguments": item["arguments"]}
+        elif kind == "custom_tool_call":
+            yield "response.output_item.added", {"output_index": index, "item": {**item, "status": "in_progress",
+                                                                                 "input": ""}}
+            for piece in pieces(item["input"], chunk):
+                yield "response.custom_tool_call_input.delta", {**where, "delta": piece}
+            yield "response.custom_tool_call_input.done", {**where, "input": item["input"]}
+        else:
+            raise ValueError(f"unsupported output item type {kind!r}")
+        yield "response.output_item.done", {"output_index": index, "item": item}
+    yield "response.completed", {"response": {**envelope, "status": "completed", "output": items, "usage": usage}}
+
+
+def encode(events: Iterator[tuple[str, JsonObject]]) -> list[bytes]:
+    """The SSE bytes of the events, each with its ``type`` and ``sequence_number``."""
+    return [sse_event(event, {"type": event, "sequence_number": number, **data})
+            for number, (event, data) in enumerate(events)]
+
+
+def envelope_of(response_id: str, model: str) -> JsonObject:
+    """The ``response`` object as streamed before its output exists."""
+    return {"id": response_id, "object": "response", "created_at": CREATED, "status": "in_progress",
+            "model": model, "output": [], "usage": None}
+
+
+class ResponsesStubUpstream(LocalStub):
+    """Answers a validated Responses request itself with one short assistant message (SSE when ``stream``)."""
+
+    async def send(self, request: web.Request, body: JsonObject) -> tuple[web.StreamResponse, Sent]:
+        self._count += 1
+        item = message_item(f"msg_forkpoint_stub_{self._count:04d}", self.text)
+        usage: JsonObject = {"input_tokens": 0, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 1,
+                             "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 1}
+        envelope = {**envelope_of(f"resp_forkpoint_stub_{self._count:04d}", model_of(body)), "created_at": 0}
+        if body.get("stream") is not True:
+            return web.json_response({**envelope, "status": "completed", "output": [item], "usage": usage}), Sent(
+                200, False)
+        events = response_events(envelope, [item], usage, chunk=max(1, len(self.text)))
+        return await stream_events(request, encode(events)), Sent(200, False)

@@ -1,0 +1,52 @@
+"""ScriptedModel's OpenAI Chat Completions answers (``POST /v1/chat/completions``: OpenCode, Pi, litellm).
+
+The block mapping and the stream are ``forkpoint.bridge.protocols.openai_chat``'s; a turn with ``"stall": true``
+sends headers and then nothing (a silent upstream).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiohttp import web
+
+from forkpoint.bridge.protocols.openai_chat import chat_chunks, chat_completion, chat_message, sse_data, wants_usage
+from forkpoint.bridge.upstream import SSE_HEADERS
+from forkpoint.testing.script import stable_id, text
+from forkpoint.testing.scripted_anthropic import AnthropicAnswers
+
+
+class ChatAnswers(AnthropicAnswers):
+    """Chat Completions answers (turn selection counts assistant messages as for the Messages API)."""
+
+    def respond_chat(self, kind: str, step: int | None) -> tuple[str, dict[str, Any], str, bool]:
+        """(completion id, assistant message, finish_reason, stall) for a selected step of Chat Completions."""
+        turn = None if kind == "aux" or step is None else self.turn_at(step)
+        if turn is None:
+            label = ("aux", len(self.requests)) if kind == "aux" or step is None else ("final", step)
+            message, finish = chat_message([text(self.aux_text if label[0] == "aux" else self.final_text)], str)
+            return stable_id("chatcmpl-", self.seed, *label), message, finish, False
+        message, finish = chat_message(list(turn.content),
+                                       lambda index: stable_id("call_", self.seed, step, index))
+        return stable_id("chatcmpl-", self.seed, step), message, finish, turn.stall
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        entry = await self._record(request)
+        body = entry["body"] if isinstance(entry["body"], dict) else {}
+        kind, step = self.select(body)
+        completion_id, message, finish, stall = self.respond_chat(kind, step)
+        entry.update(api="chat", kind=kind, step=step, finish_reason=finish, stall=stall)
+        self._log(entry)
+        model = body.get("model", self.model)
+        if not body.get("stream") and not stall:
+            return web.json_response(chat_completion(completion_id, model, message, finish))
+        response = web.StreamResponse(headers=SSE_HEADERS)
+        await response.prepare(request)
+        if stall:
+            await asyncio.sleep(24 * 3600)  # cancelled when the client goes away or the server stops
+        for chunk in chat_chunks(completion_id, model, message, finish, wants_usage(body)):
+            await response.write(sse_data(chunk))
+        await response.write(sse_data("[DONE]"))
+        await response.write_eof()
+        return response
