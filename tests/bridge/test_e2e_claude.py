@@ -16,8 +16,9 @@ import pytest
 
 from forkpoint import runtimes
 from forkpoint.adapters.claude_code.envelope import expected_prefix, project
+from forkpoint.adapters.claude_code.gate import ClaudeGate
+from forkpoint.bridge.protocols.anthropic import AnthropicStubUpstream, AnthropicUpstream
 from forkpoint.bridge.server import Bridge
-from forkpoint.bridge.upstream import AnthropicUpstream, StubUpstream
 from forkpoint.hashing import make_nonce
 from forkpoint.testing import ScriptedModel, text, tool_use
 
@@ -52,7 +53,7 @@ def _resume(version: str, case: str, tmp_path: Path, upstream_for: Any, *, tampe
     project_dir = home / ".claude" / "projects" / re.sub(r"[^A-Za-z0-9]", "-", str(workspace))
     project_dir.mkdir(parents=True)
     (project_dir / f"{meta['session_id']}.jsonl").write_text("\n".join(lines) + "\n", "utf-8")
-    bridge = Bridge(expected, upstream_for(), boundary_prompt=prompt)
+    bridge = Bridge(ClaudeGate(expected, prompt), upstream_for())
     with bridge:
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home),
                "ANTHROPIC_BASE_URL": bridge.base_url, "ANTHROPIC_API_KEY": "dummy",
@@ -100,7 +101,7 @@ def test_real_agent_with_a_tampered_session_is_refused(version: str, tmp_path: P
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_real_agent_against_the_stub_upstream(version: str, tmp_path: Path) -> None:
-    done, bridge, _ = _resume(version, "cd_after_2", tmp_path, lambda: StubUpstream("stub answer"))
+    done, bridge, _ = _resume(version, "cd_after_2", tmp_path, lambda: AnthropicStubUpstream("stub answer"))
     assert done.returncode == 0, done.stderr[-2000:]
     assert bridge.summary().validated == 1 and bridge.summary().error() is None
     assert json.loads(done.stdout.splitlines()[-1])["result"] == "stub answer"
