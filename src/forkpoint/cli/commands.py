@@ -30,7 +30,7 @@ def replay(args: argparse.Namespace) -> None:
     from forkpoint import request as requests
     from forkpoint.errors import ReplayError, configuration
 
-    direct = {name: getattr(args, name) for name in _DIRECT_OPTIONS}
+    direct = {name: vars(args)[name] for name in _DIRECT_OPTIONS}
     for flag in ("prepare_only", "replay_only", "allow_stale_observations", "keep_snapshot", "drop_snapshot"):
         direct[flag] = direct[flag] or None  # an absent flag is "not given", like an absent option
     given = [name for name in _DIRECT_OPTIONS if direct[name] is not None]
