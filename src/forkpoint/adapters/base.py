@@ -43,10 +43,6 @@ class Adapter(Protocol):
     #: format string of the native prefix file written by ``write_prepared_prefix``
     native_format: str
 
-    def sniff(self, head: bytes) -> bool:
-        """True when the first bytes of a file look like this agent's native trajectory."""
-        ...
-
     def parse(self, path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
         """Parse a native trajectory of at most ``max_bytes``. Pure apart from reading ``path``; raises ReplayError
         only (a trajectory error for an id that cannot become a file name or argument, see forkpoint.ids)."""
