@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from forkpoint import runtimes
+from forkpoint.adapters import agent_spec
 from forkpoint.testing.scripted_model import Block, ScriptedModel, text, tool_use
 
 REPO = Path(__file__).resolve().parent.parent
@@ -442,11 +443,11 @@ def record(version: str, scenario: Scenario) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="append", choices=runtimes.VERIFIED["claude-code"])
+    parser.add_argument("--version", action="append", choices=tuple(agent_spec("claude-code").versions))
     parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
     args = parser.parse_args()
     failed = []
-    for version in args.version or runtimes.VERIFIED["claude-code"]:
+    for version in args.version or tuple(agent_spec("claude-code").versions):
         for name in args.scenario or list(SCENARIOS):
             try:
                 fixture = record(version, SCENARIOS[name])

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from forkpoint import runtimes
+from forkpoint.adapters import agent_spec
 from forkpoint.testing.scripted_model import Block, ScriptedModel, custom_tool_call, text, tool_use
 
 REPO = Path(__file__).resolve().parent.parent
@@ -301,11 +302,11 @@ def record(version: str, scenario: Scenario) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="append", choices=runtimes.VERIFIED["codex"])
+    parser.add_argument("--version", action="append", choices=tuple(agent_spec("codex").versions))
     parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
     args = parser.parse_args()
     failed = []
-    for version in args.version or runtimes.VERIFIED["codex"]:
+    for version in args.version or tuple(agent_spec("codex").versions):
         for name in args.scenario or list(SCENARIOS):
             scenario = SCENARIOS[name]
             if scenario.versions and version not in scenario.versions:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from forkpoint import runtimes
+from forkpoint.adapters import agent_spec
 from forkpoint.testing.scripted_model import Block, ScriptedModel, text, thinking, tool_use
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -296,12 +297,12 @@ def check(events: list[Json], scenario: Scenario) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--version", action="append", choices=runtimes.VERIFIED["opencode"])
+    parser.add_argument("--version", action="append", choices=tuple(agent_spec("opencode").versions))
     parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     options = parser.parse_args()
     failures = 0
-    for version in options.version or runtimes.VERIFIED["opencode"]:
+    for version in options.version or tuple(agent_spec("opencode").versions):
         for name in options.scenario or sorted(SCENARIOS):
             problems = record(version, name, options.out)
             print(f"{version} {name}: {'ok' if not problems else '; '.join(problems)}")

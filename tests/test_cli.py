@@ -187,3 +187,31 @@ def test_the_exit_codes_in_replay_help_are_the_error_kinds() -> None:
         match = re.search(rf"(\d+) (?:[a-z_]+ / )?{re.escape(name)}", listed)  # also "40 a / b"
         assert match is not None, f"{kind.category} is not in replay --help"
         assert int(match.group(1)) == kind.exit_code, kind.category
+
+
+def test_agents_list_and_install_follow_the_specs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`agents list` shows every installable agent's verified versions (from its spec), marking what is installed;
+    `agents install` of an installed version returns it without running npm, and refuses an unverified one."""
+    from forkpoint.adapters import all_specs
+    from forkpoint.runtimes import MANIFEST_NAME, Runtime
+
+    monkeypatch.setenv("FORKPOINT_RUNTIMES", str(tmp_path))
+    entry = tmp_path / "codex" / "0.149.0" / "bin" / "codex"
+    entry.parent.mkdir(parents=True)
+    entry.write_text("#!/bin/sh\n")
+    entry.chmod(0o755)
+    runtime = Runtime("codex", "0.149.0", entry.parents[1], entry, "2026-01-01T00:00:00Z")
+    (runtime.root / MANIFEST_NAME).write_text(json.dumps(runtime.manifest()))
+    listed = forkpoint("agents", "list")
+    assert listed.returncode == 0, listed.stderr
+    expected = [f"{spec.name}: " + ", ".join(f"{v}{' (installed)' if (spec.name, v) == ('codex', '0.149.0') else ''}"
+                                            for v in spec.versions)
+                for spec in all_specs() if spec.runtime is not None]
+    assert listed.stdout.splitlines() == expected
+    assert "codex: 0.149.0 (installed), 0.171.0" in expected and not any(e.startswith("swe-agent") for e in expected)
+    installed = forkpoint("agents", "install", "codex@0.149.0")
+    assert installed.returncode == 0 and installed.stdout.strip() == f"codex@0.149.0: {entry}"
+    refused = forkpoint("agents", "install", "codex@0.1.0")
+    assert refused.returncode == 11 and "verified: 0.149.0, 0.171.0" in refused.stderr
+    unknown = forkpoint("agents", "install", "swe-agent@1.1.0")
+    assert unknown.returncode == 11 and "unknown agent 'swe-agent'" in unknown.stderr

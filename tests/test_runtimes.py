@@ -10,7 +10,10 @@ from typing import Any
 import pytest
 
 from forkpoint import runtimes
+from forkpoint.adapters.spec import NpmPackage
 from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.runtimes import npm
+from forkpoint.runtimes.base import package_of
 
 
 @pytest.fixture
@@ -88,12 +91,12 @@ def test_unknown_agent_refused(cache: Path) -> None:
     ("WARNING: proceeding, even though we could not create PATH aliases\ncodex-cli 0.171.0\n", "0.171.0"),
 ])
 def test_parse_version_output(output: str, expected: str) -> None:
-    assert runtimes.parse_version_output(output) == expected
+    assert npm.parse_version_output(output) == expected
 
 
 def test_parse_version_output_rejects_garbage() -> None:
     with pytest.raises(ValueError):
-        runtimes.parse_version_output("Claude Code\n")
+        npm.parse_version_output("Claude Code\n")
 
 
 def test_codex_is_verified() -> None:
@@ -128,7 +131,7 @@ def fake_codex_prefix(prefix: Path, *, native: bytes = b"\x7fELF fake", platform
 
 def test_codex_entrypoint_is_the_native_binary(tmp_path: Path) -> None:
     prefix = fake_codex_prefix(tmp_path)
-    entry = runtimes._entrypoint(prefix, runtimes.NPM_AGENTS["codex"])
+    entry = npm.entrypoint(prefix, _codex())
     assert entry.relative_to(prefix).as_posix() == "node_modules/@openai/codex-linux-x64/vendor/triple-0/bin/codex"
     assert entry.stat().st_mode & stat.S_IXUSR
 
@@ -143,7 +146,7 @@ def test_codex_entrypoint_is_the_native_binary(tmp_path: Path) -> None:
 def test_codex_entrypoint_layout_errors(tmp_path: Path, kwargs: dict[str, Any], message: str) -> None:
     prefix = fake_codex_prefix(tmp_path, **kwargs)
     with pytest.raises(ReplayError) as caught:
-        runtimes._entrypoint(prefix, runtimes.NPM_AGENTS["codex"])
+        npm.entrypoint(prefix, _codex())
     assert caught.value.kind is ErrorKind.INTERNAL and message in caught.value.message
 
 
@@ -174,3 +177,9 @@ def test_install_and_probe_real_codex(version: str) -> None:
     with runtime.entrypoint.open("rb") as handle:
         assert handle.read(4) == b"\x7fELF"
     assert runtimes.probe_version(runtime) == version
+
+
+def _codex() -> NpmPackage:
+    package = package_of("codex")
+    assert isinstance(package, NpmPackage)
+    return package

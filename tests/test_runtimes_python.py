@@ -8,8 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from forkpoint import runtimes, runtimes_python
+from forkpoint import runtimes
+from forkpoint.adapters import agent_spec
+from forkpoint.adapters.spec import PythonPackage
 from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.runtimes import python as runtimes_python
+from forkpoint.runtimes.base import package_of
 
 
 @pytest.fixture
@@ -26,15 +30,19 @@ def _script(path: Path, body: str) -> Path:
 
 
 def test_spec_table_and_python_per_version() -> None:
-    mini = runtimes_python.spec("mini-swe-agent")
+    mini = package_of("mini-swe-agent")
+    assert isinstance(mini, PythonPackage)
     assert (mini.package, mini.python_version("1.17.5"), mini.python_version("2.4.6")) == ("mini-swe-agent", "3.11",
                                                                                          "3.12")
-    assert runtimes_python.spec("openhands").python_version("0.62.0") == "3.12"
-    assert set(runtimes_python.PYTHON_AGENTS) == runtimes.PYTHON_AGENT_NAMES
-    assert runtimes.VERIFIED["mini-swe-agent"] == ("1.17.5", "2.4.6")
-    assert runtimes.VERIFIED["openhands"] == ("0.62.0",)
+    openhands = package_of("openhands")
+    assert isinstance(openhands, PythonPackage) and openhands.python_version("0.62.0") == "3.12"
+    python_agents = {name for name in ("claude-code", "codex", "opencode", "pi", "mini-swe-agent", "openhands")
+                     if isinstance(package_of(name), PythonPackage)}
+    assert python_agents == {"mini-swe-agent", "openhands"}
+    assert tuple(agent_spec("mini-swe-agent").versions) == ("1.17.5", "2.4.6")
+    assert tuple(agent_spec("openhands").versions) == ("0.62.0",)
     with pytest.raises(ReplayError) as caught:
-        runtimes_python.spec("codex")
+        package_of("swe-agent")  # not on PyPI: forkpoint cannot install it
     assert caught.value.kind is ErrorKind.UNSUPPORTED_AGENT
 
 

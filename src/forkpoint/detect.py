@@ -1,42 +1,28 @@
-"""Guess which agent wrote a trajectory from its first bytes (for `inspect` without --agent)."""
+"""Guess which agent wrote a trajectory from its first bytes (for `inspect` without --agent).
+
+Each agent's spec declares a ``sniff`` of one JSON value; they are asked in DETECTION_ORDER and the first yes
+wins: codex, opencode, pi, claude-code, mini-swe-agent, swe-agent, openhands. The order matters where formats
+share keys: a Codex record is recognised by its ``payload`` before anything else, an OpenCode export
+(``info.id`` = ``ses_...``) before mini-swe-agent (whose ``info`` has no such id).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import orjson
 
+from forkpoint.adapters import agent_spec
 from forkpoint.errors import configuration
 
 _HEAD_BYTES = 256 * 1024
+#: the order each spec's sniff is asked in (the module docstring says why)
+DETECTION_ORDER = ("codex", "opencode", "pi", "claude-code", "mini-swe-agent", "swe-agent", "openhands")
 
 
-def guess_agent_from_object(obj: Any) -> str | None:
+def guess_agent_from_object(obj: object) -> str | None:
     """Best guess from one top-level JSON value (a JSONL line or a whole JSON document)."""
-    if not isinstance(obj, dict):
-        return "openhands" if isinstance(obj, list) else None
-    kind = obj.get("type")
-    if kind == "session_meta" or (isinstance(obj.get("payload"), dict) and "timestamp" in obj):
-        return "codex"
-    if kind in ("step_start", "step_finish", "tool_use", "text") and "sessionID" in obj:
-        return "opencode"
-    if kind in ("agent_start", "turn_start", "turn_end", "message_start", "tool_execution_start") or (
-        kind == "session" and "version" in obj and "cwd" in obj
-    ):
-        return "pi"
-    if "uuid" in obj and ("parentUuid" in obj or "sessionId" in obj):
-        return "claude-code"
-    if kind in ("queue-operation", "summary", "last-prompt", "file-history-snapshot"):
-        return "claude-code"
-    info = obj.get("info")
-    if isinstance(info, dict) and str(info.get("id", "")).startswith("ses_") and "messages" in obj:
-        return "opencode"  # an `opencode export` (mini-swe-agent's info has no ses_ id)
-    if "trajectory_format" in obj or ("messages" in obj and "info" in obj):
-        return "mini-swe-agent"
-    if "trajectory" in obj and "history" in obj:
-        return "swe-agent"
-    return None
+    return next((name for name in DETECTION_ORDER if agent_spec(name).sniff(obj)), None)
 
 
 def guess_agent(path: Path) -> str | None:

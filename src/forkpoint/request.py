@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
 import re
 import types
 import typing
@@ -19,16 +20,18 @@ from pathlib import Path
 from typing import Any
 
 from forkpoint.adapters import AGENT_NAMES, unknown_agent_message
+from forkpoint.adapters.spec import UPSTREAMS as KNOWN_UPSTREAMS
+from forkpoint.adapters.spec import AgentSpec, Upstream
 from forkpoint.errors import configuration
 from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
-from forkpoint.model import Mode
+from forkpoint.model import ContinueSettings, LaunchTarget, Mode, Plan
 from forkpoint.sandbox import DEFAULT_SANDBOX, SANDBOXES, unknown_sandbox_message
 
 REQUEST_SCHEMA = "forkpoint.request/v1"
 DEFAULT_OUTPUT_ROOT = Path("forkpoint-out/runs")
 DEFAULT_STATE_ROOT = Path("forkpoint-out/state")
-#: Where the bridge sends validated requests: a real Anthropic-compatible API, or the bridge itself.
-UPSTREAMS = ("anthropic", "openai-responses", "openai-chat", "stub")
+#: Where the bridge may send validated requests (which of them an agent can use, its spec says).
+UPSTREAMS = tuple(KNOWN_UPSTREAMS)
 _RUN_ID = re.compile(r"[A-Za-z0-9_-]+")
 _MAX_INPUT_BYTES = 16 * 1024 * 1024
 
@@ -65,6 +68,16 @@ class ReplayRequest:
 
     def resolved_run_id(self) -> str:
         return self.run_id or f"replay-{uuid.uuid4().hex}"
+
+    def keeps_snapshot(self) -> bool:
+        """Whether the boundary snapshot is kept: as asked, else for replay-only and branched runs."""
+        if self.keep_snapshot is not None:
+            return self.keep_snapshot
+        return self.mode is Mode.REPLAY_ONLY or self.branches > 1 or bool(self.branch_prompts)
+
+    def companion_file(self) -> Path | None:
+        """A file that completes the trajectory (the adapter's ``parse_completed`` reads both)."""
+        return self.opencode_export
 
 
 # Keys accepted in a TOML [replay] table / JSON request besides the model fields.
@@ -251,3 +264,29 @@ def _type_errors(location: str, value: Any, expected: Any) -> list[str]:
     if expected is str:
         return [] if isinstance(value, str) else [f"{location}: input should be a valid string"]
     return [] if isinstance(value, expected) else [f"{location}: input should be an instance of {expected.__name__}"]
+
+
+def chosen_upstream(request: ReplayRequest, spec: AgentSpec) -> Upstream:
+    """The request's upstream, else the agent's own wire protocol; it must be one the agent speaks."""
+    upstream = spec.upstream(request.upstream)
+    if upstream is None:
+        supported = ", ".join(u.name for u in spec.upstreams)
+        raise configuration(f"{spec.name} cannot use --upstream {request.upstream}; supported: {supported}")
+    return upstream
+
+
+def continue_settings(request: ReplayRequest, spec: AgentSpec, launch: LaunchTarget | None,
+                      plan: Plan) -> ContinueSettings:
+    """Where and how the continued agent's model traffic goes (keys from forkpoint's own environment)."""
+    assert launch is not None
+    remaining = request.max_steps - plan.prefix_model_turns if request.max_steps is not None else None
+    upstream = chosen_upstream(request, spec)
+    url_name, key_name = upstream.url_env, upstream.key_env
+    return ContinueSettings(
+        target=launch,
+        upstream=upstream.name,
+        upstream_url=request.upstream_url or (os.environ.get(url_name) if url_name else None) or None,
+        upstream_key=os.environ.get(key_name) if key_name else None,
+        boundary_prompt=request.boundary_user_prompt or None,
+        remaining_steps=remaining,
+    )

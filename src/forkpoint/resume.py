@@ -36,7 +36,7 @@ class ContinueOptions:
 def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[str], None]) -> dict[str, Any]:
     """Run the branches; returns branches.json as it is afterwards."""
     from forkpoint import plan as planning
-    from forkpoint.adapters import get_adapter
+    from forkpoint.adapters import agent_spec, get_adapter
     from forkpoint.branching import (
         BranchRequest,
         BranchSetup,
@@ -46,8 +46,7 @@ def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[
         plan_branches,
         run_branches,
     )
-    from forkpoint.engine import continue_settings
-    from forkpoint.request import build_request
+    from forkpoint.request import build_request, continue_settings
 
     manifest = _json(run_dir / "manifest.json", "manifest.json (is this a forkpoint run dir?)")
     result = _json(run_dir / "result.json", None) or {}
@@ -79,10 +78,9 @@ def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[
         "upstream": options.upstream, "upstream_url": options.upstream_url, "max_steps": options.max_steps,
         "agent_entrypoint": str(options.agent_entrypoint) if options.agent_entrypoint else None,
         "sandbox": sandbox}, source="continue")
-    continuing = adapter  # checked by prepare_launch / continue_run below
-    launch = continuing.prepare_launch(parsed, options.agent_entrypoint)  # type: ignore[attr-defined]
-    setup = BranchSetup(adapter=continuing, plan=plan, prefix=prefix,
-                        settings=continue_settings(request, adapter, launch, plan), workspace=workspace,
+    launch = adapter.prepare_launch(parsed, options.agent_entrypoint)
+    setup = BranchSetup(adapter=adapter, plan=plan, prefix=prefix,
+                        settings=continue_settings(request, agent_spec(agent), launch, plan), workspace=workspace,
                         state_dir=state_dir, output_dir=run_dir, session_id=prefix.session_id, sandbox_name=sandbox,
                         recorded_cwd=parsed.cwd, snapshot=snapshot)
     waiting = pending(run_dir)

@@ -1,4 +1,7 @@
-"""Adapter registry: agent name -> "module:attribute", imported only when that agent is used."""
+"""The agent registry: one line per agent (name -> its spec module), imported only when that agent is used.
+
+Adding an agent = its folder (``spec.py`` with ``SPEC``, the adapter class it names) + one line here.
+"""
 
 from __future__ import annotations
 
@@ -9,49 +12,53 @@ from forkpoint.errors import ErrorKind, ReplayError
 
 if TYPE_CHECKING:
     from forkpoint.adapters.base import Adapter
+    from forkpoint.adapters.spec import AgentSpec
 
-#: Every agent forkpoint knows; adapters are added to ADAPTERS as they are built.
-AGENT_NAMES: tuple[str, ...] = (
-    "claude-code",
-    "codex",
-    "opencode",
-    "pi",
-    "mini-swe-agent",
-    "swe-agent",
-    "openhands",
-)
-
-ADAPTERS: dict[str, str] = {
-    "claude-code": "forkpoint.adapters.claude_code:ClaudeCodeAdapter",
-    "codex": "forkpoint.adapters.codex:CodexAdapter",
-    "mini-swe-agent": "forkpoint.adapters.mini_swe_agent:MiniSweAgentAdapter",
-    "opencode": "forkpoint.adapters.opencode:OpenCodeAdapter",
-    "pi": "forkpoint.adapters.pi:PiAdapter",
-    "swe-agent": "forkpoint.adapters.swe_agent:SweAgentAdapter",
-    "openhands": "forkpoint.adapters.openhands:OpenHandsAdapter",
+#: Every agent forkpoint knows, in the order messages and help list them.
+AGENTS: dict[str, str] = {
+    "claude-code": "forkpoint.adapters.claude_code.spec",
+    "codex": "forkpoint.adapters.codex.spec",
+    "opencode": "forkpoint.adapters.opencode.spec",
+    "pi": "forkpoint.adapters.pi.spec",
+    "mini-swe-agent": "forkpoint.adapters.mini_swe_agent.spec",
+    "swe-agent": "forkpoint.adapters.swe_agent.spec",
+    "openhands": "forkpoint.adapters.openhands.spec",
 }
+
+AGENT_NAMES: tuple[str, ...] = tuple(AGENTS)
 
 
 def unknown_agent_message(name: str) -> str:
     return f"unsupported agent {name!r}; expected one of: {', '.join(AGENT_NAMES)}"
 
 
-def get_adapter(name: str) -> Adapter:
-    if name not in AGENT_NAMES:
+def agent_spec(name: str) -> AgentSpec:
+    """The agent's declared facts; a configuration error for a name forkpoint does not know."""
+    module = AGENTS.get(name)
+    if module is None:
         raise ReplayError(ErrorKind.CONFIGURATION, unknown_agent_message(name))
-    target = ADAPTERS.get(name)
-    if target is None:
-        built = ", ".join(ADAPTERS)
-        raise ReplayError(
-            ErrorKind.UNSUPPORTED_AGENT,
-            f"agent {name!r} is known but its adapter is not available in this forkpoint version "
-            f"(available: {built})",
-        )
-    module_name, _, attribute = target.partition(":")
-    adapter_class = getattr(importlib.import_module(module_name), attribute)
+    spec: AgentSpec = importlib.import_module(module).SPEC
+    return spec
+
+
+def all_specs() -> list[AgentSpec]:
+    """Every registered spec, in registry order (imports every agent's package)."""
+    return [agent_spec(name) for name in AGENT_NAMES]
+
+
+def get_adapter(name: str) -> Adapter:
+    module_name, _, class_name = agent_spec(name).adapter.partition(":")
+    adapter_class = vars(importlib.import_module(module_name))[class_name]
     adapter: Adapter = adapter_class()
     return adapter
 
 
-def available_adapters() -> list[str]:
-    return list(ADAPTERS)
+def upstream_help() -> str:
+    """Which agents speak each real upstream, and its key: what `forkpoint replay --help` says of --upstream
+    (the CLI keeps the text literal, so --help imports no spec; a test keeps the two equal)."""
+    specs = all_specs()
+    parts = []
+    for upstream in dict.fromkeys(spec.default_upstream for spec in specs):
+        users = ", ".join(spec.name for spec in specs if spec.default_upstream == upstream)
+        parts.append(f"'{upstream.name}' ({users}; {upstream.key_env})")
+    return ", ".join(parts)

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
+from forkpoint.errors import configuration
 from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
 from forkpoint.model import (
     Continuation,
@@ -20,31 +21,6 @@ from forkpoint.model import (
 )
 
 
-class Adapter(Protocol):
-    name: str
-    #: verified agent version -> profile id (how that version's session is rebuilt and resumed)
-    verified_versions: Mapping[str, str]
-    #: format string of the native prefix file written by ``write_prepared_prefix``
-    native_format: str
-
-    def sniff(self, head: bytes) -> bool:
-        """True when the first bytes of a file look like this agent's native trajectory."""
-        ...
-
-    def parse(self, path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
-        """Parse a native trajectory of at most ``max_bytes``. Pure apart from reading ``path``; raises ReplayError
-        only (a trajectory error for an id that cannot become a file name or argument, see forkpoint.ids)."""
-        ...
-
-    def profile_for(self, trajectory: Trajectory) -> str:
-        """The verified profile matching the recording's version, or raise unsupported_version."""
-        ...
-
-    def write_prepared_prefix(self, plan: Plan, out_dir: Path) -> NativePrefix:
-        """Write the native session cut after batch N with the HISTORICAL observations."""
-        ...
-
-
 class ToolExecutor(Protocol):
     """Re-runs historical calls with the agent's own semantics and output text."""
 
@@ -57,18 +33,46 @@ class ToolExecutor(Protocol):
         ...
 
 
-class ReplayingAdapter(Adapter, Protocol):
-    """An adapter that can also re-run tools and write the rebuilt native session."""
+class Adapter(Protocol):
+    """What the engine calls; which parts it may call is declared by the agent's spec (``replays``,
+    ``continues``), never probed. Optional hooks have defaults in ``AdapterBase``."""
+
+    name: str
+    #: verified agent version -> profile id (the spec's ``versions``)
+    verified_versions: Mapping[str, str]
+    #: format string of the native prefix file written by ``write_prepared_prefix``
+    native_format: str
+
+    def parse(self, path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
+        """Parse a native trajectory of at most ``max_bytes``. Pure apart from reading ``path``; raises ReplayError
+        only (a trajectory error for an id that cannot become a file name or argument, see forkpoint.ids)."""
+        ...
+
+    def parse_completed(self, path: Path, companion: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
+        """Parse a trajectory completed by a companion file (``ReplayRequest.companion_file``)."""
+        ...
+
+    def profile_for(self, trajectory: Trajectory) -> str:
+        """The verified profile matching the recording's version, or raise unsupported_version."""
+        ...
+
+    def write_prepared_prefix(self, plan: Plan, out_dir: Path) -> NativePrefix:
+        """Write the native session cut after batch N with the HISTORICAL observations."""
+        ...
+
+    # -- replay (spec.replays) --------------------------------------------------------------------------------------
 
     def executor(self, plan: Plan, context: RunContext) -> ToolExecutor: ...
+
+    def normalise_observation(self, content: object) -> object:
+        """The observation with the agent's documented volatile parts masked (compared on both sides)."""
+        ...
 
     def write_rebuilt_prefix(
         self, plan: Plan, fresh: Mapping[str, FreshObservation], out_dir: Path
     ) -> NativePrefix: ...
 
-
-class ContinuingAdapter(ReplayingAdapter, Protocol):
-    """An adapter that can also start the real agent on the rebuilt session."""
+    # -- continuation (spec.continues) ------------------------------------------------------------------------------
 
     def prepare_launch(self, trajectory: Trajectory, entrypoint: Path | None) -> LaunchTarget:
         """Resolve and probe the verified binary BEFORE anything runs (refusals consume no run id)."""
@@ -77,3 +81,15 @@ class ContinuingAdapter(ReplayingAdapter, Protocol):
     def continue_run(
         self, plan: Plan, prefix: NativePrefix, context: RunContext, settings: ContinueSettings
     ) -> Continuation: ...
+
+
+class AdapterBase:
+    """The defaults of the optional hooks; an adapter overrides what its agent needs."""
+
+    def parse_completed(self, path: Path, companion: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
+        """No companion file completes this agent's trajectories (request validation refuses one)."""
+        raise configuration(f"a companion file ({companion}) does not complete this agent's trajectory {path}")
+
+    def normalise_observation(self, content: object) -> object:
+        """Nothing volatile: observations are compared as they are."""
+        return content

@@ -70,7 +70,7 @@ def _worker() -> str:
 @contextmanager
 def _workspace(job: Job, root: Path, run_id: str) -> Iterator[tuple[Path, dict[str, Any]]]:
     """(workspace, extra request values) for the job, cleaned up after it."""
-    from forkpoint.adapters import get_adapter
+    from forkpoint.adapters import agent_spec
 
     private = root / "work" / run_id / "ws"
     if job.mode == "prepare-only":
@@ -83,7 +83,7 @@ def _workspace(job: Job, root: Path, run_id: str) -> Iterator[tuple[Path, dict[s
         return
     source = {"workspace_from": job.options["workspace_from"]}
     sandbox = job.options.get("sandbox", "local")
-    features: frozenset[str] = getattr(get_adapter(job.agent), "sandbox_features", frozenset({"local"}))
+    features = agent_spec(job.agent).sandbox_features
     if sandbox == "bwrap" or job.recorded_cwd is None:
         private.parent.mkdir(parents=True, exist_ok=True)
         try:

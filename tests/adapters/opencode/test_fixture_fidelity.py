@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from forkpoint import runtimes
+from forkpoint.adapters import agent_spec
 from forkpoint.adapters.opencode.parse import parse_opencode
 from forkpoint.adapters.opencode.tools import OpenCodeToolExecutor, normalize_volatile
 from forkpoint.model import CallPolicy, FreshObservation, RunContext, ToolCall
@@ -89,7 +90,7 @@ def replay(export: Path) -> Replay:
 
 
 def test_every_verified_version_has_fresh_calls_of_every_tool() -> None:
-    for version in runtimes.VERIFIED["opencode"]:
+    for version in tuple(agent_spec("opencode").versions):
         names = {call.name for export, call_id in CASES if export.parent.parent.name == version
                  for call in fresh_calls(export) if call.call_id == call_id}
         assert names == {"bash", "read", "write", "edit", "glob", "grep"}, (version, names)

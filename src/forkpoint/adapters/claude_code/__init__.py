@@ -6,8 +6,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from forkpoint.adapters.base import AdapterBase
 from forkpoint.adapters.claude_code.parse import AGENT, parse_session
 from forkpoint.adapters.claude_code.session import write_prepared, write_rebuilt
+from forkpoint.adapters.claude_code.spec import SPEC
 from forkpoint.errors import unsupported_version
 from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
 from forkpoint.model import (
@@ -24,19 +26,13 @@ from forkpoint.model import (
 if TYPE_CHECKING:
     from forkpoint.adapters.base import ToolExecutor
 
-VERIFIED_VERSIONS = {
-    "2.1.220": "claude-code/2.1.220/native-resume-v1",
-    "2.1.332": "claude-code/2.1.332/native-resume-v1",
-}
+VERIFIED_VERSIONS = SPEC.versions
 
 
-class ClaudeCodeAdapter:
+class ClaudeCodeAdapter(AdapterBase):
     name = AGENT
     verified_versions = VERIFIED_VERSIONS
     native_format = "claude-code/session-jsonl"
-    upstreams = ("anthropic", "stub")
-    #: the executor and continuation run through any sandbox, and rewrite recorded paths (--path-map)
-    sandbox_features = frozenset({"local", "bwrap", "path_map"})
 
     def sniff(self, head: bytes) -> bool:
         return b'"parentUuid"' in head and b'"sessionId"' in head

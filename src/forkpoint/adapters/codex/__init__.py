@@ -6,8 +6,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from forkpoint.adapters.base import AdapterBase
 from forkpoint.adapters.codex.parse import AGENT, parse_rollout
 from forkpoint.adapters.codex.session import write_prepared, write_rebuilt
+from forkpoint.adapters.codex.spec import SPEC
 from forkpoint.errors import unsupported_version
 from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
 from forkpoint.model import (
@@ -24,18 +26,13 @@ from forkpoint.model import (
 if TYPE_CHECKING:
     from forkpoint.adapters.base import ToolExecutor
 
-VERIFIED_VERSIONS = {
-    "0.149.0": "codex/0.149.0/native-responses-jsonl-v1",
-    "0.171.0": "codex/0.171.0/native-responses-jsonl-v1",
-}
+VERIFIED_VERSIONS = SPEC.versions
 
 
-class CodexAdapter:
+class CodexAdapter(AdapterBase):
     name = AGENT
     verified_versions = VERIFIED_VERSIONS
     native_format = "codex/rollout-jsonl"
-    upstreams = ("openai-responses", "stub")
-    sandbox_features = frozenset({"local", "bwrap", "path_map"})
 
     def sniff(self, head: bytes) -> bool:
         return b'"session_meta"' in head

@@ -12,7 +12,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from forkpoint.adapters.base import AdapterBase
 from forkpoint.adapters.mini_swe_agent.parse import AGENT, FORMAT_V1, FORMAT_V2, MiniNative, parse_trajectory
+from forkpoint.adapters.mini_swe_agent.spec import SPEC
 from forkpoint.errors import unsupported_version
 from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
 from forkpoint.model import (
@@ -31,10 +33,7 @@ if TYPE_CHECKING:
     from forkpoint.adapters.base import ToolExecutor
     from forkpoint.adapters.mini_swe_agent.runner import RunnerSession
 
-VERIFIED_VERSIONS = {
-    "1.17.5": "mini-swe-agent/1.17.5/companion-v1",
-    "2.4.6": "mini-swe-agent/2.4.6/companion-v1",
-}
+VERIFIED_VERSIONS = SPEC.versions
 #: the trajectory format each verified version writes
 FORMATS = {"1.17.5": FORMAT_V1, "2.4.6": FORMAT_V2}
 SUPPORTED_MODELS = {
@@ -44,12 +43,10 @@ SUPPORTED_MODELS = {
 }
 
 
-class MiniSweAgentAdapter:
+class MiniSweAgentAdapter(AdapterBase):
     name = AGENT
     verified_versions = VERIFIED_VERSIONS
     native_format = "mini-swe-agent/traj-json"
-    upstreams = ("openai-chat", "stub")
-    sandbox_features = frozenset({"local"})
 
     def __init__(self) -> None:
         self._python: Path | None = None

@@ -7,9 +7,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from forkpoint.adapters.base import AdapterBase
 from forkpoint.adapters.opencode.parse import AGENT, parse_opencode
 from forkpoint.adapters.opencode.session import cut_export, native_of, write_export
-from forkpoint.errors import unsupported_version
+from forkpoint.adapters.opencode.spec import SPEC
+from forkpoint.errors import configuration, unsupported_version
 from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
 from forkpoint.model import (
     Continuation,
@@ -25,18 +27,13 @@ from forkpoint.model import (
 if TYPE_CHECKING:
     from forkpoint.adapters.base import ToolExecutor
 
-VERIFIED_VERSIONS = {
-    "1.17.11": "opencode/1.17.11/session-export-sqlite-v1",
-    "1.18.33": "opencode/1.18.33/session-export-sqlite-v1",
-}
+VERIFIED_VERSIONS = SPEC.versions
 
 
-class OpenCodeAdapter:
+class OpenCodeAdapter(AdapterBase):
     name = AGENT
     verified_versions = VERIFIED_VERSIONS
     native_format = "opencode/session-export-json"
-    upstreams = ("openai-chat", "stub")
-    sandbox_features = frozenset({"local"})
 
     def sniff(self, head: bytes) -> bool:
         text = head.lstrip()
@@ -45,6 +42,12 @@ class OpenCodeAdapter:
 
     def parse(self, path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
         return parse_opencode(path, max_bytes=max_bytes)
+
+    def parse_completed(self, path: Path, companion: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
+        """A ``run --format=json`` event log completed by the session's ``opencode export`` (``--opencode-export``)."""
+        if not companion.is_file():
+            raise configuration(f"opencode_export is not a regular file: {companion}")
+        return parse_opencode(path, export=companion.resolve(), max_bytes=max_bytes)
 
     def profile_for(self, trajectory: Trajectory) -> str:
         profile = VERIFIED_VERSIONS.get(trajectory.version or "")

@@ -10,8 +10,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from forkpoint.adapters.base import AdapterBase
 from forkpoint.adapters.openhands.parse import AGENT, parse_events
 from forkpoint.adapters.openhands.session import prefix_events, write_events
+from forkpoint.adapters.openhands.spec import SPEC
 from forkpoint.errors import ErrorKind, ReplayError, unsupported_version
 from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
 from forkpoint.model import (
@@ -28,14 +30,13 @@ from forkpoint.model import (
 if TYPE_CHECKING:
     from forkpoint.adapters.base import ToolExecutor
 
-VERIFIED_VERSIONS = {"0.62.0": "openhands/0.62.0/v0-events-replay-manager"}
+VERIFIED_VERSIONS = SPEC.versions
 
 
-class OpenHandsAdapter:
+class OpenHandsAdapter(AdapterBase):
     name = AGENT
     verified_versions = VERIFIED_VERSIONS
     native_format = "openhands/v0-trajectory-json"
-    upstreams = ("openai-chat", "stub")
 
     def sniff(self, head: bytes) -> bool:
         return head.lstrip().startswith(b"[") and b'"openhands_version"' in head

@@ -6,8 +6,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from forkpoint.adapters.base import AdapterBase
 from forkpoint.adapters.pi.parse import AGENT, parse_pi
-from forkpoint.adapters.pi.runtime import VERSION
+from forkpoint.adapters.pi.spec import SPEC, VERSION
 from forkpoint.errors import unsupported_version
 from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
 from forkpoint.model import (
@@ -24,15 +25,13 @@ from forkpoint.model import (
 if TYPE_CHECKING:
     from forkpoint.adapters.base import ToolExecutor
 
-VERIFIED_VERSIONS = {VERSION: "pi/0.83.0/v3-session-sdk-v1"}
+VERIFIED_VERSIONS = SPEC.versions
 
 
-class PiAdapter:
+class PiAdapter(AdapterBase):
     name = AGENT
     verified_versions = VERIFIED_VERSIONS
     native_format = "pi/session-v3-jsonl"
-    upstreams = ("openai-chat", "stub")
-    sandbox_features = frozenset({"local"})
 
     def sniff(self, head: bytes) -> bool:
         return b'"type":"turn_start"' in head or b'"type":"agent_start"' in head or (

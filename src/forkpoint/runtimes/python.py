@@ -1,6 +1,6 @@
 """Install and probe verified Python agents (PyPI packages) as venvs in forkpoint's runtime cache.
 
-Same layout and manifest as the npm runtimes (forkpoint.runtimes): ``<cache_root>/<agent>/<version>/`` is a
+Same layout and manifest as the npm runtimes (forkpoint.runtimes.base): ``<cache_root>/<agent>/<version>/`` is a
 venv holding the package, with a ``forkpoint-runtime.json`` whose entrypoint is the venv's ``bin/python`` (the
 companion runners run on it; forkpoint never imports an agent into its own process). The venv is created with
 the Python the version needs (pyenv's ``~/.pyenv/versions/X.Y.*``, else ``pythonX.Y`` on PATH) and filled by
@@ -11,7 +11,6 @@ The installed version is probed with ``importlib.metadata`` inside the venv.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -19,50 +18,17 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
+from forkpoint.adapters.spec import PythonPackage
 from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.reaper import die_with_parent_hook
-from forkpoint.runtimes import MANIFEST_NAME, Runtime, cache_root, check_verified, find
+from forkpoint.runtimes.base import Runtime, cache_root, now
 
 UV_VERSION = "0.13.8"
 INSTALL_TIMEOUT_S = 1800.0
 PROBE_TIMEOUT_S = 60.0
 ENTRYPOINT = "bin/python"
-
-
-@dataclass(frozen=True)
-class PythonAgent:
-    """How one agent ships on PyPI: its distribution and the Python each verified version needs."""
-
-    package: str
-    python: str  # default "X.Y"
-    python_for: Mapping[str, str] = field(default_factory=dict)  # version -> "X.Y" where it differs
-    extra_packages: tuple[str, ...] = ()
-
-    def python_version(self, version: str) -> str:
-        return self.python_for.get(version, self.python)
-
-
-PYTHON_AGENTS: dict[str, PythonAgent] = {
-    # 2.x depends on datasets/pyarrow and is verified on 3.12; 1.x on 3.11
-    "mini-swe-agent": PythonAgent("mini-swe-agent", "3.11", {"2.4.6": "3.12"}),
-    # openhands-ai >= 0.10 requires Python >= 3.12 (on 3.11 pip silently picks 0.9.8)
-    "openhands": PythonAgent("openhands-ai", "3.12"),
-}
-
-
-def spec(agent: str) -> PythonAgent:
-    if agent not in PYTHON_AGENTS:
-        raise ReplayError(ErrorKind.UNSUPPORTED_AGENT,
-                          f"{agent!r} is not a Python agent; Python agents: {', '.join(sorted(PYTHON_AGENTS))}")
-    return PYTHON_AGENTS[agent]
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def _version_key(name: str) -> tuple[int, ...]:
@@ -143,50 +109,33 @@ def uv_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def install(agent: str, version: str) -> Runtime:
-    """Install a verified ``agent==version`` from PyPI into a venv (idempotent: an installed runtime is returned)."""
-    check_verified(agent, version)
-    agent_spec = spec(agent)
-    existing = find(agent, version)
-    if existing:
-        return existing
-    minor = agent_spec.python_version(version)
-    python = find_python(minor)
-    uv = ensure_uv()
-    target = cache_root() / agent / version
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{version}.staging-", dir=target.parent))
+def prerequisites(spec: PythonPackage, version: str) -> tuple[Path, Path]:
+    """The interpreter the version needs and uv, found (or uv installed) before anything is staged."""
+    return find_python(spec.python_version(version)), ensure_uv()
+
+
+def install(agent: str, version: str, spec: PythonPackage, staging: Path, python: Path, uv: Path) -> dict[str, str]:
+    """A relocatable venv on ``python`` in ``staging`` filled by ``uv``; the manifest of the result."""
     env = uv_env()
-    try:
-        _run([str(uv), "venv", "--quiet", "--relocatable", "--allow-existing", "--python", str(python),
-              str(staging)], f"uv venv ({python})", env)
-        requirement = f"{agent_spec.package}=={version}"
-        _run([str(uv), "pip", "install", "--quiet", "--python", str(staging / ENTRYPOINT), requirement,
-              *agent_spec.extra_packages], f"uv pip install {requirement}", env)
-        staged = Runtime(agent, version, staging, staging / ENTRYPOINT, _now())
-        probed = probe_version(staged)
-        if probed != version:
-            raise ReplayError(ErrorKind.CONFIGURATION, f"uv installed {agent_spec.package} {probed}, not {version}")
-        manifest = {**staged.manifest(), "kind": "python-venv", "package": agent_spec.package, "python": minor}
-        (staging / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", "utf-8")
-        if target.exists():  # a previous, incomplete install
-            shutil.rmtree(target)
-        staging.rename(target)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-    runtime = find(agent, version)
-    if runtime is None:
-        raise ReplayError(ErrorKind.INTERNAL, f"{agent} {version}: install finished but the runtime is not valid")
-    return runtime
+    _run([str(uv), "venv", "--quiet", "--relocatable", "--allow-existing", "--python", str(python),
+          str(staging)], f"uv venv ({python})", env)
+    requirement = f"{spec.package}=={version}"
+    _run([str(uv), "pip", "install", "--quiet", "--python", str(staging / ENTRYPOINT), requirement,
+          *spec.extra_packages], f"uv pip install {requirement}", env)
+    staged = Runtime(agent, version, staging, staging / ENTRYPOINT, now())
+    probed = probe_version(staged, spec)
+    if probed != version:
+        raise ReplayError(ErrorKind.CONFIGURATION, f"uv installed {spec.package} {probed}, not {version}")
+    return {**staged.manifest(), "kind": "python-venv", "package": spec.package,
+            "python": spec.python_version(version)}
 
 
 _PROBE = "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))"
 
 
-def probe_version(runtime: Runtime) -> str:
+def probe_version(runtime: Runtime, spec: PythonPackage) -> str:
     """The agent distribution's version as the venv's own Python sees it (``importlib.metadata``)."""
-    package = spec(runtime.agent).package
+    package = spec.package
     try:
         done = subprocess.run([str(runtime.entrypoint), "-I", "-c", _PROBE, package], capture_output=True,
                               text=True, timeout=PROBE_TIMEOUT_S, check=False, stdin=subprocess.DEVNULL,

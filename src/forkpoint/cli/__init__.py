@@ -2,6 +2,7 @@
 
 Plain argparse, and every heavy module (engine, adapters, runtimes, orjson, rich) is imported inside the command
 that needs it: `--version` and `--help` load nothing else, a replay loads only what it runs (issue 8: cold start).
+Each command's body lives in forkpoint.cli.commands (or .batch) and is imported only when that command runs.
 """
 
 from __future__ import annotations
@@ -11,12 +12,9 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any
 
 from forkpoint import __version__
-
-if TYPE_CHECKING:
-    from forkpoint.errors import ReplayError
 
 DESCRIPTION = (
     "Replay a coding agent's recorded run up to a boundary and continue the real agent from there.\n\n"
@@ -51,8 +49,8 @@ _REPLAY_OPTIONS: tuple[tuple[str, str | None, Callable[[str], Any], str], ...] =
      "Append exactly one user message after the last fresh observation (never stored in outputs)."),
     ("--upstream", "NAME", str,
      "Where validated model requests go: 'anthropic' (claude-code; ANTHROPIC_API_KEY), "
-     "'openai-responses' (codex; OPENAI_API_KEY), 'openai-chat' (opencode, pi, mini-swe-agent, openhands; "
-     "OPENAI_API_KEY) — keys come from forkpoint's own environment and are never "
+     "'openai-responses' (codex; OPENAI_API_KEY), 'openai-chat' (opencode, pi, mini-swe-agent, swe-agent, "
+     "openhands; OPENAI_API_KEY) — keys come from forkpoint's own environment and are never "
      "passed to the agent — or 'stub' (the bridge answers itself: a zero-cost check that the real agent "
      "accepted the rebuilt session) [default: the agent's own protocol]."),
     ("--upstream-url", "URL", str, "Base URL of the upstream [default: $ANTHROPIC_BASE_URL / $OPENAI_BASE_URL, "
@@ -149,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = root.add_subparsers(title="commands", metavar="COMMAND")
 
     inspect = _command(commands, "inspect", "Show the complete tool batches of a trajectory and the valid "
-                       "--after-step range.", _inspect)
+                       "--after-step range.", "commands:inspect")
     inspect.add_argument("trajectory", type=Path, metavar="TRAJECTORY",
                          help="A native trajectory file (e.g. a Claude Code session .jsonl).")
     inspect.add_argument("--agent", metavar="NAME", help="Agent that wrote it; detected from the file when omitted.")
@@ -159,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="Refuse a trajectory larger than N bytes [default: 268435456 = 256 MiB].")
 
     replay = _command(commands, "replay", "Replay a trajectory up to --after-step and (by default) continue the "
-                      "real agent from there.", _replay, epilog=REPLAY_EPILOG)
+                      "real agent from there.", "commands:replay", epilog=REPLAY_EPILOG)
     for option, metavar, kind, text in _REPLAY_OPTIONS:
         dest = "as_json" if option == "--json" else option[2:].replace("-", "_")
         if metavar is None:
@@ -170,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     resume = _command(commands, "continue", "Continue again from a replayed run's boundary snapshot without "
                       "re-running any tool: K more branches (--branches), or the planned branches a killed run "
-                      "did not start.", _continue)
+                      "did not start.", "commands:continue_")
     resume.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="The run's output dir (<output-dir>/<run-id>).")
     resume.add_argument("--branches", type=int, metavar="K", help="K new branches (ids after the existing ones).")
     resume.add_argument("--branch-prompt", dest="branch_prompts", action="append", default=[], metavar="TEXT",
@@ -183,12 +181,13 @@ def build_parser() -> argparse.ArgumentParser:
     resume.add_argument("--json", dest="as_json", action="store_true", help="Print branches.json as one line.")
 
     gc = _command(commands, "gc", "Free the disk a replayed run keeps for branching: its boundary snapshot and its "
-                  "branches' workspace copies (`forkpoint continue` then refuses that run).", _gc)
+                  "branches' workspace copies (`forkpoint continue` then refuses that run).", "commands:gc")
     gc.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR", help="Run dirs (<output-dir>/<run-id>).")
     gc.add_argument("--dry-run", action="store_true", help="Only say what would be removed.")
 
     exporter = _command(commands, "export", "Export runs (and batches of runs) as training data: chat messages "
-                        "with segments, loss mask and provenance, as parquet, JSONL, ATIF or native files.", _export,
+                        "with segments, loss mask and provenance, as parquet, JSONL, ATIF or native files.",
+                        "commands:export",
                         epilog=EXPORT_EPILOG)
     exporter.add_argument("runs", type=Path, nargs="+", metavar="RUN_OR_DIR",
                           help="A run dir (<output-dir>/<run-id>) or a dir holding runs (an output root, a batch).")
@@ -208,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = _command(commands, "report", "Write one self-contained HTML report (no network, works from file://) of "
                       "a run or of every run under a directory: timeline, historical vs fresh observations with "
-                      "diffs, bridge verdicts, the continuation, the next action.", _report)
+                      "diffs, bridge verdicts, the continuation, the next action.", "commands:report")
     report.add_argument("runs", type=Path, nargs="+", metavar="RUN_OR_DIR",
                         help="A run dir (<output-dir>/<run-id>) or a dir holding runs (an output root, a batch).")
     report.add_argument("-o", "--out", type=Path, metavar="FILE",
@@ -218,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     batch = _command(commands, "batch", "Run many replays from a jobs file (JSONL, or TOML with [defaults] and "
                      "[[job]]), resumably: a SQLite ledger in the batch dir records every job; rerun the same command "
-                     "to finish what is left. `forkpoint batch status DIR` summarises a batch.", _batch,
+                     "to finish what is left. `forkpoint batch status DIR` summarises a batch.", "batch:run",
                      epilog=BATCH_EPILOG)
     batch.add_argument("jobs", metavar="JOBS|status", help="The jobs file, or the word status.")
     batch.add_argument("status_dir", nargs="?", type=Path, metavar="DIR", help="With status: the batch dir.")
@@ -249,17 +248,16 @@ def build_parser() -> argparse.ArgumentParser:
                       None)
     agents_commands = agents.add_subparsers(title="commands", metavar="COMMAND")
     install = _command(agents_commands, "install", "Install a verified agent version from its registry into "
-                       "forkpoint's runtime cache.", _agents_install)
+                       "forkpoint's runtime cache.", "commands:agents_install")
     install.add_argument("spec", metavar="SPEC", help="AGENT@VERSION, e.g. claude-code@2.1.220.")
     listing = _command(agents_commands, "list", "List installed runtimes and the verified versions of each agent.",
-                       _agents_list)
+                       "commands:agents_list")
     listing.add_argument("--json", dest="as_json", action="store_true", help="Print JSON.")
     return root
 
 
-def _command(
-    commands: Any, name: str, summary: str, run: Callable[[argparse.Namespace], None] | None, **extra: Any
-) -> argparse.ArgumentParser:
+def _command(commands: Any, name: str, summary: str, run: str | None, **extra: Any) -> argparse.ArgumentParser:
+    """``run``: ``"module:function"`` in forkpoint.cli, imported only when the command runs (not for --help)."""
     parser: argparse.ArgumentParser = commands.add_parser(
         name, help=summary, description=summary, formatter_class=_Formatter, allow_abbrev=False, **extra
     )
@@ -273,181 +271,19 @@ def main(argv: list[str] | None = None) -> None:
     if args.run is None:  # a command group without its command: teach it, as a usage error
         args.help_of.print_help()
         raise SystemExit(2)
+    module, _, function = args.run.partition(":")
+    import importlib
+
+    handler: Callable[[argparse.Namespace], None] = vars(importlib.import_module(f"forkpoint.cli.{module}"))[function]
     try:
-        args.run(args)
+        handler(args)
     except KeyboardInterrupt:  # as click (the CLI's former base) did: one word and exit code 1, no traceback
-        _say("Aborted!", err=True)
+        sys.stderr.write("Aborted!\n")
+        sys.stderr.flush()
         raise SystemExit(1) from None
     except BrokenPipeError:  # the reader of stdout went away (`| head`): nothing more to say to it
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise SystemExit(1) from None
-
-
-# -- commands ------------------------------------------------------------------------------------------------------
-
-
-def _inspect(args: argparse.Namespace) -> None:
-    from forkpoint.errors import ReplayError
-    from forkpoint.inspection import describe, render_table
-
-    try:
-        description = describe(args.trajectory, args.agent, *(
-            () if args.max_trajectory_bytes is None else (args.max_trajectory_bytes,)))
-    except ReplayError as error:
-        _fail(error, args.as_json)
-    if args.as_json:
-        _print_json(description)
-    else:
-        render_table(description)
-
-
-def _replay(args: argparse.Namespace) -> None:
-    from forkpoint import engine
-    from forkpoint import request as requests
-    from forkpoint.errors import ReplayError, configuration
-
-    direct = {name: getattr(args, name) for name in _DIRECT_OPTIONS}
-    for flag in ("prepare_only", "replay_only", "allow_stale_observations", "keep_snapshot", "drop_snapshot"):
-        direct[flag] = direct[flag] or None  # an absent flag is "not given", like an absent option
-    given = [name for name in _DIRECT_OPTIONS if direct[name] is not None]
-    try:
-        if args.config is not None and args.request is not None:
-            raise configuration("--config and --request are mutually exclusive")
-        if (args.config is not None or args.request is not None) and given:
-            flags = ", ".join("--" + name.replace("_", "-") for name in given)
-            raise configuration(f"--config/--request cannot be combined with direct options ({flags})")
-        if args.config is not None:
-            replay_request = requests.load_toml(args.config)
-        elif args.request is not None:
-            replay_request = requests.load_json_request(args.request)
-        else:
-            missing = [name for name in ("agent", "trajectory", "after_step") if direct[name] is None]
-            if missing:
-                raise configuration(
-                    "missing " + ", ".join("--" + m.replace("_", "-") for m in missing)
-                    + " (or pass --config FILE.toml / --request FILE.json)"
-                )
-            if direct["keep_snapshot"] and direct["drop_snapshot"]:
-                raise configuration("--keep-snapshot and --drop-snapshot are exclusive")
-            values = {k: v for k, v in direct.items() if v is not None and k not in ("drop_snapshot", "branch_prompt")}
-            if direct["drop_snapshot"]:
-                values["keep_snapshot"] = False
-            if direct["branch_prompt"]:
-                values["branch_prompts"] = direct["branch_prompt"]
-            replay_request = requests.build_request(values, source="command line")
-    except ReplayError as error:
-        _fail(error, args.as_json)
-
-    progress = None if args.as_json else (lambda message: _say(f"  {message}", err=True, style=_DIM))
-    warn = lambda message: _say(f"forkpoint: {message}", err=True, style=_YELLOW)  # noqa: E731
-    result = engine.execute(replay_request, progress=progress, warn=warn)
-    if args.as_json:
-        _print_json(result.to_json())
-    else:
-        _render_result(result)
-    raise SystemExit(result.exit_code)
-
-
-def _continue(args: argparse.Namespace) -> None:
-    from forkpoint.errors import ReplayError
-    from forkpoint.resume import ContinueOptions, continue_run_dir
-
-    options = ContinueOptions(branches=args.branches, branch_prompts=tuple(args.branch_prompts),
-                              parallel=args.parallel, upstream=args.upstream, upstream_url=args.upstream_url,
-                              max_steps=args.max_steps, agent_entrypoint=args.agent_entrypoint)
-    progress = (lambda message: None) if args.as_json else (lambda message: _say(f"  {message}", err=True, style=_DIM))
-    try:
-        document = continue_run_dir(args.run_dir, options, progress)
-    except ReplayError as error:
-        _fail(error, args.as_json)
-    if args.as_json:
-        _print_json(document)
-    else:
-        _render_branches(document)
-    failed = [row for row in document["branches"] if row.get("status") != "finished"]
-    raise SystemExit(1 if failed else 0)
-
-
-def _gc(args: argparse.Namespace) -> None:
-    from forkpoint.errors import ReplayError
-    from forkpoint.resume import collect_snapshots
-
-    total = 0
-    for run_dir in args.run_dirs:
-        try:
-            freed = collect_snapshots(run_dir, dry_run=args.dry_run)
-        except ReplayError as error:
-            _fail(error, False)
-        total += freed["bytes"]
-        for path in freed["removed"]:
-            _say(f"  {'would remove' if args.dry_run else 'removed'} {path}")
-    _say(f"forkpoint: {'would free' if args.dry_run else 'freed'} {total / 1e6:.1f} MB", style=_GREEN)
-
-
-def _render_branches(document: dict[str, Any]) -> None:
-    """The branches table: status, steps, first action, agreement with the original, files changed."""
-    _say("  branch  status     agent       steps  same as original  files changed  first action")
-    for row in document["branches"]:
-        action = row.get("first_action") or {}
-        tools = ", ".join(str(t.get("name")) for t in action.get("tools") or []) or " ".join(
-            str(action.get("text") or "").split())[:40]
-        changed = row.get("files_changed") or {}
-        count = sum(len(changed.get(k) or []) for k in ("added", "removed", "modified"))
-        _say(f"  {row['branch']:>6}  {row.get('status', ''):<9}  {row.get('agent_status') or '':<10}  "
-             f"{row.get('continued_steps') or 0:>5}  {row.get('same_as_original')!s:<16}  {count:>13}  {tools}")
-    agreement = document.get("agreement") or {}
-    if agreement.get("branches"):
-        _say(f"  agreement: same next action as the original {agreement['same_next_action_as_original']:.0%}, "
-             f"completed {agreement['completed']:.0%}, largest group with the same first tool calls "
-             f"{agreement['largest_group_same_first_tools']:.0%} ({agreement['distinct_first_tool_calls']} distinct)")
-
-
-def _render_result(result: Any) -> None:
-    if result.failure is not None:
-        _say(f"forkpoint: {result.failure.category}: {result.failure.message}", err=True, style=_RED)
-        if result.phase is not None and Path(str(result.output_dir), "result.json").is_file():  # a full disk: none
-            _say(f"  result: {result.output_dir}/result.json", err=True)
-        return
-    _say(
-        f"forkpoint: {result.phase} {result.agent.name} run {result.run_id} "
-        f"(after batch {result.after_step}, {result.replayed_tool_calls} tool calls re-run, "
-        f"quality {result.quality}, agent {result.agent_status})",
-        style=_GREEN,
-    )
-    for artifact in result.artifacts:
-        _say(f"  {artifact.role}: {artifact.path}")
-        if artifact.role == "branches":
-            import json
-
-            _render_branches(json.loads(Path(artifact.path).read_text("utf-8")))
-
-
-def _agents_install(args: argparse.Namespace) -> None:
-    from forkpoint import runtimes
-    from forkpoint.errors import ReplayError, configuration
-
-    name, _, version = args.spec.partition("@")
-    try:
-        if not version:
-            raise configuration(f"expected AGENT@VERSION, got {args.spec!r}")
-        _say(f"installing {name}@{version} ...", err=True, style=_DIM)
-        runtime = runtimes.install(name, version)
-    except ReplayError as error:
-        _fail(error, False)
-    _say(f"{runtime.agent}@{runtime.version}: {runtime.entrypoint}")
-
-
-def _agents_list(args: argparse.Namespace) -> None:
-    from forkpoint import runtimes
-
-    installed = runtimes.list_installed()
-    if args.as_json:
-        _print_json([{"agent": r.agent, "version": r.version, "entrypoint": str(r.entrypoint)} for r in installed])
-        return
-    for agent_name, versions in runtimes.VERIFIED.items():
-        have = {r.version for r in installed if r.agent == agent_name}
-        marks = ", ".join(f"{v}{' (installed)' if v in have else ''}" for v in versions)
-        _say(f"{agent_name}: {marks}")
 
 
 EXPORT_EPILOG = """examples:
@@ -471,51 +307,6 @@ exit codes: 0 done (skipped runs are reported, not errors); 2 configuration_erro
 an extra not installed)."""
 
 
-def _export(args: argparse.Namespace) -> None:
-    from forkpoint.errors import configuration
-    from forkpoint.export import export
-    from forkpoint.export.rows import ExportOptions
-
-    def progress(report: Any) -> None:
-        if not args.as_json and report.rows % 100 == 0:
-            _say(f"  {report.rows} rows, {len(report.skipped)} skipped", err=True, style=_DIM)
-
-    try:
-        report = export(args.runs, args.fmt, args.out, ExportOptions(args.train_on, args.redact), progress)
-    except FileExistsError as error:
-        _fail(configuration(str(error)), args.as_json)
-    except ModuleNotFoundError as error:
-        _fail(configuration(f"{error.name} is not installed: pip install 'forkpoint[export]'"), args.as_json)
-    if args.as_json:
-        _print_json(report.to_json())
-        return
-    _say(f"forkpoint: exported {report.rows} rows to {report.out} ({report.format}), "
-         f"{len(report.skipped)} skipped; report: {report.out}.report.json", style=_GREEN)
-    for skipped in report.skipped:
-        _say(f"  skipped {skipped['path']}: {skipped['reason']}", err=True)
-    if report.redaction_totals:
-        counts = ", ".join(f"{kind} {count}" for kind, count in sorted(report.redaction_totals.items()))
-        _say(f"  redacted: {counts}")
-
-
-def _report(args: argparse.Namespace) -> None:
-    from forkpoint.errors import configuration
-    from forkpoint.report import write_report
-
-    out = args.out or args.runs[0] / "report.html"
-    try:
-        info = write_report(args.runs, out)
-    except FileNotFoundError as error:
-        _fail(configuration(str(error)), False)
-    _say(f"forkpoint: report of {info.runs} run(s): {info.out} ({info.size_bytes:,} bytes)", style=_GREEN)
-    for path, reason in info.skipped:
-        _say(f"  not shown: {path}: {reason}", err=True)
-    if args.open_browser:
-        import webbrowser
-
-        webbrowser.open(info.out.resolve().as_uri())
-
-
 BATCH_EPILOG = """jobs (JSONL, one object a line; or TOML: [defaults] then [[job]] tables):
 
   {"trajectory": "runs/a.jsonl", "after_step": "all", "mode": "prepare-only"}
@@ -536,126 +327,3 @@ examples:
 
 exit codes: 0 every job done; 1 a job failed or is ambiguous, or a line was bad (`forkpoint batch status`);
 2 bad options; 130 interrupted (rerun to resume)."""
-
-
-def _batch(args: argparse.Namespace) -> None:
-    from forkpoint.batch import BatchOptions, run_batch, status
-
-    if args.jobs == "status":
-        if args.status_dir is None:
-            _say("forkpoint: configuration_error: batch status needs the batch DIR", err=True, style=_RED)
-            raise SystemExit(2)
-        try:
-            summary = status(args.status_dir)
-        except FileNotFoundError as error:
-            _say(f"forkpoint: configuration_error: {error}", err=True, style=_RED)
-            raise SystemExit(2) from None
-        _batch_summary(summary, args.as_json)
-        return
-    jobs = Path(args.jobs)
-    if not jobs.is_file():
-        _say(f"forkpoint: configuration_error: jobs file {jobs} does not exist", err=True, style=_RED)
-        raise SystemExit(2)
-    defaults = {name[len("default_"):]: value for name, value in vars(args).items()
-                if name.startswith("default_") and value is not None}
-    options = BatchOptions(workers=args.workers or os.cpu_count() or 1, executor=args.executor,
-                           ray_address=args.ray_address, cpus_per_job=args.cpus_per_job,
-                           memory_per_job=args.memory_per_job, retries=args.retries, defaults=defaults)
-    display = _BatchDisplay(quiet=args.as_json)
-    try:
-        summary = run_batch(jobs, args.out, options, progress=display.update,
-                            on_bad=lambda line, reason: _say(f"  job {line}: {reason}", err=True, style=_YELLOW))
-    except RuntimeError as error:
-        _say(f"forkpoint: configuration_error: {error}", err=True, style=_RED)
-        raise SystemExit(2) from None
-    finally:
-        display.close()
-    _batch_summary(summary, args.as_json)
-    if summary.get("interrupted"):
-        raise SystemExit(130)
-    counts = summary["counts"]
-    raise SystemExit(1 if counts["failed"] or counts["ambiguous"] or counts["pending"] or summary["bad_lines"] else 0)
-
-
-class _BatchDisplay:
-    """A Rich progress bar on a terminal; plain lines (every 10 s and at the end) otherwise."""
-
-    def __init__(self, *, quiet: bool) -> None:
-        self.quiet = quiet
-        self.bar: Any = None
-        self.task: Any = None
-        self.last = 0.0
-
-    def update(self, state: Any) -> None:
-        import time
-
-        if self.quiet:
-            return
-        finished = state.done + state.failed
-        if sys.stderr.isatty():
-            if self.bar is None:
-                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-                self.bar = Progress(TextColumn("batch"), BarColumn(), MofNCompleteColumn(),
-                                    TextColumn("{task.fields[detail]}"), TimeRemainingColumn(), transient=False)
-                self.bar.start()
-                self.task = self.bar.add_task("batch", total=state.total, detail="")
-            self.bar.update(self.task, completed=finished, detail=f"failed {state.failed} · running "
-                            f"{state.running} · {state.rate:.1f}/s")
-        elif time.monotonic() - self.last >= 10 or (finished == state.total and not state.running):
-            self.last = time.monotonic()
-            _say(f"  batch: {finished}/{state.total} finished ({state.failed} failed), {state.running} running, "
-                 f"{state.rate:.1f} jobs/s", err=True)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-
-
-def _batch_summary(summary: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        _print_json(summary)
-        return
-    counts = ", ".join(f"{name} {count}" for name, count in summary["counts"].items())
-    _say(f"forkpoint: batch {summary['batch_dir']}: {summary['jobs']} jobs ({counts}); "
-         f"{len(summary['bad_lines'])} bad line(s)", style=_GREEN if not summary["failed"] else _YELLOW)
-    for category, count in summary["by_category"].items():
-        _say(f"  {category}: {count}")
-    for job in summary["failed"][:20]:
-        _say(f"  job line {job['line']} after_step {job['after_step']} ({job['status']}, {job['category']}): "
-             f"{job['message']}", err=True)
-    if len(summary["failed"]) > 20:
-        _say(f"  ... {len(summary['failed']) - 20} more: forkpoint batch status DIR --json", err=True)
-
-
-# -- output --------------------------------------------------------------------------------------------------------
-
-_RED, _GREEN, _YELLOW, _DIM = "31", "32", "33", "2"
-
-
-def _say(message: str, *, err: bool = False, style: str | None = None) -> None:
-    """One line to stdout (or stderr), styled only on a terminal (never in captured or piped output)."""
-    stream = sys.stderr if err else sys.stdout
-    if style is not None and stream.isatty() and "NO_COLOR" not in os.environ:
-        message = f"\x1b[{style}m{message}\x1b[0m"
-    stream.write(message + "\n")
-    stream.flush()
-
-
-def _print_json(value: Any) -> None:
-    import orjson
-
-    sys.stdout.write(orjson.dumps(value).decode() + "\n")
-
-
-def _fail(error: ReplayError, as_json: bool) -> NoReturn:
-    if as_json:
-        _print_json({"failure": {"category": error.kind.category, "message": error.message,
-                                 "retryable": error.kind.retryable}})
-    else:
-        _say(f"forkpoint: {error.kind.category}: {error.message}", err=True, style=_RED)
-    raise SystemExit(error.kind.exit_code)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,30 @@
+"""Claude Code: the facts forkpoint's shared code needs (see forkpoint.adapters.spec)."""
+
+from __future__ import annotations
+
+from forkpoint.adapters.spec import AgentSpec, NpmPackage, upstreams_for
+
+#: record types Claude Code writes before (or instead of) its first message line
+_BOOKKEEPING = ("queue-operation", "summary", "last-prompt", "file-history-snapshot")
+
+
+def sniff(value: object) -> bool:
+    if not isinstance(value, dict):
+        return False
+    return ("uuid" in value and ("parentUuid" in value or "sessionId" in value)) or value.get("type") in _BOOKKEEPING
+
+
+SPEC = AgentSpec(
+    name="claude-code",
+    adapter="forkpoint.adapters.claude_code:ClaudeCodeAdapter",
+    versions={
+        "2.1.220": "claude-code/2.1.220/native-resume-v1",
+        "2.1.332": "claude-code/2.1.332/native-resume-v1",
+    },
+    runtime=NpmPackage("@anthropic-ai/claude-code", "claude", "@anthropic-ai/claude-code-", "claude"),
+    protocol="anthropic-messages",
+    upstreams=upstreams_for("anthropic-messages"),
+    # the executor and continuation run through any sandbox, and rewrite recorded paths (--path-map)
+    sandbox_features=frozenset({"local", "bwrap", "path_map"}),
+    sniff=sniff,
+)

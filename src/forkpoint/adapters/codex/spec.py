@@ -1,0 +1,29 @@
+"""Codex: the facts forkpoint's shared code needs (see forkpoint.adapters.spec)."""
+
+from __future__ import annotations
+
+from forkpoint.adapters.spec import AgentSpec, NpmPackage, upstreams_for
+
+
+def sniff(value: object) -> bool:
+    """A rollout line: ``session_meta`` first, then ``{"timestamp", "type", "payload": {...}}`` records."""
+    if not isinstance(value, dict):
+        return False
+    return value.get("type") == "session_meta" or (isinstance(value.get("payload"), dict) and "timestamp" in value)
+
+
+SPEC = AgentSpec(
+    name="codex",
+    adapter="forkpoint.adapters.codex:CodexAdapter",
+    versions={
+        "0.149.0": "codex/0.149.0/native-responses-jsonl-v1",
+        "0.171.0": "codex/0.171.0/native-responses-jsonl-v1",
+    },
+    # bin/codex.js spawns node_modules/@openai/codex-<platform>/vendor/<target triple>/bin/codex, where
+    # @openai/codex-<platform> is an npm alias of @openai/codex@<version>-<platform>
+    runtime=NpmPackage("@openai/codex", "codex", "@openai/codex-", "vendor/*/bin/codex", run_native=True),
+    protocol="openai-responses",
+    upstreams=upstreams_for("openai-responses"),
+    sandbox_features=frozenset({"local", "bwrap", "path_map"}),
+    sniff=sniff,
+)

@@ -1,0 +1,26 @@
+"""mini-swe-agent: the facts forkpoint's shared code needs (see forkpoint.adapters.spec)."""
+
+from __future__ import annotations
+
+from forkpoint.adapters.spec import AgentSpec, PythonPackage, upstreams_for
+
+
+def sniff(value: object) -> bool:
+    """A ``.traj.json`` document: 1.x names its ``trajectory_format``, 2.x has ``info`` and ``messages``."""
+    return isinstance(value, dict) and ("trajectory_format" in value or ("messages" in value and "info" in value))
+
+
+SPEC = AgentSpec(
+    name="mini-swe-agent",
+    adapter="forkpoint.adapters.mini_swe_agent:MiniSweAgentAdapter",
+    versions={
+        "1.17.5": "mini-swe-agent/1.17.5/companion-v1",
+        "2.4.6": "mini-swe-agent/2.4.6/companion-v1",
+    },
+    # 2.x depends on datasets/pyarrow and is verified on 3.12; 1.x on 3.11
+    runtime=PythonPackage("mini-swe-agent", "3.11", {"2.4.6": "3.12"}),
+    protocol="openai-chat",
+    upstreams=upstreams_for("openai-chat"),
+    sandbox_features=frozenset({"local"}),
+    sniff=sniff,
+)

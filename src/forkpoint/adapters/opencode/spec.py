@@ -1,0 +1,33 @@
+"""OpenCode: the facts forkpoint's shared code needs (see forkpoint.adapters.spec)."""
+
+from __future__ import annotations
+
+from forkpoint.adapters.spec import AgentSpec, NpmPackage, upstreams_for
+
+_EVENTS = ("step_start", "step_finish", "tool_use", "text")
+
+
+def sniff(value: object) -> bool:
+    """A ``run --format=json`` event, or an ``opencode export`` (mini-swe-agent's ``info`` has no ``ses_`` id)."""
+    if not isinstance(value, dict):
+        return False
+    if value.get("type") in _EVENTS and "sessionID" in value:
+        return True
+    info = value.get("info")
+    return isinstance(info, dict) and str(info.get("id", "")).startswith("ses_") and "messages" in value
+
+
+SPEC = AgentSpec(
+    name="opencode",
+    adapter="forkpoint.adapters.opencode:OpenCodeAdapter",
+    versions={
+        "1.17.11": "opencode/1.17.11/session-export-sqlite-v1",
+        "1.18.33": "opencode/1.18.33/session-export-sqlite-v1",
+    },
+    # bin/opencode.exe is a placeholder that postinstall hardlinks to opencode-<platform>/bin/opencode (a Bun binary)
+    runtime=NpmPackage("opencode-ai", "opencode", "opencode-", "bin/opencode"),
+    protocol="openai-chat",
+    upstreams=upstreams_for("openai-chat"),
+    sandbox_features=frozenset({"local"}),
+    sniff=sniff,
+)

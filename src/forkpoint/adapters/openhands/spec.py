@@ -1,0 +1,23 @@
+"""OpenHands: the facts forkpoint's shared code needs (see forkpoint.adapters.spec)."""
+
+from __future__ import annotations
+
+from forkpoint.adapters.spec import AgentSpec, PythonPackage, upstreams_for
+
+
+def sniff(value: object) -> bool:
+    """A v0 trajectory is a JSON array of events (every other agent writes objects)."""
+    return isinstance(value, list)
+
+
+SPEC = AgentSpec(
+    name="openhands",
+    adapter="forkpoint.adapters.openhands:OpenHandsAdapter",
+    versions={"0.62.0": "openhands/0.62.0/v0-events-replay-manager"},
+    # openhands-ai >= 0.10 requires Python >= 3.12 (on 3.11 pip silently picks 0.9.8)
+    runtime=PythonPackage("openhands-ai", "3.12"),
+    protocol="openai-chat",
+    upstreams=upstreams_for("openai-chat"),
+    sandbox_features=frozenset({"local"}),
+    sniff=sniff,
+)

@@ -1,0 +1,23 @@
+"""SWE-agent: the facts forkpoint's shared code needs (see forkpoint.adapters.spec)."""
+
+from __future__ import annotations
+
+from forkpoint.adapters.spec import AgentSpec, upstreams_for
+
+
+def sniff(value: object) -> bool:
+    """A ``.traj`` document: the ``trajectory`` steps and the model ``history``."""
+    return isinstance(value, dict) and "trajectory" in value and "history" in value
+
+
+SPEC = AgentSpec(
+    name="swe-agent",
+    adapter="forkpoint.adapters.swe_agent:SweAgentAdapter",
+    versions={"1.1.0": "swe-agent/1.1.0/traj-v1"},
+    runtime=None,  # not on PyPI: only an explicit --agent-entrypoint (see the adapter's NOT_ON_PYPI)
+    protocol="openai-chat",
+    upstreams=upstreams_for("openai-chat"),
+    sandbox_features=frozenset({"local"}),
+    sniff=sniff,
+    # continues=True: its prepare_launch gives the precise refusal (no verified continuation runner yet)
+)

@@ -1,0 +1,222 @@
+"""The bodies of `forkpoint inspect / replay / continue / gc / agents / export / report` (loaded when run)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from forkpoint.cli import _DIRECT_OPTIONS
+from forkpoint.cli.output import DIM, GREEN, RED, YELLOW, fail, print_json, say
+
+
+def inspect(args: argparse.Namespace) -> None:
+    from forkpoint.errors import ReplayError
+    from forkpoint.inspection import describe, render_table
+
+    try:
+        description = describe(args.trajectory, args.agent, *(
+            () if args.max_trajectory_bytes is None else (args.max_trajectory_bytes,)))
+    except ReplayError as error:
+        fail(error, args.as_json)
+    if args.as_json:
+        print_json(description)
+    else:
+        render_table(description)
+
+
+def replay(args: argparse.Namespace) -> None:
+    from forkpoint import engine
+    from forkpoint import request as requests
+    from forkpoint.errors import ReplayError, configuration
+
+    direct = {name: vars(args)[name] for name in _DIRECT_OPTIONS}
+    for flag in ("prepare_only", "replay_only", "allow_stale_observations", "keep_snapshot", "drop_snapshot"):
+        direct[flag] = direct[flag] or None  # an absent flag is "not given", like an absent option
+    given = [name for name in _DIRECT_OPTIONS if direct[name] is not None]
+    try:
+        if args.config is not None and args.request is not None:
+            raise configuration("--config and --request are mutually exclusive")
+        if (args.config is not None or args.request is not None) and given:
+            flags = ", ".join("--" + name.replace("_", "-") for name in given)
+            raise configuration(f"--config/--request cannot be combined with direct options ({flags})")
+        if args.config is not None:
+            replay_request = requests.load_toml(args.config)
+        elif args.request is not None:
+            replay_request = requests.load_json_request(args.request)
+        else:
+            missing = [name for name in ("agent", "trajectory", "after_step") if direct[name] is None]
+            if missing:
+                raise configuration(
+                    "missing " + ", ".join("--" + m.replace("_", "-") for m in missing)
+                    + " (or pass --config FILE.toml / --request FILE.json)"
+                )
+            if direct["keep_snapshot"] and direct["drop_snapshot"]:
+                raise configuration("--keep-snapshot and --drop-snapshot are exclusive")
+            values = {k: v for k, v in direct.items() if v is not None and k not in ("drop_snapshot", "branch_prompt")}
+            if direct["drop_snapshot"]:
+                values["keep_snapshot"] = False
+            if direct["branch_prompt"]:
+                values["branch_prompts"] = direct["branch_prompt"]
+            replay_request = requests.build_request(values, source="command line")
+    except ReplayError as error:
+        fail(error, args.as_json)
+
+    progress = None if args.as_json else (lambda message: say(f"  {message}", err=True, style=DIM))
+    warn = lambda message: say(f"forkpoint: {message}", err=True, style=YELLOW)  # noqa: E731
+    result = engine.execute(replay_request, progress=progress, warn=warn)
+    if args.as_json:
+        print_json(result.to_json())
+    else:
+        _render_result(result)
+    raise SystemExit(result.exit_code)
+
+
+def continue_(args: argparse.Namespace) -> None:
+    from forkpoint.errors import ReplayError
+    from forkpoint.resume import ContinueOptions, continue_run_dir
+
+    options = ContinueOptions(branches=args.branches, branch_prompts=tuple(args.branch_prompts),
+                              parallel=args.parallel, upstream=args.upstream, upstream_url=args.upstream_url,
+                              max_steps=args.max_steps, agent_entrypoint=args.agent_entrypoint)
+    progress = (lambda message: None) if args.as_json else (lambda message: say(f"  {message}", err=True, style=DIM))
+    try:
+        document = continue_run_dir(args.run_dir, options, progress)
+    except ReplayError as error:
+        fail(error, args.as_json)
+    if args.as_json:
+        print_json(document)
+    else:
+        _render_branches(document)
+    failed = [row for row in document["branches"] if row.get("status") != "finished"]
+    raise SystemExit(1 if failed else 0)
+
+
+def gc(args: argparse.Namespace) -> None:
+    from forkpoint.errors import ReplayError
+    from forkpoint.resume import collect_snapshots
+
+    total = 0
+    for run_dir in args.run_dirs:
+        try:
+            freed = collect_snapshots(run_dir, dry_run=args.dry_run)
+        except ReplayError as error:
+            fail(error, False)
+        total += freed["bytes"]
+        for path in freed["removed"]:
+            say(f"  {'would remove' if args.dry_run else 'removed'} {path}")
+    say(f"forkpoint: {'would free' if args.dry_run else 'freed'} {total / 1e6:.1f} MB", style=GREEN)
+
+
+def _render_branches(document: dict[str, Any]) -> None:
+    """The branches table: status, steps, first action, agreement with the original, files changed."""
+    say("  branch  status     agent       steps  same as original  files changed  first action")
+    for row in document["branches"]:
+        action = row.get("first_action") or {}
+        tools = ", ".join(str(t.get("name")) for t in action.get("tools") or []) or " ".join(
+            str(action.get("text") or "").split())[:40]
+        changed = row.get("files_changed") or {}
+        count = sum(len(changed.get(k) or []) for k in ("added", "removed", "modified"))
+        say(f"  {row['branch']:>6}  {row.get('status', ''):<9}  {row.get('agent_status') or '':<10}  "
+             f"{row.get('continued_steps') or 0:>5}  {row.get('same_as_original')!s:<16}  {count:>13}  {tools}")
+    agreement = document.get("agreement") or {}
+    if agreement.get("branches"):
+        say(f"  agreement: same next action as the original {agreement['same_next_action_as_original']:.0%}, "
+             f"completed {agreement['completed']:.0%}, largest group with the same first tool calls "
+             f"{agreement['largest_group_same_first_tools']:.0%} ({agreement['distinct_first_tool_calls']} distinct)")
+
+
+def _render_result(result: Any) -> None:
+    if result.failure is not None:
+        say(f"forkpoint: {result.failure.category}: {result.failure.message}", err=True, style=RED)
+        if result.phase is not None and Path(str(result.output_dir), "result.json").is_file():  # a full disk: none
+            say(f"  result: {result.output_dir}/result.json", err=True)
+        return
+    say(
+        f"forkpoint: {result.phase} {result.agent.name} run {result.run_id} "
+        f"(after batch {result.after_step}, {result.replayed_tool_calls} tool calls re-run, "
+        f"quality {result.quality}, agent {result.agent_status})",
+        style=GREEN,
+    )
+    for artifact in result.artifacts:
+        say(f"  {artifact.role}: {artifact.path}")
+        if artifact.role == "branches":
+            import json
+
+            _render_branches(json.loads(Path(artifact.path).read_text("utf-8")))
+
+
+def agents_install(args: argparse.Namespace) -> None:
+    from forkpoint import runtimes
+    from forkpoint.errors import ReplayError, configuration
+
+    name, _, version = args.spec.partition("@")
+    try:
+        if not version:
+            raise configuration(f"expected AGENT@VERSION, got {args.spec!r}")
+        say(f"installing {name}@{version} ...", err=True, style=DIM)
+        runtime = runtimes.install(name, version)
+    except ReplayError as error:
+        fail(error, False)
+    say(f"{runtime.agent}@{runtime.version}: {runtime.entrypoint}")
+
+
+def agents_list(args: argparse.Namespace) -> None:
+    from forkpoint import runtimes
+    from forkpoint.adapters import all_specs
+
+    installed = runtimes.list_installed()
+    if args.as_json:
+        print_json([{"agent": r.agent, "version": r.version, "entrypoint": str(r.entrypoint)} for r in installed])
+        return
+    for spec in all_specs():
+        if spec.runtime is None:  # not installable by forkpoint (an explicit --agent-entrypoint only)
+            continue
+        have = {r.version for r in installed if r.agent == spec.name}
+        marks = ", ".join(f"{v}{' (installed)' if v in have else ''}" for v in spec.versions)
+        say(f"{spec.name}: {marks}")
+
+
+def export(args: argparse.Namespace) -> None:
+    from forkpoint.errors import configuration
+    from forkpoint.export import export
+    from forkpoint.export.rows import ExportOptions
+
+    def progress(report: Any) -> None:
+        if not args.as_json and report.rows % 100 == 0:
+            say(f"  {report.rows} rows, {len(report.skipped)} skipped", err=True, style=DIM)
+
+    try:
+        report = export(args.runs, args.fmt, args.out, ExportOptions(args.train_on, args.redact), progress)
+    except FileExistsError as error:
+        fail(configuration(str(error)), args.as_json)
+    except ModuleNotFoundError as error:
+        fail(configuration(f"{error.name} is not installed: pip install 'forkpoint[export]'"), args.as_json)
+    if args.as_json:
+        print_json(report.to_json())
+        return
+    say(f"forkpoint: exported {report.rows} rows to {report.out} ({report.format}), "
+         f"{len(report.skipped)} skipped; report: {report.out}.report.json", style=GREEN)
+    for skipped in report.skipped:
+        say(f"  skipped {skipped['path']}: {skipped['reason']}", err=True)
+    if report.redaction_totals:
+        counts = ", ".join(f"{kind} {count}" for kind, count in sorted(report.redaction_totals.items()))
+        say(f"  redacted: {counts}")
+
+
+def report(args: argparse.Namespace) -> None:
+    from forkpoint.errors import configuration
+    from forkpoint.report import write_report
+
+    out = args.out or args.runs[0] / "report.html"
+    try:
+        info = write_report(args.runs, out)
+    except FileNotFoundError as error:
+        fail(configuration(str(error)), False)
+    say(f"forkpoint: report of {info.runs} run(s): {info.out} ({info.size_bytes:,} bytes)", style=GREEN)
+    for path, reason in info.skipped:
+        say(f"  not shown: {path}: {reason}", err=True)
+    if args.open_browser:
+        import webbrowser
+
+        webbrowser.open(info.out.resolve().as_uri())

@@ -1,0 +1,136 @@
+"""The runtime cache: layout, manifest, lookup, and the one install tail every installer ends with.
+
+Layout: ``<cache_root>/<agent>/<version>/`` holds one installed agent version plus a ``forkpoint-runtime.json``
+manifest. An install fills a staging dir first and renames it into place, so a version directory with a valid
+manifest is always a complete install. Which versions are verified comes from the agent's spec.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from forkpoint.adapters import AGENTS, agent_spec
+from forkpoint.adapters.spec import AgentPackage
+from forkpoint.errors import ErrorKind, ReplayError
+
+MANIFEST_NAME = "forkpoint-runtime.json"
+SCHEMA_VERSION = "forkpoint.runtime/v1"
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """One installed agent version. ``entrypoint`` is absolute; the manifest stores it relative to ``root``."""
+
+    agent: str
+    version: str
+    root: Path
+    entrypoint: Path
+    installed_at: str
+
+    def manifest(self) -> dict[str, str]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "agent": self.agent,
+            "version": self.version,
+            "entrypoint": self.entrypoint.relative_to(self.root).as_posix(),
+            "installed_at": self.installed_at,
+        }
+
+    @classmethod
+    def from_manifest(cls, root: Path, data: Any) -> Runtime:
+        """Parse a manifest; raises ValueError when it is not a valid v1 manifest."""
+        if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
+            raise ValueError("not a forkpoint.runtime/v1 manifest")
+        fields = ("agent", "version", "entrypoint", "installed_at")
+        if not all(isinstance(data.get(f), str) and data[f] for f in fields):
+            raise ValueError(f"manifest needs string fields {', '.join(fields)}")
+        rel = Path(data["entrypoint"])
+        if rel.is_absolute() or ".." in rel.parts:
+            raise ValueError("manifest entrypoint must be a relative path inside the runtime")
+        return cls(data["agent"], data["version"], root, root / rel, data["installed_at"])
+
+
+def cache_root() -> Path:
+    """``$FORKPOINT_RUNTIMES`` or ``~/.cache/forkpoint/runtimes``."""
+    env = os.environ.get("FORKPOINT_RUNTIMES")
+    return Path(env) if env else Path.home() / ".cache" / "forkpoint" / "runtimes"
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def package_of(agent: str) -> AgentPackage:
+    """How an agent forkpoint can install ships (its spec's runtime package)."""
+    package = agent_spec(agent).runtime if agent in AGENTS else None
+    if package is None:
+        supported = sorted(name for name in AGENTS if agent_spec(name).runtime is not None)
+        raise ReplayError(ErrorKind.UNSUPPORTED_AGENT, f"unknown agent {agent!r}; supported: {', '.join(supported)}")
+    return package
+
+
+def check_verified(agent: str, version: str) -> None:
+    """Refuse an agent version forkpoint has not verified."""
+    package_of(agent)
+    verified = tuple(agent_spec(agent).versions)
+    if version not in verified:
+        raise ReplayError(
+            ErrorKind.UNSUPPORTED_VERSION,
+            f"{agent} {version} is not a verified version; verified: {', '.join(verified) or 'none'}",
+        )
+
+
+def _read_runtime(directory: Path) -> Runtime | None:
+    try:
+        runtime = Runtime.from_manifest(directory, json.loads((directory / MANIFEST_NAME).read_text("utf-8")))
+    except (OSError, ValueError):
+        return None
+    if not (runtime.entrypoint.is_file() and os.access(runtime.entrypoint, os.X_OK)):
+        return None
+    return runtime
+
+
+def find(agent: str, version: str) -> Runtime | None:
+    """The installed runtime for ``agent@version`` with a valid manifest, else None."""
+    runtime = _read_runtime(cache_root() / agent / version)
+    return runtime if runtime and (runtime.agent, runtime.version) == (agent, version) else None
+
+
+def list_installed() -> list[Runtime]:
+    """Every runtime in the cache with a valid manifest, sorted by agent and version."""
+    root = cache_root()
+    found = []
+    for directory in sorted(root.glob("*/*")) if root.is_dir() else []:
+        runtime = _read_runtime(directory)
+        if runtime and (runtime.agent, runtime.version) == (directory.parent.name, directory.name):
+            found.append(runtime)
+    return found
+
+
+def install_staged(agent: str, version: str, fill: Callable[[Path], dict[str, str]]) -> Runtime:
+    """The one install tail: ``fill(staging)`` installs into a fresh staging dir and returns its manifest; the
+    manifest is written and the staging dir renamed into place (replacing an incomplete earlier install)."""
+    target = cache_root() / agent / version
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{version}.staging-", dir=target.parent))
+    try:
+        manifest = fill(staging)
+        (staging / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", "utf-8")
+        if target.exists():  # a previous, incomplete install
+            shutil.rmtree(target)
+        staging.rename(target)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    runtime = find(agent, version)
+    if runtime is None:
+        raise ReplayError(ErrorKind.INTERNAL, f"{agent} {version}: install finished but the runtime is not valid")
+    return runtime

@@ -1,0 +1,139 @@
+"""Install and probe agents that ship on npm: the install is an npm prefix (see forkpoint.runtimes.base)."""
+
+from __future__ import annotations
+
+import json
+import platform
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from forkpoint.adapters.spec import NpmPackage
+from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.reaper import die_with_parent_hook
+from forkpoint.runtimes.base import Runtime, now
+
+INSTALL_TIMEOUT_S = 900.0
+PROBE_TIMEOUT_S = 10.0
+
+
+def _platform_key() -> str:
+    machine = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}.get(platform.machine().lower(),
+                                                                                            platform.machine())
+    system = platform.system().lower()
+    musl = system == "linux" and not platform.libc_ver()[0]
+    return f"{system}-{machine}{'-musl' if musl else ''}"
+
+
+def _is_native_binary(path: Path) -> bool:
+    try:
+        with path.open("rb") as handle:
+            return handle.read(4) in (b"\x7fELF", b"\xcf\xfa\xed\xfe", b"MZ\x90\x00")
+    except OSError:
+        return False
+
+
+def _native_entrypoint(prefix: Path, spec: NpmPackage, package: dict[str, Any]) -> Path:
+    """The native binary inside the installed per-platform optional dependency (see ``NpmPackage.run_native``)."""
+    prefix_name, pattern = spec.native_package_prefix or "", spec.native_binary or ""
+    optional = package.get("optionalDependencies") or {}
+    names = sorted(n for n in optional if isinstance(n, str) and n.startswith(prefix_name))
+    installed = [prefix / "node_modules" / n for n in names if (prefix / "node_modules" / n / "package.json").is_file()]
+    if len(installed) != 1:
+        found = ", ".join(p.name for p in installed) or "none"
+        raise ReplayError(ErrorKind.INTERNAL,
+                          f"{spec.package}: expected one installed native package for {_platform_key()} "
+                          f"among {', '.join(names) or 'no optionalDependencies'}; found {found}")
+    matches = sorted(p for p in installed[0].glob(pattern) if p.is_file())
+    if len(matches) != 1:
+        message = f"{spec.package}: expected one native binary {pattern} in {installed[0]}, found {len(matches)}"
+        raise ReplayError(ErrorKind.INTERNAL, message)
+    entry = matches[0]
+    if not _is_native_binary(entry):
+        raise ReplayError(ErrorKind.INTERNAL, f"{spec.package}: {entry} is not a native executable")
+    entry.chmod(entry.stat().st_mode | 0o111)
+    return entry
+
+
+def entrypoint(prefix: Path, spec: NpmPackage) -> Path:
+    """Resolve the package's ``bin`` entry; copy the native binary in place if the postinstall did not run."""
+    package_dir = prefix / "node_modules" / spec.package
+    package = json.loads((package_dir / "package.json").read_text("utf-8"))
+    if spec.run_native:
+        return _native_entrypoint(prefix, spec, package)
+    bins = package.get("bin")
+    rel = bins if isinstance(bins, str) else (bins or {}).get(spec.bin_name)
+    if not isinstance(rel, str):
+        raise ReplayError(ErrorKind.INTERNAL, f"{spec.package} declares no bin {spec.bin_name!r}")
+    entry = package_dir / rel
+    if spec.node_binary:
+        return _node_wrapper(prefix, spec, entry)
+    if spec.native_package_prefix and spec.native_binary and rel.endswith(".exe") and not _is_native_binary(entry):
+        native = prefix / "node_modules" / f"{spec.native_package_prefix}{_platform_key()}" / spec.native_binary
+        if not native.is_file():
+            raise ReplayError(ErrorKind.INTERNAL, f"{spec.package}: no native binary for {_platform_key()} ({native})")
+        entry.unlink(missing_ok=True)
+        shutil.copy2(native, entry)
+    entry.chmod(entry.stat().st_mode | 0o111)
+    return entry
+
+
+def _node_wrapper(prefix: Path, spec: NpmPackage, script: Path) -> Path:
+    """A ``forkpoint-bin/<bin>`` shell script running the package's bin on the prefix's own node (paths relative
+    to the script, so the staged prefix can be renamed into place)."""
+    node = prefix / (spec.node_binary or "")
+    if not _is_native_binary(node):
+        raise ReplayError(ErrorKind.INTERNAL, f"{spec.package}: the Node runtime {node} is not a native executable")
+    node.chmod(node.stat().st_mode | 0o111)
+    wrapper = prefix / "forkpoint-bin" / spec.bin_name
+    wrapper.parent.mkdir(exist_ok=True)
+    node_rel, script_rel = node.relative_to(prefix).as_posix(), script.relative_to(prefix).as_posix()
+    wrapper.write_text('#!/bin/sh\nroot="$(cd "$(dirname "$0")/.." && pwd)"\n'
+                       f'exec "$root/{node_rel}" "$root/{script_rel}" "$@"\n', "utf-8")
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def install(agent: str, version: str, spec: NpmPackage, staging: Path) -> dict[str, str]:
+    """``npm install`` the package (and its extra packages) into ``staging``; the manifest of the result."""
+    argv = ["npm", "install", "--prefix", str(staging), "--no-audit", "--no-fund",
+            f"{spec.package}@{version}", *spec.extra_packages]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False,
+                              preexec_fn=die_with_parent_hook())
+    except (OSError, subprocess.TimeoutExpired) as error:
+        message = f"npm install {spec.package}@{version} failed: {error}"
+        raise ReplayError(ErrorKind.CONFIGURATION, message) from None
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip()[-2000:]
+        raise ReplayError(ErrorKind.CONFIGURATION,
+                          f"npm install {spec.package}@{version} exited {done.returncode}: {tail}")
+    return Runtime(agent, version, staging, entrypoint(staging, spec), now()).manifest()
+
+
+_VERSION_RE = re.compile(r"^\s*(?:codex-cli\s+)?v?(\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.\-]+)?)\b")
+
+
+def parse_version_output(output: str) -> str:
+    """``"2.1.220 (Claude Code)"`` / ``"codex-cli 0.149.0"`` -> the version; raises ValueError on anything else."""
+    for line in output.splitlines():
+        match = _VERSION_RE.match(line)
+        if match:
+            return match.group(1)
+    raise ValueError(f"no version in {output.strip()[:200]!r}")
+
+
+def probe_version(runtime: Runtime) -> str:
+    """Run ``<entrypoint> --version`` (10 s timeout) and return the version it reports."""
+    try:
+        done = subprocess.run([str(runtime.entrypoint), "--version"], capture_output=True, text=True,
+                              timeout=PROBE_TIMEOUT_S, check=False, stdin=subprocess.DEVNULL,
+                              preexec_fn=die_with_parent_hook())
+        if done.returncode != 0:
+            raise ValueError(f"exit {done.returncode}: {done.stderr.strip()[:500]}")
+        return parse_version_output(done.stdout)
+    except (OSError, subprocess.TimeoutExpired, ValueError) as error:
+        message = f"{runtime.agent} {runtime.version}: `{runtime.entrypoint} --version` failed: {error}"
+        raise ReplayError(ErrorKind.CONFIGURATION, message) from None

@@ -1,0 +1,103 @@
+"""No import cycle among forkpoint's modules, and every module imports on its own in a fresh interpreter.
+
+The graph holds the imports a module runs when it is loaded (module level, outside ``if TYPE_CHECKING:``);
+imports inside functions are the lazy ones and cannot form a load-time cycle. A package's ``__init__`` that a
+submodule's import loads first is the package pattern, not an edge.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted((SRC / "forkpoint").rglob("*.py")):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__main__":
+            continue
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _load_time_imports(name: str, path: Path, modules: dict[str, Path], *, lazy: bool = False) -> set[str]:
+    """What loading ``name`` imports (``lazy``: also the imports inside its functions)."""
+    tree = ast.parse(path.read_text("utf-8"))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    targets: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        for child in list(ast.walk(node)) if lazy or isinstance(node, ast.Try | ast.If) else [node]:
+            if isinstance(child, ast.Import):
+                targets.update(alias.name for alias in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    parts = package.split(".")
+                    base = ".".join([*parts[: len(parts) - child.level + 1], base]).strip(".")
+                for alias in child.names:  # `from package import submodule` imports the submodule
+                    targets.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
+    return {t for t in targets if t in modules and t != name and not name.startswith(f"{t}.")}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt):], nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_no_load_time_import_cycle() -> None:
+    modules = _modules()
+    graph = {name: _load_time_imports(name, path, modules) for name, path in modules.items()}
+    assert graph["forkpoint.runtimes"] >= {"forkpoint.runtimes.base"}  # the graph sees real edges
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
+
+
+def test_runtimes_package_has_no_cycle_even_through_lazy_imports() -> None:
+    """The installers (npm, python) use the cache (base); only the package's entry points dispatch to them."""
+    modules = {name: path for name, path in _modules().items() if name.startswith("forkpoint.runtimes")}
+    graph = {name: _load_time_imports(name, path, modules, lazy=True) for name, path in modules.items()}
+    assert graph["forkpoint.runtimes"] >= {"forkpoint.runtimes.npm", "forkpoint.runtimes.python"}
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
+
+
+def test_cycle_finder_finds_a_cycle() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_runtime_and_spec_modules_import_first_in_a_fresh_interpreter() -> None:
+    """Each module the registry and the runtimes are made of loads on its own (no order-dependent cycle)."""
+    names = [name for name in _modules() if name.startswith(("forkpoint.runtimes", "forkpoint.adapters.spec",
+                                                              "forkpoint.run_documents", "forkpoint.engine",
+                                                              "forkpoint.cli", "forkpoint.detect"))
+             or name.endswith(".spec")]
+    code = "import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.import_module(name)\n"
+    for name in names:
+        done = subprocess.run([sys.executable, "-c", code, name], capture_output=True, text=True, timeout=60,
+                              check=False, env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
+        assert done.returncode == 0, (name, done.stderr[-2000:])
