@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from forkpoint.bridge.protocols.openai_chat import chat_chunks, chat_completion, chat_message, sse_data
 from forkpoint.bridge.translate.common import TranslationError
 from forkpoint.bridge.translate.pipeline import AnswerStream, prepare, whole_answer
 from forkpoint.bridge.translate.sampling import SamplingPins
-from forkpoint.testing.chat_completions import chat_chunks, chat_completion, chat_message, sse_data
 from forkpoint.testing.scripted_model import text, tool_use
 
 FIXTURES = Path(__file__).parents[2] / "fixtures"

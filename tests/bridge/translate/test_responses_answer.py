@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from openai.types.responses import ResponseStreamEvent
 
+from forkpoint.bridge.protocols.openai_responses import response_events as responses_sse_events
 from forkpoint.bridge.translate.common import DONE, TranslationError
 from forkpoint.bridge.translate.responses_answer import ChatToResponsesStream, chat_completion_to_responses
 from forkpoint.bridge.translate.responses_chat import responses_to_chat
-from forkpoint.testing.scripted_model import responses_sse_events
 
 Event = tuple[str, dict[str, Any]]
 PATCH = "*** Begin Patch\n*** Add File: hello.txt\n+hello ✓ \"quoted\"\n*** End Patch\n"

@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from forkpoint.bridge.protocols.anthropic import message_events as sse_events
+from forkpoint.bridge.protocols.openai_chat import chat_chunks, chat_message, sse_data
+from forkpoint.bridge.protocols.openai_responses import response_events as responses_sse_events
 from forkpoint.bridge.translate.anthropic_answer import ChatToAnthropicStream
 from forkpoint.bridge.translate.chat_stream import SSEDecoder
 from forkpoint.bridge.translate.responses_answer import ChatToResponsesStream
-from forkpoint.testing.chat_completions import chat_chunks, chat_message, sse_data
-from forkpoint.testing.scripted_model import responses_sse_events, sse_events, text, thinking, tool_use
+from forkpoint.testing.scripted_model import text, thinking, tool_use
 
 PATCH = "*** Begin Patch\n*** Add File: a.txt\n+" + "x" * 120 + "\n*** End Patch\n"
 BLOCKS = [thinking("I will look first.", signature=""), text("Listing the files. " * 5),
