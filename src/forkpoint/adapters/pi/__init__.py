@@ -83,7 +83,7 @@ class PiAdapter:
     # -- continuation ---------------------------------------------------------------------------------------------
 
     def prepare_launch(self, trajectory: Trajectory, entrypoint: Path | None) -> LaunchTarget:
-        from forkpoint.adapters.pi.continuation import recorded_model
+        from forkpoint.adapters.pi.launch import recorded_model
         from forkpoint.adapters.pi.runtime import from_entrypoint
         from forkpoint.runtimes import resolve_entrypoint
 
@@ -95,6 +95,7 @@ class PiAdapter:
     def continue_run(
         self, plan: Plan, prefix: NativePrefix, context: RunContext, settings: ContinueSettings
     ) -> Continuation:
-        from forkpoint.adapters.pi.continuation import continue_session
+        from forkpoint.adapters.pi.launch import PiHooks
+        from forkpoint.continuation import continue_with
 
-        return continue_session(plan, prefix, context, settings)
+        return continue_with(PiHooks(), plan, prefix, context, settings)
