@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from forkpoint.errors import ErrorKind, ReplayError, classify_continuation_output
+from forkpoint.fs import read_file_strict, refused_as, write_file_strict
 from forkpoint.hashing import make_nonce
 from forkpoint.model import ActionSignature, Continuation, ContinueSettings, JsonObject, NativePrefix, Plan, RunContext
 from forkpoint.results import write_json
@@ -212,10 +213,10 @@ def continue_with(hooks: AgentHooks[S], plan: Plan, prefix: NativePrefix, contex
     job = Job(plan, prefix, context, settings, make_nonce(), sandbox)
     context.home.mkdir(parents=True, exist_ok=True)
     state = hooks.install(job)
-    spec = hooks.gate(job, state)
-    write_json(context.state_dir / "expected-prefix.json", spec.document)
+    gate = hooks.gate(job, state)
+    write_json(context.state_dir / "expected-prefix.json", gate.document)
     context.logs.mkdir(parents=True, exist_ok=True)
-    with _open_bridge(hooks, job, spec.gate) as bridge:
+    with _open_bridge(hooks, job, gate.gate) as bridge:
         ran = hooks.run(job, state, hooks.launch(job, state, bridge.base_url))
         summary = bridge.finish()
     outcome = hooks.outcome(job, state, ran, summary)
@@ -336,6 +337,21 @@ def loopback_no_proxy(env: dict[str, str]) -> None:
 def next_action_at(actions: Sequence[ActionSignature | None], after_step: int) -> ActionSignature | None:
     """The first live action after the boundary batch, if the continuation made one."""
     return actions[after_step] if after_step < len(actions) else None
+
+
+def write_home_file(home: Path, path: Path, data: bytes, what: str | None = None) -> None:
+    """Write into the agent's HOME, which replayed commands could write: no link planted there is followed."""
+    with refused_as(ErrorKind.CONTINUATION, f"write {what + ' to ' if what else ''}{path}"):
+        write_file_strict(home, path.relative_to(home), data)
+
+
+def read_home_file(home: Path, path: Path, what: str) -> bytes:
+    """Read what the agent wrote in its HOME, without following a planted link."""
+    try:
+        with refused_as(ErrorKind.CONTINUATION, f"read {what} {path}"):
+            return read_file_strict(home, path.relative_to(home))
+    except OSError as exc:
+        raise ReplayError(ErrorKind.CONTINUATION, f"read {what} {path}: {exc}") from None
 
 
 def reparse_error(what: str, error: ReplayError) -> ReplayError:

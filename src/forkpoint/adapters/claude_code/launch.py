@@ -12,21 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from forkpoint.continuation import (
-    BRIDGE_KEY,
-    AgentHooks,
-    Collected,
-    GateSpec,
-    Job,
-    LaunchSpec,
-    Outcome,
-    Ran,
-    loopback_no_proxy,
-    next_action_at,
-    reparse_error,
-)
+from forkpoint import continuation as shell
+from forkpoint.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
 from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.fs import ConfinementError, open_confined, read_file_strict, refused_as, write_file_strict
+from forkpoint.fs import ConfinementError, open_confined
 from forkpoint.ids import check_id
 from forkpoint.process import sanitized_env
 from forkpoint.results import write_atomic
@@ -111,7 +100,7 @@ def environment(base: Mapping[str, str], home: Path, bridge_url: str, bridge_key
     for name in list(env):
         if name.startswith(("ANTHROPIC_", "CLAUDE_")):
             del env[name]
-    loopback_no_proxy(env)
+    shell.loopback_no_proxy(env)
     home_environment(env, home)  # HOME and XDG_* under the state dir, never the user's real home
     env.update(
         {
@@ -189,9 +178,8 @@ class ClaudeHooks(AgentHooks[Installed]):
         # `claude --resume` looks under the project folder of the cwd it sees (the recorded one under bwrap).
         session_file = session_path(job.context.home, Path(cwd), session_id)
         # Replayed commands could write the HOME: no link planted there is followed (forkpoint.fs strict helpers).
-        with refused_as(ErrorKind.CONTINUATION, f"write the rebuilt session to {session_file}"):
-            write_file_strict(job.context.home, session_file.relative_to(job.context.home),
-                              b"".join(line + b"\n" for line in rebuilt))
+        shell.write_home_file(job.context.home, session_file, b"".join(line + b"\n" for line in rebuilt),
+                              "the rebuilt session")
         return Installed(session_id, rebuilt, session_file, cwd, shell_cwd)
 
     def gate(self, job: Job, state: Installed) -> GateSpec:
@@ -206,7 +194,7 @@ class ClaudeHooks(AgentHooks[Installed]):
         entrypoint = job.settings.target.entrypoint
         return LaunchSpec(
             argv(entrypoint, state.session_id, job.nonce, job.settings.remaining_steps),
-            environment(os.environ, job.context.home, bridge_url, BRIDGE_KEY), state.cwd,
+            environment(os.environ, job.context.home, bridge_url, shell.BRIDGE_KEY), state.cwd,
             job.context.logs / "claude-code.jsonl", writable=(job.context.home,), readable=runtime_paths(entrypoint))
 
     def outcome(self, job: Job, state: Installed, ran: Ran, summary: BridgeSummary) -> Outcome:
@@ -226,19 +214,13 @@ class ClaudeHooks(AgentHooks[Installed]):
         from forkpoint.adapters.claude_code.continued import clean_continued
         from forkpoint.adapters.claude_code.parse import parse_session
 
-        home = job.context.home
-        try:
-            with refused_as(ErrorKind.CONTINUATION, f"read the continued session {state.session_file}"):
-                continued = read_file_strict(home, state.session_file.relative_to(home))
-        except OSError as exc:
-            raise ReplayError(ErrorKind.CONTINUATION,
-                              f"read the continued session {state.session_file}: {exc}") from None
+        continued = shell.read_home_file(job.context.home, state.session_file, "the continued session")
         cleaned = clean_continued(continued.splitlines(), state.rebuilt, job.nonce, job.settings.boundary_prompt)
         path = job.continued_dir / f"{state.session_id}.jsonl"
         write_atomic(path, b"".join(line + b"\n" for line in cleaned.lines))
         try:
             actions = parse_session(path).next_actions
         except ReplayError as error:
-            raise reparse_error("session", error) from None
-        return Collected(path, cleaned.continued_turns, next_action_at(actions, job.plan.after_step),
+            raise shell.reparse_error("session", error) from None
+        return Collected(path, cleaned.continued_turns, shell.next_action_at(actions, job.plan.after_step),
                          {"envelope_lines_removed": cleaned.removed_envelope_lines})

@@ -21,22 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from forkpoint import continuation as shell
 from forkpoint.adapters.codex.parse import parse_rollout
-from forkpoint.continuation import (
-    BRIDGE_KEY,
-    AgentHooks,
-    Collected,
-    GateSpec,
-    Job,
-    LaunchSpec,
-    Outcome,
-    Ran,
-    loopback_no_proxy,
-    next_action_at,
-    reparse_error,
-)
+from forkpoint.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
 from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.fs import read_file_strict, refused_as, write_file_strict
 from forkpoint.ids import check_id
 from forkpoint.model import ActionSignature
 from forkpoint.process import sanitized_env
@@ -123,9 +111,9 @@ def environment(base: Mapping[str, str], home: Path) -> dict[str, str]:
     for name in list(env):
         if name.startswith(("OPENAI_", "CODEX_")):
             del env[name]
-    loopback_no_proxy(env)
-    env.update({"HOME": str(home), "CODEX_HOME": str(codex_home(home)), BRIDGE_KEY_ENV: BRIDGE_KEY,
-                "OPENAI_API_KEY": BRIDGE_KEY})  # only ever sent to the bridge (openai_base_url mode)
+    shell.loopback_no_proxy(env)
+    env.update({"HOME": str(home), "CODEX_HOME": str(codex_home(home)), BRIDGE_KEY_ENV: shell.BRIDGE_KEY,
+                "OPENAI_API_KEY": shell.BRIDGE_KEY})  # only ever sent to the bridge (openai_base_url mode)
     return env
 
 
@@ -196,9 +184,9 @@ def _continued_actions(path: Path, after_step: int) -> tuple[ActionSignature | N
     try:
         parsed = parse_rollout(path)
     except ReplayError as error:
-        raise reparse_error("rollout", error) from None
+        raise shell.reparse_error("rollout", error) from None
     steps = max(0, len(parsed.native.response_starts) - parsed.native.response_starts_before(after_step))
-    return next_action_at(parsed.next_actions, after_step), steps
+    return shell.next_action_at(parsed.next_actions, after_step), steps
 
 
 @dataclass(frozen=True)
@@ -223,7 +211,8 @@ class CodexHooks(AgentHooks[Installed]):
         meta = job.plan.trajectory.native.session_meta
         target = rollout_path(job.context.home, meta, job.plan.trajectory.source_path.name, session_id)
         # Replayed commands could write the HOME: no link planted there is followed (forkpoint.fs strict helpers).
-        _write_home(job.context.home, target, b"".join(line + b"\n" for line in rebuilt), "the rebuilt rollout")
+        shell.write_home_file(job.context.home, target, b"".join(line + b"\n" for line in rebuilt),
+                              "the rebuilt rollout")
         return Installed(session_id, rebuilt, target, meta)
 
     def gate(self, job: Job, state: Installed) -> GateSpec:
@@ -238,7 +227,7 @@ class CodexHooks(AgentHooks[Installed]):
         home = job.context.home
         provider = state.meta.get("model_provider") if isinstance(state.meta.get("model_provider"), str) else None
         model = recorded_model(state.rebuilt) or "gpt-5.5"
-        _write_home(home, codex_home(home) / "config.toml", config_toml(bridge_url, model, provider).encode())
+        shell.write_home_file(home, codex_home(home) / "config.toml", config_toml(bridge_url, model, provider).encode())
         entrypoint = job.settings.target.entrypoint
         return LaunchSpec(argv(entrypoint, state.session_id, job.nonce), environment(os.environ, home),
                           job.sandbox.cwd, job.context.logs / "codex.jsonl", writable=(home,),
@@ -252,20 +241,10 @@ class CodexHooks(AgentHooks[Installed]):
 
     def collect(self, job: Job, state: Installed, ran: Ran, outcome: Outcome,
                 summary: BridgeSummary) -> Collected:
-        home = job.context.home
-        try:
-            with refused_as(ErrorKind.CONTINUATION, f"read the continued rollout {state.rollout}"):
-                continued = read_file_strict(home, state.rollout.relative_to(home))
-        except OSError as exc:
-            raise ReplayError(ErrorKind.CONTINUATION, f"read the continued rollout {state.rollout}: {exc}") from None
+        continued = shell.read_home_file(job.context.home, state.rollout, "the continued rollout")
         cleaned, removed = clean_continued(continued.splitlines(), state.rebuilt, job.nonce,
                                            job.settings.boundary_prompt)
         path = job.continued_dir / state.rollout.name
         write_atomic(path, b"".join(line + b"\n" for line in cleaned))
         next_action, steps = _continued_actions(path, job.plan.after_step)
         return Collected(path, steps, next_action, {"envelope_items_removed": removed})
-
-
-def _write_home(home: Path, path: Path, data: bytes, what: str | None = None) -> None:
-    with refused_as(ErrorKind.CONTINUATION, f"write {what + ' to ' if what else ''}{path}"):
-        write_file_strict(home, path.relative_to(home), data)

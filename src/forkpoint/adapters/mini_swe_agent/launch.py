@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from forkpoint import continuation as shell
 from forkpoint.adapters.mini_swe_agent.parse import AGENT, MiniNative, parse_trajectory
-from forkpoint.adapters.mini_swe_agent.runner import BRIDGE_KEY, RunnerSession
-from forkpoint.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran, reparse_error
+from forkpoint.adapters.mini_swe_agent.runner import RunnerSession
+from forkpoint.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
 from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.fs import lstat_strict, read_sandbox_file
 from forkpoint.model import ActionSignature
@@ -86,7 +87,7 @@ def continued_actions(path: Path, after_step: int, prefix_calls: int) -> tuple[A
     try:
         parsed = parse_trajectory(path)
     except ReplayError as error:
-        raise reparse_error("trajectory", error) from None
+        raise shell.reparse_error("trajectory", error) from None
     native = parsed.native
     assert isinstance(native, MiniNative)
     turns = native.turns[prefix_calls:]
@@ -132,7 +133,7 @@ class MiniHooks(AgentHooks[Installed]):
 
         settings = job.settings
         request = {"op": "continue", "prefix": str(job.prefix.path), "output": str(state.continued),
-                   "api_base": bridge_url + "/v1", "api_key": BRIDGE_KEY, "prefix_calls": state.prefix_calls,
+                   "api_base": bridge_url + "/v1", "api_key": shell.BRIDGE_KEY, "prefix_calls": state.prefix_calls,
                    "step_limit": step_limit(state.native, state.prefix_calls, settings.remaining_steps),
                    "boundary_prompt": settings.boundary_prompt}
         return LaunchSpec([], {}, str(job.context.workspace), job.context.logs / LOG_NAME, request=request)

@@ -29,22 +29,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from forkpoint import continuation as shell
 from forkpoint.adapters.opencode.database import Reconciled, database_path, reconcile
 from forkpoint.adapters.opencode.parse import parse_opencode
 from forkpoint.adapters.opencode.session import native_of
 from forkpoint.adapters.opencode.toolhost import opencode_env, provider_config, write_config
 from forkpoint.adapters.opencode.watchdog import DEFAULT_IDLE_S, StepWatch
-from forkpoint.continuation import (
-    BRIDGE_KEY,
-    AgentHooks,
-    Collected,
-    GateSpec,
-    Job,
-    LaunchSpec,
-    Outcome,
-    Ran,
-    next_action_at,
-)
+from forkpoint.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
 from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES, read_regular_file
 from forkpoint.ids import check_id
@@ -205,7 +196,8 @@ class OpenCodeHooks(AgentHooks[Installed]):
         return GateSpec(OpenCodeGate(expected, job.boundary_prompt), expected.to_json())
 
     def launch(self, job: Job, state: Installed, bridge_url: str) -> LaunchSpec:
-        write_config(job.context.home, provider_config(state.provider, state.model, bridge_url + "/v1", BRIDGE_KEY))
+        config = provider_config(state.provider, state.model, bridge_url + "/v1", shell.BRIDGE_KEY)
+        write_config(job.context.home, config)
         return LaunchSpec(argv(job.settings.target.entrypoint, state.session_id, state.provider, state.model,
                                job.nonce), state.env, str(job.context.workspace), job.context.logs / "opencode.log",
                           watch=state.watch, max_output_bytes=MAX_EVENTS_BYTES)
@@ -258,8 +250,9 @@ class OpenCodeHooks(AgentHooks[Installed]):
         reconciled = self._reconcile(job, state, ran)
         path = job.continued_dir / state.continued_name
         actions = parse_opencode(path).next_actions
-        return Collected(path, reconciled.new_messages - (job.settings.boundary_prompt is not None),
-                         next_action_at(actions, job.plan.after_step), {"opencode_reconciliation": asdict(reconciled)})
+        steps = reconciled.new_messages - (job.settings.boundary_prompt is not None)
+        return Collected(path, steps, shell.next_action_at(actions, job.plan.after_step),
+                         {"opencode_reconciliation": asdict(reconciled)})
 
     def _reconcile(self, job: Job, state: Installed, ran: Ran) -> Reconciled:
         assert ran.process is not None

@@ -15,18 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from forkpoint.continuation import (
-    BRIDGE_KEY,
-    AgentHooks,
-    Collected,
-    GateSpec,
-    Job,
-    LaunchSpec,
-    Outcome,
-    Ran,
-    loopback_no_proxy,
-    next_action_at,
-)
+from forkpoint import continuation as shell
+from forkpoint.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
 from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.fs import read_file_strict, read_sandbox_file, refused_as
 from forkpoint.ids import safe_file_stem
@@ -74,7 +64,7 @@ def environment(home: Path, extra: dict[str, str] | None = None) -> dict[str, st
         if name.startswith(("OPENAI_", "LLM_", "LITELLM_", "SANDBOX_", "OPENHANDS_")):
             del env[name]
     home_environment(env, home)
-    loopback_no_proxy(env)
+    shell.loopback_no_proxy(env)
     env.update({"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LOG_LEVEL": "WARNING", "PYTHONDONTWRITEBYTECODE": "1"})
     env.update(extra or {})
     return env
@@ -198,7 +188,7 @@ class OpenHandsHooks(AgentHooks[Installed]):
             "llm": {"model": f"openai/{recorded_model(state.events)}", "base_url": f"{bridge_url}/v1",
                     "api_key_env": BRIDGE_KEY_ENV},
         }
-        env = {BRIDGE_KEY_ENV: BRIDGE_KEY, **({PROMPT_ENV: prompt} if prompt else {})}
+        env = {BRIDGE_KEY_ENV: shell.BRIDGE_KEY, **({PROMPT_ENV: prompt} if prompt else {})}
         return LaunchSpec([], env, str(state.work), job.context.logs / "openhands-continue.log", request=request)
 
     def run(self, job: Job, state: Installed, spec: LaunchSpec) -> Ran:
@@ -238,4 +228,4 @@ class OpenHandsHooks(AgentHooks[Installed]):
         except (OSError, ReplayError) as error:
             raise ReplayError(ErrorKind.CONTINUATION, f"the continued OpenHands trajectory is unusable: {error}") \
                 from None
-        return Collected(path, summary.validated, next_action_at(continued.next_actions, job.plan.after_step))
+        return Collected(path, summary.validated, shell.next_action_at(continued.next_actions, job.plan.after_step))

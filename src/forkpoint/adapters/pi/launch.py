@@ -13,29 +13,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
 
+from forkpoint import continuation as shell
 from forkpoint.adapters.pi.gate import expected_prefix
 from forkpoint.adapters.pi.parse import DEFAULT_TOOLS, PiNative, dumps, model_turns, parse_pi
 from forkpoint.adapters.pi.runtime import PiRuntime, from_entrypoint
-from forkpoint.adapters.pi.tools import tool_environment
-from forkpoint.continuation import (
-    BRIDGE_KEY,
-    AgentHooks,
-    Collected,
-    GateSpec,
-    Job,
-    LaunchSpec,
-    Outcome,
-    Ran,
-    loopback_no_proxy,
-    next_action_at,
-    reparse_error,
-)
+from forkpoint.adapters.pi.tools import _last_json_line, tool_environment
+from forkpoint.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
 from forkpoint.errors import ErrorKind, ReplayError, unsupported_version
-from forkpoint.fs import lstat_strict, make_dirs_strict, read_sandbox_file, refused_as, write_file_strict
+from forkpoint.fs import lstat_strict, make_dirs_strict, read_sandbox_file, refused_as
 from forkpoint.model import ActionSignature, JsonObject
 from forkpoint.results import write_atomic
 
@@ -58,7 +47,7 @@ def session_dir_name(cwd: str) -> str:
 def models_json(bridge_url: str, provider: str, model: str) -> JsonObject:
     """The recorded provider/model, served by the bridge (the same settings the fixtures were recorded with)."""
     return {"providers": {provider: {
-        "baseUrl": bridge_url + "/v1", "api": API, "apiKey": BRIDGE_KEY,
+        "baseUrl": bridge_url + "/v1", "api": API, "apiKey": shell.BRIDGE_KEY,
         "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
         "models": [{"id": model, "name": model, "reasoning": False, "contextWindow": 128000, "maxTokens": 8192}],
     }}}
@@ -78,22 +67,6 @@ def prefix_messages_of(lines: list[bytes]) -> list[JsonObject]:
     return [obj["message"] for obj in map(orjson.loads, lines) if obj.get("type") == "message"]
 
 
-def _write_home(home: Path, path: Path, data: bytes) -> None:
-    with refused_as(ErrorKind.CONTINUATION, f"write {path}"):
-        write_file_strict(home, path.relative_to(home), data)
-
-
-def _last_json(stdout: bytes) -> dict[str, Any] | None:
-    for raw in reversed(stdout.splitlines()):
-        if raw.strip():
-            try:
-                value = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                return None
-            return value if isinstance(value, dict) else None
-    return None
-
-
 def _restore_prompt(lines: list[bytes], nonce: str | None, prompt: str | None) -> bytes:
     """The continued native file as the model saw it: the nonce replaced by the boundary prompt."""
     data = b"".join(line + b"\n" for line in lines)
@@ -106,9 +79,9 @@ def _continued_actions(path: Path, after_step: int, prefix_count: int) -> tuple[
     try:
         parsed = parse_pi(path)
     except ReplayError as error:
-        raise reparse_error("Pi session", error) from None
+        raise shell.reparse_error("Pi session", error) from None
     steps = sum(1 for index in model_turns(parsed.native.messages) if index >= prefix_count)
-    return next_action_at(parsed.next_actions, after_step), steps
+    return shell.next_action_at(parsed.next_actions, after_step), steps
 
 
 @dataclass(frozen=True)
@@ -140,8 +113,8 @@ class PiHooks(AgentHooks[Installed]):
         home = job.context.home
         target = agent_dir(home) / "sessions" / session_dir_name(cwd) / job.prefix.path.name
         # Replayed tools could write the HOME: no link planted there is followed (forkpoint.fs strict helpers).
-        _write_home(home, target, b"".join(line + b"\n" for line in rebuilt))
-        _write_home(home, agent_dir(home) / "settings.json", orjson.dumps(SETTINGS))
+        shell.write_home_file(home, target, b"".join(line + b"\n" for line in rebuilt))
+        shell.write_home_file(home, agent_dir(home) / "settings.json", orjson.dumps(SETTINGS))
         events_dir = job.context.state_dir / "pi-continue"
         with refused_as(ErrorKind.CONTINUATION, f"create {events_dir}"):
             make_dirs_strict(job.context.state_dir, events_dir.name)
@@ -157,7 +130,7 @@ class PiHooks(AgentHooks[Installed]):
 
     def launch(self, job: Job, state: Installed, bridge_url: str) -> LaunchSpec:
         home, runtime, native = job.context.home, state.runtime, state.native
-        _write_home(home, agent_dir(home) / "models.json",
+        shell.write_home_file(home, agent_dir(home) / "models.json",
                     orjson.dumps(models_json(bridge_url, state.provider, state.model)))
         request = {"runtime_root": str(runtime.root), "cwd": job.sandbox.cwd, "session_file": str(state.session_file),
                    "provider": state.provider, "model": state.model, "prompt": state.nonce,
@@ -166,14 +139,14 @@ class PiHooks(AgentHooks[Installed]):
                    # Pi's --tools: only a set other than the defaults is passed (the recorded default path as is)
                    "tools": list(native.tools) if native.tools != DEFAULT_TOOLS else None}
         env = tool_environment(job.context)
-        loopback_no_proxy(env)
+        shell.loopback_no_proxy(env)
         env["PI_CODING_AGENT_DIR"] = str(agent_dir(home))
         return LaunchSpec([str(runtime.node), str(runtime.runner), "continue"], env, job.sandbox.cwd,
                           job.context.logs / "pi-runner.log", writable=(home, state.events_dir),
                           readable=(runtime.root, runtime.runner.parent), stdin=orjson.dumps(request))
 
     def outcome(self, job: Job, state: Installed, ran: Ran, summary: BridgeSummary) -> Outcome:
-        reply = _last_json(ran.process.stdout) if ran.process is not None else None
+        reply = _last_json_line(ran.process.stdout) if ran.process is not None else None
         transport = {"method": "prompt" if state.nonce else "agent.continue",
                      "removed_before_model_request": state.nonce is not None}
         metadata: JsonObject = {"native_session_id": job.prefix.session_id, "pi_resume_transport": transport,
