@@ -18,7 +18,8 @@ Every agent continues the same way, so the steps live here once and an adapter s
 6. ``outcome``: what the agent's own output says; ``triage`` (pure) turns the bridge summary, the process result
    and the outcome into the run's failure, or None;
 7. ``collect``: clean the continued native file into ``<out>/native/continued``, re-parse it, count the steps
-   and find the next action; ``salvage`` (optional) keeps what a failed run left (OpenCode's database export).
+   and find the next action; ``salvage`` (optional) keeps what a failed run left (an agent's database exported
+   anyway, before the failure is raised).
 
 The seams the next features use:
 
@@ -162,7 +163,7 @@ class AgentHooks(ABC, Generic[S]):
 
     #: the agent's native wire protocol (``make_upstream`` maps it against ``settings.upstream``)
     protocol: ClassVar[str]
-    #: how messages name the agent ("claude", "codex", ...)
+    #: how messages name the agent (its command or runner)
     label: ClassVar[str]
     #: ``native_cli`` in the result metadata
     native_cli: ClassVar[str]
