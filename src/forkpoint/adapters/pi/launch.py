@@ -130,8 +130,8 @@ class PiHooks(AgentHooks[Installed]):
 
     def launch(self, job: Job, state: Installed, bridge_url: str) -> LaunchSpec:
         home, runtime, native = job.context.home, state.runtime, state.native
-        shell.write_home_file(home, agent_dir(home) / "models.json",
-                    orjson.dumps(models_json(bridge_url, state.provider, state.model)))
+        models = models_json(bridge_url, state.provider, state.model)
+        shell.write_home_file(home, agent_dir(home) / "models.json", orjson.dumps(models))
         request = {"runtime_root": str(runtime.root), "cwd": job.sandbox.cwd, "session_file": str(state.session_file),
                    "provider": state.provider, "model": state.model, "prompt": state.nonce,
                    "max_turns": job.settings.remaining_steps, "events_path": str(state.events_dir / "events.jsonl"),
