@@ -43,7 +43,7 @@ Json = dict[str, Any]
 
 
 def models_json(base_url: str) -> Json:
-    """The same provider settings forkpoint's continuation writes (adapters/pi/continuation.models_json)."""
+    """The same provider settings forkpoint's continuation writes (adapters/pi/launch.models_json)."""
     return {"providers": {PROVIDER: {
         "baseUrl": base_url + "/v1", "api": "openai-completions", "apiKey": "dummy",
         "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},

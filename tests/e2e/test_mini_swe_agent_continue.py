@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from forkpoint import runtimes
-from forkpoint.adapters.mini_swe_agent import continuation
+from forkpoint.adapters.mini_swe_agent import launch
 from forkpoint.adapters.mini_swe_agent.gate import expected_from_native
 from forkpoint.adapters.mini_swe_agent.parse import MiniNative, parse_trajectory
 from forkpoint.engine import execute
@@ -125,14 +125,14 @@ def test_tampered_prefix_is_refused_and_nothing_is_forwarded(
     """forkpoint expects one thing, the agent sends another: refused, nothing reaches the model, exit 40."""
     _require_runtime(version)
     monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
-    original = continuation._messages
+    original = launch._messages
 
     def tampered(path: Path) -> list[Any]:
         messages = original(path)
         messages[-1] = {**messages[-1], "content": str(messages[-1]["content"]) + "\n(tampered)"}
         return messages
 
-    monkeypatch.setattr(continuation, "_messages", tampered)
+    monkeypatch.setattr(launch, "_messages", tampered)
     fixture = FIXTURES / version / "basic"
     model = script_from(fixture, 2)
     with model.serve() as url:

@@ -245,12 +245,12 @@ def test_silent_model_is_ended_by_the_idle_watchdog(tmp_path: Path, monkeypatch:
 
 def test_tampered_session_is_refused_with_nothing_forwarded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The imported session is altered behind forkpoint's back: the gate sees a different prefix and refuses."""
-    from forkpoint.adapters.opencode import continuation
+    from forkpoint.adapters.opencode import launch
     from forkpoint.adapters.opencode.database import database_path
 
     require_runtime("1.17.11")
     monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
-    real_helper = continuation.helper
+    real_helper = launch.helper
 
     def tampering_helper(entrypoint: Path, args: list[str], context: Any, env: dict[str, str], what: str) -> bytes:
         out = real_helper(entrypoint, args, context, env, what)
@@ -264,7 +264,7 @@ def test_tampered_session_is_refused_with_nothing_forwarded(tmp_path: Path, monk
                         connection.execute("UPDATE part SET data = ? WHERE id = ?", (json.dumps(part), part_id))
         return out
 
-    monkeypatch.setattr(continuation, "helper", tampering_helper)
+    monkeypatch.setattr(launch, "helper", tampering_helper)
     fixture = FIXTURES / "1.17.11" / "bash_basic"
     model = ScriptedModel.from_file(fixture / "script.json")
     with model.serve() as url:

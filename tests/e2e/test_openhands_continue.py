@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from forkpoint import runtimes
-from forkpoint.adapters.openhands import continuation
+from forkpoint.adapters.openhands import launch
 from forkpoint.adapters.openhands.parse import parse_events
 from forkpoint.engine import execute
 from forkpoint.model import JsonObject, Plan
@@ -116,14 +116,14 @@ def test_replay_only_reproduces_the_recorded_observations(tmp_path: Path) -> Non
 
 def test_a_tampered_prefix_is_refused_with_nothing_forwarded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """OpenHands is handed an observation other than the rebuilt prefix's: its first request must be refused."""
-    original = continuation.supplied_observations
+    original = launch.supplied_observations
 
     def tampered(plan: Plan, events: list[JsonObject]) -> list[JsonObject]:
         out = original(plan, events)
         out[-1] = {**out[-1], "content": str(out[-1].get("content")) + "tampered\n"}
         return out
 
-    monkeypatch.setattr(continuation, "supplied_observations", tampered)
+    monkeypatch.setattr(launch, "supplied_observations", tampered)
     model = ScriptedModel.from_file(FIXTURES / "basic" / "script.json", model="scripted")
     with workspace("basic") as cwd, model.serve() as url:
         result = run("basic", cwd, tmp_path, 2, upstream="openai-chat", upstream_url=f"{url}/v1")

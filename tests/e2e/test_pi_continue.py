@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from forkpoint import runtimes
-from forkpoint.adapters.pi import continuation
+from forkpoint.adapters.pi import launch
 from forkpoint.adapters.pi.parse import parse_pi
 from forkpoint.results import ReplayResult
 from forkpoint.testing import ScriptedModel
@@ -158,7 +158,7 @@ def test_stub_upstream(tmp_path: Path) -> None:
 
 def test_tampered_session_is_refused_with_nothing_forwarded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The session Pi reads differs from the one forkpoint proved (one observation changed): fail closed."""
-    real: Callable[..., Any] = getattr(continuation, "expected_prefix")  # noqa: B009
+    real: Callable[..., Any] = getattr(launch, "expected_prefix")  # noqa: B009
 
     def proved_elsewhere(messages: list[dict[str, Any]], nonce: str | None, model: str | None,
                          tools: Any = None) -> Any:
@@ -166,7 +166,7 @@ def test_tampered_session_is_refused_with_nothing_forwarded(tmp_path: Path, monk
         changed[-1]["content"] = [{"type": "text", "text": "what forkpoint proved"}]
         return real(changed, nonce, model, tools)
 
-    monkeypatch.setattr(continuation, "expected_prefix", proved_elsewhere)
+    monkeypatch.setattr(launch, "expected_prefix", proved_elsewhere)
     fixture = FIXTURES / "single_bash"
     model = _scripted(fixture)
     with model.serve() as url:

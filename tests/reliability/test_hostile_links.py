@@ -454,7 +454,7 @@ def test_e2e_pi_replayed_command_plants_the_sessions_folder(host: Host, tmp_path
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """Pi (``--sandbox local``): a replayed ``bash`` call links the HOME's per-cwd sessions folder to a host
     folder; the rebuilt session forkpoint writes there before the continuation is refused."""
-    from forkpoint.adapters.pi.continuation import session_dir_name
+    from forkpoint.adapters.pi.launch import session_dir_name
     from forkpoint.testing.recordings import replay_recording
 
     _require("pi", "0.83.0")

@@ -15,7 +15,7 @@ import pytest
 
 from forkpoint import runtimes
 from forkpoint.adapters.pi import PiAdapter
-from forkpoint.adapters.pi.continuation import models_json, session_dir_name
+from forkpoint.adapters.pi.launch import models_json, session_dir_name
 from forkpoint.adapters.pi.parse import parse_pi
 from forkpoint.adapters.pi.runtime import RUNNER, from_entrypoint
 from forkpoint.adapters.pi.spec import NPM

@@ -14,10 +14,10 @@ KEY = "sk-registry-key-0001"
 
 
 def test_each_protocol_builds_its_own_pass_through_and_stub() -> None:
-    assert isinstance(make_upstream("anthropic", "stub", None, None), AnthropicStubUpstream)
+    assert isinstance(make_upstream("anthropic-messages", "stub", None, None), AnthropicStubUpstream)
     assert isinstance(make_upstream("openai-responses", "stub", None, None), ResponsesStubUpstream)
     assert isinstance(make_upstream("openai-chat", "stub", "http://ignored", KEY), ChatStubUpstream)
-    anthropic = make_upstream("anthropic", "anthropic", None, KEY)
+    anthropic = make_upstream("anthropic-messages", "anthropic", None, KEY)
     assert isinstance(anthropic, AnthropicUpstream) and anthropic.url == "https://api.anthropic.com/v1/messages"
     responses = make_upstream("openai-responses", "openai-responses", "http://127.0.0.1:9/v1", KEY)
     assert isinstance(responses, OpenAIResponsesUpstream) and responses.url == "http://127.0.0.1:9/v1/responses"
@@ -28,10 +28,11 @@ def test_each_protocol_builds_its_own_pass_through_and_stub() -> None:
 
 
 @pytest.mark.parametrize(("protocol", "name", "key", "message"), [
-    ("anthropic", "anthropic", None, "needs ANTHROPIC_API_KEY"),
+    ("anthropic-messages", "anthropic", None, "needs ANTHROPIC_API_KEY"),
     ("openai-chat", "openai-chat", "", "needs OPENAI_API_KEY"),
-    ("anthropic", "openai-chat", KEY, "does not translate protocols yet"),
+    ("anthropic-messages", "openai-chat", KEY, "does not translate protocols yet"),
     ("gopher", "stub", None, "no bridge protocol 'gopher'"),
+    ("openai-chat", "gopher", KEY, "unknown upstream 'gopher'"),
 ])
 def test_a_missing_key_or_an_unsupported_pair_is_a_configuration_error(protocol: str, name: str, key: str | None,
                                                                         message: str) -> None:

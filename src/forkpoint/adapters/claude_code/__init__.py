@@ -93,9 +93,10 @@ class ClaudeCodeAdapter(AdapterBase):
     def continue_run(
         self, plan: Plan, prefix: NativePrefix, context: RunContext, settings: ContinueSettings
     ) -> Continuation:
-        from forkpoint.adapters.claude_code.continuation import continue_session
+        from forkpoint.adapters.claude_code.launch import ClaudeHooks
+        from forkpoint.continuation import continue_with
 
-        return continue_session(plan, prefix, context, settings)
+        return continue_with(ClaudeHooks(), plan, prefix, context, settings)
 
 
 def _session_id(plan: Plan) -> str:

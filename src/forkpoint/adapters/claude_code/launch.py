@@ -1,4 +1,5 @@
-"""How the real `claude` binary is started on a rebuilt session (argv, env, session placement)."""
+"""How the real `claude` continues a rebuilt session: session placement, argv, env, stream outcome, and the
+continuation hooks (``ClaudeHooks``) the shell (forkpoint.continuation) runs them through."""
 
 from __future__ import annotations
 
@@ -7,14 +8,21 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from forkpoint import continuation as shell
+from forkpoint.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
+from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.fs import ConfinementError, open_confined
 from forkpoint.ids import check_id
 from forkpoint.process import sanitized_env
-from forkpoint.sandbox import home_environment
+from forkpoint.results import write_atomic
+from forkpoint.sandbox import home_environment, runtime_paths
+
+if TYPE_CHECKING:
+    from forkpoint.bridge.server import BridgeSummary
 
 _NOT_ALNUM = re.compile(r"[^A-Za-z0-9]")
 
@@ -92,10 +100,7 @@ def environment(base: Mapping[str, str], home: Path, bridge_url: str, bridge_key
     for name in list(env):
         if name.startswith(("ANTHROPIC_", "CLAUDE_")):
             del env[name]
-    no_proxy = [part for part in env.get("NO_PROXY", env.get("no_proxy", "")).split(",") if part]
-    for host in ("127.0.0.1", "localhost", "::1"):
-        if host not in no_proxy:
-            no_proxy.append(host)
+    shell.loopback_no_proxy(env)
     home_environment(env, home)  # HOME and XDG_* under the state dir, never the user's real home
     env.update(
         {
@@ -104,8 +109,6 @@ def environment(base: Mapping[str, str], home: Path, bridge_url: str, bridge_key
             "ANTHROPIC_API_KEY": bridge_key,
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
             "DISABLE_AUTOUPDATER": "1",
-            "NO_PROXY": ",".join(no_proxy),
-            "no_proxy": ",".join(no_proxy),
         }
     )
     if os.geteuid() == 0:
@@ -147,3 +150,77 @@ def read_stream(stdout: bytes) -> StreamOutcome:
         return StreamOutcome("max_steps", session_id, turns, None)
     detail = result.get("result") if isinstance(result.get("result"), str) else str(subtype)
     return StreamOutcome("failed", session_id, turns, detail)
+
+
+@dataclass(frozen=True)
+class Installed:
+    session_id: str
+    rebuilt: list[bytes]
+    session_file: Path  # in the HOME's project folder of the cwd the agent starts in
+    cwd: str
+    shell_cwd: dict[str, Any]
+
+
+class ClaudeHooks(AgentHooks[Installed]):
+    """``claude --resume ID -p NONCE``: Claude has ``--max-turns``, so the budget is its own, not the bridge's."""
+
+    protocol = "anthropic-messages"
+    label = "claude"
+    native_cli = "claude"
+    budget_at_bridge = False
+
+    def install(self, job: Job) -> Installed:
+        session_id = job.prefix.session_id
+        assert session_id is not None
+        rebuilt = job.prefix.path.read_bytes().splitlines()
+        # Start where the replayed shell ended (Claude keeps no shell cwd across --resume; see resume_directory).
+        cwd, shell_cwd = resume_directory(job.context.state_dir, job.context.workspace, job.sandbox.cwd)
+        # `claude --resume` looks under the project folder of the cwd it sees (the recorded one under bwrap).
+        session_file = session_path(job.context.home, Path(cwd), session_id)
+        # Replayed commands could write the HOME: no link planted there is followed (forkpoint.fs strict helpers).
+        shell.write_home_file(job.context.home, session_file, b"".join(line + b"\n" for line in rebuilt),
+                              "the rebuilt session")
+        return Installed(session_id, rebuilt, session_file, cwd, shell_cwd)
+
+    def gate(self, job: Job, state: Installed) -> GateSpec:
+        from forkpoint.adapters.claude_code.envelope import expected_prefix
+        from forkpoint.adapters.claude_code.gate import ClaudeGate
+
+        expected = expected_prefix([orjson.loads(line) for line in state.rebuilt], job.nonce,
+                                   job.settings.target.version)
+        return GateSpec(ClaudeGate(expected, job.boundary_prompt), expected.to_json())
+
+    def launch(self, job: Job, state: Installed, bridge_url: str) -> LaunchSpec:
+        entrypoint = job.settings.target.entrypoint
+        return LaunchSpec(
+            argv(entrypoint, state.session_id, job.nonce, job.settings.remaining_steps),
+            environment(os.environ, job.context.home, bridge_url, shell.BRIDGE_KEY), state.cwd,
+            job.context.logs / "claude-code.jsonl", writable=(job.context.home,), readable=runtime_paths(entrypoint))
+
+    def outcome(self, job: Job, state: Installed, ran: Ran, summary: BridgeSummary) -> Outcome:
+        assert ran.process is not None
+        stream = read_stream(ran.process.stdout)
+        detail = stream.detail or ran.process.stderr.decode("utf-8", "replace").strip()[-500:]
+        status = stream.status if stream.status in ("max_steps", "failed") else "completed"
+        kind = None
+        if stream.session_id is not None and stream.session_id != state.session_id:
+            status, kind = "failed", ErrorKind.CONTINUATION
+            detail = f"claude resumed session {stream.session_id}, not the rebuilt {state.session_id}"
+        return Outcome(status, detail, kind, {"native_session_id": state.session_id, "shell_cwd": state.shell_cwd,
+                                              "num_turns_reported": stream.num_turns})
+
+    def collect(self, job: Job, state: Installed, ran: Ran, outcome: Outcome,
+                summary: BridgeSummary) -> Collected:
+        from forkpoint.adapters.claude_code.continued import clean_continued
+        from forkpoint.adapters.claude_code.parse import parse_session
+
+        continued = shell.read_home_file(job.context.home, state.session_file, "the continued session")
+        cleaned = clean_continued(continued.splitlines(), state.rebuilt, job.nonce, job.settings.boundary_prompt)
+        path = job.continued_dir / f"{state.session_id}.jsonl"
+        write_atomic(path, b"".join(line + b"\n" for line in cleaned.lines))
+        try:
+            actions = parse_session(path).next_actions
+        except ReplayError as error:
+            raise shell.reparse_error("session", error) from None
+        return Collected(path, cleaned.continued_turns, shell.next_action_at(actions, job.plan.after_step),
+                         {"envelope_lines_removed": cleaned.removed_envelope_lines})

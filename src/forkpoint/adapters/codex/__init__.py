@@ -85,9 +85,10 @@ class CodexAdapter(AdapterBase):
     def continue_run(
         self, plan: Plan, prefix: NativePrefix, context: RunContext, settings: ContinueSettings
     ) -> Continuation:
-        from forkpoint.adapters.codex.continuation import continue_rollout
+        from forkpoint.adapters.codex.launch import CodexHooks
+        from forkpoint.continuation import continue_with
 
-        return continue_rollout(plan, prefix, context, settings)
+        return continue_with(CodexHooks(), plan, prefix, context, settings)
 
 
 def _rollout_name(plan: Plan) -> str:

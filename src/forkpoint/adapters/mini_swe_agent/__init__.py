@@ -131,10 +131,11 @@ class MiniSweAgentAdapter(AdapterBase):
     def continue_run(
         self, plan: Plan, prefix: NativePrefix, context: RunContext, settings: ContinueSettings
     ) -> Continuation:
-        from forkpoint.adapters.mini_swe_agent.continuation import continue_trajectory
+        from forkpoint.adapters.mini_swe_agent.launch import MiniHooks
+        from forkpoint.continuation import continue_with
 
         warm, self._warm = self._warm, None
-        return continue_trajectory(plan, prefix, context, settings, warm)
+        return continue_with(MiniHooks(warm), plan, prefix, context, settings)
 
 
 def _name(plan: Plan) -> str:

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from forkpoint.continuation import BRIDGE_KEY
 from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.process import ProcessResult, run_supervised, sanitized_env
 
@@ -28,7 +29,6 @@ CONNECT_TIMEOUT_S = 120.0
 CLOSE_TIMEOUT_S = 10.0
 #: what the companion (and the commands it re-runs) may not inherit from forkpoint's environment
 _DROPPED_PREFIXES = ("MSWEA_", "LITELLM_", "OPENAI_", "ANTHROPIC_")
-BRIDGE_KEY = "forkpoint-bridge"
 
 
 def companion_env(base: Mapping[str, str], home: Path) -> dict[str, str]:

@@ -100,6 +100,7 @@ class OpenCodeAdapter(AdapterBase):
     def continue_run(
         self, plan: Plan, prefix: NativePrefix, context: RunContext, settings: ContinueSettings
     ) -> Continuation:
-        from forkpoint.adapters.opencode.continuation import continue_session
+        from forkpoint.adapters.opencode.launch import OpenCodeHooks
+        from forkpoint.continuation import continue_with
 
-        return continue_session(plan, prefix, context, settings)
+        return continue_with(OpenCodeHooks(), plan, prefix, context, settings)

@@ -81,9 +81,10 @@ class OpenHandsAdapter(AdapterBase):
     def continue_run(
         self, plan: Plan, prefix: NativePrefix, context: RunContext, settings: ContinueSettings
     ) -> Continuation:
-        from forkpoint.adapters.openhands.continuation import continue_events
+        from forkpoint.adapters.openhands.launch import OpenHandsHooks
+        from forkpoint.continuation import continue_with
 
-        return continue_events(plan, prefix, context, settings)
+        return continue_with(OpenHandsHooks(), plan, prefix, context, settings)
 
 
 def runtime_python(version: str) -> Path:

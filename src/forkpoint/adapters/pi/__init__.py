@@ -82,7 +82,7 @@ class PiAdapter(AdapterBase):
     # -- continuation ---------------------------------------------------------------------------------------------
 
     def prepare_launch(self, trajectory: Trajectory, entrypoint: Path | None) -> LaunchTarget:
-        from forkpoint.adapters.pi.continuation import recorded_model
+        from forkpoint.adapters.pi.launch import recorded_model
         from forkpoint.adapters.pi.runtime import from_entrypoint
         from forkpoint.runtimes import resolve_entrypoint
 
@@ -94,6 +94,7 @@ class PiAdapter(AdapterBase):
     def continue_run(
         self, plan: Plan, prefix: NativePrefix, context: RunContext, settings: ContinueSettings
     ) -> Continuation:
-        from forkpoint.adapters.pi.continuation import continue_session
+        from forkpoint.adapters.pi.launch import PiHooks
+        from forkpoint.continuation import continue_with
 
-        return continue_session(plan, prefix, context, settings)
+        return continue_with(PiHooks(), plan, prefix, context, settings)

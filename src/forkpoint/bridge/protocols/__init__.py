@@ -40,33 +40,40 @@ def _chat(url: str | None, key: str | None) -> Upstream:
 
 @dataclass(frozen=True)
 class UpstreamKind:
-    """One protocol's upstreams: ``build(url, key)`` is the pass-through, ``build(None, None)`` the stub."""
+    """One ``--upstream`` choice: the wire protocol it speaks; ``build(url, key)`` is the pass-through,
+    ``build(None, None)`` the stub of that protocol."""
 
+    protocol: str
     build: Callable[[str | None, str | None], Upstream]
     default_url: str
     key_env: str
 
 
-#: native protocol -> its pass-through upstream (named like the protocol) and its stub
+#: ``--upstream`` name -> the upstream (the agents' wire protocols: anthropic-messages, openai-responses, openai-chat)
 UPSTREAMS: dict[str, UpstreamKind] = {
-    "anthropic": UpstreamKind(_anthropic, "https://api.anthropic.com", "ANTHROPIC_API_KEY"),
-    "openai-responses": UpstreamKind(_responses, "https://api.openai.com/v1", "OPENAI_API_KEY"),
-    "openai-chat": UpstreamKind(_chat, "https://api.openai.com/v1", "OPENAI_API_KEY"),
+    "anthropic": UpstreamKind("anthropic-messages", _anthropic, "https://api.anthropic.com", "ANTHROPIC_API_KEY"),
+    "openai-responses": UpstreamKind("openai-responses", _responses, "https://api.openai.com/v1", "OPENAI_API_KEY"),
+    "openai-chat": UpstreamKind("openai-chat", _chat, "https://api.openai.com/v1", "OPENAI_API_KEY"),
 }
 
 
 def make_upstream(protocol: str, upstream_name: str, url: str | None, key: str | None) -> Upstream:
-    """The upstream for an agent speaking ``protocol`` when the run asked for ``upstream_name`` (``stub`` or the
-    protocol's own name); a missing key or an unsupported pair is a configuration error."""
-    kind = UPSTREAMS.get(protocol)
-    if kind is None:
-        raise ReplayError(ErrorKind.CONFIGURATION, f"no bridge protocol {protocol!r} (known: {', '.join(UPSTREAMS)})")
+    """The upstream for an agent speaking ``protocol`` when the run asked for ``upstream_name`` (``stub``: the stub
+    of the agent's own protocol); a missing key or an unsupported pair is a configuration error."""
+    native = next((kind for kind in UPSTREAMS.values() if kind.protocol == protocol), None)
+    if native is None:
+        known = ", ".join(sorted({kind.protocol for kind in UPSTREAMS.values()}))
+        raise ReplayError(ErrorKind.CONFIGURATION, f"no bridge protocol {protocol!r} (known: {known})")
     if upstream_name == STUB:
-        return kind.build(None, None)
-    if upstream_name != protocol:
+        return native.build(None, None)
+    kind = UPSTREAMS.get(upstream_name)
+    if kind is None:
+        raise ReplayError(ErrorKind.CONFIGURATION, f"unknown upstream {upstream_name!r} (known: "
+                                                   f"{', '.join([*UPSTREAMS, STUB])})")
+    if kind.protocol != protocol:
         raise ReplayError(ErrorKind.CONFIGURATION, f"an agent speaking {protocol} cannot use the {upstream_name} "
                                                    "upstream (forkpoint does not translate protocols yet)")
     if not key:
-        raise ReplayError(ErrorKind.CONFIGURATION, f"the {protocol} upstream needs {kind.key_env} in forkpoint's "
-                                                   "environment (or use --upstream stub)")
+        raise ReplayError(ErrorKind.CONFIGURATION, f"the {upstream_name} upstream needs {kind.key_env} in "
+                                                   "forkpoint's environment (or use --upstream stub)")
     return kind.build(url or kind.default_url, key)

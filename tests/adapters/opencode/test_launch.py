@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from forkpoint.adapters.opencode.continuation import IDLE_ENV, argv, export_json, idle_limit, recorded_model
+from forkpoint.adapters.opencode.launch import IDLE_ENV, argv, export_json, idle_limit, recorded_model
 from forkpoint.adapters.opencode.toolhost import PROXY_SINK, opencode_env, provider_config
 from forkpoint.errors import ReplayError
 from forkpoint.hashing import make_nonce

@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from forkpoint.adapters.codex import continuation as cx
+from forkpoint.adapters.codex import launch as cx
 from forkpoint.errors import ReplayError
 from forkpoint.testing.codex_rollouts import simple_rollout
 

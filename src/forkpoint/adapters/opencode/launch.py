@@ -1,4 +1,5 @@
-"""Continue the real ``opencode run --session`` on the rebuilt session, its model traffic behind the bridge.
+"""How the real ``opencode run --session`` continues the rebuilt session (``OpenCodeHooks`` for
+forkpoint.continuation).
 
 1. ``opencode import <cut export>`` into a fresh private data dir (XDG_* under the run's state dir): the binary
    creates and migrates ``opencode.db`` itself and keeps the session id, title and ``permission``.
@@ -24,28 +25,26 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
+from forkpoint import continuation as shell
 from forkpoint.adapters.opencode.database import Reconciled, database_path, reconcile
-from forkpoint.adapters.opencode.envelope import expected_prefix
-from forkpoint.adapters.opencode.gate import PROFILE
 from forkpoint.adapters.opencode.parse import parse_opencode
 from forkpoint.adapters.opencode.session import native_of
 from forkpoint.adapters.opencode.toolhost import opencode_env, provider_config, write_config
 from forkpoint.adapters.opencode.watchdog import DEFAULT_IDLE_S, StepWatch
-from forkpoint.bridge.protocols import make_upstream
-from forkpoint.bridge.protocols.openai_chat import ChatGate
-from forkpoint.bridge.server import Bridge, BridgeSummary
-from forkpoint.bridge.upstream import Upstream
-from forkpoint.errors import ErrorKind, ReplayError, classify_continuation_output
+from forkpoint.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
+from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES, read_regular_file
-from forkpoint.hashing import make_nonce
 from forkpoint.ids import check_id
-from forkpoint.model import Continuation, ContinueSettings, JsonObject, NativePrefix, Plan, RunContext
-from forkpoint.process import ProcessResult, run_supervised
+from forkpoint.model import JsonObject, RunContext
+from forkpoint.process import run_supervised
 from forkpoint.results import write_atomic
+
+if TYPE_CHECKING:
+    from forkpoint.bridge.server import BridgeSummary
 
 IDLE_ENV = "FORKPOINT_OPENCODE_IDLE_TIMEOUT_S"
 HELPER_TIMEOUT_S = 180.0
@@ -53,7 +52,6 @@ MAX_EXPORT_BYTES = DEFAULT_MAX_INPUT_BYTES
 MAX_EVENTS_BYTES = 64 * 1024 * 1024
 #: ``sh -c`` script: run "$@" with stdout appended to the (already created, empty) file "$1"
 _TO_FILE = 'out=$1; shift; exec "$@" >>"$out"'
-_TAIL = 4000
 
 
 def idle_limit() -> float:
@@ -143,96 +141,6 @@ def argv(entrypoint: Path, session_id: str, provider: str, model: str, nonce: st
             "--model", f"{provider}/{model}", nonce]
 
 
-def continue_session(plan: Plan, prefix: NativePrefix, context: RunContext,
-                     settings: ContinueSettings) -> Continuation:
-    export = json.loads(prefix.path.read_bytes())
-    session_id = str(export["info"]["id"])
-    provider, model = recorded_model(export)
-    entrypoint, version = settings.target.entrypoint, settings.target.version
-    env = opencode_env(context.home, context.workspace, shell=native_of(plan).shell)
-    nonce = make_nonce()
-    expected = expected_prefix(export, nonce, version, model)
-    write_atomic(context.state_dir / "expected-prefix.json", json.dumps(expected.to_json()).encode())
-    helper(entrypoint, ["import", str(prefix.path)], context, env, "import")
-    context.logs.mkdir(parents=True, exist_ok=True)
-    watch = StepWatch(settings.remaining_steps, idle_limit())
-    bridge = Bridge(ChatGate(PROFILE, expected, settings.boundary_prompt or None), _upstream(settings),
-                    log_path=context.state_dir / "bridge-log.jsonl", max_model_requests=settings.remaining_steps)
-    with bridge, stdout_file(context.state_dir, "events.jsonl") as events_file:
-        write_config(context.home, provider_config(provider, model, bridge.base_url + "/v1", "forkpoint-bridge"))
-        watch.stdout_fd = os.open(events_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            result = run_supervised(to_file(events_file, argv(entrypoint, session_id, provider, model, nonce)),
-                                    cwd=context.workspace, env=env, timeout_s=settings.timeout_s, grace_s=2.0,
-                                    max_output_bytes=MAX_EVENTS_BYTES, watch=watch, die_with_parent=True)
-            watch.poll()
-        finally:
-            os.close(watch.stdout_fd)
-            watch.stdout_fd = None
-        stdout, truncated = read_stdout(events_file, MAX_EVENTS_BYTES)
-        result = dataclasses.replace(result, stdout=stdout, stdout_truncated=truncated)
-    summary = bridge.summary()  # stopped once, by the with block (a second stop would cut its shutdown short)
-    continued_dir = context.output_dir / "native" / "continued"
-    continued_dir.mkdir(parents=True, exist_ok=True)
-    events_path = continued_dir / "events.jsonl"
-    write_atomic(events_path, result.stdout)
-    write_atomic(context.logs / "opencode.log", result.stderr)
-    continued_path = continued_dir / f"{session_id}.json"
-    failure = run_failure(summary, watch, result, settings.timeout_s, continued_path, context.logs)
-    try:  # the database is the record: reconcile and export it even when the run failed, then report the failure
-        reconciled = collect(export, nonce, settings.boundary_prompt or None, context, env, entrypoint,
-                             continued_path, result.stdout)
-    except ReplayError:
-        if failure is not None:
-            raise failure from None
-        raise
-    if failure is not None:
-        raise failure
-    budget_hit = watch.budget_fired or summary.budget_reached
-    metadata: dict[str, Any] = {
-        "native_cli": "opencode",
-        "native_session_id": session_id,
-        "model_bridge": summary.to_json(),
-        "agent_exit_code": result.returncode,
-        "agent_log": str(context.logs / "opencode.log"),
-        "continued_events": str(events_path),
-        "opencode_resume_transport": {"prompt_mode": "boundary_user_prompt" if settings.boundary_prompt else "nonce",
-                                      "removed_before_model_request": True},
-        "opencode_reconciliation": asdict(reconciled),
-        "opencode_step_budget": {"budget": settings.remaining_steps, "completed_steps": watch.steps,
-                                 "sigint_sent": watch.budget_fired, "bridge_refused_over_budget": summary.over_budget},
-        "opencode_idle_watchdog": {"limit_s": watch.idle_s, "fired": watch.idle_fired},
-        "opencode_shell": env.get("SHELL"),  # the recording's (None: unset, OpenCode runs `bash` from PATH)
-    }
-    actions = parse_opencode(continued_path).next_actions
-    return Continuation(
-        agent_status="max_steps" if budget_hit else "completed",
-        continued_steps=reconciled.new_messages - (settings.boundary_prompt is not None),
-        continued_path=continued_path,
-        next_action=actions[plan.after_step] if plan.after_step < len(actions) else None,
-        metadata=metadata,
-    )
-
-
-def run_failure(summary: BridgeSummary, watch: StepWatch, result: ProcessResult, timeout_s: float,
-                continued_path: Path, logs: Path) -> ReplayError | None:
-    """Why the continuation failed, or None (a watchdog SIGINT at the step budget is not a failure)."""
-    tail = (result.stdout[-_TAIL:] + b"\n" + result.stderr[-_TAIL:]).decode("utf-8", "replace")
-    bridge_error = summary.error()
-    if bridge_error is not None:
-        detail = "" if summary.first_failure else f" (opencode exited with {result.returncode}: {tail[-500:].strip()})"
-        return ReplayError(bridge_error.kind, bridge_error.message + detail)
-    if watch.idle_fired:
-        return ReplayError(ErrorKind.CONTINUATION, f"OpenCode wrote nothing for {watch.idle_s:.0f} s (idle watchdog) "
-                                                   f"and was terminated; its session so far is {continued_path}")
-    if result.timed_out:
-        return ReplayError(ErrorKind.CONTINUATION, f"opencode did not finish within {timeout_s:.0f} s")
-    if result.returncode != 0 and not (watch.budget_fired or summary.budget_reached):
-        return ReplayError(classify_continuation_output(tail),
-                           f"opencode exited with {result.returncode}: {tail[-500:].strip()}; see {logs}")
-    return None
-
-
 def collect(export: JsonObject, nonce: str, boundary_prompt: str | None, context: RunContext, env: dict[str, str],
             entrypoint: Path, continued_path: Path, stdout: bytes) -> Reconciled:
     """Reconcile the database, then ``opencode export`` the continued session to ``continued_path``."""
@@ -250,5 +158,104 @@ def collect(export: JsonObject, nonce: str, boundary_prompt: str | None, context
     return reconciled
 
 
-def _upstream(settings: ContinueSettings) -> Upstream:
-    return make_upstream("openai-chat", settings.upstream, settings.upstream_url, settings.upstream_key)
+@dataclass(frozen=True)
+class Installed:
+    export: JsonObject  # the rebuilt session's export (what was imported)
+    session_id: str
+    provider: str
+    model: str
+    env: dict[str, str]
+    watch: StepWatch  # the step and idle watchdogs of this run
+
+    @property
+    def continued_name(self) -> str:
+        return f"{self.session_id}.json"
+
+
+class OpenCodeHooks(AgentHooks[Installed]):
+    """Import, run under the watchdogs with stdout on a file, then reconcile the database and export it (also
+    when the run failed: the database is the record)."""
+
+    protocol = "openai-chat"
+    label = "opencode"
+    native_cli = "opencode"
+
+    def install(self, job: Job) -> Installed:
+        export = json.loads(job.prefix.path.read_bytes())
+        provider, model = recorded_model(export)
+        env = opencode_env(job.context.home, job.context.workspace, shell=native_of(job.plan).shell)
+        helper(job.settings.target.entrypoint, ["import", str(job.prefix.path)], job.context, env, "import")
+        watch = StepWatch(job.settings.remaining_steps, idle_limit())
+        return Installed(export, str(export["info"]["id"]), provider, model, env, watch)
+
+    def gate(self, job: Job, state: Installed) -> GateSpec:
+        from forkpoint.adapters.opencode.envelope import expected_prefix
+        from forkpoint.adapters.opencode.gate import PROFILE
+        from forkpoint.bridge.protocols.openai_chat import ChatGate
+
+        expected = expected_prefix(state.export, job.nonce, job.settings.target.version, state.model)
+        return GateSpec(ChatGate(PROFILE, expected, job.boundary_prompt), expected.to_json())
+
+    def launch(self, job: Job, state: Installed, bridge_url: str) -> LaunchSpec:
+        config = provider_config(state.provider, state.model, bridge_url + "/v1", shell.BRIDGE_KEY)
+        write_config(job.context.home, config)
+        return LaunchSpec(argv(job.settings.target.entrypoint, state.session_id, state.provider, state.model,
+                               job.nonce), state.env, str(job.context.workspace), job.context.logs / "opencode.log",
+                          watch=state.watch, max_output_bytes=MAX_EVENTS_BYTES)
+
+    def run(self, job: Job, state: Installed, spec: LaunchSpec) -> Ran:
+        """Stdout goes to a file the watch reads on every tick (a pipe loses Bun's last events); both streams are
+        kept in the output and log folders."""
+        watch = state.watch
+        with stdout_file(job.context.state_dir, "events.jsonl") as events_file:
+            watch.stdout_fd = os.open(events_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                result = run_supervised(to_file(events_file, spec.argv), cwd=Path(spec.cwd), env=spec.env,
+                                        timeout_s=job.settings.timeout_s, grace_s=spec.grace_s,
+                                        max_output_bytes=spec.max_output_bytes, watch=watch, die_with_parent=True)
+                watch.poll()
+            finally:
+                os.close(watch.stdout_fd)
+                watch.stdout_fd = None
+            stdout, truncated = read_stdout(events_file, MAX_EVENTS_BYTES)
+        result = dataclasses.replace(result, stdout=stdout, stdout_truncated=truncated)
+        job.continued_dir.mkdir(parents=True, exist_ok=True)
+        write_atomic(job.continued_dir / "events.jsonl", result.stdout)
+        write_atomic(spec.log_path, result.stderr)
+        return Ran(result, spec.log_path)
+
+    def outcome(self, job: Job, state: Installed, ran: Ran, summary: BridgeSummary) -> Outcome:
+        watch, settings = state.watch, job.settings
+        metadata: JsonObject = {
+            "native_session_id": state.session_id,
+            "continued_events": str(job.continued_dir / "events.jsonl"),
+            "opencode_resume_transport": {"prompt_mode": "boundary_user_prompt" if settings.boundary_prompt
+                                          else "nonce", "removed_before_model_request": True},
+            "opencode_step_budget": {"budget": settings.remaining_steps, "completed_steps": watch.steps,
+                                     "sigint_sent": watch.budget_fired,
+                                     "bridge_refused_over_budget": summary.over_budget},
+            "opencode_idle_watchdog": {"limit_s": watch.idle_s, "fired": watch.idle_fired},
+            "opencode_shell": state.env.get("SHELL"),  # the recording's (None: unset, OpenCode runs `bash` from PATH)
+        }
+        if watch.idle_fired:
+            continued = job.continued_dir / state.continued_name
+            return Outcome("failed", f"OpenCode wrote nothing for {watch.idle_s:.0f} s (idle watchdog) and was "
+                                     f"terminated; its session so far is {continued}", ErrorKind.CONTINUATION, metadata)
+        return Outcome("max_steps" if watch.budget_fired else "completed", metadata=metadata)
+
+    def salvage(self, job: Job, state: Installed, ran: Ran) -> None:
+        self._reconcile(job, state, ran)
+
+    def collect(self, job: Job, state: Installed, ran: Ran, outcome: Outcome,
+                summary: BridgeSummary) -> Collected:
+        reconciled = self._reconcile(job, state, ran)
+        path = job.continued_dir / state.continued_name
+        actions = parse_opencode(path).next_actions
+        steps = reconciled.new_messages - (job.settings.boundary_prompt is not None)
+        return Collected(path, steps, shell.next_action_at(actions, job.plan.after_step),
+                         {"opencode_reconciliation": asdict(reconciled)})
+
+    def _reconcile(self, job: Job, state: Installed, ran: Ran) -> Reconciled:
+        assert ran.process is not None
+        return collect(state.export, job.nonce, job.boundary_prompt, job.context, state.env,
+                       job.settings.target.entrypoint, job.continued_dir / state.continued_name, ran.process.stdout)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from forkpoint.adapters.mini_swe_agent.continuation import continued_actions, restored_model_config, step_limit
+from forkpoint.adapters.mini_swe_agent.launch import continued_actions, restored_model_config, step_limit
 from forkpoint.adapters.mini_swe_agent.parse import MiniNative, parse_trajectory
 from forkpoint.errors import ErrorKind, ReplayError
 

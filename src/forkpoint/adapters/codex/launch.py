@@ -1,4 +1,4 @@
-"""Continue the real `codex exec resume` on the rebuilt rollout, its model traffic behind the fail-closed bridge.
+"""How the real `codex exec resume` continues the rebuilt rollout (``CodexHooks`` for forkpoint.continuation).
 
 The rollout goes to ``<CODEX_HOME>/sessions/YYYY/MM/DD/rollout-...-<id>.jsonl`` in an isolated CODEX_HOME under
 the state dir, with a config.toml whose provider points at the bridge (``wire_api = "responses"``) and the
@@ -15,26 +15,27 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from forkpoint.adapters.codex.parse import AGENT, parse_rollout
-from forkpoint.bridge.protocols import make_upstream
-from forkpoint.bridge.server import Bridge
-from forkpoint.bridge.upstream import Upstream
-from forkpoint.errors import ErrorKind, ReplayError, classify_continuation_output
-from forkpoint.fs import read_file_strict, refused_as, write_file_strict
+from forkpoint import continuation as shell
+from forkpoint.adapters.codex.parse import parse_rollout
+from forkpoint.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
+from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.ids import check_id
-from forkpoint.model import ActionSignature, Continuation, ContinueSettings, NativePrefix, Plan, RunContext
+from forkpoint.model import ActionSignature
 from forkpoint.process import sanitized_env
 from forkpoint.results import write_atomic
-from forkpoint.sandbox import local_sandbox, runtime_paths
+from forkpoint.sandbox import runtime_paths
+
+if TYPE_CHECKING:
+    from forkpoint.bridge.server import BridgeSummary
 
 BRIDGE_KEY_ENV = "FORKPOINT_BRIDGE_KEY"
 PROVIDER = "forkpoint"
-_TAIL = 4000
 _STAMP = re.compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})")
 #: 0.149+ resumes only rollouts named like it names them (paginated history).
 _CANONICAL = re.compile(r"rollout-\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}-[0-9a-fA-F-]{36}\.jsonl")
@@ -110,111 +111,10 @@ def environment(base: Mapping[str, str], home: Path) -> dict[str, str]:
     for name in list(env):
         if name.startswith(("OPENAI_", "CODEX_")):
             del env[name]
-    no_proxy = [p for p in env.get("NO_PROXY", env.get("no_proxy", "")).split(",") if p]
-    no_proxy += [h for h in ("127.0.0.1", "localhost", "::1") if h not in no_proxy]
-    env.update({"HOME": str(home), "CODEX_HOME": str(codex_home(home)), BRIDGE_KEY_ENV: "forkpoint-bridge",
-                "OPENAI_API_KEY": "forkpoint-bridge",  # only ever sent to the bridge (openai_base_url mode)
-                "NO_PROXY": ",".join(no_proxy), "no_proxy": ",".join(no_proxy)})
+    shell.loopback_no_proxy(env)
+    env.update({"HOME": str(home), "CODEX_HOME": str(codex_home(home)), BRIDGE_KEY_ENV: shell.BRIDGE_KEY,
+                "OPENAI_API_KEY": shell.BRIDGE_KEY})  # only ever sent to the bridge (openai_base_url mode)
     return env
-
-
-def continue_rollout(
-    plan: Plan, prefix: NativePrefix, context: RunContext, settings: ContinueSettings
-) -> Continuation:
-    from forkpoint.adapters.codex.envelope import expected_prefix
-    from forkpoint.adapters.codex.gate import CodexGate
-    from forkpoint.hashing import make_nonce
-
-    session_id = prefix.session_id
-    assert session_id is not None
-    rebuilt = prefix.path.read_bytes().splitlines()
-    meta = plan.trajectory.native.session_meta
-    target = rollout_path(context.home, meta, plan.trajectory.source_path.name, session_id)
-    # Replayed commands could write the HOME: no link planted there is followed (forkpoint.fs strict helpers).
-    context.home.mkdir(parents=True, exist_ok=True)
-    in_home = target.relative_to(context.home)
-    with refused_as(ErrorKind.CONTINUATION, f"write the rebuilt rollout to {target}"):
-        write_file_strict(context.home, in_home, b"".join(line + b"\n" for line in rebuilt))
-
-    nonce = make_nonce()
-    items = [obj["payload"] for obj in map(orjson.loads, rebuilt) if obj.get("type") == "response_item"]
-    expected = expected_prefix(items, nonce, settings.target.version)
-    write_atomic(context.state_dir / "expected-prefix.json", orjson.dumps(expected.to_json()))
-    context.logs.mkdir(parents=True, exist_ok=True)
-    agent_log = context.logs / "codex.jsonl"
-    model = recorded_model(rebuilt) or "gpt-5.5"
-
-    bridge = Bridge(
-        CodexGate(expected, settings.boundary_prompt or None),
-        _upstream(settings),
-        log_path=context.state_dir / "bridge-log.jsonl",
-        max_model_requests=settings.remaining_steps,
-    )
-    with bridge:
-        provider = meta.get("model_provider") if isinstance(meta.get("model_provider"), str) else None
-        config = codex_home(context.home) / "config.toml"
-        with refused_as(ErrorKind.CONTINUATION, f"write {config}"):
-            write_file_strict(context.home, config.relative_to(context.home),
-                              config_toml(bridge.base_url, model, provider).encode())
-        sandbox = context.sandbox or local_sandbox(context.workspace)
-        # The network is shared with the host for the continuation only: the bridge listens on 127.0.0.1.
-        result = sandbox.run(
-            argv(settings.target.entrypoint, session_id, nonce),
-            cwd=sandbox.cwd,
-            env=environment(os.environ, context.home),
-            network=True,
-            writable=(context.home,),
-            readable=runtime_paths(settings.target.entrypoint),
-            timeout_s=settings.timeout_s,
-            grace_s=2.0,
-            die_with_parent=True,
-            max_output_bytes=16 * 1024 * 1024,
-            log_path=agent_log,
-        )
-        summary = bridge.finish()
-    metadata: dict[str, Any] = {
-        "native_cli": "codex",
-        "native_session_id": session_id,
-        "model_bridge": summary.to_json(),
-        "agent_exit_code": result.returncode,
-        "agent_log": str(agent_log),
-        "codex_resume_transport": {"prompt_mode": "boundary_user_prompt" if settings.boundary_prompt else "nonce",
-                                   "removed_before_model_request": True},
-    }
-    tail = (result.stdout[-_TAIL:] + b"\n" + result.stderr[-_TAIL:]).decode("utf-8", "replace")
-    bridge_error = summary.error()
-    if bridge_error is not None:
-        detail = "" if summary.first_failure else f" (codex exited with {result.returncode}: {tail[-500:].strip()})"
-        raise ReplayError(bridge_error.kind, bridge_error.message + detail)
-    if result.timed_out:
-        raise ReplayError(ErrorKind.CONTINUATION, f"codex did not finish within {settings.timeout_s:.0f} s; "
-                                                  f"see {agent_log}")
-    if result.returncode != 0 and not summary.budget_reached:
-        raise ReplayError(classify_continuation_output(tail),
-                          f"codex exited with {result.returncode}: {tail[-500:].strip()}; see {agent_log}")
-
-    try:
-        with refused_as(ErrorKind.CONTINUATION, f"read the continued rollout {target}"):
-            continued_bytes = read_file_strict(context.home, in_home)
-    except OSError as exc:
-        raise ReplayError(ErrorKind.CONTINUATION, f"read the continued rollout {target}: {exc}") from None
-    cleaned, removed = clean_continued(continued_bytes.splitlines(), rebuilt, nonce, settings.boundary_prompt)
-    continued_path = context.output_dir / "native" / "continued" / target.name
-    continued_path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(continued_path, b"".join(line + b"\n" for line in cleaned))
-    metadata["envelope_items_removed"] = removed
-    next_action, steps = _continued_actions(continued_path, plan.after_step)
-    return Continuation(
-        agent_status="max_steps" if summary.budget_reached else "completed",
-        continued_steps=steps,
-        continued_path=continued_path,
-        next_action=next_action,
-        metadata=metadata,
-    )
-
-
-def _upstream(settings: ContinueSettings) -> Upstream:
-    return make_upstream("openai-responses", settings.upstream, settings.upstream_url, settings.upstream_key)
 
 
 _INJECTED_PREFIXES = ("<skills_instructions>", "## Skills update", "<permissions instructions>",
@@ -284,11 +184,67 @@ def _continued_actions(path: Path, after_step: int) -> tuple[ActionSignature | N
     try:
         parsed = parse_rollout(path)
     except ReplayError as error:
-        raise ReplayError(ErrorKind.CONTINUATION, f"the continued rollout does not parse: {error.message}") from None
-    actions = parsed.next_actions
-    next_action = actions[after_step] if after_step < len(actions) else None
+        raise shell.reparse_error("rollout", error) from None
     steps = max(0, len(parsed.native.response_starts) - parsed.native.response_starts_before(after_step))
-    return next_action, steps
+    return shell.next_action_at(parsed.next_actions, after_step), steps
 
 
-__all__ = ["AGENT", "continue_rollout"]
+@dataclass(frozen=True)
+class Installed:
+    session_id: str
+    rebuilt: list[bytes]
+    rollout: Path  # in the isolated CODEX_HOME
+    meta: Mapping[str, Any]
+
+
+class CodexHooks(AgentHooks[Installed]):
+    """Codex has no max-steps option: the bridge answers the (remaining + 1)-th model request with an error."""
+
+    protocol = "openai-responses"
+    label = "codex"
+    native_cli = "codex"
+
+    def install(self, job: Job) -> Installed:
+        session_id = job.prefix.session_id
+        assert session_id is not None
+        rebuilt = job.prefix.path.read_bytes().splitlines()
+        meta = job.plan.trajectory.native.session_meta
+        target = rollout_path(job.context.home, meta, job.plan.trajectory.source_path.name, session_id)
+        # Replayed commands could write the HOME: no link planted there is followed (forkpoint.fs strict helpers).
+        shell.write_home_file(job.context.home, target, b"".join(line + b"\n" for line in rebuilt),
+                              "the rebuilt rollout")
+        return Installed(session_id, rebuilt, target, meta)
+
+    def gate(self, job: Job, state: Installed) -> GateSpec:
+        from forkpoint.adapters.codex.envelope import expected_prefix
+        from forkpoint.adapters.codex.gate import CodexGate
+
+        items = [obj["payload"] for obj in map(orjson.loads, state.rebuilt) if obj.get("type") == "response_item"]
+        expected = expected_prefix(items, job.nonce, job.settings.target.version)
+        return GateSpec(CodexGate(expected, job.boundary_prompt), expected.to_json())
+
+    def launch(self, job: Job, state: Installed, bridge_url: str) -> LaunchSpec:
+        home = job.context.home
+        provider = state.meta.get("model_provider") if isinstance(state.meta.get("model_provider"), str) else None
+        model = recorded_model(state.rebuilt) or "gpt-5.5"
+        shell.write_home_file(home, codex_home(home) / "config.toml", config_toml(bridge_url, model, provider).encode())
+        entrypoint = job.settings.target.entrypoint
+        return LaunchSpec(argv(entrypoint, state.session_id, job.nonce), environment(os.environ, home),
+                          job.sandbox.cwd, job.context.logs / "codex.jsonl", writable=(home,),
+                          readable=runtime_paths(entrypoint))
+
+    def outcome(self, job: Job, state: Installed, ran: Ran, summary: BridgeSummary) -> Outcome:
+        transport = {"prompt_mode": "boundary_user_prompt" if job.boundary_prompt else "nonce",
+                     "removed_before_model_request": True}
+        return Outcome("completed", metadata={"native_session_id": state.session_id,
+                                              "codex_resume_transport": transport})
+
+    def collect(self, job: Job, state: Installed, ran: Ran, outcome: Outcome,
+                summary: BridgeSummary) -> Collected:
+        continued = shell.read_home_file(job.context.home, state.rollout, "the continued rollout")
+        cleaned, removed = clean_continued(continued.splitlines(), state.rebuilt, job.nonce,
+                                           job.settings.boundary_prompt)
+        path = job.continued_dir / state.rollout.name
+        write_atomic(path, b"".join(line + b"\n" for line in cleaned))
+        next_action, steps = _continued_actions(path, job.plan.after_step)
+        return Collected(path, steps, next_action, {"envelope_items_removed": removed})
