@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from forkpoint.bridge.gate import Verdict
+from forkpoint.bridge.gate import Gate, Verdict
 from forkpoint.bridge.server import BridgeSummary
 from forkpoint.continuation import (
     AgentHooks,
@@ -61,7 +61,7 @@ sys.exit(code)
 """
 
 
-class PrefixGate:
+class ExactPrefixGate(Gate):
     """Accepts a first request whose messages are exactly the prefix; later requests pass."""
 
     name = "test-chat"
@@ -89,7 +89,7 @@ class ScriptHooks(AgentHooks[None]):
         return None
 
     def gate(self, job: Job, state: None) -> GateSpec:
-        return GateSpec(PrefixGate(), {"messages": len(PREFIX)})
+        return GateSpec(ExactPrefixGate(), {"messages": len(PREFIX)})
 
     def launch(self, job: Job, state: None, bridge_url: str) -> LaunchSpec:
         first, count, sleep_s, code, said = self.args
