@@ -46,11 +46,11 @@ from forkpoint.adapters.claude_code.envelope import (
     PROFILES,
     BlockDigest,
     ExpectedPrefix,
-    JsonObject,
     digest_messages,
     project_indexed,
 )
 from forkpoint.hashing import canonical_sha256, count_text, sha256_hex
+from forkpoint.model import JsonObject
 
 EPHEMERAL = {"type": "ephemeral"}
 NO_RESPONSE_MESSAGE = {"role": "assistant", "content": [{"type": "text", "text": NO_RESPONSE_TEXT}]}

@@ -37,7 +37,6 @@ from forkpoint.adapters.codex.envelope import (
     ROLLOUT_ONLY_KEYS,
     CodexExpectedPrefix,
     ItemDigest,
-    JsonObject,
     digest_items,
     item_kind,
     project,
@@ -52,6 +51,7 @@ from forkpoint.bridge.gate import (
     verified_profile,
 )
 from forkpoint.hashing import canonical_sha256
+from forkpoint.model import JsonObject
 
 #: (role, text prefix, fact name) of the context items a resume may insert between the last output and the nonce
 ENVELOPE_CONTEXT: tuple[tuple[str, str, str], ...] = (

@@ -28,8 +28,8 @@ import orjson
 
 from forkpoint.errors import configuration, trajectory, unsupported_version
 from forkpoint.hashing import canonical_sha256, count_text, sha256_hex
+from forkpoint.model import JsonObject
 
-JsonObject = dict[str, Any]
 SCHEMA_VERSION = "forkpoint.opencode-expected-prefix/v1"
 MIN_NONCE_LENGTH = 16
 DATE_LINE = re.compile(r"Today's date: [^\n]*")

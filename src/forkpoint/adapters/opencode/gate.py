@@ -21,7 +21,6 @@ from forkpoint.adapters.opencode.envelope import (
     INTERRUPTED,
     PROFILES,
     STEP_LIMIT_TEXT,
-    JsonObject,
     OpenCodeExpectedPrefix,
     describe,
     masked_system_sha256,
@@ -37,6 +36,7 @@ from forkpoint.bridge.gate import (
     verified_profile,
 )
 from forkpoint.hashing import canonical_sha256, count_text
+from forkpoint.model import JsonObject
 
 
 def clean_request(expected: OpenCodeExpectedPrefix, body: Any, boundary_prompt: str | None, *, first: bool,
