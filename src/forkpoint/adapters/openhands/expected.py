@@ -24,8 +24,8 @@ import orjson
 
 from forkpoint.adapters.openhands.format import model_text
 from forkpoint.adapters.openhands.parse import response_id
-from forkpoint.adapters.swe_agent.jsondoc import as_object
 from forkpoint.hashing import canonical_sha256
+from forkpoint.jsondoc import as_object
 from forkpoint.model import JsonObject
 
 
