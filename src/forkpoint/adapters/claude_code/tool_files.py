@@ -28,6 +28,7 @@ from forkpoint.adapters.claude_code.tool_profile import ToolOutcome, ToolProfile
 from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.fs import ConfinementError, open_confined
 from forkpoint.sandbox import local_sandbox
+from forkpoint.sandbox.base import within
 
 if TYPE_CHECKING:
     from forkpoint.sandbox.base import Sandbox
@@ -98,7 +99,7 @@ class SessionFiles:
         if self.home is not None and (path == "~" or path.startswith("~/")):
             expanded = self.home + path[1:]
         absolute = os.path.normpath(os.path.join(self.cwd(), expanded))
-        if not any(absolute == root or absolute.startswith(root.rstrip("/") + "/") for root in self.roots):
+        if not any(within(absolute, root) for root in self.roots):
             raise ReplayError(
                 ErrorKind.EXECUTOR,
                 f"Claude Code {tool} of {path!r} lies outside the workspace; forkpoint does not touch it",

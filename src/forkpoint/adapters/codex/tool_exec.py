@@ -62,6 +62,7 @@ from forkpoint.adapters.codex.tool_text import (
 )
 from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.sandbox import local_sandbox
+from forkpoint.sandbox.base import within
 from forkpoint.shell import CommandOutput, CommandSpec, Runner, run_command
 
 if TYPE_CHECKING:
@@ -262,7 +263,7 @@ class CommandTools:
         if not isinstance(value, str) or "\0" in value:
             raise ReplayError(ErrorKind.EXECUTOR, f"{tool} workdir is not a path", before_effect=True)
         path = os.path.normpath(os.path.join(self.cwd, value))
-        if not any(path == root or path.startswith(root.rstrip("/") + "/") for root in self.roots):
+        if not any(within(path, root) for root in self.roots):
             raise ReplayError(
                 ErrorKind.EXECUTOR,
                 f"{tool} workdir {value!r} is outside the workspace {self.cwd}; forkpoint runs commands only there",

@@ -39,6 +39,7 @@ from forkpoint.fs import (
     read_regular_file,
     write_file_confined,
 )
+from forkpoint.sandbox.base import within
 
 
 @dataclass(frozen=True)
@@ -65,10 +66,8 @@ def _path_key(path: str) -> str:
 
 def _inside(root: Path, absolute: str, aliases: tuple[str, ...] = ()) -> bool:
     normal = os.path.normpath(absolute)
-    for base in {os.path.normpath(os.path.abspath(root)), os.path.realpath(root), *map(os.path.normpath, aliases)}:
-        if normal == base or normal.startswith(base.rstrip("/") + "/"):
-            return True
-    return False
+    bases = {os.path.normpath(os.path.abspath(root)), os.path.realpath(root), *map(os.path.normpath, aliases)}
+    return any(within(normal, base) for base in bases)
 
 
 class ApplyPatch:
