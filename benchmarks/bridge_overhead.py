@@ -39,8 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as c
 
-from forkpoint.adapters.claude_code.envelope import ExpectedPrefix, JsonObject, expected_prefix
+from forkpoint.adapters.claude_code.envelope import ExpectedPrefix, expected_prefix
 from forkpoint.adapters.claude_code.gate import clean_later_request
+from forkpoint.model import JsonObject
 
 CASE = c.FIXTURES / "claude_code" / "requests" / "2.1.332" / "parallel_after_2"
 HEADERS = {"content-type": "application/json", "anthropic-version": "2023-06-01", "x-api-key": "dummy",

@@ -14,8 +14,6 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.journal import (
@@ -95,18 +93,6 @@ def test_finished_tool_without_terminal_run_is_ambiguous(tmp_path: Path) -> None
     assert "same-call" in _open_refused(tmp_path).message
 
 
-def test_repeated_call_id_after_a_terminal_run_remains_ambiguous() -> None:
-    events = [
-        _ev("run_started"),
-        _ev("tool_started", call_id="same-call"),
-        _ev("tool_finished", call_id="same-call"),
-        _ev("run_finished", status="completed"),
-        _ev("run_started"),
-        _ev("tool_started", call_id="same-call"),
-    ]
-    assert find_ambiguous(events) == "same-call"
-
-
 def test_interruption_before_any_tool_starts_is_retryable(tmp_path: Path) -> None:
     assert find_ambiguous([_ev("run_started"), _ev("plan_validated", tool_calls=2)]) is None
     _write_events(tmp_path, ("run_started", {"run_id": "r1"}), ("plan_validated", {"tool_calls": 2}))
@@ -160,11 +146,6 @@ def test_a_finished_call_of_an_unended_run_is_named_as_finished(tmp_path: Path) 
     assert describe_ambiguous(read_events(tmp_path / JOURNAL_FILE)) == (
         'tool call "a" that finished, but its run never recorded its end (its batch may have been cut short)')
     assert "has no recorded outcome" not in _open_refused(tmp_path).message
-
-
-def test_ambiguity_reports_the_lexicographically_first_call() -> None:
-    events = [_ev("tool_started", call_id=c) for c in ("c", "a", "b")]
-    assert find_ambiguous(events) == "a"
 
 
 # --- format and durability ----------------------------------------------------------------------------------
@@ -445,60 +426,6 @@ def test_copy_to_writes_an_atomic_identical_copy(tmp_path: Path) -> None:
     assert stat.S_IMODE(target.stat().st_mode) == 0o600
     assert sorted(p.name for p in out.iterdir()) == ["replay-events.jsonl"]
     assert len(read_events(target)) == 2
-
-
-# --- properties ---------------------------------------------------------------------------------------------
-
-_NAMES = st.sampled_from(
-    ["run_started", "plan_validated", "tool_started", "tool_finished", "run_finished", "run_failed", "other"]
-)
-_ANY_VALUE = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
-    max_leaves=6,
-)
-_ARBITRARY_EVENT = st.dictionaries(
-    st.sampled_from(["event", "call_id", "seq", "tool"]) | st.text(max_size=4),
-    _ANY_VALUE | _NAMES,
-    max_size=4,
-)
-
-
-@given(st.lists(_ARBITRARY_EVENT, max_size=30))
-def test_find_ambiguous_never_raises(events: list[dict[str, Any]]) -> None:
-    result = find_ambiguous(events)
-    assert result is None or isinstance(result, str)
-
-
-_CALL_IDS = st.text(alphabet="abc", min_size=1, max_size=2)
-
-
-@st.composite
-def _resolved_runs(draw: st.DrawFn) -> list[dict[str, Any]]:
-    """Runs in which every started call finishes before the run's terminal receipt (ids may be reused)."""
-    events: list[dict[str, Any]] = []
-    for _ in range(draw(st.integers(0, 4))):
-        events.append(_ev("run_started"))
-        for _ in range(draw(st.integers(0, 3))):  # batches
-            calls = draw(st.lists(_CALL_IDS, unique=True, max_size=3))
-            events.extend(_ev("tool_started", call_id=c) for c in calls)
-            if draw(st.booleans()):
-                events.append(_ev("other"))
-            events.extend(_ev("tool_finished", call_id=c) for c in draw(st.permutations(calls)))
-        events.append(_ev(draw(st.sampled_from(["run_finished", "run_failed"]))))
-    return events
-
-
-@given(_resolved_runs())
-def test_every_start_finished_before_a_terminal_receipt_is_never_ambiguous(
-    events: list[dict[str, Any]],
-) -> None:
-    assert find_ambiguous(events) is None
-
-
-@given(_resolved_runs(), _CALL_IDS)
-def test_a_trailing_unfinished_start_is_always_ambiguous(events: list[dict[str, Any]], call_id: str) -> None:
-    assert find_ambiguous([*events, _ev("tool_started", call_id=call_id)]) == call_id
 
 
 def test_unsynced_records_are_written_at_once_and_made_durable_by_the_next_synced_one(

@@ -22,6 +22,9 @@ Format (``<state_dir>/journal.jsonl``, forkpoint's own; one orjson line per reco
     {"seq":0,"at":"2025-01-01T12:00:00.123Z","event":"run_started", ...payload fields}
     {"seq":1,"at":"...","event":"tool_started","call_id":"...","tool":"..."}
 
+What the facts mean for a next run (the ambiguity rules) is pure and lives in ``forkpoint.journal_rules``; its
+functions are re-exported here.
+
 Privacy: the journal stores whatever payload the caller passes. Callers must never pass the boundary prompt
 text or secrets; record only flags, lengths and SHA-256 digests (ARCHITECTURE.md, "Output").
 """
@@ -34,7 +37,6 @@ import os
 import re
 import stat
 import uuid
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,7 +46,21 @@ from typing import Any, Final, Self
 import orjson
 
 from forkpoint.errors import ErrorKind, ReplayError, no_space
+from forkpoint.journal_rules import describe_ambiguous, executed_calls, find_ambiguous
 from forkpoint.results import write_atomic
+
+__all__ = [
+    "JOURNAL_FILE",
+    "JOURNAL_FORMAT",
+    "LOCK_FILE",
+    "MAX_RECORD_BYTES",
+    "RESERVED_KEYS",
+    "Journal",
+    "describe_ambiguous",
+    "executed_calls",
+    "find_ambiguous",
+    "read_events",
+]
 
 JOURNAL_FORMAT: Final = "forkpoint.journal/v1"
 JOURNAL_FILE: Final = "journal.jsonl"
@@ -57,60 +73,7 @@ RESERVED_KEYS: Final = frozenset({"seq", "at", "event"})
 _HEADER_PREFIX: Final = b'{"format":"' + JOURNAL_FORMAT.encode() + b'",'
 _HEADER_KEYS: Final = frozenset({"format", "journal", "created_at"})
 _JOURNAL_ID: Final = re.compile(r"[0-9a-f]{32}")
-_TERMINAL_EVENTS: Final = frozenset({"run_finished", "run_failed"})
 _READ_CHUNK: Final = 1 << 20
-
-
-def find_ambiguous(events: Iterable[Mapping[str, Any]]) -> str | None:
-    """The call id to name for unknown effects, or None; pure and total.
-
-    A call is resolved only by a ``tool_finished`` followed by a terminal run receipt (``run_finished`` or
-    ``run_failed``): a finished call whose run never ended may belong to a batch that was cut short, and an
-    unfinished start stays ambiguous forever, whatever comes after it. The call named is the lexicographically
-    first one that started without finishing — the one whose effects are really unknown — and only when there is
-    none, the first finished call of the unended run. Malformed call ids are kept (as a stable text form) rather
-    than skipped, so a damaged fact fails closed.
-    """
-    found = _unresolved(events)
-    return found[0] if found is not None else None
-
-
-def describe_ambiguous(events: Iterable[Mapping[str, Any]]) -> str | None:
-    """Why ``events`` leave effects unknown, as a phrase naming the call (see :func:`find_ambiguous`), or None."""
-    found = _unresolved(events)
-    if found is None:
-        return None
-    call_id, finished = found
-    if finished:
-        return (f'tool call "{call_id}" that finished, but its run never recorded its end (its batch may have been '
-                "cut short)")
-    return f'tool call "{call_id}" that started but has no recorded outcome'
-
-
-def _unresolved(events: Iterable[Mapping[str, Any]]) -> tuple[str, bool] | None:
-    """(call id, whether it finished) of the call :func:`find_ambiguous` names."""
-    started: set[str] = set()
-    finished: set[str] = set()
-    for event in events:
-        name = event.get("event")
-        if not isinstance(name, str):  # an unhashable or foreign value is no known fact
-            continue
-        if name == "tool_started":
-            started.add(_call_key(event))
-        elif name == "tool_finished":
-            finished.add(_call_key(event))
-        elif name in _TERMINAL_EVENTS:
-            started -= finished
-            finished.clear()
-    unfinished = started - finished
-    if unfinished:
-        return min(unfinished), False
-    return (min(started), True) if started else None
-
-
-def executed_calls(events: Iterable[Mapping[str, Any]]) -> set[str]:
-    """Call ids that ran: finished and not refused before any effect (``refused``: nothing was started)."""
-    return {_call_key(e) for e in events if e.get("event") == "tool_finished" and e.get("refused") is not True}
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
@@ -404,11 +367,6 @@ def _parse_record(raw: bytes, seq: int, path: Path) -> dict[str, Any]:
     if not isinstance(event, str) or not event:
         raise _corrupt(path, line, "missing or empty event")
     return record
-
-
-def _call_key(event: Mapping[str, Any]) -> str:
-    call_id = event.get("call_id")
-    return call_id if isinstance(call_id, str) else f"<invalid call_id {call_id!r}>"
 
 
 def _new_header() -> dict[str, Any]:

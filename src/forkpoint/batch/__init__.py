@@ -200,7 +200,8 @@ def _executor(options: BatchOptions) -> Any:
 def _settle_stale(ledger: Ledger, batch_dir: Path) -> None:
     """Jobs a killed driver left ``running``: re-run when nothing can have happened (prepare-only, or a journal
     without any tool or continuation start), else ``ambiguous`` — never executed twice silently."""
-    from forkpoint.journal import describe_ambiguous, read_events
+    from forkpoint.journal import read_events
+    from forkpoint.journal_rules import describe_ambiguous
 
     for identity, run_id, effects in ledger.stale_running():
         events = read_events(batch_dir / "state" / str(run_id) / "journal.jsonl") if run_id else []

@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from forkpoint.hashing import count_text
-
-JsonObject = dict[str, Any]
+from forkpoint.model import JsonObject
 
 
 @dataclass(frozen=True)

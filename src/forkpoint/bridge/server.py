@@ -33,10 +33,11 @@ from typing import IO, Any
 import orjson
 from aiohttp import web
 
-from forkpoint.bridge.gate import Gate, JsonObject, Verdict
+from forkpoint.bridge.gate import Gate, Verdict
 from forkpoint.bridge.limits import ByteBudget, Connections, Limits, Shed, shed_headers
 from forkpoint.bridge.upstream import Upstream, error_response
 from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.model import JsonObject
 
 #: a post-validation body hook: (validated body, facts to record) -> the body to send upstream
 BodyHook = Callable[[JsonObject, JsonObject], JsonObject]

@@ -115,3 +115,43 @@ def close(messages: list[ChatMessage]) -> list[ChatMessage]:
     for message in messages:
         message.pop("_key", None)
     return messages
+
+
+def from_chat_rows(rows: Any) -> Conversation:
+    """A conversation from native rows that are already chat messages (mini-swe-agent's ``messages``, SWE-agent's
+    ``history``): each copied with its chat fields only; anything but a list gives an empty conversation."""
+    conversation = Conversation()
+    for message in rows if isinstance(rows, list) else []:
+        converted = chat_message(message, conversation)
+        if converted is not None:
+            conversation.messages.append(converted)
+    return conversation
+
+
+def chat_message(message: Any, conversation: Conversation) -> ChatMessage | None:
+    """One chat-shaped native message (mini-swe-agent, SWE-agent) with only its chat fields."""
+    if not isinstance(message, dict):
+        return None
+    role = message.get("role")
+    text = flatten(message.get("content"))
+    if role in ("system", "user"):
+        return {"role": role, "content": text}
+    if role == "assistant":
+        calls = [
+            tool_call(str(call.get("id", "")), str(function.get("name", "")), function.get("arguments", "{}"))
+            for call in message.get("tool_calls") or []
+            if isinstance(call, dict) and isinstance(function := call.get("function"), dict)
+        ]
+        blocks = message.get("thinking_blocks")
+        blocks = blocks if isinstance(blocks, list) else []
+        thoughts = [str(block.get("thinking", "")) for block in blocks if isinstance(block, dict)]
+        reasoning = message.get("reasoning_content") or "\n".join(thoughts)
+        return assistant(text, str(reasoning or ""), calls)
+    if role == "tool":
+        ids = message.get("tool_call_ids")
+        call_id = message.get("tool_call_id") or (ids[0] if isinstance(ids, list) and ids else "")
+        return tool(str(call_id), text)
+    note = f"messages with role {role!r} left out"
+    if note not in conversation.notes:
+        conversation.notes.append(note)
+    return None

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-JsonObject = dict[str, Any]
+from forkpoint.model import JsonObject
 
 
 class ClaudeSessionBuilder:

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-JsonObject = dict[str, Any]
+from forkpoint.model import JsonObject
 
 
 class CodexRolloutBuilder:

@@ -24,8 +24,7 @@ from typing import Any
 
 from forkpoint.errors import configuration, trajectory, unsupported_version
 from forkpoint.hashing import canonical_sha256, count_text
-
-JsonObject = dict[str, Any]
+from forkpoint.model import JsonObject
 
 SCHEMA_VERSION = "forkpoint.claude-expected-prefix/v1"
 SYSTEM_REMINDER_PREFIX = "<system-reminder>"

@@ -45,7 +45,6 @@ from forkpoint.adapters.claude_code.envelope import (
     PROFILES,
     BlockDigest,
     ExpectedPrefix,
-    JsonObject,
     digest_messages,
     project_indexed,
 )
@@ -59,6 +58,7 @@ from forkpoint.bridge.gate import (
     verified_profile,
 )
 from forkpoint.hashing import canonical_sha256, sha256_hex
+from forkpoint.model import JsonObject
 
 EPHEMERAL = {"type": "ephemeral"}
 NO_RESPONSE_MESSAGE = {"role": "assistant", "content": [{"type": "text", "text": NO_RESPONSE_TEXT}]}

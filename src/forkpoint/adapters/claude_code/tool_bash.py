@@ -55,6 +55,7 @@ from forkpoint.fs import (
     read_file_strict,
 )
 from forkpoint.sandbox import local_sandbox
+from forkpoint.sandbox.base import within
 
 if TYPE_CHECKING:
     from forkpoint.process import ProcessResult
@@ -127,10 +128,6 @@ def persisted_output_message(output: str, size: int, path: str) -> str:
         f"Preview (first {format_file_size(PREVIEW_UNITS)}):\n"
         f"{preview}{chr(10) + '...' + chr(10) if more else chr(10)}</persisted-output>"
     )
-
-
-def _within(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def _decode(data: bytes) -> str:
@@ -257,7 +254,7 @@ class BashShell:
         new = os.fsdecode(raw).rstrip("\n")
         if not new or new == self.cwd:
             return False
-        if _within(new, self.root):
+        if within(new, self.root):
             self.cwd = new
             return False
         self.cwd = self.root

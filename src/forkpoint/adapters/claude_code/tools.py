@@ -2,14 +2,15 @@
 
 ``ClaudeToolExecutor`` is the adapter's ``ToolExecutor``: one per replay run, calls in order. It reproduces the
 REAL tools of the verified versions (2.1.220, 2.1.332) byte for byte where they are deterministic; every rule
-was measured on those binaries driven by a scripted model (see ``tool_bash`` / ``tool_files`` for the rules and
-``tests/adapters/claude_code/test_fixture_fidelity.py`` for the proof on the recorded fixtures).
+was measured on those binaries driven by a scripted model (see ``tool_bash`` / ``tool_read`` / ``tool_edit`` for
+the rules and ``tests/adapters/claude_code/test_fixture_fidelity.py`` for the proof on the recorded fixtures).
 
 - Bash (``tool_bash``): a shell state that keeps the working directory between calls, Claude's wrapper,
   output text, error/timeout formats, and large outputs persisted under
   ``<config_dir>/projects/<project>/<session_id>/tool-results/`` with the ``<persisted-output>`` preview.
-- Read / Write / Edit (``tool_files``): Claude's numbering, reminders, error texts, per-session file state
-  (2.1.220's Write-needs-Read and "file unchanged" Read; both versions' modified-since-read checks).
+- Read / Write / Edit (``tool_read``, ``tool_edit``, sharing ``tool_files``): Claude's numbering, reminders, error
+  texts, per-session file state (2.1.220's Write-needs-Read and "file unchanged" Read; both versions'
+  modified-since-read checks).
 - Glob / Grep / LS / MultiEdit are not offered by these versions: their fresh result is Claude's own
   ``No such tool available`` error (the parser marks such calls stale anyway).
 - Everything touches only the workspace: a path outside it (or a symlink to a regular file outside it) is a
@@ -32,13 +33,16 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from forkpoint.adapters.claude_code.launch import project_dir_name, save_shell_state
 from forkpoint.adapters.claude_code.tool_bash import BashShell, timeout_ms
-from forkpoint.adapters.claude_code.tool_files import FileTools
+from forkpoint.adapters.claude_code.tool_edit import edit, write
+from forkpoint.adapters.claude_code.tool_files import SessionFiles
 from forkpoint.adapters.claude_code.tool_profile import ToolOutcome, profile_for_version
+from forkpoint.adapters.claude_code.tool_read import read
 from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.model import FreshObservation, RunContext, ToolCall
 from forkpoint.process import sanitized_env
@@ -133,14 +137,14 @@ class ClaudeToolExecutor:
             (home,) if home is not None else (),
             results_root=home if home is not None else config_dir,
         )
-        self.files = FileTools(
+        self.files = SessionFiles(
             workspace, self.profile, lambda: self.bash.cwd, str(home) if home else None, self.sandbox
         )
         self._handlers: dict[str, Callable[[dict[str, Any]], ToolOutcome]] = {
             "Bash": self._bash,
-            "Read": self.files.read,
-            "Write": self.files.write,
-            "Edit": self.files.edit,
+            "Read": partial(read, self.files),
+            "Write": partial(write, self.files),
+            "Edit": partial(edit, self.files),
         }
 
     def run(self, call: ToolCall) -> FreshObservation:

@@ -26,8 +26,7 @@ from typing import Any
 
 from forkpoint.errors import configuration, trajectory, unsupported_version
 from forkpoint.hashing import canonical_sha256, count_text
-
-JsonObject = dict[str, Any]
+from forkpoint.model import JsonObject
 
 SCHEMA_VERSION = "forkpoint.codex-expected-prefix/v1"
 MIN_NONCE_LENGTH = 16

@@ -4,8 +4,9 @@ The companion (in the verified venv) rebuilds the recording's agent with the mod
 bridge, seeds ``agent.messages`` with the rebuilt prefix, sets the model-call counter to the prefix's calls and
 ``step_limit`` to prefix + remaining budget (the recorded ``step_limit`` when no budget was given), and steps the
 agent as ``DefaultAgent.run`` does until it exits; mini writes the continued trajectory itself. The first model
-request must carry exactly the rebuilt prefix (the Chat gate with mini-swe-agent's profile). The continuation is a request over the
-companion's socket, not a process launch: the replay's warm companion when it is still usable, else a new one.
+request must carry exactly the rebuilt prefix (the Chat gate with mini-swe-agent's profile). The continuation is a
+request over the companion's socket, not a process launch: the replay's warm companion when it is still usable,
+else a new one.
 """
 
 from __future__ import annotations

@@ -26,8 +26,8 @@ from typing import Any
 from forkpoint.bridge.protocols.openai_chat import ExpectedChat, parsed_arguments
 from forkpoint.errors import configuration, trajectory, unsupported_version
 from forkpoint.hashing import count_text, sha256_hex
+from forkpoint.model import JsonObject
 
-JsonObject = dict[str, Any]
 MIN_NONCE_LENGTH = 16
 DATE_LINE = re.compile(r"Today's date: [^\n]*")
 INTERRUPTED = "[Tool execution was interrupted]"

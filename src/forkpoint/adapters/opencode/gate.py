@@ -18,11 +18,11 @@ from forkpoint.adapters.opencode.envelope import (
     INTERRUPTED,
     PROFILES,
     STEP_LIMIT_TEXT,
-    JsonObject,
     masked_system_sha256,
     project_request_message,
 )
 from forkpoint.bridge.protocols.openai_chat import ChatProfile, Forbidden
+from forkpoint.model import JsonObject
 
 
 def nonce_message(text: str) -> JsonObject:

@@ -30,6 +30,7 @@ from aiohttp import web
 from forkpoint.bridge.protocols.openai_chat import chat_chunks, sse_data
 from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.fs import refused_as, write_file_strict
+from forkpoint.model import JsonObject
 from forkpoint.process import WATCH_TERMINATE, ProcessResult, run_supervised, sanitized_env
 
 PROVIDER = "forkpoint-tools"
@@ -38,7 +39,6 @@ PROMPT = "forkpoint-tool-replay"
 PROXY_SINK = "http://127.0.0.1:9"  # nothing listens there: background fetches fail immediately
 START_TIMEOUT_S = 120.0
 STOP_GRACE_S = 15.0
-JsonObject = dict[str, Any]
 
 
 def opencode_env(home: Path, cwd: Path, base: dict[str, str] | None = None, *,

@@ -18,6 +18,7 @@ from typing import Any
 from forkpoint.adapters.opencode.toolhost import HostCall, ToolHost
 from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.model import FreshObservation, JsonObject, RunContext, ToolCall
+from forkpoint.sandbox.base import within
 
 PATH_ARGUMENTS = {"read": "filePath", "write": "filePath", "edit": "filePath", "glob": "path", "grep": "path",
                   "bash": "workdir"}
@@ -41,7 +42,7 @@ def check_paths(call: ToolCall, workspace: Path) -> None:
         raise ReplayError(ErrorKind.EXECUTOR, f"{call.name} {call.call_id}: {key} is not a path", before_effect=True)
     root = os.path.realpath(workspace)
     target = os.path.realpath(os.path.join(root, value))
-    if target != root and not target.startswith(root.rstrip("/") + "/"):
+    if not within(target, root):
         raise ReplayError(ErrorKind.EXECUTOR, f"{call.name} {call.call_id}: {key} {value!r} is outside the "
                                               f"workspace {workspace}; forkpoint confines replayed tools to it",
                           before_effect=True)

@@ -23,7 +23,7 @@ import orjson
 
 from forkpoint.adapters.openhands.format import model_text
 from forkpoint.adapters.openhands.parse import response_id
-from forkpoint.adapters.swe_agent.jsondoc import as_object
+from forkpoint.jsondoc import as_object
 from forkpoint.model import JsonObject
 
 

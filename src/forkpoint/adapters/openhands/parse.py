@@ -25,9 +25,9 @@ from typing import Any
 import orjson
 
 from forkpoint.adapters.openhands.format import model_text
-from forkpoint.adapters.swe_agent.jsondoc import as_object, as_text, load_json_document
 from forkpoint.errors import trajectory
 from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
+from forkpoint.jsondoc import as_object, as_text, load_json_document
 from forkpoint.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
 
 AGENT = "openhands"

@@ -14,7 +14,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from forkpoint.adapters.swe_agent.jsondoc import as_object
+from forkpoint.jsondoc import as_object
 from forkpoint.model import CallPolicy, JsonObject
 
 #: bundle directory name -> the commands forkpoint re-implements from it

@@ -8,16 +8,9 @@ from __future__ import annotations
 
 import orjson
 
-from forkpoint.adapters.mini_swe_agent.messages import chat_message
-from forkpoint.export.chat import Conversation
+from forkpoint.export.chat import Conversation, from_chat_rows
 
 
 def to_chat(data: bytes) -> Conversation:
     document = orjson.loads(data)
-    conversation = Conversation()
-    rows = document.get("history") if isinstance(document, dict) else None
-    for message in rows if isinstance(rows, list) else []:
-        converted = chat_message(message, conversation)
-        if converted is not None:
-            conversation.messages.append(converted)
-    return conversation
+    return from_chat_rows(document.get("history") if isinstance(document, dict) else None)

@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from forkpoint.adapters.swe_agent.jsondoc import as_object
 from forkpoint.adapters.swe_agent.parse import SweAgentNative
 from forkpoint.errors import trajectory
 from forkpoint.hashing import sha256_hex
+from forkpoint.jsondoc import as_object
 from forkpoint.model import FreshObservation, JsonObject, Plan
 from forkpoint.results import write_atomic
 

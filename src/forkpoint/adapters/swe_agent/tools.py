@@ -35,7 +35,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from forkpoint.adapters.codex.tool_exec import CommandSpec, Runner, run_command
 from forkpoint.adapters.swe_agent import bundle_tools
 from forkpoint.adapters.swe_agent.parse import SweAgentNative
 from forkpoint.adapters.swe_agent.templates import TemplateError, render
@@ -44,6 +43,7 @@ from forkpoint.fs import NotRegularFileError, lstat_strict, read_sandbox_file, r
 from forkpoint.model import FreshObservation, Plan, RunContext, ToolCall
 from forkpoint.process import SUPERVISION_ENV, sanitized_env
 from forkpoint.sandbox import local_sandbox
+from forkpoint.shell import CommandSpec, Runner, run_command
 
 SHELL = "/bin/bash"
 KEEP_BYTES = 8 * 1024 * 1024

@@ -15,7 +15,6 @@ from aiohttp import web
 from forkpoint.bridge.upstream import (
     CHUNK,
     HttpUpstream,
-    JsonObject,
     LocalStub,
     Sent,
     error_response,
@@ -23,6 +22,7 @@ from forkpoint.bridge.upstream import (
     sse_event,
     stream_events,
 )
+from forkpoint.model import JsonObject
 
 PROTOCOL = "anthropic"
 

@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from aiohttp import web
 
 from forkpoint.bridge.protocols.openai import OpenAIUpstream, model_of
-from forkpoint.bridge.upstream import CHUNK, JsonObject, LocalStub, Sent, pieces, sse_event, stream_events
+from forkpoint.bridge.upstream import CHUNK, LocalStub, Sent, pieces, sse_event, stream_events
+from forkpoint.model import JsonObject
 
 PROTOCOL = "openai-responses"
 CREATED = 1767225600

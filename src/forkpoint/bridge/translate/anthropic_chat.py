@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from forkpoint.bridge.translate.common import (
-    JsonObject,
     Losses,
     Translated,
     TranslationError,
@@ -31,6 +30,7 @@ from forkpoint.bridge.translate.common import (
     strict_system,
     text_of,
 )
+from forkpoint.model import JsonObject
 
 #: how a failed tool result reads on Chat, which has no error flag
 TOOL_ERROR_MARK = "[tool error]\n"

@@ -15,8 +15,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from forkpoint.bridge.translate.common import DONE, Done, JsonObject, TranslationError
+from forkpoint.bridge.translate.common import DONE, Done, TranslationError
 from forkpoint.bridge.translate.usage import Usage, from_chat
+from forkpoint.model import JsonObject
 
 #: one SSE event larger than this is refused (a hostile or broken upstream must not grow the bridge's memory)
 MAX_EVENT_BYTES = 32 * 1024 * 1024

@@ -6,7 +6,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-JsonObject = dict[str, Any]
+from forkpoint.model import JsonObject
+
 #: the Chat Completions stream's end sentinel (``data: [DONE]``), fed to the stream translators as is
 DONE: Final = "[DONE]"
 Done = Literal["[DONE]"]

@@ -18,11 +18,12 @@ from typing import Literal
 from forkpoint.bridge.translate.anthropic_answer import ChatToAnthropicStream, chat_completion_to_anthropic
 from forkpoint.bridge.translate.anthropic_chat import ChatOptions, anthropic_to_chat
 from forkpoint.bridge.translate.chat_stream import MAX_EVENT_BYTES, SSEDecoder
-from forkpoint.bridge.translate.common import JsonObject, TranslationError, sse_event
+from forkpoint.bridge.translate.common import TranslationError, sse_event
 from forkpoint.bridge.translate.responses_answer import ChatToResponsesStream, chat_completion_to_responses
 from forkpoint.bridge.translate.responses_chat import ResponsesChatOptions, responses_to_chat
 from forkpoint.bridge.translate.sampling import Change, SamplingPins, apply_pins
 from forkpoint.bridge.translate.usage import Usage
+from forkpoint.model import JsonObject
 
 AgentProtocol = Literal["anthropic", "openai-responses"]
 NO_PINS = SamplingPins()

@@ -22,10 +22,11 @@ from __future__ import annotations
 import json
 from typing import Literal
 
-from forkpoint.bridge.translate.common import DONE, JsonObject, TranslationError
+from forkpoint.bridge.translate.common import DONE, TranslationError
 from forkpoint.bridge.translate.responses_chat import CUSTOM_INPUT
 from forkpoint.bridge.translate.sequencer import BlockSequencer, Event, Kind, ToolCall
 from forkpoint.bridge.translate.usage import to_responses
+from forkpoint.model import JsonObject
 
 INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 

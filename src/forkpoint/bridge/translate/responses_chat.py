@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forkpoint.bridge.translate.common import (
-    JsonObject,
     Losses,
     Translated,
     TranslationError,
@@ -34,6 +33,7 @@ from forkpoint.bridge.translate.common import (
     strict_system,
     text_of,
 )
+from forkpoint.model import JsonObject
 
 #: the one parameter of a custom (freeform) tool presented as a Chat function
 CUSTOM_INPUT = "input"

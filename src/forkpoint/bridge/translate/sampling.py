@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from forkpoint.bridge.translate.common import JsonObject
+from forkpoint.model import JsonObject
 
 Protocol = Literal["anthropic", "openai-chat", "openai-responses"]
 MISSING = "<absent>"

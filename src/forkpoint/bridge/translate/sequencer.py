@@ -26,8 +26,9 @@ from forkpoint.bridge.translate.chat_stream import (
     ToolCallStarted,
     UsageReported,
 )
-from forkpoint.bridge.translate.common import DONE, Done, JsonObject, TranslationError
+from forkpoint.bridge.translate.common import DONE, Done, TranslationError
 from forkpoint.bridge.translate.usage import Usage
+from forkpoint.model import JsonObject
 
 Event = tuple[str, JsonObject]
 Kind = Literal["text", "reasoning", "tool"]

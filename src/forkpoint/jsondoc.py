@@ -1,4 +1,8 @@
-"""Read a whole-document JSON trajectory (SWE-agent ``.traj``, OpenHands event list) as forkpoint's own input."""
+"""Read a whole-document JSON trajectory (SWE-agent ``.traj``, OpenHands event list) as forkpoint's own input.
+
+Shared by the adapters whose native file is one JSON document (not JSON lines), with the tolerant accessors their
+parsers use for optional native fields; it lives outside the adapter folders so no adapter imports another.
+"""
 
 from __future__ import annotations
 

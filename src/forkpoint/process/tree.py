@@ -1,0 +1,286 @@
+"""Which processes belong to a supervised run: /proc scans, the attribution rules, and safe signalling (Linux).
+
+How escaped descendants (``setsid``, double fork) are found: forkpoint marks itself as a *child subreaper*
+(``prctl(PR_SET_CHILD_SUBREAPER)``, once per process), so an orphaned descendant is re-parented to
+forkpoint instead of init and stays visible in ``/proc`` as a child of ours, which we can kill and reap.
+While a command runs, forkpoint's own process subtree is scanned through ``/proc/<pid>/task/<tid>/children``
+and ``/proc/<pid>/stat`` (as a subreaper, that subtree holds every process the rules below can attribute; all
+of ``/proc`` is read where subreaping or the children files are unavailable); a process belongs to the run when it is
+
+1. in the leader's process group or session, or
+2. a descendant (by ppid) of the leader, or
+3. an orphan re-parented to forkpoint that carries the run's token in its environment
+   (``FORKPOINT_SUPERVISION_ID``, added to the child's env), or
+4. an orphan re-parented to forkpoint without the token (``env -i``) that started after the leader, while
+   this is the only active supervision, or
+5. remembered from an earlier scan,
+
+together with all of its descendants. Rule 4 assumes forkpoint starts its commands through this package:
+a plain ``Popen`` child started by another thread during a supervision could be mistaken for an orphan.
+Remembered processes are identified by (pid, start time), and the leader is not reaped until cleanup is
+over, so its pid (= the process group id) cannot be reused under the supervisor's ``killpg``. Individual
+processes are signalled through pidfds after re-checking their start time.
+
+The residual gap (with concurrent supervisions): a descendant that clears its environment *and* leaves the
+session *and* is orphaned between two scans is not attributed. It is never waited for (the supervisor gives the
+pipes a short grace once the leader and its group are gone). cgroups would close the gap but are not available
+to an unprivileged process everywhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import signal
+import subprocess
+import threading
+from collections.abc import Callable
+from typing import NamedTuple
+
+from forkpoint import reaper
+
+SUPERVISION_ENV = reaper.SUPERVISION_ENV
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+# --------------------------------------------------------------------------------------------- subreaper
+
+_subreaper_lock = threading.Lock()
+_subreaper_state: bool | None = None
+
+
+def ensure_subreaper() -> bool:
+    """Become a child subreaper once, so orphaned descendants re-parent to us; False where unsupported."""
+    global _subreaper_state
+    with _subreaper_lock:
+        if _subreaper_state is None:
+            try:
+                libc = ctypes.CDLL(None, use_errno=True)
+                _subreaper_state = bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+            except (OSError, AttributeError):
+                _subreaper_state = False
+        return _subreaper_state
+
+
+# --------------------------------------------------------------------------------------------- /proc
+
+
+class ProcInfo(NamedTuple):
+    """One line of ``/proc/<pid>/stat``, the fields attribution needs."""
+
+    pid: int
+    ppid: int
+    pgid: int
+    sid: int
+    start: int
+    state: str
+    threads: int = 1
+
+
+def read_stat(pid: int) -> ProcInfo | None:
+    """The process's stat fields, or None when it is gone (or its stat cannot be parsed)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return None
+    # comm may contain spaces and parentheses: the fields start after the last ")".
+    fields = raw[raw.rfind(b")") + 2 :].split(maxsplit=20)
+    try:
+        ppid, pgid, sid, start = int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19])
+        return ProcInfo(pid, ppid, pgid, sid, start, fields[0].decode(), int(fields[17]))
+    except (IndexError, ValueError):
+        return None
+
+
+def _scan_all() -> dict[int, ProcInfo]:
+    """Every process of the machine (the fallback when the subtree walk is not possible)."""
+    table: dict[int, ProcInfo] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return table
+    for entry in entries:
+        if entry.isdigit():
+            info = read_stat(int(entry))
+            if info is not None:
+                table[info.pid] = info
+    return table
+
+
+_children_state: bool | None = None
+
+
+def _children_supported() -> bool:
+    """``/proc/<pid>/task/<tid>/children`` exists (CONFIG_PROC_CHILDREN); checked once."""
+    global _children_state
+    if _children_state is None:
+        pid = os.getpid()
+        _children_state = os.path.exists(f"/proc/{pid}/task/{pid}/children")
+    return _children_state
+
+
+def _children(pid: int, threads: int) -> list[int]:
+    """The children of every thread of ``pid`` (a single-threaded process needs one read, no listdir)."""
+    if threads == 1:
+        tids = [str(pid)]
+    else:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return []
+    result: list[int] = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as handle:
+                result.extend(int(child) for child in handle.read().split())
+        except (OSError, ValueError):
+            continue
+    return result
+
+
+def _scan_tree(root: int) -> dict[int, ProcInfo]:
+    """``root`` and all of its descendants, following the children links instead of reading all of /proc."""
+    table: dict[int, ProcInfo] = {}
+    stack = [root]
+    while stack:
+        pid = stack.pop()
+        if pid in table:
+            continue
+        info = read_stat(pid)
+        if info is None:
+            continue
+        table[pid] = info
+        if info.state not in ("Z", "X"):
+            stack.extend(_children(pid, info.threads))
+    return table
+
+
+def _scan_proc() -> dict[int, ProcInfo]:
+    """The processes a run can own: forkpoint's own subtree when we are a subreaper, else all of /proc.
+
+    As a child subreaper, every descendant of ours stays in our subtree when its parent dies (it is
+    re-parented to us or to a subreaper below us), and a process can only join the leader's session or
+    group by descending from it. So the subtree holds every process the rules of the module docstring can
+    attribute, and a scan costs a few reads instead of one per process of the machine.
+    """
+    if _subreaper_state and _children_supported():
+        return _scan_tree(os.getpid())
+    return _scan_all()
+
+
+def _has_token(pid: int, needle: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            return needle in handle.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def signal_process(info: ProcInfo, sig: int) -> None:
+    """Signal one process, but only if the pid still names the process we saw (pidfd, then start time)."""
+    try:
+        pidfd = os.pidfd_open(info.pid)
+    except OSError as exc:
+        if exc.errno != errno.ENOSYS:
+            return  # already gone
+        current = read_stat(info.pid)
+        if current is not None and current.start == info.start:
+            with contextlib.suppress(OSError):
+                os.kill(info.pid, sig)
+        return
+    try:
+        current = read_stat(info.pid)
+        if current is not None and current.start == info.start:
+            signal.pidfd_send_signal(pidfd, sig)
+    except OSError:
+        pass
+    finally:
+        os.close(pidfd)
+
+
+# --------------------------------------------------------------------------------------------- leaders
+
+_active_lock = threading.Lock()
+_active_leaders: set[int] = set()
+
+
+def spawn_leader(start: Callable[[], subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
+    """Start a supervision's leader and register it under one lock: a scan of a concurrent supervision (another
+    thread) that sees this child in /proc then also sees it registered, and never takes it for an orphan of its
+    own (rule 4)."""
+    with _active_lock:
+        proc = start()
+        _active_leaders.add(proc.pid)
+    return proc
+
+
+def unregister_leader(pid: int) -> None:
+    """The supervision of ``pid`` is over: it no longer counts as an active leader."""
+    with _active_lock:
+        _active_leaders.discard(pid)
+
+
+class Tracker:
+    """Attributes processes to one run and remembers them across scans (see the module docstring)."""
+
+    def __init__(self, leader: int, token: str) -> None:
+        self.leader = leader
+        self.needle = f"{SUPERVISION_ENV}={token}".encode()
+        self.me = os.getpid()
+        self.known: set[tuple[int, int]] = set()
+        self.untagged: set[tuple[int, int]] = set()
+        leader_info = read_stat(leader)
+        self.leader_start = leader_info.start if leader_info is not None else 0
+        self.alive: list[ProcInfo] = []
+
+    def scan(self) -> list[ProcInfo]:
+        """Refresh the live members (leader excluded); reap attributed zombies that are our children."""
+        table = _scan_proc()
+        with _active_lock:  # after the table: every leader in it is registered by now (spawned under the lock)
+            leaders = set(_active_leaders)
+        children: dict[int, list[int]] = {}
+        for info in table.values():
+            children.setdefault(info.ppid, []).append(info.pid)
+        roots = [self.leader]
+        keeper = reaper.pid()
+        for info in table.values():
+            if info.pid in (self.leader, keeper):
+                continue
+            key = (info.pid, info.start)
+            if info.pgid == self.leader or info.sid == self.leader or key in self.known:
+                roots.append(info.pid)
+            elif info.ppid == self.me and info.pid not in leaders:
+                if key not in self.untagged and _has_token(info.pid, self.needle):
+                    roots.append(info.pid)
+                    continue
+                if info.state != "Z":
+                    self.untagged.add(key)  # environ is fixed at exec: no need to read it again
+                if len(leaders) == 1 and info.start >= self.leader_start:
+                    # Untagged (env cleared) but orphaned to us after our command started while no other
+                    # supervision runs: it can only come from our command.
+                    roots.append(info.pid)
+        members: dict[int, ProcInfo] = {}
+        stack = roots
+        while stack:
+            pid = stack.pop()
+            if pid in members or pid not in table:
+                continue
+            members[pid] = table[pid]
+            stack.extend(children.get(pid, ()))
+        alive: list[ProcInfo] = []
+        for info in members.values():
+            if info.pid == self.leader:
+                continue
+            self.known.add((info.pid, info.start))
+            if info.state in ("Z", "X"):
+                if info.ppid == self.me:
+                    with contextlib.suppress(ChildProcessError):
+                        os.waitpid(info.pid, os.WNOHANG)
+            else:
+                alive.append(info)
+        self.alive = alive
+        return alive
