@@ -1,11 +1,68 @@
-"""Fixtures shared by the whole test suite."""
+"""Fixtures shared by the whole test suite, and the guard that the suite leaves nothing in the system temp dir.
+
+The session's temp dir is a private folder: ``TMPDIR`` (inherited by every subprocess, and passed on to agents by
+forkpoint's environment allowlist) points at ``<private>/tmp``, pytest's own ``tmp_path`` folders live beside it.
+At the end, anything left in ``<private>/tmp`` fails the session (listed by name), then the folder is removed.
+Other processes on the machine (other test sessions) do not write there, so a leftover is this suite's.
+The recorded cwds the fixtures restore at their absolute /tmp paths are removed at the end too (under their lock,
+so a concurrent session using the same path is waited for).
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+
+from forkpoint.testing.recordings import remove_recorded
+
+FIXTURES = Path(__file__).parent / "fixtures"
+_PRIVATE = pytest.StashKey[Path]()
+
+
+def _leftovers(folder: Path) -> list[str]:
+    """What is in ``folder`` (two levels deep, enough to name the culprit)."""
+    found = []
+    for entry in sorted(folder.iterdir()):
+        inside = sorted(child.name for child in entry.iterdir())[:5] if entry.is_dir() and not entry.is_symlink() \
+            else []
+        found.append(f"{entry.name}/ ({', '.join(inside)})" if inside else entry.name)
+    return found
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    private = Path(tempfile.mkdtemp(prefix="forkpoint-tests-"))
+    (private / "tmp").mkdir()
+    (private / "pytest").mkdir()
+    config.stash[_PRIVATE] = private
+    os.environ["TMPDIR"] = str(private / "tmp")
+    os.environ["PYTEST_DEBUG_TEMPROOT"] = str(private / "pytest")
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    private = session.config.stash.get(_PRIVATE, None)
+    if private is None:
+        return
+    for meta in FIXTURES.rglob("meta.json"):
+        cwd = json.loads(meta.read_text("utf-8")).get("cwd")
+        if isinstance(cwd, str) and Path(cwd).parent.exists():
+            remove_recorded(Path(cwd))
+    left = _leftovers(private / "tmp")
+    shutil.rmtree(private, ignore_errors=True)
+    if left:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_sep("=", "FAILED: the test suite left these in its temp dir (TMPDIR)", red=True)
+            for entry in left:
+                reporter.write_line(entry)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="session", autouse=True)
