@@ -22,34 +22,43 @@ import pytest
 from forkpoint.testing.recordings import remove_recorded
 
 FIXTURES = Path(__file__).parent / "fixtures"
-_PRIVATE = pytest.StashKey[Path]()
+_PRIVATE_DIRS: list[Path] = []  # the session's private folder (one)
+_FIRST_SEEN: dict[str, str] = {}  # an entry of the private temp dir -> the test after which it first appeared
 
 
 def _leftovers(folder: Path) -> list[str]:
-    """What is in ``folder`` (two levels deep, enough to name the culprit)."""
+    """What is in ``folder``, each with a peek inside and the test after which it first appeared."""
     found = []
     for entry in sorted(folder.iterdir()):
         inside = sorted(child.name for child in entry.iterdir())[:5] if entry.is_dir() and not entry.is_symlink() \
             else []
-        found.append(f"{entry.name}/ ({', '.join(inside)})" if inside else entry.name)
+        shown = f"{entry.name}/ ({', '.join(inside)})" if inside else entry.name
+        found.append(f"{shown}, after {_FIRST_SEEN.get(entry.name, 'the last test')}")
     return found
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_logfinish(nodeid: str) -> None:
+    for private in _PRIVATE_DIRS:
+        for name in os.listdir(private / "tmp"):
+            _FIRST_SEEN.setdefault(name, nodeid)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    private = Path(tempfile.mkdtemp(prefix="forkpoint-tests-"))
+    private = Path(tempfile.mkdtemp(prefix="fpt-"))  # short: Ray and others put AF_UNIX sockets (108 bytes) in it
     (private / "tmp").mkdir()
     (private / "pytest").mkdir()
-    config.stash[_PRIVATE] = private
+    _PRIVATE_DIRS.append(private)
     os.environ["TMPDIR"] = str(private / "tmp")
     os.environ["PYTEST_DEBUG_TEMPROOT"] = str(private / "pytest")
     tempfile.tempdir = None  # gettempdir() reads TMPDIR again
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    private = session.config.stash.get(_PRIVATE, None)
-    if private is None:
+    if not _PRIVATE_DIRS:
         return
+    private = _PRIVATE_DIRS.pop()
     for meta in FIXTURES.rglob("meta.json"):
         cwd = json.loads(meta.read_text("utf-8")).get("cwd")
         if isinstance(cwd, str) and Path(cwd).parent.exists():
