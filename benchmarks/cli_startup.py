@@ -1,14 +1,15 @@
-"""4. CLI cold start: ``forkpoint --help`` and a prepare-only of a small file vs ``python -c pass`` (target ≤ 3×).
+"""4. CLI cold start: ``forkpoint --help``, ``--version`` and a prepare-only of a small file vs ``python -c pass``.
 
-Every round runs each command once in a freshly shuffled order (after one warm-up round); the interpreter is
-the one running this script, and ``forkpoint`` is its installed console script. The import breakdown comes from
-``python -X importtime -m forkpoint.cli --help``.
+Measured as a user installs forkpoint (``uv tool install`` / ``pipx`` give the same): a fresh ``python3 -m venv``
+in the temporary directory with this checkout ``pip install``-ed into it (not editable; pip compiles the bytecode
+at install time), so the interpreter's site imports nothing of a development environment (no editable-install
+hooks, no ``.pth`` files that import argparse/pathlib/typing). The baseline ``python -c pass`` runs the venv's own
+interpreter; every command gets an environment without ``PYTHON*`` variables (a ``PYTHONPATH`` would load another
+copy of forkpoint). ``--no-venv`` (implied by ``--smoke``) measures the interpreter running this script instead,
+with a private bytecode cache (``PYTHONPYCACHEPREFIX``, filled by the warm-up round).
 
-Bytecode: an installed package starts from its cached bytecode (pip compiles it at install time; an editable
-install writes ``__pycache__`` on first use). So every command, the baseline included, runs with a private
-bytecode cache (``PYTHONPYCACHEPREFIX`` in the temporary directory, filled by the warm-up round) even when the
-caller's environment sets ``PYTHONDONTWRITEBYTECODE``; one reference row repeats the prepare-only command with
-``PYTHONDONTWRITEBYTECODE=1`` and no cache of forkpoint's own modules (compiled from source at every start).
+Every round runs each command once in a freshly shuffled order (after one warm-up round). The import breakdown
+comes from ``python -X importtime``: the slowest imports with the chain that pulled each of them in.
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import shutil
+import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -26,83 +30,131 @@ import _common as c
 
 from forkpoint.testing.claude_sessions import simple_session
 
-TARGET = 3.0
+TARGETS = {"forkpoint --help": 1.5, "forkpoint --version": 1.5, "forkpoint replay --prepare-only": 3.0}
+_IMPORT_LINE = re.compile(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)")
 
 
-def bytecode_env(cache: Path | None) -> dict[str, str]:
-    """The caller's environment with a private bytecode cache (``None``: bytecode neither written nor cached)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
-    if cache is None:
-        env["PYTHONDONTWRITEBYTECODE"] = "1"
-    else:
-        env["PYTHONPYCACHEPREFIX"] = str(cache)
-    return env
+@dataclass(frozen=True)
+class Interpreter:
+    """The Python that runs the commands, forkpoint's console script beside it, and their environment."""
+
+    python: str
+    forkpoint: list[str]
+    env: dict[str, str]
+    described: str
 
 
-def import_breakdown(argv: list[str], cwd: Path, env: dict[str, str], count: int = 6) -> str:
-    """The slowest top-level imports of a forkpoint command (cumulative, self-reported by -X importtime)."""
-    _, done = c.timed_run([sys.executable, "-X", "importtime", "-m", "forkpoint.cli", *argv], cwd=cwd, env=env)
-    rows: list[tuple[int, str]] = []
-    for line in done.stderr.decode().splitlines():
-        match = re.match(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)", line)
-        if match and len(match.group(3)) <= 2:  # the top-level package of each import chain
-            rows.append((int(match.group(2)), match.group(4)))
-    rows.sort(reverse=True)
-    return ", ".join(f"`{name}` {micros / 1000:.1f} ms" for micros, name in rows[:count])
+def clean_env(**extra: str) -> dict[str, str]:
+    """The caller's environment without ``PYTHON*`` variables (no PYTHONPATH to another copy of forkpoint)."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("PYTHON")}
+    return {**env, **extra}
+
+
+def clean_venv(root: Path) -> Interpreter:
+    """A fresh venv with this checkout installed (non-editable), built from a copy so the checkout stays clean."""
+    source = root / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(c.ROOT / name, source / name)
+    shutil.copytree(c.ROOT / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=clean_env())
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                    str(source)], check=True, env=clean_env(), capture_output=True)
+    return Interpreter(str(venv / "bin" / "python"), [str(venv / "bin" / "forkpoint")], clean_env(),
+                       "a fresh `python3 -m venv` with this checkout `pip install`-ed (non-editable), "
+                       f"{sys.version.split()[0]}; the baseline is that venv's `python -c pass`")
+
+
+def this_interpreter(root: Path) -> Interpreter:
+    return Interpreter(sys.executable, c.forkpoint_argv(), clean_env(PYTHONPYCACHEPREFIX=str(root / "pycache"),
+                                                                     PYTHONPATH=os.environ.get("PYTHONPATH", "")),
+                       f"this interpreter (`{sys.executable}`, --no-venv) with a private bytecode cache")
+
+
+def import_tree(stderr: str) -> list[tuple[int, list[str]]]:
+    """(cumulative µs, chain from the top-level import down to the module) of every import ``-X importtime``
+    reported: a module's line comes after its own imports' lines, one indentation step deeper."""
+    pending: dict[int, list[tuple[int, list[str]]]] = {}
+    found: list[tuple[int, list[str]]] = []
+    for line in stderr.splitlines():
+        match = _IMPORT_LINE.match(line)
+        if not match:
+            continue
+        depth, name, cumulative = (len(match.group(3)) - 1) // 2, match.group(4), int(match.group(2))
+        children = pending.pop(depth + 1, [])
+        node = (cumulative, [name])
+        found.append(node)
+        for _, chain in children:  # every descendant's chain gains this module at its front
+            chain.insert(0, name)
+        pending.setdefault(depth, []).extend([node, *children])
+    return found
+
+
+def heaviest_imports(stderr: str, count: int = 12) -> list[str]:
+    """The slowest imports (at least 2 ms), each with the chain that imported it."""
+    nodes = sorted(import_tree(stderr), key=lambda node: -node[0])
+    shown: list[str] = []
+    for cumulative, chain in nodes:
+        if len(shown) == count or cumulative < 2000:
+            break
+        shown.append(f"{cumulative / 1000:.1f} ms `{chain[-1]}` ← " + " ← ".join(f"`{name}`" for name in
+                                                                                 reversed(chain[:-1]))
+                     if len(chain) > 1 else f"{cumulative / 1000:.1f} ms `{chain[-1]}` (top level)")
+    return shown
 
 
 def main() -> None:
-    args = c.finish_args(c.parser(__doc__ or "", repeat=30).parse_args())
-    fp = c.forkpoint_argv()
+    options = c.parser(__doc__ or "", repeat=30)
+    options.add_argument("--no-venv", action="store_true",
+                         help="measure this interpreter instead of a fresh venv (implied by --smoke)")
+    args = c.finish_args(options.parse_args())
     with tempfile.TemporaryDirectory(prefix="forkpoint-bench-startup-") as tmp:
         root = Path(tmp)
+        python = this_interpreter(root) if args.no_venv or args.smoke else clean_venv(root)
         session = simple_session(2).write(root / "session.jsonl")
         (root / "ws").mkdir()
         runs = itertools.count()
-        cached, uncached = bytecode_env(root / "pycache"), bytecode_env(None)
 
-        def command(argv: list[str], env: dict[str, str] = cached) -> float:
-            return c.timed_run(argv, cwd=root, env=env)[0]
+        def replay(run_id: str) -> list[str]:
+            return ["replay", "--agent", "claude-code", "--trajectory", str(session), "--after-step", "1",
+                    "--prepare-only", "--workspace", "ws", "--run-id", run_id, "--output-dir", "out",
+                    "--state-dir", "state"]
 
-        def prepare(env: dict[str, str] = cached) -> float:
-            return command([*fp, "replay", "--agent", "claude-code", "--trajectory", str(session), "--after-step", "1",
-                            "--prepare-only", "--workspace", "ws", "--run-id", f"r{next(runs)}", "--output-dir", "out",
-                            "--state-dir", "state"], env)
+        def command(argv: list[str]) -> float:
+            return c.timed_run(argv, cwd=root, env=python.env)[0]
 
         tasks = {
-            "python -c pass": lambda: command([sys.executable, "-c", "pass"]),
-            "forkpoint --version": lambda: command([*fp, "--version"]),
-            "forkpoint --help": lambda: command([*fp, "--help"]),
-            "forkpoint replay --prepare-only (2-batch session)": prepare,
-            "forkpoint replay --prepare-only, no bytecode cache (reference)": lambda: prepare(uncached),
-            "python -c 'import forkpoint.cli' (reference)": lambda: command([sys.executable, "-c",
+            "python -c pass": lambda: command([python.python, "-c", "pass"]),
+            "forkpoint --version": lambda: command([*python.forkpoint, "--version"]),
+            "forkpoint --help": lambda: command([*python.forkpoint, "--help"]),
+            "forkpoint replay --prepare-only": lambda: command([*python.forkpoint, *replay(f"r{next(runs)}")]),
+            "python -c 'import forkpoint.cli' (reference)": lambda: command([python.python, "-c",
                                                                              "import forkpoint.cli"]),
         }
         samples = c.interleaved(tasks, args.repeat, args.seed)
-        replay = ["replay", "--agent", "claude-code", "--trajectory", str(session), "--after-step", "1",
-                  "--prepare-only", "--workspace", "ws", "--output-dir", "out", "--state-dir", "state", "--run-id"]
-        breakdown = {
-            "forkpoint --help": import_breakdown(["--help"], root, cached),
-            "forkpoint replay --prepare-only": import_breakdown([*replay, "importtime"], root, cached),
-            "forkpoint replay --prepare-only, no bytecode cache": import_breakdown([*replay, "importtime-nocache"],
-                                                                                   root, uncached),
-        }
+        breakdown = {}
+        for name, argv in (("forkpoint --help", ["--help"]), ("forkpoint replay --prepare-only", replay("imports"))):
+            done = c.timed_run([python.python, "-X", "importtime", "-m", "forkpoint.cli", *argv], cwd=root,
+                               env=python.env)[1]
+            breakdown[name] = heaviest_imports(done.stderr.decode())
     base = c.median(samples["python -c pass"])
     rows = []
     for name, values in samples.items():
-        target = c.verdict(c.median(values) <= TARGET * base) if name.startswith("forkpoint") else ""
-        rows.append([name, c.ms(c.median(values)), c.ms(c.p95(values)), c.ratio(c.median(values), base), target])
-    body = c.table(["command", "median ms", "p95 ms", "/ python -c pass", "≤ 3× target"], rows)
+        target = TARGETS.get(name)
+        verdict = f"{c.verdict(c.median(values) <= target * base)} (≤ {target}×)" if target else ""
+        rows.append([name, c.ms(c.median(values)), c.ms(c.p95(values)), c.ratio(c.median(values), base), verdict])
+    body = c.table(["command", "median ms", "p95 ms", "/ python -c pass", "target"], rows)
     body += f"""
 
-{args.repeat} rounds, each command once per round in a shuffled order, one warm-up round; `forkpoint` is
-`{fp[0]}` (the console script installed next to `{sys.executable}`); the same interpreter runs the baseline.
-Every command, the baseline included, starts from cached bytecode as an installed package does (a private
-`PYTHONPYCACHEPREFIX`, filled by the warm-up round), except the "no bytecode cache" reference row:
-`PYTHONDONTWRITEBYTECODE=1`, so forkpoint's own modules are compiled from source at every start.
+{args.repeat} rounds, each command once per round in a shuffled order, one warm-up round; the interpreter:
+{python.described}.
 
-Slowest imports (`python -X importtime`, cumulative time of each top-level import, one run):
-""" + "\n".join(f"- {name}: {row}" for name, row in breakdown.items())
+Slowest imports (`python -X importtime -m forkpoint.cli ...`, one run; cumulative time, then the chain that
+imported the module, nearest importer first):
+"""
+    for name, lines in breakdown.items():
+        body += f"\n- {name}:\n" + "\n".join(f"  - {line}" for line in lines)
     c.emit("cli_startup", "4. CLI cold start", body, args)
 
 

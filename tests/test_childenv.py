@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from forkpoint import childenv
@@ -28,6 +32,22 @@ def test_passed_entries_are_added_for_the_run_only() -> None:
     with childenv.passing(passed.values):
         assert sanitized_env(HOSTILE, strip_credentials=True) == {"FOO_CANARY": "f", "BAR": "1"}
     assert sanitized_env(HOSTILE, strip_credentials=True) == {}
+
+
+def test_children_of_a_run_get_its_own_temp_dir_and_nothing_in_it_outlives_the_run(tmp_path: Path) -> None:
+    temp = tmp_path / "state" / "tmp"
+    temp.parent.mkdir()
+    temp.mkdir()  # left by a run that was killed: replaced
+    (temp / "stale").write_text("x")
+    with childenv.passing({"BAR": "1"}, temp_dir=temp):
+        env = sanitized_env({**KEPT, "TMPDIR": "/tmp"}, strip_credentials=True)
+        assert env["TMPDIR"] == str(temp) and env["BAR"] == "1" and os.listdir(temp) == []
+        script = ('d=$(mktemp -d) && touch "$d/f" "$TMPDIR/.bun-addon.so" && mkdir "$TMPDIR/locked" && '
+                  'touch "$TMPDIR/locked/f" && chmod 0 "$TMPDIR/locked" && ln -s / "$TMPDIR/root-link" && echo "$d"')
+        made = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True, check=True).stdout
+        assert made.startswith(f"{temp}/")
+    assert not temp.exists() and temp.parent.is_dir()
+    assert sanitized_env({**KEPT, "TMPDIR": "/tmp"}, strip_credentials=True)["TMPDIR"] == "/tmp"
 
 
 def test_a_given_value_wins_over_the_host_and_names_never_repeat() -> None:

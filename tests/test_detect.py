@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,7 +44,7 @@ def test_each_sniff_in_order(value: object, agent: str | None) -> None:
 
 def test_order_decides_between_formats_that_share_keys() -> None:
     """A Codex record carrying Claude's ids is Codex (asked first); an OpenCode export is not mini-swe-agent's."""
-    both = {"timestamp": "t", "payload": {}, "uuid": "u", "parentUuid": None}
+    both: dict[str, Any] = {"timestamp": "t", "payload": {}, "uuid": "u", "parentUuid": None}
     assert agent_spec("claude-code").sniff(both) and guess_agent_from_object(both) == "codex"
     export = {"info": {"id": "ses_1"}, "messages": []}
     assert agent_spec("mini-swe-agent").sniff(export) and guess_agent_from_object(export) == "opencode"

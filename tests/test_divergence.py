@@ -17,7 +17,7 @@ from forkpoint.testing.recordings import restored_workspace
 FIXTURE = Path(__file__).parent / "fixtures" / "claude_code" / "2.1.332" / "parallel"
 
 
-def _replay(tmp_path: Path, *options: str, alter: bool) -> tuple[subprocess.CompletedProcess[str], dict]:  # type: ignore[type-arg]
+def _replay(tmp_path: Path, *options: str, alter: bool) -> tuple[subprocess.CompletedProcess[str], dict]:
     with restored_workspace(FIXTURE) as workspace:
         if alter:
             (workspace / "a.txt").write_text("ALPHA, altered before the replay\n")

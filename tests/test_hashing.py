@@ -79,7 +79,7 @@ def test_values_only_one_encoder_accepts_or_writes_differently_fall_back() -> No
 def test_sha256_pending_equals_hashlib_below_and_above_the_background_threshold(size: int) -> None:
     data = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
     view = memoryview(data)
-    chunks = [view[: size // 3], data[size // 3 : size // 2], view[size // 2 :]]
+    chunks: list[bytes | memoryview] = [view[: size // 3], data[size // 3 : size // 2], view[size // 2 :]]
     assert sha256_pending(chunks)() == hashlib.sha256(data).hexdigest()
 
 

@@ -181,7 +181,8 @@ def test_reserved_payload_keys_are_refused_and_nothing_is_written(tmp_path: Path
     with Journal.open(tmp_path) as journal:
         before = (tmp_path / JOURNAL_FILE).read_bytes()
         with pytest.raises(ReplayError, match="reserved"):
-            journal.append("tool_started", **{key: 1})
+            payload: dict[str, Any] = {key: 1}
+            journal.append("tool_started", **payload)
         assert journal.events() == []
     assert (tmp_path / JOURNAL_FILE).read_bytes() == before
 

@@ -49,6 +49,11 @@ def test_inventory_is_deterministic_and_counts_everything(tmp_path: Path) -> Non
     assert inventory(a).sha256 != first.sha256  # nothing is skipped, not even .git
 
 
+def _retarget(link: Path, target: str) -> None:
+    os.remove(link)
+    os.symlink(target, link)
+
+
 @pytest.mark.parametrize(
     "change",
     [
@@ -56,7 +61,7 @@ def test_inventory_is_deterministic_and_counts_everything(tmp_path: Path) -> Non
         lambda root: (root / "empty" / "new").write_text(""),  # a new empty file
         lambda root: (root / "empty").rmdir(),  # an empty directory gone
         lambda root: (root / "run.sh").chmod(0o644),  # the executable bit
-        lambda root: (os.remove(root / "link"), os.symlink("run.sh", root / "link")),  # a symlink target
+        lambda root: _retarget(root / "link", "run.sh"),  # a symlink target
         lambda root: os.mkfifo(root / "pipe"),  # a special file (listed, never opened)
     ],
 )

@@ -18,15 +18,22 @@ export what the recording itself set (``agent.tools.env_variables``). The user p
 ``--env NAME`` (the host's value) or ``--env NAME=VALUE`` (repeatable; ``env`` in a request file): those are
 applied by ``sanitized_env`` for the duration of the run (``passing``), after the allowlist, before the
 adapter's own variables (an adapter's bridge URL or key always wins). Result metadata lists the names only.
+
+``TMPDIR`` of every child of a run is the run's own folder (``passing(..., temp_dir=)``: ``<state dir>/tmp``,
+removed when the run ends), not the host's temp dir: agents and tools leave files there (Bun's extracted native
+addons, OpenHands' editor history, Claude Code's shell snapshots) and nothing a run starts may outlive it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import shutil
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from forkpoint.errors import configuration
 
@@ -106,9 +113,15 @@ def passed() -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def passing(values: Mapping[str, str]) -> Iterator[None]:
+def passing(values: Mapping[str, str], *, temp_dir: Path | None = None) -> Iterator[None]:
     """Make ``values`` part of every sanitized child environment while a run is in progress (one run at a time:
-    the CLI runs one; the previous values come back afterwards)."""
+    the CLI runs one; the previous values come back afterwards). ``temp_dir`` (a new folder in an existing one)
+    becomes the children's ``TMPDIR``, removed with all it holds at the end."""
+    if temp_dir is not None:
+        if os.path.lexists(temp_dir):  # left by a run that was killed
+            remove_tree(temp_dir)
+        temp_dir.mkdir(mode=0o700)
+        values = {**values, "TMPDIR": str(temp_dir)}
     with _lock:
         before = dict(_passed)
         _passed.clear()
@@ -119,3 +132,23 @@ def passing(values: Mapping[str, str]) -> Iterator[None]:
         with _lock:
             _passed.clear()
             _passed.update(before)
+        if temp_dir is not None:
+            remove_tree(temp_dir)
+
+
+def remove_tree(path: Path) -> None:
+    """Remove a folder that children wrote, links not followed (``shutil.rmtree`` works on fds; a link in its
+    place is unlinked); what they made unwritable or unreadable is opened up and removed on a second pass."""
+
+    def grant(_function: object, failed: str, _error: object) -> None:
+        for folder in (os.path.dirname(failed), failed):
+            if os.path.isdir(folder) and not os.path.islink(folder):
+                with contextlib.suppress(OSError):
+                    os.chmod(folder, 0o700)
+
+    for _attempt in range(3):
+        if not os.path.isdir(path) or os.path.islink(path):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            return
+        shutil.rmtree(path, onerror=grant)

@@ -82,7 +82,7 @@ def execute(request: ReplayRequest, progress: Progress | None = None, warn: Prog
         journal.close()
         return documents.early_failure(dirs, error)
     with journal, workspace_lock or contextlib.nullcontext(), childenv.passing(
-            childenv.resolve(request.env, os.environ).values):
+            childenv.resolve(request.env, os.environ).values, temp_dir=dirs.state_dir / "tmp"):
         try:
             return _run_allocated(request, prepared, journal, dirs, report, warn or (lambda _message: None))
         except ReplayError as error:

@@ -165,8 +165,8 @@ def test_kill_9_of_the_driver_then_rerun_never_executes_a_job_twice(tmp_path: Pa
     summary = status(batch)
     assert summary["counts"]["done"] + summary["counts"]["ambiguous"] == 8 and summary["counts"]["failed"] == 0
     ambiguous = {job["identity"] for job in summary["failed"] if job["status"] == "ambiguous"}
-    for marker in markers.iterdir():
-        assert marker.read_text() == "run\n", marker  # never two executions
+    for ran in markers.iterdir():
+        assert ran.read_text() == "run\n", ran  # never two executions
     assert len(list(markers.iterdir())) >= 8 - len(ambiguous)
     for job in summary["failed"]:
         assert job["status"] == "ambiguous" and "not run again" in job["message"]

@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +40,9 @@ def _need(agent: str, version: str) -> None:
         pytest.skip(f"{agent} {version} is not installed (forkpoint agents install {agent}@{version})")
 
 
-def _keyed(base: list[Any], after: int, tool: str, arg: str, command: str) -> dict[str, list[Any]]:
+def _keyed(base: list[Any], after: int, tool: str, arg: str, command: str) -> dict[str, Sequence[Any]]:
     """Per prompt: the recorded turns up to the boundary, then this branch's own action."""
-    scripts: dict[str, list[Any]] = {}
+    scripts: dict[str, Sequence[Any]] = {}
     for prompt, name in zip(PROMPTS, ("alpha", "bravo", "charlie"), strict=True):
         action = [text("nothing to do")] if name == "charlie" else [
             tool_use(tool, {arg: command.format(name=name)})]
@@ -178,11 +178,12 @@ def test_kill_9_during_branch_2_then_continue(tmp_path: Path, keys: None) -> Non
     _need("claude-code", "2.1.332")
     fixture = FIXTURES / "claude_code" / "2.1.332" / "single_bash"
     base = json.loads((fixture / "script.json").read_text())["turns"]
-    keyed = {"BRANCH-KEY-ONE": [*base[:1], [tool_use("Bash", {"command": "echo one > one.txt"})], [text("ok")]],
-             # (Claude Code refuses a bare `sleep N`, so the slow command is of another kind)
-             "BRANCH-KEY-TWO": [*base[:1], [tool_use("Bash", {"command": "python3 -c 'import time; time.sleep(120)'"})],
-                                [text("ok")]],
-             "BRANCH-KEY-THREE": [*base[:1], [tool_use("Bash", {"command": "echo three > three.txt"})], [text("ok")]]}
+    keyed: dict[str, Sequence[Any]] = {
+        "BRANCH-KEY-ONE": [*base[:1], [tool_use("Bash", {"command": "echo one > one.txt"})], [text("ok")]],
+        # (Claude Code refuses a bare `sleep N`, so the slow command is of another kind)
+        "BRANCH-KEY-TWO": [*base[:1], [tool_use("Bash", {"command": "python3 -c 'import time; time.sleep(120)'"})],
+                           [text("ok")]],
+        "BRANCH-KEY-THREE": [*base[:1], [tool_use("Bash", {"command": "echo three > three.txt"})], [text("ok")]]}
     model = ScriptedModel(base, keyed=keyed)
     with model.serve() as url, restored_workspace(fixture) as workspace:
         env = {**os.environ, "ANTHROPIC_API_KEY": "k"}

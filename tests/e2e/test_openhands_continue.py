@@ -56,8 +56,13 @@ def run(scenario: str, cwd: Path, tmp_path: Path, after: int, trajectory: Path |
     return execute(build_request(request, source="test"))
 
 
+def out_dir(result: ReplayResult) -> Path:
+    assert result.output_dir is not None, result.failure
+    return Path(result.output_dir)
+
+
 def observations(result: ReplayResult) -> list[JsonObject]:
-    rows: list[JsonObject] = json.loads((Path(result.output_dir) / "observations.json").read_text())["observations"]
+    rows: list[JsonObject] = json.loads((out_dir(result) / "observations.json").read_text())["observations"]
     return rows
 
 
@@ -65,7 +70,7 @@ def lost_output(result: ReplayResult, scenario: str, call_id: str) -> bool:
     """The one documented OpenHands 0.62.0 volatility (docs/adapters/openhands.md): the CLI runtime loses the WHOLE
     output of a command that exits before its first poll (more likely on a loaded machine). True only when the fresh
     ``run`` observation is the recorded one with an empty output and everything else (exit code, cwd) equal."""
-    rebuilt = json.loads(next((Path(result.output_dir) / "native" / "prefix").glob("*.json")).read_text())
+    rebuilt = json.loads(next((out_dir(result) / "native" / "prefix").glob("*.json")).read_text())
     original = json.loads((FIXTURES / scenario / "trajectory.json").read_text())
 
     def observation(events: list[JsonObject]) -> JsonObject:
@@ -94,11 +99,11 @@ def test_replay_and_continue_every_boundary(scenario: str, after: int, tmp_path:
     assert len(model.requests) == bridge["forwarded"]
     first = model.requests[0]["body"]["messages"]
     assert first[-1]["role"] == "tool"  # the first live request ends at the last fresh observation
-    next_action = json.loads((Path(result.output_dir) / "next-action.json").read_text())
+    next_action = json.loads((out_dir(result) / "next-action.json").read_text())
     assert next_action["metrics"]["same_tool_calls"] is True
     if scenario == "basic":
         assert final["pkg/calc.py"] == b"def add(a, b):\n    return a + b\n"
-    continued = parse_events(next((Path(result.output_dir) / "native" / "continued").glob("*.json")))
+    continued = parse_events(next((out_dir(result) / "native" / "continued").glob("*.json")))
     assert continued.complete_count >= after
 
 
@@ -109,7 +114,7 @@ def test_replay_only_reproduces_the_recorded_observations(tmp_path: Path) -> Non
     assert (result.phase, result.quality, result.agent_status) == ("replayed", "verified", "not_started")
     rows = observations(result)
     assert len(rows) == 6 and all(row["exact"] or lost_output(result, "parallel", row["id"]) for row in rows), rows
-    rebuilt = json.loads(next((Path(result.output_dir) / "native" / "prefix").glob("*.json")).read_text())
+    rebuilt = json.loads(next((out_dir(result) / "native" / "prefix").glob("*.json")).read_text())
     original = json.loads((FIXTURES / "parallel" / "trajectory.json").read_text())
     assert [e["id"] for e in rebuilt] == [e["id"] for e in original if e["id"] <= rebuilt[-1]["id"]]
 
@@ -169,4 +174,4 @@ def test_a_boundary_prompt_ends_the_first_request(tmp_path: Path) -> None:
     assert last["role"] == "user" and last["content"][0]["text"] == prompt
     assert result.metadata["boundary_user_prompt"]["injected"] is True
     for name in ("result.json", "manifest.json", "replay-events.jsonl", "observations.json"):
-        assert prompt not in (Path(result.output_dir) / name).read_text()
+        assert prompt not in (out_dir(result) / name).read_text()

@@ -84,8 +84,8 @@ def _validate_chat(messages: list[dict[str, Any]]) -> None:
         if message["role"] == "tool":
             assert message["tool_call_id"] in called, "a tool message answers an earlier call"
             answered.add(message["tool_call_id"])
-    last_calls = {c["id"] for c in (next((m for m in reversed(chat_only) if m["role"] == "assistant"), {})
-                                    .get("tool_calls") or [])}
+    last: dict[str, Any] = next((m for m in reversed(chat_only) if m["role"] == "assistant"), {})
+    last_calls = {c["id"] for c in (last.get("tool_calls") or [])}
     assert called - answered <= last_calls, "only the final turn may have unanswered calls"
 
 

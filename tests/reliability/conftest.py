@@ -9,13 +9,13 @@ import os
 
 from hypothesis import HealthCheck, settings
 
-_COMMON = {
-    "deadline": None,  # hangs are caught by the per-example alarm in each test (a hard, interrupting deadline)
-    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
-    "derandomize": False,
-}
-settings.register_profile("default", max_examples=200, **_COMMON)
-settings.register_profile("slow", max_examples=10_000, **_COMMON)
+for name, examples in (("default", 200), ("slow", 10_000)):
+    settings.register_profile(
+        name, max_examples=examples,
+        deadline=None,  # hangs are caught by the per-example alarm in each test (a hard, interrupting deadline)
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+        derandomize=False,
+    )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 SLOW = os.environ.get("HYPOTHESIS_PROFILE") == "slow"

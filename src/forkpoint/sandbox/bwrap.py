@@ -11,7 +11,8 @@ these bwrap arguments, in this order (later mounts cover earlier ones):
    entries bound back read-only). Every skeleton is remounted read-only at the end (``--remount-ro``).
 2. Hidden behind empty tmpfs mounts: ``/tmp`` and ``/var/tmp`` (private temp dirs), ``/home``, ``/root``, the
    user's real ``$HOME`` and ``$XDG_RUNTIME_DIR`` / ``/run/user`` (dotfiles, credentials, agent configs, agent
-   sockets): neither readable nor writable inside.
+   sockets): neither readable nor writable inside. ``TMPDIR`` is set to that private ``/tmp`` (the host's, or the
+   run's own temp folder, is not visible inside).
 3. ``--bind WORKSPACE RECORDED_CWD``: the workspace, read-write, at the recorded path (after the /tmp tmpfs,
    since recordings often live under /tmp). Then the caller's ``writable`` host paths (the agent's isolated
    HOME under the state dir, a scratch dir) read-write at the same path, and ``readable`` ones (the agent's
@@ -112,6 +113,7 @@ class BwrapSandbox:
             args += ["--remount-ro", skeleton]
         args += ["--remount-ro", "/"]
         args += ["--chdir", cwd, "--cap-drop", "ALL", "--unshare-pid", "--unshare-ipc", "--die-with-parent"]
+        args += ["--setenv", "TMPDIR", "/tmp"]  # the host's TMPDIR is hidden; the sandbox's /tmp is its own
         if not network:
             args.append("--unshare-net")
         args.append("--")

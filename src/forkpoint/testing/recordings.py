@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,16 +25,41 @@ def recorded_cwd(fixture: Path) -> Path:
     return Path(json.loads((fixture / "meta.json").read_text("utf-8"))["cwd"])
 
 
+def lock_file(cwd: Path) -> Path:
+    return cwd.parent / f".{cwd.name}.lock"
+
+
 @contextmanager
 def holding(cwd: Path) -> Iterator[None]:
-    """Exclusive use of one recorded cwd across processes (a lock file beside it)."""
-    cwd.parent.mkdir(parents=True, exist_ok=True)
-    with (cwd.parent / f".{cwd.name}.lock").open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    """Exclusive use of one recorded cwd across processes (a lock file beside it). The holder may remove the lock
+    file and the emptied parent (the test suite does at its end): a lock taken on a removed file is taken again."""
+    path = lock_file(cwd)
+    while True:
+        cwd.parent.mkdir(parents=True, exist_ok=True)
         try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            handle = path.open("w")
+        except FileNotFoundError:  # the parent was removed in between
+            continue
+        with handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                if path.exists() and os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
+                    yield
+                    return
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def remove_recorded(cwd: Path) -> None:
+    """Remove a restored recorded cwd, its lock file and its emptied parents (waits for other holders)."""
+    with holding(cwd):
+        shutil.rmtree(cwd, ignore_errors=True)
+        lock_file(cwd).unlink()
+        for parent in cwd.parents:
+            try:
+                parent.rmdir()
+            except OSError:  # not empty (another recorded cwd or its lock, or /tmp itself): the rest stays
+                return
 
 
 def restore_initial(fixture: Path) -> Path:

@@ -9,6 +9,7 @@ are pinned here. Paths in Codex's messages are absolute, so tests that compare t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -94,6 +95,8 @@ def probe_session(tmp_path: Path, version: str, request: pytest.FixtureRequest) 
     yield current
     current.executor.close()
     shutil.rmtree(workspace, ignore_errors=True)
+    with contextlib.suppress(OSError):  # another process's probe workspace is still in it
+        PROBE_ROOT.rmdir()
 
 
 # ----------------------------------------------------------------------------------------- normalize_volatile

@@ -77,7 +77,8 @@ def test_any_deviation_in_the_first_request_is_refused(tamper: Any, needle: str)
 def test_bodies_without_messages_are_refused() -> None:
     expected, _ = _expected()
     gate = ChatGate(PROFILE, expected)
-    for body in (None, [], {"messages": "x"}, {"input": []}):
+    bodies: tuple[Any, ...] = (None, [], {"messages": "x"}, {"input": []})
+    for body in bodies:
         verdict = gate.first(body)
         assert not verdict.ok
 

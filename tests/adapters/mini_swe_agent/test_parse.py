@@ -181,7 +181,7 @@ def test_legacy_v1_without_format_key_uses_the_old_action_regex(tmp_path: Path) 
 
 
 def test_v1_configured_action_regex_and_limits_exceeded_tail(tmp_path: Path) -> None:
-    data = {"info": {"exit_status": "LimitsExceeded", "mini_version": "1.17.5",
+    data: dict[str, Any] = {"info": {"exit_status": "LimitsExceeded", "mini_version": "1.17.5",
                      "config": {"agent": {"action_regex": r"<cmd>(.*?)</cmd>"}}},
             "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "t"},
                          {"role": "assistant", "content": "<cmd>ls</cmd>"}, {"role": "user", "content": "obs"},

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from forkpoint import runtimes
+from forkpoint import childenv, runtimes
 from forkpoint.adapters import agent_spec
 from forkpoint.adapters.opencode.parse import parse_opencode
 from forkpoint.adapters.opencode.tools import OpenCodeToolExecutor, normalize_volatile
@@ -75,7 +75,8 @@ def replay(export: Path) -> Replay:
     assert trajectory.cwd == str(cwd)
     calls = fresh_calls(export)
     result = Replay({call.call_id: call for call in calls}, {})
-    with holding(cwd), tempfile.TemporaryDirectory(prefix="forkpoint-oc-fidelity-") as tmp, caller_shell("/bin/bash"):
+    with holding(cwd), tempfile.TemporaryDirectory(prefix="forkpoint-oc-fidelity-") as tmp, caller_shell("/bin/bash"), \
+            childenv.passing({}, temp_dir=Path(tmp) / "run-tmp"):  # a run's TMPDIR: Bun's addons go with it
         restore_initial(export.parent)
         executor = OpenCodeToolExecutor(RunContext(cwd, Path(tmp) / "state", Path(tmp) / "out"), runtime.entrypoint,
                                         shell=trajectory.native.shell)

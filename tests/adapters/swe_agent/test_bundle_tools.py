@@ -92,7 +92,7 @@ def test_submit_walks_the_review_stages_then_submits(tmp_path: Path) -> None:
     patch = ("diff --git a/a.txt b/a.txt\nindex 5626abf..f719efd 100644\n--- a/a.txt\n+++ b/a.txt\n@@ -1 +1 @@\n"
              "-one\n+two\n")
     env = {"ROOT": str(repo), "PROBLEM_STATEMENT": "the task"}
-    registry = {"SUBMIT_REVIEW_MESSAGES": ["check {{diff}} for {{problem_statement}}"]}
+    registry: dict[str, object] = {"SUBMIT_REVIEW_MESSAGES": ["check {{diff}} for {{problem_statement}}"]}
     first = tool(tmp_path, "submit", registry=registry, env=env)
     assert (first.returncode, first.stdout) == (0, f"check {patch} for the task\n")
     assert json.loads((tmp_path / "registry.json").read_text())["SUBMIT_STAGE"] == 1

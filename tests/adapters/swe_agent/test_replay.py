@@ -36,6 +36,11 @@ def _cases() -> list[tuple[str, int]]:
     return cases
 
 
+def out_dir(result: ReplayResult) -> Path:
+    assert result.output_dir is not None, result.failure
+    return Path(result.output_dir)
+
+
 def restored(scenario: str) -> AbstractContextManager[Path]:
     return restored_workspace(FIXTURES / scenario)
 
@@ -57,7 +62,7 @@ def test_replay_only_reproduces_the_recorded_observations(scenario: str, after: 
         result = run(scenario, workspace, tmp_path, after, replay_only=True)
     assert result.failure is None, result.failure
     assert (result.phase, result.quality, result.agent_status) == ("replayed", "verified", "not_started")
-    out = Path(result.output_dir)
+    out = out_dir(result)
     rows = json.loads((out / "observations.json").read_text())["observations"]
     assert len(rows) == after
     assert [row["exact"] for row in rows] == [True] * after, rows
@@ -77,7 +82,7 @@ def test_replay_only_reproduces_the_recorded_observations(scenario: str, after: 
 def test_prepare_only_cuts_the_recording(tmp_path: Path) -> None:
     result = run("shell_state", tmp_path, tmp_path, 2, prepare_only=True)
     assert result.failure is None, result.failure
-    prefix = json.loads(next((Path(result.output_dir) / "native" / "prefix").glob("*.traj")).read_text())
+    prefix = json.loads(next((out_dir(result) / "native" / "prefix").glob("*.traj")).read_text())
     original = json.loads(next((FIXTURES / "shell_state").glob("*.traj")).read_text())
     assert prefix["trajectory"] == original["trajectory"][:2]
     assert prefix["history"] == original["history"][:6]
@@ -88,7 +93,7 @@ def test_a_changed_workspace_shows_up_as_a_difference(tmp_path: Path) -> None:
         (workspace / "pkg" / "calc.py").write_text("changed\n")
         result = run("shell_state", workspace, tmp_path, 1, replay_only=True)
     assert result.failure is None
-    row = json.loads((Path(result.output_dir) / "observations.json").read_text())["observations"][0]
+    row = json.loads((out_dir(result) / "observations.json").read_text())["observations"][0]
     assert row["exact"] is False
 
 
@@ -132,6 +137,6 @@ def test_a_multi_line_quoted_argument_reaches_the_editor_intact(tmp_path: Path) 
         result = run("editor", workspace, tmp_path, 10, replay_only=True, trajectory=str(traj))
         written = (workspace / "pkg" / "constants.py").read_text()
     assert result.failure is None, result.failure
-    rows = json.loads((Path(result.output_dir) / "observations.json").read_text())["observations"]
+    rows = json.loads((out_dir(result) / "observations.json").read_text())["observations"]
     assert [row["exact"] for row in rows] == [True] * 10
     assert written == text

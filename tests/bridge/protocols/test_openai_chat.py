@@ -44,6 +44,7 @@ class PrefixGate(Gate):
 
 def post(base: str, path: str, body: dict[str, Any]) -> tuple[int, str]:
     parts = urlsplit(base)
+    assert parts.hostname is not None
     connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
     connection.request("POST", parts.path + path, json.dumps(body),
                        {"content-type": "application/json", "authorization": "Bearer dummy-agent-key"})
@@ -136,6 +137,7 @@ def test_stop_twice_while_an_upstream_stream_stalls_shuts_down_cleanly() -> None
     try:
         with model.serve() as url, Bridge(PrefixGate(), OpenAIChatUpstream(url, KEY)) as bridge:
             parts = urlsplit(bridge.base_url)
+            assert parts.hostname is not None
             connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
             connection.request("POST", parts.path + "/v1/chat/completions",
                                json.dumps({"messages": PREFIX, "tools": TOOLS, "stream": True}),

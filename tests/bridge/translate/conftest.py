@@ -16,8 +16,8 @@ from openai.types.chat import (
 from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
 from pydantic import TypeAdapter
 
-MESSAGE = TypeAdapter(ChatCompletionMessageParam)
-PART = TypeAdapter(ChatCompletionContentPartParam)
+MESSAGE: TypeAdapter[Any] = TypeAdapter(ChatCompletionMessageParam)
+PART: TypeAdapter[Any] = TypeAdapter(ChatCompletionContentPartParam)
 CALL = TypeAdapter(ChatCompletionMessageToolCallParam)
 TOOL = TypeAdapter(ChatCompletionToolParam)
 REQUEST = TypeAdapter(CompletionCreateParamsNonStreaming)

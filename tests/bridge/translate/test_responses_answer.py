@@ -114,7 +114,8 @@ def test_one_char_pieces_give_the_same_items(piece: int) -> None:
 def test_events_have_the_fields_scripted_model_sends_to_real_codex() -> None:
     """Per event type, at least the fields (and item fields) of ScriptedModel's Responses stream, which the Codex
     e2e tests prove real Codex 0.149/0.171 accept; the extra ones are what the openai types require (below)."""
-    items = [{"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "plan"}],
+    items: list[dict[str, Any]] = [
+             {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "plan"}],
               "encrypted_content": None},
              {"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
               "content": [{"type": "output_text", "text": "Patching.", "annotations": []}]},
@@ -187,7 +188,8 @@ def test_failures(chunks: list[Any]) -> None:
 
 def test_a_custom_call_with_raw_text_arguments_is_passed_raw_and_listed() -> None:
     stream = ChatToResponsesStream(response_id="r", model="m", custom_tools=frozenset({"apply_patch"}))
-    events = [e for c in [*calls(0, "p", "apply_patch", PATCH, 7), chunk(finish="tool_calls"), DONE]
+    fed: list[Any] = [*calls(0, "p", "apply_patch", PATCH, 7), chunk(finish="tool_calls"), DONE]
+    events = [e for c in fed
               for e in stream.feed(c)]
     assert fold(events)["output"][0]["input"] == PATCH
     assert stream.losses == ["tool call 'apply_patch' arguments were not valid JSON",

@@ -69,7 +69,7 @@ def anthropic_blocks(events: list[Event]) -> list[dict[str, Any]]:
 
 
 def test_claude_gets_the_same_message_either_way() -> None:
-    message = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "content": [],
+    message: dict[str, Any] = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "content": [],
                "stop_reason": None, "stop_sequence": None,
                "usage": {"input_tokens": 0, "output_tokens": 0, "cache_creation_input_tokens": 0,
                          "cache_read_input_tokens": 0}}
@@ -84,7 +84,7 @@ def test_claude_gets_the_same_message_either_way() -> None:
 def test_codex_gets_the_same_items_either_way() -> None:
     blocks = [BLOCKS[0], BLOCKS[1], tool_use("exec_command", {"cmd": "ls"}, id="call_1"),
               tool_use("apply_patch", {"input": PATCH}, id="call_2")]
-    native_items = [
+    native_items: list[dict[str, Any]] = [
         {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": BLOCKS[0]["thinking"]}],
          "encrypted_content": None},
         {"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",

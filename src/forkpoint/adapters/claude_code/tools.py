@@ -126,7 +126,8 @@ class ClaudeToolExecutor:
         home = config_dir.parent if config_dir.name == ".claude" else None
         # Claude keeps large outputs under the project folder of the cwd IT sees (the recorded one under bwrap).
         results = config_dir / "projects" / project_dir_name(Path(self.sandbox.cwd)) / session_id
-        self._scratch = Path(tempfile.mkdtemp(prefix="forkpoint-claude-tools-"))
+        context.state_dir.mkdir(parents=True, exist_ok=True)  # the run's state dir, not /tmp: a killed run
+        self._scratch = Path(tempfile.mkdtemp(prefix="forkpoint-claude-tools-", dir=context.state_dir))  # leaves none
         self.bash = BashShell(
             root,
             tool_environment(version, session_id, home),

@@ -181,7 +181,8 @@ class CodexToolExecutor:
         self.sandbox = context.sandbox or local_sandbox(workspace)
         cwd = self.sandbox.cwd  # Codex's session cwd as the tools see it (under bwrap: the recorded cwd)
         self._lines: dict[int, Line] = {line.index: line for line in native.lines} if native is not None else {}
-        self._scratch = Path(tempfile.mkdtemp(prefix="forkpoint-codex-tools-"))
+        context.state_dir.mkdir(parents=True, exist_ok=True)  # the run's state dir, not /tmp: a killed run
+        self._scratch = Path(tempfile.mkdtemp(prefix="forkpoint-codex-tools-", dir=context.state_dir))  # leaves none
         home = context.home
         home.mkdir(parents=True, exist_ok=True)
         prepend = path_prepend if path_prepend is not None else runtime_path_dir(version)

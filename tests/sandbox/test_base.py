@@ -1,4 +1,4 @@
-"""--path-map: parsing, the whole-path matching rule, input rewrites and output restores (pure)."""
+"""--path-map (sandbox/base.py): parsing, the whole-path matching rule, input rewrites and output restores (pure)."""
 
 from __future__ import annotations
 
@@ -76,33 +76,3 @@ def test_no_map_no_change(tmp_path: Path) -> None:
     assert rewrite_arguments(sandbox, "c", arguments) is arguments
     assert restore_paths(sandbox, "c", "content", str(tmp_path)) == str(tmp_path)
     assert sandbox.path_rewrites == [] and sandbox.path_restores == []
-
-
-def test_local_refuses_a_workspace_elsewhere_with_both_ways_out(tmp_path: Path) -> None:
-    with pytest.raises(ReplayError) as caught:
-        open_sandbox("local", tmp_path, "/tmp/forkpoint-rec/single_bash")
-    message = caught.value.message
-    assert caught.value.kind is ErrorKind.WORKSPACE
-    assert "recorded in /tmp/forkpoint-rec/single_bash" in message
-    assert "--sandbox bwrap" in message
-    assert f"--path-map /tmp/forkpoint-rec/single_bash={tmp_path}" in message
-
-
-def test_local_refuses_a_path_map_that_misses_the_workspace(tmp_path: Path) -> None:
-    with pytest.raises(ReplayError) as caught:
-        open_sandbox("local", tmp_path, "/rec/app", ["/rec=/somewhere/else"])
-    assert caught.value.kind is ErrorKind.WORKSPACE
-    assert "maps the recorded cwd /rec/app to /somewhere/else/app" in caught.value.message
-
-
-def test_local_accepts_the_recorded_path_and_a_parent_mapping(tmp_path: Path) -> None:
-    (tmp_path / "app").mkdir()
-    assert open_sandbox("local", tmp_path / "app", str(tmp_path / "app")).cwd == str(tmp_path / "app")
-    mapped = open_sandbox("local", tmp_path / "app", "/rec/app", [f"/rec={tmp_path}"])
-    assert mapped.path_map.map_path("/rec/app/x") == str(tmp_path / "app" / "x")
-
-
-def test_unknown_sandbox_is_a_configuration_error(tmp_path: Path) -> None:
-    with pytest.raises(ReplayError) as caught:
-        open_sandbox("docker", tmp_path, None)
-    assert caught.value.kind is ErrorKind.CONFIGURATION and "local, bwrap" in caught.value.message

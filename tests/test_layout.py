@@ -1,0 +1,115 @@
+"""Tests mirror src at module level: ``forkpoint/a/b.py`` is tested by ``tests/a/test_b.py`` and a package's
+``forkpoint/a/__init__.py`` by ``tests/a/test_a.py``, for every module with logic (a function or a method).
+
+The exceptions below say where such a module is tested instead; the list only shrinks: an entry whose module gained
+its mirror (or is gone) fails the test too, so it is removed when the test is moved or written.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).parents[1]
+SRC = ROOT / "src" / "forkpoint"
+TESTS = ROOT / "tests"
+
+_ADAPTER_INIT = "the Adapter wiring; its tests are the folder's test_parse/test_session/test_fixture_fidelity and e2e"
+_TOOL_PART = "a part of the adapter's tools, tested through them in the folder's test_tools.py"
+_EXPORT_PART = "a stage of `forkpoint export`, tested end to end in tests/export/test_export.py"
+#: module (relative to src/forkpoint) -> where it is tested instead, or why it has no test of its own
+EXCEPTIONS = {
+    "adapters/__init__.py": "the adapter registry; tests/adapters/test_prepare_purity.py and every adapter's tests",
+    "adapters/base.py": "the Adapter protocol and RunContext: declarations, exercised by every adapter test",
+    "adapters/source.py": "the bounded trajectory read; tests/reliability/test_parser_fuzz.py (oversized inputs)",
+    "adapters/claude_code/__init__.py": _ADAPTER_INIT,
+    "adapters/claude_code/continuation.py": "tests/adapters/claude_code/test_continued.py and tests/e2e/test_claude_*",
+    "adapters/claude_code/jstext.py": _TOOL_PART,
+    "adapters/claude_code/policy.py": "tests/adapters/claude_code/test_parse.py (the policy rules)",
+    "adapters/claude_code/tool_bash.py": _TOOL_PART,
+    "adapters/claude_code/tool_files.py": _TOOL_PART,
+    "adapters/claude_code/tool_profile.py": _TOOL_PART,
+    "adapters/codex/__init__.py": _ADAPTER_INIT,
+    "adapters/codex/tool_args.py": _TOOL_PART,
+    "adapters/codex/tool_exec.py": _TOOL_PART,
+    "adapters/codex/tool_patch.py": _TOOL_PART,
+    "adapters/codex/tool_policy.py": _TOOL_PART,
+    "adapters/codex/tool_text.py": _TOOL_PART,
+    "adapters/mini_swe_agent/__init__.py": _ADAPTER_INIT,
+    "adapters/mini_swe_agent/companion.py": "inside the agent's venv; tests/adapters/mini_swe_agent/test_runner.py",
+    "adapters/mini_swe_agent/tools.py": "tests/adapters/mini_swe_agent/test_runner.py and test_deterministic.py",
+    "adapters/opencode/__init__.py": _ADAPTER_INIT,
+    "adapters/opencode/envelope.py": "tests/adapters/opencode/test_gate.py (being restructured into the bridge)",
+    "adapters/opencode/session.py": "tests/adapters/opencode/test_tools.py and test_gate.py (the rebuilt session)",
+    "adapters/opencode/toolhost.py": "tests/adapters/opencode/test_tools.py and test_fixture_fidelity.py",
+    "adapters/openhands/__init__.py": _ADAPTER_INIT,
+    "adapters/openhands/continuation.py": "tests/e2e/test_openhands_continue.py",
+    "adapters/openhands/expected.py": "tests/adapters/openhands/test_gate.py",
+    "adapters/openhands/format.py": "tests/adapters/openhands/test_session.py and test_messages.py",
+    "adapters/openhands/launch.py": "starts the runtime's Python; tests/e2e/test_openhands_continue.py",
+    "adapters/openhands/runner.py": "runs inside the OpenHands venv; tests/e2e/test_openhands_continue.py",
+    "adapters/openhands/tools.py": "tests/adapters/openhands/test_session.py and tests/e2e/test_openhands_continue.py",
+    "adapters/pi/__init__.py": _ADAPTER_INIT,
+    "adapters/pi/continuation.py": "tests/adapters/pi/test_runtime.py and tests/e2e/test_pi_continue.py",
+    "adapters/pi/tools.py": "tests/adapters/pi/test_fixture_fidelity.py",
+    "adapters/swe_agent/__init__.py": _ADAPTER_INIT,
+    "adapters/swe_agent/bundles.py": "tests/adapters/swe_agent/test_bundle_tools.py and test_replay.py",
+    "adapters/swe_agent/jsondoc.py": "tests/adapters/swe_agent/test_parse.py, tests/reliability/test_parser_fuzz.py",
+    "adapters/swe_agent/session.py": "tests/adapters/swe_agent/test_replay.py (the rebuilt .traj prefixes)",
+    "adapters/swe_agent/tools.py": "tests/adapters/swe_agent/test_replay.py (fresh == historical at every boundary)",
+    "batch/executors.py": "tests/batch/test_batch.py (local pool and Ray)",
+    "batch/expand.py": "tests/batch/test_jobs.py (a jobs file expanded to requests)",
+    "batch/worker.py": "tests/batch/test_batch.py",
+    "branching.py": "tests/e2e/test_branching.py and tests/test_resume.py",
+    "bridge/limits.py": "tests/reliability/test_bridge_flood.py",
+    "detect.py": "tests/test_cli.py (agent detection), tests/reliability/test_parser_fuzz.py",
+    "examples/__init__.py": "UNTESTED: paths of the shipped examples; nothing in src or tests uses it",
+    "export/atif.py": _EXPORT_PART,
+    "export/chat.py": _EXPORT_PART,
+    "export/rows.py": _EXPORT_PART,
+    "export/runs.py": _EXPORT_PART,
+    "export/writers.py": _EXPORT_PART,
+    "inspection.py": "tests/test_cli.py (`forkpoint inspect`), tests/adapters/swe_agent/test_parse.py",
+    "model.py": "the shared data types; every adapter and engine test",
+    "replay.py": "tests/test_engine.py and tests/test_journal.py (the replay loop and its receipts)",
+    "report/__init__.py": "tests/report/test_render.py and test_browser.py",
+    "report/collect.py": "tests/report/test_render.py",
+    "testing/__init__.py": "re-exports of the test kit",
+    "testing/chat_completions.py": "tests/testing/test_scripted_model_chat.py",
+    "testing/claude_sessions.py": "test kit; used by most tests, tests/testing/test_claude_fixtures.py",
+    "testing/codex_rollouts.py": "test kit; tests/adapters/codex/test_parse.py and test_session.py",
+}
+
+
+def has_logic(module: Path) -> bool:
+    tree = ast.parse(module.read_text("utf-8"))
+    return any(isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) for node in ast.walk(tree))
+
+
+def mirror(relative: Path) -> Path:
+    """The test module of a src module (``relative`` to src/forkpoint)."""
+    name = relative.parent.name if relative.name == "__init__.py" else relative.stem
+    return TESTS / relative.parent / f"test_{name}.py"
+
+
+def unmirrored() -> list[str]:
+    """Modules with logic and no test module of the same name, as paths relative to src/forkpoint."""
+    return sorted(str(path.relative_to(SRC)) for path in SRC.rglob("*.py")
+                  if has_logic(path) and not mirror(path.relative_to(SRC)).exists())
+
+
+def test_the_mirror_rule_is_what_this_test_checks() -> None:
+    assert mirror(Path("sandbox/base.py")) == TESTS / "sandbox" / "test_base.py"
+    assert mirror(Path("batch/__init__.py")) == TESTS / "batch" / "test_batch.py"
+    assert mirror(Path("plan.py")) == TESTS / "test_plan.py"
+    assert has_logic(SRC / "plan.py") and not has_logic(SRC / "__init__.py")
+
+
+def test_every_module_with_logic_has_its_test_module_or_a_reason() -> None:
+    missing = [module for module in unmirrored() if module not in EXCEPTIONS]
+    assert not missing, f"src modules without tests/<same path>/test_<name>.py (write one, or move its test): {missing}"
+
+
+def test_the_exceptions_are_all_still_needed() -> None:
+    stale = sorted(set(EXCEPTIONS) - set(unmirrored()))
+    assert not stale, f"these now have their mirrored test module (or are gone): remove them from EXCEPTIONS: {stale}"
