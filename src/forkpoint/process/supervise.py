@@ -359,7 +359,7 @@ def run_supervised(
                 stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
                 start_new_session=True,
                 close_fds=True,
-                preexec_fn=reaper.die_with_parent_hook() if die_with_parent else None,
+                preexec_fn=_child_setup(die_with_parent, watch is not None),
             ))
         except OSError as exc:
             raise ReplayError(
@@ -385,3 +385,21 @@ def run_supervised(
     finally:
         if log is not None:
             log.close()
+
+
+def _child_setup(die_with_parent: bool, watched: bool) -> Callable[[], None] | None:
+    """The ``preexec_fn`` of a supervised leader, or None (a spawn without one is cheaper).
+
+    A watched child may get SIGINT from its watch; a forkpoint started in the background of a shell inherits SIGINT
+    ignored, and an ignored signal stays ignored across exec, so the child gets the default disposition back.
+    """
+    pdeath = reaper.die_with_parent_hook() if die_with_parent else None
+    if not watched:
+        return pdeath
+
+    def setup() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if pdeath is not None:
+            pdeath()
+
+    return setup

@@ -75,6 +75,22 @@ def test_the_watch_drives_a_real_supervised_process(tmp_path: Path) -> None:
     assert not result.timed_out
 
 
+def test_the_budget_interrupt_works_when_forkpoint_itself_ignores_sigint(tmp_path: Path) -> None:
+    """A forkpoint started in a shell's background inherits SIGINT ignored; its watched agent must still die of it."""
+    loop = ("import json, time\n"
+            "while True:\n"
+            "    print(json.dumps({'type': 'step_finish', 'part': {'reason': 'tool-calls'}}), flush=True)\n"
+            "    time.sleep(0.2)\n")
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        watch = StepWatch(budget=1, idle_s=30)
+        result = run_supervised([sys.executable, "-c", loop], cwd=tmp_path, env=dict(os.environ), timeout_s=30,
+                                watch=watch)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert watch.budget_fired and result.returncode == -signal.SIGINT
+
+
 def test_poll_reads_the_stdout_file_as_it_grows(tmp_path: Path) -> None:
     """The agent's stdout is a file (Bun drops a pipe's unflushed tail at exit): each tick reads what was added."""
     path = tmp_path / "events.jsonl"
