@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from forkpoint.bridge.translate.sampling import SamplingPins
     from forkpoint.sandbox.base import Sandbox
 
 JsonObject = dict[str, Any]
@@ -238,6 +239,13 @@ class ContinueSettings:
     boundary_prompt: str | None = field(default=None, repr=False)
     remaining_steps: int | None = None
     timeout_s: float = 24 * 3600.0
+    #: the model the continuation asks for (None: the recorded one); set by the bridge after validation or by the
+    #: agent's own configuration, per agent
+    model: str | None = None
+    #: sampling pins applied by the bridge after validation (a ``forkpoint.bridge.translate.sampling.SamplingPins``)
+    sampling: SamplingPins | None = None
+    #: retries of an upstream failure before the first byte reaches the agent
+    upstream_retries: int = 3
 
 
 @dataclass(frozen=True)
