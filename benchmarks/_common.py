@@ -33,6 +33,7 @@ ORDER = (
     "prepare_throughput",
     "scaling",
     "cli_startup",
+    "cli_startup_dev",
     "tool_overhead",
     "bridge_overhead",
     "observation_fidelity",

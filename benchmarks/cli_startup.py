@@ -155,7 +155,11 @@ imported the module, nearest importer first):
 """
     for name, lines in breakdown.items():
         body += f"\n- {name}:\n" + "\n".join(f"  - {line}" for line in lines)
-    c.emit("cli_startup", "4. CLI cold start", body, args)
+    if args.no_venv:  # the development interpreter is the second baseline, in a section of its own
+        c.emit("cli_startup_dev", "4b. CLI cold start, development interpreter", body, args,
+               command=f"python benchmarks/cli_startup.py --no-venv --repeat {args.repeat}")
+    else:
+        c.emit("cli_startup", "4. CLI cold start", body, args)
 
 
 if __name__ == "__main__":

@@ -174,6 +174,48 @@ def test_cold_start_loads_only_what_the_command_needs(session: Path, tmp_path: P
     assert (tmp_path / "forkpoint-out" / "runs").is_dir()
 
 
+#: Modules only a run that re-executes tools or continues the agent needs; a prepare-only of a session without
+#: Read calls loads none of them (tool_media only classifies Read).
+_REPLAY_ONLY = ("forkpoint.replay", "forkpoint.workspace", "forkpoint.process", "forkpoint.bridge",
+                "forkpoint.compare", "forkpoint.branching", "forkpoint.continuation", "forkpoint.sandbox.",
+                "forkpoint.adapters.claude_code.tool_", "forkpoint.adapters.claude_code.launch", "secrets")
+
+
+def _bare_imported(argv: list[str]) -> set[str]:
+    """Every module one CLI run loads in an interpreter without ``site`` (which would load typing & co. itself)."""
+    probe = ("import sys\nfrom forkpoint.cli import main\n"
+             f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+             "sys.stderr.write('\\nMODULES ' + ' '.join(sys.modules))\n")
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    done = subprocess.run([sys.executable, "-S", "-c", probe], capture_output=True, text=True, timeout=60,
+                          check=False, env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin"})
+    assert "MODULES " in done.stderr, done.stderr[-2000:]
+    return set(done.stderr.rpartition("MODULES ")[2].split())
+
+
+def test_help_and_version_load_only_the_cli_package_and_no_typing() -> None:
+    """Issue 16: `--help` and `--version` load no forkpoint module beyond the cli package, not `typing` (2 ms of a
+    30 ms start) and `--version` nothing that `--help` does not."""
+    shown = _bare_imported(["--help"])
+    version = _bare_imported(["--version"])
+    for modules in (shown, version):
+        assert "forkpoint.cli" in modules
+        assert {m for m in modules if m.startswith("forkpoint.")} == {"forkpoint.cli"}
+        assert not {"typing", "dataclasses", "inspect"} & modules
+    assert version <= shown, version - shown
+
+
+def test_prepare_only_loads_no_replay_only_module(session: Path, tmp_path: Path) -> None:
+    """Issue 16: a prepare-only re-runs nothing, so the executors, process supervision, sandboxes beyond the
+    registry, the bridge, and the nonce's `secrets` stay unloaded."""
+    assert '"Read"' not in session.read_text()  # else tool_media (Read's classifier) loads, rightly
+    (tmp_path / "ws").mkdir()
+    modules = _imported(["replay", "--agent", "claude-code", "--trajectory", str(session), "--after-step", "1",
+                         "--prepare-only", "--workspace", "ws", "--json"], tmp_path)
+    assert "forkpoint.engine" in modules and "forkpoint.journal" in modules
+    assert not {m for m in modules if m.startswith(_REPLAY_ONLY)}, sorted(modules)
+
+
 def test_the_exit_codes_in_replay_help_are_the_error_kinds() -> None:
     """`forkpoint replay --help` lists every category with its exit code, as forkpoint.errors defines them."""
     import re

@@ -6,12 +6,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import secrets
 from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def canonical_json(value: Any) -> str:
@@ -132,6 +133,8 @@ def file_sha256(path: Path, chunk_size: int = 1 << 20) -> str:
 def make_nonce() -> str:
     """A fresh resume prompt that cannot collide with anything in a session or a system prompt; plain word
     characters starting with ``_``, so :func:`count_text` counts it in serialised bytes."""
+    import secrets  # only a continuation makes a nonce
+
     return f"__forkpoint_nonce_{secrets.token_hex(16)}__"
 
 

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -27,6 +26,9 @@ from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES, split_lines
 from forkpoint.hashing import sha256_pending
 from forkpoint.ids import check_id
 from forkpoint.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 AGENT = "claude-code"
 LEAF_TYPES = frozenset({"user", "assistant", "attachment", "system"})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from forkpoint.adapters.claude_code.tool_media import classify_read
 from forkpoint.model import CallPolicy, JsonObject, Observation
 
 #: Tools forkpoint re-executes with Claude Code's own semantics and output text.
@@ -48,6 +47,8 @@ def classify(
     if name == "NotebookEdit":  # decided here, not by the executor after the run is allocated
         return CallPolicy.REFUSED, "forkpoint does not re-implement NotebookEdit; the workspace would miss its edit"
     if name == "Read":
+        from forkpoint.adapters.claude_code.tool_media import classify_read  # base64/struct/decimal: only for Read
+
         reason = classify_read(arguments, historical, version)
         if reason is not None:
             return CallPolicy.STALE, reason
