@@ -181,5 +181,7 @@ def test_make_upstream_picks_by_protocol_and_refuses_what_it_cannot_translate() 
         make_upstream("openai-responses", ContinueSettings(target, "openai-responses", None))
     assert missing.value.kind is ErrorKind.CONFIGURATION and "OPENAI_API_KEY" in missing.value.message
     with pytest.raises(ReplayError) as other:
-        make_upstream("anthropic-messages", ContinueSettings(target, "openai-chat", None, upstream_key="k"))
+        make_upstream("openai-chat", ContinueSettings(target, "anthropic", None, upstream_key="k"))
     assert other.value.kind is ErrorKind.CONFIGURATION
+    translated = make_upstream("anthropic-messages", ContinueSettings(target, "openai-chat", None, upstream_key="k"))
+    assert translated.name == "openai-chat"

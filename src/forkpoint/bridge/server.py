@@ -35,7 +35,7 @@ from aiohttp import web
 
 from forkpoint.bridge.gate import Gate, Verdict
 from forkpoint.bridge.limits import ByteBudget, Connections, Limits, Shed, shed_headers
-from forkpoint.bridge.upstream import Upstream, error_response
+from forkpoint.bridge.upstream import Upstream, UpstreamRefusal, error_response
 from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.model import JsonObject
 
@@ -409,7 +409,11 @@ class Bridge:
             self._validated += 1
         facts = dict(verdict.facts)
         outgoing = verdict.body if self._prepare is None else self._prepare(verdict.body, facts)
-        response, sent = await self.upstream.send(request, outgoing)
+        try:
+            response, sent = await self.upstream.send(request, outgoing)
+        except UpstreamRefusal as refusal:
+            return self._refuse(request.method, shown, str(refusal), started, facts)
+        facts.update(sent.facts or {})
         with self._lock:
             if sent.forwarded:
                 self._forwarded += 1
@@ -421,13 +425,16 @@ class Bridge:
         """A helper request (no step, not the first request): forwarded when the gate cleared it, else refused."""
         if not verdict.ok or verdict.body is None:
             return self._refuse(request.method, shown, verdict.reason or "refused", started, verdict.facts)
-        response, sent = await self.upstream.send(request, verdict.body)
+        try:
+            response, sent = await self.upstream.send(request, verdict.body)
+        except UpstreamRefusal as refusal:
+            return self._refuse(request.method, shown, str(refusal), started, verdict.facts)
         with self._lock:
             self._auxiliary_count += 1
             if sent.forwarded:
                 self._forwarded += 1
         self._record(request.method, shown, "auxiliary", sent.error, sent.forwarded, sent.status, started,
-                     verdict.facts, sent.usage)
+                     {**verdict.facts, **(sent.facts or {})}, sent.usage)
         return response
 
     async def _count_tokens(self, request: web.Request, shown: str, started: float,

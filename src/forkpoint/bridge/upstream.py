@@ -41,6 +41,13 @@ class Sent:
     forwarded: bool
     error: str | None = None
     usage: JsonObject | None = None
+    #: facts for the request's record (e.g. a translation's losses: names, never content)
+    facts: JsonObject | None = None
+
+
+class UpstreamRefusal(Exception):
+    """Raised by ``Upstream.send`` before anything left the bridge: the request cannot be carried (e.g. a body the
+    translator cannot translate without silent loss); the bridge records and answers it as a refusal."""
 
 
 class Upstream(Protocol):

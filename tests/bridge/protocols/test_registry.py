@@ -30,7 +30,8 @@ def test_each_protocol_builds_its_own_pass_through_and_stub() -> None:
 @pytest.mark.parametrize(("protocol", "name", "key", "message"), [
     ("anthropic-messages", "anthropic", None, "needs ANTHROPIC_API_KEY"),
     ("openai-chat", "openai-chat", "", "needs OPENAI_API_KEY"),
-    ("anthropic-messages", "openai-chat", KEY, "does not translate protocols yet"),
+    ("openai-chat", "anthropic", KEY, "forkpoint translates only"),
+    ("anthropic-messages", "openai-responses", KEY, "forkpoint translates only"),
     ("gopher", "stub", None, "no bridge protocol 'gopher'"),
     ("openai-chat", "gopher", KEY, "unknown upstream 'gopher'"),
 ])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from forkpoint.adapters.spec import AgentSpec, NpmPackage, upstreams_for
+from forkpoint.adapters.spec import OPENAI_CHAT, AgentSpec, NpmPackage, upstreams_for
 
 #: record types Claude Code writes before (or instead of) its first message line
 _BOOKKEEPING = ("queue-operation", "summary", "last-prompt", "file-history-snapshot")
@@ -23,7 +23,7 @@ SPEC = AgentSpec(
     },
     runtime=NpmPackage("@anthropic-ai/claude-code", "claude", "@anthropic-ai/claude-code-", "claude"),
     protocol="anthropic-messages",
-    upstreams=upstreams_for("anthropic-messages"),
+    upstreams=(*upstreams_for("anthropic-messages"), OPENAI_CHAT),
     # the executor and continuation run through any sandbox, and rewrite recorded paths (--path-map)
     sandbox_features=frozenset({"local", "bwrap", "path_map"}),
     sniff=sniff,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from forkpoint.adapters.spec import AgentSpec, NpmPackage, upstreams_for
+from forkpoint.adapters.spec import OPENAI_CHAT, AgentSpec, NpmPackage, upstreams_for
 
 
 def sniff(value: object) -> bool:
@@ -23,7 +23,7 @@ SPEC = AgentSpec(
     # @openai/codex-<platform> is an npm alias of @openai/codex@<version>-<platform>
     runtime=NpmPackage("@openai/codex", "codex", "@openai/codex-", "vendor/*/bin/codex", run_native=True),
     protocol="openai-responses",
-    upstreams=upstreams_for("openai-responses"),
+    upstreams=(*upstreams_for("openai-responses"), OPENAI_CHAT),
     sandbox_features=frozenset({"local", "bwrap", "path_map"}),
     sniff=sniff,
 )

@@ -11,9 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from forkpoint.bridge.upstream import Upstream
 from forkpoint.errors import ErrorKind, ReplayError
+
+if TYPE_CHECKING:  # the translators load only for a translating run
+    from forkpoint.bridge.translate.pipeline import AgentProtocol
 
 STUB = "stub"
 
@@ -57,6 +61,22 @@ UPSTREAMS: dict[str, UpstreamKind] = {
 }
 
 
+def _translating(agent: AgentProtocol) -> Callable[[str | None, str | None], Upstream]:
+    def build(url: str | None, key: str | None) -> Upstream:
+        from forkpoint.bridge.protocols.translating import TranslatingChatUpstream
+
+        return TranslatingChatUpstream(agent, url or "", key or "")
+
+    return build
+
+
+#: (agent protocol, ``--upstream`` name) -> a translating upstream (the agent's protocol to the upstream's)
+TRANSLATING: dict[tuple[str, str], Callable[[str | None, str | None], Upstream]] = {
+    ("anthropic-messages", "openai-chat"): _translating("anthropic"),
+    ("openai-responses", "openai-chat"): _translating("openai-responses"),
+}
+
+
 def make_upstream(protocol: str, upstream_name: str, url: str | None, key: str | None) -> Upstream:
     """The upstream for an agent speaking ``protocol`` when the run asked for ``upstream_name`` (``stub``: the stub
     of the agent's own protocol); a missing key or an unsupported pair is a configuration error."""
@@ -70,10 +90,13 @@ def make_upstream(protocol: str, upstream_name: str, url: str | None, key: str |
     if kind is None:
         raise ReplayError(ErrorKind.CONFIGURATION, f"unknown upstream {upstream_name!r} (known: "
                                                    f"{', '.join([*UPSTREAMS, STUB])})")
-    if kind.protocol != protocol:
+    translating = TRANSLATING.get((protocol, upstream_name))
+    if kind.protocol != protocol and translating is None:
+        pairs = ", ".join(f"{agent} -> {name}" for agent, name in TRANSLATING)
         raise ReplayError(ErrorKind.CONFIGURATION, f"an agent speaking {protocol} cannot use the {upstream_name} "
-                                                   "upstream (forkpoint does not translate protocols yet)")
+                                                   f"upstream (forkpoint translates only {pairs})")
     if not key:
         raise ReplayError(ErrorKind.CONFIGURATION, f"the {upstream_name} upstream needs {kind.key_env} in "
                                                    "forkpoint's environment (or use --upstream stub)")
-    return kind.build(url or kind.default_url, key)
+    build = kind.build if translating is None else translating
+    return build(url or kind.default_url, key)

@@ -1,0 +1,131 @@
+"""Translating upstreams: an Anthropic Messages (Claude Code) or Responses (Codex) agent on a Chat Completions
+server (``--upstream openai-chat``: OpenAI, vLLM, SGLang, Ollama...).
+
+The I/O shell around ``bridge.translate.pipeline``: the validated agent body is translated (a body the translator
+cannot carry without silent loss is refused before anything leaves the bridge), POSTed to ``<url>/chat/completions``
+with the bridge's key, and the Chat answer is translated back and written to the agent chunk by chunk as it
+arrives (never buffered whole). The losses of a translation (names, never content) join the request's record.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import ClassVar
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from forkpoint.bridge.protocols.openai import openai_error_response
+from forkpoint.bridge.protocols.openai_chat import OpenAIChatUpstream
+from forkpoint.bridge.translate.common import TranslationError
+from forkpoint.bridge.translate.pipeline import AgentProtocol, AnswerStream, Prepared, prepare, whole_answer
+from forkpoint.bridge.upstream import SSE_HEADERS, Sent, UpstreamRefusal, error_response
+from forkpoint.model import JsonObject
+
+#: the most of a non-streamed completion or an upstream error body the bridge reads
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
+MAX_ERROR_BYTES = 64 * 1024
+PASSED_ERROR_HEADERS = ("retry-after", "retry-after-ms", "x-should-retry")
+
+
+class TranslatingChatUpstream(OpenAIChatUpstream):
+    """An agent speaking ``agent`` (``anthropic`` or ``openai-responses``) answered by a Chat Completions server."""
+
+    name = "openai-chat"
+    id_prefix: ClassVar[dict[str, str]] = {"anthropic": "msg_forkpoint_", "openai-responses": "resp_forkpoint_"}
+
+    def __init__(self, agent: AgentProtocol, base_url: str, api_key: str, **timeouts: float) -> None:
+        super().__init__(base_url, api_key, **timeouts)
+        self.agent = agent
+
+    def __repr__(self) -> str:  # never show the key
+        return f"{type(self).__name__}({self.agent!r}, {self.base_url!r})"
+
+    def headers_for(self, request: web.Request) -> dict[str, str]:
+        """Only the bridge's own headers: the agent's are for another protocol (anthropic-beta, openai-beta...)."""
+        return {**self.key_headers(self._api_key), "content-type": "application/json",
+                "accept-encoding": "identity"}
+
+    def error(self, status: int, message: str) -> web.Response:
+        """An error in the AGENT's protocol (the agent parses it, not the Chat server)."""
+        if self.agent == "anthropic":
+            kind = "rate_limit_error" if status == 429 else "overloaded_error" if status in (503, 529) else "api_error"
+            return error_response(status, kind, message)
+        return openai_error_response(status, "rate_limit_exceeded" if status == 429 else "server_error", message,
+                                     "upstream_error")
+
+    def answer_id(self) -> str:
+        return self.id_prefix[self.agent] + secrets.token_hex(12)
+
+    async def send(self, request: web.Request, body: JsonObject) -> tuple[web.StreamResponse, Sent]:
+        assert self._session is not None, "upstream not opened"
+        try:
+            prepared = prepare(self.agent, body)
+        except TranslationError as error:
+            raise UpstreamRefusal(f"the request cannot be translated to Chat Completions: {error}") from None
+        facts: JsonObject = {"translated": f"{self.agent} -> openai-chat", "losses": sorted(set(prepared.losses))}
+        try:
+            upstream = await self._session.post(self.url, data=orjson.dumps(prepared.body),
+                                                headers=self.headers_for(request), allow_redirects=False)
+        except (aiohttp.ClientError, TimeoutError, OSError) as error:
+            message = f"forkpoint bridge: upstream connection failed: {type(error).__name__}: {error}"
+            return self.error(502, message), Sent(502, False, message, facts=facts)
+        async with upstream:
+            if upstream.status != 200:
+                return await self._failed(upstream, facts)
+            if prepared.stream:
+                return await self._stream(request, upstream, prepared, facts)
+            return await self._whole(upstream, prepared, facts)
+
+    async def _failed(self, upstream: aiohttp.ClientResponse, facts: JsonObject) -> tuple[web.Response, Sent]:
+        """The Chat server's error, re-shaped for the agent (its message kept, the key redacted)."""
+        raw = await upstream.content.read(MAX_ERROR_BYTES)
+        try:
+            value = orjson.loads(raw)
+            detail = value.get("error", value) if isinstance(value, dict) else value
+            message = str(detail.get("message", detail) if isinstance(detail, dict) else detail)
+        except orjson.JSONDecodeError:
+            message = raw.decode("utf-8", "replace")
+        message = message.replace(self._api_key, "[redacted by forkpoint]")[:2000]
+        response = self.error(upstream.status, f"upstream HTTP {upstream.status}: {message}")
+        for name in PASSED_ERROR_HEADERS:
+            if name in upstream.headers:
+                response.headers[name] = upstream.headers[name]
+        return response, Sent(upstream.status, True, f"upstream answered HTTP {upstream.status}", facts=facts)
+
+    async def _whole(self, upstream: aiohttp.ClientResponse, prepared: Prepared,
+                     facts: JsonObject) -> tuple[web.Response, Sent]:
+        raw = await upstream.content.read(MAX_ANSWER_BYTES)
+        try:
+            answer, losses = whole_answer(prepared, raw, answer_id=self.answer_id())
+        except TranslationError as error:
+            message = f"the model server's answer could not be translated: {error}"
+            return self.error(502, message), Sent(502, True, message, facts=facts)
+        facts["losses"] = sorted({*facts["losses"], *losses})
+        return web.json_response(answer), Sent(200, True, facts=facts)
+
+    async def _stream(self, request: web.Request, upstream: aiohttp.ClientResponse, prepared: Prepared,
+                      facts: JsonObject) -> tuple[web.StreamResponse, Sent]:
+        """Each upstream chunk's translation is written at once: the agent sees the answer as it arrives."""
+        answer = AnswerStream(prepared, answer_id=self.answer_id())
+        response = web.StreamResponse(status=200, headers=SSE_HEADERS)
+        await response.prepare(request)
+        broken: str | None = None
+        try:
+            async for chunk in upstream.content.iter_any():
+                out = answer.feed(chunk)
+                if out:
+                    await response.write(out)
+                if answer.done:
+                    break
+        except (aiohttp.ClientError, TimeoutError, OSError) as error:
+            broken = f"upstream stream broke: {type(error).__name__}: {error}"
+        tail = answer.close() if broken is None else b""
+        if tail:
+            await response.write(tail)
+        facts["losses"] = sorted({*facts["losses"], *answer.losses})
+        sent = Sent(200, True, broken or answer.error, answer.usage.as_json(), facts)
+        if broken is None:
+            await response.write_eof()
+        return response, sent

@@ -1,0 +1,128 @@
+"""Translating upstreams: Claude Code's Anthropic Messages and Codex's Responses answered by a Chat Completions
+server (a real ScriptedModel on loopback). A pass-all gate; what is under test is the upstream: the translated
+request, the streamed translated answer, refusals, losses and usage in the record."""
+
+from __future__ import annotations
+
+import http.client
+import json
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from tests.bridge.translate.conftest import check_chat_request
+
+from forkpoint.bridge.gate import Gate, Verdict
+from forkpoint.bridge.protocols import make_upstream
+from forkpoint.bridge.protocols.anthropic import AnthropicStubUpstream
+from forkpoint.bridge.protocols.translating import TranslatingChatUpstream
+from forkpoint.bridge.server import Bridge
+from forkpoint.bridge.translate.pipeline import AgentProtocol
+from forkpoint.testing import ScriptedModel, text, tool_use
+
+KEY = "sk-translating-key-0004"
+ANTHROPIC_BODY: dict[str, Any] = {
+    "model": "claude-x", "max_tokens": 256, "stream": True, "system": "be brief",
+    "messages": [{"role": "user", "content": "list files"}],
+    "tools": [{"name": "Bash", "description": "run", "input_schema": {"type": "object",
+                                                                       "properties": {"command": {"type": "string"}}}}],
+}
+RESPONSES_BODY: dict[str, Any] = {
+    "model": "gpt-x", "stream": True, "instructions": "be brief",
+    "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "list files"}]}],
+    "tools": [{"type": "function", "name": "shell", "description": "run", "strict": False,
+               "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}],
+}
+
+
+class PassGate(Gate):
+    name = "pass"
+    model_routes = frozenset({"/v1/messages", "/v1/responses", "/responses"})
+
+    def first(self, body: Any) -> Verdict:
+        return Verdict(True, body, None)
+
+    def later(self, body: Any) -> Verdict:
+        return Verdict(True, body, None)
+
+
+def post(base: str, path: str, body: dict[str, Any]) -> tuple[int, str]:
+    parts = urlsplit(base)
+    assert parts.hostname is not None
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+    connection.request("POST", parts.path + path, json.dumps(body), {"content-type": "application/json",
+                                                                      "x-api-key": "dummy", "anthropic-beta": "b"})
+    response = connection.getresponse()
+    payload = response.read().decode()
+    connection.close()
+    return response.status, payload
+
+
+def events(stream: str) -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for block in stream.split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
+        if "data" in lines:
+            out.append((lines.get("event", ""), json.loads(lines["data"])))
+    return out
+
+
+def test_the_registry_builds_translating_upstreams_and_keeps_each_agents_stub() -> None:
+    claude = make_upstream("anthropic-messages", "openai-chat", "http://127.0.0.1:9/v1", KEY)
+    codex = make_upstream("openai-responses", "openai-chat", None, KEY)
+    assert isinstance(claude, TranslatingChatUpstream) and claude.agent == "anthropic"
+    assert claude.url == "http://127.0.0.1:9/v1/chat/completions" and KEY not in repr(claude)
+    assert isinstance(codex, TranslatingChatUpstream) and codex.agent == "openai-responses"
+    assert isinstance(make_upstream("anthropic-messages", "stub", None, None), AnthropicStubUpstream)
+
+
+@pytest.mark.parametrize(("path", "body", "agent"), [("/v1/messages", ANTHROPIC_BODY, "anthropic"),
+                                                     ("/v1/responses", RESPONSES_BODY, "openai-responses")])
+def test_an_agent_request_is_answered_by_a_chat_server_streamed_and_translated(path: str, body: dict[str, Any],
+                                                                                 agent: AgentProtocol) -> None:
+    model = ScriptedModel([[text("running"), tool_use("Bash" if agent == "anthropic" else "shell",
+                                                       {"command": "ls"})]])
+    with model.serve() as url, Bridge(PassGate(), TranslatingChatUpstream(agent, url + "/v1", KEY)) as bridge:
+        status, answer = post(bridge.base_url, path, body)
+        summary = bridge.finish()
+        record = bridge.records[-1]
+    assert status == 200 and summary.forwarded == 1 and not summary.failed
+    [sent] = model.requests
+    assert sent["path"] == "/v1/chat/completions"
+    check_chat_request(sent["body"])
+    assert sent["headers"].get("authorization") is None  # ScriptedModel never keeps the key
+    assert "anthropic-beta" not in {name.lower() for name in sent["headers"]}
+    names = [name for name, _ in events(answer)]
+    if agent == "anthropic":
+        assert names[0] == "message_start" and names[-1] == "message_stop"
+        uses = [d["content_block"] for n, d in events(answer) if n == "content_block_start"
+                and d["content_block"]["type"] == "tool_use"]
+        assert [u["name"] for u in uses] == ["Bash"]
+    else:
+        assert names[0] == "response.created" and names[-1] == "response.completed"
+        done = [d["item"] for n, d in events(answer) if n == "response.output_item.done"]
+        assert any(item["type"] == "function_call" and item["name"] == "shell" for item in done)
+    assert record.facts["translated"] == f"{agent} -> openai-chat" and isinstance(record.facts["losses"], list)
+    assert record.usage is not None and record.usage["input_tokens"] == 100 and record.usage["output_tokens"] > 0
+
+
+def test_an_untranslatable_request_is_refused_before_anything_leaves_the_bridge() -> None:
+    model = ScriptedModel([[text("never")]])
+    hostile = {**ANTHROPIC_BODY, "messages": [{"role": "user", "content": [{"type": "mystery", "x": 1}]}]}
+    with model.serve() as url, Bridge(PassGate(), TranslatingChatUpstream("anthropic", url, KEY)) as bridge:
+        status, answer = post(bridge.base_url, "/v1/messages", hostile)
+        summary = bridge.finish()
+    assert status == 400 and "cannot be translated" in answer
+    assert model.requests == [] and summary.failed and summary.refused == 1 and summary.forwarded == 0
+
+
+def test_a_non_streamed_request_and_an_upstream_error_are_in_the_agents_protocol() -> None:
+    model = ScriptedModel([[text("whole answer")]])
+    with model.serve() as url, Bridge(PassGate(), TranslatingChatUpstream("anthropic", url, KEY)) as bridge:
+        status, answer = post(bridge.base_url, "/v1/messages", {**ANTHROPIC_BODY, "stream": False})
+        bridge.finish()
+    assert status == 200 and json.loads(answer)["content"][0] == {"type": "text", "text": "whole answer"}
+    with Bridge(PassGate(), TranslatingChatUpstream("anthropic", "http://127.0.0.1:9", KEY)) as bridge:
+        status, answer = post(bridge.base_url, "/v1/messages", ANTHROPIC_BODY)
+        bridge.finish()
+    assert status == 502 and json.loads(answer)["type"] == "error" and KEY not in answer
