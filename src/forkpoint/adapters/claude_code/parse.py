@@ -18,14 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from forkpoint.adapters.claude_code import policy
 from forkpoint.adapters.source import read_trajectory
 from forkpoint.errors import trajectory
 from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES, split_lines
 from forkpoint.hashing import sha256_pending
 from forkpoint.ids import check_id
+from forkpoint.jsondoc import load_jsonl_object
 from forkpoint.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
 
 AGENT = "claude-code"
@@ -115,15 +114,10 @@ def _scan_line(scan: _Scan, raw: bytes, line: int, offset: int) -> None:
         length -= 1
     if not length or raw.isspace():
         raise trajectory(f"blank line at line {line} of the Claude Code session", line=line)
-    try:
-        obj = orjson.loads(raw)  # JSON allows the trailing "\r\n": no copy of the line without it
-    except orjson.JSONDecodeError as exc:
-        if not terminated:
-            scan.warnings.append(f"ignored a torn final line {line} (the recording was cut mid-write)")
-            return
-        raise trajectory(f"invalid JSON at line {line}: {exc}", line=line) from None
-    if not isinstance(obj, dict):
-        raise trajectory(f"line {line} is not a JSON object", line=line)
+    # JSON allows the trailing "\r\n": no copy of the line without it
+    obj = load_jsonl_object(raw, line, terminated=terminated, warnings=scan.warnings)
+    if obj is None:
+        return
     if scan.first_object is None:
         scan.first_object = obj
     kind = obj.get("type")
