@@ -28,7 +28,7 @@ def open_session(python: Path, plan: Plan, context: RunContext, log_name: str,
                  deadline_s: float = 24 * 3600.0) -> RunnerSession:
     """Start the companion and load the recording into it (version checked inside the venv)."""
     session = RunnerSession(python, context.workspace, companion_env(os.environ, context.home),
-                            context.logs / log_name, deadline_s)
+                            context.logs / log_name, deadline_s, socket_parent=context.state_dir)
     context.home.mkdir(parents=True, exist_ok=True)
     session.start()
     reply = session.request({"op": "open", "source": str(plan.trajectory.source_path),
