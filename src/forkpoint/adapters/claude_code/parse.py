@@ -97,7 +97,7 @@ class _Scan:
     stream_json: JsonObject | None = None  # a line of `claude -p --output-format stream-json` stdout
 
 
-def parse_session(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
+def parse_session(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory[ClaudeNative]:
     """Read the session once; its SHA-256 is computed alongside the line scan (see ``sha256_pending``)."""
     source = read_trajectory(path, max_bytes, "Claude Code session")
     source_sha256 = sha256_pending((source,))
@@ -205,7 +205,7 @@ def _index_results(scan: _Scan, record: Record, obj: JsonObject) -> None:
         record.data = {"message": {"content": content}}
 
 
-def _build(path: Path, sha256: str, scan: _Scan, source: bytes) -> Trajectory:
+def _build(path: Path, sha256: str, scan: _Scan, source: bytes) -> Trajectory[ClaudeNative]:
     if not scan.records:
         raise trajectory(_not_claude_message(scan))
     chain = _active_chain(scan)

@@ -80,7 +80,7 @@ class _Response:
         )
 
 
-def parse_rollout(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
+def parse_rollout(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory[CodexNative]:
     """Read the rollout once; its SHA-256 is computed alongside the line scan (see ``sha256_pending``)."""
     source = read_trajectory(path, max_bytes, "Codex rollout")
     source_sha256 = sha256_pending((source,))
@@ -110,7 +110,7 @@ def _parse_line(raw: bytes, number: int, offset: int, warnings: list[str]) -> Li
     return Line(number - 1, offset, len(body), kind, payload)
 
 
-def _build(path: Path, sha256: str, lines: list[Line], warnings: list[str], source: bytes) -> Trajectory:
+def _build(path: Path, sha256: str, lines: list[Line], warnings: list[str], source: bytes) -> Trajectory[CodexNative]:
     if not lines or lines[0].type != "session_meta":
         raise trajectory("the rollout does not start with a session_meta line (the native session id is there)")
     meta = lines[0].payload

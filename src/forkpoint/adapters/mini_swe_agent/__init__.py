@@ -57,8 +57,7 @@ class MiniSweAgentAdapter(AdapterBase):
             raise unsupported_version(
                 f"mini-swe-agent {version or '(no info.mini_version)'} is not a verified version "
                 f"(verified: {', '.join(self.verified_versions)})")
-        native = trajectory.native
-        assert isinstance(native, MiniNative)
+        native: MiniNative = trajectory.native
         if native.format != FORMATS[version or ""]:
             raise unsupported_version(f"mini-swe-agent {version} writes trajectory_format {FORMATS[version or '']!r}, "
                                       f"this file says {native.format!r}")
@@ -100,8 +99,7 @@ class MiniSweAgentAdapter(AdapterBase):
     def prepare_launch(self, trajectory: Trajectory, entrypoint: Path | None) -> LaunchTarget:
         """Only a continuation talks to a model: its class must go through the bridge (prepare-only and replay-only
         of e.g. a ``DeterministicModel`` recording need none)."""
-        native = trajectory.native
-        assert isinstance(native, MiniNative)
+        native: MiniNative = trajectory.native
         config = native.data.get("info", {}).get("config", {})
         model_type = config.get("model_type") if isinstance(config, dict) else None
         if model_type not in SUPPORTED_MODELS[native.major]:

@@ -65,7 +65,7 @@ class PiNative:
         return None, None, None
 
 
-def parse_pi(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
+def parse_pi(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory[PiNative]:
     """Parse an event JSONL or a v3 session file (told apart by their lines, not by the file name)."""
     source = read_trajectory(path, max_bytes, "Pi recording")
     objects: list[tuple[int, JsonObject]] = []
@@ -238,7 +238,7 @@ def _tool_calls(message: JsonObject, where: str, line: int | None = None) -> lis
     return calls
 
 
-def _build(path: Path, sha256: str, native: PiNative, warnings: list[str]) -> Trajectory:
+def _build(path: Path, sha256: str, native: PiNative, warnings: list[str]) -> Trajectory[PiNative]:
     messages = native.messages
     batches: list[Batch] = []
     found: list[tuple[int, list[tuple[JsonObject, JsonObject | None]], bool]] = []
