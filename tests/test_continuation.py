@@ -114,7 +114,7 @@ def _continue(tmp_path: Path, hooks: ScriptHooks, *, remaining: int | None = Non
     workspace.mkdir(parents=True, exist_ok=True)
     prefix_path = tmp_path / "prefix.json"
     prefix_path.write_text(json.dumps(PREFIX))
-    trajectory = Trajectory("test", "1", frozenset({"1"}), None, None, prefix_path, "0", (), (None,))
+    trajectory = Trajectory("test", "1", frozenset({"1"}), None, None, prefix_path, "0", (), (None,), native=None)
     plan = Plan(trajectory, 0, Mode.REPLAY_AND_CONTINUE, "test/1")
     settings = ContinueSettings(LaunchTarget(Path(sys.executable), "1"), "stub", None, remaining_steps=remaining,
                                 timeout_s=timeout_s)

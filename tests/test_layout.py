@@ -66,7 +66,7 @@ EXCEPTIONS = {
     "adapters/opencode/session.py": "tests/adapters/opencode/test_tools.py and test_gate.py (the rebuilt session)",
     "adapters/opencode/toolhost.py": "tests/adapters/opencode/test_tools.py and test_fixture_fidelity.py",
     "adapters/openhands/__init__.py": _ADAPTER_INIT,
-    "adapters/openhands/expected.py": "tests/adapters/openhands/test_gate.py",
+    "adapters/openhands/envelope.py": "tests/adapters/openhands/test_gate.py",
     "adapters/openhands/format.py": "tests/adapters/openhands/test_session.py and test_messages.py",
     "adapters/openhands/launch.py": "starts the runtime's Python; tests/e2e/test_openhands_continue.py",
     "adapters/openhands/runner.py": "runs inside the OpenHands venv; tests/e2e/test_openhands_continue.py",

@@ -30,6 +30,7 @@ import contextlib
 import os
 import re
 import shutil
+import tempfile
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -134,6 +135,17 @@ def passing(values: Mapping[str, str], *, temp_dir: Path | None = None) -> Itera
             _passed.update(before)
         if temp_dir is not None:
             remove_tree(temp_dir)
+
+
+@contextlib.contextmanager
+def private_temp_dir(prefix: str) -> Iterator[Path]:
+    """A new 0700 folder in the host's temp dir for a short-lived child outside any run (a version probe), removed
+    with all it holds afterwards: what the child leaves in its ``TMPDIR`` goes with it."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield path
+    finally:
+        remove_tree(path)
 
 
 def remove_tree(path: Path) -> None:

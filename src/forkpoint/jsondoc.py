@@ -1,7 +1,8 @@
-"""Read a whole-document JSON trajectory (SWE-agent ``.traj``, OpenHands event list) as forkpoint's own input.
+"""Read a JSON trajectory as forkpoint's own input: a whole document (SWE-agent ``.traj``, OpenHands event list)
+or one record of a JSON-lines recording (Claude Code, Codex, Pi).
 
-Shared by the adapters whose native file is one JSON document (not JSON lines), with the tolerant accessors their
-parsers use for optional native fields; it lives outside the adapter folders so no adapter imports another.
+Shared by the adapters' parsers, with the tolerant accessors they use for optional native fields; it lives outside
+the adapter folders so no adapter imports another.
 """
 
 from __future__ import annotations
@@ -28,6 +29,29 @@ def load_json_document(path: Path, what: str, max_bytes: int = DEFAULT_MAX_INPUT
     except orjson.JSONDecodeError as error:
         raise trajectory(f"the {what} {path} is not valid JSON: {error}") from None
     return data, sha256_hex(raw)
+
+
+def load_jsonl_object(
+    body: bytes,
+    number: int,
+    *,
+    terminated: bool,
+    warnings: list[str],
+    invalid: str = "invalid JSON at line {number}",
+    not_object: str = "line {number} is not a JSON object",
+) -> dict[str, Any] | None:
+    """JSON-lines record ``number`` as an object; None for a torn final (unterminated) line, which a recording cut
+    mid-write leaves and which is skipped with a warning. Any other invalid line is a trajectory error."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        if not terminated:
+            warnings.append(f"ignored a torn final line {number} (the recording was cut mid-write)")
+            return None
+        raise trajectory(f"{invalid.format(number=number)}: {exc}", line=number) from None
+    if not isinstance(obj, dict):
+        raise trajectory(not_object.format(number=number), line=number)
+    return obj
 
 
 def as_object(value: Any) -> dict[str, Any]:

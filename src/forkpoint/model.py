@@ -9,11 +9,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic
 
 if TYPE_CHECKING:
+    from typing_extensions import TypeVar
+
     from forkpoint.bridge.translate.sampling import SamplingPins
     from forkpoint.sandbox.base import Sandbox
+
+    #: an adapter's own parsed form of a recording (``Trajectory[CodexNative]``); ``Any`` where the agent is not
+    #: known (a TypeVar default is PEP 696: only the type checker has it before Python 3.13)
+    N = TypeVar("N", default=Any)
+else:
+    from typing import TypeVar
+
+    N = TypeVar("N")
 
 JsonObject = dict[str, Any]
 
@@ -108,7 +118,7 @@ class ActionSignature:
 
 
 @dataclass(frozen=True)
-class Trajectory:
+class Trajectory(Generic[N]):
     """A parsed native recording.
 
     ``batches`` holds every tool batch on the active conversation in order; the selectable ones are the
@@ -127,7 +137,8 @@ class Trajectory:
     next_actions: tuple[ActionSignature | None, ...]
     boundary_refusals: dict[int, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
-    native: Any = field(default=None, compare=False, repr=False)
+    #: the adapter's parsed native form: ``plan.trajectory.native`` is typed in the adapter that made it
+    native: N = field(compare=False, repr=False, kw_only=True)
 
     @property
     def complete_count(self) -> int:
@@ -144,10 +155,10 @@ class Trajectory:
 
 
 @dataclass(frozen=True)
-class Plan:
+class Plan(Generic[N]):
     """A trajectory cut at a boundary: the batches 1..after_step that will be replayed."""
 
-    trajectory: Trajectory
+    trajectory: Trajectory[N]
     after_step: int
     mode: Mode
     profile: str

@@ -105,10 +105,17 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600, *, durable: bool = 
     ``durable=False`` skips both fsyncs: the caller commits the file later with :func:`make_durable`, before the
     record that names it (one group commit instead of two fsyncs per file).
     """
+    with atomic_writer(path, mode, durable=durable) as handle:
+        handle.write(data)
+
+
+@contextlib.contextmanager
+def atomic_writer(path: Path, mode: int = 0o600, *, durable: bool = True) -> Iterator[BinaryIO]:
+    """``write_atomic`` for content produced piece by piece: the file appears (complete) only on success."""
     fd, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            yield handle
             if durable:
                 handle.flush()
                 os.fsync(handle.fileno())
@@ -121,25 +128,6 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600, *, durable: bool = 
         raise
     if durable:
         _fsync_dir(path.parent)
-
-
-@contextlib.contextmanager
-def atomic_writer(path: Path, mode: int = 0o600) -> Iterator[BinaryIO]:
-    """``write_atomic`` for content produced piece by piece: the file appears (complete) only on success."""
-    fd, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp_name, mode)
-        os.replace(temp_name, path)
-    except BaseException as exc:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp_name)
-        _name_the_file(exc, path)
-        raise
-    _fsync_dir(path.parent)
 
 
 def _name_the_file(exc: BaseException, path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import stat
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,23 @@ def test_codex_entrypoint_layout_errors(tmp_path: Path, kwargs: dict[str, Any], 
     with pytest.raises(ReplayError) as caught:
         npm.entrypoint(prefix, _codex())
     assert caught.value.kind is ErrorKind.INTERNAL and message in caught.value.message
+
+
+def test_probe_runs_sanitized_in_a_private_tmpdir(cache: Path, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe sees the allowlisted environment only, and what it leaves in its TMPDIR is removed with it."""
+    host_tmp = tmp_path / "host-tmp"
+    host_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(host_tmp))
+    monkeypatch.setenv("FP_PROBE_SECRET", "hunter2")
+    seen = tmp_path / "seen"
+    runtime = fake_runtime(cache)
+    runtime.entrypoint.write_text(f"#!/bin/sh\nmkdir \"$TMPDIR/opencode\"\n"
+                                  f"echo \"$TMPDIR|$FP_PROBE_SECRET\" > {seen}\necho 9.8.7\n")
+    assert runtimes.probe_version(runtime) == "9.8.7"
+    temp_dir, secret = seen.read_text().strip().split("|")
+    assert Path(temp_dir).parent == host_tmp and secret == ""
+    assert list(host_tmp.iterdir()) == []
 
 
 def test_probe_failure_is_typed(cache: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from forkpoint.errors import configuration
 from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
@@ -19,6 +19,9 @@ from forkpoint.model import (
     ToolCall,
     Trajectory,
 )
+
+if TYPE_CHECKING:
+    from forkpoint.continuation import AgentHooks
 
 
 class ToolExecutor(Protocol):
@@ -85,6 +88,37 @@ class Adapter(Protocol):
 
 class AdapterBase:
     """The defaults of the optional hooks; an adapter overrides what its agent needs."""
+
+    name: str
+
+    def write_prefix(self, plan: Plan, fresh: Mapping[str, FreshObservation] | None, out_dir: Path) -> NativePrefix:
+        """The native session cut after the boundary: HISTORICAL observations when ``fresh`` is None."""
+        raise NotImplementedError
+
+    def write_prepared_prefix(self, plan: Plan, out_dir: Path) -> NativePrefix:
+        return self.write_prefix(plan, None, out_dir)
+
+    def write_rebuilt_prefix(
+        self, plan: Plan, fresh: Mapping[str, FreshObservation], out_dir: Path
+    ) -> NativePrefix:
+        return self.write_prefix(plan, fresh, out_dir)
+
+    def prepare_launch(self, trajectory: Trajectory, entrypoint: Path | None) -> LaunchTarget:
+        """The verified runtime of the recording's version (an explicit entrypoint is probed)."""
+        from forkpoint.runtimes import resolve_entrypoint
+
+        return resolve_entrypoint(self.name, trajectory.version or "", entrypoint)
+
+    def hooks(self) -> AgentHooks[Any]:
+        """The agent's hooks for the one continuation shell (an adapter that continues overrides this)."""
+        raise NotImplementedError
+
+    def continue_run(
+        self, plan: Plan, prefix: NativePrefix, context: RunContext, settings: ContinueSettings
+    ) -> Continuation:
+        from forkpoint.continuation import continue_with
+
+        return continue_with(self.hooks(), plan, prefix, context, settings)
 
     def parse_completed(self, path: Path, companion: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
         """No companion file completes this agent's trajectories (request validation refuses one)."""

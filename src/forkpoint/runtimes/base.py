@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -134,3 +135,16 @@ def install_staged(agent: str, version: str, fill: Callable[[Path], dict[str, st
     if runtime is None:
         raise ReplayError(ErrorKind.INTERNAL, f"{agent} {version}: install finished but the runtime is not valid")
     return runtime
+
+
+def run_probe(argv: list[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """Run a runtime's version probe as a child of a run would be: the allowlisted environment and a private
+    ``TMPDIR`` removed afterwards (OpenCode's ``--version`` leaves an ``opencode`` folder in its TMPDIR)."""
+    from forkpoint.childenv import private_temp_dir
+    from forkpoint.process.environment import sanitized_env
+    from forkpoint.reaper import die_with_parent_hook
+
+    with private_temp_dir("fp-probe-") as temp_dir:
+        env = {**sanitized_env(os.environ, strip_credentials=True), "TMPDIR": str(temp_dir)}
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False,
+                              stdin=subprocess.DEVNULL, env=env, preexec_fn=die_with_parent_hook())

@@ -13,7 +13,7 @@ from typing import Any
 from forkpoint.adapters.spec import NpmPackage
 from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.reaper import die_with_parent_hook
-from forkpoint.runtimes.base import Runtime, now
+from forkpoint.runtimes.base import Runtime, now, run_probe
 
 INSTALL_TIMEOUT_S = 900.0
 PROBE_TIMEOUT_S = 10.0
@@ -128,9 +128,7 @@ def parse_version_output(output: str) -> str:
 def probe_version(runtime: Runtime) -> str:
     """Run ``<entrypoint> --version`` (10 s timeout) and return the version it reports."""
     try:
-        done = subprocess.run([str(runtime.entrypoint), "--version"], capture_output=True, text=True,
-                              timeout=PROBE_TIMEOUT_S, check=False, stdin=subprocess.DEVNULL,
-                              preexec_fn=die_with_parent_hook())
+        done = run_probe([str(runtime.entrypoint), "--version"], PROBE_TIMEOUT_S)
         if done.returncode != 0:
             raise ValueError(f"exit {done.returncode}: {done.stderr.strip()[:500]}")
         return parse_version_output(done.stdout)

@@ -23,7 +23,7 @@ from pathlib import Path
 from forkpoint.adapters.spec import PythonPackage
 from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.reaper import die_with_parent_hook
-from forkpoint.runtimes.base import Runtime, cache_root, now
+from forkpoint.runtimes.base import Runtime, cache_root, now, run_probe
 
 UV_VERSION = "0.13.8"
 INSTALL_TIMEOUT_S = 1800.0
@@ -137,9 +137,7 @@ def probe_version(runtime: Runtime, spec: PythonPackage) -> str:
     """The agent distribution's version as the venv's own Python sees it (``importlib.metadata``)."""
     package = spec.package
     try:
-        done = subprocess.run([str(runtime.entrypoint), "-I", "-c", _PROBE, package], capture_output=True,
-                              text=True, timeout=PROBE_TIMEOUT_S, check=False, stdin=subprocess.DEVNULL,
-                              preexec_fn=die_with_parent_hook())
+        done = run_probe([str(runtime.entrypoint), "-I", "-c", _PROBE, package], PROBE_TIMEOUT_S)
         if done.returncode != 0:
             raise ValueError(f"exit {done.returncode}: {done.stderr.strip()[-500:]}")
         version = done.stdout.strip()

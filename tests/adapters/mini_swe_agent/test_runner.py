@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,11 +14,9 @@ import pytest
 from forkpoint import runtimes
 from forkpoint.adapters.mini_swe_agent import tools
 from forkpoint.adapters.mini_swe_agent.parse import parse_trajectory
-from forkpoint.adapters.mini_swe_agent.runner import RunnerSession, companion_env
+from forkpoint.adapters.mini_swe_agent.runner import SOCKET_PATH_MAX, RunnerSession, companion_env, socket_dir
 from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.model import Mode, Plan, RunContext
-
-pytestmark = pytest.mark.e2e
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "mini_swe_agent"
 
@@ -36,6 +36,7 @@ def _context(tmp_path: Path, version: str) -> tuple[Plan, RunContext]:
     return plan, RunContext(workspace, tmp_path / "state", tmp_path / "out")
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("version", ["1.17.5", "2.4.6"])
 def test_execute_formats_natively_including_timeouts(version: str, tmp_path: Path) -> None:
     plan, context = _context(tmp_path, version)
@@ -59,6 +60,7 @@ def test_execute_formats_natively_including_timeouts(version: str, tmp_path: Pat
     assert "return a + b" in (context.workspace / "calc.py").read_text()
 
 
+@pytest.mark.e2e
 def test_protocol_refusals(tmp_path: Path) -> None:
     python = _python("2.4.6")
     home = tmp_path / "home"
@@ -77,6 +79,7 @@ def test_protocol_refusals(tmp_path: Path) -> None:
         assert not refused["ok"] and "only LocalEnvironment" in refused["error"]
 
 
+@pytest.mark.e2e
 def test_a_stuck_companion_is_killed_with_everything_it_started(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     plan, context = _context(tmp_path, "2.4.6")
@@ -99,3 +102,50 @@ def _cmdline(pid: str) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+#: a companion speaking the transport (hello with its pid, one reply per JSON line) without mini-swe-agent
+_ECHO_COMPANION = """
+import json, os, socket, sys
+conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+conn.connect(sys.argv[1])
+stream = conn.makefile("rw", encoding="utf-8")
+stream.write(json.dumps({"pid": os.getpid(), "socket": sys.argv[1]}) + "\\n")
+stream.flush()
+for line in stream:
+    stream.write(json.dumps({"ok": True}) + "\\n")
+    stream.flush()
+    if json.loads(line)["op"] == "close":
+        break
+"""
+
+
+def test_the_socket_lives_in_the_state_dir_and_goes_with_the_session(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing in the system temp dir, not even while the companion runs (a killed forkpoint leaves nothing there)."""
+    host_tmp = tmp_path / "host-tmp"
+    host_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(host_tmp))
+    script = tmp_path / "echo_companion.py"
+    script.write_text(_ECHO_COMPANION)
+    state = tmp_path / "state"
+    with RunnerSession(Path(sys.executable), tmp_path, companion_env(os.environ, tmp_path / "home"),
+                       tmp_path / "companion.log", script=script, socket_parent=state) as runner:
+        assert runner.request({"op": "ping"}, timeout_s=30) == {"ok": True}
+        folders = list(state.iterdir())
+        assert len(folders) == 1 and folders[0].name.startswith("fp-mini-") and (folders[0] / "s").is_socket()
+        assert list(host_tmp.iterdir()) == []
+    assert list(state.iterdir()) == []
+
+
+def test_socket_dir_falls_back_to_a_short_temp_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    host_tmp = tmp_path / "t"
+    host_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(host_tmp))
+    deep = tmp_path / ("d" * max(1, SOCKET_PATH_MAX - len(str(tmp_path))))
+    short = socket_dir(tmp_path / "state")
+    fallback = socket_dir(deep)
+    assert short.parent == tmp_path / "state" and len(str(short / "s")) <= SOCKET_PATH_MAX
+    assert fallback.parent == host_tmp and not deep.exists()
+    shutil.rmtree(fallback)
+    shutil.rmtree(short)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from forkpoint.adapters.openhands.expected import expected_messages
+from forkpoint.adapters.openhands.envelope import expected_messages
 from forkpoint.adapters.openhands.gate import PROFILE
 from forkpoint.adapters.openhands.parse import parse_events
 from forkpoint.adapters.openhands.session import prefix_events

@@ -12,26 +12,17 @@ from forkpoint.adapters.claude_code.session import write_prepared, write_rebuilt
 from forkpoint.adapters.claude_code.spec import SPEC
 from forkpoint.errors import unsupported_version
 from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
-from forkpoint.model import (
-    Continuation,
-    ContinueSettings,
-    FreshObservation,
-    LaunchTarget,
-    NativePrefix,
-    Plan,
-    RunContext,
-    Trajectory,
-)
+from forkpoint.model import FreshObservation, NativePrefix, Plan, RunContext, Trajectory
 
 if TYPE_CHECKING:
     from forkpoint.adapters.base import ToolExecutor
+    from forkpoint.adapters.claude_code.launch import ClaudeHooks
 
-VERIFIED_VERSIONS = SPEC.versions
 
 
 class ClaudeCodeAdapter(AdapterBase):
     name = AGENT
-    verified_versions = VERIFIED_VERSIONS
+    verified_versions = SPEC.versions
     native_format = "claude-code/session-jsonl"
 
     def sniff(self, head: bytes) -> bool:
@@ -46,20 +37,24 @@ class ClaudeCodeAdapter(AdapterBase):
             found = ", ".join(versions) if versions else "none"
             raise unsupported_version(
                 f"Claude Code session must be recorded by exactly one version; found {found} "
-                f"(verified: {', '.join(VERIFIED_VERSIONS)})"
+                f"(verified: {', '.join(self.verified_versions)})"
             )
-        profile = VERIFIED_VERSIONS.get(versions[0])
+        profile = self.verified_versions.get(versions[0])
         if profile is None:
             raise unsupported_version(
                 f"Claude Code {versions[0]} is not a verified version; its session format is unknown to "
-                f"forkpoint (verified: {', '.join(VERIFIED_VERSIONS)})"
+                f"forkpoint (verified: {', '.join(self.verified_versions)})"
             )
         return profile
 
-    def write_prepared_prefix(self, plan: Plan, out_dir: Path) -> NativePrefix:
+    def write_prefix(self, plan: Plan, fresh: Mapping[str, FreshObservation] | None, out_dir: Path) -> NativePrefix:
         destination = out_dir / f"{_session_id(plan)}.jsonl"
-        out_dir.mkdir(parents=True, exist_ok=True)
-        return NativePrefix(destination, self.native_format, _session_id(plan), write_prepared(plan, destination))
+        if fresh is None:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            digest = write_prepared(plan, destination)
+        else:
+            digest = write_rebuilt(plan, fresh, destination)
+        return NativePrefix(destination, self.native_format, _session_id(plan), digest)
 
     # -- replay -------------------------------------------------------------------------------------------------
 
@@ -76,27 +71,12 @@ class ClaudeCodeAdapter(AdapterBase):
 
         return normalize_volatile(content)
 
-    def write_rebuilt_prefix(
-        self, plan: Plan, fresh: Mapping[str, FreshObservation], out_dir: Path
-    ) -> NativePrefix:
-        destination = out_dir / f"{_session_id(plan)}.jsonl"
-        digest = write_rebuilt(plan, fresh, destination)
-        return NativePrefix(destination, self.native_format, _session_id(plan), digest)
-
     # -- continuation ---------------------------------------------------------------------------------------------
 
-    def prepare_launch(self, trajectory: Trajectory, entrypoint: Path | None) -> LaunchTarget:
-        from forkpoint.runtimes import resolve_entrypoint
-
-        return resolve_entrypoint(AGENT, trajectory.version or "", entrypoint)
-
-    def continue_run(
-        self, plan: Plan, prefix: NativePrefix, context: RunContext, settings: ContinueSettings
-    ) -> Continuation:
+    def hooks(self) -> ClaudeHooks:
         from forkpoint.adapters.claude_code.launch import ClaudeHooks
-        from forkpoint.continuation import continue_with
 
-        return continue_with(ClaudeHooks(), plan, prefix, context, settings)
+        return ClaudeHooks()
 
 
 def _session_id(plan: Plan) -> str:

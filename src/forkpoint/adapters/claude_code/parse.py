@@ -17,14 +17,13 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from forkpoint.adapters.claude_code import policy
 from forkpoint.adapters.source import read_trajectory
 from forkpoint.errors import trajectory
 from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES, split_lines
 from forkpoint.hashing import sha256_pending
 from forkpoint.ids import check_id
+from forkpoint.jsondoc import load_jsonl_object
 from forkpoint.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
 
 if TYPE_CHECKING:
@@ -100,7 +99,7 @@ class _Scan:
     stream_json: JsonObject | None = None  # a line of `claude -p --output-format stream-json` stdout
 
 
-def parse_session(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
+def parse_session(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory[ClaudeNative]:
     """Read the session once; its SHA-256 is computed alongside the line scan (see ``sha256_pending``)."""
     source = read_trajectory(path, max_bytes, "Claude Code session")
     source_sha256 = sha256_pending((source,))
@@ -117,15 +116,10 @@ def _scan_line(scan: _Scan, raw: bytes, line: int, offset: int) -> None:
         length -= 1
     if not length or raw.isspace():
         raise trajectory(f"blank line at line {line} of the Claude Code session", line=line)
-    try:
-        obj = orjson.loads(raw)  # JSON allows the trailing "\r\n": no copy of the line without it
-    except orjson.JSONDecodeError as exc:
-        if not terminated:
-            scan.warnings.append(f"ignored a torn final line {line} (the recording was cut mid-write)")
-            return
-        raise trajectory(f"invalid JSON at line {line}: {exc}", line=line) from None
-    if not isinstance(obj, dict):
-        raise trajectory(f"line {line} is not a JSON object", line=line)
+    # JSON allows the trailing "\r\n": no copy of the line without it
+    obj = load_jsonl_object(raw, line, terminated=terminated, warnings=scan.warnings)
+    if obj is None:
+        return
     if scan.first_object is None:
         scan.first_object = obj
     kind = obj.get("type")
@@ -213,7 +207,7 @@ def _index_results(scan: _Scan, record: Record, obj: JsonObject) -> None:
         record.data = {"message": {"content": content}}
 
 
-def _build(path: Path, sha256: str, scan: _Scan, source: bytes) -> Trajectory:
+def _build(path: Path, sha256: str, scan: _Scan, source: bytes) -> Trajectory[ClaudeNative]:
     if not scan.records:
         raise trajectory(_not_claude_message(scan))
     chain = _active_chain(scan)

@@ -37,17 +37,16 @@ def line_bytes(native: ClaudeNative, records: list[Record]) -> list[bytes]:
     return [native.source[record.offset:record.offset + record.length] for record in records]
 
 
-def write_prepared(plan: Plan, destination: Path) -> str:
+def write_prepared(plan: Plan[ClaudeNative], destination: Path) -> str:
     """The prefix with historical observations, byte-identical lines; returns the file's SHA-256."""
     from forkpoint.results import write_source_lines
 
     native = plan.trajectory.native
-    assert isinstance(native, ClaudeNative)
     spans = [(record.offset, record.length) for record in prefix_records(native, plan.after_step)]
     return write_source_lines(destination, native.source, spans)
 
 
-def rebuilt_lines(plan: Plan, fresh: Mapping[str, FreshObservation]) -> list[bytes]:
+def rebuilt_lines(plan: Plan[ClaudeNative], fresh: Mapping[str, FreshObservation]) -> list[bytes]:
     """The prefix with each selected tool_result's content replaced by its fresh observation.
 
     Untouched lines keep their original bytes; a result line is re-serialised with its keys in the
@@ -56,7 +55,6 @@ def rebuilt_lines(plan: Plan, fresh: Mapping[str, FreshObservation]) -> list[byt
     """
     parsed = plan.trajectory
     native = parsed.native
-    assert isinstance(native, ClaudeNative)
     records = prefix_records(native, plan.after_step)
     lines = line_bytes(native, records)
     selected = {call.call_id for call in plan.calls}
@@ -102,7 +100,7 @@ def rebuilt_lines(plan: Plan, fresh: Mapping[str, FreshObservation]) -> list[byt
     return out
 
 
-def write_rebuilt(plan: Plan, fresh: Mapping[str, FreshObservation], destination: Path) -> str:
+def write_rebuilt(plan: Plan[ClaudeNative], fresh: Mapping[str, FreshObservation], destination: Path) -> str:
     from forkpoint.results import write_atomic
 
     payload = b"".join(line + b"\n" for line in rebuilt_lines(plan, fresh))

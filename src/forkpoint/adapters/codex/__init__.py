@@ -12,26 +12,17 @@ from forkpoint.adapters.codex.session import write_prepared, write_rebuilt
 from forkpoint.adapters.codex.spec import SPEC
 from forkpoint.errors import unsupported_version
 from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
-from forkpoint.model import (
-    Continuation,
-    ContinueSettings,
-    FreshObservation,
-    LaunchTarget,
-    NativePrefix,
-    Plan,
-    RunContext,
-    Trajectory,
-)
+from forkpoint.model import FreshObservation, NativePrefix, Plan, RunContext, Trajectory
 
 if TYPE_CHECKING:
     from forkpoint.adapters.base import ToolExecutor
+    from forkpoint.adapters.codex.launch import CodexHooks
 
-VERIFIED_VERSIONS = SPEC.versions
 
 
 class CodexAdapter(AdapterBase):
     name = AGENT
-    verified_versions = VERIFIED_VERSIONS
+    verified_versions = SPEC.versions
     native_format = "codex/rollout-jsonl"
 
     def sniff(self, head: bytes) -> bool:
@@ -42,18 +33,19 @@ class CodexAdapter(AdapterBase):
 
     def profile_for(self, trajectory: Trajectory) -> str:
         version = trajectory.version
-        profile = VERIFIED_VERSIONS.get(version or "")
+        profile = self.verified_versions.get(version or "")
         if profile is None:
             raise unsupported_version(
                 f"Codex {version or '(no cli_version in session_meta)'} is not a verified version; its rollout "
-                f"format is unknown to forkpoint (verified: {', '.join(VERIFIED_VERSIONS)})"
+                f"format is unknown to forkpoint (verified: {', '.join(self.verified_versions)})"
             )
         return profile
 
-    def write_prepared_prefix(self, plan: Plan, out_dir: Path) -> NativePrefix:
+    def write_prefix(self, plan: Plan, fresh: Mapping[str, FreshObservation] | None, out_dir: Path) -> NativePrefix:
         session_id = plan.trajectory.session_id or plan.trajectory.source_path.stem
         destination = out_dir / _rollout_name(plan)
-        return NativePrefix(destination, self.native_format, session_id, write_prepared(plan, destination))
+        digest = write_prepared(plan, destination) if fresh is None else write_rebuilt(plan, fresh, destination)
+        return NativePrefix(destination, self.native_format, session_id, digest)
 
     # -- replay -------------------------------------------------------------------------------------------------
 
@@ -68,27 +60,12 @@ class CodexAdapter(AdapterBase):
 
         return normalize_volatile(content)
 
-    def write_rebuilt_prefix(
-        self, plan: Plan, fresh: Mapping[str, FreshObservation], out_dir: Path
-    ) -> NativePrefix:
-        session_id = plan.trajectory.session_id or plan.trajectory.source_path.stem
-        destination = out_dir / _rollout_name(plan)
-        return NativePrefix(destination, self.native_format, session_id, write_rebuilt(plan, fresh, destination))
-
     # -- continuation ---------------------------------------------------------------------------------------------
 
-    def prepare_launch(self, trajectory: Trajectory, entrypoint: Path | None) -> LaunchTarget:
-        from forkpoint.runtimes import resolve_entrypoint
-
-        return resolve_entrypoint(AGENT, trajectory.version or "", entrypoint)
-
-    def continue_run(
-        self, plan: Plan, prefix: NativePrefix, context: RunContext, settings: ContinueSettings
-    ) -> Continuation:
+    def hooks(self) -> CodexHooks:
         from forkpoint.adapters.codex.launch import CodexHooks
-        from forkpoint.continuation import continue_with
 
-        return continue_with(CodexHooks(), plan, prefix, context, settings)
+        return CodexHooks()
 
 
 def _rollout_name(plan: Plan) -> str:

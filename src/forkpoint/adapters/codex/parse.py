@@ -24,6 +24,7 @@ from forkpoint.errors import trajectory
 from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES, split_lines
 from forkpoint.hashing import sha256_pending
 from forkpoint.ids import UUID, check_id, shown
+from forkpoint.jsondoc import load_jsonl_object
 from forkpoint.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
 
 AGENT = "codex"
@@ -79,7 +80,7 @@ class _Response:
         )
 
 
-def parse_rollout(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
+def parse_rollout(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory[CodexNative]:
     """Read the rollout once; its SHA-256 is computed alongside the line scan (see ``sha256_pending``)."""
     source = read_trajectory(path, max_bytes, "Codex rollout")
     source_sha256 = sha256_pending((source,))
@@ -97,15 +98,9 @@ def _parse_line(raw: bytes, number: int, offset: int, warnings: list[str]) -> Li
     body = raw[:-1] if terminated else raw
     if not body.strip():
         return None
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        if not terminated:
-            warnings.append(f"ignored a torn final line {number} (the recording was cut mid-write)")
-            return None
-        raise trajectory(f"invalid JSON at line {number}: {exc}", line=number) from None
-    if not isinstance(obj, dict):
-        raise trajectory(f"line {number} is not a JSON object", line=number)
+    obj = load_jsonl_object(body, number, terminated=terminated, warnings=warnings)
+    if obj is None:
+        return None
     kind = obj.get("type")
     payload = obj.get("payload")
     if not isinstance(kind, str) or not isinstance(payload, dict):
@@ -115,7 +110,7 @@ def _parse_line(raw: bytes, number: int, offset: int, warnings: list[str]) -> Li
     return Line(number - 1, offset, len(body), kind, payload)
 
 
-def _build(path: Path, sha256: str, lines: list[Line], warnings: list[str], source: bytes) -> Trajectory:
+def _build(path: Path, sha256: str, lines: list[Line], warnings: list[str], source: bytes) -> Trajectory[CodexNative]:
     if not lines or lines[0].type != "session_meta":
         raise trajectory("the rollout does not start with a session_meta line (the native session id is there)")
     meta = lines[0].payload

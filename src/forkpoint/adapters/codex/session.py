@@ -21,29 +21,26 @@ def prefix_line_indices(native: CodexNative, after_step: int) -> range:
     return range(0, end + 1)
 
 
-def prefix_lines(plan: Plan) -> list[Line]:
+def prefix_lines(plan: Plan[CodexNative]) -> list[Line]:
     """Every line up to and including batch N's last output."""
     native = plan.trajectory.native
-    assert isinstance(native, CodexNative)
     wanted = prefix_line_indices(native, plan.after_step)
     return [line for line in native.lines if line.index in wanted]
 
 
-def read_prefix(plan: Plan) -> list[bytes]:
+def read_prefix(plan: Plan[CodexNative]) -> list[bytes]:
     """The original bytes of the prefix lines, cut from the bytes that were parsed and hashed."""
     native = plan.trajectory.native
-    assert isinstance(native, CodexNative)
     return [native.source[line.offset:line.offset + line.length] for line in prefix_lines(plan)]
 
 
-def write_prepared(plan: Plan, destination: Path) -> str:
+def write_prepared(plan: Plan[CodexNative], destination: Path) -> str:
     native = plan.trajectory.native
-    assert isinstance(native, CodexNative)
     destination.parent.mkdir(parents=True, exist_ok=True)
     return write_source_lines(destination, native.source, [(line.offset, line.length) for line in prefix_lines(plan)])
 
 
-def rebuilt_lines(plan: Plan, fresh: Mapping[str, FreshObservation]) -> tuple[list[bytes], int]:
+def rebuilt_lines(plan: Plan[CodexNative], fresh: Mapping[str, FreshObservation]) -> tuple[list[bytes], int]:
     """The prefix with each selected call's output replaced by its fresh observation.
 
     Untouched lines keep their bytes. ``event_msg`` lines that mention a replayed call (Codex's UI-side copies of
@@ -78,7 +75,7 @@ def rebuilt_lines(plan: Plan, fresh: Mapping[str, FreshObservation]) -> tuple[li
     return out, dropped
 
 
-def write_rebuilt(plan: Plan, fresh: Mapping[str, FreshObservation], destination: Path) -> str:
+def write_rebuilt(plan: Plan[CodexNative], fresh: Mapping[str, FreshObservation], destination: Path) -> str:
     lines, _ = rebuilt_lines(plan, fresh)
     payload = b"".join(line + b"\n" for line in lines)
     destination.parent.mkdir(parents=True, exist_ok=True)

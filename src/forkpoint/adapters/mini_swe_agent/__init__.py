@@ -17,23 +17,13 @@ from forkpoint.adapters.mini_swe_agent.parse import AGENT, FORMAT_V1, FORMAT_V2,
 from forkpoint.adapters.mini_swe_agent.spec import SPEC
 from forkpoint.errors import unsupported_version
 from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
-from forkpoint.model import (
-    Continuation,
-    ContinueSettings,
-    FreshObservation,
-    LaunchTarget,
-    Mode,
-    NativePrefix,
-    Plan,
-    RunContext,
-    Trajectory,
-)
+from forkpoint.model import FreshObservation, LaunchTarget, Mode, NativePrefix, Plan, RunContext, Trajectory
 
 if TYPE_CHECKING:
     from forkpoint.adapters.base import ToolExecutor
+    from forkpoint.adapters.mini_swe_agent.launch import MiniHooks
     from forkpoint.adapters.mini_swe_agent.runner import RunnerSession
 
-VERIFIED_VERSIONS = SPEC.versions
 #: the trajectory format each verified version writes
 FORMATS = {"1.17.5": FORMAT_V1, "2.4.6": FORMAT_V2}
 SUPPORTED_MODELS = {
@@ -45,7 +35,7 @@ SUPPORTED_MODELS = {
 
 class MiniSweAgentAdapter(AdapterBase):
     name = AGENT
-    verified_versions = VERIFIED_VERSIONS
+    verified_versions = SPEC.versions
     native_format = "mini-swe-agent/traj-json"
 
     def __init__(self) -> None:
@@ -62,23 +52,23 @@ class MiniSweAgentAdapter(AdapterBase):
 
     def profile_for(self, trajectory: Trajectory) -> str:
         version = trajectory.version
-        profile = VERIFIED_VERSIONS.get(version or "")
+        profile = self.verified_versions.get(version or "")
         if profile is None:
             raise unsupported_version(
                 f"mini-swe-agent {version or '(no info.mini_version)'} is not a verified version "
-                f"(verified: {', '.join(VERIFIED_VERSIONS)})")
-        native = trajectory.native
-        assert isinstance(native, MiniNative)
+                f"(verified: {', '.join(self.verified_versions)})")
+        native: MiniNative = trajectory.native
         if native.format != FORMATS[version or ""]:
             raise unsupported_version(f"mini-swe-agent {version} writes trajectory_format {FORMATS[version or '']!r}, "
                                       f"this file says {native.format!r}")
         return profile
 
-    def write_prepared_prefix(self, plan: Plan, out_dir: Path) -> NativePrefix:
-        from forkpoint.adapters.mini_swe_agent.session import prepared_messages, write
+    def write_prefix(self, plan: Plan, fresh: Mapping[str, FreshObservation] | None, out_dir: Path) -> NativePrefix:
+        from forkpoint.adapters.mini_swe_agent.session import prepared_messages, rebuilt_messages, write
 
+        messages = prepared_messages(plan) if fresh is None else rebuilt_messages(plan, fresh)
         destination = out_dir / _name(plan)
-        return NativePrefix(destination, self.native_format, None, write(plan, prepared_messages(plan), destination))
+        return NativePrefix(destination, self.native_format, None, write(plan, messages, destination))
 
     # -- replay -------------------------------------------------------------------------------------------------
 
@@ -96,15 +86,6 @@ class MiniSweAgentAdapter(AdapterBase):
         self._warm = session
         weakref.finalize(self, session.close)
 
-    def write_rebuilt_prefix(
-        self, plan: Plan, fresh: Mapping[str, FreshObservation], out_dir: Path
-    ) -> NativePrefix:
-        from forkpoint.adapters.mini_swe_agent.session import rebuilt_messages, write
-
-        destination = out_dir / _name(plan)
-        return NativePrefix(destination, self.native_format, None,
-                            write(plan, rebuilt_messages(plan, fresh), destination))
-
     # -- continuation ---------------------------------------------------------------------------------------------
 
     def _runtime(self, trajectory: Trajectory, entrypoint: Path | None = None) -> LaunchTarget:
@@ -118,8 +99,7 @@ class MiniSweAgentAdapter(AdapterBase):
     def prepare_launch(self, trajectory: Trajectory, entrypoint: Path | None) -> LaunchTarget:
         """Only a continuation talks to a model: its class must go through the bridge (prepare-only and replay-only
         of e.g. a ``DeterministicModel`` recording need none)."""
-        native = trajectory.native
-        assert isinstance(native, MiniNative)
+        native: MiniNative = trajectory.native
         config = native.data.get("info", {}).get("config", {})
         model_type = config.get("model_type") if isinstance(config, dict) else None
         if model_type not in SUPPORTED_MODELS[native.major]:
@@ -128,14 +108,12 @@ class MiniSweAgentAdapter(AdapterBase):
                                       "--prepare-only and --replay-only need no model")
         return self._runtime(trajectory, entrypoint)
 
-    def continue_run(
-        self, plan: Plan, prefix: NativePrefix, context: RunContext, settings: ContinueSettings
-    ) -> Continuation:
+    def hooks(self) -> MiniHooks:
+        """Hands the replay's warm companion (if any) to this continuation."""
         from forkpoint.adapters.mini_swe_agent.launch import MiniHooks
-        from forkpoint.continuation import continue_with
 
         warm, self._warm = self._warm, None
-        return continue_with(MiniHooks(warm), plan, prefix, context, settings)
+        return MiniHooks(warm)
 
 
 def _name(plan: Plan) -> str:

@@ -90,7 +90,6 @@ def continued_actions(path: Path, after_step: int, prefix_calls: int) -> tuple[A
     except ReplayError as error:
         raise shell.reparse_error("trajectory", error) from None
     native = parsed.native
-    assert isinstance(native, MiniNative)
     turns = native.turns[prefix_calls:]
     return (turns[0].signature if turns else None), len(turns)
 
@@ -115,8 +114,7 @@ class MiniHooks(AgentHooks[Installed]):
         self.expected_sha256: str | None = None
 
     def install(self, job: Job) -> Installed:
-        native = job.plan.trajectory.native
-        assert isinstance(native, MiniNative)
+        native: MiniNative = job.plan.trajectory.native
         job.continued_dir.mkdir(parents=True, exist_ok=True)
         return Installed(native, native.prefix_calls(job.plan.after_step), job.continued_dir / job.prefix.path.name)
 

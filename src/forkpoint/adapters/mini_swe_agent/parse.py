@@ -72,7 +72,7 @@ class MiniNative:
         return self.turns[self.batch_turns[after_step - 1]].end if after_step >= 1 else 2
 
 
-def parse_trajectory(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
+def parse_trajectory(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory[MiniNative]:
     try:
         raw = read_trajectory(path, max_bytes, "mini-swe-agent trajectory")
     except OSError as error:
@@ -84,7 +84,7 @@ def parse_trajectory(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Tr
     return parse_object(data, path, hashlib.sha256(raw).hexdigest())
 
 
-def parse_object(data: Any, path: Path, sha256: str) -> Trajectory:
+def parse_object(data: Any, path: Path, sha256: str) -> Trajectory[MiniNative]:
     if not isinstance(data, dict):
         raise trajectory("a mini-swe-agent trajectory is a JSON object")
     messages = data.get("messages")

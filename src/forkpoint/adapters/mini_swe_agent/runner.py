@@ -4,6 +4,9 @@ The companion runs under ``forkpoint.process.run_supervised`` in a background th
 deadline, every descendant reaped when it ends, output to a log), and talks JSON lines over a Unix socket in a
 private temp dir: forkpoint listens, the companion connects and says hello with its pid. A request that gets no
 reply within its deadline kills the companion's process group; supervision then reaps what is left.
+
+The socket's folder is in the run's state dir (``socket_dir``), so even a killed forkpoint leaves nothing in the
+system temp dir; only a state dir too long for AF_UNIX's 108 bytes falls back to a short temp folder.
 """
 
 from __future__ import annotations
@@ -27,6 +30,10 @@ from forkpoint.process import ProcessResult, run_supervised, sanitized_env
 COMPANION = Path(__file__).with_name("companion.py")
 CONNECT_TIMEOUT_S = 120.0
 CLOSE_TIMEOUT_S = 10.0
+#: AF_UNIX socket paths hold at most 107 bytes (108 with the terminating NUL)
+SOCKET_PATH_MAX = 107
+_SOCKET_PREFIX = "fp-mini-"
+_SOCKET_TAIL = len(_SOCKET_PREFIX) + 8 + len("//s")  # mkdtemp's 8 random characters, two separators, the name
 #: what the companion (and the commands it re-runs) may not inherit from forkpoint's environment
 _DROPPED_PREFIXES = ("MSWEA_", "LITELLM_", "OPENAI_", "ANTHROPIC_")
 
@@ -47,15 +54,25 @@ def companion_env(base: Mapping[str, str], home: Path) -> dict[str, str]:
     return env
 
 
+def socket_dir(parent: Path | None) -> Path:
+    """A new private (0700) folder for the socket: under ``parent`` (the run's state dir, kept across a killed
+    forkpoint as the run's own record) when the socket path fits, else a short one in the temp dir."""
+    if parent is not None and len(os.fsencode(parent)) + _SOCKET_TAIL <= SOCKET_PATH_MAX:
+        parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=_SOCKET_PREFIX, dir=parent))
+    return Path(tempfile.mkdtemp(prefix=_SOCKET_PREFIX))
+
+
 class RunnerSession:
     """``with RunnerSession(python, cwd, env, log) as runner: runner.request({...})``."""
 
     def __init__(self, python: Path, cwd: Path, env: Mapping[str, str], log_path: Path,
                  deadline_s: float = 24 * 3600.0, *, script: Path = COMPANION,
-                 label: str = "the mini-swe-agent companion") -> None:
-        """``script``/``label``: any companion speaking this transport (hello line with its pid, JSON lines)."""
+                 label: str = "the mini-swe-agent companion", socket_parent: Path | None = None) -> None:
+        """``script``/``label``: any companion speaking this transport (hello line with its pid, JSON lines);
+        ``socket_parent``: where the socket's folder goes (see ``socket_dir``)."""
         self.python, self.cwd, self.env, self.log_path, self.deadline_s = python, cwd, dict(env), log_path, deadline_s
-        self.script, self.label = script, label
+        self.script, self.label, self.socket_parent = script, label, socket_parent
         self.pid: int | None = None
         self.result: ProcessResult | None = None
         self._dir: Path | None = None
@@ -73,7 +90,7 @@ class RunnerSession:
         self.close()
 
     def start(self) -> None:
-        self._dir = Path(tempfile.mkdtemp(prefix="fp-mini-"))  # short: AF_UNIX paths are limited to 108 bytes
+        self._dir = socket_dir(self.socket_parent)
         path = self._dir / "s"
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._server.bind(str(path))

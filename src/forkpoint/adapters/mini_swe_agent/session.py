@@ -21,9 +21,8 @@ from forkpoint.model import FreshObservation, JsonObject, Plan
 from forkpoint.results import write_atomic
 
 
-def _native(plan: Plan) -> MiniNative:
+def _native(plan: Plan[MiniNative]) -> MiniNative:
     native = plan.trajectory.native
-    assert isinstance(native, MiniNative)
     return native
 
 
@@ -40,12 +39,12 @@ def _document(native: MiniNative, messages: list[JsonObject], after_step: int) -
     return data
 
 
-def prepared_messages(plan: Plan) -> list[JsonObject]:
+def prepared_messages(plan: Plan[MiniNative]) -> list[JsonObject]:
     native = _native(plan)
     return native.messages[: native.batch_end(plan.after_step)]  # only serialised: no copy
 
 
-def rebuilt_messages(plan: Plan, fresh: Mapping[str, FreshObservation]) -> list[JsonObject]:
+def rebuilt_messages(plan: Plan[MiniNative], fresh: Mapping[str, FreshObservation]) -> list[JsonObject]:
     native = _native(plan)
     source = native.messages
     messages = copy.deepcopy(source[:2])
@@ -63,7 +62,7 @@ def rebuilt_messages(plan: Plan, fresh: Mapping[str, FreshObservation]) -> list[
     return messages
 
 
-def write(plan: Plan, messages: list[JsonObject], destination: Path) -> str:
+def write(plan: Plan[MiniNative], messages: list[JsonObject], destination: Path) -> str:
     """Write the prefix document the way mini-swe-agent writes trajectories (``json.dumps(indent=2)``)."""
     data = json.dumps(_document(_native(plan), messages, plan.after_step), indent=2).encode("utf-8")
     destination.parent.mkdir(parents=True, exist_ok=True)

@@ -24,11 +24,11 @@ REPLY_MARGIN_S = 60.0
 LOG_NAME = "mini-swe-agent.log"
 
 
-def open_session(python: Path, plan: Plan, context: RunContext, log_name: str,
+def open_session(python: Path, plan: Plan[MiniNative], context: RunContext, log_name: str,
                  deadline_s: float = 24 * 3600.0) -> RunnerSession:
     """Start the companion and load the recording into it (version checked inside the venv)."""
     session = RunnerSession(python, context.workspace, companion_env(os.environ, context.home),
-                            context.logs / log_name, deadline_s)
+                            context.logs / log_name, deadline_s, socket_parent=context.state_dir)
     context.home.mkdir(parents=True, exist_ok=True)
     session.start()
     reply = session.request({"op": "open", "source": str(plan.trajectory.source_path),
@@ -52,11 +52,10 @@ class MiniToolExecutor:
     """``keep``: hand the companion over at close (the continuation reuses it: litellm imports once) instead of
     closing it."""
 
-    def __init__(self, plan: Plan, context: RunContext, python: Path,
+    def __init__(self, plan: Plan[MiniNative], context: RunContext, python: Path,
                  keep: Callable[[RunnerSession], None] | None = None) -> None:
         self.plan, self.context, self.python, self.keep = plan, context, python, keep
         native = plan.trajectory.native
-        assert isinstance(native, MiniNative)
         self.native = native
         self._session: RunnerSession | None = None
 

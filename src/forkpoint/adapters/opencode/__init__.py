@@ -13,26 +13,17 @@ from forkpoint.adapters.opencode.session import cut_export, native_of, write_exp
 from forkpoint.adapters.opencode.spec import SPEC
 from forkpoint.errors import configuration, unsupported_version
 from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
-from forkpoint.model import (
-    Continuation,
-    ContinueSettings,
-    FreshObservation,
-    LaunchTarget,
-    NativePrefix,
-    Plan,
-    RunContext,
-    Trajectory,
-)
+from forkpoint.model import FreshObservation, NativePrefix, Plan, RunContext, Trajectory
 
 if TYPE_CHECKING:
     from forkpoint.adapters.base import ToolExecutor
+    from forkpoint.adapters.opencode.launch import OpenCodeHooks
 
-VERIFIED_VERSIONS = SPEC.versions
 
 
 class OpenCodeAdapter(AdapterBase):
     name = AGENT
-    verified_versions = VERIFIED_VERSIONS
+    verified_versions = SPEC.versions
     native_format = "opencode/session-export-json"
 
     def sniff(self, head: bytes) -> bool:
@@ -50,7 +41,7 @@ class OpenCodeAdapter(AdapterBase):
         return parse_opencode(path, export=companion.resolve(), max_bytes=max_bytes)
 
     def profile_for(self, trajectory: Trajectory) -> str:
-        profile = VERIFIED_VERSIONS.get(trajectory.version or "")
+        profile = self.verified_versions.get(trajectory.version or "")
         session = trajectory.session_id or "<session id>"
         if trajectory.version is None:
             raise unsupported_version(
@@ -59,12 +50,13 @@ class OpenCodeAdapter(AdapterBase):
                 "session was recorded), or replay that export itself")
         if profile is None:
             raise unsupported_version(
-                f"OpenCode {trajectory.version} is not a verified version (verified: {', '.join(VERIFIED_VERSIONS)})")
+                f"OpenCode {trajectory.version} is not a verified version "
+                f"(verified: {', '.join(self.verified_versions)})")
         return profile
 
-    def write_prepared_prefix(self, plan: Plan, out_dir: Path) -> NativePrefix:
+    def write_prefix(self, plan: Plan, fresh: Mapping[str, FreshObservation] | None, out_dir: Path) -> NativePrefix:
         destination = out_dir / f"{plan.trajectory.session_id}.json"
-        digest = write_export(cut_export(plan, None), destination)
+        digest = write_export(cut_export(plan, fresh), destination)
         return NativePrefix(destination, self.native_format, plan.trajectory.session_id, digest)
 
     # -- replay -------------------------------------------------------------------------------------------------
@@ -83,24 +75,9 @@ class OpenCodeAdapter(AdapterBase):
 
         return normalize_volatile(content)
 
-    def write_rebuilt_prefix(
-        self, plan: Plan, fresh: Mapping[str, FreshObservation], out_dir: Path
-    ) -> NativePrefix:
-        destination = out_dir / f"{plan.trajectory.session_id}.json"
-        digest = write_export(cut_export(plan, fresh), destination)
-        return NativePrefix(destination, self.native_format, plan.trajectory.session_id, digest)
-
     # -- continuation ---------------------------------------------------------------------------------------------
 
-    def prepare_launch(self, trajectory: Trajectory, entrypoint: Path | None) -> LaunchTarget:
-        from forkpoint.runtimes import resolve_entrypoint
-
-        return resolve_entrypoint(AGENT, trajectory.version or "", entrypoint)
-
-    def continue_run(
-        self, plan: Plan, prefix: NativePrefix, context: RunContext, settings: ContinueSettings
-    ) -> Continuation:
+    def hooks(self) -> OpenCodeHooks:
         from forkpoint.adapters.opencode.launch import OpenCodeHooks
-        from forkpoint.continuation import continue_with
 
-        return continue_with(OpenCodeHooks(), plan, prefix, context, settings)
+        return OpenCodeHooks()

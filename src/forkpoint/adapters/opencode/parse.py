@@ -97,7 +97,7 @@ class OcNative:
 
 def parse_opencode(
     path: Path, export: Path | None = None, max_bytes: int = DEFAULT_MAX_INPUT_BYTES
-) -> Trajectory:
+) -> Trajectory[OcNative]:
     """Parse an export or an event log; ``export`` (the session's ``opencode export`` JSON) completes an event log."""
     data = _read(path, max_bytes)
     sha256 = hashlib.sha256(data).hexdigest()
@@ -326,7 +326,7 @@ def _check_ids(session: JsonObject, native: OcNative) -> str | None:
     return session_id if isinstance(session_id, str) else None
 
 
-def _build(path: Path, sha256: str, native: OcNative, warnings: list[str]) -> Trajectory:
+def _build(path: Path, sha256: str, native: OcNative, warnings: list[str]) -> Trajectory[OcNative]:
     session = native.session or {}
     session_id = _check_ids(session, native)
     version = session.get("version") if isinstance(session.get("version"), str) else None

@@ -16,26 +16,17 @@ from forkpoint.adapters.openhands.session import prefix_events, write_events
 from forkpoint.adapters.openhands.spec import SPEC
 from forkpoint.errors import ErrorKind, ReplayError, unsupported_version
 from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
-from forkpoint.model import (
-    Continuation,
-    ContinueSettings,
-    FreshObservation,
-    LaunchTarget,
-    NativePrefix,
-    Plan,
-    RunContext,
-    Trajectory,
-)
+from forkpoint.model import FreshObservation, NativePrefix, Plan, RunContext, Trajectory
 
 if TYPE_CHECKING:
     from forkpoint.adapters.base import ToolExecutor
+    from forkpoint.adapters.openhands.launch import OpenHandsHooks
 
-VERIFIED_VERSIONS = SPEC.versions
 
 
 class OpenHandsAdapter(AdapterBase):
     name = AGENT
-    verified_versions = VERIFIED_VERSIONS
+    verified_versions = SPEC.versions
     native_format = "openhands/v0-trajectory-json"
 
     def sniff(self, head: bytes) -> bool:
@@ -45,17 +36,14 @@ class OpenHandsAdapter(AdapterBase):
         return parse_events(path, max_bytes)
 
     def profile_for(self, trajectory: Trajectory) -> str:
-        profile = VERIFIED_VERSIONS.get(trajectory.version or "")
+        profile = self.verified_versions.get(trajectory.version or "")
         if profile is None:
             raise unsupported_version(
                 f"OpenHands {trajectory.version or '(no openhands_version in the system event)'} is not a verified "
-                f"version (verified: {', '.join(VERIFIED_VERSIONS)}; 0.62.0 is the last release with the V0 "
+                f"version (verified: {', '.join(self.verified_versions)}; 0.62.0 is the last release with the V0 "
                 "controller's ReplayManager)"
             )
         return profile
-
-    def write_prepared_prefix(self, plan: Plan, out_dir: Path) -> NativePrefix:
-        return self._write(plan, None, out_dir)
 
     def executor(self, plan: Plan, context: RunContext) -> ToolExecutor:
         from forkpoint.adapters.openhands.tools import OpenHandsToolExecutor
@@ -63,28 +51,15 @@ class OpenHandsAdapter(AdapterBase):
         check_paths(plan, str(context.workspace))
         return OpenHandsToolExecutor(plan, context, runtime_python(plan.trajectory.version or ""))
 
-    def write_rebuilt_prefix(
-        self, plan: Plan, fresh: Mapping[str, FreshObservation], out_dir: Path
-    ) -> NativePrefix:
-        return self._write(plan, fresh, out_dir)
-
-    def _write(self, plan: Plan, fresh: Mapping[str, FreshObservation] | None, out_dir: Path) -> NativePrefix:
+    def write_prefix(self, plan: Plan, fresh: Mapping[str, FreshObservation] | None, out_dir: Path) -> NativePrefix:
         destination = out_dir / f"{plan.trajectory.source_path.stem}.json"
         sha256 = write_events(prefix_events(plan, fresh), destination)
         return NativePrefix(destination, self.native_format, plan.trajectory.session_id, sha256)
 
-    def prepare_launch(self, trajectory: Trajectory, entrypoint: Path | None) -> LaunchTarget:
-        from forkpoint.runtimes import resolve_entrypoint
-
-        return resolve_entrypoint(AGENT, trajectory.version or "", entrypoint)
-
-    def continue_run(
-        self, plan: Plan, prefix: NativePrefix, context: RunContext, settings: ContinueSettings
-    ) -> Continuation:
+    def hooks(self) -> OpenHandsHooks:
         from forkpoint.adapters.openhands.launch import OpenHandsHooks
-        from forkpoint.continuation import continue_with
 
-        return continue_with(OpenHandsHooks(), plan, prefix, context, settings)
+        return OpenHandsHooks()
 
 
 def runtime_python(version: str) -> Path:

@@ -164,7 +164,7 @@ class OpenHandsHooks(AgentHooks[Installed]):
         return Installed(events, work, replay_path, fresh_path, work / "continued-trajectory.json", replayed)
 
     def gate(self, job: Job, state: Installed) -> GateSpec:
-        from forkpoint.adapters.openhands.expected import PrefixError, expected_messages
+        from forkpoint.adapters.openhands.envelope import PrefixError, expected_messages
         from forkpoint.adapters.openhands.gate import PROFILE
         from forkpoint.bridge.protocols.openai_chat import ChatGate, ExpectedChat
 

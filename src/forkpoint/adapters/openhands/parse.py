@@ -56,7 +56,7 @@ class OpenHandsNative:
     version: str | None
 
 
-def parse_events(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
+def parse_events(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory[OpenHandsNative]:
     data, sha256 = load_json_document(path, "OpenHands trajectory", max_bytes)
     if not isinstance(data, list):
         raise trajectory("an OpenHands V0 trajectory must be a JSON array of events")

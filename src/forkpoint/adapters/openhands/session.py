@@ -27,13 +27,12 @@ from forkpoint.results import write_atomic
 FRESH_FIELDS = ("observation", "content", "extras", "success", "message")
 
 
-def _native(plan: Plan) -> OpenHandsNative:
+def _native(plan: Plan[OpenHandsNative]) -> OpenHandsNative:
     native = plan.trajectory.native
-    assert isinstance(native, OpenHandsNative)
     return native
 
 
-def prefix_end(plan: Plan) -> int:
+def prefix_end(plan: Plan[OpenHandsNative]) -> int:
     """Stream id of the last observation of batch N (the prefix ends there)."""
     observed = _native(plan).batch_observations[plan.after_step - 1]
     if not observed:
@@ -41,7 +40,7 @@ def prefix_end(plan: Plan) -> int:
     return max(observed)
 
 
-def prefix_events(plan: Plan, fresh: Mapping[str, FreshObservation] | None) -> list[JsonObject]:
+def prefix_events(plan: Plan[OpenHandsNative], fresh: Mapping[str, FreshObservation] | None) -> list[JsonObject]:
     native = _native(plan)
     end = prefix_end(plan)
     selected = {event_id for batch in native.batch_observations[: plan.after_step] for event_id in batch}
@@ -68,7 +67,7 @@ def prefix_events(plan: Plan, fresh: Mapping[str, FreshObservation] | None) -> l
     return events
 
 
-def replay_input(plan: Plan) -> list[JsonObject]:
+def replay_input(plan: Plan[OpenHandsNative]) -> list[JsonObject]:
     """The ReplayManager input for batches 1..N (see the module docstring)."""
     native = _native(plan)
     end = max(native.batch_actions[plan.after_step - 1])

@@ -11,26 +11,17 @@ from forkpoint.adapters.pi.parse import AGENT, parse_pi
 from forkpoint.adapters.pi.spec import SPEC, VERSION
 from forkpoint.errors import unsupported_version
 from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
-from forkpoint.model import (
-    Continuation,
-    ContinueSettings,
-    FreshObservation,
-    LaunchTarget,
-    NativePrefix,
-    Plan,
-    RunContext,
-    Trajectory,
-)
+from forkpoint.model import FreshObservation, LaunchTarget, NativePrefix, Plan, RunContext, Trajectory
 
 if TYPE_CHECKING:
     from forkpoint.adapters.base import ToolExecutor
+    from forkpoint.adapters.pi.launch import PiHooks
 
-VERIFIED_VERSIONS = SPEC.versions
 
 
 class PiAdapter(AdapterBase):
     name = AGENT
-    verified_versions = VERIFIED_VERSIONS
+    verified_versions = SPEC.versions
     native_format = "pi/session-v3-jsonl"
 
     def sniff(self, head: bytes) -> bool:
@@ -45,14 +36,14 @@ class PiAdapter(AdapterBase):
         per call, so only a boundary whose batches hold one is refused (plan.check_call_policies)."""
         if trajectory.version not in (None, VERSION):
             raise unsupported_version(f"Pi {trajectory.version} is not a verified version (verified: {VERSION})")
-        return VERIFIED_VERSIONS[VERSION]
+        return self.verified_versions[VERSION]
 
-    def write_prepared_prefix(self, plan: Plan, out_dir: Path) -> NativePrefix:
+    def write_prefix(self, plan: Plan, fresh: Mapping[str, FreshObservation] | None, out_dir: Path) -> NativePrefix:
         from forkpoint.adapters.pi.session import session_file_name, write_session
 
         destination = out_dir / session_file_name(plan.trajectory.native, plan.trajectory.session_id or "")
         return NativePrefix(destination, self.native_format, plan.trajectory.session_id,
-                            write_session(plan, None, destination))
+                            write_session(plan, fresh, destination))
 
     # -- replay -------------------------------------------------------------------------------------------------
 
@@ -70,15 +61,6 @@ class PiAdapter(AdapterBase):
 
         return normalize_volatile(content)
 
-    def write_rebuilt_prefix(
-        self, plan: Plan, fresh: Mapping[str, FreshObservation], out_dir: Path
-    ) -> NativePrefix:
-        from forkpoint.adapters.pi.session import session_file_name, write_session
-
-        destination = out_dir / session_file_name(plan.trajectory.native, plan.trajectory.session_id or "")
-        return NativePrefix(destination, self.native_format, plan.trajectory.session_id,
-                            write_session(plan, fresh, destination))
-
     # -- continuation ---------------------------------------------------------------------------------------------
 
     def prepare_launch(self, trajectory: Trajectory, entrypoint: Path | None) -> LaunchTarget:
@@ -91,10 +73,7 @@ class PiAdapter(AdapterBase):
         from_entrypoint(target.entrypoint)
         return target
 
-    def continue_run(
-        self, plan: Plan, prefix: NativePrefix, context: RunContext, settings: ContinueSettings
-    ) -> Continuation:
+    def hooks(self) -> PiHooks:
         from forkpoint.adapters.pi.launch import PiHooks
-        from forkpoint.continuation import continue_with
 
-        return continue_with(PiHooks(), plan, prefix, context, settings)
+        return PiHooks()

@@ -31,6 +31,7 @@ from forkpoint.adapters.source import read_trajectory
 from forkpoint.errors import trajectory
 from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES, split_lines
 from forkpoint.ids import UUID, check_id
+from forkpoint.jsondoc import load_jsonl_object
 from forkpoint.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
 
 AGENT = "pi"
@@ -64,7 +65,7 @@ class PiNative:
         return None, None, None
 
 
-def parse_pi(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
+def parse_pi(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory[PiNative]:
     """Parse an event JSONL or a v3 session file (told apart by their lines, not by the file name)."""
     source = read_trajectory(path, max_bytes, "Pi recording")
     objects: list[tuple[int, JsonObject]] = []
@@ -102,15 +103,11 @@ def _parse_line(raw: bytes, number: int, warnings: list[str]) -> JsonObject | No
     body = raw[:-1] if terminated else raw
     if not body.strip():
         return None
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        if not terminated:
-            warnings.append(f"ignored a torn final line {number} (the recording was cut mid-write)")
-            return None
-        raise trajectory(f"invalid Pi JSONL line {number}: {exc}", line=number) from None
-    if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
-        raise trajectory(f"Pi JSONL line {number} must contain an object with a type", line=number)
+    not_object = "Pi JSONL line {number} must contain an object with a type"
+    obj = load_jsonl_object(body, number, terminated=terminated, warnings=warnings,
+                            invalid="invalid Pi JSONL line {number}", not_object=not_object)
+    if obj is not None and not isinstance(obj.get("type"), str):
+        raise trajectory(not_object.format(number=number), line=number)
     return obj
 
 
@@ -241,7 +238,7 @@ def _tool_calls(message: JsonObject, where: str, line: int | None = None) -> lis
     return calls
 
 
-def _build(path: Path, sha256: str, native: PiNative, warnings: list[str]) -> Trajectory:
+def _build(path: Path, sha256: str, native: PiNative, warnings: list[str]) -> Trajectory[PiNative]:
     messages = native.messages
     batches: list[Batch] = []
     found: list[tuple[int, list[tuple[JsonObject, JsonObject | None]], bool]] = []

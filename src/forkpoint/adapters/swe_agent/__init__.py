@@ -34,7 +34,6 @@ from forkpoint.reaper import die_with_parent_hook
 if TYPE_CHECKING:
     from forkpoint.adapters.base import ToolExecutor
 
-VERIFIED_VERSIONS = SPEC.versions
 NOT_ON_PYPI = (
     "SWE-agent is not on PyPI (the `sweagent` package there is an unrelated 0.0.1 placeholder), so forkpoint "
     "cannot install it. Install SWE-agent 1.1.0 from its git source (editable: `uv pip install -e <SWE-agent "
@@ -46,7 +45,7 @@ PROBE = "import sweagent, sys; sys.stdout.write(sweagent.__version__)"
 
 class SweAgentAdapter(AdapterBase):
     name = AGENT
-    verified_versions = VERIFIED_VERSIONS
+    verified_versions = SPEC.versions
     native_format = "swe-agent/traj"
 
     def sniff(self, head: bytes) -> bool:
@@ -56,28 +55,20 @@ class SweAgentAdapter(AdapterBase):
         return parse_traj(path, max_bytes)
 
     def profile_for(self, trajectory: Trajectory) -> str:
-        profile = VERIFIED_VERSIONS.get(trajectory.version or "")
+        profile = self.verified_versions.get(trajectory.version or "")
         if profile is None:
             raise unsupported_version(
                 f"SWE-agent {trajectory.version or '(no info.swe_agent_version)'} is not a verified version "
-                f"(verified: {', '.join(VERIFIED_VERSIONS)})"
+                f"(verified: {', '.join(self.verified_versions)})"
             )
         return profile
-
-    def write_prepared_prefix(self, plan: Plan, out_dir: Path) -> NativePrefix:
-        return self._write(plan, None, out_dir)
 
     def executor(self, plan: Plan, context: RunContext) -> ToolExecutor:
         from forkpoint.adapters.swe_agent.tools import SweAgentToolExecutor
 
         return SweAgentToolExecutor(plan, context)
 
-    def write_rebuilt_prefix(
-        self, plan: Plan, fresh: Mapping[str, FreshObservation], out_dir: Path
-    ) -> NativePrefix:
-        return self._write(plan, fresh, out_dir)
-
-    def _write(self, plan: Plan, fresh: Mapping[str, FreshObservation] | None, out_dir: Path) -> NativePrefix:
+    def write_prefix(self, plan: Plan, fresh: Mapping[str, FreshObservation] | None, out_dir: Path) -> NativePrefix:
         # run-replay files store problem_statement.id as an absolute path: a derived safe name, never that path
         # (the original stays in the result's native_session_id)
         destination = out_dir / f"{safe_file_stem(plan.trajectory.session_id or 'prefix')}.traj"

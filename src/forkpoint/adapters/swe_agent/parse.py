@@ -74,7 +74,7 @@ class SweAgentNative:
         return self.bundles.registry_variables
 
 
-def parse_traj(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
+def parse_traj(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory[SweAgentNative]:
     data, sha256 = load_json_document(path, "SWE-agent trajectory", max_bytes)
     if not isinstance(data, dict):
         raise trajectory("a SWE-agent .traj must be a JSON object")

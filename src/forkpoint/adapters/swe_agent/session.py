@@ -26,9 +26,8 @@ from forkpoint.results import write_atomic
 END_OF_RUN_INFO = ("exit_status", "submission", "edited_files30", "edited_files50", "edited_files70")
 
 
-def prefix_document(plan: Plan, fresh: Mapping[str, FreshObservation] | None) -> JsonObject:
+def prefix_document(plan: Plan[SweAgentNative], fresh: Mapping[str, FreshObservation] | None) -> JsonObject:
     native = plan.trajectory.native
-    assert isinstance(native, SweAgentNative)
     # the prepared prefix only slices lists and replaces top-level fields; a rebuilt one also edits records
     data = copy.deepcopy(native.data) if fresh is not None else dict(native.data)
     steps = native.steps[: plan.after_step]

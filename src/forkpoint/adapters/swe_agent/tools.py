@@ -82,9 +82,8 @@ def tool_wrapper(tool: str, registry: Path, patch: Path) -> str:
 
 
 class SweAgentToolExecutor:
-    def __init__(self, plan: Plan, context: RunContext) -> None:
+    def __init__(self, plan: Plan[SweAgentNative], context: RunContext) -> None:
         native = plan.trajectory.native
-        assert isinstance(native, SweAgentNative)
         self.native = native
         self.sandbox = context.sandbox or local_sandbox(context.workspace)
         self.cwd = self.sandbox.cwd
