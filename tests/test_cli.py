@@ -257,3 +257,24 @@ def test_agents_list_and_install_follow_the_specs(tmp_path: Path, monkeypatch: p
     assert refused.returncode == 11 and "verified: 0.149.0, 0.171.0" in refused.stderr
     unknown = forkpoint("agents", "install", "swe-agent@1.1.0")
     assert unknown.returncode == 11 and "unknown agent 'swe-agent'" in unknown.stderr
+
+
+def test_model_options_parse_and_are_refused_before_anything_runs(session: Path, tmp_path: Path) -> None:
+    from forkpoint.cli import MODEL_DESTS, build_parser
+
+    args = build_parser().parse_args(["continue", "run", "--model", "m", "--temperature", "0", "--seed", "7",
+                                      "--branch-seed", "1", "--branch-seed", "2", "--disable-thinking"])
+    assert (args.model, args.temperature, args.seed, args.branch_seed, args.disable_thinking) == (
+        "m", 0.0, 7, [1, 2], True)
+    text = " ".join(forkpoint("continue", "--help").stdout.split())
+    for name in MODEL_DESTS:
+        assert f" --{name.replace('_', '-')} " in text, name
+    base = ("replay", "--agent", "claude-code", "--trajectory", str(session), "--after-step", "1",
+            "--workspace", str(tmp_path), "--output-dir", str(tmp_path / "out"), "--state-dir", str(tmp_path / "st"))
+    for extra, said in ((("--seed", "7"), "the Anthropic Messages API has no seed"),
+                        (("--reasoning-effort", "low"), "--reasoning-effort is for the Responses and Chat APIs"),
+                        (("--temperature", "5"), "temperature must be within [0, 2]"),
+                        (("--branch-model", "a"), "branch_models varies the branches of --branches K")):
+        done = forkpoint(*base, *extra)
+        assert done.returncode == 2 and said in done.stderr, (extra, done.stderr)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "st").exists()  # nothing ran

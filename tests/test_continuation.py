@@ -22,9 +22,11 @@ from forkpoint.continuation import (
     Job,
     LaunchSpec,
     Outcome,
+    Pinning,
     Ran,
     continue_with,
     make_upstream,
+    outgoing_protocol,
 )
 from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.model import (
@@ -185,3 +187,65 @@ def test_make_upstream_picks_by_protocol_and_refuses_what_it_cannot_translate() 
     assert other.value.kind is ErrorKind.CONFIGURATION
     translated = make_upstream("anthropic-messages", ContinueSettings(target, "openai-chat", None, upstream_key="k"))
     assert translated.name == "openai-chat"
+
+
+# -- model choice and sampling pins (issue 17) ------------------------------------------------------------------------
+
+
+def test_pinning_sets_the_model_and_pins_after_validation_and_records_the_changes() -> None:
+    from forkpoint.bridge.translate.sampling import SamplingPins
+
+    settings = ContinueSettings(LaunchTarget(Path(sys.executable), "1"), "stub", None, model="other-model",
+                                sampling=SamplingPins(temperature=0.0, seed=7))
+    pinning = Pinning.of("openai-chat", settings)
+    body = {"model": "recorded", "messages": PREFIX, "temperature": 1.0}
+    facts: dict[str, Any] = {}
+    sent = pinning(body, facts)
+    assert body["model"] == "recorded"  # the validated body itself is not changed (the gate's copy)
+    assert (sent["model"], sent["temperature"], sent["seed"], sent["messages"]) == ("other-model", 0.0, 7, PREFIX)
+    assert facts["pins"] == [{"field": "model", "before": "recorded", "after": "other-model"},
+                             {"field": "temperature", "before": 1.0, "after": 0.0},
+                             {"field": "seed", "before": "<absent>", "after": 7}]
+    pinning({"model": "recorded", "messages": []}, {})
+    metadata = pinning.metadata()
+    assert metadata == {"requested_model": "other-model", "upstream_model": "other-model", "upstream_retries": 3,
+                        "sampling": {"pins": {"model": "other-model", "temperature": 0.0, "seed": 7},
+                                     "changes": facts["pins"]}}
+
+
+def test_without_a_model_choice_the_body_is_sent_as_validated() -> None:
+    pinning = Pinning.of("anthropic-messages", ContinueSettings(LaunchTarget(Path(sys.executable), "1"), "stub",
+                                                                None, upstream_retries=0))
+    body = {"model": "claude-recorded", "messages": []}
+    facts: dict[str, Any] = {}
+    assert pinning(body, facts) is body and facts == {}
+    assert pinning.metadata() == {"requested_model": None, "upstream_model": "claude-recorded", "sampling": None,
+                                  "upstream_retries": 0}
+
+
+def test_the_pins_reach_the_bridge_log_and_the_result_through_the_shell(tmp_path: Path) -> None:
+    from forkpoint.bridge.translate.sampling import SamplingPins
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    prefix_path = tmp_path / "prefix.json"
+    prefix_path.write_text(json.dumps(PREFIX))
+    trajectory = Trajectory("test", "1", frozenset({"1"}), None, None, prefix_path, "0", (), (None,), native=None)
+    plan = Plan(trajectory, 0, Mode.REPLAY_AND_CONTINUE, "test/1")
+    settings = ContinueSettings(LaunchTarget(Path(sys.executable), "1"), "stub", None, model="other-model",
+                                sampling=SamplingPins(seed=7))
+    context = RunContext(workspace, tmp_path / "state", tmp_path / "out")
+    done = continue_with(ScriptHooks(count=2), plan, NativePrefix(prefix_path, "test", None, "0"), context, settings)
+    assert done.metadata["statuses"] == [200, 200]  # the gate still proved the first request (model "m")
+    assert done.metadata["requested_model"] == done.metadata["upstream_model"] == "other-model"
+    assert done.metadata["sampling"]["changes"][0] == {"field": "model", "before": "m", "after": "other-model"}
+    records = [json.loads(line) for line in (tmp_path / "state" / "bridge-log.jsonl").read_text().splitlines()]
+    pinned = [record["facts"]["pins"] for record in records if record.get("verdict") == "ok"]
+    assert len(pinned) == 2 and all({"field": "seed", "before": "<absent>", "after": 7} in pins for pins in pinned)
+
+
+def test_outgoing_protocol_is_the_upstreams_unless_the_stub() -> None:
+    assert outgoing_protocol("anthropic-messages", "stub") == "anthropic-messages"
+    assert outgoing_protocol("anthropic-messages", None) == "anthropic-messages"
+    assert outgoing_protocol("anthropic-messages", "openai-chat") == "openai-chat"
+    assert outgoing_protocol("openai-chat", "openai-chat") == "openai-chat"

@@ -174,3 +174,70 @@ def test_env_entries_from_toml_and_json(tmp_path: Path) -> None:
     assert "env: input should be a valid list" in str(_refusal({**BASE, "env": "FOO"}))
     assert "env.0: input should be a valid string" in str(_refusal({**BASE, "env": [1]}))
     assert "BAD-NAME" in str(_refusal({**BASE, "env": ["BAD-NAME=1"]}))
+
+
+# -- model choice and sampling pins (issue 17) ------------------------------------------------------------------------
+
+
+def test_model_and_pins_fill_the_continue_settings() -> None:
+    import sys
+
+    from forkpoint.adapters import agent_spec
+    from forkpoint.bridge.translate.sampling import SamplingPins
+    from forkpoint.model import LaunchTarget
+    from forkpoint.request import continue_settings
+
+    request = build_request({**BASE, "agent": "pi", "model": "other-model", "temperature": 0, "seed": 7,
+                             "top_p": 1, "max_output_tokens": 64, "disable_thinking": True,
+                             "reasoning_effort": "low", "upstream_retries": 5}, source="t")
+    assert request.temperature == 0.0 and isinstance(request.temperature, float)
+    from forkpoint.model import Plan, Trajectory
+
+    plan = Plan(Trajectory("pi", "1", frozenset({"1"}), None, None, Path("t"), "0", (), (None,), native=None), 0,
+                Mode.REPLAY_AND_CONTINUE, "pi/1")
+    settings = continue_settings(request, agent_spec("pi"), LaunchTarget(Path(sys.executable), "1"), plan)
+    assert settings.model == "other-model" and settings.upstream_retries == 5
+    assert settings.sampling == SamplingPins(temperature=0.0, top_p=1.0, seed=7, max_output_tokens=64,
+                                             disable_thinking=True, reasoning_effort="low")
+    plain = continue_settings(build_request({**BASE, "agent": "pi"}, source="t"), agent_spec("pi"),
+                              LaunchTarget(Path(sys.executable), "1"), plan)
+    assert (plain.model, plain.sampling, plain.upstream_retries) == (None, None, 3)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"seed": 7}, "the Anthropic Messages API has no seed (the requests leaving the bridge speak "
+                      "anthropic-messages)"),
+        ({"reasoning_effort": "low"}, "--reasoning-effort is for the Responses and Chat APIs"),
+        ({"agent": "codex", "seed": 1}, "the Responses API has no seed"),
+        ({"agent": "codex", "disable_thinking": True}, "the Responses API turns reasoning down with "
+                                                       "--reasoning-effort"),
+        ({"agent": "codex", "reasoning_effort": "huge"}, "reasoning_effort must be one of minimal, low, medium, "
+                                                         "high, none, not 'huge'"),
+        ({"temperature": 3.0}, "temperature must be within [0, 2]"),
+        ({"top_p": -0.1}, "top_p must be within [0, 1]"),
+        ({"max_output_tokens": 0}, "max_output_tokens must be at least 1"),
+        ({"model": " "}, "model must not be empty"),
+        ({"upstream_retries": -1}, "upstream_retries must be 0 or more"),
+        ({"temperature": "0"}, "temperature: input should be a valid number"),
+        ({"temperature": True}, "temperature: input should be a valid number"),
+        ({"branches": 2, "branch_seeds": [1, 2, 3]}, "give one branch_seeds value for all branches or one per "
+                                                      "branch (2), not 3"),
+        ({"branch_models": ["m"]}, "branch_models varies the branches of --branches K (K of 2 or more); for one "
+                                   "continuation use model"),
+        ({"branches": 2, "branch_temperatures": [0.5, 9]}, "temperature must be within [0, 2]"),
+        ({"agent": "pi", "branches": 2, "branch_seeds": ["1"]}, "branch_seeds.0: input should be a valid integer"),
+    ],
+)
+def test_model_choice_refusals(change: dict[str, object], message: str) -> None:
+    assert message in _refusal({**BASE, **change}).message
+
+
+def test_pins_the_protocol_carries_are_accepted() -> None:
+    assert build_request({**BASE, "agent": "codex", "reasoning_effort": "low", "model": "gpt-other"},
+                         source="t").reasoning_effort == "low"
+    assert build_request({**BASE, "disable_thinking": True, "temperature": 0}, source="t").disable_thinking
+    request = build_request({**BASE, "agent": "pi", "branches": 2, "branch_seeds": [1, 2],
+                             "branch_temperatures": [1], "branch_models": ["a", "b"]}, source="t")
+    assert request.branch_temperatures == [1.0]

@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from forkpoint.branching import SNAPSHOT_SCHEMA
+from forkpoint.errors import ReplayError
 from forkpoint.resume import collect_snapshots
 
 
@@ -38,3 +41,24 @@ def test_gc_leaves_folders_forkpoint_did_not_make(tmp_path: Path) -> None:
     assert freed["removed"] == []
     assert (victim / "snapshot" / "precious.txt").read_text() == "keep"
     assert (victim / "branches" / "x" / "workspace").is_dir()
+
+
+def test_branch_variants_one_for_all_or_one_per_branch_change_only_their_branch() -> None:
+    import sys
+
+    from forkpoint.branching import BranchRequest, BranchVariant, BranchVariants
+    from forkpoint.bridge.translate.sampling import SamplingPins
+    from forkpoint.model import ContinueSettings, LaunchTarget
+
+    request = BranchRequest.of(2, [], 1, first_index=3, variants=BranchVariants(seeds=(1, 2), models=("m",)))
+    assert [request.variant(i) for i in request.indices] == [BranchVariant("m", 1), BranchVariant("m", 2)]
+    assert BranchRequest.of(2, [], 1).variant(1) == BranchVariant()
+    with pytest.raises(ReplayError, match="give one --branch-seed for all branches or one per branch"):
+        BranchRequest.of(3, [], 1, variants=BranchVariants(seeds=(1, 2)))
+    base = ContinueSettings(LaunchTarget(Path(sys.executable), "1"), "stub", None, model="run-model",
+                            sampling=SamplingPins(temperature=0.5, top_p=0.9))
+    assert BranchVariant().settings(base) is base
+    varied = BranchVariant(seed=2).settings(base)
+    assert (varied.model, varied.sampling) == ("run-model", SamplingPins(temperature=0.5, top_p=0.9, seed=2))
+    assert BranchVariant("other", temperature=0.0).settings(base).model == "other"
+    assert BranchVariant(seed=1).facts() == {"model": None, "seed": 1, "temperature": None}

@@ -23,12 +23,15 @@ import shutil
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.hashing import sha256_hex
 from forkpoint.model import Continuation, ContinueSettings, NativePrefix, Plan, RunContext
 from forkpoint.results import write_json
+
+if TYPE_CHECKING:
+    from forkpoint.request import ReplayRequest
 
 BRANCHES_SCHEMA = "forkpoint.branches/v1"
 BRANCH_RESULT_SCHEMA = "forkpoint.branch-result/v1"
@@ -43,20 +46,81 @@ class BranchRequest:
     prompts: tuple[str | None, ...]
     parallel: int
     first_index: int = 1
+    #: each branch's model / seed / temperature (``--branch-model``...); empty: every branch as the run's settings
+    variants: tuple[BranchVariant, ...] = ()
 
     @classmethod
-    def of(cls, count: int, prompts: list[str], parallel: int | None, first_index: int = 1) -> BranchRequest:
+    def of(cls, count: int, prompts: list[str], parallel: int | None, first_index: int = 1,
+           variants: BranchVariants | None = None) -> BranchRequest:
         if count < 1:
             raise ReplayError(ErrorKind.CONFIGURATION, "--branches must be at least 1")
         if prompts and len(prompts) not in (1, count):
             raise ReplayError(ErrorKind.CONFIGURATION, f"give one --branch-prompt for all branches or one per "
                                                        f"branch ({count}), not {len(prompts)}")
         chosen: tuple[str | None, ...] = tuple(prompts * count if len(prompts) == 1 else prompts) or (None,) * count
-        return cls(count, chosen, max(1, parallel or os.cpu_count() or 1), first_index)
+        return cls(count, chosen, max(1, parallel or os.cpu_count() or 1), first_index,
+                   () if variants is None else variants.per_branch(count))
 
     @property
     def indices(self) -> range:
         return range(self.first_index, self.first_index + self.count)
+
+    def variant(self, index: int) -> BranchVariant:
+        return self.variants[index - self.first_index] if self.variants else BranchVariant()
+
+
+@dataclass(frozen=True)
+class BranchVariant:
+    """What one branch changes in the run's model choice (None: as the run's ``--model``/``--seed``...)."""
+
+    model: str | None = None
+    seed: int | None = None
+    temperature: float | None = None
+
+    def facts(self) -> dict[str, Any]:
+        """For branches.json and the branch's result (the values themselves: they are no prompt text)."""
+        return {"model": self.model, "seed": self.seed, "temperature": self.temperature}
+
+    def settings(self, settings: ContinueSettings) -> ContinueSettings:
+        """The run's settings with this branch's model and pins."""
+        from forkpoint.bridge.translate.sampling import SamplingPins
+
+        if self == BranchVariant():
+            return settings
+        pins = settings.sampling or SamplingPins()
+        pins = dataclasses.replace(pins, seed=pins.seed if self.seed is None else self.seed,
+                                   temperature=pins.temperature if self.temperature is None else self.temperature)
+        return dataclasses.replace(settings, model=self.model or settings.model, sampling=pins)
+
+
+@dataclass(frozen=True)
+class BranchVariants:
+    """``--branch-model`` / ``--branch-seed`` / ``--branch-temperature``: each one value for all or one per branch
+    (the request validated the lengths)."""
+
+    models: tuple[str, ...] = ()
+    seeds: tuple[int, ...] = ()
+    temperatures: tuple[float, ...] = ()
+
+    def per_branch(self, count: int) -> tuple[BranchVariant, ...]:
+        if not (self.models or self.seeds or self.temperatures):
+            return ()
+        for name, given in (("--branch-model", self.models), ("--branch-seed", self.seeds),
+                            ("--branch-temperature", self.temperatures)):
+            if given and len(given) not in (1, count):
+                raise ReplayError(ErrorKind.CONFIGURATION, f"give one {name} for all branches or one per branch "
+                                                           f"({count}), not {len(given)}")
+
+        def pick(values: tuple[Any, ...], index: int) -> Any:
+            return None if not values else values[0] if len(values) == 1 else values[index]
+
+        return tuple(BranchVariant(pick(self.models, i), pick(self.seeds, i), pick(self.temperatures, i))
+                     for i in range(count))
+
+
+def branch_variants(request: ReplayRequest) -> BranchVariants:
+    return BranchVariants(tuple(request.branch_models), tuple(request.branch_seeds),
+                          tuple(request.branch_temperatures))
 
 
 # -- the boundary snapshot ------------------------------------------------------------------------------------------
@@ -148,7 +212,8 @@ def plan_branches(setup: BranchSetup, request: BranchRequest, snapshot: dict[str
         "branches": [],
     }
     for index, prompt in zip(request.indices, request.prompts, strict=True):
-        document["branches"].append({"branch": index, "status": "planned", **_prompt_facts(prompt)})
+        document["branches"].append({"branch": index, "status": "planned", **_prompt_facts(prompt),
+                                     **request.variant(index).facts()})
     write_json(setup.output_dir / "branches.json", document)
     return document
 
@@ -159,7 +224,8 @@ def run_branches(setup: BranchSetup, request: BranchRequest, report: Any) -> dic
     parallel = request.parallel if setup.sandbox_name == "bwrap" else 1
     results: dict[int, dict[str, Any]] = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=parallel) as pool:
-        futures = {pool.submit(_one_branch, setup, index, prompts[index], report): index for index in prompts}
+        futures = {pool.submit(_one_branch, setup, index, prompts[index], request.variant(index), report): index
+                   for index in prompts}
         for future in concurrent.futures.as_completed(futures):
             results[futures[future]] = future.result()
     if setup.sandbox_name != "bwrap":
@@ -173,7 +239,8 @@ def run_branches(setup: BranchSetup, request: BranchRequest, report: Any) -> dic
     return document
 
 
-def _one_branch(setup: BranchSetup, index: int, prompt: str | None, report: Any) -> dict[str, Any]:
+def _one_branch(setup: BranchSetup, index: int, prompt: str | None, variant: BranchVariant,
+                report: Any) -> dict[str, Any]:
     from forkpoint.compare import next_action_document
     from forkpoint.journal import Journal
     from forkpoint.sandbox import open_sandbox
@@ -210,7 +277,7 @@ def _one_branch(setup: BranchSetup, index: int, prompt: str | None, report: Any)
                     "failure": {"category": kind.category, "message": message, "retryable": kind.retryable}}
         _inherit_replay_state(setup.state_dir, state)
         context = RunContext(workspace, state, out, setup.session_id, sandbox=sandbox)
-        settings = dataclasses.replace(setup.settings, boundary_prompt=prompt)
+        settings = dataclasses.replace(variant.settings(setup.settings), boundary_prompt=prompt)
         journal.append("continuation_started", branch=index, **{k: v for k, v in _prompt_facts(prompt).items()})
         report(f"branch {index}: continuing {setup.adapter.name} {settings.target.version}")
         failure: dict[str, Any] | None = None
@@ -240,7 +307,7 @@ def _one_branch(setup: BranchSetup, index: int, prompt: str | None, report: Any)
             "continued_path": str(continuation.continued_path) if continuation else None,
         }
         write_json(out / "result.json", {"schema_version": BRANCH_RESULT_SCHEMA, "branch": index,
-                                         **_prompt_facts(prompt), **row})
+                                         **_prompt_facts(prompt), **variant.facts(), **row})
         return row
 
 

@@ -39,6 +39,7 @@ The seams the next features use:
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from contextlib import suppress
@@ -56,6 +57,7 @@ from forkpoint.sandbox import local_sandbox
 if TYPE_CHECKING:
     from forkpoint.bridge.gate import Gate
     from forkpoint.bridge.server import Bridge, BridgeSummary
+    from forkpoint.bridge.translate.sampling import SamplingPins
     from forkpoint.bridge.upstream import Upstream
     from forkpoint.process import ProcessResult, Watch
     from forkpoint.sandbox.base import Sandbox
@@ -217,7 +219,9 @@ def continue_with(hooks: AgentHooks[S], plan: Plan, prefix: NativePrefix, contex
     gate = hooks.gate(job, state)
     write_json(context.state_dir / "expected-prefix.json", gate.document)
     context.logs.mkdir(parents=True, exist_ok=True)
-    with _open_bridge(hooks, job, gate.gate) as bridge:
+    outgoing = outgoing_protocol(hooks.protocol, settings.upstream)
+    pinning = Pinning.of(outgoing, settings, translated=outgoing != hooks.protocol)
+    with _open_bridge(hooks, job, gate.gate, pinning) as bridge:
         ran = hooks.run(job, state, hooks.launch(job, state, bridge.base_url))
         summary = bridge.finish()
     outcome = hooks.outcome(job, state, ran, summary)
@@ -230,7 +234,8 @@ def continue_with(hooks: AgentHooks[S], plan: Plan, prefix: NativePrefix, contex
     collected = hooks.collect(job, state, ran, outcome, summary)
     metadata: dict[str, Any] = {"native_cli": hooks.native_cli, "model_bridge": summary.to_json(),
                                 **({} if ran.process is None else {"agent_exit_code": ran.exit_code}),
-                                "agent_log": str(ran.log), **outcome.metadata, **collected.metadata}
+                                "agent_log": str(ran.log), **pinning.metadata(), **outcome.metadata,
+                                **collected.metadata}
     return Continuation(
         agent_status="max_steps" if reached_budget(outcome, summary) else "completed",
         continued_steps=collected.steps,
@@ -240,13 +245,68 @@ def continue_with(hooks: AgentHooks[S], plan: Plan, prefix: NativePrefix, contex
     )
 
 
-def _open_bridge(hooks: AgentHooks[Any], job: Job, gate: Gate) -> Bridge:
+def _open_bridge(hooks: AgentHooks[Any], job: Job, gate: Gate, pinning: Pinning) -> Bridge:
     """The bridge between the agent and its upstream (the place for request observers: issue 20's tool schemas)."""
     from forkpoint.bridge.server import Bridge
 
     settings = job.settings
     return Bridge(gate, make_upstream(hooks.protocol, settings), log_path=job.context.state_dir / "bridge-log.jsonl",
-                  max_model_requests=settings.remaining_steps if hooks.budget_at_bridge else None)
+                  max_model_requests=settings.remaining_steps if hooks.budget_at_bridge else None, prepare=pinning)
+
+
+@dataclass
+class Pinning:
+    """The bridge's post-validation body hook for ``--model`` and the sampling pins: every validated request gets
+    them (in ``protocol``, the one leaving the bridge), its record the fields changed; the first request's changes
+    and the model it was sent with go into the result metadata. The gate saw the agent's own body, so the
+    first-request proof is unaffected by the model choice. (A translating upstream: pins are applied here, on the
+    agent's body, only when the upstream speaks the agent's protocol; ``protocol`` is then the upstream's.)"""
+
+    protocol: str
+    pins: SamplingPins | None
+    retries: int
+    first_changes: list[JsonObject] | None = None
+    sent_model: str | None = None
+    #: the upstream translates (another protocol leaves the bridge): it applies the pins to the translated body
+    translated: bool = False
+
+    @classmethod
+    def of(cls, protocol: str, settings: ContinueSettings, translated: bool = False) -> Pinning:
+        from forkpoint.bridge.translate.sampling import SamplingPins
+
+        pins = dataclasses.replace(settings.sampling or SamplingPins(), model=settings.model)
+        return cls(protocol, None if pins == SamplingPins() else pins, settings.upstream_retries,
+                   translated=translated)
+
+    def __call__(self, body: JsonObject, facts: JsonObject) -> JsonObject:
+        from forkpoint.bridge.translate.sampling import apply_pins
+        from forkpoint.request import protocol_name
+
+        if self.translated:
+            if self.sent_model is None:
+                model = self.pins.model if self.pins is not None else None
+                self.sent_model = model or (body["model"] if isinstance(body.get("model"), str) else None)
+            if self.pins is not None and self.first_changes is None:
+                self.first_changes = [{"applied_by": "the translating upstream, on the Chat request (see the "
+                                                     "bridge log's pins facts)"}]
+            return body
+        if self.pins is not None:
+            body, changes = apply_pins(protocol_name(self.protocol), body, self.pins)
+            facts["pins"] = [change.as_json() for change in changes]
+            if self.first_changes is None:
+                self.first_changes = facts["pins"]
+        if self.sent_model is None and isinstance(body.get("model"), str):
+            self.sent_model = body["model"]
+        return body
+
+    def metadata(self) -> JsonObject:
+        """``requested_model``, ``upstream_model`` (what was sent: the bridge does not read the answer's model),
+        ``sampling`` (the pins and the first request's changes; no prompt text) and ``upstream_retries``."""
+        pins = None if self.pins is None else {key: value for key, value in dataclasses.asdict(self.pins).items()
+                                               if value is not None and value is not False}
+        return {"requested_model": None if self.pins is None else self.pins.model, "upstream_model": self.sent_model,
+                "sampling": None if pins is None else {"pins": pins, "changes": self.first_changes or []},
+                "upstream_retries": self.retries}
 
 
 def reached_budget(outcome: Outcome, summary: BridgeSummary) -> bool:
@@ -285,7 +345,17 @@ def make_upstream(protocol: str, settings: ContinueSettings) -> Upstream:
     the agent's own protocol); the registry is ``forkpoint.bridge.protocols``."""
     from forkpoint.bridge.protocols import make_upstream as from_registry
 
-    return from_registry(protocol, settings.upstream, settings.upstream_url, settings.upstream_key)
+    return from_registry(protocol, settings.upstream, settings.upstream_url, settings.upstream_key,
+                         Pinning.of(protocol, settings).pins)
+
+
+def outgoing_protocol(agent_protocol: str, upstream_name: str | None) -> str:
+    """The wire protocol of the requests that leave the bridge: the upstream's (a translating upstream speaks its
+    own), else (the stub, or no choice) the agent's. Pins are applied in this protocol."""
+    from forkpoint.adapters.spec import PROTOCOL_UPSTREAM
+
+    return next((protocol for protocol, upstream in PROTOCOL_UPSTREAM.items() if upstream.name == upstream_name),
+                agent_protocol)
 
 
 # -- helpers the hooks share ------------------------------------------------------------------------------------------

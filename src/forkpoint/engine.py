@@ -279,9 +279,10 @@ def _continue(request: ReplayRequest, prepared: Prepared, prefix: NativePrefix, 
 def _branch(request: ReplayRequest, prepared: Prepared, prefix: NativePrefix, context: RunContext,
             journal: Journal, report: Progress, snapshot: dict[str, Any]) -> Continuation:
     """K continuations from the boundary snapshot (forkpoint.branching); the run's own journal frames them."""
-    from forkpoint.branching import BranchRequest, BranchSetup, aggregate, plan_branches, run_branches
+    from forkpoint.branching import BranchRequest, BranchSetup, aggregate, branch_variants, plan_branches, run_branches
 
-    branches = BranchRequest.of(request.branches, request.branch_prompts, request.parallel)
+    branches = BranchRequest.of(request.branches, request.branch_prompts, request.parallel,
+                                variants=branch_variants(request))
     setup = BranchSetup(
         adapter=prepared.adapter, plan=prepared.plan, prefix=prefix,
         settings=continue_settings(request, prepared.spec, prepared.launch, prepared.plan),

@@ -17,7 +17,7 @@ import typing
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forkpoint.adapters import AGENT_NAMES, unknown_agent_message
 from forkpoint.adapters.spec import UPSTREAMS as KNOWN_UPSTREAMS
@@ -26,6 +26,9 @@ from forkpoint.errors import configuration
 from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
 from forkpoint.model import ContinueSettings, LaunchTarget, Mode, Plan
 from forkpoint.sandbox import DEFAULT_SANDBOX, SANDBOXES, unknown_sandbox_message
+
+if TYPE_CHECKING:
+    from forkpoint.bridge.translate.sampling import Protocol, SamplingPins
 
 REQUEST_SCHEMA = "forkpoint.request/v1"
 DEFAULT_OUTPUT_ROOT = Path("forkpoint-out/runs")
@@ -65,6 +68,18 @@ class ReplayRequest:
     max_trajectory_bytes: int = DEFAULT_MAX_INPUT_BYTES  # the one size bound of every trajectory parser
     opencode_export: Path | None = None  # `opencode export` JSON completing an OpenCode run event log
     env: list[str] = field(default_factory=list)  # NAME (the host's value) or NAME=VALUE, passed to children
+    # model choice and sampling pins (issue 17): set by the bridge on each request after the gate validated it
+    model: str | None = None  # the model the continuation asks for [the recorded one]
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    max_output_tokens: int | None = None
+    disable_thinking: bool = False
+    reasoning_effort: str | None = None  # minimal | low | medium | high | none (Responses and Chat only)
+    upstream_retries: int = 3  # retries of an upstream failure before the first byte reaches the agent
+    branch_models: list[str] = field(default_factory=list)  # one for all branches, or one per branch
+    branch_seeds: list[int] = field(default_factory=list)
+    branch_temperatures: list[float] = field(default_factory=list)
 
     def resolved_run_id(self) -> str:
         return self.run_id or f"replay-{uuid.uuid4().hex}"
@@ -117,6 +132,11 @@ def build_request(values: dict[str, Any], *, source: str) -> ReplayRequest:
               for error in _type_errors(name, fields[name], expected)]
     if errors:
         raise configuration(f"{source}: {'; '.join(errors)}")
+    for key in ("temperature", "top_p"):  # a TOML/JSON 0 is the number 0.0
+        if key in fields:
+            fields[key] = float(fields[key])
+    if "branch_temperatures" in fields:
+        fields["branch_temperatures"] = [float(value) for value in fields["branch_temperatures"]]
     request = ReplayRequest(**fields)
     validate_request(request)
     return request
@@ -159,6 +179,7 @@ def validate_request(request: ReplayRequest) -> None:
                             f"{request.agent}")
     if request.sandbox not in SANDBOXES:
         raise configuration(unknown_sandbox_message(request.sandbox))
+    _validate_model_choice(request)
     if request.env:
         from forkpoint.childenv import check_specs
 
@@ -170,6 +191,84 @@ def validate_request(request: ReplayRequest) -> None:
         if request.sandbox != "local":
             raise configuration("path_map (--path-map) is for --sandbox local; --sandbox bwrap mounts the "
                                 "workspace at the recorded path, so recorded paths need no rewriting")
+
+
+REASONING_EFFORTS = ("minimal", "low", "medium", "high", "none")
+#: the per-branch lists and the single option each one varies
+BRANCH_LISTS = {"branch_models": "model", "branch_seeds": "seed", "branch_temperatures": "temperature"}
+
+
+def _validate_model_choice(request: ReplayRequest) -> None:
+    """``--model`` and the sampling pins: ranges, and whether the protocol that leaves the bridge can carry each
+    pin (e.g. no seed on Anthropic Messages): refused before anything runs, never silently dropped."""
+    from forkpoint.continuation import outgoing_protocol
+
+    if request.upstream_retries < 0:
+        raise configuration("upstream_retries must be 0 or more")
+    if request.reasoning_effort is not None and request.reasoning_effort not in REASONING_EFFORTS:
+        raise configuration(f"reasoning_effort must be one of {', '.join(REASONING_EFFORTS)}, "
+                            f"not {request.reasoning_effort!r}")
+    for key in BRANCH_LISTS:
+        given: list[Any] = branch_list(request, key)
+        if given and len(given) not in (1, request.branches):
+            raise configuration(f"give one {key} value for all branches or one per branch ({request.branches}), "
+                                f"not {len(given)}")
+        if given and request.branches < 2:
+            raise configuration(f"{key} varies the branches of --branches K (K of 2 or more); for one "
+                                f"continuation use {BRANCH_LISTS[key]}")
+    if not pins_given(request):
+        return  # nothing to check (and the bridge stays unimported: a prepare-only loads no bridge)
+    from forkpoint.adapters import agent_spec
+
+    protocol = outgoing_protocol(agent_spec(request.agent).protocol, request.upstream)
+    for pins in all_pins(request):
+        check_pins(pins, protocol)
+
+
+def pins_given(request: ReplayRequest) -> bool:
+    """Whether the request chooses a model or pins any sampling parameter (for the run or per branch)."""
+    return (request.model, request.temperature, request.top_p, request.seed, request.max_output_tokens,
+            request.reasoning_effort) != (None,) * 6 or request.disable_thinking or any(
+                branch_list(request, key) for key in BRANCH_LISTS)
+
+
+def branch_list(request: ReplayRequest, key: str) -> list[Any]:
+    """One of the per-branch lists by its key (``BRANCH_LISTS``)."""
+    lists: dict[str, list[Any]] = {"branch_models": request.branch_models, "branch_seeds": request.branch_seeds,
+                                   "branch_temperatures": request.branch_temperatures}
+    return lists[key]
+
+
+def all_pins(request: ReplayRequest) -> list[SamplingPins]:
+    """The run's pins, and each branch's variant of them (each is checked before anything runs)."""
+    from forkpoint.bridge.translate.sampling import SamplingPins
+
+    try:
+        base = SamplingPins(model=request.model, temperature=request.temperature, top_p=request.top_p,
+                            seed=request.seed, max_output_tokens=request.max_output_tokens,
+                            disable_thinking=request.disable_thinking, reasoning_effort=request.reasoning_effort)
+        variants = [dataclasses.replace(base, model=model) for model in request.branch_models]
+        variants += [dataclasses.replace(base, seed=seed) for seed in request.branch_seeds]
+        variants += [dataclasses.replace(base, temperature=value) for value in request.branch_temperatures]
+    except ValueError as exc:
+        raise configuration(str(exc).replace("--", "").replace("-", "_")) from None
+    return [base, *variants]
+
+
+def check_pins(pins: SamplingPins, protocol: str) -> None:
+    """A configuration error when the protocol leaving the bridge has no field for a pin."""
+    from forkpoint.bridge.translate.sampling import UnsupportedPin, apply_pins
+
+    try:
+        apply_pins(protocol_name(protocol), {}, pins)
+    except UnsupportedPin as exc:
+        raise configuration(f"{exc} (the requests leaving the bridge speak {protocol})") from None
+
+
+def protocol_name(protocol: str) -> Protocol:
+    """``apply_pins``' name of a wire protocol."""
+    return "anthropic" if protocol == "anthropic-messages" else "openai-chat" if protocol == "openai-chat" \
+        else "openai-responses"
 
 
 def load_toml(path: Path) -> ReplayRequest:
@@ -261,6 +360,9 @@ def _type_errors(location: str, value: Any, expected: Any) -> list[str]:
     if expected is int:
         fits = isinstance(value, int) and not isinstance(value, bool)
         return [] if fits else [f"{location}: input should be a valid integer"]
+    if expected is float:
+        fits = isinstance(value, int | float) and not isinstance(value, bool)
+        return [] if fits else [f"{location}: input should be a valid number"]
     if expected is str:
         return [] if isinstance(value, str) else [f"{location}: input should be a valid string"]
     return [] if isinstance(value, expected) else [f"{location}: input should be an instance of {expected.__name__}"]
@@ -289,4 +391,7 @@ def continue_settings(request: ReplayRequest, spec: AgentSpec, launch: LaunchTar
         upstream_key=os.environ.get(key_name) if key_name else None,
         boundary_prompt=request.boundary_user_prompt or None,
         remaining_steps=remaining,
+        model=request.model,
+        sampling=dataclasses.replace(all_pins(request)[0], model=None) if pins_given(request) else None,
+        upstream_retries=request.upstream_retries,
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,8 @@ class ContinueOptions:
     upstream_url: str | None = None
     max_steps: int | None = None
     agent_entrypoint: Path | None = None
+    #: ``--model``, the sampling pins, ``--upstream-retries`` and the ``--branch-*`` lists, by request key
+    model_choice: dict[str, Any] = field(default_factory=dict)
 
 
 def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[str], None]) -> dict[str, Any]:
@@ -40,6 +42,7 @@ def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[
     from forkpoint.branching import (
         BranchRequest,
         BranchSetup,
+        branch_variants,
         checked_snapshot,
         next_index,
         pending,
@@ -77,7 +80,7 @@ def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[
         "agent": agent, "trajectory": str(source), "after_step": plan.after_step, "workspace": str(workspace),
         "upstream": options.upstream, "upstream_url": options.upstream_url, "max_steps": options.max_steps,
         "agent_entrypoint": str(options.agent_entrypoint) if options.agent_entrypoint else None,
-        "sandbox": sandbox}, source="continue")
+        "sandbox": sandbox, "branches": options.branches or 1, **options.model_choice}, source="continue")
     launch = adapter.prepare_launch(parsed, options.agent_entrypoint)
     setup = BranchSetup(adapter=adapter, plan=plan, prefix=prefix,
                         settings=continue_settings(request, agent_spec(agent), launch, plan), workspace=workspace,
@@ -90,7 +93,7 @@ def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[
         run_branches(setup, resume, report)
     if options.branches:
         more = BranchRequest.of(options.branches, list(options.branch_prompts), options.parallel,
-                                first_index=next_index(run_dir))
+                                first_index=next_index(run_dir), variants=branch_variants(request))
         plan_branches(setup, more, snapshot_facts)
         report(f"branches {more.indices.start}..{more.indices.stop - 1} from the boundary after batch "
                f"{plan.after_step}")

@@ -228,3 +228,20 @@ def test_replay_only_and_prepare_only(tmp_path: Path) -> None:
     rebuilt = next((Path(replayed.output_dir or "") / "native" / "prefix").glob("*.jsonl")).read_text()
     historical = next((Path(prepared.output_dir or "") / "native" / "prefix").glob("*.jsonl")).read_text()
     assert rebuilt == historical  # every fresh observation (errors included) equals the recorded one
+
+
+def test_model_and_sampling_pins_reach_the_upstream(tmp_path: Path) -> None:
+    """Issue 17: Pi still asks for the recorded model (the gate proves the first request), the bridge sends
+    --model and the pins upstream; the result metadata says so."""
+    fixture = FIXTURES / "single_bash"
+    model = _scripted(fixture)
+    with model.serve() as url:
+        result = run(fixture, tmp_path, 1, upstream="openai-chat", upstream_url=f"{url}/v1", model="other-model",
+                     temperature=0.0, seed=7)
+    _check_verified(result)
+    main = [entry for entry in model.requests if entry.get("kind") == "main"]
+    assert main and all((e["body"]["model"], e["body"]["temperature"], e["body"]["seed"]) == ("other-model", 0.0, 7)
+                        for e in main)
+    assert recorded_request(fixture, 1)["model"] != "other-model"
+    assert (result.metadata["requested_model"], result.metadata["upstream_model"]) == ("other-model", "other-model")
+    assert result.metadata["sampling"]["pins"] == {"model": "other-model", "temperature": 0.0, "seed": 7}

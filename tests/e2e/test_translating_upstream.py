@@ -71,3 +71,28 @@ def test_the_real_agent_continues_through_a_chat_completions_model(
     next_action = json.loads((out / "next-action.json").read_text())
     assert next_action["replayed"] is not None
     assert next_action["metrics"]["same_tool_calls"] is True, next_action
+
+
+@pytest.mark.parametrize(("agent", "version", "scenario", "trajectory"),
+                         [CASES[1], CASES[3]], ids=lambda v: str(v))
+def test_model_and_sampling_pins_reach_the_chat_model_on_the_translated_request(
+    agent: str, version: str, scenario: str, trajectory: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if runtimes.find(agent, version) is None:
+        pytest.skip(f"{agent} {version} is not installed")
+    monkeypatch.setenv("OPENAI_API_KEY", "scripted-chat-key")
+    fixture = FIXTURES / agent.replace("-", "_") / version / scenario
+    model = ScriptedModel.from_file(fixture / "script.json")
+    with model.serve() as url:
+        result = replay_recording(fixture, tmp_path, agent=agent, trajectory=trajectory, after=1,
+                                  upstream="openai-chat", upstream_url=f"{url}/v1", model="open-model-7b",
+                                  temperature=0.0, seed=7, disable_thinking=True)
+    assert result.failure is None, result.failure
+    assert result.agent_status == "completed"
+    chat = [entry["body"] for entry in model.requests if "messages" in entry.get("body", {})]
+    assert chat
+    for body in chat:
+        _valid_chat_request(body)
+        assert (body["model"], body["temperature"], body["seed"]) == ("open-model-7b", 0.0, 7)
+        assert body["chat_template_kwargs"] == {"enable_thinking": False}
+    assert result.metadata["requested_model"] == result.metadata["upstream_model"] == "open-model-7b"

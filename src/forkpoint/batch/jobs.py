@@ -28,6 +28,10 @@ OPTION_TYPES: dict[str, type | tuple[type, ...]] = {
     "workspace_from": str, "sandbox": str, "upstream": str, "upstream_url": str, "max_steps": int,
     "boundary_user_prompt": str, "allow_stale_observations": bool, "on_divergence": str, "timeout_s": (int, float),
     "branches": int, "branch_prompts": list,
+    # model choice and sampling pins (issue 17; validated with the request's words when the job runs)
+    "model": str, "temperature": (int, float), "top_p": (int, float), "seed": int, "max_output_tokens": int,
+    "disable_thinking": bool, "reasoning_effort": str, "upstream_retries": int,
+    "branch_models": list, "branch_seeds": list, "branch_temperatures": list,
 }
 JOB_KEYS = frozenset({"trajectory", "agent", "after_step", "mode", *OPTION_TYPES})
 DEFAULT_MODE = "prepare-only"
@@ -141,7 +145,8 @@ def _job_line(line: int, value: Any, defaults: dict[str, Any], base: Path) -> Jo
             return BadJob(line, f"{key} has the wrong type")
     if "branch_prompts" in options and not all(isinstance(p, str) for p in options["branch_prompts"]):
         return BadJob(line, "branch_prompts must be a list of strings")
-    if ("branches" in options or "branch_prompts" in options) and mode != "continue":
+    if any(key in options for key in ("branches", "branch_prompts", "branch_models", "branch_seeds",
+                                       "branch_temperatures")) and mode != "continue":
         return BadJob(line, "branches continue the agent: mode must be continue")
     if mode != "prepare-only" and "workspace_from" not in options:
         return BadJob(line, f"mode {mode} needs workspace_from (a directory, a tarball or GIT_URL@REV): each job "

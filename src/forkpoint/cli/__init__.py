@@ -25,11 +25,52 @@ DESCRIPTION = (
     "response plus all their results). Start with `forkpoint inspect TRAJECTORY` to see the batches."
 )
 
+# -- model choice and sampling pins (issue 17), shared by `replay` and `continue` --------------------------------------
+
+#: (option, metavar or None for a flag, type, help): set by the bridge on every request AFTER the gate validated it.
+MODEL_OPTIONS: tuple[tuple[str, str | None, Callable[[str], Any], str], ...] = (
+    ("--model", "NAME", str, "The model the continuation asks for [default: the recorded one]. The agent still "
+     "sends the recorded model (the bridge proves the first request against the recording); the bridge then "
+     "sets the model field to NAME on every validated request (docs/upstreams.md, 'Model choice')."),
+    ("--temperature", "F", float, "Sampling temperature in [0, 2], set on every request."),
+    ("--top-p", "F", float, "Nucleus sampling top_p in [0, 1]."),
+    ("--seed", "N", int, "Sampling seed (Chat Completions agents: opencode, pi, mini-swe-agent, swe-agent, openhands; "
+     "the Anthropic and Responses APIs have none: refused)."),
+    ("--max-output-tokens", "N", int, "Output token cap (Anthropic max_tokens, Responses max_output_tokens, Chat "
+     "max_tokens / max_completion_tokens)."),
+    ("--disable-thinking", None, bool, "Turn reasoning off: Anthropic thinking {type: disabled}, Chat "
+     "chat_template_kwargs.enable_thinking=false (vLLM/SGLang); codex: use --reasoning-effort instead."),
+    ("--reasoning-effort", "LEVEL", str, "minimal, low, medium, high or none: Responses reasoning.effort (codex) or "
+     "Chat reasoning_effort; refused for claude-code (use --disable-thinking)."),
+    ("--upstream-retries", "N", int, "Retries (exponential backoff, Retry-After honoured) of an upstream 408/429/5xx "
+     "or connection error before the first byte reaches the agent [default: 3]."),
+    ("--branch-model", "NAME", str, "With --branches: the model of each branch, once for all or once per branch "
+     "(repeatable)."),
+    ("--branch-seed", "N", int, "With --branches: the seed of each branch (repeatable, like --branch-model)."),
+    ("--branch-temperature", "F", float, "With --branches: the temperature of each branch (repeatable)."),
+)
+#: the request keys of MODEL_OPTIONS (--branch-X gives the list branch_Xs)
+MODEL_DESTS = tuple(option[2:].replace("-", "_") for option, *_ in MODEL_OPTIONS)
+BRANCH_LIST_KEYS = {"branch_model": "branch_models", "branch_seed": "branch_seeds",
+                    "branch_temperature": "branch_temperatures"}
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    for option, metavar, kind, text in MODEL_OPTIONS:
+        dest = option[2:].replace("-", "_")
+        if metavar is None:
+            parser.add_argument(option, dest=dest, action="store_true", help=text)
+        else:
+            parser.add_argument(option, dest=dest, metavar=metavar, type=kind,
+                                action="append" if dest in BRANCH_LIST_KEYS else "store", help=text)
+
+
 _DIRECT_OPTIONS = (
     "agent", "trajectory", "after_step", "workspace", "state_dir", "output_dir", "run_id", "max_steps",
     "prepare_only", "replay_only", "allow_stale_observations", "boundary_user_prompt", "upstream",
     "upstream_url", "agent_entrypoint", "sandbox", "path_map", "workspace_from", "on_divergence", "branches",
     "branch_prompt", "parallel", "keep_snapshot", "drop_snapshot", "max_trajectory_bytes", "opencode_export", "env",
+    *MODEL_DESTS,
 )
 
 #: (option, metavar or None for a flag, type, help) of `forkpoint replay`, in the order --help lists them.
@@ -168,6 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             action = "append" if option in ("--path-map", "--branch-prompt", "--env") else "store"
             replay.add_argument(option, dest=dest, metavar=metavar, type=kind, action=action, help=text)
+    add_model_options(replay)
 
     resume = _command(commands, "continue", "Continue again from a replayed run's boundary snapshot without "
                       "re-running any tool: K more branches (--branches), or the planned branches a killed run "
@@ -182,6 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     resume.add_argument("--max-steps", type=int, metavar="N", help="As in replay (the total budget).")
     resume.add_argument("--agent-entrypoint", type=Path, metavar="PATH", help="As in replay.")
     resume.add_argument("--json", dest="as_json", action="store_true", help="Print branches.json as one line.")
+    add_model_options(resume)
 
     gc = _command(commands, "gc", "Free the disk a replayed run keeps for branching: its boundary snapshot and its "
                   "branches' workspace copies (`forkpoint continue` then refuses that run).", "commands:gc")
@@ -319,7 +362,9 @@ BATCH_EPILOG = """jobs (JSONL, one object a line; or TOML: [defaults] then [[job
 keys: trajectory (required; relative paths are relative to the jobs file), agent, after_step (N, [N, ...] or
 "all"), mode, workspace_from (required for replay-only / continue: every job gets its own fresh workspace made
 from it), sandbox, upstream, upstream_url, max_steps, boundary_user_prompt, allow_stale_observations,
-on_divergence, branches, branch_prompts. A bad line is reported with its number and the rest runs.
+on_divergence, branches, branch_prompts, model, temperature, top_p, seed, max_output_tokens, disable_thinking,
+reasoning_effort, upstream_retries, branch_models, branch_seeds, branch_temperatures. A bad line is reported with
+its number and the rest runs.
 
 examples:
 

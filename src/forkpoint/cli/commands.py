@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from forkpoint.cli import _DIRECT_OPTIONS
+from forkpoint.cli import _DIRECT_OPTIONS, BRANCH_LIST_KEYS, MODEL_DESTS
 from forkpoint.cli.output import DIM, GREEN, RED, YELLOW, fail, print_json, say
 
 
@@ -31,7 +31,8 @@ def replay(args: argparse.Namespace) -> None:
     from forkpoint.errors import ReplayError, configuration
 
     direct = {name: vars(args)[name] for name in _DIRECT_OPTIONS}
-    for flag in ("prepare_only", "replay_only", "allow_stale_observations", "keep_snapshot", "drop_snapshot"):
+    for flag in ("prepare_only", "replay_only", "allow_stale_observations", "keep_snapshot", "drop_snapshot",
+                 "disable_thinking"):
         direct[flag] = direct[flag] or None  # an absent flag is "not given", like an absent option
     given = [name for name in _DIRECT_OPTIONS if direct[name] is not None]
     try:
@@ -58,6 +59,9 @@ def replay(args: argparse.Namespace) -> None:
                 values["keep_snapshot"] = False
             if direct["branch_prompt"]:
                 values["branch_prompts"] = direct["branch_prompt"]
+            for option, key in BRANCH_LIST_KEYS.items():
+                if option in values:
+                    values[key] = values.pop(option)
             replay_request = requests.build_request(values, source="command line")
     except ReplayError as error:
         fail(error, args.as_json)
@@ -76,9 +80,12 @@ def continue_(args: argparse.Namespace) -> None:
     from forkpoint.errors import ReplayError
     from forkpoint.resume import ContinueOptions, continue_run_dir
 
+    model_choice = {BRANCH_LIST_KEYS.get(dest, dest): vars(args)[dest] for dest in MODEL_DESTS
+                    if vars(args)[dest] not in (None, False)}
     options = ContinueOptions(branches=args.branches, branch_prompts=tuple(args.branch_prompts),
                               parallel=args.parallel, upstream=args.upstream, upstream_url=args.upstream_url,
-                              max_steps=args.max_steps, agent_entrypoint=args.agent_entrypoint)
+                              max_steps=args.max_steps, agent_entrypoint=args.agent_entrypoint,
+                              model_choice=model_choice)
     progress = (lambda message: None) if args.as_json else (lambda message: say(f"  {message}", err=True, style=DIM))
     try:
         document = continue_run_dir(args.run_dir, options, progress)

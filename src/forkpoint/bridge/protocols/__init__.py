@@ -18,6 +18,7 @@ from forkpoint.errors import ErrorKind, ReplayError
 
 if TYPE_CHECKING:  # the translators load only for a translating run
     from forkpoint.bridge.translate.pipeline import AgentProtocol
+    from forkpoint.bridge.translate.sampling import SamplingPins
 
 STUB = "stub"
 
@@ -61,25 +62,28 @@ UPSTREAMS: dict[str, UpstreamKind] = {
 }
 
 
-def _translating(agent: AgentProtocol) -> Callable[[str | None, str | None], Upstream]:
-    def build(url: str | None, key: str | None) -> Upstream:
+def _translating(agent: AgentProtocol) -> Callable[[str | None, str | None, SamplingPins | None], Upstream]:
+    def build(url: str | None, key: str | None, pins: SamplingPins | None) -> Upstream:
         from forkpoint.bridge.protocols.translating import TranslatingChatUpstream
 
-        return TranslatingChatUpstream(agent, url or "", key or "")
+        return TranslatingChatUpstream(agent, url or "", key or "", pins)
 
     return build
 
 
 #: (agent protocol, ``--upstream`` name) -> a translating upstream (the agent's protocol to the upstream's)
-TRANSLATING: dict[tuple[str, str], Callable[[str | None, str | None], Upstream]] = {
+TRANSLATING: dict[tuple[str, str], Callable[[str | None, str | None, SamplingPins | None], Upstream]] = {
     ("anthropic-messages", "openai-chat"): _translating("anthropic"),
     ("openai-responses", "openai-chat"): _translating("openai-responses"),
 }
 
 
-def make_upstream(protocol: str, upstream_name: str, url: str | None, key: str | None) -> Upstream:
+def make_upstream(protocol: str, upstream_name: str, url: str | None, key: str | None,
+                  pins: SamplingPins | None = None) -> Upstream:
     """The upstream for an agent speaking ``protocol`` when the run asked for ``upstream_name`` (``stub``: the stub
-    of the agent's own protocol); a missing key or an unsupported pair is a configuration error."""
+    of the agent's own protocol); a missing key or an unsupported pair is a configuration error. ``pins``: the
+    model and sampling pins a translating upstream applies to the body it translated (a pass-through upstream gets
+    them from the bridge's post-validation hook instead)."""
     native = next((kind for kind in UPSTREAMS.values() if kind.protocol == protocol), None)
     if native is None:
         known = ", ".join(sorted({kind.protocol for kind in UPSTREAMS.values()}))
@@ -98,5 +102,6 @@ def make_upstream(protocol: str, upstream_name: str, url: str | None, key: str |
     if not key:
         raise ReplayError(ErrorKind.CONFIGURATION, f"the {upstream_name} upstream needs {kind.key_env} in "
                                                    "forkpoint's environment (or use --upstream stub)")
-    build = kind.build if translating is None else translating
-    return build(url or kind.default_url, key)
+    if translating is not None:
+        return translating(url or kind.default_url, key, pins)
+    return kind.build(url or kind.default_url, key)

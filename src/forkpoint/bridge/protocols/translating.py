@@ -20,6 +20,7 @@ from forkpoint.bridge.protocols.openai import openai_error_response
 from forkpoint.bridge.protocols.openai_chat import OpenAIChatUpstream
 from forkpoint.bridge.translate.common import TranslationError
 from forkpoint.bridge.translate.pipeline import AgentProtocol, AnswerStream, Prepared, prepare, whole_answer
+from forkpoint.bridge.translate.sampling import SamplingPins
 from forkpoint.bridge.upstream import SSE_HEADERS, Sent, UpstreamRefusal, error_response
 from forkpoint.model import JsonObject
 
@@ -35,9 +36,12 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
     name = "openai-chat"
     id_prefix: ClassVar[dict[str, str]] = {"anthropic": "msg_forkpoint_", "openai-responses": "resp_forkpoint_"}
 
-    def __init__(self, agent: AgentProtocol, base_url: str, api_key: str, **timeouts: float) -> None:
+    def __init__(self, agent: AgentProtocol, base_url: str, api_key: str, pins: SamplingPins | None = None,
+                 **timeouts: float) -> None:
         super().__init__(base_url, api_key, **timeouts)
         self.agent = agent
+        #: --model and the sampling pins go on the TRANSLATED body (the Chat server's fields)
+        self.pins = pins or SamplingPins()
 
     def __repr__(self) -> str:  # never show the key
         return f"{type(self).__name__}({self.agent!r}, {self.base_url!r})"
@@ -61,10 +65,12 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
     async def send(self, request: web.Request, body: JsonObject) -> tuple[web.StreamResponse, Sent]:
         assert self._session is not None, "upstream not opened"
         try:
-            prepared = prepare(self.agent, body)
+            prepared = prepare(self.agent, body, self.pins)
         except TranslationError as error:
             raise UpstreamRefusal(f"the request cannot be translated to Chat Completions: {error}") from None
         facts: JsonObject = {"translated": f"{self.agent} -> openai-chat", "losses": sorted(set(prepared.losses))}
+        if prepared.changes:
+            facts["pins"] = [change.as_json() for change in prepared.changes]
         try:
             upstream = await self._session.post(self.url, data=orjson.dumps(prepared.body),
                                                 headers=self.headers_for(request), allow_redirects=False)
