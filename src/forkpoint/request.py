@@ -65,6 +65,8 @@ class ReplayRequest:
     max_trajectory_bytes: int = DEFAULT_MAX_INPUT_BYTES  # the one size bound of every trajectory parser
     opencode_export: Path | None = None  # `opencode export` JSON completing an OpenCode run event log
     env: list[str] = field(default_factory=list)  # NAME (the host's value) or NAME=VALUE, passed to children
+    agent_version: str | None = None  # continue with this verified version (a cross-version pair proven e2e)
+    record_tool_schemas: bool = False  # save the first validated request's tool definitions (tool-schemas.json)
 
     def resolved_run_id(self) -> str:
         return self.run_id or f"replay-{uuid.uuid4().hex}"
@@ -289,4 +291,5 @@ def continue_settings(request: ReplayRequest, spec: AgentSpec, launch: LaunchTar
         upstream_key=os.environ.get(key_name) if key_name else None,
         boundary_prompt=request.boundary_user_prompt or None,
         remaining_steps=remaining,
+        record_tool_schemas=request.record_tool_schemas,
     )
