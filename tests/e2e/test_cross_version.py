@@ -16,6 +16,8 @@ import pytest
 from forkpoint import runtimes
 from forkpoint.adapters import agent_spec
 from forkpoint.errors import ErrorKind
+from forkpoint.export import export
+from forkpoint.export.rows import ExportOptions
 from forkpoint.testing import ScriptedModel
 from forkpoint.testing.recordings import replay_recording
 
@@ -69,6 +71,11 @@ def test_continue_with_the_other_verified_version(agent: str, old: str, new: str
                for tool in schemas["tools"])
     assert schemas["captured_from"] == "first validated request"
     assert ({"Bash", "Read"} if agent == "claude-code" else {"exec_command", "apply_patch"}) <= names, names
+    # forkpoint export fills the tools column from it
+    export([out], "messages-jsonl", tmp_path / "rows.jsonl", ExportOptions())
+    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert rows and all(json.loads(row["tools"]) == schemas["tools"] and row["tools_source"] == "recorded"
+                        for row in rows)
 
 
 @pytest.mark.parametrize(("agent", "old", "new"), [("claude-code", "2.1.332", "2.1.220"),
