@@ -66,6 +66,8 @@ if TYPE_CHECKING:
 BRIDGE_KEY = "forkpoint-bridge"
 MAX_AGENT_OUTPUT_BYTES = 16 * 1024 * 1024
 _TAIL = 4000
+#: ``--record-tool-schemas``: the first validated request's tool definitions, in the output dir (issue 20)
+TOOL_SCHEMAS = "tool-schemas.json"
 
 S = TypeVar("S")
 
@@ -235,7 +237,10 @@ def continue_with(hooks: AgentHooks[S], plan: Plan, prefix: NativePrefix, contex
     metadata: dict[str, Any] = {"native_cli": hooks.native_cli, "model_bridge": summary.to_json(),
                                 **({} if ran.process is None else {"agent_exit_code": ran.exit_code}),
                                 "agent_log": str(ran.log), **pinning.metadata(), **outcome.metadata,
-                                **collected.metadata}
+                                **collected.metadata,
+                                "recorded_agent_version": plan.trajectory.version,
+                                "continuing_agent_version": settings.target.version,
+                                "tool_schemas_recorded": (job.context.output_dir / TOOL_SCHEMAS).is_file()}
     return Continuation(
         agent_status="max_steps" if reached_budget(outcome, summary) else "completed",
         continued_steps=collected.steps,
@@ -248,10 +253,14 @@ def continue_with(hooks: AgentHooks[S], plan: Plan, prefix: NativePrefix, contex
 def _open_bridge(hooks: AgentHooks[Any], job: Job, gate: Gate, pinning: Pinning) -> Bridge:
     """The bridge between the agent and its upstream (the place for request observers: issue 20's tool schemas)."""
     from forkpoint.bridge.server import Bridge
+    from forkpoint.bridge.tool_schemas import ToolSchemaRecorder
 
     settings = job.settings
+    recorder = (ToolSchemaRecorder(job.context.output_dir / TOOL_SCHEMAS, hooks.protocol)
+                if settings.record_tool_schemas else None)
     return Bridge(gate, make_upstream(hooks.protocol, settings), log_path=job.context.state_dir / "bridge-log.jsonl",
-                  max_model_requests=settings.remaining_steps if hooks.budget_at_bridge else None, prepare=pinning)
+                  max_model_requests=settings.remaining_steps if hooks.budget_at_bridge else None, prepare=pinning,
+                  observe_first=recorder)
 
 
 @dataclass

@@ -126,7 +126,9 @@ def _prepare(request: ReplayRequest, report: Progress) -> Prepared:
                                 "(it is never passed to the agent); or use --upstream stub")
         _require(spec.continues, f"continuing the agent is not available yet for {spec.name}; "
                                  "use --replay-only or --prepare-only")
-        launch = adapter.prepare_launch(parsed, request.agent_entrypoint)
+        from forkpoint.runtimes import continued_by
+
+        launch = adapter.prepare_launch(continued_by(parsed, request.agent_version), request.agent_entrypoint)
         report(f"agent binary: {request.agent} {launch.version} ({launch.entrypoint})")
     report(f"selected batches 1..{plan.after_step} of {parsed.complete_count} ({len(plan.calls)} tool calls)")
     return Prepared(plan, spec, adapter, launch, sandbox, workspace_source)

@@ -257,6 +257,8 @@ class ContinueSettings:
     sampling: SamplingPins | None = None
     #: retries of an upstream failure before the first byte reaches the agent
     upstream_retries: int = 3
+    #: save the first validated request's tool definitions to ``<output>/tool-schemas.json`` (issue 20)
+    record_tool_schemas: bool = False
 
 
 @dataclass(frozen=True)

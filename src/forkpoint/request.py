@@ -80,6 +80,8 @@ class ReplayRequest:
     branch_models: list[str] = field(default_factory=list)  # one for all branches, or one per branch
     branch_seeds: list[int] = field(default_factory=list)
     branch_temperatures: list[float] = field(default_factory=list)
+    agent_version: str | None = None  # continue with this verified version (a cross-version pair proven e2e)
+    record_tool_schemas: bool = False  # save the first validated request's tool definitions (tool-schemas.json)
 
     def resolved_run_id(self) -> str:
         return self.run_id or f"replay-{uuid.uuid4().hex}"
@@ -394,4 +396,5 @@ def continue_settings(request: ReplayRequest, spec: AgentSpec, launch: LaunchTar
         model=request.model,
         sampling=dataclasses.replace(all_pins(request)[0], model=None) if pins_given(request) else None,
         upstream_retries=request.upstream_retries,
+        record_tool_schemas=request.record_tool_schemas,
     )

@@ -33,6 +33,8 @@ class ContinueOptions:
     agent_entrypoint: Path | None = None
     #: ``--model``, the sampling pins, ``--upstream-retries`` and the ``--branch-*`` lists, by request key
     model_choice: dict[str, Any] = field(default_factory=dict)
+    agent_version: str | None = None  # a verified cross-version pair (``--agent-version``)
+    record_tool_schemas: bool = False
 
 
 def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[str], None]) -> dict[str, Any]:
@@ -80,8 +82,11 @@ def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[
         "agent": agent, "trajectory": str(source), "after_step": plan.after_step, "workspace": str(workspace),
         "upstream": options.upstream, "upstream_url": options.upstream_url, "max_steps": options.max_steps,
         "agent_entrypoint": str(options.agent_entrypoint) if options.agent_entrypoint else None,
-        "sandbox": sandbox, "branches": options.branches or 1, **options.model_choice}, source="continue")
-    launch = adapter.prepare_launch(parsed, options.agent_entrypoint)
+        "sandbox": sandbox, "branches": options.branches or 1, **options.model_choice,
+        "record_tool_schemas": options.record_tool_schemas}, source="continue")
+    from forkpoint.runtimes import continued_by
+
+    launch = adapter.prepare_launch(continued_by(parsed, options.agent_version), options.agent_entrypoint)
     setup = BranchSetup(adapter=adapter, plan=plan, prefix=prefix,
                         settings=continue_settings(request, agent_spec(agent), launch, plan), workspace=workspace,
                         state_dir=state_dir, output_dir=run_dir, session_id=prefix.session_id, sandbox_name=sandbox,

@@ -8,7 +8,7 @@ A spec module imports only this module, so reading a spec costs no parser, runti
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 #: the wire protocol an agent's own model client speaks (the bridge validates that traffic)
@@ -100,6 +100,8 @@ class AgentSpec:
     #: it re-runs the prefix's tools (``--replay-only``) and starts the real agent (the default mode)
     replays: bool = True
     continues: bool = True
+    #: recorded version -> the other verified versions proven (e2e) to continue its recordings (``--agent-version``)
+    cross_versions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def default_upstream(self) -> Upstream:
@@ -109,6 +111,10 @@ class AgentSpec:
         """The named upstream (None: the default) when this agent can use it."""
         wanted = name or self.default_upstream.name
         return next((u for u in self.upstreams if u.name == wanted), None)
+
+    def cross_version_pairs(self) -> tuple[str, ...]:
+        """The verified cross-version pairs as ``A -> B`` (what a refusal lists)."""
+        return tuple(f"{old} -> {new}" for old, news in self.cross_versions.items() for new in news)
 
 
 def upstreams_for(protocol: WireProtocol) -> tuple[Upstream, ...]:

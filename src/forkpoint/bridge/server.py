@@ -41,6 +41,8 @@ from forkpoint.model import JsonObject
 
 #: a post-validation body hook: (validated body, facts to record) -> the body to send upstream
 BodyHook = Callable[[JsonObject, JsonObject], JsonObject]
+#: sees a validated body without changing it (must not raise)
+BodyObserver = Callable[[JsonObject], None]
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 MAX_RECORDS = 10_000
@@ -116,12 +118,14 @@ class Bridge:
 
     def __init__(self, gate: Gate, upstream: Upstream, *, log_path: Path | None = None,
                  max_model_requests: int | None = None, limits: Limits | None = None,
-                 prepare: BodyHook | None = None) -> None:
+                 prepare: BodyHook | None = None, observe_first: BodyObserver | None = None) -> None:
         """``gate`` checks every model request; ``prepare`` changes a body only AFTER the gate validated it (e.g.
         the model field and sampling pins of a chosen model); its facts join the request's record."""
         self.gate = gate
         self.upstream = upstream
         self._prepare = prepare
+        #: sees the first validated body once, before ``prepare`` (``--record-tool-schemas``)
+        self._observe_first = observe_first
         self._log_path = log_path
         self._token = secrets.token_urlsafe(24)
         self._lock = threading.Lock()
@@ -407,6 +411,9 @@ class Bridge:
             return self._refuse(request.method, shown, "the bridge FAILED while this request was validated", started)
         with self._lock:
             self._validated += 1
+            observe, self._observe_first = self._observe_first, None
+        if observe is not None:
+            observe(verdict.body)
         facts = dict(verdict.facts)
         outgoing = verdict.body if self._prepare is None else self._prepare(verdict.body, facts)
         try:

@@ -71,6 +71,7 @@ _DIRECT_OPTIONS = (
     "upstream_url", "agent_entrypoint", "sandbox", "path_map", "workspace_from", "on_divergence", "branches",
     "branch_prompt", "parallel", "keep_snapshot", "drop_snapshot", "max_trajectory_bytes", "opencode_export", "env",
     *MODEL_DESTS,
+    "agent_version", "record_tool_schemas",
 )
 
 #: (option, metavar or None for a flag, type, help) of `forkpoint replay`, in the order --help lists them.
@@ -101,6 +102,12 @@ _REPLAY_OPTIONS: tuple[tuple[str, str | None, Callable[[str], Any], str], ...] =
      "else the provider's public API]."),
     ("--agent-entrypoint", "PATH", Path, "An explicit agent executable (absolute path); its --version must be a "
      "verified version [default: the installed runtime of the recorded version]."),
+    ("--agent-version", "V", str, "Continue with another verified version of the same agent (the gate uses its "
+     "envelope profile); only pairs proven end to end are accepted (`forkpoint agents list` shows them), others "
+     "exit 11 [default: the recorded version]."),
+    ("--record-tool-schemas", None, bool, "Save the tool definitions (never messages) of the first validated "
+     "model request to tool-schemas.json in the run's (or branch's) output dir, as OpenAI function schemas; "
+     "`forkpoint export` fills its tools column from it."),
     ("--sandbox", "NAME", str,
      "Where tools and the agent run: 'local' (no isolation; the workspace must be at the recorded cwd, "
      "or use --path-map) or 'bwrap' (bubblewrap: the workspace mounted at the recorded cwd, the rest of the "
@@ -223,6 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
     resume.add_argument("--upstream-url", metavar="URL", help="As in replay.")
     resume.add_argument("--max-steps", type=int, metavar="N", help="As in replay (the total budget).")
     resume.add_argument("--agent-entrypoint", type=Path, metavar="PATH", help="As in replay.")
+    resume.add_argument("--agent-version", metavar="V", help="As in replay (a verified cross-version pair).")
+    resume.add_argument("--record-tool-schemas", action="store_true", help="As in replay.")
     resume.add_argument("--json", dest="as_json", action="store_true", help="Print branches.json as one line.")
     add_model_options(resume)
 

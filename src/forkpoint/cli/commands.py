@@ -32,7 +32,7 @@ def replay(args: argparse.Namespace) -> None:
 
     direct = {name: vars(args)[name] for name in _DIRECT_OPTIONS}
     for flag in ("prepare_only", "replay_only", "allow_stale_observations", "keep_snapshot", "drop_snapshot",
-                 "disable_thinking"):
+                 "disable_thinking", "record_tool_schemas"):
         direct[flag] = direct[flag] or None  # an absent flag is "not given", like an absent option
     given = [name for name in _DIRECT_OPTIONS if direct[name] is not None]
     try:
@@ -85,7 +85,8 @@ def continue_(args: argparse.Namespace) -> None:
     options = ContinueOptions(branches=args.branches, branch_prompts=tuple(args.branch_prompts),
                               parallel=args.parallel, upstream=args.upstream, upstream_url=args.upstream_url,
                               max_steps=args.max_steps, agent_entrypoint=args.agent_entrypoint,
-                              model_choice=model_choice)
+                              model_choice=model_choice,
+                              agent_version=args.agent_version, record_tool_schemas=args.record_tool_schemas)
     progress = (lambda message: None) if args.as_json else (lambda message: say(f"  {message}", err=True, style=DIM))
     try:
         document = continue_run_dir(args.run_dir, options, progress)

@@ -8,16 +8,18 @@ package has no import cycle; they load only when an install or a probe needs the
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from forkpoint.adapters.spec import NpmPackage
 from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.model import LaunchTarget
+from forkpoint.model import LaunchTarget, Trajectory
 from forkpoint.runtimes.base import (
     MANIFEST_NAME,
     SCHEMA_VERSION,
     Runtime,
     cache_root,
+    check_cross_version,
     check_verified,
     find,
     install_staged,
@@ -25,8 +27,9 @@ from forkpoint.runtimes.base import (
     package_of,
 )
 
-__all__ = ["MANIFEST_NAME", "SCHEMA_VERSION", "Runtime", "cache_root", "check_verified", "find", "install",
-           "list_installed", "probe_entrypoint", "probe_version", "resolve_entrypoint"]
+__all__ = ["MANIFEST_NAME", "SCHEMA_VERSION", "Runtime", "cache_root", "check_cross_version", "check_verified",
+           "continued_by", "find", "install", "list_installed", "probe_entrypoint", "probe_version",
+           "resolve_entrypoint"]
 
 
 def install(agent: str, version: str) -> Runtime:
@@ -64,6 +67,15 @@ def probe_entrypoint(agent: str, entrypoint: Path) -> str:
     if not entrypoint.is_file() or not os.access(entrypoint, os.X_OK):
         raise ReplayError(ErrorKind.CONFIGURATION, f"agent entrypoint is not an executable file: {entrypoint}")
     return probe_version(Runtime(agent, "unknown", entrypoint.parent, entrypoint, ""))
+
+
+def continued_by(trajectory: Trajectory, version: str | None) -> Trajectory:
+    """The trajectory as the launch sees it when ``--agent-version`` asks for another verified version (a pair
+    proven e2e, else refused): the runtime, the envelope profile and the gate are then that version's."""
+    if version is None or version == trajectory.version:
+        return trajectory
+    check_cross_version(trajectory.agent, trajectory.version or "", version)
+    return replace(trajectory, version=version)
 
 
 def resolve_entrypoint(agent: str, recorded_version: str, explicit: Path | None) -> LaunchTarget:

@@ -89,6 +89,19 @@ def check_verified(agent: str, version: str) -> None:
         )
 
 
+def check_cross_version(agent: str, recorded: str, continuing: str) -> None:
+    """Refuse continuing a recording of ``recorded`` with another version unless that pair was proven e2e."""
+    spec = agent_spec(agent)
+    if continuing != recorded and continuing not in spec.cross_versions.get(recorded, ()):
+        pairs = spec.cross_version_pairs()
+        raise ReplayError(
+            ErrorKind.UNSUPPORTED_VERSION,
+            f"continuing a {agent} {recorded} recording with {continuing} is not verified; verified pairs: "
+            f"{', '.join(pairs) or 'none'}",
+        )
+    check_verified(agent, continuing)
+
+
 def _read_runtime(directory: Path) -> Runtime | None:
     try:
         runtime = Runtime.from_manifest(directory, json.loads((directory / MANIFEST_NAME).read_text("utf-8")))

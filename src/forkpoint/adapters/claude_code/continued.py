@@ -70,6 +70,8 @@ def clean_continued(
         if kind in ("queue-operation", "last-prompt") and nonce_bytes in orjson.dumps(record):
             dropped_enqueue = dropped_enqueue or record.get("operation") == "enqueue"
             continue  # bookkeeping copies of the resume prompt
+        if kind == "api-request-blob" and not boundary_prompt and nonce_bytes in orjson.dumps(record):
+            continue  # a request-cache copy of the resume message (2.1.332 resuming a 2.1.220 session stores one)
         if kind == "queue-operation" and record.get("operation") == "dequeue" and dropped_enqueue:
             dropped_enqueue = False
             continue  # the dequeue of the resume prompt

@@ -40,11 +40,15 @@ class EnvelopeProfile:
     version: str
     profile: str
     continue_closure: bool  # 2.1.220 appends CONTINUE_TEXT as a text block to the last tool_result message
+    #: ``<system-reminder>`` text blocks may precede the nonce in its message: 2.1.332 resuming a 2.1.220 session
+    #: (no attribution latched in it) renders its git attribution reminder there (``--agent-version``, issue 17)
+    reminders_before_nonce: bool = False
 
 
 PROFILES: dict[str, EnvelopeProfile] = {
     "2.1.220": EnvelopeProfile("2.1.220", "claude-code/2.1.220/native-resume-v1", continue_closure=True),
-    "2.1.332": EnvelopeProfile("2.1.332", "claude-code/2.1.332/native-resume-v1", continue_closure=False),
+    "2.1.332": EnvelopeProfile("2.1.332", "claude-code/2.1.332/native-resume-v1", continue_closure=False,
+                               reminders_before_nonce=True),
 }
 
 
@@ -130,13 +134,13 @@ def project_indexed(messages: Sequence[Any]) -> list[tuple[int, JsonObject]]:
         content = message.get("content")
         raw_blocks: list[Any] = [{"type": "text", "text": content}] if isinstance(content, str) else (
             content if isinstance(content, list) else [])
-        blocks = [_project_block(block) for block in raw_blocks if not _is_reminder(block)]
+        blocks = [_project_block(block) for block in raw_blocks if not is_reminder(block)]
         if blocks:
             projected.append((index, {"role": role, "content": blocks}))
     return projected
 
 
-def _is_reminder(block: Any) -> bool:
+def is_reminder(block: Any) -> bool:
     return (
         isinstance(block, dict)
         and block.get("type") == "text"

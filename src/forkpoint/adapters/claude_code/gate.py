@@ -46,6 +46,7 @@ from forkpoint.adapters.claude_code.envelope import (
     BlockDigest,
     ExpectedPrefix,
     digest_messages,
+    is_reminder,
     project_indexed,
 )
 from forkpoint.bridge.gate import (
@@ -81,7 +82,8 @@ def _clean(expected: ExpectedPrefix, body: Any, boundary_prompt: str | None, *, 
     profile = verified_profile(PROFILES, expected.version, expected.profile, "Claude Code")
     nonce = expected.nonce
     body, messages = open_request(body, nonce=nonce, boundary_prompt=boundary_prompt)
-    i = nonce_position(messages, lambda message: _is_nonce_message(message, nonce),
+    reminders = profile.reminders_before_nonce
+    i = nonce_position(messages, lambda message: _is_nonce_message(message, nonce, reminders),
                        "the resume nonce is not the sole content of a user message", facts)
 
     after = messages[i + 1:]
@@ -147,15 +149,19 @@ def _clean(expected: ExpectedPrefix, body: Any, boundary_prompt: str | None, *, 
     return cleaned
 
 
-def _is_nonce_message(message: JsonObject, nonce: str) -> bool:
+def _is_nonce_message(message: JsonObject, nonce: str, reminders: bool = False) -> bool:
+    """The nonce alone, or (``reminders``: the profile allows it) after the agent's own reminder blocks."""
     if message.get("role") != "user":
         return False
     content = message.get("content")
     if content == nonce:
         return True
-    if not isinstance(content, list) or len(content) != 1 or not isinstance(content[0], dict):
+    if not isinstance(content, list) or not content or not isinstance(content[-1], dict):
         return False
-    block = content[0]
+    if len(content) > 1 and not (reminders and all(is_reminder(block) and set(block) == {"type", "text"}
+                                                   and nonce not in block["text"] for block in content[:-1])):
+        return False
+    block = content[-1]
     if block.get("type") != "text" or block.get("text") != nonce:
         return False
     extra = set(block) - {"type", "text", "cache_control"}
@@ -176,7 +182,7 @@ def _prompt_message(nonce_message: JsonObject, prompt: str) -> JsonObject:
     content = nonce_message["content"]
     if isinstance(content, str):
         return {**nonce_message, "content": prompt}
-    return {**nonce_message, "content": [{**content[0], "text": prompt}]}
+    return {**nonce_message, "content": [*content[:-1], {**content[-1], "text": prompt}]}
 
 
 def _mark_last_block(message: JsonObject) -> JsonObject:

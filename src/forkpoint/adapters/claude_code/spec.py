@@ -27,4 +27,6 @@ SPEC = AgentSpec(
     # the executor and continuation run through any sandbox, and rewrite recorded paths (--path-map)
     sandbox_features=frozenset({"local", "bwrap", "path_map"}),
     sniff=sniff,
+    # proven by tests/e2e/test_cross_version.py
+    cross_versions={"2.1.220": ("2.1.332",)},
 )

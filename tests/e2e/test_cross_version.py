@@ -1,0 +1,94 @@
+"""End to end: a recording of one verified version continued by another (``--agent-version``), and the pairs
+that are not proven refused (exit 11) with the list of the proven ones.
+
+The pairs claimed in the specs' ``cross_versions`` are exactly the ones this file continues with the REAL
+binaries; ScriptedModel plays the model upstream (the only stand-in). The same runs record the tool schemas
+(``--record-tool-schemas``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from forkpoint import runtimes
+from forkpoint.adapters import agent_spec
+from forkpoint.errors import ErrorKind
+from forkpoint.export import export
+from forkpoint.export.rows import ExportOptions
+from forkpoint.testing import ScriptedModel
+from forkpoint.testing.recordings import replay_recording
+
+pytestmark = pytest.mark.e2e
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+#: (agent, recorded version, continuing version, fixture, trajectory file, upstream, url suffix, key env)
+PAIRS = (
+    ("claude-code", "2.1.220", "2.1.332", "single_bash", "session.jsonl", "anthropic", "", "ANTHROPIC_API_KEY"),
+)
+
+
+def _require(agent: str, *versions: str) -> None:
+    for version in versions:
+        if runtimes.find(agent, version) is None:
+            pytest.skip(f"{agent} {version} is not installed")
+
+
+@pytest.mark.parametrize(("agent", "old", "new", "scenario", "trajectory", "upstream", "suffix", "key"), PAIRS,
+                         ids=lambda v: str(v))
+def test_continue_with_the_other_verified_version(agent: str, old: str, new: str, scenario: str, trajectory: str,
+                                                  upstream: str, suffix: str, key: str, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    _require(agent, old, new)
+    assert new in agent_spec(agent).cross_versions[old]  # the spec claims exactly the pairs proven here
+    monkeypatch.setenv(key, "scripted-upstream-key")
+    fixture = FIXTURES / agent.replace("-", "_") / old / scenario
+    model = ScriptedModel.from_file(fixture / "script.json")
+    with model.serve() as url:
+        result = replay_recording(fixture, tmp_path, agent=agent, trajectory=trajectory, after=1,
+                                  upstream=upstream, upstream_url=url + suffix, agent_version=new,
+                                  record_tool_schemas=True)
+    assert result.failure is None, result.failure
+    assert (result.phase, result.quality, result.agent_status) == ("continued", "verified", "completed")
+    assert result.metadata["recorded_agent_version"] == old
+    assert result.metadata["continuing_agent_version"] == new
+    bridge = result.metadata["model_bridge"]
+    assert bridge["validated"] >= 1 and bridge["refused"] == 0
+    main = [entry for entry in model.requests if entry.get("kind") == "main"]
+    assert main
+    if agent == "claude-code":  # the continuing binary is the one that asked (its billing header names it)
+        assert f"cc_version={new}" in json.dumps(main[0]["body"])
+    out = Path(result.output_dir or "")
+    next_action = json.loads((out / "next-action.json").read_text())
+    assert next_action["metrics"]["same_tool_calls"] is True, next_action
+    # --record-tool-schemas: the agent's real tools, in OpenAI function form
+    assert result.metadata["tool_schemas_recorded"] is True
+    schemas = json.loads((out / "tool-schemas.json").read_text())
+    names = {tool["function"]["name"] for tool in schemas["tools"]}
+    assert all(tool["type"] == "function" and isinstance(tool["function"]["parameters"], dict)
+               for tool in schemas["tools"])
+    assert schemas["captured_from"] == "first validated request"
+    assert ({"Bash", "Read"} if agent == "claude-code" else {"exec_command", "apply_patch"}) <= names, names
+    # forkpoint export fills the tools column from it
+    export([out], "messages-jsonl", tmp_path / "rows.jsonl", ExportOptions())
+    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert rows and all(json.loads(row["tools"]) == schemas["tools"] and row["tools_source"] == "recorded"
+                        for row in rows)
+
+
+@pytest.mark.parametrize(("agent", "old", "new"), [("claude-code", "2.1.332", "2.1.220"),
+                                                   ("claude-code", "2.1.220", "9.9.9"),
+                                                   ("codex", "0.149.0", "0.171.0")])  # not proven yet
+def test_an_unproven_pair_is_refused_with_the_verified_pairs(agent: str, old: str, new: str, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "unused")
+    monkeypatch.setenv("OPENAI_API_KEY", "unused")
+    scenario, trajectory = ("single_bash", "session.jsonl") if agent == "claude-code" else ("exec_basic",
+                                                                                          "rollout.jsonl")
+    fixture = FIXTURES / agent.replace("-", "_") / old / scenario
+    result = replay_recording(fixture, tmp_path, agent=agent, trajectory=trajectory, after=1, agent_version=new)
+    assert result.failure is not None and result.exit_code == ErrorKind.UNSUPPORTED_VERSION.exit_code == 11
+    pairs = agent_spec(agent).cross_version_pairs()
+    assert f"verified pairs: {', '.join(pairs) or 'none'}" in result.failure.message, result.failure.message
