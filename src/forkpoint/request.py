@@ -203,8 +203,6 @@ BRANCH_LISTS = {"branch_models": "model", "branch_seeds": "seed", "branch_temper
 def _validate_model_choice(request: ReplayRequest) -> None:
     """``--model`` and the sampling pins: ranges, and whether the protocol that leaves the bridge can carry each
     pin (e.g. no seed on Anthropic Messages): refused before anything runs, never silently dropped."""
-    from forkpoint.continuation import outgoing_protocol
-
     if request.upstream_retries < 0:
         raise configuration("upstream_retries must be 0 or more")
     if request.reasoning_effort is not None and request.reasoning_effort not in REASONING_EFFORTS:
@@ -221,6 +219,7 @@ def _validate_model_choice(request: ReplayRequest) -> None:
     if not pins_given(request):
         return  # nothing to check (and the bridge stays unimported: a prepare-only loads no bridge)
     from forkpoint.adapters import agent_spec
+    from forkpoint.continuation import outgoing_protocol
 
     protocol = outgoing_protocol(agent_spec(request.agent).protocol, request.upstream)
     for pins in all_pins(request):
