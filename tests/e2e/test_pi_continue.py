@@ -245,3 +245,30 @@ def test_model_and_sampling_pins_reach_the_upstream(tmp_path: Path) -> None:
     assert recorded_request(fixture, 1)["model"] != "other-model"
     assert (result.metadata["requested_model"], result.metadata["upstream_model"]) == ("other-model", "other-model")
     assert result.metadata["sampling"]["pins"] == {"model": "other-model", "temperature": 0.0, "seed": 7}
+
+
+def test_record_tool_schemas_saves_pis_tool_definitions_for_the_export(tmp_path: Path) -> None:
+    """Issue 20: the first validated Chat request's tools (definitions only) in tool-schemas.json; the export's
+    tools column is filled from it; without the flag no file is written."""
+    from forkpoint.export import ExportOptions, export
+
+    fixture = FIXTURES / "single_bash"
+    model = _scripted(fixture)
+    with model.serve() as url:
+        result = run(fixture, tmp_path / "with", 1, upstream="openai-chat", upstream_url=f"{url}/v1",
+                     record_tool_schemas=True)
+    out = _check_verified(result)
+    assert result.metadata["tool_schemas_recorded"] is True
+    schemas = json.loads((out / "tool-schemas.json").read_text())
+    sent = [{"type": "function", "function": {key: tool["function"][key] for key in ("name", "description",
+                                                                                  "parameters")}}
+            for tool in next(e for e in model.requests if e.get("kind") == "main")["body"]["tools"]]
+    assert schemas["tools"] == sent and {"bash", "read"} <= {tool["function"]["name"] for tool in sent}
+    assert "messages" not in json.dumps(schemas) and schemas["source_protocol"] == "openai-chat"
+    export([out], "messages-jsonl", tmp_path / "rows.jsonl", ExportOptions())
+    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert rows and all(json.loads(row["tools"]) == sent and row["tools_source"] == "recorded" for row in rows)
+    with _scripted(fixture).serve() as url:
+        plain = run(fixture, tmp_path / "without", 1, upstream="openai-chat", upstream_url=f"{url}/v1")
+    assert plain.metadata["tool_schemas_recorded"] is False
+    assert not (_check_verified(plain) / "tool-schemas.json").exists()
