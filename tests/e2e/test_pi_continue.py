@@ -250,7 +250,8 @@ def test_model_and_sampling_pins_reach_the_upstream(tmp_path: Path) -> None:
 def test_record_tool_schemas_saves_pis_tool_definitions_for_the_export(tmp_path: Path) -> None:
     """Issue 20: the first validated Chat request's tools (definitions only) in tool-schemas.json; the export's
     tools column is filled from it; without the flag no file is written."""
-    from forkpoint.export import ExportOptions, export
+    from forkpoint.export import export
+    from forkpoint.export.rows import ExportOptions
 
     fixture = FIXTURES / "single_bash"
     model = _scripted(fixture)
@@ -260,9 +261,10 @@ def test_record_tool_schemas_saves_pis_tool_definitions_for_the_export(tmp_path:
     out = _check_verified(result)
     assert result.metadata["tool_schemas_recorded"] is True
     schemas = json.loads((out / "tool-schemas.json").read_text())
-    sent = [{"type": "function", "function": {key: tool["function"][key] for key in ("name", "description",
-                                                                                  "parameters")}}
-            for tool in next(e for e in model.requests if e.get("kind") == "main")["body"]["tools"]]
+    tools: list[dict[str, Any]] = next(e for e in model.requests if e.get("kind") == "main")["body"]["tools"]
+    sent: list[dict[str, Any]] = [
+        {"type": "function", "function": {key: tool["function"][key] for key in ("name", "description", "parameters")}}
+        for tool in tools]
     assert schemas["tools"] == sent and {"bash", "read"} <= {tool["function"]["name"] for tool in sent}
     assert "messages" not in json.dumps(schemas) and schemas["source_protocol"] == "openai-chat"
     export([out], "messages-jsonl", tmp_path / "rows.jsonl", ExportOptions())
