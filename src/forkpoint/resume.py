@@ -11,15 +11,20 @@ after the existing ones. A branch that started and has no outcome is reported am
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forkpoint.branching import SNAPSHOT_SCHEMA
 from forkpoint.errors import ErrorKind, ReplayError, configuration
 from forkpoint.hashing import file_sha256
 from forkpoint.model import Mode, NativePrefix
+
+if TYPE_CHECKING:
+    from forkpoint.branching import BranchSetup
+    from forkpoint.request import ReplayRequest
 
 
 @dataclass(frozen=True)
@@ -39,18 +44,10 @@ class ContinueOptions:
 
 def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[str], None]) -> dict[str, Any]:
     """Run the branches; returns branches.json as it is afterwards."""
+    from forkpoint import childenv
     from forkpoint import plan as planning
     from forkpoint.adapters import agent_spec, get_adapter
-    from forkpoint.branching import (
-        BranchRequest,
-        BranchSetup,
-        branch_variants,
-        checked_snapshot,
-        next_index,
-        pending,
-        plan_branches,
-        run_branches,
-    )
+    from forkpoint.branching import BranchSetup, checked_snapshot
     from forkpoint.request import build_request, continue_settings
 
     manifest = _json(run_dir / "manifest.json", "manifest.json (is this a forkpoint run dir?)")
@@ -91,6 +88,16 @@ def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[
                         settings=continue_settings(request, agent_spec(agent), launch, plan), workspace=workspace,
                         state_dir=state_dir, output_dir=run_dir, session_id=prefix.session_id, sandbox_name=sandbox,
                         recorded_cwd=parsed.cwd, snapshot=snapshot)
+    # Like a replay, every child gets the run's own TMPDIR (removed at the end; a killed run's is replaced).
+    with childenv.passing(childenv.resolve(request.env, os.environ).values, temp_dir=state_dir / "tmp"):
+        return _run_planned(setup, run_dir, options, request, snapshot_facts, plan.after_step, report)
+
+
+def _run_planned(setup: BranchSetup, run_dir: Path, options: ContinueOptions, request: ReplayRequest,
+                 snapshot_facts: dict[str, Any], after_step: int, report: Callable[[str], None]) -> dict[str, Any]:
+    """Finish the branches a killed run left, then run the new ones asked for."""
+    from forkpoint.branching import BranchRequest, branch_variants, next_index, pending, plan_branches, run_branches
+
     waiting = pending(run_dir)
     if waiting:
         report(f"finishing {len(waiting)} planned branch(es): {', '.join(map(str, waiting))}")
@@ -101,7 +108,7 @@ def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[
                                 first_index=next_index(run_dir), variants=branch_variants(request))
         plan_branches(setup, more, snapshot_facts)
         report(f"branches {more.indices.start}..{more.indices.stop - 1} from the boundary after batch "
-               f"{plan.after_step}")
+               f"{after_step}")
         return run_branches(setup, more, report)
     if not waiting:
         raise configuration("nothing to do: every planned branch has run; ask for more with --branches K")
