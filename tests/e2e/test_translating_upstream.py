@@ -17,6 +17,7 @@ from openai.types.chat.completion_create_params import CompletionCreateParamsStr
 from pydantic import TypeAdapter
 
 from forkpoint import runtimes
+from forkpoint.results import ReplayResult
 from forkpoint.testing import ScriptedModel
 from forkpoint.testing.recordings import replay_recording
 
@@ -44,10 +45,9 @@ def _valid_chat_request(body: dict[str, Any]) -> None:
     assert set(answered) <= called, "every tool message answers a tool call of an earlier assistant message"
 
 
-@pytest.mark.parametrize(("agent", "version", "scenario", "trajectory"), CASES, ids=lambda v: str(v))
-def test_the_real_agent_continues_through_a_chat_completions_model(
-    agent: str, version: str, scenario: str, trajectory: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _continue_through_chat(agent: str, version: str, scenario: str, trajectory: str, tmp_path: Path,
+                           monkeypatch: pytest.MonkeyPatch, **choices: Any) -> tuple[ReplayResult, ScriptedModel]:
+    """Replay the fixture's first batch and continue the real agent through --upstream openai-chat."""
     if runtimes.find(agent, version) is None:
         pytest.skip(f"{agent} {version} is not installed")
     monkeypatch.setenv("OPENAI_API_KEY", "scripted-chat-key")
@@ -55,7 +55,15 @@ def test_the_real_agent_continues_through_a_chat_completions_model(
     model = ScriptedModel.from_file(fixture / "script.json")
     with model.serve() as url:
         result = replay_recording(fixture, tmp_path, agent=agent, trajectory=trajectory, after=1,
-                                  upstream="openai-chat", upstream_url=f"{url}/v1")
+                                  upstream="openai-chat", upstream_url=f"{url}/v1", **choices)
+    return result, model
+
+
+@pytest.mark.parametrize(("agent", "version", "scenario", "trajectory"), CASES, ids=lambda v: str(v))
+def test_the_real_agent_continues_through_a_chat_completions_model(
+    agent: str, version: str, scenario: str, trajectory: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result, model = _continue_through_chat(agent, version, scenario, trajectory, tmp_path, monkeypatch)
     assert result.failure is None, result.failure
     assert (result.phase, result.agent_status) == ("continued", "completed")
     bridge = result.metadata["model_bridge"]
@@ -78,15 +86,8 @@ def test_the_real_agent_continues_through_a_chat_completions_model(
 def test_model_and_sampling_pins_reach_the_chat_model_on_the_translated_request(
     agent: str, version: str, scenario: str, trajectory: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if runtimes.find(agent, version) is None:
-        pytest.skip(f"{agent} {version} is not installed")
-    monkeypatch.setenv("OPENAI_API_KEY", "scripted-chat-key")
-    fixture = FIXTURES / agent.replace("-", "_") / version / scenario
-    model = ScriptedModel.from_file(fixture / "script.json")
-    with model.serve() as url:
-        result = replay_recording(fixture, tmp_path, agent=agent, trajectory=trajectory, after=1,
-                                  upstream="openai-chat", upstream_url=f"{url}/v1", model="open-model-7b",
-                                  temperature=0.0, seed=7, disable_thinking=True)
+    result, model = _continue_through_chat(agent, version, scenario, trajectory, tmp_path, monkeypatch,
+                                           model="open-model-7b", temperature=0.0, seed=7, disable_thinking=True)
     assert result.failure is None, result.failure
     assert result.agent_status == "completed"
     chat = [entry["body"] for entry in model.requests if "messages" in entry.get("body", {})]
