@@ -27,9 +27,13 @@ Cases (``<scenario>_after_<N>[_<variant>]``):
   a thread whose provider is not configured and built-in ids cannot be redefined. That provider first tries
   a WebSocket upgrade (GET, refused five times) and sends ``internal_chat_message_metadata_passthrough``).
 
+Cross-version pairs (the spec's ``cross_versions``, for ``--agent-version``): each ``CROSS_CASES`` cut of the
+recorded version (as saved under ``<out>/<recorded>/``) is resumed by the continuing binary the same way and saved
+under ``<out>/cross/<recorded>-<continuing>/<case>/`` (``--cross-only``: only these, from the saved rollouts).
+
 Bodies: ``client_metadata`` is removed, ``instructions`` and ``tools`` are replaced by ``*_sha256`` (plus
 ``tool_names``); ``input`` is kept whole. Header values are never saved. Usage:
-``python scripts/record_codex_requests.py [--out DIR] [--version V ...]``.
+``python scripts/record_codex_requests.py [--out DIR] [--version V ...] [--cross-only]``.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from forkpoint import runtimes
+from forkpoint.adapters import agent_spec
 from forkpoint.testing.scripted_model import Block, ScriptedModel, custom_tool_call, text, thinking, tool_use
 
 NONCE = "__forkpoint_nonce_7c2e9a4b1d3f5e80__"
@@ -115,6 +120,8 @@ SCENARIOS: dict[str, Scenario] = {
         ((2, ""),),
     ),
 }
+#: the cases a verified cross-version pair is captured for (the recorded version's cut rollouts)
+CROSS_CASES = ("parallel_after_1",)
 # what the resumed binary is answered: one more tool call (so a later request is captured), then a final text
 RESUME_SCRIPT: list[list[Block]] = [[text("One more."), exec_command("echo four")]]
 
@@ -275,19 +282,6 @@ def record_scenario(binary: Path, version: str, name: str, scenario: Scenario, o
             cwd = work / "elsewhere"
             shutil.rmtree(cwd, ignore_errors=True)
             cwd.mkdir()
-        resume_model = ScriptedModel(RESUME_SCRIPT, seed=f"codex-resume/{case}", model=MODEL, step_mode="counter",
-                                     final_text="Envelope capture OK.")
-        with resume_model.serve() as url:
-            write_config(resume_home / ".codex", url, builtin_openai=variant == "openai_provider")
-            resumed = run_codex(binary, ["exec", "resume", session_id, *flags(), NONCE], cwd, resume_home,
-                                builtin_openai=variant == "openai_provider")
-        if resumed.returncode != 0:
-            raise SystemExit(f"{version} {case}: resume exited {resumed.returncode}: {resumed.stderr[-2000:]!r}")
-        posts = responses_posts(resume_model)
-        if len(posts) < 2:
-            raise SystemExit(f"{version} {case}: expected two /responses requests, got {len(posts)}")
-        dump(case_dir / "first_request.json", scrub(posts[0]["body"]))
-        dump(case_dir / "later_request.json", scrub(posts[1]["body"]))
         dump(case_dir / "original_request.json", scrub(recorded[batch]["body"]))
         meta = {
             "version": version,
@@ -302,14 +296,68 @@ def record_scenario(binary: Path, version: str, name: str, scenario: Scenario, o
             "rollout_path": str(relative),
             "nonce": NONCE,
             "after_batch": batch,
-            "requests": [{"method": e["method"], "path": e["path"], "kind": e.get("kind"),
-                          "header_names": sorted(h.lower() for h in e["headers"])} for e in resume_model.requests],
-            "resume_returncode": resumed.returncode,
-            "resume_stderr": resumed.stderr.decode("utf-8", "replace").strip()[-1000:],
         }
-        dump(case_dir / "meta.json", meta)
-        print(f"{version} {case}: {len(cut)} lines, input {len(posts[0]['body']['input'])} + "
-              f"{len(posts[1]['body']['input'])} items, {len(resume_model.requests)} resume request(s)")
+        capture_resume(binary, meta, case_dir, builtin_openai=variant == "openai_provider")
+
+
+def capture_resume(binary: Path, meta: Json, case_dir: Path, *, builtin_openai: bool = False) -> None:
+    """Resume the rollout already placed under ``meta["resume_home"]`` with ``binary`` (from ``resume_cwd``) and
+    save its first two ``/responses`` bodies and ``meta.json`` (``meta`` plus the requests and exit code)."""
+    case = f"{meta['version']} {meta['case']}"
+    resume_model = ScriptedModel(RESUME_SCRIPT, seed=f"codex-resume/{meta['case']}", model=MODEL,
+                                 step_mode="counter", final_text="Envelope capture OK.")
+    resume_home = Path(meta["resume_home"])
+    with resume_model.serve() as url:
+        write_config(resume_home / ".codex", url, builtin_openai=builtin_openai)
+        resumed = run_codex(binary, ["exec", "resume", meta["session_id"], *flags(), NONCE], Path(meta["resume_cwd"]),
+                            resume_home, builtin_openai=builtin_openai)
+    if resumed.returncode != 0:
+        raise SystemExit(f"{case}: resume exited {resumed.returncode}: {resumed.stderr[-2000:]!r}")
+    posts = responses_posts(resume_model)
+    if len(posts) < 2:
+        raise SystemExit(f"{case}: expected two /responses requests, got {len(posts)}")
+    dump(case_dir / "first_request.json", scrub(posts[0]["body"]))
+    dump(case_dir / "later_request.json", scrub(posts[1]["body"]))
+    meta = {
+        **meta,
+        "requests": [{"method": e["method"], "path": e["path"], "kind": e.get("kind"),
+                      "header_names": sorted(h.lower() for h in e["headers"])} for e in resume_model.requests],
+        "resume_returncode": resumed.returncode,
+        "resume_stderr": resumed.stderr.decode("utf-8", "replace").strip()[-1000:],
+    }
+    dump(case_dir / "meta.json", meta)
+    print(f"{case}: input {len(posts[0]['body']['input'])} + {len(posts[1]['body']['input'])} items, "
+          f"{len(resume_model.requests)} resume request(s)")
+
+
+def record_cross(recorded: str, continuing: str, out: Path) -> None:
+    """A verified ``--agent-version`` pair: the ``recorded`` version's cut rollouts (already under ``out``,
+    ``CROSS_CASES``) resumed by the ``continuing`` binary, saved under ``out/cross/<recorded>-<continuing>/``
+    with the recorded version's ``rollout.jsonl`` and ``original_request.json`` copied next to them."""
+    runtime = runtimes.find("codex", continuing)
+    if runtime is None:
+        raise SystemExit(f"codex {continuing} is not installed (forkpoint agents install codex@{continuing})")
+    for case in CROSS_CASES:
+        source = out / recorded / case
+        meta = json.loads((source / "meta.json").read_text("utf-8"))
+        case_dir = out / "cross" / f"{recorded}-{continuing}" / case
+        shutil.rmtree(case_dir, ignore_errors=True)
+        case_dir.mkdir(parents=True)
+        for name in ("rollout.jsonl", "original_request.json"):
+            shutil.copyfile(source / name, case_dir / name)
+        work = WORK_ROOT / "cross" / f"{recorded}-{continuing}"
+        resume_home = work / f"home-resume-{case}"
+        shutil.rmtree(resume_home, ignore_errors=True)
+        target = resume_home / ".codex" / meta["rollout_path"]
+        target.parent.mkdir(parents=True)
+        shutil.copyfile(source / "rollout.jsonl", target)
+        Path(meta["recorded_cwd"]).mkdir(parents=True, exist_ok=True)
+        keep = ("case", "scenario", "variant", "session_id", "recorded_cwd", "recorded_home", "rollout_path",
+                "nonce", "after_batch")
+        capture_resume(runtime.entrypoint, {"version": continuing, "recorded_version": recorded,
+                                            **{key: meta[key] for key in keep},
+                                            "resume_cwd": meta["recorded_cwd"], "resume_home": str(resume_home)},
+                       case_dir)
 
 
 def dump(path: Path, value: Any) -> None:
@@ -321,13 +369,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--version", action="append", dest="versions",
                         help="a verified version (default: every installed verified version)")
+    parser.add_argument("--cross-only", action="store_true",
+                        help="only re-capture the verified --agent-version pairs from the saved rollouts")
     args = parser.parse_args(argv)
     versions = args.versions or [r.version for r in runtimes.list_installed() if r.agent == "codex"]
     if not versions:
         raise SystemExit("no Codex runtime installed")
     for version in versions:
         runtimes.check_verified("codex", version)
-        record_version(version, args.out)
+        if not args.cross_only:
+            record_version(version, args.out)
+    for recorded, continuing in ((old, new) for old, news in agent_spec("codex").cross_versions.items()
+                                 for new in news):
+        if recorded in versions or continuing in versions:
+            record_cross(recorded, continuing, args.out)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from forkpoint.adapters.codex import launch as cx
+from forkpoint.adapters.codex.envelope import DEFERRED_TOOLS
 from forkpoint.errors import ReplayError
 from forkpoint.testing.codex_rollouts import simple_rollout
 
@@ -68,6 +69,22 @@ def test_envelope_items_are_removed() -> None:
     assert NONCE.encode() not in b"".join(cleaned)
     kinds = [orjson.loads(line)["payload"].get("role") for line in cleaned[len(prefix):]]
     assert kinds == [None, "assistant", None]
+
+
+def test_cross_version_notices_are_removed_only_when_given() -> None:
+    """0.171 resuming a 0.149 rollout writes its deferred-tools notice before the nonce; with the pair's notices
+    it goes with the rest of the envelope, without them the walk back stops there (nothing else is guessed)."""
+    prefix = _lines(simple_rollout(1))
+    resumed = _resumed(prefix)
+    nonce_at = next(i for i, line in enumerate(resumed) if NONCE.encode() in line)
+    notice = {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": DEFERRED_TOOLS.text}]}
+    resumed.insert(nonce_at, orjson.dumps({"timestamp": "t", "type": "response_item", "payload": notice}))
+    cleaned, removed = cx.clean_continued(resumed, prefix, NONCE, None, (DEFERRED_TOOLS,))
+    assert removed == 3 and b"<tools>" not in b"".join(cleaned)
+    assert [orjson.loads(line)["payload"].get("role") for line in cleaned[len(prefix):]] == [None, "assistant", None]
+    kept, removed = cx.clean_continued(resumed, prefix, NONCE, None)
+    assert removed == 1 and sum(b"<tools>" in line or b"skills_instructions" in line
+                                for line in kept[len(prefix):]) == 2
 
 
 def test_boundary_prompt_replaces_the_nonce() -> None:

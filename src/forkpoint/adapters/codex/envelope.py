@@ -13,6 +13,11 @@ Measured on the real binaries (0.149.0 and 0.171.0; the captures are in tests/fi
   the rollout, and is replayed identically on resume. The gate checks its shape, fingerprints it and keeps it;
   it is not part of the conversation compared here (like ``instructions``).
 * After the last tool output the resume appends its envelope (see ``forkpoint.adapters.codex.gate``).
+* Across versions (``--agent-version``; tests/fixtures/codex/requests/cross/): 0.171.0 resuming a 0.149.0 rollout
+  sends the rollout's items unchanged (no 0.171-only keys are added to them) after its base-instructions item
+  (built from the 0.149 ``session_meta`` as from its own; 0.149 sent it as top-level ``instructions``), and
+  adds one item to its envelope: ``DEFERRED_TOOLS``, the part its own sessions' first developer message
+  carries and the 0.149 context lacks. A profile lists the recorded versions it resumes and what it then adds.
 
 ``CodexExpectedPrefix`` carries only hashes, ids, and item kinds, never item bodies, so it can be stored in
 the run's state dir and logged.
@@ -20,8 +25,8 @@ the run's state dir and logged.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from forkpoint.errors import configuration, trajectory, unsupported_version
@@ -38,6 +43,22 @@ OUTPUT_OF = {"function_call": "function_call_output", "custom_tool_call": "custo
 
 
 @dataclass(frozen=True)
+class ResumeNotice:
+    """A message a newer Codex adds to the envelope when it resumes an older version's rollout: the context its
+    own sessions start with but the rollout lacks. Matched by role and exact, whole text (one part)."""
+
+    name: str
+    role: str
+    text: str
+
+
+#: 0.171's sessions start with this part in their first developer message; 0.149 rollouts lack it, so 0.171
+#: resuming one announces it right before the resume prompt (tests/fixtures/codex/requests/cross/)
+DEFERRED_TOOLS = ResumeNotice("deferred_tools", "developer", "<tools>\nDeferred tool namespaces:\n- multi_agent_v1: "
+                                                             "Tools for spawning and managing sub-agents.\n</tools>")
+
+
+@dataclass(frozen=True)
 class EnvelopeProfile:
     """How one verified Codex version wraps a resumed rollout (docs: native resume envelopes §2.3, §4)."""
 
@@ -45,11 +66,19 @@ class EnvelopeProfile:
     profile: str
     #: input[0] is a developer message with the base instructions that is not in the rollout (0.171)
     instructions_item: bool
+    #: rollouts of other versions this one resumes (pairs proven e2e), with the notices it then adds
+    resumes: Mapping[str, tuple[ResumeNotice, ...]] = field(default_factory=dict)
+
+    def notices_for(self, recorded_version: str) -> tuple[ResumeNotice, ...] | None:
+        """The notices this version adds on resuming a rollout written by ``recorded_version``; None for a
+        version whose rollouts it is not verified to resume."""
+        return () if recorded_version == self.version else self.resumes.get(recorded_version)
 
 
 PROFILES: dict[str, EnvelopeProfile] = {
     "0.149.0": EnvelopeProfile("0.149.0", "codex/0.149.0/native-resume-v1", instructions_item=False),
-    "0.171.0": EnvelopeProfile("0.171.0", "codex/0.171.0/native-resume-v1", instructions_item=True),
+    "0.171.0": EnvelopeProfile("0.171.0", "codex/0.171.0/native-resume-v1", instructions_item=True,
+                               resumes={"0.149.0": (DEFERRED_TOOLS,)}),
 }
 
 
@@ -132,6 +161,7 @@ class CodexExpectedPrefix:
     call_ids: tuple[str, ...]  # every function_call / custom_tool_call, in order
     outputs: tuple[OutputDigest, ...]  # every tool output, in order
     boundary_call_ids: tuple[str, ...]  # the outputs that end the prefix (batch N), in file order
+    recorded_version: str  # the version that wrote the rollout (``version`` resumes it)
     schema_version: str = SCHEMA_VERSION
 
     def to_json(self) -> JsonObject:
@@ -147,6 +177,7 @@ class CodexExpectedPrefix:
             "call_ids": list(self.call_ids),
             "outputs": [asdict(output) for output in self.outputs],
             "boundary_call_ids": list(self.boundary_call_ids),
+            "recorded_version": self.recorded_version,
         }
 
     @classmethod
@@ -167,6 +198,7 @@ class CodexExpectedPrefix:
                 call_ids=tuple(str(c) for c in data["call_ids"]),
                 outputs=tuple(OutputDigest(str(o["call_id"]), str(o["sha256"])) for o in data["outputs"]),
                 boundary_call_ids=tuple(str(c) for c in data["boundary_call_ids"]),
+                recorded_version=str(data.get("recorded_version") or data["version"]),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"malformed {SCHEMA_VERSION} manifest: {error!r}") from None
@@ -193,14 +225,20 @@ def calls_and_outputs(projected: Sequence[Any]) -> tuple[tuple[str, ...], tuple[
     return tuple(calls), tuple(outputs)
 
 
-def expected_prefix(rollout_items: Sequence[Any], nonce: str, version: str) -> CodexExpectedPrefix:
-    """The manifest for a rebuilt rollout prefix: its ``response_item`` payloads, in file order.
+def expected_prefix(rollout_items: Sequence[Any], nonce: str, version: str,
+                    recorded_version: str | None = None) -> CodexExpectedPrefix:
+    """The manifest for a rebuilt rollout prefix: its ``response_item`` payloads, in file order, resumed by
+    ``version`` (the rollout written by ``recorded_version``, default the same version).
 
-    Refuses a prefix that does not end with the outputs of exactly the calls of its last model response, a call
-    without exactly one output of the matching type (Codex would invent an ``aborted`` output on resume), and a
-    nonce that is short or already occurs in the prefix.
+    Refuses a version pair without a resume profile, a prefix that does not end with the outputs of exactly the
+    calls of its last model response, a call without exactly one output of the matching type (Codex would invent
+    an ``aborted`` output on resume), and a nonce that is short or already occurs in the prefix.
     """
     profile = profile_for_version(version)
+    recorded = recorded_version or version
+    if profile.notices_for(recorded) is None:
+        raise unsupported_version(f"Codex {version} has no verified resume envelope for a rollout written by "
+                                  f"{recorded} (verified: {', '.join(profile.resumes) or 'none'})")
     if len(nonce) < MIN_NONCE_LENGTH or nonce != nonce.strip() or any(c.isspace() for c in nonce):
         raise configuration(f"the resume nonce must be at least {MIN_NONCE_LENGTH} characters without spaces")
     items = list(rollout_items)
@@ -238,6 +276,7 @@ def expected_prefix(rollout_items: Sequence[Any], nonce: str, version: str) -> C
         call_ids=calls,
         outputs=outputs,
         boundary_call_ids=boundary,
+        recorded_version=recorded,
     )
 
 

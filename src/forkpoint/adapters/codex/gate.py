@@ -8,7 +8,11 @@ right after a tool batch; tests/fixtures/codex/requests/):
 
   - a developer message ``<skills_instructions>…`` when the CODEX_HOME path differs from the recorded one (it
     always does for forkpoint: a private home per run);
-  - a user message ``<environment_context>…`` when the cwd differs from the recorded one;
+  - a user message ``<environment_context>…`` when the cwd (or 0.171's date / workspace roots) differs from the
+    recorded one;
+  - across versions (``--agent-version``), the notices of the continuing version's profile for the recording's
+    version, exact and in order, right before the nonce (0.171 resuming a 0.149 rollout: the developer message
+    ``<tools>`` announcing its deferred ``multi_agent_v1`` namespace; ``envelope.DEFERRED_TOOLS``);
   - the user message whose only part is ``{"type": "input_text", "text": NONCE}`` (its own new ``msg_`` id).
 
 * Later requests repeat the first request's ``input`` verbatim (envelope included, now in the middle) and
@@ -37,6 +41,7 @@ from forkpoint.adapters.codex.envelope import (
     ROLLOUT_ONLY_KEYS,
     CodexExpectedPrefix,
     ItemDigest,
+    ResumeNotice,
     digest_items,
     item_kind,
     project,
@@ -81,9 +86,18 @@ def _clean(expected: CodexExpectedPrefix, body: Any, boundary_prompt: str | None
         raise Refusal(f"input item {i + 1} ({item_kind(items[i + 1])}) follows the resume nonce; the first request "
                        "must end with it")
 
-    # walk back over the context items this resume inserted, up to the last tool output
+    # walk back over the context items this resume inserted, up to the last tool output: first the notices of a
+    # cross-version resume (exact, in the profile's order, right before the nonce), then the allowlisted items
+    notices = profile.notices_for(expected.recorded_version)
+    if notices is None:
+        raise Refusal(f"no verified resume envelope of Codex {profile.version} for a rollout written by "
+                      f"{expected.recorded_version}")
     k = i - 1
     inserted: list[str] = []
+    for notice in reversed(notices):
+        if k >= 0 and _is_notice(items[k], notice):
+            inserted.append(notice.name)
+            k -= 1
     while k >= 0 and items[k].get("type") not in OUTPUT_TYPES:
         kind = _context_kind(items[k])
         if kind is None:
@@ -164,6 +178,10 @@ def _context_kind(item: JsonObject) -> str | None:
             return None
         kinds.append(kind)
     return "+".join(kinds)
+
+
+def _is_notice(item: JsonObject, notice: ResumeNotice) -> bool:
+    return item.get("role") == notice.role and _message_parts(item) == [notice.text]
 
 
 def _is_instructions_item(item: JsonObject) -> bool:

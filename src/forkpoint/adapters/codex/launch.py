@@ -32,6 +32,7 @@ from forkpoint.results import write_atomic
 from forkpoint.sandbox import runtime_paths
 
 if TYPE_CHECKING:
+    from forkpoint.adapters.codex.envelope import ResumeNotice
     from forkpoint.bridge.server import BridgeSummary
 
 BRIDGE_KEY_ENV = "FORKPOINT_BRIDGE_KEY"
@@ -122,10 +123,12 @@ _INJECTED_PREFIXES = ("<skills_instructions>", "## Skills update", "<permissions
 
 
 def clean_continued(
-    lines: list[bytes], prefix: list[bytes], nonce: str, boundary_prompt: str | None
+    lines: list[bytes], prefix: list[bytes], nonce: str, boundary_prompt: str | None,
+    notices: tuple[ResumeNotice, ...] = (),
 ) -> tuple[list[bytes], int]:
     """Remove the resume envelope from the continued rollout: the nonce user item and the context items the
-    resume injected right before it; with a boundary prompt the nonce item stays, holding the prompt text."""
+    resume injected right before it (with ``--agent-version``, the profile's ``notices`` too); with a boundary
+    prompt the nonce item stays, holding the prompt text."""
     if lines[: len(prefix)] != prefix:
         raise ReplayError(ErrorKind.CONTINUATION, "codex rewrote lines of the rebuilt rollout prefix")
     tail = [orjson.loads(raw) for raw in lines[len(prefix):]]
@@ -138,7 +141,7 @@ def clean_continued(
         obj = tail[index]
         if obj.get("type") != "response_item":
             continue
-        if _injected_context(obj):
+        if _injected_context(obj) or any(_is_message(obj, notice.role, notice.text) for notice in notices):
             drop.add(index)
             continue
         break
@@ -159,10 +162,15 @@ def clean_continued(
 
 
 def _is_user_text(obj: Mapping[str, Any], text: str) -> bool:
+    return _is_message(obj, "user", text)
+
+
+def _is_message(obj: Mapping[str, Any], role: str, text: str) -> bool:
+    """A rollout ``response_item`` message of ``role`` whose one part's text is ``text``."""
     payload = obj.get("payload")
     if obj.get("type") != "response_item" or not isinstance(payload, dict):
         return False
-    if payload.get("type") != "message" or payload.get("role") != "user":
+    if payload.get("type") != "message" or payload.get("role") != role:
         return False
     parts = payload.get("content")
     return isinstance(parts, list) and len(parts) == 1 and isinstance(parts[0], dict) and parts[0].get("text") == text
@@ -220,7 +228,7 @@ class CodexHooks(AgentHooks[Installed]):
         from forkpoint.adapters.codex.gate import CodexGate
 
         items = [obj["payload"] for obj in map(orjson.loads, state.rebuilt) if obj.get("type") == "response_item"]
-        expected = expected_prefix(items, job.nonce, job.settings.target.version)
+        expected = expected_prefix(items, job.nonce, job.settings.target.version, job.plan.trajectory.version)
         return GateSpec(CodexGate(expected, job.boundary_prompt), expected.to_json())
 
     def launch(self, job: Job, state: Installed, bridge_url: str) -> LaunchSpec:
@@ -242,8 +250,12 @@ class CodexHooks(AgentHooks[Installed]):
     def collect(self, job: Job, state: Installed, ran: Ran, outcome: Outcome,
                 summary: BridgeSummary) -> Collected:
         continued = shell.read_home_file(job.context.home, state.rollout, "the continued rollout")
+        from forkpoint.adapters.codex.envelope import profile_for_version
+
+        # the gate already refused a pair without a profile entry, so None is not reached here
+        notices = profile_for_version(job.settings.target.version).notices_for(job.plan.trajectory.version or "")
         cleaned, removed = clean_continued(continued.splitlines(), state.rebuilt, job.nonce,
-                                           job.settings.boundary_prompt)
+                                           job.settings.boundary_prompt, notices or ())
         path = job.continued_dir / state.rollout.name
         write_atomic(path, b"".join(line + b"\n" for line in cleaned))
         next_action, steps = _continued_actions(path, job.plan.after_step)
