@@ -15,6 +15,7 @@ import pytest
 
 from forkpoint import runtimes
 from forkpoint.adapters import agent_spec
+from forkpoint.adapters.codex.envelope import DEFERRED_TOOLS
 from forkpoint.errors import ErrorKind
 from forkpoint.export import export
 from forkpoint.export.rows import ExportOptions
@@ -27,6 +28,7 @@ FIXTURES = Path(__file__).parents[1] / "fixtures"
 #: (agent, recorded version, continuing version, fixture, trajectory file, upstream, url suffix, key env)
 PAIRS = (
     ("claude-code", "2.1.220", "2.1.332", "single_bash", "session.jsonl", "anthropic", "", "ANTHROPIC_API_KEY"),
+    ("codex", "0.149.0", "0.171.0", "exec_basic", "rollout.jsonl", "openai-responses", "/v1", "OPENAI_API_KEY"),
 )
 
 
@@ -58,9 +60,11 @@ def test_continue_with_the_other_verified_version(agent: str, old: str, new: str
     assert bridge["validated"] >= 1 and bridge["refused"] == 0
     main = [entry for entry in model.requests if entry.get("kind") == "main"]
     assert main
+    out = Path(result.output_dir or "")
     if agent == "claude-code":  # the continuing binary is the one that asked (its billing header names it)
         assert f"cc_version={new}" in json.dumps(main[0]["body"])
-    out = Path(result.output_dir or "")
+    else:
+        _assert_codex_envelope_gone(main[0]["body"], out)
     next_action = json.loads((out / "next-action.json").read_text())
     assert next_action["metrics"]["same_tool_calls"] is True, next_action
     # --record-tool-schemas: the agent's real tools, in OpenAI function form
@@ -80,7 +84,7 @@ def test_continue_with_the_other_verified_version(agent: str, old: str, new: str
 
 @pytest.mark.parametrize(("agent", "old", "new"), [("claude-code", "2.1.332", "2.1.220"),
                                                    ("claude-code", "2.1.220", "9.9.9"),
-                                                   ("codex", "0.149.0", "0.171.0")])  # not proven yet
+                                                   ("codex", "0.171.0", "0.149.0")])  # not proven
 def test_an_unproven_pair_is_refused_with_the_verified_pairs(agent: str, old: str, new: str, tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "unused")
@@ -92,3 +96,19 @@ def test_an_unproven_pair_is_refused_with_the_verified_pairs(agent: str, old: st
     assert result.failure is not None and result.exit_code == ErrorKind.UNSUPPORTED_VERSION.exit_code == 11
     pairs = agent_spec(agent).cross_version_pairs()
     assert f"verified pairs: {', '.join(pairs) or 'none'}" in result.failure.message, result.failure.message
+    proven = "2.1.220 -> 2.1.332" if agent == "claude-code" else "0.149.0 -> 0.171.0"
+    assert proven in result.failure.message
+
+
+def _assert_codex_envelope_gone(first: dict[str, object], out: Path) -> None:
+    """0.171 asked (its base-instructions item first, no top-level instructions), the model saw no envelope
+    (the prefix ends at the boundary output), and the continued rollout keeps none of it either."""
+    items = first["input"]
+    assert isinstance(items, list) and "instructions" not in first
+    assert items[0]["role"] == "developer" and items[-1]["type"] == "function_call_output"
+    assert DEFERRED_TOOLS.text not in json.dumps(first)
+    continued = next((out / "native" / "continued").glob("rollout-*.jsonl")).read_text()
+    records = [json.loads(line) for line in continued.splitlines()]
+    developer = [r for r in records if r["type"] == "response_item" and r["payload"].get("role") == "developer"]
+    assert len(developer) == 1 and DEFERRED_TOOLS.text not in continued  # the recording's own, nothing added
+    assert "__forkpoint_nonce_" not in continued

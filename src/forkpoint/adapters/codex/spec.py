@@ -26,4 +26,6 @@ SPEC = AgentSpec(
     upstreams=(*upstreams_for("openai-responses"), OPENAI_CHAT),
     sandbox_features=frozenset({"local", "bwrap", "path_map"}),
     sniff=sniff,
+    # proven by tests/e2e/test_cross_version.py
+    cross_versions={"0.149.0": ("0.171.0",)},
 )
