@@ -28,6 +28,26 @@ class Translated:
     losses: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class ChatOptions:
+    """What the Chat upstream accepts, whichever agent protocol is translated to it: images (``image_url``
+    parts), PDFs (``file`` parts, OpenAI only; Anthropic ``document`` blocks), the field carrying reasoning in
+    history (``reasoning_content``: vLLM, SGLang, DeepSeek templates), ``reasoning_effort`` (gpt-oss on vLLM reads
+    it; some servers refuse unknown fields; from a Responses body's ``reasoning.effort``), the max-tokens field
+    name (``max_tokens`` or ``max_completion_tokens``), and ``strict_system`` for chat templates that refuse a
+    system message after the first (``strict_system`` below: Codex sends developer messages mid-conversation)."""
+
+    images: bool = True
+    files: bool = False
+    reasoning_field: str = "reasoning_content"
+    reasoning_effort: bool = True
+    max_tokens_field: str = "max_tokens"
+    strict_system: bool = False
+
+
+DEFAULT_OPTIONS = ChatOptions()
+
+
 class Losses:
     """Losses counted by kind, reported once each with their count (a long session repeats the same ones)."""
 
@@ -40,6 +60,29 @@ class Losses:
     def listed(self) -> tuple[str, ...]:
         return tuple(what if n == 1 else f"{what} (x{n})" for what, n in self.counts.items())
 
+
+
+def finish_request(body: JsonObject, out: JsonObject, dropped: tuple[str, ...], handled: frozenset[str],
+                   losses: Losses) -> None:
+    """How every translated request ends: a stream asks for the usage chunk (the run's token accounting), and
+    every agent field without a Chat counterpart is listed as dropped."""
+    if body.get("stream") is True:
+        out["stream"] = True
+        out["stream_options"] = {"include_usage": True}
+    for name in body:
+        if name in dropped or name not in handled:
+            losses.add(f"request field {name!r} dropped")
+
+
+def json_object(raw: bytes | str, what: str) -> JsonObject:
+    """A JSON object read from the upstream (``what`` names it in the refusal); anything else is refused."""
+    try:
+        value = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise TranslationError(f"{what} that is not JSON: {error}") from error
+    if not isinstance(value, dict):
+        raise TranslationError(f"{what} that is not a JSON object")
+    return value
 
 
 def sse_event(event: str, data: JsonObject) -> bytes:
