@@ -22,7 +22,8 @@ class Translated:
     """A translated request body and what the translation could not carry over (for the run's metadata).
 
     ``body`` shares the parts it did not change (tool schemas, long strings) with the source body instead of
-    copying them (a 2 MB request stays cheap): treat both as read-only; ``sampling.apply_pins`` copies."""
+    copying them (a 2 MB request stays cheap): treat both as read-only; ``sampling.apply_pins`` copies only the
+    objects it sets a pin in."""
 
     body: JsonObject
     losses: tuple[str, ...]
