@@ -52,7 +52,6 @@ LOSSES = {
         "user content before a tool_result moved after the tool messages":
             "user content placed before a `tool_result` moves after the tool messages",
         "tool_result image moved to a user message": "images in results move to a user message",
-        "image replaced by a placeholder (upstream takes no images)": "placeholder text when the upstream takes no",
         "tool_reference read as text (Chat has no tool search)": "| `tool_reference` (in a tool result) | text |",
         "document replaced by a placeholder (upstream takes no files)": "else a placeholder",
         "server tool {} ({}) dropped": "server tools",
@@ -62,6 +61,7 @@ LOSSES = {
     },
     "common.py": {
         "request field {} dropped": "any unknown field",
+        "image replaced by a placeholder (upstream takes no images)": "placeholder when the upstream takes no images",
         "leading system messages joined into one": "the leading ones joined into one",
         "system message after the conversation began sent as a user message":
             "later ones sent as user messages in `<system>` tags",
@@ -76,7 +76,6 @@ LOSSES = {
         "tool output image moved to a user message": "images in tool outputs move to a user message",
         "web_search_call item dropped": "| `web_search_call` | — | dropped |",
         "output_text annotations dropped": "`annotations`",
-        "image replaced by a placeholder (upstream takes no images)": "images → placeholder when the upstream takes",
         "input_file replaced by a placeholder": "`input_file` → placeholder",
         "custom tool {}: its format is described, not enforced": "the grammar is described, not enforced",
         "hosted tool {} ({}) dropped": "hosted tools",

@@ -28,6 +28,7 @@ from forkpoint.bridge.translate.common import (
     TranslationError,
     dumps_arguments,
     finish_request,
+    image_part,
     object_list,
     strict_system,
     text_of,
@@ -206,11 +207,7 @@ def _user_part(block: JsonObject, where: str, options: ChatOptions, losses: Loss
         return {"type": "text", "text": text_of(block.get("text"), where)}
     if kind == "image":
         _block_extras(block, {"type", "source"}, losses)
-        url = _source_url(block.get("source"), where)
-        if not options.images:
-            losses.add("image replaced by a placeholder (upstream takes no images)")
-            return {"type": "text", "text": "[image omitted: the model server takes no images]"}
-        return {"type": "image_url", "image_url": {"url": url}}
+        return image_part(_source_url(block.get("source"), where), options, losses)
     if kind == "document":
         return _document(block, where, options, losses)
     if kind == "tool_reference":  # what Claude Code's tool search returns: the named tool becomes loadable

@@ -104,6 +104,18 @@ def object_list(value: Any, where: str) -> list[JsonObject]:
     return value
 
 
+def image_part(url: str, options: ChatOptions, losses: Losses, detail: str | None = None) -> JsonObject:
+    """A Chat ``image_url`` part, or a placeholder text (listed) when the upstream takes no images: the model still
+    learns that an image was there."""
+    if not options.images:
+        losses.add("image replaced by a placeholder (upstream takes no images)")
+        return {"type": "text", "text": "[image omitted: the model server takes no images]"}
+    image: JsonObject = {"url": url}
+    if detail is not None:
+        image["detail"] = detail
+    return {"type": "image_url", "image_url": image}
+
+
 def dumps_arguments(value: Any) -> str:
     """Tool arguments as Chat carries them: compact JSON text, non-ASCII kept."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))

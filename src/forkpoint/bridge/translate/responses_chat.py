@@ -32,6 +32,7 @@ from forkpoint.bridge.translate.common import (
     TranslationError,
     dumps_arguments,
     finish_request,
+    image_part,
     object_list,
     strict_system,
     text_of,
@@ -221,13 +222,8 @@ def _part(part: JsonObject, where: str, builder: _Builder) -> JsonObject:
         url = part.get("image_url")
         if not isinstance(url, str):
             raise TranslationError(f"{where}: an input_image without an image_url (file ids need the server)")
-        if not builder.options.images:
-            builder.losses.add("image replaced by a placeholder (upstream takes no images)")
-            return {"type": "text", "text": "[image omitted: the model server takes no images]"}
-        image: JsonObject = {"url": url}
-        if part.get("detail") in ("low", "high", "auto"):
-            image["detail"] = part["detail"]
-        return {"type": "image_url", "image_url": image}
+        detail = part["detail"] if part.get("detail") in ("low", "high", "auto") else None
+        return image_part(url, builder.options, builder.losses, detail)
     if kind == "input_file":
         builder.losses.add("input_file replaced by a placeholder")
         return {"type": "text", "text": f"[file omitted: {part.get('filename') or 'file'}]"}
