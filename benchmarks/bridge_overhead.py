@@ -13,6 +13,12 @@ Latency: one keep-alive connection per side, direct and bridged requests alterna
 (TTFB) and to the end of the stream. Throughput: an aiohttp client with 8 concurrent keep-alive connections,
 small bodies, bounded by request count and time, blocks in ABBA order. Targets: ≤ 1 ms added p50 latency,
 ≤ 2 ms added TTFB, ≥ 500 req/s sustained through the bridge.
+
+Translation (section 6b): Claude Code's Messages and Codex's Responses requests through ``--upstream openai-chat``
+(the bridge translates the validated body to Chat Completions and ScriptedModel's streamed Chat answer back) vs
+the same agent's pass-through upstream, both bridges and one ScriptedModel running at once, requests alternating
+ABBA; small and 2 MB bodies, TTFB, latency, req/s, and the in-process cost of the pure translators (cProfile'd in
+a full run). Targets: translation adds ≤ 1 ms p50 and ≤ 2 ms TTFB for small requests.
 """
 
 from __future__ import annotations
@@ -20,58 +26,27 @@ from __future__ import annotations
 import asyncio
 import copy
 import cProfile
-import http.client
 import io
 import json
 import pstats
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as c
+from _bridge_client import CASE, Client, large_text, load_case, process, throughput
+from _bridge_translation import TRANSLATED, measure_translation, translation_doc
 
-from forkpoint.adapters.claude_code.envelope import ExpectedPrefix, expected_prefix
 from forkpoint.adapters.claude_code.gate import clean_later_request
-from forkpoint.model import JsonObject
 
-CASE = c.FIXTURES / "claude_code" / "requests" / "2.1.332" / "parallel_after_2"
-HEADERS = {"content-type": "application/json", "anthropic-version": "2023-06-01", "x-api-key": "dummy",
-           "anthropic-beta": "claude-code-20250219", "user-agent": "claude-cli/bench", "connection": "keep-alive"}
-LARGE_BYTES = 2 * 1024 * 1024
-CONCURRENCY = 8
 ANSWER = "The bridge streams this answer through unchanged, chunk by chunk. " * 16  # ~1 KB, ~22 deltas
-
-
-@contextmanager
-def process(argv: list[str], *, terminate: bool = False) -> Iterator[str]:
-    """Start a server process that prints its base URL on the first stdout line; on exit close its stdin (the
-    bridge helper then stops cleanly) or, with ``terminate``, send it SIGTERM (ScriptedModel serves forever)."""
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
-        if not url.startswith("http"):
-            raise RuntimeError(f"{argv} did not start: {url} {proc.stderr.read() if proc.stderr else ''}")
-        yield url
-    finally:
-        if proc.stdin is not None:
-            proc.stdin.close()
-        if terminate:
-            proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.terminate()
-            proc.wait(timeout=10)
 
 
 @contextmanager
@@ -86,37 +61,6 @@ def servers(script: Path, case: Path = CASE) -> Iterator[tuple[str, str]]:
             if status != 200:
                 raise RuntimeError(f"the bridge refused the recorded first request ({status})")
         yield model, bridge
-
-
-class Client:
-    """One keep-alive HTTP/1.1 connection."""
-
-    def __init__(self, base_url: str) -> None:
-        parts = urlsplit(base_url)
-        self.prefix = parts.path.rstrip("/")
-        self.connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=30)
-
-    def __enter__(self) -> Client:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.connection.close()
-
-    def post(self, path: str, body: bytes) -> tuple[int, float, float, bytes]:
-        """(status, seconds to the first body byte, seconds to the end, whole body)."""
-        started = time.perf_counter()
-        self.connection.request("POST", self.prefix + path, body=body, headers=HEADERS)
-        response = self.connection.getresponse()
-        first = response.read1(65536)
-        ttfb = time.perf_counter() - started
-        rest = response.read()
-        return response.status, ttfb, time.perf_counter() - started, first + rest
-
-
-def large_text() -> str:
-    line = "0123456789 abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ .,;:!?\n"
-    return (line * (LARGE_BYTES // len(line) + 1))[:LARGE_BYTES]
-
 
 def prefix_case(directory: Path) -> Path:
     """The recorded case with its first tool output (batch 1, in every request's prefix) made ~2 MB: session and
@@ -146,15 +90,6 @@ def prefix_case(directory: Path) -> Path:
         enlarge(request)
         (directory / name).write_text(json.dumps(request), "utf-8")
     return directory
-
-
-def load_case(case: Path) -> tuple[ExpectedPrefix, JsonObject]:
-    """(the case's manifest, its recorded later request)."""
-    meta = json.loads((case / "meta.json").read_text("utf-8"))
-    records = [json.loads(line) for line in (case / "session.jsonl").read_text("utf-8").splitlines()]
-    later = json.loads((case / "later_request.json").read_text("utf-8"))
-    return expected_prefix(records, meta["nonce"], meta["version"]), later
-
 
 def bodies(big_prefix: Path) -> dict[str, tuple[Path, bytes, bytes]]:
     """label -> (case, body the agent sends to the bridge, body the gate forwards = what direct sends)."""
@@ -191,72 +126,38 @@ def gate_cost(case: Path, raw: bytes, rounds: int) -> tuple[float, float]:
     search = sum(cum for (_, _, name), (_, _, _, cum, _) in stats.items() if name == "count_text")
     return c.median(times), search / total if total else float("nan")
 
-
-async def throughput(base_url: str, body: bytes, count: int, seconds: float) -> tuple[int, float]:
-    import aiohttp
-
-    url = base_url.rstrip("/") + "/v1/messages?beta=true"
-    done = 0
-    deadline = time.perf_counter() + seconds
-    connector = aiohttp.TCPConnector(limit=CONCURRENCY)
-    async with aiohttp.ClientSession(connector=connector) as session:
-
-        async def worker() -> None:
-            nonlocal done
-            while done < count and time.perf_counter() < deadline:
-                done += 1
-                async with session.post(url, data=body, headers=HEADERS) as response:
-                    await response.read()
-                    if response.status != 200:
-                        raise RuntimeError(f"HTTP {response.status}")
-
-        started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
-        return done, time.perf_counter() - started
-
-
-def main() -> None:
-    parser = c.parser(__doc__ or "", repeat=200)
-    parser.add_argument("--seconds", type=float, default=None, help="time bound per throughput block [default 8]")
-    args = c.finish_args(parser.parse_args())
-    rounds = {"small": args.repeat, "~2 MB": max(2, args.repeat // 5), "~2 MB in the prefix": max(2, args.repeat // 5)}
-    if args.smoke:
-        rounds = {"small": 5, "~2 MB": 2, "~2 MB in the prefix": 2}
-    count = 20 if args.smoke else 1000
-    seconds = args.seconds or (2.0 if args.smoke else 8.0)
+def pass_through(tmp: Path, script: Path, rounds: dict[str, int], count: int, seconds: float, smoke: bool) -> str:
+    """The pass-through rows: direct to ScriptedModel vs through the bridge (Claude gate + anthropic upstream)."""
     latency: dict[tuple[str, str], list[float]] = {}
     first_byte: dict[tuple[str, str], list[float]] = {}
-    with tempfile.TemporaryDirectory(prefix="forkpoint-bench-bridge-") as tmp:
-        payloads = bodies(prefix_case(Path(tmp) / "big_prefix"))
-        script = Path(tmp) / "script.json"
-        script.write_text(json.dumps({"turns": [{"content": [{"type": "text", "text": ANSWER}]}] * 40}))
-        for label, (case, agent_body, forwarded_body) in payloads.items():
-            with servers(script, case) as (model, bridge), Client(model) as direct, Client(bridge) as bridged:
-                sides = {"direct": (direct, forwarded_body), "bridge": (bridged, agent_body)}
-                answers = {}
-                for side, (client, body) in sides.items():  # warm-up + the same answer check
-                    status, _, _, answers[side] = client.post("/v1/messages?beta=true", body)
-                    assert status == 200, (side, status)
-                if answers["direct"] != answers["bridge"]:
-                    raise RuntimeError("the bridged answer differs from the direct one")
-                for side in sides:
-                    latency[(label, side)], first_byte[(label, side)] = [], []
-                for index in range(rounds[label]):
-                    for side in (("direct", "bridge") if index % 2 == 0 else ("bridge", "direct")):
-                        client, body = sides[side]
-                        status, ttfb, total, _ = client.post("/v1/messages?beta=true", body)
-                        assert status == 200
-                        latency[(label, side)].append(total)
-                        first_byte[(label, side)].append(ttfb)
-        rates: dict[str, list[tuple[int, float]]] = {"direct": [], "bridge": []}
-        _, small_agent, small_forwarded = payloads["small"]
-        for side in ("direct", "bridge", "bridge", "direct"):
-            with servers(script) as (model, bridge):  # fresh servers: ScriptedModel keeps every request in memory
-                target = model if side == "direct" else bridge
-                body = small_forwarded if side == "direct" else small_agent
-                rates[side].append(asyncio.run(throughput(target, body, count // 2, seconds / 2)))
-        gate = {label: gate_cost(case, agent_body, 5 if args.smoke else 30)
-                for label, (case, agent_body, _) in payloads.items()}
+    payloads = bodies(prefix_case(tmp / "big_prefix"))
+    for label, (case, agent_body, forwarded_body) in payloads.items():
+        with servers(script, case) as (model, bridge), Client(model) as direct, Client(bridge) as bridged:
+            sides = {"direct": (direct, forwarded_body), "bridge": (bridged, agent_body)}
+            answers = {}
+            for side, (client, body) in sides.items():  # warm-up + the same answer check
+                status, _, _, answers[side] = client.post("/v1/messages?beta=true", body)
+                assert status == 200, (side, status)
+            if answers["direct"] != answers["bridge"]:
+                raise RuntimeError("the bridged answer differs from the direct one")
+            for side in sides:
+                latency[(label, side)], first_byte[(label, side)] = [], []
+            for index in range(rounds[label]):
+                for side in (("direct", "bridge") if index % 2 == 0 else ("bridge", "direct")):
+                    client, body = sides[side]
+                    status, ttfb, total, _ = client.post("/v1/messages?beta=true", body)
+                    assert status == 200
+                    latency[(label, side)].append(total)
+                    first_byte[(label, side)].append(ttfb)
+    rates: dict[str, list[tuple[int, float]]] = {"direct": [], "bridge": []}
+    _, small_agent, small_forwarded = payloads["small"]
+    for side in ("direct", "bridge", "bridge", "direct"):
+        with servers(script) as (model, bridge):  # fresh servers: ScriptedModel keeps every request in memory
+            target = model if side == "direct" else bridge
+            body = small_forwarded if side == "direct" else small_agent
+            rates[side].append(asyncio.run(throughput(target, body, count // 2, seconds / 2)))
+    gate = {label: gate_cost(case, agent_body, 5 if smoke else 30)
+            for label, (case, agent_body, _) in payloads.items()}
 
     rows = []
     for label, (_, agent_body, _) in payloads.items():
@@ -286,7 +187,30 @@ the inserted boundary prompt is). The rest of the added time is the extra loopba
 and orjson parsing it (the model pays both again), the serialised cleaned body, a second HTTP request to the
 upstream and the chunk-by-chunk relay of the stream. All three processes share the 2 cores, so the throughput
 test measures the whole system; throughput blocks are bounded at {count // 2} requests / {seconds / 2:.0f} s each."""
-    c.emit("bridge_overhead", "6. Bridge overhead (gate + pass-through)", doc, args)
+    return doc
+
+
+def main() -> None:
+    parser = c.parser(__doc__ or "", repeat=200)
+    parser.add_argument("--translation-only", action="store_true",
+                        help="only the translation rows (implies --no-write: the section holds both, from one run)")
+    parser.add_argument("--seconds", type=float, default=None, help="time bound per throughput block [default 8]")
+    args = c.finish_args(parser.parse_args())
+    rounds = {"small": args.repeat, "~2 MB": max(2, args.repeat // 5), "~2 MB in the prefix": max(2, args.repeat // 5)}
+    if args.smoke:
+        rounds = {"small": 5, "~2 MB": 2, "~2 MB in the prefix": 2}
+    count = 20 if args.smoke else 1000
+    seconds = args.seconds or (2.0 if args.smoke else 8.0)
+    args.no_write = args.no_write or args.translation_only
+    with tempfile.TemporaryDirectory(prefix="forkpoint-bench-bridge-") as tmp:
+        script = Path(tmp) / "script.json"
+        script.write_text(json.dumps({"turns": [{"content": [{"type": "text", "text": ANSWER}]}] * 40}))
+        doc = "" if args.translation_only else pass_through(Path(tmp), script, rounds, count, seconds, args.smoke)
+        runs = [(agent, measure_translation(agent, script, rounds, count, seconds, not args.smoke))
+                for agent in TRANSLATED]
+    doc += "\n\n### 6b. Translation to Chat Completions (`--upstream openai-chat`) vs pass-through\n\n"
+    doc += translation_doc(runs, count, seconds)
+    c.emit("bridge_overhead", "6. Bridge overhead (gate + pass-through; translation)", doc, args)
 
 
 if __name__ == "__main__":

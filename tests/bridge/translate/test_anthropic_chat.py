@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from forkpoint.bridge.translate.anthropic_chat import TOOL_ERROR_MARK, ChatOptions, anthropic_to_chat
-from forkpoint.bridge.translate.common import TranslationError
+from forkpoint.bridge.translate.anthropic_chat import TOOL_ERROR_MARK, anthropic_to_chat
+from forkpoint.bridge.translate.common import ChatOptions, TranslationError
 
 REQUESTS = Path(__file__).parents[2] / "fixtures" / "claude_code" / "requests"
 RECORDED = sorted(REQUESTS.glob("*/*/*_request.json"))

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from forkpoint.bridge.translate.anthropic_chat import ChatOptions, anthropic_to_chat
-from forkpoint.bridge.translate.common import TranslationError
+from forkpoint.bridge.translate.anthropic_chat import anthropic_to_chat
+from forkpoint.bridge.translate.common import ChatOptions, TranslationError
 from forkpoint.bridge.translate.pipeline import AnswerStream, prepare
-from forkpoint.bridge.translate.responses_chat import ResponsesChatOptions, responses_to_chat
+from forkpoint.bridge.translate.responses_chat import responses_to_chat
 from forkpoint.bridge.translate.sampling import SamplingPins, UnsupportedPin, apply_pins
 
 WORDS = ["user", "assistant", "system", "developer", "text", "image", "tool_use", "tool_result", "thinking",
@@ -41,7 +41,7 @@ def test_requests_translate_or_are_refused(body: dict[str, Any], strict: bool) -
     """Anything but ``TranslationError`` escapes and fails the test; a translated body is a Chat body."""
     results = []
     for translate in (lambda: anthropic_to_chat(body, ChatOptions(strict_system=strict)),
-                      lambda: responses_to_chat(body, ResponsesChatOptions(strict_system=strict))):
+                      lambda: responses_to_chat(body, ChatOptions(strict_system=strict))):
         try:
             results.append(translate())
         except TranslationError as error:

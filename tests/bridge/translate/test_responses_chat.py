@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from forkpoint.bridge.translate.common import TranslationError
-from forkpoint.bridge.translate.responses_chat import ResponsesChatOptions, responses_to_chat
+from forkpoint.bridge.translate.common import ChatOptions, TranslationError
+from forkpoint.bridge.translate.responses_chat import responses_to_chat
 
 REQUESTS = Path(__file__).parents[2] / "fixtures" / "codex" / "requests"
 RECORDED = sorted(REQUESTS.glob("*/*/*_request.json"))
@@ -121,7 +121,7 @@ def test_outputs_with_images_and_image_inputs(chat_request_valid: Check) -> None
     assert messages[3]["content"] == [{"type": "image_url", "image_url": {"url": png, "detail": "high"}}]
     assert "tool output image moved to a user message" in translated.losses
     blind = responses_to_chat(request({"type": "message", "role": "user", "content": [
-        {"type": "input_image", "image_url": png}]}), ResponsesChatOptions(images=False))
+        {"type": "input_image", "image_url": png}]}), ChatOptions(images=False))
     assert blind.body["messages"][0]["content"] == "[image omitted: the model server takes no images]"
     assert "image replaced by a placeholder (upstream takes no images)" in blind.losses
 
@@ -147,7 +147,7 @@ def test_settings() -> None:
         message("user", "x"), max_output_tokens=50, temperature=0.1, top_p=0.5,
         reasoning={"effort": "high", "summary": "auto"},
         text={"verbosity": "low", "format": {"type": "json_schema", "name": "out", "schema": {"type": "object"},
-                                             "strict": True}}), ResponsesChatOptions(reasoning_effort=False))
+                                             "strict": True}}), ChatOptions(reasoning_effort=False))
     chat = translated.body
     assert chat["max_tokens"] == 50 and chat["temperature"] == 0.1 and chat["top_p"] == 0.5
     assert "reasoning_effort" not in chat and "reasoning.summary dropped" in translated.losses
@@ -176,7 +176,7 @@ def test_server_side_state_is_refused() -> None:
 
 def test_strict_system_for_codex_developer_messages(chat_request_valid: Check) -> None:
     source = json.loads((REQUESTS / "0.171.0" / "parallel_after_2" / "first_request.json").read_text())
-    translated = responses_to_chat(source, ResponsesChatOptions(strict_system=True))
+    translated = responses_to_chat(source, ChatOptions(strict_system=True))
     roles = [m["role"] for m in translated.body["messages"]]
     chat_request_valid(translated.body)
     assert roles[0] == "system" and roles.count("system") == 1

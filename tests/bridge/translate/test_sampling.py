@@ -61,6 +61,31 @@ def test_responses_pins() -> None:
     assert Change("reasoning.effort", "medium", "low") in changes
 
 
+def test_nested_pins_never_modify_the_input() -> None:
+    """Copy on write: the pinned objects are copies, the untouched rest is shared with the input."""
+    chat: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                            "chat_template_kwargs": {"foo": 1}}
+    responses: dict[str, Any] = {"model": "m", "reasoning": {"effort": "medium"}}
+    anthropic: dict[str, Any] = {"model": "m", "max_tokens": 10, "context_management": {
+        "edits": [{"type": "clear_thinking_20251015"}, {"type": "clear_tool_uses_20250919"}]}}
+    cases: list[tuple[Any, dict[str, Any], SamplingPins]] = [
+        ("openai-chat", chat, SamplingPins(disable_thinking=True)),
+        ("openai-responses", responses, SamplingPins(reasoning_effort="low")),
+        ("anthropic", anthropic, SamplingPins(disable_thinking=True))]
+    for protocol, body, pins in cases:
+        before = json.dumps(body)
+        out, changes = apply_pins(protocol, body, pins)
+        assert json.dumps(body) == before and out != body and changes, protocol
+    assert chat["chat_template_kwargs"] == {"foo": 1} and responses["reasoning"] == {"effort": "medium"}
+    out, changes = apply_pins("openai-chat", chat, SamplingPins(disable_thinking=True))
+    assert out["messages"] is chat["messages"]
+    out, changes = apply_pins("anthropic", anthropic, SamplingPins(disable_thinking=True))
+    assert out["context_management"] == {"edits": [{"type": "clear_tool_uses_20250919"}]}
+    assert Change("context_management.edits", anthropic["context_management"]["edits"],
+                  out["context_management"]["edits"]) in changes
+    assert len(anthropic["context_management"]["edits"]) == 2
+
+
 @pytest.mark.parametrize(("protocol", "pins"), [
     ("anthropic", SamplingPins(seed=1)),
     ("anthropic", SamplingPins(reasoning_effort="low")),

@@ -18,14 +18,17 @@ or dropped.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from forkpoint.bridge.translate.common import (
+    DEFAULT_OPTIONS,
+    ChatOptions,
     Losses,
     Translated,
     TranslationError,
     dumps_arguments,
+    finish_request,
+    image_part,
     object_list,
     strict_system,
     text_of,
@@ -43,21 +46,7 @@ HANDLED_FIELDS = frozenset({"model", "messages", "system", "tools", "tool_choice
                             "temperature", "top_p", "stream"})
 
 
-@dataclass(frozen=True)
-class ChatOptions:
-    """What the Chat upstream accepts: images (``image_url`` parts), PDFs (``file`` parts, OpenAI only), the
-    field carrying reasoning in history (``reasoning_content``: vLLM, SGLang, DeepSeek templates), the
-    max-tokens field name, and ``strict_system`` for chat templates that refuse a system message after the first
-    (``common.strict_system``)."""
-
-    images: bool = True
-    files: bool = False
-    reasoning_field: str = "reasoning_content"
-    max_tokens_field: str = "max_tokens"
-    strict_system: bool = False
-
-
-def anthropic_to_chat(body: JsonObject, options: ChatOptions = ChatOptions()) -> Translated:
+def anthropic_to_chat(body: JsonObject, options: ChatOptions = DEFAULT_OPTIONS) -> Translated:
     """The Chat Completions body for an Anthropic Messages body, with what was lost."""
     losses = Losses()
     out: JsonObject = {"model": text_of(body.get("model"), "model")}
@@ -85,12 +74,7 @@ def anthropic_to_chat(body: JsonObject, options: ChatOptions = ChatOptions()) ->
     for name in ("temperature", "top_p"):
         if name in body:
             out[name] = body[name]
-    if body.get("stream") is True:
-        out["stream"] = True
-        out["stream_options"] = {"include_usage": True}
-    for name in body:
-        if name in DROPPED_FIELDS or name not in HANDLED_FIELDS:
-            losses.add(f"request field {name!r} dropped")
+    finish_request(body, out, DROPPED_FIELDS, HANDLED_FIELDS, losses)
     return Translated(out, losses.listed())
 
 
@@ -223,11 +207,7 @@ def _user_part(block: JsonObject, where: str, options: ChatOptions, losses: Loss
         return {"type": "text", "text": text_of(block.get("text"), where)}
     if kind == "image":
         _block_extras(block, {"type", "source"}, losses)
-        url = _source_url(block.get("source"), where)
-        if not options.images:
-            losses.add("image replaced by a placeholder (upstream takes no images)")
-            return {"type": "text", "text": "[image omitted: the model server takes no images]"}
-        return {"type": "image_url", "image_url": {"url": url}}
+        return image_part(_source_url(block.get("source"), where), options, losses)
     if kind == "document":
         return _document(block, where, options, losses)
     if kind == "tool_reference":  # what Claude Code's tool search returns: the named tool becomes loadable

@@ -12,10 +12,10 @@ chunk mid-stream (vLLM, OpenRouter) ends the answer as failed.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
+from typing import Literal
 
-from forkpoint.bridge.translate.common import DONE, Done, TranslationError
+from forkpoint.bridge.translate.common import DONE, Done, TranslationError, json_object
 from forkpoint.bridge.translate.usage import Usage, from_chat
 from forkpoint.model import JsonObject
 
@@ -24,17 +24,17 @@ MAX_EVENT_BYTES = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True)
-class TextDelta:
-    text: str
+class ContentDelta:
+    """Answer text or reasoning text, as the model writes it."""
 
-
-@dataclass(frozen=True)
-class ReasoningDelta:
+    kind: Literal["text", "reasoning"]
     text: str
 
 
 @dataclass(frozen=True)
 class ToolCallStarted:
+    """A tool call's id and name, given once, before any of its arguments (``index``: the Chat call index)."""
+
     index: int
     id: str
     name: str
@@ -42,28 +42,29 @@ class ToolCallStarted:
 
 @dataclass(frozen=True)
 class ToolCallArguments:
+    """The next piece of a call's arguments: JSON text, complete only once every piece has arrived."""
+
     index: int
     text: str
 
 
 @dataclass(frozen=True)
 class Finished:
-    """The choice's ``finish_reason`` as the server sent it."""
+    """The choice's ``finish_reason`` as the server sent it; an ``{"error": ...}`` chunk reads as ``error`` with
+    the server's message in ``failure``."""
 
     reason: str
+    failure: str | None = None
 
 
 @dataclass(frozen=True)
 class UsageReported:
+    """A usage chunk (a server that repeats usage on every chunk: the last one counts)."""
+
     usage: Usage
 
 
-@dataclass(frozen=True)
-class StreamFailed:
-    message: str
-
-
-Piece = TextDelta | ReasoningDelta | ToolCallStarted | ToolCallArguments | Finished | UsageReported | StreamFailed
+Piece = ContentDelta | ToolCallStarted | ToolCallArguments | Finished | UsageReported
 
 
 @dataclass
@@ -86,7 +87,7 @@ class ChatStreamReader:
         if chunk.get("error") is not None:
             error = chunk["error"]
             message = error.get("message") if isinstance(error, dict) else error
-            return [StreamFailed(f"the model server reported an error mid-stream: {message}")]
+            return [Finished("error", f"the model server reported an error mid-stream: {message}")]
         pieces: list[Piece] = []
         choices = chunk.get("choices") or []
         if not isinstance(choices, list):
@@ -113,11 +114,11 @@ class ChatStreamReader:
         if not (isinstance(reasoning, str) and reasoning):
             reasoning = delta.get("reasoning")
         if isinstance(reasoning, str) and reasoning:
-            pieces.append(ReasoningDelta(reasoning))
+            pieces.append(ContentDelta("reasoning", reasoning))
         for name in ("content", "refusal"):
             text = delta.get(name)
             if isinstance(text, str) and text:
-                pieces.append(TextDelta(text))
+                pieces.append(ContentDelta("text", text))
         if delta.get("function_call") is not None:
             raise TranslationError("legacy function_call deltas are not supported (tools are asked as tool_calls)")
         calls = delta.get("tool_calls")
@@ -214,10 +215,4 @@ class SSEDecoder:
         self._data, self._size = [], 0
         if payload.strip() == DONE.encode():
             return [DONE]
-        try:
-            value = json.loads(payload)
-        except (ValueError, UnicodeDecodeError) as error:
-            raise TranslationError(f"an SSE data payload that is not JSON: {error}") from error
-        if not isinstance(value, dict):
-            raise TranslationError("an SSE data payload that is not a JSON object")
-        return [value]
+        return [json_object(payload, "an SSE data payload")]

@@ -22,10 +22,31 @@ class Translated:
     """A translated request body and what the translation could not carry over (for the run's metadata).
 
     ``body`` shares the parts it did not change (tool schemas, long strings) with the source body instead of
-    copying them (a 2 MB request stays cheap): treat both as read-only; ``sampling.apply_pins`` copies."""
+    copying them (a 2 MB request stays cheap): treat both as read-only; ``sampling.apply_pins`` copies only the
+    objects it sets a pin in."""
 
     body: JsonObject
     losses: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ChatOptions:
+    """What the Chat upstream accepts, whichever agent protocol is translated to it: images (``image_url``
+    parts), PDFs (``file`` parts, OpenAI only; Anthropic ``document`` blocks), the field carrying reasoning in
+    history (``reasoning_content``: vLLM, SGLang, DeepSeek templates), ``reasoning_effort`` (gpt-oss on vLLM reads
+    it; some servers refuse unknown fields; from a Responses body's ``reasoning.effort``), the max-tokens field
+    name (``max_tokens`` or ``max_completion_tokens``), and ``strict_system`` for chat templates that refuse a
+    system message after the first (``strict_system`` below: Codex sends developer messages mid-conversation)."""
+
+    images: bool = True
+    files: bool = False
+    reasoning_field: str = "reasoning_content"
+    reasoning_effort: bool = True
+    max_tokens_field: str = "max_tokens"
+    strict_system: bool = False
+
+
+DEFAULT_OPTIONS = ChatOptions()
 
 
 class Losses:
@@ -40,6 +61,29 @@ class Losses:
     def listed(self) -> tuple[str, ...]:
         return tuple(what if n == 1 else f"{what} (x{n})" for what, n in self.counts.items())
 
+
+
+def finish_request(body: JsonObject, out: JsonObject, dropped: tuple[str, ...], handled: frozenset[str],
+                   losses: Losses) -> None:
+    """How every translated request ends: a stream asks for the usage chunk (the run's token accounting), and
+    every agent field without a Chat counterpart is listed as dropped."""
+    if body.get("stream") is True:
+        out["stream"] = True
+        out["stream_options"] = {"include_usage": True}
+    for name in body:
+        if name in dropped or name not in handled:
+            losses.add(f"request field {name!r} dropped")
+
+
+def json_object(raw: bytes | str, what: str) -> JsonObject:
+    """A JSON object read from the upstream (``what`` names it in the refusal); anything else is refused."""
+    try:
+        value = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise TranslationError(f"{what} that is not JSON: {error}") from error
+    if not isinstance(value, dict):
+        raise TranslationError(f"{what} that is not a JSON object")
+    return value
 
 
 def sse_event(event: str, data: JsonObject) -> bytes:
@@ -58,6 +102,18 @@ def object_list(value: Any, where: str) -> list[JsonObject]:
     if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
         raise TranslationError(f"{where}: expected a list of objects")
     return value
+
+
+def image_part(url: str, options: ChatOptions, losses: Losses, detail: str | None = None) -> JsonObject:
+    """A Chat ``image_url`` part, or a placeholder text (listed) when the upstream takes no images: the model still
+    learns that an image was there."""
+    if not options.images:
+        losses.add("image replaced by a placeholder (upstream takes no images)")
+        return {"type": "text", "text": "[image omitted: the model server takes no images]"}
+    image: JsonObject = {"url": url}
+    if detail is not None:
+        image["detail"] = detail
+    return {"type": "image_url", "image_url": image}
 
 
 def dumps_arguments(value: Any) -> str:

@@ -11,24 +11,21 @@ and sets ``error`` (after the first byte the run fails as retryable, like a brok
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Literal
 
 from forkpoint.bridge.translate.anthropic_answer import ChatToAnthropicStream, chat_completion_to_anthropic
-from forkpoint.bridge.translate.anthropic_chat import ChatOptions, anthropic_to_chat
+from forkpoint.bridge.translate.anthropic_chat import anthropic_to_chat
 from forkpoint.bridge.translate.chat_stream import MAX_EVENT_BYTES, SSEDecoder
-from forkpoint.bridge.translate.common import TranslationError, sse_event
+from forkpoint.bridge.translate.common import DEFAULT_OPTIONS, ChatOptions, TranslationError, json_object, sse_event
 from forkpoint.bridge.translate.responses_answer import ChatToResponsesStream, chat_completion_to_responses
-from forkpoint.bridge.translate.responses_chat import ResponsesChatOptions, responses_to_chat
+from forkpoint.bridge.translate.responses_chat import responses_to_chat
 from forkpoint.bridge.translate.sampling import Change, SamplingPins, apply_pins
 from forkpoint.bridge.translate.usage import Usage
 from forkpoint.model import JsonObject
 
 AgentProtocol = Literal["anthropic", "openai-responses"]
 NO_PINS = SamplingPins()
-ANTHROPIC_DEFAULTS = ChatOptions()
-RESPONSES_DEFAULTS = ResponsesChatOptions()
 
 
 @dataclass(frozen=True)
@@ -52,15 +49,14 @@ class Prepared:
 
 
 def prepare(protocol: AgentProtocol, agent_body: JsonObject, pins: SamplingPins = NO_PINS, *,
-            anthropic_options: ChatOptions = ANTHROPIC_DEFAULTS,
-            responses_options: ResponsesChatOptions = RESPONSES_DEFAULTS) -> Prepared:
+            options: ChatOptions = DEFAULT_OPTIONS) -> Prepared:
     """Translate a validated agent body to Chat and pin it. Raises ``TranslationError`` (refuse the request: it
     cannot be carried without silent loss) or ``sampling.UnsupportedPin``."""
     if protocol == "anthropic":
-        translated = anthropic_to_chat(agent_body, anthropic_options)
+        translated = anthropic_to_chat(agent_body, options)
         custom: frozenset[str] = frozenset()
     else:
-        responses = responses_to_chat(agent_body, responses_options)
+        responses = responses_to_chat(agent_body, options)
         translated, custom = responses, responses.custom_tools
     body, changes = apply_pins("openai-chat", translated.body, pins)
     return Prepared(protocol, agent_body, body, translated.losses, tuple(changes), custom)
@@ -123,12 +119,7 @@ def _failure_message(data: JsonObject) -> str:
 
 def whole_answer(prepared: Prepared, completion: bytes, *, answer_id: str) -> tuple[JsonObject, list[str]]:
     """A non-streamed Chat completion (the upstream's JSON body) -> the agent's JSON answer and its losses."""
-    try:
-        value = json.loads(completion)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise TranslationError(f"a completion that is not JSON: {error}") from error
-    if not isinstance(value, dict):
-        raise TranslationError("a completion that is not a JSON object")
+    value = json_object(completion, "a completion")
     if prepared.protocol == "anthropic":
         return chat_completion_to_anthropic(value, message_id=answer_id, model=prepared.model)
     return chat_completion_to_responses(value, response_id=answer_id, model=prepared.model,

@@ -25,10 +25,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forkpoint.bridge.translate.common import (
+    DEFAULT_OPTIONS,
+    ChatOptions,
     Losses,
     Translated,
     TranslationError,
     dumps_arguments,
+    finish_request,
+    image_part,
     object_list,
     strict_system,
     text_of,
@@ -53,24 +57,10 @@ class ResponsesTranslated(Translated):
     custom_tools: frozenset[str] = field(default_factory=frozenset)
 
 
-@dataclass(frozen=True)
-class ResponsesChatOptions:
-    """``images``: the upstream takes ``image_url`` parts; ``reasoning_field``: where reasoning goes in history;
-    ``reasoning_effort``: send ``reasoning_effort`` (gpt-oss on vLLM reads it; some servers refuse unknown
-    fields); ``max_tokens_field``: ``max_tokens`` or ``max_completion_tokens``; ``strict_system``: one system
-    message, first (``common.strict_system``: Codex sends developer messages mid-conversation)."""
-
-    images: bool = True
-    reasoning_field: str = "reasoning_content"
-    reasoning_effort: bool = True
-    max_tokens_field: str = "max_tokens"
-    strict_system: bool = False
-
-
 class _Builder:
     """Chat messages in order; assistant-side items gather into one assistant message until another item."""
 
-    def __init__(self, options: ResponsesChatOptions, losses: Losses) -> None:
+    def __init__(self, options: ChatOptions, losses: Losses) -> None:
         self.options = options
         self.losses = losses
         self.messages: list[JsonObject] = []
@@ -119,7 +109,7 @@ class _Builder:
         self.messages.append(message)
 
 
-def responses_to_chat(body: JsonObject, options: ResponsesChatOptions = ResponsesChatOptions()) -> ResponsesTranslated:
+def responses_to_chat(body: JsonObject, options: ChatOptions = DEFAULT_OPTIONS) -> ResponsesTranslated:
     """The Chat Completions body for a Responses body, with what was lost and the custom tool names."""
     for name in REFUSED_FIELDS:
         if body.get(name) is not None:
@@ -153,12 +143,7 @@ def responses_to_chat(body: JsonObject, options: ResponsesChatOptions = Response
             out[name] = body[name]
     _reasoning(body.get("reasoning"), out, options, losses)
     _text(body.get("text"), out, losses)
-    if body.get("stream") is True:
-        out["stream"] = True
-        out["stream_options"] = {"include_usage": True}
-    for name in body:
-        if name in DROPPED_FIELDS or name not in HANDLED_FIELDS:
-            losses.add(f"request field {name!r} dropped")
+    finish_request(body, out, DROPPED_FIELDS, HANDLED_FIELDS, losses)
     return ResponsesTranslated(out, losses.listed(), frozenset(custom))
 
 
@@ -237,13 +222,8 @@ def _part(part: JsonObject, where: str, builder: _Builder) -> JsonObject:
         url = part.get("image_url")
         if not isinstance(url, str):
             raise TranslationError(f"{where}: an input_image without an image_url (file ids need the server)")
-        if not builder.options.images:
-            builder.losses.add("image replaced by a placeholder (upstream takes no images)")
-            return {"type": "text", "text": "[image omitted: the model server takes no images]"}
-        image: JsonObject = {"url": url}
-        if part.get("detail") in ("low", "high", "auto"):
-            image["detail"] = part["detail"]
-        return {"type": "image_url", "image_url": image}
+        detail = part["detail"] if part.get("detail") in ("low", "high", "auto") else None
+        return image_part(url, builder.options, builder.losses, detail)
     if kind == "input_file":
         builder.losses.add("input_file replaced by a placeholder")
         return {"type": "text", "text": f"[file omitted: {part.get('filename') or 'file'}]"}
@@ -314,7 +294,7 @@ def _tool_choice(choice: Any, losses: Losses) -> Any:
     return None
 
 
-def _reasoning(reasoning: Any, out: JsonObject, options: ResponsesChatOptions, losses: Losses) -> None:
+def _reasoning(reasoning: Any, out: JsonObject, options: ChatOptions, losses: Losses) -> None:
     if not isinstance(reasoning, dict):
         return
     for key, value in reasoning.items():

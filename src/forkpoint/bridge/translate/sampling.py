@@ -10,7 +10,6 @@ down with ``reasoning.effort`` (``--reasoning-effort``), not ``--disable-thinkin
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -60,8 +59,11 @@ class Change:
 
 
 def apply_pins(protocol: Protocol, body: JsonObject, pins: SamplingPins) -> tuple[JsonObject, list[Change]]:
-    """A copy of ``body`` with the pins set, and what changed (fields already at the pinned value are not listed)."""
-    out = copy.deepcopy(body)
+    """A copy of ``body`` with the pins set, and what changed (fields already at the pinned value are not listed).
+
+    Copy on write: only the objects on a pinned field's path are copied, the rest (messages, tools: nearly all of
+    a request) is shared with ``body``, which is never modified. Treat both as read-only."""
+    out = dict(body)
     changes: list[Change] = []
 
     def put(path: str, value: Any) -> None:
@@ -69,9 +71,8 @@ def apply_pins(protocol: Protocol, body: JsonObject, pins: SamplingPins) -> tupl
         node = out
         for name in parents:
             child = node.get(name)
-            if not isinstance(child, dict):
-                child = {}
-                node[name] = child
+            child = dict(child) if isinstance(child, dict) else {}
+            node[name] = child
             node = child
         before = node.get(leaf, MISSING)
         if before != value or leaf not in node:
@@ -121,8 +122,8 @@ def _drop_thinking_edits(out: JsonObject, changes: list[Change]) -> None:
     if len(kept) == len(edits):
         return
     if kept:
-        changes.append(Change("context_management.edits", copy.deepcopy(edits), kept))
-        management["edits"] = kept
+        changes.append(Change("context_management.edits", edits, kept))
+        out["context_management"] = {**management, "edits": kept}
     else:
         changes.append(Change("context_management", out.pop("context_management"), MISSING))
 

@@ -18,13 +18,11 @@ from typing import Literal
 
 from forkpoint.bridge.translate.chat_stream import (
     ChatStreamReader,
+    ContentDelta,
     Finished,
     Piece,
-    ReasoningDelta,
-    TextDelta,
     ToolCallArguments,
     ToolCallStarted,
-    UsageReported,
 )
 from forkpoint.bridge.translate.common import DONE, Done, TranslationError
 from forkpoint.bridge.translate.usage import Usage
@@ -132,10 +130,9 @@ class BlockSequencer(ABC):
         return self.begin()
 
     def _piece(self, piece: Piece) -> list[Event]:
-        if isinstance(piece, TextDelta | ReasoningDelta):
-            kind: Literal["text", "reasoning"] = "text" if isinstance(piece, TextDelta) else "reasoning"
-            events = [] if self._open == kind else self._close() + self._opened(kind)
-            return events + self.block_delta(kind, piece.text)
+        if isinstance(piece, ContentDelta):
+            events = [] if self._open == piece.kind else self._close() + self._opened(piece.kind)
+            return events + self.block_delta(piece.kind, piece.text)
         if isinstance(piece, ToolCallStarted):
             self.any_tool = True
             self._queued[piece.index] = ToolCall(piece.index, piece.id, piece.name)
@@ -144,16 +141,15 @@ class BlockSequencer(ABC):
             return self._arguments(piece)
         if isinstance(piece, Finished):
             if piece.reason in FAILED_FINISH:
-                return self._fail(f"the model server ended the answer with finish_reason {piece.reason!r}")
+                return self._fail(piece.failure
+                                  or f"the model server ended the answer with finish_reason {piece.reason!r}")
             events = self._close()
             while self._queued:
                 events += self._open_tool(self._queued.pop(min(self._queued))) + self._close()
             self.finish = piece.reason
             return events
-        if isinstance(piece, UsageReported):
-            self.usage = piece.usage
-            return []
-        return self._fail(piece.message)
+        self.usage = piece.usage
+        return []
 
     def _opened(self, kind: Literal["text", "reasoning"]) -> list[Event]:
         self._open = kind
