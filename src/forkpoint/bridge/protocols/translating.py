@@ -5,6 +5,7 @@ The I/O shell around ``bridge.translate.pipeline``: the validated agent body is 
 cannot carry without silent loss is refused before anything leaves the bridge), POSTed to ``<url>/chat/completions``
 with the bridge's key, and the Chat answer is translated back and written to the agent chunk by chunk as it
 arrives (never buffered whole). The losses of a translation (names, never content) join the request's record.
+Failures before the first byte reached the agent are retried like a pass-through's (``post_with_retries``).
 """
 
 from __future__ import annotations
@@ -20,8 +21,17 @@ from forkpoint.bridge.protocols.openai import openai_error_response
 from forkpoint.bridge.protocols.openai_chat import OpenAIChatUpstream
 from forkpoint.bridge.translate.common import TranslationError
 from forkpoint.bridge.translate.pipeline import AgentProtocol, AnswerStream, Prepared, prepare, whole_answer
+from forkpoint.bridge.translate.retry import RetryPolicy
 from forkpoint.bridge.translate.sampling import SamplingPins
-from forkpoint.bridge.upstream import SSE_HEADERS, Sent, UpstreamRefusal, error_response
+from forkpoint.bridge.upstream import (
+    NO_RETRIES,
+    SSE_HEADERS,
+    Sent,
+    UpstreamRefusal,
+    cut,
+    error_response,
+    post_with_retries,
+)
 from forkpoint.model import JsonObject
 
 #: the most of a non-streamed completion or an upstream error body the bridge reads
@@ -37,8 +47,8 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
     id_prefix: ClassVar[dict[str, str]] = {"anthropic": "msg_forkpoint_", "openai-responses": "resp_forkpoint_"}
 
     def __init__(self, agent: AgentProtocol, base_url: str, api_key: str, pins: SamplingPins | None = None,
-                 **timeouts: float) -> None:
-        super().__init__(base_url, api_key, **timeouts)
+                 retry: RetryPolicy = NO_RETRIES, **timeouts: float) -> None:
+        super().__init__(base_url, api_key, retry=retry, **timeouts)
         self.agent = agent
         #: --model and the sampling pins go on the TRANSLATED body (the Chat server's fields)
         self.pins = pins or SamplingPins()
@@ -71,13 +81,13 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
         facts: JsonObject = {"translated": f"{self.agent} -> openai-chat", "losses": sorted(set(prepared.losses))}
         if prepared.changes:
             facts["pins"] = [change.as_json() for change in prepared.changes]
-        try:
-            upstream = await self._session.post(self.url, data=orjson.dumps(prepared.body),
-                                                headers=self.headers_for(request), allow_redirects=False)
-        except (aiohttp.ClientError, TimeoutError, OSError) as error:
-            message = f"forkpoint bridge: upstream connection failed: {type(error).__name__}: {error}"
+        attempted = await post_with_retries(self._session, self.url, orjson.dumps(prepared.body),
+                                            self.headers_for(request), self.retry)
+        facts = attempted.facts(facts) or facts
+        if attempted.response is None:
+            message = attempted.error or "forkpoint bridge: upstream connection failed"
             return self.error(502, message), Sent(502, False, message, facts=facts)
-        async with upstream:
+        async with attempted.response as upstream:
             if upstream.status != 200:
                 return await self._failed(upstream, facts)
             if prepared.stream:
@@ -131,7 +141,9 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
         if tail:
             await response.write(tail)
         facts["losses"] = sorted({*facts["losses"], *answer.losses})
-        sent = Sent(200, True, broken or answer.error, answer.usage.as_json(), facts)
+        sent = Sent(200, True, broken or answer.error, answer.usage.as_json(), facts, broken is not None)
         if broken is None:
             await response.write_eof()
+        else:
+            cut(request)  # the agent sees the break, not a cleanly ended half answer
         return response, sent
