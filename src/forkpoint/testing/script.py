@@ -64,8 +64,8 @@ class Fault:
     def __post_init__(self) -> None:
         if (self.status is None) == (self.drop is None):
             raise ValueError("a scripted fault has exactly one of status and drop")
-        if self.drop is not None and self.drop not in DROPS:
-            raise ValueError(f"a scripted drop is one of {', '.join(DROPS)}, not {self.drop!r}")
+        if self.drop is not None and (self.drop not in DROPS or self.headers):
+            raise ValueError(f"a scripted drop is one of {', '.join(DROPS)} (without headers), not {self.drop!r}")
         if self.status is not None and not 400 <= self.status <= 599:
             raise ValueError(f"a scripted fault status is 4xx or 5xx, not {self.status}")
 
