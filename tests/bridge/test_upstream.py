@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -195,3 +196,24 @@ def test_an_upstream_built_without_a_policy_calls_once() -> None:
     status, _, _, record, model = relayed("anthropic", [Fault(503)], NO_RETRIES)
     assert status == 503 and len(model.requests) == 1
     assert record.facts["upstream_attempts"][0]["reason"] == "HTTP 503: no retries left (0 allowed)"
+
+
+def test_an_agent_that_hangs_up_mid_answer_is_not_an_upstream_failure() -> None:
+    """The agent's own choice (an aborted stream) is recorded as such and fails nothing."""
+    path, body, build = NATIVE["anthropic"]
+    model = ScriptedModel([[text("x" * 4_000_000)]])
+    with model.serve() as url, Bridge(PassGate(), build(url, FAST)) as bridge:
+        parts = urlsplit(bridge.base_url)
+        assert parts.hostname is not None
+        connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+        connection.request("POST", parts.path + path, json.dumps(body), {"content-type": "application/json"})
+        response = connection.getresponse()
+        assert response.status == 200 and response.read(100)
+        connection.close()
+        deadline = time.monotonic() + 10
+        while not bridge.records and time.monotonic() < deadline:
+            time.sleep(0.02)
+        summary = bridge.finish()
+        [record] = bridge.records
+    assert record.reason is not None and record.reason.startswith("the agent closed the connection mid-answer")
+    assert summary.upstream_broken is None and summary.error() is None

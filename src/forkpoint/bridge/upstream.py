@@ -1,6 +1,6 @@
 """Where the bridge sends a validated request: the protocol-independent half (pure HTTP relaying, no agent).
 
-forkpoint does not translate yet: each agent's own wire protocol goes to an upstream of the same protocol (see
+Each agent's own wire protocol goes to an upstream of the same protocol or to a translating one (see
 ``bridge.protocols``: one module per protocol with its upstream, its stub and its SSE encoding, and the registry
 ``make_upstream``). Here: the ``Upstream`` interface, the streamed relay (never buffered; the upstream key
 redacted on the way), the HTTP pass-through base every protocol's upstream specialises, and the local stub base.
@@ -9,8 +9,9 @@ agent's protocol; ``Sent.usage`` is where it (or a pass-through) reports what on
 
 Retries (``--upstream-retries``, policy in ``bridge.translate.retry``): ``post_with_retries`` is the one place an
 upstream call is repeated. Only a failure before anything reached the agent is retried (a connection error, or an
-error status whose answer the bridge has not relayed yet); once the relay started, a broken stream is the agent's
-to see. Each failed attempt is a fact of the request's record (``upstream_attempts``), never a body.
+error status whose answer the bridge has not relayed yet); once the relay started, a stream that breaks upstream is
+cut for the agent too (``Sent.broken``: the run fails as retryable), while an agent that hangs up is its own
+choice. Each failed attempt is a fact of the request's record (``upstream_attempts``), never a body.
 """
 
 from __future__ import annotations
@@ -146,6 +147,24 @@ class Redactor:
         return data
 
 
+async def next_chunk(upstream: aiohttp.ClientResponse) -> tuple[bytes, str | None]:
+    """The next piece of the upstream's answer as it arrives (``b""`` at its end), or how the upstream broke."""
+    try:
+        return await upstream.content.readany(), None
+    except CONNECTION_ERRORS as error:
+        return b"", f"upstream stream broke: {type(error).__name__}: {error}"
+
+
+async def write_to_agent(response: web.StreamResponse, data: bytes) -> str | None:
+    """Write to the agent; how it went away if it did (its choice, e.g. an aborted stream: not an upstream
+    failure)."""
+    try:
+        await response.write(data)
+    except CONNECTION_ERRORS as error:
+        return f"the agent closed the connection mid-answer: {type(error).__name__}: {error}"
+    return None
+
+
 def cut(request: web.Request) -> None:
     """Close the agent's connection at once. An answer that broke upstream after its first byte reached the agent
     must break for the agent too: a cleanly ended truncated stream would read as a whole (odd) answer, and nothing
@@ -165,15 +184,16 @@ async def relay(
     # A key under 8 characters ("x", "EMPTY": what local OpenAI-compatible servers are given) is no secret to
     # hide, and replacing it would corrupt the stream wherever those letters occur.
     redactor = Redactor(secret) if secret and len(secret) >= MIN_REDACTED_SECRET else None
-    try:
-        async for chunk in upstream.content.iter_any():
-            out = redactor.feed(chunk) if redactor is not None else chunk
-            if out:
-                await response.write(out)
-    except CONNECTION_ERRORS as error:
-        cut(request)
-        message = f"upstream stream broke: {type(error).__name__}: {error}"
-        return response, Sent(upstream.status, True, message, broken=True)
+    while True:
+        chunk, broken = await next_chunk(upstream)
+        if broken is not None:
+            cut(request)
+            return response, Sent(upstream.status, True, broken, broken=True)
+        if not chunk:
+            break
+        out = redactor.feed(chunk) if redactor is not None else chunk
+        if out and (gone := await write_to_agent(response, out)) is not None:
+            return response, Sent(upstream.status, True, gone)
     if redactor is not None and redactor.pending:
         await response.write(redactor.flush())
     await response.write_eof()

@@ -30,7 +30,9 @@ from forkpoint.bridge.upstream import (
     UpstreamRefusal,
     cut,
     error_response,
+    next_chunk,
     post_with_retries,
+    write_to_agent,
 )
 from forkpoint.model import JsonObject
 
@@ -127,23 +129,21 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
         answer = AnswerStream(prepared, answer_id=self.answer_id())
         response = web.StreamResponse(status=200, headers=SSE_HEADERS)
         await response.prepare(request)
-        broken: str | None = None
-        try:
-            async for chunk in upstream.content.iter_any():
-                out = answer.feed(chunk)
-                if out:
-                    await response.write(out)
-                if answer.done:
-                    break
-        except (aiohttp.ClientError, TimeoutError, OSError) as error:
-            broken = f"upstream stream broke: {type(error).__name__}: {error}"
-        tail = answer.close() if broken is None else b""
+        broken = gone = None
+        while not answer.done:
+            chunk, broken = await next_chunk(upstream)
+            if broken is not None or not chunk:
+                break
+            out = answer.feed(chunk)
+            if out and (gone := await write_to_agent(response, out)) is not None:
+                break
+        tail = answer.close() if broken is None and gone is None else b""
         if tail:
             await response.write(tail)
         facts["losses"] = sorted({*facts["losses"], *answer.losses})
-        sent = Sent(200, True, broken or answer.error, answer.usage.as_json(), facts, broken is not None)
-        if broken is None:
-            await response.write_eof()
-        else:
+        sent = Sent(200, True, broken or gone or answer.error, answer.usage.as_json(), facts, broken is not None)
+        if broken is not None:
             cut(request)  # the agent sees the break, not a cleanly ended half answer
+        elif gone is None:
+            await response.write_eof()
         return response, sent
