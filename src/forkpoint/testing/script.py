@@ -99,11 +99,13 @@ class Fault:
         cut(request)
         return response
 
+    async def answer_json(self, request: web.Request, whole: dict[str, Any]) -> web.StreamResponse:
+        """Fail a non-streamed request: a drop after the first byte sends half of the ``whole`` JSON answer."""
+        body = json.dumps(whole).encode()
+        middle = max(1, len(body) // 2)
+        return await self.answer(request, [body[:middle], body[middle:]], "application/json")
 
-def halves(body: bytes) -> list[bytes]:
-    """A whole (non-streamed) answer in two pieces: a drop after the first byte sends only the first."""
-    middle = max(1, len(body) // 2)
-    return [body[:middle], body[middle:]]
+
 
 
 @dataclass(frozen=True)
@@ -203,9 +205,9 @@ class ScriptCore:
             return script[step]
         return script[-1] if self.loop_last and script else None
 
-    def fault_for(self, kind: str, step: int | None) -> Fault | None:
-        """The scripted fault this main request gets (the turn's next unserved one), else None; call it once per
-        request, right after ``_select`` (helper requests never fail)."""
+    def fault_for(self, kind: str, step: int | None, entry: dict[str, Any]) -> Fault | None:
+        """The scripted fault this main request gets (the turn's next unserved one, noted in its log ``entry``),
+        else None; call it once per request, right after ``_select`` (helper requests never fail)."""
         turn = None if kind != "main" or step is None else self.turn_at(step)
         if turn is None or not turn.faults:
             return None
@@ -213,6 +215,7 @@ class ScriptCore:
         if served >= len(turn.faults):
             return None
         self._faulted[id(turn)] = served + 1
+        entry["fault"] = turn.faults[served].label
         return turn.faults[served]
 
     def _log(self, entry: dict[str, Any]) -> None:

@@ -9,7 +9,7 @@ from aiohttp import web
 
 from forkpoint.bridge.protocols.anthropic import encode, message_events
 from forkpoint.bridge.upstream import SSE_HEADERS, stream_events
-from forkpoint.testing.script import Block, ScriptCore, halves, stable_id, text
+from forkpoint.testing.script import Block, ScriptCore, stable_id, text
 
 
 def assistant_runs(messages: Any) -> int:
@@ -44,8 +44,8 @@ class AnthropicAnswers(ScriptCore):
         body = entry["body"] if isinstance(entry["body"], dict) else {}
         kind, step = self.select(body)
         msg_id, blocks, stop_reason = self.respond(kind, step)
-        fault = self.fault_for(kind, step)
-        entry.update(kind=kind, step=step, stop_reason=stop_reason, **({"fault": fault.label} if fault else {}))
+        fault = self.fault_for(kind, step, entry)
+        entry.update(kind=kind, step=step, stop_reason=stop_reason)
         self._log(entry)
         usage_in = {"input_tokens": 100, "output_tokens": 1, "cache_creation_input_tokens": 0,
                     "cache_read_input_tokens": 0}
@@ -56,7 +56,7 @@ class AnthropicAnswers(ScriptCore):
             message.update(content=blocks, stop_reason=stop_reason,
                            usage={**usage_in, "output_tokens": output_tokens})
             if fault is not None:
-                return await fault.answer(request, halves(json.dumps(message).encode()), "application/json")
+                return await fault.answer_json(request, message)
             return web.json_response(message)
         events = encode(message_events(message, blocks, stop_reason, output_tokens))
         if fault is not None:

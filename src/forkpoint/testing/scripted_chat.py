@@ -7,14 +7,13 @@ sends headers and then nothing (a silent upstream).
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 from aiohttp import web
 
 from forkpoint.bridge.protocols.openai_chat import chat_chunks, chat_completion, chat_message, sse_data, wants_usage
 from forkpoint.bridge.upstream import SSE_HEADERS
-from forkpoint.testing.script import halves, stable_id, text
+from forkpoint.testing.script import stable_id, text
 from forkpoint.testing.scripted_anthropic import AnthropicAnswers
 
 
@@ -37,15 +36,14 @@ class ChatAnswers(AnthropicAnswers):
         body = entry["body"] if isinstance(entry["body"], dict) else {}
         kind, step = self.select(body)
         completion_id, message, finish, stall = self.respond_chat(kind, step)
-        fault = self.fault_for(kind, step)
-        entry.update(api="chat", kind=kind, step=step, finish_reason=finish, stall=stall,
-                     **({"fault": fault.label} if fault else {}))
+        fault = self.fault_for(kind, step, entry)
+        entry.update(api="chat", kind=kind, step=step, finish_reason=finish, stall=stall)
         self._log(entry)
         model = body.get("model", self.model)
         if not body.get("stream") and not stall:
             whole = chat_completion(completion_id, model, message, finish)
             if fault is not None:
-                return await fault.answer(request, halves(json.dumps(whole).encode()), "application/json")
+                return await fault.answer_json(request, whole)
             return web.json_response(whole)
         if fault is not None:
             pieces = [sse_data(chunk) for chunk in chat_chunks(completion_id, model, message, finish,

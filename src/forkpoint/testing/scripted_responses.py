@@ -9,7 +9,7 @@ from aiohttp import web
 
 from forkpoint.bridge.protocols.openai_responses import CREATED, encode, message_item, response_events
 from forkpoint.bridge.upstream import SSE_HEADERS, stream_events
-from forkpoint.testing.script import Block, ScriptCore, halves, stable_id
+from forkpoint.testing.script import Block, ScriptCore, stable_id
 
 
 def _is_assistant_output(item: Any) -> bool:
@@ -69,9 +69,8 @@ class ResponsesAnswers(ScriptCore):
         body = entry["body"] if isinstance(entry["body"], dict) else {}
         kind, step = self.select_responses(body)
         response_id, items = self.respond_responses(kind, step)
-        fault = self.fault_for(kind, step)
-        entry.update(api="responses", kind=kind, step=step, output_types=[item["type"] for item in items],
-                     **({"fault": fault.label} if fault else {}))
+        fault = self.fault_for(kind, step, entry)
+        entry.update(api="responses", kind=kind, step=step, output_types=[item["type"] for item in items])
         self._log(entry)
         output_tokens = 10 + sum(len(json.dumps(item)) // 4 for item in items)
         usage = {"input_tokens": 100, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": output_tokens,
@@ -81,7 +80,7 @@ class ResponsesAnswers(ScriptCore):
         if not body.get("stream"):
             whole = {**envelope, "status": "completed", "output": items, "usage": usage}
             if fault is not None:
-                return await fault.answer(request, halves(json.dumps(whole).encode()), "application/json")
+                return await fault.answer_json(request, whole)
             return web.json_response(whole)
         events = encode(response_events(envelope, items, usage))
         if fault is not None:
