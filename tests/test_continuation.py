@@ -189,6 +189,20 @@ def test_make_upstream_picks_by_protocol_and_refuses_what_it_cannot_translate() 
     assert translated.name == "openai-chat"
 
 
+@pytest.mark.parametrize(("protocol", "upstream"), [("anthropic-messages", "anthropic"),
+                                                    ("openai-responses", "openai-responses"),
+                                                    ("openai-chat", "openai-chat"),
+                                                    ("anthropic-messages", "openai-chat"),
+                                                    ("openai-responses", "openai-chat")])
+def test_make_upstream_gives_every_real_upstream_the_runs_retry_policy(protocol: str, upstream: str) -> None:
+    from forkpoint.bridge.translate.retry import RetryPolicy
+    from forkpoint.bridge.upstream import HttpUpstream
+
+    target = LaunchTarget(Path(sys.executable), "1")
+    built = make_upstream(protocol, ContinueSettings(target, upstream, None, upstream_key="k", upstream_retries=5))
+    assert isinstance(built, HttpUpstream) and built.retry == RetryPolicy(retries=5)
+
+
 # -- model choice and sampling pins (issue 17) ------------------------------------------------------------------------
 
 

@@ -351,11 +351,13 @@ def triage(summary: BridgeSummary, ran: Ran, outcome: Outcome, label: str, timeo
 
 def make_upstream(protocol: str, settings: ContinueSettings) -> Upstream:
     """The upstream for an agent speaking ``protocol``, as ``settings.upstream`` chose (``stub``: the local stub of
-    the agent's own protocol); the registry is ``forkpoint.bridge.protocols``."""
+    the agent's own protocol), retrying as ``settings.upstream_retries`` allows; the registry is
+    ``forkpoint.bridge.protocols``."""
     from forkpoint.bridge.protocols import make_upstream as from_registry
+    from forkpoint.bridge.translate.retry import RetryPolicy
 
     return from_registry(protocol, settings.upstream, settings.upstream_url, settings.upstream_key,
-                         Pinning.of(protocol, settings).pins)
+                         Pinning.of(protocol, settings).pins, RetryPolicy(retries=settings.upstream_retries))
 
 
 def outgoing_protocol(agent_protocol: str, upstream_name: str | None) -> str:

@@ -1,11 +1,30 @@
-"""The Redactor's held-back tail: exactly the longest end of a chunk that could begin the key."""
+"""The Redactor's held-back tail: exactly the longest end of a chunk that could begin the key; retries of a failure
+before the first byte reached the agent, for every native protocol (a real bridge and a real ScriptedModel)."""
 
 from __future__ import annotations
 
+import http.client
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from forkpoint.bridge.upstream import REDACTED, Redactor
+from forkpoint.bridge.gate import Gate, Verdict
+from forkpoint.bridge.protocols.anthropic import AnthropicUpstream
+from forkpoint.bridge.protocols.openai_chat import OpenAIChatUpstream
+from forkpoint.bridge.protocols.openai_responses import OpenAIResponsesUpstream
+from forkpoint.bridge.server import Bridge, BridgeSummary, RequestRecord
+from forkpoint.bridge.translate.retry import RetryPolicy
+from forkpoint.bridge.upstream import NO_RETRIES, REDACTED, HttpUpstream, Redactor
+from forkpoint.errors import ErrorKind
+from forkpoint.testing import ScriptedModel, Turn, text
+from forkpoint.testing.script import Fault
 
 
 def longest_key_start(secret: bytes, tail: bytes) -> int:
@@ -26,3 +45,175 @@ def test_a_key_split_over_three_chunks_is_redacted_and_a_lookalike_passes() -> N
     out = redactor.feed(b"data: x" + raw[:5]) + redactor.feed(raw[5:60]) + redactor.feed(raw[60:] + b" sk-ant-")
     assert out == b"data: x" + REDACTED + b" "  # " sk-ant-" could begin the key: held back
     assert redactor.flush() == b"sk-ant-"
+
+
+# -- retries: a real bridge on loopback in front of a real ScriptedModel scripted to fail --------------------------
+
+FAST = RetryPolicy(retries=3, base_delay_s=0.01, max_delay_s=0.05)
+KEY = "sk-retry-upstream-key-0017"
+TOOLS = [{"name": "Bash", "description": "run", "input_schema": {"type": "object"}}]
+#: per native protocol: the agent's route, a streamed body with tools (a main request) and the pass-through upstream
+NATIVE: dict[str, tuple[str, dict[str, Any], Callable[[str, RetryPolicy], HttpUpstream]]] = {
+    "anthropic": ("/v1/messages", {"model": "m", "max_tokens": 64, "stream": True, "tools": TOOLS,
+                                   "messages": [{"role": "user", "content": "go"}]},
+                  lambda url, policy: AnthropicUpstream(url, KEY, retry=policy)),
+    "openai-responses": ("/v1/responses", {"model": "m", "stream": True, "tools": TOOLS, "input": [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]}]},
+        lambda url, policy: OpenAIResponsesUpstream(url + "/v1", KEY, retry=policy)),
+    "openai-chat": ("/v1/chat/completions", {"model": "m", "stream": True, "tools": TOOLS,
+                                             "messages": [{"role": "user", "content": "go"}]},
+                    lambda url, policy: OpenAIChatUpstream(url + "/v1", KEY, retry=policy)),
+}
+
+
+class PassGate(Gate):
+    name = "pass"
+    model_routes = frozenset({"/v1/messages", "/v1/responses", "/v1/chat/completions"})
+
+    def first(self, body: Any) -> Verdict:
+        return Verdict(True, body, None)
+
+    def later(self, body: Any) -> Verdict:
+        return Verdict(True, body, None)
+
+
+def post(base: str, path: str, body: dict[str, Any]) -> tuple[int, dict[str, str], bytes | None]:
+    """Status, headers and body of the bridge's answer; the body is None when the stream broke."""
+    parts = urlsplit(base)
+    assert parts.hostname is not None
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+    try:
+        connection.request("POST", parts.path + path, json.dumps(body), {"content-type": "application/json",
+                                                                          "x-api-key": "dummy"})
+        response = connection.getresponse()
+        try:
+            payload: bytes | None = response.read()
+        except http.client.IncompleteRead:
+            payload = None
+        return response.status, dict(response.headers), payload
+    finally:
+        connection.close()
+
+
+def relayed_with_summary(protocol: str, faults: list[Fault], policy: RetryPolicy = FAST, log: Path | None = None,
+                         ) -> tuple[int, dict[str, str], bytes | None, RequestRecord, ScriptedModel, BridgeSummary]:
+    """One agent request through the bridge to a model whose only turn first fails with ``faults``."""
+    path, body, build = NATIVE[protocol]
+    model = ScriptedModel([Turn((text("recovered answer"),), faults=tuple(faults))])
+    with model.serve() as url, Bridge(PassGate(), build(url, policy), log_path=log) as bridge:
+        status, headers, payload = post(bridge.base_url, path, body)
+        summary = bridge.finish()
+        [record] = bridge.records
+    return status, headers, payload, record, model, summary
+
+
+def relayed(protocol: str, faults: list[Fault], policy: RetryPolicy = FAST, log: Path | None = None,
+            ) -> tuple[int, dict[str, str], bytes | None, RequestRecord, ScriptedModel]:
+    status, headers, payload, record, model, summary = relayed_with_summary(protocol, faults, policy, log)
+    assert summary.upstream_broken is None and summary.error() is None  # whatever the agent got was whole
+    return status, headers, payload, record, model
+
+
+RETRY_AFTER_0 = Fault(429, (("Retry-After", "0"),))
+
+
+@pytest.mark.parametrize("protocol", sorted(NATIVE))
+@pytest.mark.parametrize(("fault", "what"), [(RETRY_AFTER_0, {"status": 429}), (Fault(503), {"status": 503}),
+                                             (Fault(drop="before_first_byte"), {"error": "ServerDisconnectedError"})],
+                         ids=["429-retry-after", "503", "drop-before-first-byte"])
+def test_a_failure_before_the_first_byte_is_retried_and_the_agent_sees_only_the_answer(
+        protocol: str, fault: Fault, what: dict[str, Any]) -> None:
+    status, _, payload, record, model = relayed(protocol, [fault])
+    assert status == 200 and payload is not None and b"recovered answer" in payload
+    assert [entry.get("fault") for entry in model.requests] == [fault.label, None]
+    first, second = record.facts["upstream_attempts"]
+    assert {**first, "reason": None, "wait_s": None} == {"attempt": 1, **what, "retry": True, "reason": None,
+                                                        "wait_s": None}
+    assert 0 <= first["wait_s"] <= FAST.base_delay_s and first["reason"].startswith(
+        "HTTP 429: retry 1/3 after Retry-After 0s" if what.get("status") == 429 else
+        f"{'HTTP 503' if 'status' in what else 'connection error'}")
+    assert second == {"attempt": 2, "status": 200}
+    assert (record.status, record.forwarded, record.reason) == (200, True, None)
+
+
+def test_429_503_and_a_drop_in_a_row_are_each_retried_and_each_attempt_is_in_the_bridge_log(tmp_path: Path) -> None:
+    log = tmp_path / "bridge-log.jsonl"
+    faults = [RETRY_AFTER_0, Fault(503), Fault(drop="before_first_byte")]
+    status, _, payload, record, model = relayed("anthropic", faults, log=log)
+    assert status == 200 and payload is not None and b"recovered answer" in payload
+    assert len(model.requests) == 4
+    [logged] = [json.loads(line) for line in log.read_text().splitlines()]
+    attempts = logged["facts"]["upstream_attempts"]
+    assert [(a["attempt"], a.get("status"), a.get("error"), a.get("retry")) for a in attempts] == [
+        (1, 429, None, True), (2, 503, None, True), (3, None, "ServerDisconnectedError", True), (4, 200, None, None)]
+    assert [a["reason"].split(":")[0] for a in attempts[:3]] == ["HTTP 429", "HTTP 503", "connection error (Server"
+                                                                 "DisconnectedError)"]
+    assert attempts[1]["wait_s"] <= FAST.base_delay_s * 2 and attempts[2]["wait_s"] <= FAST.base_delay_s * 4
+    text_of_log = log.read_text()
+    assert KEY not in text_of_log and "recovered answer" not in text_of_log and "scripted HTTP" not in text_of_log
+    assert record.facts == logged["facts"]
+
+
+@pytest.mark.parametrize("protocol", sorted(NATIVE))
+def test_when_the_retries_are_spent_the_agent_gets_the_upstreams_last_error(protocol: str) -> None:
+    policy = RetryPolicy(retries=2, base_delay_s=0.01, max_delay_s=0.02)
+    status, headers, payload, record, model = relayed(protocol, [Fault(503)] * 2 + [RETRY_AFTER_0], policy)
+    assert status == 429 and headers.get("Retry-After") == "0" and payload is not None
+    assert b"ScriptedModel: scripted HTTP 429" in payload  # the upstream's own error body, relayed
+    assert len(model.requests) == 3
+    attempts = record.facts["upstream_attempts"]
+    assert [(a["status"], a["retry"]) for a in attempts] == [(503, True), (503, True), (429, False)]
+    assert attempts[-1]["reason"] == "HTTP 429: no retries left (2 allowed)"
+    assert (record.status, record.forwarded) == (429, True)
+
+
+def test_connection_errors_past_the_retries_answer_502_and_a_4xx_is_never_retried() -> None:
+    drops = [Fault(drop="before_first_byte")] * 2
+    status, _, payload, record, model = relayed("anthropic", drops, RetryPolicy(retries=1, base_delay_s=0.01))
+    assert status == 502 and payload is not None and b"upstream connection failed" in payload
+    assert len(model.requests) == 2 and not record.forwarded
+    assert [a["retry"] for a in record.facts["upstream_attempts"]] == [True, False]
+    status, _, _, record, model = relayed("openai-chat", [Fault(400)])
+    assert status == 400 and len(model.requests) == 1
+    assert record.facts["upstream_attempts"] == [{"attempt": 1, "status": 400, "retry": False, "wait_s": 0.0,
+                                                  "reason": "HTTP 400: not a transient failure"}]
+
+
+@pytest.mark.parametrize("protocol", sorted(NATIVE))
+def test_after_the_first_byte_reached_the_agent_nothing_is_retried(protocol: str) -> None:
+    status, _, payload, record, model, summary = relayed_with_summary(protocol, [Fault(drop="after_first_byte")])
+    assert status == 200 and payload is None  # the agent saw the answer begin and break
+    assert [entry.get("fault") for entry in model.requests] == ["drop after_first_byte"]
+    assert record.reason is not None and record.reason.startswith("upstream stream broke")
+    assert "upstream_attempts" not in record.facts  # one attempt, and its answer was relayed
+    assert summary.upstream_broken == record.reason and summary.forwarded == 1
+    error = summary.error()
+    assert error is not None and error.kind is ErrorKind.MODEL_CONNECTION and error.kind.retryable
+    assert error.kind.exit_code == 40 and "after its first byte reached the agent" in error.message
+
+
+def test_an_upstream_built_without_a_policy_calls_once() -> None:
+    status, _, _, record, model = relayed("anthropic", [Fault(503)], NO_RETRIES)
+    assert status == 503 and len(model.requests) == 1
+    assert record.facts["upstream_attempts"][0]["reason"] == "HTTP 503: no retries left (0 allowed)"
+
+
+def test_an_agent_that_hangs_up_mid_answer_is_not_an_upstream_failure() -> None:
+    """The agent's own choice (an aborted stream) is recorded as such and fails nothing."""
+    path, body, build = NATIVE["anthropic"]
+    model = ScriptedModel([[text("x" * 4_000_000)]])
+    with model.serve() as url, Bridge(PassGate(), build(url, FAST)) as bridge:
+        parts = urlsplit(bridge.base_url)
+        assert parts.hostname is not None
+        connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+        connection.request("POST", parts.path + path, json.dumps(body), {"content-type": "application/json"})
+        response = connection.getresponse()
+        assert response.status == 200 and response.read(100)
+        connection.close()
+        deadline = time.monotonic() + 10
+        while not bridge.records and time.monotonic() < deadline:
+            time.sleep(0.02)
+        summary = bridge.finish()
+        [record] = bridge.records
+    assert record.reason is not None and record.reason.startswith("the agent closed the connection mid-answer")
+    assert summary.upstream_broken is None and summary.error() is None

@@ -1,4 +1,5 @@
-"""ScriptedModel over real loopback HTTP: SSE order, tool_use reassembly, step selection, request log."""
+"""ScriptedModel over real loopback HTTP: SSE order, tool_use reassembly, step selection, request log, scripted
+faults."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from forkpoint.testing import ScriptedModel, Turn, stable_id, text, thinking, tool_use
+from forkpoint.testing.scripted_model import Fault
 
 TOOLS = [{"name": "Bash", "input_schema": {"type": "object"}}]
 
@@ -173,3 +176,73 @@ def test_script_file_and_cli(tmp_path: Path) -> None:
         proc.terminate()
         _, stderr = proc.communicate(timeout=10)
     assert "RuntimeWarning" not in stderr
+
+
+FAULT_ROUTES = {"/v1/messages": {"messages": [USER], "tools": TOOLS},
+                "/v1/responses": {"input": [USER], "tools": TOOLS},
+                "/v1/chat/completions": {"messages": [USER], "tools": TOOLS}}
+
+
+async def _attempt(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> tuple[int | str, bytes, str]:
+    """(status or the client error's name, the bytes read before it, the Retry-After header)."""
+    async with session.post(url, json=body) as response:
+        read = b""
+        try:
+            async for chunk in response.content.iter_any():
+                read += chunk
+        except aiohttp.ClientPayloadError:
+            return "broken", read, ""
+        return response.status, read, response.headers.get("Retry-After", "")
+
+
+@pytest.mark.parametrize("stream", [True, False])
+@pytest.mark.parametrize("path", sorted(FAULT_ROUTES))
+def test_scripted_faults_fail_a_turns_first_requests_in_order_then_it_answers(
+        tmp_path: Path, path: str, stream: bool) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"turns": [{"content": [text("finally")], "faults": [
+        {"status": 429, "headers": {"Retry-After": "2"}}, {"drop": "before_first_byte"},
+        {"drop": "after_first_byte"}, {"status": 503}]}]}))
+    model = ScriptedModel.from_file(script)
+    body = {**FAULT_ROUTES[path], "stream": stream}
+
+    async def run() -> list[tuple[int | str, bytes, str]]:
+        outcomes: list[tuple[int | str, bytes, str]] = []
+        async with model.running() as url, aiohttp.ClientSession() as session:
+            helper = await _attempt(session, url + path, {**body, "tools": []})  # helpers never fail
+            assert helper[0] == 200
+            for _ in range(5):
+                try:
+                    outcomes.append(await _attempt(session, url + path, body))
+                except aiohttp.ServerDisconnectedError:
+                    outcomes.append(("disconnected", b"", ""))
+        return outcomes
+
+    outcomes = asyncio.run(run())
+    assert [(status, retry_after) for status, _, retry_after in outcomes] == [
+        (429, "2"), ("disconnected", ""), ("broken", ""), (503, ""), (200, "")]
+    assert json.loads(outcomes[0][1])["error"]["type"] == "rate_limit_error"
+    whole = outcomes[4][1]
+    assert b"finally" in whole
+    assert outcomes[2][1] and whole.startswith(outcomes[2][1]) and len(outcomes[2][1]) < len(whole)  # a beginning
+    assert [entry.get("fault") for entry in model.requests] == [
+        None, "status 429", "drop before_first_byte", "drop after_first_byte", "status 503", None]
+
+
+@pytest.mark.parametrize(("fault", "error"), [
+    ({"status": 429, "drop": "before_first_byte"}, "exactly one of status and drop"),
+    ({}, "exactly one of status and drop"),
+    ({"drop": "sometimes"}, "a scripted drop is one of"),
+    ({"drop": "after_first_byte", "headers": {"Retry-After": "1"}}, "without headers"),
+    ({"status": 200}, "4xx or 5xx"),
+    ({"status": 503, "retry_after": 1}, "unknown scripted fault keys: retry_after"),
+])
+def test_a_malformed_scripted_fault_is_refused_when_the_script_loads(fault: dict[str, Any], error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        ScriptedModel([{"content": [text("x")], "faults": [fault]}])
+
+
+def test_faults_in_python_are_the_same_as_in_json() -> None:
+    turn = Turn((text("x"),), faults=(Fault(429, (("Retry-After", "0"),)), Fault(drop="before_first_byte")))
+    assert Turn.of({"content": [text("x")], "faults": [{"status": 429, "headers": {"Retry-After": 0}},
+                                                        {"drop": "before_first_byte"}]}) == turn

@@ -91,6 +91,9 @@ class BridgeSummary:
     shed: int = 0
     #: requests beyond ``MAX_RECORDS`` (counted, not listed in the verdict log)
     unrecorded: int = 0
+    #: the first model answer that broke after its first byte reached the agent (never retried: the agent saw part
+    #: of an answer, so the run fails as a retryable model connection error)
+    upstream_broken: str | None = None
 
     @property
     def budget_reached(self) -> bool:
@@ -107,6 +110,9 @@ class BridgeSummary:
                                                       f"{self.first_failure}")
         if self.validated == 0:
             return ReplayError(ErrorKind.CONTINUATION, "the resumed agent made no model request through the bridge")
+        if self.upstream_broken is not None:
+            return ReplayError(ErrorKind.MODEL_CONNECTION, "the model upstream's answer broke after its first byte "
+                                                           f"reached the agent (not retried): {self.upstream_broken}")
         return None
 
     def to_json(self) -> dict[str, Any]:
@@ -151,6 +157,7 @@ class Bridge:
         self._in_flight = 0
         self._shed = 0
         self._unrecorded = 0
+        self._broken: str | None = None
         self._server: asyncio.Server | None = None
 
     def __repr__(self) -> str:  # never show the token
@@ -263,7 +270,7 @@ class Bridge:
             return BridgeSummary(self._model_requests, self._validated, self._forwarded, self._refused,
                                  self._failure, self._over_budget, self._auxiliary_count,
                                  self._shed + self._connections.refused + self._connections.timed_out,
-                                 self._unrecorded)
+                                 self._unrecorded, self._broken)
 
     def finish(self) -> BridgeSummary:
         """Stop the bridge and summarise it; ``summary.error()`` is the run's continuation error, if any."""
@@ -424,6 +431,8 @@ class Bridge:
         with self._lock:
             if sent.forwarded:
                 self._forwarded += 1
+            if sent.broken and self._broken is None:
+                self._broken = sent.error
         self._record(request.method, shown, "ok", sent.error, sent.forwarded, sent.status, started, facts, sent.usage)
         return response
 

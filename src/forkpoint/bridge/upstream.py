@@ -1,23 +1,34 @@
 """Where the bridge sends a validated request: the protocol-independent half (pure HTTP relaying, no agent).
 
-forkpoint does not translate yet: each agent's own wire protocol goes to an upstream of the same protocol (see
+Each agent's own wire protocol goes to an upstream of the same protocol or to a translating one (see
 ``bridge.protocols``: one module per protocol with its upstream, its stub and its SSE encoding, and the registry
 ``make_upstream``). Here: the ``Upstream`` interface, the streamed relay (never buffered; the upstream key
 redacted on the way), the HTTP pass-through base every protocol's upstream specialises, and the local stub base.
-A future translating upstream is one more ``Upstream``: it receives the validated body and answers the agent in
-the agent's protocol; ``Sent.usage`` is where it (or a pass-through) reports what one request used.
+A translating upstream is one more ``Upstream``: it receives the validated body and answers the agent in the
+agent's protocol; ``Sent.usage`` is where it (or a pass-through) reports what one request used.
+
+Retries (``--upstream-retries``, policy in ``bridge.translate.retry``): ``post_with_retries`` is the one place an
+upstream call is repeated. Only a failure before anything reached the agent is retried (a connection error, or an
+error status whose answer the bridge has not relayed yet); once the relay started, a stream that breaks upstream is
+cut for the agent too (``Sent.broken``: the run fails as retryable), while an agent that hangs up is its own
+choice. Each failed attempt is a fact of the request's record (``upstream_attempts``), never a body.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
-from dataclasses import dataclass
+import random
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import ClassVar, Protocol
 
 import aiohttp
 import orjson
 from aiohttp import web
 
+from forkpoint.bridge.translate.retry import RetryPolicy, decide
 from forkpoint.model import JsonObject
 
 HOP_BY_HOP = frozenset({
@@ -30,6 +41,9 @@ DROPPED_REQUEST_HEADERS = HOP_BY_HOP | {"host", "content-length", "x-api-key", "
 STUB_TEXT = "forkpoint stub upstream: the resumed session was accepted."
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 CHUNK = 48  # characters per streamed delta
+#: an upstream built without a policy calls once (the run's policy comes from ``--upstream-retries``)
+NO_RETRIES = RetryPolicy(retries=0)
+CONNECTION_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
 
 
 @dataclass(frozen=True)
@@ -43,6 +57,8 @@ class Sent:
     usage: JsonObject | None = None
     #: facts for the request's record (e.g. a translation's losses: names, never content)
     facts: JsonObject | None = None
+    #: the answer broke after its first byte reached the agent (``error`` says how): nothing could be retried
+    broken: bool = False
 
 
 class UpstreamRefusal(Exception):
@@ -131,28 +147,108 @@ class Redactor:
         return data
 
 
+async def next_chunk(upstream: aiohttp.ClientResponse) -> tuple[bytes, str | None]:
+    """The next piece of the upstream's answer as it arrives (``b""`` at its end), or how the upstream broke."""
+    try:
+        return await upstream.content.readany(), None
+    except CONNECTION_ERRORS as error:
+        return b"", f"upstream stream broke: {type(error).__name__}: {error}"
+
+
+async def write_to_agent(response: web.StreamResponse, data: bytes) -> str | None:
+    """Write to the agent; how it went away if it did (its choice, e.g. an aborted stream: not an upstream
+    failure)."""
+    try:
+        await response.write(data)
+    except CONNECTION_ERRORS as error:
+        return f"the agent closed the connection mid-answer: {type(error).__name__}: {error}"
+    return None
+
+
+def cut(request: web.Request) -> None:
+    """Close the agent's connection at once. An answer that broke upstream after its first byte reached the agent
+    must break for the agent too: a cleanly ended truncated stream would read as a whole (odd) answer, and nothing
+    can be retried once the agent saw a byte."""
+    request.protocol.force_close()
+    if request.transport is not None:
+        request.transport.abort()
+
+
 async def relay(
     request: web.Request, upstream: aiohttp.ClientResponse, headers: dict[str, str], secret: str | None = None
 ) -> tuple[web.StreamResponse, Sent]:
     """Stream the upstream's answer to the agent chunk by chunk as it arrives: never buffered (``secret``, the
-    upstream key, is redacted on the way)."""
+    upstream key, is redacted on the way); a stream that breaks upstream is cut for the agent."""
     response = web.StreamResponse(status=upstream.status, headers=headers)
     await response.prepare(request)
     # A key under 8 characters ("x", "EMPTY": what local OpenAI-compatible servers are given) is no secret to
     # hide, and replacing it would corrupt the stream wherever those letters occur.
     redactor = Redactor(secret) if secret and len(secret) >= MIN_REDACTED_SECRET else None
-    try:
-        async for chunk in upstream.content.iter_any():
-            out = redactor.feed(chunk) if redactor is not None else chunk
-            if out:
-                await response.write(out)
-    except (aiohttp.ClientError, TimeoutError, OSError) as error:
-        message = f"upstream stream broke: {type(error).__name__}: {error}"
-        return response, Sent(upstream.status, True, message)
+    while True:
+        chunk, broken = await next_chunk(upstream)
+        if broken is not None:
+            cut(request)
+            return response, Sent(upstream.status, True, broken, broken=True)
+        if not chunk:
+            break
+        out = redactor.feed(chunk) if redactor is not None else chunk
+        if out and (gone := await write_to_agent(response, out)) is not None:
+            return response, Sent(upstream.status, True, gone)
     if redactor is not None and redactor.pending:
         await response.write(redactor.flush())
     await response.write_eof()
     return response, Sent(upstream.status, True)
+
+
+@dataclass
+class Attempted:
+    """The outcome of ``post_with_retries``: the last answer (its body unread, for the caller to relay) or the last
+    connection error, and one fact per attempt when any attempt failed (an empty list: the first call answered)."""
+
+    response: aiohttp.ClientResponse | None
+    error: str | None = None
+    attempts: list[JsonObject] = field(default_factory=list)
+
+    def facts(self, facts: JsonObject | None = None) -> JsonObject | None:
+        """``facts`` with ``upstream_attempts`` added when there is something to say."""
+        if not self.attempts:
+            return facts
+        return {**(facts or {}), "upstream_attempts": list(self.attempts)}
+
+
+async def post_with_retries(session: aiohttp.ClientSession, url: str, data: bytes, headers: dict[str, str],
+                            policy: RetryPolicy) -> Attempted:
+    """POST until an answer is final: a success, a failure ``decide`` does not retry, or the retries spent.
+
+    Nothing has reached the agent while this runs (the caller relays the returned answer), so every retried
+    failure is invisible to it. A retried answer's body is discarded unread; the bridge waits ``Decision.delay_s``
+    (backoff with full jitter, or the upstream's Retry-After) before the next attempt."""
+    attempts: list[JsonObject] = []
+    attempt = 0
+    while True:
+        try:
+            response = await session.post(url, data=data, headers=headers, allow_redirects=False)
+        except CONNECTION_ERRORS as error:
+            kind = type(error).__name__
+            decision = decide(policy, attempt, connection_error=kind, now=datetime.now(UTC), random=random.random)
+            attempts.append({"attempt": attempt + 1, "error": kind, "retry": decision.retry,
+                             "wait_s": round(decision.delay_s, 3), "reason": decision.reason})
+            if not decision.retry:
+                return Attempted(None, f"forkpoint bridge: upstream connection failed: {kind}: {error}", attempts)
+        else:
+            if response.status < 400:
+                if attempts:
+                    attempts.append({"attempt": attempt + 1, "status": response.status})
+                return Attempted(response, None, attempts)
+            decision = decide(policy, attempt, status=response.status, headers=response.headers,
+                              now=datetime.now(UTC), random=random.random)
+            attempts.append({"attempt": attempt + 1, "status": response.status, "retry": decision.retry,
+                             "wait_s": round(decision.delay_s, 3), "reason": decision.reason})
+            if not decision.retry:
+                return Attempted(response, None, attempts)
+            response.close()
+        await asyncio.sleep(decision.delay_s)
+        attempt += 1
 
 
 class HttpUpstream:
@@ -168,7 +264,7 @@ class HttpUpstream:
     passed_response_prefixes: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, base_url: str, api_key: str, *, connect_timeout_s: float = 30.0,
-                 read_timeout_s: float = 600.0) -> None:
+                 read_timeout_s: float = 600.0, retry: RetryPolicy = NO_RETRIES) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"upstream base URL must be http(s): {base_url!r}")
         if not api_key:
@@ -178,6 +274,8 @@ class HttpUpstream:
         self._api_key = api_key
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s, sock_read=read_timeout_s)
         self._session: aiohttp.ClientSession | None = None
+        #: how failures before the first byte reached the agent are retried (``post_with_retries``)
+        self.retry = retry
 
     def __repr__(self) -> str:  # never show the key
         return f"{type(self).__name__}({self.base_url!r})"
@@ -217,17 +315,17 @@ class HttpUpstream:
     async def send(self, request: web.Request, body: JsonObject) -> tuple[web.StreamResponse, Sent]:
         assert self._session is not None, "upstream not opened"
         url = self.url + (f"?{request.query_string}" if request.query_string else "")
-        try:
-            upstream = await self._session.post(url, data=orjson.dumps(body), headers=self.headers_for(request),
-                                                allow_redirects=False)
-        except (aiohttp.ClientError, TimeoutError, OSError) as error:
-            message = f"forkpoint bridge: upstream connection failed: {type(error).__name__}: {error}"
-            return self.error(502, message), Sent(502, False, message)
-        async with upstream:
+        attempted = await post_with_retries(self._session, url, orjson.dumps(body), self.headers_for(request),
+                                            self.retry)
+        if attempted.response is None:
+            message = attempted.error or "forkpoint bridge: upstream connection failed"
+            return self.error(502, message), Sent(502, False, message, facts=attempted.facts())
+        async with attempted.response as upstream:
             headers = {name: value for name, value in upstream.headers.items()
                        if name.lower() in self.passed_response_headers
                        or name.lower().startswith(self.passed_response_prefixes)}
-            return await relay(request, upstream, headers, self._api_key)
+            response, sent = await relay(request, upstream, headers, self._api_key)
+        return response, dataclasses.replace(sent, facts=attempted.facts(sent.facts))
 
 
 class LocalStub:

@@ -42,8 +42,9 @@ MODEL_OPTIONS: tuple[tuple[str, str | None, Callable[[str], Any], str], ...] = (
      "chat_template_kwargs.enable_thinking=false (vLLM/SGLang); codex: use --reasoning-effort instead."),
     ("--reasoning-effort", "LEVEL", str, "minimal, low, medium, high or none: Responses reasoning.effort (codex) or "
      "Chat reasoning_effort; refused for claude-code (use --disable-thinking)."),
-    ("--upstream-retries", "N", int, "Retries (exponential backoff, Retry-After honoured) of an upstream 408/429/5xx "
-     "or connection error before the first byte reaches the agent [default: 3]."),
+    ("--upstream-retries", "N", int, "Retries (exponential backoff with jitter, Retry-After honoured) of an upstream "
+     "408/429/5xx or connection error before the first byte reaches the agent; each attempt is in the bridge log; "
+     "0: none [default: 3]."),
     ("--branch-model", "NAME", str, "With --branches: the model of each branch, once for all or once per branch "
      "(repeatable)."),
     ("--branch-seed", "N", int, "With --branches: the seed of each branch (repeatable, like --branch-model)."),

@@ -1,7 +1,8 @@
-"""The protocol-independent core of ScriptedModel: script blocks, turns, which turn answers a request, the log.
+"""The protocol-independent core of ScriptedModel: script blocks, turns, which turn answers a request, the log,
+and the scripted faults.
 
-See forkpoint.testing.scripted_model for the server and how a turn is chosen; the per-protocol answers are in
-``scripted_anthropic``, ``scripted_responses`` and ``scripted_chat``.
+See forkpoint.testing.scripted_model for the server, how a turn is chosen and how faults are scripted; the
+per-protocol answers are in ``scripted_anthropic``, ``scripted_responses`` and ``scripted_chat``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Any, Literal, Self
 
 from aiohttp import web
+
+from forkpoint.bridge.upstream import cut, error_json
 
 Block = dict[str, Any]
 StepMode = Literal["conversation", "counter"]
@@ -45,6 +48,66 @@ def custom_tool_call(name: str, input: str, id: str | None = None) -> Block:
     return block
 
 
+DROPS = ("before_first_byte", "after_first_byte")
+Drop = Literal["before_first_byte", "after_first_byte"]
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One scripted failure of one request: an error ``status`` (with ``headers``, e.g. Retry-After), or ``drop``
+    the connection before the first byte of the answer or after it (the answer's first piece was sent)."""
+
+    status: int | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    drop: Drop | None = None
+
+    def __post_init__(self) -> None:
+        if (self.status is None) == (self.drop is None):
+            raise ValueError("a scripted fault has exactly one of status and drop")
+        if self.drop is not None and (self.drop not in DROPS or self.headers):
+            raise ValueError(f"a scripted drop is one of {', '.join(DROPS)} (without headers), not {self.drop!r}")
+        if self.status is not None and not 400 <= self.status <= 599:
+            raise ValueError(f"a scripted fault status is 4xx or 5xx, not {self.status}")
+
+    @classmethod
+    def of(cls, value: Fault | dict[str, Any]) -> Fault:
+        """From script.json: ``{"status": 429, "headers": {"Retry-After": "0"}}`` or ``{"drop": "..."}``."""
+        if isinstance(value, Fault):
+            return value
+        unknown = set(value) - {"status", "headers", "drop"}
+        if unknown:
+            raise ValueError(f"unknown scripted fault keys: {', '.join(sorted(unknown))}")
+        headers = value.get("headers") or {}
+        return cls(value.get("status"), tuple((str(k), str(v)) for k, v in headers.items()), value.get("drop"))
+
+    @property
+    def label(self) -> str:
+        return f"status {self.status}" if self.status is not None else f"drop {self.drop}"
+
+    async def answer(self, request: web.Request, pieces: Sequence[bytes], content_type: str) -> web.StreamResponse:
+        """Fail ``request`` as scripted; ``pieces`` is the real answer (its first piece is what a drop after the
+        first byte sends before the connection is closed)."""
+        if self.status is not None:
+            kind = {429: "rate_limit_error", 503: "overloaded_error", 529: "overloaded_error"}.get(self.status,
+                                                                                                  "api_error")
+            return web.json_response(error_json(kind, f"ScriptedModel: scripted HTTP {self.status}"),
+                                     status=self.status, headers=dict(self.headers))
+        response = web.StreamResponse(status=200, headers={"Content-Type": content_type})
+        if self.drop == "after_first_byte":
+            await response.prepare(request)
+            await response.write(pieces[0] if pieces and pieces[0] else b" ")
+        cut(request)
+        return response
+
+    async def answer_json(self, request: web.Request, whole: dict[str, Any]) -> web.StreamResponse:
+        """Fail a non-streamed request: a drop after the first byte sends half of the ``whole`` JSON answer."""
+        body = json.dumps(whole).encode()
+        middle = max(1, len(body) // 2)
+        return await self.answer(request, [body[:middle], body[middle:]], "application/json")
+
+
+
+
 @dataclass(frozen=True)
 class Turn:
     """One assistant response. ``stop_reason`` defaults to tool_use when it has tool calls, else end_turn."""
@@ -53,6 +116,8 @@ class Turn:
     stop_reason: str | None = None
     #: answer with headers and then nothing, forever (an upstream that goes silent; Chat Completions only)
     stall: bool = False
+    #: the first requests this turn answers fail like this, one fault per request, in order; then it answers
+    faults: tuple[Fault, ...] = ()
 
     @property
     def effective_stop_reason(self) -> str:
@@ -65,7 +130,8 @@ class Turn:
         if isinstance(value, Turn):
             return value
         if isinstance(value, dict):
-            return cls(tuple(value["content"]), value.get("stop_reason"), bool(value.get("stall", False)))
+            return cls(tuple(value["content"]), value.get("stop_reason"), bool(value.get("stall", False)),
+                       tuple(Fault.of(fault) for fault in value.get("faults", ())))
         return cls(tuple(value))
 
 
@@ -102,6 +168,8 @@ class ScriptCore:
     _scripts: dict[str, list[Turn]] = field(init=False, repr=False)
     _chosen: list[Turn] = field(init=False, repr=False)
     _main_count: int = field(default=0, init=False, repr=False)
+    #: id of a turn -> how many of its faults were served
+    _faulted: dict[int, int] = field(default_factory=dict, init=False, repr=False)
     _runner: web.AppRunner | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -136,6 +204,19 @@ class ScriptCore:
         if step < len(script):
             return script[step]
         return script[-1] if self.loop_last and script else None
+
+    def fault_for(self, kind: str, step: int | None, entry: dict[str, Any]) -> Fault | None:
+        """The scripted fault this main request gets (the turn's next unserved one, noted in its log ``entry``),
+        else None; call it once per request, right after ``_select`` (helper requests never fail)."""
+        turn = None if kind != "main" or step is None else self.turn_at(step)
+        if turn is None or not turn.faults:
+            return None
+        served = self._faulted.get(id(turn), 0)
+        if served >= len(turn.faults):
+            return None
+        self._faulted[id(turn)] = served + 1
+        entry["fault"] = turn.faults[served].label
+        return turn.faults[served]
 
     def _log(self, entry: dict[str, Any]) -> None:
         self.requests.append(entry)

@@ -8,7 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from forkpoint.bridge.protocols.anthropic import encode, message_events
-from forkpoint.bridge.upstream import stream_events
+from forkpoint.bridge.upstream import SSE_HEADERS, stream_events
 from forkpoint.testing.script import Block, ScriptCore, stable_id, text
 
 
@@ -44,6 +44,7 @@ class AnthropicAnswers(ScriptCore):
         body = entry["body"] if isinstance(entry["body"], dict) else {}
         kind, step = self.select(body)
         msg_id, blocks, stop_reason = self.respond(kind, step)
+        fault = self.fault_for(kind, step, entry)
         entry.update(kind=kind, step=step, stop_reason=stop_reason)
         self._log(entry)
         usage_in = {"input_tokens": 100, "output_tokens": 1, "cache_creation_input_tokens": 0,
@@ -54,8 +55,13 @@ class AnthropicAnswers(ScriptCore):
         if not body.get("stream"):
             message.update(content=blocks, stop_reason=stop_reason,
                            usage={**usage_in, "output_tokens": output_tokens})
+            if fault is not None:
+                return await fault.answer_json(request, message)
             return web.json_response(message)
-        return await stream_events(request, encode(message_events(message, blocks, stop_reason, output_tokens)))
+        events = encode(message_events(message, blocks, stop_reason, output_tokens))
+        if fault is not None:
+            return await fault.answer(request, events, SSE_HEADERS["Content-Type"])
+        return await stream_events(request, events)
 
     async def _count_tokens(self, request: web.Request) -> web.Response:
         entry = await self._record(request)

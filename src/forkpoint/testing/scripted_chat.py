@@ -36,11 +36,19 @@ class ChatAnswers(AnthropicAnswers):
         body = entry["body"] if isinstance(entry["body"], dict) else {}
         kind, step = self.select(body)
         completion_id, message, finish, stall = self.respond_chat(kind, step)
+        fault = self.fault_for(kind, step, entry)
         entry.update(api="chat", kind=kind, step=step, finish_reason=finish, stall=stall)
         self._log(entry)
         model = body.get("model", self.model)
         if not body.get("stream") and not stall:
-            return web.json_response(chat_completion(completion_id, model, message, finish))
+            whole = chat_completion(completion_id, model, message, finish)
+            if fault is not None:
+                return await fault.answer_json(request, whole)
+            return web.json_response(whole)
+        if fault is not None:
+            pieces = [sse_data(chunk) for chunk in chat_chunks(completion_id, model, message, finish,
+                                                               wants_usage(body))]
+            return await fault.answer(request, pieces, SSE_HEADERS["Content-Type"])
         response = web.StreamResponse(headers=SSE_HEADERS)
         await response.prepare(request)
         if stall:

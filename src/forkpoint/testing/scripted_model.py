@@ -29,6 +29,22 @@ JSON of ``input``, ``call_id`` = the block's ``id`` or a seeded ``call_…``); `
 ``custom_tool_call``; ``function_call`` (``arguments`` as a raw string, e.g. deliberately invalid JSON) is
 passed through; ``thinking`` -> a ``reasoning`` item (summary text, ``encrypted_content`` = signature).
 
+Scripted faults (every protocol; for the bridge's upstream retries): a turn's ``faults`` list fails the first
+main requests that turn answers, one fault per request in order, then the turn answers normally (a retried request
+is answered by the same turn, so ``[429, 503]`` means "third time lucky"). Helper requests never fail. In
+script.json::
+
+    {"turns": [{"content": [...], "faults": [
+        {"status": 429, "headers": {"Retry-After": "0"}},  # an error answer (4xx/5xx) with these headers
+        {"status": 503},
+        {"drop": "before_first_byte"},                       # the connection closed before any answer byte
+        {"drop": "after_first_byte"}                         # the answer's first event (or half a JSON answer)
+    ]}]}                                                     # sent, then the connection closed
+
+``status`` and ``drop`` exclude each other; ``headers`` goes with ``status``. The request log notes each served
+fault (``"fault": "status 429"``, ``"fault": "drop after_first_byte"``). In Python: ``Turn(content,
+faults=(Fault(429, (("Retry-After", "0"),)), Fault(drop="before_first_byte")))``.
+
     with ScriptedModel([[text("hi"), tool_use("Bash", {"command": "ls"})], [text("ok")]]).serve() as url:
         ...  # ANTHROPIC_BASE_URL=url, or Codex base_url = url + "/v1"
 """
@@ -48,6 +64,7 @@ from aiohttp import web
 
 from forkpoint.testing.script import (
     Block,
+    Fault,
     StepMode,
     Turn,
     custom_tool_call,
@@ -59,8 +76,8 @@ from forkpoint.testing.script import (
 from forkpoint.testing.scripted_chat import ChatAnswers
 from forkpoint.testing.scripted_responses import ResponsesAnswers
 
-__all__ = ["Block", "ScriptedModel", "StepMode", "Turn", "custom_tool_call", "main", "stable_id", "text", "thinking",
-           "tool_use"]
+__all__ = ["Block", "Fault", "ScriptedModel", "StepMode", "Turn", "custom_tool_call", "main", "stable_id", "text",
+           "thinking", "tool_use"]
 
 
 @dataclass

@@ -8,7 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from forkpoint.bridge.protocols.openai_responses import CREATED, encode, message_item, response_events
-from forkpoint.bridge.upstream import stream_events
+from forkpoint.bridge.upstream import SSE_HEADERS, stream_events
 from forkpoint.testing.script import Block, ScriptCore, stable_id
 
 
@@ -69,8 +69,8 @@ class ResponsesAnswers(ScriptCore):
         body = entry["body"] if isinstance(entry["body"], dict) else {}
         kind, step = self.select_responses(body)
         response_id, items = self.respond_responses(kind, step)
-        entry.update(api="responses", kind=kind, step=step,
-                     output_types=[item["type"] for item in items])
+        fault = self.fault_for(kind, step, entry)
+        entry.update(api="responses", kind=kind, step=step, output_types=[item["type"] for item in items])
         self._log(entry)
         output_tokens = 10 + sum(len(json.dumps(item)) // 4 for item in items)
         usage = {"input_tokens": 100, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": output_tokens,
@@ -78,5 +78,11 @@ class ResponsesAnswers(ScriptCore):
         envelope = {"id": response_id, "object": "response", "created_at": CREATED, "status": "in_progress",
                     "model": body.get("model", self.model), "output": [], "usage": None}
         if not body.get("stream"):
-            return web.json_response({**envelope, "status": "completed", "output": items, "usage": usage})
-        return await stream_events(request, encode(response_events(envelope, items, usage)))
+            whole = {**envelope, "status": "completed", "output": items, "usage": usage}
+            if fault is not None:
+                return await fault.answer_json(request, whole)
+            return web.json_response(whole)
+        events = encode(response_events(envelope, items, usage))
+        if fault is not None:
+            return await fault.answer(request, events, SSE_HEADERS["Content-Type"])
+        return await stream_events(request, events)

@@ -18,7 +18,10 @@ from forkpoint.bridge.protocols.anthropic import AnthropicStubUpstream
 from forkpoint.bridge.protocols.translating import TranslatingChatUpstream
 from forkpoint.bridge.server import Bridge
 from forkpoint.bridge.translate.pipeline import AgentProtocol
-from forkpoint.testing import ScriptedModel, text, tool_use
+from forkpoint.bridge.translate.retry import RetryPolicy
+from forkpoint.errors import ErrorKind
+from forkpoint.testing import ScriptedModel, Turn, text, tool_use
+from forkpoint.testing.scripted_model import Fault
 
 KEY = "sk-translating-key-0004"
 ANTHROPIC_BODY: dict[str, Any] = {
@@ -126,3 +129,52 @@ def test_a_non_streamed_request_and_an_upstream_error_are_in_the_agents_protocol
         status, answer = post(bridge.base_url, "/v1/messages", ANTHROPIC_BODY)
         bridge.finish()
     assert status == 502 and json.loads(answer)["type"] == "error" and KEY not in answer
+
+
+FAST = RetryPolicy(retries=3, base_delay_s=0.01, max_delay_s=0.05)
+
+
+@pytest.mark.parametrize(("path", "body", "agent"), [("/v1/messages", ANTHROPIC_BODY, "anthropic"),
+                                                     ("/v1/responses", RESPONSES_BODY, "openai-responses")])
+def test_chat_server_failures_before_the_first_byte_are_retried_before_translating(
+        path: str, body: dict[str, Any], agent: AgentProtocol) -> None:
+    faults = (Fault(429, (("retry-after-ms", "5"),)), Fault(503), Fault(drop="before_first_byte"))
+    model = ScriptedModel([Turn((text("after retries"),), faults=faults)])
+    upstream = make_upstream("anthropic-messages" if agent == "anthropic" else "openai-responses", "openai-chat",
+                             None, KEY, retry=FAST)
+    assert isinstance(upstream, TranslatingChatUpstream) and upstream.retry == FAST
+    with model.serve() as url, Bridge(PassGate(), TranslatingChatUpstream(agent, url, KEY, retry=FAST)) as bridge:
+        status, answer = post(bridge.base_url, path, body)
+        summary = bridge.finish()
+        [record] = bridge.records
+    assert status == 200 and "after retries" in answer and summary.error() is None
+    assert [entry.get("fault") for entry in model.requests] == [fault.label for fault in faults] + [None]
+    attempts = record.facts["upstream_attempts"]
+    assert [(a.get("status"), a.get("error"), a.get("retry")) for a in attempts] == [
+        (429, None, True), (503, None, True), (None, "ServerDisconnectedError", True), (200, None, None)]
+    assert attempts[0]["wait_s"] == 0.005 and attempts[0]["reason"].endswith("after Retry-After 0.005s")
+    assert record.facts["translated"] == f"{agent} -> openai-chat" and record.usage is not None
+
+
+def test_spent_retries_give_the_agent_the_chat_servers_error_in_its_own_protocol() -> None:
+    model = ScriptedModel([Turn((text("never"),), faults=(Fault(503), Fault(429, (("Retry-After", "0"),))))])
+    once = RetryPolicy(retries=1, base_delay_s=0.01)
+    with model.serve() as url, Bridge(PassGate(), TranslatingChatUpstream("anthropic", url, KEY, retry=once)) as bridge:
+        status, answer = post(bridge.base_url, "/v1/messages", ANTHROPIC_BODY)
+        [record] = bridge.records
+    error = json.loads(answer)
+    assert status == 429 and error["error"]["type"] == "rate_limit_error" and "scripted HTTP 429" in answer
+    assert [(a["status"], a["retry"]) for a in record.facts["upstream_attempts"]] == [(503, True), (429, False)]
+    assert len(model.requests) == 2
+
+
+def test_a_chat_stream_that_breaks_after_the_first_byte_is_cut_for_the_agent_and_not_retried() -> None:
+    model = ScriptedModel([Turn((text("a long answer " * 20),), faults=(Fault(drop="after_first_byte"),))])
+    with model.serve() as url, Bridge(PassGate(), TranslatingChatUpstream("anthropic", url + "/v1", KEY,
+                                                                            retry=FAST)) as bridge:
+        with pytest.raises(http.client.IncompleteRead):
+            post(bridge.base_url, "/v1/messages", ANTHROPIC_BODY)
+        summary = bridge.finish()
+    assert len(model.requests) == 1 and summary.upstream_broken is not None
+    error = summary.error()
+    assert error is not None and error.kind is ErrorKind.MODEL_CONNECTION and error.kind.retryable

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from forkpoint.bridge.upstream import Upstream
+from forkpoint.bridge.translate.retry import RetryPolicy
+from forkpoint.bridge.upstream import NO_RETRIES, Upstream
 from forkpoint.errors import ErrorKind, ReplayError
 
 if TYPE_CHECKING:  # the translators load only for a translating run
@@ -23,33 +24,35 @@ if TYPE_CHECKING:  # the translators load only for a translating run
 STUB = "stub"
 
 
-def _anthropic(url: str | None, key: str | None) -> Upstream:
+def _anthropic(url: str | None, key: str | None, retry: RetryPolicy) -> Upstream:
     from forkpoint.bridge.protocols import anthropic
 
-    return anthropic.AnthropicStubUpstream() if key is None else anthropic.AnthropicUpstream(url or "", key)
+    return anthropic.AnthropicStubUpstream() if key is None else anthropic.AnthropicUpstream(url or "", key,
+                                                                                             retry=retry)
 
 
-def _responses(url: str | None, key: str | None) -> Upstream:
+def _responses(url: str | None, key: str | None, retry: RetryPolicy) -> Upstream:
     from forkpoint.bridge.protocols import openai_responses
 
     if key is None:
         return openai_responses.ResponsesStubUpstream()
-    return openai_responses.OpenAIResponsesUpstream(url or "", key)
+    return openai_responses.OpenAIResponsesUpstream(url or "", key, retry=retry)
 
 
-def _chat(url: str | None, key: str | None) -> Upstream:
+def _chat(url: str | None, key: str | None, retry: RetryPolicy) -> Upstream:
     from forkpoint.bridge.protocols import openai_chat
 
-    return openai_chat.ChatStubUpstream() if key is None else openai_chat.OpenAIChatUpstream(url or "", key)
+    return openai_chat.ChatStubUpstream() if key is None else openai_chat.OpenAIChatUpstream(url or "", key,
+                                                                                             retry=retry)
 
 
 @dataclass(frozen=True)
 class UpstreamKind:
-    """One ``--upstream`` choice: the wire protocol it speaks; ``build(url, key)`` is the pass-through,
-    ``build(None, None)`` the stub of that protocol."""
+    """One ``--upstream`` choice: the wire protocol it speaks; ``build(url, key, retry)`` is the pass-through,
+    ``build(None, None, retry)`` the stub of that protocol (a stub never fails: nothing to retry)."""
 
     protocol: str
-    build: Callable[[str | None, str | None], Upstream]
+    build: Callable[[str | None, str | None, RetryPolicy], Upstream]
     default_url: str
     key_env: str
 
@@ -62,34 +65,38 @@ UPSTREAMS: dict[str, UpstreamKind] = {
 }
 
 
-def _translating(agent: AgentProtocol) -> Callable[[str | None, str | None, SamplingPins | None], Upstream]:
-    def build(url: str | None, key: str | None, pins: SamplingPins | None) -> Upstream:
+TranslatingBuild = Callable[[str | None, str | None, "SamplingPins | None", RetryPolicy], Upstream]
+
+
+def _translating(agent: AgentProtocol) -> TranslatingBuild:
+    def build(url: str | None, key: str | None, pins: SamplingPins | None, retry: RetryPolicy) -> Upstream:
         from forkpoint.bridge.protocols.translating import TranslatingChatUpstream
 
-        return TranslatingChatUpstream(agent, url or "", key or "", pins)
+        return TranslatingChatUpstream(agent, url or "", key or "", pins, retry)
 
     return build
 
 
 #: (agent protocol, ``--upstream`` name) -> a translating upstream (the agent's protocol to the upstream's)
-TRANSLATING: dict[tuple[str, str], Callable[[str | None, str | None, SamplingPins | None], Upstream]] = {
+TRANSLATING: dict[tuple[str, str], TranslatingBuild] = {
     ("anthropic-messages", "openai-chat"): _translating("anthropic"),
     ("openai-responses", "openai-chat"): _translating("openai-responses"),
 }
 
 
 def make_upstream(protocol: str, upstream_name: str, url: str | None, key: str | None,
-                  pins: SamplingPins | None = None) -> Upstream:
+                  pins: SamplingPins | None = None, retry: RetryPolicy = NO_RETRIES) -> Upstream:
     """The upstream for an agent speaking ``protocol`` when the run asked for ``upstream_name`` (``stub``: the stub
     of the agent's own protocol); a missing key or an unsupported pair is a configuration error. ``pins``: the
     model and sampling pins a translating upstream applies to the body it translated (a pass-through upstream gets
-    them from the bridge's post-validation hook instead)."""
+    them from the bridge's post-validation hook instead). ``retry``: how failures before the first byte reached the
+    agent are retried (``--upstream-retries``; without it the upstream calls once)."""
     native = next((kind for kind in UPSTREAMS.values() if kind.protocol == protocol), None)
     if native is None:
         known = ", ".join(sorted({kind.protocol for kind in UPSTREAMS.values()}))
         raise ReplayError(ErrorKind.CONFIGURATION, f"no bridge protocol {protocol!r} (known: {known})")
     if upstream_name == STUB:
-        return native.build(None, None)
+        return native.build(None, None, retry)
     kind = UPSTREAMS.get(upstream_name)
     if kind is None:
         raise ReplayError(ErrorKind.CONFIGURATION, f"unknown upstream {upstream_name!r} (known: "
@@ -103,5 +110,5 @@ def make_upstream(protocol: str, upstream_name: str, url: str | None, key: str |
         raise ReplayError(ErrorKind.CONFIGURATION, f"the {upstream_name} upstream needs {kind.key_env} in "
                                                    "forkpoint's environment (or use --upstream stub)")
     if translating is not None:
-        return translating(url or kind.default_url, key, pins)
-    return kind.build(url or kind.default_url, key)
+        return translating(url or kind.default_url, key, pins, retry)
+    return kind.build(url or kind.default_url, key, retry)

@@ -5,6 +5,7 @@ The I/O shell around ``bridge.translate.pipeline``: the validated agent body is 
 cannot carry without silent loss is refused before anything leaves the bridge), POSTed to ``<url>/chat/completions``
 with the bridge's key, and the Chat answer is translated back and written to the agent chunk by chunk as it
 arrives (never buffered whole). The losses of a translation (names, never content) join the request's record.
+Failures before the first byte reached the agent are retried like a pass-through's (``post_with_retries``).
 """
 
 from __future__ import annotations
@@ -20,8 +21,19 @@ from forkpoint.bridge.protocols.openai import openai_error_response
 from forkpoint.bridge.protocols.openai_chat import OpenAIChatUpstream
 from forkpoint.bridge.translate.common import TranslationError
 from forkpoint.bridge.translate.pipeline import AgentProtocol, AnswerStream, Prepared, prepare, whole_answer
+from forkpoint.bridge.translate.retry import RetryPolicy
 from forkpoint.bridge.translate.sampling import SamplingPins
-from forkpoint.bridge.upstream import SSE_HEADERS, Sent, UpstreamRefusal, error_response
+from forkpoint.bridge.upstream import (
+    NO_RETRIES,
+    SSE_HEADERS,
+    Sent,
+    UpstreamRefusal,
+    cut,
+    error_response,
+    next_chunk,
+    post_with_retries,
+    write_to_agent,
+)
 from forkpoint.model import JsonObject
 
 #: the most of a non-streamed completion or an upstream error body the bridge reads
@@ -37,8 +49,8 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
     id_prefix: ClassVar[dict[str, str]] = {"anthropic": "msg_forkpoint_", "openai-responses": "resp_forkpoint_"}
 
     def __init__(self, agent: AgentProtocol, base_url: str, api_key: str, pins: SamplingPins | None = None,
-                 **timeouts: float) -> None:
-        super().__init__(base_url, api_key, **timeouts)
+                 retry: RetryPolicy = NO_RETRIES, **timeouts: float) -> None:
+        super().__init__(base_url, api_key, retry=retry, **timeouts)
         self.agent = agent
         #: --model and the sampling pins go on the TRANSLATED body (the Chat server's fields)
         self.pins = pins or SamplingPins()
@@ -71,13 +83,13 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
         facts: JsonObject = {"translated": f"{self.agent} -> openai-chat", "losses": sorted(set(prepared.losses))}
         if prepared.changes:
             facts["pins"] = [change.as_json() for change in prepared.changes]
-        try:
-            upstream = await self._session.post(self.url, data=orjson.dumps(prepared.body),
-                                                headers=self.headers_for(request), allow_redirects=False)
-        except (aiohttp.ClientError, TimeoutError, OSError) as error:
-            message = f"forkpoint bridge: upstream connection failed: {type(error).__name__}: {error}"
+        attempted = await post_with_retries(self._session, self.url, orjson.dumps(prepared.body),
+                                            self.headers_for(request), self.retry)
+        facts = attempted.facts(facts) or facts
+        if attempted.response is None:
+            message = attempted.error or "forkpoint bridge: upstream connection failed"
             return self.error(502, message), Sent(502, False, message, facts=facts)
-        async with upstream:
+        async with attempted.response as upstream:
             if upstream.status != 200:
                 return await self._failed(upstream, facts)
             if prepared.stream:
@@ -117,21 +129,21 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
         answer = AnswerStream(prepared, answer_id=self.answer_id())
         response = web.StreamResponse(status=200, headers=SSE_HEADERS)
         await response.prepare(request)
-        broken: str | None = None
-        try:
-            async for chunk in upstream.content.iter_any():
-                out = answer.feed(chunk)
-                if out:
-                    await response.write(out)
-                if answer.done:
-                    break
-        except (aiohttp.ClientError, TimeoutError, OSError) as error:
-            broken = f"upstream stream broke: {type(error).__name__}: {error}"
-        tail = answer.close() if broken is None else b""
+        broken = gone = None
+        while not answer.done:
+            chunk, broken = await next_chunk(upstream)
+            if broken is not None or not chunk:
+                break
+            out = answer.feed(chunk)
+            if out and (gone := await write_to_agent(response, out)) is not None:
+                break
+        tail = answer.close() if broken is None and gone is None else b""
         if tail:
             await response.write(tail)
         facts["losses"] = sorted({*facts["losses"], *answer.losses})
-        sent = Sent(200, True, broken or answer.error, answer.usage.as_json(), facts)
-        if broken is None:
+        sent = Sent(200, True, broken or gone or answer.error, answer.usage.as_json(), facts, broken is not None)
+        if broken is not None:
+            cut(request)  # the agent sees the break, not a cleanly ended half answer
+        elif gone is None:
             await response.write_eof()
         return response, sent
