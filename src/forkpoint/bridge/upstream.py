@@ -18,6 +18,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from forkpoint.bridge.usage_tap import UsageTap
 from forkpoint.model import JsonObject
 
 HOP_BY_HOP = frozenset({
@@ -141,18 +142,20 @@ async def relay(
     # A key under 8 characters ("x", "EMPTY": what local OpenAI-compatible servers are given) is no secret to
     # hide, and replacing it would corrupt the stream wherever those letters occur.
     redactor = Redactor(secret) if secret and len(secret) >= MIN_REDACTED_SECRET else None
+    tap = UsageTap()  # what the answer reports it used, read as it passes (bridge.usage_tap)
     try:
         async for chunk in upstream.content.iter_any():
+            tap.feed(chunk)
             out = redactor.feed(chunk) if redactor is not None else chunk
             if out:
                 await response.write(out)
     except (aiohttp.ClientError, TimeoutError, OSError) as error:
         message = f"upstream stream broke: {type(error).__name__}: {error}"
-        return response, Sent(upstream.status, True, message)
+        return response, Sent(upstream.status, True, message, tap.reported())
     if redactor is not None and redactor.pending:
         await response.write(redactor.flush())
     await response.write_eof()
-    return response, Sent(upstream.status, True)
+    return response, Sent(upstream.status, True, usage=tap.reported())
 
 
 class HttpUpstream:

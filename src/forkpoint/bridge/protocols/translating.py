@@ -22,6 +22,7 @@ from forkpoint.bridge.translate.common import TranslationError
 from forkpoint.bridge.translate.pipeline import AgentProtocol, AnswerStream, Prepared, prepare, whole_answer
 from forkpoint.bridge.translate.sampling import SamplingPins
 from forkpoint.bridge.upstream import SSE_HEADERS, Sent, UpstreamRefusal, error_response
+from forkpoint.bridge.usage_tap import usage_of
 from forkpoint.model import JsonObject
 
 #: the most of a non-streamed completion or an upstream error body the bridge reads
@@ -109,7 +110,7 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
             message = f"the model server's answer could not be translated: {error}"
             return self.error(502, message), Sent(502, True, message, facts=facts)
         facts["losses"] = sorted({*facts["losses"], *losses})
-        return web.json_response(answer), Sent(200, True, facts=facts)
+        return web.json_response(answer), Sent(200, True, usage=usage_of(raw), facts=facts)
 
     async def _stream(self, request: web.Request, upstream: aiohttp.ClientResponse, prepared: Prepared,
                       facts: JsonObject) -> tuple[web.StreamResponse, Sent]:
