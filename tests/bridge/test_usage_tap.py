@@ -1,6 +1,6 @@
 """usage_tap.py: the usage a pass-through answer reports, read from its bytes in any split (no recorded upstream
 answers exist in tests/fixtures: the streams here are the protocols' documented shapes and the bytes forkpoint's
-own encoders, shared with ScriptedModel, put on the wire); accounting.py: the totals and their texts."""
+own encoders, shared with ScriptedModel, put on the wire)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forkpoint.bridge.accounting import UsageLedger, calls_text, combined, tokens_text
 from forkpoint.bridge.protocols import anthropic, openai_chat, openai_responses
 from forkpoint.bridge.translate.usage import Usage
 from forkpoint.bridge.usage_tap import MAX_USAGE_BYTES, UsageTap, normalise, usage_of
@@ -150,21 +149,3 @@ def test_normalise_recognises_the_protocol_by_its_keys() -> None:
     assert normalise({"input_tokens": 10, "input_tokens_details": {"cached_tokens": 4}}) == Usage(10, 0, 4)
     assert normalise({"input_tokens": 6, "cache_read_input_tokens": 4}) == Usage(10, 0, 4)
     assert normalise({"input_tokens": 6, "output_tokens": 1}) == Usage(6, 1)
-
-
-def test_ledger_totals_medians_and_texts() -> None:
-    ledger = UsageLedger()
-    ledger.add(Usage(100, 20, 60).as_json(), 5.0, 50.0)
-    ledger.add(None, None, 10.0)  # an upstream that reports nothing: a call, no tokens, no first byte
-    ledger.add(Usage(100, 30).as_json(), 15.0, 30.0)
-    document = ledger.to_json()
-    assert document == {"calls": 3, "calls_with_usage": 2, "input_tokens": 200, "output_tokens": 50,
-                        "cached_tokens": 60, "reasoning_tokens": 0, "upstream_ms_total": 90.0,
-                        "upstream_ms_p50": 30.0, "ttfb_ms_p50": 10.0, "ttfb_ms_max": 15.0}
-    assert tokens_text(document) == "200 in (60 cached) / 50 out"
-    assert calls_text(document) == ", 3 model calls, 200 in (60 cached) / 50 out tokens"
-    assert calls_text(UsageLedger().to_json()) == "" and tokens_text(None) == ""
-    assert combined([document, None, {**document, "ttfb_ms_max": 40.0}]) == {
-        "calls": 6, "calls_with_usage": 4, "input_tokens": 400, "output_tokens": 100, "cached_tokens": 120,
-        "reasoning_tokens": 0, "upstream_ms_total": 180.0, "ttfb_ms_max": 40.0}
-    assert combined([None]) is None

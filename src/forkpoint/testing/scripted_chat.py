@@ -11,7 +11,14 @@ from typing import Any
 
 from aiohttp import web
 
-from forkpoint.bridge.protocols.openai_chat import chat_chunks, chat_completion, chat_message, sse_data, wants_usage
+from forkpoint.bridge.protocols.openai_chat import (
+    chat_chunks,
+    chat_completion,
+    chat_message,
+    sse_data,
+    usage_for,
+    wants_usage,
+)
 from forkpoint.bridge.upstream import SSE_HEADERS
 from forkpoint.testing.script import stable_id, text
 from forkpoint.testing.scripted_anthropic import AnthropicAnswers
@@ -36,7 +43,9 @@ class ChatAnswers(AnthropicAnswers):
         body = entry["body"] if isinstance(entry["body"], dict) else {}
         kind, step = self.select(body)
         completion_id, message, finish, stall = self.respond_chat(kind, step)
-        entry.update(api="chat", kind=kind, step=step, finish_reason=finish, stall=stall)
+        reported = not stall and (not body.get("stream") or wants_usage(body))
+        entry.update(api="chat", kind=kind, step=step, finish_reason=finish, stall=stall,
+                     usage=usage_for(message) if reported else None)
         self._log(entry)
         model = body.get("model", self.model)
         if not body.get("stream") and not stall:
