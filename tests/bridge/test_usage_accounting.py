@@ -16,6 +16,7 @@ from forkpoint.bridge.gate import Gate, Verdict
 from forkpoint.bridge.protocols.anthropic import AnthropicUpstream
 from forkpoint.bridge.protocols.openai_chat import OpenAIChatUpstream
 from forkpoint.bridge.protocols.openai_responses import OpenAIResponsesUpstream
+from forkpoint.bridge.protocols.translating import TranslatingChatUpstream
 from forkpoint.bridge.server import Bridge
 from forkpoint.bridge.upstream import HttpUpstream
 from forkpoint.testing import ScriptedModel, text, tool_use
@@ -114,3 +115,30 @@ def test_an_unreachable_upstream_is_a_call_without_usage_or_first_byte() -> None
     record = bridge.records[0]
     assert reply.status == 502 and record.usage is None and record.ttfb_ms is None and record.upstream_ms is not None
     assert summary.model_usage["calls"] == 1 and summary.model_usage["ttfb_ms_p50"] is None
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_translated_call_records_the_chat_servers_usage(stream: bool) -> None:
+    model = ScriptedModel([[tool_use("Bash", {"command": "ls"})]])
+    with model.serve() as url, Bridge(AcceptingGate(),
+                                      TranslatingChatUpstream("anthropic", url + "/v1", KEY)) as bridge:
+        reply = request(bridge.base_url + ROUTES["anthropic"],
+                        body={**body_for("anthropic", stream), "max_tokens": 9}, headers=HEADERS)
+        summary = bridge.finish()
+    assert reply.status == 200
+    assert summary.model_usage == {**summary.model_usage, **model.reported_usage()}
+    assert (summary.model_usage["calls_with_usage"], summary.model_usage["input_tokens"]) == (1, 100)
+
+
+def test_a_chat_server_ignoring_include_usage_gives_a_translated_call_without_usage() -> None:
+    chunks = [b'data: {"id":"c","choices":[{"index":0,"delta":{"role":"assistant","content":"hi"},'
+              b'"finish_reason":null}]}\n\n',
+              b'data: {"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n']
+    upstream = RecordingUpstream(chunks=chunks)
+    with upstream.serve() as url, Bridge(AcceptingGate(), TranslatingChatUpstream("anthropic", url + "/v1",
+                                                                                  KEY)) as bridge:
+        reply = request(bridge.base_url + ROUTES["anthropic"], body=body_for("anthropic", True), headers=HEADERS)
+        summary = bridge.finish()
+    assert reply.status == 200 and b"message_stop" in reply.body
+    assert bridge.records[0].usage is None
+    assert (summary.model_usage["calls"], summary.model_usage["calls_with_usage"]) == (1, 0)

@@ -21,6 +21,7 @@ from forkpoint.bridge.protocols.openai_chat import OpenAIChatUpstream
 from forkpoint.bridge.translate.common import TranslationError
 from forkpoint.bridge.translate.pipeline import AgentProtocol, AnswerStream, Prepared, prepare, whole_answer
 from forkpoint.bridge.translate.sampling import SamplingPins
+from forkpoint.bridge.translate.usage import Usage
 from forkpoint.bridge.upstream import SSE_HEADERS, Sent, UpstreamRefusal, error_response
 from forkpoint.bridge.usage_tap import usage_of
 from forkpoint.model import JsonObject
@@ -132,7 +133,8 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
         if tail:
             await response.write(tail)
         facts["losses"] = sorted({*facts["losses"], *answer.losses})
-        sent = Sent(200, True, broken or answer.error, answer.usage.as_json(), facts)
+        reported = None if answer.usage == Usage() else answer.usage.as_json()  # a server ignoring include_usage
+        sent = Sent(200, True, broken or answer.error, reported, facts)
         if broken is None:
             await response.write_eof()
         return response, sent
