@@ -304,6 +304,7 @@ def _one_branch(setup: BranchSetup, index: int, prompt: str | None, variant: Bra
             "same_as_original": (action.get("metrics") or {}).get("same_tool_calls"),
             "files_changed": changed_files(setup.snapshot, workspace),
             "model_bridge": (continuation.metadata.get("model_bridge") if continuation else None),
+            "model_usage": (continuation.metadata.get("model_usage") if continuation else None),
             "continued_path": str(continuation.continued_path) if continuation else None,
         }
         write_json(out / "result.json", {"schema_version": BRANCH_RESULT_SCHEMA, "branch": index,
@@ -377,7 +378,10 @@ def pending(output_dir: Path) -> list[int]:
 
 
 def aggregate(document: dict[str, Any]) -> Continuation:
-    """The run-level continuation of a branched run: the worst agent status, steps summed, branches in metadata."""
+    """The run-level continuation of a branched run: the worst agent status, steps summed, branches in metadata,
+    the branches' ``model_usage`` summed."""
+    from forkpoint.bridge.accounting import combined
+
     rows = document["branches"]
     order = {"completed": 0, "max_steps": 1, "failed": 2}
     worst = max((row.get("agent_status", "failed") for row in rows), key=lambda s: order.get(s, 2), default="failed")
@@ -385,5 +389,6 @@ def aggregate(document: dict[str, Any]) -> Continuation:
         agent_status=worst, continued_steps=sum(int(row.get("continued_steps") or 0) for row in rows),
         continued_path=Path(document.get("state_dir", ".")) / "branches", next_action=None,
         metadata={"branches": {"count": len(rows), "agreement": document.get("agreement"),
-                               "statuses": dict(Counter(str(row.get("status")) for row in rows))}},
+                               "statuses": dict(Counter(str(row.get("status")) for row in rows))},
+                  "model_usage": combined(row.get("model_usage") for row in rows)},
     )

@@ -235,6 +235,7 @@ def continue_with(hooks: AgentHooks[S], plan: Plan, prefix: NativePrefix, contex
         raise failure
     collected = hooks.collect(job, state, ran, outcome, summary)
     metadata: dict[str, Any] = {"native_cli": hooks.native_cli, "model_bridge": summary.to_json(),
+                                "model_usage": summary.model_usage,
                                 **({} if ran.process is None else {"agent_exit_code": ran.exit_code}),
                                 "agent_log": str(ran.log), **pinning.metadata(), **outcome.metadata,
                                 **collected.metadata,

@@ -145,6 +145,13 @@ def test_pi_branches_one_after_another_in_the_local_workspace(tmp_path: Path, ke
         finals[index] = name
     assert rows[3]["files_changed"]["added"] == []
     assert sum(1 for e in read_events(state / "journal.jsonl") if e.get("event") == "tool_finished") == 1
+    # tokens per branch in branches.json, summed in the run's model_usage: together what ScriptedModel reported
+    usage = [rows[i]["model_usage"] for i in (1, 2, 3)]
+    assert all(u["calls"] == rows[i]["model_bridge"]["forwarded"] >= 1 for i, u in enumerate(usage, 1))
+    assert all(u["input_tokens"] == 100 * u["calls"] == 100 * u["calls_with_usage"] for u in usage)
+    reported = model.reported_usage()
+    assert {key: result.metadata["model_usage"][key] for key in reported} == reported
+    assert {key: sum(u[key] for u in usage) for key in reported} == reported
 
 
 def test_continue_adds_branches_without_rerunning_tools_and_refuses_a_tampered_snapshot(

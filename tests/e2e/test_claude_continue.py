@@ -76,6 +76,10 @@ def test_replay_and_continue_every_boundary(
     assert result.agent_status == "completed"
     bridge = result.metadata["model_bridge"]
     assert bridge["validated"] >= 1 and bridge["refused"] == 0 and bridge["forwarded"] == bridge["validated"]
+    reported = model.reported_usage()  # model_usage: the sums of what ScriptedModel's answers reported
+    assert {key: result.metadata["model_usage"][key] for key in reported} == reported
+    assert reported["calls"] == bridge["forwarded"] == reported["calls_with_usage"]
+    assert reported["input_tokens"] == 100 * reported["calls"]
     out = Path(result.output_dir or "")
     observations = json.loads((out / "observations.json").read_text())["observations"]
     assert observations and all(row["exact"] or row["stale_reused"] for row in observations), observations

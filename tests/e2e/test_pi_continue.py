@@ -104,6 +104,11 @@ def test_continue_at_every_boundary(scenario: str, name: str, after: int, tmp_pa
     with model.serve() as url:
         result = run(fixture, tmp_path, after, name, upstream="openai-chat", upstream_url=f"{url}/v1")
     out = _check_verified(result)
+    bridge = result.metadata["model_bridge"]
+    reported = model.reported_usage()  # model_usage: the sums of what ScriptedModel's answers reported
+    assert {key: result.metadata["model_usage"][key] for key in reported} == reported
+    assert reported["calls"] == bridge["forwarded"] == reported["calls_with_usage"]  # Pi asks for include_usage
+    assert reported["input_tokens"] == 100 * reported["calls"]
     assert result.metadata["pi_resume_transport"]["method"] == "agent.continue"
     main = [entry for entry in model.requests if entry.get("kind") == "main"]
     # continue(): the first request is byte-for-byte the request Pi sent after batch N while recording

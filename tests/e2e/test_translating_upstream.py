@@ -68,6 +68,9 @@ def test_the_real_agent_continues_through_a_chat_completions_model(
     assert (result.phase, result.agent_status) == ("continued", "completed")
     bridge = result.metadata["model_bridge"]
     assert bridge["validated"] >= 1 and bridge["refused"] == 0 and bridge["forwarded"] == bridge["validated"]
+    reported = model.reported_usage()  # model_usage: the sums of what ScriptedModel's answers reported
+    assert {key: result.metadata["model_usage"][key] for key in reported} == reported
+    assert reported["calls"] == bridge["forwarded"] == reported["calls_with_usage"]
     chat = [entry for entry in model.requests if entry.get("path", "").endswith("/chat/completions")
             and entry.get("kind") == "main"] or [entry for entry in model.requests
                                                  if "messages" in entry.get("body", {})]

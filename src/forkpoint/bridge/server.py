@@ -11,7 +11,8 @@
 * ``POST .../messages/count_tokens`` is answered locally; ``HEAD``/``GET`` anything answers 200 (some agents send
   a ``HEAD`` connectivity check first).
 * The verdict log (in memory, optionally JSONL) holds per-request facts only: never bodies, prompts or keys; it keeps
-  the first ``MAX_RECORDS`` requests (a flood is counted, not listed).
+  the first ``MAX_RECORDS`` requests (a flood is counted, not listed). A request handed to the upstream also gets
+  its usage and upstream latency (``bridge.accounting``), summed in ``BridgeSummary.model_usage``.
 * Connections, requests in flight, buffered body bytes and slow headers/bodies are bounded (``bridge.limits``): load
   is shed with 503/408 and a closed connection, never by failing the bridge.
 """
@@ -33,9 +34,10 @@ from typing import IO, Any
 import orjson
 from aiohttp import web
 
+from forkpoint.bridge.accounting import Timing, UsageLedger
 from forkpoint.bridge.gate import Gate, Verdict
 from forkpoint.bridge.limits import ByteBudget, Connections, Limits, Shed, shed_headers
-from forkpoint.bridge.upstream import Upstream, UpstreamRefusal, error_response
+from forkpoint.bridge.upstream import Sent, Upstream, UpstreamRefusal, error_response
 from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.model import JsonObject
 
@@ -49,6 +51,9 @@ MAX_RECORDS = 10_000
 LOOPBACK = frozenset({"127.0.0.1", "::1", "::ffff:127.0.0.1"})
 REFUSAL_PREFIX = "forkpoint bridge refused: "
 START_TIMEOUT_S = 10.0
+#: when the answer to a request began: its headers went to the agent (``_answer_started``)
+ANSWER_STARTED = web.RequestKey("forkpoint_answer_started", float)
+ANSWER_KEYS = frozenset({"usage", "ttfb_ms", "upstream_ms"})
 STOP_TIMEOUT_S = 10.0
 SHUTDOWN_GRACE_S = 2.0
 
@@ -68,12 +73,12 @@ class RequestRecord:
     facts: dict[str, Any] = field(default_factory=dict)
     #: what the upstream reported it used for this request (tokens...), when it reports it; never a body
     usage: dict[str, Any] | None = None
+    #: a request handed to the upstream: ms until the answer's headers went to the agent, and until it ended
+    ttfb_ms: float | None = None
+    upstream_ms: float | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        if self.usage is None:  # only upstreams that report usage add the key
-            del data["usage"]
-        return data
+    def to_json(self) -> dict[str, Any]:  # only requests the upstream answered (and reported) have the last three
+        return {key: value for key, value in asdict(self).items() if value is not None or key not in ANSWER_KEYS}
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,8 @@ class BridgeSummary:
     #: the first model answer that broke after its first byte reached the agent (never retried: the agent saw part
     #: of an answer, so the run fails as a retryable model connection error)
     upstream_broken: str | None = None
+    #: calls, tokens and upstream latency (``UsageLedger.to_json``); in the result metadata as ``model_usage``
+    model_usage: dict[str, Any] = field(default_factory=dict)
 
     @property
     def budget_reached(self) -> bool:
@@ -115,8 +122,8 @@ class BridgeSummary:
                                                            f"reached the agent (not retried): {self.upstream_broken}")
         return None
 
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "failed": self.failed}
+    def to_json(self) -> dict[str, Any]:  # ``model_bridge``: ``model_usage`` is a metadata key of its own
+        return {**{key: value for key, value in asdict(self).items() if key != "model_usage"}, "failed": self.failed}
 
 
 class Bridge:
@@ -158,6 +165,7 @@ class Bridge:
         self._shed = 0
         self._unrecorded = 0
         self._broken: str | None = None
+        self._ledger = UsageLedger()
         self._server: asyncio.Server | None = None
 
     def __repr__(self) -> str:  # never show the token
@@ -214,6 +222,7 @@ class Bridge:
     async def _serve(self) -> None:
         await self.upstream.open()
         app = web.Application(client_max_size=MAX_BODY_BYTES)
+        app.on_response_prepare.append(_answer_started)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         # in-flight handlers (a stalled upstream stream) get a short grace at shutdown, not aiohttp's 60 s
         # lingering_time=0: a request whose body the bridge refused to read is answered and its connection closed,
@@ -270,7 +279,7 @@ class Bridge:
             return BridgeSummary(self._model_requests, self._validated, self._forwarded, self._refused,
                                  self._failure, self._over_budget, self._auxiliary_count,
                                  self._shed + self._connections.refused + self._connections.timed_out,
-                                 self._unrecorded, self._broken)
+                                 self._unrecorded, self._broken, self._ledger.to_json())
 
     def finish(self) -> BridgeSummary:
         """Stop the bridge and summarise it; ``summary.error()`` is the run's continuation error, if any."""
@@ -424,7 +433,7 @@ class Bridge:
         facts = dict(verdict.facts)
         outgoing = verdict.body if self._prepare is None else self._prepare(verdict.body, facts)
         try:
-            response, sent = await self.upstream.send(request, outgoing)
+            response, sent, timing = await self._send(request, outgoing)
         except UpstreamRefusal as refusal:
             return self._refuse(request.method, shown, str(refusal), started, facts)
         facts.update(sent.facts or {})
@@ -433,8 +442,20 @@ class Bridge:
                 self._forwarded += 1
             if sent.broken and self._broken is None:
                 self._broken = sent.error
-        self._record(request.method, shown, "ok", sent.error, sent.forwarded, sent.status, started, facts, sent.usage)
+        self._record(request.method, shown, "ok", sent.error, sent.forwarded, sent.status, started, facts, sent.usage,
+                     timing)
         return response
+
+    async def _send(self, request: web.Request, body: JsonObject) -> tuple[web.StreamResponse, Sent, Timing]:
+        """Hand a body to the upstream and account for the call (``bridge.accounting``)."""
+        handed = time.monotonic()
+        response, sent = await self.upstream.send(request, body)
+        answered = request.get(ANSWER_STARTED, 0.0)  # None: the bridge sends the (error) answer after the call
+        timing = (round((answered - handed) * 1000, 3) if answered >= handed else None,
+                  round((time.monotonic() - handed) * 1000, 3))
+        with self._lock:
+            self._ledger.add(sent.usage, *timing)
+        return response, sent, timing
 
     async def _auxiliary(self, request: web.Request, shown: str, started: float,
                          verdict: Verdict) -> web.StreamResponse:
@@ -442,7 +463,7 @@ class Bridge:
         if not verdict.ok or verdict.body is None:
             return self._refuse(request.method, shown, verdict.reason or "refused", started, verdict.facts)
         try:
-            response, sent = await self.upstream.send(request, verdict.body)
+            response, sent, timing = await self._send(request, verdict.body)
         except UpstreamRefusal as refusal:
             return self._refuse(request.method, shown, str(refusal), started, verdict.facts)
         with self._lock:
@@ -450,7 +471,7 @@ class Bridge:
             if sent.forwarded:
                 self._forwarded += 1
         self._record(request.method, shown, "auxiliary", sent.error, sent.forwarded, sent.status, started,
-                     {**verdict.facts, **(sent.facts or {})}, sent.usage)
+                     {**verdict.facts, **(sent.facts or {})}, sent.usage, timing)
         return response
 
     async def _count_tokens(self, request: web.Request, shown: str, started: float,
@@ -467,15 +488,20 @@ class Bridge:
 
     def _record(self, method: str, path: str, verdict: str, reason: str | None, forwarded: bool, status: int,
                 started: float, facts: dict[str, Any] | None = None,
-                usage: dict[str, Any] | None = None) -> None:
+                usage: dict[str, Any] | None = None, timing: Timing = (None, None)) -> None:
         duration = round((time.monotonic() - started) * 1000, 3)
         with self._lock:
             if len(self._records) >= MAX_RECORDS:  # a flood is counted, not kept (memory and log stay bounded)
                 self._unrecorded += 1
                 return
             record = RequestRecord(len(self._records) + 1, method, path, verdict, reason, forwarded, status,
-                                   duration, dict(facts or {}), usage)
+                                   duration, dict(facts or {}), usage, *timing)
             self._records.append(record)
             if self._log_handle is not None:
                 self._log_handle.write(orjson.dumps(record.to_json()) + b"\n")
                 self._log_handle.flush()
+
+
+async def _answer_started(request: web.Request, response: web.StreamResponse) -> None:
+    """The app's response-prepare signal: a time to first byte is measured to here."""
+    request[ANSWER_STARTED] = time.monotonic()

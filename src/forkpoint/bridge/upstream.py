@@ -29,6 +29,7 @@ import orjson
 from aiohttp import web
 
 from forkpoint.bridge.translate.retry import RetryPolicy, decide
+from forkpoint.bridge.usage_tap import UsageTap
 from forkpoint.model import JsonObject
 
 HOP_BY_HOP = frozenset({
@@ -184,20 +185,22 @@ async def relay(
     # A key under 8 characters ("x", "EMPTY": what local OpenAI-compatible servers are given) is no secret to
     # hide, and replacing it would corrupt the stream wherever those letters occur.
     redactor = Redactor(secret) if secret and len(secret) >= MIN_REDACTED_SECRET else None
+    tap = UsageTap()  # what the answer reports it used, read as it passes (bridge.usage_tap)
     while True:
         chunk, broken = await next_chunk(upstream)
         if broken is not None:
             cut(request)
-            return response, Sent(upstream.status, True, broken, broken=True)
+            return response, Sent(upstream.status, True, broken, tap.reported(), broken=True)
         if not chunk:
             break
+        tap.feed(chunk)
         out = redactor.feed(chunk) if redactor is not None else chunk
         if out and (gone := await write_to_agent(response, out)) is not None:
-            return response, Sent(upstream.status, True, gone)
+            return response, Sent(upstream.status, True, gone, tap.reported())
     if redactor is not None and redactor.pending:
         await response.write(redactor.flush())
     await response.write_eof()
-    return response, Sent(upstream.status, True)
+    return response, Sent(upstream.status, True, usage=tap.reported())
 
 
 @dataclass

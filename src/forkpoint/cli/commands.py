@@ -117,8 +117,11 @@ def gc(args: argparse.Namespace) -> None:
 
 
 def _render_branches(document: dict[str, Any]) -> None:
-    """The branches table: status, steps, first action, agreement with the original, files changed."""
-    say("  branch  status     agent       steps  same as original  files changed  first action")
+    """The branches table: status, steps, first action, agreement with the original, files changed, tokens."""
+    from forkpoint.bridge.accounting import tokens_text
+
+    say("  branch  status     agent       steps  same as original  files changed  "
+        f"{'tokens':<24}  first action")
     for row in document["branches"]:
         action = row.get("first_action") or {}
         tools = ", ".join(str(t.get("name")) for t in action.get("tools") or []) or " ".join(
@@ -126,7 +129,8 @@ def _render_branches(document: dict[str, Any]) -> None:
         changed = row.get("files_changed") or {}
         count = sum(len(changed.get(k) or []) for k in ("added", "removed", "modified"))
         say(f"  {row['branch']:>6}  {row.get('status', ''):<9}  {row.get('agent_status') or '':<10}  "
-             f"{row.get('continued_steps') or 0:>5}  {row.get('same_as_original')!s:<16}  {count:>13}  {tools}")
+             f"{row.get('continued_steps') or 0:>5}  {row.get('same_as_original')!s:<16}  {count:>13}  "
+             f"{tokens_text(row.get('model_usage')) or '-':<24}  {tools}")
     agreement = document.get("agreement") or {}
     if agreement.get("branches"):
         say(f"  agreement: same next action as the original {agreement['same_next_action_as_original']:.0%}, "
@@ -140,10 +144,12 @@ def _render_result(result: Any) -> None:
         if result.phase is not None and Path(str(result.output_dir), "result.json").is_file():  # a full disk: none
             say(f"  result: {result.output_dir}/result.json", err=True)
         return
+    from forkpoint.bridge.accounting import calls_text
+
     say(
         f"forkpoint: {result.phase} {result.agent.name} run {result.run_id} "
         f"(after batch {result.after_step}, {result.replayed_tool_calls} tool calls re-run, "
-        f"quality {result.quality}, agent {result.agent_status})",
+        f"quality {result.quality}, agent {result.agent_status}{calls_text(result.metadata.get('model_usage'))})",
         style=GREEN,
     )
     for artifact in result.artifacts:

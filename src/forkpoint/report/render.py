@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
+from forkpoint.bridge.accounting import calls_text, tokens_text
 from forkpoint.report.collect import RunView
 
 TEXT_BOUND = 4096
@@ -205,6 +206,7 @@ def _branches(document: dict[str, Any]) -> str:
              ("files changed", changed),
              ("model requests", lambda r: "validated {validated}, refused {refused}".format(**r["model_bridge"])
               if isinstance(r.get("model_bridge"), dict) else "—"),
+             ("tokens", lambda r: tokens_text(r.get("model_usage")) or "—"),
              ("failure", lambda r: (r.get("failure") or {}).get("category") or "—"))
     head = "".join(f"<th>branch {e(row.get('branch'))}</th>" for row in rows)
     cells = "".join(f"<tr><th>{e(name)}</th>" + "".join(f"<td><pre>{e(get(row))}</pre></td>" for row in rows)
@@ -217,9 +219,13 @@ def _branches(document: dict[str, Any]) -> str:
 
 
 def _tokens(usage: Any) -> str:
-    if not isinstance(usage, dict):
+    """``model_usage`` in a line: calls, tokens, the upstream's median latency."""
+    if not isinstance(usage, dict) or not usage.get("calls"):
         return "—"
-    return ", ".join(f"{k} {v}" for k, v in usage.items() if isinstance(v, int | float)) or "—"
+    medians = (("upstream_ms_p50", "upstream p50"), ("ttfb_ms_p50", "first byte p50"))
+    latency = ", ".join(f"{label} {usage[key]:.0f} ms" for key, label in medians
+                        if isinstance(usage.get(key), int | float))
+    return calls_text(usage).lstrip(", ") + (f" ({latency})" if latency else "")
 
 
 def _batch(view: RunView, batch: dict[str, Any]) -> str:

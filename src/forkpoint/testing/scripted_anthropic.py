@@ -45,11 +45,13 @@ class AnthropicAnswers(ScriptCore):
         kind, step = self.select(body)
         msg_id, blocks, stop_reason = self.respond(kind, step)
         fault = self.fault_for(kind, step, entry)
-        entry.update(kind=kind, step=step, stop_reason=stop_reason)
-        self._log(entry)
         usage_in = {"input_tokens": 100, "output_tokens": 1, "cache_creation_input_tokens": 0,
                     "cache_read_input_tokens": 0}
         output_tokens = 10 + sum(len(json.dumps(b)) // 4 for b in blocks)
+        # ``usage``: what the answer reports in all (the bridge's model_usage is checked against it)
+        entry.update(kind=kind, step=step, stop_reason=stop_reason,
+                     usage=None if fault is not None else {**usage_in, "output_tokens": output_tokens})
+        self._log(entry)
         message = {"id": msg_id, "type": "message", "role": "assistant", "model": body.get("model", self.model),
                    "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage_in}
         if not body.get("stream"):

@@ -11,7 +11,14 @@ from typing import Any
 
 from aiohttp import web
 
-from forkpoint.bridge.protocols.openai_chat import chat_chunks, chat_completion, chat_message, sse_data, wants_usage
+from forkpoint.bridge.protocols.openai_chat import (
+    chat_chunks,
+    chat_completion,
+    chat_message,
+    sse_data,
+    usage_for,
+    wants_usage,
+)
 from forkpoint.bridge.upstream import SSE_HEADERS
 from forkpoint.testing.script import stable_id, text
 from forkpoint.testing.scripted_anthropic import AnthropicAnswers
@@ -37,7 +44,9 @@ class ChatAnswers(AnthropicAnswers):
         kind, step = self.select(body)
         completion_id, message, finish, stall = self.respond_chat(kind, step)
         fault = self.fault_for(kind, step, entry)
-        entry.update(api="chat", kind=kind, step=step, finish_reason=finish, stall=stall)
+        reported = fault is None and not stall and (not body.get("stream") or wants_usage(body))
+        entry.update(api="chat", kind=kind, step=step, finish_reason=finish, stall=stall,
+                     usage=usage_for(message) if reported else None)
         self._log(entry)
         model = body.get("model", self.model)
         if not body.get("stream") and not stall:

@@ -84,6 +84,18 @@ __all__ = ["Block", "Fault", "ScriptedModel", "StepMode", "Turn", "custom_tool_c
 class ScriptedModel(ChatAnswers, ResponsesAnswers):
     """The scripted model server (every protocol's routes). ``requests`` logs every request (auth headers removed)."""
 
+    def reported_usage(self) -> dict[str, int]:
+        """What the answers so far reported, in the bridge's ``model_usage`` terms: ``calls`` (model requests
+        answered; a scripted fault answers nothing), ``calls_with_usage`` and the normalised token sums (a bridge
+        in front must count the same)."""
+        from forkpoint.bridge.translate.usage import total
+        from forkpoint.bridge.usage_tap import normalise
+
+        answered = [entry for entry in self.requests if entry.get("kind") in ("main", "aux") and not entry.get("fault")]
+        reports = [entry["usage"] for entry in answered if isinstance(entry.get("usage"), dict)]
+        return {"calls": len(answered), "calls_with_usage": len(reports),
+                **total(normalise(report) for report in reports).as_json()}
+
     async def _models(self, request: web.Request) -> web.Response:
         entry = await self._record(request)
         entry.update(kind="models")

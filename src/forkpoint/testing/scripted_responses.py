@@ -70,11 +70,12 @@ class ResponsesAnswers(ScriptCore):
         kind, step = self.select_responses(body)
         response_id, items = self.respond_responses(kind, step)
         fault = self.fault_for(kind, step, entry)
-        entry.update(api="responses", kind=kind, step=step, output_types=[item["type"] for item in items])
-        self._log(entry)
         output_tokens = 10 + sum(len(json.dumps(item)) // 4 for item in items)
         usage = {"input_tokens": 100, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": output_tokens,
                  "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 100 + output_tokens}
+        entry.update(api="responses", kind=kind, step=step,
+                     output_types=[item["type"] for item in items], usage=None if fault is not None else usage)
+        self._log(entry)
         envelope = {"id": response_id, "object": "response", "created_at": CREATED, "status": "in_progress",
                     "model": body.get("model", self.model), "output": [], "usage": None}
         if not body.get("stream"):

@@ -23,6 +23,7 @@ from forkpoint.bridge.translate.common import TranslationError
 from forkpoint.bridge.translate.pipeline import AgentProtocol, AnswerStream, Prepared, prepare, whole_answer
 from forkpoint.bridge.translate.retry import RetryPolicy
 from forkpoint.bridge.translate.sampling import SamplingPins
+from forkpoint.bridge.translate.usage import Usage
 from forkpoint.bridge.upstream import (
     NO_RETRIES,
     SSE_HEADERS,
@@ -34,6 +35,7 @@ from forkpoint.bridge.upstream import (
     post_with_retries,
     write_to_agent,
 )
+from forkpoint.bridge.usage_tap import usage_of
 from forkpoint.model import JsonObject
 
 #: the most of a non-streamed completion or an upstream error body the bridge reads
@@ -121,7 +123,7 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
             message = f"the model server's answer could not be translated: {error}"
             return self.error(502, message), Sent(502, True, message, facts=facts)
         facts["losses"] = sorted({*facts["losses"], *losses})
-        return web.json_response(answer), Sent(200, True, facts=facts)
+        return web.json_response(answer), Sent(200, True, usage=usage_of(raw), facts=facts)
 
     async def _stream(self, request: web.Request, upstream: aiohttp.ClientResponse, prepared: Prepared,
                       facts: JsonObject) -> tuple[web.StreamResponse, Sent]:
@@ -141,7 +143,8 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
         if tail:
             await response.write(tail)
         facts["losses"] = sorted({*facts["losses"], *answer.losses})
-        sent = Sent(200, True, broken or gone or answer.error, answer.usage.as_json(), facts, broken is not None)
+        reported = None if answer.usage == Usage() else answer.usage.as_json()  # a server ignoring include_usage
+        sent = Sent(200, True, broken or gone or answer.error, reported, facts, broken is not None)
         if broken is not None:
             cut(request)  # the agent sees the break, not a cleanly ended half answer
         elif gone is None:
