@@ -40,7 +40,7 @@ SNAPSHOT_SCHEMA = "forkpoint.snapshot/v1"
 
 @dataclass(frozen=True)
 class BranchRequest:
-    """Which branches to run: ``count`` new ones from ``first_index``, each with its prompt (None: the nonce only)."""
+    """Which branches to run: ``count`` from ``first_index``, each with its prompt (None: the nonce only)."""
 
     count: int
     prompts: tuple[str | None, ...]
@@ -371,9 +371,9 @@ def next_index(output_dir: Path) -> int:
     return 1 + max((row["branch"] for row in document["branches"]), default=0) if document else 1
 
 
-def pending(output_dir: Path) -> list[int]:
-    document = _read_document(output_dir)
-    return [row["branch"] for row in document["branches"] if row.get("status") == "planned"] if document else []
+def started(state_dir: Path, index: int) -> bool:
+    """Whether branch ``index`` journaled its agent's start (such a branch is never run again)."""
+    return any(e.get("event") == "continuation_started" for e in _branch_events(state_dir / "branches" / str(index)))
 
 
 def aggregate(document: dict[str, Any]) -> Continuation:
