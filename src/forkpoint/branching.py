@@ -10,7 +10,8 @@ branches run one after another, each starting from the snapshot restored into it
 
 Crash safety: the plan (which branch ids, which prompt hash) is written before any branch starts; each branch
 journals ``continuation_started`` durably before its agent starts. A branch that started and has no outcome is
-``ambiguous`` and never re-run; one that never started is run by ``forkpoint continue RUN_DIR``.
+``ambiguous`` and never re-run; one that never started is run by ``forkpoint continue RUN_DIR``, as it was planned:
+its variant read back from its row, its prompt given again and matched against the recorded hash (branch_records).
 """
 
 from __future__ import annotations

@@ -4,8 +4,10 @@ The run dir says what was replayed (manifest.json: agent, version, source and it
 native prefix; result.json or branches.json: the state dir and the snapshot's recorded inventory hash). The
 trajectory is parsed again (it must still have the recorded SHA-256), the snapshot is checked against its hash
 (refused, exit 20, when it changed or is gone), and the branches run as in `replay --branches`. Without
-``--branches`` the planned branches that never started (a killed run) are run; with it, K new branches get ids
-after the existing ones. A branch that started and has no outcome is reported ambiguous, never run again.
+``--branches`` the planned branches that never started (a killed run) are run, each as it was planned (its recorded
+``--branch-*`` variant, its prompt given again: forkpoint.branch_records); with it, K new branches get ids after the
+existing ones and the given variants. A branch that started and has no outcome is reported ambiguous, never run
+again.
 """
 
 from __future__ import annotations
@@ -111,7 +113,7 @@ def _run_planned(setup: BranchSetup, run_dir: Path, options: ContinueOptions, re
                             options.branch_prompts, _given_variants(options), adds_branches=bool(options.branches),
                             parallel=options.parallel or 1) if planned else None
     if resume is not None:
-        _check_recorded_pins(resume, request)
+        check_recorded_pins(resume, request)
     more = BranchRequest.of(options.branches, list(options.branch_prompts), options.parallel,
                             first_index=next_index(run_dir), variants=branch_variants(request)) \
         if options.branches else None
@@ -134,7 +136,7 @@ def _given_variants(options: ContinueOptions) -> BranchVariants:
                           tuple(float(value) for value in choice.get("branch_temperatures") or ()))
 
 
-def _check_recorded_pins(resume: BranchRequest, request: ReplayRequest) -> None:
+def check_recorded_pins(resume: BranchRequest, request: ReplayRequest) -> None:
     """The recorded variants must still be something the protocol leaving the bridge can carry (a seed recorded
     for a Chat run is refused when this continue goes through Anthropic Messages), checked before anything runs."""
     import dataclasses

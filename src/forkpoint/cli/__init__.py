@@ -176,16 +176,18 @@ CONTINUE_EPILOG = """examples:
   forkpoint continue forkpoint-out/runs/RUN --branches 2 --branch-seed 1 --branch-seed 2   # 2 new branches
   forkpoint continue forkpoint-out/runs/RUN --branch-prompt "Take branch C."   # re-run what a killed run left
 
-re-run branches: without --branches, the planned branches a killed run never started run as they were planned:
-each with the --branch-model / --branch-seed / --branch-temperature recorded for it in branches.json. Its
---branch-prompt is not stored (only its SHA-256 and length): give the same text again, once per such prompt in any
-order; a missing or different prompt, a prompt no re-run branch had, or a --branch-* value that differs from a
-branch's recorded one is refused (exit 2, nothing runs). A branch that started its agent and has no recorded outcome
-is reported ambiguous and never run again. With --branches K the prompt and --branch-* values are the new branches'
-(a planned branch still takes its prompt from them by hash: finish such branches first, without --branches).
+re-run branches: the planned branches a killed run never started run first (with or without --branches), as they
+were planned: each with the --branch-model / --branch-seed / --branch-temperature recorded for it in
+branches.json. Its --branch-prompt is not stored (only its SHA-256 and length): give the same text again, once per
+such prompt in any order (several branches may share one); a missing or different prompt, a prompt no re-run
+branch had, or a --branch-* value that differs from a branch's recorded one is refused (exit 2, nothing runs). A
+branch that started its agent and has no recorded outcome is reported ambiguous and never run again. With
+--branches K the prompt and --branch-* values are the new branches' (a planned branch still takes its prompt from
+them by hash: finish such branches first, without --branches).
 
 exit codes: 0 every branch finished; 1 a branch did not (branches.json says why); 2 configuration_error; 10 the
-trajectory changed; 20 the snapshot or the native prefix changed or is gone."""
+trajectory changed; 20 the snapshot or the native prefix changed or is gone; others as in `forkpoint replay
+--help`. More: docs/branching.md."""
 
 
 class _Formatter(argparse.HelpFormatter):
