@@ -1,10 +1,12 @@
 """`forkpoint gc` removes only what forkpoint made: a crafted result.json naming another folder as its state dir
-cannot make it delete that folder's `snapshot/` or `branches/*/workspace`."""
+cannot make it delete that folder's `snapshot/` or `branches/*/workspace`. `forkpoint continue` checks the variants
+it read back against the protocol it speaks (the rest of continue: tests/e2e/test_branching.py)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,3 +64,19 @@ def test_branch_variants_one_for_all_or_one_per_branch_change_only_their_branch(
     assert (varied.model, varied.sampling) == ("run-model", SamplingPins(temperature=0.5, top_p=0.9, seed=2))
     assert BranchVariant("other", temperature=0.0).settings(base).model == "other"
     assert BranchVariant(seed=1).facts() == {"model": None, "seed": 1, "temperature": None}
+
+
+def test_recorded_variants_are_checked_against_the_protocol_this_continue_speaks() -> None:
+    from forkpoint.branching import BranchRequest, BranchVariant
+    from forkpoint.request import build_request
+    from forkpoint.resume import check_recorded_pins
+
+    def request(agent: str) -> Any:
+        return build_request({"agent": agent, "trajectory": "t.jsonl", "after_step": 1}, source="test")
+
+    seeded = BranchRequest(2, (None, None), 1, 3, (BranchVariant(seed=7), BranchVariant(model="m")))
+    check_recorded_pins(seeded, request("pi"))  # Chat Completions carries a seed
+    with pytest.raises(ReplayError, match="the Anthropic Messages API has no seed") as caught:
+        check_recorded_pins(seeded, request("claude-code"))  # a seed planted in a claude run's branches.json
+    assert caught.value.kind.exit_code == 2
+    check_recorded_pins(BranchRequest(1, (None,), 1, 1, (BranchVariant(temperature=0.5),)), request("claude-code"))

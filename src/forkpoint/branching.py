@@ -10,7 +10,8 @@ branches run one after another, each starting from the snapshot restored into it
 
 Crash safety: the plan (which branch ids, which prompt hash) is written before any branch starts; each branch
 journals ``continuation_started`` durably before its agent starts. A branch that started and has no outcome is
-``ambiguous`` and never re-run; one that never started is run by ``forkpoint continue RUN_DIR``.
+``ambiguous`` and never re-run; one that never started is run by ``forkpoint continue RUN_DIR``, as it was planned:
+its variant read back from its row, its prompt given again and matched against the recorded hash (branch_records).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ SNAPSHOT_SCHEMA = "forkpoint.snapshot/v1"
 
 @dataclass(frozen=True)
 class BranchRequest:
-    """Which branches to run: ``count`` new ones from ``first_index``, each with its prompt (None: the nonce only)."""
+    """Which branches to run: ``count`` from ``first_index``, each with its prompt (None: the nonce only)."""
 
     count: int
     prompts: tuple[str | None, ...]
@@ -372,9 +373,9 @@ def next_index(output_dir: Path) -> int:
     return 1 + max((row["branch"] for row in document["branches"]), default=0) if document else 1
 
 
-def pending(output_dir: Path) -> list[int]:
-    document = _read_document(output_dir)
-    return [row["branch"] for row in document["branches"] if row.get("status") == "planned"] if document else []
+def started(state_dir: Path, index: int) -> bool:
+    """Whether branch ``index`` journaled its agent's start (such a branch is never run again)."""
+    return any(e.get("event") == "continuation_started" for e in _branch_events(state_dir / "branches" / str(index)))
 
 
 def aggregate(document: dict[str, Any]) -> Continuation:

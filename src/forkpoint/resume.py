@@ -4,8 +4,10 @@ The run dir says what was replayed (manifest.json: agent, version, source and it
 native prefix; result.json or branches.json: the state dir and the snapshot's recorded inventory hash). The
 trajectory is parsed again (it must still have the recorded SHA-256), the snapshot is checked against its hash
 (refused, exit 20, when it changed or is gone), and the branches run as in `replay --branches`. Without
-``--branches`` the planned branches that never started (a killed run) are run; with it, K new branches get ids
-after the existing ones. A branch that started and has no outcome is reported ambiguous, never run again.
+``--branches`` the planned branches that never started (a killed run) are run, each as it was planned (its recorded
+``--branch-*`` variant, its prompt given again: forkpoint.branch_records); with it, K new branches get ids after the
+existing ones and the given variants. A branch that started and has no outcome is reported ambiguous, never run
+again.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from forkpoint.hashing import file_sha256
 from forkpoint.model import Mode, NativePrefix
 
 if TYPE_CHECKING:
-    from forkpoint.branching import BranchSetup
+    from forkpoint.branching import BranchRequest, BranchSetup, BranchVariants
     from forkpoint.request import ReplayRequest
 
 
@@ -48,7 +50,7 @@ def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[
     from forkpoint import plan as planning
     from forkpoint.adapters import agent_spec, get_adapter
     from forkpoint.branching import BranchSetup, checked_snapshot
-    from forkpoint.request import build_request, continue_settings
+    from forkpoint.request import BRANCH_LISTS, build_request, continue_settings
 
     manifest = _json(run_dir / "manifest.json", "manifest.json (is this a forkpoint run dir?)")
     result = _json(run_dir / "result.json", None) or {}
@@ -75,11 +77,15 @@ def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[
     sandbox = branches_doc.get("sandbox") or (metadata.get("sandbox") or {}).get("name") or "local"
     workspace = Path(branches_doc.get("workspace") or (metadata.get("sandbox") or {}).get("workspace")
                      or parsed.cwd or ".")
+    # The --branch-* lists vary the new branches (--branches K); without it they can only restate the planned
+    # branches' recorded variants (branch_records checks that), so they are no part of the request.
+    run_choice = {key: value for key, value in options.model_choice.items()
+                  if options.branches or key not in BRANCH_LISTS}
     request = build_request({
         "agent": agent, "trajectory": str(source), "after_step": plan.after_step, "workspace": str(workspace),
         "upstream": options.upstream, "upstream_url": options.upstream_url, "max_steps": options.max_steps,
         "agent_entrypoint": str(options.agent_entrypoint) if options.agent_entrypoint else None,
-        "sandbox": sandbox, "branches": options.branches or 1, **options.model_choice,
+        "sandbox": sandbox, "branches": options.branches or 1, **run_choice,
         "record_tool_schemas": options.record_tool_schemas}, source="continue")
     from forkpoint.runtimes import continued_by
 
@@ -95,24 +101,61 @@ def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[
 
 def _run_planned(setup: BranchSetup, run_dir: Path, options: ContinueOptions, request: ReplayRequest,
                  snapshot_facts: dict[str, Any], after_step: int, report: Callable[[str], None]) -> dict[str, Any]:
-    """Finish the branches a killed run left, then run the new ones asked for."""
-    from forkpoint.branching import BranchRequest, branch_variants, next_index, pending, plan_branches, run_branches
+    """Finish the branches a killed run left (each as it was planned), then run the new ones asked for; every
+    refusal comes before any branch runs."""
+    from forkpoint.branch_records import planned_branches, resume_request
+    from forkpoint.branching import BranchRequest, branch_variants, next_index, plan_branches, run_branches, started
 
-    waiting = pending(run_dir)
-    if waiting:
-        report(f"finishing {len(waiting)} planned branch(es): {', '.join(map(str, waiting))}")
-        resume = BranchRequest(len(waiting), (None,) * len(waiting), options.parallel or 1, waiting[0])
+    planned = planned_branches(_json(run_dir / "branches.json", None) or {"branches": []}, f"{run_dir}/branches.json")
+    if not planned and not options.branches:
+        raise configuration("nothing to do: every planned branch has run; ask for more with --branches K")
+    resume = resume_request(planned, {b.index for b in planned if started(setup.state_dir, b.index)},
+                            options.branch_prompts, _given_variants(options), adds_branches=bool(options.branches),
+                            parallel=options.parallel or 1) if planned else None
+    if resume is not None:
+        check_recorded_pins(resume, request)
+    more = BranchRequest.of(options.branches, list(options.branch_prompts), options.parallel,
+                            first_index=next_index(run_dir), variants=branch_variants(request)) \
+        if options.branches else None
+    if resume is not None:
+        report(f"finishing {resume.count} planned branch(es): {', '.join(map(str, resume.indices))}")
         run_branches(setup, resume, report)
-    if options.branches:
-        more = BranchRequest.of(options.branches, list(options.branch_prompts), options.parallel,
-                                first_index=next_index(run_dir), variants=branch_variants(request))
+    if more is not None:
         plan_branches(setup, more, snapshot_facts)
         report(f"branches {more.indices.start}..{more.indices.stop - 1} from the boundary after batch "
                f"{after_step}")
         return run_branches(setup, more, report)
-    if not waiting:
-        raise configuration("nothing to do: every planned branch has run; ask for more with --branches K")
     return _document(run_dir / "branches.json")
+
+
+def _given_variants(options: ContinueOptions) -> BranchVariants:
+    from forkpoint.branching import BranchVariants
+
+    choice = options.model_choice
+    return BranchVariants(tuple(choice.get("branch_models") or ()), tuple(choice.get("branch_seeds") or ()),
+                          tuple(float(value) for value in choice.get("branch_temperatures") or ()))
+
+
+def check_recorded_pins(resume: BranchRequest, request: ReplayRequest) -> None:
+    """The recorded variants must still be something the protocol leaving the bridge can carry (a seed recorded
+    for a Chat run is refused when this continue goes through Anthropic Messages), checked before anything runs."""
+    import dataclasses
+
+    from forkpoint.adapters import agent_spec
+    from forkpoint.continuation import outgoing_protocol
+    from forkpoint.request import all_pins, check_pins
+
+    variants = [resume.variant(index) for index in resume.indices]
+    models = [v.model for v in variants if v.model is not None]
+    seeds = [v.seed for v in variants if v.seed is not None]
+    temperatures = [v.temperature for v in variants if v.temperature is not None]
+    if not (models or seeds or temperatures):
+        return
+    protocol = outgoing_protocol(agent_spec(request.agent).protocol, request.upstream)
+    recorded = dataclasses.replace(request, branch_models=models, branch_seeds=seeds,
+                                   branch_temperatures=temperatures)
+    for pins in all_pins(recorded):
+        check_pins(pins, protocol)
 
 
 def _prefix(run_dir: Path, result: dict[str, Any], branches: dict[str, Any], metadata: dict[str, Any]) -> NativePrefix:

@@ -19,6 +19,7 @@ import pytest
 
 from forkpoint import runtimes
 from forkpoint.journal import read_events
+from forkpoint.results import ReplayResult
 from forkpoint.testing import ScriptedModel
 from forkpoint.testing.recordings import replay_recording, restored_workspace
 from forkpoint.testing.scripted_model import text, tool_use
@@ -124,20 +125,26 @@ def test_codex_three_branches_under_bwrap(tmp_path: Path, keys: None) -> None:
     _check_branches(out, state, lambda i: state / "branches" / str(i) / "workspace", calls=1)
 
 
-def test_pi_branches_one_after_another_in_the_local_workspace(tmp_path: Path, keys: None) -> None:
+def _pi_branches(tmp_path: Path, **request: Any) -> tuple[ScriptedModel, ReplayResult]:
+    """Pi's single_bash recording replayed to batch 1, then branched as ``request`` says; each branch prompt of
+    PROMPTS gets its own scripted action."""
     _need("pi", "0.83.0")
     fixture = FIXTURES / "pi" / "0.83.0" / "single_bash"
     base = json.loads((fixture / "script.json").read_text())["turns"]
     model = ScriptedModel(base, keyed=_keyed(base, 1, "bash", "command", "echo {name} > branch.txt"),
                           model="scripted-model")
-    finals: dict[int, str] = {}
     with model.serve() as url:
         result = replay_recording(fixture, tmp_path, agent="pi", trajectory="session.jsonl", after=1,
-                                  upstream="openai-chat", upstream_url=url + "/v1", branches=3,
-                                  branch_prompts=list(PROMPTS))
-        workspace = Path(result.metadata["sandbox"]["workspace"])
-        assert not (workspace / "branch.txt").exists()  # left at the boundary after the branches
+                                  upstream="openai-chat", upstream_url=url + "/v1", **request)
     assert result.failure is None, result.failure
+    return model, result
+
+
+def test_pi_branches_one_after_another_in_the_local_workspace(tmp_path: Path, keys: None) -> None:
+    finals: dict[int, str] = {}
+    _, result = _pi_branches(tmp_path, branches=3, branch_prompts=list(PROMPTS))
+    workspace = Path(result.metadata["sandbox"]["workspace"])
+    assert not (workspace / "branch.txt").exists()  # left at the boundary after the branches
     out, state = Path(result.output_dir or ""), Path(result.state_dir or "")
     rows = {r["branch"]: r for r in json.loads((out / "branches.json").read_text())["branches"]}
     for index, name in ((1, "alpha"), (2, "bravo")):
@@ -181,6 +188,33 @@ def test_continue_adds_branches_without_rerunning_tools_and_refuses_a_tampered_s
     assert tampered.returncode == 20 and "changed since the replay" in tampered.stdout
 
 
+def _main_bodies(model: ScriptedModel, key: str) -> list[dict[str, Any]]:
+    """The bodies of the main requests that carry ``key`` (a branch's prompt), as the upstream received them."""
+    return [r["body"] for r in model.requests if r.get("kind") == "main" and key in json.dumps(r.get("body"))]
+
+
+def _kill_once_branch_2_runs(command: list[str], env: dict[str, str], model: ScriptedModel, key: str) -> None:
+    """Start the branched replay ``command`` and kill -9 it once branch 2 (its prompt ``key``) got its slow action."""
+    driver = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not _main_bodies(model, key):
+        time.sleep(0.2)
+    time.sleep(3)  # branch 2's agent got its slow command and runs it
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+
+
+def _killed_branch_2_kept_apart(done: subprocess.CompletedProcess[str]) -> dict[int, dict[str, Any]]:
+    """The rows of `continue --json` after branch 2 of 3 was killed: 1 and 3 finished, 2 ambiguous, exit 1."""
+    document = json.loads(done.stdout)
+    assert "branches" in document, (done.stdout, done.stderr)
+    rows = {row["branch"]: row for row in document["branches"]}
+    assert rows[1]["status"] == "finished" and rows[3]["status"] == "finished", rows
+    assert rows[2]["status"] == "ambiguous" and "not run again" in rows[2]["failure"]["message"]
+    assert done.returncode == 1
+    return rows
+
+
 def test_kill_9_during_branch_2_then_continue(tmp_path: Path, keys: None) -> None:
     _need("claude-code", "2.1.332")
     fixture = FIXTURES / "claude_code" / "2.1.332" / "single_bash"
@@ -200,22 +234,74 @@ def test_kill_9_during_branch_2_then_continue(tmp_path: Path, keys: None) -> Non
                    "--branch-prompt", "BRANCH-KEY-ONE", "--branch-prompt", "BRANCH-KEY-TWO",
                    "--branch-prompt", "BRANCH-KEY-THREE", "--output-dir", str(tmp_path / "out"),
                    "--state-dir", str(tmp_path / "state"), "--run-id", "k"]
-        driver = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not any("BRANCH-KEY-TWO" in json.dumps(r.get("body")) for r in
-                                                      model.requests if r.get("kind") == "main"):
-            time.sleep(0.2)
-        time.sleep(3)  # branch 2's agent got its slow command and runs it
-        driver.send_signal(signal.SIGKILL)
-        driver.wait()
+        _kill_once_branch_2_runs(command, env, model, "BRANCH-KEY-TWO")
         done = subprocess.run([sys.executable, "-m", "forkpoint.cli", "continue", str(tmp_path / "out" / "k"),
-                               "--upstream", "anthropic", "--upstream-url", url, "--json"],
+                               "--upstream", "anthropic", "--upstream-url", url, "--json",
+                               "--branch-prompt", "BRANCH-KEY-THREE"],  # branch 3's prompt, given again
                               env=env, capture_output=True, text=True, timeout=600)
-    document = json.loads(done.stdout)
-    assert "branches" in document, (done.stdout, done.stderr)
-    rows = {row["branch"]: row for row in document["branches"]}
-    assert rows[1]["status"] == "finished" and rows[3]["status"] == "finished", rows
-    assert rows[2]["status"] == "ambiguous" and "not run again" in rows[2]["failure"]["message"]
-    assert done.returncode == 1
+    rows = _killed_branch_2_kept_apart(done)
     second = [r for r in model.requests if r.get("kind") == "main" and "BRANCH-KEY-TWO" in json.dumps(r.get("body"))]
     assert len({r["step"] for r in second}) == 1  # branch 2 was never started again
+    assert rows[3]["files_changed"]["added"] == ["three.txt"]  # branch 3 ran with its own prompt
+
+
+def test_pi_branch_seeds_and_models_reach_the_model_and_are_recorded(tmp_path: Path, keys: None) -> None:
+    variants = {1: ("scripted-model", 11), 2: ("branch-two-model", 22)}
+    model, result = _pi_branches(tmp_path, branches=2, branch_prompts=list(PROMPTS[:2]), branch_seeds=[11, 22],
+                                 branch_models=["scripted-model", "branch-two-model"])
+    out = Path(result.output_dir or "")
+    rows = {r["branch"]: r for r in json.loads((out / "branches.json").read_text())["branches"]}
+    for index, (name, seed) in variants.items():
+        bodies = _main_bodies(model, PROMPTS[index - 1])
+        assert bodies and {(b["model"], b["seed"]) for b in bodies} == {(name, seed)}, (index, bodies)
+        assert rows[index]["status"] == "finished" and rows[index]["files_changed"]["added"] == ["branch.txt"]
+        assert (rows[index]["model"], rows[index]["seed"], rows[index]["temperature"]) == (name, seed, None)
+        recorded = json.loads((out / "branches" / str(index) / "result.json").read_text())
+        assert (recorded["model"], recorded["seed"]) == (name, seed)
+    assert sum(len(_main_bodies(model, p)) for p in PROMPTS[:2]) == len(
+        [r for r in model.requests if r.get("kind") == "main"])  # every request belonged to one branch
+
+
+def test_pi_kill_9_during_branch_2_then_continue_reruns_branch_3_with_its_recorded_seed(
+    tmp_path: Path, keys: None
+) -> None:
+    """Branch 2 is killed while its agent runs a slow command: `continue` reports it ambiguous (never re-run) and
+    runs branch 3, which never started, with the seed and prompt it was planned with; flags that would change it are
+    refused before anything runs."""
+    _need("pi", "0.83.0")
+    fixture = FIXTURES / "pi" / "0.83.0" / "single_bash"
+    base = json.loads((fixture / "script.json").read_text())["turns"]
+    prompts = ("BRANCH-KEY-ONE", "BRANCH-KEY-TWO", "BRANCH-KEY-THREE")
+    commands = ("echo one > one.txt", "python3 -c 'import time; time.sleep(120)'", "echo three > three.txt")
+    keyed: dict[str, Sequence[Any]] = {key: [*base[:1], [tool_use("bash", {"command": command})], [text("ok")]]
+                                       for key, command in zip(prompts, commands, strict=True)}
+    model = ScriptedModel(base, keyed=keyed, model="scripted-model")
+    run_dir = tmp_path / "out" / "k"
+    with model.serve() as url, restored_workspace(fixture) as workspace:
+        env = {**os.environ, "OPENAI_API_KEY": "k"}
+        upstream = ["--upstream", "openai-chat", "--upstream-url", url + "/v1"]
+        command = [sys.executable, "-m", "forkpoint.cli", "replay", "--agent", "pi", "--trajectory",
+                   str(fixture / "session.jsonl"), "--after-step", "1", "--workspace", str(workspace), *upstream,
+                   "--branches", "3", *[a for p in prompts for a in ("--branch-prompt", p)],
+                   *[a for s in ("11", "22", "33") for a in ("--branch-seed", s)],
+                   "--output-dir", str(tmp_path / "out"), "--state-dir", str(tmp_path / "state"), "--run-id", "k"]
+        _kill_once_branch_2_runs(command, env, model, prompts[1])
+
+        def resume(*extra: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-m", "forkpoint.cli", "continue", str(run_dir), *upstream,
+                                   "--json", *extra], env=env, capture_output=True, text=True, timeout=600)
+
+        missing = resume()
+        changed = resume("--branch-prompt", prompts[2], "--branch-seed", "5")
+        assert not _main_bodies(model, prompts[2])  # neither refusal ran anything
+        done = resume("--branch-prompt", prompts[2])
+    assert missing.returncode == 2 and "branch 3 was planned with a --branch-prompt of 16 characters" in (
+        missing.stdout), missing.stdout
+    assert changed.returncode == 2 and "branch 3 was planned with seed 33" in changed.stdout, changed.stdout
+    rows = _killed_branch_2_kept_apart(done)
+    assert [rows[i]["seed"] for i in (1, 2, 3)] == [11, 22, 33]
+    third = _main_bodies(model, prompts[2])
+    assert third and {b["seed"] for b in third} == {33}, third  # branch 3 ran with its recorded seed
+    assert {b["seed"] for b in _main_bodies(model, prompts[0])} == {11}
+    assert len({len(b["messages"]) for b in _main_bodies(model, prompts[1])}) == 1  # branch 2 never started again
+    assert json.loads((run_dir / "branches" / "3" / "result.json").read_text())["seed"] == 33

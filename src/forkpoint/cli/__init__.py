@@ -171,6 +171,26 @@ use a fresh workspace); 32 divergence (--on-divergence stop); 40 continuation_er
 retryable); 50 internal_error."""
 
 
+#: Shown after `forkpoint continue --help`'s options (docs/branching.md says the same at length).
+CONTINUE_EPILOG = """examples:
+
+  forkpoint continue forkpoint-out/runs/RUN --branches 2 --branch-seed 1 --branch-seed 2   # 2 new branches
+  forkpoint continue forkpoint-out/runs/RUN --branch-prompt "Take branch C."   # re-run what a killed run left
+
+re-run branches: the planned branches a killed run never started run first (with or without --branches), as they
+were planned: each with the --branch-model / --branch-seed / --branch-temperature recorded for it in
+branches.json. Its --branch-prompt is not stored (only its SHA-256 and length): give the same text again, once per
+such prompt in any order (several branches may share one); a missing or different prompt, a prompt no re-run
+branch had, or a --branch-* value that differs from a branch's recorded one is refused (exit 2, nothing runs). A
+branch that started its agent and has no recorded outcome is reported ambiguous and never run again. With
+--branches K the prompt and --branch-* values are the new branches' (a planned branch still takes its prompt from
+them by hash: finish such branches first, without --branches).
+
+exit codes: 0 every branch finished; 1 a branch did not (branches.json says why); 2 configuration_error; 10 the
+trajectory changed; 20 the snapshot or the native prefix changed or is gone; others as in `forkpoint replay
+--help`. More: docs/branching.md."""
+
+
 class _Formatter(argparse.HelpFormatter):
     """Wraps each paragraph of a description on its own; indented paragraphs (examples) stay as written; lists
     the commands of a group without argparse's extra `COMMAND` heading line."""
@@ -221,11 +241,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     resume = _command(commands, "continue", "Continue again from a replayed run's boundary snapshot without "
                       "re-running any tool: K more branches (--branches), or the planned branches a killed run "
-                      "did not start.", "commands:continue_")
+                      "did not start (each with its recorded variant).", "commands:continue_",
+                      epilog=CONTINUE_EPILOG)
     resume.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="The run's output dir (<output-dir>/<run-id>).")
     resume.add_argument("--branches", type=int, metavar="K", help="K new branches (ids after the existing ones).")
     resume.add_argument("--branch-prompt", dest="branch_prompts", action="append", default=[], metavar="TEXT",
-                        help="The branches' boundary prompt: once for all or once per branch (never stored).")
+                        help="The new branches' boundary prompt: once for all or once per branch (never stored); "
+                        "without --branches, the recorded prompt of each planned branch to re-run, given again.")
     resume.add_argument("--parallel", type=int, metavar="P", help="Branches at once (bwrap runs) [the cores].")
     resume.add_argument("--upstream", metavar="NAME", help="As in replay [the agent's own protocol].")
     resume.add_argument("--upstream-url", metavar="URL", help="As in replay.")
