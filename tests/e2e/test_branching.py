@@ -142,7 +142,7 @@ def _pi_branches(tmp_path: Path, **request: Any) -> tuple[ScriptedModel, ReplayR
 
 def test_pi_branches_one_after_another_in_the_local_workspace(tmp_path: Path, keys: None) -> None:
     finals: dict[int, str] = {}
-    _, result = _pi_branches(tmp_path, branches=3, branch_prompts=list(PROMPTS))
+    model, result = _pi_branches(tmp_path, branches=3, branch_prompts=list(PROMPTS))
     workspace = Path(result.metadata["sandbox"]["workspace"])
     assert not (workspace / "branch.txt").exists()  # left at the boundary after the branches
     out, state = Path(result.output_dir or ""), Path(result.state_dir or "")
