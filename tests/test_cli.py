@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -125,7 +126,7 @@ def test_version_and_usage_errors() -> None:
 
 
 def test_every_replay_option_is_documented() -> None:
-    from forkpoint.cli import _DIRECT_OPTIONS
+    from forkpoint.cli.parser import _DIRECT_OPTIONS
 
     text = " ".join(forkpoint("replay", "--help").stdout.split())
     assert "forkpoint replay --config replay.toml" in text  # the examples survive, unwrapped
@@ -165,7 +166,8 @@ def test_cold_start_loads_only_what_the_command_needs(session: Path, tmp_path: P
     for argv in (["--help"], ["--version"], ["replay", "--help"]):
         modules = _imported(argv)
         assert "forkpoint.cli" in modules
-        assert not {m for m in modules if m.startswith(("forkpoint.", *_HEAVY)) and m != "forkpoint.cli"}, argv
+        assert not {m for m in modules if m.startswith(("forkpoint.", *_HEAVY))
+                    and m not in ("forkpoint.cli", "forkpoint.cli.help_text")}, argv  # the stored help texts
     (tmp_path / "ws").mkdir()
     modules = _imported(["replay", "--agent", "claude-code", "--trajectory", str(session), "--after-step", "1",
                          "--prepare-only", "--workspace", "ws", "--json"], tmp_path)
@@ -195,14 +197,59 @@ def _bare_imported(argv: list[str]) -> set[str]:
 
 def test_help_and_version_load_only_the_cli_package_and_no_typing() -> None:
     """Issue 16: `--help` and `--version` load no forkpoint module beyond the cli package, not `typing` (2 ms of a
-    30 ms start) and `--version` nothing that `--help` does not."""
+    30 ms start), not argparse, pathlib or shutil (the help is stored: ~7 ms), and `--version` nothing that `--help`
+    does not."""
+    from forkpoint.cli.help_text import PYTHON
+
     shown = _bare_imported(["--help"])
     version = _bare_imported(["--version"])
-    for modules in (shown, version):
+    for modules in (shown, version, _bare_imported(["agents", "install", "-h"])):
         assert "forkpoint.cli" in modules
-        assert {m for m in modules if m.startswith("forkpoint.")} == {"forkpoint.cli"}
+        assert {m for m in modules if m.startswith("forkpoint.")} <= {"forkpoint.cli", "forkpoint.cli.help_text"}
         assert not {"typing", "dataclasses", "inspect"} & modules
+        if sys.version_info[:2] == PYTHON:  # another Python's argparse may word help differently: it prints it
+            assert not {"argparse", "pathlib", "shutil", "re"} & modules
     assert version <= shown, version - shown
+    assert "forkpoint.cli.help_text" not in version
+
+
+def test_the_stored_help_is_what_argparse_prints() -> None:
+    """The help texts `--help` prints without argparse are argparse's own, for the root and every command (run
+    scripts/regen_cli_help.py after changing an option); under another Python the CLI asks argparse instead."""
+    from forkpoint.cli import answer_without_argparse
+    from forkpoint.cli.help_text import HELP, PYTHON
+    from forkpoint.cli.parser import build_parser, every_help
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("COLUMNS", "80")
+        if sys.version_info[:2] != PYTHON:
+            assert answer_without_argparse(["replay", "--help"]) is None
+            return
+        assert every_help(build_parser()) == HELP
+        assert {"", "replay", "continue", "agents install", "agents list"} <= set(HELP)
+        for command in HELP:
+            words = [*command.split(), "--help"]
+            assert answer_without_argparse(words) == HELP[command] == answer_without_argparse([*words[:-1], "-h"])
+        for words in (["replay", "--json", "--help"], ["--help", "replay"], ["nope", "--help"], [], ["--version", "x"]):
+            assert answer_without_argparse(words) is None, words  # argparse decides those (a usage error, ...)
+
+
+def test_help_wraps_at_the_terminal_width_up_to_80_columns() -> None:
+    """A narrow terminal gets argparse's help at its width; a wider one (and a pipe) the 80-column text."""
+    from forkpoint.cli.help_text import HELP
+    from forkpoint.cli.parser import build_parser, every_help
+
+    def shown(columns: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "forkpoint.cli", "export", "--help"], capture_output=True,
+                              text=True, timeout=60, check=True, env={**os.environ, "COLUMNS": columns})
+        return done.stdout
+
+    assert shown("200") == shown("80") == HELP["export"]
+    narrow = shown("50")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("COLUMNS", "50")
+        assert narrow == every_help(build_parser())["export"] != HELP["export"]
+    assert len(narrow.splitlines()) > len(HELP["export"].splitlines())  # wrapped at 48 columns, not 78
 
 
 def test_prepare_only_loads_no_replay_only_module(session: Path, tmp_path: Path) -> None:
@@ -220,7 +267,7 @@ def test_the_exit_codes_in_replay_help_are_the_error_kinds() -> None:
     """`forkpoint replay --help` lists every category with its exit code, as forkpoint.errors defines them."""
     import re
 
-    from forkpoint.cli import REPLAY_EPILOG
+    from forkpoint.cli.parser import REPLAY_EPILOG
     from forkpoint.errors import ErrorKind
 
     listed = REPLAY_EPILOG.split("exit codes:", 1)[1]
@@ -260,7 +307,7 @@ def test_agents_list_and_install_follow_the_specs(tmp_path: Path, monkeypatch: p
 
 
 def test_model_options_parse_and_are_refused_before_anything_runs(session: Path, tmp_path: Path) -> None:
-    from forkpoint.cli import MODEL_DESTS, build_parser
+    from forkpoint.cli.parser import MODEL_DESTS, build_parser
 
     args = build_parser().parse_args(["continue", "run", "--model", "m", "--temperature", "0", "--seed", "7",
                                       "--branch-seed", "1", "--branch-seed", "2", "--disable-thinking"])

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from forkpoint.cli import _DIRECT_OPTIONS, BRANCH_LIST_KEYS, MODEL_DESTS
+from forkpoint.cli.parser import _DIRECT_OPTIONS, BRANCH_LIST_KEYS, MODEL_DESTS
 from forkpoint.cli.output import DIM, GREEN, RED, YELLOW, fail, print_json, say
 
 
