@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from forkpoint.cli import stored_help
 from forkpoint.testing.claude_sessions import simple_session
+
+_PYTHON = (sys.version_info[0], sys.version_info[1])
 
 
 def forkpoint(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -166,8 +169,7 @@ def test_cold_start_loads_only_what_the_command_needs(session: Path, tmp_path: P
     for argv in (["--help"], ["--version"], ["replay", "--help"]):
         modules = _imported(argv)
         assert "forkpoint.cli" in modules
-        assert not {m for m in modules if m.startswith(("forkpoint.", *_HEAVY))
-                    and m not in ("forkpoint.cli", "forkpoint.cli.help_text")}, argv  # the stored help texts
+        assert not {m for m in modules if m.startswith(("forkpoint.", *_HEAVY)) and m != "forkpoint.cli"}, argv
     (tmp_path / "ws").mkdir()
     modules = _imported(["replay", "--agent", "claude-code", "--trajectory", str(session), "--after-step", "1",
                          "--prepare-only", "--workspace", "ws", "--json"], tmp_path)
@@ -199,44 +201,43 @@ def test_help_and_version_load_only_the_cli_package_and_no_typing() -> None:
     """Issue 16: `--help` and `--version` load no forkpoint module beyond the cli package, not `typing` (2 ms of a
     30 ms start), not argparse, pathlib or shutil (the help is stored: ~7 ms), and `--version` nothing that `--help`
     does not."""
-    from forkpoint.cli.help_text import PYTHON
-
     shown = _bare_imported(["--help"])
     version = _bare_imported(["--version"])
     for modules in (shown, version, _bare_imported(["agents", "install", "-h"])):
         assert "forkpoint.cli" in modules
-        assert {m for m in modules if m.startswith("forkpoint.")} <= {"forkpoint.cli", "forkpoint.cli.help_text"}
+        assert {m for m in modules if m.startswith("forkpoint.")} == {"forkpoint.cli"}
         assert not {"typing", "dataclasses", "inspect"} & modules
-        if sys.version_info[:2] == PYTHON:  # another Python's argparse may word help differently: it prints it
+        if os.path.isdir(os.path.dirname(stored_help([], _PYTHON))):  # else argparse prints help
             assert not {"argparse", "pathlib", "shutil", "re"} & modules
     assert version <= shown, version - shown
-    assert "forkpoint.cli.help_text" not in version
 
 
 def test_the_stored_help_is_what_argparse_prints() -> None:
     """The help texts `--help` prints without argparse are argparse's own, for the root and every command (run
-    scripts/regen_cli_help.py after changing an option); under another Python the CLI asks argparse instead."""
+    scripts/regen_cli_help.py after changing an option); under a Python without stored texts argparse prints."""
     from forkpoint.cli import answer_without_argparse
-    from forkpoint.cli.help_text import HELP, PYTHON
     from forkpoint.cli.parser import build_parser, every_help
 
+    folder = Path(stored_help([], _PYTHON)).parent
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("COLUMNS", "80")
-        if sys.version_info[:2] != PYTHON:
+        if not folder.is_dir():
             assert answer_without_argparse(["replay", "--help"]) is None
             return
-        assert every_help(build_parser()) == HELP
-        assert {"", "replay", "continue", "agents install", "agents list"} <= set(HELP)
-        for command in HELP:
+        texts = every_help(build_parser())
+        assert {"", "replay", "continue", "agents install", "agents list"} <= set(texts)
+        assert sorted(folder.glob("*.txt")) == sorted(Path(stored_help(c.split(), _PYTHON))
+                                                      for c in texts)  # no stale file
+        for command, text in texts.items():
             words = [*command.split(), "--help"]
-            assert answer_without_argparse(words) == HELP[command] == answer_without_argparse([*words[:-1], "-h"])
-        for words in (["replay", "--json", "--help"], ["--help", "replay"], ["nope", "--help"], [], ["--version", "x"]):
+            assert answer_without_argparse(words) == text == answer_without_argparse([*words[:-1], "-h"]), command
+        for words in (["replay", "--json", "--help"], ["--help", "replay"], ["nope", "--help"], [], ["--version", "x"],
+                      ["Replay", "--help"], ["..", "help", "--help"], ["3.11", "--help"]):
             assert answer_without_argparse(words) is None, words  # argparse decides those (a usage error, ...)
 
 
 def test_help_wraps_at_the_terminal_width_up_to_80_columns() -> None:
     """A narrow terminal gets argparse's help at its width; a wider one (and a pipe) the 80-column text."""
-    from forkpoint.cli.help_text import HELP
     from forkpoint.cli.parser import build_parser, every_help
 
     def shown(columns: str) -> str:
@@ -244,12 +245,14 @@ def test_help_wraps_at_the_terminal_width_up_to_80_columns() -> None:
                               text=True, timeout=60, check=True, env={**os.environ, "COLUMNS": columns})
         return done.stdout
 
-    assert shown("200") == shown("80") == HELP["export"]
-    narrow = shown("50")
     with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("COLUMNS", "80")
+        stored = every_help(build_parser())["export"]
         patch.setenv("COLUMNS", "50")
-        assert narrow == every_help(build_parser())["export"] != HELP["export"]
-    assert len(narrow.splitlines()) > len(HELP["export"].splitlines())  # wrapped at 48 columns, not 78
+        narrow = every_help(build_parser())["export"]
+    assert shown("200") == shown("80") == stored
+    assert shown("50") == narrow != stored
+    assert len(narrow.splitlines()) > len(stored.splitlines())  # wrapped at 48 columns, not 78
 
 
 def test_prepare_only_loads_no_replay_only_module(session: Path, tmp_path: Path) -> None:

@@ -1,10 +1,10 @@
 """The `forkpoint` command line: thin — parse arguments, call the engine, print, exit with its code.
 
 Start-up is the budget here (issue 8, issue 16): this module imports only ``os`` and ``sys``. `--version` and
-`--help` (of any command) are answered without argparse: the help texts are argparse's own output, stored in
-forkpoint.cli.help_text by ``scripts/regen_cli_help.py`` (a test keeps them equal, so they cannot drift). Anything
-else builds the argparse tree (forkpoint.cli.parser); each command's body lives in forkpoint.cli.commands (or
-.batch) and is imported only when that command runs.
+`--help` (of any command) are answered without argparse: the help texts are argparse's own output, stored as
+``help/<python>/forkpoint-<command>.txt`` by ``scripts/regen_cli_help.py`` (a test keeps them equal, so they cannot
+drift). Anything else builds the argparse tree (forkpoint.cli.parser); each command's body lives in
+forkpoint.cli.commands (or .batch) and is imported only when that command runs.
 """
 
 from __future__ import annotations
@@ -20,8 +20,14 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 #: `--help` wraps at the terminal's width, as argparse measures it, but at most at this many columns: one text
-#: for every wider terminal and every pipe, the one forkpoint.cli.help_text stores.
+#: for every wider terminal and every pipe, the one stored under HELP_DIR.
 HELP_COLUMNS = 80
+HELP_DIR = os.path.join(os.path.dirname(__file__), "help")
+
+
+def stored_help(command: list[str], python: tuple[int, int]) -> str:
+    """The file holding `forkpoint COMMAND... --help` as the argparse of Python ``python`` prints it."""
+    return os.path.join(HELP_DIR, f"{python[0]}.{python[1]}", "-".join(["forkpoint", *command]) + ".txt")
 
 
 def help_width() -> int:
@@ -31,10 +37,10 @@ def help_width() -> int:
         columns = int(os.environ.get("COLUMNS", "0"))
     except ValueError:
         columns = 0
-    if columns <= 0:
+    if columns <= 0 and sys.__stdout__ is not None:
         try:
             columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
-        except (AttributeError, ValueError, OSError):
+        except (ValueError, OSError):
             columns = 0
     return min(columns if columns > 0 else 80, HELP_COLUMNS) - 2
 
@@ -49,15 +55,21 @@ def _write(text: str) -> None:
 
 def answer_without_argparse(words: list[str]) -> str | None:
     """What `forkpoint --version`, `forkpoint [COMMAND...] --help` print (exit 0), or None for argparse to do it:
-    every other command line, a terminal narrower than HELP_COLUMNS, or a Python whose argparse may format help
-    differently from the one that wrote the stored texts."""
+    every other command line, a terminal narrower than HELP_COLUMNS, or a Python with no stored texts (its
+    argparse may word help differently)."""
     if words == ["--version"]:
         return f"forkpoint {__version__}\n"
+    command = words[:-1]
     if not words or words[-1] not in ("-h", "--help") or help_width() != HELP_COLUMNS - 2:
         return None
-    from forkpoint.cli.help_text import HELP, PYTHON
-
-    return HELP.get(" ".join(words[:-1])) if sys.version_info[:2] == PYTHON else None
+    if not all(word.isascii() and word.isalpha() and word.islower() for word in command):
+        return None  # not a command name (and never a path)
+    try:
+        with open(stored_help(command, (sys.version_info[0], sys.version_info[1])), encoding="utf-8",
+                  newline="") as stored:
+            return stored.read()
+    except FileNotFoundError:  # no such command (argparse says so), or no texts for this Python
+        return None
 
 
 def main(argv: list[str] | None = None) -> None:

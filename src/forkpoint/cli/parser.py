@@ -54,14 +54,20 @@ BRANCH_LIST_KEYS = {"branch_model": "branch_models", "branch_seed": "branch_seed
                     "branch_temperature": "branch_temperatures"}
 
 
-def add_model_options(parser: argparse.ArgumentParser) -> None:
-    for option, metavar, kind, text in MODEL_OPTIONS:
-        dest = option[2:].replace("-", "_")
+#: the options given once per value, each value appended to a list
+_REPEATABLE = ("--path-map", "--branch-prompt", "--env", *("--" + dest.replace("_", "-") for dest in BRANCH_LIST_KEYS))
+
+
+def add_options(parser: argparse.ArgumentParser,
+                options: tuple[tuple[str, str | None, Callable[[str], Any], str], ...]) -> None:
+    """Each (option, metavar or None for a flag, type, help) of a table such as MODEL_OPTIONS as an argument."""
+    for option, metavar, kind, text in options:
+        dest = "as_json" if option == "--json" else option[2:].replace("-", "_")
         if metavar is None:
             parser.add_argument(option, dest=dest, action="store_true", help=text)
         else:
             parser.add_argument(option, dest=dest, metavar=metavar, type=kind,
-                                action="append" if dest in BRANCH_LIST_KEYS else "store", help=text)
+                                action="append" if option in _REPEATABLE else "store", help=text)
 
 
 _DIRECT_OPTIONS = (
@@ -213,14 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     replay = _command(commands, "replay", "Replay a trajectory up to --after-step and (by default) continue the "
                       "real agent from there.", "commands:replay", epilog=REPLAY_EPILOG)
-    for option, metavar, kind, text in _REPLAY_OPTIONS:
-        dest = "as_json" if option == "--json" else option[2:].replace("-", "_")
-        if metavar is None:
-            replay.add_argument(option, dest=dest, action="store_true", help=text)
-        else:
-            action = "append" if option in ("--path-map", "--branch-prompt", "--env") else "store"
-            replay.add_argument(option, dest=dest, metavar=metavar, type=kind, action=action, help=text)
-    add_model_options(replay)
+    add_options(replay, _REPLAY_OPTIONS + MODEL_OPTIONS)
 
     resume = _command(commands, "continue", "Continue again from a replayed run's boundary snapshot without "
                       "re-running any tool: K more branches (--branches), or the planned branches a killed run "
@@ -237,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     resume.add_argument("--agent-version", metavar="V", help="As in replay (a verified cross-version pair).")
     resume.add_argument("--record-tool-schemas", action="store_true", help="As in replay.")
     resume.add_argument("--json", dest="as_json", action="store_true", help="Print branches.json as one line.")
-    add_model_options(resume)
+    add_options(resume, MODEL_OPTIONS)
 
     gc = _command(commands, "gc", "Free the disk a replayed run keeps for branching: its boundary snapshot and its "
                   "branches' workspace copies (`forkpoint continue` then refuses that run).", "commands:gc")
