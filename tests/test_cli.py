@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -234,6 +236,28 @@ def test_the_stored_help_is_what_argparse_prints() -> None:
         for words in (["replay", "--json", "--help"], ["--help", "replay"], ["nope", "--help"], [], ["--version", "x"],
                       ["Replay", "--help"], ["..", "help", "--help"], ["3.11", "--help"]):
             assert answer_without_argparse(words) is None, words  # argparse decides those (a usage error, ...)
+
+
+def test_a_tree_built_for_one_command_parses_its_lines_as_the_whole_tree() -> None:
+    """main builds only the named command's options; every command line parses (and is refused) the same."""
+    from forkpoint.cli.parser import build_parser
+
+    lines = (["replay", "--agent", "codex", "--trajectory", "t", "--after-step", "2", "--env", "A", "--env", "B=1",
+              "--branch-seed", "3", "--prepare-only", "--json"],
+             ["continue", "run", "--branches", "2", "--model", "m"], ["inspect", "t", "--json"],
+             ["batch", "jobs.jsonl", "--workers", "2"], ["agents", "install", "codex@1"], ["gc", "a", "b"],
+             ["export", "r", "-o", "x"], ["report", "r"])
+    for words in lines:
+        whole, one = (vars(build_parser(command).parse_args(words)) for command in (None, words[0]))
+        assert whole.pop("help_of").prog == one.pop("help_of").prog != "forkpoint"
+        assert whole == one and whole["run"] is not None, words
+    for words in (["replay", "--bogus"], ["inspect"], ["agents", "install"], ["replay", "--after-step", "x"]):
+        refusals = []
+        for command in (None, words[0]):
+            with pytest.raises(SystemExit) as caught, contextlib.redirect_stderr(io.StringIO()) as said:
+                build_parser(command).parse_args(words)
+            refusals.append((caught.value.code, said.getvalue()))
+        assert refusals[0] == refusals[1] and refusals[0][0] == 2, words
 
 
 def test_help_wraps_at_the_terminal_width_up_to_80_columns() -> None:

@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(0)
     from forkpoint.cli.parser import build_parser
 
-    args = build_parser().parse_args(words)
+    args = build_parser(next((word for word in words if not word.startswith("-")), None)).parse_args(words)
     if args.run is None:  # a command group without its command: teach it, as a usage error
         args.help_of.print_help()
         raise SystemExit(2)

@@ -199,8 +199,10 @@ class _Formatter(argparse.HelpFormatter):
         )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The whole command tree; each command's handler is its parser's ``run`` default."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command tree; each command's handler is its parser's ``run`` default. Given the ``command`` a
+    command line names, only that command gets its options: the others keep their name and summary (all argparse
+    needs to route or refuse the line; building every option costs a run ~2 ms)."""
     root = argparse.ArgumentParser(prog="forkpoint", description=DESCRIPTION, formatter_class=_Formatter,
                                    allow_abbrev=False)
     root.set_defaults(run=None, help_of=root)
@@ -209,108 +211,120 @@ def build_parser() -> argparse.ArgumentParser:
 
     inspect = _command(commands, "inspect", "Show the complete tool batches of a trajectory and the valid "
                        "--after-step range.", "commands:inspect")
-    inspect.add_argument("trajectory", type=Path, metavar="TRAJECTORY",
-                         help="A native trajectory file (e.g. a Claude Code session .jsonl).")
-    inspect.add_argument("--agent", metavar="NAME", help="Agent that wrote it; detected from the file when omitted.")
-    inspect.add_argument("--json", dest="as_json", action="store_true", help="Print one JSON object instead of a "
-                         "table.")
-    inspect.add_argument("--max-trajectory-bytes", metavar="N", type=int, default=None,
-                         help="Refuse a trajectory larger than N bytes [default: 268435456 = 256 MiB].")
+    if command in (None, "inspect"):
+        inspect.add_argument("trajectory", type=Path, metavar="TRAJECTORY",
+                             help="A native trajectory file (e.g. a Claude Code session .jsonl).")
+        inspect.add_argument("--agent", metavar="NAME",
+                             help="Agent that wrote it; detected from the file when omitted.")
+        inspect.add_argument("--json", dest="as_json", action="store_true", help="Print one JSON object instead of a "
+                             "table.")
+        inspect.add_argument("--max-trajectory-bytes", metavar="N", type=int, default=None,
+                             help="Refuse a trajectory larger than N bytes [default: 268435456 = 256 MiB].")
 
     replay = _command(commands, "replay", "Replay a trajectory up to --after-step and (by default) continue the "
                       "real agent from there.", "commands:replay", epilog=REPLAY_EPILOG)
-    add_options(replay, _REPLAY_OPTIONS + MODEL_OPTIONS)
+    if command in (None, "replay"):
+        add_options(replay, _REPLAY_OPTIONS + MODEL_OPTIONS)
 
     resume = _command(commands, "continue", "Continue again from a replayed run's boundary snapshot without "
                       "re-running any tool: K more branches (--branches), or the planned branches a killed run "
                       "did not start.", "commands:continue_")
-    resume.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="The run's output dir (<output-dir>/<run-id>).")
-    resume.add_argument("--branches", type=int, metavar="K", help="K new branches (ids after the existing ones).")
-    resume.add_argument("--branch-prompt", dest="branch_prompts", action="append", default=[], metavar="TEXT",
-                        help="The branches' boundary prompt: once for all or once per branch (never stored).")
-    resume.add_argument("--parallel", type=int, metavar="P", help="Branches at once (bwrap runs) [the cores].")
-    resume.add_argument("--upstream", metavar="NAME", help="As in replay [the agent's own protocol].")
-    resume.add_argument("--upstream-url", metavar="URL", help="As in replay.")
-    resume.add_argument("--max-steps", type=int, metavar="N", help="As in replay (the total budget).")
-    resume.add_argument("--agent-entrypoint", type=Path, metavar="PATH", help="As in replay.")
-    resume.add_argument("--agent-version", metavar="V", help="As in replay (a verified cross-version pair).")
-    resume.add_argument("--record-tool-schemas", action="store_true", help="As in replay.")
-    resume.add_argument("--json", dest="as_json", action="store_true", help="Print branches.json as one line.")
-    add_options(resume, MODEL_OPTIONS)
+    if command in (None, "continue"):
+        resume.add_argument("run_dir", type=Path, metavar="RUN_DIR",
+                            help="The run's output dir (<output-dir>/<run-id>).")
+        resume.add_argument("--branches", type=int, metavar="K", help="K new branches (ids after the existing ones).")
+        resume.add_argument("--branch-prompt", dest="branch_prompts", action="append", default=[], metavar="TEXT",
+                            help="The branches' boundary prompt: once for all or once per branch (never stored).")
+        resume.add_argument("--parallel", type=int, metavar="P", help="Branches at once (bwrap runs) [the cores].")
+        resume.add_argument("--upstream", metavar="NAME", help="As in replay [the agent's own protocol].")
+        resume.add_argument("--upstream-url", metavar="URL", help="As in replay.")
+        resume.add_argument("--max-steps", type=int, metavar="N", help="As in replay (the total budget).")
+        resume.add_argument("--agent-entrypoint", type=Path, metavar="PATH", help="As in replay.")
+        resume.add_argument("--agent-version", metavar="V", help="As in replay (a verified cross-version pair).")
+        resume.add_argument("--record-tool-schemas", action="store_true", help="As in replay.")
+        resume.add_argument("--json", dest="as_json", action="store_true", help="Print branches.json as one line.")
+        add_options(resume, MODEL_OPTIONS)
 
     gc = _command(commands, "gc", "Free the disk a replayed run keeps for branching: its boundary snapshot and its "
                   "branches' workspace copies (`forkpoint continue` then refuses that run).", "commands:gc")
-    gc.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR", help="Run dirs (<output-dir>/<run-id>).")
-    gc.add_argument("--dry-run", action="store_true", help="Only say what would be removed.")
+    if command in (None, "gc"):
+        gc.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR", help="Run dirs (<output-dir>/<run-id>).")
+        gc.add_argument("--dry-run", action="store_true", help="Only say what would be removed.")
 
     exporter = _command(commands, "export", "Export runs (and batches of runs) as training data: chat messages "
                         "with segments, loss mask and provenance, as parquet, JSONL, ATIF or native files.",
                         "commands:export",
                         epilog=EXPORT_EPILOG)
-    exporter.add_argument("runs", type=Path, nargs="+", metavar="RUN_OR_DIR",
-                          help="A run dir (<output-dir>/<run-id>) or a dir holding runs (an output root, a batch).")
-    exporter.add_argument("--format", dest="fmt", metavar="FORMAT", default="parquet",
-                          choices=("parquet", "messages-jsonl", "atif", "native"),
-                          help="parquet (Hugging Face-loadable), messages-jsonl, atif (ATIF v1.8, a directory) or "
-                          "native (the native sessions, a directory) [default: parquet].")
-    exporter.add_argument("-o", "--out", type=Path, required=True, metavar="PATH",
-                          help="The output file (a directory for atif/native); never overwritten. The report goes "
-                          "beside it as PATH.report.json.")
-    exporter.add_argument("--train-on", metavar="SEGMENT", default="live", choices=("live", "prefix", "all"),
-                          help="Which assistant turns are trainable: live (the continuation), prefix or all "
-                          "[default: live].")
-    exporter.add_argument("--no-redact", dest="redact", action="store_false",
-                          help="Keep secrets and the home path as they are (recorded in every row and the report).")
-    exporter.add_argument("--json", dest="as_json", action="store_true", help="Print the report as one JSON line.")
+    if command in (None, "export"):
+        exporter.add_argument("runs", type=Path, nargs="+", metavar="RUN_OR_DIR",
+                              help="A run dir (<output-dir>/<run-id>) or a dir holding runs (an output root, a batch).")
+        exporter.add_argument("--format", dest="fmt", metavar="FORMAT", default="parquet",
+                              choices=("parquet", "messages-jsonl", "atif", "native"),
+                              help="parquet (Hugging Face-loadable), messages-jsonl, atif (ATIF v1.8, a directory) or "
+                              "native (the native sessions, a directory) [default: parquet].")
+        exporter.add_argument("-o", "--out", type=Path, required=True, metavar="PATH",
+                              help="The output file (a directory for atif/native); never overwritten. The report goes "
+                              "beside it as PATH.report.json.")
+        exporter.add_argument("--train-on", metavar="SEGMENT", default="live", choices=("live", "prefix", "all"),
+                              help="Which assistant turns are trainable: live (the continuation), prefix or all "
+                              "[default: live].")
+        exporter.add_argument("--no-redact", dest="redact", action="store_false",
+                              help="Keep secrets and the home path as they are (recorded in every row and the report).")
+        exporter.add_argument("--json", dest="as_json", action="store_true", help="Print the report as one JSON line.")
 
     report = _command(commands, "report", "Write one self-contained HTML report (no network, works from file://) of "
                       "a run or of every run under a directory: timeline, historical vs fresh observations with "
                       "diffs, bridge verdicts, the continuation, the next action.", "commands:report")
-    report.add_argument("runs", type=Path, nargs="+", metavar="RUN_OR_DIR",
-                        help="A run dir (<output-dir>/<run-id>) or a dir holding runs (an output root, a batch).")
-    report.add_argument("-o", "--out", type=Path, metavar="FILE",
-                        help="The HTML file [default: report.html inside the first RUN_OR_DIR].")
-    report.add_argument("--open", dest="open_browser", action="store_true",
-                        help="Open the report in the default browser afterwards.")
+    if command in (None, "report"):
+        report.add_argument("runs", type=Path, nargs="+", metavar="RUN_OR_DIR",
+                            help="A run dir (<output-dir>/<run-id>) or a dir holding runs (an output root, a batch).")
+        report.add_argument("-o", "--out", type=Path, metavar="FILE",
+                            help="The HTML file [default: report.html inside the first RUN_OR_DIR].")
+        report.add_argument("--open", dest="open_browser", action="store_true",
+                            help="Open the report in the default browser afterwards.")
 
     batch = _command(commands, "batch", "Run many replays from a jobs file (JSONL, or TOML with [defaults] and "
                      "[[job]]), resumably: a SQLite ledger in the batch dir records every job; rerun the same command "
                      "to finish what is left. `forkpoint batch status DIR` summarises a batch.", "batch:run",
                      epilog=BATCH_EPILOG)
-    batch.add_argument("jobs", metavar="JOBS|status", help="The jobs file, or the word status.")
-    batch.add_argument("status_dir", nargs="?", type=Path, metavar="DIR", help="With status: the batch dir.")
-    batch.add_argument("--out", type=Path, default=Path("forkpoint-batch"), metavar="DIR",
-                       help="The batch dir: ledger.sqlite, runs/, state/ [default: forkpoint-batch].")
-    batch.add_argument("--workers", type=int, metavar="N", help="Local worker processes [default: the cores].")
-    batch.add_argument("--executor", choices=("local", "ray"), default="local",
-                       help="local (a process pool) or ray (an existing Ray cluster; pip install 'forkpoint[ray]').")
-    batch.add_argument("--ray-address", metavar="ADDR", help="auto, ray://HOST:PORT, or local (start a head here) "
-                       "[default: local].")
-    batch.add_argument("--cpus-per-job", type=float, default=1.0, metavar="N", help="Ray: CPUs per job [1].")
-    batch.add_argument("--memory-per-job", type=int, metavar="BYTES", help="Ray: memory per job.")
-    batch.add_argument("--retries", type=int, default=3, metavar="N",
-                       help="Retries of a job whose failure is retryable (model rate limit, 5xx, connection) [3].")
-    for option, metavar, text in (
-        ("--mode", "MODE", "Default mode: prepare-only, replay-only or continue [prepare-only]."),
-        ("--agent", "NAME", "Default agent (detected from each trajectory otherwise)."),
-        ("--sandbox", "NAME", "Default sandbox: local or bwrap."),
-        ("--upstream", "NAME", "Default upstream (as in replay)."),
-        ("--upstream-url", "URL", "Default upstream URL."),
-        ("--on-divergence", "POLICY", "Default divergence policy: warn, stop or ignore."),
-    ):
-        batch.add_argument(option, dest=f"default_{option[2:].replace('-', '_')}", metavar=metavar, help=text)
-    batch.add_argument("--max-steps", dest="default_max_steps", type=int, metavar="N", help="Default step budget.")
-    batch.add_argument("--json", dest="as_json", action="store_true", help="Print the summary as one JSON line.")
+    if command in (None, "batch"):
+        batch.add_argument("jobs", metavar="JOBS|status", help="The jobs file, or the word status.")
+        batch.add_argument("status_dir", nargs="?", type=Path, metavar="DIR", help="With status: the batch dir.")
+        batch.add_argument("--out", type=Path, default=Path("forkpoint-batch"), metavar="DIR",
+                           help="The batch dir: ledger.sqlite, runs/, state/ [default: forkpoint-batch].")
+        batch.add_argument("--workers", type=int, metavar="N", help="Local worker processes [default: the cores].")
+        batch.add_argument("--executor", choices=("local", "ray"), default="local",
+                           help="local (a process pool) or ray (an existing Ray cluster; "
+                           "pip install 'forkpoint[ray]').")
+        batch.add_argument("--ray-address", metavar="ADDR", help="auto, ray://HOST:PORT, or local (start a head here) "
+                           "[default: local].")
+        batch.add_argument("--cpus-per-job", type=float, default=1.0, metavar="N", help="Ray: CPUs per job [1].")
+        batch.add_argument("--memory-per-job", type=int, metavar="BYTES", help="Ray: memory per job.")
+        batch.add_argument("--retries", type=int, default=3, metavar="N",
+                           help="Retries of a job whose failure is retryable (model rate limit, 5xx, connection) [3].")
+        for option, metavar, text in (
+            ("--mode", "MODE", "Default mode: prepare-only, replay-only or continue [prepare-only]."),
+            ("--agent", "NAME", "Default agent (detected from each trajectory otherwise)."),
+            ("--sandbox", "NAME", "Default sandbox: local or bwrap."),
+            ("--upstream", "NAME", "Default upstream (as in replay)."),
+            ("--upstream-url", "URL", "Default upstream URL."),
+            ("--on-divergence", "POLICY", "Default divergence policy: warn, stop or ignore."),
+        ):
+            batch.add_argument(option, dest=f"default_{option[2:].replace('-', '_')}", metavar=metavar, help=text)
+        batch.add_argument("--max-steps", dest="default_max_steps", type=int, metavar="N",
+                           help="Default step budget.")
+        batch.add_argument("--json", dest="as_json", action="store_true", help="Print the summary as one JSON line.")
 
     agents = _command(commands, "agents", "Install and list verified agent runtimes (real CLIs from npm / PyPI).",
                       None)
-    agents_commands = agents.add_subparsers(title="commands", metavar="COMMAND")
-    install = _command(agents_commands, "install", "Install a verified agent version from its registry into "
-                       "forkpoint's runtime cache.", "commands:agents_install")
-    install.add_argument("spec", metavar="SPEC", help="AGENT@VERSION, e.g. claude-code@2.1.220.")
-    listing = _command(agents_commands, "list", "List installed runtimes and the verified versions of each agent.",
-                       "commands:agents_list")
-    listing.add_argument("--json", dest="as_json", action="store_true", help="Print JSON.")
+    if command in (None, "agents"):
+        agents_commands = agents.add_subparsers(title="commands", metavar="COMMAND")
+        install = _command(agents_commands, "install", "Install a verified agent version from its registry into "
+                           "forkpoint's runtime cache.", "commands:agents_install")
+        install.add_argument("spec", metavar="SPEC", help="AGENT@VERSION, e.g. claude-code@2.1.220.")
+        listing = _command(agents_commands, "list", "List installed runtimes and the verified versions of each agent.",
+                           "commands:agents_list")
+        listing.add_argument("--json", dest="as_json", action="store_true", help="Print JSON.")
     return root
 
 
