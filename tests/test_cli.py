@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from forkpoint.cli import stored_help
 from forkpoint.testing.claude_sessions import simple_session
 
 _PYTHON = (sys.version_info[0], sys.version_info[1])
@@ -203,6 +202,8 @@ def test_help_and_version_load_only_the_cli_package_and_no_typing() -> None:
     """Issue 16: `--help` and `--version` load no forkpoint module beyond the cli package, not `typing` (2 ms of a
     30 ms start), not argparse, pathlib or shutil (the help is stored: ~7 ms), and `--version` nothing that `--help`
     does not."""
+    from forkpoint.cli import stored_help
+
     shown = _bare_imported(["--help"])
     version = _bare_imported(["--version"])
     for modules in (shown, version, _bare_imported(["agents", "install", "-h"])):
@@ -217,7 +218,7 @@ def test_help_and_version_load_only_the_cli_package_and_no_typing() -> None:
 def test_the_stored_help_is_what_argparse_prints() -> None:
     """The help texts `--help` prints without argparse are argparse's own, for the root and every command (run
     scripts/regen_cli_help.py after changing an option); under a Python without stored texts argparse prints."""
-    from forkpoint.cli import answer_without_argparse
+    from forkpoint.cli import answer_without_argparse, stored_help
     from forkpoint.cli.parser import build_parser, every_help
 
     folder = Path(stored_help([], _PYTHON)).parent
