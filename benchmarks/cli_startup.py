@@ -1,12 +1,15 @@
 """4. CLI cold start: ``forkpoint --help``, ``--version`` and a prepare-only of a small file vs ``python -c pass``.
 
-Measured as a user installs forkpoint (``uv tool install`` / ``pipx`` give the same): a fresh ``python3 -m venv``
+Measured as a user installs forkpoint (as ``uv tool install`` / ``pipx`` install it): a fresh ``python3 -m venv``
 in the temporary directory with this checkout ``pip install``-ed into it (not editable; pip compiles the bytecode
 at install time), so the interpreter's site imports nothing of a development environment (no editable-install
 hooks, no ``.pth`` files that import argparse/pathlib/typing). The baseline ``python -c pass`` runs the venv's own
 interpreter; every command gets an environment without ``PYTHON*`` variables (a ``PYTHONPATH`` would load another
-copy of forkpoint). ``--no-venv`` (implied by ``--smoke``) measures the interpreter running this script instead,
-with a private bytecode cache (``PYTHONPYCACHEPREFIX``, filled by the warm-up round).
+copy of forkpoint). The console script pip (and pipx) writes imports ``re`` before forkpoint (~5 ms: alone it is
+1.5x ``python -c pass``); ``uv tool install`` writes one that does not. The venv gets a copy of uv's script too
+(``forkpoint-uv``, uv's template, same entry point), measured in rows of their own. ``--no-venv`` (implied by
+``--smoke``) measures the interpreter running this script instead, with a private bytecode cache
+(``PYTHONPYCACHEPREFIX``, filled by the warm-up round).
 
 Every round runs each command once in a freshly shuffled order (after one warm-up round). The import breakdown
 comes from ``python -X importtime``: the slowest imports with the chain that pulled each of them in.
@@ -30,7 +33,19 @@ import _common as c
 
 from forkpoint.testing.claude_sessions import simple_session
 
-TARGETS = {"forkpoint --help": 1.5, "forkpoint --version": 1.5, "forkpoint replay --prepare-only": 3.0}
+TARGETS = {"forkpoint --help": 1.5, "forkpoint --version": 1.5, "forkpoint replay --prepare-only": 3.0,
+           "forkpoint --help (uv's script)": 1.5, "forkpoint --version (uv's script)": 1.5}
+#: the console script `uv tool install` / `uv pip install` writes for forkpoint's entry point (no `import re`)
+UV_SCRIPT = """# -*- coding: utf-8 -*-
+import sys
+from forkpoint.cli import main
+if __name__ == "__main__":
+    if sys.argv[0].endswith("-script.pyw"):
+        sys.argv[0] = sys.argv[0][:-11]
+    elif sys.argv[0].endswith(".exe"):
+        sys.argv[0] = sys.argv[0][:-4]
+    sys.exit(main())
+"""
 _IMPORT_LINE = re.compile(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)")
 
 
@@ -42,6 +57,7 @@ class Interpreter:
     forkpoint: list[str]
     env: dict[str, str]
     described: str
+    uv_forkpoint: list[str] | None = None  # uv's console script, in a venv
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -61,9 +77,13 @@ def clean_venv(root: Path) -> Interpreter:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=clean_env())
     subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
                     str(source)], check=True, env=clean_env(), capture_output=True)
+    uv_script = venv / "bin" / "forkpoint-uv"
+    uv_script.write_text(f"#!{venv / 'bin' / 'python'}\n{UV_SCRIPT}")
+    uv_script.chmod(0o755)
     return Interpreter(str(venv / "bin" / "python"), [str(venv / "bin" / "forkpoint")], clean_env(),
                        "a fresh `python3 -m venv` with this checkout `pip install`-ed (non-editable), "
-                       f"{sys.version.split()[0]}; the baseline is that venv's `python -c pass`")
+                       f"{sys.version.split()[0]}; the baseline is that venv's `python -c pass`; `forkpoint` is "
+                       "pip's console script, `forkpoint-uv` uv's", [str(uv_script)])
 
 
 def this_interpreter(root: Path) -> Interpreter:
@@ -131,7 +151,12 @@ def main() -> None:
             "forkpoint replay --prepare-only": lambda: command([*python.forkpoint, *replay(f"r{next(runs)}")]),
             "python -c 'import forkpoint.cli' (reference)": lambda: command([python.python, "-c",
                                                                              "import forkpoint.cli"]),
+            "python -c 'import re' (pip's script imports it)": lambda: command([python.python, "-c", "import re"]),
         }
+        if python.uv_forkpoint is not None:
+            uv = python.uv_forkpoint
+            tasks["forkpoint --help (uv's script)"] = lambda: command([*uv, "--help"])
+            tasks["forkpoint --version (uv's script)"] = lambda: command([*uv, "--version"])
         samples = c.interleaved(tasks, args.repeat, args.seed)
         breakdown = {}
         for name, argv in (("forkpoint --help", ["--help"]), ("forkpoint replay --prepare-only", replay("imports"))):

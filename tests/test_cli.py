@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from forkpoint.testing.claude_sessions import simple_session
+
+_PYTHON = (sys.version_info[0], sys.version_info[1])
 
 
 def forkpoint(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -125,7 +130,7 @@ def test_version_and_usage_errors() -> None:
 
 
 def test_every_replay_option_is_documented() -> None:
-    from forkpoint.cli import _DIRECT_OPTIONS
+    from forkpoint.cli.parser import _DIRECT_OPTIONS
 
     text = " ".join(forkpoint("replay", "--help").stdout.split())
     assert "forkpoint replay --config replay.toml" in text  # the examples survive, unwrapped
@@ -195,14 +200,84 @@ def _bare_imported(argv: list[str]) -> set[str]:
 
 def test_help_and_version_load_only_the_cli_package_and_no_typing() -> None:
     """Issue 16: `--help` and `--version` load no forkpoint module beyond the cli package, not `typing` (2 ms of a
-    30 ms start) and `--version` nothing that `--help` does not."""
+    30 ms start), not argparse, pathlib or shutil (the help is stored: ~7 ms), and `--version` nothing that `--help`
+    does not."""
+    from forkpoint.cli import stored_help
+
     shown = _bare_imported(["--help"])
     version = _bare_imported(["--version"])
-    for modules in (shown, version):
+    for modules in (shown, version, _bare_imported(["agents", "install", "-h"])):
         assert "forkpoint.cli" in modules
         assert {m for m in modules if m.startswith("forkpoint.")} == {"forkpoint.cli"}
         assert not {"typing", "dataclasses", "inspect"} & modules
+        if os.path.isdir(os.path.dirname(stored_help([], _PYTHON))):  # else argparse prints help
+            assert not {"argparse", "pathlib", "shutil", "re"} & modules
     assert version <= shown, version - shown
+
+
+def test_the_stored_help_is_what_argparse_prints() -> None:
+    """The help texts `--help` prints without argparse are argparse's own, for the root and every command (run
+    scripts/regen_cli_help.py after changing an option); under a Python without stored texts argparse prints."""
+    from forkpoint.cli import answer_without_argparse, stored_help
+    from forkpoint.cli.parser import build_parser, every_help
+
+    folder = Path(stored_help([], _PYTHON)).parent
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("COLUMNS", "80")
+        if not folder.is_dir():
+            assert answer_without_argparse(["replay", "--help"]) is None
+            return
+        texts = every_help(build_parser())
+        assert {"", "replay", "continue", "agents install", "agents list"} <= set(texts)
+        assert sorted(folder.glob("*.txt")) == sorted(Path(stored_help(c.split(), _PYTHON))
+                                                      for c in texts)  # no stale file
+        for command, text in texts.items():
+            words = [*command.split(), "--help"]
+            assert answer_without_argparse(words) == text == answer_without_argparse([*words[:-1], "-h"]), command
+        for words in (["replay", "--json", "--help"], ["--help", "replay"], ["nope", "--help"], [], ["--version", "x"],
+                      ["Replay", "--help"], ["..", "help", "--help"], ["3.11", "--help"]):
+            assert answer_without_argparse(words) is None, words  # argparse decides those (a usage error, ...)
+
+
+def test_a_tree_built_for_one_command_parses_its_lines_as_the_whole_tree() -> None:
+    """main builds only the named command's options; every command line parses (and is refused) the same."""
+    from forkpoint.cli.parser import build_parser
+
+    lines = (["replay", "--agent", "codex", "--trajectory", "t", "--after-step", "2", "--env", "A", "--env", "B=1",
+              "--branch-seed", "3", "--prepare-only", "--json"],
+             ["continue", "run", "--branches", "2", "--model", "m"], ["inspect", "t", "--json"],
+             ["batch", "jobs.jsonl", "--workers", "2"], ["agents", "install", "codex@1"], ["gc", "a", "b"],
+             ["export", "r", "-o", "x"], ["report", "r"])
+    for words in lines:
+        whole, one = (vars(build_parser(command).parse_args(words)) for command in (None, words[0]))
+        assert whole.pop("help_of").prog == one.pop("help_of").prog != "forkpoint"
+        assert whole == one and whole["run"] is not None, words
+    for words in (["replay", "--bogus"], ["inspect"], ["agents", "install"], ["replay", "--after-step", "x"]):
+        refusals = []
+        for command in (None, words[0]):
+            with pytest.raises(SystemExit) as caught, contextlib.redirect_stderr(io.StringIO()) as said:
+                build_parser(command).parse_args(words)
+            refusals.append((caught.value.code, said.getvalue()))
+        assert refusals[0] == refusals[1] and refusals[0][0] == 2, words
+
+
+def test_help_wraps_at_the_terminal_width_up_to_80_columns() -> None:
+    """A narrow terminal gets argparse's help at its width; a wider one (and a pipe) the 80-column text."""
+    from forkpoint.cli.parser import build_parser, every_help
+
+    def shown(columns: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "forkpoint.cli", "export", "--help"], capture_output=True,
+                              text=True, timeout=60, check=True, env={**os.environ, "COLUMNS": columns})
+        return done.stdout
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("COLUMNS", "80")
+        stored = every_help(build_parser())["export"]
+        patch.setenv("COLUMNS", "50")
+        narrow = every_help(build_parser())["export"]
+    assert shown("200") == shown("80") == stored
+    assert shown("50") == narrow != stored
+    assert len(narrow.splitlines()) > len(stored.splitlines())  # wrapped at 48 columns, not 78
 
 
 def test_prepare_only_loads_no_replay_only_module(session: Path, tmp_path: Path) -> None:
@@ -220,7 +295,7 @@ def test_the_exit_codes_in_replay_help_are_the_error_kinds() -> None:
     """`forkpoint replay --help` lists every category with its exit code, as forkpoint.errors defines them."""
     import re
 
-    from forkpoint.cli import REPLAY_EPILOG
+    from forkpoint.cli.parser import REPLAY_EPILOG
     from forkpoint.errors import ErrorKind
 
     listed = REPLAY_EPILOG.split("exit codes:", 1)[1]
@@ -260,7 +335,7 @@ def test_agents_list_and_install_follow_the_specs(tmp_path: Path, monkeypatch: p
 
 
 def test_model_options_parse_and_are_refused_before_anything_runs(session: Path, tmp_path: Path) -> None:
-    from forkpoint.cli import MODEL_DESTS, build_parser
+    from forkpoint.cli.parser import MODEL_DESTS, build_parser
 
     args = build_parser().parse_args(["continue", "run", "--model", "m", "--temperature", "0", "--seed", "7",
                                       "--branch-seed", "1", "--branch-seed", "2", "--disable-thinking"])

@@ -28,6 +28,8 @@ from forkpoint.model import ContinueSettings, LaunchTarget, Mode, Plan
 from forkpoint.sandbox import DEFAULT_SANDBOX, SANDBOXES, unknown_sandbox_message
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from forkpoint.bridge.translate.sampling import Protocol, SamplingPins
 
 REQUEST_SCHEMA = "forkpoint.request/v1"
@@ -275,13 +277,7 @@ def protocol_name(protocol: str) -> Protocol:
 def load_toml(path: Path) -> ReplayRequest:
     import tomllib  # only for a --config file
 
-    raw = _read_input(path, "replay config")
-    try:
-        document = tomllib.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise configuration(f"parse replay config {path}: {exc}") from None
-    except RecursionError:
-        raise configuration(f"parse replay config {path}: nested too deeply") from None
+    document = _parse_input(path, "replay config", tomllib.loads, tomllib.TOMLDecodeError)
     extra_tables = sorted(set(document) - {"replay"})
     if extra_tables:
         raise configuration(f"replay config {path}: unknown table(s) or key(s) {', '.join(extra_tables)}; "
@@ -293,19 +289,24 @@ def load_toml(path: Path) -> ReplayRequest:
 
 
 def load_json_request(path: Path) -> ReplayRequest:
-    raw = _read_input(path, "request")
-    try:
-        document = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise configuration(f"parse request {path}: {exc}") from None
-    except RecursionError:
-        raise configuration(f"parse request {path}: nested too deeply") from None
+    document = _parse_input(path, "request", json.loads, json.JSONDecodeError)
     if not isinstance(document, dict):
         raise configuration(f"request {path}: must be a JSON object")
     schema = document.pop("schema_version", None)
     if schema != REQUEST_SCHEMA:
         raise configuration(f'request {path}: schema_version must be "{REQUEST_SCHEMA}"')
     return build_request(_relative_to(document, path.parent), source=f"request {path}")
+
+
+def _parse_input(path: Path, what: str, parse: Callable[[str], Any], malformed: type[ValueError]) -> Any:
+    """``path``'s UTF-8 text parsed (a bounded read); every way it can be unreadable is a configuration error."""
+    raw = _read_input(path, what)
+    try:
+        return parse(raw.decode("utf-8"))
+    except (UnicodeDecodeError, malformed) as exc:
+        raise configuration(f"parse {what} {path}: {exc}") from None
+    except RecursionError:
+        raise configuration(f"parse {what} {path}: nested too deeply") from None
 
 
 def _relative_to(values: dict[str, Any], base: Path) -> dict[str, Any]:

@@ -77,7 +77,7 @@ def test_unknown_agent_is_a_configuration_error() -> None:
 
 def test_cli_help_says_what_the_specs_say() -> None:
     """The CLI keeps its help literal (so `--help` imports no spec); it must list what the registry declares."""
-    from forkpoint.cli import _REPLAY_OPTIONS
+    from forkpoint.cli.parser import _REPLAY_OPTIONS
 
     helps = {option: text for option, _, _, text in _REPLAY_OPTIONS}
     assert helps["--agent"] == f"Agent name: {', '.join(AGENT_NAMES)}."

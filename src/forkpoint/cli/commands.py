@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from forkpoint.cli import _DIRECT_OPTIONS, BRANCH_LIST_KEYS, MODEL_DESTS
 from forkpoint.cli.output import DIM, GREEN, RED, YELLOW, fail, print_json, say
+from forkpoint.cli.parser import _DIRECT_OPTIONS, BRANCH_LIST_KEYS, MODEL_DESTS
 
 
 def inspect(args: argparse.Namespace) -> None:
@@ -19,10 +20,7 @@ def inspect(args: argparse.Namespace) -> None:
             () if args.max_trajectory_bytes is None else (args.max_trajectory_bytes,)))
     except ReplayError as error:
         fail(error, args.as_json)
-    if args.as_json:
-        print_json(description)
-    else:
-        render_table(description)
+    _show(description, args.as_json, render_table)
 
 
 def replay(args: argparse.Namespace) -> None:
@@ -92,10 +90,7 @@ def continue_(args: argparse.Namespace) -> None:
         document = continue_run_dir(args.run_dir, options, progress)
     except ReplayError as error:
         fail(error, args.as_json)
-    if args.as_json:
-        print_json(document)
-    else:
-        _render_branches(document)
+    _show(document, args.as_json, _render_branches)
     failed = [row for row in document["branches"] if row.get("status") != "finished"]
     raise SystemExit(1 if failed else 0)
 
@@ -114,6 +109,14 @@ def gc(args: argparse.Namespace) -> None:
         for path in freed["removed"]:
             say(f"  {'would remove' if args.dry_run else 'removed'} {path}")
     say(f"forkpoint: {'would free' if args.dry_run else 'freed'} {total / 1e6:.1f} MB", style=GREEN)
+
+
+def _show(document: Any, as_json: bool, render: Callable[[Any], None]) -> None:
+    """A command's document: one JSON line with --json, else its rendering for people."""
+    if as_json:
+        print_json(document)
+    else:
+        render(document)
 
 
 def _render_branches(document: dict[str, Any]) -> None:
