@@ -84,8 +84,7 @@ def test_the_real_agent_continues_through_a_chat_completions_model(
     assert next_action["metrics"]["same_tool_calls"] is True, next_action
 
 
-@pytest.mark.parametrize(("agent", "version", "scenario", "trajectory"),
-                         [CASES[1], CASES[3]], ids=lambda v: str(v))
+@pytest.mark.parametrize(("agent", "version", "scenario", "trajectory"), CASES, ids=lambda v: str(v))
 def test_model_and_sampling_pins_reach_the_chat_model_on_the_translated_request(
     agent: str, version: str, scenario: str, trajectory: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
