@@ -1,9 +1,10 @@
-"""The Sandbox protocol: where replayed tools and the continued agent run, and how recorded paths map to real ones.
+"""The Sandbox base class: where replayed tools and the continued agent run, and how recorded paths map to real ones.
 
 Every tool executor and agent launch goes through one ``Sandbox`` per run:
 
 - ``run(argv, cwd=..., env=..., timeout_s=..., network=..., writable=..., readable=...)`` starts a command through
-  ``forkpoint.process.run_supervised`` (deadline, output caps, no surviving descendants), inside the sandbox.
+  ``forkpoint.process.run_supervised`` (deadline, output caps, no surviving descendants), inside the sandbox:
+  each backend only says how (``confine``: the command line and the host directory it starts in).
   ``cwd`` is a path *as the tools see it*; ``network=False`` is the tool-replay default (a backend that cannot
   isolate the network says so in ``describe()``); ``writable`` / ``readable`` are host paths the command needs
   besides the workspace (the agent's HOME, a scratch dir, the agent's runtime), visible at the same path.
@@ -28,10 +29,10 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from forkpoint.errors import configuration
-from forkpoint.process import ProcessResult
+from forkpoint.process import ProcessResult, run_supervised
 
 _NAME_CHARS = r"\w.\-"
 
@@ -101,8 +102,9 @@ def _substitute(text: str, table: Mapping[str, str]) -> tuple[str, int]:
     return pattern.sub(replace, text), count
 
 
-class Sandbox(Protocol):
-    """Where one run's tools and agent execute (see the module docstring)."""
+class Sandbox:
+    """Where one run's tools and agent execute (see the module docstring); a backend implements ``host_path``,
+    ``confine`` and ``describe``."""
 
     name: str
     workspace: Path  # the real workspace on the host (absolute)
@@ -114,7 +116,13 @@ class Sandbox(Protocol):
 
     def host_path(self, path: str) -> str:
         """The host path of a path the tools see (identity outside the workspace mount)."""
-        ...
+        raise NotImplementedError
+
+    def confine(
+        self, argv: Sequence[str], cwd: str, *, network: bool, writable: Sequence[Path], readable: Sequence[Path]
+    ) -> tuple[list[str], Path]:
+        """The command line that runs ``argv`` inside the sandbox, and the host directory it starts in."""
+        raise NotImplementedError
 
     def run(
         self,
@@ -129,11 +137,12 @@ class Sandbox(Protocol):
         **options: Any,
     ) -> ProcessResult:
         """Run a command to completion inside the sandbox (``options`` go to ``run_supervised``)."""
-        ...
+        command, host_cwd = self.confine(argv, cwd, network=network, writable=writable, readable=readable)
+        return run_supervised(command, cwd=host_cwd, env=env, timeout_s=timeout_s, **options)
 
     def describe(self) -> dict[str, Any]:
         """What the sandbox did, for result metadata."""
-        ...
+        raise NotImplementedError
 
 
 def within(path: str, root: str) -> bool:
