@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from forkpoint.errors import configuration
+from forkpoint.model import FreshObservation
 from forkpoint.process import ProcessResult, run_supervised
 
 _NAME_CHARS = r"\w.\-"
@@ -170,6 +172,21 @@ def restore_paths(sandbox: Sandbox, call_id: str, where: str, value: Any) -> Any
     if count:
         sandbox.path_restores.append({"call_id": call_id, "where": where, "count": count})
     return new
+
+
+def fresh_observation(sandbox: Sandbox, call_id: str, started: float, *, content: Any, native: Any, is_error: bool,
+                      truncated: bool, return_code: int | None) -> FreshObservation:
+    """One re-run call's observation, timed from ``started`` (``time.monotonic``), with the real paths in its
+    content and native copy mapped back to the recorded ones (``--path-map``)."""
+    return FreshObservation(
+        call_id=call_id,
+        content=restore_paths(sandbox, call_id, "content", content),
+        is_error=is_error,
+        truncated=truncated,
+        return_code=return_code,
+        duration_ms=int((time.monotonic() - started) * 1000),
+        native=restore_paths(sandbox, call_id, "native", native),
+    )
 
 
 def _map_strings(value: Any, function: Callable[[str], tuple[str, int]]) -> tuple[Any, int]:
