@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from forkpoint.errors import configuration
+from forkpoint.errors import ErrorKind, ReplayError, configuration
 from forkpoint.model import FreshObservation
 from forkpoint.process import ProcessResult, run_supervised
 
@@ -149,6 +149,15 @@ class Sandbox:
 
 def within(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def inside_roots(path: str, cwd: str, roots: Sequence[str], refusal: str) -> str:
+    """``path`` made absolute against ``cwd`` (as the tools see them); refused before any effect when it lies
+    outside every spelling of the workspace (``refusal`` says which tool and why)."""
+    absolute = os.path.normpath(os.path.join(cwd, path))
+    if not any(within(absolute, root) for root in roots):
+        raise ReplayError(ErrorKind.EXECUTOR, refusal, before_effect=True)
+    return absolute
 
 
 def rewrite_arguments(sandbox: Sandbox, call_id: str, arguments: dict[str, Any]) -> dict[str, Any]:
