@@ -243,17 +243,6 @@ def _read_upto(fd: int, limit: int) -> bytes:
     return b"".join(parts)
 
 
-def _open_final_regular(dir_fd: int, name: str, shown: str) -> int:
-    """Open the final component ``name`` read-only, non-blocking, without following it. It is looked at before
-    opening so a device or socket is never opened (opening can have side effects); the caller's fstat after the
-    open is the check that counts."""
-    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    if stat.S_ISLNK(st.st_mode):
-        raise _FinalSymlink(name)
-    _require_regular(st, shown)
-    return os.open(name, os.O_RDONLY | _FINAL_FLAGS, dir_fd=dir_fd)
-
-
 def read_regular_file(root: Path, path: str | Path, *, max_bytes: int, aliases: tuple[str, ...] = ()) -> ReadResult:
     """Read the head of a regular file inside ``root``: ``max_bytes`` at most, ``truncated`` if more exist."""
     if max_bytes < 0:
@@ -261,7 +250,17 @@ def read_regular_file(root: Path, path: str | Path, *, max_bytes: int, aliases: 
     shown = os.fspath(path)
 
     def opener(dir_fd: int, name: str) -> int:
-        return _open_final_regular(dir_fd, name, shown)
+        # Look before opening so a device or socket is never opened (opening can have side effects);
+        # the fstat after the open is the check that counts.
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            pass
+        else:
+            if stat.S_ISLNK(st.st_mode):
+                raise _FinalSymlink(name)
+            _require_regular(st, shown)
+        return os.open(name, os.O_RDONLY | _FINAL_FLAGS, dir_fd=dir_fd)
 
     fd = _walk(root, path, opener, follow_final=True, aliases=aliases)
     try:
@@ -346,7 +345,11 @@ def open_regular_strict(root: Path, path: str | Path) -> int:
     def opener(dir_fd: int, name: str) -> int:
         if name == ".":
             raise NotRegularFileError(f"not a regular file: {shown}")
-        return _open_final_regular(dir_fd, name, shown)
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if stat.S_ISLNK(st.st_mode):
+            raise _FinalSymlink(name)
+        _require_regular(st, shown)
+        return os.open(name, os.O_RDONLY | _FINAL_FLAGS, dir_fd=dir_fd)
 
     fd = _walk(root, path, opener, follow_final=False, links=False)
     try:
