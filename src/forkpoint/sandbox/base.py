@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -151,7 +151,7 @@ def within(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def inside_roots(path: str, cwd: str, roots: Sequence[str], refusal: str) -> str:
+def inside_roots(path: str, cwd: str, roots: Iterable[str], refusal: str) -> str:
     """``path`` made absolute against ``cwd`` (as the tools see them); refused before any effect when it lies
     outside every spelling of the workspace (``refusal`` says which tool and why)."""
     absolute = os.path.normpath(os.path.join(cwd, path))
