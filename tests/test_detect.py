@@ -50,6 +50,11 @@ def test_order_decides_between_formats_that_share_keys() -> None:
     assert agent_spec("mini-swe-agent").sniff(export) and guess_agent_from_object(export) == "opencode"
 
 
+def test_a_codex_record_is_claimed_by_codex_alone() -> None:
+    record = {"type": "session_meta", "payload": {}}
+    assert [name for name in AGENT_NAMES if agent_spec(name).sniff(record)] == ["codex"]
+
+
 @pytest.mark.parametrize(("folder", "agent", "pattern"), [
     ("claude_code", "claude-code", "*/*/session.jsonl"),
     ("codex", "codex", "*/*/rollout.jsonl"),
@@ -60,6 +65,7 @@ def test_order_decides_between_formats_that_share_keys() -> None:
     ("openhands", "openhands", "*/*/trajectory.json"),
 ])
 def test_recorded_fixtures_are_detected(folder: str, agent: str, pattern: str) -> None:
+    """Every recorded scenario of every verified version (both Pi formats, both mini-swe-agent schemas)."""
     files = sorted((FIXTURES / folder).glob(pattern))
     assert files, pattern
     assert {guess_agent(path) for path in files} == {agent}

@@ -147,12 +147,17 @@ def _stat(pid: int) -> tuple[int, int, int, int, str] | None:
         return None
 
 
-def _children(pid: int) -> list[int]:
+def children(pid: int, threads: int = 0) -> list[int]:
+    """The children of every thread of ``pid`` (``threads=1``, a single-threaded process: one read, no listdir;
+    also used by ``forkpoint.process.tree``)."""
+    if threads == 1:
+        tids = [str(pid)]
+    else:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return []
     found: list[int] = []
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return found
     for tid in tids:
         try:
             with open(f"/proc/{pid}/task/{tid}/children", "rb") as handle:
@@ -168,7 +173,7 @@ def _subtree(root: int, skip: int, leaders: dict[int, int]) -> dict[int, int]:
     found: dict[int, int] = {}
     oldest = min(leaders.values(), default=0)
     stack = []
-    for child in _children(root):
+    for child in children(root):
         info = _stat(child)
         if child != skip and info is not None and (child in leaders or info[3] >= oldest):
             stack.append(child)
@@ -178,7 +183,7 @@ def _subtree(root: int, skip: int, leaders: dict[int, int]) -> dict[int, int]:
         if pid in found or info is None:
             continue
         found[pid] = info[3]
-        stack.extend(_children(pid))
+        stack.extend(children(pid))
     return found
 
 
@@ -228,9 +233,9 @@ def _cleanup(leaders: dict[int, int], known: dict[int, int], needle: bytes, me: 
             leader = pgid if pgid in leaders else sid
             if (leader in leaders and start >= leaders[leader]) or (pid not in stopped and _has_prefix(pid, needle)):
                 roots.add(pid)
-        children: dict[int, list[int]] = {}
+        children_of: dict[int, list[int]] = {}
         for pid, info in table.items():
-            children.setdefault(info[0], []).append(pid)
+            children_of.setdefault(info[0], []).append(pid)
         members: set[int] = set()
         stack = list(roots)
         while stack:
@@ -238,7 +243,7 @@ def _cleanup(leaders: dict[int, int], known: dict[int, int], needle: bytes, me: 
             if pid in members or pid == me or pid not in table:
                 continue
             members.add(pid)
-            stack.extend(children.get(pid, ()))
+            stack.extend(children_of.get(pid, ()))
         new = {pid: table[pid][3] for pid in members if pid not in stopped and table[pid][4] not in ("Z", "X")}
         if not new:
             break

@@ -57,6 +57,7 @@ def test_spec_is_self_consistent(name: str) -> None:
     assert type(adapter) is vars(importlib.import_module(module))[class_name]
     assert isinstance(adapter, AdapterBase)
     assert adapter.name == name and adapter.verified_versions == spec.versions
+    assert spec.native_format.startswith(f"{name}/") and adapter.native_format == spec.native_format
 
 
 def test_every_adapter_is_registered() -> None:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from forkpoint.errors import configuration
+from forkpoint.adapters.spec import AgentSpec
+from forkpoint.errors import ErrorKind, ReplayError, configuration, unsupported_version
 from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
 from forkpoint.model import (
     Continuation,
@@ -40,11 +41,18 @@ class Adapter(Protocol):
     """What the engine calls; which parts it may call is declared by the agent's spec (``replays``,
     ``continues``), never probed. Optional hooks have defaults in ``AdapterBase``."""
 
-    name: str
-    #: verified agent version -> profile id (the spec's ``versions``)
-    verified_versions: Mapping[str, str]
-    #: format string of the native prefix file written by ``write_prepared_prefix``
-    native_format: str
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def verified_versions(self) -> Mapping[str, str]:
+        """Verified agent version -> profile id (the spec's ``versions``)."""
+        ...
+
+    @property
+    def native_format(self) -> str:
+        """Format string of the native prefix file written by ``write_prepared_prefix``."""
+        ...
 
     def parse(self, path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
         """Parse a native trajectory of at most ``max_bytes``. Pure apart from reading ``path``; raises ReplayError
@@ -86,10 +94,46 @@ class Adapter(Protocol):
     ) -> Continuation: ...
 
 
-class AdapterBase:
-    """The defaults of the optional hooks; an adapter overrides what its agent needs."""
+class TrajectoryParser(Protocol):
+    """An agent's parse function: a native trajectory of at most ``max_bytes``."""
 
-    name: str
+    def __call__(self, path: Path, max_bytes: int, /) -> Trajectory: ...
+
+
+class AdapterBase:
+    """What every adapter shares, driven by its ``spec``, and the defaults of the optional hooks; an adapter
+    overrides what its agent needs."""
+
+    spec: ClassVar[AgentSpec]
+    #: the agent's parse function (``staticmethod(parse_x)``)
+    parser: ClassVar[TrajectoryParser]
+    #: why an unverified version is refused, after "is not a verified version"
+    unverified_why: ClassVar[str] = ""
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def verified_versions(self) -> Mapping[str, str]:
+        return self.spec.versions
+
+    @property
+    def native_format(self) -> str:
+        return self.spec.native_format
+
+    def parse(self, path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
+        return self.parser(path, max_bytes)
+
+    def profile_for(self, trajectory: Trajectory) -> str:
+        """The profile of the one version the recording names, or raise unsupported_version."""
+        version = trajectory.version
+        profile = self.spec.versions.get(version or "")
+        if profile is None:
+            raise unsupported_version(
+                f"{self.spec.title} {version or f'(no {self.spec.version_field})'} is not a verified version"
+                f"{self.unverified_why} (verified: {', '.join(self.spec.versions)})")
+        return profile
 
     def write_prefix(self, plan: Plan, fresh: Mapping[str, FreshObservation] | None, out_dir: Path) -> NativePrefix:
         """The native session cut after the boundary: HISTORICAL observations when ``fresh`` is None."""
@@ -111,7 +155,8 @@ class AdapterBase:
 
     def hooks(self) -> AgentHooks[Any]:
         """The agent's hooks for the one continuation shell (an adapter that continues overrides this)."""
-        raise NotImplementedError
+        raise ReplayError(ErrorKind.UNSUPPORTED_AGENT,
+                          f"{self.spec.title} continuation is not available in this version")
 
     def continue_run(
         self, plan: Plan, prefix: NativePrefix, context: RunContext, settings: ContinueSettings

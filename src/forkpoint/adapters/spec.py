@@ -83,25 +83,36 @@ class AgentSpec:
 
     #: the agent's name on the command line and in every output document
     name: str
+    #: its name in prose (messages)
+    title: str
     #: ``"module:Class"`` of the adapter (imported only when the agent is used)
     adapter: str
     #: verified agent version -> profile id (how that version's session is rebuilt and resumed)
     versions: Mapping[str, str]
     #: how forkpoint installs the verified versions (``agents install``); None: not installable by forkpoint
     runtime: AgentPackage | None
+    #: format string of the native prefix file forkpoint writes (``<name>/...``)
+    native_format: str
     #: the wire protocol of the agent's own model client
     protocol: WireProtocol
-    #: where its validated model requests may go; the first is the default
-    upstreams: tuple[Upstream, ...]
-    #: sandboxes its tools and continuation run through, plus "path_map" when it rewrites recorded paths
-    sandbox_features: frozenset[str]
     #: True when a JSON value (one line of a JSONL file, or a whole document) looks like this agent's trajectory
     sniff: Callable[[object], bool]
+    #: where its validated model requests may go besides its protocol's real upstream and the stub (``upstreams``)
+    more_upstreams: tuple[Upstream, ...] = ()
+    #: sandboxes its tools and continuation run through, plus "path_map" when it rewrites recorded paths
+    sandbox_features: frozenset[str] = frozenset({"local"})
+    #: where a recording names the agent version (what the unverified-version refusal says when it is missing)
+    version_field: str = "version"
     #: it re-runs the prefix's tools (``--replay-only``) and starts the real agent (the default mode)
     replays: bool = True
     continues: bool = True
     #: recorded version -> the other verified versions proven (e2e) to continue its recordings (``--agent-version``)
     cross_versions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def upstreams(self) -> tuple[Upstream, ...]:
+        """Its protocol's real upstream (the default), the stub, then ``more_upstreams``."""
+        return (*upstreams_for(self.protocol), *self.more_upstreams)
 
     @property
     def default_upstream(self) -> Upstream:

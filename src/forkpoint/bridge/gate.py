@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
+from forkpoint.errors import configuration, unsupported_version
 from forkpoint.hashing import count_text
 from forkpoint.model import JsonObject
 
@@ -50,6 +51,45 @@ class Profiled(Protocol):
 
 P = TypeVar("P", bound=Profiled)
 E = TypeVar("E", bound=Profiled)
+M = TypeVar("M")
+
+#: the shortest resume nonce a gate accepts (forkpoint's own, hashing.make_nonce, are far longer)
+MIN_NONCE_LENGTH = 16
+
+
+# -- building an expected prefix (the rebuild side) ----------------------------------------------------------------
+
+
+def envelope_profile(profiles: Mapping[str, P], version: str, agent: str) -> P:
+    """The resume envelope profile verified for ``agent version``; unsupported_version for any other version."""
+    found = profiles.get(version)
+    if found is None:
+        raise unsupported_version(
+            f"{agent} {version} has no verified resume envelope profile (verified: {', '.join(profiles)})")
+    return found
+
+
+def check_resume_nonce(nonce: str, rebuilt: Any, what: str) -> None:
+    """A nonce a gate can find exactly once: long enough, without white space, and nowhere in the ``rebuilt``
+    prefix yet (``what`` names it in the refusal)."""
+    if len(nonce) < MIN_NONCE_LENGTH or any(c.isspace() for c in nonce):
+        raise configuration(f"the resume nonce must be at least {MIN_NONCE_LENGTH} characters without spaces")
+    if count_text(rebuilt, nonce):
+        raise configuration(f"the resume nonce already occurs in the {what}")
+
+
+def load_manifest(data: Any, schema: str, build: Callable[[JsonObject], M]) -> M:
+    """An expected-prefix manifest ``build`` makes from its ``to_json`` document; ValueError for a document of
+    another schema, or one ``build`` cannot read."""
+    if not isinstance(data, dict) or data.get("schema_version") != schema:
+        raise ValueError(f"not a {schema} manifest")
+    try:
+        return build(data)
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"malformed {schema} manifest: {error!r}") from None
+
+
+# -- checking requests (the bridge side) -----------------------------------------------------------------------
 
 
 def verified_profile(profiles: Mapping[str, P], version: str, profile: str, agent: str) -> P:

@@ -123,25 +123,6 @@ def _children_supported() -> bool:
     return _children_state
 
 
-def _children(pid: int, threads: int) -> list[int]:
-    """The children of every thread of ``pid`` (a single-threaded process needs one read, no listdir)."""
-    if threads == 1:
-        tids = [str(pid)]
-    else:
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            return []
-    result: list[int] = []
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children", "rb") as handle:
-                result.extend(int(child) for child in handle.read().split())
-        except (OSError, ValueError):
-            continue
-    return result
-
-
 def _scan_tree(root: int) -> dict[int, ProcInfo]:
     """``root`` and all of its descendants, following the children links instead of reading all of /proc."""
     table: dict[int, ProcInfo] = {}
@@ -155,7 +136,7 @@ def _scan_tree(root: int) -> dict[int, ProcInfo]:
             continue
         table[pid] = info
         if info.state not in ("Z", "X"):
-            stack.extend(_children(pid, info.threads))
+            stack.extend(reaper.children(pid, info.threads))
     return table
 
 

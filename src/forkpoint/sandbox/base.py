@@ -1,9 +1,10 @@
-"""The Sandbox protocol: where replayed tools and the continued agent run, and how recorded paths map to real ones.
+"""The Sandbox base class: where replayed tools and the continued agent run, and how recorded paths map to real ones.
 
 Every tool executor and agent launch goes through one ``Sandbox`` per run:
 
 - ``run(argv, cwd=..., env=..., timeout_s=..., network=..., writable=..., readable=...)`` starts a command through
-  ``forkpoint.process.run_supervised`` (deadline, output caps, no surviving descendants), inside the sandbox.
+  ``forkpoint.process.run_supervised`` (deadline, output caps, no surviving descendants), inside the sandbox:
+  each backend only says how (``confine``: the command line and the host directory it starts in).
   ``cwd`` is a path *as the tools see it*; ``network=False`` is the tool-replay default (a backend that cannot
   isolate the network says so in ``describe()``); ``writable`` / ``readable`` are host paths the command needs
   besides the workspace (the agent's HOME, a scratch dir, the agent's runtime), visible at the same path.
@@ -25,13 +26,15 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from forkpoint.errors import configuration
-from forkpoint.process import ProcessResult
+from forkpoint.errors import ErrorKind, ReplayError, configuration
+from forkpoint.model import FreshObservation
+from forkpoint.process import ProcessResult, run_supervised
 
 _NAME_CHARS = r"\w.\-"
 
@@ -101,8 +104,9 @@ def _substitute(text: str, table: Mapping[str, str]) -> tuple[str, int]:
     return pattern.sub(replace, text), count
 
 
-class Sandbox(Protocol):
-    """Where one run's tools and agent execute (see the module docstring)."""
+class Sandbox:
+    """Where one run's tools and agent execute (see the module docstring); a backend implements ``host_path``,
+    ``confine`` and ``describe``."""
 
     name: str
     workspace: Path  # the real workspace on the host (absolute)
@@ -114,7 +118,13 @@ class Sandbox(Protocol):
 
     def host_path(self, path: str) -> str:
         """The host path of a path the tools see (identity outside the workspace mount)."""
-        ...
+        raise NotImplementedError
+
+    def confine(
+        self, argv: Sequence[str], cwd: str, *, network: bool, writable: Sequence[Path], readable: Sequence[Path]
+    ) -> tuple[list[str], Path]:
+        """The command line that runs ``argv`` inside the sandbox, and the host directory it starts in."""
+        raise NotImplementedError
 
     def run(
         self,
@@ -129,15 +139,25 @@ class Sandbox(Protocol):
         **options: Any,
     ) -> ProcessResult:
         """Run a command to completion inside the sandbox (``options`` go to ``run_supervised``)."""
-        ...
+        command, host_cwd = self.confine(argv, cwd, network=network, writable=writable, readable=readable)
+        return run_supervised(command, cwd=host_cwd, env=env, timeout_s=timeout_s, **options)
 
     def describe(self) -> dict[str, Any]:
         """What the sandbox did, for result metadata."""
-        ...
+        raise NotImplementedError
 
 
 def within(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def inside_roots(path: str, cwd: str, roots: Iterable[str], refusal: str) -> str:
+    """``path`` made absolute against ``cwd`` (as the tools see them); refused before any effect when it lies
+    outside every spelling of the workspace (``refusal`` says which tool and why)."""
+    absolute = os.path.normpath(os.path.join(cwd, path))
+    if not any(within(absolute, root) for root in roots):
+        raise ReplayError(ErrorKind.EXECUTOR, refusal, before_effect=True)
+    return absolute
 
 
 def rewrite_arguments(sandbox: Sandbox, call_id: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -161,6 +181,21 @@ def restore_paths(sandbox: Sandbox, call_id: str, where: str, value: Any) -> Any
     if count:
         sandbox.path_restores.append({"call_id": call_id, "where": where, "count": count})
     return new
+
+
+def fresh_observation(sandbox: Sandbox, call_id: str, started: float, *, content: Any, native: Any, is_error: bool,
+                      truncated: bool, return_code: int | None) -> FreshObservation:
+    """One re-run call's observation, timed from ``started`` (``time.monotonic``), with the real paths in its
+    content and native copy mapped back to the recorded ones (``--path-map``)."""
+    return FreshObservation(
+        call_id=call_id,
+        content=restore_paths(sandbox, call_id, "content", content),
+        is_error=is_error,
+        truncated=truncated,
+        return_code=return_code,
+        duration_ms=int((time.monotonic() - started) * 1000),
+        native=restore_paths(sandbox, call_id, "native", native),
+    )
 
 
 def _map_strings(value: Any, function: Callable[[str], tuple[str, int]]) -> tuple[Any, int]:

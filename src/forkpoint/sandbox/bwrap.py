@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from forkpoint.errors import ErrorKind, ReplayError, configuration
-from forkpoint.process import ProcessResult, run_supervised, sanitized_env
-from forkpoint.sandbox.base import PathMap, within
+from forkpoint.process import run_supervised, sanitized_env
+from forkpoint.sandbox.base import PathMap, Sandbox, within
 
 #: Never the recorded cwd (nor one of its descendants, for the kernel file systems).
 _SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run", "/sbin",
@@ -56,7 +56,7 @@ def install_hint() -> str:
     return "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) or use --sandbox local"
 
 
-class BwrapSandbox:
+class BwrapSandbox(Sandbox):
     name = "bwrap"
 
     def __init__(
@@ -119,26 +119,16 @@ class BwrapSandbox:
         args.append("--")
         return args
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        cwd: str,
-        env: Mapping[str, str],
-        timeout_s: float,
-        network: bool = False,
-        writable: Sequence[Path] = (),
-        readable: Sequence[Path] = (),
-        **options: Any,
-    ) -> ProcessResult:
+    def confine(
+        self, argv: Sequence[str], cwd: str, *, network: bool, writable: Sequence[Path], readable: Sequence[Path]
+    ) -> tuple[list[str], Path]:
         for path in writable:
             path.mkdir(parents=True, exist_ok=True)
         if not self.workspace.is_dir():
             raise ReplayError(ErrorKind.WORKSPACE, f"workspace {self.workspace} is not a directory")
         command = [*self.arguments(cwd, network=network, writable=writable, readable=readable), *argv]
         host_cwd = self.host_path(cwd)
-        return run_supervised(command, cwd=Path(host_cwd if os.path.isdir(host_cwd) else "/"), env=env,
-                              timeout_s=timeout_s, **options)
+        return command, Path(host_cwd if os.path.isdir(host_cwd) else "/")
 
     def _probe(self) -> None:
         """Refuse up front when this host cannot create the sandbox (no user namespaces, seccomp, ...)."""

@@ -8,13 +8,12 @@ execution, mapped back in outputs: see ``sandbox.base``). Anything else is refus
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.process import ProcessResult, run_supervised
-from forkpoint.sandbox.base import PathMap
+from forkpoint.sandbox.base import PathMap, Sandbox
 
 
 def refusal(recorded: str, workspace: str) -> str:
@@ -27,7 +26,7 @@ def refusal(recorded: str, workspace: str) -> str:
     )
 
 
-class LocalSandbox:
+class LocalSandbox(Sandbox):
     name = "local"
 
     def __init__(self, workspace: Path, recorded_cwd: str | None = None, path_map: PathMap | None = None) -> None:
@@ -57,20 +56,11 @@ class LocalSandbox:
     def host_path(self, path: str) -> str:
         return path
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        cwd: str,
-        env: Mapping[str, str],
-        timeout_s: float,
-        network: bool = False,
-        writable: Sequence[Path] = (),
-        readable: Sequence[Path] = (),
-        **options: Any,
-    ) -> ProcessResult:
+    def confine(
+        self, argv: Sequence[str], cwd: str, *, network: bool, writable: Sequence[Path], readable: Sequence[Path]
+    ) -> tuple[list[str], Path]:
         del network, writable, readable  # no isolation: everything the host has is reachable
-        return run_supervised(argv, cwd=Path(cwd), env=env, timeout_s=timeout_s, **options)
+        return list(argv), Path(cwd)
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -219,11 +219,3 @@ def test_error_rules() -> None:
     assert not is_error_v1("Observation: {'output': '', 'returncode': 1}")  # no tag: the template is unknown
     assert is_error_v2({"returncode": 2}) and is_error_v2({"returncode": -1, "exception_info": "timed out"})
     assert not is_error_v2({"returncode": 0, "exception_info": ""}) and not is_error_v2(None)
-
-
-def test_sniff() -> None:
-    adapter = MiniSweAgentAdapter()
-    for version in ("1.17.5", "2.4.6"):
-        head = (FIXTURES / version / "basic" / "trajectory.traj.json").read_bytes()[:4096]
-        assert adapter.sniff(head)
-    assert not adapter.sniff(b'{"type":"session_meta","payload":{}}')

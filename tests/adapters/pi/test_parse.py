@@ -136,14 +136,6 @@ def test_a_built_in_pi_rejected_is_off_and_a_changed_tool_set_is_refused(tmp_pat
     assert [c.policy for b in parsed.batches for c in b.calls] == [CallPolicy.FRESH, CallPolicy.FRESH]
 
 
-def test_sniff_recognises_both_formats() -> None:
-    adapter = PiAdapter()
-    for scenario in SCENARIOS:
-        for name in ("events.jsonl", "session.jsonl"):
-            assert adapter.sniff((FIXTURES / scenario / name).read_bytes()[:4096])
-    assert not adapter.sniff(b'{"type":"session_meta","payload":{}}')
-
-
 # -- event stream edge cases -------------------------------------------------------------------------------------
 
 

@@ -7,11 +7,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from forkpoint.adapters.base import AdapterBase
-from forkpoint.adapters.claude_code.parse import AGENT, parse_session
+from forkpoint.adapters.claude_code.parse import parse_session
 from forkpoint.adapters.claude_code.session import write_prepared, write_rebuilt
 from forkpoint.adapters.claude_code.spec import SPEC
 from forkpoint.errors import unsupported_version
-from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
 from forkpoint.model import FreshObservation, NativePrefix, Plan, RunContext, Trajectory
 
 if TYPE_CHECKING:
@@ -21,31 +20,19 @@ if TYPE_CHECKING:
 
 
 class ClaudeCodeAdapter(AdapterBase):
-    name = AGENT
-    verified_versions = SPEC.versions
-    native_format = "claude-code/session-jsonl"
-
-    def sniff(self, head: bytes) -> bool:
-        return b'"parentUuid"' in head and b'"sessionId"' in head
-
-    def parse(self, path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
-        return parse_session(path, max_bytes)
+    spec = SPEC
+    parser = staticmethod(parse_session)
+    unverified_why = "; its session format is unknown to forkpoint"
 
     def profile_for(self, trajectory: Trajectory) -> str:
-        versions = sorted(trajectory.versions)
-        if len(versions) != 1:
-            found = ", ".join(versions) if versions else "none"
+        """Every line names the version that wrote it: a session resumed by another version is refused."""
+        if len(trajectory.versions) != 1:
+            found = ", ".join(sorted(trajectory.versions)) or "none"
             raise unsupported_version(
                 f"Claude Code session must be recorded by exactly one version; found {found} "
                 f"(verified: {', '.join(self.verified_versions)})"
             )
-        profile = self.verified_versions.get(versions[0])
-        if profile is None:
-            raise unsupported_version(
-                f"Claude Code {versions[0]} is not a verified version; its session format is unknown to "
-                f"forkpoint (verified: {', '.join(self.verified_versions)})"
-            )
-        return profile
+        return super().profile_for(trajectory)
 
     def write_prefix(self, plan: Plan, fresh: Mapping[str, FreshObservation] | None, out_dir: Path) -> NativePrefix:
         destination = out_dir / f"{_session_id(plan)}.jsonl"

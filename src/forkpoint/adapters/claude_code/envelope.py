@@ -22,15 +22,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from forkpoint.errors import configuration, trajectory, unsupported_version
-from forkpoint.hashing import canonical_sha256, count_text
+from forkpoint.bridge.gate import check_resume_nonce, envelope_profile, load_manifest
+from forkpoint.errors import trajectory
+from forkpoint.hashing import canonical_sha256
 from forkpoint.model import JsonObject
 
 SCHEMA_VERSION = "forkpoint.claude-expected-prefix/v1"
 SYSTEM_REMINDER_PREFIX = "<system-reminder>"
 NO_RESPONSE_TEXT = "No response requested."
 CONTINUE_TEXT = "Continue from where you left off."
-MIN_NONCE_LENGTH = 16
 
 
 @dataclass(frozen=True)
@@ -53,12 +53,7 @@ PROFILES: dict[str, EnvelopeProfile] = {
 
 
 def profile_for_version(version: str) -> EnvelopeProfile:
-    profile = PROFILES.get(version)
-    if profile is None:
-        raise unsupported_version(
-            f"Claude Code {version} has no verified resume envelope profile (verified: {', '.join(PROFILES)})"
-        )
-    return profile
+    return envelope_profile(PROFILES, version, "Claude Code")
 
 
 
@@ -228,32 +223,28 @@ class ExpectedPrefix:
     @classmethod
     def from_json(cls, data: Any) -> ExpectedPrefix:
         """Parse ``to_json`` output; raises ValueError on anything else."""
-        if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
-            raise ValueError(f"not a {SCHEMA_VERSION} manifest")
-        try:
-            blocks = tuple(
-                tuple(BlockDigest(str(b["type"]), str(b["sha256"]), b.get("tool_use_id")) for b in message)
-                for message in data["message_blocks"]
-            )
-            prefix = cls(
-                profile=str(data["profile"]),
-                version=str(data["version"]),
-                nonce=str(data["nonce"]),
-                message_count=int(data["message_count"]),
-                prefix_sha256=str(data["prefix_sha256"]),
-                message_sha256=tuple(str(h) for h in data["message_sha256"]),
-                tool_use_ids=tuple(str(i) for i in data["tool_use_ids"]),
-                observation_sha256=tuple(str(h) for h in data["observation_sha256"]),
-                boundary_tool_use_ids=tuple(str(i) for i in data["boundary_tool_use_ids"]),
-                message_roles=tuple(str(r) for r in data["message_roles"]),
-                message_blocks=blocks,
-            )
-        except (KeyError, TypeError) as error:
-            raise ValueError(f"malformed {SCHEMA_VERSION} manifest: {error!r}") from None
+        prefix = load_manifest(data, SCHEMA_VERSION, cls._build)
         counts = {len(prefix.message_sha256), len(prefix.message_roles), len(prefix.message_blocks)}
         if counts != {prefix.message_count}:
             raise ValueError("manifest message_count does not match its per-message lists")
         return prefix
+
+    @classmethod
+    def _build(cls, data: JsonObject) -> ExpectedPrefix:
+        return cls(
+            profile=str(data["profile"]),
+            version=str(data["version"]),
+            nonce=str(data["nonce"]),
+            message_count=int(data["message_count"]),
+            prefix_sha256=str(data["prefix_sha256"]),
+            message_sha256=tuple(str(h) for h in data["message_sha256"]),
+            tool_use_ids=tuple(str(i) for i in data["tool_use_ids"]),
+            observation_sha256=tuple(str(h) for h in data["observation_sha256"]),
+            boundary_tool_use_ids=tuple(str(i) for i in data["boundary_tool_use_ids"]),
+            message_roles=tuple(str(r) for r in data["message_roles"]),
+            message_blocks=tuple(tuple(BlockDigest(str(b["type"]), str(b["sha256"]), b.get("tool_use_id"))
+                                       for b in message) for message in data["message_blocks"]),
+        )
 
 
 def digest_messages(projected: Sequence[JsonObject]) -> tuple[tuple[str, ...], tuple[str, ...],
@@ -295,11 +286,8 @@ def expected_prefix(records: Iterable[JsonObject], nonce: str, version: str) -> 
     of the assistant message before it, and a nonce that is short or already occurs in the prefix.
     """
     profile = profile_for_version(version)
-    if len(nonce) < MIN_NONCE_LENGTH or nonce != nonce.strip():
-        raise configuration(f"the resume nonce must be at least {MIN_NONCE_LENGTH} characters without spaces")
     record_list = list(records)
-    if count_text(record_list, nonce):
-        raise configuration("the resume nonce already occurs in the rebuilt session")
+    check_resume_nonce(nonce, record_list, "rebuilt session")
     projected = project(api_messages_from_session(record_list))
     if len(projected) < 3:
         raise trajectory("the rebuilt Claude Code prefix needs a prompt, a tool call and its results")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from forkpoint.adapters.spec import OPENAI_CHAT, AgentSpec, NpmPackage, upstreams_for
+from forkpoint.adapters.spec import OPENAI_CHAT, AgentSpec, NpmPackage
 
 #: record types Claude Code writes before (or instead of) its first message line
 _BOOKKEEPING = ("queue-operation", "summary", "last-prompt", "file-history-snapshot")
@@ -16,14 +16,16 @@ def sniff(value: object) -> bool:
 
 SPEC = AgentSpec(
     name="claude-code",
+    title="Claude Code",
     adapter="forkpoint.adapters.claude_code:ClaudeCodeAdapter",
     versions={
         "2.1.220": "claude-code/2.1.220/native-resume-v1",
         "2.1.332": "claude-code/2.1.332/native-resume-v1",
     },
     runtime=NpmPackage("@anthropic-ai/claude-code", "claude", "@anthropic-ai/claude-code-", "claude"),
+    native_format="claude-code/session-jsonl",
     protocol="anthropic-messages",
-    upstreams=(*upstreams_for("anthropic-messages"), OPENAI_CHAT),
+    more_upstreams=(OPENAI_CHAT,),
     # the executor and continuation run through any sandbox, and rewrite recorded paths (--path-map)
     sandbox_features=frozenset({"local", "bwrap", "path_map"}),
     sniff=sniff,

@@ -28,7 +28,7 @@ from forkpoint.adapters.claude_code.tool_profile import ToolOutcome, ToolProfile
 from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.fs import ConfinementError, open_confined
 from forkpoint.sandbox import local_sandbox
-from forkpoint.sandbox.base import within
+from forkpoint.sandbox.base import inside_roots
 
 if TYPE_CHECKING:
     from forkpoint.sandbox.base import Sandbox
@@ -98,14 +98,8 @@ class SessionFiles:
         expanded = path
         if self.home is not None and (path == "~" or path.startswith("~/")):
             expanded = self.home + path[1:]
-        absolute = os.path.normpath(os.path.join(self.cwd(), expanded))
-        if not any(within(absolute, root) for root in self.roots):
-            raise ReplayError(
-                ErrorKind.EXECUTOR,
-                f"Claude Code {tool} of {path!r} lies outside the workspace; forkpoint does not touch it",
-                before_effect=True,
-            )
-        return absolute
+        return inside_roots(expanded, self.cwd(), self.roots,
+                            f"Claude Code {tool} of {path!r} lies outside the workspace; forkpoint does not touch it")
 
     def escaped(self, tool: str, path: str, absolute: str) -> ToolOutcome:
         """A symlink led outside: a non-regular target is an ordinary tool error, a regular file a refusal."""

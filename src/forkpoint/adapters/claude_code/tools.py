@@ -47,7 +47,7 @@ from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.model import FreshObservation, RunContext, ToolCall
 from forkpoint.process import sanitized_env
 from forkpoint.sandbox import home_environment, local_sandbox
-from forkpoint.sandbox.base import restore_paths, rewrite_arguments
+from forkpoint.sandbox.base import fresh_observation, rewrite_arguments
 
 #: Tools these versions do not offer, with the exact refusal text both versions give.
 NOT_OFFERED = {
@@ -153,14 +153,6 @@ class ClaudeToolExecutor:
         handler = self._handlers.get(call.name)
         if handler is not None:
             outcome = handler(rewrite_arguments(self.sandbox, call.call_id, call.arguments))
-            if self.sandbox.path_map:
-                outcome = ToolOutcome(
-                    restore_paths(self.sandbox, call.call_id, "content", outcome.content),
-                    outcome.is_error,
-                    restore_paths(self.sandbox, call.call_id, "native", outcome.native),
-                    outcome.truncated,
-                    outcome.return_code,
-                )
         elif call.name in NOT_OFFERED:
             message = NOT_OFFERED[call.name]
             outcome = ToolOutcome(f"<tool_use_error>{message}</tool_use_error>", True, message)
@@ -170,15 +162,9 @@ class ClaudeToolExecutor:
                 f"forkpoint does not re-execute the Claude Code tool {call.name!r} (call {call.call_id})",
                 before_effect=True,
             )
-        return FreshObservation(
-            call_id=call.call_id,
-            content=outcome.content,
-            is_error=outcome.is_error,
-            truncated=outcome.truncated,
-            return_code=outcome.return_code,
-            duration_ms=int((time.monotonic() - started) * 1000),
-            native=outcome.native,
-        )
+        return fresh_observation(self.sandbox, call.call_id, started, content=outcome.content, native=outcome.native,
+                                 is_error=outcome.is_error, truncated=outcome.truncated,
+                                 return_code=outcome.return_code)
 
     def close(self) -> None:
         """Leave the shell's final directory for the continuation (``shell_state``), then drop the scratch dir."""

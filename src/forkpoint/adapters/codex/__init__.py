@@ -7,12 +7,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from forkpoint.adapters.base import AdapterBase
-from forkpoint.adapters.codex.parse import AGENT, parse_rollout
+from forkpoint.adapters.codex.parse import parse_rollout
 from forkpoint.adapters.codex.session import write_prepared, write_rebuilt
 from forkpoint.adapters.codex.spec import SPEC
-from forkpoint.errors import unsupported_version
-from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
-from forkpoint.model import FreshObservation, NativePrefix, Plan, RunContext, Trajectory
+from forkpoint.model import FreshObservation, NativePrefix, Plan, RunContext
 
 if TYPE_CHECKING:
     from forkpoint.adapters.base import ToolExecutor
@@ -21,25 +19,9 @@ if TYPE_CHECKING:
 
 
 class CodexAdapter(AdapterBase):
-    name = AGENT
-    verified_versions = SPEC.versions
-    native_format = "codex/rollout-jsonl"
-
-    def sniff(self, head: bytes) -> bool:
-        return b'"session_meta"' in head
-
-    def parse(self, path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
-        return parse_rollout(path, max_bytes)
-
-    def profile_for(self, trajectory: Trajectory) -> str:
-        version = trajectory.version
-        profile = self.verified_versions.get(version or "")
-        if profile is None:
-            raise unsupported_version(
-                f"Codex {version or '(no cli_version in session_meta)'} is not a verified version; its rollout "
-                f"format is unknown to forkpoint (verified: {', '.join(self.verified_versions)})"
-            )
-        return profile
+    spec = SPEC
+    parser = staticmethod(parse_rollout)
+    unverified_why = "; its rollout format is unknown to forkpoint"
 
     def write_prefix(self, plan: Plan, fresh: Mapping[str, FreshObservation] | None, out_dir: Path) -> NativePrefix:
         session_id = plan.trajectory.session_id or plan.trajectory.source_path.stem

@@ -29,12 +29,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from forkpoint.errors import configuration, trajectory, unsupported_version
-from forkpoint.hashing import canonical_sha256, count_text
+from forkpoint.bridge.gate import check_resume_nonce, envelope_profile, load_manifest
+from forkpoint.errors import trajectory, unsupported_version
+from forkpoint.hashing import canonical_sha256
 from forkpoint.model import JsonObject
 
 SCHEMA_VERSION = "forkpoint.codex-expected-prefix/v1"
-MIN_NONCE_LENGTH = 16
 #: keys the rollout stores on a response_item that Codex never puts on the wire
 ROLLOUT_ONLY_KEYS = frozenset({"internal_chat_message_metadata_passthrough"})
 CALL_TYPES = frozenset({"function_call", "custom_tool_call"})
@@ -83,12 +83,7 @@ PROFILES: dict[str, EnvelopeProfile] = {
 
 
 def profile_for_version(version: str) -> EnvelopeProfile:
-    profile = PROFILES.get(version)
-    if profile is None:
-        raise unsupported_version(
-            f"Codex {version} has no verified resume envelope profile (verified: {', '.join(PROFILES)})"
-        )
-    return profile
+    return envelope_profile(PROFILES, version, "Codex")
 
 
 
@@ -183,28 +178,27 @@ class CodexExpectedPrefix:
     @classmethod
     def from_json(cls, data: Any) -> CodexExpectedPrefix:
         """Parse ``to_json`` output; raises ValueError on anything else."""
-        if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
-            raise ValueError(f"not a {SCHEMA_VERSION} manifest")
-        try:
-            prefix = cls(
-                profile=str(data["profile"]),
-                version=str(data["version"]),
-                nonce=str(data["nonce"]),
-                item_count=int(data["item_count"]),
-                prefix_sha256=str(data["prefix_sha256"]),
-                items=tuple(ItemDigest(str(i["kind"]), str(i["sha256"]),
-                                       None if i.get("call_id") is None else str(i["call_id"]))
-                            for i in data["items"]),
-                call_ids=tuple(str(c) for c in data["call_ids"]),
-                outputs=tuple(OutputDigest(str(o["call_id"]), str(o["sha256"])) for o in data["outputs"]),
-                boundary_call_ids=tuple(str(c) for c in data["boundary_call_ids"]),
-                recorded_version=str(data.get("recorded_version") or data["version"]),
-            )
-        except (KeyError, TypeError, ValueError) as error:
-            raise ValueError(f"malformed {SCHEMA_VERSION} manifest: {error!r}") from None
+        prefix = load_manifest(data, SCHEMA_VERSION, cls._build)
         if len(prefix.items) != prefix.item_count:
             raise ValueError("manifest item_count does not match its item list")
         return prefix
+
+    @classmethod
+    def _build(cls, data: JsonObject) -> CodexExpectedPrefix:
+        return cls(
+            profile=str(data["profile"]),
+            version=str(data["version"]),
+            nonce=str(data["nonce"]),
+            item_count=int(data["item_count"]),
+            prefix_sha256=str(data["prefix_sha256"]),
+            items=tuple(ItemDigest(str(i["kind"]), str(i["sha256"]),
+                                   None if i.get("call_id") is None else str(i["call_id"]))
+                        for i in data["items"]),
+            call_ids=tuple(str(c) for c in data["call_ids"]),
+            outputs=tuple(OutputDigest(str(o["call_id"]), str(o["sha256"])) for o in data["outputs"]),
+            boundary_call_ids=tuple(str(c) for c in data["boundary_call_ids"]),
+            recorded_version=str(data.get("recorded_version") or data["version"]),
+        )
 
 
 def digest_items(projected: Sequence[Any]) -> tuple[ItemDigest, ...]:
@@ -239,11 +233,8 @@ def expected_prefix(rollout_items: Sequence[Any], nonce: str, version: str,
     if profile.notices_for(recorded) is None:
         raise unsupported_version(f"Codex {version} has no verified resume envelope for a rollout written by "
                                   f"{recorded} (verified: {', '.join(profile.resumes) or 'none'})")
-    if len(nonce) < MIN_NONCE_LENGTH or nonce != nonce.strip() or any(c.isspace() for c in nonce):
-        raise configuration(f"the resume nonce must be at least {MIN_NONCE_LENGTH} characters without spaces")
     items = list(rollout_items)
-    if count_text(items, nonce):
-        raise configuration("the resume nonce already occurs in the rebuilt rollout")
+    check_resume_nonce(nonce, items, "rebuilt rollout")
     for index, item in enumerate(items):
         if not isinstance(item, dict) or not isinstance(item.get("type"), str):
             raise trajectory(f"rollout response_item {index} is not an item object with a type")

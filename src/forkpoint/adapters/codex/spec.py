@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from forkpoint.adapters.spec import OPENAI_CHAT, AgentSpec, NpmPackage, upstreams_for
+from forkpoint.adapters.spec import OPENAI_CHAT, AgentSpec, NpmPackage
 
 
 def sniff(value: object) -> bool:
@@ -14,6 +14,7 @@ def sniff(value: object) -> bool:
 
 SPEC = AgentSpec(
     name="codex",
+    title="Codex",
     adapter="forkpoint.adapters.codex:CodexAdapter",
     versions={
         "0.149.0": "codex/0.149.0/native-responses-jsonl-v1",
@@ -22,10 +23,12 @@ SPEC = AgentSpec(
     # bin/codex.js spawns node_modules/@openai/codex-<platform>/vendor/<target triple>/bin/codex, where
     # @openai/codex-<platform> is an npm alias of @openai/codex@<version>-<platform>
     runtime=NpmPackage("@openai/codex", "codex", "@openai/codex-", "vendor/*/bin/codex", run_native=True),
+    native_format="codex/rollout-jsonl",
     protocol="openai-responses",
-    upstreams=(*upstreams_for("openai-responses"), OPENAI_CHAT),
+    more_upstreams=(OPENAI_CHAT,),
     sandbox_features=frozenset({"local", "bwrap", "path_map"}),
     sniff=sniff,
+    version_field="cli_version in session_meta",
     # proven by tests/e2e/test_cross_version.py
     cross_versions={"0.149.0": ("0.171.0",)},
 )

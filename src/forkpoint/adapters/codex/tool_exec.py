@@ -62,7 +62,7 @@ from forkpoint.adapters.codex.tool_text import (
 )
 from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.sandbox import local_sandbox
-from forkpoint.sandbox.base import within
+from forkpoint.sandbox.base import inside_roots
 from forkpoint.shell import CommandOutput, CommandSpec, Runner, run_command
 
 if TYPE_CHECKING:
@@ -262,14 +262,8 @@ class CommandTools:
             return self.cwd
         if not isinstance(value, str) or "\0" in value:
             raise ReplayError(ErrorKind.EXECUTOR, f"{tool} workdir is not a path", before_effect=True)
-        path = os.path.normpath(os.path.join(self.cwd, value))
-        if not any(within(path, root) for root in self.roots):
-            raise ReplayError(
-                ErrorKind.EXECUTOR,
-                f"{tool} workdir {value!r} is outside the workspace {self.cwd}; forkpoint runs commands only there",
-                before_effect=True,
-            )
-        return path
+        return inside_roots(value, self.cwd, self.roots, f"{tool} workdir {value!r} is outside the workspace "
+                                                         f"{self.cwd}; forkpoint runs commands only there")
 
     @staticmethod
     def _command(value: Any, tool: str) -> str:

@@ -80,23 +80,17 @@ def needs_truncation(text: str, max_tokens: int) -> bool:
     return len(text.encode("utf-8")) > max_tokens * BYTES_PER_TOKEN
 
 
+#: the characters Rust's ``{:?}`` escapes by name
+_RUST_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\0": "\\0"}
+
+
 def rust_debug(value: str) -> str:
     """Rust's ``{:?}`` of a ``str``: double quotes, escapes for quotes, backslashes and control characters."""
     out = ['"']
     for char in value:
         code = ord(char)
-        if char == '"':
-            out.append('\\"')
-        elif char == "\\":
-            out.append("\\\\")
-        elif char == "\n":
-            out.append("\\n")
-        elif char == "\r":
-            out.append("\\r")
-        elif char == "\t":
-            out.append("\\t")
-        elif char == "\0":
-            out.append("\\0")
+        if char in _RUST_ESCAPES:
+            out.append(_RUST_ESCAPES[char])
         elif code < 0x20 or 0x7F <= code < 0xA0:
             out.append(f"\\u{{{code:x}}}")
         else:

@@ -44,7 +44,7 @@ from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.model import FreshObservation, RunContext, ToolCall
 from forkpoint.process import sanitized_env
 from forkpoint.sandbox import local_sandbox
-from forkpoint.sandbox.base import restore_paths, rewrite_arguments
+from forkpoint.sandbox.base import fresh_observation, rewrite_arguments
 from forkpoint.shell import Runner
 
 #: Tools Codex offers whose result cannot be re-created (a process session, an image, the web, the user, ...).
@@ -206,21 +206,8 @@ class CodexToolExecutor:
         if sandbox.path_map:
             call = replace(call, arguments=rewrite_arguments(sandbox, call.call_id, call.arguments))
         outcome = self._dispatch(call)
-        if sandbox.path_map:
-            outcome = replace(
-                outcome,
-                content=restore_paths(sandbox, call.call_id, "content", outcome.content),
-                native=restore_paths(sandbox, call.call_id, "native", outcome.native),
-            )
-        return FreshObservation(
-            call_id=call.call_id,
-            content=outcome.content,
-            is_error=False,
-            truncated=outcome.truncated,
-            return_code=outcome.return_code,
-            duration_ms=int((time.monotonic() - started) * 1000),
-            native=outcome.native,
-        )
+        return fresh_observation(sandbox, call.call_id, started, content=outcome.content, native=outcome.native,
+                                 is_error=False, truncated=outcome.truncated, return_code=outcome.return_code)
 
     def close(self) -> None:
         shutil.rmtree(self._scratch, ignore_errors=True)

@@ -16,7 +16,6 @@ from forkpoint.adapters.base import AdapterBase
 from forkpoint.adapters.mini_swe_agent.parse import AGENT, FORMAT_V1, FORMAT_V2, MiniNative, parse_trajectory
 from forkpoint.adapters.mini_swe_agent.spec import SPEC
 from forkpoint.errors import unsupported_version
-from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
 from forkpoint.model import FreshObservation, LaunchTarget, Mode, NativePrefix, Plan, RunContext, Trajectory
 
 if TYPE_CHECKING:
@@ -34,29 +33,17 @@ SUPPORTED_MODELS = {
 
 
 class MiniSweAgentAdapter(AdapterBase):
-    name = AGENT
-    verified_versions = SPEC.versions
-    native_format = "mini-swe-agent/traj-json"
+    spec = SPEC
+    parser = staticmethod(parse_trajectory)
 
     def __init__(self) -> None:
         self._python: Path | None = None
         self._warm: RunnerSession | None = None  # the replay's companion, kept for the continuation
 
-    def sniff(self, head: bytes) -> bool:
-        """Both writers start the object with ``info`` (1.x ``save_traj``, 2.x ``serialize``)."""
-        start = head.lstrip()[:64].replace(b" ", b"").replace(b"\n", b"")
-        return start.startswith(b'{"info":{') or b'"trajectory_format": "mini-swe-agent-1' in head
-
-    def parse(self, path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
-        return parse_trajectory(path, max_bytes)
-
     def profile_for(self, trajectory: Trajectory) -> str:
+        """A verified version, writing the trajectory format that version writes."""
+        profile = super().profile_for(trajectory)
         version = trajectory.version
-        profile = self.verified_versions.get(version or "")
-        if profile is None:
-            raise unsupported_version(
-                f"mini-swe-agent {version or '(no info.mini_version)'} is not a verified version "
-                f"(verified: {', '.join(self.verified_versions)})")
         native: MiniNative = trajectory.native
         if native.format != FORMATS[version or ""]:
             raise unsupported_version(f"mini-swe-agent {version} writes trajectory_format {FORMATS[version or '']!r}, "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from forkpoint.adapters.spec import AgentSpec, PythonPackage, upstreams_for
+from forkpoint.adapters.spec import AgentSpec, PythonPackage
 
 
 def sniff(value: object) -> bool:
@@ -12,6 +12,7 @@ def sniff(value: object) -> bool:
 
 SPEC = AgentSpec(
     name="mini-swe-agent",
+    title="mini-swe-agent",
     adapter="forkpoint.adapters.mini_swe_agent:MiniSweAgentAdapter",
     versions={
         "1.17.5": "mini-swe-agent/1.17.5/companion-v1",
@@ -19,8 +20,8 @@ SPEC = AgentSpec(
     },
     # 2.x depends on datasets/pyarrow and is verified on 3.12; 1.x on 3.11
     runtime=PythonPackage("mini-swe-agent", "3.11", {"2.4.6": "3.12"}),
+    native_format="mini-swe-agent/traj-json",
     protocol="openai-chat",
-    upstreams=upstreams_for("openai-chat"),
-    sandbox_features=frozenset({"local"}),
     sniff=sniff,
+    version_field="info.mini_version",
 )

@@ -22,17 +22,8 @@ if TYPE_CHECKING:
 
 
 class OpenCodeAdapter(AdapterBase):
-    name = AGENT
-    verified_versions = SPEC.versions
-    native_format = "opencode/session-export-json"
-
-    def sniff(self, head: bytes) -> bool:
-        text = head.lstrip()
-        return (b'"sessionID"' in head and b'"step_start"' in head) or (
-            text.startswith(b"{") and b'"info"' in head and b'"ses_' in head)
-
-    def parse(self, path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
-        return parse_opencode(path, max_bytes=max_bytes)
+    spec = SPEC
+    parser = staticmethod(parse_opencode)
 
     def parse_completed(self, path: Path, companion: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
         """A ``run --format=json`` event log completed by the session's ``opencode export`` (``--opencode-export``)."""
@@ -41,18 +32,14 @@ class OpenCodeAdapter(AdapterBase):
         return parse_opencode(path, export=companion.resolve(), max_bytes=max_bytes)
 
     def profile_for(self, trajectory: Trajectory) -> str:
-        profile = self.verified_versions.get(trajectory.version or "")
-        session = trajectory.session_id or "<session id>"
+        """An event log alone names no version: its export completes it."""
         if trajectory.version is None:
+            session = trajectory.session_id or "<session id>"
             raise unsupported_version(
                 "an `opencode run --format=json` event log records neither the OpenCode version nor the user prompt; "
                 f"pass the session's export as --opencode-export FILE (`opencode export {session} > FILE`, where the "
                 "session was recorded), or replay that export itself")
-        if profile is None:
-            raise unsupported_version(
-                f"OpenCode {trajectory.version} is not a verified version "
-                f"(verified: {', '.join(self.verified_versions)})")
-        return profile
+        return super().profile_for(trajectory)
 
     def write_prefix(self, plan: Plan, fresh: Mapping[str, FreshObservation] | None, out_dir: Path) -> NativePrefix:
         destination = out_dir / f"{plan.trajectory.session_id}.json"

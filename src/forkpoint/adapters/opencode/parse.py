@@ -96,7 +96,7 @@ class OcNative:
 
 
 def parse_opencode(
-    path: Path, export: Path | None = None, max_bytes: int = DEFAULT_MAX_INPUT_BYTES
+    path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES, *, export: Path | None = None
 ) -> Trajectory[OcNative]:
     """Parse an export or an event log; ``export`` (the session's ``opencode export`` JSON) completes an event log."""
     data = _read(path, max_bytes)

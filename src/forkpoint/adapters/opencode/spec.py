@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from forkpoint.adapters.spec import AgentSpec, NpmPackage, upstreams_for
+from forkpoint.adapters.spec import AgentSpec, NpmPackage
 
 _EVENTS = ("step_start", "step_finish", "tool_use", "text")
 
@@ -19,6 +19,7 @@ def sniff(value: object) -> bool:
 
 SPEC = AgentSpec(
     name="opencode",
+    title="OpenCode",
     adapter="forkpoint.adapters.opencode:OpenCodeAdapter",
     versions={
         "1.17.11": "opencode/1.17.11/session-export-sqlite-v1",
@@ -26,8 +27,7 @@ SPEC = AgentSpec(
     },
     # bin/opencode.exe is a placeholder that postinstall hardlinks to opencode-<platform>/bin/opencode (a Bun binary)
     runtime=NpmPackage("opencode-ai", "opencode", "opencode-", "bin/opencode"),
+    native_format="opencode/session-export-json",
     protocol="openai-chat",
-    upstreams=upstreams_for("openai-chat"),
-    sandbox_features=frozenset({"local"}),
     sniff=sniff,
 )

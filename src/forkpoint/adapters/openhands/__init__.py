@@ -14,9 +14,8 @@ from forkpoint.adapters.base import AdapterBase
 from forkpoint.adapters.openhands.parse import AGENT, parse_events
 from forkpoint.adapters.openhands.session import prefix_events, write_events
 from forkpoint.adapters.openhands.spec import SPEC
-from forkpoint.errors import ErrorKind, ReplayError, unsupported_version
-from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
-from forkpoint.model import FreshObservation, NativePrefix, Plan, RunContext, Trajectory
+from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.model import FreshObservation, NativePrefix, Plan, RunContext
 
 if TYPE_CHECKING:
     from forkpoint.adapters.base import ToolExecutor
@@ -25,25 +24,9 @@ if TYPE_CHECKING:
 
 
 class OpenHandsAdapter(AdapterBase):
-    name = AGENT
-    verified_versions = SPEC.versions
-    native_format = "openhands/v0-trajectory-json"
-
-    def sniff(self, head: bytes) -> bool:
-        return head.lstrip().startswith(b"[") and b'"openhands_version"' in head
-
-    def parse(self, path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
-        return parse_events(path, max_bytes)
-
-    def profile_for(self, trajectory: Trajectory) -> str:
-        profile = self.verified_versions.get(trajectory.version or "")
-        if profile is None:
-            raise unsupported_version(
-                f"OpenHands {trajectory.version or '(no openhands_version in the system event)'} is not a verified "
-                f"version (verified: {', '.join(self.verified_versions)}; 0.62.0 is the last release with the V0 "
-                "controller's ReplayManager)"
-            )
-        return profile
+    spec = SPEC
+    parser = staticmethod(parse_events)
+    unverified_why = "; 0.62.0 is the last release with the V0 controller's ReplayManager"
 
     def executor(self, plan: Plan, context: RunContext) -> ToolExecutor:
         from forkpoint.adapters.openhands.tools import OpenHandsToolExecutor

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from forkpoint.adapters.spec import AgentSpec, PythonPackage, upstreams_for
+from forkpoint.adapters.spec import AgentSpec, PythonPackage
 
 
 def sniff(value: object) -> bool:
@@ -12,12 +12,13 @@ def sniff(value: object) -> bool:
 
 SPEC = AgentSpec(
     name="openhands",
+    title="OpenHands",
     adapter="forkpoint.adapters.openhands:OpenHandsAdapter",
     versions={"0.62.0": "openhands/0.62.0/v0-events-replay-manager"},
     # openhands-ai >= 0.10 requires Python >= 3.12 (on 3.11 pip silently picks 0.9.8)
     runtime=PythonPackage("openhands-ai", "3.12"),
+    native_format="openhands/v0-trajectory-json",
     protocol="openai-chat",
-    upstreams=upstreams_for("openai-chat"),
-    sandbox_features=frozenset({"local"}),
     sniff=sniff,
+    version_field="openhands_version in the system event",
 )

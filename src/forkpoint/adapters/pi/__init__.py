@@ -10,7 +10,6 @@ from forkpoint.adapters.base import AdapterBase
 from forkpoint.adapters.pi.parse import AGENT, parse_pi
 from forkpoint.adapters.pi.spec import SPEC, VERSION
 from forkpoint.errors import unsupported_version
-from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
 from forkpoint.model import FreshObservation, LaunchTarget, NativePrefix, Plan, RunContext, Trajectory
 
 if TYPE_CHECKING:
@@ -20,16 +19,8 @@ if TYPE_CHECKING:
 
 
 class PiAdapter(AdapterBase):
-    name = AGENT
-    verified_versions = SPEC.versions
-    native_format = "pi/session-v3-jsonl"
-
-    def sniff(self, head: bytes) -> bool:
-        return b'"type":"turn_start"' in head or b'"type":"agent_start"' in head or (
-            b'"type":"session"' in head and b'"version":3' in head)
-
-    def parse(self, path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
-        return parse_pi(path, max_bytes)
+    spec = SPEC
+    parser = staticmethod(parse_pi)
 
     def profile_for(self, trajectory: Trajectory) -> str:
         """Pi recordings carry no agent version: the verified 0.83.0 profile. A call it cannot re-run is REFUSED

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from forkpoint.adapters.spec import AgentSpec, NpmPackage, upstreams_for
+from forkpoint.adapters.spec import AgentSpec, NpmPackage
 
 _EVENTS = ("agent_start", "turn_start", "turn_end", "message_start", "tool_execution_start")
 
@@ -23,11 +23,11 @@ VERSION = "0.83.0"
 
 SPEC = AgentSpec(
     name="pi",
+    title="Pi",
     adapter="forkpoint.adapters.pi:PiAdapter",
     versions={VERSION: "pi/0.83.0/v3-session-sdk-v1"},
     runtime=NPM,
+    native_format="pi/session-v3-jsonl",
     protocol="openai-chat",
-    upstreams=upstreams_for("openai-chat"),
-    sandbox_features=frozenset({"local"}),
     sniff=sniff,
 )

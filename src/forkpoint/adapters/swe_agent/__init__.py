@@ -13,22 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from forkpoint.adapters.base import AdapterBase
-from forkpoint.adapters.swe_agent.parse import AGENT, parse_traj
+from forkpoint.adapters.swe_agent.parse import parse_traj
 from forkpoint.adapters.swe_agent.session import prefix_document, write_traj
 from forkpoint.adapters.swe_agent.spec import SPEC
-from forkpoint.errors import ErrorKind, ReplayError, unsupported_version
-from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
+from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.ids import safe_file_stem
-from forkpoint.model import (
-    Continuation,
-    ContinueSettings,
-    FreshObservation,
-    LaunchTarget,
-    NativePrefix,
-    Plan,
-    RunContext,
-    Trajectory,
-)
+from forkpoint.model import FreshObservation, LaunchTarget, NativePrefix, Plan, RunContext, Trajectory
 from forkpoint.reaper import die_with_parent_hook
 
 if TYPE_CHECKING:
@@ -44,24 +34,8 @@ PROBE = "import sweagent, sys; sys.stdout.write(sweagent.__version__)"
 
 
 class SweAgentAdapter(AdapterBase):
-    name = AGENT
-    verified_versions = SPEC.versions
-    native_format = "swe-agent/traj"
-
-    def sniff(self, head: bytes) -> bool:
-        return b'"trajectory"' in head and b'"history"' in head
-
-    def parse(self, path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
-        return parse_traj(path, max_bytes)
-
-    def profile_for(self, trajectory: Trajectory) -> str:
-        profile = self.verified_versions.get(trajectory.version or "")
-        if profile is None:
-            raise unsupported_version(
-                f"SWE-agent {trajectory.version or '(no info.swe_agent_version)'} is not a verified version "
-                f"(verified: {', '.join(self.verified_versions)})"
-            )
-        return profile
+    spec = SPEC
+    parser = staticmethod(parse_traj)
 
     def executor(self, plan: Plan, context: RunContext) -> ToolExecutor:
         from forkpoint.adapters.swe_agent.tools import SweAgentToolExecutor
@@ -90,11 +64,6 @@ class SweAgentAdapter(AdapterBase):
                           f"{entrypoint} runs SWE-agent {version}, but this forkpoint version has no verified "
                           "SWE-agent continuation runner yet (SWE-agent could not be installed where forkpoint is "
                           "verified); use --replay-only or --prepare-only")
-
-    def continue_run(
-        self, plan: Plan, prefix: NativePrefix, context: RunContext, settings: ContinueSettings
-    ) -> Continuation:
-        raise ReplayError(ErrorKind.UNSUPPORTED_AGENT, "SWE-agent continuation is not available in this version")
 
 
 def probe(entrypoint: Path) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from forkpoint.adapters.spec import AgentSpec, upstreams_for
+from forkpoint.adapters.spec import AgentSpec
 
 
 def sniff(value: object) -> bool:
@@ -12,12 +12,13 @@ def sniff(value: object) -> bool:
 
 SPEC = AgentSpec(
     name="swe-agent",
+    title="SWE-agent",
     adapter="forkpoint.adapters.swe_agent:SweAgentAdapter",
     versions={"1.1.0": "swe-agent/1.1.0/traj-v1"},
     runtime=None,  # not on PyPI: only an explicit --agent-entrypoint (see the adapter's NOT_ON_PYPI)
+    native_format="swe-agent/traj",
     protocol="openai-chat",
-    upstreams=upstreams_for("openai-chat"),
-    sandbox_features=frozenset({"local"}),
     sniff=sniff,
+    version_field="info.swe_agent_version",
     # continues=True: its prepare_launch gives the precise refusal (no verified continuation runner yet)
 )
