@@ -6,6 +6,7 @@ Adapters translate their native format into these; the engine never looks at nat
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -40,6 +41,16 @@ class CallPolicy(StrEnum):
     FRESH = "fresh"  # re-run in the workspace, observation regenerated
     STALE = "stale"  # observation cannot be refreshed; reuse needs --allow-stale-observations
     REFUSED = "refused"  # cannot be replayed at all (would change semantics silently)
+
+    @staticmethod
+    def listed(name: str, fresh: Collection[str], stale: Mapping[str, str]) -> tuple[CallPolicy, str | None] | None:
+        """The policy of a tool an adapter lists: fresh, or stale for its listed reason; None for an unlisted
+        tool, whose policy the adapter decides."""
+        if name in fresh:
+            return CallPolicy.FRESH, None
+        if name in stale:
+            return CallPolicy.STALE, stale[name]
+        return None
 
 
 @dataclass(frozen=True)
@@ -139,6 +150,16 @@ class Trajectory(Generic[N]):
     warnings: tuple[str, ...] = ()
     #: the adapter's parsed native form: ``plan.trajectory.native`` is typed in the adapter that made it
     native: N = field(compare=False, repr=False, kw_only=True)
+
+    @classmethod
+    def recorded(cls, agent: str, version: str | None, source_path: Path, source_sha256: str, *,
+                 session_id: str | None, cwd: str | None, batches: Sequence[Batch],
+                 next_actions: Sequence[ActionSignature | None], native: N,
+                 boundary_refusals: dict[int, str] | None = None, warnings: Sequence[str] = ()) -> Trajectory[N]:
+        """A recording that names one version of its agent, or none: ``versions`` is that version alone."""
+        return cls(agent, version, frozenset({version}) if version else frozenset(), session_id, cwd, source_path,
+                   source_sha256, tuple(batches), tuple(next_actions),
+                   {} if boundary_refusals is None else boundary_refusals, tuple(warnings), native=native)
 
     @property
     def complete_count(self) -> int:

@@ -328,9 +328,14 @@ class Bridge:
         if request.method in ("HEAD", "GET"):
             self._record(request.method, shown, "local", None, False, 200, started)
             return web.Response(status=200, text="ok")
-        if request.method == "POST" and path.rstrip("/") in self.gate.model_routes:
+        model = request.method == "POST" and path.rstrip("/") in self.gate.model_routes
+        count = request.method == "POST" and path.rstrip("/").endswith("/messages/count_tokens")
+        earlier = self._failed_reason() if model or count else None
+        if earlier is not None:  # a failed bridge answers no model request, and counts no more tokens
+            return self._refuse(request.method, shown, f"the bridge FAILED earlier ({earlier})", started)
+        if model:
             return await self._messages(request, shown, started, reserved)
-        if request.method == "POST" and path.rstrip("/").endswith("/messages/count_tokens"):
+        if count:
             return await self._count_tokens(request, shown, started, reserved)
         self._record(request.method, shown, "not_found", "no such route on the bridge", False, 404, started)
         return error_response(404, "not_found_error", "not found")
@@ -397,9 +402,6 @@ class Bridge:
 
     async def _messages(self, request: web.Request, shown: str, started: float,
                         reserved: list[int]) -> web.StreamResponse:
-        earlier = self._failed_reason()
-        if earlier is not None:
-            return self._refuse(request.method, shown, f"the bridge FAILED earlier ({earlier})", started)
         try:
             _, body = await self._read_json(request, reserved)
         except ValueError as error:
@@ -476,9 +478,6 @@ class Bridge:
 
     async def _count_tokens(self, request: web.Request, shown: str, started: float,
                             reserved: list[int]) -> web.StreamResponse:
-        earlier = self._failed_reason()
-        if earlier is not None:
-            return self._refuse(request.method, shown, f"the bridge FAILED earlier ({earlier})", started)
         try:
             raw = await self._read_body(request, reserved)
         except ValueError as error:  # not a model request: too large is load, not a gate verdict

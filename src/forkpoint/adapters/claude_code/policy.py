@@ -52,10 +52,9 @@ def classify(
         reason = classify_read(arguments, historical, version)
         if reason is not None:
             return CallPolicy.STALE, reason
-    if name in FRESH_TOOLS:
-        return CallPolicy.FRESH, None
-    if name in _STALE_REASONS:
-        return CallPolicy.STALE, _STALE_REASONS[name]
+    listed = CallPolicy.listed(name, FRESH_TOOLS, _STALE_REASONS)
+    if listed is not None:
+        return listed
     if name.startswith("mcp__"):
         return CallPolicy.STALE, "MCP server tools are not available to forkpoint"
     return CallPolicy.STALE, f"forkpoint does not re-execute the tool {name!r}"

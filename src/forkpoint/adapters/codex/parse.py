@@ -162,19 +162,9 @@ def _build(path: Path, sha256: str, lines: list[Line], warnings: list[str], sour
         batch_response.append(index)
         following = responses[index + 1] if index + 1 < len(responses) else None
         next_actions.append(following.signature() if following else None)
-    return Trajectory(
-        agent=AGENT,
-        version=version,
-        versions=frozenset({version}) if version else frozenset(),
-        session_id=session_id,
-        cwd=cwd,
-        source_path=path,
-        source_sha256=sha256,
-        batches=tuple(batches),
-        next_actions=tuple(next_actions),
-        warnings=tuple(warnings),
-        native=CodexNative(lines, batch_end, meta, source, [r.first_line for r in responses], batch_response),
-    )
+    native = CodexNative(lines, batch_end, meta, source, [r.first_line for r in responses], batch_response)
+    return Trajectory.recorded(AGENT, version, path, sha256, session_id=session_id, cwd=cwd, batches=batches,
+                               next_actions=next_actions, warnings=warnings, native=native)
 
 
 def _responses(lines: list[Line]) -> list[_Response]:
@@ -272,11 +262,8 @@ def _tool_call(line: Line, outputs: dict[str, Line], seen: set[str]) -> ToolCall
 def classify(name: str, arguments: JsonObject, historical: Observation | None) -> tuple[CallPolicy, str | None]:
     if "_raw_arguments" in arguments:
         return CallPolicy.STALE, "Codex could not parse the original arguments; its error is reused"
-    if name in FRESH_TOOLS:
-        return CallPolicy.FRESH, None
-    if name in _STALE_REASONS:
-        return CallPolicy.STALE, _STALE_REASONS[name]
-    return CallPolicy.REFUSED, f"forkpoint does not know the Codex tool {name!r}"
+    return CallPolicy.listed(name, FRESH_TOOLS, _STALE_REASONS) or (
+        CallPolicy.REFUSED, f"forkpoint does not know the Codex tool {name!r}")
 
 
 def payload_text(value: Any) -> str:

@@ -120,10 +120,9 @@ def parse_object(data: Any, path: Path, sha256: str) -> Trajectory[MiniNative]:
     environment = _config(info).get("environment")
     cwd = environment.get("cwd") if isinstance(environment, dict) else None
     warnings = () if fmt else ("no trajectory_format key: read as the mini-swe-agent-1 schema (1.1-1.3)",)
-    return Trajectory(agent=AGENT, version=version, versions=frozenset({version} if version else ()),
-                      session_id=None, cwd=cwd if isinstance(cwd, str) and cwd else None, source_path=path,
-                      source_sha256=sha256, batches=tuple(batches), next_actions=next_actions,
-                      boundary_refusals=refusals, warnings=warnings, native=native)
+    return Trajectory.recorded(AGENT, version, path, sha256, session_id=None,
+                               cwd=cwd if isinstance(cwd, str) and cwd else None, batches=batches,
+                               next_actions=next_actions, boundary_refusals=refusals, warnings=warnings, native=native)
 
 
 def _config(info: JsonObject) -> JsonObject:

@@ -361,19 +361,8 @@ def _build(path: Path, sha256: str, native: OcNative, warnings: list[str]) -> Tr
         warnings.append("the event log holds no user prompt (OpenCode's run log never writes one); replaying "
                         "or continuing needs the session's `opencode export` JSON (--opencode-export)")
     native.shell = recorded_shell(native.messages, warnings)
-    return Trajectory(
-        agent=AGENT,
-        version=version,
-        versions=frozenset({version}) if version else frozenset(),
-        session_id=session_id,
-        cwd=cwd,
-        source_path=path,
-        source_sha256=sha256,
-        batches=tuple(batches),
-        next_actions=tuple(next_actions),
-        warnings=tuple(warnings),
-        native=native,
-    )
+    return Trajectory.recorded(AGENT, version, path, sha256, session_id=session_id, cwd=cwd, batches=batches,
+                               next_actions=next_actions, warnings=warnings, native=native)
 
 
 def _tool_call(call_id: str, part: JsonObject) -> ToolCall:
@@ -390,11 +379,8 @@ def _tool_call(call_id: str, part: JsonObject) -> ToolCall:
 
 
 def classify(name: str) -> tuple[CallPolicy, str | None]:
-    if name in FRESH_TOOLS:
-        return CallPolicy.FRESH, None
-    if name in STALE_REASONS:
-        return CallPolicy.STALE, STALE_REASONS[name]
-    return CallPolicy.REFUSED, f"forkpoint does not know the OpenCode tool {name!r} (an MCP or plugin tool?)"
+    return CallPolicy.listed(name, FRESH_TOOLS, STALE_REASONS) or (
+        CallPolicy.REFUSED, f"forkpoint does not know the OpenCode tool {name!r} (an MCP or plugin tool?)")
 
 
 def _signature(message: OcMessage) -> ActionSignature:

@@ -95,19 +95,10 @@ def parse_events(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajec
     next_actions.append(turns[0].signature() if turns else None)
     for index in turn_of_batch:
         next_actions.append(turns[index + 1].signature() if index + 1 < len(turns) else None)
-    return Trajectory(
-        agent=AGENT,
-        version=version,
-        versions=frozenset({version}) if version else frozenset(),
-        session_id=path.stem,
-        cwd=recorded_workspace(events),
-        source_path=path,
-        source_sha256=sha256,
-        batches=tuple(batches),
-        next_actions=tuple(next_actions),
-        boundary_refusals=_refusals(groups),
-        native=OpenHandsNative(tuple(events), tuple(batch_actions), tuple(batch_observations), version),
-    )
+    native = OpenHandsNative(tuple(events), tuple(batch_actions), tuple(batch_observations), version)
+    return Trajectory.recorded(AGENT, version, path, sha256, session_id=path.stem, cwd=recorded_workspace(events),
+                               batches=batches, next_actions=next_actions, boundary_refusals=_refusals(groups),
+                               native=native)
 
 
 def _checked(data: list[Any]) -> list[JsonObject]:

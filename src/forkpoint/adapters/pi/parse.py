@@ -296,19 +296,8 @@ def _build(path: Path, sha256: str, native: PiNative, warnings: list[str]) -> Tr
         warnings.append("the event stream has no session header; the rebuilt session gets an id derived from "
                         "the recording's hash")
     warnings.append("Pi recordings do not name the Pi version; they are read with the verified 0.83.0 profile")
-    return Trajectory(
-        agent=AGENT,
-        version=None,
-        versions=frozenset(),
-        session_id=session_id,
-        cwd=_str(header.get("cwd")),
-        source_path=path,
-        source_sha256=sha256,
-        batches=tuple(batches),
-        next_actions=tuple(next_actions),
-        warnings=tuple(warnings),
-        native=native,
-    )
+    return Trajectory.recorded(AGENT, None, path, sha256, session_id=session_id, cwd=_str(header.get("cwd")),
+                               batches=batches, next_actions=next_actions, warnings=warnings, native=native)
 
 
 def not_found_text(name: str) -> str:

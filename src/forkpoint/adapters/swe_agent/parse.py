@@ -120,19 +120,8 @@ def parse_traj(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajecto
     statement = format_values.get("problem_statement")
     native = SweAgentNative(data, config, tuple(steps), templates, problem, timeout_s, env_variables, format_values,
                             setup, statement if isinstance(statement, str) else None)
-    return Trajectory(
-        agent=AGENT,
-        version=version,
-        versions=frozenset({version}) if version else frozenset(),
-        session_id=_instance_id(config) or path.stem,
-        cwd=cwd,
-        source_path=path,
-        source_sha256=sha256,
-        batches=tuple(batches),
-        next_actions=tuple(next_actions),
-        boundary_refusals=refusals,
-        native=native,
-    )
+    return Trajectory.recorded(AGENT, version, path, sha256, session_id=_instance_id(config) or path.stem, cwd=cwd,
+                               batches=batches, next_actions=next_actions, boundary_refusals=refusals, native=native)
 
 
 def _replay_config(value: Any) -> JsonObject:

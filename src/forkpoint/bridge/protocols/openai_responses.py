@@ -17,6 +17,11 @@ from forkpoint.model import JsonObject
 
 PROTOCOL = "openai-responses"
 CREATED = 1767225600
+#: a call item's type -> the field streamed in pieces and the event name its deltas and end go under
+STREAMED_CALL_FIELDS = {
+    "function_call": ("arguments", "response.function_call_arguments"),
+    "custom_tool_call": ("input", "response.custom_tool_call_input"),
+}
 
 
 class OpenAIResponsesUpstream(OpenAIUpstream):
@@ -62,18 +67,13 @@ def response_events(envelope: JsonObject, items: list[JsonObject], usage: JsonOb
                                                                "text": summary["text"]}
                 yield "response.reasoning_summary_part.done", {**where, "summary_index": summary_index,
                                                                "part": {**part, "text": summary["text"]}}
-        elif kind == "function_call":
+        elif kind in STREAMED_CALL_FIELDS:
+            key, event = STREAMED_CALL_FIELDS[kind]
             yield "response.output_item.added", {"output_index": index, "item": {**item, "status": "in_progress",
-                                                                                 "arguments": ""}}
-            for piece in pieces(item["arguments"], chunk):
-                yield "response.function_call_arguments.delta", {**where, "delta": piece}
-            yield "response.function_call_arguments.done", {**where, "arguments": item["arguments"]}
-        elif kind == "custom_tool_call":
-            yield "response.output_item.added", {"output_index": index, "item": {**item, "status": "in_progress",
-                                                                                 "input": ""}}
-            for piece in pieces(item["input"], chunk):
-                yield "response.custom_tool_call_input.delta", {**where, "delta": piece}
-            yield "response.custom_tool_call_input.done", {**where, "input": item["input"]}
+                                                                                 key: ""}}
+            for piece in pieces(item[key], chunk):
+                yield f"{event}.delta", {**where, "delta": piece}
+            yield f"{event}.done", {**where, key: item[key]}
         else:
             raise ValueError(f"unsupported output item type {kind!r}")
         yield "response.output_item.done", {"output_index": index, "item": item}
