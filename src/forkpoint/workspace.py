@@ -252,7 +252,7 @@ def _looks_remote(url: str) -> bool:
     return "://" in url or re.match(r"^[\w.-]+@[\w.-]+:", url) is not None
 
 
-def checktarget_entry(workspace: Path) -> None:
+def check_target(workspace: Path) -> None:
     """``--workspace-from`` never writes into an existing non-empty directory."""
     if workspace.is_symlink() or (workspace.exists() and not workspace.is_dir()):
         raise ReplayError(ErrorKind.WORKSPACE, f"--workspace-from: {workspace} exists and is not a directory")
@@ -263,7 +263,7 @@ def checktarget_entry(workspace: Path) -> None:
 
 def create(source: WorkspaceSource, workspace: Path) -> dict[str, Any]:
     """Create the workspace from its source; returns metadata (the resolved git commit, ...)."""
-    checktarget_entry(workspace)
+    check_target(workspace)
     workspace.mkdir(parents=True, exist_ok=True)
     if source.kind == "dir":
         copy_tree(Path(source.location), workspace)
