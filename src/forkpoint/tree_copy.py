@@ -1,8 +1,8 @@
 """Copy a workspace tree and take its inventory in one pass (the boundary snapshot: ``cp -a`` + ``inventory``).
 
 Each regular file is read once: every chunk is written to the copy and hashed (on a helper thread, so the hash
-costs no wall time next to the copy on a machine with a second core); a FICLONE reflink is tried first where the
-file system has them, and then the clone is read once for its hash. The entries are the ones
+costs little wall time next to the copy on a machine with a second core); a FICLONE reflink is tried first where
+the file system has them, and then the clone is read once for its hash. The entries are the ones
 :func:`forkpoint.workspace.tree_entries` gives for the copy (same hash format): the bytes hashed are exactly the
 bytes written.
 
@@ -32,7 +32,7 @@ _FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int)
 _CHUNK = 1 << 20
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
-_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_WRITE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 Entries = list[tuple[bytes, dict[str, Any]]]
 
@@ -153,7 +153,7 @@ def _one(src_dir: int, dst_dir: int, name: bytes, relative: bytes, walk: _Walk) 
                 os.link(known["path"], name, dst_dir_fd=dst_dir, follow_symlinks=False)
                 walk.collected.append((relative, known["entry"]))
                 return
-            entry = _copy_file(src_dir, dst_dir, name, st, walk.hasher)
+            entry = _copy_file(src_dir, dst_dir, name, walk.hasher)
             walk.collected.append((relative, entry))
             if st.st_nlink > 1:
                 walk.links[(st.st_dev, st.st_ino)] = {"path": os.path.join(walk.root, relative), "entry": entry}
@@ -167,7 +167,7 @@ def _one(src_dir: int, dst_dir: int, name: bytes, relative: bytes, walk: _Walk) 
                                                f"{exc.strerror or exc}") from None
 
 
-def _copy_file(src_dir: int, dst_dir: int, name: bytes, st: os.stat_result, hasher: _Hasher) -> dict[str, Any]:
+def _copy_file(src_dir: int, dst_dir: int, name: bytes, hasher: _Hasher) -> dict[str, Any]:
     source = os.open(name, _READ_FLAGS, dir_fd=src_dir)
     try:
         found = os.fstat(source)
@@ -176,7 +176,7 @@ def _copy_file(src_dir: int, dst_dir: int, name: bytes, st: os.stat_result, hash
         target = os.open(name, _WRITE_FLAGS, 0o600, dir_fd=dst_dir)
         try:
             digest = hashlib.sha256()
-            size = _clone(source, digest, hasher) if _reflink(source, target) else \
+            size = _hash_clone(target, digest, hasher) if _reflink(source, target) else \
                 _copy_bytes(source, target, digest, hasher)
             _set_meta(target, found)
         finally:
@@ -196,10 +196,10 @@ def _reflink(source: int, target: int) -> bool:
     return True
 
 
-def _clone(source: int, digest: Any, hasher: _Hasher) -> int:
-    """The clone shares the source's blocks: hash them by reading the source once."""
+def _hash_clone(clone: int, digest: Any, hasher: _Hasher) -> int:
+    """The clone's own bytes (read once; the source may change after the clone, the clone does not)."""
     size = 0
-    while chunk := os.read(source, _CHUNK):
+    while chunk := os.read(clone, _CHUNK):
         hasher.feed(digest, chunk)
         size += len(chunk)
     return size
