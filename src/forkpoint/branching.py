@@ -128,16 +128,19 @@ def branch_variants(request: ReplayRequest) -> BranchVariants:
 
 
 def take_snapshot(workspace: Path, state_dir: Path) -> dict[str, Any]:
-    """Copy the replayed workspace to ``<state>/snapshot/workspace``; returns (and writes) its description."""
-    from forkpoint.workspace import copy_tree, inventory
+    """Copy the replayed workspace to ``<state>/snapshot/workspace``; returns (and writes) its description.
+
+    One pass: each file is hashed while it is copied (the inventory of the copy, as ``inventory`` would take it).
+    """
+    from forkpoint.tree_copy import copy_with_entries
+    from forkpoint.workspace import inventory_of
 
     folder = state_dir / "snapshot"
     if folder.exists():
         shutil.rmtree(folder)
     target = folder / "workspace"
     target.mkdir(parents=True, mode=0o700)
-    copy_tree(workspace, target)
-    tree = inventory(target)
+    tree = inventory_of(copy_with_entries(workspace, target))
     description = {"schema_version": SNAPSHOT_SCHEMA, "path": str(target), "inventory_sha256": tree.sha256,
                    "files": tree.files, "entries": tree.entries}
     write_json(folder / "snapshot.json", description)

@@ -108,10 +108,14 @@ def _open_below(base_fd: int, relative: bytes) -> int:
 
 def inventory(root: Path) -> Inventory:
     """Hash the workspace tree (see the module docstring); never follows a symlink, never opens a special file."""
+    return inventory_of(tree_entries(root))
+
+
+def inventory_of(entries: list[tuple[bytes, dict[str, Any]]]) -> Inventory:
+    """The inventory of a tree's entries (as :func:`tree_entries` gives them, sorted by path)."""
     digest = hashlib.sha256()
     files = 0
     unreadable: list[str] = []
-    entries = tree_entries(root)
     for relative, entry in entries:
         document = {**_shown(relative), **entry}
         digest.update(canonical_json(document).encode("utf-8") + b"\n")
@@ -179,24 +183,24 @@ def _collect(dir_fd: int, name: bytes, relative: bytes, collected: list[tuple[by
         except OSError as exc:
             collected.append((relative, {"type": "symlink", "error": _errno_name(exc)}))
         else:
-            collected.append((relative, {"type": "symlink", **_target(target)}))
+            collected.append((relative, {"type": "symlink", **target_entry(target)}))
     elif stat.S_ISREG(mode):
         try:
             collected.append((relative, _file_entry(dir_fd, name, st)))
         except OSError as exc:
             collected.append((relative, {"type": "file", "size": st.st_size, "error": _errno_name(exc)}))
     else:
-        collected.append((relative, {"type": _special(mode)}))
+        collected.append((relative, {"type": special_type(mode)}))
 
 
-def _target(target: bytes) -> dict[str, str]:
+def target_entry(target: bytes) -> dict[str, str]:
     try:
         return {"target": target.decode("utf-8")}
     except UnicodeDecodeError:
         return {"target_hex": target.hex()}
 
 
-def _special(mode: int) -> str:
+def special_type(mode: int) -> str:
     if stat.S_ISFIFO(mode):
         return "fifo"
     if stat.S_ISSOCK(mode):
