@@ -186,14 +186,17 @@ _REPLAY_ONLY = ("forkpoint.replay", "forkpoint.workspace", "forkpoint.process", 
                 "forkpoint.adapters.claude_code.tool_", "forkpoint.adapters.claude_code.launch", "secrets")
 
 
-def _bare_imported(argv: list[str]) -> set[str]:
-    """Every module one CLI run loads in an interpreter without ``site`` (which would load typing & co. itself)."""
+def _bare_imported(argv: list[str], cwd: Path | None = None) -> set[str]:
+    """Every module one CLI run loads in an interpreter without ``site`` (which would load typing & co. itself; a
+    development one's site even loads tempfile and shutil); orjson's folder is on the path for a run that writes."""
+    import orjson
+
     probe = ("import sys\nfrom forkpoint.cli import main\n"
              f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
              "sys.stderr.write('\\nMODULES ' + ' '.join(sys.modules))\n")
-    src = str(Path(__file__).resolve().parents[1] / "src")
+    path = os.pathsep.join((str(Path(__file__).resolve().parents[1] / "src"), str(Path(orjson.__file__).parents[1])))
     done = subprocess.run([sys.executable, "-S", "-c", probe], capture_output=True, text=True, timeout=60,
-                          check=False, env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin"})
+                          check=False, env={"PYTHONPATH": path, "PATH": "/usr/bin:/bin"}, cwd=cwd)
     assert "MODULES " in done.stderr, done.stderr[-2000:]
     return set(done.stderr.rpartition("MODULES ")[2].split())
 
@@ -289,6 +292,20 @@ def test_prepare_only_loads_no_replay_only_module(session: Path, tmp_path: Path)
                          "--prepare-only", "--workspace", "ws", "--json"], tmp_path)
     assert "forkpoint.engine" in modules and "forkpoint.journal" in modules
     assert not {m for m in modules if m.startswith(_REPLAY_ONLY)}, sorted(modules)
+
+
+def test_prepare_only_loads_no_temp_folder_nor_accounting_module(session: Path, tmp_path: Path) -> None:
+    """Issue 16: a prepare-only printed for people (not --json) runs no child, so its TMPDIR goes with one rmdir
+    and its result file needs no tempfile (nor tempfile's shutil and random), and calls no model, so the summary
+    line needs no accounting (nor its statistics, fractions and decimal): ~7 ms of a ~80 ms start."""
+    (tmp_path / "ws").mkdir()
+    modules = _bare_imported(["replay", "--agent", "claude-code", "--trajectory", str(session), "--after-step", "1",
+                              "--prepare-only", "--workspace", "ws", "--output-dir", "out", "--state-dir", "state",
+                              "--run-id", "r"], tmp_path)
+    assert json.loads((tmp_path / "out" / "r" / "result.json").read_text())["phase"] == "prepared"
+    assert "forkpoint.engine" in modules and "orjson" in modules
+    assert not {"tempfile", "shutil", "random", "statistics", "forkpoint.bridge.accounting"} & modules
+    assert (tmp_path / "state" / "r").is_dir() and not (tmp_path / "state" / "r" / "tmp").exists()  # TMPDIR, gone
 
 
 def test_the_exit_codes_in_replay_help_are_the_error_kinds() -> None:

@@ -29,8 +29,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
-import tempfile
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -141,6 +139,8 @@ def passing(values: Mapping[str, str], *, temp_dir: Path | None = None) -> Itera
 def private_temp_dir(prefix: str) -> Iterator[Path]:
     """A new 0700 folder in the host's temp dir for a short-lived child outside any run (a version probe), removed
     with all it holds afterwards: what the child leaves in its ``TMPDIR`` goes with it."""
+    import tempfile  # with shutil, imported where used: a prepare-only (no child) loads neither
+
     path = Path(tempfile.mkdtemp(prefix=prefix))
     try:
         yield path
@@ -163,4 +163,9 @@ def remove_tree(path: Path) -> None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
             return
+        with contextlib.suppress(OSError):  # empty (no child ran, as in a prepare-only): one rmdir does it
+            os.rmdir(path)
+            return
+        import shutil
+
         shutil.rmtree(path, onerror=grant)

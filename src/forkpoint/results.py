@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
@@ -112,7 +112,9 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600, *, durable: bool = 
 @contextlib.contextmanager
 def atomic_writer(path: Path, mode: int = 0o600, *, durable: bool = True) -> Iterator[BinaryIO]:
     """``write_atomic`` for content produced piece by piece: the file appears (complete) only on success."""
-    fd, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # what tempfile.mkstemp opens, without importing tempfile (and shutil, random) on every run's path
+    temp_name = str(path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp")
+    fd = os.open(temp_name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         with os.fdopen(fd, "wb") as handle:
             yield handle

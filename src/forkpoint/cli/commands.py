@@ -147,12 +147,15 @@ def _render_result(result: Any) -> None:
         if result.phase is not None and Path(str(result.output_dir), "result.json").is_file():  # a full disk: none
             say(f"  result: {result.output_dir}/result.json", err=True)
         return
-    from forkpoint.bridge.accounting import calls_text
+    calls = ""
+    if usage := result.metadata.get("model_usage"):  # none in a prepare-only: the bridge's modules stay unloaded
+        from forkpoint.bridge.accounting import calls_text
 
+        calls = calls_text(usage)
     say(
         f"forkpoint: {result.phase} {result.agent.name} run {result.run_id} "
         f"(after batch {result.after_step}, {result.replayed_tool_calls} tool calls re-run, "
-        f"quality {result.quality}, agent {result.agent_status}{calls_text(result.metadata.get('model_usage'))})",
+        f"quality {result.quality}, agent {result.agent_status}{calls})",
         style=GREEN,
     )
     for artifact in result.artifacts:
