@@ -4,7 +4,10 @@ before the first byte reached the agent, for every native protocol (a real bridg
 from __future__ import annotations
 
 import http.client
+import http.server
 import json
+import socket
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -217,3 +220,60 @@ def test_an_agent_that_hangs_up_mid_answer_is_not_an_upstream_failure() -> None:
         [record] = bridge.records
     assert record.reason is not None and record.reason.startswith("the agent closed the connection mid-answer")
     assert summary.upstream_broken is None and summary.error() is None
+
+
+class _HoldsTheEnd(http.server.BaseHTTPRequestHandler):
+    """A model server that sends its whole answer, then waits before the chunked stream's terminating chunk."""
+
+    protocol_version = "HTTP/1.1"
+    answer = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["content-length"]))
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(self.answer), self.answer))
+        self.wfile.flush()
+        time.sleep(0.5)  # the agent has read the final event and hung up by now
+        self.wfile.write(b"0\r\n\r\n")
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_an_agent_that_hangs_up_after_the_final_event_got_the_answer_and_it_counts_as_forwarded() -> None:
+    """Seen in CI with codex 0.171: the agent closes as soon as it has read the final event, before the stream's
+    end; writing the end then fails. Before the fix the bridge's handler raised, the request was never recorded
+    and ``forwarded`` fell one short of ``validated``."""
+    path, body, build = NATIVE["anthropic"]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HoldsTheEnd)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with Bridge(PassGate(), build(f"http://127.0.0.1:{server.server_port}", FAST)) as bridge:
+            parts = urlsplit(bridge.base_url)
+            with socket.create_connection((parts.hostname, parts.port), timeout=10) as agent:
+                payload = json.dumps(body).encode()
+                agent.sendall(b"POST %s HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                              b"content-length: %d\r\n\r\n%s" % ((parts.path + path).encode(), len(payload), payload))
+                seen = b""
+                while b"message_stop" not in seen.split(b"\r\n\r\n", 1)[-1]:
+                    piece = agent.recv(65536)
+                    assert piece, seen
+                    seen += piece
+            deadline = time.monotonic() + 10
+            while not bridge.records and time.monotonic() < deadline:
+                time.sleep(0.02)
+            summary = bridge.finish()
+            records = list(bridge.records)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+    assert [record.verdict for record in records] == ["ok"], records
+    [record] = records
+    assert record.forwarded and record.status == 200
+    assert record.reason is not None and record.reason.startswith("the agent closed the connection before the answer")
+    assert summary.validated == summary.forwarded == 1 and summary.error() is None and summary.upstream_broken is None

@@ -101,8 +101,9 @@ async def stream_events(request: web.Request, events: list[bytes]) -> web.Stream
     response = web.StreamResponse(status=200, headers=SSE_HEADERS)
     await response.prepare(request)
     for event in events:
-        await response.write(event)
-    await response.write_eof()
+        if await write_to_agent(response, event) is not None:
+            return response
+    await end_for_agent(response)
     return response
 
 
@@ -166,6 +167,19 @@ async def write_to_agent(response: web.StreamResponse, data: bytes) -> str | Non
     return None
 
 
+async def end_for_agent(response: web.StreamResponse, tail: bytes = b"") -> str | None:
+    """Write the answer's last bytes and its end; how the agent went away if it did. An agent may hang up as soon
+    as it has read the answer's final event, before the stream's terminating chunk: its choice, and the answer was
+    delivered (agents do this; codex 0.171 was seen to)."""
+    if tail and (gone := await write_to_agent(response, tail)) is not None:
+        return gone
+    try:
+        await response.write_eof()
+    except CONNECTION_ERRORS as error:
+        return f"the agent closed the connection before the answer's end: {type(error).__name__}: {error}"
+    return None
+
+
 def cut(request: web.Request) -> None:
     """Close the agent's connection at once. An answer that broke upstream after its first byte reached the agent
     must break for the agent too: a cleanly ended truncated stream would read as a whole (odd) answer, and nothing
@@ -197,10 +211,8 @@ async def relay(
         out = redactor.feed(chunk) if redactor is not None else chunk
         if out and (gone := await write_to_agent(response, out)) is not None:
             return response, Sent(upstream.status, True, gone, tap.reported())
-    if redactor is not None and redactor.pending:
-        await response.write(redactor.flush())
-    await response.write_eof()
-    return response, Sent(upstream.status, True, usage=tap.reported())
+    gone = await end_for_agent(response, redactor.flush() if redactor is not None and redactor.pending else b"")
+    return response, Sent(upstream.status, True, gone, usage=tap.reported())
 
 
 @dataclass

@@ -30,6 +30,7 @@ from forkpoint.bridge.upstream import (
     Sent,
     UpstreamRefusal,
     cut,
+    end_for_agent,
     error_response,
     next_chunk,
     post_with_retries,
@@ -139,14 +140,11 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
             out = answer.feed(chunk)
             if out and (gone := await write_to_agent(response, out)) is not None:
                 break
-        tail = answer.close() if broken is None and gone is None else b""
-        if tail:
-            await response.write(tail)
+        if broken is None and gone is None:
+            gone = await end_for_agent(response, answer.close())
         facts["losses"] = sorted({*facts["losses"], *answer.losses})
         reported = None if answer.usage == Usage() else answer.usage.as_json()  # a server ignoring include_usage
         sent = Sent(200, True, broken or gone or answer.error, reported, facts, broken is not None)
         if broken is not None:
             cut(request)  # the agent sees the break, not a cleanly ended half answer
-        elif gone is None:
-            await response.write_eof()
         return response, sent
