@@ -39,6 +39,7 @@ from forkpoint.bridge.gate import Gate, Verdict
 from forkpoint.bridge.limits import ByteBudget, Connections, Limits, Shed, shed_headers
 from forkpoint.bridge.upstream import Sent, Upstream, UpstreamRefusal, error_response
 from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.loop_thread import LoopThread
 from forkpoint.model import JsonObject
 
 #: a post-validation body hook: (validated body, facts to record) -> the body to send upstream
@@ -152,9 +153,7 @@ class Bridge:
         self._forwarded = 0
         self._refused = 0
         self._failure: str | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._stop_requested = False
+        self._serving: LoopThread[None] = LoopThread("forkpoint-bridge")
         self._runner: web.AppRunner | None = None
         self._log_handle: IO[bytes] | None = None
         self._port: int | None = None
@@ -186,37 +185,17 @@ class Bridge:
 
     def start(self) -> str:
         """Start in a background thread; returns ``base_url`` once the server listens."""
-        if self._thread is not None:
+        if self._serving.loop is not None:
             raise RuntimeError("the bridge was already started")
         if self._log_path is not None:
             self._log_handle = self._log_path.open("ab")
-        loop = asyncio.new_event_loop()
-        ready = threading.Event()
-        outcome: dict[str, BaseException] = {}
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            try:
-                loop.run_until_complete(self._serve())
-            except BaseException as error:  # reported to start() below
-                outcome["error"] = error
-                ready.set()
-                loop.close()
-                return
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(self._shutdown())
-            loop.close()
-
-        self._loop = loop
-        self._thread = threading.Thread(target=run, name="forkpoint-bridge", daemon=True)
-        self._thread.start()
-        if not ready.wait(START_TIMEOUT_S):
-            raise ReplayError(ErrorKind.INTERNAL, f"the model bridge did not start within {START_TIMEOUT_S:.0f} s")
-        if "error" in outcome:
-            self._thread.join()
-            self._thread = None
-            raise ReplayError(ErrorKind.INTERNAL, f"the model bridge failed to start: {outcome['error']}")
+        try:
+            self._serving.start(self._serve, self._shutdown, START_TIMEOUT_S)
+        except TimeoutError:
+            raise ReplayError(ErrorKind.INTERNAL,
+                              f"the model bridge did not start within {START_TIMEOUT_S:.0f} s") from None
+        except Exception as error:
+            raise ReplayError(ErrorKind.INTERNAL, f"the model bridge failed to start: {error}") from error
         return self.base_url
 
     async def _serve(self) -> None:
@@ -249,12 +228,7 @@ class Bridge:
     def stop(self) -> None:
         """Stop the server (idempotent: a second call only waits, it never interrupts the first call's shutdown);
         in-flight requests are cut."""
-        thread, loop = self._thread, self._loop
-        if thread is not None and loop is not None and thread.is_alive():
-            if not self._stop_requested:
-                self._stop_requested = True
-                loop.call_soon_threadsafe(loop.stop)
-            thread.join(STOP_TIMEOUT_S)
+        self._serving.stop(STOP_TIMEOUT_S)
         if self._log_handle is not None:
             self._log_handle.close()
             self._log_handle = None

@@ -54,7 +54,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +61,7 @@ from typing import Any
 
 from aiohttp import web
 
+from forkpoint.loop_thread import LoopThread
 from forkpoint.testing.script import (
     Block,
     Fault,
@@ -147,33 +147,12 @@ class ScriptedModel(ChatAnswers, ResponsesAnswers):
     @contextlib.contextmanager
     def serve(self, port: int = 0) -> Iterator[str]:
         """Sync use: run the server in a background thread with its own event loop; yields the base URL."""
-        loop = asyncio.new_event_loop()
-        ready = threading.Event()
-        result: dict[str, Any] = {}
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            try:
-                result["url"] = loop.run_until_complete(self.start(port))
-            except BaseException as error:  # reported to the caller below
-                result["error"] = error
-            ready.set()
-            if "url" in result:
-                loop.run_forever()
-            loop.run_until_complete(self.stop())
-            loop.close()
-
-        thread = threading.Thread(target=run, name="scripted-model", daemon=True)
-        thread.start()
-        ready.wait()
-        if "error" in result:
-            thread.join()
-            raise result["error"]
+        serving: LoopThread[str] = LoopThread("scripted-model")
+        url = serving.start(lambda: self.start(port), self.stop)
         try:
-            yield str(result["url"])
+            yield url
         finally:
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(timeout=10)
+            serving.stop(10.0)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -149,4 +149,4 @@ def test_stop_twice_while_an_upstream_stream_stalls_shuts_down_cleanly() -> None
     finally:
         threading.excepthook = previous
     assert errors == []
-    assert summary.validated == 1 and not bridge._thread.is_alive()  # type: ignore[union-attr]
+    assert summary.validated == 1 and not bridge._serving.alive

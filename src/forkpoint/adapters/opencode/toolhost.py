@@ -23,13 +23,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from aiohttp import web
 
 from forkpoint.bridge.protocols.openai_chat import chat_chunks, sse_data
 from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.fs import refused_as, write_file_strict
+from forkpoint.loop_thread import LoopThread
 from forkpoint.model import JsonObject
 from forkpoint.process import WATCH_TERMINATE, ProcessResult, run_supervised, sanitized_env
 
@@ -146,10 +146,9 @@ class ToolHost:
         self.home = home
         self.log_dir = log_dir
         self.watch = EventWatch()
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._serving: LoopThread[str] = LoopThread("forkpoint-opencode-toolhost")
         self._commands: asyncio.Queue[HostCall | None] | None = None
         self._runner: web.AppRunner | None = None
-        self._server_thread: threading.Thread | None = None
         self._process_thread: threading.Thread | None = None
         self._result: ProcessResult | None = None
         self._error: BaseException | None = None
@@ -182,32 +181,20 @@ class ToolHost:
         await response.write_eof()
         return response
 
-    def _serve(self, ready: threading.Event, box: dict[str, Any]) -> None:
-        loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(loop)
-        self._loop = loop
+    async def _listen(self) -> str:
+        self._commands = asyncio.Queue()
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        return f"http://127.0.0.1:{self._runner.addresses[0][1]}/v1"
 
-        async def start() -> str:
-            self._commands = asyncio.Queue()
-            app = web.Application(client_max_size=64 * 1024 * 1024)
-            app.router.add_post("/v1/chat/completions", self._chat)
-            self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
-            await self._runner.setup()
-            site = web.TCPSite(self._runner, "127.0.0.1", 0)
-            await site.start()
-            return f"http://127.0.0.1:{self._runner.addresses[0][1]}/v1"
-
-        try:
-            box["url"] = loop.run_until_complete(start())
-        except BaseException as error:  # reported by start()
-            box["error"] = error
-            ready.set()
-            return
-        ready.set()
-        loop.run_forever()
+    async def _close_listener(self) -> None:
         if self._runner is not None:
-            loop.run_until_complete(self._runner.cleanup())
-        loop.close()
+            await self._runner.cleanup()
+            self._runner = None
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
 
@@ -216,15 +203,11 @@ class ToolHost:
         return self._process_thread is not None
 
     def start(self) -> None:
-        ready = threading.Event()
-        box: dict[str, Any] = {}
-        self._server_thread = threading.Thread(target=self._serve, args=(ready, box), daemon=True,
-                                               name="forkpoint-opencode-toolhost")
-        self._server_thread.start()
-        ready.wait(10)
-        if "url" not in box:
-            raise ReplayError(ErrorKind.EXECUTOR, f"the OpenCode tool host did not start: {box.get('error')}")
-        write_config(self.home, provider_config(PROVIDER, MODEL, box["url"], "forkpoint-tools"), ErrorKind.EXECUTOR)
+        try:
+            url = self._serving.start(self._listen, self._close_listener, 10.0)
+        except Exception as error:
+            raise ReplayError(ErrorKind.EXECUTOR, f"the OpenCode tool host did not start: {error}") from error
+        write_config(self.home, provider_config(PROVIDER, MODEL, url, "forkpoint-tools"), ErrorKind.EXECUTOR)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         argv = [str(self.entrypoint), "run", "--format=json", "--model", f"{PROVIDER}/{MODEL}", PROMPT]
         env = opencode_env(self.home, self.workspace, shell=self.shell)
@@ -244,8 +227,9 @@ class ToolHost:
         """Send one call and wait for its terminal tool part (``tool_use`` event); returns the part."""
         if not self.started:
             self.start()
-        assert self._loop is not None and self._commands is not None
-        self._loop.call_soon_threadsafe(self._commands.put_nowait, call)
+        loop = self._serving.loop
+        assert loop is not None and self._commands is not None
+        loop.call_soon_threadsafe(self._commands.put_nowait, call)
         deadline = time.monotonic() + timeout_s + START_TIMEOUT_S
         while True:
             remaining = deadline - time.monotonic()
@@ -272,12 +256,10 @@ class ToolHost:
         return f"exit {result.returncode}: {result.stderr[-400:].decode('utf-8', 'replace').strip()}"
 
     def close(self) -> None:
-        if self._loop is not None and self._commands is not None and self._loop.is_running():
-            self._loop.call_soon_threadsafe(self._commands.put_nowait, None)
+        loop = self._serving.loop
+        if loop is not None and self._commands is not None and self._serving.running:
+            loop.call_soon_threadsafe(self._commands.put_nowait, None)
         self.watch.stop_at = time.monotonic()
         if self._process_thread is not None:
             self._process_thread.join(STOP_GRACE_S + 10.0)
-        if self._loop is not None and self._loop.is_running():
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._server_thread is not None:
-            self._server_thread.join(10.0)
+        self._serving.stop(10.0)
