@@ -72,3 +72,26 @@ def test_stop_before_start_does_nothing_and_a_second_start_is_refused() -> None:
     finally:
         serving.stop(10)
     assert recorder.events == ["setup", "teardown"]
+
+
+def test_tasks_the_teardown_leaves_pending_are_cancelled_and_run_their_finally() -> None:
+    """Without this a handler of a connection cut at shutdown was destroyed unfinished when the loop closed."""
+    ended: list[str] = []
+    stray: list[asyncio.Task[None]] = []
+
+    async def hold() -> None:
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            ended.append("finally")
+
+    async def setup() -> None:
+        stray.append(asyncio.get_running_loop().create_task(hold()))
+
+    async def teardown() -> None:
+        pass
+
+    serving: LoopThread[None] = LoopThread("loop-under-test")
+    serving.start(setup, teardown, 10)
+    assert serving.stop(10)
+    assert ended == ["finally"] and stray[0].cancelled()

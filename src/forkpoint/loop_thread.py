@@ -60,6 +60,7 @@ class LoopThread(Generic[T]):
                 loop.run_forever()
             try:
                 loop.run_until_complete(teardown())
+                _finish_remaining_tasks(loop)
             finally:
                 loop.close()
 
@@ -86,3 +87,19 @@ class LoopThread(Generic[T]):
                 loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout_s)
         return not thread.is_alive()
+
+
+#: how long tasks the teardown left behind (e.g. a handler of a connection the server just cut) get to finish
+#: after they are cancelled
+CANCEL_GRACE_S = 5.0
+
+
+def _finish_remaining_tasks(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel what is still pending and let it run to its end, as ``asyncio.run`` does: a task left pending on a
+    closed loop is destroyed unfinished ("Task was destroyed but it is pending!"), its ``finally`` never run."""
+    tasks = asyncio.all_tasks(loop)
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        loop.run_until_complete(asyncio.wait(tasks, timeout=CANCEL_GRACE_S))
+    loop.run_until_complete(loop.shutdown_asyncgens())

@@ -17,6 +17,7 @@ from typing import Any, Literal, Self
 from aiohttp import web
 
 from forkpoint.bridge.upstream import cut, error_json
+from forkpoint.loopback import LoopbackSite
 
 Block = dict[str, Any]
 StepMode = Literal["conversation", "counter"]
@@ -170,7 +171,7 @@ class ScriptCore:
     _main_count: int = field(default=0, init=False, repr=False)
     #: id of a turn -> how many of its faults were served
     _faulted: dict[int, int] = field(default_factory=dict, init=False, repr=False)
-    _runner: web.AppRunner | None = field(default=None, init=False, repr=False)
+    _site: LoopbackSite = field(default_factory=LoopbackSite, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._script = [Turn.of(t) for t in self.turns]

@@ -124,16 +124,10 @@ class ScriptedModel(ChatAnswers, ResponsesAnswers):
 
     async def start(self, port: int = 0) -> str:
         """Start on 127.0.0.1 (port 0 = random) and return the base URL."""
-        self._runner = web.AppRunner(self.app(), access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", port)
-        await site.start()
-        return f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+        return await self._site.start(self.app(), port)
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        await self._site.stop()
 
     @contextlib.asynccontextmanager
     async def running(self, port: int = 0) -> AsyncIterator[str]:

@@ -30,6 +30,7 @@ from forkpoint.bridge.protocols.openai_chat import chat_chunks, sse_data
 from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.fs import refused_as, write_file_strict
 from forkpoint.loop_thread import LoopThread
+from forkpoint.loopback import LoopbackSite
 from forkpoint.model import JsonObject
 from forkpoint.process import WATCH_TERMINATE, ProcessResult, run_supervised, sanitized_env
 
@@ -148,7 +149,7 @@ class ToolHost:
         self.watch = EventWatch()
         self._serving: LoopThread[str] = LoopThread("forkpoint-opencode-toolhost")
         self._commands: asyncio.Queue[HostCall | None] | None = None
-        self._runner: web.AppRunner | None = None
+        self._site = LoopbackSite()
         self._process_thread: threading.Thread | None = None
         self._result: ProcessResult | None = None
         self._error: BaseException | None = None
@@ -185,16 +186,7 @@ class ToolHost:
         self._commands = asyncio.Queue()
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._chat)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        return f"http://127.0.0.1:{self._runner.addresses[0][1]}/v1"
-
-    async def _close_listener(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        return await self._site.start(app) + "/v1"
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
 
@@ -204,7 +196,7 @@ class ToolHost:
 
     def start(self) -> None:
         try:
-            url = self._serving.start(self._listen, self._close_listener, 10.0)
+            url = self._serving.start(self._listen, self._site.stop, 10.0)
         except Exception as error:
             raise ReplayError(ErrorKind.EXECUTOR, f"the OpenCode tool host did not start: {error}") from error
         write_config(self.home, provider_config(PROVIDER, MODEL, url, "forkpoint-tools"), ErrorKind.EXECUTOR)
