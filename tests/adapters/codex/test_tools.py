@@ -511,3 +511,21 @@ def test_apply_patch_outside_the_workspace_is_refused_before_any_effect(session:
     with pytest.raises(ReplayError) as escaped:
         session.patch(patch("*** Update File: link.txt\n@@\n-secret\n+leaked\n"))
     assert escaped.value.before_effect and secret.read_text() == "secret\n"
+
+
+def _node_value(node: tool_args.Node) -> Any:
+    if node.kind == "object":
+        return {key: _node_value(value) for key, value in node.members}
+    if node.kind == "array":
+        return [_node_value(item) for item in node.items]
+    return node.value
+
+
+@pytest.mark.parametrize("raw", ['{}', '[ ]', ' { "a" : [ ] , "b":[1, {"c" :null}] }', '[[],[[ ]] , {}]',
+                                 '{\n  "plan": [\n    {"step": "a", "status": "pending"}\n  ]\n}\n'])
+def test_the_positioned_scanner_reads_every_container_whole_and_ends_it_at_its_closing_byte(raw: str) -> None:
+    scanner = tool_args._Scanner(raw)
+    root = scanner.value()
+    assert _node_value(root) == json.loads(raw)
+    assert raw.encode()[root.start] in b"{[" and raw.encode()[root.end] in b"}]"
+    assert raw.encode()[root.end + 1:].strip() == b""

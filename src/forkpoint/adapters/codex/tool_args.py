@@ -11,6 +11,7 @@ required fields are reported at the closing ``}`` in declaration order.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,33 +54,18 @@ Spec = Scalar | Seq | Enum | Struct | Opt
 STRING, BOOL, U64, USIZE, I32, ANY = (Scalar(k) for k in ("string", "bool", "u64", "usize", "i32", "any"))
 _STRING_LIST = Opt(Seq(STRING))
 
+#: the escalation request both shell tools end with, in this order (an approval the model may ask for)
+_ESCALATION: tuple[tuple[str, Spec], ...] = (
+    ("sandbox_permissions", Opt(ANY)), ("justification", Opt(STRING)), ("prefix_rule", _STRING_LIST))
 EXEC_COMMAND = Struct(
     "ExecCommandArgs",
-    (
-        ("cmd", STRING),
-        ("workdir", Opt(STRING)),
-        ("shell", Opt(STRING)),
-        ("tty", BOOL),
-        ("login", Opt(BOOL)),
-        ("yield_time_ms", U64),
-        ("max_output_tokens", Opt(USIZE)),
-        ("sandbox_permissions", Opt(ANY)),
-        ("justification", Opt(STRING)),
-        ("prefix_rule", _STRING_LIST),
-    ),
+    (("cmd", STRING), ("workdir", Opt(STRING)), ("shell", Opt(STRING)), ("tty", BOOL), ("login", Opt(BOOL)),
+     ("yield_time_ms", U64), ("max_output_tokens", Opt(USIZE)), *_ESCALATION),
     frozenset({"cmd"}),
 )
 SHELL_COMMAND = Struct(
     "ShellCommandToolCallParams",
-    (
-        ("command", STRING),
-        ("workdir", Opt(STRING)),
-        ("login", Opt(BOOL)),
-        ("timeout_ms", Opt(U64)),
-        ("sandbox_permissions", Opt(ANY)),
-        ("justification", Opt(STRING)),
-        ("prefix_rule", _STRING_LIST),
-    ),
+    (("command", STRING), ("workdir", Opt(STRING)), ("login", Opt(BOOL)), ("timeout_ms", Opt(U64)), *_ESCALATION),
     frozenset({"command"}),
 )
 _PLAN_ITEM = Struct(
@@ -145,46 +131,35 @@ class _Scanner:
         self.pos += 1
 
     def obj(self) -> Node:
-        node = Node("object", self.pos, 0)
-        self.pos += 1
-        self.ws()
-        if self.data[self.pos] == ord("}"):
-            node.end = self.pos
-            self.pos += 1
-            return node
-        while True:
-            self.ws()
-            key_start = self.pos
-            self.string()
-            key = json.loads(self.data[key_start : self.pos].decode("utf-8"))
-            self.ws()
-            self.pos += 1  # ':'
-            node.members.append((key, self.value()))
-            self.ws()
-            if self.data[self.pos] == ord(","):
-                self.pos += 1
-                continue
-            node.end = self.pos  # '}'
-            self.pos += 1
-            return node
+        return self._container("object", ord("}"), lambda node: node.members.append(self._member()))
 
     def arr(self) -> Node:
-        node = Node("array", self.pos, 0)
+        return self._container("array", ord("]"), lambda node: node.items.append(self.value()))
+
+    def _container(self, kind: str, close: int, read_one: Callable[[Node], None]) -> Node:
+        """An object or array from its opening to its closing byte (``end``), its entries read by ``read_one``."""
+        node = Node(kind, self.pos, 0)
         self.pos += 1
         self.ws()
-        if self.data[self.pos] == ord("]"):
-            node.end = self.pos
-            self.pos += 1
-            return node
-        while True:
-            node.items.append(self.value())
-            self.ws()
-            if self.data[self.pos] == ord(","):
+        if self.data[self.pos] != close:
+            while True:
+                self.ws()
+                read_one(node)
+                self.ws()
+                if self.data[self.pos] != ord(","):
+                    break
                 self.pos += 1
-                continue
-            node.end = self.pos
-            self.pos += 1
-            return node
+        node.end = self.pos
+        self.pos += 1
+        return node
+
+    def _member(self) -> tuple[str, Node]:
+        key_start = self.pos
+        self.string()
+        key = json.loads(self.data[key_start : self.pos].decode("utf-8"))
+        self.ws()
+        self.pos += 1  # ':'
+        return key, self.value()
 
 
 # ----------------------------------------------------------------------------------------- validation
