@@ -46,6 +46,8 @@ if __name__ == "__main__":
         sys.argv[0] = sys.argv[0][:-4]
     sys.exit(main())
 """
+#: the standard-library modules a prepare-only cannot do without (options, paths, JSON, hashes, type hints)
+STDLIB_FLOOR = "import argparse, hashlib, json, pathlib, typing"
 _IMPORT_LINE = re.compile(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)")
 
 
@@ -152,6 +154,10 @@ def main() -> None:
             "python -c 'import forkpoint.cli' (reference)": lambda: command([python.python, "-c",
                                                                              "import forkpoint.cli"]),
             "python -c 'import re' (pip's script imports it)": lambda: command([python.python, "-c", "import re"]),
+            # the floor under prepare-only: what any Python CLI that parses options, paths, JSON and hashes loads
+            # before doing anything, and the fast JSON library the journal and hashes use (reference rows)
+            f"python -c '{STDLIB_FLOOR}' (floor)": lambda: command([python.python, "-c", STDLIB_FLOOR]),
+            "python -c 'import orjson' (reference)": lambda: command([python.python, "-c", "import orjson"]),
         }
         if python.uv_forkpoint is not None:
             uv = python.uv_forkpoint

@@ -5,14 +5,15 @@ it read back against the protocol it speaks (the rest of continue: tests/e2e/tes
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from forkpoint.branching import SNAPSHOT_SCHEMA
-from forkpoint.errors import ReplayError
-from forkpoint.resume import collect_snapshots
+from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.resume import ContinueOptions, collect_snapshots, continue_run_dir
 
 
 def _run_dir(tmp_path: Path, state: Path) -> Path:
@@ -80,3 +81,42 @@ def test_recorded_variants_are_checked_against_the_protocol_this_continue_speaks
         check_recorded_pins(seeded, request("claude-code"))  # a seed planted in a claude run's branches.json
     assert caught.value.kind.exit_code == 2
     check_recorded_pins(BranchRequest(1, (None,), 1, 1, (BranchVariant(temperature=0.5),)), request("claude-code"))
+
+
+MANIFEST = {"mode": "replay-only", "agent": {"name": "claude-code"}, "source": {"path": "/nowhere", "sha256": "0"},
+            "boundary": {"after_step": 1}}
+
+
+@pytest.mark.parametrize(("files", "says"), [
+    ({}, "has no manifest.json"),
+    ({"manifest.json": "[1, 2]"}, "manifest.json is not a JSON object"),
+    ({"manifest.json": "{"}, "manifest.json is unreadable"),
+    ({"manifest.json": MANIFEST, "branches.json": '"branches"'}, "branches.json is not a JSON object"),
+    ({"manifest.json": MANIFEST, "result.json": {"metadata": ["not", "an", "object"]}},
+     "is not what forkpoint wrote"),
+    ({"manifest.json": {**MANIFEST, "agent": "claude-code"}, "result.json": {"state_dir": "/s"}},
+     "is not what forkpoint wrote"),
+    ({"manifest.json": {**MANIFEST, "boundary": {"after_step": "two"}}}, "is not what forkpoint wrote"),
+], ids=["no-manifest", "manifest-a-list", "manifest-torn", "branches-a-string", "metadata-a-list",
+        "agent-a-string", "after-step-a-word"])
+def test_continue_refuses_run_documents_of_the_wrong_shape_as_a_configuration_error(
+        tmp_path: Path, files: dict[str, Any], says: str) -> None:
+    """These were internal errors (AttributeError, TypeError) before: a run dir is a folder a person may edit."""
+    run = tmp_path / "run"
+    run.mkdir()
+    for name, content in files.items():
+        (run / name).write_text(content if isinstance(content, str) else json.dumps(content))
+    with pytest.raises(ReplayError) as refused:
+        continue_run_dir(run, ContinueOptions(branches=1), lambda _: None)
+    assert refused.value.kind is ErrorKind.CONFIGURATION and says in str(refused.value)
+
+
+def test_continue_and_gc_refuse_a_fifo_where_a_run_document_should_be_instead_of_blocking(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    os.mkfifo(run / "manifest.json")
+    os.mkfifo(run / "result.json")
+    with pytest.raises(ReplayError, match="manifest.json is unreadable: not a regular file"):
+        continue_run_dir(run, ContinueOptions(branches=1), lambda _: None)
+    with pytest.raises(ReplayError, match="result.json is unreadable: not a regular file"):
+        collect_snapshots(run)

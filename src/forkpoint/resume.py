@@ -52,26 +52,31 @@ def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[
     from forkpoint.branching import BranchSetup, checked_snapshot
     from forkpoint.request import BRANCH_LISTS, build_request, continue_settings
 
-    manifest = _json(run_dir / "manifest.json", "manifest.json (is this a forkpoint run dir?)")
-    result = _json(run_dir / "result.json", None) or {}
-    branches_doc = _json(run_dir / "branches.json", None) or {}
+    manifest = _object(run_dir / "manifest.json", "manifest.json (is this a forkpoint run dir?)")
+    result = _object(run_dir / "result.json", None)
+    branches_doc = _object(run_dir / "branches.json", None)
     if result.get("phase") == "prepared" or manifest.get("mode") == Mode.PREPARE_ONLY.value:
         raise configuration("a prepare-only run replayed nothing: there is no boundary state to continue from")
-    metadata = result.get("metadata") or {}
-    snapshot_facts = metadata.get("boundary_snapshot") or branches_doc.get("snapshot")
-    state_dir = Path(result.get("state_dir") or branches_doc.get("state_dir") or "")
+    try:  # documents a person may have edited: a wrong shape is a refusal, never a crash
+        metadata = dict(result.get("metadata") or {})
+        snapshot_facts = dict(metadata.get("boundary_snapshot") or branches_doc.get("snapshot") or {})
+        state_dir = Path(str(result.get("state_dir") or branches_doc.get("state_dir") or ""))
+        agent = str(manifest["agent"]["name"])
+        source, source_sha256 = Path(str(manifest["source"]["path"])), str(manifest["source"]["sha256"])
+        after_step = int(manifest["boundary"]["after_step"])
+    except (KeyError, TypeError, ValueError) as error:
+        raise configuration(f"{run_dir}'s manifest.json, result.json or branches.json is not what forkpoint wrote "
+                            f"({type(error).__name__}: {error})") from None
     if not snapshot_facts or not str(state_dir):
         raise ReplayError(ErrorKind.WORKSPACE, f"{run_dir} kept no boundary snapshot (it was continued once without "
                                                "--keep-snapshot, or replayed with --drop-snapshot)")
     snapshot = checked_snapshot(state_dir, snapshot_facts.get("inventory_sha256"))
-    agent = manifest["agent"]["name"]
-    source = Path(manifest["source"]["path"])
-    if not source.is_file() or file_sha256(source) != manifest["source"]["sha256"]:
+    if not source.is_file() or file_sha256(source) != source_sha256:
         raise ReplayError(ErrorKind.TRAJECTORY, f"the trajectory {source} is gone or no longer the replayed one "
                                                 "(SHA-256 differs)")
     adapter = get_adapter(agent)
     parsed = adapter.parse(source)
-    plan = planning.select_boundary(parsed, int(manifest["boundary"]["after_step"]), Mode.REPLAY_AND_CONTINUE,
+    plan = planning.select_boundary(parsed, after_step, Mode.REPLAY_AND_CONTINUE,
                                     adapter.profile_for(parsed))
     prefix = _prefix(run_dir, result, branches_doc, metadata)
     sandbox = branches_doc.get("sandbox") or (metadata.get("sandbox") or {}).get("name") or "local"
@@ -106,7 +111,8 @@ def _run_planned(setup: BranchSetup, run_dir: Path, options: ContinueOptions, re
     from forkpoint.branch_records import planned_branches, resume_request
     from forkpoint.branching import BranchRequest, branch_variants, next_index, plan_branches, run_branches, started
 
-    planned = planned_branches(_json(run_dir / "branches.json", None) or {"branches": []}, f"{run_dir}/branches.json")
+    planned = planned_branches(_object(run_dir / "branches.json", None) or {"branches": []},
+                               f"{run_dir}/branches.json")
     if not planned and not options.branches:
         raise configuration("nothing to do: every planned branch has run; ask for more with --branches K")
     resume = resume_request(planned, {b.index for b in planned if started(setup.state_dir, b.index)},
@@ -125,7 +131,7 @@ def _run_planned(setup: BranchSetup, run_dir: Path, options: ContinueOptions, re
         report(f"branches {more.indices.start}..{more.indices.stop - 1} from the boundary after batch "
                f"{after_step}")
         return run_branches(setup, more, report)
-    return _document(run_dir / "branches.json")
+    return _object(run_dir / "branches.json", "branches.json")
 
 
 def _given_variants(options: ContinueOptions) -> BranchVariants:
@@ -160,32 +166,38 @@ def check_recorded_pins(resume: BranchRequest, request: ReplayRequest) -> None:
 
 def _prefix(run_dir: Path, result: dict[str, Any], branches: dict[str, Any], metadata: dict[str, Any]) -> NativePrefix:
     """The rebuilt prefix as the replay described it (branches.json, else result.json's artifact), unchanged."""
-    facts = branches.get("prefix") or next(
-        ({"name": Path(a["path"]).name, "format": a["format"], "session_id": metadata.get("native_session_id"),
-          "sha256": metadata.get("native_prefix_sha256")}
-         for a in result.get("artifacts") or [] if a.get("role") == "native_prefix"), None)
-    if not facts:
-        raise ReplayError(ErrorKind.TRAJECTORY, f"{run_dir} does not describe its native prefix")
-    path = run_dir / "native" / "prefix" / Path(str(facts["name"])).name
-    if not path.is_file() or path.is_symlink() or file_sha256(path) != facts["sha256"]:
-        raise ReplayError(ErrorKind.WORKSPACE, f"the native prefix {path} is gone or changed since the replay")
-    return NativePrefix(path=path, format=str(facts["format"]), session_id=facts.get("session_id"),
-                        sha256=str(facts["sha256"]))
-
-
-def _json(path: Path, required: str | None) -> Any:
     try:
-        return json.loads(path.read_text("utf-8"))
+        facts = dict(branches.get("prefix") or next(
+            ({"name": Path(str(a["path"])).name, "format": a["format"], "session_id": metadata.get("native_session_id"),
+              "sha256": metadata.get("native_prefix_sha256")}
+             for a in result.get("artifacts") or [] if isinstance(a, dict) and a.get("role") == "native_prefix"), {}))
+        name, sha256, native_format = Path(str(facts["name"])).name, str(facts["sha256"]), str(facts["format"])
+    except (KeyError, TypeError, ValueError):
+        raise ReplayError(ErrorKind.TRAJECTORY, f"{run_dir} does not describe its native prefix") from None
+    path = run_dir / "native" / "prefix" / name
+    if not path.is_file() or path.is_symlink() or file_sha256(path) != sha256:
+        raise ReplayError(ErrorKind.WORKSPACE, f"the native prefix {path} is gone or changed since the replay")
+    session_id = facts.get("session_id")
+    return NativePrefix(path=path, format=native_format, sha256=sha256,
+                        session_id=None if session_id is None else str(session_id))
+
+
+#: the most of a run document (manifest, result, branches, snapshot description) ``continue`` and ``gc`` read
+MAX_RUN_DOCUMENT_BYTES = 64 * 1024 * 1024
+
+
+def _object(path: Path, required: str | None) -> dict[str, Any]:
+    """A JSON-object document of the run dir, read bounded; ``{}`` when it is absent and not ``required``."""
+    from forkpoint.fs import InputChangedError, InputTooLargeError, NotRegularFileError, read_bounded_input
+
+    try:
+        value = json.loads(read_bounded_input(path, MAX_RUN_DOCUMENT_BYTES))
     except FileNotFoundError:
         if required:
             raise configuration(f"{path.parent} has no {required}") from None
-        return None
-    except (OSError, ValueError) as error:
+        return {}
+    except (OSError, ValueError, InputTooLargeError, InputChangedError, NotRegularFileError) as error:
         raise configuration(f"{path} is unreadable: {error}") from None
-
-
-def _document(path: Path) -> dict[str, Any]:
-    value = _json(path, path.name)
     if not isinstance(value, dict):
         raise configuration(f"{path} is not a JSON object")
     return value
@@ -197,17 +209,17 @@ def collect_snapshots(run_dir: Path, *, dry_run: bool = False) -> dict[str, Any]
     import os
     import shutil
 
-    result = _json(run_dir / "result.json", None) or {}
-    branches = _json(run_dir / "branches.json", None) or {}
+    result = _object(run_dir / "result.json", None)
+    branches = _object(run_dir / "branches.json", None)
     state = result.get("state_dir") or branches.get("state_dir")
     if not state:
         raise configuration(f"{run_dir} is not a forkpoint run dir (no result.json or branches.json naming its state)")
-    state_dir = Path(state)
+    state_dir = Path(str(state))
     # The run dir names its state dir: remove only what forkpoint itself made there (a snapshot that carries its
     # description, branch folders with their journal), never a folder a crafted result.json points at.
     snapshot = state_dir / "snapshot"
-    description = _json(snapshot / "snapshot.json", None) if _plain_dir(snapshot) else None
-    targets = [snapshot] if isinstance(description, dict) and description.get("schema_version") == SNAPSHOT_SCHEMA \
+    description = _object(snapshot / "snapshot.json", None) if _plain_dir(snapshot) else {}
+    targets = [snapshot] if description.get("schema_version") == SNAPSHOT_SCHEMA \
         else []
     targets += [path for path in sorted((state_dir / "branches").glob("*/workspace"))
                 if path.parent.name.isdigit() and (path.parent / "journal.jsonl").is_file()]
