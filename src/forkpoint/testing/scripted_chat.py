@@ -15,11 +15,12 @@ from forkpoint.bridge.protocols.openai_chat import (
     chat_chunks,
     chat_completion,
     chat_message,
+    encode,
     sse_data,
     usage_for,
     wants_usage,
 )
-from forkpoint.bridge.upstream import SSE_HEADERS
+from forkpoint.bridge.upstream import SSE_HEADERS, stream_events
 from forkpoint.testing.script import stable_id, text
 from forkpoint.testing.scripted_anthropic import AnthropicAnswers
 
@@ -58,12 +59,10 @@ class ChatAnswers(AnthropicAnswers):
             pieces = [sse_data(chunk) for chunk in chat_chunks(completion_id, model, message, finish,
                                                                wants_usage(body))]
             return await fault.answer(request, pieces, SSE_HEADERS["Content-Type"])
-        response = web.StreamResponse(headers=SSE_HEADERS)
-        await response.prepare(request)
         if stall:
+            response = web.StreamResponse(headers=SSE_HEADERS)
+            await response.prepare(request)
             await asyncio.sleep(24 * 3600)  # cancelled when the client goes away or the server stops
-        for chunk in chat_chunks(completion_id, model, message, finish, wants_usage(body)):
-            await response.write(sse_data(chunk))
-        await response.write(sse_data("[DONE]"))
-        await response.write_eof()
-        return response
+            return response
+        return await stream_events(request, encode(chat_chunks(completion_id, model, message, finish,
+                                                               wants_usage(body))))

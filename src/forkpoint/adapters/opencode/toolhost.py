@@ -26,7 +26,8 @@ from pathlib import Path
 
 from aiohttp import web
 
-from forkpoint.bridge.protocols.openai_chat import chat_chunks, sse_data
+from forkpoint.bridge.protocols.openai_chat import chat_chunks, encode
+from forkpoint.bridge.upstream import stream_events
 from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.fs import refused_as, write_file_strict
 from forkpoint.loop_thread import LoopThread
@@ -173,14 +174,8 @@ class ToolHost:
                         "function": {"name": command.name,
                                      "arguments": json.dumps(command.arguments, ensure_ascii=False)}}
                 message, finish = {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls"
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await response.prepare(request)
-        for chunk in chat_chunks(f"chatcmpl-forkpoint-{self.requests}", str(body.get("model", MODEL)), message,
-                                 finish, include_usage=True):
-            await response.write(sse_data(chunk))
-        await response.write(sse_data("[DONE]"))
-        await response.write_eof()
-        return response
+        return await stream_events(request, encode(chat_chunks(
+            f"chatcmpl-forkpoint-{self.requests}", str(body.get("model", MODEL)), message, finish, include_usage=True)))
 
     async def _listen(self) -> str:
         self._commands = asyncio.Queue()
