@@ -61,3 +61,17 @@ def test_the_report_shows_tokens_per_run_and_per_branch() -> None:
     assert _tokens(None) == _tokens({"calls": 0}) == "—"
     page = _branches({"branches": [_row(1, USAGE), _row(2, None)]})
     assert "<tr><th>tokens</th><td><pre>1,200 in (800 cached) / 90 out</pre></td><td><pre>—</pre></td></tr>" in page
+
+
+def test_the_batch_summary_names_the_batchs_calls_and_tokens(capsys: pytest.CaptureFixture[str]) -> None:
+    from forkpoint.cli.batch import _batch_summary
+
+    summary: dict[str, Any] = {
+        "batch_dir": "/b", "jobs": 2, "counts": {"done": 2}, "bad_lines": [], "failed": [], "by_category": {},
+        "model_usage": {"model_calls": 1204, "input_tokens": 38112004, "output_tokens": 412090,
+                        "cached_tokens": 30877210, "reasoning_tokens": 0}}
+    _batch_summary(summary, as_json=False)
+    assert "1,204 model calls, 38,112,004 in (30,877,210 cached) / 412,090 out tokens" in capsys.readouterr().out
+    summary["model_usage"] = {**summary["model_usage"], "model_calls": 0}  # a prepare-only batch: no line
+    _batch_summary(summary, as_json=False)
+    assert "model calls" not in capsys.readouterr().out

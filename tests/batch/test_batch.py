@@ -21,6 +21,7 @@ import pytest
 from forkpoint import runtimes
 from forkpoint.batch import BatchOptions, run_batch, status
 from forkpoint.batch.ledger import Ledger
+from forkpoint.testing import ScriptedModel
 from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, text, tool_use
 
 BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
@@ -190,6 +191,36 @@ def test_continue_batch_with_the_stub_upstream(tmp_path: Path) -> None:
         result = json.loads((tmp_path / "batch" / "runs" / row["run_id"] / "result.json").read_text())
         assert result["metadata"]["model_bridge"]["validated"] >= 1 and result["metadata"]["path_rewrites"] is not None
         assert result["metadata"]["sandbox"]["workspace"].startswith(str(tmp_path / "batch" / "work"))
+
+
+def test_a_continue_batch_sums_each_jobs_model_calls_and_tokens_in_the_ledger(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tokens a batch spent, per job and in all: what ScriptedModel's answers reported, through the real
+    claude and the bridge's usage tap, into each worker's outcome and the ledger."""
+    if runtimes.find("claude-code", "2.1.332") is None:
+        pytest.skip("claude-code 2.1.332 is not installed (forkpoint agents install claude-code@2.1.332)")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "scripted-upstream-key")
+    fixture = Path(__file__).parents[1] / "fixtures" / "claude_code" / "2.1.332" / "single_bash"
+    model = ScriptedModel([])  # every request: the final answer, with its usage
+    with model.serve() as url:
+        rows = [{"trajectory": str(fixture / "session.jsonl"), "after_step": "all", "mode": "continue",
+                 "upstream": "anthropic", "upstream_url": url, "workspace_from": str(fixture / "workspace-initial")}]
+        summary = run_batch(_jobs(tmp_path / "jobs.jsonl", rows), tmp_path / "batch", BatchOptions(workers=2))
+    assert summary["failed"] == [] and summary["counts"]["done"] >= 1
+    reported = model.reported_usage()
+    assert reported["calls"] >= summary["counts"]["done"] and reported["input_tokens"] > 0
+    assert summary["model_usage"] == {"model_calls": reported["calls"], "input_tokens": reported["input_tokens"],
+                                      "output_tokens": reported["output_tokens"],
+                                      "cached_tokens": reported["cached_tokens"],
+                                      "reasoning_tokens": reported["reasoning_tokens"]}
+    ledger = Ledger(tmp_path / "batch" / "ledger.sqlite")
+    jobs = list(ledger.jobs())
+    ledger.close()
+    for job in jobs:  # each row: its own run's model_usage
+        result = json.loads((tmp_path / "batch" / "runs" / job["run_id"] / "result.json").read_text())
+        usage = result["metadata"]["model_usage"]
+        assert (job["model_calls"], job["input_tokens"], job["output_tokens"]) == (
+            usage["calls"], usage["input_tokens"], usage["output_tokens"]) and job["model_calls"] >= 1
 
 
 def test_ctrl_c_lets_running_jobs_finish_and_a_rerun_resumes(tmp_path: Path) -> None:

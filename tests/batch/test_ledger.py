@@ -53,3 +53,50 @@ def test_running_mark_is_committed_before_the_job_starts(tmp_path: Path) -> None
     ledger.reset(job.identity, status="ambiguous", message="m")
     assert ledger.failures()[0]["category"] == "ambiguous_execution"
     ledger.close()
+
+
+def test_usage_is_summed_over_a_jobs_attempts_and_over_the_batch(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    jobs = [_job(1, "continue"), _job(2, "continue")]
+    ledger.add_jobs(iter(jobs))
+    spent = Outcome.usage_of({"calls": 3, "input_tokens": 1200, "output_tokens": 90, "cached_tokens": 800,
+                              "reasoning_tokens": 10, "calls_with_usage": 3})
+    ledger.mark_running(jobs[0], jobs[0].run_id, "w")
+    ledger.finish(Outcome(**{**_outcome(jobs[0], 40, "model_rate_limit", retryable=True).to_json(), **spent}))
+    ledger.mark_running(jobs[0], jobs[0].run_id + "-a2", "w")
+    ledger.finish(Outcome(**{**_outcome(jobs[0], 0).to_json(), **spent}))  # the retry paid again
+    ledger.mark_running(jobs[1], jobs[1].run_id, "w")
+    ledger.finish(_outcome(jobs[1], 0))  # no model call (the Outcome's defaults)
+    rows = {row["identity"]: row for row in ledger.jobs()}
+    assert (rows[jobs[0].identity]["model_calls"], rows[jobs[0].identity]["input_tokens"]) == (6, 2400)
+    assert rows[jobs[1].identity]["model_calls"] == 0
+    assert ledger.usage() == {"model_calls": 6, "input_tokens": 2400, "output_tokens": 180, "cached_tokens": 1600,
+                              "reasoning_tokens": 20}
+    ledger.close()
+
+
+def test_hostile_usage_counts_read_as_zero() -> None:
+    assert Outcome.usage_of({"calls": -1, "input_tokens": "9", "output_tokens": True, "cached_tokens": 2.5}) == {
+        "model_calls": 0, "input_tokens": 0, "output_tokens": 0, "cached_tokens": 0, "reasoning_tokens": 0}
+    assert Outcome.usage_of(None) == Outcome.usage_of(["not", "a", "dict"]) == Outcome.usage_of({})
+
+
+def test_a_ledger_from_before_the_usage_columns_gets_them_and_keeps_its_jobs(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    old = sqlite3.connect(path)
+    old.execute("CREATE TABLE jobs (identity TEXT PRIMARY KEY, ordinal INTEGER NOT NULL, line INTEGER NOT NULL, "
+                "duplicate_lines TEXT NOT NULL, spec TEXT NOT NULL, agent TEXT NOT NULL, mode TEXT NOT NULL, "
+                "after_step INTEGER NOT NULL, status TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, run_id TEXT, "
+                "effects INTEGER NOT NULL, exit_code INTEGER, category TEXT, retryable INTEGER, message TEXT, "
+                "phase TEXT, quality TEXT, agent_status TEXT, started_at REAL, finished_at REAL, seconds REAL, "
+                "worker TEXT)")
+    old.execute("INSERT INTO jobs (identity, ordinal, line, duplicate_lines, spec, agent, mode, after_step, status, "
+                "effects) VALUES ('a', 1, 1, '[]', '{}', 'claude-code', 'continue', 1, 'done', 1)")
+    old.commit()
+    old.close()
+    ledger = Ledger(path)
+    [row] = list(ledger.jobs())
+    assert row["status"] == "done" and row["model_calls"] == 0 and row["input_tokens"] == 0
+    assert ledger.usage()["model_calls"] == 0
+    ledger.close()
+    Ledger(path).close()  # opening it again changes nothing

@@ -229,6 +229,7 @@ def status(batch_dir: Path, ledger: Ledger | None = None) -> dict[str, Any]:
         bad = ledger.bad()
         return {"schema_version": "forkpoint.batch-status/v1", "batch_dir": str(batch_dir),
                 "jobs": sum(counts.values()), "counts": counts, "by_category": ledger.by_category(),
+                "model_usage": ledger.usage(),
                 "bad_lines": [{"line": line, "reason": reason} for line, reason in bad],
                 "failed": ledger.failures()}
     finally:

@@ -3,7 +3,8 @@
 One row per job identity. States: ``pending`` -> ``running`` (committed BEFORE the job starts; durably when the job
 can have effects) -> ``done`` | ``failed`` (category, exit code, retryable) | ``ambiguous`` (it started, did not
 finish, and its journal shows a tool may have run: never executed again). Bad job lines are kept with their
-reason. Only the driver writes; workers report back to it.
+reason. Each job also sums what its model calls used over its attempts (calls and tokens: ``Ledger.usage``).
+Only the driver writes; workers report back to it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ CREATE TABLE IF NOT EXISTS jobs (
     spec TEXT NOT NULL, agent TEXT NOT NULL, mode TEXT NOT NULL, after_step INTEGER NOT NULL,
     status TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, run_id TEXT, effects INTEGER NOT NULL,
     exit_code INTEGER, category TEXT, retryable INTEGER, message TEXT, phase TEXT, quality TEXT,
-    agent_status TEXT, started_at REAL, finished_at REAL, seconds REAL, worker TEXT
+    agent_status TEXT, started_at REAL, finished_at REAL, seconds REAL, worker TEXT,
+    model_calls INTEGER NOT NULL DEFAULT 0, input_tokens INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0, cached_tokens INTEGER NOT NULL DEFAULT 0,
+    reasoning_tokens INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status, ordinal);
 CREATE TABLE IF NOT EXISTS bad_jobs (line INTEGER PRIMARY KEY, reason TEXT NOT NULL);
@@ -32,6 +36,9 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 STATUSES = ("pending", "running", "done", "failed", "ambiguous")
+#: what a job's model calls used, summed over its attempts (a retried job paid for every attempt); the columns a
+#: ledger written before they existed gets when it is opened
+USAGE_COLUMNS = ("model_calls", "input_tokens", "output_tokens", "cached_tokens", "reasoning_tokens")
 
 
 @dataclass(frozen=True)
@@ -49,9 +56,26 @@ class Outcome:
     agent_status: str | None
     seconds: float
     worker: str
+    #: the attempt's model calls and tokens (``model_usage`` of its result; zeros when it made no call)
+    model_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+    @staticmethod
+    def usage_of(model_usage: Any) -> dict[str, int]:
+        """The usage fields from a result's ``model_usage`` (hostile or missing counts read as 0)."""
+        found = model_usage if isinstance(model_usage, dict) else {}
+        return {column: _count(found.get("calls" if column == "model_calls" else column))
+                for column in USAGE_COLUMNS}
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 class Ledger:
@@ -61,6 +85,10 @@ class Ledger:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.executescript(SCHEMA)
+        present = {row[1] for row in self.db.execute("PRAGMA table_info(jobs)")}
+        for column in USAGE_COLUMNS:
+            if column not in present:  # a ledger from before the usage columns: resumable, its old jobs at 0
+                self.db.execute(f"ALTER TABLE jobs ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
 
     def close(self) -> None:
         self.db.close()
@@ -129,9 +157,11 @@ class Ledger:
                                                         else "failed")
         self.db.execute(
             "UPDATE jobs SET status = ?, exit_code = ?, category = ?, retryable = ?, message = ?, phase = ?, "
-            "quality = ?, agent_status = ?, finished_at = ?, seconds = ?, worker = ? WHERE identity = ?",
+            "quality = ?, agent_status = ?, finished_at = ?, seconds = ?, worker = ?, "
+            + ", ".join(f"{column} = {column} + ?" for column in USAGE_COLUMNS) + " WHERE identity = ?",
             (status, outcome.exit_code, outcome.category, int(outcome.retryable), outcome.message, outcome.phase,
-             outcome.quality, outcome.agent_status, time.time(), outcome.seconds, outcome.worker, outcome.identity))
+             outcome.quality, outcome.agent_status, time.time(), outcome.seconds, outcome.worker,
+             *(getattr(outcome, column) for column in USAGE_COLUMNS), outcome.identity))
 
     def reset(self, identity: str, *, status: str, message: str | None = None) -> None:
         self.db.execute("UPDATE jobs SET status = ?, message = COALESCE(?, message), category = CASE WHEN ? = "
@@ -153,6 +183,11 @@ class Ledger:
                                "GROUP BY category ORDER BY category").fetchall()
         return {str(r[0]): int(r[1]) for r in rows}
 
+    def usage(self) -> dict[str, int]:
+        """The batch's model calls and tokens, every job and attempt."""
+        row = self.db.execute(f"SELECT {', '.join(f'COALESCE(SUM({c}), 0)' for c in USAGE_COLUMNS)} FROM jobs")
+        return dict(zip(USAGE_COLUMNS, (int(value) for value in row.fetchone()), strict=True))
+
     def failures(self, limit: int = 1000) -> list[dict[str, Any]]:
         keys = ("identity", "line", "status", "agent", "mode", "after_step", "run_id", "category", "exit_code",
                 "retryable", "attempts", "message")
@@ -162,6 +197,6 @@ class Ledger:
 
     def jobs(self) -> Iterator[dict[str, Any]]:
         keys = ("identity", "line", "duplicate_lines", "agent", "mode", "after_step", "status", "attempts", "run_id",
-                "exit_code", "category", "phase", "quality", "agent_status", "seconds")
+                "exit_code", "category", "phase", "quality", "agent_status", "seconds", *USAGE_COLUMNS)
         for row in self.db.execute(f"SELECT {', '.join(keys)} FROM jobs ORDER BY ordinal"):
             yield dict(zip(keys, row, strict=True))

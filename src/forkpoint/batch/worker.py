@@ -49,7 +49,8 @@ def run_job(spec: dict[str, Any], batch_dir: str, run_id: str) -> dict[str, Any]
             identity=job.identity, run_id=run_id, exit_code=result.exit_code,
             category=failure.category if failure else None, retryable=bool(failure and failure.retryable),
             message=failure.message if failure else None, phase=result.phase, quality=result.quality,
-            agent_status=result.agent_status, seconds=time.monotonic() - started, worker=_worker())
+            agent_status=result.agent_status, seconds=time.monotonic() - started, worker=_worker(),
+            **Outcome.usage_of(result.metadata.get("model_usage")))
     except ReplayError as error:
         outcome = _failed(job, run_id, error.kind, error.message, started)
     except Exception as error:  # a bug in one job must not end the batch: recorded as internal

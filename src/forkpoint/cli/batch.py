@@ -92,6 +92,11 @@ def _batch_summary(summary: dict[str, Any], as_json: bool) -> None:
     counts = ", ".join(f"{name} {count}" for name, count in summary["counts"].items())
     say(f"forkpoint: batch {summary['batch_dir']}: {summary['jobs']} jobs ({counts}); "
          f"{len(summary['bad_lines'])} bad line(s)", style=GREEN if not summary["failed"] else YELLOW)
+    usage = summary.get("model_usage") or {}
+    if usage.get("model_calls"):
+        cached = f" ({usage['cached_tokens']:,} cached)" if usage.get("cached_tokens") else ""
+        say(f"  {usage['model_calls']:,} model calls, {usage['input_tokens']:,} in{cached} / "
+            f"{usage['output_tokens']:,} out tokens")
     for category, count in summary["by_category"].items():
         say(f"  {category}: {count}")
     for job in summary["failed"][:20]:
