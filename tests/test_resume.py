@@ -116,7 +116,7 @@ def test_continue_and_gc_refuse_a_fifo_where_a_run_document_should_be_instead_of
     run.mkdir()
     os.mkfifo(run / "manifest.json")
     os.mkfifo(run / "result.json")
-    with pytest.raises(ReplayError, match="manifest.json is unreadable: not a regular file"):
+    with pytest.raises(ReplayError, match=r"manifest\.json is unreadable: not a regular file"):
         continue_run_dir(run, ContinueOptions(branches=1), lambda _: None)
-    with pytest.raises(ReplayError, match="result.json is unreadable: not a regular file"):
+    with pytest.raises(ReplayError, match=r"result\.json is unreadable: not a regular file"):
         collect_snapshots(run)
