@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from forkpoint.branch_records import PlannedBranch, planned_branches, resume_request
+from forkpoint.branch_records import PlannedBranch, planned_branches, recorded_run_choice, resume_request
 from forkpoint.branching import BranchRequest, BranchVariant, BranchVariants
 from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.hashing import sha256_hex
@@ -58,6 +58,16 @@ def test_planned_rows_are_read_back_with_their_variant_and_prompt_identity() -> 
     ({"prompt_sha256": "ab" * 32}, "recorded together or not at all"),
     ({"prompt_sha256": "AB" * 32, "prompt_length": 3}, "64 lowercase hex digits"),
     ({"prompt_sha256": "ab" * 32, "prompt_length": 0}, "prompt_length must be an integer"),
+    ({"run_pins": ["temperature"]}, "run_pins must be an object with keys among"),
+    ({"run_pins": {"api_key": "x"}}, "run_pins must be an object with keys among"),
+    ({"run_pins": {"temperature": "0.5"}}, "run_pins.temperature has the wrong type"),
+    ({"run_pins": {"temperature": 3}}, "run_pins: --temperature must be within"),
+    ({"run_pins": {"top_p": float("nan")}}, "run_pins.top_p has the wrong type"),
+    ({"run_pins": {"seed": True}}, "run_pins.seed has the wrong type"),
+    ({"run_pins": {"seed": 1 << 64}}, "run_pins.seed has the wrong type or range"),
+    ({"run_pins": {"disable_thinking": 1}}, "run_pins.disable_thinking has the wrong type"),
+    ({"run_pins": {"model": "a\nb"}}, "run_pins.model must be a printable string"),
+    ({"run_pins": {"max_output_tokens": 0}}, "run_pins: --max-output-tokens must be at least 1"),
 ])
 def test_a_hostile_planned_row_is_refused(change: dict[str, Any], message: str) -> None:
     row = json.loads(json.dumps({**_row(2), **change}))  # as read from disk (NaN survives: json reads it)
@@ -117,3 +127,34 @@ def test_flags_that_would_change_a_recorded_branch_are_refused_without_branches_
     # with --branches K the flags are the new branches': the re-run ones keep their records
     request = _resume(planned, given=BranchVariants(seeds=(5,)), adds=True)
     assert [request.variant(i).seed for i in request.indices] == [22, 33]
+
+
+PINS = {"model": "open-model-7b", "temperature": 0.5, "seed": 7, "disable_thinking": True}
+
+
+def test_rerun_branches_take_the_run_level_choice_they_were_planned_under() -> None:
+    planned = _planned(_row(2, run_pins=PINS), _row(3, run_pins=PINS))
+    assert planned[0].run_pins == PINS
+    assert recorded_run_choice(planned, {}) == PINS  # nothing given: the recorded choice
+    restated = {"model": "open-model-7b", "temperature": 0.5, "seed": None, "disable_thinking": False}
+    assert recorded_run_choice(planned, restated) == PINS  # restating (part of) it is fine
+    assert recorded_run_choice([], {"temperature": 0.9}) == {}  # nothing re-run: the call's own choice
+    # rows written before run_pins existed constrain nothing
+    assert recorded_run_choice(_planned(_row(2)), {"temperature": 0.9}) == {}
+
+
+@pytest.mark.parametrize(("given", "message"), [
+    ({"temperature": 0.9}, "branch 2 was planned with --temperature 0.5"),
+    ({"top_p": 0.9}, "branch 2 was planned with no --top-p"),
+    ({"model": "another"}, "branch 2 was planned with --model 'open-model-7b'"),
+])
+def test_a_run_level_flag_that_would_change_a_rerun_branch_is_refused(given: dict[str, Any], message: str) -> None:
+    with pytest.raises(ReplayError, match=message) as caught:
+        recorded_run_choice(_planned(_row(2, run_pins=PINS)), given)
+    assert caught.value.kind is ErrorKind.CONFIGURATION and "--branches K" in caught.value.message
+
+
+def test_rerun_branches_planned_under_different_run_level_choices_cannot_run_together() -> None:
+    planned = _planned(_row(2, run_pins=PINS), _row(3, run_pins={**PINS, "seed": 8}))
+    with pytest.raises(ReplayError, match="branches 2 and 3 were planned with different run-level"):
+        recorded_run_choice(planned, {})

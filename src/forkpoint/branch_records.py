@@ -29,14 +29,22 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 _FLAGS = {"model": "--branch-model", "seed": "--branch-seed", "temperature": "--branch-temperature"}
 
 
+#: the run-level model choice a planned row records (``run_pins``), with the flag that sets each
+RUN_PIN_FLAGS = {"model": "--model", "temperature": "--temperature", "top_p": "--top-p", "seed": "--seed",
+                 "max_output_tokens": "--max-output-tokens", "disable_thinking": "--disable-thinking",
+                 "reasoning_effort": "--reasoning-effort"}
+
+
 @dataclass(frozen=True)
 class PlannedBranch:
-    """One ``planned`` row of branches.json: its id, its prompt's identity (None: it had none) and its variant."""
+    """One ``planned`` row of branches.json: its id, its prompt's identity (None: it had none), its variant and
+    the run-level model choice it was planned under (None: a row written before those were recorded)."""
 
     index: int
     prompt_sha256: str | None
     prompt_length: int | None
     variant: BranchVariant
+    run_pins: dict[str, Any] | None = None
 
     def matches(self, prompt: str) -> bool:
         return len(prompt) == self.prompt_length and sha256_hex(prompt) == self.prompt_sha256
@@ -77,7 +85,59 @@ def _planned(row: dict[str, Any], where: str) -> PlannedBranch:
                                         and math.isfinite(temperature) and 0 <= temperature <= 2):
         raise configuration(f"{where}: temperature must be a number within [0, 2]")
     return PlannedBranch(index, digest, length, BranchVariant(
-        model, seed, None if temperature is None else float(temperature)))
+        model, seed, None if temperature is None else float(temperature)), _run_pins(row.get("run_pins"), where))
+
+
+def _run_pins(value: Any, where: str) -> dict[str, Any] | None:
+    """A row's recorded run-level choice, validated as the command line's would be (SamplingPins)."""
+    from forkpoint.bridge.translate.sampling import SamplingPins
+
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not set(value) <= set(RUN_PIN_FLAGS):
+        raise configuration(f"{where}: run_pins must be an object with keys among {', '.join(RUN_PIN_FLAGS)}")
+    model = value.get("model")
+    if model is not None and not (isinstance(model, str) and len(model) <= MAX_MODEL_CHARS and model.isprintable()):
+        raise configuration(f"{where}: run_pins.model must be a printable string of at most {MAX_MODEL_CHARS} "
+                            "characters")
+    kinds: dict[str, type | tuple[type, ...]] = {
+        "temperature": (int, float), "top_p": (int, float), "seed": int, "max_output_tokens": int,
+        "disable_thinking": bool, "reasoning_effort": str}
+    for key, kind in kinds.items():
+        found = value.get(key)
+        if found is not None and (not isinstance(found, kind) or (kind is not bool and isinstance(found, bool))
+                                  or (isinstance(found, float) and not math.isfinite(found))
+                                  or (key == "seed" and found not in SEED_RANGE)):
+            raise configuration(f"{where}: run_pins.{key} has the wrong type or range")
+    try:
+        SamplingPins(**value)
+    except ValueError as error:
+        raise configuration(f"{where}: run_pins: {error}") from None
+    return {key: found for key, found in value.items() if found is not None and found is not False}
+
+
+def recorded_run_choice(rerun: Sequence[PlannedBranch], given: dict[str, Any]) -> dict[str, Any]:
+    """The run-level model choice for a ``continue`` that re-runs ``rerun``: what their rows recorded, which the
+    command line may restate but not change (a re-run branch runs as it was planned). ``given`` holds the command
+    line's values by request key (None / False: not given); returns the values to use for the recorded keys."""
+    recorded = [branch for branch in rerun if branch.run_pins is not None]
+    if not recorded:
+        return {}
+    first = recorded[0]
+    for branch in recorded[1:]:
+        if branch.run_pins != first.run_pins:
+            raise configuration(f"branches {first.index} and {branch.index} were planned with different run-level "
+                                "model choices (--model, --temperature, ...); a continue runs all its branches with "
+                                "one: they cannot be re-run together")
+    pins = first.run_pins or {}
+    for key, flag in RUN_PIN_FLAGS.items():
+        wanted, was = given.get(key), pins.get(key)
+        if wanted is not None and wanted is not False and wanted != was:
+            said = f"{flag} {was!r}" if was is not None else f"no {flag}"
+            raise configuration(f"branch {first.index} was planned with {said}; `forkpoint continue` re-runs a "
+                                f"planned branch with the run-level choice it was planned under: drop {flag}, or "
+                                "finish the planned branches first and add new ones with --branches K")
+    return dict(pins)
 
 
 def _is_int(value: object) -> TypeGuard[int]:

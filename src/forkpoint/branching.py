@@ -206,6 +206,14 @@ class BranchSetup:
     snapshot: Path
 
 
+def run_pins(settings: ContinueSettings) -> dict[str, Any]:
+    """The run-level model choice (``--model`` and the sampling pins) a planned row records, so that a branch re-run
+    by ``forkpoint continue`` runs under the same one (values only, never prompt text; unset ones left out)."""
+    pins = dataclasses.asdict(settings.sampling) if settings.sampling is not None else {}
+    pins["model"] = settings.model
+    return {key: value for key, value in pins.items() if value is not None and value is not False}
+
+
 def plan_branches(setup: BranchSetup, request: BranchRequest, snapshot: dict[str, Any]) -> dict[str, Any]:
     """Write the plan into branches.json before any branch starts (what a resume reads)."""
     document = _read_document(setup.output_dir) or {
@@ -215,9 +223,10 @@ def plan_branches(setup: BranchSetup, request: BranchRequest, snapshot: dict[str
                    "session_id": setup.prefix.session_id, "sha256": setup.prefix.sha256},
         "branches": [],
     }
+    pins = run_pins(setup.settings)
     for index, prompt in zip(request.indices, request.prompts, strict=True):
         document["branches"].append({"branch": index, "status": "planned", **_prompt_facts(prompt),
-                                     **request.variant(index).facts()})
+                                     **request.variant(index).facts(), "run_pins": pins})
     write_json(setup.output_dir / "branches.json", document)
     return document
 

@@ -49,7 +49,8 @@ def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[
     from forkpoint import childenv
     from forkpoint import plan as planning
     from forkpoint.adapters import agent_spec, get_adapter
-    from forkpoint.branching import BranchSetup, checked_snapshot
+    from forkpoint.branch_records import planned_branches, recorded_run_choice
+    from forkpoint.branching import BranchSetup, checked_snapshot, started
     from forkpoint.request import BRANCH_LISTS, build_request, continue_settings
 
     manifest = _object(run_dir / "manifest.json", "manifest.json (is this a forkpoint run dir?)")
@@ -86,6 +87,10 @@ def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[
     # branches' recorded variants (branch_records checks that), so they are no part of the request.
     run_choice = {key: value for key, value in options.model_choice.items()
                   if options.branches or key not in BRANCH_LISTS}
+    # Branches a killed run planned and never started run under the run-level choice they were planned with.
+    rerun = [branch for branch in planned_branches(branches_doc or {"branches": []}, f"{run_dir}/branches.json")
+             if not started(state_dir, branch.index)]
+    run_choice.update(recorded_run_choice(rerun, run_choice))
     request = build_request({
         "agent": agent, "trajectory": str(source), "after_step": plan.after_step, "workspace": str(workspace),
         "upstream": options.upstream, "upstream_url": options.upstream_url, "max_steps": options.max_steps,

@@ -266,8 +266,8 @@ def test_pi_kill_9_during_branch_2_then_continue_reruns_branch_3_with_its_record
     tmp_path: Path, keys: None
 ) -> None:
     """Branch 2 is killed while its agent runs a slow command: `continue` reports it ambiguous (never re-run) and
-    runs branch 3, which never started, with the seed and prompt it was planned with; flags that would change it are
-    refused before anything runs."""
+    runs branch 3, which never started, with the seed, prompt and run-level temperature it was planned with (the
+    temperature not given again); flags that would change it are refused before anything runs."""
     _need("pi", "0.83.0")
     fixture = FIXTURES / "pi" / "0.83.0" / "single_bash"
     base = json.loads((fixture / "script.json").read_text())["turns"]
@@ -283,7 +283,7 @@ def test_pi_kill_9_during_branch_2_then_continue_reruns_branch_3_with_its_record
         command = [sys.executable, "-m", "forkpoint.cli", "replay", "--agent", "pi", "--trajectory",
                    str(fixture / "session.jsonl"), "--after-step", "1", "--workspace", str(workspace), *upstream,
                    "--branches", "3", *[a for p in prompts for a in ("--branch-prompt", p)],
-                   *[a for s in ("11", "22", "33") for a in ("--branch-seed", s)],
+                   *[a for s in ("11", "22", "33") for a in ("--branch-seed", s)], "--temperature", "0.5",
                    "--output-dir", str(tmp_path / "out"), "--state-dir", str(tmp_path / "state"), "--run-id", "k"]
         _kill_once_branch_2_runs(command, env, model, prompts[1])
 
@@ -293,15 +293,20 @@ def test_pi_kill_9_during_branch_2_then_continue_reruns_branch_3_with_its_record
 
         missing = resume()
         changed = resume("--branch-prompt", prompts[2], "--branch-seed", "5")
-        assert not _main_bodies(model, prompts[2])  # neither refusal ran anything
+        warmer = resume("--branch-prompt", prompts[2], "--temperature", "0.9")
+        assert not _main_bodies(model, prompts[2])  # no refusal ran anything
         done = resume("--branch-prompt", prompts[2])
     assert missing.returncode == 2 and "branch 3 was planned with a --branch-prompt of 16 characters" in (
         missing.stdout), missing.stdout
     assert changed.returncode == 2 and "branch 3 was planned with seed 33" in changed.stdout, changed.stdout
+    assert warmer.returncode == 2 and "branch 3 was planned with --temperature 0.5" in warmer.stdout, warmer.stdout
     rows = _killed_branch_2_kept_apart(done)
     assert [rows[i]["seed"] for i in (1, 2, 3)] == [11, 22, 33]
     third = _main_bodies(model, prompts[2])
     assert third and {b["seed"] for b in third} == {33}, third  # branch 3 ran with its recorded seed
+    assert {b["temperature"] for b in third} == {0.5}  # and the run-level temperature it was planned under
+    planned = json.loads((run_dir / "branches.json").read_text())["branches"]
+    assert [row["run_pins"] for row in planned] == [{"temperature": 0.5}] * 3
     assert {b["seed"] for b in _main_bodies(model, prompts[0])} == {11}
     assert len({len(b["messages"]) for b in _main_bodies(model, prompts[1])}) == 1  # branch 2 never started again
     assert json.loads((run_dir / "branches" / "3" / "result.json").read_text())["seed"] == 33

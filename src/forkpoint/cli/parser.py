@@ -183,11 +183,12 @@ CONTINUE_EPILOG = """examples:
   forkpoint continue forkpoint-out/runs/RUN --branch-prompt "Take branch C."   # re-run what a killed run left
 
 re-run branches: the planned branches a killed run never started run first (with or without --branches), as they
-were planned: each with the --branch-model / --branch-seed / --branch-temperature recorded for it in
-branches.json. Its --branch-prompt is not stored (only its SHA-256 and length): give the same text again, once per
-such prompt in any order (several branches may share one); a missing or different prompt, a prompt no re-run
-branch had, or a --branch-* value that differs from a branch's recorded one is refused (exit 2, nothing runs). A
-branch that started its agent and has no recorded outcome is reported ambiguous and never run again. With
+were planned: each with the --branch-model / --branch-seed / --branch-temperature recorded for it in branches.json,
+under the run-level --model / --temperature / --seed / ... it was planned with (no need to give them again; a
+different value is refused). Its --branch-prompt is not stored (only its SHA-256 and length): give the same text
+again, once per such prompt in any order (several branches may share one); a missing or different prompt, a prompt
+no re-run branch had, or a --branch-* value that differs from a branch's recorded one is refused (exit 2, nothing
+runs). A branch that started its agent and has no recorded outcome is reported ambiguous and never run again. With
 --branches K the prompt and --branch-* values are the new branches' (a planned branch still takes its prompt from
 them by hash: finish such branches first, without --branches).
 
