@@ -112,3 +112,50 @@ def test_the_tracker_attributes_group_members_and_tagged_children_but_not_strang
         for proc in (leader, tagged, stranger):
             proc.kill()
             proc.wait()
+
+
+def _is_subreaper() -> bool:
+    """What the kernel says of this process (PR_GET_CHILD_SUBREAPER)."""
+    import ctypes
+
+    value = ctypes.c_int(0)
+    assert ctypes.CDLL(None, use_errno=True).prctl(37, ctypes.byref(value), 0, 0, 0) == 0
+    return value.value != 0
+
+
+def test_forkpoint_is_a_subreaper_only_while_a_supervision_runs(bash: Bash) -> None:
+    """A program using forkpoint as a library must not go on adopting the orphans of its own process trees (they
+    stayed zombies of it, e.g. the workers of a killed process pool). Before: once set, the attribute stayed."""
+    seen: list[bool] = []
+
+    def slow() -> None:
+        bash("sleep 0.8")
+
+    assert not _is_subreaper()
+    first = threading.Thread(target=slow)
+    first.start()
+    time.sleep(0.2)
+    seen.append(_is_subreaper())  # one supervision running
+    second = bash("sleep 0.1")  # a second one ends while the first still runs
+    seen.append(_is_subreaper())
+    first.join()
+    seen.append(_is_subreaper())  # none left
+    assert second.returncode == 0 and seen == [True, True, False]
+    # an unrelated orphan made now goes elsewhere, not to us
+    orphan = subprocess.run(["/bin/bash", "-c", "sleep 30 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True,
+                            check=True)
+    pid = int(orphan.stdout)
+    try:
+        info = read_stat(pid)
+        assert info is not None and info.ppid != os.getpid()
+    finally:
+        os.kill(pid, signal.SIGKILL)
+
+
+def test_escapes_are_still_caught_after_the_attribute_was_dropped_and_taken_again(bash: Bash,
+                                                                                  assert_dead: Dead) -> None:
+    bash("true")
+    assert not _is_subreaper()
+    escaped = bash("setsid sleep 30 & echo $!")  # re-parented to us only if we are a subreaper again
+    assert escaped.background_cleanup
+    assert_dead(int(escaped.stdout))

@@ -1,8 +1,10 @@
 """Which processes belong to a supervised run: /proc scans, the attribution rules, and safe signalling (Linux).
 
 How escaped descendants (``setsid``, double fork) are found: forkpoint marks itself as a *child subreaper*
-(``prctl(PR_SET_CHILD_SUBREAPER)``, once per process), so an orphaned descendant is re-parented to
-forkpoint instead of init and stays visible in ``/proc`` as a child of ours, which we can kill and reap.
+(``prctl(PR_SET_CHILD_SUBREAPER)``) while at least one supervision runs, so an orphaned descendant is re-parented
+to forkpoint instead of init and stays visible in ``/proc`` as a child of ours, which we can kill and reap. The
+attribute is dropped when the last supervision ends: a program using forkpoint as a library would otherwise keep
+adopting the orphans of its own process trees, and hold them as zombies it never waits for.
 While a command runs, forkpoint's own process subtree is scanned through ``/proc/<pid>/task/<tid>/children``
 and ``/proc/<pid>/stat`` (as a subreaper, that subtree holds every process the rules below can attribute; all
 of ``/proc`` is read where subreaping or the children files are unavailable); a process belongs to the run when it is
@@ -49,20 +51,38 @@ _PR_SET_CHILD_SUBREAPER = 36
 # --------------------------------------------------------------------------------------------- subreaper
 
 _subreaper_lock = threading.Lock()
-_subreaper_state: bool | None = None
+_subreaper_supported: bool | None = None
+_subreaper_holders = 0
 
 
-def ensure_subreaper() -> bool:
-    """Become a child subreaper once, so orphaned descendants re-parent to us; False where unsupported."""
-    global _subreaper_state
+def _set_subreaper(on: bool) -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def hold_subreaper() -> bool:
+    """Be a child subreaper while a supervision runs, so its orphaned descendants re-parent to us; False where
+    unsupported. Paired with ``release_subreaper``: the attribute is dropped when the last supervision ends, so a
+    process that uses forkpoint as a library does not go on adopting (and holding as zombies) the orphans of its
+    own, unrelated process trees."""
+    global _subreaper_supported, _subreaper_holders
     with _subreaper_lock:
-        if _subreaper_state is None:
-            try:
-                libc = ctypes.CDLL(None, use_errno=True)
-                _subreaper_state = bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
-            except (OSError, AttributeError):
-                _subreaper_state = False
-        return _subreaper_state
+        if _subreaper_holders == 0 and _subreaper_supported is not False:
+            _subreaper_supported = _set_subreaper(True)
+        _subreaper_holders += 1
+        return bool(_subreaper_supported)
+
+
+def release_subreaper() -> None:
+    """One supervision ended; the last one out stops being a subreaper."""
+    global _subreaper_holders
+    with _subreaper_lock:
+        _subreaper_holders = max(0, _subreaper_holders - 1)
+        if _subreaper_holders == 0 and _subreaper_supported:
+            _set_subreaper(False)
 
 
 # --------------------------------------------------------------------------------------------- /proc
@@ -148,7 +168,7 @@ def _scan_proc() -> dict[int, ProcInfo]:
     group by descending from it. So the subtree holds every process the rules of the module docstring can
     attribute, and a scan costs a few reads instead of one per process of the machine.
     """
-    if _subreaper_state and _children_supported():
+    if _subreaper_supported and _subreaper_holders > 0 and _children_supported():
         return _scan_tree(os.getpid())
     return _scan_all()
 
