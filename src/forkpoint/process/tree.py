@@ -55,10 +55,14 @@ _subreaper_supported: bool | None = None
 _subreaper_holders = 0
 
 
+_libc: ctypes.CDLL | None = None
+
+
 def _set_subreaper(on: bool) -> bool:
+    global _libc
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0)
+        _libc = _libc or ctypes.CDLL(None, use_errno=True)
+        return bool(_libc.prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0)
     except (OSError, AttributeError):
         return False
 
