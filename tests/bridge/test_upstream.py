@@ -277,3 +277,23 @@ def test_an_agent_that_hangs_up_after_the_final_event_got_the_answer_and_it_coun
     assert record.forwarded and record.status == 200
     assert record.reason is not None and record.reason.startswith("the agent closed the connection before the answer")
     assert summary.validated == summary.forwarded == 1 and summary.error() is None and summary.upstream_broken is None
+
+
+class HelperGate(PassGate):
+    """Every request is a helper request (as an agent's title generation is)."""
+
+    def auxiliary(self, body: Any) -> Verdict | None:
+        return Verdict(True, body, None)
+
+
+def test_a_helper_answer_that_breaks_after_its_first_byte_is_recorded_but_fails_nothing() -> None:
+    """Before: the break of a helper's answer was in its request record only, nowhere in the run's metadata."""
+    path, body, build = NATIVE["anthropic"]
+    model = ScriptedModel([Turn((text("a title"),), faults=(Fault(drop="after_first_byte"),))])
+    with model.serve() as url, Bridge(HelperGate(), build(url, FAST)) as bridge:
+        status, _, payload = post(bridge.base_url, path, body)
+        summary = bridge.finish()
+    assert status == 200 and payload is None  # the agent saw the helper's answer break
+    assert summary.auxiliary == 1 and summary.upstream_broken is None
+    assert summary.auxiliary_broken is not None and summary.auxiliary_broken.startswith("upstream stream broke")
+    assert summary.to_json()["auxiliary_broken"] == summary.auxiliary_broken

@@ -102,6 +102,9 @@ class BridgeSummary:
     upstream_broken: str | None = None
     #: calls, tokens and upstream latency (``UsageLedger.to_json``); in the result metadata as ``model_usage``
     model_usage: dict[str, Any] = field(default_factory=dict)
+    #: the first helper answer that broke after its first byte (a fact, not a failure: a helper request is no step
+    #: of the conversation, and the agent decides what a lost title or summary means to it)
+    auxiliary_broken: str | None = None
 
     @property
     def budget_reached(self) -> bool:
@@ -149,6 +152,7 @@ class Bridge:
         self._max_model_requests = max_model_requests
         self._over_budget = 0
         self._auxiliary_count = 0
+        self._auxiliary_broken: str | None = None
         self._validated = 0
         self._forwarded = 0
         self._refused = 0
@@ -253,7 +257,7 @@ class Bridge:
             return BridgeSummary(self._model_requests, self._validated, self._forwarded, self._refused,
                                  self._failure, self._over_budget, self._auxiliary_count,
                                  self._shed + self._connections.refused + self._connections.timed_out,
-                                 self._unrecorded, self._broken, self._ledger.to_json())
+                                 self._unrecorded, self._broken, self._ledger.to_json(), self._auxiliary_broken)
 
     def finish(self) -> BridgeSummary:
         """Stop the bridge and summarise it; ``summary.error()`` is the run's continuation error, if any."""
@@ -446,6 +450,8 @@ class Bridge:
             self._auxiliary_count += 1
             if sent.forwarded:
                 self._forwarded += 1
+            if sent.broken and self._auxiliary_broken is None:
+                self._auxiliary_broken = sent.error
         self._record(request.method, shown, "auxiliary", sent.error, sent.forwarded, sent.status, started,
                      {**verdict.facts, **(sent.facts or {})}, sent.usage, timing)
         return response
