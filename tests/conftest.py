@@ -60,9 +60,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     private = _PRIVATE_DIRS.pop()
     for meta in FIXTURES.rglob("meta.json"):
-        cwd = json.loads(meta.read_text("utf-8")).get("cwd")
-        if isinstance(cwd, str) and Path(cwd).parent.exists():
-            remove_recorded(Path(cwd))
+        recorded = json.loads(meta.read_text("utf-8"))
+        for key in ("cwd", "recorded_cwd"):  # a recording's cwd; a captured request's (tests resume codex there)
+            cwd = recorded.get(key)
+            if isinstance(cwd, str) and Path(cwd).parent.exists():
+                remove_recorded(Path(cwd))
     left = _leftovers(private / "tmp")
     shutil.rmtree(private, ignore_errors=True)
     if left:

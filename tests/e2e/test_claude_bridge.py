@@ -54,8 +54,10 @@ def _resume(version: str, case: str, tmp_path: Path, upstream_for: Any, *, tampe
     project_dir.mkdir(parents=True)
     (project_dir / f"{meta['session_id']}.jsonl").write_text("\n".join(lines) + "\n", "utf-8")
     bridge = Bridge(ClaudeGate(expected, prompt), upstream_for())
+    scratch = tmp_path / "tmp"  # claude's own temp files (claude-<uid>/, cc-socks-<uid>/): never the system /tmp
+    scratch.mkdir()
     with bridge:
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home),
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "TMPDIR": str(scratch),
                "ANTHROPIC_BASE_URL": bridge.base_url, "ANTHROPIC_API_KEY": "dummy",
                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "IS_SANDBOX": "1"}
         done = subprocess.run(
