@@ -97,8 +97,9 @@ MANIFEST = {"mode": "replay-only", "agent": {"name": "claude-code"}, "source": {
     ({"manifest.json": {**MANIFEST, "agent": "claude-code"}, "result.json": {"state_dir": "/s"}},
      "is not what forkpoint wrote"),
     ({"manifest.json": {**MANIFEST, "boundary": {"after_step": "two"}}}, "is not what forkpoint wrote"),
+    ({"manifest.json": MANIFEST, "result.json": {"metadata": {"sandbox": "bwrap"}}}, "is not what forkpoint wrote"),
 ], ids=["no-manifest", "manifest-a-list", "manifest-torn", "branches-a-string", "metadata-a-list",
-        "agent-a-string", "after-step-a-word"])
+        "agent-a-string", "after-step-a-word", "sandbox-a-string"])
 def test_continue_refuses_run_documents_of_the_wrong_shape_as_a_configuration_error(
         tmp_path: Path, files: dict[str, Any], says: str) -> None:
     """These were internal errors (AttributeError, TypeError) before: a run dir is a folder a person may edit."""

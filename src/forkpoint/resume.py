@@ -60,6 +60,7 @@ def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[
         raise configuration("a prepare-only run replayed nothing: there is no boundary state to continue from")
     try:  # documents a person may have edited: a wrong shape is a refusal, never a crash
         metadata = dict(result.get("metadata") or {})
+        recorded_sandbox = dict(metadata.get("sandbox") or {})
         snapshot_facts = dict(metadata.get("boundary_snapshot") or branches_doc.get("snapshot") or {})
         state_dir = Path(str(result.get("state_dir") or branches_doc.get("state_dir") or ""))
         agent = str(manifest["agent"]["name"])
@@ -80,9 +81,8 @@ def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[
     plan = planning.select_boundary(parsed, after_step, Mode.REPLAY_AND_CONTINUE,
                                     adapter.profile_for(parsed))
     prefix = _prefix(run_dir, result, branches_doc, metadata)
-    sandbox = branches_doc.get("sandbox") or (metadata.get("sandbox") or {}).get("name") or "local"
-    workspace = Path(branches_doc.get("workspace") or (metadata.get("sandbox") or {}).get("workspace")
-                     or parsed.cwd or ".")
+    sandbox = str(branches_doc.get("sandbox") or recorded_sandbox.get("name") or "local")
+    workspace = Path(str(branches_doc.get("workspace") or recorded_sandbox.get("workspace") or parsed.cwd or "."))
     # The --branch-* lists vary the new branches (--branches K); without it they can only restate the planned
     # branches' recorded variants (branch_records checks that), so they are no part of the request.
     run_choice = {key: value for key, value in options.model_choice.items()
