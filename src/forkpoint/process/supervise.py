@@ -343,23 +343,12 @@ def run_supervised(
         raise ValueError("argv must not be empty")
     if timeout_s <= 0 or grace_s < 0 or max_output_bytes < 0 or max_log_bytes < 0 or pipe_grace_s < 0:
         raise ValueError("timeouts and limits must be positive")
-    hold_subreaper()
-    try:
-        return _supervised(argv, cwd, env, timeout_s, grace_s, max_output_bytes, log_path, max_log_bytes, stdin,
-                           merge_stderr, watch, die_with_parent, pipe_grace_s)
-    finally:
-        release_subreaper()
-
-
-def _supervised(argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout_s: float, grace_s: float,
-                max_output_bytes: int, log_path: Path | None, max_log_bytes: int, stdin: bytes | None,
-                merge_stderr: bool, watch: Watch | None, die_with_parent: bool,
-                pipe_grace_s: float) -> ProcessResult:
     reaper.start()
     token = reaper.INSTANCE + uuid.uuid4().hex[:16]  # the prefix lets the reaper find a run's processes
     child_env = dict(env)
     child_env[SUPERVISION_ENV] = token
     log = Log(log_path, max_log_bytes) if log_path is not None else None
+    hold_subreaper()  # before the spawn, released after the cleanup: the run's orphans re-parent to us meanwhile
     try:
         try:
             proc = spawn_leader(lambda: subprocess.Popen(
@@ -395,6 +384,7 @@ def _supervised(argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout_
             unregister_leader(proc.pid)
             reaper.leader_done(proc.pid)
     finally:
+        release_subreaper()
         if log is not None:
             log.close()
 

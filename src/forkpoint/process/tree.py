@@ -53,8 +53,6 @@ _PR_SET_CHILD_SUBREAPER = 36
 _subreaper_lock = threading.Lock()
 _subreaper_supported: bool | None = None
 _subreaper_holders = 0
-
-
 _libc: ctypes.CDLL | None = None
 
 
