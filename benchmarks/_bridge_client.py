@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import _common as c
 
 from forkpoint.adapters.claude_code.envelope import ExpectedPrefix, expected_prefix
-from forkpoint.model import JsonObject
+from forkpoint.core.model import JsonObject
 
 CASE = c.FIXTURES / "claude_code" / "requests" / "2.1.332" / "parallel_after_2"
 HEADERS = {"content-type": "application/json", "anthropic-version": "2023-06-01", "x-api-key": "dummy",

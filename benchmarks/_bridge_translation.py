@@ -25,7 +25,7 @@ from forkpoint.adapters.codex.envelope import expected_prefix as codex_expected_
 from forkpoint.adapters.codex.gate import clean_later_request as codex_clean_later_request
 from forkpoint.bridge.gate import Verdict
 from forkpoint.bridge.translate.pipeline import AgentProtocol, AnswerStream, prepare
-from forkpoint.model import JsonObject
+from forkpoint.core.model import JsonObject
 
 CODEX_CASE = c.FIXTURES / "codex" / "requests" / "0.171.0" / "parallel_after_2"
 CODEX_HEADERS = {"content-type": "application/json", "authorization": "Bearer dummy", "accept": "text/event-stream",

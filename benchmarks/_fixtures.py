@@ -16,7 +16,7 @@ from typing import Any
 
 from _common import FIXTURES
 
-from forkpoint.model import CallPolicy, Trajectory
+from forkpoint.core.model import CallPolicy, Trajectory
 from forkpoint.testing import recordings
 
 

@@ -83,7 +83,7 @@ def file_system(root: Path, sample: Path) -> str:
 
 
 def snapshot_vs_cp(root: Path, megabytes: int) -> tuple[float, float, str]:
-    from forkpoint.branching import take_snapshot
+    from forkpoint.branches.branching import take_snapshot
 
     tree = c.fresh_dir(root / "big")
     for index in range(megabytes):

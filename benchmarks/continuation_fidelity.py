@@ -30,8 +30,8 @@ from _fixtures import ADAPTERS, Fixture, fixtures, replayable_boundary, restored
 
 from forkpoint import runtimes
 from forkpoint.adapters import get_adapter
-from forkpoint.engine import execute
-from forkpoint.request import build_request
+from forkpoint.run.engine import execute
+from forkpoint.run.request import build_request
 from forkpoint.testing import ScriptedModel
 
 

@@ -32,9 +32,9 @@ from _fixtures import ADAPTERS, SPECS, Fixture, fixtures, replayable_boundary, r
 
 from forkpoint import runtimes
 from forkpoint.adapters import get_adapter
-from forkpoint.engine import execute
-from forkpoint.model import Trajectory
-from forkpoint.request import build_request
+from forkpoint.core.model import Trajectory
+from forkpoint.run.engine import execute
+from forkpoint.run.request import build_request
 
 #: smoke: small recordings of the adapters whose tools forkpoint itself re-runs, plus Pi's (one agent runtime)
 SMOKE = {("claude-code", "2.1.332", "single_bash"), ("codex", "0.149.0", "exec_basic"),

@@ -7,7 +7,7 @@ Per trajectory, in one process, every round shuffling (sample, task) pairs:
   orjson parse);
 * parse: ``adapter.parse`` (includes the source SHA-256);
 * adapter prepare: parse + ``profile_for`` + ``plan.select_boundary`` + ``write_prepared_prefix`` (atomic write);
-* engine prepare: ``forkpoint.engine.execute(build_request({... "prepare_only": True}))``: the same plus request
+* engine prepare: ``forkpoint.run.engine.execute(build_request({... "prepare_only": True}))``: the same plus request
   validation, the fsync'd state journal, run-dir allocation, manifest / summary / result JSON and the event copy.
 """
 
@@ -32,11 +32,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as c
 from _samples import ADAPTERS, DOCUMENT_FORMATS, Sample, make
 
-from forkpoint import plan as planning
 from forkpoint.adapters import get_adapter
-from forkpoint.engine import execute
-from forkpoint.model import Mode
-from forkpoint.request import build_request
+from forkpoint.core.model import Mode
+from forkpoint.run import plan as planning
+from forkpoint.run.engine import execute
+from forkpoint.run.request import build_request
 
 TARGET_S = 0.001
 TASKS = ("floor", "parse", "adapter", "engine")

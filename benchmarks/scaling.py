@@ -84,9 +84,9 @@ def child_profile(path: Path, out: Path, after: int, count: int = 8) -> None:
     import io
     import pstats
 
-    from forkpoint import plan as planning
     from forkpoint.adapters import get_adapter
-    from forkpoint.model import Mode
+    from forkpoint.core.model import Mode
+    from forkpoint.run import plan as planning
 
     adapter = get_adapter("claude-code")
 
@@ -107,11 +107,11 @@ def child_profile(path: Path, out: Path, after: int, count: int = 8) -> None:
 
 
 def child(mode: str, path: Path, out: Path, after: int) -> None:
-    from forkpoint import plan as planning
     from forkpoint.adapters import get_adapter
-    from forkpoint.engine import execute
-    from forkpoint.model import Mode
-    from forkpoint.request import build_request
+    from forkpoint.core.model import Mode
+    from forkpoint.run import plan as planning
+    from forkpoint.run.engine import execute
+    from forkpoint.run.request import build_request
 
     adapter = get_adapter("claude-code")
     out.mkdir(parents=True, exist_ok=True)

@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as c
 
-from forkpoint.engine import execute
-from forkpoint.request import build_request
+from forkpoint.run.engine import execute
+from forkpoint.run.request import build_request
 from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, text, tool_use
 
 TARGET = 1.15

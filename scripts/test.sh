@@ -6,7 +6,7 @@
 #   3. the verified agent runtimes (npm prefixes and uv venvs, cached under ~/.cache/forkpoint/runtimes:
 #      a second run only checks them);
 #   4. ruff, mypy (--strict on src, checked but not strict on tests/: pyproject.toml), then pytest (extra arguments
-#      go to pytest: scripts/test.sh tests/test_plan.py -q).
+#      go to pytest: scripts/test.sh tests/run/test_plan.py -q).
 # FORKPOINT_TEST_SKIP_SETUP=1 skips steps 1-3 (a machine that has run them already), FORKPOINT_TEST_SKIP_LINT=1
 # skips ruff and mypy.
 set -euo pipefail

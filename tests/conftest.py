@@ -78,7 +78,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def _private_workspace_lock_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Workspace locks (forkpoint.workspace_lock) of every run the suite starts live under pytest's tmp dir, not in
+    """Workspace locks (forkpoint.workspace.lock) of every run the suite starts live under pytest's tmp dir, not in
     /tmp/forkpoint-locks-<uid>; subprocesses inherit it."""
     previous = os.environ.get("FORKPOINT_LOCK_DIR")
     os.environ["FORKPOINT_LOCK_DIR"] = str(tmp_path_factory.mktemp("workspace-locks"))

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from forkpoint import plan as planning
 from forkpoint.adapters import get_adapter
-from forkpoint.model import Mode
+from forkpoint.core.model import Mode
+from forkpoint.run import plan as planning
 
 BENCHMARKS = Path(__file__).parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))

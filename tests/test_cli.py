@@ -97,6 +97,16 @@ def test_replay_human_summary_and_exit_code(session: Path, tmp_path: Path) -> No
     assert "requested after-step 7, trajectory has 3 complete batches" in bad.stderr
 
 
+def test_branches_with_drop_snapshot_are_refused_before_any_tool_runs(session: Path, tmp_path: Path) -> None:
+    """Branches continue from the boundary snapshot: dropping it was an internal KeyError after the tools ran."""
+    (tmp_path / "ws").mkdir()
+    done = forkpoint("replay", "--agent", "claude-code", "--trajectory", str(session), "--after-step", "1",
+                     "--workspace", "ws", "--branches", "2", "--drop-snapshot", "--upstream", "stub", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "--drop-snapshot" in done.stderr and "cannot be combined with branches" in done.stderr
+    assert not (tmp_path / "forkpoint-out").exists()  # refused before a run id, a run dir or a tool
+
+
 def test_config_and_request_cannot_be_mixed_with_flags(session: Path, tmp_path: Path) -> None:
     config = tmp_path / "replay.toml"
     config.write_text(f'[replay]\nagent = "claude-code"\ntrajectory = "{session}"\nafter_step = 1\n'
@@ -174,15 +184,17 @@ def test_cold_start_loads_only_what_the_command_needs(session: Path, tmp_path: P
     (tmp_path / "ws").mkdir()
     modules = _imported(["replay", "--agent", "claude-code", "--trajectory", str(session), "--after-step", "1",
                          "--prepare-only", "--workspace", "ws", "--json"], tmp_path)
-    assert "forkpoint.engine" in modules and "forkpoint.adapters.claude_code" in modules
+    assert "forkpoint.run.engine" in modules and "forkpoint.adapters.claude_code" in modules
     assert not {m for m in modules if m.split(".")[0] in _HEAVY or m in _HEAVY}
     assert (tmp_path / "forkpoint-out" / "runs").is_dir()
 
 
 #: Modules only a run that re-executes tools or continues the agent needs; a prepare-only of a session without
 #: Read calls loads none of them (tool_media only classifies Read).
-_REPLAY_ONLY = ("forkpoint.replay", "forkpoint.workspace", "forkpoint.process", "forkpoint.bridge",
-                "forkpoint.compare", "forkpoint.branching", "forkpoint.continuation", "forkpoint.sandbox.",
+_REPLAY_ONLY = ("forkpoint.run.replay", "forkpoint.workspace", "forkpoint.process.supervise",
+                "forkpoint.process.tree", "forkpoint.process.capture", "forkpoint.bridge",
+                "forkpoint.run.compare", "forkpoint.branches.branching",
+                "forkpoint.adapters.kit.continuation", "forkpoint.sandbox.",
                 "forkpoint.adapters.claude_code.tool_", "forkpoint.adapters.claude_code.launch", "secrets")
 
 
@@ -290,7 +302,7 @@ def test_prepare_only_loads_no_replay_only_module(session: Path, tmp_path: Path)
     (tmp_path / "ws").mkdir()
     modules = _imported(["replay", "--agent", "claude-code", "--trajectory", str(session), "--after-step", "1",
                          "--prepare-only", "--workspace", "ws", "--json"], tmp_path)
-    assert "forkpoint.engine" in modules and "forkpoint.journal" in modules
+    assert "forkpoint.run.engine" in modules and "forkpoint.run.journal" in modules
     assert not {m for m in modules if m.startswith(_REPLAY_ONLY)}, sorted(modules)
 
 
@@ -303,17 +315,17 @@ def test_prepare_only_loads_no_temp_folder_nor_accounting_module(session: Path, 
                               "--prepare-only", "--workspace", "ws", "--output-dir", "out", "--state-dir", "state",
                               "--run-id", "r"], tmp_path)
     assert json.loads((tmp_path / "out" / "r" / "result.json").read_text())["phase"] == "prepared"
-    assert "forkpoint.engine" in modules and "orjson" in modules
+    assert "forkpoint.run.engine" in modules and "orjson" in modules
     assert not {"tempfile", "shutil", "random", "statistics", "forkpoint.bridge.accounting"} & modules
     assert (tmp_path / "state" / "r").is_dir() and not (tmp_path / "state" / "r" / "tmp").exists()  # TMPDIR, gone
 
 
 def test_the_exit_codes_in_replay_help_are_the_error_kinds() -> None:
-    """`forkpoint replay --help` lists every category with its exit code, as forkpoint.errors defines them."""
+    """`forkpoint replay --help` lists every category with its exit code, as forkpoint.core.errors defines them."""
     import re
 
     from forkpoint.cli.parser import REPLAY_EPILOG
-    from forkpoint.errors import ErrorKind
+    from forkpoint.core.errors import ErrorKind
 
     listed = REPLAY_EPILOG.split("exit codes:", 1)[1]
     for kind in ErrorKind:

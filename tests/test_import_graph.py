@@ -93,8 +93,8 @@ def test_cycle_finder_finds_a_cycle() -> None:
 def test_runtime_and_spec_modules_import_first_in_a_fresh_interpreter() -> None:
     """Each module the registry and the runtimes are made of loads on its own (no order-dependent cycle)."""
     names = [name for name in _modules() if name.startswith(("forkpoint.runtimes", "forkpoint.adapters.spec",
-                                                              "forkpoint.run_documents", "forkpoint.engine",
-                                                              "forkpoint.cli", "forkpoint.detect"))
+                                                              "forkpoint.run.documents", "forkpoint.run.engine",
+                                                              "forkpoint.cli", "forkpoint.adapters.detect"))
              or name.endswith(".spec")]
     code = "import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.import_module(name)\n"
     for name in names:

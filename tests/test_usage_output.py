@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from forkpoint.branching import aggregate
+from forkpoint.branches.branching import aggregate
 from forkpoint.cli.commands import _render_branches, _render_result
-from forkpoint.results import AgentInfo, ReplayResult
+from forkpoint.core.results import AgentInfo, ReplayResult
 
 USAGE = {"calls": 2, "calls_with_usage": 2, "input_tokens": 1200, "output_tokens": 90, "cached_tokens": 800,
          "reasoning_tokens": 0, "upstream_ms_total": 40.0, "upstream_ms_p50": 20.0, "ttfb_ms_p50": 5.0,

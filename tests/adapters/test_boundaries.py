@@ -1,6 +1,7 @@
 """Adapter folders stay independent: no adapter imports another one's folder, and shared types have one home.
 
-Helpers two adapters need live outside ``forkpoint/adapters/<agent>/`` (``forkpoint.shell``, ``forkpoint.jsondoc``,
+Helpers two adapters need live outside ``forkpoint/adapters/<agent>/`` (``adapters.kit.shell``,
+``adapters.kit.jsondoc``,
 ``forkpoint.export.chat``...); the generic modules of the adapters package itself are allowed.
 """
 
@@ -13,11 +14,12 @@ import forkpoint
 
 SRC = Path(forkpoint.__file__).parent
 ADAPTERS = SRC / "adapters"
-GENERIC = frozenset({"base", "source", "spec"})
+GENERIC = frozenset({"base", "detect", "kit", "source", "spec"})  # shared by every agent folder
 
 
 def _agents() -> list[str]:
-    return sorted(path.name for path in ADAPTERS.iterdir() if (path / "__init__.py").is_file())
+    return sorted(path.name for path in ADAPTERS.iterdir()
+                  if (path / "__init__.py").is_file() and path.name not in GENERIC)
 
 
 def _imported(tree: ast.AST, package: str) -> list[tuple[int, str]]:
@@ -52,6 +54,7 @@ def _foreign_imports(agent: str) -> list[str]:
 def test_there_are_adapter_folders_to_check() -> None:
     assert {"claude_code", "codex", "openhands", "swe_agent", "mini_swe_agent"} <= set(_agents())
     assert not set(_agents()) & GENERIC
+    assert (ADAPTERS / "kit" / "__init__.py").is_file()  # the kit is a folder, and not an agent's
 
 
 def test_no_adapter_imports_another_adapters_folder() -> None:
@@ -88,4 +91,4 @@ def test_json_object_has_one_definition() -> None:
                 if isinstance(node, ast.AnnAssign) else []
             if any(isinstance(target, ast.Name) and target.id == "JsonObject" for target in targets):
                 definitions.append(str(path.relative_to(SRC)))
-    assert definitions == ["model.py"]
+    assert definitions == ["core/model.py"]

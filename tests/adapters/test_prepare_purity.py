@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from forkpoint import plan as planning
 from forkpoint.adapters import get_adapter
-from forkpoint.model import Mode
+from forkpoint.core.model import Mode
+from forkpoint.run import plan as planning
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 RECORDINGS = {

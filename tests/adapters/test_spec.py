@@ -18,7 +18,7 @@ from forkpoint.adapters.openhands import OpenHandsAdapter
 from forkpoint.adapters.pi import PiAdapter
 from forkpoint.adapters.spec import PROTOCOL_UPSTREAM, STUB, UPSTREAMS, AgentSpec, NpmPackage, PythonPackage
 from forkpoint.adapters.swe_agent import SweAgentAdapter
-from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.core.errors import ErrorKind, ReplayError
 
 #: mypy checks that every adapter class satisfies the Adapter protocol (every hook, optional ones included)
 _CONFORMING: tuple[Adapter, ...] = (ClaudeCodeAdapter(), CodexAdapter(), OpenCodeAdapter(), PiAdapter(),

@@ -27,7 +27,7 @@ from forkpoint.adapters.claude_code.envelope import ExpectedPrefix, expected_pre
 from forkpoint.adapters.claude_code.gate import ClaudeGate, clean_first_request
 from forkpoint.bridge.protocols.anthropic import AnthropicStubUpstream, AnthropicUpstream
 from forkpoint.bridge.server import Bridge
-from forkpoint.errors import ErrorKind
+from forkpoint.core.errors import ErrorKind
 from forkpoint.testing import ScriptedModel, text
 
 REQUESTS = Path(__file__).parents[1] / "fixtures" / "claude_code" / "requests"

@@ -25,7 +25,7 @@ from forkpoint.bridge.protocols.openai_responses import OpenAIResponsesUpstream
 from forkpoint.bridge.server import Bridge, BridgeSummary, RequestRecord
 from forkpoint.bridge.translate.retry import RetryPolicy
 from forkpoint.bridge.upstream import NO_RETRIES, REDACTED, HttpUpstream, Redactor
-from forkpoint.errors import ErrorKind
+from forkpoint.core.errors import ErrorKind
 from forkpoint.testing import ScriptedModel, Turn, text
 from forkpoint.testing.script import Fault
 

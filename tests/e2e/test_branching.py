@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from forkpoint import runtimes
-from forkpoint.journal import read_events
-from forkpoint.results import ReplayResult
+from forkpoint.core.results import ReplayResult
+from forkpoint.run.journal import read_events
 from forkpoint.testing import ScriptedModel
 from forkpoint.testing.recordings import replay_recording, restored_workspace
 from forkpoint.testing.scripted_model import text, tool_use

@@ -19,7 +19,7 @@ from forkpoint.adapters.claude_code.envelope import expected_prefix, project
 from forkpoint.adapters.claude_code.gate import ClaudeGate
 from forkpoint.bridge.protocols.anthropic import AnthropicStubUpstream, AnthropicUpstream
 from forkpoint.bridge.server import Bridge
-from forkpoint.hashing import make_nonce
+from forkpoint.core.hashing import make_nonce
 from forkpoint.testing import ScriptedModel, text, tool_use
 
 pytestmark = pytest.mark.e2e

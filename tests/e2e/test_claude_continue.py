@@ -16,8 +16,8 @@ import pytest
 
 from forkpoint import runtimes
 from forkpoint.adapters.claude_code.parse import parse_session
-from forkpoint.model import CallPolicy
-from forkpoint.results import ReplayResult
+from forkpoint.core.model import CallPolicy
+from forkpoint.core.results import ReplayResult
 from forkpoint.testing import ScriptedModel
 from forkpoint.testing.recordings import replay_recording
 

@@ -23,9 +23,9 @@ import pytest
 
 from forkpoint import runtimes
 from forkpoint.adapters.claude_code.parse import parse_session
-from forkpoint.engine import execute
-from forkpoint.request import build_request
-from forkpoint.results import ReplayResult
+from forkpoint.core.results import ReplayResult
+from forkpoint.run.engine import execute
+from forkpoint.run.request import build_request
 from forkpoint.testing import ScriptedModel
 from forkpoint.workspace import inventory
 

@@ -16,9 +16,9 @@ import pytest
 
 from forkpoint import runtimes
 from forkpoint.adapters.codex.parse import parse_rollout
-from forkpoint.engine import execute
-from forkpoint.request import build_request
-from forkpoint.results import ReplayResult
+from forkpoint.core.results import ReplayResult
+from forkpoint.run.engine import execute
+from forkpoint.run.request import build_request
 from forkpoint.testing import ScriptedModel
 from forkpoint.testing.recordings import replay_recording
 

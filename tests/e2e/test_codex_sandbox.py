@@ -16,8 +16,8 @@ import pytest
 
 from forkpoint import runtimes
 from forkpoint.adapters.codex.parse import parse_rollout
-from forkpoint.engine import execute
-from forkpoint.request import build_request
+from forkpoint.run.engine import execute
+from forkpoint.run.request import build_request
 
 pytestmark = pytest.mark.e2e
 

@@ -16,7 +16,7 @@ import pytest
 from forkpoint import runtimes
 from forkpoint.adapters import agent_spec
 from forkpoint.adapters.codex.envelope import DEFERRED_TOOLS
-from forkpoint.errors import ErrorKind
+from forkpoint.core.errors import ErrorKind
 from forkpoint.export import export
 from forkpoint.export.rows import ExportOptions
 from forkpoint.testing import ScriptedModel

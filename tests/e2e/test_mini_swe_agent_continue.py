@@ -20,9 +20,9 @@ from forkpoint import runtimes
 from forkpoint.adapters.mini_swe_agent import launch
 from forkpoint.adapters.mini_swe_agent.gate import expected_from_native
 from forkpoint.adapters.mini_swe_agent.parse import MiniNative, parse_trajectory
-from forkpoint.engine import execute
-from forkpoint.request import build_request
-from forkpoint.results import ReplayResult
+from forkpoint.core.results import ReplayResult
+from forkpoint.run.engine import execute
+from forkpoint.run.request import build_request
 from forkpoint.testing import ScriptedModel
 from forkpoint.testing.recordings import replay_recording
 

@@ -19,9 +19,9 @@ import pytest
 from forkpoint import runtimes
 from forkpoint.adapters.opencode.envelope import masked_system_sha256, project_request_message
 from forkpoint.adapters.opencode.parse import parse_opencode
-from forkpoint.hashing import canonical_sha256
-from forkpoint.model import Observation
-from forkpoint.results import ReplayResult
+from forkpoint.core.hashing import canonical_sha256
+from forkpoint.core.model import Observation
+from forkpoint.core.results import ReplayResult
 from forkpoint.testing import ScriptedModel
 from forkpoint.testing.recordings import replay_recording
 from forkpoint.testing.scripted_model import text, tool_use

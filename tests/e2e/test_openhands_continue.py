@@ -19,10 +19,10 @@ import pytest
 from forkpoint import runtimes
 from forkpoint.adapters.openhands import launch
 from forkpoint.adapters.openhands.parse import parse_events
-from forkpoint.engine import execute
-from forkpoint.model import JsonObject, Plan
-from forkpoint.request import build_request
-from forkpoint.results import ReplayResult
+from forkpoint.core.model import JsonObject, Plan
+from forkpoint.core.results import ReplayResult
+from forkpoint.run.engine import execute
+from forkpoint.run.request import build_request
 from forkpoint.testing import ScriptedModel
 from forkpoint.testing.recordings import restored_workspace
 

@@ -20,7 +20,7 @@ import pytest
 from forkpoint import runtimes
 from forkpoint.adapters.pi import launch
 from forkpoint.adapters.pi.parse import parse_pi
-from forkpoint.results import ReplayResult
+from forkpoint.core.results import ReplayResult
 from forkpoint.testing import ScriptedModel
 from forkpoint.testing.recordings import replay_recording
 

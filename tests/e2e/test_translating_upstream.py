@@ -17,7 +17,7 @@ from openai.types.chat.completion_create_params import CompletionCreateParamsStr
 from pydantic import TypeAdapter
 
 from forkpoint import runtimes
-from forkpoint.results import ReplayResult
+from forkpoint.core.results import ReplayResult
 from forkpoint.testing import ScriptedModel
 from forkpoint.testing.recordings import replay_recording
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from forkpoint import runtimes
-from forkpoint.results import ReplayResult
+from forkpoint.core.results import ReplayResult
 from forkpoint.testing import ScriptedModel
 from forkpoint.testing.recordings import replay_recording
 

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from forkpoint import runtimes
-from forkpoint.engine import execute
 from forkpoint.export import export
 from forkpoint.export.rows import ExportOptions
-from forkpoint.request import build_request
+from forkpoint.run.engine import execute
+from forkpoint.run.request import build_request
 from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, text, tool_use
 from forkpoint.testing.recordings import replay_recording
 

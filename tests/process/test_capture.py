@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.process.capture import Capture, Log
 
 

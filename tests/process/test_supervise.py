@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.process import ProcessResult, run_supervised
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux supervisor")

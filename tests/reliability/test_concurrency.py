@@ -27,7 +27,7 @@ import pytest
 from forkpoint import runtimes
 from forkpoint.adapters.claude_code.parse import parse_session
 from forkpoint.adapters.codex.parse import parse_rollout
-from forkpoint.model import Trajectory
+from forkpoint.core.model import Trajectory
 from forkpoint.testing import ScriptedModel
 from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, text, tool_use
 

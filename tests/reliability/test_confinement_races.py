@@ -38,8 +38,8 @@ import pytest
 
 from forkpoint.adapters.claude_code.tools import ClaudeToolExecutor
 from forkpoint.adapters.codex.tools import CodexToolExecutor
-from forkpoint.errors import ReplayError
-from forkpoint.model import FreshObservation, RunContext, ToolCall
+from forkpoint.core.errors import ReplayError
+from forkpoint.core.model import FreshObservation, RunContext, ToolCall
 from forkpoint.sandbox import open_sandbox
 
 SLOW = os.environ.get("HYPOTHESIS_PROFILE") == "slow"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from forkpoint.journal import read_events
+from forkpoint.run.journal import read_events
 from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, text, tool_use
 
 SLOW = os.environ.get("HYPOTHESIS_PROFILE") == "slow"

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from forkpoint.engine import execute
-from forkpoint.request import build_request
-from forkpoint.results import ReplayResult
+from forkpoint.core.results import ReplayResult
+from forkpoint.run.engine import execute
+from forkpoint.run.request import build_request
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 DEFAULT_BOUND = 256 * 1024 * 1024

@@ -38,8 +38,8 @@ from forkpoint.adapters.claude_code.launch import project_dir_name
 from forkpoint.adapters.claude_code.tools import ClaudeToolExecutor
 from forkpoint.adapters.codex.tools import CodexToolExecutor
 from forkpoint.adapters.opencode.database import reconcile
-from forkpoint.errors import ReplayError
-from forkpoint.model import RunContext, ToolCall
+from forkpoint.core.errors import ReplayError
+from forkpoint.core.model import RunContext, ToolCall
 from forkpoint.sandbox import open_sandbox
 from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, text, tool_use
 from forkpoint.workspace import inventory

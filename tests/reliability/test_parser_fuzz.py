@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 
 from forkpoint.adapters.claude_code.parse import parse_session
 from forkpoint.adapters.codex.parse import parse_rollout
-from forkpoint.detect import guess_agent
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.request import build_request, load_json_request, load_toml
+from forkpoint.adapters.detect import guess_agent
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.run.request import build_request, load_json_request, load_toml
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 CLAUDE_FILES = sorted((FIXTURES / "claude_code").glob("*/*/session.jsonl"))

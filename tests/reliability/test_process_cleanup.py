@@ -24,7 +24,7 @@ import pytest
 
 from forkpoint.adapters.claude_code.tools import ClaudeToolExecutor
 from forkpoint.adapters.codex.tools import CodexToolExecutor
-from forkpoint.model import RunContext, ToolCall
+from forkpoint.core.model import RunContext, ToolCall
 from forkpoint.process import run_supervised
 from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, text, tool_use
 from forkpoint.testing.codex_rollouts import CodexRolloutBuilder

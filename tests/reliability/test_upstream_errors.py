@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from forkpoint.errors import ErrorKind, classify_continuation_output
+from forkpoint.core.errors import ErrorKind, classify_continuation_output
 
 CASES = [
     ("API Error: 429 Too Many Requests", ErrorKind.MODEL_RATE_LIMIT),

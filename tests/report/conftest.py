@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from forkpoint.engine import execute
-from forkpoint.request import build_request
+from forkpoint.run.engine import execute
+from forkpoint.run.request import build_request
 from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, text, tool_use
 from forkpoint.testing.recordings import replay_recording
 

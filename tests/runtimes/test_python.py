@@ -11,7 +11,7 @@ import pytest
 from forkpoint import runtimes
 from forkpoint.adapters import agent_spec
 from forkpoint.adapters.spec import PythonPackage
-from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.runtimes import python as runtimes_python
 from forkpoint.runtimes.base import package_of
 

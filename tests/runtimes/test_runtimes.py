@@ -12,7 +12,7 @@ import pytest
 
 from forkpoint import runtimes
 from forkpoint.adapters.spec import NpmPackage
-from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.runtimes import npm
 from forkpoint.runtimes.base import package_of
 

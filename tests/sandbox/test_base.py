@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.sandbox import open_sandbox
 from forkpoint.sandbox.base import PathMap, restore_paths, rewrite_arguments
 from forkpoint.sandbox.local import LocalSandbox

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.process import ProcessResult
 from forkpoint.sandbox import open_sandbox
 from forkpoint.sandbox.bwrap import BwrapSandbox

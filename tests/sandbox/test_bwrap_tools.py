@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from forkpoint.adapters.claude_code.tools import ClaudeToolExecutor
-from forkpoint.errors import ReplayError
-from forkpoint.model import FreshObservation, RunContext, ToolCall
+from forkpoint.core.errors import ReplayError
+from forkpoint.core.model import FreshObservation, RunContext, ToolCall
 from forkpoint.sandbox import open_sandbox
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.request import REQUEST_SCHEMA, build_request, load_json_request, load_toml
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.run.request import REQUEST_SCHEMA, build_request, load_json_request, load_toml
 from forkpoint.testing.claude_sessions import simple_session
 
 BASE = {"agent": "claude-code", "trajectory": "t.jsonl", "after_step": 1}

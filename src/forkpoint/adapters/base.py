@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from forkpoint.adapters.spec import AgentSpec
-from forkpoint.errors import ErrorKind, ReplayError, configuration, unsupported_version
-from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
-from forkpoint.model import (
+from forkpoint.core.errors import ErrorKind, ReplayError, configuration, unsupported_version
+from forkpoint.core.fs import DEFAULT_MAX_INPUT_BYTES
+from forkpoint.core.model import (
     Continuation,
     ContinueSettings,
     FreshObservation,
@@ -22,7 +22,7 @@ from forkpoint.model import (
 )
 
 if TYPE_CHECKING:
-    from forkpoint.continuation import AgentHooks
+    from forkpoint.adapters.kit.continuation import AgentHooks
 
 
 class ToolExecutor(Protocol):
@@ -56,7 +56,7 @@ class Adapter(Protocol):
 
     def parse(self, path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
         """Parse a native trajectory of at most ``max_bytes``. Pure apart from reading ``path``; raises ReplayError
-        only (a trajectory error for an id that cannot become a file name or argument, see forkpoint.ids)."""
+        only (a trajectory error for an id that cannot become a file name or argument, see adapters.kit.ids)."""
         ...
 
     def parse_completed(self, path: Path, companion: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory:
@@ -161,7 +161,7 @@ class AdapterBase:
     def continue_run(
         self, plan: Plan, prefix: NativePrefix, context: RunContext, settings: ContinueSettings
     ) -> Continuation:
-        from forkpoint.continuation import continue_with
+        from forkpoint.adapters.kit.continuation import continue_with
 
         return continue_with(self.hooks(), plan, prefix, context, settings)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from forkpoint.errors import trajectory
-from forkpoint.fs import (
+from forkpoint.core.errors import trajectory
+from forkpoint.core.fs import (
     DEFAULT_MAX_INPUT_BYTES,
     InputChangedError,
     InputTooLargeError,

@@ -143,7 +143,7 @@ def _drive(ledger: Ledger, executor: Any, batch_dir: Path, retries: int, state: 
 def _lost(job: Any, run_id: str, error: BaseException, batch_dir: Path) -> Outcome:
     """A job whose worker died under it: retryable when nothing can have run (its journal shows no tool and no
     continuation start), else ambiguous — never re-executed when its effects are unknown."""
-    from forkpoint.journal import read_events
+    from forkpoint.run.journal import read_events
 
     events = read_events(batch_dir / "state" / run_id / "journal.jsonl")
     started = job.mode != "prepare-only" and any(
@@ -200,8 +200,8 @@ def _executor(options: BatchOptions) -> Any:
 def _settle_stale(ledger: Ledger, batch_dir: Path) -> None:
     """Jobs a killed driver left ``running``: re-run when nothing can have happened (prepare-only, or a journal
     without any tool or continuation start), else ``ambiguous`` — never executed twice silently."""
-    from forkpoint.journal import read_events
-    from forkpoint.journal_rules import describe_ambiguous
+    from forkpoint.run.journal import read_events
+    from forkpoint.run.journal_rules import describe_ambiguous
 
     for identity, run_id, effects in ledger.stale_running():
         events = read_events(batch_dir / "state" / str(run_id) / "journal.jsonl") if run_id else []

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from forkpoint.batch.jobs import BadJob, Job, JobLine, identity
-from forkpoint.errors import ReplayError
+from forkpoint.core.errors import ReplayError
 
 
 class _Parsed:
@@ -64,7 +64,7 @@ def expand(lines: Iterable[JobLine | BadJob]) -> Iterator[Job | BadJob]:
 
 def _parse(line: JobLine) -> _Parsed | BadJob:
     from forkpoint.adapters import get_adapter
-    from forkpoint.detect import guess_agent
+    from forkpoint.adapters.detect import guess_agent
 
     if not line.trajectory.is_file():
         return BadJob(line.line, f"trajectory {line.trajectory} does not exist or is not a regular file")
@@ -80,7 +80,7 @@ def _parse(line: JobLine) -> _Parsed | BadJob:
 
 def _digest(line: int, spec: str) -> str | BadJob:
     """What the workspace source holds: a directory's inventory hash, a tarball's SHA-256, a git URL@REV."""
-    from forkpoint.hashing import file_sha256
+    from forkpoint.core.hashing import file_sha256
     from forkpoint.workspace import inventory, parse_source
 
     try:

@@ -27,9 +27,9 @@ _MODE_FLAGS = {"prepare-only": {"prepare_only": True}, "replay-only": {"replay_o
 
 def run_job(spec: dict[str, Any], batch_dir: str, run_id: str) -> dict[str, Any]:
     """Execute one job; returns an :class:`Outcome` as JSON. Never raises for a job's own failure."""
-    from forkpoint.engine import execute
-    from forkpoint.errors import ErrorKind, ReplayError
-    from forkpoint.request import build_request
+    from forkpoint.core.errors import ErrorKind, ReplayError
+    from forkpoint.run.engine import execute
+    from forkpoint.run.request import build_request
 
     job = Job.from_json(spec)
     root = Path(batch_dir)

@@ -18,9 +18,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
-from forkpoint.errors import configuration, unsupported_version
-from forkpoint.hashing import count_text
-from forkpoint.model import JsonObject
+from forkpoint.core.errors import configuration, unsupported_version
+from forkpoint.core.hashing import count_text
+from forkpoint.core.model import JsonObject
 
 
 @dataclass(frozen=True)

@@ -38,9 +38,9 @@ from forkpoint.bridge.accounting import Timing, UsageLedger
 from forkpoint.bridge.gate import Gate, Verdict
 from forkpoint.bridge.limits import ByteBudget, Connections, Limits, Shed, shed_headers
 from forkpoint.bridge.upstream import Sent, Upstream, UpstreamRefusal, error_response
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.loop_thread import LoopThread
-from forkpoint.model import JsonObject
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.model import JsonObject
+from forkpoint.process.loop_thread import LoopThread
 
 #: a post-validation body hook: (validated body, facts to record) -> the body to send upstream
 BodyHook = Callable[[JsonObject, JsonObject], JsonObject]

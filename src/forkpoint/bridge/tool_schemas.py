@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from forkpoint.bridge.translate.common import TranslationError
-from forkpoint.model import JsonObject
+from forkpoint.core.model import JsonObject
 
 CAPTURED_FROM = "first validated request"
 
@@ -80,7 +80,7 @@ class ToolSchemaRecorder:
         except TranslationError as error:  # a malformed tool list is noted, never a failed run
             document = {"tools": None, "source_protocol": self.protocol, "captured_from": CAPTURED_FROM,
                         "notes": [f"not converted: {error}"]}
-        from forkpoint.results import write_json
+        from forkpoint.core.results import write_json
 
         with suppress(OSError):  # not written: the run's metadata then says tool_schemas_recorded: false
             self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -30,7 +30,7 @@ from aiohttp import web
 
 from forkpoint.bridge.translate.retry import RetryPolicy, decide
 from forkpoint.bridge.usage_tap import UsageTap
-from forkpoint.model import JsonObject
+from forkpoint.core.model import JsonObject
 
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",

@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
-    from forkpoint.errors import ReplayError
+    from forkpoint.core.errors import ReplayError
 
 RED, GREEN, YELLOW, DIM = "31", "32", "33", "2"
 

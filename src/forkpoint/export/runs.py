@@ -17,8 +17,8 @@ from typing import Any
 
 import orjson
 
+from forkpoint.core.fs import DEFAULT_MAX_INPUT_BYTES
 from forkpoint.export.chat import Conversation
-from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 

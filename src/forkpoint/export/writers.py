@@ -146,7 +146,7 @@ class NativeWriter(_Staged):
         self.redactor = redactor
 
     def write(self, row: dict[str, Any], run: Run) -> None:
-        from forkpoint.fs import read_regular_file
+        from forkpoint.core.fs import read_regular_file
 
         target = self.temp / _row_name(row)
         target.mkdir()

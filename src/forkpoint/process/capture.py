@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.core.errors import ErrorKind, ReplayError
 
 
 class Capture:

@@ -13,7 +13,7 @@ leader's exit (pidfd) and rescans the run's processes every 50 ms, backing off t
 and every 50 ms again while terminating. Once the leader and its group are gone, the pipes get a short grace and
 are then closed, so an unattributed holder of a pipe cannot hang forkpoint.
 
-When forkpoint itself dies (``kill -9``), ``forkpoint.reaper`` takes over: a reaper process, started with the
+When forkpoint itself dies (``kill -9``), ``forkpoint.process.reaper`` takes over: a reaper process, started with the
 first command, kills the runs' processes (leaders, descendants, daemons) when forkpoint's end closes its pipe;
 long-lived children (``die_with_parent``: the agent, tool runners) also get ``PR_SET_PDEATHSIG`` = SIGKILL.
 The supervisor never counts the reaper as a process of a run.
@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from forkpoint import reaper
-from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.process import reaper
 from forkpoint.process.capture import Capture, Log
 from forkpoint.process.tree import (
     SUPERVISION_ENV,
@@ -333,7 +333,7 @@ def run_supervised(
 
     ``die_with_parent``: also set PR_SET_PDEATHSIG in the leader, for long-lived children (the agent, tool
     runners). It costs a full fork instead of vfork (5-30 ms with forkpoint's memory), too much per replayed
-    command; ``forkpoint.reaper`` kills every command's processes when forkpoint dies either way.
+    command; ``forkpoint.process.reaper`` kills every command's processes when forkpoint dies either way.
 
     The command's own failures (non-zero exit, timeout, truncation) are in the result. Only supervision
     failures raise ``ReplayError`` (executor): the program cannot be started, or the log cannot be written.

@@ -41,7 +41,7 @@ import threading
 from collections.abc import Callable
 from typing import NamedTuple
 
-from forkpoint import reaper
+from forkpoint.process import reaper
 
 SUPERVISION_ENV = reaper.SUPERVISION_ENV
 

@@ -12,8 +12,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from forkpoint.adapters.spec import NpmPackage
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.model import LaunchTarget, Trajectory
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.model import LaunchTarget, Trajectory
 from forkpoint.runtimes.base import (
     MANIFEST_NAME,
     SCHEMA_VERSION,

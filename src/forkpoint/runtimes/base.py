@@ -20,7 +20,7 @@ from typing import Any
 
 from forkpoint.adapters import AGENTS, agent_spec
 from forkpoint.adapters.spec import AgentPackage
-from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.core.errors import ErrorKind, ReplayError
 
 MANIFEST_NAME = "forkpoint-runtime.json"
 SCHEMA_VERSION = "forkpoint.runtime/v1"
@@ -153,9 +153,9 @@ def install_staged(agent: str, version: str, fill: Callable[[Path], dict[str, st
 def run_probe(argv: list[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
     """Run a runtime's version probe as a child of a run would be: the allowlisted environment and a private
     ``TMPDIR`` removed afterwards (OpenCode's ``--version`` leaves an ``opencode`` folder in its TMPDIR)."""
-    from forkpoint.childenv import private_temp_dir
+    from forkpoint.process.childenv import private_temp_dir
     from forkpoint.process.environment import sanitized_env
-    from forkpoint.reaper import die_with_parent_hook
+    from forkpoint.process.reaper import die_with_parent_hook
 
     with private_temp_dir("fp-probe-") as temp_dir:
         env = {**sanitized_env(os.environ, strip_credentials=True), "TMPDIR": str(temp_dir)}

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from forkpoint.adapters.spec import NpmPackage
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.reaper import die_with_parent_hook
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.process.reaper import die_with_parent_hook
 from forkpoint.runtimes.base import Runtime, now, run_probe
 
 INSTALL_TIMEOUT_S = 900.0

@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from forkpoint.adapters.spec import PythonPackage
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.reaper import die_with_parent_hook
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.process.reaper import die_with_parent_hook
 from forkpoint.runtimes.base import Runtime, cache_root, now, run_probe
 
 UV_VERSION = "0.13.8"

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from forkpoint.errors import configuration
+from forkpoint.core.errors import configuration
 
 if TYPE_CHECKING:
     from forkpoint.sandbox.base import Sandbox

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from forkpoint.errors import ErrorKind, ReplayError, configuration
-from forkpoint.model import FreshObservation
+from forkpoint.core.errors import ErrorKind, ReplayError, configuration
+from forkpoint.core.model import FreshObservation
 from forkpoint.process import ProcessResult, run_supervised
 
 _NAME_CHARS = r"\w.\-"

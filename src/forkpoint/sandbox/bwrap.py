@@ -39,7 +39,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from forkpoint.errors import ErrorKind, ReplayError, configuration
+from forkpoint.core.errors import ErrorKind, ReplayError, configuration
 from forkpoint.process import run_supervised, sanitized_env
 from forkpoint.sandbox.base import PathMap, Sandbox, within
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from forkpoint.model import JsonObject
+from forkpoint.core.model import JsonObject
 
 
 class CodexRolloutBuilder:

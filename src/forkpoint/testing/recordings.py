@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from forkpoint.results import ReplayResult
+    from forkpoint.core.results import ReplayResult
 
 
 def recorded_cwd(fixture: Path) -> Path:
@@ -99,8 +99,8 @@ def replay_recording(
     is ``run-<after>`` unless overridden; any other request key can be overridden. The workspace is left in place
     after the run (tests inspect it) and the cwd is held while the run lasts.
     """
-    from forkpoint.engine import execute
-    from forkpoint.request import build_request
+    from forkpoint.run.engine import execute
+    from forkpoint.run.request import build_request
 
     source = trajectory if isinstance(trajectory, Path) else fixture / trajectory
     with restored_workspace(fixture, remove=False) as workspace:

@@ -17,7 +17,7 @@ from typing import Any, Literal, Self
 from aiohttp import web
 
 from forkpoint.bridge.upstream import cut, error_json
-from forkpoint.loopback import LoopbackSite
+from forkpoint.process.loopback import LoopbackSite
 
 Block = dict[str, Any]
 StepMode = Literal["conversation", "counter"]

@@ -61,7 +61,7 @@ from typing import Any
 
 from aiohttp import web
 
-from forkpoint.loop_thread import LoopThread
+from forkpoint.process.loop_thread import LoopThread
 from forkpoint.testing.script import (
     Block,
     Fault,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from forkpoint.adapters.claude_code.tools import ClaudeToolExecutor
-from forkpoint.model import FreshObservation, RunContext, ToolCall
+from forkpoint.core.model import FreshObservation, RunContext, ToolCall
 
 Run = Callable[..., FreshObservation]
 

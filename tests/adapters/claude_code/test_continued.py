@@ -9,7 +9,7 @@ import pytest
 
 from forkpoint.adapters.claude_code import launch
 from forkpoint.adapters.claude_code.continued import CONTINUE_TEXT, NO_RESPONSE_TEXT, clean_continued
-from forkpoint.errors import ReplayError
+from forkpoint.core.errors import ReplayError
 from forkpoint.testing.claude_sessions import simple_session
 
 NONCE = "__forkpoint_nonce_0123456789abcdef__"

@@ -18,8 +18,8 @@ from forkpoint.adapters.claude_code.envelope import (
 )
 from forkpoint.adapters.claude_code.parse import ClaudeNative, parse_session
 from forkpoint.adapters.claude_code.session import line_bytes, prefix_records
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.hashing import canonical_sha256, make_nonce
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.hashing import canonical_sha256, make_nonce
 from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, simple_session, text, thinking, tool_use
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "claude_code"
@@ -230,7 +230,7 @@ def test_real_cases_cover_both_versions() -> None:
 
 
 def test_nonce_counting_fast_path_agrees_with_the_walk() -> None:
-    from forkpoint.hashing import _walk_count, count_text
+    from forkpoint.core.hashing import _walk_count, count_text
 
     nonce = "__forkpoint_nonce_00ff__"
     samples = [

@@ -8,8 +8,8 @@ import orjson
 import pytest
 
 from forkpoint.adapters.claude_code.parse import parse_session
-from forkpoint.engine import execute
-from forkpoint.request import build_request
+from forkpoint.run.engine import execute
+from forkpoint.run.request import build_request
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "claude_code"
 SESSIONS = sorted(p for p in FIXTURES.glob("2.*/*/session.jsonl"))

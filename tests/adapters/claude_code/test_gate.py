@@ -25,7 +25,7 @@ from forkpoint.adapters.claude_code.envelope import (
 )
 from forkpoint.adapters.claude_code.gate import clean_first_request, clean_later_request
 from forkpoint.bridge.gate import Verdict
-from forkpoint.hashing import sha256_hex
+from forkpoint.core.hashing import sha256_hex
 from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, text, thinking, tool_use
 
 NONCE = "__forkpoint_nonce_00112233445566778899aabbccddeeff__"

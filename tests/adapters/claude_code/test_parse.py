@@ -9,8 +9,8 @@ import pytest
 
 from forkpoint.adapters.claude_code.parse import ClaudeNative, _merge_stream_text, parse_session
 from forkpoint.adapters.claude_code.session import prefix_records
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.model import CallPolicy
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.model import CallPolicy
 from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, simple_session, text, thinking, tool_use
 
 

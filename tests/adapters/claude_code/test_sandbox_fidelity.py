@@ -21,7 +21,7 @@ import pytest
 from forkpoint.adapters.claude_code.launch import project_dir_name
 from forkpoint.adapters.claude_code.parse import parse_session
 from forkpoint.adapters.claude_code.tools import ClaudeToolExecutor, normalize_volatile
-from forkpoint.model import CallPolicy, RunContext
+from forkpoint.core.model import CallPolicy, RunContext
 from forkpoint.sandbox import open_sandbox
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "claude_code"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from forkpoint.adapters.claude_code.parse import ClaudeNative, parse_session
 from forkpoint.adapters.claude_code.session import prefix_records, write_prepared
-from forkpoint.model import Mode
-from forkpoint.plan import select_boundary
-from forkpoint.results import line_pieces
+from forkpoint.core.model import Mode
+from forkpoint.core.results import line_pieces
+from forkpoint.run.plan import select_boundary
 from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, simple_session, text, tool_use
 
 

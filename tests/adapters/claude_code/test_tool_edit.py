@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from forkpoint.model import FreshObservation
+from forkpoint.core.model import FreshObservation
 
 OLD, NEW = "2.1.220", "2.1.332"
 BOTH = pytest.mark.parametrize("version", [OLD, NEW])

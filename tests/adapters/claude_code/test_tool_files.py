@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.model import FreshObservation
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.model import FreshObservation
 
 OLD, NEW = "2.1.220", "2.1.332"
 BOTH = pytest.mark.parametrize("version", [OLD, NEW])

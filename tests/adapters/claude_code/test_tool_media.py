@@ -20,8 +20,8 @@ import pytest
 from forkpoint.adapters.claude_code.parse import parse_session
 from forkpoint.adapters.claude_code.tool_media import classify_read, png_within_limits
 from forkpoint.adapters.claude_code.tools import ClaudeToolExecutor
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.model import CallPolicy, FreshObservation, Observation, RunContext, ToolCall
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.model import CallPolicy, FreshObservation, Observation, RunContext, ToolCall
 from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, text, tool_use
 
 SESSION = "11111111-2222-3333-4444-555555555555"

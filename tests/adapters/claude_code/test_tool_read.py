@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from forkpoint.adapters.claude_code.tool_read import OUTPUT_NOTICE, SCAN_NOTICE
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.model import FreshObservation
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.model import FreshObservation
 
 OLD, NEW = "2.1.220", "2.1.332"
 BOTH = pytest.mark.parametrize("version", [OLD, NEW])

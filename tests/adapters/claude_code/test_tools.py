@@ -18,8 +18,8 @@ from forkpoint.adapters.claude_code.tools import (
     PERSISTED_PATH_PLACEHOLDER,
     normalize_volatile,
 )
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.model import FreshObservation
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.model import FreshObservation
 
 OLD, NEW = "2.1.220", "2.1.332"
 BOTH = pytest.mark.parametrize("version", [OLD, NEW])

@@ -22,8 +22,8 @@ from forkpoint.adapters.codex.envelope import (
     project,
 )
 from forkpoint.adapters.codex.parse import parse_rollout
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.hashing import canonical_sha256, make_nonce
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.hashing import canonical_sha256, make_nonce
 
 REQUESTS = Path(__file__).parents[2] / "fixtures" / "codex" / "requests"
 CASES = sorted(p for p in REQUESTS.glob("0.*/*") if (p / "first_request.json").is_file())
@@ -222,6 +222,6 @@ def test_pairing_is_checked() -> None:
 
 
 def test_count_text() -> None:
-    from forkpoint.hashing import count_text
+    from forkpoint.core.hashing import count_text
 
     assert count_text({"a": [NONCE, {NONCE: 1}], "b": 3, "c": None}, NONCE) == 2

@@ -22,8 +22,8 @@ import pytest
 
 from forkpoint.adapters.codex.parse import parse_rollout
 from forkpoint.adapters.codex.tools import CodexToolExecutor, normalize_volatile
-from forkpoint.errors import ReplayError
-from forkpoint.model import CallPolicy, FreshObservation, RunContext, ToolCall
+from forkpoint.core.errors import ReplayError
+from forkpoint.core.model import CallPolicy, FreshObservation, RunContext, ToolCall
 from forkpoint.testing.recordings import holding, restore_initial
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "codex"

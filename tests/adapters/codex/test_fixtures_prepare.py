@@ -8,8 +8,8 @@ import orjson
 import pytest
 
 from forkpoint.adapters.codex.parse import parse_rollout
-from forkpoint.engine import execute
-from forkpoint.request import build_request
+from forkpoint.run.engine import execute
+from forkpoint.run.request import build_request
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "codex"
 ROLLOUTS = sorted(FIXTURES.glob("0.*/*/rollout.jsonl"))

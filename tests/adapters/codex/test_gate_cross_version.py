@@ -21,7 +21,7 @@ from forkpoint.adapters import agent_spec
 from forkpoint.adapters.codex.envelope import DEFERRED_TOOLS, PROFILES, CodexExpectedPrefix, expected_prefix
 from forkpoint.adapters.codex.gate import clean_first_request, clean_later_request
 from forkpoint.bridge.gate import Verdict
-from forkpoint.errors import ReplayError
+from forkpoint.core.errors import ReplayError
 
 CROSS = Path(__file__).parents[2] / "fixtures" / "codex" / "requests" / "cross" / "0.149.0-0.171.0" / "parallel_after_1"
 PROMPT = "The previous tool results are complete. Please continue with the task from where you left off."

@@ -10,7 +10,7 @@ import pytest
 
 from forkpoint.adapters.codex import launch as cx
 from forkpoint.adapters.codex.envelope import DEFERRED_TOOLS
-from forkpoint.errors import ReplayError
+from forkpoint.core.errors import ReplayError
 from forkpoint.testing.codex_rollouts import simple_rollout
 
 NONCE = "__forkpoint_nonce_feedfacefeedfacefeedfacefeedface__"

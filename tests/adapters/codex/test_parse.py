@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from forkpoint.adapters.codex.parse import parse_rollout
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.model import CallPolicy
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.model import CallPolicy
 from forkpoint.testing.codex_rollouts import CodexRolloutBuilder, simple_rollout
 
 
@@ -87,8 +87,8 @@ def test_a_call_without_output_blocks_only_boundaries_at_or_after_its_batch(tmp_
     """Codex wrote no output for a call (it answered the model with an invented ``aborted``, as for an
     ``apply_patch`` sent as a JSON function call) and the turn went on: the token_count after each response still
     separates the batches, so the next response's call is not pulled into the unanswered batch."""
-    from forkpoint.model import Mode
-    from forkpoint.plan import select_boundary
+    from forkpoint.core.model import Mode
+    from forkpoint.run.plan import select_boundary
 
     builder = CodexRolloutBuilder()
     builder.user("go")

@@ -21,7 +21,7 @@ import pytest
 
 from forkpoint.adapters.codex.parse import parse_rollout
 from forkpoint.adapters.codex.tools import CodexToolExecutor, normalize_volatile
-from forkpoint.model import CallPolicy, RunContext, ToolCall
+from forkpoint.core.model import CallPolicy, RunContext, ToolCall
 from forkpoint.sandbox import open_sandbox
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "codex"

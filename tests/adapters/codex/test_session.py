@@ -7,8 +7,8 @@ from pathlib import Path
 
 from forkpoint.adapters.codex.parse import CodexNative, parse_rollout
 from forkpoint.adapters.codex.session import prefix_line_indices, write_prepared
-from forkpoint.model import Mode
-from forkpoint.plan import select_boundary
+from forkpoint.core.model import Mode
+from forkpoint.run.plan import select_boundary
 from forkpoint.testing.codex_rollouts import simple_rollout
 
 

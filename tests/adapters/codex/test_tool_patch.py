@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from forkpoint.adapters.codex.tool_patch import ApplyPatch, join_path
-from forkpoint.errors import ReplayError
+from forkpoint.core.errors import ReplayError
 
 
 def _patch(body: str) -> str:

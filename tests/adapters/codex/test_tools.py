@@ -30,8 +30,8 @@ from forkpoint.adapters.codex.tools import (
     CodexToolExecutor,
     normalize_volatile,
 )
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.model import FreshObservation, RunContext, ToolCall
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.model import FreshObservation, RunContext, ToolCall
 
 VERSIONS = ("0.149.0", "0.171.0")
 PROBE_ROOT = Path("/tmp/forkpoint-probe-codex")

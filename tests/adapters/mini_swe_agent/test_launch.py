@@ -9,7 +9,7 @@ import pytest
 
 from forkpoint.adapters.mini_swe_agent.launch import continued_actions, restored_model_config, step_limit
 from forkpoint.adapters.mini_swe_agent.parse import MiniNative, parse_trajectory
-from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.core.errors import ErrorKind, ReplayError
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "mini_swe_agent"
 

@@ -10,7 +10,7 @@ import pytest
 
 from forkpoint.adapters.mini_swe_agent import MiniSweAgentAdapter
 from forkpoint.adapters.mini_swe_agent.parse import MiniNative, is_error_v1, is_error_v2, parse_trajectory
-from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.core.errors import ErrorKind, ReplayError
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "mini_swe_agent"
 SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && cat calc.py"

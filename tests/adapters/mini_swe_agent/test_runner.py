@@ -15,8 +15,8 @@ from forkpoint import runtimes
 from forkpoint.adapters.mini_swe_agent import tools
 from forkpoint.adapters.mini_swe_agent.parse import parse_trajectory
 from forkpoint.adapters.mini_swe_agent.runner import SOCKET_PATH_MAX, RunnerSession, companion_env, socket_dir
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.model import Mode, Plan, RunContext
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.model import Mode, Plan, RunContext
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "mini_swe_agent"
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from forkpoint.adapters.mini_swe_agent import MiniSweAgentAdapter
 from forkpoint.adapters.mini_swe_agent.parse import parse_trajectory
-from forkpoint.hashing import sha256_hex
-from forkpoint.model import FreshObservation, Mode, Plan
+from forkpoint.core.hashing import sha256_hex
+from forkpoint.core.model import FreshObservation, Mode, Plan
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "mini_swe_agent"
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from forkpoint.adapters.opencode.database import reconcile
-from forkpoint.errors import ReplayError
+from forkpoint.core.errors import ReplayError
 
 NONCE = "__forkpoint_nonce_feedfacefeedfacefeedface__"
 SCHEMA = """

@@ -19,11 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from forkpoint import childenv, runtimes
+from forkpoint import runtimes
 from forkpoint.adapters import agent_spec
 from forkpoint.adapters.opencode.parse import parse_opencode
 from forkpoint.adapters.opencode.tools import OpenCodeToolExecutor, normalize_volatile
-from forkpoint.model import CallPolicy, FreshObservation, RunContext, ToolCall
+from forkpoint.core.model import CallPolicy, FreshObservation, RunContext, ToolCall
+from forkpoint.process import childenv
 from forkpoint.testing.recordings import holding, restore_initial
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "opencode"

@@ -25,9 +25,9 @@ from forkpoint.adapters.opencode.gate import PROFILE
 from forkpoint.adapters.opencode.parse import parse_opencode
 from forkpoint.adapters.opencode.session import cut_export
 from forkpoint.bridge.protocols.openai_chat import ChatGate
-from forkpoint.errors import ReplayError
-from forkpoint.hashing import canonical_sha256
-from forkpoint.model import Mode, Plan
+from forkpoint.core.errors import ReplayError
+from forkpoint.core.hashing import canonical_sha256
+from forkpoint.core.model import Mode, Plan
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "opencode"
 NONCE = "__forkpoint_nonce_0123456789abcdef0123456789abcdef__"

@@ -9,8 +9,8 @@ import pytest
 
 from forkpoint.adapters.opencode.launch import IDLE_ENV, argv, export_json, idle_limit, recorded_model
 from forkpoint.adapters.opencode.toolhost import PROXY_SINK, opencode_env, provider_config
-from forkpoint.errors import ReplayError
-from forkpoint.hashing import make_nonce
+from forkpoint.core.errors import ReplayError
+from forkpoint.core.hashing import make_nonce
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "opencode"
 

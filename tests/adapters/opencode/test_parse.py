@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from forkpoint.adapters.opencode.parse import parse_opencode
-from forkpoint.errors import ReplayError
-from forkpoint.model import CallPolicy
+from forkpoint.core.errors import ReplayError
+from forkpoint.core.model import CallPolicy
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "opencode"
 RECORDINGS = sorted(p.parent for p in FIXTURES.glob("*/*/export.json"))
@@ -245,7 +245,7 @@ def test_malformed_input_is_a_typed_trajectory_error(tmp_path: Path, lines: str,
 
 
 def test_both_inputs_are_recognised_as_opencode() -> None:
-    from forkpoint.detect import guess_agent
+    from forkpoint.adapters.detect import guess_agent
 
     fixture = FIXTURES / "1.18.33" / "files"
     assert guess_agent(fixture / "export.json") == guess_agent(fixture / "events.jsonl") == "opencode"

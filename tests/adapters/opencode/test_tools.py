@@ -11,8 +11,8 @@ import pytest
 from forkpoint.adapters.opencode.parse import parse_opencode
 from forkpoint.adapters.opencode.session import cut_export
 from forkpoint.adapters.opencode.tools import check_paths, normalize_volatile, observation, wire_call_id
-from forkpoint.errors import ReplayError
-from forkpoint.model import FreshObservation, Mode, Plan, ToolCall
+from forkpoint.core.errors import ReplayError
+from forkpoint.core.model import FreshObservation, Mode, Plan, ToolCall
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "opencode"
 

@@ -18,7 +18,7 @@ from forkpoint.adapters.openhands.gate import PROFILE
 from forkpoint.adapters.openhands.parse import parse_events
 from forkpoint.adapters.openhands.session import prefix_events
 from forkpoint.bridge.protocols.openai_chat import ChatGate, ExpectedChat
-from forkpoint.model import Mode, Plan
+from forkpoint.core.model import Mode, Plan
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "openhands" / "0.62.0"
 SCENARIOS = ("basic", "parallel", "errors")

@@ -11,8 +11,8 @@ import pytest
 
 from forkpoint.adapters.openhands import OpenHandsAdapter
 from forkpoint.adapters.openhands.parse import parse_events, recorded_workspace
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.model import CallPolicy
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.model import CallPolicy
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "openhands" / "0.62.0"
 

@@ -11,8 +11,8 @@ from forkpoint.adapters.openhands.format import TRUNCATION_NOTE, model_text, tru
 from forkpoint.adapters.openhands.parse import parse_events
 from forkpoint.adapters.openhands.session import prefix_events, replay_input, replayed_action_count
 from forkpoint.adapters.openhands.tools import fresh_observations
-from forkpoint.errors import ReplayError
-from forkpoint.model import FreshObservation, Mode, Plan
+from forkpoint.core.errors import ReplayError
+from forkpoint.core.model import FreshObservation, Mode, Plan
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "openhands" / "0.62.0"
 

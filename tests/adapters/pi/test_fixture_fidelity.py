@@ -17,9 +17,9 @@ from forkpoint.adapters.pi import PiAdapter
 from forkpoint.adapters.pi.parse import parse_pi
 from forkpoint.adapters.pi.runtime import PiRuntime, installed
 from forkpoint.adapters.pi.tools import PiToolExecutor
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.model import CallPolicy, Mode, RunContext, ToolCall
-from forkpoint.plan import select_boundary
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.model import CallPolicy, Mode, RunContext, ToolCall
+from forkpoint.run.plan import select_boundary
 from forkpoint.runtimes import find
 from forkpoint.testing.recordings import restored_workspace
 

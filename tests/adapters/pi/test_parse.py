@@ -11,8 +11,8 @@ import pytest
 
 from forkpoint.adapters.pi import PiAdapter
 from forkpoint.adapters.pi.parse import parse_pi
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.model import CallPolicy
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.model import CallPolicy
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "pi" / "0.83.0"
 SCENARIOS = sorted(p.name for p in FIXTURES.iterdir() if (p / "events.jsonl").is_file())
@@ -113,8 +113,8 @@ def test_a_tool_pi_ran_that_is_no_built_in_is_refused_only_at_its_boundary(tmp_p
     refused = parsed.batches[1].calls[0]
     assert refused.policy is CallPolicy.REFUSED and "not one of its built-in tools" in str(refused.policy_reason)
     profile = PiAdapter().profile_for(parsed)  # the recording as a whole is not refused
-    from forkpoint.model import Mode
-    from forkpoint.plan import select_boundary
+    from forkpoint.core.model import Mode
+    from forkpoint.run.plan import select_boundary
 
     assert select_boundary(parsed, 1, Mode.REPLAY_ONLY, profile).after_step == 1
     with pytest.raises(ReplayError) as info:

@@ -19,7 +19,7 @@ from forkpoint.adapters.pi.launch import models_json, session_dir_name
 from forkpoint.adapters.pi.parse import parse_pi
 from forkpoint.adapters.pi.runtime import RUNNER, from_entrypoint
 from forkpoint.adapters.pi.spec import NPM
-from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.core.errors import ErrorKind, ReplayError
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "pi" / "0.83.0"
 INSTALLED = runtimes.find("pi", "0.83.0")

@@ -10,7 +10,7 @@ import pytest
 from forkpoint.adapters.pi import PiAdapter
 from forkpoint.adapters.pi.parse import parse_pi
 from forkpoint.adapters.pi.session import fresh_result
-from forkpoint.model import FreshObservation, Mode, Plan
+from forkpoint.core.model import FreshObservation, Mode, Plan
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "pi" / "0.83.0"
 SCENARIOS = ("single_bash", "parallel", "file_tools", "error_result")

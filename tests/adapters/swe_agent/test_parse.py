@@ -11,9 +11,9 @@ import pytest
 
 from forkpoint.adapters.swe_agent import SweAgentAdapter
 from forkpoint.adapters.swe_agent.parse import first_word, parse_traj, recorded_cwd
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.model import CallPolicy, Mode
-from forkpoint.plan import select_boundary
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.model import CallPolicy, Mode
+from forkpoint.run.plan import select_boundary
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "swe_agent" / "1.1.0"
 
@@ -217,7 +217,7 @@ def test_editor_fixture_re_runs_the_default_bundle_tools() -> None:
 
 
 def test_inspect_never_offers_the_final_submit_as_a_boundary() -> None:
-    from forkpoint.inspection import describe
+    from forkpoint.run.inspection import describe
 
     for scenario, last in (("shell_state", 6), ("editor", 18), ("timeout", 3)):
         description = describe(next((FIXTURES / scenario).glob("*.traj")), "swe-agent")

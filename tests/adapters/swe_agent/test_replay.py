@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from forkpoint.adapters.swe_agent.parse import parse_traj
-from forkpoint.engine import execute
-from forkpoint.model import CallPolicy
-from forkpoint.request import build_request
-from forkpoint.results import ReplayResult
+from forkpoint.core.model import CallPolicy
+from forkpoint.core.results import ReplayResult
+from forkpoint.run.engine import execute
+from forkpoint.run.request import build_request
 from forkpoint.testing.recordings import restored_workspace
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "swe_agent" / "1.1.0"

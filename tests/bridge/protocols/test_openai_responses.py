@@ -30,7 +30,7 @@ from forkpoint.adapters.codex.envelope import CodexExpectedPrefix, expected_pref
 from forkpoint.adapters.codex.gate import CodexGate, clean_first_request
 from forkpoint.bridge.protocols.openai_responses import OpenAIResponsesUpstream, ResponsesStubUpstream
 from forkpoint.bridge.server import Bridge
-from forkpoint.hashing import make_nonce
+from forkpoint.core.hashing import make_nonce
 from forkpoint.testing import ScriptedModel, text, tool_use
 
 REQUESTS = Path(__file__).parents[2] / "fixtures" / "codex" / "requests"

@@ -8,7 +8,7 @@ from forkpoint.bridge.protocols import UPSTREAMS, make_upstream
 from forkpoint.bridge.protocols.anthropic import AnthropicStubUpstream, AnthropicUpstream
 from forkpoint.bridge.protocols.openai_chat import ChatStubUpstream, OpenAIChatUpstream
 from forkpoint.bridge.protocols.openai_responses import OpenAIResponsesUpstream, ResponsesStubUpstream
-from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.core.errors import ErrorKind, ReplayError
 
 KEY = "sk-registry-key-0001"
 

@@ -19,7 +19,7 @@ from forkpoint.bridge.protocols.translating import TranslatingChatUpstream
 from forkpoint.bridge.server import Bridge
 from forkpoint.bridge.translate.pipeline import AgentProtocol
 from forkpoint.bridge.translate.retry import RetryPolicy
-from forkpoint.errors import ErrorKind
+from forkpoint.core.errors import ErrorKind
 from forkpoint.testing import ScriptedModel, Turn, text, tool_use
 from forkpoint.testing.scripted_model import Fault
 

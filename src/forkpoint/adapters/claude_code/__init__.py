@@ -10,8 +10,8 @@ from forkpoint.adapters.base import AdapterBase
 from forkpoint.adapters.claude_code.parse import parse_session
 from forkpoint.adapters.claude_code.session import write_prepared, write_rebuilt
 from forkpoint.adapters.claude_code.spec import SPEC
-from forkpoint.errors import unsupported_version
-from forkpoint.model import FreshObservation, NativePrefix, Plan, RunContext, Trajectory
+from forkpoint.core.errors import unsupported_version
+from forkpoint.core.model import FreshObservation, NativePrefix, Plan, RunContext, Trajectory
 
 if TYPE_CHECKING:
     from forkpoint.adapters.base import ToolExecutor

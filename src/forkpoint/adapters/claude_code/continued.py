@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.core.errors import ErrorKind, ReplayError
 
 CONTINUE_TEXT = "Continue from where you left off."
 NO_RESPONSE_TEXT = "No response requested."

@@ -23,9 +23,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from forkpoint.bridge.gate import check_resume_nonce, envelope_profile, load_manifest
-from forkpoint.errors import trajectory
-from forkpoint.hashing import canonical_sha256
-from forkpoint.model import JsonObject
+from forkpoint.core.errors import trajectory
+from forkpoint.core.hashing import canonical_sha256
+from forkpoint.core.model import JsonObject
 
 SCHEMA_VERSION = "forkpoint.claude-expected-prefix/v1"
 SYSTEM_REMINDER_PREFIX = "<system-reminder>"

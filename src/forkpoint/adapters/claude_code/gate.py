@@ -58,8 +58,8 @@ from forkpoint.bridge.gate import (
     refuse_nonce_in,
     verified_profile,
 )
-from forkpoint.hashing import canonical_sha256, sha256_hex
-from forkpoint.model import JsonObject
+from forkpoint.core.hashing import canonical_sha256, sha256_hex
+from forkpoint.core.model import JsonObject
 
 EPHEMERAL = {"type": "ephemeral"}
 NO_RESPONSE_MESSAGE = {"role": "assistant", "content": [{"type": "text", "text": NO_RESPONSE_TEXT}]}

@@ -1,5 +1,5 @@
 """How the real `claude` continues a rebuilt session: session placement, argv, env, stream outcome, and the
-continuation hooks (``ClaudeHooks``) the shell (forkpoint.continuation) runs them through."""
+continuation hooks (``ClaudeHooks``) the shell (forkpoint.adapters.kit.continuation) runs them through."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from forkpoint import continuation as shell
-from forkpoint.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.fs import ConfinementError, open_confined
-from forkpoint.ids import check_id
+from forkpoint.adapters.kit import continuation as shell
+from forkpoint.adapters.kit.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
+from forkpoint.adapters.kit.ids import check_id
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.fs import ConfinementError, open_confined
+from forkpoint.core.results import write_atomic
 from forkpoint.process import sanitized_env
-from forkpoint.results import write_atomic
 from forkpoint.sandbox import home_environment, runtime_paths
 
 if TYPE_CHECKING:
@@ -177,7 +177,7 @@ class ClaudeHooks(AgentHooks[Installed]):
         cwd, shell_cwd = resume_directory(job.context.state_dir, job.context.workspace, job.sandbox.cwd)
         # `claude --resume` looks under the project folder of the cwd it sees (the recorded one under bwrap).
         session_file = session_path(job.context.home, Path(cwd), session_id)
-        # Replayed commands could write the HOME: no link planted there is followed (forkpoint.fs strict helpers).
+        # Replayed commands could write the HOME: no link planted there is followed (forkpoint.core.fs strict helpers).
         shell.write_home_file(job.context.home, session_file, b"".join(line + b"\n" for line in rebuilt),
                               "the rebuilt session")
         return Installed(session_id, rebuilt, session_file, cwd, shell_cwd)

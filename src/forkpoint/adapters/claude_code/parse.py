@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from forkpoint.adapters.claude_code import policy
+from forkpoint.adapters.kit.ids import check_id
+from forkpoint.adapters.kit.jsondoc import load_jsonl_object
 from forkpoint.adapters.source import read_trajectory
-from forkpoint.errors import trajectory
-from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES, split_lines
-from forkpoint.hashing import sha256_pending
-from forkpoint.ids import check_id
-from forkpoint.jsondoc import load_jsonl_object
-from forkpoint.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
+from forkpoint.core.errors import trajectory
+from forkpoint.core.fs import DEFAULT_MAX_INPUT_BYTES, split_lines
+from forkpoint.core.hashing import sha256_pending
+from forkpoint.core.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -292,7 +292,7 @@ def _meta_after(chain: list[Record], terminal: Record) -> Record | None:
 
 
 def _not_claude_message(scan: _Scan) -> str:
-    from forkpoint.detect import guess_agent_from_object
+    from forkpoint.adapters.detect import guess_agent_from_object
 
     if scan.stream_json is not None:
         event = scan.stream_json

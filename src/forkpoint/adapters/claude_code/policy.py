@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from forkpoint.model import CallPolicy, JsonObject, Observation
+from forkpoint.core.model import CallPolicy, JsonObject, Observation
 
 #: Tools forkpoint re-executes with Claude Code's own semantics and output text.
 FRESH_TOOLS = frozenset({"Bash", "Read", "Write", "Edit", "MultiEdit", "Glob", "Grep", "LS"})

@@ -8,9 +8,9 @@ from pathlib import Path
 import orjson
 
 from forkpoint.adapters.claude_code.parse import ClaudeNative, Record
-from forkpoint.errors import trajectory
-from forkpoint.hashing import sha256_hex
-from forkpoint.model import FreshObservation, Plan
+from forkpoint.core.errors import trajectory
+from forkpoint.core.hashing import sha256_hex
+from forkpoint.core.model import FreshObservation, Plan
 
 
 def prefix_records(native: ClaudeNative, after_step: int) -> list[Record]:
@@ -39,7 +39,7 @@ def line_bytes(native: ClaudeNative, records: list[Record]) -> list[bytes]:
 
 def write_prepared(plan: Plan[ClaudeNative], destination: Path) -> str:
     """The prefix with historical observations, byte-identical lines; returns the file's SHA-256."""
-    from forkpoint.results import write_source_lines
+    from forkpoint.core.results import write_source_lines
 
     native = plan.trajectory.native
     spans = [(record.offset, record.length) for record in prefix_records(native, plan.after_step)]
@@ -101,7 +101,7 @@ def rebuilt_lines(plan: Plan[ClaudeNative], fresh: Mapping[str, FreshObservation
 
 
 def write_rebuilt(plan: Plan[ClaudeNative], fresh: Mapping[str, FreshObservation], destination: Path) -> str:
-    from forkpoint.results import write_atomic
+    from forkpoint.core.results import write_atomic
 
     payload = b"".join(line + b"\n" for line in rebuilt_lines(plan, fresh))
     destination.parent.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ Measured on the real 2.1.220 / 2.1.332 binaries (scripted model, see the fixture
   first and last 5,000 units above 10,000 (2.1.220) / 11,024 (2.1.332) units.
 - Host side (forkpoint, outside any sandbox): the command can write only ``<scratch>/shell`` (where the wrapper's
   ``cwd`` file is) and the agent HOME (where ``tool-results`` is); both are read and written through
-  forkpoint.fs's strict helpers, so a symlink, FIFO or device planted there is refused (executor error), never
+  forkpoint.core.fs's strict helpers, so a symlink, FIFO or device planted there is refused (executor error), never
   followed, opened blocking or read without bound. The output log stays in ``<scratch>``, out of its reach.
 - Timeout: the recordings moved the command to a background task (a random id and a temp path that cannot
   be replayed, and forkpoint never leaves a process running). The replay kills it and reports what the same
@@ -44,8 +44,8 @@ from forkpoint.adapters.claude_code.jstext import (
     strip_leading_blank_lines,
 )
 from forkpoint.adapters.claude_code.tool_profile import ToolOutcome, ToolProfile, tool_error
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.fs import (
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.fs import (
     InputTooLargeError,
     NotRegularFileError,
     PlantedLinkError,

@@ -22,8 +22,8 @@ from forkpoint.adapters.claude_code.jstext import js_trim, js_trim_end
 from forkpoint.adapters.claude_code.tool_codecs import decode_text, structured_patch, to_utf8, uses_crlf
 from forkpoint.adapters.claude_code.tool_files import FileState, SessionFiles, node_error
 from forkpoint.adapters.claude_code.tool_profile import ToolOutcome, tool_error, tool_use_error
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.fs import ConfinementError, NotRegularFileError, read_regular_file, write_file_confined
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.fs import ConfinementError, NotRegularFileError, read_regular_file, write_file_confined
 
 EDIT_BUDGET = 16 * 1024 * 1024
 CONTEXT_NOTE = " (file state is current in your context — no need to Read it back)"

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from forkpoint.adapters.claude_code.tool_profile import ToolOutcome, ToolProfile, tool_error
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.fs import ConfinementError, open_confined
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.fs import ConfinementError, open_confined
 from forkpoint.sandbox import local_sandbox
 from forkpoint.sandbox.base import inside_roots
 

@@ -33,8 +33,8 @@ import orjson
 
 from forkpoint.adapters.claude_code.jstext import format_file_size
 from forkpoint.adapters.claude_code.tool_profile import ToolOutcome
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.model import Observation
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.model import Observation
 
 IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".ico", ".tiff", ".tif"})
 NOTEBOOK_OUTPUTS_MAX = 10_000  # 2.1.332: a cell's outputs over this many characters become a jq hint

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from forkpoint.errors import unsupported_version
+from forkpoint.core.errors import unsupported_version
 
 _VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)")
 

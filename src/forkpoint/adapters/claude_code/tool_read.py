@@ -25,8 +25,8 @@ from forkpoint.adapters.claude_code.jstext import format_file_size
 from forkpoint.adapters.claude_code.tool_codecs import decode_text, is_valid_utf8
 from forkpoint.adapters.claude_code.tool_files import FileState, SessionFiles, node_error
 from forkpoint.adapters.claude_code.tool_profile import ToolOutcome, tool_error, tool_use_error
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.fs import ConfinementError, NotRegularFileError, read_regular_file
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.fs import ConfinementError, NotRegularFileError, read_regular_file
 
 READ_SCAN_BUDGET = 16 * 1024 * 1024
 READ_OUTPUT_BUDGET = 4 * 1024 * 1024

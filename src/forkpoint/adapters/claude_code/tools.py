@@ -43,8 +43,8 @@ from forkpoint.adapters.claude_code.tool_edit import edit, write
 from forkpoint.adapters.claude_code.tool_files import SessionFiles
 from forkpoint.adapters.claude_code.tool_profile import ToolOutcome, profile_for_version
 from forkpoint.adapters.claude_code.tool_read import read
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.model import FreshObservation, RunContext, ToolCall
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.model import FreshObservation, RunContext, ToolCall
 from forkpoint.process import sanitized_env
 from forkpoint.sandbox import home_environment, local_sandbox
 from forkpoint.sandbox.base import fresh_observation, rewrite_arguments

@@ -10,7 +10,7 @@ from forkpoint.adapters.base import AdapterBase
 from forkpoint.adapters.codex.parse import parse_rollout
 from forkpoint.adapters.codex.session import write_prepared, write_rebuilt
 from forkpoint.adapters.codex.spec import SPEC
-from forkpoint.model import FreshObservation, NativePrefix, Plan, RunContext
+from forkpoint.core.model import FreshObservation, NativePrefix, Plan, RunContext
 
 if TYPE_CHECKING:
     from forkpoint.adapters.base import ToolExecutor

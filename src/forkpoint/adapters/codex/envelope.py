@@ -30,9 +30,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from forkpoint.bridge.gate import check_resume_nonce, envelope_profile, load_manifest
-from forkpoint.errors import trajectory, unsupported_version
-from forkpoint.hashing import canonical_sha256
-from forkpoint.model import JsonObject
+from forkpoint.core.errors import trajectory, unsupported_version
+from forkpoint.core.hashing import canonical_sha256
+from forkpoint.core.model import JsonObject
 
 SCHEMA_VERSION = "forkpoint.codex-expected-prefix/v1"
 #: keys the rollout stores on a response_item that Codex never puts on the wire

@@ -48,8 +48,8 @@ from forkpoint.adapters.codex.envelope import (
 )
 from forkpoint.bridge import gate as kit
 from forkpoint.bridge.gate import PrefixGate, Refusal, Verdict
-from forkpoint.hashing import canonical_sha256
-from forkpoint.model import JsonObject
+from forkpoint.core.hashing import canonical_sha256
+from forkpoint.core.model import JsonObject
 
 #: (role, text prefix, fact name) of the context items a resume may insert between the last output and the nonce
 ENVELOPE_CONTEXT: tuple[tuple[str, str, str], ...] = (

@@ -1,4 +1,4 @@
-"""How the real `codex exec resume` continues the rebuilt rollout (``CodexHooks`` for forkpoint.continuation).
+"""How the real `codex exec resume` continues the rebuilt rollout (``CodexHooks`` for adapters.kit.continuation).
 
 The rollout goes to ``<CODEX_HOME>/sessions/YYYY/MM/DD/rollout-...-<id>.jsonl`` in an isolated CODEX_HOME under
 the state dir, with a config.toml whose provider points at the bridge (``wire_api = "responses"``) and the
@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from forkpoint import continuation as shell
 from forkpoint.adapters.codex.parse import parse_rollout
-from forkpoint.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.ids import check_id
-from forkpoint.model import ActionSignature
+from forkpoint.adapters.kit import continuation as shell
+from forkpoint.adapters.kit.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
+from forkpoint.adapters.kit.ids import check_id
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.model import ActionSignature
+from forkpoint.core.results import write_atomic
 from forkpoint.process import sanitized_env
-from forkpoint.results import write_atomic
 from forkpoint.sandbox import runtime_paths
 
 if TYPE_CHECKING:
@@ -218,7 +218,7 @@ class CodexHooks(AgentHooks[Installed]):
         rebuilt = job.prefix.path.read_bytes().splitlines()
         meta = job.plan.trajectory.native.session_meta
         target = rollout_path(job.context.home, meta, job.plan.trajectory.source_path.name, session_id)
-        # Replayed commands could write the HOME: no link planted there is followed (forkpoint.fs strict helpers).
+        # Replayed commands could write the HOME: no link planted there is followed (forkpoint.core.fs strict helpers).
         shell.write_home_file(job.context.home, target, b"".join(line + b"\n" for line in rebuilt),
                               "the rebuilt rollout")
         return Installed(session_id, rebuilt, target, meta)

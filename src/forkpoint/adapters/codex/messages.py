@@ -13,8 +13,8 @@ from typing import Any
 
 import orjson
 
+from forkpoint.core.fs import split_lines
 from forkpoint.export.chat import Conversation, close, extend_assistant, flatten, system, tool, tool_call, user
-from forkpoint.fs import split_lines
 
 _CALLS = ("function_call", "custom_tool_call", "local_shell_call")
 _OUTPUTS = ("function_call_output", "custom_tool_call_output")

@@ -19,13 +19,13 @@ from typing import Any
 
 import orjson
 
+from forkpoint.adapters.kit.ids import UUID, check_id, shown
+from forkpoint.adapters.kit.jsondoc import load_jsonl_object
 from forkpoint.adapters.source import read_trajectory
-from forkpoint.errors import trajectory
-from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES, split_lines
-from forkpoint.hashing import sha256_pending
-from forkpoint.ids import UUID, check_id, shown
-from forkpoint.jsondoc import load_jsonl_object
-from forkpoint.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
+from forkpoint.core.errors import trajectory
+from forkpoint.core.fs import DEFAULT_MAX_INPUT_BYTES, split_lines
+from forkpoint.core.hashing import sha256_pending
+from forkpoint.core.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
 
 AGENT = "codex"
 CALL_TYPES = frozenset({"function_call", "custom_tool_call"})

@@ -8,10 +8,10 @@ from pathlib import Path
 import orjson
 
 from forkpoint.adapters.codex.parse import OUTPUT_TYPES, CodexNative, Line
-from forkpoint.errors import trajectory
-from forkpoint.hashing import sha256_hex
-from forkpoint.model import FreshObservation, Plan
-from forkpoint.results import write_atomic, write_source_lines
+from forkpoint.core.errors import trajectory
+from forkpoint.core.hashing import sha256_hex
+from forkpoint.core.model import FreshObservation, Plan
+from forkpoint.core.results import write_atomic, write_source_lines
 
 
 def prefix_line_indices(native: CodexNative, after_step: int) -> range:

@@ -60,10 +60,10 @@ from forkpoint.adapters.codex.tool_text import (
     shlex_join,
     truncate_middle,
 )
-from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.adapters.kit.shell import CommandOutput, CommandSpec, Runner, run_command
+from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.sandbox import local_sandbox
 from forkpoint.sandbox.base import inside_roots
-from forkpoint.shell import CommandOutput, CommandSpec, Runner, run_command
 
 if TYPE_CHECKING:
     from forkpoint.sandbox.base import Sandbox

@@ -8,7 +8,7 @@ Everything is verified before anything is written: a failure is ``apply_patch ve
 and nothing changes. A write that fails later gives ``Exit code: 1`` and ``Failed to write file <abs>``.
 
 Confinement (forkpoint's, not Codex's): every path of the patch must lie in the workspace, checked for the whole
-patch before anything happens; reads and writes go through ``forkpoint.fs`` so a symlink cannot lead outside.
+patch before anything happens; reads and writes go through ``forkpoint.core.fs`` so a symlink cannot lead outside.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from forkpoint.adapters.codex.tool_patch_grammar import (
     updated_contents,
 )
 from forkpoint.adapters.codex.tool_text import io_error, seconds_one_decimal, utf8_error
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.fs import (
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.fs import (
     DEFAULT_MAX_INPUT_BYTES,
     ConfinementError,
     NotRegularFileError,

@@ -7,7 +7,7 @@ proof on the recorded fixtures, ``test_tools.py`` pins the probed texts):
 
 - ``exec_command`` (``tool_exec``): the shell Codex derives (``/bin/bash -lc``, run as ``-c`` with the login
   snapshot's environment), yield time, output cap and truncation, ``rm -f`` refusal (``tool_policy``), Codex's
-  argument errors (``tool_args``), the exact header. One function, ``forkpoint.shell.run_command``, runs processes.
+  argument errors (``tool_args``), the exact header. One function, ``kit.shell.run_command``, runs processes.
 - ``shell_command`` (0.149 only; 0.171 answers ``unsupported call: shell_command``): the legacy output format.
 - ``apply_patch`` (``tool_patch``), freeform (``custom_tool_call``) and function forms (``{"input"}`` or
   ``{"patch"}``): Codex's grammar, matching, texts and per-version line endings, confined to the workspace.
@@ -40,12 +40,12 @@ from forkpoint.adapters.codex import tool_args
 from forkpoint.adapters.codex.parse import CodexNative, Line
 from forkpoint.adapters.codex.tool_exec import CommandTools, Environment, ExecOutcome, ExecProfile
 from forkpoint.adapters.codex.tool_patch import ApplyPatch
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.model import FreshObservation, RunContext, ToolCall
+from forkpoint.adapters.kit.shell import Runner
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.model import FreshObservation, RunContext, ToolCall
 from forkpoint.process import sanitized_env
 from forkpoint.sandbox import local_sandbox
 from forkpoint.sandbox.base import fresh_observation, rewrite_arguments
-from forkpoint.shell import Runner
 
 #: Tools Codex offers whose result cannot be re-created (a process session, an image, the web, the user, ...).
 NOT_REPLAYABLE = {

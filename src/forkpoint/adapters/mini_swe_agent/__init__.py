@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 from forkpoint.adapters.base import AdapterBase
 from forkpoint.adapters.mini_swe_agent.parse import AGENT, FORMAT_V1, FORMAT_V2, MiniNative, parse_trajectory
 from forkpoint.adapters.mini_swe_agent.spec import SPEC
-from forkpoint.errors import unsupported_version
-from forkpoint.model import FreshObservation, LaunchTarget, Mode, NativePrefix, Plan, RunContext, Trajectory
+from forkpoint.core.errors import unsupported_version
+from forkpoint.core.model import FreshObservation, LaunchTarget, Mode, NativePrefix, Plan, RunContext, Trajectory
 
 if TYPE_CHECKING:
     from forkpoint.adapters.base import ToolExecutor

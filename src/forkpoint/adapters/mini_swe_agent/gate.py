@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from forkpoint.bridge.protocols.openai_chat import ChatProfile, ExpectedChat
-from forkpoint.model import JsonObject
+from forkpoint.core.model import JsonObject
 
 
 def wire_message(message: JsonObject, major: int) -> JsonObject:

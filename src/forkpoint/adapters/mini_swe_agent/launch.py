@@ -1,4 +1,4 @@
-"""How the real mini-swe-agent continues from the rebuilt prefix (``MiniHooks`` for forkpoint.continuation).
+"""How the real mini-swe-agent continues from the rebuilt prefix (``MiniHooks`` for adapters.kit.continuation).
 
 The companion (in the verified venv) rebuilds the recording's agent with the model's ``api_base`` pointed at the
 bridge, seeds ``agent.messages`` with the rebuilt prefix, sets the model-call counter to the prefix's calls and
@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from forkpoint import continuation as shell
+from forkpoint.adapters.kit import continuation as shell
+from forkpoint.adapters.kit.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
 from forkpoint.adapters.mini_swe_agent.parse import AGENT, MiniNative, parse_trajectory
 from forkpoint.adapters.mini_swe_agent.runner import RunnerSession
-from forkpoint.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.fs import lstat_strict, read_sandbox_file
-from forkpoint.model import ActionSignature
-from forkpoint.results import write_atomic
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.fs import lstat_strict, read_sandbox_file
+from forkpoint.core.model import ActionSignature
+from forkpoint.core.results import write_atomic
 
 if TYPE_CHECKING:
     from forkpoint.bridge.server import BridgeSummary

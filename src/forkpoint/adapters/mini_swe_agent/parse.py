@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from forkpoint.adapters.source import read_trajectory
-from forkpoint.errors import ErrorKind, ReplayError, trajectory
-from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
-from forkpoint.model import ActionSignature, Batch, JsonObject, Observation, ToolCall, Trajectory
+from forkpoint.core.errors import ErrorKind, ReplayError, trajectory
+from forkpoint.core.fs import DEFAULT_MAX_INPUT_BYTES
+from forkpoint.core.model import ActionSignature, Batch, JsonObject, Observation, ToolCall, Trajectory
 
 AGENT = "mini-swe-agent"
 FORMAT_V1 = "mini-swe-agent-1"

@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from forkpoint.continuation import BRIDGE_KEY
-from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.adapters.kit.continuation import BRIDGE_KEY
+from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.process import ProcessResult, run_supervised, sanitized_env
 
 COMPANION = Path(__file__).with_name("companion.py")

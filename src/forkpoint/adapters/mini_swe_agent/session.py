@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from forkpoint.adapters.mini_swe_agent.parse import MiniNative
-from forkpoint.hashing import sha256_hex
-from forkpoint.model import FreshObservation, JsonObject, Plan
-from forkpoint.results import write_atomic
+from forkpoint.core.hashing import sha256_hex
+from forkpoint.core.model import FreshObservation, JsonObject, Plan
+from forkpoint.core.results import write_atomic
 
 
 def _native(plan: Plan[MiniNative]) -> MiniNative:

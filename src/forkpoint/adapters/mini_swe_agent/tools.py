@@ -16,8 +16,8 @@ from typing import Any
 
 from forkpoint.adapters.mini_swe_agent.parse import MiniNative, is_error_v1, is_error_v2
 from forkpoint.adapters.mini_swe_agent.runner import RunnerSession, companion_env
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.model import FreshObservation, Plan, RunContext, ToolCall
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.model import FreshObservation, Plan, RunContext, ToolCall
 
 #: added to the recorded environment timeout while waiting for one action's reply
 REPLY_MARGIN_S = 60.0

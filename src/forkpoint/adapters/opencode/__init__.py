@@ -11,9 +11,9 @@ from forkpoint.adapters.base import AdapterBase
 from forkpoint.adapters.opencode.parse import AGENT, parse_opencode
 from forkpoint.adapters.opencode.session import cut_export, native_of, write_export
 from forkpoint.adapters.opencode.spec import SPEC
-from forkpoint.errors import configuration, unsupported_version
-from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
-from forkpoint.model import FreshObservation, NativePrefix, Plan, RunContext, Trajectory
+from forkpoint.core.errors import configuration, unsupported_version
+from forkpoint.core.fs import DEFAULT_MAX_INPUT_BYTES
+from forkpoint.core.model import FreshObservation, NativePrefix, Plan, RunContext, Trajectory
 
 if TYPE_CHECKING:
     from forkpoint.adapters.base import ToolExecutor

@@ -9,7 +9,7 @@ is kept; interrupted tool parts are counted and reported.
 
 The agent could write its data dir: before SQLite opens anything, the database and each of its sidecar files
 (``-wal``, ``-shm``, ``-journal``) must be a regular file (or absent) reached without any symbolic link from
-the HOME (forkpoint.fs strict helpers), so a planted link or FIFO is refused instead of followed or hung on.
+the HOME (forkpoint.core.fs strict helpers), so a planted link or FIFO is refused instead of followed or hung on.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.fs import PlantedLinkError, lstat_strict, refused_as
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.fs import PlantedLinkError, lstat_strict, refused_as
 
 
 def database_path(home: Path) -> Path:

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from forkpoint.bridge.protocols.openai_chat import ExpectedChat, parsed_arguments
-from forkpoint.errors import configuration, trajectory, unsupported_version
-from forkpoint.hashing import count_text, sha256_hex
-from forkpoint.model import JsonObject
+from forkpoint.core.errors import configuration, trajectory, unsupported_version
+from forkpoint.core.hashing import count_text, sha256_hex
+from forkpoint.core.model import JsonObject
 
 MIN_NONCE_LENGTH = 16
 DATE_LINE = re.compile(r"Today's date: [^\n]*")

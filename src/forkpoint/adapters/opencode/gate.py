@@ -22,7 +22,7 @@ from forkpoint.adapters.opencode.envelope import (
     project_request_message,
 )
 from forkpoint.bridge.protocols.openai_chat import ChatProfile, Forbidden
-from forkpoint.model import JsonObject
+from forkpoint.core.model import JsonObject
 
 
 def nonce_message(text: str) -> JsonObject:

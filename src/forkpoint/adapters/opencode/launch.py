@@ -1,5 +1,5 @@
 """How the real ``opencode run --session`` continues the rebuilt session (``OpenCodeHooks`` for
-forkpoint.continuation).
+forkpoint.adapters.kit.continuation).
 
 1. ``opencode import <cut export>`` into a fresh private data dir (XDG_* under the run's state dir): the binary
    creates and migrates ``opencode.db`` itself and keeps the session id, title and ``permission``.
@@ -29,19 +29,19 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from forkpoint import continuation as shell
+from forkpoint.adapters.kit import continuation as shell
+from forkpoint.adapters.kit.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
+from forkpoint.adapters.kit.ids import check_id
 from forkpoint.adapters.opencode.database import Reconciled, database_path, reconcile
 from forkpoint.adapters.opencode.parse import parse_opencode
 from forkpoint.adapters.opencode.session import native_of
 from forkpoint.adapters.opencode.toolhost import opencode_env, provider_config, write_config
 from forkpoint.adapters.opencode.watchdog import DEFAULT_IDLE_S, StepWatch
-from forkpoint.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES, read_regular_file
-from forkpoint.ids import check_id
-from forkpoint.model import JsonObject, RunContext
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.fs import DEFAULT_MAX_INPUT_BYTES, read_regular_file
+from forkpoint.core.model import JsonObject, RunContext
+from forkpoint.core.results import write_atomic
 from forkpoint.process import run_supervised
-from forkpoint.results import write_atomic
 
 if TYPE_CHECKING:
     from forkpoint.bridge.server import BridgeSummary

@@ -31,11 +31,11 @@ from typing import Any, Literal
 
 import orjson
 
+from forkpoint.adapters.kit.ids import OPENCODE_SESSION, check_id
 from forkpoint.adapters.source import read_trajectory
-from forkpoint.errors import trajectory
-from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
-from forkpoint.ids import OPENCODE_SESSION, check_id
-from forkpoint.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
+from forkpoint.core.errors import trajectory
+from forkpoint.core.fs import DEFAULT_MAX_INPUT_BYTES
+from forkpoint.core.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
 
 AGENT = "opencode"
 TERMINAL = frozenset({"completed", "error"})
@@ -315,7 +315,7 @@ def _error_text(error: Any) -> str:
 
 def _check_ids(session: JsonObject, native: OcNative) -> str | None:
     """The session id names the prefix file and is ``opencode run --session`` / ``export``'s argument; message and
-    part ids are imported into OpenCode's store: each must be one safe name (see forkpoint.ids)."""
+    part ids are imported into OpenCode's store: each must be one safe name (see forkpoint.adapters.kit.ids)."""
     session_id = session.get("id")
     if session_id is not None:
         check_id(session_id, "session id", shape=OPENCODE_SESSION, shape_name="an OpenCode session id (ses_…)")

@@ -17,10 +17,10 @@ from typing import Any
 import orjson
 
 from forkpoint.adapters.opencode.parse import OcNative
-from forkpoint.errors import trajectory
-from forkpoint.hashing import sha256_hex
-from forkpoint.model import FreshObservation, JsonObject, Plan
-from forkpoint.results import write_atomic
+from forkpoint.core.errors import trajectory
+from forkpoint.core.hashing import sha256_hex
+from forkpoint.core.model import FreshObservation, JsonObject, Plan
+from forkpoint.core.results import write_atomic
 
 STATE_KEYS = ("status", "input", "output", "error", "metadata", "title", "time")
 

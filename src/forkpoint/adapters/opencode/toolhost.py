@@ -28,12 +28,12 @@ from aiohttp import web
 
 from forkpoint.bridge.protocols.openai_chat import chat_chunks, encode
 from forkpoint.bridge.upstream import stream_events
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.fs import refused_as, write_file_strict
-from forkpoint.loop_thread import LoopThread
-from forkpoint.loopback import LoopbackSite
-from forkpoint.model import JsonObject
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.fs import refused_as, write_file_strict
+from forkpoint.core.model import JsonObject
 from forkpoint.process import WATCH_TERMINATE, ProcessResult, run_supervised, sanitized_env
+from forkpoint.process.loop_thread import LoopThread
+from forkpoint.process.loopback import LoopbackSite
 
 PROVIDER = "forkpoint-tools"
 MODEL = "replay"

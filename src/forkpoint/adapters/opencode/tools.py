@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from forkpoint.adapters.opencode.toolhost import HostCall, ToolHost
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.model import FreshObservation, JsonObject, RunContext, ToolCall
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.model import FreshObservation, JsonObject, RunContext, ToolCall
 from forkpoint.sandbox.base import within
 
 PATH_ARGUMENTS = {"read": "filePath", "write": "filePath", "edit": "filePath", "glob": "path", "grep": "path",

@@ -14,8 +14,8 @@ from forkpoint.adapters.base import AdapterBase
 from forkpoint.adapters.openhands.parse import AGENT, parse_events
 from forkpoint.adapters.openhands.session import prefix_events, write_events
 from forkpoint.adapters.openhands.spec import SPEC
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.model import FreshObservation, NativePrefix, Plan, RunContext
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.model import FreshObservation, NativePrefix, Plan, RunContext
 
 if TYPE_CHECKING:
     from forkpoint.adapters.base import ToolExecutor

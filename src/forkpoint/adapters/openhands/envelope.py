@@ -21,10 +21,10 @@ from typing import Any
 
 import orjson
 
+from forkpoint.adapters.kit.jsondoc import as_object
 from forkpoint.adapters.openhands.format import model_text
 from forkpoint.adapters.openhands.parse import response_id
-from forkpoint.jsondoc import as_object
-from forkpoint.model import JsonObject
+from forkpoint.core.model import JsonObject
 
 
 class PrefixError(ValueError):

@@ -1,5 +1,5 @@
 """Run forkpoint's companion runner (runner.py) on the OpenHands runtime's Python: the only OpenHands I/O shell,
-and the continuation hooks (``OpenHandsHooks``) forkpoint.continuation runs it through.
+and the continuation hooks (``OpenHandsHooks``) forkpoint.adapters.kit.continuation runs it through.
 
 The runner is a file shipped inside forkpoint; it is started as ``<venv python> runner.py <request.json>`` through
 the run's sandbox (forkpoint's supervised process layer: deadline, output caps, no surviving descendants) with
@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from forkpoint import continuation as shell
-from forkpoint.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.fs import read_file_strict, read_sandbox_file, refused_as
-from forkpoint.ids import safe_file_stem
-from forkpoint.model import JsonObject, Plan, RunContext
+from forkpoint.adapters.kit import continuation as shell
+from forkpoint.adapters.kit.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
+from forkpoint.adapters.kit.ids import safe_file_stem
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.fs import read_file_strict, read_sandbox_file, refused_as
+from forkpoint.core.model import JsonObject, Plan, RunContext
+from forkpoint.core.results import write_atomic
 from forkpoint.process import ProcessResult, sanitized_env
-from forkpoint.results import write_atomic
 from forkpoint.sandbox import home_environment, local_sandbox, runtime_paths
 
 if TYPE_CHECKING:

@@ -24,11 +24,11 @@ from typing import Any
 
 import orjson
 
+from forkpoint.adapters.kit.jsondoc import as_object, as_text, load_json_document
 from forkpoint.adapters.openhands.format import model_text
-from forkpoint.errors import trajectory
-from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
-from forkpoint.jsondoc import as_object, as_text, load_json_document
-from forkpoint.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
+from forkpoint.core.errors import trajectory
+from forkpoint.core.fs import DEFAULT_MAX_INPUT_BYTES
+from forkpoint.core.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
 
 AGENT = "openhands"
 #: action types CodeActAgent emits for tool calls that the CLI runtime (or the controller) answers afresh

@@ -18,10 +18,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from forkpoint.adapters.openhands.parse import OpenHandsNative
-from forkpoint.errors import trajectory
-from forkpoint.hashing import sha256_hex
-from forkpoint.model import FreshObservation, JsonObject, Plan
-from forkpoint.results import write_atomic
+from forkpoint.core.errors import trajectory
+from forkpoint.core.hashing import sha256_hex
+from forkpoint.core.model import FreshObservation, JsonObject, Plan
+from forkpoint.core.results import write_atomic
 
 #: observation fields the fresh run decides; everything else (id, cause, tool_call_metadata...) is kept
 FRESH_FIELDS = ("observation", "content", "extras", "success", "message")

@@ -18,13 +18,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from forkpoint.adapters.kit.ids import safe_file_stem
 from forkpoint.adapters.openhands.format import model_text
 from forkpoint.adapters.openhands.launch import DEAD_LLM_URL, run_runner, work_dir
 from forkpoint.adapters.openhands.session import replay_input, replayed_action_count, write_events
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.fs import read_sandbox_file
-from forkpoint.ids import safe_file_stem
-from forkpoint.model import FreshObservation, JsonObject, Plan, RunContext, ToolCall
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.fs import read_sandbox_file
+from forkpoint.core.model import FreshObservation, JsonObject, Plan, RunContext, ToolCall
 
 REPLAY_TIMEOUT_S = 1800.0
 MAX_ITERATION_ERROR = "Agent reached maximum iteration"

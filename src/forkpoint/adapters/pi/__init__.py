@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 from forkpoint.adapters.base import AdapterBase
 from forkpoint.adapters.pi.parse import AGENT, parse_pi
 from forkpoint.adapters.pi.spec import SPEC, VERSION
-from forkpoint.errors import unsupported_version
-from forkpoint.model import FreshObservation, LaunchTarget, NativePrefix, Plan, RunContext, Trajectory
+from forkpoint.core.errors import unsupported_version
+from forkpoint.core.model import FreshObservation, LaunchTarget, NativePrefix, Plan, RunContext, Trajectory
 
 if TYPE_CHECKING:
     from forkpoint.adapters.base import ToolExecutor

@@ -23,7 +23,7 @@ from typing import Any
 
 from forkpoint.bridge.gate import Refusal
 from forkpoint.bridge.protocols.openai_chat import ChatProfile, ExpectedChat, parsed_arguments
-from forkpoint.model import JsonObject
+from forkpoint.core.model import JsonObject
 
 PROFILE_ID = "pi/0.83.0/openai-completions-sdk-v1"
 _REASONING_KEYS = ("reasoning_content", "reasoning", "reasoning_text")

@@ -1,5 +1,5 @@
 """How the real Pi 0.83.0 continues the rebuilt session through its SDK (the Node runner): ``PiHooks`` for
-forkpoint.continuation.
+forkpoint.adapters.kit.continuation.
 
 The rebuilt v3 session goes to ``<agent dir>/sessions/--<cwd>--/`` in an isolated agent dir under the state dir
 (``PI_CODING_AGENT_DIR``), with a ``models.json`` pointing the recorded provider/model at the bridge (Pi's
@@ -17,16 +17,16 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from forkpoint import continuation as shell
+from forkpoint.adapters.kit import continuation as shell
+from forkpoint.adapters.kit.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
 from forkpoint.adapters.pi.gate import expected_prefix
 from forkpoint.adapters.pi.parse import DEFAULT_TOOLS, PiNative, dumps, model_turns, parse_pi
 from forkpoint.adapters.pi.runtime import PiRuntime, from_entrypoint
 from forkpoint.adapters.pi.tools import _last_json_line, tool_environment
-from forkpoint.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
-from forkpoint.errors import ErrorKind, ReplayError, unsupported_version
-from forkpoint.fs import lstat_strict, make_dirs_strict, read_sandbox_file, refused_as
-from forkpoint.model import ActionSignature, JsonObject
-from forkpoint.results import write_atomic
+from forkpoint.core.errors import ErrorKind, ReplayError, unsupported_version
+from forkpoint.core.fs import lstat_strict, make_dirs_strict, read_sandbox_file, refused_as
+from forkpoint.core.model import ActionSignature, JsonObject
+from forkpoint.core.results import write_atomic
 
 if TYPE_CHECKING:
     from forkpoint.bridge.server import BridgeSummary
@@ -112,7 +112,7 @@ class PiHooks(AgentHooks[Installed]):
         rebuilt[0] = dumps({**orjson.loads(rebuilt[0]), "cwd": cwd})  # Pi runs at the workspace
         home = job.context.home
         target = agent_dir(home) / "sessions" / session_dir_name(cwd) / job.prefix.path.name
-        # Replayed tools could write the HOME: no link planted there is followed (forkpoint.fs strict helpers).
+        # Replayed tools could write the HOME: no link planted there is followed (forkpoint.core.fs strict helpers).
         shell.write_home_file(home, target, b"".join(line + b"\n" for line in rebuilt))
         shell.write_home_file(home, agent_dir(home) / "settings.json", orjson.dumps(SETTINGS))
         events_dir = job.context.state_dir / "pi-continue"

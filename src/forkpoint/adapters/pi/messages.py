@@ -11,8 +11,8 @@ from typing import Any
 
 import orjson
 
+from forkpoint.core.fs import split_lines
 from forkpoint.export.chat import Conversation, assistant, flatten, tool, tool_call, user
-from forkpoint.fs import split_lines
 
 
 def to_chat(data: bytes) -> Conversation:

@@ -27,12 +27,12 @@ from typing import Any
 
 import orjson
 
+from forkpoint.adapters.kit.ids import UUID, check_id
+from forkpoint.adapters.kit.jsondoc import load_jsonl_object
 from forkpoint.adapters.source import read_trajectory
-from forkpoint.errors import trajectory
-from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES, split_lines
-from forkpoint.ids import UUID, check_id
-from forkpoint.jsondoc import load_jsonl_object
-from forkpoint.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
+from forkpoint.core.errors import trajectory
+from forkpoint.core.fs import DEFAULT_MAX_INPUT_BYTES, split_lines
+from forkpoint.core.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
 
 AGENT = "pi"
 #: Pi 0.83.0's built-in tools in its registry order (createAllToolDefinitions); the first four are on by default

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forkpoint.adapters.pi.spec import NPM, VERSION
-from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.core.errors import ErrorKind, ReplayError
 
 PACKAGE = NPM.package
 NODE_BINARY = Path(NPM.node_binary or "")

@@ -16,9 +16,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from forkpoint.adapters.pi.parse import PiNative, dumps
-from forkpoint.hashing import sha256_hex
-from forkpoint.model import FreshObservation, JsonObject, Plan
-from forkpoint.results import write_atomic
+from forkpoint.core.hashing import sha256_hex
+from forkpoint.core.model import FreshObservation, JsonObject, Plan
+from forkpoint.core.results import write_atomic
 
 
 def prefix_messages(plan: Plan, fresh: Mapping[str, FreshObservation] | None) -> list[JsonObject]:

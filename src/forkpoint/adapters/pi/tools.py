@@ -21,8 +21,8 @@ import orjson
 
 from forkpoint.adapters.pi.parse import DEFAULT_TOOLS, PI_TOOLS, not_found_text
 from forkpoint.adapters.pi.runtime import PiRuntime
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.model import FreshObservation, RunContext, ToolCall
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.model import FreshObservation, RunContext, ToolCall
 from forkpoint.process import sanitized_env
 from forkpoint.sandbox import home_environment, local_sandbox
 

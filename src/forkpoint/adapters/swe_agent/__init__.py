@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from forkpoint.adapters.base import AdapterBase
+from forkpoint.adapters.kit.ids import safe_file_stem
 from forkpoint.adapters.swe_agent.parse import parse_traj
 from forkpoint.adapters.swe_agent.session import prefix_document, write_traj
 from forkpoint.adapters.swe_agent.spec import SPEC
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.ids import safe_file_stem
-from forkpoint.model import FreshObservation, LaunchTarget, NativePrefix, Plan, RunContext, Trajectory
-from forkpoint.reaper import die_with_parent_hook
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.model import FreshObservation, LaunchTarget, NativePrefix, Plan, RunContext, Trajectory
+from forkpoint.process.reaper import die_with_parent_hook
 
 if TYPE_CHECKING:
     from forkpoint.adapters.base import ToolExecutor

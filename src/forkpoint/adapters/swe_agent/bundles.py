@@ -14,8 +14,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from forkpoint.jsondoc import as_object
-from forkpoint.model import CallPolicy, JsonObject
+from forkpoint.adapters.kit.jsondoc import as_object
+from forkpoint.core.model import CallPolicy, JsonObject
 
 #: bundle directory name -> the commands forkpoint re-implements from it
 REIMPLEMENTED = {"edit_anthropic": ("str_replace_editor",), "review_on_submit_m": ("submit",)}

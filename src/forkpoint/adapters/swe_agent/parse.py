@@ -22,12 +22,12 @@ from typing import Any
 
 import orjson
 
+from forkpoint.adapters.kit.jsondoc import as_object, load_json_document
 from forkpoint.adapters.swe_agent.bundles import BundleSetup, bundle_setup, classify_bundle_call, ends_the_run
 from forkpoint.adapters.swe_agent.templates import ObservationTemplates, TemplateError
-from forkpoint.errors import trajectory, unsupported_version
-from forkpoint.fs import DEFAULT_MAX_INPUT_BYTES
-from forkpoint.jsondoc import as_object, load_json_document
-from forkpoint.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
+from forkpoint.core.errors import trajectory, unsupported_version
+from forkpoint.core.fs import DEFAULT_MAX_INPUT_BYTES
+from forkpoint.core.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
 
 AGENT = "swe-agent"
 DEFAULT_EXECUTION_TIMEOUT_S = 30.0

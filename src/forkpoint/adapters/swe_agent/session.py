@@ -16,12 +16,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from forkpoint.adapters.kit.jsondoc import as_object
 from forkpoint.adapters.swe_agent.parse import SweAgentNative
-from forkpoint.errors import trajectory
-from forkpoint.hashing import sha256_hex
-from forkpoint.jsondoc import as_object
-from forkpoint.model import FreshObservation, JsonObject, Plan
-from forkpoint.results import write_atomic
+from forkpoint.core.errors import trajectory
+from forkpoint.core.hashing import sha256_hex
+from forkpoint.core.model import FreshObservation, JsonObject, Plan
+from forkpoint.core.results import write_atomic
 
 END_OF_RUN_INFO = ("exit_status", "submission", "edited_files30", "edited_files50", "edited_files70")
 

@@ -35,15 +35,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from forkpoint.adapters.kit.shell import CommandSpec, Runner, run_command
 from forkpoint.adapters.swe_agent import bundle_tools
 from forkpoint.adapters.swe_agent.parse import SweAgentNative
 from forkpoint.adapters.swe_agent.templates import TemplateError, render
-from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.fs import NotRegularFileError, lstat_strict, read_sandbox_file, refused_as
-from forkpoint.model import FreshObservation, Plan, RunContext, ToolCall
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.fs import NotRegularFileError, lstat_strict, read_sandbox_file, refused_as
+from forkpoint.core.model import FreshObservation, Plan, RunContext, ToolCall
 from forkpoint.process import SUPERVISION_ENV, sanitized_env
 from forkpoint.sandbox import local_sandbox
-from forkpoint.shell import CommandSpec, Runner, run_command
 
 SHELL = "/bin/bash"
 KEEP_BYTES = 8 * 1024 * 1024

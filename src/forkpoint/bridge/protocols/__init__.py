@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from forkpoint.bridge.translate.retry import RetryPolicy
 from forkpoint.bridge.upstream import NO_RETRIES, Upstream
-from forkpoint.errors import ErrorKind, ReplayError
+from forkpoint.core.errors import ErrorKind, ReplayError
 
 if TYPE_CHECKING:  # the translators load only for a translating run
     from forkpoint.bridge.translate.pipeline import AgentProtocol

@@ -22,7 +22,7 @@ from forkpoint.bridge.upstream import (
     sse_event,
     stream_events,
 )
-from forkpoint.model import JsonObject
+from forkpoint.core.model import JsonObject
 
 PROTOCOL = "anthropic"
 

@@ -7,7 +7,7 @@ from typing import ClassVar
 from aiohttp import web
 
 from forkpoint.bridge.upstream import DROPPED_REQUEST_HEADERS, HttpUpstream
-from forkpoint.model import JsonObject
+from forkpoint.core.model import JsonObject
 
 #: credential-scoping headers of the agent's (dummy) identity: the upstream key's owner decides these
 DROPPED_OPENAI_REQUEST_HEADERS = DROPPED_REQUEST_HEADERS | {"openai-organization", "openai-project",

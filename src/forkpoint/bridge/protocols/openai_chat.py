@@ -39,8 +39,8 @@ from aiohttp import web
 from forkpoint.bridge.gate import PrefixGate, Refusal, Verdict, checked, nonce_position, open_request, refuse_nonce_in
 from forkpoint.bridge.protocols.openai import OpenAIUpstream, model_of
 from forkpoint.bridge.upstream import CHUNK, LocalStub, Sent, sse_event, stream_events
-from forkpoint.hashing import canonical_sha256, count_text
-from forkpoint.model import JsonObject
+from forkpoint.core.hashing import canonical_sha256, count_text
+from forkpoint.core.model import JsonObject
 
 PROTOCOL = "openai-chat"
 CREATED = 1767225600

@@ -13,7 +13,7 @@ from aiohttp import web
 
 from forkpoint.bridge.protocols.openai import OpenAIUpstream, model_of
 from forkpoint.bridge.upstream import CHUNK, LocalStub, Sent, pieces, sse_event, stream_events
-from forkpoint.model import JsonObject
+from forkpoint.core.model import JsonObject
 
 PROTOCOL = "openai-responses"
 CREATED = 1767225600

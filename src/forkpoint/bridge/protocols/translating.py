@@ -37,7 +37,7 @@ from forkpoint.bridge.upstream import (
     write_to_agent,
 )
 from forkpoint.bridge.usage_tap import usage_of
-from forkpoint.model import JsonObject
+from forkpoint.core.model import JsonObject
 
 #: the most of a non-streamed completion or an upstream error body the bridge reads
 MAX_ANSWER_BYTES = 64 * 1024 * 1024

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from forkpoint.bridge.translate.common import TranslationError, text_of
 from forkpoint.bridge.translate.sequencer import FAILED_FINISH, BlockSequencer, Event, Kind, ToolCall
 from forkpoint.bridge.translate.usage import Usage, from_chat, to_anthropic
-from forkpoint.model import JsonObject
+from forkpoint.core.model import JsonObject
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "function_call": "tool_use",
                 "content_filter": "refusal"}

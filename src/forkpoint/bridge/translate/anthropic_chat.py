@@ -33,7 +33,7 @@ from forkpoint.bridge.translate.common import (
     strict_system,
     text_of,
 )
-from forkpoint.model import JsonObject
+from forkpoint.core.model import JsonObject
 
 #: how a failed tool result reads on Chat, which has no error flag
 TOOL_ERROR_MARK = "[tool error]\n"

@@ -17,7 +17,7 @@ from typing import Literal
 
 from forkpoint.bridge.translate.common import DONE, Done, TranslationError, json_object
 from forkpoint.bridge.translate.usage import Usage, from_chat
-from forkpoint.model import JsonObject
+from forkpoint.core.model import JsonObject
 
 #: one SSE event larger than this is refused (a hostile or broken upstream must not grow the bridge's memory)
 MAX_EVENT_BYTES = 32 * 1024 * 1024

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from forkpoint.model import JsonObject
+from forkpoint.core.model import JsonObject
 
 #: the Chat Completions stream's end sentinel (``data: [DONE]``), fed to the stream translators as is
 DONE: Final = "[DONE]"

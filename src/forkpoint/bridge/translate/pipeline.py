@@ -22,7 +22,7 @@ from forkpoint.bridge.translate.responses_answer import ChatToResponsesStream, c
 from forkpoint.bridge.translate.responses_chat import responses_to_chat
 from forkpoint.bridge.translate.sampling import Change, SamplingPins, apply_pins
 from forkpoint.bridge.translate.usage import Usage
-from forkpoint.model import JsonObject
+from forkpoint.core.model import JsonObject
 
 AgentProtocol = Literal["anthropic", "openai-responses"]
 NO_PINS = SamplingPins()

@@ -26,7 +26,7 @@ from forkpoint.bridge.translate.common import DONE, TranslationError
 from forkpoint.bridge.translate.responses_chat import CUSTOM_INPUT
 from forkpoint.bridge.translate.sequencer import BlockSequencer, Event, Kind, ToolCall
 from forkpoint.bridge.translate.usage import to_responses
-from forkpoint.model import JsonObject
+from forkpoint.core.model import JsonObject
 
 INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 

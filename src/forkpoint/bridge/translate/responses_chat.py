@@ -37,7 +37,7 @@ from forkpoint.bridge.translate.common import (
     strict_system,
     text_of,
 )
-from forkpoint.model import JsonObject
+from forkpoint.core.model import JsonObject
 
 #: the one parameter of a custom (freeform) tool presented as a Chat function
 CUSTOM_INPUT = "input"

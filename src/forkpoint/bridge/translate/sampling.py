@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from forkpoint.model import JsonObject
+from forkpoint.core.model import JsonObject
 
 Protocol = Literal["anthropic", "openai-chat", "openai-responses"]
 MISSING = "<absent>"

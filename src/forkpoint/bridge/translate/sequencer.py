@@ -26,7 +26,7 @@ from forkpoint.bridge.translate.chat_stream import (
 )
 from forkpoint.bridge.translate.common import DONE, Done, TranslationError
 from forkpoint.bridge.translate.usage import Usage
-from forkpoint.model import JsonObject
+from forkpoint.core.model import JsonObject
 
 Event = tuple[str, JsonObject]
 Kind = Literal["text", "reasoning", "tool"]

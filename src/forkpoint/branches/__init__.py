@@ -1,0 +1,1 @@
+"""Replay once, branch K: snapshots, branch records, `forkpoint continue` and `forkpoint gc`."""

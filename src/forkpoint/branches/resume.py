@@ -1,0 +1,254 @@
+"""`forkpoint continue RUN_DIR`: more continuations from a replayed run's boundary snapshot, no tool re-run.
+
+The run dir says what was replayed (manifest.json: agent, version, source and its SHA-256, boundary; the rebuilt
+native prefix; result.json or branches.json: the state dir and the snapshot's recorded inventory hash). The
+trajectory is parsed again (it must still have the recorded SHA-256), the snapshot is checked against its hash
+(refused, exit 20, when it changed or is gone), and the branches run as in `replay --branches`. Without
+``--branches`` the planned branches that never started (a killed run) are run, each as it was planned (its recorded
+``--branch-*`` variant, its prompt given again: forkpoint.branches.records); with it, K new branches get ids after the
+existing ones and the given variants. A branch that started and has no outcome is reported ambiguous, never run
+again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from forkpoint.branches.branching import SNAPSHOT_SCHEMA
+from forkpoint.core.errors import ErrorKind, ReplayError, configuration
+from forkpoint.core.hashing import file_sha256
+from forkpoint.core.model import Mode, NativePrefix
+
+if TYPE_CHECKING:
+    from forkpoint.branches.branching import BranchRequest, BranchSetup, BranchVariants
+    from forkpoint.run.request import ReplayRequest
+
+
+@dataclass(frozen=True)
+class ContinueOptions:
+    branches: int | None = None
+    branch_prompts: tuple[str, ...] = ()
+    parallel: int | None = None
+    upstream: str | None = None
+    upstream_url: str | None = None
+    max_steps: int | None = None
+    agent_entrypoint: Path | None = None
+    #: ``--model``, the sampling pins, ``--upstream-retries`` and the ``--branch-*`` lists, by request key
+    model_choice: dict[str, Any] = field(default_factory=dict)
+    agent_version: str | None = None  # a verified cross-version pair (``--agent-version``)
+    record_tool_schemas: bool = False
+
+
+def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[str], None]) -> dict[str, Any]:
+    """Run the branches; returns branches.json as it is afterwards."""
+    from forkpoint.adapters import agent_spec, get_adapter
+    from forkpoint.branches.branching import BranchSetup, checked_snapshot, started
+    from forkpoint.branches.records import planned_branches, recorded_run_choice
+    from forkpoint.process import childenv
+    from forkpoint.run import plan as planning
+    from forkpoint.run.request import BRANCH_LISTS, build_request, continue_settings
+
+    manifest = _object(run_dir / "manifest.json", "manifest.json (is this a forkpoint run dir?)")
+    result = _object(run_dir / "result.json", None)
+    branches_doc = _object(run_dir / "branches.json", None)
+    if result.get("phase") == "prepared" or manifest.get("mode") == Mode.PREPARE_ONLY.value:
+        raise configuration("a prepare-only run replayed nothing: there is no boundary state to continue from")
+    try:  # documents a person may have edited: a wrong shape is a refusal, never a crash
+        metadata = dict(result.get("metadata") or {})
+        recorded_sandbox = dict(metadata.get("sandbox") or {})
+        snapshot_facts = dict(metadata.get("boundary_snapshot") or branches_doc.get("snapshot") or {})
+        state_dir = Path(str(result.get("state_dir") or branches_doc.get("state_dir") or ""))
+        agent = str(manifest["agent"]["name"])
+        source, source_sha256 = Path(str(manifest["source"]["path"])), str(manifest["source"]["sha256"])
+        after_step = int(manifest["boundary"]["after_step"])
+    except (KeyError, TypeError, ValueError) as error:
+        raise configuration(f"{run_dir}'s manifest.json, result.json or branches.json is not what forkpoint wrote "
+                            f"({type(error).__name__}: {error})") from None
+    if not snapshot_facts or not str(state_dir):
+        raise ReplayError(ErrorKind.WORKSPACE, f"{run_dir} kept no boundary snapshot (it was continued once without "
+                                               "--keep-snapshot, or replayed with --drop-snapshot)")
+    snapshot = checked_snapshot(state_dir, snapshot_facts.get("inventory_sha256"))
+    if not source.is_file() or file_sha256(source) != source_sha256:
+        raise ReplayError(ErrorKind.TRAJECTORY, f"the trajectory {source} is gone or no longer the replayed one "
+                                                "(SHA-256 differs)")
+    adapter = get_adapter(agent)
+    parsed = adapter.parse(source)
+    plan = planning.select_boundary(parsed, after_step, Mode.REPLAY_AND_CONTINUE,
+                                    adapter.profile_for(parsed))
+    prefix = _prefix(run_dir, result, branches_doc, metadata)
+    sandbox = str(branches_doc.get("sandbox") or recorded_sandbox.get("name") or "local")
+    workspace = Path(str(branches_doc.get("workspace") or recorded_sandbox.get("workspace") or parsed.cwd or "."))
+    # The --branch-* lists vary the new branches (--branches K); without it they can only restate the planned
+    # branches' recorded variants (branch_records checks that), so they are no part of the request.
+    run_choice = {key: value for key, value in options.model_choice.items()
+                  if options.branches or key not in BRANCH_LISTS}
+    # Branches a killed run planned and never started run under the run-level choice they were planned with.
+    rerun = [branch for branch in planned_branches(branches_doc or {"branches": []}, f"{run_dir}/branches.json")
+             if not started(state_dir, branch.index)]
+    run_choice.update(recorded_run_choice(rerun, run_choice))
+    request = build_request({
+        "agent": agent, "trajectory": str(source), "after_step": plan.after_step, "workspace": str(workspace),
+        "upstream": options.upstream, "upstream_url": options.upstream_url, "max_steps": options.max_steps,
+        "agent_entrypoint": str(options.agent_entrypoint) if options.agent_entrypoint else None,
+        "sandbox": sandbox, "branches": options.branches or 1, **run_choice,
+        "record_tool_schemas": options.record_tool_schemas}, source="continue")
+    from forkpoint.runtimes import continued_by
+
+    launch = adapter.prepare_launch(continued_by(parsed, options.agent_version), options.agent_entrypoint)
+    setup = BranchSetup(adapter=adapter, plan=plan, prefix=prefix,
+                        settings=continue_settings(request, agent_spec(agent), launch, plan), workspace=workspace,
+                        state_dir=state_dir, output_dir=run_dir, session_id=prefix.session_id, sandbox_name=sandbox,
+                        recorded_cwd=parsed.cwd, snapshot=snapshot)
+    # Like a replay, every child gets the run's own TMPDIR (removed at the end; a killed run's is replaced).
+    with childenv.passing(childenv.resolve(request.env, os.environ).values, temp_dir=state_dir / "tmp"):
+        return _run_planned(setup, run_dir, options, request, snapshot_facts, plan.after_step, report)
+
+
+def _run_planned(setup: BranchSetup, run_dir: Path, options: ContinueOptions, request: ReplayRequest,
+                 snapshot_facts: dict[str, Any], after_step: int, report: Callable[[str], None]) -> dict[str, Any]:
+    """Finish the branches a killed run left (each as it was planned), then run the new ones asked for; every
+    refusal comes before any branch runs."""
+    from forkpoint.branches.branching import (
+        BranchRequest,
+        branch_variants,
+        next_index,
+        plan_branches,
+        run_branches,
+        started,
+    )
+    from forkpoint.branches.records import planned_branches, resume_request
+
+    planned = planned_branches(_object(run_dir / "branches.json", None) or {"branches": []},
+                               f"{run_dir}/branches.json")
+    if not planned and not options.branches:
+        raise configuration("nothing to do: every planned branch has run; ask for more with --branches K")
+    resume = resume_request(planned, {b.index for b in planned if started(setup.state_dir, b.index)},
+                            options.branch_prompts, _given_variants(options), adds_branches=bool(options.branches),
+                            parallel=options.parallel or 1) if planned else None
+    if resume is not None:
+        check_recorded_pins(resume, request)
+    more = BranchRequest.of(options.branches, list(options.branch_prompts), options.parallel,
+                            first_index=next_index(run_dir), variants=branch_variants(request)) \
+        if options.branches else None
+    if resume is not None:
+        report(f"finishing {resume.count} planned branch(es): {', '.join(map(str, resume.indices))}")
+        run_branches(setup, resume, report)
+    if more is not None:
+        plan_branches(setup, more, snapshot_facts)
+        report(f"branches {more.indices.start}..{more.indices.stop - 1} from the boundary after batch "
+               f"{after_step}")
+        return run_branches(setup, more, report)
+    return _object(run_dir / "branches.json", "branches.json")
+
+
+def _given_variants(options: ContinueOptions) -> BranchVariants:
+    from forkpoint.branches.branching import BranchVariants
+
+    choice = options.model_choice
+    return BranchVariants(tuple(choice.get("branch_models") or ()), tuple(choice.get("branch_seeds") or ()),
+                          tuple(float(value) for value in choice.get("branch_temperatures") or ()))
+
+
+def check_recorded_pins(resume: BranchRequest, request: ReplayRequest) -> None:
+    """The recorded variants must still be something the protocol leaving the bridge can carry (a seed recorded
+    for a Chat run is refused when this continue goes through Anthropic Messages), checked before anything runs."""
+    import dataclasses
+
+    from forkpoint.adapters import agent_spec
+    from forkpoint.adapters.kit.continuation import outgoing_protocol
+    from forkpoint.run.request import all_pins, check_pins
+
+    variants = [resume.variant(index) for index in resume.indices]
+    models = [v.model for v in variants if v.model is not None]
+    seeds = [v.seed for v in variants if v.seed is not None]
+    temperatures = [v.temperature for v in variants if v.temperature is not None]
+    if not (models or seeds or temperatures):
+        return
+    protocol = outgoing_protocol(agent_spec(request.agent).protocol, request.upstream)
+    recorded = dataclasses.replace(request, branch_models=models, branch_seeds=seeds,
+                                   branch_temperatures=temperatures)
+    for pins in all_pins(recorded):
+        check_pins(pins, protocol)
+
+
+def _prefix(run_dir: Path, result: dict[str, Any], branches: dict[str, Any], metadata: dict[str, Any]) -> NativePrefix:
+    """The rebuilt prefix as the replay described it (branches.json, else result.json's artifact), unchanged."""
+    try:
+        facts = dict(branches.get("prefix") or next(
+            ({"name": Path(str(a["path"])).name, "format": a["format"], "session_id": metadata.get("native_session_id"),
+              "sha256": metadata.get("native_prefix_sha256")}
+             for a in result.get("artifacts") or [] if isinstance(a, dict) and a.get("role") == "native_prefix"), {}))
+        name, sha256, native_format = Path(str(facts["name"])).name, str(facts["sha256"]), str(facts["format"])
+    except (KeyError, TypeError, ValueError):
+        raise ReplayError(ErrorKind.TRAJECTORY, f"{run_dir} does not describe its native prefix") from None
+    path = run_dir / "native" / "prefix" / name
+    if not path.is_file() or path.is_symlink() or file_sha256(path) != sha256:
+        raise ReplayError(ErrorKind.WORKSPACE, f"the native prefix {path} is gone or changed since the replay")
+    session_id = facts.get("session_id")
+    return NativePrefix(path=path, format=native_format, sha256=sha256,
+                        session_id=None if session_id is None else str(session_id))
+
+
+#: the most of a run document (manifest, result, branches, snapshot description) ``continue`` and ``gc`` read
+MAX_RUN_DOCUMENT_BYTES = 64 * 1024 * 1024
+
+
+def _object(path: Path, required: str | None) -> dict[str, Any]:
+    """A JSON-object document of the run dir, read bounded; ``{}`` when it is absent and not ``required``."""
+    from forkpoint.core.fs import InputChangedError, InputTooLargeError, NotRegularFileError, read_bounded_input
+
+    try:
+        value = json.loads(read_bounded_input(path, MAX_RUN_DOCUMENT_BYTES))
+    except FileNotFoundError:
+        if required:
+            raise configuration(f"{path.parent} has no {required}") from None
+        return {}
+    except (OSError, ValueError, InputTooLargeError, InputChangedError, NotRegularFileError) as error:
+        raise configuration(f"{path} is unreadable: {error}") from None
+    if not isinstance(value, dict):
+        raise configuration(f"{path} is not a JSON object")
+    return value
+
+
+def collect_snapshots(run_dir: Path, *, dry_run: bool = False) -> dict[str, Any]:
+    """`forkpoint gc RUN_DIR`: remove the run's boundary snapshot and its branches' workspace copies (what
+    `forkpoint continue` would branch from); returns what was (or, with ``dry_run``, would be) freed."""
+    import os
+    import shutil
+
+    result = _object(run_dir / "result.json", None)
+    branches = _object(run_dir / "branches.json", None)
+    state = result.get("state_dir") or branches.get("state_dir")
+    if not state:
+        raise configuration(f"{run_dir} is not a forkpoint run dir (no result.json or branches.json naming its state)")
+    state_dir = Path(str(state))
+    # The run dir names its state dir: remove only what forkpoint itself made there (a snapshot that carries its
+    # description, branch folders with their journal), never a folder a crafted result.json points at.
+    snapshot = state_dir / "snapshot"
+    description = _object(snapshot / "snapshot.json", None) if _plain_dir(snapshot) else {}
+    targets = [snapshot] if description.get("schema_version") == SNAPSHOT_SCHEMA \
+        else []
+    targets += [path for path in sorted((state_dir / "branches").glob("*/workspace"))
+                if path.parent.name.isdigit() and (path.parent / "journal.jsonl").is_file()]
+    found = [path for path in targets if _plain_dir(path)]
+    freed = 0
+    for path in found:
+        for root, _dirs, files in os.walk(path):
+            for name in files:
+                try:
+                    freed += os.lstat(os.path.join(root, name)).st_blocks * 512
+                except OSError:
+                    continue
+        if not dry_run:
+            shutil.rmtree(path)
+    return {"run_dir": str(run_dir), "removed": [str(path) for path in found], "bytes": freed,
+            "dry_run": dry_run}
+
+
+def _plain_dir(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink() and not any(p.is_symlink() for p in path.parents)

@@ -1,0 +1,1 @@
+"""The shared data types, errors, hashing and strict file-system helpers every layer uses."""

@@ -1,0 +1,133 @@
+"""Fresh vs historical observations, and the first live action vs the original next action (pure)."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from typing import Any
+
+from forkpoint.core.model import ActionSignature, Observation, observation_text
+
+NEXT_ACTION_SCHEMA = "forkpoint.next-action/v1"
+#: bounds of what observations.json keeps of each observation's text, and of a diverging call's unified diff
+PREVIEW_CHARS = 4096
+DIFF_MAX_LINES = 200
+DIFF_INPUT_LINES = 2000
+
+
+def similarity(a: str, b: str) -> float:
+    """difflib ratio on whitespace-normalised text (1.0 for two empty strings)."""
+    return difflib.SequenceMatcher(None, _normalise(a), _normalise(b)).ratio()
+
+
+def _normalise(text: str) -> str:
+    return " ".join(text.split())
+
+
+def observation_entry(
+    call_id: str,
+    name: str,
+    batch: int,
+    historical: Observation | None,
+    fresh_content: Any,
+    fresh_is_error: bool,
+    *,
+    truncated: bool = False,
+    stale_reused: bool = False,
+    normalise: Callable[[Any], Any] | None = None,
+) -> dict[str, Any]:
+    """One row of observations.json. ``exact`` means the same content AND the same error flag.
+
+    ``normalise`` masks the adapter's documented volatile parts (e.g. a persisted-output file path) on
+    both sides before comparing; ``normalised`` says whether it changed anything.
+    """
+    historical_text = historical.text if historical else ""
+    fresh_text = observation_text(fresh_content)
+    raw_equal = historical is not None and historical.content == fresh_content
+    equal = raw_equal
+    if not raw_equal and historical is not None and normalise is not None:
+        equal = normalise(historical.content) == normalise(fresh_content)
+    exact = historical is not None and not stale_reused and equal and historical.is_error == fresh_is_error
+    return {
+        "id": call_id,
+        "name": name,
+        "batch": batch,
+        "exact": exact,
+        "similarity": round(similarity(historical_text, fresh_text), 6),
+        "historical_bytes": len(historical_text.encode("utf-8")),
+        "fresh_bytes": len(fresh_text.encode("utf-8")),
+        "historical_is_error": historical.is_error if historical else None,
+        "fresh_is_error": fresh_is_error,
+        "truncated": truncated,
+        "stale_reused": stale_reused,
+        "normalised": equal and not raw_equal,
+        "historical_preview": preview(historical_text),
+        "fresh_preview": preview(fresh_text),
+        # also for a call equal only after normalisation: the diff shows the masked volatile parts
+        "diff": None if raw_equal or historical is None or stale_reused else unified_diff(historical_text, fresh_text),
+    }
+
+
+def preview(text: str) -> dict[str, Any]:
+    """The head of an observation's text (``PREVIEW_CHARS`` at most) and whether it was cut."""
+    return {"text": text[:PREVIEW_CHARS], "truncated": len(text) > PREVIEW_CHARS}
+
+
+def unified_diff(historical: str, fresh: str) -> dict[str, Any]:
+    """A bounded unified diff (historical -> fresh): the first ``DIFF_INPUT_LINES`` lines of each side are compared
+    (difflib is quadratic at worst) and at most ``DIFF_MAX_LINES`` diff lines kept; ``truncated`` says if cut."""
+    old, new = historical.splitlines(), fresh.splitlines()
+    cut = len(old) > DIFF_INPUT_LINES or len(new) > DIFF_INPUT_LINES
+    lines = list(difflib.unified_diff(old[:DIFF_INPUT_LINES], new[:DIFF_INPUT_LINES], "historical", "fresh",
+                                      lineterm="", n=2))
+    if not lines and historical != fresh:  # same lines, other line endings or a final newline
+        lines = ["--- historical", "+++ fresh", f"@@ the texts differ only in line endings or trailing newline "
+                 f"({historical[-1:]!r} vs {fresh[-1:]!r}) @@"]
+    return {"lines": lines[:DIFF_MAX_LINES], "truncated": cut or len(lines) > DIFF_MAX_LINES}
+
+
+def _text_metrics(original: str, replayed: str, label: str) -> dict[str, Any]:
+    original_present = bool(_normalise(original))
+    replayed_present = bool(_normalise(replayed))
+    if not original_present and not replayed_present:
+        status, exact, ratio = "not_applicable_both_empty", None, None
+    elif not original_present:
+        status, exact, ratio = "original_empty", False, 0.0
+    elif not replayed_present:
+        status, exact, ratio = "replayed_empty", False, 0.0
+    else:
+        status, exact, ratio = "comparable", original == replayed, round(similarity(original, replayed), 6)
+    return {
+        f"original_{label}_present": original_present,
+        f"replayed_{label}_present": replayed_present,
+        f"{label}_comparison_status": status,
+        f"{label}_exact": exact,
+        f"{label}_similarity": ratio,
+    }
+
+
+def next_action_document(
+    original: ActionSignature | None,
+    replayed: ActionSignature | None,
+    *,
+    input_condition: str,
+) -> dict[str, Any]:
+    """next-action.json: informational, never gating (the model may legitimately act differently)."""
+    metrics: dict[str, Any] = {}
+    if original is not None and replayed is not None:
+        metrics.update(_text_metrics(original.text, replayed.text, "text"))
+        metrics.update(_text_metrics(original.reasoning, replayed.reasoning, "reasoning"))
+        same_count = len(original.tools) == len(replayed.tools)
+        pairs = list(zip(original.tools, replayed.tools, strict=False))
+        metrics["tool_count_equal"] = same_count
+        metrics["ordered_tool_names_equal"] = same_count and all(a[0] == b[0] for a, b in pairs)
+        metrics["tool_arguments_equal"] = same_count and all(a[1] == b[1] for a, b in pairs)
+        metrics["same_tool_calls"] = metrics["ordered_tool_names_equal"] and metrics["tool_arguments_equal"]
+    return {
+        "schema_version": NEXT_ACTION_SCHEMA,
+        "original": original.to_json() if original else None,
+        "replayed": replayed.to_json() if replayed else None,
+        "metrics": metrics,
+        "gating": False,
+        "input_condition": input_condition,
+    }

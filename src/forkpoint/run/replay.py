@@ -1,0 +1,106 @@
+"""Re-run the tool calls of batches 1..N, journaling before and after each call (the side-effect receipts).
+
+A call whose observation cannot be refreshed is never executed: its recorded observation is reused and
+marked ``stale_reused`` (the plan already refused it unless --allow-stale-observations was given).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from forkpoint.adapters.base import ToolExecutor
+from forkpoint.core.errors import ReplayError
+from forkpoint.core.model import CallPolicy, FreshObservation, Plan, ToolCall
+from forkpoint.run.compare import observation_entry
+from forkpoint.run.journal import Journal
+
+
+@dataclass
+class ReplayOutcome:
+    fresh: dict[str, FreshObservation] = field(default_factory=dict)
+    comparisons: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def executed(self) -> int:
+        return sum(1 for observation in self.fresh.values() if not observation.stale_reused)
+
+    @property
+    def stale_reused(self) -> list[str]:
+        return [call_id for call_id, observation in self.fresh.items() if observation.stale_reused]
+
+    @property
+    def exact(self) -> int:
+        return sum(1 for row in self.comparisons if row["exact"])
+
+
+def replay_batches(
+    plan: Plan,
+    executor: ToolExecutor,
+    journal: Journal,
+    progress: Callable[[str], None],
+    normalise: Callable[[Any], Any] | None = None,
+) -> ReplayOutcome:
+    outcome = ReplayOutcome()
+    total = len(plan.calls)
+    done = 0
+    for batch in plan.batches:
+        journal.append("batch_started", sync=False, batch=batch.ordinal)
+        for call in batch.calls:
+            done += 1
+            progress(f"[{done}/{total}] batch {batch.ordinal}: {call.name} {_short(call)}")
+            fresh = _reuse(call) if call.policy is not CallPolicy.FRESH else _execute(batch.ordinal, call, executor,
+                                                                                      journal)
+            outcome.fresh[call.call_id] = fresh
+            outcome.comparisons.append(
+                observation_entry(
+                    call.call_id,
+                    call.name,
+                    batch.ordinal,
+                    call.historical,
+                    fresh.content,
+                    fresh.is_error,
+                    truncated=fresh.truncated,
+                    stale_reused=fresh.stale_reused,
+                    normalise=normalise,
+                )
+            )
+        journal.append("batch_committed", sync=False, batch=batch.ordinal)
+    return outcome
+
+
+def _execute(batch: int, call: ToolCall, executor: ToolExecutor, journal: Journal) -> FreshObservation:
+    journal.append("tool_started", batch=batch, call_id=call.call_id, tool=call.name)
+    started = time.monotonic()
+    try:
+        fresh = executor.run(call)
+    except ReplayError as error:
+        if error.before_effect:
+            journal.append("tool_finished", sync=False, batch=batch, call_id=call.call_id, refused=True, is_error=True,
+                           return_code=None, duration_ms=int((time.monotonic() - started) * 1000))
+        raise
+    journal.append(
+        "tool_finished",
+        sync=False,  # follows the effect: made durable by the next tool_started (see forkpoint.run.journal)
+        batch=batch,
+        call_id=call.call_id,
+        is_error=fresh.is_error,
+        return_code=fresh.return_code,
+        truncated=fresh.truncated,
+        duration_ms=int((time.monotonic() - started) * 1000),
+    )
+    return fresh
+
+
+def _reuse(call: ToolCall) -> FreshObservation:
+    historical = call.historical
+    assert historical is not None  # only complete batches are selectable
+    return FreshObservation(call.call_id, historical.content, historical.is_error, stale_reused=True)
+
+
+def _short(call: ToolCall) -> str:
+    from forkpoint.run.inspection import short_input
+
+    return short_input(call.arguments)

@@ -1,0 +1,82 @@
+"""Similarity and next-action metrics (pure)."""
+
+from __future__ import annotations
+
+from forkpoint.core.model import ActionSignature, Observation
+from forkpoint.run.compare import next_action_document, observation_entry, similarity
+
+
+def test_similarity_matches_difflib_vectors() -> None:
+    assert similarity("", "") == 1.0
+    assert similarity("abcd", "abxd") == 0.75
+    assert similarity("abc", "abc") == 1.0
+
+
+def test_observation_exactness_needs_content_and_error_flag() -> None:
+    historical = Observation("out\n", is_error=False)
+    assert observation_entry("t", "Bash", 1, historical, "out\n", False)["exact"] is True
+    assert observation_entry("t", "Bash", 1, historical, "out\n", True)["exact"] is False
+    row = observation_entry("t", "Bash", 1, historical, "other\n", False)
+    assert row["exact"] is False and 0 < row["similarity"] < 1
+    assert row["historical_bytes"] == 4 and row["fresh_bytes"] == 6
+    assert observation_entry("t", "Agent", 1, historical, "out\n", False, stale_reused=True)["exact"] is False
+
+
+def test_next_action_metrics() -> None:
+    original = ActionSignature("inspect\r\n file", "", (("Bash", {"command": "ls"}),))
+    replayed = ActionSignature("inspect file", "", (("Bash", {"command": "ls"}),))
+    metrics = next_action_document(original, replayed, input_condition="replayed_boundary_only")["metrics"]
+    assert metrics["text_exact"] is False and metrics["text_similarity"] == 1.0
+    assert metrics["text_comparison_status"] == "comparable"
+    assert metrics["reasoning_comparison_status"] == "not_applicable_both_empty"
+    assert metrics["reasoning_similarity"] is None
+    assert metrics["same_tool_calls"] is True
+
+    blank = ActionSignature("  ", "", ())
+    metrics = next_action_document(blank, blank, input_condition="x")["metrics"]
+    assert metrics["text_comparison_status"] == "not_applicable_both_empty" and metrics["text_exact"] is None
+
+    other = ActionSignature("", "thought a", (("Read", {"file_path": "a"}),))
+    mine = ActionSignature("", "thought b", (("Bash", {"command": "a"}),))
+    metrics = next_action_document(other, mine, input_condition="x")["metrics"]
+    assert metrics["reasoning_comparison_status"] == "comparable" and metrics["reasoning_similarity"] > 0
+    assert metrics["ordered_tool_names_equal"] is False and metrics["tool_count_equal"] is True
+
+
+def test_normalisation_masks_only_what_the_adapter_documents() -> None:
+    historical = Observation("saved to /home/a/x1.txt")
+    mask = lambda text: text.rsplit("/", 1)[0]  # noqa: E731 - a tiny stand-in for an adapter's normaliser
+    row = observation_entry("t", "Bash", 1, historical, "saved to /home/a/y2.txt", False, normalise=mask)
+    assert row["exact"] is True and row["normalised"] is True
+    row = observation_entry("t", "Bash", 1, historical, "saved to /home/b/y2.txt", False, normalise=mask)
+    assert row["exact"] is False and row["normalised"] is False
+    assert observation_entry("t", "Bash", 1, historical, historical.content, False)["normalised"] is False
+
+
+def test_a_diverging_call_keeps_bounded_previews_and_a_bounded_unified_diff() -> None:
+    from forkpoint.run.compare import DIFF_MAX_LINES, PREVIEW_CHARS
+
+    historical = Observation("line a\nline b\nline c\n")
+    row = observation_entry("t", "Bash", 1, historical, "line a\nline B\nline c\n", False)
+    assert row["diff"]["lines"] == ["--- historical", "+++ fresh", "@@ -1,3 +1,3 @@", " line a", "-line b",
+                                    "+line B", " line c"]
+    assert row["diff"]["truncated"] is False
+    assert row["historical_preview"] == {"text": "line a\nline b\nline c\n", "truncated": False}
+    assert observation_entry("t", "Bash", 1, historical, "line a\nline b\nline c\n", False)["diff"] is None
+    big_old = "".join(f"{i}\n" for i in range(5000))
+    big_new = "".join(f"{i * 2}\n" for i in range(5000))
+    row = observation_entry("t", "Bash", 1, Observation(big_old), big_new, False)
+    assert len(row["diff"]["lines"]) == DIFF_MAX_LINES and row["diff"]["truncated"] is True
+    assert len(row["fresh_preview"]["text"]) == PREVIEW_CHARS and row["fresh_preview"]["truncated"] is True
+    endings = observation_entry("t", "Bash", 1, Observation("x\n"), "x", False)["diff"]
+    assert endings is not None and "line endings or trailing newline" in endings["lines"][-1]
+
+
+def test_a_call_equal_after_normalisation_shows_the_masked_difference() -> None:
+    def mask(content: object) -> object:
+        return str(content).replace("/home/a/", "/home/X/").replace("/home/b/", "/home/X/")
+
+    row = observation_entry("t", "Bash", 1, Observation("saved to /home/a/y.txt"), "saved to /home/b/y.txt", False,
+                            normalise=mask)
+    assert row["exact"] is True and row["normalised"] is True
+    assert "-saved to /home/a/y.txt" in row["diff"]["lines"] and "+saved to /home/b/y.txt" in row["diff"]["lines"]

@@ -1,0 +1,235 @@
+"""The pipeline contract: refusals before allocation, exclusive outputs, journal, prepare-only outputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import orjson
+import pytest
+
+from forkpoint.run.engine import execute
+from forkpoint.run.journal import Journal
+from forkpoint.run.request import ReplayRequest, build_request
+from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, simple_session, text, tool_use
+
+SECRET_PROMPT = "please look at the failing test again"
+
+
+@pytest.fixture()
+def layout(tmp_path: Path) -> dict[str, Path]:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "keep.txt").write_text("untouched\n")
+    trajectory = simple_session(3).write(tmp_path / "session.jsonl")
+    return {"root": tmp_path, "workspace": workspace, "trajectory": trajectory,
+            "state": tmp_path / "state", "output": tmp_path / "out"}
+
+
+def _request(layout: dict[str, Path], **overrides: object) -> ReplayRequest:
+    values: dict[str, object] = {
+        "agent": "claude-code",
+        "trajectory": str(layout["trajectory"]),
+        "after_step": 2,
+        "workspace": str(layout["workspace"]),
+        "state_dir": str(layout["state"]),
+        "output_dir": str(layout["output"]),
+        "run_id": "run-1",
+        "prepare_only": True,
+    }
+    values.update(overrides)
+    return build_request(values, source="test")
+
+
+def test_prepare_only_writes_the_contract_outputs(layout: dict[str, Path]) -> None:
+    source_before = layout["trajectory"].read_bytes()
+    result = execute(_request(layout, boundary_user_prompt=SECRET_PROMPT))
+    assert result.failure is None and result.exit_code == 0
+    assert (result.phase, result.quality, result.agent_status) == ("prepared", "verified", "not_started")
+    assert result.replayed_tool_calls == 0 and result.after_step == 2 and result.prefix_model_turns == 2
+    out = layout["output"] / "run-1"
+    for name in ("result.json", "manifest.json", "replay-summary.json", "replay-events.jsonl"):
+        assert (out / name).is_file(), name
+    prefix = out / "native" / "prefix" / "session-1.jsonl"
+    lines = prefix.read_bytes().splitlines()
+    source_lines = source_before.splitlines()
+    assert lines == source_lines[:7]  # task + 2 x (text, tool_use, result): original bytes, nothing else
+    assert orjson.loads(lines[-1])["message"]["content"][0]["content"] == "2\n"
+    # Nothing ran and nothing changed.
+    assert layout["trajectory"].read_bytes() == source_before
+    assert sorted(p.name for p in layout["workspace"].iterdir()) == ["keep.txt"]
+    document = json.loads((out / "result.json").read_text())
+    assert document["schema_version"] == "forkpoint.result/v1"
+    assert document["metadata"]["source_sha256"] == result.metadata["source_sha256"]
+    assert document["metadata"]["boundary_user_prompt"]["requested"] is True
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [b["ordinal"] for b in manifest["batches"]] == [1, 2]
+    assert manifest["batches"][1]["tool_calls"][0]["arguments"] == {"command": "echo 2"}
+    events = [json.loads(line) for line in (out / "replay-events.jsonl").read_text().splitlines()[1:]]
+    assert [e["event"] for e in events] == ["run_started", "plan_validated", "session_prepared", "run_finished"]
+    roles = [a.role for a in result.artifacts]
+    assert roles == ["playback_plan", "replay_events", "replay_summary", "native_prefix"]
+    # The boundary prompt text is never persisted: only its flag, length and hash.
+    for path in [*out.rglob("*"), *layout["state"].rglob("*")]:
+        if path.is_file():
+            assert SECRET_PROMPT.encode() not in path.read_bytes(), path
+
+
+@pytest.mark.parametrize(
+    ("overrides", "category", "exit_code"),
+    [
+        ({"after_step": 9}, "trajectory_error", 10),
+        ({"workspace": "/nonexistent/ws"}, "workspace_error", 20),
+        ({"trajectory": "/nonexistent/t.jsonl"}, "configuration_error", 2),
+        ({"agent": "pi"}, "trajectory_error", 10),  # a Claude session is not a Pi recording
+        ({"agent": "codex"}, "trajectory_error", 10),
+    ],
+)
+def test_refusals_before_allocation_consume_no_output(
+    layout: dict[str, Path], overrides: dict[str, object], category: str, exit_code: int
+) -> None:
+    result = execute(_request(layout, **overrides))
+    assert result.failure is not None
+    assert (result.failure.category, result.exit_code) == (category, exit_code)
+    assert result.phase is None
+    assert result.output_dir == str(layout["output"] / "run-1")
+    assert not (layout["output"] / "run-1").exists()
+
+
+def test_unverified_recording_version_is_refused(layout: dict[str, Path]) -> None:
+    simple_session(2, version="2.0.1").write(layout["trajectory"])
+    result = execute(_request(layout))
+    assert result.failure is not None and result.failure.category == "unsupported_version"
+    assert result.exit_code == 11 and "2.0.1" in result.failure.message
+
+
+def test_output_directory_is_never_reused(layout: dict[str, Path]) -> None:
+    assert execute(_request(layout)).exit_code == 0
+    marker = layout["output"] / "run-1" / "result.json"
+    before = marker.read_bytes()
+    again = execute(_request(layout))
+    assert again.failure is not None and again.failure.category == "executor_error"
+    assert "already exists" in again.failure.message
+    assert marker.read_bytes() == before
+
+
+def test_an_uncertain_started_call_in_the_state_is_ambiguous(layout: dict[str, Path]) -> None:
+    with Journal.open(layout["state"] / "run-1") as journal:
+        journal.append("run_started", run_id="run-1")
+        journal.append("tool_started", batch=1, call_id="toolu_x", tool="Bash")
+    result = execute(_request(layout))
+    assert result.failure is not None
+    assert (result.failure.category, result.exit_code) == ("ambiguous_execution", 31)
+    assert "toolu_x" in result.failure.message
+    assert not (layout["output"] / "run-1").exists()
+
+
+def test_step_budget_is_checked_before_anything_runs(layout: dict[str, Path]) -> None:
+    result = execute(_request(layout, prepare_only=None, replay_only=True, max_steps=1))
+    assert result.failure is not None and result.exit_code == 2
+    assert "smaller than the selected replay prefix of 2 steps" in result.failure.message
+    assert not (layout["output"] / "run-1").exists()
+
+
+def test_a_run_id_whose_calls_already_ran_is_not_replayed_again(tmp_path: Path) -> None:
+    """Reusing a state dir after tools ran would repeat their effects: refused (31), nothing runs."""
+    from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, text, tool_use
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    builder = ClaudeSessionBuilder(cwd=str(workspace))
+    builder.user_prompt("append")
+    builder.assistant([tool_use("t1", "Bash", {"command": "echo once >> marker.txt"})])
+    builder.results({"t1": ""})
+    builder.assistant([text("done")])
+    session = builder.write(tmp_path / "s.jsonl")
+
+    def replay(output: str) -> int:
+        request = build_request({"agent": "claude-code", "trajectory": str(session), "after_step": 1,
+                                 "replay_only": True, "workspace": str(workspace), "state_dir": str(tmp_path / "st"),
+                                 "output_dir": str(tmp_path / output), "run_id": "same"}, source="test")
+        return execute(request).exit_code
+
+    assert replay("out1") == 0
+    assert replay("out2") == 31
+    assert (workspace / "marker.txt").read_text() == "once\n"
+    assert not (tmp_path / "out2" / "same").exists()
+
+
+def _final_name(path: str) -> str:
+    """``.<name>.<random>.tmp`` (an atomic write's temp file) -> ``<name>``."""
+    name = Path(path).name
+    return name[1:].rsplit(".", 2)[0] if name.startswith(".") and name.endswith(".tmp") else name
+
+
+@pytest.mark.parametrize("mode", ["prepare_only", "replay_only"])
+def test_every_output_is_durable_before_the_result_that_names_it(
+    layout: dict[str, Path], request: pytest.FixtureRequest, mode: str
+) -> None:
+    builder = ClaudeSessionBuilder(cwd=str(layout["workspace"]))  # replay-only runs in the recorded cwd
+    builder.user_prompt("Do the task.")
+    for index in (1, 2, 3):
+        builder.assistant([text(f"step {index}"), tool_use(f"toolu_{index}", "Bash", {"command": f"echo {index}"})])
+        builder.results({f"toolu_{index}": f"{index}"})
+    builder.write(layout["trajectory"])
+    synced: list[str] = request.getfixturevalue("fsynced_paths")  # from here on
+    overrides: dict[str, object] = {"prepare_only": False, "replay_only": True} if mode == "replay_only" else {}
+    result = execute(_request(layout, **overrides))
+    assert result.failure is None
+    out = layout["output"] / "run-1"
+    files = {str(path.relative_to(out)) for path in out.rglob("*") if path.is_file()}
+    synced_out = [p for p in synced if p.startswith(str(out))]
+    names = [_final_name(p) for p in synced_out]
+    assert names[-2:] == ["result.json", "run-1"]  # the result, then its directory (commits every rename there)
+    assert {Path(f).name for f in files} <= set(names)  # every output file was fsync'd
+    group = {"manifest.json", "replay-summary.json", "replay-events.jsonl"} | (
+        {"observations.json"} if mode == "replay_only" else set())
+    assert group <= set(names[:-2]) and len(synced_out) <= len(files) + 3  # no per-file directory fsyncs
+
+
+def test_a_failed_run_commits_what_it_wrote_before_its_result(
+    layout: dict[str, Path], request: pytest.FixtureRequest
+) -> None:
+    out = layout["output"] / "run-1"
+    builder = ClaudeSessionBuilder(cwd=str(layout["workspace"]))
+    builder.user_prompt("Do the task.")
+    # a replayed command that puts a file where the rebuilt session's directory goes: the run fails after tools ran
+    builder.assistant([tool_use("toolu_1", "Bash", {"command": f"touch {out}/native"})])
+    builder.results({"toolu_1": ""})
+    builder.assistant([text("Done.")])
+    builder.write(layout["trajectory"])
+    synced: list[str] = request.getfixturevalue("fsynced_paths")  # from here on
+    result = execute(_request(layout, after_step=1, prepare_only=False, replay_only=True))
+    assert result.failure is not None and result.replayed_tool_calls == 1
+    names = [_final_name(p) for p in synced if p.startswith(str(out))]
+    written = {path.name for path in out.iterdir() if path.is_file()} - {"native"}
+    assert {"manifest.json", "observations.json", "replay-events.jsonl", "result.json"} <= written
+    assert written <= set(names) and names[-2:] == ["result.json", "run-1"]
+
+
+def test_a_call_refused_before_any_effect_does_not_block_a_rerun(tmp_path: Path) -> None:
+    """A refusal before anything ran is no executed call: the run is 'prepared' with 0 calls re-run, and a later run
+    with the same run id is not refused as ambiguous_execution."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+
+    def session(arguments: dict[str, object], name: str) -> Path:
+        builder = ClaudeSessionBuilder(cwd=str(workspace))
+        builder.user_prompt("append")
+        builder.assistant([tool_use("t1", "Bash", arguments)])
+        builder.results({"t1": ""})
+        builder.assistant([text("done")])
+        return builder.write(tmp_path / name)
+
+    def replay(trajectory: Path, output: str) -> tuple[int, object, object, int]:
+        request = build_request({"agent": "claude-code", "trajectory": str(trajectory), "after_step": 1,
+                                 "replay_only": True, "workspace": str(workspace), "state_dir": str(tmp_path / "st"),
+                                 "output_dir": str(tmp_path / output), "run_id": "same"}, source="test")
+        result = execute(request)
+        return result.exit_code, result.phase, result.failure and result.failure.message, result.replayed_tool_calls
+
+    refused = session({"command": 5}, "refused.jsonl")  # the executor refuses it before running anything
+    assert replay(refused, "out1") == (30, "prepared", "Bash call has no string command", 0)
+    fixed = session({"command": "echo once >> marker.txt"}, "fixed.jsonl")
+    assert replay(fixed, "out2") == (0, "replayed", None, 1)
+    assert (workspace / "marker.txt").read_text() == "once\n"

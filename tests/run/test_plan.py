@@ -1,0 +1,81 @@
+"""Boundary selection and the total step budget (pure)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from forkpoint.adapters.claude_code.parse import parse_session
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.model import Mode, Trajectory
+from forkpoint.run.plan import check_step_budget, select_boundary
+from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, simple_session, tool_use
+
+
+def _parsed(tmp_path: Path, builder: ClaudeSessionBuilder) -> Trajectory:
+    return parse_session(builder.write(tmp_path / "s.jsonl"))
+
+
+@pytest.mark.parametrize(
+    ("mode", "max_steps", "prefix", "ok"),
+    [
+        (Mode.REPLAY_ONLY, 3, 3, True),
+        (Mode.REPLAY_ONLY, 2, 3, False),
+        (Mode.REPLAY_AND_CONTINUE, 3, 3, False),
+        (Mode.REPLAY_AND_CONTINUE, 4, 3, True),
+        (Mode.PREPARE_ONLY, 1, 3, True),
+        (Mode.REPLAY_AND_CONTINUE, None, 3, True),
+    ],
+)
+def test_total_step_budget(mode: Mode, max_steps: int | None, prefix: int, ok: bool) -> None:
+    if ok:
+        check_step_budget(mode, max_steps, prefix)
+        return
+    with pytest.raises(ReplayError) as info:
+        check_step_budget(mode, max_steps, prefix)
+    assert info.value.kind is ErrorKind.CONFIGURATION
+    assert f"selected replay prefix of {prefix} steps" in info.value.message
+
+
+def test_boundary_outside_the_complete_batches(tmp_path: Path) -> None:
+    parsed = _parsed(tmp_path, simple_session(2))
+    for after in (0, 3):
+        with pytest.raises(ReplayError) as info:
+            select_boundary(parsed, after, Mode.PREPARE_ONLY, "p")
+        assert info.value.kind is ErrorKind.TRAJECTORY
+        assert info.value.message == f"requested after-step {after}, trajectory has 2 complete batches"
+    plan = select_boundary(parsed, 2, Mode.PREPARE_ONLY, "p")
+    assert [b.ordinal for b in plan.batches] == [1, 2]
+    assert plan.original_next_action is not None and plan.original_next_action.text == "Done."
+
+
+def test_incomplete_batch_is_explained(tmp_path: Path) -> None:
+    builder = simple_session(1)
+    builder.assistant([tool_use("t9", "Bash", {"command": "x"})])
+    with pytest.raises(ReplayError, match="batch 2 is incomplete"):
+        select_boundary(_parsed(tmp_path, builder), 2, Mode.PREPARE_ONLY, "p")
+
+
+def test_stale_calls_fail_closed_unless_allowed(tmp_path: Path) -> None:
+    builder = ClaudeSessionBuilder()
+    builder.user_prompt("go")
+    builder.assistant([tool_use("todo", "TodoWrite", {"todos": []})])
+    builder.results({"todo": "ok"})
+    parsed = _parsed(tmp_path, builder)
+    with pytest.raises(ReplayError, match="--allow-stale-observations") as info:
+        select_boundary(parsed, 1, Mode.REPLAY_ONLY, "p")
+    assert info.value.kind is ErrorKind.TRAJECTORY and "TodoWrite(todo)" in info.value.message
+    select_boundary(parsed, 1, Mode.REPLAY_ONLY, "p", allow_stale_observations=True)
+    select_boundary(parsed, 1, Mode.PREPARE_ONLY, "p")  # nothing runs in prepare-only
+
+
+def test_refused_calls_stay_refused_with_the_flag(tmp_path: Path) -> None:
+    builder = ClaudeSessionBuilder()
+    builder.user_prompt("go")
+    builder.assistant([tool_use("bg", "Bash", {"command": "sleep 9", "run_in_background": True})])
+    builder.results({"bg": "started"})
+    with pytest.raises(ReplayError) as info:
+        select_boundary(_parsed(tmp_path, builder), 1, Mode.REPLAY_ONLY, "p", allow_stale_observations=True)
+    assert info.value.kind is ErrorKind.UNSUPPORTED_TOOL and info.value.kind.exit_code == 11
+    assert "run_in_background" in info.value.message
