@@ -12,21 +12,21 @@ from forkpoint.cli.parser import _DIRECT_OPTIONS, BRANCH_LIST_KEYS, MODEL_DESTS
 
 
 def inspect(args: argparse.Namespace) -> None:
-    from forkpoint.errors import ReplayError
-    from forkpoint.inspection import describe, render_table
+    from forkpoint import api
+    from forkpoint.core.errors import ReplayError
+    from forkpoint.run.inspection import render_table
 
     try:
-        description = describe(args.trajectory, args.agent, *(
-            () if args.max_trajectory_bytes is None else (args.max_trajectory_bytes,)))
+        description = api.inspect(args.trajectory, agent=args.agent, max_bytes=args.max_trajectory_bytes)
     except ReplayError as error:
         fail(error, args.as_json)
     _show(description, args.as_json, render_table)
 
 
 def replay(args: argparse.Namespace) -> None:
-    from forkpoint import engine
-    from forkpoint import request as requests
-    from forkpoint.errors import ReplayError, configuration
+    from forkpoint import api
+    from forkpoint.core.errors import ReplayError, configuration
+    from forkpoint.run import request as requests
 
     direct = {name: vars(args)[name] for name in _DIRECT_OPTIONS}
     for flag in ("prepare_only", "replay_only", "allow_stale_observations", "keep_snapshot", "drop_snapshot",
@@ -66,7 +66,7 @@ def replay(args: argparse.Namespace) -> None:
 
     progress = None if args.as_json else (lambda message: say(f"  {message}", err=True, style=DIM))
     warn = lambda message: say(f"forkpoint: {message}", err=True, style=YELLOW)  # noqa: E731
-    result = engine.execute(replay_request, progress=progress, warn=warn)
+    result = api.replay(replay_request, progress=progress, warn=warn)
     if args.as_json:
         print_json(result.to_json())
     else:
@@ -75,8 +75,8 @@ def replay(args: argparse.Namespace) -> None:
 
 
 def continue_(args: argparse.Namespace) -> None:
-    from forkpoint.errors import ReplayError
-    from forkpoint.resume import ContinueOptions, continue_run_dir
+    from forkpoint.branches.resume import ContinueOptions, continue_run_dir
+    from forkpoint.core.errors import ReplayError
 
     model_choice = {BRANCH_LIST_KEYS.get(dest, dest): vars(args)[dest] for dest in MODEL_DESTS
                     if vars(args)[dest] not in (None, False)}
@@ -96,8 +96,8 @@ def continue_(args: argparse.Namespace) -> None:
 
 
 def gc(args: argparse.Namespace) -> None:
-    from forkpoint.errors import ReplayError
-    from forkpoint.resume import collect_snapshots
+    from forkpoint.branches.resume import collect_snapshots
+    from forkpoint.core.errors import ReplayError
 
     total = 0
     for run_dir in args.run_dirs:
@@ -168,7 +168,7 @@ def _render_result(result: Any) -> None:
 
 def agents_install(args: argparse.Namespace) -> None:
     from forkpoint import runtimes
-    from forkpoint.errors import ReplayError, configuration
+    from forkpoint.core.errors import ReplayError, configuration
 
     name, _, version = args.spec.partition("@")
     try:
@@ -198,7 +198,7 @@ def agents_list(args: argparse.Namespace) -> None:
 
 
 def export(args: argparse.Namespace) -> None:
-    from forkpoint.errors import configuration
+    from forkpoint.core.errors import configuration
     from forkpoint.export import export
     from forkpoint.export.rows import ExportOptions
 
@@ -225,7 +225,7 @@ def export(args: argparse.Namespace) -> None:
 
 
 def report(args: argparse.Namespace) -> None:
-    from forkpoint.errors import configuration
+    from forkpoint.core.errors import configuration
     from forkpoint.report import write_report
 
     out = args.out or args.runs[0] / "report.html"
