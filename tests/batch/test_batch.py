@@ -242,3 +242,28 @@ def test_ctrl_c_lets_running_jobs_finish_and_a_rerun_resumes(tmp_path: Path) -> 
     assert done.returncode == 0, done.stderr
     assert status(batch)["counts"]["done"] == 6
     assert all((markers / str(i)).read_text() == "run\n" for i in range(6))
+
+
+def test_a_relative_out_as_documented_runs_local_replay_only_claude_and_codex_jobs(tmp_path: Path) -> None:
+    """`--out batch/` (docs/scale.md): every path-mapped job once failed with "path_map entry ...: both paths must
+    be absolute". The driver resolves the batch dir and jobs file at start; each job replays in its own workspace
+    under the batch dir, and the recorded workspaces stay as they were."""
+    samples = [_samples(tmp_path / "samples", 1)[index] for index in (0, 1)]  # claude-code 0, codex 0
+    assert [sample.adapter for sample in samples] == ["claude-code", "codex"]
+    rows = [{"trajectory": str(sample.trajectory.relative_to(tmp_path)), "agent": sample.adapter, "after_step": 1,
+             "mode": "replay-only", "workspace_from": str(sample.workspace.relative_to(tmp_path))}
+            for sample in samples]
+    _jobs(tmp_path / "jobs.jsonl", rows)
+    done = subprocess.run([sys.executable, "-m", "forkpoint.cli", "batch", "jobs.jsonl", "--out", "batch/",
+                           "--workers", "2", "--json"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["counts"]["done"] == 2 and summary["failed"] == [], summary
+    for sample in samples:
+        assert not any(marker.exists() for marker in sample.markers)  # replayed in the private workspace
+    ledger = Ledger(tmp_path / "batch" / "ledger.sqlite")
+    run_ids = [row["run_id"] for row in ledger.jobs()]
+    ledger.close()
+    for run_id in run_ids:
+        result = json.loads((tmp_path / "batch" / "runs" / run_id / "result.json").read_text())
+        assert result["phase"] == "replayed" and result["metadata"]["path_rewrites"] is not None
