@@ -20,6 +20,8 @@ import pytest
 
 from forkpoint import runtimes
 from forkpoint.batch import BatchOptions, run_batch, status
+from forkpoint.batch.expand import expand
+from forkpoint.batch.jobs import Job, read_lines
 from forkpoint.batch.ledger import Ledger
 from forkpoint.testing import ScriptedModel
 from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, text, tool_use
@@ -267,3 +269,23 @@ def test_a_relative_out_as_documented_runs_local_replay_only_claude_and_codex_jo
     for run_id in run_ids:
         result = json.loads((tmp_path / "batch" / "runs" / run_id / "result.json").read_text())
         assert result["phase"] == "replayed" and result["metadata"]["path_rewrites"] is not None
+
+
+def test_a_ledger_naming_a_run_id_outside_the_batch_dir_never_gets_it_deleted(tmp_path: Path) -> None:
+    """A shipped batch dir whose ledger says a job was left running as ``../../victim``: settling it must not
+    remove ``<batch>/runs/../../victim`` (a folder of the user's); the job is reported, not touched."""
+    jobs, _ = _replay_batch(tmp_path, 1)
+    batch = tmp_path / "batch"
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "thesis.tex").write_text("years of work\n")
+    for folder in ("runs", "state", "work"):  # as in any batch dir that ran jobs
+        (batch / folder).mkdir(parents=True)
+    ledger = Ledger(batch / "ledger.sqlite")
+    ledger.add_jobs(item for item in expand(read_lines(jobs, {})) if isinstance(item, Job))
+    ledger.db.execute("UPDATE jobs SET status = 'running', attempts = 1, run_id = '../../victim'")
+    ledger.close()
+    summary = run_batch(jobs, batch, BatchOptions(workers=1))
+    assert (victim / "thesis.tex").read_text() == "years of work\n"
+    (job,) = summary["failed"]
+    assert job["status"] == "ambiguous" and "not one forkpoint gives" in job["message"]
