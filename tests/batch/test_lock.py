@@ -98,7 +98,11 @@ def test_two_drivers_started_at_once_one_runs_the_other_is_refused_typed(tmp_pat
     drivers = [subprocess.Popen(_driver(jobs, batch), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                for _ in range(2)]
     try:
-        _wait_for(tmp_path / "started")
+        _wait_for(tmp_path / "started")  # one driver's job runs; it cannot finish before the test creates go
+        deadline = time.monotonic() + 120
+        while all(driver.poll() is None for driver in drivers):  # so the first to exit is the refused one
+            assert time.monotonic() < deadline, "neither driver was refused"
+            time.sleep(0.02)
         (tmp_path / "go").touch()
         outputs = [d.communicate(timeout=300) for d in drivers]
     finally:
