@@ -20,6 +20,8 @@ import pytest
 
 from forkpoint import runtimes
 from forkpoint.batch import BatchOptions, run_batch, status
+from forkpoint.batch.expand import expand
+from forkpoint.batch.jobs import Job, read_lines
 from forkpoint.batch.ledger import Ledger
 from forkpoint.testing import ScriptedModel
 from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, text, tool_use
@@ -242,3 +244,48 @@ def test_ctrl_c_lets_running_jobs_finish_and_a_rerun_resumes(tmp_path: Path) -> 
     assert done.returncode == 0, done.stderr
     assert status(batch)["counts"]["done"] == 6
     assert all((markers / str(i)).read_text() == "run\n" for i in range(6))
+
+
+def test_a_relative_out_as_documented_runs_local_replay_only_claude_and_codex_jobs(tmp_path: Path) -> None:
+    """`--out batch/` (docs/scale.md): every path-mapped job once failed with "path_map entry ...: both paths must
+    be absolute". The driver resolves the batch dir and jobs file at start; each job replays in its own workspace
+    under the batch dir, and the recorded workspaces stay as they were."""
+    samples = [_samples(tmp_path / "samples", 1)[index] for index in (0, 1)]  # claude-code 0, codex 0
+    assert [sample.adapter for sample in samples] == ["claude-code", "codex"]
+    rows = [{"trajectory": str(sample.trajectory.relative_to(tmp_path)), "agent": sample.adapter, "after_step": 1,
+             "mode": "replay-only", "workspace_from": str(sample.workspace.relative_to(tmp_path))}
+            for sample in samples]
+    _jobs(tmp_path / "jobs.jsonl", rows)
+    done = subprocess.run([sys.executable, "-m", "forkpoint.cli", "batch", "jobs.jsonl", "--out", "batch/",
+                           "--workers", "2", "--json"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["counts"]["done"] == 2 and summary["failed"] == [], summary
+    for sample in samples:
+        assert not any(marker.exists() for marker in sample.markers)  # replayed in the private workspace
+    ledger = Ledger(tmp_path / "batch" / "ledger.sqlite")
+    run_ids = [row["run_id"] for row in ledger.jobs()]
+    ledger.close()
+    for run_id in run_ids:
+        result = json.loads((tmp_path / "batch" / "runs" / run_id / "result.json").read_text())
+        assert result["phase"] == "replayed" and result["metadata"]["path_rewrites"] is not None
+
+
+def test_a_ledger_naming_a_run_id_outside_the_batch_dir_never_gets_it_deleted(tmp_path: Path) -> None:
+    """A shipped batch dir whose ledger says a job was left running as ``../../victim``: settling it must not
+    remove ``<batch>/runs/../../victim`` (a folder of the user's); the job is reported, not touched."""
+    jobs, _ = _replay_batch(tmp_path, 1)
+    batch = tmp_path / "batch"
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "thesis.tex").write_text("years of work\n")
+    for folder in ("runs", "state", "work"):  # as in any batch dir that ran jobs
+        (batch / folder).mkdir(parents=True)
+    ledger = Ledger(batch / "ledger.sqlite")
+    ledger.add_jobs(item for item in expand(read_lines(jobs, {})) if isinstance(item, Job))
+    ledger.db.execute("UPDATE jobs SET status = 'running', attempts = 1, run_id = '../../victim'")
+    ledger.close()
+    summary = run_batch(jobs, batch, BatchOptions(workers=1))
+    assert (victim / "thesis.tex").read_text() == "years of work\n"
+    (job,) = summary["failed"]
+    assert job["status"] == "ambiguous" and "not one forkpoint gives" in job["message"]

@@ -1,12 +1,19 @@
-"""The SQLite ledger: WAL, one row per identity, the job life cycle, and what a stale `running` row becomes."""
+"""The SQLite ledger: WAL, one row per identity, the job life cycle, what a stale `running` row becomes, the work
+a duplicate line costs, and the refusal of links, special files and foreign or corrupt databases."""
 
 from __future__ import annotations
 
+import json
+import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
+
 from forkpoint.batch.jobs import Job
-from forkpoint.batch.ledger import Ledger, Outcome
+from forkpoint.batch.ledger import Ledger, LedgerError, Outcome
 
 
 def _job(n: int, mode: str = "replay-only") -> Job:
@@ -100,3 +107,116 @@ def test_a_ledger_from_before_the_usage_columns_gets_them_and_keeps_its_jobs(tmp
     assert ledger.usage()["model_calls"] == 0
     ledger.close()
     Ledger(path).close()  # opening it again changes nothing
+
+
+def _sql_bytes_to_note_duplicates(root: Path, count: int) -> int:
+    """The SQL (parameters expanded) the ledger executes to record one job and ``count`` later lines repeating it,
+    fed in chunks of 32 lines like the driver does: the work a duplicate costs."""
+    ledger = Ledger(root / f"dup-{count}.sqlite")
+    shipped = 0
+
+    def count_statement(statement: str) -> None:
+        nonlocal shipped
+        shipped += len(statement)
+
+    first = _job(1)
+    ledger.add_jobs(iter([first]))
+    ledger.db.set_trace_callback(count_statement)
+    lines = [Job(**{**first.__dict__, "line": line}) for line in range(2, count + 2)]
+    for start in range(0, count, 32):
+        ledger.add_jobs(iter(lines[start:start + 32]))
+    ledger.db.set_trace_callback(None)
+    (row,) = list(ledger.jobs())
+    assert json.loads(row["duplicate_lines"]) == list(range(2, count + 2))
+    ledger.close()
+    return shipped
+
+
+def test_a_duplicate_line_costs_constant_work_however_many_came_before(tmp_path: Path) -> None:
+    """16k repeated lines took 18 s and 84k over 11 minutes: each duplicate rewrote the job's whole list of
+    duplicate lines. Counted, not timed: 4x the duplicates must cost at most ~4x the SQL."""
+    small, large = _sql_bytes_to_note_duplicates(tmp_path, 1000), _sql_bytes_to_note_duplicates(tmp_path, 4000)
+    assert large / small < 4.5, (small, large)
+    assert small / 1000 < 400  # bytes of SQL per duplicate line: a lookup and one small insert
+
+
+def test_duplicate_lines_of_a_ledger_written_before_the_duplicates_table_are_kept(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    job = _job(1)
+    ledger.add_jobs(iter([job]))
+    ledger.db.execute("UPDATE jobs SET duplicate_lines = '[4, 7]'")  # the old format: a JSON list in the row
+    assert ledger.add_jobs(iter([Job(**{**job.__dict__, "line": 9}), job])) == (0, 1)
+    (row,) = list(ledger.jobs())
+    assert row["duplicate_lines"] == "[4, 7, 9]"
+    ledger.close()
+
+
+def _foreign_database(path: Path) -> bytes:
+    other = sqlite3.connect(path)
+    other.execute("CREATE TABLE contacts (name TEXT)")
+    other.execute("INSERT INTO contacts VALUES ('ada')")
+    other.commit()
+    other.close()
+    return path.read_bytes()
+
+
+def test_a_ledger_that_is_a_link_or_not_a_regular_file_is_refused_and_its_target_untouched(tmp_path: Path) -> None:
+    other = tmp_path / "app.sqlite"
+    before = _foreign_database(other)
+    text_file = tmp_path / "notes.txt"
+    text_file.write_text("not a database\n")
+    cases: list[tuple[str, str]] = []
+    for name, plant in (
+        ("symlink-db", lambda ledger: ledger.symlink_to(other)),
+        ("symlink-text", lambda ledger: ledger.symlink_to(text_file)),
+        ("hardlink-db", lambda ledger: os.link(other, ledger)),
+        ("fifo", lambda ledger: os.mkfifo(ledger)),
+        ("directory", lambda ledger: ledger.mkdir()),
+        ("wal-link", lambda ledger: ledger.with_name("ledger.sqlite-wal").symlink_to(text_file)),
+        ("shm-link", lambda ledger: ledger.with_name("ledger.sqlite-shm").symlink_to(text_file)),
+        ("journal-link", lambda ledger: ledger.with_name("ledger.sqlite-journal").symlink_to(other)),
+    ):
+        folder = tmp_path / name
+        folder.mkdir()
+        plant(folder / "ledger.sqlite")
+        with pytest.raises(LedgerError) as refused:
+            Ledger(folder / "ledger.sqlite").close()
+        assert refused.value.kind.category == "output_error" and str(folder) in refused.value.message
+        cases.append((name, refused.value.message))
+    assert other.read_bytes() == before and text_file.read_text() == "not a database\n"
+    check = sqlite3.connect(other)
+    assert check.execute("SELECT name FROM sqlite_master").fetchall() == [("contacts",)]
+    assert check.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    check.close()
+    assert not any(tmp_path.glob("app.sqlite-*")) and len(cases) == 8
+
+
+def test_a_corrupt_or_foreign_ledger_is_a_typed_refusal_naming_it_left_untouched(tmp_path: Path) -> None:
+    corrupt = tmp_path / "corrupt" / "ledger.sqlite"
+    corrupt.parent.mkdir()
+    corrupt.write_bytes(b"SQLite format 3\x00" + b"\xff" * 200)
+    foreign = tmp_path / "foreign" / "ledger.sqlite"
+    foreign.parent.mkdir()
+    for path in (corrupt, foreign):
+        before = path.read_bytes() if path.exists() else _foreign_database(path)
+        with pytest.raises(LedgerError) as refused:
+            Ledger(path).close()
+        assert str(path) in refused.value.message and refused.value.kind.exit_code == 21
+        assert path.read_bytes() == before
+
+
+def test_the_cli_refuses_a_linked_ledger_typed_for_batch_and_status(tmp_path: Path) -> None:
+    other = tmp_path / "app.sqlite"
+    before = _foreign_database(other)
+    batch = tmp_path / "batch"
+    batch.mkdir()
+    (batch / "ledger.sqlite").symlink_to(other)
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text("")
+    for argv in (["batch", str(jobs), "--out", str(batch)], ["batch", "status", str(batch)]):
+        done = subprocess.run([sys.executable, "-m", "forkpoint.cli", *argv], capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 21, done.stderr
+        assert "output_error" in done.stderr and f"{batch}/ledger.sqlite" in done.stderr
+        assert "Traceback" not in done.stderr
+    assert other.read_bytes() == before

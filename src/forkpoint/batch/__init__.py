@@ -1,8 +1,9 @@
 """`forkpoint batch`: thousands of replays from one jobs file, resumable, on a local pool or a Ray cluster.
 
-The driver reads the jobs (bad lines reported with their number, the rest kept), records every job in the
-ledger (``ledger.sqlite``), settles what a previous driver left running (re-run when its journal proves nothing
-ran, ``ambiguous`` otherwise), then keeps one job per worker slot in flight and records each outcome as it comes
+The driver takes the batch dir (one driver per batch dir, named when refused: ``forkpoint.batch.lock``), reads the
+jobs (bad lines reported with their number, the rest kept), records every job in the ledger (``ledger.sqlite``),
+settles what a previous driver left running (only jobs whose lease no process holds: re-run when its journal proves
+nothing ran, ``ambiguous`` otherwise), then keeps one job per worker slot in flight and records each outcome as it comes
 back. Rerunning the same batch skips what is done and retries only retryable failures.
 """
 
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
+import re
 import shutil
 import signal
 import time
@@ -21,6 +24,9 @@ from typing import Any
 from forkpoint.batch.ledger import Ledger, Outcome
 
 LEDGER = "ledger.sqlite"
+#: the run ids the driver gives jobs (``Job.run_id``, ``-aN`` for a retry): anything else read from a ledger is
+#: never joined to a path
+RUN_ID = re.compile(r"j-[0-9a-f]{20}(-a[0-9]{1,6})?")
 
 
 @dataclass
@@ -53,51 +59,67 @@ class BatchProgress:
 def run_batch(jobs_file: Path, batch_dir: Path, options: BatchOptions,
               progress: Callable[[BatchProgress], None] | None = None,
               on_bad: Callable[[int, str], None] | None = None) -> dict[str, Any]:
-    """Run (or resume) the batch; returns the summary :func:`status` gives."""
+    """Run (or resume) the batch; returns the summary :func:`status` gives.
+
+    Raises ReplayError (``output_error``) when another driver holds the batch dir or the ledger is refused.
+    Both paths are made absolute first: workers, path maps and Ray tasks must not depend on this cwd.
+    """
+    from forkpoint.batch.lock import lock_batch_dir
+
+    batch_dir, jobs_file = Path(os.path.abspath(batch_dir)), Path(os.path.abspath(jobs_file))
+    batch_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with lock_batch_dir(batch_dir, jobs_file) as held:
+        ledger = Ledger(batch_dir / LEDGER)
+        try:
+            with ledger.guard():
+                return _run(ledger, held.token, jobs_file, batch_dir, options, progress, on_bad)
+        finally:
+            ledger.close()
+
+
+def _run(ledger: Ledger, token: str, jobs_file: Path, batch_dir: Path, options: BatchOptions,
+         progress: Callable[[BatchProgress], None] | None, on_bad: Callable[[int, str], None] | None
+         ) -> dict[str, Any]:
+    """The batch under the held driver lock."""
     from forkpoint.batch.expand import expand
     from forkpoint.batch.jobs import BadJob, read_lines
 
-    batch_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    ledger = Ledger(batch_dir / LEDGER)
+    live = _settle_stale(ledger, batch_dir)
+    items = expand(read_lines(jobs_file, options.defaults))
+
+    def feed(count: int) -> bool:
+        """Read, parse and record up to ``count`` more lines' jobs (bad lines reported); False once the file is
+        done. Jobs are fed as workers free up, so the first jobs run while later trajectories are still parsed."""
+        jobs = []
+        taken = 0
+        for item in itertools.islice(items, count):
+            taken += 1
+            if isinstance(item, BadJob):
+                ledger.add_bad(item.line, item.reason)
+                if on_bad is not None:
+                    on_bad(item.line, item.reason)
+            else:
+                jobs.append(item)
+        added, _ = ledger.add_jobs(iter(jobs))
+        state.total += added
+        return taken == count
+
+    counts = ledger.counts()
+    state = BatchProgress(total=sum(counts.values()), done=counts["done"],
+                          failed=counts["failed"] + counts["ambiguous"])
+    executor = _executor(options)
+    stop = _graceful_stop()
     try:
-        _settle_stale(ledger, batch_dir)
-        items = expand(read_lines(jobs_file, options.defaults))
-
-        def feed(count: int) -> bool:
-            """Read, parse and record up to ``count`` more lines' jobs (bad lines reported); False once the file is
-            done. Jobs are fed as workers free up, so the first jobs run while later trajectories are still parsed."""
-            jobs = []
-            taken = 0
-            for item in itertools.islice(items, count):
-                taken += 1
-                if isinstance(item, BadJob):
-                    ledger.add_bad(item.line, item.reason)
-                    if on_bad is not None:
-                        on_bad(item.line, item.reason)
-                else:
-                    jobs.append(item)
-            added, _ = ledger.add_jobs(iter(jobs))
-            state.total += added
-            return taken == count
-
-        counts = ledger.counts()
-        state = BatchProgress(total=sum(counts.values()), done=counts["done"],
-                              failed=counts["failed"] + counts["ambiguous"])
-        executor = _executor(options)
-        stop = _graceful_stop()
-        try:
-            _drive(ledger, executor, batch_dir, options.retries, state, stop, progress, feed)
-        finally:
-            executor.close(cancel=stop.hard)
-            stop.restore()
-        state.interrupted = stop.requested
-        return {**status(batch_dir, ledger), "interrupted": stop.requested,
-                "elapsed_s": round(time.monotonic() - state.started, 3)}
+        _drive(ledger, executor, batch_dir, token, options.retries, state, stop, progress, feed)
     finally:
-        ledger.close()
+        executor.close(cancel=stop.hard)
+        stop.restore()
+    state.interrupted = stop.requested
+    return {**status(batch_dir, ledger), "interrupted": stop.requested, "still_running_elsewhere": live,
+            "elapsed_s": round(time.monotonic() - state.started, 3)}
 
 
-def _drive(ledger: Ledger, executor: Any, batch_dir: Path, retries: int, state: BatchProgress, stop: Any,
+def _drive(ledger: Ledger, executor: Any, batch_dir: Path, token: str, retries: int, state: BatchProgress, stop: Any,
            progress: Callable[[BatchProgress], None] | None, feed: Callable[[int], bool]) -> None:
     in_flight: dict[Any, Any] = {}
     cursor = 0
@@ -118,7 +140,7 @@ def _drive(ledger: Ledger, executor: Any, batch_dir: Path, retries: int, state: 
                     cursor = max(cursor, ordinal)
                     run_id = job.run_id if attempts == 0 else f"{job.run_id}-a{attempts + 1}"
                     ledger.mark_running(job, run_id, executor.__class__.__name__)
-                    in_flight[executor.submit(job.to_json(), str(batch_dir), run_id)] = (job, run_id)
+                    in_flight[executor.submit(job.to_json(), str(batch_dir), run_id, token)] = (job, run_id)
         state.running = len(in_flight)
         if progress is not None:
             progress(state)
@@ -197,14 +219,25 @@ def _executor(options: BatchOptions) -> Any:
     return LocalPool(options.workers)
 
 
-def _settle_stale(ledger: Ledger, batch_dir: Path) -> None:
-    """Jobs a killed driver left ``running``: re-run when nothing can have happened (prepare-only, or a journal
-    without any tool or continuation start), else ``ambiguous`` — never executed twice silently."""
+def _settle_stale(ledger: Ledger, batch_dir: Path) -> list[str]:
+    """Jobs a stopped driver left ``running``: re-run when nothing can have happened (prepare-only, or a journal
+    without any tool or continuation start), else ``ambiguous`` — never executed twice silently. A job whose lease
+    a process still holds is alive (an orphan of that driver): left ``running`` and untouched; its run ids are
+    returned. A run id that is not forkpoint's shape is never joined to a path."""
+    from forkpoint.batch.lock import lease_free
     from forkpoint.run.journal import read_events
     from forkpoint.run.journal_rules import describe_ambiguous
 
+    live = []
     for identity, run_id, effects in ledger.stale_running():
-        events = read_events(batch_dir / "state" / str(run_id) / "journal.jsonl") if run_id else []
+        if run_id is None or not RUN_ID.fullmatch(run_id):
+            ledger.reset(identity, status="ambiguous", message=f"the ledger names run id {str(run_id)[:80]!r}, not "
+                         "one forkpoint gives: its files are not touched and it is not run again")
+            continue
+        if not lease_free(batch_dir, run_id):
+            live.append(run_id)
+            continue
+        events = read_events(batch_dir / "state" / run_id / "journal.jsonl")
         started = [e for e in events if e.get("event") in ("tool_started", "continuation_started")]
         if effects and started:
             detail = describe_ambiguous(events) or "its continuation had started"  # names a call that did not finish
@@ -212,26 +245,31 @@ def _settle_stale(ledger: Ledger, batch_dir: Path) -> None:
                          f"{run_id} was running: {detail}; it is not run again (its workspace was not fresh)")
             continue
         for folder in ("runs", "state", "work"):
-            if run_id:
-                shutil.rmtree(batch_dir / folder / run_id, ignore_errors=True)
+            shutil.rmtree(batch_dir / folder / run_id, ignore_errors=True)
         ledger.reset(identity, status="pending")
+    return live
 
 
 def status(batch_dir: Path, ledger: Ledger | None = None) -> dict[str, Any]:
     """Counts by status and failure category, the bad lines and the failed jobs of a batch dir."""
     own = ledger is None
     if ledger is None:
-        if not (batch_dir / LEDGER).is_file():
+        if not os.path.lexists(batch_dir / LEDGER):
             raise FileNotFoundError(f"{batch_dir} is not a forkpoint batch dir (no {LEDGER})")
         ledger = Ledger(batch_dir / LEDGER)
     try:
-        counts = ledger.counts()
-        bad = ledger.bad()
-        return {"schema_version": "forkpoint.batch-status/v1", "batch_dir": str(batch_dir),
-                "jobs": sum(counts.values()), "counts": counts, "by_category": ledger.by_category(),
-                "model_usage": ledger.usage(),
-                "bad_lines": [{"line": line, "reason": reason} for line, reason in bad],
-                "failed": ledger.failures()}
+        with ledger.guard():
+            return _status(batch_dir, ledger)
     finally:
         if own:
             ledger.close()
+
+
+def _status(batch_dir: Path, ledger: Ledger) -> dict[str, Any]:
+    counts = ledger.counts()
+    bad = ledger.bad()
+    return {"schema_version": "forkpoint.batch-status/v1", "batch_dir": str(batch_dir),
+            "jobs": sum(counts.values()), "counts": counts, "by_category": ledger.by_category(),
+            "model_usage": ledger.usage(),
+            "bad_lines": [{"line": line, "reason": reason} for line, reason in bad],
+            "failed": ledger.failures()}

@@ -20,7 +20,8 @@ PR_SET_PDEATHSIG = 1
 class Executor(Protocol):
     slots: int
 
-    def submit(self, spec: dict[str, Any], batch_dir: str, run_id: str) -> Any: ...
+    def submit(self, spec: dict[str, Any], batch_dir: str, run_id: str, driver: str) -> Any:
+        """Start the job; ``driver`` is the submitting driver's token (its lease check: forkpoint.batch.lock)."""
 
     def wait(self, handles: list[Any], timeout: float) -> list[tuple[Any, dict[str, Any] | BaseException]]:
         """Finished handles with the worker's outcome JSON, or the exception that lost the job (a dead worker
@@ -46,10 +47,10 @@ class LocalPool:
         self.pool = futures.ProcessPoolExecutor(max_workers=workers, mp_context=context,
                                                 initializer=_init_local_worker)
 
-    def submit(self, spec: dict[str, Any], batch_dir: str, run_id: str) -> Any:
+    def submit(self, spec: dict[str, Any], batch_dir: str, run_id: str, driver: str) -> Any:
         from forkpoint.batch.worker import run_job
 
-        return self.pool.submit(run_job, spec, batch_dir, run_id)
+        return self.pool.submit(run_job, spec, batch_dir, run_id, driver)
 
     def wait(self, handles: list[Any], timeout: float) -> list[tuple[Any, dict[str, Any] | BaseException]]:
         done, _ = futures.wait(handles, timeout=timeout, return_when=futures.FIRST_COMPLETED)
@@ -85,12 +86,12 @@ class RayCluster:
         self.remote = ray.remote(num_cpus=cpus, memory=memory, max_retries=0)(_ray_job)
         self.trajectories: dict[str, Any] = {}
 
-    def submit(self, spec: dict[str, Any], batch_dir: str, run_id: str) -> Any:
+    def submit(self, spec: dict[str, Any], batch_dir: str, run_id: str, driver: str) -> Any:
         sha = spec["trajectory_sha256"]
         if sha not in self.trajectories:
             with open(spec["trajectory"], "rb") as handle:
                 self.trajectories[sha] = self.ray.put(handle.read())
-        return self.remote.remote(spec, batch_dir, run_id, self.trajectories[sha])
+        return self.remote.remote(spec, batch_dir, run_id, self.trajectories[sha], driver)
 
     def wait(self, handles: list[Any], timeout: float) -> list[tuple[Any, dict[str, Any] | BaseException]]:
         ready, _ = self.ray.wait(handles, num_returns=1, timeout=timeout)
@@ -106,7 +107,7 @@ class RayCluster:
         self.ray.shutdown()
 
 
-def _ray_job(spec: dict[str, Any], batch_dir: str, run_id: str, trajectory: bytes) -> dict[str, Any]:
+def _ray_job(spec: dict[str, Any], batch_dir: str, run_id: str, trajectory: bytes, driver: str) -> dict[str, Any]:
     """On a Ray worker: the trajectory written into the batch dir by content (once per node), then the job."""
     import os
     from pathlib import Path
@@ -120,4 +121,4 @@ def _ray_job(spec: dict[str, Any], batch_dir: str, run_id: str, trajectory: byte
         staged = folder / f".{local.name}.{os.getpid()}"
         staged.write_bytes(trajectory)
         os.replace(staged, local)
-    return run_job({**spec, "trajectory": str(local)}, batch_dir, run_id)
+    return run_job({**spec, "trajectory": str(local)}, batch_dir, run_id, driver)

@@ -4,13 +4,22 @@ One row per job identity. States: ``pending`` -> ``running`` (committed BEFORE t
 can have effects) -> ``done`` | ``failed`` (category, exit code, retryable) | ``ambiguous`` (it started, did not
 finish, and its journal shows a tool may have run: never executed again). Bad job lines are kept with their
 reason. Each job also sums what its model calls used over its attempts (calls and tokens: ``Ledger.usage``).
-Only the driver writes; workers report back to it.
+Only the driver writes (one driver per batch dir: ``forkpoint.batch.lock``); workers report back to it.
+
+A later line repeating a job is noted in ``duplicates`` (one row per line, O(1) per duplicate; ledgers written before
+that table kept the lines as a JSON list in ``jobs.duplicate_lines``, still read). The ledger and its SQLite side
+files are opened only when they are regular files of one link (or absent): a symlink or a hard link to another
+application's database would get forkpoint's tables and WAL mode, a FIFO would hang the driver. Every refusal and
+every SQLite failure is a typed ``output_error`` naming the file (:class:`LedgerError`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sqlite3
+import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from forkpoint.batch.jobs import Job
+from forkpoint.core.errors import ErrorKind, ReplayError
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -33,7 +43,11 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status, ordinal);
 CREATE TABLE IF NOT EXISTS bad_jobs (line INTEGER PRIMARY KEY, reason TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS duplicates (identity TEXT NOT NULL, line INTEGER NOT NULL, PRIMARY KEY (identity, line))
+    WITHOUT ROWID;
 """
+#: the files SQLite opens next to the ledger (WAL, its shared-memory index, the rollback journal)
+SIDE_FILES = ("-wal", "-shm", "-journal")
 
 STATUSES = ("pending", "running", "done", "failed", "ambiguous")
 #: what a job's model calls used, summed over its attempts (a retried job paid for every attempt); the columns a
@@ -78,17 +92,75 @@ def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
+class LedgerError(ReplayError):
+    """The ledger cannot be used (a link, not a regular file, not a database, locked, I/O): ``output_error``."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        super().__init__(ErrorKind.OUTPUT, f"batch ledger {path}: {why}")
+        self.path = path
+
+
+def check_ledger_files(path: Path) -> None:
+    """Refuse a ledger (or a side file) that is a symlink, a hard link or not a regular file; absent is fine."""
+    for name in (path, *(path.with_name(path.name + suffix) for suffix in SIDE_FILES)):
+        try:
+            info = os.lstat(name)
+        except FileNotFoundError:
+            continue
+        except OSError as error:
+            raise LedgerError(name, f"cannot inspect it ({error.strerror})") from None
+        if stat.S_ISLNK(info.st_mode):
+            raise LedgerError(name, "is a symbolic link; forkpoint opens only its own regular files (remove the "
+                                    "link, or use another batch dir)")
+        if not stat.S_ISREG(info.st_mode):
+            raise LedgerError(name, "is not a regular file; refused")
+        if info.st_nlink != 1:
+            raise LedgerError(name, f"has {info.st_nlink} hard links: it may be another application's file; "
+                                    "refused")
+        if info.st_uid != os.geteuid():
+            raise LedgerError(name, f"belongs to uid {info.st_uid}, not to you; refused")
+
+
 class Ledger:
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.executescript(SCHEMA)
-        present = {row[1] for row in self.db.execute("PRAGMA table_info(jobs)")}
-        for column in USAGE_COLUMNS:
-            if column not in present:  # a ledger from before the usage columns: resumable, its old jobs at 0
-                self.db.execute(f"ALTER TABLE jobs ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
+        check_ledger_files(path)
+        try:
+            self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10.0)
+        except sqlite3.Error as error:
+            raise LedgerError(path, f"cannot open it ({error})") from None
+        try:
+            with self.guard():
+                tables = {row[0] for row in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+                if tables and "jobs" not in tables:
+                    raise LedgerError(path, f"is a SQLite database without forkpoint's jobs table (it holds "
+                                            f"{', '.join(sorted(tables)[:5])[:200]}): not a batch ledger; refused, "
+                                            "left untouched")
+                self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.execute("PRAGMA synchronous=NORMAL")
+                self.db.executescript(SCHEMA)
+                present = {row[1] for row in self.db.execute("PRAGMA table_info(jobs)")}
+                for column in USAGE_COLUMNS:
+                    if column not in present:  # a ledger from before the usage columns: resumable, old jobs at 0
+                        self.db.execute(f"ALTER TABLE jobs ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
+                self._ordinal = int(self.db.execute("SELECT COALESCE(MAX(ordinal), 0) FROM jobs").fetchone()[0])
+        except BaseException:
+            self.db.close()
+            raise
+
+    @contextlib.contextmanager
+    def guard(self) -> Iterator[None]:
+        """SQLite's untyped failures (not a database, locked, disk full) as a :class:`LedgerError` naming the
+        file."""
+        try:
+            yield
+        except sqlite3.Error as error:
+            why = str(error)
+            if isinstance(error, sqlite3.DatabaseError) and "not a database" in why:
+                why = "is not a SQLite database (corrupt, or not a forkpoint ledger); refused, left untouched"
+            elif "locked" in why:
+                why = f"{why}: another process holds it (one forkpoint batch driver per batch dir)"
+            raise LedgerError(self.path, why) from None
 
     def close(self) -> None:
         self.db.close()
@@ -99,26 +171,28 @@ class Ledger:
         """Insert new jobs (one transaction); an identity already present is the same job: its line is noted.
         Returns (new jobs, merged duplicates)."""
         added = merged = 0
-        ordinal = self.db.execute("SELECT COALESCE(MAX(ordinal), 0) FROM jobs").fetchone()[0]
+        ordinal = self._ordinal
         self.db.execute("BEGIN")
-        for job in jobs:
-            row = self.db.execute("SELECT line, duplicate_lines FROM jobs WHERE identity = ?",
-                                  (job.identity,)).fetchone()
-            if row is not None:
-                lines = set(json.loads(row[1])) | {job.line}
-                if job.line != row[0]:
-                    merged += 1
-                    self.db.execute("UPDATE jobs SET duplicate_lines = ? WHERE identity = ?",
-                                    (json.dumps(sorted(lines - {row[0]})), job.identity))
-                continue
-            ordinal += 1
-            added += 1
-            self.db.execute(
-                "INSERT INTO jobs (identity, ordinal, line, duplicate_lines, spec, agent, mode, after_step, status, "
-                "effects) VALUES (?, ?, ?, '[]', ?, ?, ?, ?, 'pending', ?)",
-                (job.identity, ordinal, job.line, json.dumps(job.to_json()), job.agent, job.mode, job.after_step,
-                 int(job.mode != "prepare-only")))
-        self.db.execute("COMMIT")
+        try:
+            for job in jobs:
+                row = self.db.execute("SELECT line FROM jobs WHERE identity = ?", (job.identity,)).fetchone()
+                if row is not None:
+                    if job.line != row[0]:  # one row per (job, line): O(1), a repeated line is noted once
+                        merged += self.db.execute("INSERT OR IGNORE INTO duplicates (identity, line) VALUES (?, ?)",
+                                                  (job.identity, job.line)).rowcount
+                    continue
+                ordinal += 1
+                added += 1
+                self.db.execute(
+                    "INSERT INTO jobs (identity, ordinal, line, duplicate_lines, spec, agent, mode, after_step, "
+                    "status, effects) VALUES (?, ?, ?, '[]', ?, ?, ?, ?, 'pending', ?)",
+                    (job.identity, ordinal, job.line, json.dumps(job.to_json()), job.agent, job.mode,
+                     job.after_step, int(job.mode != "prepare-only")))
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self._ordinal = ordinal
         return added, merged
 
     def add_bad(self, line: int, reason: str) -> None:
@@ -196,7 +270,12 @@ class Ledger:
         return [dict(zip(keys, row, strict=True)) for row in rows]
 
     def jobs(self) -> Iterator[dict[str, Any]]:
+        """Every job in order; ``duplicate_lines`` is the JSON list of the later lines that repeated it."""
         keys = ("identity", "line", "duplicate_lines", "agent", "mode", "after_step", "status", "attempts", "run_id",
                 "exit_code", "category", "phase", "quality", "agent_status", "seconds", *USAGE_COLUMNS)
-        for row in self.db.execute(f"SELECT {', '.join(keys)} FROM jobs ORDER BY ordinal"):
-            yield dict(zip(keys, row, strict=True))
+        noted = "(SELECT group_concat(line) FROM duplicates WHERE duplicates.identity = jobs.identity)"
+        for row in self.db.execute(f"SELECT {', '.join(keys)}, {noted} FROM jobs ORDER BY ordinal"):
+            job = dict(zip(keys, row[:-1], strict=True))
+            lines = set(json.loads(job["duplicate_lines"])) | {int(n) for n in (row[-1] or "").split(",") if n}
+            job["duplicate_lines"] = json.dumps(sorted(lines))
+            yield job

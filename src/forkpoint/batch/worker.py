@@ -25,8 +25,10 @@ from forkpoint.batch.ledger import Outcome
 _MODE_FLAGS = {"prepare-only": {"prepare_only": True}, "replay-only": {"replay_only": True}, "continue": {}}
 
 
-def run_job(spec: dict[str, Any], batch_dir: str, run_id: str) -> dict[str, Any]:
-    """Execute one job; returns an :class:`Outcome` as JSON. Never raises for a job's own failure."""
+def run_job(spec: dict[str, Any], batch_dir: str, run_id: str, driver: str | None = None) -> dict[str, Any]:
+    """Execute one job under its lease (``driver``: the sending driver's token, checked under the lease: see
+    forkpoint.batch.lock); returns an :class:`Outcome` as JSON. Never raises for a job's own failure."""
+    from forkpoint.batch.lock import job_lease
     from forkpoint.core.errors import ErrorKind, ReplayError
     from forkpoint.run.engine import execute
     from forkpoint.run.request import build_request
@@ -40,7 +42,7 @@ def run_job(spec: dict[str, Any], batch_dir: str, run_id: str) -> dict[str, Any]
         **{k: v for k, v in job.options.items() if k != "timeout_s"},
     }
     try:
-        with _workspace(job, root, run_id) as (workspace, extra):
+        with job_lease(root, run_id, driver), _workspace(job, root, run_id) as (workspace, extra):
             values["workspace"] = str(workspace)
             values.update(extra)
             result = execute(build_request(values, source=f"job {job.line}"))

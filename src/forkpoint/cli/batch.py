@@ -8,11 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from forkpoint.cli.output import GREEN, RED, YELLOW, print_json, say
+from forkpoint.cli.output import GREEN, RED, YELLOW, fail, print_json, say
 
 
 def run(args: argparse.Namespace) -> None:
     from forkpoint.batch import BatchOptions, run_batch, status
+    from forkpoint.core.errors import ReplayError
 
     if args.jobs == "status":
         if args.status_dir is None:
@@ -23,6 +24,8 @@ def run(args: argparse.Namespace) -> None:
         except FileNotFoundError as error:
             say(f"forkpoint: configuration_error: {error}", err=True, style=RED)
             raise SystemExit(2) from None
+        except ReplayError as error:  # a refused or corrupt ledger, named
+            fail(error, args.as_json)
         _batch_summary(summary, args.as_json)
         return
     jobs = Path(args.jobs)
@@ -38,6 +41,9 @@ def run(args: argparse.Namespace) -> None:
     try:
         summary = run_batch(jobs, args.out, options, progress=display.update,
                             on_bad=lambda line, reason: say(f"  job {line}: {reason}", err=True, style=YELLOW))
+    except ReplayError as error:  # the batch dir held by another driver, a refused ledger
+        display.close()
+        fail(error, args.as_json)
     except RuntimeError as error:
         say(f"forkpoint: configuration_error: {error}", err=True, style=RED)
         raise SystemExit(2) from None
@@ -47,7 +53,11 @@ def run(args: argparse.Namespace) -> None:
     if summary.get("interrupted"):
         raise SystemExit(130)
     counts = summary["counts"]
-    raise SystemExit(1 if counts["failed"] or counts["ambiguous"] or counts["pending"] or summary["bad_lines"] else 0)
+    for run_id in summary.get("still_running_elsewhere") or []:
+        say(f"  job run {run_id} is still running in a process of a stopped driver (its lease is held): left "
+            "running; rerun the batch later to settle it", err=True, style=YELLOW)
+    raise SystemExit(1 if counts["failed"] or counts["ambiguous"] or counts["pending"] or counts["running"]
+                     or summary["bad_lines"] else 0)
 
 
 class _BatchDisplay:

@@ -403,8 +403,10 @@ examples:
   forkpoint batch status prefixes/ --json
   forkpoint batch jobs.jsonl --out /shared/b1 --executor ray --ray-address auto --cpus-per-job 1
 
-exit codes: 0 every job done; 1 a job failed or is ambiguous, or a line was bad (`forkpoint batch status`);
-2 bad options; 130 interrupted (rerun to resume)."""
+exit codes: 0 every job done; 1 a job failed, is ambiguous or still running in a stopped driver's process, or a
+line was bad (`forkpoint batch status`); 2 bad options; 21 the batch dir is in use by another driver (named), or
+its ledger is refused (a link, not a regular file, corrupt, not a forkpoint ledger); 130 interrupted (rerun to
+resume)."""
 
 
 def every_help(parser: argparse.ArgumentParser, command: str = "") -> dict[str, str]:
