@@ -56,11 +56,13 @@ def run_batch(jobs_file: Path, batch_dir: Path, options: BatchOptions,
     """Run (or resume) the batch; returns the summary :func:`status` gives."""
     from forkpoint.batch.expand import expand
     from forkpoint.batch.jobs import BadJob, read_lines
+    from forkpoint.batch.worker import remove_leftovers
 
     batch_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     ledger = Ledger(batch_dir / LEDGER)
     try:
         _settle_stale(ledger, batch_dir)
+        remove_leftovers(batch_dir)  # folders killed jobs created at recorded paths
         items = expand(read_lines(jobs_file, options.defaults))
 
         def feed(count: int) -> bool:
