@@ -8,6 +8,11 @@ trajectory is parsed again (it must still have the recorded SHA-256), the snapsh
 ``--branch-*`` variant, its prompt given again: forkpoint.branch_records); with it, K new branches get ids after the
 existing ones and the given variants. A branch that started and has no outcome is reported ambiguous, never run
 again.
+
+A run dir may come from someone else: the folders ``continue`` empties and ``gc`` removes never come from its
+documents alone. The snapshot description in the state dir names its run (a token the run dir carries, the run dir
+and state dir by device and inode) and its workspace (path, device, inode, lock key); see
+:func:`continued_workspace` and :func:`collect_snapshots`.
 """
 
 from __future__ import annotations
