@@ -163,6 +163,38 @@ def test_continue_under_bwrap_refuses_a_run_dir_naming_another_runs_state_dir(tm
     assert done.returncode == 20 and "does not belong to the run" in done.stdout, (done.stdout, done.stderr)
 
 
+def test_continue_under_bwrap_of_a_copied_run_dir_needs_no_workspace(tmp_path: Path) -> None:
+    """Under bwrap the workspace is never written: a copy of the run dir (its token too) continues from the
+    state dir whose snapshot names that token."""
+    from forkpoint import runtimes
+
+    if shutil.which("bwrap") is None or runtimes.find("claude-code", "2.1.332") is None:
+        pytest.skip("bubblewrap or claude-code 2.1.332 is not installed")
+    run, state, workspace = _replayed(tmp_path, sandbox="bwrap")
+    copy = tmp_path / "moved"
+    shutil.copytree(run, copy)
+    (workspace / "mine.txt").write_text("the user's own\n")
+    done = _continue(copy)
+    assert "branches" in json.loads(done.stdout), (done.stdout, done.stderr)
+    assert (state / "branches" / "1" / "journal.jsonl").is_file()
+    assert (workspace / "mine.txt").read_text() == "the user's own\n"  # never restored into
+
+
+def test_a_snapshot_that_names_no_run_is_continued_only_into_a_named_workspace_and_never_collected(
+        tmp_path: Path) -> None:
+    """Runs replayed before snapshots named their run: nothing proves whose workspace or state dir it is."""
+    run, state, workspace = _replayed(tmp_path)
+    _edit(state / "snapshot" / "snapshot.json", lambda description: description.pop("owner"))
+    _edit(run / "result.json", lambda result: result["metadata"]["boundary_snapshot"].pop("owner"))
+    (workspace / "mine.txt").write_text("the user's own\n")
+    refused = _continue(run)
+    assert refused.returncode == 2 and "older forkpoint" in refused.stdout, (refused.stdout, refused.stderr)
+    assert (workspace / "mine.txt").read_text() == "the user's own\n"
+    with pytest.raises(ReplayError, match="does not name the run it belongs to"):
+        collect_snapshots(run)
+    assert (state / "snapshot" / "workspace").is_dir()
+
+
 def test_gc_removes_the_snapshot_of_the_run_it_was_given(tmp_path: Path) -> None:
     run, state, _ = _replayed(tmp_path)
     (state / "branches" / "1" / "workspace").mkdir(parents=True)
