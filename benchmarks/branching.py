@@ -98,7 +98,7 @@ def snapshot_vs_cp(root: Path, megabytes: int) -> tuple[float, float, str]:
         shutil.rmtree(target)
         state = c.fresh_dir(root / f"state-snap-{round_index}")
         started = time.perf_counter()
-        take_snapshot(tree, state)
+        take_snapshot(tree, state, root, "benchmark")
         snap_times.append(time.perf_counter() - started)
         shutil.rmtree(state)
     return c.median(snap_times), c.median(cp_times), fs

@@ -81,7 +81,6 @@ EXCEPTIONS = {
     "adapters/swe_agent/tools.py": "tests/adapters/swe_agent/test_replay.py (fresh == historical at every boundary)",
     "batch/executors.py": "tests/batch/test_batch.py (local pool and Ray)",
     "batch/expand.py": "tests/batch/test_jobs.py (a jobs file expanded to requests)",
-    "batch/worker.py": "tests/batch/test_batch.py",
     "branches/branching.py": "tests/e2e/test_branching.py and tests/branches/test_resume.py",
     "bridge/limits.py": "tests/reliability/test_bridge_flood.py",
     "examples/__init__.py": "UNTESTED: paths of the shipped examples; nothing in src or tests uses it",

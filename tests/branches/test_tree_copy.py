@@ -64,7 +64,7 @@ def test_one_pass_inventory_equals_the_two_pass_method(tmp_path: Path) -> None:
 def test_take_snapshot_records_the_inventory_checked_snapshot_verifies(tmp_path: Path) -> None:
     tree = _hostile_tree(tmp_path, tmp_path / "absent")
     state = tmp_path / "state"
-    description = take_snapshot(tree, state)
+    description = take_snapshot(tree, state, tmp_path, "r")
     assert description["inventory_sha256"] == inventory(tree).sha256
     assert checked_snapshot(state, description["inventory_sha256"]) == state / "snapshot" / "workspace"
     (state / "snapshot" / "workspace" / "src" / "empty.txt").write_bytes(b"tampered")

@@ -6,6 +6,7 @@ import io
 import json
 import os
 import shutil
+import stat
 import subprocess
 import tarfile
 from pathlib import Path
@@ -90,6 +91,18 @@ def test_from_a_directory_copies_everything(tmp_path: Path) -> None:
     assert facts == {"kind": "dir", "source": str(source), "rev": None}
     assert inventory(workspace).sha256 == inventory(source).sha256
     assert os.readlink(workspace / "link") == "src/app.py"
+
+
+def test_an_existing_empty_workspace_keeps_its_mode(tmp_path: Path) -> None:
+    """`cp -a SRC/. WS/` gave a private 0700 workspace the source's 0755."""
+    source = _tree(tmp_path / "source")
+    os.chmod(source, 0o755)
+    workspace = tmp_path / "ws"
+    workspace.mkdir(mode=0o700)
+    os.chmod(workspace, 0o700)
+    create(parse_source(str(source)), workspace)
+    assert stat.S_IMODE(os.stat(workspace).st_mode) == 0o700
+    assert inventory(workspace).sha256 == inventory(source).sha256
 
 
 def test_a_non_empty_workspace_is_refused(tmp_path: Path) -> None:

@@ -83,8 +83,10 @@ def _run(ledger: Ledger, token: str, jobs_file: Path, batch_dir: Path, options: 
     """The batch under the held driver lock."""
     from forkpoint.batch.expand import expand
     from forkpoint.batch.jobs import BadJob, read_lines
+    from forkpoint.batch.worker import remove_leftovers
 
     live = _settle_stale(ledger, batch_dir)
+    remove_leftovers(batch_dir)  # folders killed jobs created at recorded paths
     items = expand(read_lines(jobs_file, options.defaults))
 
     def feed(count: int) -> bool:

@@ -3,14 +3,16 @@
 Where the job's fresh workspace lives: under ``--sandbox bwrap`` a private ``work/<run-id>/ws`` mounted at the
 recorded cwd; with ``local`` and an adapter that rewrites paths, a private workspace plus ``--path-map
 RECORDED=PRIVATE``; otherwise (the adapter's tools must see the recorded path) the recorded cwd itself, held by an
-exclusive per-path lock so two jobs never share it, created for the job and removed after it (an existing
-non-empty directory there is refused, never emptied). The job's run, state and output dirs are under the batch dir.
+exclusive per-path lock so two jobs never share it, created for the job with the parent folders that were missing
+and all removed after it (an existing path there, an empty folder too, is refused: forkpoint never changes or leaves
+anything in a folder it did not create). The job's run, state and output dirs are under the batch dir.
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import time
@@ -102,24 +104,117 @@ def _workspace(job: Job, root: Path, run_id: str) -> Iterator[tuple[Path, dict[s
             shutil.rmtree(private.parent, ignore_errors=True)
         return
     recorded = Path(job.recorded_cwd)
-    with _path_lock(root, recorded):
-        created = not recorded.exists()
+    with _path_lock(root, recorded) as record:
+        top = _create_recorded(recorded, record)
         try:
             yield recorded, source
         finally:
-            if created:
-                shutil.rmtree(recorded, ignore_errors=True)
+            _remove_created(record, top)
 
 
 @contextmanager
-def _path_lock(root: Path, path: Path) -> Iterator[None]:
-    """One job at a time at a recorded path (across this batch's workers on this machine)."""
+def _path_lock(root: Path, path: Path) -> Iterator[Path]:
+    """One job at a time at a recorded path (across this batch's workers on this machine); yields the path of
+    the record naming what a job created there (beside the lock file)."""
     locks = root / "locks"
     locks.mkdir(exist_ok=True)
     name = hashlib.sha256(str(path).encode()).hexdigest()[:32]
     fd = os.open(locks / name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        yield locks / f"{name}{_CREATED}"
     finally:
         os.close(fd)
+
+
+#: the suffix of the record (beside a path lock) naming the topmost folder a job created for a recorded cwd
+_CREATED = ".created"
+
+
+def _create_recorded(recorded: Path, record: Path) -> Path:
+    """Create the recorded cwd for one job, with the parent folders that are missing; returns the topmost folder
+    created. A path that exists is refused: forkpoint never changes, fills or leaves anything in a folder it did
+    not create (an empty one too: its mode would take the source's). A leftover a killed job of this batch created
+    (named in ``record``, same device and inode) is removed first."""
+    from forkpoint.core.errors import ErrorKind, ReplayError
+
+    if not recorded.is_absolute() or ".." in recorded.parts or os.path.normpath(recorded) != str(recorded):
+        raise ReplayError(ErrorKind.WORKSPACE, f"the recorded cwd {str(recorded)[:300]!r} is not a plain absolute "
+                                               "path; the job cannot work there")
+    _remove_leftover(record)
+    if os.path.lexists(recorded):
+        raise ReplayError(ErrorKind.WORKSPACE, f"the recorded cwd {recorded} exists; a batch job works at a recorded "
+                                               "path only when it creates it (and removes it after), never in a "
+                                               "folder it did not make — remove it, or use --sandbox bwrap")
+    missing = [recorded]
+    while not os.path.lexists(missing[-1].parent):
+        missing.append(missing[-1].parent)
+    top = missing[-1]
+    if not os.path.isdir(top.parent):
+        raise ReplayError(ErrorKind.WORKSPACE, f"the recorded cwd {recorded} lies under {top.parent}, which is not "
+                                               "a directory")
+    try:
+        os.mkdir(top, 0o700)
+        _write_record(record, top)
+        for folder in reversed(missing[:-1]):
+            os.mkdir(folder, 0o700)
+    except OSError as error:
+        _remove_created(record, top)
+        raise ReplayError(ErrorKind.WORKSPACE, f"cannot create the recorded cwd {recorded}: {error}") from None
+    return top
+
+
+def _write_record(record: Path, top: Path) -> None:
+    from forkpoint.branches.branching import directory_identity
+    from forkpoint.core.results import write_json
+
+    write_json(record, directory_identity(top))
+
+
+def _remove_created(record: Path, top: Path) -> None:
+    """Remove the folders a job created (``top`` and all below it) while ``top`` is still the recorded directory,
+    then the record."""
+    from forkpoint.branches.branching import same_directory
+    from forkpoint.process.childenv import remove_tree
+
+    if record.is_file() and not record.is_symlink():
+        try:
+            identity = json.loads(record.read_text("utf-8"))
+        except (OSError, ValueError):
+            identity = None
+        if same_directory(top, identity):
+            remove_tree(top)  # links not followed; what the job made unwritable opened up
+    record.unlink(missing_ok=True)
+
+
+def _remove_leftover(record: Path) -> None:
+    """What a killed job created at this recorded path (its record names it), removed; held under the path lock."""
+    if not record.is_file() or record.is_symlink():
+        record.unlink(missing_ok=True)
+        return
+    try:
+        path = json.loads(record.read_text("utf-8")).get("path")
+    except (OSError, ValueError, AttributeError):
+        path = None
+    if isinstance(path, str) and os.path.isabs(path):
+        _remove_created(record, Path(path))
+    record.unlink(missing_ok=True)
+
+
+def remove_leftovers(batch_dir: Path) -> None:
+    """At a driver's start: remove what killed jobs created at recorded paths, skipping any path a live job holds."""
+    locks = batch_dir / "locks"
+    for record in sorted(locks.glob(f"*{_CREATED}")) if locks.is_dir() else []:
+        try:
+            fd = os.open(locks / record.name.removesuffix(_CREATED), os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        try:
+            _remove_leftover(record)
+        finally:
+            os.close(fd)

@@ -127,24 +127,55 @@ def branch_variants(request: ReplayRequest) -> BranchVariants:
 # -- the boundary snapshot ------------------------------------------------------------------------------------------
 
 
-def take_snapshot(workspace: Path, state_dir: Path) -> dict[str, Any]:
+def take_snapshot(workspace: Path, state_dir: Path, run_dir: Path, run_id: str) -> dict[str, Any]:
     """Copy the replayed workspace to ``<state>/snapshot/workspace``; returns (and writes) its description.
 
     One pass: each file is hashed while it is copied (the inventory of the copy, as ``inventory`` would take it).
+    The description names the run it belongs to (``owner``: run id, a random token the run dir's documents carry
+    too, the run dir and state dir by path, device and inode) and the workspace it was taken from (path, device,
+    inode, lock key): ``continue`` and ``gc`` act only on what these still match, never on paths the run dir's
+    documents alone name.
     """
+    import secrets
+
     from forkpoint.branches.tree_copy import copy_with_entries
     from forkpoint.workspace import inventory_of
+    from forkpoint.workspace.lock import lock_key
 
     folder = state_dir / "snapshot"
     if folder.exists():
         shutil.rmtree(folder)
     target = folder / "workspace"
     target.mkdir(parents=True, mode=0o700)
+    owner = {"run_id": run_id, "token": secrets.token_hex(16), "run_dir": directory_identity(run_dir),
+             "state_dir": directory_identity(state_dir)}
+    recorded_workspace = {**directory_identity(workspace), "lock_key": lock_key(os.stat(workspace))}
     tree = inventory_of(copy_with_entries(workspace, target))
     description = {"schema_version": SNAPSHOT_SCHEMA, "path": str(target), "inventory_sha256": tree.sha256,
-                   "files": tree.files, "entries": tree.entries}
+                   "files": tree.files, "entries": tree.entries, "owner": owner, "workspace": recorded_workspace}
     write_json(folder / "snapshot.json", description)
     return description
+
+
+def directory_identity(path: Path) -> dict[str, Any]:
+    """A directory as a run saw it: absolute path, device and inode (a copied, moved, re-created or crafted folder
+    has another device or inode)."""
+    info = os.stat(path)
+    return {"path": os.path.abspath(path), "dev": info.st_dev, "ino": info.st_ino}
+
+
+def same_directory(path: Path, recorded: Any) -> bool:
+    """Whether ``path`` is (without following a link at its end) the directory ``recorded`` by
+    :func:`directory_identity`."""
+    import stat
+
+    if not isinstance(recorded, dict):
+        return False
+    try:
+        info = os.stat(path, follow_symlinks=False)
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISDIR(info.st_mode) and (info.st_dev, info.st_ino) == (recorded.get("dev"), recorded.get("ino"))
 
 
 def checked_snapshot(state_dir: Path, expected_sha256: str | None) -> Path:
@@ -278,10 +309,10 @@ def _one_branch(setup: BranchSetup, index: int, prompt: str | None, variant: Bra
                 workspace.mkdir()
                 restore(setup.snapshot, workspace)
                 sandbox = open_sandbox("bwrap", workspace, setup.recorded_cwd)
-            else:
+            else:  # the recorded-path check comes before the restore empties the workspace
                 workspace = setup.workspace
-                restore(setup.snapshot, workspace)
                 sandbox = open_sandbox(setup.sandbox_name, workspace, setup.recorded_cwd)
+                restore(setup.snapshot, workspace)
         except (ReplayError, OSError) as error:
             kind = error.kind if isinstance(error, ReplayError) else ErrorKind.WORKSPACE
             message = error.message if isinstance(error, ReplayError) else f"preparing the branch: {error}"

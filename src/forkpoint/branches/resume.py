@@ -8,6 +8,11 @@ trajectory is parsed again (it must still have the recorded SHA-256), the snapsh
 ``--branch-*`` variant, its prompt given again: forkpoint.branches.records); with it, K new branches get ids after the
 existing ones and the given variants. A branch that started and has no outcome is reported ambiguous, never run
 again.
+
+A run dir may come from someone else: the folders ``continue`` empties and ``gc`` removes never come from its
+documents alone. The snapshot description in the state dir names its run (a token the run dir carries, the run dir
+and state dir by device and inode) and its workspace (path, device, inode, lock key); see
+:func:`continued_workspace` and :func:`collect_snapshots`.
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ class ContinueOptions:
     model_choice: dict[str, Any] = field(default_factory=dict)
     agent_version: str | None = None  # a verified cross-version pair (``--agent-version``)
     record_tool_schemas: bool = False
+    #: ``--workspace DIR``: the directory to restore the boundary into, named by the user (a moved run dir)
+    workspace: Path | None = None
 
 
 def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[str], None]) -> dict[str, Any]:
@@ -72,6 +79,7 @@ def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[
     if not snapshot_facts or not str(state_dir):
         raise ReplayError(ErrorKind.WORKSPACE, f"{run_dir} kept no boundary snapshot (it was continued once without "
                                                "--keep-snapshot, or replayed with --drop-snapshot)")
+    _require_absolute(run_dir, state_dir)
     snapshot = checked_snapshot(state_dir, snapshot_facts.get("inventory_sha256"))
     if not source.is_file() or file_sha256(source) != source_sha256:
         raise ReplayError(ErrorKind.TRAJECTORY, f"the trajectory {source} is gone or no longer the replayed one "
@@ -82,7 +90,7 @@ def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[
                                     adapter.profile_for(parsed))
     prefix = _prefix(run_dir, result, branches_doc, metadata)
     sandbox = str(branches_doc.get("sandbox") or recorded_sandbox.get("name") or "local")
-    workspace = Path(str(branches_doc.get("workspace") or recorded_sandbox.get("workspace") or parsed.cwd or "."))
+    workspace, lock_key = continued_workspace(run_dir, state_dir, snapshot_facts, sandbox, options.workspace)
     # The --branch-* lists vary the new branches (--branches K); without it they can only restate the planned
     # branches' recorded variants (branch_records checks that), so they are no part of the request.
     run_choice = {key: value for key, value in options.model_choice.items()
@@ -105,8 +113,100 @@ def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[
                         state_dir=state_dir, output_dir=run_dir, session_id=prefix.session_id, sandbox_name=sandbox,
                         recorded_cwd=parsed.cwd, snapshot=snapshot)
     # Like a replay, every child gets the run's own TMPDIR (removed at the end; a killed run's is replaced).
-    with childenv.passing(childenv.resolve(request.env, os.environ).values, temp_dir=state_dir / "tmp"):
+    with _holding(workspace, sandbox, lock_key, run_dir, parsed.cwd), \
+            childenv.passing(childenv.resolve(request.env, os.environ).values, temp_dir=state_dir / "tmp"):
         return _run_planned(setup, run_dir, options, request, snapshot_facts, plan.after_step, report)
+
+
+def _require_absolute(run_dir: Path, state_dir: Path) -> None:
+    """forkpoint records absolute paths: a relative one is a crafted document, and would resolve against whatever
+    folder ``continue`` or ``gc`` runs in."""
+    if not state_dir.is_absolute():
+        raise configuration(f"{run_dir} names a relative state dir ({state_dir}); forkpoint records absolute paths, "
+                            "so this run dir was not written by forkpoint (or was edited)")
+
+
+def snapshot_owner(run_dir: Path, state_dir: Path, snapshot_facts: dict[str, Any]) -> dict[str, Any] | None:
+    """The state dir's snapshot description (snapshot.json, written at replay time) when it belongs to the run of
+    ``run_dir``: its owner token equals the one the run dir's documents carry. None for a snapshot taken before
+    snapshots named their run; a snapshot that names another run is refused (a run dir pointing at another run's
+    state dir must not act on it)."""
+    import hmac
+
+    description = _object(state_dir / "snapshot" / "snapshot.json", None)
+    owner = description.get("owner")
+    if owner is None and not (snapshot_facts.get("owner")):
+        return None
+    recorded = (snapshot_facts.get("owner") or {}) if isinstance(snapshot_facts.get("owner"), dict) else {}
+    token, claimed = recorded.get("token"), owner.get("token") if isinstance(owner, dict) else None
+    if not (isinstance(token, str) and isinstance(claimed, str) and hmac.compare_digest(token, claimed)):
+        who = owner.get("run_dir") if isinstance(owner, dict) else None
+        named = f" (it names the run dir {str(who.get('path'))[:300]})" if isinstance(who, dict) else ""
+        raise ReplayError(ErrorKind.WORKSPACE, f"the boundary snapshot in {state_dir} does not belong to the run "
+                                               f"{run_dir}{named}; nothing was touched")
+    return description
+
+
+def bound_here(run_dir: Path, state_dir: Path, owner: dict[str, Any]) -> bool:
+    """Whether the run dir and its state dir are the very directories the replay made (device and inode as
+    recorded): False for a run dir or state dir that was copied, moved to another file system or machine, or
+    shipped as a bundle."""
+    from forkpoint.branches.branching import same_directory
+
+    return same_directory(run_dir.resolve(), owner.get("run_dir")) and same_directory(state_dir, owner.get("state_dir"))
+
+
+def continued_workspace(run_dir: Path, state_dir: Path, snapshot_facts: dict[str, Any], sandbox: str,
+                        given: Path | None) -> tuple[Path, str | None]:
+    """The directory ``continue`` may restore the boundary snapshot into (emptying it first), decided before any
+    effect and never from the run documents alone: the one the user names (``--workspace``), else the workspace the
+    replay recorded in the state dir's snapshot description, only while the run dir and state dir are the ones
+    the replay made and that path is still the same directory (device and inode). Also returns the recorded lock
+    key the workspace must still have once locked (None: named by the user, or not written under bwrap)."""
+    from forkpoint.branches.branching import same_directory
+
+    description = snapshot_owner(run_dir, state_dir, snapshot_facts)
+    if given is not None:
+        if not given.is_dir():
+            raise ReplayError(ErrorKind.WORKSPACE, f"--workspace {given} is not a directory")
+        return Path(os.path.abspath(given)), None
+    if description is None:
+        raise configuration(f"the boundary snapshot of {run_dir} does not record which workspace it was taken from "
+                            "(replayed by an older forkpoint); name the workspace to restore it into: "
+                            "--workspace DIR")
+    recorded = description.get("workspace")
+    recorded = recorded if isinstance(recorded, dict) else {}
+    path = Path(str(recorded["path"])) if recorded.get("path") else None
+    if sandbox == "bwrap" and path is not None:
+        return path, None  # never written: each branch restores the snapshot into its own copy under the state dir
+    if not bound_here(run_dir, state_dir, description["owner"]):
+        raise configuration(f"{run_dir} or its state dir {state_dir} is not the directory the replay made (copied, "
+                            "moved or shipped from elsewhere): continue restores the boundary snapshot — emptying "
+                            "the workspace first — only into a workspace you name: --workspace DIR")
+    if path is None or not path.is_absolute() or not same_directory(path, recorded):
+        raise ReplayError(ErrorKind.WORKSPACE, f"the workspace {path} is no longer the directory the run replayed in "
+                                               "(removed or replaced since); name the workspace to restore the "
+                                               "boundary into: --workspace DIR")
+    return path, str(recorded.get("lock_key"))
+
+
+def _holding(workspace: Path, sandbox: str, lock_key: str | None, run_dir: Path, recorded_cwd: str | None) -> Any:
+    """The workspace lock (as a replay holds it) while branches restore into a ``local`` workspace, checked once
+    more under the lock against the recorded lock key; the recorded-path check of the sandbox, before any effect."""
+    import contextlib
+
+    from forkpoint.sandbox import open_sandbox
+    from forkpoint.workspace.lock import lock_workspace
+
+    if sandbox == "bwrap":
+        return contextlib.nullcontext()
+    open_sandbox(sandbox, workspace, recorded_cwd)
+    lock = lock_workspace(workspace, f"continue {run_dir.name}")
+    if lock_key is not None and lock.name != lock_key:
+        lock.release()
+        raise ReplayError(ErrorKind.WORKSPACE, f"the workspace {workspace} changed while continue checked it; "
+                                               "nothing was touched")
+    return lock
 
 
 def _run_planned(setup: BranchSetup, run_dir: Path, options: ContinueOptions, request: ReplayRequest,
@@ -217,8 +317,12 @@ def _object(path: Path, required: str | None) -> dict[str, Any]:
 
 def collect_snapshots(run_dir: Path, *, dry_run: bool = False) -> dict[str, Any]:
     """`forkpoint gc RUN_DIR`: remove the run's boundary snapshot and its branches' workspace copies (what
-    `forkpoint continue` would branch from); returns what was (or, with ``dry_run``, would be) freed."""
-    import os
+    `forkpoint continue` would branch from); returns what was (or, with ``dry_run``, would be) freed.
+
+    Only what belongs to the run dir given: the snapshot description in the state dir names its owning run (the
+    token the run dir's documents carry, the run dir and state dir by device and inode), so a crafted run dir
+    naming another run's state dir — or any other folder — removes nothing.
+    """
     import shutil
 
     result = _object(run_dir / "result.json", None)
@@ -227,27 +331,42 @@ def collect_snapshots(run_dir: Path, *, dry_run: bool = False) -> dict[str, Any]
     if not state:
         raise configuration(f"{run_dir} is not a forkpoint run dir (no result.json or branches.json naming its state)")
     state_dir = Path(str(state))
-    # The run dir names its state dir: remove only what forkpoint itself made there (a snapshot that carries its
-    # description, branch folders with their journal), never a folder a crafted result.json points at.
+    _require_absolute(run_dir, state_dir)
     snapshot = state_dir / "snapshot"
-    description = _object(snapshot / "snapshot.json", None) if _plain_dir(snapshot) else {}
-    targets = [snapshot] if description.get("schema_version") == SNAPSHOT_SCHEMA \
-        else []
-    targets += [path for path in sorted((state_dir / "branches").glob("*/workspace"))
-                if path.parent.name.isdigit() and (path.parent / "journal.jsonl").is_file()]
-    found = [path for path in targets if _plain_dir(path)]
-    freed = 0
-    for path in found:
-        for root, _dirs, files in os.walk(path):
-            for name in files:
-                try:
-                    freed += os.lstat(os.path.join(root, name)).st_blocks * 512
-                except OSError:
-                    continue
-        if not dry_run:
+    if not (_plain_dir(snapshot) and (snapshot / "snapshot.json").is_file()):
+        return {"run_dir": str(run_dir), "removed": [], "bytes": 0, "dry_run": dry_run}
+    metadata = result.get("metadata")
+    facts = (metadata.get("boundary_snapshot") if isinstance(metadata, dict) else None) or branches.get("snapshot")
+    description = snapshot_owner(run_dir, state_dir, facts if isinstance(facts, dict) else {})
+    if description is None or description.get("schema_version") != SNAPSHOT_SCHEMA:
+        raise ReplayError(ErrorKind.WORKSPACE, f"the boundary snapshot in {state_dir} does not name the run it "
+                                               "belongs to (taken by an older forkpoint); gc removes only what it "
+                                               "can tell is this run's — remove it yourself if it is")
+    if not bound_here(run_dir, state_dir, description["owner"]):
+        raise ReplayError(ErrorKind.WORKSPACE, f"{run_dir} or its state dir {state_dir} is not the directory the "
+                                               "replay made (copied or moved): gc removes nothing through it")
+    # branch copies first, the snapshot (with the description that proves ownership) last: an interrupted gc
+    # can be run again
+    targets = [path for path in sorted((state_dir / "branches").glob("*/workspace"))
+               if path.parent.name.isdigit() and (path.parent / "journal.jsonl").is_file()]
+    found = [path for path in [*targets, snapshot] if _plain_dir(path)]
+    freed = sum(_disk_usage(path) for path in found)
+    if not dry_run:
+        for path in found:
             shutil.rmtree(path)
     return {"run_dir": str(run_dir), "removed": [str(path) for path in found], "bytes": freed,
             "dry_run": dry_run}
+
+
+def _disk_usage(path: Path) -> int:
+    freed = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                freed += os.lstat(os.path.join(root, name)).st_blocks * 512
+            except OSError:
+                continue
+    return freed
 
 
 def _plain_dir(path: Path) -> bool:

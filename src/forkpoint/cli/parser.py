@@ -194,7 +194,11 @@ them by hash: finish such branches first, without --branches).
 
 exit codes: 0 every branch finished; 1 a branch did not (branches.json says why); 2 configuration_error; 10 the
 trajectory changed; 20 the snapshot or the native prefix changed or is gone; others as in `forkpoint replay
---help`. More: docs/branching.md."""
+--help`. More: docs/branching.md.
+
+workspace: continue empties the workspace and restores the snapshot into it only when the run dir, its state dir
+and the replay's workspace are still the very directories the replay made (device and inode, recorded in the
+snapshot); for a run dir copied, moved or received from elsewhere, name the workspace with --workspace DIR."""
 
 
 class _Formatter(argparse.HelpFormatter):
@@ -261,6 +265,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                             "stored); without --branches, the recorded prompt of each planned branch to re-run, given "
                             "again.")
         resume.add_argument("--parallel", type=int, metavar="P", help="Branches at once (bwrap runs) [the cores].")
+        resume.add_argument("--workspace", type=Path, metavar="DIR",
+                            help="The workspace to restore the boundary snapshot into (emptied first; --sandbox local "
+                            "runs). Needed when the run dir or its state dir is not the one the replay made (copied, "
+                            "moved, shipped) or the recorded workspace was replaced [the replay's workspace, while it "
+                            "is the same directory].")
         resume.add_argument("--upstream", metavar="NAME", help="As in replay [the agent's own protocol].")
         resume.add_argument("--upstream-url", metavar="URL", help="As in replay.")
         resume.add_argument("--max-steps", type=int, metavar="N", help="As in replay (the total budget).")

@@ -203,7 +203,8 @@ def _run_allocated(request: ReplayRequest, prepared: Prepared, journal: Journal,
         from forkpoint.branches.branching import take_snapshot
 
         report("keeping the boundary snapshot")
-        facts["boundary_snapshot"] = take_snapshot(context.workspace, dirs.state_dir)
+        facts["boundary_snapshot"] = take_snapshot(context.workspace, dirs.state_dir, dirs.output_dir,
+                                                    dirs.run_id)
     continuation: Continuation | None = None
     if request.mode is Mode.REPLAY_AND_CONTINUE and stopped is None:
         if request.branches > 1 or request.branch_prompts:

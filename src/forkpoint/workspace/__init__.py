@@ -262,17 +262,24 @@ def check_target(workspace: Path) -> None:
 
 
 def create(source: WorkspaceSource, workspace: Path) -> dict[str, Any]:
-    """Create the workspace from its source; returns metadata (the resolved git commit, ...)."""
+    """Create the workspace from its source; returns metadata (the resolved git commit, ...). An existing (empty)
+    directory keeps its own mode: ``cp -a SRC/.`` and a tarball's ``.`` member would give it the source's (a
+    private 0700 folder would become 0755)."""
     check_target(workspace)
+    kept_mode = stat.S_IMODE(os.stat(workspace).st_mode) if workspace.is_dir() else None
     workspace.mkdir(parents=True, exist_ok=True)
-    if source.kind == "dir":
-        copy_tree(Path(source.location), workspace)
-        return source.to_metadata()
-    if source.kind == "tarball":
-        count = extract_tarball(Path(source.location), workspace)
-        return {**source.to_metadata(), "members": count}
-    commit = _git_checkout(source.location, source.rev or "", workspace)
-    return {**source.to_metadata(), "commit": commit}
+    try:
+        if source.kind == "dir":
+            copy_tree(Path(source.location), workspace)
+            return source.to_metadata()
+        if source.kind == "tarball":
+            count = extract_tarball(Path(source.location), workspace)
+            return {**source.to_metadata(), "members": count}
+        commit = _git_checkout(source.location, source.rev or "", workspace)
+        return {**source.to_metadata(), "commit": commit}
+    finally:
+        if kept_mode is not None:
+            os.chmod(workspace, kept_mode)
 
 
 def copy_tree(source: Path, workspace: Path) -> None:

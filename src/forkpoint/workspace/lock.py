@@ -45,6 +45,12 @@ def lock_dir() -> Path:
     return Path(os.environ.get(LOCK_DIR_ENV) or f"/tmp/forkpoint-locks-{os.geteuid()}")
 
 
+def lock_key(identity: os.stat_result) -> str:
+    """The lock file's name for a workspace directory: the SHA-256 of its device and inode (what a run records of
+    its workspace, so that `forkpoint continue` can tell it is still the same directory)."""
+    return hashlib.sha256(f"{identity.st_dev}:{identity.st_ino}".encode()).hexdigest() + ".lock"
+
+
 class WorkspaceLock:
     """A held workspace lock; :meth:`release` (or leaving the ``with`` block) unlinks its file and frees it."""
 
@@ -90,7 +96,7 @@ def lock_workspace(workspace: Path, run_id: str, *, create: bool = False) -> Wor
         raise ReplayError(ErrorKind.WORKSPACE, f"cannot lock the workspace {workspace}: {exc.strerror}") from None
     if not stat.S_ISDIR(identity.st_mode):
         raise ReplayError(ErrorKind.WORKSPACE, f"workspace is not a directory: {workspace}")
-    name = hashlib.sha256(f"{identity.st_dev}:{identity.st_ino}".encode()).hexdigest() + ".lock"
+    name = lock_key(identity)
     dir_fd = _open_lock_dir(lock_dir())
     try:
         for _ in range(_ATTEMPTS):
