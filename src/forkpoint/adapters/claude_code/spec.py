@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from forkpoint.adapters.spec import OPENAI_CHAT, AgentSpec, NpmPackage
+from forkpoint.adapters.spec import OPENAI_CHAT, AgentSpec, FormatFamily, NpmPackage
 
 #: record types Claude Code writes before (or instead of) its first message line
 _BOOKKEEPING = ("queue-operation", "summary", "last-prompt", "file-history-snapshot")
@@ -31,4 +31,6 @@ SPEC = AgentSpec(
     sniff=sniff,
     # proven by tests/e2e/test_cross_version.py
     cross_versions={"2.1.220": ("2.1.332",)},
+    # one JSONL session format since 1.0 (public recordings 1.0.98 - 2.1.152 parse); a line's fields grow, not change
+    formats=(FormatFamily("claude-code/session-jsonl", "1.0.0", None),),
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from forkpoint.adapters.spec import OPENAI_CHAT, AgentSpec, NpmPackage
+from forkpoint.adapters.spec import OPENAI_CHAT, AgentSpec, FormatFamily, NpmPackage
 
 
 def sniff(value: object) -> bool:
@@ -31,4 +31,6 @@ SPEC = AgentSpec(
     version_field="cli_version in session_meta",
     # proven by tests/e2e/test_cross_version.py
     cross_versions={"0.149.0": ("0.171.0",)},
+    # rollout JSONL with session_meta/response_item records (public recordings 0.40.0 - 0.135.0 parse)
+    formats=(FormatFamily("codex/rollout-jsonl", "0.40.0", None),),
 )
