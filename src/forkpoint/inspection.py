@@ -20,7 +20,7 @@ def describe(path: Path, agent: str | None = None, max_bytes: int = DEFAULT_MAX_
         raise configuration("--max-trajectory-bytes must be positive")
     if not path.is_file():
         raise configuration(f"trajectory does not exist or is not a regular file: {path}")
-    name = agent or guess_agent(path)
+    name = agent or guess_agent(path, max_bytes)
     if name is None:
         raise configuration(f"cannot tell which agent wrote {path}; pass --agent NAME")
     adapter = get_adapter(name)

@@ -6,11 +6,14 @@ from forkpoint.adapters.spec import OPENAI_CHAT, AgentSpec, FormatFamily, NpmPac
 
 #: record types Claude Code writes before (or instead of) its first message line
 _BOOKKEEPING = ("queue-operation", "summary", "last-prompt", "file-history-snapshot")
+_STREAM_JSON = ("system", "assistant", "user", "result")
 
 
 def sniff(value: object) -> bool:
     if not isinstance(value, dict):
         return False
+    if "session_id" in value and "parentUuid" not in value and value.get("type") in _STREAM_JSON:
+        return True  # `claude -p --output-format stream-json` stdout: detected so the parser can name it
     return ("uuid" in value and ("parentUuid" in value or "sessionId" in value)) or value.get("type") in _BOOKKEEPING
 
 

@@ -4,12 +4,26 @@ from __future__ import annotations
 
 from forkpoint.adapters.spec import OPENAI_CHAT, AgentSpec, FormatFamily, NpmPackage
 
+#: the event types of ``codex exec --json`` stdout (not a rollout: detected to be named, then refused by the parser)
+EXEC_JSON_EVENTS = frozenset({"thread.started", "turn.started", "turn.completed", "turn.failed", "item.started",
+                              "item.updated", "item.completed"})
 
-def sniff(value: object) -> bool:
-    """A rollout line: ``session_meta`` first, then ``{"timestamp", "type", "payload": {...}}`` records."""
+
+def exec_json_event(value: object) -> bool:
+    """A line of ``codex exec --json`` stdout: the thread/turn/item events, or the older ``{id, msg}`` events."""
     if not isinstance(value, dict):
         return False
-    return value.get("type") == "session_meta" or (isinstance(value.get("payload"), dict) and "timestamp" in value)
+    return value.get("type") in EXEC_JSON_EVENTS or (isinstance(value.get("msg"), dict) and "id" in value
+                                                     and "payload" not in value)
+
+
+def sniff(value: object) -> bool:
+    """A rollout line: ``session_meta`` first, then ``{"timestamp", "type", "payload": {...}}`` records (and
+    ``codex exec --json`` stdout, which the parser names and refuses)."""
+    if not isinstance(value, dict):
+        return False
+    return (value.get("type") == "session_meta" or (isinstance(value.get("payload"), dict) and "timestamp" in value)
+            or exec_json_event(value))
 
 
 SPEC = AgentSpec(
