@@ -242,3 +242,20 @@ def test_ctrl_c_lets_running_jobs_finish_and_a_rerun_resumes(tmp_path: Path) -> 
     assert done.returncode == 0, done.stderr
     assert status(batch)["counts"]["done"] == 6
     assert all((markers / str(i)).read_text() == "run\n" for i in range(6))
+
+
+def test_a_job_can_require_a_verified_version(tmp_path: Path) -> None:
+    """Issue 28: by default a recording of an unverified version prepares (degraded); the job key
+    ``require_verified_version`` restores the exact-pin refusal for that job only."""
+    from forkpoint.testing.claude_sessions import simple_session
+
+    old = simple_session(2, version="2.0.27").write(tmp_path / "old.jsonl")
+    rows = [{"trajectory": str(old), "agent": "claude-code", "after_step": 1},
+            {"trajectory": str(old), "agent": "claude-code", "after_step": 2, "require_verified_version": True}]
+    summary = run_batch(_jobs(tmp_path / "jobs.jsonl", rows), tmp_path / "batch", BatchOptions(workers=1))
+    assert summary["counts"]["done"] == 1 and [job["category"] for job in summary["failed"]] == ["unsupported_version"]
+    ledger = Ledger(tmp_path / "batch" / "ledger.sqlite")
+    done = next(row for row in ledger.jobs() if row["after_step"] == 1)
+    ledger.close()
+    result = json.loads((tmp_path / "batch" / "runs" / done["run_id"] / "result.json").read_text())
+    assert (result["quality"], result["recorded_version_status"]) == ("degraded", "unverified")

@@ -148,7 +148,9 @@ def _run(view: RunView, anchor: str) -> str:
     agent = result.get("agent") or {}
     failure = result.get("failure") or {}
     match = view.observations_match
-    badges = (_badge(result.get("phase")) + _badge(f"quality {result.get('quality')}",
+    reasons = ", ".join(str(r) for r in result.get("quality_reasons") or [])
+    badges = (_badge(result.get("phase")) + _badge(f"quality {result.get('quality')}"
+                                                   + (f" ({reasons})" if reasons else ""),
                                                    "ok" if result.get("quality") == "verified" else "warn")
               + _badge(f"observations {match}", {"exact": "ok", "diverged": "bad"}.get(match, ""))
               + _badge(f"agent {result.get('agent_status')}",
@@ -163,7 +165,7 @@ def _run(view: RunView, anchor: str) -> str:
          or (agent.get("version") if result.get("phase") == "continued" else "—")),
         ("profile", agent.get("profile")),
         ("tool semantics", agent.get("tool_semantics_version") or "—"),
-        ("quality reasons", ", ".join(str(r) for r in result.get("quality_reasons") or []) or "—"),
+        ("quality reasons", reasons or "—"),
         ("boundary", f"after batch {result.get('after_step')} of {metadata.get('complete_batches', '?')} complete"),
         ("mode", metadata.get("mode")),
         ("upstream", metadata.get("upstream") or view.upstream or "—"),
