@@ -114,6 +114,15 @@ def test_an_unverified_version_is_inspected_prepared_and_refused_on_request(tmp_
                        "--prepare-only", "--require-verified-version", "--output-dir", str(tmp_path / "strict"),
                        cwd=tmp_path)
     assert strict.returncode == 11 and "2.0.27 is not a verified version" in strict.stderr
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    replayed = forkpoint("replay", "--agent", "claude-code", "--trajectory", str(old), "--after-step", "2",
+                         "--replay-only", "--workspace", str(workspace), "--path-map", f"/work={workspace}",
+                         "--run-id", "replayed", cwd=tmp_path)
+    assert replayed.returncode == 0, replayed.stderr
+    exact = json.loads((tmp_path / "forkpoint-out" / "runs" / "replayed" / "replay-summary.json").read_text())
+    assert f"({exact['exact_observations']} of 2 observations exact)" in " ".join(replayed.stdout.split())
+    assert exact["recorded_version_status"] == "unverified"
     config = tmp_path / "strict.toml"
     config.write_text(f'[replay]\nagent = "claude-code"\ntrajectory = "{old}"\nafter_step = 1\nprepare_only = true\n'
                       f'require_verified_version = true\noutput_dir = "{tmp_path / "strict"}"\n')

@@ -93,3 +93,18 @@ def test_the_continuing_version() -> None:
     with pytest.raises(ReplayError) as refused:
         continuing_version(spec, unverified, "9.9.9", "2.1.220")
     assert refused.value.kind is ErrorKind.UNSUPPORTED_VERSION and "2.1.220 -> 2.1.332" in refused.value.message
+
+
+def test_a_session_written_by_several_versions_is_unverified(tmp_path: Path) -> None:
+    """A session resumed across an upgrade names each version on its lines: read as the nearest verified version
+    of the newest, never claimed verified (the exact-pin rule refuses it)."""
+    builder = simple_session(1, version="2.1.220")
+    builder.version = "2.1.332"
+    builder.user_prompt("Again.")
+    path = builder.write(tmp_path / "mixed.jsonl")
+    adapter = get_adapter("claude-code")
+    parsed = adapter.parse(path)
+    facts = adapter.version_facts(parsed)
+    assert (facts.recorded, facts.status, facts.tool_version) == ("2.1.220, 2.1.332", "unverified", "2.1.332")
+    with pytest.raises(ReplayError):
+        read_as(adapter, parsed, require_verified=True)
