@@ -13,8 +13,9 @@ def exec_json_event(value: object) -> bool:
     """A line of ``codex exec --json`` stdout: the thread/turn/item events, or the older ``{id, msg}`` events."""
     if not isinstance(value, dict):
         return False
-    return value.get("type") in EXEC_JSON_EVENTS or (isinstance(value.get("msg"), dict) and "id" in value
-                                                     and "payload" not in value)
+    kind = value.get("type")
+    return (isinstance(kind, str) and kind in EXEC_JSON_EVENTS) or (isinstance(value.get("msg"), dict)
+                                                                    and "id" in value and "payload" not in value)
 
 
 def sniff(value: object) -> bool:
