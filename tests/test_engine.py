@@ -137,7 +137,8 @@ def test_prepare_only_needs_no_workspace(layout: dict[str, Path]) -> None:
     assert not (layout["root"] / "absent").exists()
 
 
-@pytest.mark.parametrize("version", ["../../etc/passwd", "2.0.1" + "x" * 10_000, "2.0.1\x1b[31m\n\x00evil",
+@pytest.mark.parametrize("version", ["../../etc/passwd", "2.0.1" + "x" * 10_000, "9" * 10_000,
+                                     "2.0.1\x1b[31m\n\x00evil",
                                      "/tmp/abs/path", "[red]markup[/red]"])
 def test_a_hostile_version_string_is_only_a_label(layout: dict[str, Path], version: str) -> None:
     """The version field is input: it never becomes a path, and is shown escaped and bounded."""

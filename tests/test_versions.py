@@ -9,7 +9,7 @@ import pytest
 
 from forkpoint.adapters import AGENTS, agent_spec, get_adapter
 from forkpoint.errors import ErrorKind, ReplayError
-from forkpoint.model import Mode
+from forkpoint.model import Mode, VersionFacts
 from forkpoint.testing.claude_sessions import simple_session
 from forkpoint.versions import continuing_version, label, nearest, number, plan_for, read_as, verified_in
 
@@ -81,10 +81,6 @@ def test_a_recording_without_a_version_reads_as_the_newest_of_its_family(tmp_pat
 
 def test_the_continuing_version() -> None:
     spec = agent_spec("claude-code")
-    adapter = get_adapter("claude-code")
-    del adapter
-    from forkpoint.model import VersionFacts
-
     unverified = VersionFacts("2.0.27", "unverified", "claude-code/session-jsonl", "2.1.220", "p")
     verified = VersionFacts("2.1.220", "verified", "claude-code/session-jsonl", "2.1.220", "p")
     assert continuing_version(spec, unverified, None, "2.1.220") == "2.1.332"  # the newest proven

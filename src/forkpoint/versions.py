@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 #: the quality reason a run of an unverified recorded version carries
 UNVERIFIED = "unverified_version"
 _LABEL_CHARS = 64
-_NUMBERS = re.compile(r"^v?(\d+)(?:\.(\d+))?(?:\.(\d+))?")
+#: at most 9 digits a part: a hostile 10,000-digit "version" must not reach int() (Python refuses > 4,300 digits)
+_NUMBERS = re.compile(r"^v?(\d{1,9})(?:\.(\d{1,9}))?(?:\.(\d{1,9}))?")
 
 
 def label(version: str | None) -> str | None:
@@ -125,15 +126,6 @@ def continuing_version(spec: AgentSpec, facts: VersionFacts | None, requested: s
             f"a {spec.title} {facts.recorded or '(unversioned)'} recording is read as {tool_version}; it can be "
             f"continued by {', '.join(choices)} (proven pairs: {pairs}), not {label(requested)}")
     return requested
-
-
-def summary_note(facts: VersionFacts | None) -> str:
-    """One short clause for the summary line."""
-    if facts is None:
-        return ""
-    if facts.status != "unverified":
-        return f"version {facts.recorded} {facts.status}"
-    return f"version {facts.recorded or 'unknown'} unverified, tools as {facts.tool_version}"
 
 
 def reasons(facts: VersionFacts | None) -> Iterable[str]:
