@@ -42,6 +42,7 @@ ORDER = (
     "report_open",
     "batch_throughput",
     "branching",
+    "real_world",
 )
 
 DOC_HEADER = """# Benchmarks

@@ -31,6 +31,7 @@ SCRIPTS = {
     "report_open": 60,
     "batch_throughput": 150,
     "branching": 120,
+    "real_world": 60,
 }
 
 

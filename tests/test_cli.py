@@ -107,6 +107,39 @@ def test_branches_with_drop_snapshot_are_refused_before_any_tool_runs(session: P
     assert not (tmp_path / "forkpoint-out").exists()  # refused before a run id, a run dir or a tool
 
 
+def test_an_unverified_version_is_inspected_prepared_and_refused_on_request(tmp_path: Path) -> None:
+    """Issue 28: inspect names the version's status and profile; the summary line says the run is degraded by it;
+    --require-verified-version (flag and TOML key) restores exit 11 and writes nothing."""
+    old = simple_session(2, version="2.0.27").write(tmp_path / "old.jsonl")
+    described = json.loads(forkpoint("inspect", str(old), "--json").stdout)
+    assert (described["recorded_version"], described["recorded_version_status"]) == ("2.0.27", "unverified")
+    assert described["tool_semantics_version"] == "2.1.220" and described["version_notes"]
+    table = forkpoint("inspect", str(old)).stdout
+    assert "version  unverified: read as claude-code/session-jsonl" in table and "2.1.220" in table
+    ok = forkpoint("replay", "--agent", "claude-code", "--trajectory", str(old), "--after-step", "2",
+                   "--prepare-only", "--workspace", str(tmp_path / "absent"), cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert "quality degraded (unverified_version: 2.0.27, tools as 2.1.220)" in " ".join(ok.stdout.split())
+    strict = forkpoint("replay", "--agent", "claude-code", "--trajectory", str(old), "--after-step", "2",
+                       "--prepare-only", "--require-verified-version", "--output-dir", str(tmp_path / "strict"),
+                       cwd=tmp_path)
+    assert strict.returncode == 11 and "2.0.27 is not a verified version" in strict.stderr
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    replayed = forkpoint("replay", "--agent", "claude-code", "--trajectory", str(old), "--after-step", "2",
+                         "--replay-only", "--workspace", str(workspace), "--path-map", f"/work={workspace}",
+                         "--run-id", "replayed", cwd=tmp_path)
+    assert replayed.returncode == 0, replayed.stderr
+    exact = json.loads((tmp_path / "forkpoint-out" / "runs" / "replayed" / "replay-summary.json").read_text())
+    assert f"({exact['exact_observations']} of 2 observations exact)" in " ".join(replayed.stdout.split())
+    assert exact["recorded_version_status"] == "unverified"
+    config = tmp_path / "strict.toml"
+    config.write_text(f'[replay]\nagent = "claude-code"\ntrajectory = "{old}"\nafter_step = 1\nprepare_only = true\n'
+                      f'require_verified_version = true\noutput_dir = "{tmp_path / "strict"}"\n')
+    assert forkpoint("replay", "--config", str(config), cwd=tmp_path).returncode == 11
+    assert not (tmp_path / "strict").exists()
+
+
 def test_config_and_request_cannot_be_mixed_with_flags(session: Path, tmp_path: Path) -> None:
     config = tmp_path / "replay.toml"
     config.write_text(f'[replay]\nagent = "claude-code"\ntrajectory = "{session}"\nafter_step = 1\n'

@@ -68,3 +68,64 @@ def test_recorded_fixtures_are_detected(folder: str, agent: str, pattern: str) -
     files = sorted((FIXTURES / folder).glob(pattern))
     assert files, pattern
     assert {guess_agent(path) for path in files} == {agent}
+
+
+def _padded(document: Any, tmp_path: Path, name: str) -> Path:
+    """The document with a 1 MiB message (escapes and non-ASCII included) in front: far past the 256 KiB head."""
+    pad = {"role": "user", "content": "\\\"é\u2028" * 200_000}
+    document["messages"].insert(0, pad) if isinstance(document, dict) else None
+    path = tmp_path / name
+    path.write_bytes(__import__("orjson").dumps(document))
+    assert path.stat().st_size > 4 * 256 * 1024
+    return path
+
+
+@pytest.mark.parametrize(("fixture", "agent"), [
+    ("mini_swe_agent/1.17.5/basic/trajectory.traj.json", "mini-swe-agent"),
+    ("mini_swe_agent/2.4.6/basic/trajectory.traj.json", "mini-swe-agent"),
+])
+def test_a_single_json_document_larger_than_the_head_is_detected(fixture: str, agent: str, tmp_path: Path) -> None:
+    """Issue 28 item 7: real exports exceed 256 KiB; the outline is streamed, bounded, and names the agent."""
+    import orjson
+
+    path = _padded(orjson.loads((FIXTURES / fixture).read_bytes()), tmp_path, "big.json")
+    assert guess_agent(path) == agent
+
+
+def test_a_large_opencode_export_is_detected(tmp_path: Path) -> None:
+    import orjson
+
+    export = next((FIXTURES / "opencode" / "1.18.33").glob("*/export.json"))
+    document = orjson.loads(export.read_bytes())
+    document["messages"].insert(0, {"info": {"id": "msg_pad"}, "parts": [{"type": "text", "text": "x" * 600_000}]})
+    path = tmp_path / "export.json"
+    path.write_bytes(orjson.dumps(document))
+    assert guess_agent(path) == "opencode"
+
+
+def test_the_outline_is_bounded(tmp_path: Path) -> None:
+    """A document that never ends within the bound, or is not JSON, gives no guess (and reads at most the bound)."""
+    path = tmp_path / "endless.json"
+    path.write_bytes(b'{"messages": [' + b'[1],' * 200_000)
+    assert guess_agent(path, max_bytes=400_000) is None
+    path.write_bytes(b'{"trajectory_format": "mini-swe-agent-1", "x": "' + b"y" * 600_000 + b'"}')
+    assert guess_agent(path) == "mini-swe-agent"
+    assert guess_agent(path, max_bytes=300_000) is None  # past the bound: not read, not guessed
+
+
+@pytest.mark.parametrize(("first", "agent", "said"), [
+    (b'{"type":"thread.started","thread_id":"0199a213-81c0-7800-8aa1-bbab2a035a53"}\n{"type":"turn.started"}\n',
+     "codex", "stdout of `codex exec --json`"),
+    (b'{"type":"system","subtype":"init","uuid":"u1","session_id":"s1","cwd":"/w"}\n', "claude-code",
+     "stdout of `claude --output-format stream-json`"),
+])
+def test_agent_stdout_is_detected_and_named(first: bytes, agent: str, said: str, tmp_path: Path) -> None:
+    from forkpoint.adapters import get_adapter
+    from forkpoint.core.errors import ReplayError
+
+    path = tmp_path / "stdout.jsonl"
+    path.write_bytes(first)
+    assert guess_agent(path) == agent
+    with pytest.raises(ReplayError) as refused:
+        get_adapter(agent).parse(path)
+    assert said in refused.value.message and refused.value.kind.exit_code == 10

@@ -289,3 +289,20 @@ def test_a_ledger_naming_a_run_id_outside_the_batch_dir_never_gets_it_deleted(tm
     assert (victim / "thesis.tex").read_text() == "years of work\n"
     (job,) = summary["failed"]
     assert job["status"] == "ambiguous" and "not one forkpoint gives" in job["message"]
+
+
+def test_a_job_can_require_a_verified_version(tmp_path: Path) -> None:
+    """Issue 28: by default a recording of an unverified version prepares (degraded); the job key
+    ``require_verified_version`` restores the exact-pin refusal for that job only."""
+    from forkpoint.testing.claude_sessions import simple_session
+
+    old = simple_session(2, version="2.0.27").write(tmp_path / "old.jsonl")
+    rows = [{"trajectory": str(old), "agent": "claude-code", "after_step": 1},
+            {"trajectory": str(old), "agent": "claude-code", "after_step": 2, "require_verified_version": True}]
+    summary = run_batch(_jobs(tmp_path / "jobs.jsonl", rows), tmp_path / "batch", BatchOptions(workers=1))
+    assert summary["counts"]["done"] == 1 and [job["category"] for job in summary["failed"]] == ["unsupported_version"]
+    ledger = Ledger(tmp_path / "batch" / "ledger.sqlite")
+    done = next(row for row in ledger.jobs() if row["after_step"] == 1)
+    ledger.close()
+    result = json.loads((tmp_path / "batch" / "runs" / done["run_id"] / "result.json").read_text())
+    assert (result["quality"], result["recorded_version_status"]) == ("degraded", "unverified")

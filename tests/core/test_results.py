@@ -29,7 +29,8 @@ def test_failure_document_bytes() -> None:
                                                           retryable=False))
     assert dumps_pretty(result.to_json()) == (
         b'{\n  "schema_version": "forkpoint.result/v1",\n  "phase": null,\n  "quality": null,\n'
-        b'  "agent_status": "not_started",\n  "observations_match": null,\n  "run_id": "r",\n  "agent": null,\n'
+        b'  "agent_status": "not_started",\n  "observations_match": null,\n  "quality_reasons": [],\n'
+        b'  "recorded_version": null,\n  "recorded_version_status": null,\n  "run_id": "r",\n  "agent": null,\n'
         b'  "after_step": null,\n'
         b'  "replayed_tool_calls": 0,\n  "prefix_model_turns": 0,\n  "continued_steps": 0,\n  "state_dir": "s",\n'
         b'  "output_dir": "o",\n  "artifacts": [],\n  "failure": {\n    "category": "configuration_error",\n'
@@ -45,7 +46,8 @@ def test_metadata_becomes_json_values() -> None:
                           metadata={"p": Path("/a/b"), "t": (1, 2), "e": _Colour.RED, "n": {3: [Path("c"), None]},
                                     "s": frozenset({"only"})})
     document = result.to_json()
-    assert document["agent"] == {"name": "claude-code", "version": "2.1", "profile": None}
+    assert document["agent"] == {"name": "claude-code", "version": "2.1", "profile": None, "version_status": None,
+                                 "format_family": None, "tool_semantics_version": None}
     assert document["artifacts"] == [{"role": "x", "format": "y", "path": "z"}]
     assert document["metadata"] == {"p": "/a/b", "t": [1, 2], "e": "red", "n": {"3": ["c", None]}, "s": ["only"]}
     assert result.exit_code == 0

@@ -100,6 +100,70 @@ def test_an_unproven_pair_is_refused_with_the_verified_pairs(agent: str, old: st
     assert proven in result.failure.message
 
 
+#: (agent, fixture version, scenario, trajectory, recorded text, old release, continuing version, upstream, suffix, key)
+UNVERIFIED = (
+    ("claude-code", "2.1.220", "single_bash", "session.jsonl", '"version":"2.1.220"', '"version":"2.0.27"',
+     "2.1.332", "anthropic", "", "ANTHROPIC_API_KEY"),
+    ("codex", "0.149.0", "exec_basic", "rollout.jsonl", '"cli_version":"0.149.0"', '"cli_version":"0.40.0"',
+     "0.171.0", "openai-responses", "/v1", "OPENAI_API_KEY"),
+    ("mini-swe-agent", "1.17.5", "basic", "trajectory.traj.json", '"mini_version": "1.17.5"',
+     '"mini_version": "1.15.0"', "1.17.5", "openai-chat", "/v1", "OPENAI_API_KEY"),
+)
+
+
+@pytest.mark.parametrize(("agent", "fixture_version", "scenario", "trajectory", "field", "old_field", "new", "upstream",
+                          "suffix", "key"), UNVERIFIED, ids=lambda v: str(v))
+def test_a_recording_of_an_unverified_version_continues_on_the_newest_proven_binary(
+        agent: str, fixture_version: str, scenario: str, trajectory: str, field: str, old_field: str, new: str,
+        upstream: str, suffix: str, key: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 28: a real-binary recording whose version field names an older, never verified release is read as
+    its nearest verified version, replayed (degraded: unverified_version), and continued by default by the newest
+    verified version proven for it; the gate still proves the first request ends at the fresh observation."""
+    _require(agent, fixture_version, new)
+    monkeypatch.setenv(key, "scripted-upstream-key")
+    fixture = FIXTURES / agent.replace("-", "_") / fixture_version / scenario
+    text = (fixture / trajectory).read_text()
+    assert field in text
+    old = tmp_path / "recording" / trajectory
+    old.parent.mkdir()
+    old.write_text(text.replace(field, old_field))
+    script = json.loads((fixture / "script.json").read_text())
+    model = (ScriptedModel(script["turns"][1:], seed=script["seed"], step_mode="counter", model="scripted",
+                           tools_required=script["tools_required"]) if agent == "mini-swe-agent"
+             else ScriptedModel.from_file(fixture / "script.json"))
+    with model.serve() as url:
+        result = replay_recording(fixture, tmp_path, agent=agent, trajectory=old, after=1, upstream=upstream,
+                                  upstream_url=url + suffix)
+    assert result.failure is None, result.failure
+    assert (result.phase, result.quality, result.agent_status) == ("continued", "degraded", "completed")
+    assert result.quality_reasons == ["unverified_version"]
+    assert result.recorded_version_status == "unverified" and result.recorded_version == old_field.split('"')[-2]
+    assert result.agent is not None and result.agent.tool_semantics_version == fixture_version
+    assert result.metadata["continuing_agent_version"] == new
+    assert result.metadata["exact_observations"] == result.metadata["compared_observations"] >= 1
+    upgrade = result.metadata["session_upgrade"]
+    assert upgrade["recorded_version"] == result.recorded_version and upgrade["continuing_version"] == new
+    bridge = result.metadata["model_bridge"]
+    assert bridge["validated"] >= 1 and bridge["refused"] == 0
+    if agent == "claude-code":  # the continuing binary is the one that asked
+        main = [entry for entry in model.requests if entry.get("kind") == "main"]
+        assert f"cc_version={new}" in json.dumps(main[0]["body"])
+
+
+def test_an_unverified_recording_refuses_an_unproven_continuing_version(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "unused")
+    fixture = FIXTURES / "mini_swe_agent" / "1.17.5" / "basic"
+    old = tmp_path / "old.traj.json"
+    old.write_text((fixture / "trajectory.traj.json").read_text().replace('"mini_version": "1.17.5"',
+                                                                           '"mini_version": "1.15.0"'))
+    result = replay_recording(fixture, tmp_path, agent="mini-swe-agent", trajectory=old, after=1,
+                              agent_version="2.4.6")  # verified, but another format family
+    assert result.failure is not None and result.exit_code == 11, result.failure
+    assert "read as 1.17.5" in result.failure.message and "not 2.4.6" in result.failure.message
+    assert not (tmp_path / "out" / "run-1").exists()
+
+
 def _assert_codex_envelope_gone(first: dict[str, object], out: Path) -> None:
     """0.171 asked (its base-instructions item first, no top-level instructions), the model saw no envelope
     (the prefix ends at the boundary output), and the continued rollout keeps none of it either."""

@@ -138,14 +138,18 @@ def test_a_tampered_prefix_is_refused_with_nothing_forwarded(tmp_path: Path, mon
     assert result.exit_code == 40
 
 
-def test_an_unverified_version_exits_11(tmp_path: Path) -> None:
+def test_an_unverified_version_exits_11_when_a_verified_one_is_required(tmp_path: Path) -> None:
     data = json.loads((FIXTURES / "basic" / "trajectory.json").read_text())
     data[0]["args"]["openhands_version"] = "0.61.0"
     trajectory = tmp_path / "old.json"
     trajectory.write_text(json.dumps(data))
-    result = run("basic", tmp_path, tmp_path, 1, trajectory=trajectory, upstream="stub")
+    result = run("basic", tmp_path, tmp_path, 1, trajectory=trajectory, upstream="stub", require_verified_version=True)
     assert result.failure is not None and result.failure.category == "unsupported_version"
     assert result.exit_code == 11 and "0.61.0" in result.failure.message
+    assert not (tmp_path / "out").exists()
+    prepared = run("basic", tmp_path, tmp_path, 1, trajectory=trajectory, prepare_only=True)  # issue 28: degraded
+    assert prepared.failure is None and (prepared.quality, prepared.recorded_version) == ("degraded", "0.61.0")
+    assert prepared.agent is not None and prepared.agent.tool_semantics_version == "0.62.0"
 
 
 def test_a_workspace_elsewhere_is_refused(tmp_path: Path) -> None:

@@ -45,3 +45,29 @@ def test_no_run_at_all_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="no forkpoint run"):
         write_report([tmp_path], tmp_path / "r.html")
     assert not list(tmp_path.iterdir())
+
+
+def test_an_unverified_recorded_version_is_shown(tmp_path: Path) -> None:
+    """Issue 28: the report says the recorded version, its status, whose tool semantics re-ran it, and why the
+    run is degraded."""
+    from forkpoint.export import export
+    from forkpoint.export.rows import ExportOptions
+    from forkpoint.run.engine import execute
+    from forkpoint.run.request import build_request
+    from forkpoint.testing.claude_sessions import simple_session
+
+    old = simple_session(2, version="2.0.27").write(tmp_path / "old.jsonl")
+    result = execute(build_request({"agent": "claude-code", "trajectory": str(old), "after_step": 1,
+                                    "prepare_only": True, "state_dir": str(tmp_path / "state"),
+                                    "output_dir": str(tmp_path / "out"), "run_id": "old"}, source="test"))
+    assert result.failure is None, result.failure
+    write_report([tmp_path / "out"], tmp_path / "r.html")
+    page = (tmp_path / "r.html").read_text()
+    assert "2.0.27: unverified" in page and "degraded (unverified_version)" in page
+    assert "unverified_version" in page and ">2.1.220<" in page
+    export([tmp_path / "out"], "messages-jsonl", tmp_path / "rows.jsonl", ExportOptions())
+    import json
+
+    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert rows and all((row["recorded_version"], row["recorded_version_status"]) == ("2.0.27", "unverified")
+                        for row in rows)

@@ -79,7 +79,7 @@ def test_prepare_only_writes_the_contract_outputs(layout: dict[str, Path]) -> No
     ("overrides", "category", "exit_code"),
     [
         ({"after_step": 9}, "trajectory_error", 10),
-        ({"workspace": "/nonexistent/ws"}, "workspace_error", 20),
+        ({"workspace": "/nonexistent/ws", "prepare_only": None, "replay_only": True}, "workspace_error", 20),
         ({"trajectory": "/nonexistent/t.jsonl"}, "configuration_error", 2),
         ({"agent": "pi"}, "trajectory_error", 10),  # a Claude session is not a Pi recording
         ({"agent": "codex"}, "trajectory_error", 10),
@@ -96,11 +96,67 @@ def test_refusals_before_allocation_consume_no_output(
     assert not (layout["output"] / "run-1").exists()
 
 
-def test_unverified_recording_version_is_refused(layout: dict[str, Path]) -> None:
+def test_unverified_recording_version_is_refused_when_verified_is_required(layout: dict[str, Path]) -> None:
     simple_session(2, version="2.0.1").write(layout["trajectory"])
-    result = execute(_request(layout))
+    result = execute(_request(layout, require_verified_version=True))
     assert result.failure is not None and result.failure.category == "unsupported_version"
     assert result.exit_code == 11 and "2.0.1" in result.failure.message
+    assert not (layout["output"] / "run-1").exists()  # nothing is written for a refused run
+
+
+def test_unverified_recording_version_prepares_degraded(layout: dict[str, Path]) -> None:
+    """Issue 28: a readable recording of a version forkpoint never verified is prepared, and says so."""
+    simple_session(2, version="2.0.1").write(layout["trajectory"])
+    result = execute(_request(layout))
+    assert result.failure is None, result.failure
+    assert (result.phase, result.quality, result.quality_reasons) == ("prepared", "degraded", ["unverified_version"])
+    assert (result.recorded_version, result.recorded_version_status) == ("2.0.1", "unverified")
+    assert result.agent is not None and result.agent.tool_semantics_version == "2.1.220"
+    assert result.agent.profile == "claude-code/2.1.220/native-resume-v1"
+    out = layout["output"] / "run-1"
+    document = json.loads((out / "result.json").read_text())
+    assert document["recorded_version_status"] == "unverified"
+    assert document["metadata"]["version"]["format_family"] == "claude-code/session-jsonl"
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["agent"]["version"] == "2.0.1" and manifest["agent"]["tool_semantics_version"] == "2.1.220"
+    # the prefix keeps the recording's own lines (their version field included)
+    prefix = next((out / "native" / "prefix").glob("*.jsonl")).read_text()
+    assert '"version":"2.0.1"' in prefix.replace(" ", "")
+
+
+def test_a_verified_recording_stays_verified(layout: dict[str, Path]) -> None:
+    result = execute(_request(layout))
+    assert (result.quality, result.quality_reasons, result.recorded_version_status) == ("verified", [], "verified")
+
+
+def test_prepare_only_needs_no_workspace(layout: dict[str, Path]) -> None:
+    """Issue 28 item 6: a prefix executes nothing, so a --workspace that does not exist is no refusal."""
+    result = execute(_request(layout, workspace=str(layout["root"] / "absent")))
+    assert result.failure is None, result.failure
+    assert result.phase == "prepared"
+    assert not (layout["root"] / "absent").exists()
+
+
+@pytest.mark.parametrize("version", ["../../etc/passwd", "2.0.1" + "x" * 10_000, "9" * 10_000,
+                                     "2.0.1\x1b[31m\n\x00evil",
+                                     "/tmp/abs/path", "[red]markup[/red]"])
+def test_a_hostile_version_string_is_only_a_label(layout: dict[str, Path], version: str) -> None:
+    """The version field is input: it never becomes a path, and is shown escaped and bounded."""
+    raw = version.encode().decode("unicode_escape")
+    simple_session(2, version=raw).write(layout["trajectory"])
+    before = sorted(p.name for p in layout["root"].iterdir())
+    result = execute(_request(layout))
+    assert result.failure is None, result.failure
+    shown = result.recorded_version or ""
+    assert len(shown) <= 64 and shown.isprintable()
+    assert result.recorded_version_status == "unverified"
+    assert result.agent is not None and result.agent.tool_semantics_version in ("2.1.220", "2.1.332")
+    # nothing appeared outside the run's own directories
+    assert sorted(p.name for p in layout["root"].iterdir()) == sorted({*before, "out", "state"})
+    refused = execute(_request(layout, require_verified_version=True, run_id="run-2"))
+    assert refused.exit_code == 11 and refused.failure is not None
+    assert len(refused.failure.message) < 400 and "\x00" not in refused.failure.message.encode().decode()
+    assert not (layout["output"] / "run-2").exists()
 
 
 def test_output_directory_is_never_reused(layout: dict[str, Path]) -> None:

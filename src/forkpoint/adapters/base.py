@@ -19,6 +19,7 @@ from forkpoint.core.model import (
     RunContext,
     ToolCall,
     Trajectory,
+    VersionFacts,
 )
 
 if TYPE_CHECKING:
@@ -64,7 +65,13 @@ class Adapter(Protocol):
         ...
 
     def profile_for(self, trajectory: Trajectory) -> str:
-        """The verified profile matching the recording's version, or raise unsupported_version."""
+        """The verified profile matching the recording's version, or raise unsupported_version (the exact-pin
+        rule ``--require-verified-version`` restores)."""
+        ...
+
+    def version_facts(self, trajectory: Trajectory) -> VersionFacts:
+        """Which format family it was read as, whose tool semantics re-run it and whether its version is verified
+        (forkpoint.adapters.versions); raises only for a recording forkpoint cannot replay at all."""
         ...
 
     def write_prepared_prefix(self, plan: Plan, out_dir: Path) -> NativePrefix:
@@ -127,13 +134,24 @@ class AdapterBase:
 
     def profile_for(self, trajectory: Trajectory) -> str:
         """The profile of the one version the recording names, or raise unsupported_version."""
+        from forkpoint.adapters.versions import label
+
         version = trajectory.version
         profile = self.spec.versions.get(version or "")
         if profile is None:
             raise unsupported_version(
-                f"{self.spec.title} {version or f'(no {self.spec.version_field})'} is not a verified version"
+                f"{self.spec.title} {label(version) or f'(no {self.spec.version_field})'} is not a verified version"
                 f"{self.unverified_why} (verified: {', '.join(self.spec.versions)})")
         return profile
+
+    def format_family(self, trajectory: Trajectory) -> str:
+        """The format family the parser read (an agent with several overrides this from the parsed structure)."""
+        return self.spec.formats[0].name
+
+    def version_facts(self, trajectory: Trajectory) -> VersionFacts:
+        from forkpoint.adapters.versions import resolve
+
+        return resolve(self.spec, trajectory, self.format_family(trajectory))
 
     def write_prefix(self, plan: Plan, fresh: Mapping[str, FreshObservation] | None, out_dir: Path) -> NativePrefix:
         """The native session cut after the boundary: HISTORICAL observations when ``fresh`` is None."""

@@ -78,6 +78,22 @@ AgentPackage = NpmPackage | PythonPackage
 
 
 @dataclass(frozen=True)
+class FormatFamily:
+    """One native format of an agent, recognised by structure (the parser reads it), and the range of released
+    versions it is known to cover. A recording of any version in a family forkpoint reads is prepared and replayed;
+    its tools are re-run with the semantics of the family's nearest verified version."""
+
+    name: str
+    #: the oldest and newest released versions known to write this format (None: no known bound)
+    oldest: str | None
+    newest: str | None
+
+    def covers(self) -> str:
+        """The known range as text (``1.1.0 - 1.17.x``)."""
+        return f"{self.oldest or '?'} - {self.newest or 'current'}"
+
+
+@dataclass(frozen=True)
 class AgentSpec:
     """One agent, declared in its folder's ``spec.py`` as ``SPEC``."""
 
@@ -108,6 +124,9 @@ class AgentSpec:
     continues: bool = True
     #: recorded version -> the other verified versions proven (e2e) to continue its recordings (``--agent-version``)
     cross_versions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: the native formats it reads, by structure (the first is the default family); every verified version
+    #: belongs to the family whose range covers it (``forkpoint.adapters.versions``)
+    formats: tuple[FormatFamily, ...] = ()
 
     @property
     def upstreams(self) -> tuple[Upstream, ...]:

@@ -53,11 +53,10 @@ class ContinueOptions:
 
 def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[str], None]) -> dict[str, Any]:
     """Run the branches; returns branches.json as it is afterwards."""
-    from forkpoint.adapters import agent_spec, get_adapter
+    from forkpoint.adapters import agent_spec, get_adapter, versions
     from forkpoint.branches.branching import BranchSetup, checked_snapshot, started
     from forkpoint.branches.records import planned_branches, recorded_run_choice
     from forkpoint.process import childenv
-    from forkpoint.run import plan as planning
     from forkpoint.run.request import BRANCH_LISTS, build_request, continue_settings
 
     manifest = _object(run_dir / "manifest.json", "manifest.json (is this a forkpoint run dir?)")
@@ -86,8 +85,8 @@ def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[
                                                 "(SHA-256 differs)")
     adapter = get_adapter(agent)
     parsed = adapter.parse(source)
-    plan = planning.select_boundary(parsed, after_step, Mode.REPLAY_AND_CONTINUE,
-                                    adapter.profile_for(parsed))
+    plan = versions.plan_for(adapter, parsed, after_step, Mode.REPLAY_AND_CONTINUE)
+    parsed = plan.trajectory
     prefix = _prefix(run_dir, result, branches_doc, metadata)
     sandbox = str(branches_doc.get("sandbox") or recorded_sandbox.get("name") or "local")
     workspace, lock_key = continued_workspace(run_dir, state_dir, snapshot_facts, sandbox, options.workspace)
@@ -105,9 +104,8 @@ def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[
         "agent_entrypoint": str(options.agent_entrypoint) if options.agent_entrypoint else None,
         "sandbox": sandbox, "branches": options.branches or 1, **run_choice,
         "record_tool_schemas": options.record_tool_schemas}, source="continue")
-    from forkpoint.runtimes import continued_by
-
-    launch = adapter.prepare_launch(continued_by(parsed, options.agent_version), options.agent_entrypoint)
+    launch = adapter.prepare_launch(versions.launch_trajectory(agent_spec(agent), plan, options.agent_version),
+                                    options.agent_entrypoint)
     setup = BranchSetup(adapter=adapter, plan=plan, prefix=prefix,
                         settings=continue_settings(request, agent_spec(agent), launch, plan), workspace=workspace,
                         state_dir=state_dir, output_dir=run_dir, session_id=prefix.session_id, sandbox_name=sandbox,

@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forkpoint.cli.output import DIM, GREEN, RED, YELLOW, fail, print_json, say
 from forkpoint.cli.parser import _DIRECT_OPTIONS, BRANCH_LIST_KEYS, MODEL_DESTS
+
+if TYPE_CHECKING:  # the CLI starts without importing the result types
+    from forkpoint.core.results import ReplayResult
 
 
 def inspect(args: argparse.Namespace) -> None:
@@ -23,13 +26,31 @@ def inspect(args: argparse.Namespace) -> None:
     _show(description, args.as_json, render_table)
 
 
+def exact_text(result: ReplayResult) -> str:
+    """`` (N of M observations exact)`` after a replay."""
+    compared = result.metadata.get("compared_observations")
+    return f" ({result.metadata.get('exact_observations')} of {compared} observations exact)" if compared else ""
+
+
+def version_text(result: ReplayResult) -> str:
+    """The recorded version and its status, with whose tool semantics re-ran it when it is not verified."""
+    agent = result.agent
+    if agent is None or result.recorded_version_status is None:
+        return ""
+    shown = result.recorded_version or "unknown"
+    if result.recorded_version_status == "unverified":
+        return f" (unverified_version: {shown}, tools as {agent.tool_semantics_version})"
+    return f", version {shown} {result.recorded_version_status}"
+
+
 def replay(args: argparse.Namespace) -> None:
     from forkpoint import api
     from forkpoint.core.errors import ReplayError, configuration
     from forkpoint.run import request as requests
 
     direct = {name: vars(args)[name] for name in _DIRECT_OPTIONS}
-    for flag in ("prepare_only", "replay_only", "allow_stale_observations", "keep_snapshot", "drop_snapshot",
+    for flag in ("prepare_only", "replay_only", "allow_stale_observations", "require_verified_version",
+                 "keep_snapshot", "drop_snapshot",
                  "disable_thinking", "record_tool_schemas"):
         direct[flag] = direct[flag] or None  # an absent flag is "not given", like an absent option
     given = [name for name in _DIRECT_OPTIONS if direct[name] is not None]
@@ -155,8 +176,8 @@ def _render_result(result: Any) -> None:
         calls = calls_text(usage)
     say(
         f"forkpoint: {result.phase} {result.agent.name} run {result.run_id} "
-        f"(after batch {result.after_step}, {result.replayed_tool_calls} tool calls re-run, "
-        f"quality {result.quality}, agent {result.agent_status}{calls})",
+        f"(after batch {result.after_step}, {result.replayed_tool_calls} tool calls re-run{exact_text(result)}, "
+        f"quality {result.quality}{version_text(result)}, agent {result.agent_status}{calls})",
         style=GREEN,
     )
     for artifact in result.artifacts:

@@ -73,7 +73,8 @@ def add_options(parser: argparse.ArgumentParser,
 
 _DIRECT_OPTIONS = (
     "agent", "trajectory", "after_step", "workspace", "state_dir", "output_dir", "run_id", "max_steps",
-    "prepare_only", "replay_only", "allow_stale_observations", "boundary_user_prompt", "upstream",
+    "prepare_only", "replay_only", "allow_stale_observations", "require_verified_version", "boundary_user_prompt",
+    "upstream",
     "upstream_url", "agent_entrypoint", "sandbox", "path_map", "workspace_from", "on_divergence", "branches",
     "branch_prompt", "parallel", "keep_snapshot", "drop_snapshot", "max_trajectory_bytes", "opencode_export", "env",
     *MODEL_DESTS,
@@ -96,6 +97,9 @@ _REPLAY_OPTIONS: tuple[tuple[str, str | None, Callable[[str], Any], str], ...] =
     ("--replay-only", None, bool, "Re-run the prefix's tools and write the native prefix; do not start the agent."),
     ("--allow-stale-observations", None, bool, "Reuse recorded observations that cannot be refreshed "
      "(sub-agents, web, todo...); the result is marked degraded."),
+    ("--require-verified-version", None, bool, "Refuse (exit 11) a recording whose agent version is not a "
+     "verified one; without it, any version forkpoint can read is prepared and replayed with the tool semantics "
+     "of the nearest verified version, and the result is marked degraded (unverified_version)."),
     ("--boundary-user-prompt", "TEXT", str,
      "Append exactly one user message after the last fresh observation (never stored in outputs)."),
     ("--upstream", "NAME", str,
@@ -108,9 +112,10 @@ _REPLAY_OPTIONS: tuple[tuple[str, str | None, Callable[[str], Any], str], ...] =
      "else the provider's public API]."),
     ("--agent-entrypoint", "PATH", Path, "An explicit agent executable (absolute path); its --version must be a "
      "verified version [default: the installed runtime of the recorded version]."),
-    ("--agent-version", "V", str, "Continue with another verified version of the same agent (the gate uses its "
-     "envelope profile); only pairs proven end to end are accepted (`forkpoint agents list` shows them), others "
-     "exit 11 [default: the recorded version]."),
+    ("--agent-version", "V", str, "The verified version of the same agent that continues the recording (the gate "
+     "uses its envelope profile); only pairs proven end to end are accepted (`forkpoint agents list` shows them), "
+     "others exit 11 [default: the recorded version when it is verified, else the newest verified version proven "
+     "to continue the nearest verified version's recordings]."),
     ("--record-tool-schemas", None, bool, "Save the tool definitions (never messages) of the first validated "
      "model request to tool-schemas.json in the run's (or branch's) output dir, as OpenAI function schemas; "
      "`forkpoint export` fills its tools column from it."),

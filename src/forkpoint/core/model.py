@@ -10,7 +10,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic
+from typing import TYPE_CHECKING, Any, Generic, Literal
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVar
@@ -175,6 +175,32 @@ class Trajectory(Generic[N]):
         return self.complete_count < len(self.batches)
 
 
+VersionStatus = Literal["verified", "calibrated", "unverified"]
+
+
+@dataclass(frozen=True)
+class VersionFacts:
+    """The three version questions, answered for one recording (forkpoint.adapters.versions).
+
+    (a) it is READ as ``format_family``; (b) its tools re-run with the semantics of ``tool_version`` (a verified
+    version: ``profile``); (c) the continuing binary is chosen later, always a verified version. ``recorded``
+    is a display label only (escaped, bounded), never a path.
+    """
+
+    recorded: str | None
+    status: VersionStatus
+    format_family: str
+    tool_version: str
+    profile: str
+    #: why the run is degraded by its version (empty when verified/calibrated)
+    reasons: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, object]:
+        return {"recorded_version": self.recorded, "recorded_version_status": self.status,
+                "format_family": self.format_family, "tool_semantics_version": self.tool_version,
+                "profile": self.profile, "version_notes": list(self.reasons)}
+
+
 @dataclass(frozen=True)
 class Plan(Generic[N]):
     """A trajectory cut at a boundary: the batches 1..after_step that will be replayed."""
@@ -184,6 +210,8 @@ class Plan(Generic[N]):
     mode: Mode
     profile: str
     allow_stale_observations: bool = False
+    #: what the recording's version means for this run (None: a plan made before versions were resolved)
+    version: VersionFacts | None = field(default=None, compare=False)
 
     @property
     def batches(self) -> tuple[Batch, ...]:

@@ -42,8 +42,13 @@ class Artifact:
 @dataclass(kw_only=True)
 class AgentInfo:
     name: str
+    #: the recorded version (a bounded, escaped label: forkpoint.adapters.versions.label)
     version: str | None
+    #: the verified profile whose tool semantics re-ran the calls
     profile: str | None
+    version_status: str | None = None
+    format_family: str | None = None
+    tool_semantics_version: str | None = None
 
 
 @dataclass(kw_only=True)
@@ -56,6 +61,11 @@ class ReplayResult:
     agent_status: AgentStatus
     #: exact / diverged after a replay (forkpoint.run.divergence); None when nothing was replayed
     observations_match: str | None = None
+    #: why the quality is degraded (unverified_version, stale_observations, failed); empty when verified
+    quality_reasons: list[str] = field(default_factory=list)
+    #: the agent version the recording names (a label) and what forkpoint promises for it
+    recorded_version: str | None = None
+    recorded_version_status: str | None = None
     run_id: str | None
     agent: AgentInfo | None = None
     after_step: int | None = None

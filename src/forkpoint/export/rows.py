@@ -110,7 +110,9 @@ def provenance(run: Run) -> dict[str, Any]:
         "branch": metadata.get("branch"),
         "agent": agent.get("name"),
         "recorded_version": agent.get("version"),
-        "continuing_version": (metadata.get("continuing_version") or agent.get("version")) if continued else None,
+        "recorded_version_status": result.get("recorded_version_status"),
+        "continuing_version": (metadata.get("continuing_agent_version") or metadata.get("continuing_version")
+                               or agent.get("version")) if continued else None,
         "profile": agent.get("profile"),
         "after_step": result.get("after_step"),
         "mode": metadata.get("mode"),

@@ -76,9 +76,9 @@ def parquet_schema() -> Any:
         ("tool_calls", pa.list_(call)), ("tool_call_id", pa.string()),
         ("segment", pa.string()), ("trainable", pa.bool_()),
     ])
-    strings = ("tools", "tools_source", "run_id", "agent", "recorded_version", "continuing_version", "profile",
-               "mode", "phase", "quality", "agent_status", "failure_category", "source_sha256", "upstream", "model",
-               "sampling", "bridge_verdict", "forkpoint_version")
+    strings = ("tools", "tools_source", "run_id", "agent", "recorded_version", "recorded_version_status",
+               "continuing_version", "profile", "mode", "phase", "quality", "agent_status", "failure_category",
+               "source_sha256", "upstream", "model", "sampling", "bridge_verdict", "forkpoint_version")
     integers = ("prefix_message_count", "branch", "after_step", "observations_exact", "observations_diverged",
                 "stale_observations_reused", "redaction_count")
     fields = [("messages", pa.list_(message))]

@@ -108,7 +108,7 @@ def _index(views: list[RunView], anchors: dict[int, str], skipped: list[tuple[st
             f"data-category=\"{e(failure)}\" data-duration=\"{view.duration_s or 0:.3f}\">"
             f"<td><a href=\"#{anchors[id(view)]}\">{e(view.run_id)}</a></td><td>{e(_agent(view))}</td>"
             f"<td>{e(view.result.get('after_step'))}</td><td>{e(view.result.get('phase'))}</td>"
-            f"<td>{e(view.result.get('quality'))}</td><td>{e(view.observations_match)}</td>"
+            f"<td>{e(view.result.get('quality'))}{_version_mark(view)}</td><td>{e(view.observations_match)}</td>"
             f"<td>{e(view.result.get('agent_status'))}</td><td>{e(failure)}</td><td>{_seconds(view.duration_s)}</td></tr>"
         )
     skipped_html = "".join(f"<li>{e(path)}: {e(reason)}</li>" for path, reason in skipped)
@@ -124,6 +124,11 @@ def _index(views: list[RunView], anchors: dict[int, str], skipped: list[tuple[st
         "</tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>"
         + (f"<h3>not shown</h3><ul>{skipped_html}</ul>" if skipped else "") + "</section>"
     )
+
+
+def _version_mark(view: RunView) -> str:
+    """`` (unverified_version)`` in the index when the recording's version was not verified."""
+    return " (unverified_version)" if view.result.get("recorded_version_status") == "unverified" else ""
 
 
 def _agent(view: RunView) -> str:
@@ -143,7 +148,9 @@ def _run(view: RunView, anchor: str) -> str:
     agent = result.get("agent") or {}
     failure = result.get("failure") or {}
     match = view.observations_match
-    badges = (_badge(result.get("phase")) + _badge(f"quality {result.get('quality')}",
+    reasons = ", ".join(str(r) for r in result.get("quality_reasons") or [])
+    badges = (_badge(result.get("phase")) + _badge(f"quality {result.get('quality')}"
+                                                   + (f" ({reasons})" if reasons else ""),
                                                    "ok" if result.get("quality") == "verified" else "warn")
               + _badge(f"observations {match}", {"exact": "ok", "diverged": "bad"}.get(match, ""))
               + _badge(f"agent {result.get('agent_status')}",
@@ -152,9 +159,13 @@ def _run(view: RunView, anchor: str) -> str:
         badges += _badge(failure.get("category"), "bad")
     facts = [
         ("agent", f"{agent.get('name')} {agent.get('version')}"),
-        ("continuing version", metadata.get("continuing_version") or (agent.get("version")
-                                                                      if result.get("phase") == "continued" else "—")),
+        ("recorded version", f"{result.get('recorded_version') or 'unknown'}: "
+                             f"{result.get('recorded_version_status') or 'not resolved'}"),
+        ("continuing version", metadata.get("continuing_agent_version") or metadata.get("continuing_version")
+         or (agent.get("version") if result.get("phase") == "continued" else "—")),
         ("profile", agent.get("profile")),
+        ("tool semantics", agent.get("tool_semantics_version") or "—"),
+        ("quality reasons", reasons or "—"),
         ("boundary", f"after batch {result.get('after_step')} of {metadata.get('complete_batches', '?')} complete"),
         ("mode", metadata.get("mode")),
         ("upstream", metadata.get("upstream") or view.upstream or "—"),

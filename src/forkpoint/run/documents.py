@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from forkpoint.adapters import versions
 from forkpoint.adapters.spec import UPSTREAMS
 from forkpoint.core.errors import ErrorKind, ReplayError, no_space
 from forkpoint.core.hashing import sha256_hex
@@ -80,7 +81,8 @@ def plan_manifest(plan: Plan, agent: str) -> dict[str, Any]:
     parsed = plan.trajectory
     return {
         "schema_version": MANIFEST_SCHEMA,
-        "agent": {"name": agent, "version": parsed.version, "profile": plan.profile},
+        "agent": {"name": agent, "version": plan.version.recorded if plan.version else versions.label(parsed.version),
+                  "profile": plan.profile, **(plan.version.to_json() if plan.version else {})},
         "mode": plan.mode.value,
         "source": {"path": str(parsed.source_path), "sha256": parsed.source_sha256},
         "session_id": parsed.session_id,
@@ -165,6 +167,7 @@ def run_metadata(
         "calls_not_refreshable": not_refreshable,
         "stale_observations_reused": outcome.stale_reused if outcome else [],
         "parse_warnings": list(parsed.warnings),
+        "version": plan.version.to_json() if plan.version else None,
         **(continuation.metadata if continuation else {}),
     }
 
@@ -176,7 +179,6 @@ def finished_result(request: ReplayRequest, plan: Plan, dirs: RunDirs, prefix: N
     divergence that ended it before the continuation)."""
     from forkpoint.run.divergence import observations_match
 
-    parsed = plan.trajectory
     continued_steps = continuation.continued_steps if continuation else 0
     summary = {
         "schema_version": SUMMARY_SCHEMA,
@@ -191,19 +193,29 @@ def finished_result(request: ReplayRequest, plan: Plan, dirs: RunDirs, prefix: N
         "continued_steps": continued_steps,
         "boundary_user_prompt": prompt_metadata(request, continuation),
     }
+    facts_of_version = plan.version
+    if facts_of_version is not None:
+        summary.update(recorded_version=facts_of_version.recorded,
+                       recorded_version_status=facts_of_version.status,
+                       tool_semantics_version=facts_of_version.tool_version)
     write_json(dirs.output_dir / "replay-summary.json", summary, durable=False)
-    degraded = bool(outcome and outcome.stale_reused)
+    reasons = [*versions.reasons(plan.version), *(["stale_observations"] if outcome and outcome.stale_reused else [])]
+    degraded = bool(reasons)
     phase: Phase = "continued" if continuation else ("prepared" if status == "prepared" else "replayed")
     metadata = run_metadata(request, plan, prefix, outcome, continuation)
     metadata.update(facts)
+    if outcome is not None:  # the call-by-call evidence a replay of an unverified version stands on
+        metadata.update(exact_observations=outcome.exact, compared_observations=len(outcome.comparisons))
     result = ReplayResult(
         phase=phase,
         quality="degraded" if degraded else "verified",
+        quality_reasons=reasons,
+        **version_fields(plan),
         observations_match=observations_match(outcome.comparisons if outcome else None),
         failure=stopped,
         agent_status=agent_status(continuation),
         run_id=dirs.run_id,
-        agent=AgentInfo(name=request.agent, version=parsed.version, profile=plan.profile),
+        agent=agent_info(request.agent, plan),
         after_step=plan.after_step,
         replayed_tool_calls=outcome.executed if outcome else 0,
         prefix_model_turns=plan.prefix_model_turns,
@@ -215,6 +227,22 @@ def finished_result(request: ReplayRequest, plan: Plan, dirs: RunDirs, prefix: N
     )
     commit_result(dirs, result)
     return result
+
+
+def agent_info(agent: str, plan: Plan) -> AgentInfo:
+    """The agent block: the RECORDED version (a label), and whose tool semantics re-ran it."""
+    facts = plan.version
+    if facts is None:
+        return AgentInfo(name=agent, version=versions.label(plan.trajectory.version), profile=plan.profile)
+    return AgentInfo(name=agent, version=facts.recorded, profile=plan.profile, version_status=facts.status,
+                     format_family=facts.format_family, tool_semantics_version=facts.tool_version)
+
+
+def version_fields(plan: Plan) -> dict[str, Any]:
+    """``recorded_version`` and ``recorded_version_status`` of the result."""
+    facts = plan.version
+    return {"recorded_version": facts.recorded if facts else versions.label(plan.trajectory.version),
+            "recorded_version_status": facts.status if facts else None}
 
 
 def artifacts(
@@ -279,9 +307,11 @@ def failure_result(
     result = ReplayResult(
         phase="replayed" if tools_ran else "prepared",
         quality="degraded",
+        quality_reasons=["failed", *versions.reasons(plan.version)],
         agent_status="failed" if "continuation_started" in events else "not_started",
+        **version_fields(plan),
         run_id=dirs.run_id,
-        agent=AgentInfo(name=request.agent, version=plan.trajectory.version, profile=plan.profile),
+        agent=agent_info(request.agent, plan),
         after_step=plan.after_step,
         replayed_tool_calls=journal.completed_calls_in_current_run(),
         prefix_model_turns=plan.prefix_model_turns,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from forkpoint.adapters import agent_spec, get_adapter
+from forkpoint.adapters import agent_spec, get_adapter, versions
 from forkpoint.adapters.base import Adapter
 from forkpoint.adapters.spec import AgentSpec
 from forkpoint.core.errors import ErrorKind, ReplayError, configuration, no_space
@@ -110,9 +110,10 @@ def _prepare(request: ReplayRequest, report: Progress) -> Prepared:
     companion = request.companion_file()
     parsed = (adapter.parse(source, request.max_trajectory_bytes) if companion is None
               else adapter.parse_completed(source, companion, request.max_trajectory_bytes))
-    profile = adapter.profile_for(parsed)
-    plan = planning.select_boundary(parsed, request.after_step, request.mode, profile,
-                                    allow_stale_observations=request.allow_stale_observations)
+    plan = versions.plan_for(adapter, parsed, request.after_step, request.mode,
+                             allow_stale_observations=request.allow_stale_observations,
+                             require_verified=request.require_verified_version)
+    parsed = plan.trajectory  # as replay reads it: a recorded version that is not verified reads as its profile's
     planning.check_step_budget(request.mode, request.max_steps, plan.prefix_model_turns)
     launch: LaunchTarget | None = None
     sandbox: Sandbox | None = None
@@ -126,9 +127,8 @@ def _prepare(request: ReplayRequest, report: Progress) -> Prepared:
                                 "(it is never passed to the agent); or use --upstream stub")
         _require(spec.continues, f"continuing the agent is not available yet for {spec.name}; "
                                  "use --replay-only or --prepare-only")
-        from forkpoint.runtimes import continued_by
-
-        launch = adapter.prepare_launch(continued_by(parsed, request.agent_version), request.agent_entrypoint)
+        launch = adapter.prepare_launch(versions.launch_trajectory(spec, plan, request.agent_version),
+                                        request.agent_entrypoint)
         report(f"agent binary: {request.agent} {launch.version} ({launch.entrypoint})")
     report(f"selected batches 1..{plan.after_step} of {parsed.complete_count} ({len(plan.calls)} tool calls)")
     return Prepared(plan, spec, adapter, launch, sandbox, workspace_source)
@@ -140,9 +140,10 @@ def _require(capable: bool, refusal: str) -> None:
 
 
 def _workspace_source(request: ReplayRequest) -> WorkspaceSource | None:
-    """The workspace must exist, unless --workspace-from creates it (then it must be absent or empty)."""
+    """The workspace must exist, unless --workspace-from creates it (then it must be absent or empty); a
+    prepare-only run executes nothing, so it needs none (issue 28)."""
     if request.workspace_from is None:
-        if not request.workspace.is_dir():
+        if request.mode is not Mode.PREPARE_ONLY and not request.workspace.is_dir():
             raise ReplayError(ErrorKind.WORKSPACE, f"workspace is not a directory: {request.workspace}")
         return None
     if request.mode is Mode.PREPARE_ONLY:

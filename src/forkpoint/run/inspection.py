@@ -20,7 +20,7 @@ def describe(path: Path, agent: str | None = None, max_bytes: int = DEFAULT_MAX_
         raise configuration("--max-trajectory-bytes must be positive")
     if not path.is_file():
         raise configuration(f"trajectory does not exist or is not a regular file: {path}")
-    name = agent or guess_agent(path)
+    name = agent or guess_agent(path, max_bytes)
     if name is None:
         raise configuration(f"cannot tell which agent wrote {path}; pass --agent NAME")
     adapter = get_adapter(name)
@@ -30,12 +30,21 @@ def describe(path: Path, agent: str | None = None, max_bytes: int = DEFAULT_MAX_
         adapter.profile_for(parsed)
     except ReplayError as error:
         version_problem = error.message
+    from forkpoint.adapters.versions import label
+
+    facts = adapter.version_facts(parsed)  # refuses only what cannot be replayed at all (as a replay would)
     complete = parsed.complete_count
     # a run's end (e.g. SWE-agent's final submit) is a refused boundary: never offer it as the range's end
     last = next((n for n in range(complete, 0, -1) if n not in parsed.boundary_refusals), 0)
     return {
         "agent": adapter.name,
-        "version": parsed.version,
+        "version": label(parsed.version),
+        "recorded_version": facts.recorded,
+        "recorded_version_status": facts.status,
+        "format_family": facts.format_family,
+        "tool_semantics_version": facts.tool_version,
+        "profile": facts.profile,
+        "version_notes": list(facts.reasons),
         "session_id": parsed.session_id,
         "cwd": parsed.cwd,
         "batches": [
@@ -51,6 +60,7 @@ def describe(path: Path, agent: str | None = None, max_bytes: int = DEFAULT_MAX_
         "complete_batches": complete,
         "after_step_range": [1, last] if last else None,
         "source_sha256": parsed.source_sha256,
+        # the exact-pin view (--require-verified-version): False does not stop prepare-only or replay-only
         "version_supported": version_problem is None,
         "version_problem": version_problem,
         "warnings": list(parsed.warnings),
@@ -86,10 +96,13 @@ def short_input(arguments: dict[str, Any]) -> str:
 
 def render_table(description: dict[str, Any]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = Console()
-    console.print(f"agent    {description['agent']} {description['version'] or '(version unknown)'}")
+    console.print(f"agent    {description['agent']} {description['version'] or '(version unknown)'}", markup=False)
+    console.print(f"version  {description['recorded_version_status']}: read as {description['format_family']}, "
+                  f"tools re-run as {description['tool_semantics_version']} ({description['profile']})", markup=False)
     console.print(f"session  {description['session_id']}")
     console.print(f"cwd      {description['cwd']}")
     table = Table(show_lines=False)
@@ -121,7 +134,8 @@ def render_table(description: dict[str, Any]) -> None:
         console.print("no complete tool batch: nothing to replay")
     if description["incomplete_tail"]:
         console.print(f"batch {complete + 1} is incomplete (a tool call without a recorded result); not selectable")
-    if description["version_problem"]:
-        console.print(f"[yellow]warning:[/yellow] {description['version_problem']}")
+    for note in description["version_notes"]:
+        console.print(f"[yellow]note:[/yellow] {escape(note)} (prepare-only and replay-only run, marked degraded; "
+                      "--require-verified-version refuses it)")
     for warning in description["warnings"]:
         console.print(f"[yellow]warning:[/yellow] {warning}")

@@ -55,6 +55,8 @@ class ReplayRequest:
     max_steps: int | None = None
     mode: Mode = Mode.REPLAY_AND_CONTINUE
     allow_stale_observations: bool = False
+    #: the exact-pin rule: refuse (exit 11) a recording whose version is not a verified one (adapters/versions.py)
+    require_verified_version: bool = False
     boundary_user_prompt: str | None = None
     upstream: str | None = None  # None: the agent's own protocol (claude-code: anthropic, codex: openai-responses)
     upstream_url: str | None = None

@@ -81,7 +81,7 @@ def test_submit_step_cannot_end_a_prefix() -> None:
 
 @pytest.mark.parametrize(("data", "message"), [
     ([], "must be a JSON object"),
-    ({"trajectory": [], "history": []}, "no 'replay_config'"),
+    ({"history": []}, "no 'trajectory'"),
     ({"trajectory": {}, "history": [], "replay_config": "{}"}, "must be a list of step objects"),
     ({"trajectory": [], "history": [1], "replay_config": "{}"}, "must be a list of message objects"),
     ({"trajectory": [], "history": [], "replay_config": "{not json"}, "not valid encoded JSON"),
@@ -129,6 +129,18 @@ def test_older_trajectories_are_refused_by_version(tmp_path: Path) -> None:
     data["info"]["swe_agent_version"] = "1.0.1"
     with pytest.raises(ReplayError, match=r"1\.0\.1"):
         SweAgentAdapter().profile_for(parse_traj(write(tmp_path, data)))
+
+
+def test_a_trajectory_without_replay_config_is_readable_and_unverified(tmp_path: Path) -> None:
+    """Issue 28: SWE-agent before 1.0 recorded no replay_config (nor a version): the structure is still read, with
+    the default agent; its version is unverified and its tools re-run with 1.1.0's semantics."""
+    data = fixture("shell_state")
+    data.pop("replay_config")
+    data["info"].pop("swe_agent_version")
+    parsed = parse_traj(write(tmp_path, data))
+    assert parsed.complete_count == 7 and any("no replay_config" in w for w in parsed.warnings)
+    facts = SweAgentAdapter().version_facts(parsed)
+    assert (facts.recorded, facts.status, facts.tool_version) == (None, "unverified", "1.1.0")
 
 
 def test_a_missing_last_observation_makes_the_tail_incomplete(tmp_path: Path) -> None:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from forkpoint.adapters.spec import OPENAI_CHAT, AgentSpec, NpmPackage
+from forkpoint.adapters.spec import OPENAI_CHAT, AgentSpec, FormatFamily, NpmPackage
 
 #: record types Claude Code writes before (or instead of) its first message line
 _BOOKKEEPING = ("queue-operation", "summary", "last-prompt", "file-history-snapshot")
+_STREAM_JSON = ("system", "assistant", "user", "result")
 
 
 def sniff(value: object) -> bool:
     if not isinstance(value, dict):
         return False
+    if "session_id" in value and "parentUuid" not in value and value.get("type") in _STREAM_JSON:
+        return True  # `claude -p --output-format stream-json` stdout: detected so the parser can name it
     return ("uuid" in value and ("parentUuid" in value or "sessionId" in value)) or value.get("type") in _BOOKKEEPING
 
 
@@ -31,4 +34,6 @@ SPEC = AgentSpec(
     sniff=sniff,
     # proven by tests/e2e/test_cross_version.py
     cross_versions={"2.1.220": ("2.1.332",)},
+    # one JSONL session format since 1.0 (public recordings 1.0.98 - 2.1.152 parse); a line's fields grow, not change
+    formats=(FormatFamily("claude-code/session-jsonl", "1.0.0", None),),
 )

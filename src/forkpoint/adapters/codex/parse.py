@@ -104,6 +104,13 @@ def _parse_line(raw: bytes, number: int, offset: int, warnings: list[str]) -> Li
     kind = obj.get("type")
     payload = obj.get("payload")
     if not isinstance(kind, str) or not isinstance(payload, dict):
+        from forkpoint.adapters.codex.spec import exec_json_event
+
+        if exec_json_event(obj):
+            thread = obj.get("thread_id") if isinstance(obj.get("thread_id"), str) else "<thread id>"
+            raise trajectory(
+                "this is the stdout of `codex exec --json`, not a Codex rollout; replay the rollout it wrote "
+                f"(~/.codex/sessions/YYYY/MM/DD/rollout-*-{shown(thread)}.jsonl)", line=number)
         raise trajectory(f"line {number} is not a Codex rollout line (needs type and payload)", line=number)
     if not isinstance(obj.get("timestamp"), str):
         raise trajectory(f"line {number} has no timestamp", line=number)

@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
-from forkpoint.adapters.spec import OPENAI_CHAT, AgentSpec, NpmPackage
+from forkpoint.adapters.spec import OPENAI_CHAT, AgentSpec, FormatFamily, NpmPackage
+
+#: the event types of ``codex exec --json`` stdout (not a rollout: detected to be named, then refused by the parser)
+EXEC_JSON_EVENTS = frozenset({"thread.started", "turn.started", "turn.completed", "turn.failed", "item.started",
+                              "item.updated", "item.completed"})
+
+
+def exec_json_event(value: object) -> bool:
+    """A line of ``codex exec --json`` stdout: the thread/turn/item events, or the older ``{id, msg}`` events."""
+    if not isinstance(value, dict):
+        return False
+    kind = value.get("type")
+    return (isinstance(kind, str) and kind in EXEC_JSON_EVENTS) or (isinstance(value.get("msg"), dict)
+                                                                    and "id" in value and "payload" not in value)
 
 
 def sniff(value: object) -> bool:
-    """A rollout line: ``session_meta`` first, then ``{"timestamp", "type", "payload": {...}}`` records."""
+    """A rollout line: ``session_meta`` first, then ``{"timestamp", "type", "payload": {...}}`` records (and
+    ``codex exec --json`` stdout, which the parser names and refuses)."""
     if not isinstance(value, dict):
         return False
-    return value.get("type") == "session_meta" or (isinstance(value.get("payload"), dict) and "timestamp" in value)
+    return (value.get("type") == "session_meta" or (isinstance(value.get("payload"), dict) and "timestamp" in value)
+            or exec_json_event(value))
 
 
 SPEC = AgentSpec(
@@ -31,4 +46,6 @@ SPEC = AgentSpec(
     version_field="cli_version in session_meta",
     # proven by tests/e2e/test_cross_version.py
     cross_versions={"0.149.0": ("0.171.0",)},
+    # rollout JSONL with session_meta/response_item records (public recordings 0.40.0 - 0.135.0 parse)
+    formats=(FormatFamily("codex/rollout-jsonl", "0.40.0", None),),
 )

@@ -247,8 +247,10 @@ def continue_with(hooks: AgentHooks[S], plan: Plan, prefix: NativePrefix, contex
                                 **({} if ran.process is None else {"agent_exit_code": ran.exit_code}),
                                 "agent_log": str(ran.log), **pinning.metadata(), **outcome.metadata,
                                 **collected.metadata,
-                                "recorded_agent_version": plan.trajectory.version,
+                                "recorded_agent_version": (plan.version.recorded if plan.version
+                                                           else plan.trajectory.version),
                                 "continuing_agent_version": settings.target.version,
+                                "session_upgrade": session_upgrade(plan, settings.target.version),
                                 "tool_schemas_recorded": (job.context.output_dir / TOOL_SCHEMAS).is_file()}
     return Continuation(
         agent_status="max_steps" if reached_budget(outcome, summary) else "completed",
@@ -325,6 +327,16 @@ class Pinning:
         return {"requested_model": None if self.pins is None else self.pins.model, "upstream_model": self.sent_model,
                 "sampling": None if pins is None else {"pins": pins, "changes": self.first_changes or []},
                 "upstream_retries": self.retries}
+
+
+def session_upgrade(plan: Plan, continuing: str) -> dict[str, Any] | None:
+    """What the rebuilt session changed so another version could continue it: nothing is derived today (the
+    continuing version reads the recorded records as they are), and the gate proved its first request."""
+    recorded = plan.version.recorded if plan.version else plan.trajectory.version
+    if recorded == continuing:
+        return None
+    return {"recorded_version": recorded, "read_as": plan.trajectory.version, "continuing_version": continuing,
+            "derivations": [], "proof": "the gate validated the continuing version's first request"}
 
 
 def reached_budget(outcome: Outcome, summary: BridgeSummary) -> bool:

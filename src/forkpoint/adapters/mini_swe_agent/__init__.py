@@ -50,6 +50,11 @@ class MiniSweAgentAdapter(AdapterBase):
                                       f"this file says {native.format!r}")
         return profile
 
+    def format_family(self, trajectory: Trajectory) -> str:
+        """``trajectory_format`` (none on 1.1-1.3: the first schema)."""
+        native: MiniNative = trajectory.native
+        return native.format or FORMAT_V1
+
     def write_prefix(self, plan: Plan, fresh: Mapping[str, FreshObservation] | None, out_dir: Path) -> NativePrefix:
         from forkpoint.adapters.mini_swe_agent.session import prepared_messages, rebuilt_messages, write
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from forkpoint.adapters.spec import AgentSpec, PythonPackage
+from forkpoint.adapters.spec import AgentSpec, FormatFamily, PythonPackage
 
 
 def sniff(value: object) -> bool:
@@ -24,4 +24,6 @@ SPEC = AgentSpec(
     protocol="openai-chat",
     sniff=sniff,
     version_field="info.mini_version",
+    # trajectory_format decides the family (1.1-1.3 wrote no key and read as the first)
+    formats=(FormatFamily("mini-swe-agent-1", "1.1.0", "1.17.5"), FormatFamily("mini-swe-agent-1.1", "2.0.0", None)),
 )

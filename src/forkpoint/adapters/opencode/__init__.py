@@ -13,7 +13,7 @@ from forkpoint.adapters.opencode.session import cut_export, native_of, write_exp
 from forkpoint.adapters.opencode.spec import SPEC
 from forkpoint.core.errors import configuration, unsupported_version
 from forkpoint.core.fs import DEFAULT_MAX_INPUT_BYTES
-from forkpoint.core.model import FreshObservation, NativePrefix, Plan, RunContext, Trajectory
+from forkpoint.core.model import FreshObservation, NativePrefix, Plan, RunContext, Trajectory, VersionFacts
 
 if TYPE_CHECKING:
     from forkpoint.adapters.base import ToolExecutor
@@ -33,13 +33,18 @@ class OpenCodeAdapter(AdapterBase):
 
     def profile_for(self, trajectory: Trajectory) -> str:
         """An event log alone names no version: its export completes it."""
+        self.version_facts(trajectory)
+        return super().profile_for(trajectory)
+
+    def version_facts(self, trajectory: Trajectory) -> VersionFacts:
+        """An event log alone names no version nor the prompt: its export completes it (refused without)."""
         if trajectory.version is None:
             session = trajectory.session_id or "<session id>"
             raise unsupported_version(
                 "an `opencode run --format=json` event log records neither the OpenCode version nor the user prompt; "
                 f"pass the session's export as --opencode-export FILE (`opencode export {session} > FILE`, where the "
                 "session was recorded), or replay that export itself")
-        return super().profile_for(trajectory)
+        return super().version_facts(trajectory)
 
     def write_prefix(self, plan: Plan, fresh: Mapping[str, FreshObservation] | None, out_dir: Path) -> NativePrefix:
         destination = out_dir / f"{plan.trajectory.session_id}.json"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from forkpoint.adapters.spec import AgentSpec, NpmPackage
+from forkpoint.adapters.spec import AgentSpec, FormatFamily, NpmPackage
 
 _EVENTS = ("step_start", "step_finish", "tool_use", "text")
 
@@ -30,4 +30,6 @@ SPEC = AgentSpec(
     native_format="opencode/session-export-json",
     protocol="openai-chat",
     sniff=sniff,
+    # `opencode export` JSON (public exports of 1.2.5 parse)
+    formats=(FormatFamily("opencode/session-export-json", "1.2.0", None),),
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from forkpoint.adapters.spec import AgentSpec, PythonPackage
+from forkpoint.adapters.spec import AgentSpec, FormatFamily, PythonPackage
 
 
 def sniff(value: object) -> bool:
@@ -21,4 +21,6 @@ SPEC = AgentSpec(
     protocol="openai-chat",
     sniff=sniff,
     version_field="openhands_version in the system event",
+    # the v0 event list; trajectories saved without a system event name no version
+    formats=(FormatFamily("openhands/v0-events-json", "0.9.0", "0.62.0"),),
 )

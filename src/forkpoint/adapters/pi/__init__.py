@@ -10,7 +10,15 @@ from forkpoint.adapters.base import AdapterBase
 from forkpoint.adapters.pi.parse import AGENT, parse_pi
 from forkpoint.adapters.pi.spec import SPEC, VERSION
 from forkpoint.core.errors import unsupported_version
-from forkpoint.core.model import FreshObservation, LaunchTarget, NativePrefix, Plan, RunContext, Trajectory
+from forkpoint.core.model import (
+    FreshObservation,
+    LaunchTarget,
+    NativePrefix,
+    Plan,
+    RunContext,
+    Trajectory,
+    VersionFacts,
+)
 
 if TYPE_CHECKING:
     from forkpoint.adapters.base import ToolExecutor
@@ -28,6 +36,12 @@ class PiAdapter(AdapterBase):
         if trajectory.version not in (None, VERSION):
             raise unsupported_version(f"Pi {trajectory.version} is not a verified version (verified: {VERSION})")
         return self.verified_versions[VERSION]
+
+    def version_facts(self, trajectory: Trajectory) -> VersionFacts:
+        """A Pi session names no agent version: read with the verified profile, as before (docs/adapters/pi.md)."""
+        if trajectory.version is None:
+            return VersionFacts(None, "verified", self.spec.formats[0].name, VERSION, self.verified_versions[VERSION])
+        return super().version_facts(trajectory)
 
     def write_prefix(self, plan: Plan, fresh: Mapping[str, FreshObservation] | None, out_dir: Path) -> NativePrefix:
         from forkpoint.adapters.pi.session import session_file_name, write_session

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from forkpoint.adapters.spec import AgentSpec, NpmPackage
+from forkpoint.adapters.spec import AgentSpec, FormatFamily, NpmPackage
 
 _EVENTS = ("agent_start", "turn_start", "turn_end", "message_start", "tool_execution_start")
 
@@ -30,4 +30,5 @@ SPEC = AgentSpec(
     native_format="pi/session-v3-jsonl",
     protocol="openai-chat",
     sniff=sniff,
+    formats=(FormatFamily("pi/session-v3-jsonl", "0.83.0", None),),
 )

@@ -81,11 +81,14 @@ def parse_traj(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajecto
     if "attempts" in data:
         raise unsupported_version("SWE-agent RetryAgent trajectories (several attempts) cannot be replayed "
                                   "deterministically; replay one attempt's own .traj instead")
-    for key in ("trajectory", "history", "replay_config"):
+    for key in ("trajectory", "history"):
         if key not in data:
-            hint = " (trajectories older than SWE-agent 1.0 do not record it)" if key == "replay_config" else ""
-            raise trajectory(f"the SWE-agent trajectory has no {key!r}{hint}")
-    if data["replay_config"] is None:
+            raise trajectory(f"the SWE-agent trajectory has no {key!r}")
+    warnings: list[str] = []
+    if "replay_config" not in data:  # SWE-agent before 1.0 recorded none: its structure is still readable
+        warnings.append("no replay_config (SWE-agent before 1.0): read with the default agent, templates and tools; "
+                        "the recorded cwd and instance are unknown")
+    elif data["replay_config"] is None:
         raise trajectory("the SWE-agent trajectory's replay_config is null (SWE-agent writes null when the agent ran "
                          "without `sweagent run`/`run-batch` setting it, e.g. from the Python API): without the "
                          "recorded configuration (repository, templates, tools) forkpoint cannot replay it")
@@ -94,7 +97,7 @@ def parse_traj(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajecto
         raise trajectory("SWE-agent 'trajectory' must be a list of step objects")
     if not isinstance(history, list) or not all(isinstance(h, dict) for h in history):
         raise trajectory("SWE-agent 'history' must be a list of message objects")
-    config = _replay_config(data["replay_config"])
+    config = _replay_config(data["replay_config"]) if "replay_config" in data else {}
     info = as_object(data.get("info"))
     version = info.get("swe_agent_version") if isinstance(info.get("swe_agent_version"), str) else None
     if steps_raw and "query" not in steps_raw[0] and "messages" in steps_raw[0]:
@@ -121,7 +124,8 @@ def parse_traj(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajecto
     native = SweAgentNative(data, config, tuple(steps), templates, problem, timeout_s, env_variables, format_values,
                             setup, statement if isinstance(statement, str) else None)
     return Trajectory.recorded(AGENT, version, path, sha256, session_id=_instance_id(config) or path.stem, cwd=cwd,
-                               batches=batches, next_actions=next_actions, boundary_refusals=refusals, native=native)
+                               batches=batches, next_actions=next_actions, boundary_refusals=refusals, native=native,
+                               warnings=warnings)
 
 
 def _replay_config(value: Any) -> JsonObject:

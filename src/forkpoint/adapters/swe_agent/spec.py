@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from forkpoint.adapters.spec import AgentSpec
+from forkpoint.adapters.spec import AgentSpec, FormatFamily
 
 
 def sniff(value: object) -> bool:
@@ -20,5 +20,7 @@ SPEC = AgentSpec(
     protocol="openai-chat",
     sniff=sniff,
     version_field="info.swe_agent_version",
+    # 1.x .traj; 1.0-dev files without replay_config (and without a version) read as the same family
+    formats=(FormatFamily("swe-agent/traj", "1.0.0", None),),
     # continues=True: its prepare_launch gives the precise refusal (no verified continuation runner yet)
 )
