@@ -2,25 +2,32 @@
 
 from __future__ import annotations
 
+from forkpoint.adapters.claude_code.tool_tasks import TASK_TOOLS, task_input_problem
 from forkpoint.model import CallPolicy, JsonObject, Observation
 
 #: Tools forkpoint re-executes with Claude Code's own semantics and output text.
-FRESH_TOOLS = frozenset({"Bash", "Read", "Write", "Edit", "MultiEdit", "Glob", "Grep", "LS"})
+FRESH_TOOLS = frozenset({"Bash", "Read", "Write", "Edit", "MultiEdit", "Glob", "Grep", "LS", "NotebookEdit",
+                         "TaskCreate", "TaskGet", "TaskList", "TaskUpdate"})
+
+#: Measured on 2.1.220 / 2.1.332 (scripted model): ``-p`` runs never run these (even named in ``--tools`` the call
+#: is a ``<tool_use_error>`` "No such tool available"); their interactive results depend on a person.
+_INTERACTIVE_REASON = "its result comes from the interactive UI of the original session"
 
 _STALE_REASONS = {
     "Agent": "a sub-agent run is its own model conversation and cannot be re-executed",
     "Task": "a sub-agent run is its own model conversation and cannot be re-executed",
     "TaskOutput": "it reads the state of an earlier sub-agent or background task",
-    "TaskCreate": "it edits the original session's task list",
-    "TaskGet": "it reads the original session's task list",
-    "TaskList": "it reads the original session's task list",
-    "TaskUpdate": "it edits the original session's task list",
-    "TaskStop": "it stops a task of the original session",
-    "TodoWrite": "it edits the original session's todo list",
+    "TaskStop": "it stops a background task of the original session",
+    "TodoWrite": "forkpoint re-runs the task list tools, not TodoWrite: the verified versions disable it "
+                 "(measured), so its result text could not be measured",
+    "EnterPlanMode": f"plan mode is a setting of the interactive session: {_INTERACTIVE_REASON}",
+    "ExitPlanMode": f"the plan is approved or rejected by a person: {_INTERACTIVE_REASON}",
+    "AskUserQuestion": f"the answer was given by a person: {_INTERACTIVE_REASON}",
     "WebFetch": "web content changes over time",
     "WebSearch": "web search results change over time",
     "ToolSearch": "it reflects the original session's deferred tool registry",
-    "Skill": "skills are loaded from the original machine's configuration",
+    "Skill": "skills are loaded from the original machine's configuration and the binary's built-in set, and the "
+             "skill's instructions enter the conversation as their own message",
 }
 
 ASYNC_LAUNCH_TOOLS = frozenset({"Agent", "Task"})
@@ -44,8 +51,10 @@ def classify(
             "Claude Code never recorded this call's result (the session ended while it ran); the result is the "
             "'[Tool call interrupted…]' text Claude made up on resume, so whether the call took effect is unknown"
         )
-    if name == "NotebookEdit":  # decided here, not by the executor after the run is allocated
-        return CallPolicy.REFUSED, "forkpoint does not re-implement NotebookEdit; the workspace would miss its edit"
+    if name in TASK_TOOLS:
+        problem = task_input_problem(name, arguments)
+        if problem is not None:
+            return CallPolicy.STALE, f"{problem}: Claude Code coerces such input, forkpoint does not re-run it"
     if name == "Read":
         from forkpoint.adapters.claude_code.tool_media import classify_read  # base64/struct/decimal: only for Read
 
