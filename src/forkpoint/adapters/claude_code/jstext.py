@@ -115,7 +115,7 @@ def js_number(value: float | int) -> str:
     number = float(value)
     if number == 0:
         return "0"
-    if number.is_integer() and abs(number) < 1e21:
+    if number.is_integer() and abs(number) <= _MAX_SAFE:
         return str(int(number))
     digits_tuple = Decimal(repr(abs(number))).normalize().as_tuple()
     digits = "".join(map(str, digits_tuple.digits))
