@@ -81,3 +81,11 @@ def test_input_claude_would_coerce_is_refused_before_any_effect(
         run(name, **arguments)
     assert error.value.before_effect and "forkpoint does not re-run it" in error.value.message
     assert not (tmp_path / "home" / ".claude" / "tasks").exists()
+
+
+def test_internal_tasks_are_hidden_by_javascript_truthiness(make: Callable[[str], Run]) -> None:
+    """TaskList hides ``metadata._internal`` tasks when the value is truthy in JS: ``[]`` and ``{}`` are."""
+    run = make(NEW)
+    run("TaskCreate", subject="seen", description="d", metadata={"_internal": 0})
+    run("TaskCreate", subject="hidden", description="d", metadata={"_internal": []})
+    assert run("TaskList").content == "#1 [pending] seen"

@@ -110,6 +110,13 @@ def js_json_parse(text: str) -> Any:
         raise JsJsonError(str(exc)) from exc
 
 
+def js_truthy(value: Any) -> bool:
+    """JavaScript truthiness of a parsed JSON value (an empty array or object is truthy, unlike in Python)."""
+    if isinstance(value, (list, dict)):
+        return True
+    return bool(value)
+
+
 def js_number(value: float | int) -> str:
     """``Number.prototype.toString`` for a finite double (shortest round trip, JS exponent rules)."""
     number = float(value)

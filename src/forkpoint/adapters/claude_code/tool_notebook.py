@@ -136,7 +136,7 @@ def notebook_edit(files: SessionFiles, arguments: dict[str, Any], historical_tex
         return tool_use_error(found)
     metadata = notebook.get("metadata")
     info = metadata.get("language_info") if isinstance(metadata, dict) else None
-    language = info.get("name") if isinstance(info, dict) and isinstance(info.get("name"), str) else "python"
+    language = info.get("name") if isinstance(info, dict) and info.get("name") is not None else "python"
     if not modern and not isinstance(metadata, dict):
         raise ReplayError(ErrorKind.EXECUTOR, f"Claude Code 2.1.220 NotebookEdit of {path!r}: notebook without "
                                               "metadata; its failure text is not reproduced", before_effect=True)

@@ -29,7 +29,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from forkpoint.adapters.claude_code.jstext import js_json_stringify
+from forkpoint.adapters.claude_code.jstext import js_json_stringify, js_truthy
 from forkpoint.adapters.claude_code.tool_profile import ToolOutcome
 from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.fs import ConfinementError, open_confined, write_file_confined
@@ -191,7 +191,7 @@ class TaskList:
     def list(self, arguments: dict[str, Any]) -> ToolOutcome:
         del arguments
         shown = [task for _, task in sorted(self.tasks.items(), key=lambda item: int(item[0]))
-                 if not (isinstance(task.get("metadata"), dict) and task["metadata"].get("_internal"))]
+                 if not (isinstance(task.get("metadata"), dict) and js_truthy(task["metadata"].get("_internal")))]
         completed = {task["id"] for task in shown if task["status"] == "completed"}
         entries = []
         for task in shown:
