@@ -26,6 +26,7 @@ import signal
 import struct
 import subprocess
 import sys
+import threading
 import time
 import zlib
 from collections.abc import Callable
@@ -64,6 +65,10 @@ class Scenario:
     check: Callable[[list[Json], Path], None] | None = None
     notes: str = ""
     extra_args: tuple[str, ...] = ()  # e.g. --tools: -p runs defer or leave out TaskCreate, NotebookEdit, ...
+    # SDK mode (--input-format stream-json --permission-prompt-tool stdio): the task is sent on stdin and every
+    # can_use_tool control request is answered by this function (request -> response payload). Plan mode and
+    # AskUserQuestion only run this way: a plain -p run disables them.
+    sdk_answer: Callable[[Json], Json] | None = None
     keep_final: bool = False  # also store the workspace as the run left it (workspace-final/)
 
 
@@ -169,6 +174,23 @@ def _check_notebook(lines: list[Json], fixture: Path) -> None:
     results = _result_texts(lines)
     assert results[1].startswith("Updated cell add with "), results
     assert (fixture / "workspace-final" / "demo.ipynb").is_file()
+
+
+def _answer_as_user(request: Json) -> Json:
+    """What a person answers: "X" to every question, yes to everything else (plan approval included)."""
+    tool_input = request.get("input") or {}
+    if request.get("tool_name") == "AskUserQuestion":
+        answers = {q["question"]: "X" for q in tool_input.get("questions", [])}
+        return {"behavior": "allow", "updatedInput": {**tool_input, "answers": answers}}
+    return {"behavior": "allow", "updatedInput": tool_input}
+
+
+def _check_interactive(lines: list[Json], _: Path) -> None:
+    results = _result_texts(lines)
+    assert results[0].startswith("Entered plan mode."), results
+    assert results[1] == 'Your questions have been answered: "Which one?"="X". You can now continue with these ' \
+                         "answers in mind.", results
+    assert results[2] == "User has approved exiting plan mode. You can now proceed.", results
 
 
 def task(name: str, **arguments: Any) -> list[Block]:
@@ -308,6 +330,22 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
               "skill and a blank TaskCreate subject are rejected before running (<tool_use_error>)",
     ),
     Scenario(
+        "interactive_tools", "Plan first and ask me before you start.",
+        {"README.md": "# demo\n"},
+        lambda cwd: [task("EnterPlanMode"),
+                     task("AskUserQuestion", questions=[
+                         {"question": "Which one?", "header": "Pick", "multiSelect": False,
+                          "options": [{"label": "X", "description": "x"}, {"label": "Y", "description": "y"}]}]),
+                     task("ExitPlanMode", plan="1. do it"),
+                     [bash("cat README.md", "Show the readme")],
+                     [text("Planned, asked, approved and done.")]],
+        check=_check_interactive, sdk_answer=_answer_as_user,
+        extra_args=("--tools", "Bash,Read,EnterPlanMode,ExitPlanMode,AskUserQuestion", "--permission-prompt-tool",
+                    "stdio"),
+        notes="SDK mode (stream-json input, can_use_tool answered on stdin as a person would: 'X', approve): plan "
+              "mode and AskUserQuestion run only this way",
+    ),
+    Scenario(
         "notebook_edit", "Edit the notebook.",
         {"demo.ipynb": NOTEBOOK, "old.ipynb": NOTEBOOK.replace('"nbformat_minor": 5', '"nbformat_minor": 4'),
          "crlf.ipynb": NOTEBOOK.replace("\n", "\r\n")},
@@ -414,8 +452,50 @@ def _written_tool_ids(path: Path) -> set[str]:
     return set(_tool_use_lines(lines))
 
 
+def _run_sdk(argv: list[str], env: dict[str, str], cwd: Path, answer: Callable[[Json], Json], out: Path) -> int:
+    """One SDK-mode run: the task as a stream-json user message, every control request answered by ``answer``."""
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=(out / "stderr.txt").open("wb"), start_new_session=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    timer = threading.Timer(RUN_TIMEOUT_S, lambda: os.killpg(proc.pid, signal.SIGKILL))
+    timer.start()
+    try:
+        task = argv[argv.index("-p") + 1]
+        proc.stdin.write(json.dumps({"type": "user", "message": {"role": "user", "content": task}}).encode() + b"\n")
+        proc.stdin.flush()
+        with (out / "stdout.jsonl").open("wb") as stdout:
+            for raw in proc.stdout:
+                stdout.write(raw)
+                message = json.loads(raw)
+                if message.get("type") == "control_request":
+                    response = {"type": "control_response", "response": {
+                        "subtype": "success", "request_id": message["request_id"],
+                        "response": answer(message["request"])}}
+                    proc.stdin.write(json.dumps(response).encode() + b"\n")
+                    proc.stdin.flush()
+                elif message.get("type") == "result":
+                    proc.stdin.close()
+        return proc.wait()
+    finally:
+        timer.cancel()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 def run_claude(runtime: runtimes.Runtime, scenario: Scenario, model: ScriptedModel, expected: list[list[str]],
                cwd: Path, home: Path, out: Path) -> Recording:
+    if scenario.sdk_answer is not None:
+        argv = [str(runtime.entrypoint), "-p", scenario.task, "--input-format", "stream-json", "--output-format",
+                "stream-json", "--verbose", *scenario.extra_args]
+        with model.serve() as url:
+            env = {"PATH": CLEAN_PATH, "HOME": str(home), "LANG": "C.UTF-8", "TZ": "UTC", "ANTHROPIC_BASE_URL": url,
+                   "ANTHROPIC_API_KEY": "dummy", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "IS_SANDBOX": "1"}
+            exit_code = _run_sdk(argv, env, cwd, scenario.sdk_answer, out)
+        sessions = sorted((home / ".claude" / "projects" / encode_cwd(cwd)).glob("*.jsonl"))
+        if len(sessions) != 1:
+            raise RuntimeError(f"expected one session file, found {sessions}")
+        return Recording(sessions[0], read_jsonl(sessions[0]), sessions[0].stem, exit_code, False, False)
     argv = [str(runtime.entrypoint), "-p", scenario.task, "--output-format", "stream-json", "--verbose",
             "--dangerously-skip-permissions", *scenario.extra_args]
     project = home / ".claude" / "projects" / encode_cwd(cwd)
@@ -528,8 +608,10 @@ def record(version: str, scenario: Scenario) -> Path:
         "agent": "claude-code", "version": version, "probed_version": probed, "scenario": scenario.name,
         "session_id": rec.session_id, "cwd": str(cwd), "home": str(home),
         "session_path": str(rec.session.relative_to(home)),
-        "command": ["claude", *[str(a) for a in ("-p", scenario.task, "--output-format", "stream-json", "--verbose",
-                                                  "--dangerously-skip-permissions", *scenario.extra_args)]],
+        "command": ["claude", "-p", scenario.task, "--input-format", "stream-json", "--output-format", "stream-json",
+                    "--verbose", *scenario.extra_args] if scenario.sdk_answer is not None else
+                   ["claude", "-p", scenario.task, "--output-format", "stream-json", "--verbose",
+                    "--dangerously-skip-permissions", *scenario.extra_args],
         "entrypoint": runtime.manifest()["entrypoint"],
         "env": {"PATH": CLEAN_PATH, "HOME": str(home), "LANG": "C.UTF-8", "TZ": "UTC",
                 "ANTHROPIC_BASE_URL": "<scripted model url>", "ANTHROPIC_API_KEY": "dummy",

@@ -294,3 +294,22 @@ def test_notebook_edits_replayed_exactly_then_continued(tmp_path: Path, upstream
     at_boundary = [line["toolUseResult"]["updated_file"] for line in lines
                    if isinstance(line.get("toolUseResult"), dict) and "updated_file" in line["toolUseResult"]][2]
     assert (workspace / "demo.ipynb").read_text() == at_boundary
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_enter_plan_mode_re_run_then_continued(version: str, tmp_path: Path, upstream_key: None) -> None:
+    """EnterPlanMode (recorded in SDK mode, where a person answers) is re-run, not stale: verified, no flag; the
+    questions and the plan approval after it stay stale-by-nature (a person's answers) and need the flag."""
+    _require_runtime(version)
+    fixture = FIXTURES / version / "interactive_tools"
+    model = ScriptedModel.from_file(fixture / "script.json")
+    with model.serve() as url:
+        result = run(fixture, tmp_path, 1, upstream="anthropic", upstream_url=url)
+    assert result.failure is None, result.failure
+    assert (result.phase, result.quality) == ("continued", "verified")
+    observations = json.loads((Path(result.output_dir or "") / "observations.json").read_text())["observations"]
+    assert [(row["name"], row["exact"], row["stale_reused"]) for row in observations] == [
+        ("EnterPlanMode", True, False)]
+    refused = run(fixture, tmp_path, 2, replay_only=True, run_id="after-question")
+    assert refused.failure is not None and refused.exit_code == 10
+    assert "a person answered" in refused.failure.message

@@ -32,6 +32,7 @@ EXPECTED: dict[str, tuple[int, bool, list[list[str]]]] = {
                           ["TaskList"]]),
     "unavailable_tools": (6, False, [["TodoWrite"], ["EnterPlanMode"], ["ExitPlanMode"], ["AskUserQuestion"],
                                      ["Skill"], ["TaskCreate"]]),
+    "interactive_tools": (4, False, [["EnterPlanMode"], ["AskUserQuestion"], ["ExitPlanMode"], ["Bash"]]),
     "notebook_edit": (14, False, [["Read"]] + [["NotebookEdit"]] * 9 + [["Read"], ["NotebookEdit"], ["Read"],
                                                                         ["NotebookEdit"]]),
 }

@@ -89,3 +89,4 @@ def test_internal_tasks_are_hidden_by_javascript_truthiness(make: Callable[[str]
     run("TaskCreate", subject="seen", description="d", metadata={"_internal": 0})
     run("TaskCreate", subject="hidden", description="d", metadata={"_internal": []})
     assert run("TaskList").content == "#1 [pending] seen"
+

@@ -7,21 +7,21 @@ from forkpoint.model import CallPolicy, JsonObject, Observation
 
 #: Tools forkpoint re-executes with Claude Code's own semantics and output text.
 FRESH_TOOLS = frozenset({"Bash", "Read", "Write", "Edit", "MultiEdit", "Glob", "Grep", "LS", "NotebookEdit",
-                         "TaskCreate", "TaskGet", "TaskList", "TaskUpdate"})
+                         "TaskCreate", "TaskGet", "TaskList", "TaskUpdate", "EnterPlanMode"})
 
-#: Measured on 2.1.220 / 2.1.332 (scripted model): ``-p`` runs never run these (even named in ``--tools`` the call
-#: is a ``<tool_use_error>`` "No such tool available"); their interactive results depend on a person.
-_INTERACTIVE_REASON = "its result comes from the interactive UI of the original session"
+#: Measured on 2.1.220 / 2.1.332 (scripted model): plain ``-p`` runs disable these (``<tool_use_error>`` "No such
+#: tool available"); in SDK mode / interactively their result is what a person answered or approved.
+_INTERACTIVE_REASON = "its result is what a person answered in the original session"
 
 _STALE_REASONS = {
     "Agent": "a sub-agent run is its own model conversation and cannot be re-executed",
     "Task": "a sub-agent run is its own model conversation and cannot be re-executed",
     "TaskOutput": "it reads the state of an earlier sub-agent or background task",
     "TaskStop": "it stops a background task of the original session",
-    "TodoWrite": "forkpoint re-runs the task list tools, not TodoWrite: the verified versions disable it "
-                 "(measured), so its result text could not be measured",
-    "EnterPlanMode": f"plan mode is a setting of the interactive session: {_INTERACTIVE_REASON}",
-    "ExitPlanMode": f"the plan is approved or rejected by a person: {_INTERACTIVE_REASON}",
+    "TodoWrite": "the verified versions disable TodoWrite in every mode (measured: -p and SDK), so its result "
+                 "text could not be measured; forkpoint re-runs the task list tools that replace it",
+    "ExitPlanMode": f"the plan is approved or rejected by a person (and saved under a random file name): "
+                    f"{_INTERACTIVE_REASON}",
     "AskUserQuestion": f"the answer was given by a person: {_INTERACTIVE_REASON}",
     "WebFetch": "web content changes over time",
     "WebSearch": "web search results change over time",

@@ -13,7 +13,7 @@ the rules and ``tests/adapters/claude_code/test_fixture_fidelity.py`` for the pr
   modified-since-read checks).
 - NotebookEdit (``tool_notebook``): replace / insert / delete with Claude's notebook bytes and texts.
 - TaskCreate / TaskUpdate / TaskList / TaskGet (``tool_tasks``): the session's task list, kept in memory and in
-  Claude's own task files of the rebuilt session.
+  Claude's own task files of the rebuilt session. EnterPlanMode (``tool_plan``): its constant text.
 - Glob / Grep / LS / MultiEdit are not offered by these versions: their fresh result is Claude's own
   ``No such tool available`` error (the parser marks such calls stale anyway).
 - Everything touches only the workspace: a path outside it (or a symlink to a regular file outside it) is a
@@ -45,6 +45,7 @@ from forkpoint.adapters.claude_code.tool_bash import BashShell, timeout_ms
 from forkpoint.adapters.claude_code.tool_edit import edit, write
 from forkpoint.adapters.claude_code.tool_files import SessionFiles
 from forkpoint.adapters.claude_code.tool_notebook import notebook_edit
+from forkpoint.adapters.claude_code.tool_plan import enter_plan_mode
 from forkpoint.adapters.claude_code.tool_profile import NEW, ToolOutcome, profile_for_version
 from forkpoint.adapters.claude_code.tool_read import read
 from forkpoint.adapters.claude_code.tool_tasks import TASK_TOOLS, TaskList
@@ -151,6 +152,7 @@ class ClaudeToolExecutor:
             "Read": partial(read, self.files),
             "Write": partial(write, self.files),
             "Edit": partial(edit, self.files),
+            "EnterPlanMode": enter_plan_mode,
         }
         # The session's task list, where Claude keeps it (the continued agent reads it there).
         self._modern = self.profile is NEW
