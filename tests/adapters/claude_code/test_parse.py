@@ -253,6 +253,17 @@ def test_claude_made_up_interrupted_result_is_stale_like_a_tool_use_error(tmp_pa
     assert "interrupted" in (call.policy_reason or "")
 
 
+def test_enter_plan_mode_with_another_answer_stays_stale(tmp_path: Path) -> None:
+    """Interactively a person can decline plan mode: that answer is not the tool's constant text, so not re-run."""
+    builder = ClaudeSessionBuilder()
+    builder.user_prompt("go")
+    builder.assistant([tool_use("a", "EnterPlanMode", {})])
+    builder.results({"a": "The user doesn't want to proceed with this tool use."})
+    builder.assistant([text("done")])
+    call = parse_session(_write(tmp_path, builder)).batches[0].calls[0]
+    assert call.policy is CallPolicy.STALE and "declined plan mode" in (call.policy_reason or "")
+
+
 def test_notebook_edit_and_task_tools_are_re_run_malformed_task_input_stale(tmp_path: Path) -> None:
     builder = ClaudeSessionBuilder()
     builder.user_prompt("go")

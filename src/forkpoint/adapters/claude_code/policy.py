@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from forkpoint.adapters.claude_code.tool_plan import PLAN_MODE_TEXT
 from forkpoint.adapters.claude_code.tool_tasks import TASK_TOOLS, task_input_problem
 from forkpoint.model import CallPolicy, JsonObject, Observation
 
@@ -51,6 +52,10 @@ def classify(
             "Claude Code never recorded this call's result (the session ended while it ran); the result is the "
             "'[Tool call interrupted…]' text Claude made up on resume, so whether the call took effect is unknown"
         )
+    if name == "EnterPlanMode" and historical is not None and historical.text != PLAN_MODE_TEXT:
+        return CallPolicy.STALE, (
+            "EnterPlanMode did not give its constant result (a person declined plan mode, or Claude refused it): "
+            "the recorded answer is not re-runnable")
     if name in TASK_TOOLS:
         problem = task_input_problem(name, arguments)
         if problem is not None:
