@@ -5,7 +5,8 @@
 
 Writes tests/fixtures/claude_code/<version>/<scenario>/: session.jsonl (the native session file),
 stdout.jsonl, stderr.txt, requests.jsonl (what the model server received; system/tools as hashes),
-script.json, meta.json, workspace-initial/ and tool-results/ (persisted large outputs, when created).
+script.json, meta.json, workspace-initial/, tool-results/ (persisted large outputs, when created), tasks/ (the
+session's task list files, when created) and workspace-final/ (scenarios with keep_final).
 
 The recording cwd (/tmp/forkpoint-rec/<scenario>) and HOME (/tmp/forkpoint-rec-home/<scenario>) are
 fixed and recreated fresh, and tool_use ids are seeded per scenario, so re-recordings differ only in
@@ -25,6 +26,7 @@ import signal
 import struct
 import subprocess
 import sys
+import threading
 import time
 import zlib
 from collections.abc import Callable
@@ -62,6 +64,12 @@ class Scenario:
     kill_step: int | None = None  # SIGKILL claude once this step's tool_use is in the session file
     check: Callable[[list[Json], Path], None] | None = None
     notes: str = ""
+    extra_args: tuple[str, ...] = ()  # e.g. --tools: -p runs defer or leave out TaskCreate, NotebookEdit, ...
+    # SDK mode (--input-format stream-json --permission-prompt-tool stdio): the task is sent on stdin and every
+    # can_use_tool control request is answered by this function (request -> response payload). Plan mode and
+    # AskUserQuestion only run this way: a plain -p run disables them.
+    sdk_answer: Callable[[Json], Json] | None = None
+    keep_final: bool = False  # also store the workspace as the run left it (workspace-final/)
 
 
 def _result_texts(lines: list[Json]) -> list[str]:
@@ -148,6 +156,45 @@ def _check_cd_continue(lines: list[Json], _: Path) -> None:
     results = _result_texts(lines)
     assert results[0] == "(Bash completed with no output)", results
     assert results[1] == "inside" and results[2].startswith("/tmp/forkpoint-rec/cd_continue/pkg\n"), results
+
+
+#: The workspace-free and notebook tools: ``-p`` runs defer NotebookEdit (ToolSearch) and leave the others out,
+#: so these scenarios name them with ``--tools`` (the binary then offers exactly those, schemas loaded).
+TOOLS_ARGS = ("--tools", "Bash,Read,TaskCreate,TaskUpdate,TaskList,TaskGet,NotebookEdit,Skill,TodoWrite,"
+              "EnterPlanMode,ExitPlanMode,AskUserQuestion")
+
+
+def _check_tasks(lines: list[Json], _: Path) -> None:
+    results = _result_texts(lines)
+    assert results[1] == "Task #1 created successfully: Write tests", results
+    assert results[-1].startswith("#1 ["), results
+
+
+def _check_notebook(lines: list[Json], fixture: Path) -> None:
+    results = _result_texts(lines)
+    assert results[1].startswith("Updated cell add with "), results
+    assert (fixture / "workspace-final" / "demo.ipynb").is_file()
+
+
+def _answer_as_user(request: Json) -> Json:
+    """What a person answers: "X" to every question, yes to everything else (plan approval included)."""
+    tool_input = request.get("input") or {}
+    if request.get("tool_name") == "AskUserQuestion":
+        answers = {q["question"]: "X" for q in tool_input.get("questions", [])}
+        return {"behavior": "allow", "updatedInput": {**tool_input, "answers": answers}}
+    return {"behavior": "allow", "updatedInput": tool_input}
+
+
+def _check_interactive(lines: list[Json], _: Path) -> None:
+    results = _result_texts(lines)
+    assert results[0].startswith("Entered plan mode."), results
+    assert results[1] == 'Your questions have been answered: "Which one?"="X". You can now continue with these ' \
+                         "answers in mind.", results
+    assert results[2] == "User has approved exiting plan mode. You can now proceed.", results
+
+
+def task(name: str, **arguments: Any) -> list[Block]:
+    return [tool_use(name, arguments)]
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
@@ -239,6 +286,94 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
                      [text("The shell is in pkg.")]],
         check=_check_cd_continue, notes="`cd pkg` persists: later relative commands run in pkg/",
     ),
+    Scenario(
+        "tasks", "Plan the work as tasks and track it.",
+        {"README.md": "# demo\n"},
+        lambda cwd: [task("TaskList"),
+                     task("TaskCreate", subject="Write tests", description="Add the tests", activeForm="Writing tests"),
+                     task("TaskCreate", subject="Fix bug", description="Fix it", metadata={"k": 1, "keep": "yes"}),
+                     task("TaskCreate", subject="Ship"),
+                     task("TaskUpdate", taskId="1", status="in_progress"),
+                     task("TaskUpdate", taskId="2", addBlockedBy=["1"], owner="me"),
+                     task("TaskUpdate", taskId="3", addBlocks=["2", "9"]),
+                     task("TaskList"),
+                     task("TaskGet", taskId="2"),
+                     task("TaskGet", taskId="9"),
+                     task("TaskUpdate", taskId="7", status="completed"),
+                     task("TaskUpdate", taskId="1", subject="Write tests"),
+                     task("TaskUpdate", taskId="2", subject="Fix the bug", description="d2", activeForm="Fixing",
+                          metadata={"k": None, "j": "x"}),
+                     task("TaskUpdate", taskId="1", status="completed"),
+                     task("TaskGet", taskId="2"),
+                     task("TaskUpdate", taskId="3", status="deleted"),
+                     task("TaskGet", taskId="2"),
+                     task("TaskCreate", subject="After delete", description="takes id 4"),
+                     task("TaskList"),
+                     [text("Tasks tracked.")]],
+        check=_check_tasks, extra_args=TOOLS_ARGS,
+        notes="TaskCreate/Update/List/Get on the session's task list (<home>/.claude/tasks/<session id>/)",
+    ),
+    Scenario(
+        "unavailable_tools", "Track todos, plan, ask and load a skill.",
+        {"README.md": "# demo\n"},
+        lambda cwd: [task("TodoWrite", todos=[{"content": "a", "status": "pending", "activeForm": "Doing a"}]),
+                     task("EnterPlanMode"),
+                     task("ExitPlanMode", plan="1. do it"),
+                     task("AskUserQuestion", questions=[
+                         {"question": "Which one?", "header": "Pick", "multiSelect": False,
+                          "options": [{"label": "X", "description": "x"}, {"label": "Y", "description": "y"}]}]),
+                     task("Skill", skill="no-such-skill"),
+                     task("TaskCreate", subject=""),
+                     [text("None of these ran.")]],
+        error_steps=frozenset({0, 1, 2, 3, 4, 5}), extra_args=TOOLS_ARGS,
+        notes="-p runs do not offer TodoWrite / plan mode / AskUserQuestion even when named in --tools; an unknown "
+              "skill and a blank TaskCreate subject are rejected before running (<tool_use_error>)",
+    ),
+    Scenario(
+        "interactive_tools", "Plan first and ask me before you start.",
+        {"README.md": "# demo\n"},
+        lambda cwd: [task("EnterPlanMode"),
+                     task("AskUserQuestion", questions=[
+                         {"question": "Which one?", "header": "Pick", "multiSelect": False,
+                          "options": [{"label": "X", "description": "x"}, {"label": "Y", "description": "y"}]}]),
+                     task("ExitPlanMode", plan="1. do it"),
+                     [bash("cat README.md", "Show the readme")],
+                     [text("Planned, asked, approved and done.")]],
+        check=_check_interactive, sdk_answer=_answer_as_user,
+        extra_args=("--tools", "Bash,Read,EnterPlanMode,ExitPlanMode,AskUserQuestion", "--permission-prompt-tool",
+                    "stdio"),
+        notes="SDK mode (stream-json input, can_use_tool answered on stdin as a person would: 'X', approve): plan "
+              "mode and AskUserQuestion run only this way",
+    ),
+    Scenario(
+        "notebook_edit", "Edit the notebook.",
+        {"demo.ipynb": NOTEBOOK, "old.ipynb": NOTEBOOK.replace('"nbformat_minor": 5', '"nbformat_minor": 4'),
+         "crlf.ipynb": NOTEBOOK.replace("\n", "\r\n")},
+        lambda cwd: [[tool_use("Read", {"file_path": f"{cwd}/demo.ipynb"})],
+                     task("NotebookEdit", notebook_path=f"{cwd}/demo.ipynb", cell_id="add", new_source="x = 1 + 2\nx"),
+                     task("NotebookEdit", notebook_path=f"{cwd}/demo.ipynb", cell_id="intro", new_source="## Added",
+                          cell_type="markdown", edit_mode="insert"),
+                     task("NotebookEdit", notebook_path=f"{cwd}/demo.ipynb", new_source="import os",
+                          cell_type="code", edit_mode="insert"),
+                     task("NotebookEdit", notebook_path=f"{cwd}/demo.ipynb", cell_id="boom", new_source="",
+                          edit_mode="delete"),
+                     task("NotebookEdit", notebook_path=f"{cwd}/demo.ipynb", cell_id="note",
+                          new_source="now *markdown*", cell_type="markdown"),
+                     task("NotebookEdit", notebook_path=f"{cwd}/demo.ipynb", cell_id="intro", new_source="print(1)",
+                          cell_type="code"),
+                     task("NotebookEdit", notebook_path=f"{cwd}/demo.ipynb", cell_id="cell-0", new_source="# first"),
+                     task("NotebookEdit", notebook_path=f"{cwd}/demo.ipynb", cell_id="nope", new_source="x"),
+                     task("NotebookEdit", notebook_path=f"{cwd}/old.ipynb", cell_id="add", new_source="y"),
+                     [tool_use("Read", {"file_path": f"{cwd}/old.ipynb"})],
+                     task("NotebookEdit", notebook_path=f"{cwd}/old.ipynb", cell_id="add", new_source="y = 2",
+                          cell_type="code", edit_mode="insert"),
+                     [tool_use("Read", {"file_path": f"{cwd}/crlf.ipynb"})],
+                     task("NotebookEdit", notebook_path=f"{cwd}/crlf.ipynb", cell_id="boom", new_source="1 / 1"),
+                     [text("The notebooks are edited.")]],
+        error_steps=frozenset({8, 9}), check=_check_notebook, extra_args=TOOLS_ARGS, keep_final=True,
+        notes="NotebookEdit replace / insert (nbformat 4.5: random 8-hex id; 4.4: no id) / delete / type change, "
+              "cell-N ids, an unknown id, an unread notebook, a CRLF notebook; workspace-final/ holds the bytes",
+    ),
 ]}
 
 
@@ -317,10 +452,52 @@ def _written_tool_ids(path: Path) -> set[str]:
     return set(_tool_use_lines(lines))
 
 
+def _run_sdk(argv: list[str], env: dict[str, str], cwd: Path, answer: Callable[[Json], Json], out: Path) -> int:
+    """One SDK-mode run: the task as a stream-json user message, every control request answered by ``answer``."""
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=(out / "stderr.txt").open("wb"), start_new_session=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    timer = threading.Timer(RUN_TIMEOUT_S, lambda: os.killpg(proc.pid, signal.SIGKILL))
+    timer.start()
+    try:
+        task = argv[argv.index("-p") + 1]
+        proc.stdin.write(json.dumps({"type": "user", "message": {"role": "user", "content": task}}).encode() + b"\n")
+        proc.stdin.flush()
+        with (out / "stdout.jsonl").open("wb") as stdout:
+            for raw in proc.stdout:
+                stdout.write(raw)
+                message = json.loads(raw)
+                if message.get("type") == "control_request":
+                    response = {"type": "control_response", "response": {
+                        "subtype": "success", "request_id": message["request_id"],
+                        "response": answer(message["request"])}}
+                    proc.stdin.write(json.dumps(response).encode() + b"\n")
+                    proc.stdin.flush()
+                elif message.get("type") == "result":
+                    proc.stdin.close()
+        return proc.wait()
+    finally:
+        timer.cancel()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 def run_claude(runtime: runtimes.Runtime, scenario: Scenario, model: ScriptedModel, expected: list[list[str]],
                cwd: Path, home: Path, out: Path) -> Recording:
+    if scenario.sdk_answer is not None:
+        argv = [str(runtime.entrypoint), "-p", scenario.task, "--input-format", "stream-json", "--output-format",
+                "stream-json", "--verbose", *scenario.extra_args]
+        with model.serve() as url:
+            env = {"PATH": CLEAN_PATH, "HOME": str(home), "LANG": "C.UTF-8", "TZ": "UTC", "ANTHROPIC_BASE_URL": url,
+                   "ANTHROPIC_API_KEY": "dummy", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "IS_SANDBOX": "1"}
+            exit_code = _run_sdk(argv, env, cwd, scenario.sdk_answer, out)
+        sessions = sorted((home / ".claude" / "projects" / encode_cwd(cwd)).glob("*.jsonl"))
+        if len(sessions) != 1:
+            raise RuntimeError(f"expected one session file, found {sessions}")
+        return Recording(sessions[0], read_jsonl(sessions[0]), sessions[0].stem, exit_code, False, False)
     argv = [str(runtime.entrypoint), "-p", scenario.task, "--output-format", "stream-json", "--verbose",
-            "--dangerously-skip-permissions"]
+            "--dangerously-skip-permissions", *scenario.extra_args]
     project = home / ".claude" / "projects" / encode_cwd(cwd)
     with model.serve() as url:
         env = {"PATH": CLEAN_PATH, "HOME": str(home), "LANG": "C.UTF-8", "TZ": "UTC", "ANTHROPIC_BASE_URL": url,
@@ -412,6 +589,11 @@ def record(version: str, scenario: Scenario) -> Path:
     rec = run_claude(runtime, scenario, model, expected, cwd, home, fixture)
     (fixture / "session.jsonl").write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in rec.lines)
                                            if rec.hand_cut else rec.session.read_text("utf-8"), "utf-8")
+    if scenario.keep_final:
+        shutil.copytree(cwd, fixture / "workspace-final")
+    tasks = home / ".claude" / "tasks" / rec.session_id
+    if tasks.is_dir():
+        shutil.copytree(tasks, fixture / "tasks", ignore=shutil.ignore_patterns(".lock"))
     persisted = rec.session.parent / rec.session_id / "tool-results"
     if persisted.is_dir():
         shutil.copytree(persisted, fixture / "tool-results")
@@ -426,8 +608,10 @@ def record(version: str, scenario: Scenario) -> Path:
         "agent": "claude-code", "version": version, "probed_version": probed, "scenario": scenario.name,
         "session_id": rec.session_id, "cwd": str(cwd), "home": str(home),
         "session_path": str(rec.session.relative_to(home)),
-        "command": ["claude", *[str(a) for a in ("-p", scenario.task, "--output-format", "stream-json", "--verbose",
-                                                  "--dangerously-skip-permissions")]],
+        "command": ["claude", "-p", scenario.task, "--input-format", "stream-json", "--output-format", "stream-json",
+                    "--verbose", *scenario.extra_args] if scenario.sdk_answer is not None else
+                   ["claude", "-p", scenario.task, "--output-format", "stream-json", "--verbose",
+                    "--dangerously-skip-permissions", *scenario.extra_args],
         "entrypoint": runtime.manifest()["entrypoint"],
         "env": {"PATH": CLEAN_PATH, "HOME": str(home), "LANG": "C.UTF-8", "TZ": "UTC",
                 "ANTHROPIC_BASE_URL": "<scripted model url>", "ANTHROPIC_API_KEY": "dummy",

@@ -243,3 +243,73 @@ def test_a_short_upstream_key_does_not_corrupt_the_relayed_stream(tmp_path: Path
         result = run(fixture, tmp_path, 1, upstream="anthropic", upstream_url=url)
     assert result.failure is None, result.failure
     assert [entry["step"] for entry in model.requests if entry.get("kind") == "main"] == [1, 2]
+
+
+def _recorded_results(session: Path, after: int) -> list[str]:
+    parsed = parse_session(session)
+    return [str(call.historical.content) for batch in parsed.batches[after:] for call in batch.calls
+            if call.historical is not None]
+
+
+def _continue_exactly(scenario: str, after: int, tmp_path: Path) -> tuple[Path, Path]:
+    """Replay ``scenario`` up to ``after`` (every observation exact, none stale), continue it with the real claude;
+    the fixture and the continued session."""
+    _require_runtime("2.1.332")
+    fixture = FIXTURES / "2.1.332" / scenario
+    model = ScriptedModel.from_file(fixture / "script.json")
+    with model.serve() as url:
+        result = run(fixture, tmp_path, after, upstream="anthropic", upstream_url=url)
+    assert result.failure is None, result.failure
+    assert (result.phase, result.quality, result.agent_status) == ("continued", "verified", "completed")
+    out = Path(result.output_dir or "")
+    observations = json.loads((out / "observations.json").read_text())["observations"]
+    assert len(observations) == after and all(row["exact"] and not row["stale_reused"] for row in observations)
+    return fixture, next((out / "native" / "continued").glob("*.jsonl"))
+
+
+def test_task_tools_replayed_exactly_then_the_live_claude_works_on_the_replayed_list(
+    tmp_path: Path, upstream_key: None
+) -> None:
+    """TaskCreate/Update/List/Get re-run (not stale) and leave Claude's own task files: the live claude's task
+    calls see the replayed tasks, so every live result equals the original's (ids continue, blockers, deletes).
+    The recording named its tools (``--tools``); the continuation gets the same set from the session file."""
+    fixture, continued = _continue_exactly("tasks", 8, tmp_path)
+    assert _live_results(continued, 8) == _recorded_results(fixture / "session.jsonl", 8)
+
+
+def test_notebook_edits_replayed_exactly_then_continued(tmp_path: Path, upstream_key: None) -> None:
+    """NotebookEdit re-runs (not refused): the notebook holds the original's bytes at the boundary (inserted ids are
+    the recorded ones). A resumed claude restores only text Reads into its read state (measured), so its live
+    edits of demo.ipynb are refused "not read yet" exactly as a plain ``--resume`` does, and demo.ipynb stays
+    as replayed; the notebooks it reads live are edited to the original's final bytes."""
+    fixture, continued = _continue_exactly("notebook_edit", 4, tmp_path)
+    live = _live_results(continued, 4)
+    recorded = _recorded_results(fixture / "session.jsonl", 4)
+    not_read = "<tool_use_error>File has not been read yet. Read it first before writing to it.</tool_use_error>"
+    assert live[:5] == [not_read] * 5 and live[5:] == recorded[5:]  # 5: the unknown cell id, same refusal first
+    workspace = Path(json.loads((fixture / "meta.json").read_text())["cwd"])
+    for name in ("old.ipynb", "crlf.ipynb"):
+        assert (workspace / name).read_bytes() == (fixture / "workspace-final" / name).read_bytes()
+    lines = [json.loads(line) for line in (fixture / "session.jsonl").read_text().splitlines()]
+    at_boundary = [line["toolUseResult"]["updated_file"] for line in lines
+                   if isinstance(line.get("toolUseResult"), dict) and "updated_file" in line["toolUseResult"]][2]
+    assert (workspace / "demo.ipynb").read_text() == at_boundary
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_enter_plan_mode_re_run_then_continued(version: str, tmp_path: Path, upstream_key: None) -> None:
+    """EnterPlanMode (recorded in SDK mode, where a person answers) is re-run, not stale: verified, no flag; the
+    questions and the plan approval after it stay stale-by-nature (a person's answers) and need the flag."""
+    _require_runtime(version)
+    fixture = FIXTURES / version / "interactive_tools"
+    model = ScriptedModel.from_file(fixture / "script.json")
+    with model.serve() as url:
+        result = run(fixture, tmp_path, 1, upstream="anthropic", upstream_url=url)
+    assert result.failure is None, result.failure
+    assert (result.phase, result.quality) == ("continued", "verified")
+    observations = json.loads((Path(result.output_dir or "") / "observations.json").read_text())["observations"]
+    assert [(row["name"], row["exact"], row["stale_reused"]) for row in observations] == [
+        ("EnterPlanMode", True, False)]
+    refused = run(fixture, tmp_path, 2, replay_only=True, run_id="after-question")
+    assert refused.failure is not None and refused.exit_code == 10
+    assert "a person answered" in refused.failure.message

@@ -220,9 +220,21 @@ def test_real_prefix_projection_equals_the_recorded_request(session: Path, after
             and r["body"].get("messages")]
     matching = [p for p in sent if p and [b.get("tool_use_id") for b in p[-1]["content"]] == boundary]
     assert matching, f"no recorded request ends with the results of batch {after}"
+    resumed = canonical_sha256(projected)  # what a resumed claude sends: the session file's content
+    if session.parent.name == "interactive_tools":
+        # Measured: live, Claude sends ExitPlanMode's tool_use with its input emptied (the plan lives in a plan
+        # file); the session file keeps the input, and a resumed claude sends that (the gate expects it, e2e).
+        _empty_exit_plan_inputs(projected)
     assert projected == matching[0]
     expected = expected_prefix(records, NONCE, parsed.version or "")
-    assert expected.prefix_sha256 == canonical_sha256(matching[0])
+    assert expected.prefix_sha256 == resumed
+
+
+def _empty_exit_plan_inputs(messages: list[dict[str, Any]]) -> None:
+    for message in messages:
+        for block in message["content"] if isinstance(message.get("content"), list) else []:
+            if block.get("type") == "tool_use" and block.get("name") == "ExitPlanMode":
+                block["input"] = {}
 
 
 def test_real_cases_cover_both_versions() -> None:

@@ -50,6 +50,8 @@ class Replay:
     recorded_native: dict[str, Any]
     persisted: dict[str, bytes] = field(default_factory=dict)
     results_dir: Path | None = None
+    final: dict[str, bytes] = field(default_factory=dict)  # the workspace's files after the replay
+    task_files: dict[str, bytes] = field(default_factory=dict)  # the rebuilt session's task list files
 
 
 _REPLAYS: dict[Path, Replay] = {}
@@ -92,11 +94,37 @@ def replay(session: Path) -> Replay:
                         config_dir / "projects" / project_dir_name(cwd) / trajectory.session_id / "tool-results"
                     )
                     assert Path(fresh.native["persistedOutputPath"]).parent == result.results_dir
+            result.final = _files(cwd)
+            result.task_files = _files(config_dir / "tasks" / trajectory.session_id)
         finally:
             executor.close()
             shutil.rmtree(cwd, ignore_errors=True)
     _REPLAYS[session] = result
     return result
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    if not root.is_dir():
+        return {}
+    return {str(path.relative_to(root)): path.read_bytes() for path in sorted(root.rglob("*")) if path.is_file()}
+
+
+FINAL = sorted(FIXTURES.glob("2.*/*/workspace-final"))
+TASKS = sorted(FIXTURES.glob("2.*/*/tasks"))
+
+
+@pytest.mark.parametrize("final", FINAL, ids=[f"{p.parent.parent.name}-{p.parent.name}" for p in FINAL])
+def test_workspace_after_replay_equals_recorded_bytes(final: Path) -> None:
+    """NotebookEdit & co: the files the replay leaves are the bytes the real binary left, file by file."""
+    assert replay(final.parent / "session.jsonl").final == _files(final)
+
+
+@pytest.mark.parametrize("tasks", TASKS, ids=[f"{p.parent.parent.name}-{p.parent.name}" for p in TASKS])
+def test_task_list_files_equal_recorded(tasks: Path) -> None:
+    """The task list the continued agent reads: Claude's own files, byte for byte (its ``.lock`` is empty)."""
+    written = replay(tasks.parent / "session.jsonl").task_files
+    assert written.pop(".lock") == b""
+    assert written == _files(tasks)
 
 
 def _without_persisted_path(native: Any) -> Any:
@@ -109,7 +137,21 @@ def test_every_verified_version_has_fresh_calls() -> None:
     versions = {session.parent.parent.name for session, _ in CASES}
     assert {"2.1.220", "2.1.332"} <= versions
     for session in SESSIONS:
-        assert _fresh_calls(session), f"{session.parent} has no fresh call to replay"
+        if session.parent.name != "unavailable_tools":
+            assert _fresh_calls(session), f"{session.parent} has no fresh call to replay"
+
+
+@pytest.mark.parametrize("version", ["2.1.220", "2.1.332"])
+def test_tools_a_print_run_refuses_stay_stale_with_their_reason(version: str) -> None:
+    """TodoWrite, plan mode, AskUserQuestion, an unknown Skill, a blank TaskCreate: the real binary refused them
+    (``<tool_use_error>``), so nothing ran; they are reused as stale, each with a reason, never re-run."""
+    trajectory = parse_session(FIXTURES / version / "unavailable_tools" / "session.jsonl")
+    calls = [call for batch in trajectory.batches for call in batch.calls]
+    assert [call.name for call in calls] == ["TodoWrite", "EnterPlanMode", "ExitPlanMode", "AskUserQuestion",
+                                             "Skill", "TaskCreate"]
+    for call in calls:
+        assert call.policy is CallPolicy.STALE and call.policy_reason, call
+        assert call.historical is not None and call.historical.text.startswith("<tool_use_error>")
 
 
 @pytest.mark.parametrize(("session", "call_id"), CASES, ids=IDS)

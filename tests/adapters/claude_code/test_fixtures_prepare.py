@@ -26,6 +26,15 @@ EXPECTED: dict[str, tuple[int, bool, list[list[str]]]] = {
     "large_output": (1, False, [["Bash"]]),
     "read_media": (4, False, [["Read"], ["Read"], ["Read"], ["Read"]]),
     "cd_continue": (3, False, [["Bash"], ["Bash"], ["Bash"]]),
+    "tasks": (19, False, [["TaskList"], ["TaskCreate"], ["TaskCreate"], ["TaskCreate"], ["TaskUpdate"], ["TaskUpdate"],
+                          ["TaskUpdate"], ["TaskList"], ["TaskGet"], ["TaskGet"], ["TaskUpdate"], ["TaskUpdate"],
+                          ["TaskUpdate"], ["TaskUpdate"], ["TaskGet"], ["TaskUpdate"], ["TaskGet"], ["TaskCreate"],
+                          ["TaskList"]]),
+    "unavailable_tools": (6, False, [["TodoWrite"], ["EnterPlanMode"], ["ExitPlanMode"], ["AskUserQuestion"],
+                                     ["Skill"], ["TaskCreate"]]),
+    "interactive_tools": (4, False, [["EnterPlanMode"], ["AskUserQuestion"], ["ExitPlanMode"], ["Bash"]]),
+    "notebook_edit": (14, False, [["Read"]] + [["NotebookEdit"]] * 9 + [["Read"], ["NotebookEdit"], ["Read"],
+                                                                        ["NotebookEdit"]]),
 }
 
 

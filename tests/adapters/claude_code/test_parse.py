@@ -253,14 +253,32 @@ def test_claude_made_up_interrupted_result_is_stale_like_a_tool_use_error(tmp_pa
     assert "interrupted" in (call.policy_reason or "")
 
 
-def test_notebook_edit_is_refused_when_parsed_not_when_run(tmp_path: Path) -> None:
+def test_enter_plan_mode_with_another_answer_stays_stale(tmp_path: Path) -> None:
+    """Interactively a person can decline plan mode: that answer is not the tool's constant text, so not re-run."""
     builder = ClaudeSessionBuilder()
     builder.user_prompt("go")
-    builder.assistant([tool_use("a", "NotebookEdit", {"notebook_path": "/work/n.ipynb", "new_source": "x"})])
-    builder.results({"a": "Updated cell"})
+    builder.assistant([tool_use("a", "EnterPlanMode", {})])
+    builder.results({"a": "The user doesn't want to proceed with this tool use."})
     builder.assistant([text("done")])
     call = parse_session(_write(tmp_path, builder)).batches[0].calls[0]
-    assert call.policy is CallPolicy.REFUSED and "NotebookEdit" in (call.policy_reason or "")
+    assert call.policy is CallPolicy.STALE and "declined plan mode" in (call.policy_reason or "")
+
+
+def test_notebook_edit_and_task_tools_are_re_run_malformed_task_input_stale(tmp_path: Path) -> None:
+    builder = ClaudeSessionBuilder()
+    builder.user_prompt("go")
+    builder.assistant([tool_use("a", "NotebookEdit", {"notebook_path": "/work/n.ipynb", "new_source": "x"}),
+                       tool_use("b", "TaskCreate", {"subject": "s"}),
+                       tool_use("c", "TaskCreate", {"task": {"subject": "s"}}),
+                       tool_use("d", "TaskUpdate", {"taskId": "1", "status": "done"})])
+    builder.results({"a": "Updated cell", "b": "Task #1 created successfully: s",
+                     "c": "Task #2 created successfully: s", "d": "Updated task #1 status"})
+    builder.assistant([text("done")])
+    notebook, plain, wrapped, bad_status = parse_session(_write(tmp_path, builder)).batches[0].calls
+    assert notebook.policy is CallPolicy.FRESH and plain.policy is CallPolicy.FRESH
+    assert wrapped.policy is CallPolicy.STALE and wrapped.policy_reason == (
+        "TaskCreate input lacks subject: Claude Code coerces such input, forkpoint does not re-run it")
+    assert bad_status.policy is CallPolicy.STALE and "'done'" in (bad_status.policy_reason or "")
 
 
 def test_stream_json_stdout_is_not_a_session_file() -> None:

@@ -219,5 +219,5 @@ def test_tools_these_versions_do_not_offer(make: Callable[[str], Run], version: 
         "files with `find` via the Bash tool instead."
     assert run("LS", path=".").content == "<tool_use_error>Error: No such tool available: LS</tool_use_error>"
     with pytest.raises(ReplayError) as error:
-        run("NotebookEdit", notebook_path="nb.ipynb", new_source="x")
+        run("WebFetch", url="https://example.com", prompt="x")
     assert error.value.kind is ErrorKind.UNSUPPORTED_VERSION and error.value.before_effect

@@ -80,7 +80,39 @@ def resume_directory(state_dir: Path, workspace: Path, launch_root: str) -> tupl
     return os.path.join(launch_root, relative), {**facts, "restored": True, "project_root": relative}
 
 
-def argv(entrypoint: Path, session_id: str, nonce: str, max_turns: int | None) -> list[str]:
+_TOOL_NAME = re.compile(r"[A-Z][A-Za-z0-9]{0,63}")
+
+
+def recorded_tool_set(lines: list[bytes]) -> list[str] | None:
+    """The built-in tools the original run was started with (``--tools``), when its session file shows them.
+
+    2.1.332 writes each request's tool list into the session (``api-request-shape``). A default run always has
+    ``ToolSearch`` (the other tools are deferred behind it); a list without it was an explicit ``--tools`` set,
+    complete as shown (e.g. the task tools, which a default ``-p`` run does not offer), and the continuation gets
+    the same set. Otherwise (a default run, or 2.1.220, which writes no shape) the default stays: None.
+    """
+    names: list[Any] | None = None
+    for raw in lines:
+        if b'"api-request-shape"' not in raw:
+            continue
+        try:
+            line = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            continue
+        shape = line.get("shape") if isinstance(line, dict) and line.get("type") == "api-request-shape" else None
+        tools = shape.get("tools") if isinstance(shape, dict) else None
+        if isinstance(tools, list):
+            names = [tool.get("name") for tool in tools if isinstance(tool, dict)]
+    if not names or "ToolSearch" in names:
+        return None
+    built_in = [name for name in names if isinstance(name, str) and name != "DeferredToolPlaceholder"]
+    if not all(_TOOL_NAME.fullmatch(name) for name in built_in):
+        return None  # an MCP tool or an unknown shape: keep Claude's default rather than guess
+    return built_in
+
+
+def argv(entrypoint: Path, session_id: str, nonce: str, max_turns: int | None,
+         tools: list[str] | None = None) -> list[str]:
     command = [
         str(entrypoint),
         "--resume", check_id(session_id, "session id"),  # validated by the parser; never an option
@@ -91,6 +123,8 @@ def argv(entrypoint: Path, session_id: str, nonce: str, max_turns: int | None) -
     ]
     if max_turns is not None:
         command += ["--max-turns", str(max_turns)]
+    if tools:
+        command += ["--tools", ",".join(tools)]  # one argv value; every name checked against _TOOL_NAME
     return command
 
 
@@ -159,6 +193,17 @@ class Installed:
     session_file: Path  # in the HOME's project folder of the cwd the agent starts in
     cwd: str
     shell_cwd: dict[str, Any]
+    tools: list[str] | None = None  # the recorded explicit tool set (recorded_tool_set), if any
+
+
+def _recorded_lines(job: Job) -> list[bytes]:
+    """The original session's lines up to the boundary (where its tool shape is; the rebuild keeps tree lines)."""
+    native = job.plan.trajectory.native
+    source = getattr(native, "source", None)
+    terminals = getattr(native, "batch_terminals", None)
+    if not isinstance(source, bytes) or not terminals or job.plan.after_step > len(terminals):
+        return []
+    return source[: terminals[job.plan.after_step - 1].offset].splitlines()
 
 
 class ClaudeHooks(AgentHooks[Installed]):
@@ -180,7 +225,7 @@ class ClaudeHooks(AgentHooks[Installed]):
         # Replayed commands could write the HOME: no link planted there is followed (forkpoint.core.fs strict helpers).
         shell.write_home_file(job.context.home, session_file, b"".join(line + b"\n" for line in rebuilt),
                               "the rebuilt session")
-        return Installed(session_id, rebuilt, session_file, cwd, shell_cwd)
+        return Installed(session_id, rebuilt, session_file, cwd, shell_cwd, recorded_tool_set(_recorded_lines(job)))
 
     def gate(self, job: Job, state: Installed) -> GateSpec:
         from forkpoint.adapters.claude_code.envelope import expected_prefix
@@ -193,7 +238,7 @@ class ClaudeHooks(AgentHooks[Installed]):
     def launch(self, job: Job, state: Installed, bridge_url: str) -> LaunchSpec:
         entrypoint = job.settings.target.entrypoint
         return LaunchSpec(
-            argv(entrypoint, state.session_id, job.nonce, job.settings.remaining_steps),
+            argv(entrypoint, state.session_id, job.nonce, job.settings.remaining_steps, state.tools),
             environment(os.environ, job.context.home, bridge_url, shell.BRIDGE_KEY), state.cwd,
             job.context.logs / "claude-code.jsonl", writable=(job.context.home,), readable=runtime_paths(entrypoint))
 

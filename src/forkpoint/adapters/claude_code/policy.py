@@ -2,25 +2,33 @@
 
 from __future__ import annotations
 
+from forkpoint.adapters.claude_code.tool_plan import PLAN_MODE_TEXT
+from forkpoint.adapters.claude_code.tool_tasks import TASK_TOOLS, task_input_problem
 from forkpoint.core.model import CallPolicy, JsonObject, Observation
 
 #: Tools forkpoint re-executes with Claude Code's own semantics and output text.
-FRESH_TOOLS = frozenset({"Bash", "Read", "Write", "Edit", "MultiEdit", "Glob", "Grep", "LS"})
+FRESH_TOOLS = frozenset({"Bash", "Read", "Write", "Edit", "MultiEdit", "Glob", "Grep", "LS", "NotebookEdit",
+                         "TaskCreate", "TaskGet", "TaskList", "TaskUpdate", "EnterPlanMode"})
+
+#: Measured on 2.1.220 / 2.1.332 (scripted model): plain ``-p`` runs disable these (``<tool_use_error>`` "No such
+#: tool available"); in SDK mode / interactively their result is what a person answered or approved.
+_INTERACTIVE_REASON = "its result is what a person answered in the original session"
 
 _STALE_REASONS = {
     "Agent": "a sub-agent run is its own model conversation and cannot be re-executed",
     "Task": "a sub-agent run is its own model conversation and cannot be re-executed",
     "TaskOutput": "it reads the state of an earlier sub-agent or background task",
-    "TaskCreate": "it edits the original session's task list",
-    "TaskGet": "it reads the original session's task list",
-    "TaskList": "it reads the original session's task list",
-    "TaskUpdate": "it edits the original session's task list",
-    "TaskStop": "it stops a task of the original session",
-    "TodoWrite": "it edits the original session's todo list",
+    "TaskStop": "it stops a background task of the original session",
+    "TodoWrite": "the verified versions disable TodoWrite in every mode (measured: -p and SDK), so its result "
+                 "text could not be measured; forkpoint re-runs the task list tools that replace it",
+    "ExitPlanMode": f"the plan is approved or rejected by a person (and saved under a random file name): "
+                    f"{_INTERACTIVE_REASON}",
+    "AskUserQuestion": f"the answer was given by a person: {_INTERACTIVE_REASON}",
     "WebFetch": "web content changes over time",
     "WebSearch": "web search results change over time",
     "ToolSearch": "it reflects the original session's deferred tool registry",
-    "Skill": "skills are loaded from the original machine's configuration",
+    "Skill": "skills are loaded from the original machine's configuration and the binary's built-in set, and the "
+             "skill's instructions enter the conversation as their own message",
 }
 
 ASYNC_LAUNCH_TOOLS = frozenset({"Agent", "Task"})
@@ -44,8 +52,14 @@ def classify(
             "Claude Code never recorded this call's result (the session ended while it ran); the result is the "
             "'[Tool call interrupted…]' text Claude made up on resume, so whether the call took effect is unknown"
         )
-    if name == "NotebookEdit":  # decided here, not by the executor after the run is allocated
-        return CallPolicy.REFUSED, "forkpoint does not re-implement NotebookEdit; the workspace would miss its edit"
+    if name == "EnterPlanMode" and historical is not None and historical.text != PLAN_MODE_TEXT:
+        return CallPolicy.STALE, (
+            "EnterPlanMode did not give its constant result (a person declined plan mode, or Claude refused it): "
+            "the recorded answer is not re-runnable")
+    if name in TASK_TOOLS:
+        problem = task_input_problem(name, arguments)
+        if problem is not None:
+            return CallPolicy.STALE, f"{problem}: Claude Code coerces such input, forkpoint does not re-run it"
     if name == "Read":
         from forkpoint.adapters.claude_code.tool_media import classify_read  # base64/struct/decimal: only for Read
 

@@ -11,6 +11,9 @@ the rules and ``tests/adapters/claude_code/test_fixture_fidelity.py`` for the pr
 - Read / Write / Edit (``tool_read``, ``tool_edit``, sharing ``tool_files``): Claude's numbering, reminders, error
   texts, per-session file state (2.1.220's Write-needs-Read and "file unchanged" Read; both versions'
   modified-since-read checks).
+- NotebookEdit (``tool_notebook``): replace / insert / delete with Claude's notebook bytes and texts.
+- TaskCreate / TaskUpdate / TaskList / TaskGet (``tool_tasks``): the session's task list, kept in memory and in
+  Claude's own task files of the rebuilt session. EnterPlanMode (``tool_plan``): its constant text.
 - Glob / Grep / LS / MultiEdit are not offered by these versions: their fresh result is Claude's own
   ``No such tool available`` error (the parser marks such calls stale anyway).
 - Everything touches only the workspace: a path outside it (or a symlink to a regular file outside it) is a
@@ -41,8 +44,11 @@ from forkpoint.adapters.claude_code.launch import project_dir_name, save_shell_s
 from forkpoint.adapters.claude_code.tool_bash import BashShell, timeout_ms
 from forkpoint.adapters.claude_code.tool_edit import edit, write
 from forkpoint.adapters.claude_code.tool_files import SessionFiles
-from forkpoint.adapters.claude_code.tool_profile import ToolOutcome, profile_for_version
+from forkpoint.adapters.claude_code.tool_notebook import notebook_edit
+from forkpoint.adapters.claude_code.tool_plan import enter_plan_mode
+from forkpoint.adapters.claude_code.tool_profile import NEW, ToolOutcome, profile_for_version
 from forkpoint.adapters.claude_code.tool_read import read
+from forkpoint.adapters.claude_code.tool_tasks import TASK_TOOLS, TaskList
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.model import FreshObservation, RunContext, ToolCall
 from forkpoint.process import sanitized_env
@@ -146,13 +152,23 @@ class ClaudeToolExecutor:
             "Read": partial(read, self.files),
             "Write": partial(write, self.files),
             "Edit": partial(edit, self.files),
+            "EnterPlanMode": enter_plan_mode,
         }
+        # The session's task list, where Claude keeps it (the continued agent reads it there).
+        self._modern = self.profile is NEW
+        self.tasks = TaskList(config_dir / "tasks" / session_id, config_dir, self._modern)
 
     def run(self, call: ToolCall) -> FreshObservation:
         started = time.monotonic()
         handler = self._handlers.get(call.name)
         if handler is not None:
             outcome = handler(rewrite_arguments(self.sandbox, call.call_id, call.arguments))
+        elif call.name in TASK_TOOLS:
+            outcome = self.tasks.run(call.name, dict(call.arguments))
+        elif call.name == "NotebookEdit":
+            recorded = call.historical.text if call.historical is not None else None
+            arguments = rewrite_arguments(self.sandbox, call.call_id, call.arguments)
+            outcome = notebook_edit(self.files, arguments, recorded, self._modern)
         elif call.name in NOT_OFFERED:
             message = NOT_OFFERED[call.name]
             outcome = ToolOutcome(f"<tool_use_error>{message}</tool_use_error>", True, message)
