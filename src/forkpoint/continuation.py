@@ -259,9 +259,11 @@ def _open_bridge(hooks: AgentHooks[Any], job: Job, gate: Gate, pinning: Pinning)
     settings = job.settings
     recorder = (ToolSchemaRecorder(job.context.output_dir / TOOL_SCHEMAS, hooks.protocol)
                 if settings.record_tool_schemas else None)
+    from forkpoint.bridge.protocols import refusal_for
+
     return Bridge(gate, make_upstream(hooks.protocol, settings), log_path=job.context.state_dir / "bridge-log.jsonl",
                   max_model_requests=settings.remaining_steps if hooks.budget_at_bridge else None, prepare=pinning,
-                  observe_first=recorder)
+                  observe_first=recorder, refusal=refusal_for(hooks.protocol))
 
 
 @dataclass
@@ -336,7 +338,12 @@ def triage(summary: BridgeSummary, ran: Ran, outcome: Outcome, label: str, timeo
         ended = f"exited with {ran.exit_code}" if ran.process is not None else "ended"
         return ReplayError(bridge_error.kind, f"{bridge_error.message} ({label} {ended}: {said}; see {ran.log})")
     if ran.process is not None and ran.process.timed_out:
-        return ReplayError(ErrorKind.CONTINUATION, f"{label} did not finish within {timeout_s:.0f} s; see {ran.log}")
+        if summary.in_flight_at_stop:  # the agent was waiting on the model: the upstream's slowness, retryable
+            return ReplayError(ErrorKind.MODEL_TIMEOUT, f"{label} did not finish within {timeout_s:g} s "
+                                                        "(--continuation-timeout) while the model upstream was still "
+                                                        f"answering; see {ran.log}")
+        return ReplayError(ErrorKind.CONTINUATION, f"{label} did not finish within {timeout_s:g} s "
+                                                   f"(--continuation-timeout); see {ran.log}")
     if outcome.status == "failed":
         kind = outcome.kind or classify_continuation_output(outcome.detail + "\n" + tail)
         ended = f"exited with {ran.exit_code}" if ran.exit_code not in (0, None) else "reported an error"
@@ -354,11 +361,14 @@ def make_upstream(protocol: str, settings: ContinueSettings) -> Upstream:
     """The upstream for an agent speaking ``protocol``, as ``settings.upstream`` chose (``stub``: the local stub of
     the agent's own protocol), retrying as ``settings.upstream_retries`` allows; the registry is
     ``forkpoint.bridge.protocols``."""
+    from forkpoint.bridge.protocols import Patience
     from forkpoint.bridge.protocols import make_upstream as from_registry
     from forkpoint.bridge.translate.retry import RetryPolicy
 
+    patience = Patience(RetryPolicy(retries=settings.upstream_retries), settings.upstream_idle_timeout_s,
+                        settings.answer_timeout_s)
     return from_registry(protocol, settings.upstream, settings.upstream_url, settings.upstream_key,
-                         Pinning.of(protocol, settings).pins, RetryPolicy(retries=settings.upstream_retries))
+                         Pinning.of(protocol, settings).pins, patience=patience)
 
 
 def outgoing_protocol(agent_protocol: str, upstream_name: str | None) -> str:
