@@ -326,6 +326,17 @@ def reached_budget(outcome: Outcome, summary: BridgeSummary) -> bool:
     return outcome.status == "max_steps" or summary.budget_reached
 
 
+def upstream_failure(summary: BridgeSummary) -> ReplayError | None:
+    """The upstream's failure of the agent's last model request, typed (a deterministic 4xx is not retryable, a
+    timeout or an answer that is not the protocol's is): why an agent that then gave up failed."""
+    if summary.upstream_failure is None:
+        return None
+    from forkpoint.bridge.server import failure_kind
+
+    return ReplayError(failure_kind(summary.upstream_failure),
+                       f"the model upstream failed the agent's last request: {summary.upstream_failure_message}")
+
+
 def triage(summary: BridgeSummary, ran: Ran, outcome: Outcome, label: str, timeout_s: float) -> ReplayError | None:
     """Why the continuation failed, or None. Order: a gate refusal, no model request at all, the deadline, the
     agent's own failure, a non-zero exit that is not the step budget."""
@@ -344,6 +355,10 @@ def triage(summary: BridgeSummary, ran: Ran, outcome: Outcome, label: str, timeo
                                                         f"answering; see {ran.log}")
         return ReplayError(ErrorKind.CONTINUATION, f"{label} did not finish within {timeout_s:g} s "
                                                    f"(--continuation-timeout); see {ran.log}")
+    upstream_failed = upstream_failure(summary)
+    if upstream_failed is not None and (outcome.status == "failed" or ran.exit_code not in (0, None)):
+        return ReplayError(upstream_failed.kind, f"{upstream_failed.message} ({label} exited with {ran.exit_code}: "
+                                                 f"{said}; see {ran.log})")
     if outcome.status == "failed":
         kind = outcome.kind or classify_continuation_output(outcome.detail + "\n" + tail)
         ended = f"exited with {ran.exit_code}" if ran.exit_code not in (0, None) else "reported an error"

@@ -41,7 +41,7 @@ from aiohttp import web
 from forkpoint.bridge.accounting import Timing, UsageLedger
 from forkpoint.bridge.gate import Gate, Verdict
 from forkpoint.bridge.limits import ByteBudget, Connections, Limits, Shed, shed_headers
-from forkpoint.bridge.upstream import Sent, Upstream, UpstreamRefusal, error_response
+from forkpoint.bridge.upstream import GONE_MID_ANSWER, Sent, Upstream, UpstreamRefusal, error_response
 from forkpoint.errors import ErrorKind, ReplayError
 from forkpoint.loop_thread import LoopThread
 from forkpoint.model import JsonObject
@@ -126,10 +126,14 @@ class BridgeSummary:
     auxiliary_broken: str | None = None
     #: the first model answer that broke did so on a timeout (``--upstream-idle-timeout``, ``--answer-timeout``)
     upstream_timed_out: bool = False
-    #: why the bridge stopped forwarding (identical upstream failures in a row), and their class (``Sent.failure``)
+    #: why the bridge stopped forwarding (identical upstream failures in a row)
     upstream_stopped: str | None = None
+    #: the class (``Sent.failure``) and message of the last model answer when the upstream failed it: the run's
+    #: error when the agent then gave up by itself (``continuation.triage``)
     upstream_failure: str | None = None
-    #: model answers still in flight when the bridge stopped (the agent was waiting on the upstream)
+    upstream_failure_message: str | None = None
+    #: model answers still in flight when the bridge stopped, or the last one abandoned by the agent mid-answer (the
+    #: agent was waiting on the upstream when it ended)
     in_flight_at_stop: int = 0
 
     @property
@@ -208,9 +212,12 @@ class Bridge:
         self._broken_timed_out = False
         #: the last model answer's failure class and how many identical ones in a row; the stop reason once reached
         self._streak: tuple[str | None, int] = (None, 0)
+        self._last_failure: str | None = None
         self._stopped: str | None = None
         self._max_identical_failures = max_identical_failures
         self._upstream_calls = 0
+        #: the last model answer ended because the agent hung up on it (e.g. killed at its deadline)
+        self._abandoned = False
         self._in_flight_at_stop = 0
         self._ledger = UsageLedger()
         self._server: asyncio.Server | None = None
@@ -278,7 +285,7 @@ class Bridge:
         in-flight requests are cut."""
         with self._lock:
             if self._serving.loop is not None and self._in_flight_at_stop == 0:
-                self._in_flight_at_stop = self._upstream_calls
+                self._in_flight_at_stop = self._upstream_calls + int(self._abandoned)
         self._serving.stop(STOP_TIMEOUT_S)
         if self._log_handle is not None:
             self._log_handle.close()
@@ -305,7 +312,7 @@ class Bridge:
                                  self._failure, self._over_budget, self._auxiliary_count,
                                  self._shed + self._connections.refused + self._connections.timed_out,
                                  self._unrecorded, self._broken, self._ledger.to_json(), self._auxiliary_broken,
-                                 self._broken_timed_out, self._stopped, self._streak[0] if self._stopped else None,
+                                 self._broken_timed_out, self._stopped, self._streak[0], self._last_failure,
                                  self._in_flight_at_stop)
 
     def finish(self) -> BridgeSummary:
@@ -476,6 +483,7 @@ class Bridge:
             if sent.broken and self._broken is None:
                 self._broken = sent.error
                 self._broken_timed_out = sent.failure == "timeout"
+            self._abandoned = (sent.error or "").startswith(GONE_MID_ANSWER)
             self._count_failure(sent)
         self._record(request.method, shown, "ok", sent.error, sent.forwarded, sent.status, started, facts, sent.usage,
                      timing)
@@ -487,6 +495,7 @@ class Bridge:
         six times, any answer it cannot read too), each one costing an upstream call or an answer deadline."""
         last, count = self._streak
         self._streak = (sent.failure, count + 1 if sent.failure == last else 1)
+        self._last_failure = sent.error if sent.failure is not None else None
         if sent.failure is not None and self._stopped is None and self._streak[1] >= self._max_identical_failures:
             self._stopped = (f"the model upstream failed {self._streak[1]} times in a row the same way "
                              f"({sent.failure}: {sent.error}); the bridge stopped forwarding")

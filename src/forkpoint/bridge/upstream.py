@@ -76,6 +76,8 @@ class Sent:
     failure: str | None = None
 
 
+#: how ``Sent.error`` begins when the agent hung up while an answer was still coming (it was waiting on the model)
+GONE_MID_ANSWER = "the agent closed the connection mid-answer"
 #: how a timed-out answer's ``Sent.error`` begins (``timed_out``)
 TIMED_OUT = "upstream timed out: "
 #: the most of an upstream's error body the bridge reads (to re-shape it for the agent)
@@ -254,7 +256,7 @@ async def write_to_agent(response: web.StreamResponse, data: bytes) -> str | Non
     try:
         await response.write(data)
     except CONNECTION_ERRORS as error:
-        return f"the agent closed the connection mid-answer: {type(error).__name__}: {error}"
+        return f"{GONE_MID_ANSWER}: {type(error).__name__}: {error}"
     return None
 
 
