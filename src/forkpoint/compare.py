@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 from collections.abc import Callable
 from typing import Any
@@ -128,7 +129,16 @@ def kept_text(action: JsonObject, key: str, text: str) -> None:
     if len(text) > ACTION_TEXT_CHARS:
         action[f"{key}_truncated"] = True
         action[f"{key}_chars"] = len(text)
-        action[f"{key}_sha256"] = sha256_hex(text)
+        action[f"{key}_sha256"] = text_sha256(text)
+
+
+def text_sha256(text: str, piece: int = 1 << 20) -> str:
+    """The SHA-256 of ``text``'s UTF-8, encoded a piece at a time (no second copy of a huge text; a piece boundary
+    never splits a code point: ``str`` slices are whole characters)."""
+    digest = hashlib.sha256()
+    for start in range(0, len(text), piece):
+        digest.update(text[start:start + piece].encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
 
 
 def action_json(action: ActionSignature) -> JsonObject:
