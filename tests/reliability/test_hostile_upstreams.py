@@ -59,6 +59,9 @@ CLAUDE = Agent("claude-code", "2.1.332", FIXTURES / "claude_code" / "2.1.332" / 
                "anthropic", "", "ANTHROPIC_API_KEY", 1)
 CODEX = Agent("codex", "0.171.0", FIXTURES / "codex" / "0.171.0" / "exec_basic", "rollout.jsonl",
               "openai-responses", "/v1", "OPENAI_API_KEY", 1)
+#: a Chat Completions agent
+OPENCODE = Agent("opencode", "1.18.33", FIXTURES / "opencode" / "1.18.33" / "bash_basic", "export.json",
+                 "openai-chat", "/v1", "OPENAI_API_KEY", 1)
 
 
 def installed(agent: Agent) -> Agent:
@@ -207,7 +210,7 @@ def test_a_20_mb_answer_keeps_forkpoint_in_bounded_memory_and_next_action_small(
     assert continued.stat().st_size > 20_000_000  # the session itself keeps the whole answer
 
 
-@pytest.mark.parametrize("agent", [CLAUDE, CODEX], ids=["claude", "codex"])
+@pytest.mark.parametrize("agent", [CLAUDE, CODEX, OPENCODE], ids=["claude", "codex", "opencode"])
 def test_an_upstream_that_drips_keep_alives_forever_is_cut_by_the_answer_deadline(tmp_path: Path,
                                                                                   agent: Agent) -> None:
     run = replay(tmp_path, installed(agent), Hostile("drip"), "--answer-timeout", "3")
@@ -233,7 +236,7 @@ def test_the_continuation_deadline_while_the_model_is_answering_is_a_model_timeo
     assert run.wall_s < 120 and run.requests == 1, (run.wall_s, run.requests)
 
 
-@pytest.mark.parametrize("agent", [CLAUDE, CODEX], ids=["claude", "codex"])
+@pytest.mark.parametrize("agent", [CLAUDE, CODEX, OPENCODE], ids=["claude", "codex", "opencode"])
 @pytest.mark.parametrize("mode", ["html400", "garbage"])
 def test_a_deterministic_upstream_failure_is_answered_non_retryable_and_stops_after_three(
         tmp_path: Path, agent: Agent, mode: str) -> None:
