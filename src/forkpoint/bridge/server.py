@@ -213,6 +213,8 @@ class Bridge:
         #: the last model answer's failure class and how many identical ones in a row; the stop reason once reached
         self._streak: tuple[str | None, int] = (None, 0)
         self._last_failure: str | None = None
+        #: what the agent was told of the last failure (``Sent.detail``): in memory only, never logged
+        self._last_detail: str | None = None
         self._stopped: str | None = None
         self._max_identical_failures = max_identical_failures
         self._upstream_calls = 0
@@ -455,10 +457,11 @@ class Bridge:
         if over:
             self._record(request.method, shown, "over_budget", "step budget reached", False, 400, started)
             return error_response(400, "invalid_request_error", "forkpoint: the step budget (--max-steps) is reached")
-        stopped = self._stopped
+        with self._lock:
+            stopped, detail = self._stopped, self._last_detail
         if stopped is not None:  # nothing more goes upstream: the agent gets the error it does not retry
             self._record(request.method, shown, "stopped", stopped, False, 400, started)
-            return self._refusal(400, f"forkpoint bridge: {stopped}")
+            return self._refusal(400, f"forkpoint bridge: {stopped}; the upstream's last answer: {detail}")
         verdict: Verdict
         verdict = self.gate.first(body) if first else self.gate.later(body)
         if not verdict.ok or verdict.body is None:
@@ -496,6 +499,7 @@ class Bridge:
         last, count = self._streak
         self._streak = (sent.failure, count + 1 if sent.failure == last else 1)
         self._last_failure = sent.error if sent.failure is not None else None
+        self._last_detail = (sent.detail or sent.error) if sent.failure is not None else None
         if sent.failure is not None and self._stopped is None and self._streak[1] >= self._max_identical_failures:
             self._stopped = (f"the model upstream failed {self._streak[1]} times in a row the same way "
                              f"({sent.failure}: {sent.error}); the bridge stopped forwarding")

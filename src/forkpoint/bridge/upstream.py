@@ -74,6 +74,9 @@ class Sent:
     #: how the upstream failed this request, when it did (``failure_of``): ``timeout``, ``broken``,
     #: ``connection``, ``invalid_answer`` or ``http_<status>``; identical ones in a row stop the bridge forwarding
     failure: str | None = None
+    #: what the agent was told of a failure (the upstream's message, key redacted): repeated to it once the bridge
+    #: stopped forwarding, never written to the bridge log (it may quote the request)
+    detail: str | None = None
 
 
 #: how ``Sent.error`` begins when the agent hung up while an answer was still coming (it was waiting on the model)
@@ -508,7 +511,8 @@ class HttpUpstream:
         for name in ("Retry-After", "retry-after-ms", "x-should-retry"):
             if name in upstream.headers and name not in response.headers:
                 response.headers[name] = upstream.headers[name]
-        return response, Sent(upstream.status, True, error, failure=failure)
+        return response, Sent(upstream.status, True, error, failure=failure,
+                              detail=f"upstream HTTP {upstream.status}: {message}")
 
     def _invalid(self, upstream: aiohttp.ClientResponse, first: bytes) -> tuple[web.StreamResponse, Sent]:
         """A 2xx answer that is not the protocol's: the agent gets the non-retryable error (it would fail on the
@@ -516,7 +520,7 @@ class HttpUpstream:
         kind = upstream.headers.get("content-type", "no content type")
         message = (f"forkpoint bridge: the {self.name} upstream's HTTP {upstream.status} answer is not SSE or JSON "
                    f"({kind}, {len(first)} bytes beginning {error_message(first[:80], self._api_key)[:80]!r})")
-        return self.refusal(400, message), Sent(400, True, message, failure="invalid_answer")
+        return self.refusal(400, message), Sent(400, True, message, failure="invalid_answer", detail=message)
 
 
 class LocalStub:

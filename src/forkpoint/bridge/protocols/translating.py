@@ -124,7 +124,7 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
             if name in upstream.headers:
                 response.headers[name] = upstream.headers[name]
         return response, Sent(status, True, f"upstream answered HTTP {status}", facts=facts,
-                              failure=failure_of(status))
+                              failure=failure_of(status), detail=message)
 
     async def _whole(self, upstream: aiohttp.ClientResponse, prepared: Prepared,
                      facts: JsonObject, clock: AnswerClock) -> tuple[web.Response, Sent]:
