@@ -40,7 +40,7 @@ FIXTURES = Path(__file__).parents[1] / "fixtures"
 SRC = Path(__file__).parents[2] / "src"
 KEY = "hostile-upstream-key-0123456789"
 #: the most a run may take here: the hostile upstreams of the old code never ended (killed at this bound)
-RUN_BOUND_S = 150.0
+RUN_BOUND_S = 240.0
 
 
 @dataclass(frozen=True)
@@ -196,7 +196,7 @@ def failure(run: Run) -> dict[str, Any]:
 
 def test_a_20_mb_answer_keeps_forkpoint_in_bounded_memory_and_next_action_small(tmp_path: Path) -> None:
     """The continued claude answers 20 MB of words (after batch 2, where the original next action is a text, so
-    the similarity runs): before, ~950 MB peak RSS and a 21 MB next-action.json; now ~180 MB and ~5 kB."""
+    the similarity runs): before, ~950 MB peak RSS and a 21 MB next-action.json; now ~140 MB and ~5 kB."""
     agent = installed(Agent(**{**CLAUDE.__dict__, "after": 2}))
     run = replay(tmp_path, agent, Hostile("huge", megabytes=20))
     assert run.returncode == 0, run.result
@@ -217,7 +217,7 @@ def test_an_upstream_that_drips_keep_alives_forever_is_cut_by_the_answer_deadlin
     assert run.returncode == 40, (run.wall_s, run.result)
     assert (failure(run).get("category"), failure(run).get("retryable")) == ("model_timeout", True), run.result
     assert "--answer-timeout" in failure(run)["message"]
-    assert run.wall_s < 120 and 1 <= run.requests <= 3, (run.wall_s, run.requests)
+    assert run.wall_s < 200 and 1 <= run.requests <= 3, (run.wall_s, run.requests)
 
 
 def test_an_upstream_silent_after_one_delta_is_cut_by_the_idle_timeout(tmp_path: Path) -> None:
@@ -225,7 +225,7 @@ def test_an_upstream_silent_after_one_delta_is_cut_by_the_idle_timeout(tmp_path:
     assert run.returncode == 40, (run.wall_s, run.result)
     assert (failure(run).get("category"), failure(run).get("retryable")) == ("model_timeout", True), run.result
     assert "--upstream-idle-timeout" in failure(run)["message"]
-    assert run.wall_s < 120 and 1 <= run.requests <= 3, (run.wall_s, run.requests)
+    assert run.wall_s < 200 and 1 <= run.requests <= 3, (run.wall_s, run.requests)
 
 
 def test_the_continuation_deadline_while_the_model_is_answering_is_a_model_timeout(tmp_path: Path) -> None:
@@ -233,7 +233,7 @@ def test_the_continuation_deadline_while_the_model_is_answering_is_a_model_timeo
     assert run.returncode == 40, (run.wall_s, run.result)
     assert (failure(run).get("category"), failure(run).get("retryable")) == ("model_timeout", True), run.result
     assert "--continuation-timeout" in failure(run)["message"]
-    assert run.wall_s < 120 and run.requests == 1, (run.wall_s, run.requests)
+    assert run.wall_s < 200 and run.requests == 1, (run.wall_s, run.requests)
 
 
 @pytest.mark.parametrize("agent", [CLAUDE, CODEX, OPENCODE], ids=["claude", "codex", "opencode"])
