@@ -137,6 +137,11 @@ def looks_like_answer(first: bytes) -> bool:
     return not head or head.startswith(b"{") or any(head[:len(name)] == name[:len(head)] for name in SSE_FIELDS)
 
 
+def compressed(upstream: aiohttp.ClientResponse) -> bool:
+    """An answer compressed despite ``accept-encoding: identity``: its bytes are the agent's to decode, not judged."""
+    return upstream.headers.get("content-encoding", "identity").strip().lower() not in ("", "identity")
+
+
 class UpstreamRefusal(Exception):
     """Raised by ``Upstream.send`` before anything left the bridge: the request cannot be carried (e.g. a body the
     translator cannot translate without silent loss); the bridge records and answers it as a refusal."""
@@ -482,7 +487,7 @@ class HttpUpstream:
                 if broken is not None:  # before any byte reached the agent: its protocol's error, nothing to cut
                     response = self.error(504 if timed_out(broken) else 502, broken)
                     sent = Sent(response.status, True, broken, failure=failure_of(200, broken, broken=True))
-                elif not looks_like_answer(first):
+                elif not looks_like_answer(first) and not compressed(upstream):
                     response, sent = self._invalid(upstream, first)
                 else:
                     response, sent = await relay(request, upstream, headers, self._api_key, clock, first)
