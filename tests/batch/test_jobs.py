@@ -72,3 +72,17 @@ def test_identity_merges_equal_jobs_and_separates_near_ones() -> None:
                  "claude-code", 1, "a" * 64, "dir:y"),
     }
     assert base not in others and len(others) == 8
+
+
+def test_the_continuation_deadlines_are_job_keys(tmp_path: Path) -> None:
+    """``upstream_idle_timeout``, ``answer_timeout`` and ``continuation_timeout`` (seconds) pass to the job's request;
+    a string is a bad line."""
+    toml = tmp_path / "jobs.toml"
+    toml.write_text(f'[defaults]\nanswer_timeout = 120\n\n[[job]]\ntrajectory = "{FIXTURE}"\nafter_step = 1\n'
+                    f'upstream_idle_timeout = 30.5\ncontinuation_timeout = 3600\n\n'
+                    f'[[job]]\ntrajectory = "{FIXTURE}"\nafter_step = 1\nanswer_timeout = "soon"\n')
+    items = list(expand(read_lines(toml, {})))
+    [job] = [item for item in items if isinstance(item, Job)]
+    assert job.options == {"answer_timeout": 120, "upstream_idle_timeout": 30.5, "continuation_timeout": 3600}
+    [bad] = [item for item in items if isinstance(item, BadJob)]
+    assert "answer_timeout has the wrong type" in bad.reason

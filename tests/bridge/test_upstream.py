@@ -297,3 +297,110 @@ def test_a_helper_answer_that_breaks_after_its_first_byte_is_recorded_but_fails_
     assert summary.auxiliary == 1 and summary.upstream_broken is None
     assert summary.auxiliary_broken is not None and summary.auxiliary_broken.startswith("upstream stream broke")
     assert summary.to_json()["auxiliary_broken"] == summary.auxiliary_broken
+
+
+# -- hostile upstreams (issue 27): deadlines, answers that are not the protocol's, identical failures -----------------
+
+
+@pytest.mark.parametrize(("first", "fits"), [
+    (b"event: message_start\n", True), (b"ev", True), (b"data: {}\n\n", True), (b": keep-alive\n\n", True),
+    (b"\n\nid: 1\n", True), (b'{"id": "x"}', True), (b"", True), (b"<html><body>", False),
+    (b"\x00\x01garbage", False), (b"Internal Server Error", False)])
+def test_looks_like_answer_accepts_sse_and_json_beginnings_only(first: bytes, fits: bool) -> None:
+    from forkpoint.bridge.upstream import looks_like_answer
+
+    assert looks_like_answer(first) is fits
+
+
+class _Hostile(http.server.BaseHTTPRequestHandler):
+    """``server.mode``: ``html400``, ``garbage``, ``drip`` (a comment every 0.05 s until the client leaves) or
+    ``silence`` (headers and one event, then nothing until the client leaves)."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["content-length"]))
+        server: Any = self.server
+        server.count += 1
+        if server.mode == "html400":
+            self._send(400, "text/html", b"<html><body><h1>400 Bad Request</h1></body></html>")
+            return
+        if server.mode == "garbage":
+            self._send(200, "application/json", b"certainly not json")
+            return
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.end_headers()
+        self.wfile.write(b"event: ping\ndata: {\"type\": \"ping\"}\n\n")
+        self.wfile.flush()
+        try:
+            while not server.done.wait(0.05):
+                if server.mode == "drip":
+                    self.wfile.write(b": keep-alive\n\n")
+                    self.wfile.flush()
+        except OSError:  # the bridge cut the answer
+            return
+
+    def _send(self, status: int, kind: str, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("content-type", kind)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+
+def hostile(mode: str, requests: int, **upstream: Any) -> tuple[list[tuple[int, bytes | None]], BridgeSummary,
+                                                                list[RequestRecord], int]:
+    """``requests`` agent requests through a real bridge to a real hostile HTTP server: the answers, the summary,
+    the records and how many requests reached the server."""
+    server: Any = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hostile)
+    server.mode, server.count, server.done = mode, 0, threading.Event()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    path, body, _ = NATIVE["anthropic"]
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        with Bridge(PassGate(), AnthropicUpstream(url, KEY, **upstream)) as bridge:
+            answers = [post(bridge.base_url, path, body)[::2] for _ in range(requests)]
+            summary = bridge.finish()
+            records = bridge.records
+        return answers, summary, records, server.count
+    finally:
+        server.done.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+@pytest.mark.parametrize(("mode", "kind", "category"), [("html400", "http_400", ErrorKind.CONTINUATION),
+                                                        ("garbage", "invalid_answer", ErrorKind.MODEL_INTERNAL)])
+def test_a_deterministic_failure_reaches_the_agent_non_retryable_and_stops_after_three(
+        mode: str, kind: str, category: ErrorKind) -> None:
+    answers, summary, records, reached = hostile(mode, 5)
+    assert reached == 3  # the 4th and 5th identical requests never left the bridge
+    for status, payload in answers:
+        assert status == 400 and payload is not None
+        error = json.loads(payload)
+        assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error", error
+    if mode == "html400":  # re-shaped into Anthropic's error: the page's text is its message
+        assert "upstream HTTP 400" in json.loads(answers[0][1] or b"{}")["error"]["message"]
+    assert [record.verdict for record in records] == ["ok"] * 3 + ["stopped"] * 2
+    assert (summary.upstream_failure, summary.upstream_stopped is not None) == (kind, True)
+    error = summary.error()
+    assert error is not None and error.kind is category and "3 times in a row" in error.message
+
+
+@pytest.mark.parametrize(("mode", "options", "flag"), [
+    ("drip", {"answer_timeout_s": 0.5}, "--answer-timeout"),
+    ("silence", {"read_timeout_s": 0.5}, "--upstream-idle-timeout")])
+def test_an_answer_that_never_ends_is_cut_and_fails_as_a_model_timeout(mode: str, options: dict[str, float],
+                                                                       flag: str) -> None:
+    started = time.monotonic()
+    answers, summary, records, reached = hostile(mode, 1, **options)
+    assert time.monotonic() - started < 30  # the old bridge waited 600 s of silence, and a drip forever
+    assert reached == 1 and answers[0][1] is None  # the agent's stream was cut, not cleanly ended
+    assert records[0].reason is not None and records[0].reason.startswith("upstream timed out") and flag in \
+        records[0].reason
+    error = summary.error()
+    assert error is not None and error.kind is ErrorKind.MODEL_TIMEOUT and error.kind.retryable

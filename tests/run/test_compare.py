@@ -80,3 +80,41 @@ def test_a_call_equal_after_normalisation_shows_the_masked_difference() -> None:
                             normalise=mask)
     assert row["exact"] is True and row["normalised"] is True
     assert "-saved to /home/a/y.txt" in row["diff"]["lines"] and "+saved to /home/b/y.txt" in row["diff"]["lines"]
+
+
+def test_a_huge_next_action_is_kept_as_a_preview_and_a_hash_in_bounded_memory() -> None:
+    """An upstream answering megabytes of text: next-action.json keeps a preview, the length and the SHA-256, and
+    the similarity reads a bounded prefix (before: the whole text was split into words and indexed by difflib,
+    ~45 bytes a character, and written whole into the document)."""
+    import hashlib
+    import json
+    import random
+    import tracemalloc
+
+    import orjson
+
+    from forkpoint.run.compare import ACTION_TEXT_CHARS
+
+    rnd = random.Random(7)
+    words = " ".join("".join(rnd.choice("abcdefghij") for _ in range(5)) for _ in range(700_000))  # ~4 MB
+    original = ActionSignature("the notes say hello", "", ())
+    huge = ActionSignature(words, "", (("Write", {"file_path": "/w/x", "content": words}),))
+    tracemalloc.start()
+    try:
+        document = next_action_document(original, huge, input_condition="replayed_boundary_only")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 48 * 1024 * 1024, peak  # the old code peaked at ~200 MB here
+    assert len(orjson.dumps(document)) < 64 * 1024
+    replayed = document["replayed"]
+    assert replayed["text"] == words[:ACTION_TEXT_CHARS] and replayed["text_truncated"] is True
+    assert replayed["text_chars"] == len(words)
+    assert replayed["text_sha256"] == hashlib.sha256(words.encode()).hexdigest()
+    call = replayed["tools"][0]
+    assert call["name"] == "Write" and call["arguments_truncated"] is True
+    raw = json.dumps(huge.tools[0][1], separators=(",", ":")).encode()
+    assert call["arguments_sha256"] == hashlib.sha256(raw).hexdigest()
+    metrics = document["metrics"]
+    assert metrics["text_comparison_status"] == "comparable" and metrics["text_similarity_input_cut"] is True
+    assert "text_truncated" not in document["original"]

@@ -204,6 +204,11 @@ def test_model_and_pins_fill_the_continue_settings() -> None:
     plain = continue_settings(build_request({**BASE, "agent": "pi"}, source="t"), agent_spec("pi"),
                               LaunchTarget(Path(sys.executable), "1"), plan)
     assert (plain.model, plain.sampling, plain.upstream_retries) == (None, None, 3)
+    assert (plain.upstream_idle_timeout_s, plain.answer_timeout_s, plain.timeout_s) == (300.0, 1800.0, 14400.0)
+    timed = continue_settings(build_request({**BASE, "agent": "pi", "upstream_idle_timeout": 2, "answer_timeout": 3.5,
+                                             "continuation_timeout": 60}, source="t"), agent_spec("pi"),
+                              LaunchTarget(Path(sys.executable), "1"), plan)
+    assert (timed.upstream_idle_timeout_s, timed.answer_timeout_s, timed.timeout_s) == (2.0, 3.5, 60.0)
 
 
 @pytest.mark.parametrize(
@@ -222,6 +227,11 @@ def test_model_and_pins_fill_the_continue_settings() -> None:
         ({"max_output_tokens": 0}, "max_output_tokens must be at least 1"),
         ({"model": " "}, "model must not be empty"),
         ({"upstream_retries": -1}, "upstream_retries must be 0 or more"),
+        ({"answer_timeout": 0}, "answer_timeout must be a number of seconds above 0"),
+        ({"upstream_idle_timeout": -1}, "upstream_idle_timeout must be a number of seconds above 0"),
+        ({"continuation_timeout": 8 * 24 * 3600}, "continuation_timeout must be a number of seconds above 0 and at "
+                                                  "most 604800"),
+        ({"answer_timeout": "1"}, "answer_timeout: input should be a valid number"),
         ({"temperature": "0"}, "temperature: input should be a valid number"),
         ({"temperature": True}, "temperature: input should be a valid number"),
         ({"branches": 2, "branch_seeds": [1, 2, 3]}, "give one branch_seeds value for all branches or one per "

@@ -32,6 +32,8 @@ OPTION_TYPES: dict[str, type | tuple[type, ...]] = {
     # model choice and sampling pins (issue 17; validated with the request's words when the job runs)
     "model": str, "temperature": (int, float), "top_p": (int, float), "seed": int, "max_output_tokens": int,
     "disable_thinking": bool, "reasoning_effort": str, "upstream_retries": int,
+    # deadlines of the continuation (seconds; docs/upstreams.md)
+    "upstream_idle_timeout": (int, float), "answer_timeout": (int, float), "continuation_timeout": (int, float),
     "branch_models": list, "branch_seeds": list, "branch_temperatures": list,
 }
 JOB_KEYS = frozenset({"trajectory", "agent", "after_step", "mode", *OPTION_TYPES})

@@ -15,6 +15,10 @@
   its usage and upstream latency (``bridge.accounting``), summed in ``BridgeSummary.model_usage``.
 * Connections, requests in flight, buffered body bytes and slow headers/bodies are bounded (``bridge.limits``): load
   is shed with 503/408 and a closed connection, never by failing the bridge.
+* Upstream failures the agent would retry without end (a deterministic 400, an answer that is not the protocol's, an
+  upstream that times out every time): after ``max_identical_failures`` identical ones in a row (``Sent.failure``)
+  the bridge forwards no more model requests and answers them with the protocol's non-retryable error; the run
+  fails with the failure's typed error (``BridgeSummary.error``).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from aiohttp import web
 from forkpoint.bridge.accounting import Timing, UsageLedger
 from forkpoint.bridge.gate import Gate, Verdict
 from forkpoint.bridge.limits import ByteBudget, Connections, Limits, Shed, shed_headers
-from forkpoint.bridge.upstream import Sent, Upstream, UpstreamRefusal, error_response
+from forkpoint.bridge.upstream import GONE_MID_ANSWER, Sent, Upstream, UpstreamRefusal, error_response
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.model import JsonObject
 from forkpoint.process.loop_thread import LoopThread
@@ -57,6 +61,21 @@ ANSWER_STARTED = web.RequestKey("forkpoint_answer_started", float)
 ANSWER_KEYS = frozenset({"usage", "ttfb_ms", "upstream_ms"})
 STOP_TIMEOUT_S = 10.0
 SHUTDOWN_GRACE_S = 2.0
+#: identical upstream failures in a row after which the bridge stops forwarding model requests
+MAX_IDENTICAL_FAILURES = 3
+#: an upstream failure class (``Sent.failure``) -> the run's error kind when the bridge stopped forwarding
+FAILURE_KINDS = {"timeout": ErrorKind.MODEL_TIMEOUT, "broken": ErrorKind.MODEL_CONNECTION,
+                 "connection": ErrorKind.MODEL_CONNECTION, "http_408": ErrorKind.MODEL_TIMEOUT,
+                 "http_429": ErrorKind.MODEL_RATE_LIMIT, "invalid_answer": ErrorKind.MODEL_INTERNAL,
+                 "failed_answer": ErrorKind.MODEL_INTERNAL}
+
+
+def failure_kind(failure: str) -> ErrorKind:
+    """The run's error for a failure class: a 5xx is the upstream's trouble (retryable), any other 4xx a request
+    it refuses every time (not retryable: the same body gets the same answer)."""
+    if failure in FAILURE_KINDS:
+        return FAILURE_KINDS[failure]
+    return ErrorKind.MODEL_INTERNAL if failure.startswith("http_5") else ErrorKind.CONTINUATION
 
 
 @dataclass(frozen=True)
@@ -105,6 +124,17 @@ class BridgeSummary:
     #: the first helper answer that broke after its first byte (a fact, not a failure: a helper request is no step
     #: of the conversation, and the agent decides what a lost title or summary means to it)
     auxiliary_broken: str | None = None
+    #: the first model answer that broke did so on a timeout (``--upstream-idle-timeout``, ``--answer-timeout``)
+    upstream_timed_out: bool = False
+    #: why the bridge stopped forwarding (identical upstream failures in a row)
+    upstream_stopped: str | None = None
+    #: the class (``Sent.failure``) and message of the last model answer when the upstream failed it: the run's
+    #: error when the agent then gave up by itself (``continuation.triage``)
+    upstream_failure: str | None = None
+    upstream_failure_message: str | None = None
+    #: model answers still in flight when the bridge stopped, or the last one abandoned by the agent mid-answer (the
+    #: agent was waiting on the upstream when it ended)
+    in_flight_at_stop: int = 0
 
     @property
     def budget_reached(self) -> bool:
@@ -122,8 +152,13 @@ class BridgeSummary:
         if self.validated == 0:
             return ReplayError(ErrorKind.CONTINUATION, "the resumed agent made no model request through the bridge")
         if self.upstream_broken is not None:
+            if self.upstream_timed_out:
+                return ReplayError(ErrorKind.MODEL_TIMEOUT, "the model upstream's answer was cut after its first "
+                                                            f"byte reached the agent: {self.upstream_broken}")
             return ReplayError(ErrorKind.MODEL_CONNECTION, "the model upstream's answer broke after its first byte "
                                                            f"reached the agent (not retried): {self.upstream_broken}")
+        if self.upstream_stopped is not None:
+            return ReplayError(failure_kind(self.upstream_failure or ""), self.upstream_stopped)
         return None
 
     def to_json(self) -> dict[str, Any]:  # ``model_bridge``: ``model_usage`` is a metadata key of its own
@@ -135,9 +170,15 @@ class Bridge:
 
     def __init__(self, gate: Gate, upstream: Upstream, *, log_path: Path | None = None,
                  max_model_requests: int | None = None, limits: Limits | None = None,
-                 prepare: BodyHook | None = None, observe_first: BodyObserver | None = None) -> None:
+                 prepare: BodyHook | None = None, observe_first: BodyObserver | None = None,
+                 refusal: Callable[[int, str], web.Response] | None = None,
+                 max_identical_failures: int = MAX_IDENTICAL_FAILURES) -> None:
         """``gate`` checks every model request; ``prepare`` changes a body only AFTER the gate validated it (e.g.
-        the model field and sampling pins of a chosen model); its facts join the request's record."""
+        the model field and sampling pins of a chosen model); its facts join the request's record. ``refusal``:
+        the agent's protocol's non-retryable error (default: Anthropic's shape), what a request gets once the bridge
+        stopped forwarding after ``max_identical_failures`` identical upstream failures."""
+        self._refusal = refusal or (lambda status, message: error_response(status, "invalid_request_error",
+                                                                           message))
         self.gate = gate
         self.upstream = upstream
         self._prepare = prepare
@@ -168,6 +209,18 @@ class Bridge:
         self._shed = 0
         self._unrecorded = 0
         self._broken: str | None = None
+        self._broken_timed_out = False
+        #: the last model answer's failure class and how many identical ones in a row; the stop reason once reached
+        self._streak: tuple[str | None, int] = (None, 0)
+        self._last_failure: str | None = None
+        #: what the agent was told of the last failure (``Sent.detail``): in memory only, never logged
+        self._last_detail: str | None = None
+        self._stopped: str | None = None
+        self._max_identical_failures = max_identical_failures
+        self._upstream_calls = 0
+        #: the last model answer ended because the agent hung up on it (e.g. killed at its deadline)
+        self._abandoned = False
+        self._in_flight_at_stop = 0
         self._ledger = UsageLedger()
         self._server: asyncio.Server | None = None
 
@@ -232,6 +285,9 @@ class Bridge:
     def stop(self) -> None:
         """Stop the server (idempotent: a second call only waits, it never interrupts the first call's shutdown);
         in-flight requests are cut."""
+        with self._lock:
+            if self._serving.loop is not None and self._in_flight_at_stop == 0:
+                self._in_flight_at_stop = self._upstream_calls + int(self._abandoned)
         self._serving.stop(STOP_TIMEOUT_S)
         if self._log_handle is not None:
             self._log_handle.close()
@@ -257,7 +313,9 @@ class Bridge:
             return BridgeSummary(self._model_requests, self._validated, self._forwarded, self._refused,
                                  self._failure, self._over_budget, self._auxiliary_count,
                                  self._shed + self._connections.refused + self._connections.timed_out,
-                                 self._unrecorded, self._broken, self._ledger.to_json(), self._auxiliary_broken)
+                                 self._unrecorded, self._broken, self._ledger.to_json(), self._auxiliary_broken,
+                                 self._broken_timed_out, self._stopped, self._streak[0], self._last_failure,
+                                 self._in_flight_at_stop)
 
     def finish(self) -> BridgeSummary:
         """Stop the bridge and summarise it; ``summary.error()`` is the run's continuation error, if any."""
@@ -399,6 +457,11 @@ class Bridge:
         if over:
             self._record(request.method, shown, "over_budget", "step budget reached", False, 400, started)
             return error_response(400, "invalid_request_error", "forkpoint: the step budget (--max-steps) is reached")
+        with self._lock:
+            stopped, detail = self._stopped, self._last_detail
+        if stopped is not None:  # nothing more goes upstream: the agent gets the error it does not retry
+            self._record(request.method, shown, "stopped", stopped, False, 400, started)
+            return self._refusal(400, f"forkpoint bridge: {stopped}; the upstream's last answer: {detail}")
         verdict: Verdict
         verdict = self.gate.first(body) if first else self.gate.later(body)
         if not verdict.ok or verdict.body is None:
@@ -422,14 +485,35 @@ class Bridge:
                 self._forwarded += 1
             if sent.broken and self._broken is None:
                 self._broken = sent.error
+                self._broken_timed_out = sent.failure == "timeout"
+            self._abandoned = (sent.error or "").startswith(GONE_MID_ANSWER)
+            self._count_failure(sent)
         self._record(request.method, shown, "ok", sent.error, sent.forwarded, sent.status, started, facts, sent.usage,
                      timing)
         return response
 
+    def _count_failure(self, sent: Sent) -> None:
+        """Count identical upstream failures in a row (under the lock); at ``max_identical_failures`` the bridge
+        stops forwarding: the agent would send the same request again and again (Claude Code resends a 400 up to
+        six times, any answer it cannot read too), each one costing an upstream call or an answer deadline."""
+        last, count = self._streak
+        self._streak = (sent.failure, count + 1 if sent.failure == last else 1)
+        self._last_failure = sent.error if sent.failure is not None else None
+        self._last_detail = (sent.detail or sent.error) if sent.failure is not None else None
+        if sent.failure is not None and self._stopped is None and self._streak[1] >= self._max_identical_failures:
+            self._stopped = (f"the model upstream failed {self._streak[1]} times in a row the same way "
+                             f"({sent.failure}: {sent.error}); the bridge stopped forwarding")
+
     async def _send(self, request: web.Request, body: JsonObject) -> tuple[web.StreamResponse, Sent, Timing]:
         """Hand a body to the upstream and account for the call (``bridge.accounting``)."""
         handed = time.monotonic()
-        response, sent = await self.upstream.send(request, body)
+        with self._lock:
+            self._upstream_calls += 1
+        try:
+            response, sent = await self.upstream.send(request, body)
+        finally:
+            with self._lock:
+                self._upstream_calls -= 1
         answered = request.get(ANSWER_STARTED, 0.0)  # None: the bridge sends the (error) answer after the call
         timing = (round((answered - handed) * 1000, 3) if answered >= handed else None,
                   round((time.monotonic() - handed) * 1000, 3))

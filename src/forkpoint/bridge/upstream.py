@@ -7,6 +7,14 @@ redacted on the way), the HTTP pass-through base every protocol's upstream speci
 A translating upstream is one more ``Upstream``: it receives the validated body and answers the agent in the
 agent's protocol; ``Sent.usage`` is where it (or a pass-through) reports what one request used.
 
+Deadlines (``AnswerClock``): an upstream that goes silent (``--upstream-idle-timeout``: no byte for that long, also
+while waiting for the answer's headers) or never ends its answer (``--answer-timeout``: a keep-alive drip forever)
+is cut like a broken stream and recorded as a timeout (the run fails as ``model_timeout``, retryable).
+
+Deterministic failures (``Sent.failure``): an error status the bridge no longer retries, or a 2xx answer that is not
+the protocol's (``looks_like_answer``), reach the agent in its protocol's error shape (``HttpUpstream.refusal``:
+a 4xx ``invalid_request_error``), and the bridge stops forwarding after a few identical ones (``bridge.server``).
+
 Retries (``--upstream-retries``, policy in ``bridge.translate.retry``): ``post_with_retries`` is the one place an
 upstream call is repeated. Only a failure before anything reached the agent is retried (a connection error, or an
 error status whose answer the bridge has not relayed yet); once the relay started, a stream that breaks upstream is
@@ -45,6 +53,9 @@ CHUNK = 48  # characters per streamed delta
 #: an upstream built without a policy calls once (the run's policy comes from ``--upstream-retries``)
 NO_RETRIES = RetryPolicy(retries=0)
 CONNECTION_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
+#: defaults of ``--upstream-idle-timeout`` and ``--answer-timeout`` (seconds)
+IDLE_TIMEOUT_S = 300.0
+ANSWER_TIMEOUT_S = 1800.0
 
 
 @dataclass(frozen=True)
@@ -60,6 +71,75 @@ class Sent:
     facts: JsonObject | None = None
     #: the answer broke after its first byte reached the agent (``error`` says how): nothing could be retried
     broken: bool = False
+    #: how the upstream failed this request, when it did (``failure_of``): ``timeout``, ``broken``,
+    #: ``connection``, ``invalid_answer`` or ``http_<status>``; identical ones in a row stop the bridge forwarding
+    failure: str | None = None
+    #: what the agent was told of a failure (the upstream's message, key redacted): repeated to it once the bridge
+    #: stopped forwarding, never written to the bridge log (it may quote the request)
+    detail: str | None = None
+
+
+#: how ``Sent.error`` begins when the agent hung up while an answer was still coming (it was waiting on the model)
+GONE_MID_ANSWER = "the agent closed the connection mid-answer"
+#: how a timed-out answer's ``Sent.error`` begins (``timed_out``)
+TIMED_OUT = "upstream timed out: "
+#: the most of an upstream's error body the bridge reads (to re-shape it for the agent)
+MAX_ERROR_BYTES = 64 * 1024
+#: how an SSE stream's first non-empty line begins (a field or a comment), and a JSON answer's first byte
+SSE_FIELDS = (b"data:", b"event:", b"id:", b"retry:", b":")
+
+
+@dataclass(frozen=True)
+class AnswerClock:
+    """The deadlines of one answer: the whole answer must end by ``deadline`` (event-loop time, from
+    ``--answer-timeout``), and no gap between two pieces may exceed ``idle_s`` (``--upstream-idle-timeout``; the
+    HTTP client's read timeout enforces it, also before the headers)."""
+
+    deadline: float
+    answer_s: float
+    idle_s: float
+
+    @classmethod
+    def start(cls, answer_s: float, idle_s: float) -> AnswerClock:
+        return cls(asyncio.get_running_loop().time() + answer_s, answer_s, idle_s)
+
+    def expired(self) -> bool:
+        return asyncio.get_running_loop().time() >= self.deadline
+
+    def why(self) -> str:
+        """What a timeout that just fired means (the deadline, or an idle gap)."""
+        if self.expired():
+            return f"{TIMED_OUT}the answer did not end within {self.answer_s:g} s (--answer-timeout)"
+        return f"{TIMED_OUT}nothing arrived for {self.idle_s:g} s (--upstream-idle-timeout)"
+
+
+def timed_out(error: str | None) -> bool:
+    return error is not None and error.startswith(TIMED_OUT)
+
+
+def failure_of(status: int, error: str | None = None, *, broken: bool = False) -> str | None:
+    """The failure class of one upstream answer (None: it succeeded): identical classes in a row are what the
+    bridge counts before it stops forwarding."""
+    if timed_out(error):
+        return "timeout"
+    if broken:
+        return "broken"
+    if status >= 400:
+        return f"http_{status}"
+    return None
+
+
+def looks_like_answer(first: bytes) -> bool:
+    """Whether the first bytes of a 2xx answer can begin the protocol's answer: an SSE stream (its first non-empty
+    line a field or a comment: a piece of one counts) or a JSON object, whatever the content type says. Anything
+    else (an HTML page, binary, plain text) would only make the agent fail and send the same request again."""
+    head = first.lstrip()
+    return not head or head.startswith(b"{") or any(head[:len(name)] == name[:len(head)] for name in SSE_FIELDS)
+
+
+def compressed(upstream: aiohttp.ClientResponse) -> bool:
+    """An answer compressed despite ``accept-encoding: identity``: its bytes are the agent's to decode, not judged."""
+    return upstream.headers.get("content-encoding", "identity").strip().lower() not in ("", "identity")
 
 
 class UpstreamRefusal(Exception):
@@ -75,6 +155,20 @@ class Upstream(Protocol):
     async def close(self) -> None: ...
 
     async def send(self, request: web.Request, body: JsonObject) -> tuple[web.StreamResponse, Sent]: ...
+
+
+def error_message(raw: bytes, secret: str | None) -> str:
+    """The message of an upstream error body (``error.message`` of a JSON error, else the text), redacted and
+    bounded, for an error the bridge writes in the agent's protocol."""
+    try:
+        value = orjson.loads(raw)
+        detail = value.get("error", value) if isinstance(value, dict) else value
+        message = str(detail.get("message", detail) if isinstance(detail, dict) else detail)
+    except orjson.JSONDecodeError:
+        message = " ".join(raw.decode("utf-8", "replace").split())
+    if secret and len(secret) >= MIN_REDACTED_SECRET:
+        message = message.replace(secret, REDACTED.decode())
+    return message[:2000]
 
 
 def error_json(kind: str, message: str) -> JsonObject:
@@ -149,10 +243,17 @@ class Redactor:
         return data
 
 
-async def next_chunk(upstream: aiohttp.ClientResponse) -> tuple[bytes, str | None]:
-    """The next piece of the upstream's answer as it arrives (``b""`` at its end), or how the upstream broke."""
+async def next_chunk(upstream: aiohttp.ClientResponse,
+                     clock: AnswerClock | None = None) -> tuple[bytes, str | None]:
+    """The next piece of the upstream's answer as it arrives (``b""`` at its end), or how the upstream broke (a
+    timeout of ``clock``'s: ``timed_out``)."""
     try:
-        return await upstream.content.readany(), None
+        if clock is None:
+            return await upstream.content.readany(), None
+        async with asyncio.timeout_at(clock.deadline):
+            return await upstream.content.readany(), None
+    except TimeoutError:  # the deadline, or the client's read timeout (an idle gap)
+        return b"", clock.why() if clock is not None else f"{TIMED_OUT}the upstream's read timeout"
     except CONNECTION_ERRORS as error:
         return b"", f"upstream stream broke: {type(error).__name__}: {error}"
 
@@ -163,7 +264,7 @@ async def write_to_agent(response: web.StreamResponse, data: bytes) -> str | Non
     try:
         await response.write(data)
     except CONNECTION_ERRORS as error:
-        return f"the agent closed the connection mid-answer: {type(error).__name__}: {error}"
+        return f"{GONE_MID_ANSWER}: {type(error).__name__}: {error}"
     return None
 
 
@@ -190,21 +291,26 @@ def cut(request: web.Request) -> None:
 
 
 async def relay(
-    request: web.Request, upstream: aiohttp.ClientResponse, headers: dict[str, str], secret: str | None = None
+    request: web.Request, upstream: aiohttp.ClientResponse, headers: dict[str, str], secret: str | None = None,
+    clock: AnswerClock | None = None, first: bytes = b""
 ) -> tuple[web.StreamResponse, Sent]:
     """Stream the upstream's answer to the agent chunk by chunk as it arrives: never buffered (``secret``, the
-    upstream key, is redacted on the way); a stream that breaks upstream is cut for the agent."""
+    upstream key, is redacted on the way); a stream that breaks upstream or outlives ``clock`` is cut for the agent.
+    ``first``: the answer's first bytes, already read (``HttpUpstream.send`` looks at them first)."""
     response = web.StreamResponse(status=upstream.status, headers=headers)
     await response.prepare(request)
     # A key under 8 characters ("x", "EMPTY": what local OpenAI-compatible servers are given) is no secret to
     # hide, and replacing it would corrupt the stream wherever those letters occur.
     redactor = Redactor(secret) if secret and len(secret) >= MIN_REDACTED_SECRET else None
     tap = UsageTap()  # what the answer reports it used, read as it passes (bridge.usage_tap)
+    pending = first
     while True:
-        chunk, broken = await next_chunk(upstream)
+        chunk, broken = (pending, None) if pending else await next_chunk(upstream, clock)
+        pending = b""
         if broken is not None:
             cut(request)
-            return response, Sent(upstream.status, True, broken, tap.reported(), broken=True)
+            return response, Sent(upstream.status, True, broken, tap.reported(), broken=True,
+                                  failure=failure_of(upstream.status, broken, broken=True))
         if not chunk:
             break
         tap.feed(chunk)
@@ -223,6 +329,8 @@ class Attempted:
     response: aiohttp.ClientResponse | None
     error: str | None = None
     attempts: list[JsonObject] = field(default_factory=list)
+    #: the last attempt (or the answer deadline) timed out before an answer
+    timed_out: bool = False
 
     def facts(self, facts: JsonObject | None = None) -> JsonObject | None:
         """``facts`` with ``upstream_attempts`` added when there is something to say."""
@@ -249,6 +357,9 @@ async def post_with_retries(session: aiohttp.ClientSession, url: str, data: byte
             attempts.append({"attempt": attempt + 1, "error": kind, "retry": decision.retry,
                              "wait_s": round(decision.delay_s, 3), "reason": decision.reason})
             if not decision.retry:
+                if isinstance(error, TimeoutError):
+                    return Attempted(None, f"{TIMED_OUT}no answer (forkpoint bridge: {kind}: {error})", attempts,
+                                     timed_out=True)
                 return Attempted(None, f"forkpoint bridge: upstream connection failed: {kind}: {error}", attempts)
         else:
             if response.status < 400:
@@ -266,6 +377,22 @@ async def post_with_retries(session: aiohttp.ClientSession, url: str, data: byte
         attempt += 1
 
 
+async def post_within(clock: AnswerClock, session: aiohttp.ClientSession, url: str, data: bytes,
+                      headers: dict[str, str], policy: RetryPolicy) -> Attempted:
+    """``post_with_retries`` within the answer's deadline (the retries and their waits count against it)."""
+    try:
+        async with asyncio.timeout_at(clock.deadline):
+            return await post_with_retries(session, url, data, headers, policy)
+    except TimeoutError:
+        return Attempted(None, clock.why(), [], timed_out=True)
+
+
+def failed_attempt(attempted: Attempted) -> tuple[int, str, str]:
+    """The agent's status, the message and the failure class of a call that got no answer (504 for a timeout)."""
+    message = attempted.error or "forkpoint bridge: upstream connection failed"
+    return (504, message, "timeout") if attempted.timed_out else (502, message, "connection")
+
+
 class HttpUpstream:
     """POST the cleaned body to one URL with the bridge's key; stream the answer back unbuffered.
 
@@ -279,7 +406,8 @@ class HttpUpstream:
     passed_response_prefixes: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, base_url: str, api_key: str, *, connect_timeout_s: float = 30.0,
-                 read_timeout_s: float = 600.0, retry: RetryPolicy = NO_RETRIES) -> None:
+                 read_timeout_s: float = IDLE_TIMEOUT_S, answer_timeout_s: float = ANSWER_TIMEOUT_S,
+                 retry: RetryPolicy = NO_RETRIES) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"upstream base URL must be http(s): {base_url!r}")
         if not api_key:
@@ -288,6 +416,9 @@ class HttpUpstream:
         self.url = self.url_for(self.base_url)
         self._api_key = api_key
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s, sock_read=read_timeout_s)
+        #: ``--upstream-idle-timeout`` (the client's read timeout) and ``--answer-timeout`` (``AnswerClock``)
+        self.idle_timeout_s = read_timeout_s
+        self.answer_timeout_s = answer_timeout_s
         self._session: aiohttp.ClientSession | None = None
         #: how failures before the first byte reached the agent are retried (``post_with_retries``)
         self.retry = retry
@@ -306,6 +437,14 @@ class HttpUpstream:
     def error(self, status: int, message: str) -> web.Response:
         """The protocol's error answer (a failed connection to the upstream)."""
         raise NotImplementedError
+
+    def refusal(self, status: int, message: str) -> web.Response:
+        """The protocol's error answer an agent does not retry (``invalid_request_error``): a deterministic upstream
+        failure, re-shaped (``status`` a 4xx)."""
+        raise NotImplementedError
+
+    def clock(self) -> AnswerClock:
+        return AnswerClock.start(self.answer_timeout_s, self.idle_timeout_s)
 
     async def open(self) -> None:
         self._session = aiohttp.ClientSession(timeout=self._timeout, auto_decompress=False, trust_env=False)
@@ -330,17 +469,63 @@ class HttpUpstream:
     async def send(self, request: web.Request, body: JsonObject) -> tuple[web.StreamResponse, Sent]:
         assert self._session is not None, "upstream not opened"
         url = self.url + (f"?{request.query_string}" if request.query_string else "")
-        attempted = await post_with_retries(self._session, url, orjson.dumps(body), self.headers_for(request),
-                                            self.retry)
+        clock = self.clock()
+        attempted = await post_within(clock, self._session, url, orjson.dumps(body), self.headers_for(request),
+                                      self.retry)
         if attempted.response is None:
-            message = attempted.error or "forkpoint bridge: upstream connection failed"
-            return self.error(502, message), Sent(502, False, message, facts=attempted.facts())
+            status, message, failure = failed_attempt(attempted)
+            return self.error(status, message), Sent(status, False, message, facts=attempted.facts(),
+                                                     failure=failure)
         async with attempted.response as upstream:
             headers = {name: value for name, value in upstream.headers.items()
                        if name.lower() in self.passed_response_headers
                        or name.lower().startswith(self.passed_response_prefixes)}
-            response, sent = await relay(request, upstream, headers, self._api_key)
+            if upstream.status >= 400:
+                response, sent = await self._failed(upstream, headers)
+            else:
+                first, broken = await next_chunk(upstream, clock)
+                if broken is not None:  # before any byte reached the agent: its protocol's error, nothing to cut
+                    response = self.error(504 if timed_out(broken) else 502, broken)
+                    sent = Sent(response.status, True, broken, failure=failure_of(200, broken, broken=True))
+                elif not looks_like_answer(first) and not compressed(upstream):
+                    response, sent = self._invalid(upstream, first)
+                else:
+                    response, sent = await relay(request, upstream, headers, self._api_key, clock, first)
         return response, dataclasses.replace(sent, facts=attempted.facts(sent.facts))
+
+    async def _failed(self, upstream: aiohttp.ClientResponse,
+                      headers: dict[str, str]) -> tuple[web.StreamResponse, Sent]:
+        """A final error answer: passed on when it is the protocol's JSON error, else (an HTML page from a proxy,
+        plain text) re-shaped into it, a 4xx as the non-retryable ``refusal``; read bounded, the key redacted."""
+        raw = await upstream.content.read(MAX_ERROR_BYTES)
+        failure = failure_of(upstream.status)
+        error = f"upstream answered HTTP {upstream.status}"
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            value = None
+        message = error_message(raw, self._api_key)
+        if isinstance(value, dict) and "error" in value and len(raw) < MAX_ERROR_BYTES:
+            if len(self._api_key) >= MIN_REDACTED_SECRET:
+                raw = raw.replace(self._api_key.encode(), REDACTED)
+            response = web.Response(status=upstream.status, body=raw, headers=headers)
+        elif upstream.status < 500 and upstream.status not in (408, 429):
+            response = self.refusal(upstream.status, f"upstream HTTP {upstream.status}: {message}")
+        else:
+            response = self.error(upstream.status, f"upstream HTTP {upstream.status}: {message}")
+        for name in ("Retry-After", "retry-after-ms", "x-should-retry"):
+            if name in upstream.headers and name not in response.headers:
+                response.headers[name] = upstream.headers[name]
+        return response, Sent(upstream.status, True, error, failure=failure,
+                              detail=f"upstream HTTP {upstream.status}: {message}")
+
+    def _invalid(self, upstream: aiohttp.ClientResponse, first: bytes) -> tuple[web.StreamResponse, Sent]:
+        """A 2xx answer that is not the protocol's: the agent gets the non-retryable error (it would fail on the
+        answer and send the same request again), nothing of the answer."""
+        kind = upstream.headers.get("content-type", "no content type")
+        message = (f"forkpoint bridge: the {self.name} upstream's HTTP {upstream.status} answer is not SSE or JSON "
+                   f"({kind}, {len(first)} bytes beginning {error_message(first[:80], self._api_key)[:80]!r})")
+        return self.refusal(400, message), Sent(400, True, message, failure="invalid_answer", detail=message)
 
 
 class LocalStub:

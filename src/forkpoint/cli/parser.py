@@ -44,6 +44,12 @@ MODEL_OPTIONS: tuple[tuple[str, str | None, Callable[[str], Any], str], ...] = (
     ("--upstream-retries", "N", int, "Retries (exponential backoff with jitter, Retry-After honoured) of an upstream "
      "408/429/5xx or connection error before the first byte reaches the agent; each attempt is in the bridge log; "
      "0: none [default: 3]."),
+    ("--upstream-idle-timeout", "S", float, "Cut an upstream answer (or the wait for its headers) after S seconds "
+     "without a byte: a model_timeout failure, retryable (exit 40) [default: 300]."),
+    ("--answer-timeout", "S", float, "Cut one model answer that has not ended after S seconds (an upstream that "
+     "drips keep-alives forever): model_timeout, retryable [default: 1800]."),
+    ("--continuation-timeout", "S", float, "Stop the continued agent after S seconds in all: model_timeout "
+     "(retryable) when it was waiting on the model, else continuation_error [default: 14400 = 4 h]."),
     ("--branch-model", "NAME", str, "With --branches: the model of each branch, once for all or once per branch "
      "(repeatable)."),
     ("--branch-seed", "N", int, "With --branches: the seed of each branch (repeatable, like --branch-model)."),
@@ -407,8 +413,8 @@ keys: trajectory (required; relative paths are relative to the jobs file), agent
 "all"), mode, workspace_from (required for replay-only / continue: every job gets its own fresh workspace made
 from it), sandbox, upstream, upstream_url, max_steps, boundary_user_prompt, allow_stale_observations,
 on_divergence, branches, branch_prompts, model, temperature, top_p, seed, max_output_tokens, disable_thinking,
-reasoning_effort, upstream_retries, branch_models, branch_seeds, branch_temperatures. A bad line is reported with
-its number and the rest runs.
+reasoning_effort, upstream_retries, upstream_idle_timeout, answer_timeout, continuation_timeout, branch_models,
+branch_seeds, branch_temperatures. A bad line is reported with its number and the rest runs.
 
 examples:
 

@@ -32,6 +32,9 @@ class ErrorKind(Enum):
     MODEL_RATE_LIMIT = _Kind("model_rate_limit", 40, True)
     MODEL_INTERNAL = _Kind("model_internal_error", 40, True)
     MODEL_CONNECTION = _Kind("model_connection_error", 40, True)
+    #: the upstream went silent or never ended an answer (``--upstream-idle-timeout``, ``--answer-timeout``), or
+    #: was still answering when the continuation's deadline passed (``--continuation-timeout``)
+    MODEL_TIMEOUT = _Kind("model_timeout", 40, True)
     INTERNAL = _Kind("internal_error", 50, False)
 
     @property

@@ -298,7 +298,12 @@ class ContinueSettings:
     upstream_key: str | None = field(default=None, repr=False)
     boundary_prompt: str | None = field(default=None, repr=False)
     remaining_steps: int | None = None
-    timeout_s: float = 24 * 3600.0
+    #: the whole continuation's deadline (``--continuation-timeout``)
+    timeout_s: float = 4 * 3600.0
+    #: no byte from the upstream for this long cuts the answer (``--upstream-idle-timeout``)
+    upstream_idle_timeout_s: float = 300.0
+    #: an answer that has not ended after this long is cut (``--answer-timeout``)
+    answer_timeout_s: float = 1800.0
     #: the model the continuation asks for (None: the recorded one); set by the bridge after validation or by the
     #: agent's own configuration, per agent
     model: str | None = None

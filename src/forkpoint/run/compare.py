@@ -3,21 +3,36 @@
 from __future__ import annotations
 
 import difflib
+import hashlib
+import json
 from collections.abc import Callable
 from typing import Any
 
-from forkpoint.core.model import ActionSignature, Observation, observation_text
+from forkpoint.core.hashing import sha256_hex
+from forkpoint.core.model import ActionSignature, JsonObject, Observation, observation_text
 
 NEXT_ACTION_SCHEMA = "forkpoint.next-action/v1"
 #: bounds of what observations.json keeps of each observation's text, and of a diverging call's unified diff
 PREVIEW_CHARS = 4096
 DIFF_MAX_LINES = 200
 DIFF_INPUT_LINES = 2000
+#: the most of each side ``similarity`` compares: an upstream may answer 200 MB of text, and difflib's index (and
+#: the whitespace split before it) costs tens of bytes per character
+SIMILARITY_INPUT_CHARS = 200_000
+#: what next-action.json keeps of a text (more: a preview plus its length and SHA-256) and of a call's arguments
+ACTION_TEXT_CHARS = 4096
+ACTION_ARGUMENT_BYTES = 64 * 1024
 
 
 def similarity(a: str, b: str) -> float:
-    """difflib ratio on whitespace-normalised text (1.0 for two empty strings)."""
-    return difflib.SequenceMatcher(None, _normalise(a), _normalise(b)).ratio()
+    """difflib ratio on whitespace-normalised text (1.0 for two empty strings); each side is cut to its first
+    ``SIMILARITY_INPUT_CHARS`` characters first (``similarity_cut`` says when)."""
+    return difflib.SequenceMatcher(None, _normalise(a[:SIMILARITY_INPUT_CHARS]),
+                                   _normalise(b[:SIMILARITY_INPUT_CHARS])).ratio()
+
+
+def similarity_cut(a: str, b: str) -> bool:
+    return len(a) > SIMILARITY_INPUT_CHARS or len(b) > SIMILARITY_INPUT_CHARS
 
 
 def _normalise(text: str) -> str:
@@ -87,8 +102,8 @@ def unified_diff(historical: str, fresh: str) -> dict[str, Any]:
 
 
 def _text_metrics(original: str, replayed: str, label: str) -> dict[str, Any]:
-    original_present = bool(_normalise(original))
-    replayed_present = bool(_normalise(replayed))
+    original_present = bool(original) and not original.isspace()  # no copy of a huge text
+    replayed_present = bool(replayed) and not replayed.isspace()
     if not original_present and not replayed_present:
         status, exact, ratio = "not_applicable_both_empty", None, None
     elif not original_present:
@@ -103,7 +118,46 @@ def _text_metrics(original: str, replayed: str, label: str) -> dict[str, Any]:
         f"{label}_comparison_status": status,
         f"{label}_exact": exact,
         f"{label}_similarity": ratio,
+        f"{label}_similarity_input_cut": similarity_cut(original, replayed),
     }
+
+
+def kept_text(action: JsonObject, key: str, text: str) -> None:
+    """``action[key]``: the text, or its first ``ACTION_TEXT_CHARS`` characters plus its length and SHA-256 (a
+    huge answer must not make a huge document: the continued session holds it whole)."""
+    action[key] = text[:ACTION_TEXT_CHARS]
+    if len(text) > ACTION_TEXT_CHARS:
+        action[f"{key}_truncated"] = True
+        action[f"{key}_chars"] = len(text)
+        action[f"{key}_sha256"] = text_sha256(text)
+
+
+def text_sha256(text: str, piece: int = 1 << 20) -> str:
+    """The SHA-256 of ``text``'s UTF-8, encoded a piece at a time (no second copy of a huge text; a piece boundary
+    never splits a code point: ``str`` slices are whole characters)."""
+    digest = hashlib.sha256()
+    for start in range(0, len(text), piece):
+        digest.update(text[start:start + piece].encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
+
+
+def action_json(action: ActionSignature) -> JsonObject:
+    """An action as next-action.json keeps it: bounded texts and arguments (previews + SHA-256 beyond the bound)."""
+    kept: JsonObject = {}
+    kept_text(kept, "text", action.text)
+    kept_text(kept, "reasoning", action.reasoning)
+    tools: list[JsonObject] = []
+    for name, arguments in action.tools:
+        # json, not orjson: orjson reserves ~15x a long string's size while it encodes
+        raw = json.dumps(arguments, ensure_ascii=False, separators=(",", ":")).encode()
+        if len(raw) <= ACTION_ARGUMENT_BYTES:
+            tools.append({"name": name, "arguments": arguments})
+            continue
+        tools.append({"name": name, "arguments": {}, "arguments_truncated": True, "arguments_bytes": len(raw),
+                      "arguments_sha256": sha256_hex(raw),
+                      "arguments_preview": raw[:ACTION_TEXT_CHARS].decode("utf-8", "ignore")})
+    kept["tools"] = tools
+    return kept
 
 
 def next_action_document(
@@ -125,8 +179,8 @@ def next_action_document(
         metrics["same_tool_calls"] = metrics["ordered_tool_names_equal"] and metrics["tool_arguments_equal"]
     return {
         "schema_version": NEXT_ACTION_SCHEMA,
-        "original": original.to_json() if original else None,
-        "replayed": replayed.to_json() if replayed else None,
+        "original": action_json(original) if original else None,
+        "replayed": action_json(replayed) if replayed else None,
         "metrics": metrics,
         "gating": False,
         "input_condition": input_condition,

@@ -81,6 +81,9 @@ class ReplayRequest:
     disable_thinking: bool = False
     reasoning_effort: str | None = None  # minimal | low | medium | high | none (Responses and Chat only)
     upstream_retries: int = 3  # retries of an upstream failure before the first byte reaches the agent
+    upstream_idle_timeout: float = 300.0  # seconds without a byte from the upstream: the answer is cut
+    answer_timeout: float = 1800.0  # seconds one model answer may take, end to end
+    continuation_timeout: float = 4 * 3600.0  # seconds the whole continuation (the agent's run) may take
     branch_models: list[str] = field(default_factory=list)  # one for all branches, or one per branch
     branch_seeds: list[int] = field(default_factory=list)
     branch_temperatures: list[float] = field(default_factory=list)
@@ -138,7 +141,7 @@ def build_request(values: dict[str, Any], *, source: str) -> ReplayRequest:
               for error in _type_errors(name, fields[name], expected)]
     if errors:
         raise configuration(f"{source}: {'; '.join(errors)}")
-    for key in ("temperature", "top_p"):  # a TOML/JSON 0 is the number 0.0
+    for key in ("temperature", "top_p", *TIMEOUT_KEYS):  # a TOML/JSON 0 is the number 0.0
         if key in fields:
             fields[key] = float(fields[key])
     if "branch_temperatures" in fields:
@@ -203,6 +206,9 @@ def validate_request(request: ReplayRequest) -> None:
 
 
 REASONING_EFFORTS = ("minimal", "low", "medium", "high", "none")
+#: the deadlines of a continuation (seconds), and their bound
+TIMEOUT_KEYS = ("upstream_idle_timeout", "answer_timeout", "continuation_timeout")
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
 #: the per-branch lists and the single option each one varies
 BRANCH_LISTS = {"branch_models": "model", "branch_seeds": "seed", "branch_temperatures": "temperature"}
 
@@ -212,6 +218,11 @@ def _validate_model_choice(request: ReplayRequest) -> None:
     pin (e.g. no seed on Anthropic Messages): refused before anything runs, never silently dropped."""
     if request.upstream_retries < 0:
         raise configuration("upstream_retries must be 0 or more")
+    for key in TIMEOUT_KEYS:
+        value = getattr(request, key)
+        if not 0 < value <= MAX_TIMEOUT_S:
+            raise configuration(f"{key} must be a number of seconds above 0 and at most {MAX_TIMEOUT_S:g} "
+                                f"(7 days), not {value!r}")
     if request.reasoning_effort is not None and request.reasoning_effort not in REASONING_EFFORTS:
         raise configuration(f"reasoning_effort must be one of {', '.join(REASONING_EFFORTS)}, "
                             f"not {request.reasoning_effort!r}")
@@ -402,4 +413,7 @@ def continue_settings(request: ReplayRequest, spec: AgentSpec, launch: LaunchTar
         sampling=dataclasses.replace(all_pins(request)[0], model=None) if pins_given(request) else None,
         upstream_retries=request.upstream_retries,
         record_tool_schemas=request.record_tool_schemas,
+        timeout_s=request.continuation_timeout,
+        upstream_idle_timeout_s=request.upstream_idle_timeout,
+        answer_timeout_s=request.answer_timeout,
     )

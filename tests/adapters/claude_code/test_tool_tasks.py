@@ -90,3 +90,9 @@ def test_internal_tasks_are_hidden_by_javascript_truthiness(make: Callable[[str]
     run("TaskCreate", subject="hidden", description="d", metadata={"_internal": []})
     assert run("TaskList").content == "#1 [pending] seen"
 
+
+
+def test_the_policy_knows_the_same_task_tools_without_loading_this_module() -> None:
+    from forkpoint.adapters.claude_code import policy, tool_tasks
+
+    assert policy._TASK_TOOLS == tool_tasks.TASK_TOOLS

@@ -17,7 +17,7 @@ from forkpoint.adapters.kit.continuation import AgentHooks, Collected, GateSpec,
 from forkpoint.adapters.kit.ids import check_id
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.fs import ConfinementError, open_confined
-from forkpoint.core.results import write_atomic
+from forkpoint.core.results import atomic_writer
 from forkpoint.process import sanitized_env
 from forkpoint.sandbox import home_environment, runtime_paths
 
@@ -259,13 +259,21 @@ class ClaudeHooks(AgentHooks[Installed]):
         from forkpoint.adapters.claude_code.continued import clean_continued
         from forkpoint.adapters.claude_code.parse import parse_session
 
-        continued = shell.read_home_file(job.context.home, state.session_file, "the continued session")
-        cleaned = clean_continued(continued.splitlines(), state.rebuilt, job.nonce, job.settings.boundary_prompt)
+        # one copy of a huge answer at a time: the read bytes die with the split, the lines with the cleaning, the
+        # cleaned lines are written one by one and dropped before the re-parse (a 20 MB answer cost ~7 copies)
+        lines = shell.read_home_file(job.context.home, state.session_file, "the continued session").splitlines()
+        cleaned = clean_continued(lines, state.rebuilt, job.nonce, job.settings.boundary_prompt)
+        del lines
         path = job.continued_dir / f"{state.session_id}.jsonl"
-        write_atomic(path, b"".join(line + b"\n" for line in cleaned.lines))
+        with atomic_writer(path) as handle:
+            for line in cleaned.lines:
+                handle.write(line)
+                handle.write(b"\n")
+        turns, removed = cleaned.continued_turns, cleaned.removed_envelope_lines
+        del cleaned
         try:
             actions = parse_session(path).next_actions
         except ReplayError as error:
             raise shell.reparse_error("session", error) from None
-        return Collected(path, cleaned.continued_turns, shell.next_action_at(actions, job.plan.after_step),
-                         {"envelope_lines_removed": cleaned.removed_envelope_lines})
+        return Collected(path, turns, shell.next_action_at(actions, job.plan.after_step),
+                         {"envelope_lines_removed": removed})

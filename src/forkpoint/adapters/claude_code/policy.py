@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from forkpoint.adapters.claude_code.tool_plan import PLAN_MODE_TEXT
-from forkpoint.adapters.claude_code.tool_tasks import TASK_TOOLS, task_input_problem
 from forkpoint.core.model import CallPolicy, JsonObject, Observation
+
+#: Claude Code's task tools (tool_tasks.TASK_TOOLS; a test keeps the two equal)
+_TASK_TOOLS = frozenset({"TaskCreate", "TaskGet", "TaskList", "TaskUpdate"})
 
 #: Tools forkpoint re-executes with Claude Code's own semantics and output text.
 FRESH_TOOLS = frozenset({"Bash", "Read", "Write", "Edit", "MultiEdit", "Glob", "Grep", "LS", "NotebookEdit",
@@ -52,11 +53,16 @@ def classify(
             "Claude Code never recorded this call's result (the session ended while it ran); the result is the "
             "'[Tool call interrupted…]' text Claude made up on resume, so whether the call took effect is unknown"
         )
-    if name == "EnterPlanMode" and historical is not None and historical.text != PLAN_MODE_TEXT:
-        return CallPolicy.STALE, (
-            "EnterPlanMode did not give its constant result (a person declined plan mode, or Claude refused it): "
-            "the recorded answer is not re-runnable")
-    if name in TASK_TOOLS:
+    if name == "EnterPlanMode" and historical is not None:
+        from forkpoint.adapters.claude_code.tool_plan import PLAN_MODE_TEXT  # the executor's modules load lazily
+
+        if historical.text != PLAN_MODE_TEXT:
+            return CallPolicy.STALE, (
+                "EnterPlanMode did not give its constant result (a person declined plan mode, or Claude refused "
+                "it): the recorded answer is not re-runnable")
+    if name in _TASK_TOOLS:
+        from forkpoint.adapters.claude_code.tool_tasks import task_input_problem
+
         problem = task_input_problem(name, arguments)
         if problem is not None:
             return CallPolicy.STALE, f"{problem}: Claude Code coerces such input, forkpoint does not re-run it"

@@ -269,9 +269,11 @@ def _open_bridge(hooks: AgentHooks[Any], job: Job, gate: Gate, pinning: Pinning)
     settings = job.settings
     recorder = (ToolSchemaRecorder(job.context.output_dir / TOOL_SCHEMAS, hooks.protocol)
                 if settings.record_tool_schemas else None)
+    from forkpoint.bridge.protocols import refusal_for
+
     return Bridge(gate, make_upstream(hooks.protocol, settings), log_path=job.context.state_dir / "bridge-log.jsonl",
                   max_model_requests=settings.remaining_steps if hooks.budget_at_bridge else None, prepare=pinning,
-                  observe_first=recorder)
+                  observe_first=recorder, refusal=refusal_for(hooks.protocol))
 
 
 @dataclass
@@ -344,6 +346,17 @@ def reached_budget(outcome: Outcome, summary: BridgeSummary) -> bool:
     return outcome.status == "max_steps" or summary.budget_reached
 
 
+def upstream_failure(summary: BridgeSummary) -> ReplayError | None:
+    """The upstream's failure of the agent's last model request, typed (a deterministic 4xx is not retryable, a
+    timeout or an answer that is not the protocol's is): why an agent that then gave up failed."""
+    if summary.upstream_failure is None:
+        return None
+    from forkpoint.bridge.server import failure_kind
+
+    return ReplayError(failure_kind(summary.upstream_failure),
+                       f"the model upstream failed the agent's last request: {summary.upstream_failure_message}")
+
+
 def triage(summary: BridgeSummary, ran: Ran, outcome: Outcome, label: str, timeout_s: float) -> ReplayError | None:
     """Why the continuation failed, or None. Order: a gate refusal, no model request at all, the deadline, the
     agent's own failure, a non-zero exit that is not the step budget."""
@@ -356,7 +369,16 @@ def triage(summary: BridgeSummary, ran: Ran, outcome: Outcome, label: str, timeo
         ended = f"exited with {ran.exit_code}" if ran.process is not None else "ended"
         return ReplayError(bridge_error.kind, f"{bridge_error.message} ({label} {ended}: {said}; see {ran.log})")
     if ran.process is not None and ran.process.timed_out:
-        return ReplayError(ErrorKind.CONTINUATION, f"{label} did not finish within {timeout_s:.0f} s; see {ran.log}")
+        if summary.in_flight_at_stop:  # the agent was waiting on the model: the upstream's slowness, retryable
+            return ReplayError(ErrorKind.MODEL_TIMEOUT, f"{label} did not finish within {timeout_s:g} s "
+                                                        "(--continuation-timeout) while the model upstream was still "
+                                                        f"answering; see {ran.log}")
+        return ReplayError(ErrorKind.CONTINUATION, f"{label} did not finish within {timeout_s:g} s "
+                                                   f"(--continuation-timeout); see {ran.log}")
+    upstream_failed = upstream_failure(summary)
+    if upstream_failed is not None and (outcome.status == "failed" or ran.exit_code not in (0, None)):
+        return ReplayError(upstream_failed.kind, f"{upstream_failed.message} ({label} exited with {ran.exit_code}: "
+                                                 f"{said}; see {ran.log})")
     if outcome.status == "failed":
         kind = outcome.kind or classify_continuation_output(outcome.detail + "\n" + tail)
         ended = f"exited with {ran.exit_code}" if ran.exit_code not in (0, None) else "reported an error"
@@ -374,11 +396,14 @@ def make_upstream(protocol: str, settings: ContinueSettings) -> Upstream:
     """The upstream for an agent speaking ``protocol``, as ``settings.upstream`` chose (``stub``: the local stub of
     the agent's own protocol), retrying as ``settings.upstream_retries`` allows; the registry is
     ``forkpoint.bridge.protocols``."""
+    from forkpoint.bridge.protocols import Patience
     from forkpoint.bridge.protocols import make_upstream as from_registry
     from forkpoint.bridge.translate.retry import RetryPolicy
 
+    patience = Patience(RetryPolicy(retries=settings.upstream_retries), settings.upstream_idle_timeout_s,
+                        settings.answer_timeout_s)
     return from_registry(protocol, settings.upstream, settings.upstream_url, settings.upstream_key,
-                         Pinning.of(protocol, settings).pins, RetryPolicy(retries=settings.upstream_retries))
+                         Pinning.of(protocol, settings).pins, patience=patience)
 
 
 def outgoing_protocol(agent_protocol: str, upstream_name: str | None) -> str:

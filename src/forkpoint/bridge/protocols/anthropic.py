@@ -44,6 +44,9 @@ class AnthropicUpstream(HttpUpstream):
     def error(self, status: int, message: str) -> web.Response:
         return error_response(status, "api_error", message)
 
+    def refusal(self, status: int, message: str) -> web.Response:
+        return error_response(status, "invalid_request_error", message)
+
 
 def message_events(message: JsonObject, blocks: list[JsonObject], stop_reason: str, output_tokens: int,
                    chunk: int = CHUNK) -> Iterator[tuple[str, JsonObject]]:

@@ -48,6 +48,9 @@ class OpenAIUpstream(HttpUpstream):
     def error(self, status: int, message: str) -> web.Response:
         return openai_error_response(status, "server_error", message, "upstream_unreachable")
 
+    def refusal(self, status: int, message: str) -> web.Response:
+        return openai_error_response(status, "invalid_request_error", message, "upstream_failed")
+
 
 def model_of(body: JsonObject) -> str:
     """The model a request asks for (what a stub echoes)."""

@@ -10,6 +10,7 @@ Failures before the first byte reached the agent are retried like a pass-through
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from typing import ClassVar
 
@@ -25,15 +26,21 @@ from forkpoint.bridge.translate.retry import RetryPolicy
 from forkpoint.bridge.translate.sampling import SamplingPins
 from forkpoint.bridge.translate.usage import Usage
 from forkpoint.bridge.upstream import (
+    MAX_ERROR_BYTES,
     NO_RETRIES,
     SSE_HEADERS,
+    AnswerClock,
     Sent,
     UpstreamRefusal,
     cut,
     end_for_agent,
+    error_message,
     error_response,
+    failed_attempt,
+    failure_of,
     next_chunk,
-    post_with_retries,
+    post_within,
+    timed_out,
     write_to_agent,
 )
 from forkpoint.bridge.usage_tap import usage_of
@@ -41,7 +48,6 @@ from forkpoint.core.model import JsonObject
 
 #: the most of a non-streamed completion or an upstream error body the bridge reads
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
-MAX_ERROR_BYTES = 64 * 1024
 PASSED_ERROR_HEADERS = ("retry-after", "retry-after-ms", "x-should-retry")
 
 
@@ -74,6 +80,12 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
         return openai_error_response(status, "rate_limit_exceeded" if status == 429 else "server_error", message,
                                      "upstream_error")
 
+    def refusal(self, status: int, message: str) -> web.Response:
+        """The agent's protocol's non-retryable error (a deterministic failure of the Chat server)."""
+        if self.agent == "anthropic":
+            return error_response(status, "invalid_request_error", message)
+        return openai_error_response(status, "invalid_request_error", message, "upstream_failed")
+
     def answer_id(self) -> str:
         return self.id_prefix[self.agent] + secrets.token_hex(12)
 
@@ -86,55 +98,61 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
         facts: JsonObject = {"translated": f"{self.agent} -> openai-chat", "losses": sorted(set(prepared.losses))}
         if prepared.changes:
             facts["pins"] = [change.as_json() for change in prepared.changes]
-        attempted = await post_with_retries(self._session, self.url, orjson.dumps(prepared.body),
-                                            self.headers_for(request), self.retry)
+        clock = self.clock()
+        attempted = await post_within(clock, self._session, self.url, orjson.dumps(prepared.body),
+                                      self.headers_for(request), self.retry)
         facts = attempted.facts(facts) or facts
         if attempted.response is None:
-            message = attempted.error or "forkpoint bridge: upstream connection failed"
-            return self.error(502, message), Sent(502, False, message, facts=facts)
+            status, message, failure = failed_attempt(attempted)
+            return self.error(status, message), Sent(status, False, message, facts=facts, failure=failure)
         async with attempted.response as upstream:
             if upstream.status != 200:
                 return await self._failed(upstream, facts)
             if prepared.stream:
-                return await self._stream(request, upstream, prepared, facts)
-            return await self._whole(upstream, prepared, facts)
+                return await self._stream(request, upstream, prepared, facts, clock)
+            return await self._whole(upstream, prepared, facts, clock)
 
     async def _failed(self, upstream: aiohttp.ClientResponse, facts: JsonObject) -> tuple[web.Response, Sent]:
-        """The Chat server's error, re-shaped for the agent (its message kept, the key redacted)."""
+        """The Chat server's error, re-shaped for the agent (its message kept, the key redacted); a 4xx the bridge
+        does not retry as the agent's non-retryable error."""
         raw = await upstream.content.read(MAX_ERROR_BYTES)
-        try:
-            value = orjson.loads(raw)
-            detail = value.get("error", value) if isinstance(value, dict) else value
-            message = str(detail.get("message", detail) if isinstance(detail, dict) else detail)
-        except orjson.JSONDecodeError:
-            message = raw.decode("utf-8", "replace")
-        message = message.replace(self._api_key, "[redacted by forkpoint]")[:2000]
-        response = self.error(upstream.status, f"upstream HTTP {upstream.status}: {message}")
+        message = f"upstream HTTP {upstream.status}: {error_message(raw, self._api_key)}"
+        status = upstream.status
+        deterministic = 400 <= status < 500 and status not in (408, 429)
+        response = self.refusal(status, message) if deterministic else self.error(status, message)
         for name in PASSED_ERROR_HEADERS:
             if name in upstream.headers:
                 response.headers[name] = upstream.headers[name]
-        return response, Sent(upstream.status, True, f"upstream answered HTTP {upstream.status}", facts=facts)
+        return response, Sent(status, True, f"upstream answered HTTP {status}", facts=facts,
+                              failure=failure_of(status), detail=message)
 
     async def _whole(self, upstream: aiohttp.ClientResponse, prepared: Prepared,
-                     facts: JsonObject) -> tuple[web.Response, Sent]:
-        raw = await upstream.content.read(MAX_ANSWER_BYTES)
+                     facts: JsonObject, clock: AnswerClock) -> tuple[web.Response, Sent]:
+        try:
+            async with asyncio.timeout_at(clock.deadline):
+                raw = await upstream.content.read(MAX_ANSWER_BYTES)
+        except (TimeoutError, aiohttp.ClientError) as error:
+            message = clock.why() if isinstance(error, TimeoutError) else f"upstream answer broke: {error}"
+            status = 504 if timed_out(message) else 502
+            return self.error(status, message), Sent(status, True, message, facts=facts,
+                                                     failure=failure_of(200, message, broken=True))
         try:
             answer, losses = whole_answer(prepared, raw, answer_id=self.answer_id())
         except TranslationError as error:
             message = f"the model server's answer could not be translated: {error}"
-            return self.error(502, message), Sent(502, True, message, facts=facts)
+            return self.refusal(400, message), Sent(400, True, message, facts=facts, failure="invalid_answer")
         facts["losses"] = sorted({*facts["losses"], *losses})
         return web.json_response(answer), Sent(200, True, usage=usage_of(raw), facts=facts)
 
     async def _stream(self, request: web.Request, upstream: aiohttp.ClientResponse, prepared: Prepared,
-                      facts: JsonObject) -> tuple[web.StreamResponse, Sent]:
+                      facts: JsonObject, clock: AnswerClock) -> tuple[web.StreamResponse, Sent]:
         """Each upstream chunk's translation is written at once: the agent sees the answer as it arrives."""
         answer = AnswerStream(prepared, answer_id=self.answer_id())
         response = web.StreamResponse(status=200, headers=SSE_HEADERS)
         await response.prepare(request)
         broken = gone = None
         while not answer.done:
-            chunk, broken = await next_chunk(upstream)
+            chunk, broken = await next_chunk(upstream, clock)
             if broken is not None or not chunk:
                 break
             out = answer.feed(chunk)
@@ -144,7 +162,9 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
             gone = await end_for_agent(response, answer.close())
         facts["losses"] = sorted({*facts["losses"], *answer.losses})
         reported = None if answer.usage == Usage() else answer.usage.as_json()  # a server ignoring include_usage
-        sent = Sent(200, True, broken or gone or answer.error, reported, facts, broken is not None)
+        failure = failure_of(200, broken, broken=True) if broken is not None else (
+            "failed_answer" if answer.error is not None and gone is None else None)
+        sent = Sent(200, True, broken or gone or answer.error, reported, facts, broken is not None, failure)
         if broken is not None:
             cut(request)  # the agent sees the break, not a cleanly ended half answer
         return response, sent
