@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from forkpoint.adapters.spec import OPENAI_CHAT, AgentSpec, NpmPackage
+from forkpoint.adapters.spec import AgentSpec, NpmPackage
 
 
 def sniff(value: object) -> bool:
@@ -25,7 +25,7 @@ SPEC = AgentSpec(
     runtime=NpmPackage("@openai/codex", "codex", "@openai/codex-", "vendor/*/bin/codex", run_native=True),
     native_format="codex/rollout-jsonl",
     protocol="openai-responses",
-    more_upstreams=(OPENAI_CHAT,),
+    more_upstreams=("openai-chat",),
     sandbox_features=frozenset({"local", "bwrap", "path_map"}),
     sniff=sniff,
     version_field="cli_version in session_meta",

@@ -29,7 +29,7 @@ never appear, and helper (non-step) requests. The rules every profile shares:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,10 +37,15 @@ import orjson
 from aiohttp import web
 
 from forkpoint.bridge.gate import PrefixGate, Refusal, Verdict, checked, nonce_position, open_request, refuse_nonce_in
-from forkpoint.bridge.protocols.openai import OpenAIUpstream, model_of
+from forkpoint.bridge.protocols.openai import OpenAIUpstream, model_of, openai_error_response
+from forkpoint.bridge.protocols.spec import ProtocolSpec
+from forkpoint.bridge.tool_schemas import from_chat
+from forkpoint.bridge.translate.retry import RetryPolicy
+from forkpoint.bridge.translate.sampling import chat_pins
 from forkpoint.bridge.upstream import CHUNK, LocalStub, Sent, sse_event, stream_events
 from forkpoint.core.hashing import canonical_sha256, count_text
 from forkpoint.core.model import JsonObject
+from forkpoint.core.protocols import wire
 
 PROTOCOL = "openai-chat"
 CREATED = 1767225600
@@ -50,7 +55,7 @@ ROUTES = frozenset({"/v1/chat/completions", "/chat/completions"})
 class OpenAIChatUpstream(OpenAIUpstream):
     """OpenAI Chat Completions (OpenCode's openai-compatible provider, Pi's openai-completions, litellm)."""
 
-    name = "openai-chat"
+    name = wire(PROTOCOL).upstream
     endpoint = "/chat/completions"
 
 
@@ -131,9 +136,14 @@ def wants_usage(body: JsonObject) -> bool:
     return isinstance(options, dict) and options.get("include_usage") is True
 
 
-def encode(chunks: Iterator[JsonObject]) -> list[bytes]:
+def encode(chunks: Iterable[JsonObject]) -> list[bytes]:
     """The SSE bytes of a streamed answer, ``[DONE]`` included."""
     return [*(sse_data(chunk) for chunk in chunks), sse_data("[DONE]")]
+
+
+def encode_events(events: Iterable[tuple[str, JsonObject]]) -> list[bytes]:
+    """The codec's form of ``encode``: Chat chunks are unnamed ``data:`` lines (the event name is not sent)."""
+    return encode(data for _, data in events)
 
 
 class ChatStubUpstream(LocalStub):
@@ -441,3 +451,24 @@ class ChatGate(PrefixGate[ExpectedChat]):
 def _shape(message: JsonObject) -> str:
     """The nonce message's shape, as a refusal names it (``{role, content}`` or its block list)."""
     return "{role, content}" if isinstance(message.get("content"), str) else "{role, content: [text block]}"
+
+
+# -- the registry's spec -------------------------------------------------------------------------------------------
+
+
+def agent_error(status: int, message: str) -> web.Response:
+    """An upstream failure as the OpenAI API reports it."""
+    return openai_error_response(status, "rate_limit_exceeded" if status == 429 else "server_error", message,
+                                 "upstream_error")
+
+
+def _passthrough(url: str, key: str, retry: RetryPolicy) -> OpenAIChatUpstream:
+    return OpenAIChatUpstream(url, key, retry=retry)
+
+
+SPEC = ProtocolSpec(
+    name=PROTOCOL, passthrough=_passthrough, stub=ChatStubUpstream, encode=encode_events, pins=chat_pins,
+    tool_schemas=from_chat, error=agent_error,
+    sample_request={"model": "gpt-5", "messages": [{"role": "user", "content": "hello"}]},
+    translating="forkpoint.bridge.protocols.translating:TranslatingChatUpstream",
+)
