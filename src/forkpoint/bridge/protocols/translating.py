@@ -45,9 +45,7 @@ PASSED_ERROR_HEADERS = ("retry-after", "retry-after-ms", "x-should-retry")
 
 class TranslatingChatUpstream(OpenAIChatUpstream):
     """An agent speaking ``agent`` (a registered protocol with a ``chat`` translation) answered by a Chat
-    Completions server."""
-
-    name = "openai-chat"
+    Completions server (its ``name`` is the Chat upstream's)."""
 
     def __init__(self, agent: str, base_url: str, api_key: str, pins: SamplingPins | None = None,
                  retry: RetryPolicy = NO_RETRIES, **timeouts: float) -> None:
