@@ -339,7 +339,7 @@ def compare(expected: ExpectedChat, conversation: Sequence[Any], offset: int, *,
 class ChatGate(PrefixGate[ExpectedChat]):
     """Chat Completions requests from a resumed agent, checked against ``expected`` with the agent's profile."""
 
-    name = "openai-chat"
+    name = PROTOCOL
     model_routes = ROUTES
 
     def __init__(self, profile: ChatProfile, expected: ExpectedChat, boundary_prompt: str | None = None) -> None:
