@@ -41,7 +41,7 @@ def gate_of(agent: str, case: Path) -> Gate:
 
 def upstream_of(agent: str, upstream: str, url: str) -> Upstream:
     if upstream == "openai-chat":
-        return TranslatingChatUpstream("openai-responses" if agent == "codex" else "anthropic", url + "/v1",
+        return TranslatingChatUpstream("openai-responses" if agent == "codex" else "anthropic-messages", url + "/v1",
                                        UPSTREAM_KEY)
     if agent == "codex":
         return OpenAIResponsesUpstream(url + "/v1", UPSTREAM_KEY)

@@ -24,7 +24,7 @@ from forkpoint.adapters.claude_code.gate import clean_later_request
 from forkpoint.adapters.codex.envelope import expected_prefix as codex_expected_prefix
 from forkpoint.adapters.codex.gate import clean_later_request as codex_clean_later_request
 from forkpoint.bridge.gate import Verdict
-from forkpoint.bridge.translate.pipeline import AgentProtocol, AnswerStream, prepare
+from forkpoint.bridge.translate.pipeline import AnswerStream, prepare
 from forkpoint.core.model import JsonObject
 
 CODEX_CASE = c.FIXTURES / "codex" / "requests" / "0.171.0" / "parallel_after_2"
@@ -39,7 +39,7 @@ class Agent:
 
     label: str
     name: str  # _bridge_server.py --agent
-    protocol: AgentProtocol
+    protocol: str  # a registered protocol with a translation to Chat
     case: Path
     route: str
     headers: dict[str, str]
@@ -47,7 +47,7 @@ class Agent:
 
 
 TRANSLATED = (
-    Agent("Claude Code (Messages → Chat)", "claude-code", "anthropic", CASE, "/v1/messages?beta=true", HEADERS,
+    Agent("Claude Code (Messages → Chat)", "claude-code", "anthropic-messages", CASE, "/v1/messages?beta=true", HEADERS,
           b"event: message_stop"),
     Agent("Codex (Responses → Chat)", "codex", "openai-responses", CODEX_CASE, "/v1/responses", CODEX_HEADERS,
           b"response.completed"),
@@ -59,7 +59,7 @@ def agent_bodies(agent: Agent) -> dict[str, tuple[JsonObject, JsonObject]]:
     """label -> (the recorded later request, the body the gate forwards), small and with a 2 MB newest tool output."""
     later: JsonObject = json.loads((agent.case / "later_request.json").read_text("utf-8"))
     large = copy.deepcopy(later)
-    if agent.protocol == "anthropic":
+    if agent.protocol == "anthropic-messages":
         large["messages"][-1]["content"][0]["content"] = large_text()
     else:
         output = next(item for item in reversed(large["input"]) if item["type"] == "function_call_output")
@@ -74,7 +74,7 @@ def agent_bodies(agent: Agent) -> dict[str, tuple[JsonObject, JsonObject]]:
 
 def gate_clean(agent: Agent, body: JsonObject) -> Verdict:
     meta = json.loads((agent.case / "meta.json").read_text("utf-8"))
-    if agent.protocol == "anthropic":
+    if agent.protocol == "anthropic-messages":
         return clean_later_request(load_case(agent.case)[0], body, None)
     lines = [json.loads(line) for line in (agent.case / "rollout.jsonl").read_text("utf-8").splitlines()]
     items = [line["payload"] for line in lines if line["type"] == "response_item"]

@@ -1,8 +1,12 @@
-"""No import cycle among forkpoint's modules, and every module imports on its own in a fresh interpreter.
+"""No import cycle among forkpoint's modules, deferred imports included, and every module imports on its own in a
+fresh interpreter.
 
-The graph holds the imports a module runs when it is loaded (module level, outside ``if TYPE_CHECKING:``);
-imports inside functions are the lazy ones and cannot form a load-time cycle. A package's ``__init__`` that a
-submodule's import loads first is the package pattern, not an edge.
+The load-time graph holds the imports a module runs when it is loaded (module level, outside ``if
+TYPE_CHECKING:``); the full graph adds the imports inside functions: a cycle through a deferred import cannot
+break loading, but it is still two modules that need each other (issue 30), so neither graph may have one. Only
+``if TYPE_CHECKING:`` imports are left out. A package's ``__init__`` that a submodule's import loads first is the
+package pattern, not an edge. Registries that name modules as ``"module:attr"`` strings (agents, protocols) are
+not imports.
 """
 
 from __future__ import annotations
@@ -77,12 +81,24 @@ def test_no_load_time_import_cycle() -> None:
     assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
 
 
-def test_runtimes_package_has_no_cycle_even_through_lazy_imports() -> None:
-    """The installers (npm, python) use the cache (base); only the package's entry points dispatch to them."""
-    modules = {name: path for name, path in _modules().items() if name.startswith("forkpoint.runtimes")}
+def test_no_import_cycle_even_through_deferred_imports() -> None:
+    """Every import counts, inside functions too (e.g. the runtimes' installers use the cache, only the package's
+    entry points dispatch to them; the adapter kit's continuation and the run request share the protocol registry
+    instead of importing each other)."""
+    modules = _modules()
     graph = {name: _load_time_imports(name, path, modules, lazy=True) for name, path in modules.items()}
-    assert graph["forkpoint.runtimes"] >= {"forkpoint.runtimes.npm", "forkpoint.runtimes.python"}
+    assert graph["forkpoint.runtimes"] >= {"forkpoint.runtimes.npm", "forkpoint.runtimes.python"}  # deferred edges
     assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
+    assert "forkpoint.core.protocols" in graph["forkpoint.adapters.kit.continuation"] & graph["forkpoint.run.request"]
+
+
+def test_type_checking_imports_are_not_edges(tmp_path: Path) -> None:
+    """An import under ``if TYPE_CHECKING:`` is for annotations only; one inside a function is a real edge."""
+    (tmp_path / "m.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import a\n"
+                                   "def f():\n    import b\n", "utf-8")
+    modules = {"a": tmp_path / "a.py", "b": tmp_path / "b.py", "m": tmp_path / "m.py"}
+    assert _load_time_imports("m", modules["m"], modules, lazy=True) == {"b"}
+    assert _load_time_imports("m", modules["m"], modules) == set()
 
 
 def test_cycle_finder_finds_a_cycle() -> None:

@@ -16,9 +16,10 @@ from forkpoint.adapters.mini_swe_agent import MiniSweAgentAdapter
 from forkpoint.adapters.opencode import OpenCodeAdapter
 from forkpoint.adapters.openhands import OpenHandsAdapter
 from forkpoint.adapters.pi import PiAdapter
-from forkpoint.adapters.spec import PROTOCOL_UPSTREAM, STUB, UPSTREAMS, AgentSpec, NpmPackage, PythonPackage
+from forkpoint.adapters.spec import AgentSpec, NpmPackage, PythonPackage
 from forkpoint.adapters.swe_agent import SweAgentAdapter
 from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.protocols import PROTOCOLS, STUB_CHOICE, UPSTREAMS
 
 #: mypy checks that every adapter class satisfies the Adapter protocol (every hook, optional ones included)
 _CONFORMING: tuple[Adapter, ...] = (ClaudeCodeAdapter(), CodexAdapter(), OpenCodeAdapter(), PiAdapter(),
@@ -46,8 +47,9 @@ def test_spec_is_self_consistent(name: str) -> None:
         if isinstance(spec.runtime, PythonPackage):
             assert all(v in spec.versions for v in spec.runtime.python_for or {}), name
     # upstreams: the default speaks the agent's protocol, the stub is always there, all are known
-    assert spec.default_upstream == PROTOCOL_UPSTREAM[spec.protocol]
-    assert STUB in spec.upstreams and all(UPSTREAMS[u.name] == u for u in spec.upstreams)
+    assert spec.default_upstream == UPSTREAMS[PROTOCOLS[spec.protocol].upstream]
+    assert spec.default_upstream.protocol == spec.protocol
+    assert STUB_CHOICE in spec.upstreams and all(UPSTREAMS[u.name] == u for u in spec.upstreams)
     assert spec.upstream(None) == spec.default_upstream and spec.upstream("unknown") is None
     assert "local" in spec.sandbox_features and spec.sandbox_features <= {"local", "bwrap", "path_map"}
     assert spec.replays or not spec.continues  # a continuation starts from a replayed boundary

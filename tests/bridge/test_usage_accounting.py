@@ -121,7 +121,7 @@ def test_an_unreachable_upstream_is_a_call_without_usage_or_first_byte() -> None
 def test_a_translated_call_records_the_chat_servers_usage(stream: bool) -> None:
     model = ScriptedModel([[tool_use("Bash", {"command": "ls"})]])
     with model.serve() as url, Bridge(AcceptingGate(),
-                                      TranslatingChatUpstream("anthropic", url + "/v1", KEY)) as bridge:
+                                      TranslatingChatUpstream("anthropic-messages", url + "/v1", KEY)) as bridge:
         reply = request(bridge.base_url + ROUTES["anthropic"],
                         body={**body_for("anthropic", stream), "max_tokens": 9}, headers=HEADERS)
         summary = bridge.finish()
@@ -135,7 +135,7 @@ def test_a_chat_server_ignoring_include_usage_gives_a_translated_call_without_us
               b'"finish_reason":null}]}\n\n',
               b'data: {"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n']
     upstream = RecordingUpstream(chunks=chunks)
-    with upstream.serve() as url, Bridge(AcceptingGate(), TranslatingChatUpstream("anthropic", url + "/v1",
+    with upstream.serve() as url, Bridge(AcceptingGate(), TranslatingChatUpstream("anthropic-messages", url + "/v1",
                                                                                   KEY)) as bridge:
         reply = request(bridge.base_url + ROUTES["anthropic"], body=body_for("anthropic", True), headers=HEADERS)
         summary = bridge.finish()

@@ -12,9 +12,10 @@ import re
 from pathlib import Path
 
 from forkpoint.adapters import all_specs
-from forkpoint.adapters.spec import PROTOCOL_UPSTREAM, STUB, UPSTREAMS, AgentSpec
-from forkpoint.bridge.protocols import TRANSLATING
+from forkpoint.adapters.spec import AgentSpec
+from forkpoint.bridge.protocols import translations
 from forkpoint.bridge.translate import anthropic_chat, responses_chat
+from forkpoint.core.protocols import PROTOCOLS, STUB, UPSTREAMS
 
 ROOT = Path(__file__).parents[2]
 DOC = ROOT / "docs" / "upstreams.md"
@@ -116,9 +117,9 @@ def expected_cell(spec: AgentSpec, upstream: str) -> str:
     declared = [u.name for u in spec.upstreams]
     if upstream not in declared:
         return "—"
-    if upstream == STUB.name:
+    if upstream == STUB:
         cell = "stub"
-    elif PROTOCOL_UPSTREAM[spec.protocol].name == upstream:
+    elif PROTOCOLS[spec.protocol].upstream == upstream:
         cell = "native"
     else:
         cell = f"translated ({TRANSLATORS[(spec.protocol, upstream)]})"
@@ -139,8 +140,8 @@ def test_the_agent_upstream_table_is_the_specs() -> None:
 def test_every_translated_cell_has_a_translating_upstream_in_the_bridge() -> None:
     """A spec may offer a foreign upstream only where the bridge has its translator (and the reverse)."""
     offered = {(spec.protocol, u.name) for spec in all_specs() for u in spec.upstreams
-               if u is not STUB and u is not PROTOCOL_UPSTREAM[spec.protocol]}
-    assert offered == set(TRANSLATING) == set(TRANSLATORS)
+               if u.name not in (STUB, PROTOCOLS[spec.protocol].upstream)}
+    assert offered == set(translations()) == set(TRANSLATORS)
 
 
 def reported_losses(path: Path) -> set[str]:

@@ -2,7 +2,8 @@
 
 Detection, ``agents list/install``, request validation, CLI help, the engine's upstream and sandbox checks and the
 adapter's own ``verified_versions`` are all derived from the specs (see forkpoint.adapters for the registry).
-A spec module imports only this module, so reading a spec costs no parser, runtime or bridge import.
+A spec module imports only this module (and the light protocol registry, ``forkpoint.core.protocols``), so reading
+a spec costs no parser, runtime or bridge import.
 """
 
 from __future__ import annotations
@@ -11,29 +12,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-#: the wire protocol an agent's own model client speaks (the bridge validates that traffic)
-WireProtocol = Literal["anthropic-messages", "openai-responses", "openai-chat"]
+from forkpoint.core.protocols import PROTOCOLS, STUB_CHOICE, UPSTREAMS, UpstreamChoice
 
-
-@dataclass(frozen=True)
-class Upstream:
-    """Where validated model requests go; the key and base URL are read from forkpoint's OWN environment."""
-
-    name: str
-    key_env: str | None = None
-    url_env: str | None = None
-
-
-ANTHROPIC = Upstream("anthropic", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")
-OPENAI_RESPONSES = Upstream("openai-responses", "OPENAI_API_KEY", "OPENAI_BASE_URL")
-OPENAI_CHAT = Upstream("openai-chat", "OPENAI_API_KEY", "OPENAI_BASE_URL")
-#: the bridge answers itself: a zero-cost check that the real agent accepted the rebuilt session
-STUB = Upstream("stub")
-#: every upstream forkpoint knows, in the order messages list them
-UPSTREAMS: Mapping[str, Upstream] = {u.name: u for u in (ANTHROPIC, OPENAI_RESPONSES, OPENAI_CHAT, STUB)}
-#: the real upstream that speaks each protocol
-PROTOCOL_UPSTREAM: Mapping[WireProtocol, Upstream] = {
-    "anthropic-messages": ANTHROPIC, "openai-responses": OPENAI_RESPONSES, "openai-chat": OPENAI_CHAT}
+#: an agent's wire protocol: a key of ``forkpoint.core.protocols.PROTOCOLS`` (a test checks every spec's)
+WireProtocol = str
 
 
 @dataclass(frozen=True)
@@ -113,8 +95,8 @@ class AgentSpec:
     protocol: WireProtocol
     #: True when a JSON value (one line of a JSONL file, or a whole document) looks like this agent's trajectory
     sniff: Callable[[object], bool]
-    #: where its validated model requests may go besides its protocol's real upstream and the stub (``upstreams``)
-    more_upstreams: tuple[Upstream, ...] = ()
+    #: the protocols whose real upstreams its validated model requests may also go to (a translating upstream)
+    more_upstreams: tuple[WireProtocol, ...] = ()
     #: sandboxes its tools and continuation run through, plus "path_map" when it rewrites recorded paths
     sandbox_features: frozenset[str] = frozenset({"local"})
     #: where a recording names the agent version (what the unverified-version refusal says when it is missing)
@@ -129,15 +111,16 @@ class AgentSpec:
     formats: tuple[FormatFamily, ...] = ()
 
     @property
-    def upstreams(self) -> tuple[Upstream, ...]:
+    def upstreams(self) -> tuple[UpstreamChoice, ...]:
         """Its protocol's real upstream (the default), the stub, then ``more_upstreams``."""
-        return (*upstreams_for(self.protocol), *self.more_upstreams)
+        return (*upstreams_for(self.protocol),
+                *(UPSTREAMS[PROTOCOLS[name].upstream] for name in self.more_upstreams))
 
     @property
-    def default_upstream(self) -> Upstream:
+    def default_upstream(self) -> UpstreamChoice:
         return self.upstreams[0]
 
-    def upstream(self, name: str | None) -> Upstream | None:
+    def upstream(self, name: str | None) -> UpstreamChoice | None:
         """The named upstream (None: the default) when this agent can use it."""
         wanted = name or self.default_upstream.name
         return next((u for u in self.upstreams if u.name == wanted), None)
@@ -147,6 +130,6 @@ class AgentSpec:
         return tuple(f"{old} -> {new}" for old, news in self.cross_versions.items() for new in news)
 
 
-def upstreams_for(protocol: WireProtocol) -> tuple[Upstream, ...]:
+def upstreams_for(protocol: WireProtocol) -> tuple[UpstreamChoice, ...]:
     """The usual choice: the real upstream of the agent's protocol (the default), or the stub."""
-    return (PROTOCOL_UPSTREAM[protocol], STUB)
+    return (UPSTREAMS[PROTOCOLS[protocol].upstream], STUB_CHOICE)

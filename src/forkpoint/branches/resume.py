@@ -258,7 +258,7 @@ def check_recorded_pins(resume: BranchRequest, request: ReplayRequest) -> None:
     import dataclasses
 
     from forkpoint.adapters import agent_spec
-    from forkpoint.adapters.kit.continuation import outgoing_protocol
+    from forkpoint.core.protocols import outgoing_protocol
     from forkpoint.run.request import all_pins, check_pins
 
     variants = [resume.variant(index) for index in resume.indices]

@@ -17,31 +17,44 @@ from typing import Any
 
 from forkpoint.bridge.translate.common import TranslationError
 from forkpoint.core.model import JsonObject
+from forkpoint.core.protocols import load
 
 CAPTURED_FROM = "first validated request"
 
 
 def openai_tools(body: JsonObject, protocol: str) -> tuple[list[JsonObject], tuple[str, ...]]:
-    """The body's tool definitions as OpenAI Chat function tools, and what the conversion dropped or changed.
+    """The body's tool definitions as OpenAI Chat function tools, and what the conversion dropped or changed
+    (each protocol's spec converts its own: ``ProtocolSpec.tool_schemas``).
 
     Only ``tools`` is given to the translators (a body without messages), so no message content is read.
     """
     tools = body.get("tools")
     if not isinstance(tools, list):
         return [], ()
-    if protocol == "anthropic-messages":
-        from forkpoint.bridge.translate.anthropic_chat import anthropic_to_chat
+    return load(protocol).tool_schemas(tools)
 
-        done = anthropic_to_chat({"model": "-", "messages": [], "tools": tools})
-        return _functions(done.body), tuple(done.losses)
-    if protocol == "openai-responses":
-        from forkpoint.bridge.translate.responses_chat import responses_to_chat
 
-        answer = responses_to_chat({"model": "-", "input": [], "tools": tools})
-        notes = tuple(f"freeform tool {name!r}: a function with one string parameter (the raw text)"
-                      for name in sorted(answer.custom_tools))
-        return _functions(answer.body), tuple(loss for loss in answer.losses
-                                                         if not loss.startswith("custom tool")) + notes
+def from_anthropic(tools: list[Any]) -> tuple[list[JsonObject], tuple[str, ...]]:
+    """Anthropic Messages tools: ``input_schema`` becomes ``parameters``."""
+    from forkpoint.bridge.translate.anthropic_chat import anthropic_to_chat
+
+    done = anthropic_to_chat({"model": "-", "messages": [], "tools": tools})
+    return _functions(done.body), tuple(done.losses)
+
+
+def from_responses(tools: list[Any]) -> tuple[list[JsonObject], tuple[str, ...]]:
+    """Responses tools: a ``function`` is kept, a freeform ``custom`` tool becomes one string parameter."""
+    from forkpoint.bridge.translate.responses_chat import responses_to_chat
+
+    answer = responses_to_chat({"model": "-", "input": [], "tools": tools})
+    notes = tuple(f"freeform tool {name!r}: a function with one string parameter (the raw text)"
+                  for name in sorted(answer.custom_tools))
+    return _functions(answer.body), tuple(loss for loss in answer.losses
+                                          if not loss.startswith("custom tool")) + notes
+
+
+def from_chat(tools: list[Any]) -> tuple[list[JsonObject], tuple[str, ...]]:
+    """Chat tools: the function tools are kept, any other type is dropped (and noted)."""
     kept = [tool for tool in tools if isinstance(tool, dict) and tool.get("type") == "function"
             and isinstance(tool.get("function"), dict)]
     dropped = tuple(f"non-function tool {tool.get('type')!r} dropped" for tool in tools

@@ -293,7 +293,7 @@ class LaunchTarget:
 @dataclass(frozen=True)
 class ContinueSettings:
     target: LaunchTarget
-    upstream: str  # "anthropic" | "stub"
+    upstream: str  # an --upstream value (forkpoint.core.protocols.UPSTREAMS)
     upstream_url: str | None
     upstream_key: str | None = field(default=None, repr=False)
     boundary_prompt: str | None = field(default=None, repr=False)

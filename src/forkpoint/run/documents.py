@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from forkpoint.adapters import versions
-from forkpoint.adapters.spec import UPSTREAMS
 from forkpoint.core.errors import ErrorKind, ReplayError, no_space
 from forkpoint.core.hashing import sha256_hex
 from forkpoint.core.model import Continuation, Mode, NativePrefix, Plan
+from forkpoint.core.protocols import PROTOCOLS
 from forkpoint.core.results import (
     MANIFEST_SCHEMA,
     SUMMARY_SCHEMA,
@@ -350,7 +350,7 @@ def without_secrets(request: ReplayRequest, error: ReplayError) -> ReplayError:
     may quote what the upstream answered (an error can echo the request's text). Values under 8 characters are
     left alone (replacing them would garble the message more than it protects)."""
     secrets = {request.boundary_user_prompt or "": "<boundary prompt>"}
-    secrets.update({os.environ.get(u.key_env, ""): "<api key>" for u in UPSTREAMS.values() if u.key_env})
+    secrets.update({os.environ.get(p.key_env, ""): "<api key>" for p in PROTOCOLS.values() if p.key_env})
     message = error.message
     for secret, shown in sorted(secrets.items(), key=lambda item: -len(item[0])):
         if len(secret.strip()) >= 8:

@@ -20,17 +20,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from forkpoint.adapters import AGENT_NAMES, unknown_agent_message
-from forkpoint.adapters.spec import UPSTREAMS as KNOWN_UPSTREAMS
-from forkpoint.adapters.spec import AgentSpec, Upstream
+from forkpoint.adapters.spec import AgentSpec
 from forkpoint.core.errors import configuration
 from forkpoint.core.fs import DEFAULT_MAX_INPUT_BYTES
 from forkpoint.core.model import ContinueSettings, LaunchTarget, Mode, Plan
+from forkpoint.core.protocols import UPSTREAMS as KNOWN_UPSTREAMS
+from forkpoint.core.protocols import UpstreamChoice, outgoing_protocol
 from forkpoint.sandbox import DEFAULT_SANDBOX, SANDBOXES, unknown_sandbox_message
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from forkpoint.bridge.translate.sampling import Protocol, SamplingPins
+    from forkpoint.bridge.translate.sampling import SamplingPins
 
 REQUEST_SCHEMA = "forkpoint.request/v1"
 DEFAULT_OUTPUT_ROOT = Path("forkpoint-out/runs")
@@ -58,7 +59,7 @@ class ReplayRequest:
     #: the exact-pin rule: refuse (exit 11) a recording whose version is not a verified one (adapters/versions.py)
     require_verified_version: bool = False
     boundary_user_prompt: str | None = None
-    upstream: str | None = None  # None: the agent's own protocol (claude-code: anthropic, codex: openai-responses)
+    upstream: str | None = None  # None: the real upstream of the agent's own protocol
     upstream_url: str | None = None
     agent_entrypoint: Path | None = None
     sandbox: str = DEFAULT_SANDBOX  # local | bwrap (forkpoint.sandbox)
@@ -237,7 +238,6 @@ def _validate_model_choice(request: ReplayRequest) -> None:
     if not pins_given(request):
         return  # nothing to check (and the bridge stays unimported: a prepare-only loads no bridge)
     from forkpoint.adapters import agent_spec
-    from forkpoint.adapters.kit.continuation import outgoing_protocol
 
     protocol = outgoing_protocol(agent_spec(request.agent).protocol, request.upstream)
     for pins in all_pins(request):
@@ -279,15 +279,9 @@ def check_pins(pins: SamplingPins, protocol: str) -> None:
     from forkpoint.bridge.translate.sampling import UnsupportedPin, apply_pins
 
     try:
-        apply_pins(protocol_name(protocol), {}, pins)
+        apply_pins(protocol, {}, pins)
     except UnsupportedPin as exc:
         raise configuration(f"{exc} (the requests leaving the bridge speak {protocol})") from None
-
-
-def protocol_name(protocol: str) -> Protocol:
-    """``apply_pins``' name of a wire protocol."""
-    return "anthropic" if protocol == "anthropic-messages" else "openai-chat" if protocol == "openai-chat" \
-        else "openai-responses"
 
 
 def load_toml(path: Path) -> ReplayRequest:
@@ -386,7 +380,7 @@ def _type_errors(location: str, value: Any, expected: Any) -> list[str]:
     return [] if isinstance(value, expected) else [f"{location}: input should be an instance of {expected.__name__}"]
 
 
-def chosen_upstream(request: ReplayRequest, spec: AgentSpec) -> Upstream:
+def chosen_upstream(request: ReplayRequest, spec: AgentSpec) -> UpstreamChoice:
     """The request's upstream, else the agent's own wire protocol; it must be one the agent speaks."""
     upstream = spec.upstream(request.upstream)
     if upstream is None:

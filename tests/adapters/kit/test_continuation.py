@@ -24,7 +24,6 @@ from forkpoint.adapters.kit.continuation import (
     Ran,
     continue_with,
     make_upstream,
-    outgoing_protocol,
 )
 from forkpoint.bridge.gate import Gate, Verdict
 from forkpoint.bridge.server import BridgeSummary
@@ -256,10 +255,3 @@ def test_the_pins_reach_the_bridge_log_and_the_result_through_the_shell(tmp_path
     records = [json.loads(line) for line in (tmp_path / "state" / "bridge-log.jsonl").read_text().splitlines()]
     pinned = [record["facts"]["pins"] for record in records if record.get("verdict") == "ok"]
     assert len(pinned) == 2 and all({"field": "seed", "before": "<absent>", "after": 7} in pins for pins in pinned)
-
-
-def test_outgoing_protocol_is_the_upstreams_unless_the_stub() -> None:
-    assert outgoing_protocol("anthropic-messages", "stub") == "anthropic-messages"
-    assert outgoing_protocol("anthropic-messages", None) == "anthropic-messages"
-    assert outgoing_protocol("anthropic-messages", "openai-chat") == "openai-chat"
-    assert outgoing_protocol("openai-chat", "openai-chat") == "openai-chat"

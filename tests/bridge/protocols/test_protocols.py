@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from forkpoint.bridge.protocols import UPSTREAMS, make_upstream
+from forkpoint.bridge.protocols import make_upstream
 from forkpoint.bridge.protocols.anthropic import AnthropicStubUpstream, AnthropicUpstream
 from forkpoint.bridge.protocols.openai_chat import ChatStubUpstream, OpenAIChatUpstream
 from forkpoint.bridge.protocols.openai_responses import OpenAIResponsesUpstream, ResponsesStubUpstream
 from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.protocols import UPSTREAMS
 
 KEY = "sk-registry-key-0001"
 
@@ -24,7 +25,7 @@ def test_each_protocol_builds_its_own_pass_through_and_stub() -> None:
     chat = make_upstream("openai-chat", "openai-chat", None, KEY)
     assert isinstance(chat, OpenAIChatUpstream) and chat.url == "https://api.openai.com/v1/chat/completions"
     assert KEY not in repr(chat)
-    assert sorted(UPSTREAMS) == ["anthropic", "openai-chat", "openai-responses"]
+    assert sorted(UPSTREAMS) == ["anthropic", "openai-chat", "openai-responses", "stub"]
 
 
 @pytest.mark.parametrize(("protocol", "name", "key", "message"), [

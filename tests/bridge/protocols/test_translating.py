@@ -17,7 +17,6 @@ from forkpoint.bridge.protocols import make_upstream
 from forkpoint.bridge.protocols.anthropic import AnthropicStubUpstream
 from forkpoint.bridge.protocols.translating import TranslatingChatUpstream
 from forkpoint.bridge.server import Bridge
-from forkpoint.bridge.translate.pipeline import AgentProtocol
 from forkpoint.bridge.translate.retry import RetryPolicy
 from forkpoint.core.errors import ErrorKind
 from forkpoint.testing import ScriptedModel, Turn, text, tool_use
@@ -47,6 +46,9 @@ class PassGate(Gate):
 
     def later(self, body: Any) -> Verdict:
         return Verdict(True, body, None)
+#: the record keeps the --upstream names (result documents' strings did not change with the protocol registry)
+TRANSLATED = {"anthropic-messages": "anthropic -> openai-chat",
+              "openai-responses": "openai-responses -> openai-chat"}
 
 
 def post(base: str, path: str, body: dict[str, Any]) -> tuple[int, str]:
@@ -73,17 +75,17 @@ def events(stream: str) -> list[tuple[str, dict[str, Any]]]:
 def test_the_registry_builds_translating_upstreams_and_keeps_each_agents_stub() -> None:
     claude = make_upstream("anthropic-messages", "openai-chat", "http://127.0.0.1:9/v1", KEY)
     codex = make_upstream("openai-responses", "openai-chat", None, KEY)
-    assert isinstance(claude, TranslatingChatUpstream) and claude.agent == "anthropic"
+    assert isinstance(claude, TranslatingChatUpstream) and claude.agent == "anthropic-messages"
     assert claude.url == "http://127.0.0.1:9/v1/chat/completions" and KEY not in repr(claude)
     assert isinstance(codex, TranslatingChatUpstream) and codex.agent == "openai-responses"
     assert isinstance(make_upstream("anthropic-messages", "stub", None, None), AnthropicStubUpstream)
 
 
-@pytest.mark.parametrize(("path", "body", "agent"), [("/v1/messages", ANTHROPIC_BODY, "anthropic"),
+@pytest.mark.parametrize(("path", "body", "agent"), [("/v1/messages", ANTHROPIC_BODY, "anthropic-messages"),
                                                      ("/v1/responses", RESPONSES_BODY, "openai-responses")])
 def test_an_agent_request_is_answered_by_a_chat_server_streamed_and_translated(path: str, body: dict[str, Any],
-                                                                                 agent: AgentProtocol) -> None:
-    model = ScriptedModel([[text("running"), tool_use("Bash" if agent == "anthropic" else "shell",
+                                                                                 agent: str) -> None:
+    model = ScriptedModel([[text("running"), tool_use("Bash" if agent == "anthropic-messages" else "shell",
                                                        {"command": "ls"})]])
     with model.serve() as url, Bridge(PassGate(), TranslatingChatUpstream(agent, url + "/v1", KEY)) as bridge:
         status, answer = post(bridge.base_url, path, body)
@@ -96,7 +98,7 @@ def test_an_agent_request_is_answered_by_a_chat_server_streamed_and_translated(p
     assert sent["headers"].get("authorization") is None  # ScriptedModel never keeps the key
     assert "anthropic-beta" not in {name.lower() for name in sent["headers"]}
     names = [name for name, _ in events(answer)]
-    if agent == "anthropic":
+    if agent == "anthropic-messages":
         assert names[0] == "message_start" and names[-1] == "message_stop"
         uses = [d["content_block"] for n, d in events(answer) if n == "content_block_start"
                 and d["content_block"]["type"] == "tool_use"]
@@ -105,14 +107,14 @@ def test_an_agent_request_is_answered_by_a_chat_server_streamed_and_translated(p
         assert names[0] == "response.created" and names[-1] == "response.completed"
         done = [d["item"] for n, d in events(answer) if n == "response.output_item.done"]
         assert any(item["type"] == "function_call" and item["name"] == "shell" for item in done)
-    assert record.facts["translated"] == f"{agent} -> openai-chat" and isinstance(record.facts["losses"], list)
+    assert record.facts["translated"] == TRANSLATED[agent] and isinstance(record.facts["losses"], list)
     assert record.usage is not None and record.usage["input_tokens"] == 100 and record.usage["output_tokens"] > 0
 
 
 def test_an_untranslatable_request_is_refused_before_anything_leaves_the_bridge() -> None:
     model = ScriptedModel([[text("never")]])
     hostile = {**ANTHROPIC_BODY, "messages": [{"role": "user", "content": [{"type": "mystery", "x": 1}]}]}
-    with model.serve() as url, Bridge(PassGate(), TranslatingChatUpstream("anthropic", url, KEY)) as bridge:
+    with model.serve() as url, Bridge(PassGate(), TranslatingChatUpstream("anthropic-messages", url, KEY)) as bridge:
         status, answer = post(bridge.base_url, "/v1/messages", hostile)
         summary = bridge.finish()
     assert status == 400 and "cannot be translated" in answer
@@ -121,11 +123,11 @@ def test_an_untranslatable_request_is_refused_before_anything_leaves_the_bridge(
 
 def test_a_non_streamed_request_and_an_upstream_error_are_in_the_agents_protocol() -> None:
     model = ScriptedModel([[text("whole answer")]])
-    with model.serve() as url, Bridge(PassGate(), TranslatingChatUpstream("anthropic", url, KEY)) as bridge:
+    with model.serve() as url, Bridge(PassGate(), TranslatingChatUpstream("anthropic-messages", url, KEY)) as bridge:
         status, answer = post(bridge.base_url, "/v1/messages", {**ANTHROPIC_BODY, "stream": False})
         bridge.finish()
     assert status == 200 and json.loads(answer)["content"][0] == {"type": "text", "text": "whole answer"}
-    with Bridge(PassGate(), TranslatingChatUpstream("anthropic", "http://127.0.0.1:9", KEY)) as bridge:
+    with Bridge(PassGate(), TranslatingChatUpstream("anthropic-messages", "http://127.0.0.1:9", KEY)) as bridge:
         status, answer = post(bridge.base_url, "/v1/messages", ANTHROPIC_BODY)
         bridge.finish()
     assert status == 502 and json.loads(answer)["type"] == "error" and KEY not in answer
@@ -134,13 +136,13 @@ def test_a_non_streamed_request_and_an_upstream_error_are_in_the_agents_protocol
 FAST = RetryPolicy(retries=3, base_delay_s=0.01, max_delay_s=0.05)
 
 
-@pytest.mark.parametrize(("path", "body", "agent"), [("/v1/messages", ANTHROPIC_BODY, "anthropic"),
+@pytest.mark.parametrize(("path", "body", "agent"), [("/v1/messages", ANTHROPIC_BODY, "anthropic-messages"),
                                                      ("/v1/responses", RESPONSES_BODY, "openai-responses")])
 def test_chat_server_failures_before_the_first_byte_are_retried_before_translating(
-        path: str, body: dict[str, Any], agent: AgentProtocol) -> None:
+        path: str, body: dict[str, Any], agent: str) -> None:
     faults = (Fault(429, (("retry-after-ms", "5"),)), Fault(503), Fault(drop="before_first_byte"))
     model = ScriptedModel([Turn((text("after retries"),), faults=faults)])
-    upstream = make_upstream("anthropic-messages" if agent == "anthropic" else "openai-responses", "openai-chat",
+    upstream = make_upstream(agent, "openai-chat",
                              None, KEY, retry=FAST)
     assert isinstance(upstream, TranslatingChatUpstream) and upstream.retry == FAST
     with model.serve() as url, Bridge(PassGate(), TranslatingChatUpstream(agent, url, KEY, retry=FAST)) as bridge:
@@ -153,13 +155,14 @@ def test_chat_server_failures_before_the_first_byte_are_retried_before_translati
     assert [(a.get("status"), a.get("error"), a.get("retry")) for a in attempts] == [
         (429, None, True), (503, None, True), (None, "ServerDisconnectedError", True), (200, None, None)]
     assert attempts[0]["wait_s"] == 0.005 and attempts[0]["reason"].endswith("after Retry-After 0.005s")
-    assert record.facts["translated"] == f"{agent} -> openai-chat" and record.usage is not None
+    assert record.facts["translated"] == TRANSLATED[agent] and record.usage is not None
 
 
 def test_spent_retries_give_the_agent_the_chat_servers_error_in_its_own_protocol() -> None:
     model = ScriptedModel([Turn((text("never"),), faults=(Fault(503), Fault(429, (("Retry-After", "0"),))))])
     once = RetryPolicy(retries=1, base_delay_s=0.01)
-    with model.serve() as url, Bridge(PassGate(), TranslatingChatUpstream("anthropic", url, KEY, retry=once)) as bridge:
+    with model.serve() as url, Bridge(PassGate(), TranslatingChatUpstream("anthropic-messages", url, KEY,
+                                                                          retry=once)) as bridge:
         status, answer = post(bridge.base_url, "/v1/messages", ANTHROPIC_BODY)
         [record] = bridge.records
     error = json.loads(answer)
@@ -170,7 +173,7 @@ def test_spent_retries_give_the_agent_the_chat_servers_error_in_its_own_protocol
 
 def test_a_chat_stream_that_breaks_after_the_first_byte_is_cut_for_the_agent_and_not_retried() -> None:
     model = ScriptedModel([Turn((text("a long answer " * 20),), faults=(Fault(drop="after_first_byte"),))])
-    with model.serve() as url, Bridge(PassGate(), TranslatingChatUpstream("anthropic", url + "/v1", KEY,
+    with model.serve() as url, Bridge(PassGate(), TranslatingChatUpstream("anthropic-messages", url + "/v1", KEY,
                                                                             retry=FAST)) as bridge:
         with pytest.raises(http.client.IncompleteRead):
             post(bridge.base_url, "/v1/messages", ANTHROPIC_BODY)

@@ -59,10 +59,10 @@ def test_the_item_type_that_crashed_the_fuzzer_is_refused() -> None:
 
 @FUZZ
 @given(st.lists(st.dictionaries(st.sampled_from(KEYS), value, max_size=4), max_size=6),
-       st.sampled_from(["anthropic", "openai-responses"]))
+       st.sampled_from(["anthropic-messages", "openai-responses"]))
 def test_answers_translate_or_fail_cleanly(chunks: list[dict[str, Any]], protocol: Any) -> None:
     body = {"model": "m", "messages": [], "input": "x", "stream": True}
-    agent = {k: v for k, v in body.items() if k != ("input" if protocol == "anthropic" else "messages")}
+    agent = {k: v for k, v in body.items() if k != ("input" if protocol == "anthropic-messages" else "messages")}
     answer = AnswerStream(prepare(protocol, agent), answer_id="a")
     out = b"".join(answer.feed(b"data: " + json.dumps(chunk).encode() + b"\n\n") for chunk in chunks)
     out += answer.feed(b"data: [DONE]\n\n") + answer.close()
@@ -77,7 +77,7 @@ def test_answers_translate_or_fail_cleanly(chunks: list[dict[str, Any]], protoco
        st.builds(SamplingPins, model=st.sampled_from([None, "x"]), temperature=st.sampled_from([None, 0.5]),
                  seed=st.sampled_from([None, 3]), max_output_tokens=st.sampled_from([None, 100]),
                  disable_thinking=st.booleans(), reasoning_effort=st.sampled_from([None, "low"])),
-       st.sampled_from(["anthropic", "openai-chat", "openai-responses"]))
+       st.sampled_from(["anthropic-messages", "openai-chat", "openai-responses"]))
 def test_pins_apply_or_are_refused(body: dict[str, Any], pins: SamplingPins, protocol: Any) -> None:
     try:
         out, changes = apply_pins(protocol, body, pins)

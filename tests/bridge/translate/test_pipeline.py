@@ -36,7 +36,7 @@ def wire(blocks: list[dict[str, Any]]) -> bytes:
 
 
 def test_prepare_a_real_claude_request_with_pins(chat_request_valid: Check) -> None:
-    prepared = prepare("anthropic", json.loads(CLAUDE.read_text()), PINS)
+    prepared = prepare("anthropic-messages", json.loads(CLAUDE.read_text()), PINS)
     chat_request_valid(prepared.body)
     assert prepared.model == "qwen3-8b" and prepared.stream
     assert prepared.body["temperature"] == 0.0 and prepared.body["seed"] == 7
@@ -53,14 +53,15 @@ def test_prepare_a_real_codex_request() -> None:
 
 def test_pins_go_on_the_chat_body() -> None:
     """A seed is a Chat field: pinned for Claude Code too once its request is translated (Anthropic has none)."""
-    prepared = prepare("anthropic", json.loads(CLAUDE.read_text()), SamplingPins(seed=1, max_output_tokens=2048))
+    prepared = prepare("anthropic-messages", json.loads(CLAUDE.read_text()),
+                       SamplingPins(seed=1, max_output_tokens=2048))
     assert prepared.body["seed"] == 1 and prepared.body["max_tokens"] == 2048
     assert "thinking" not in prepared.body
 
 
 @pytest.mark.parametrize("split", [1, 7, 10_000])
 def test_answer_bytes_for_claude(split: int) -> None:
-    prepared = prepare("anthropic", json.loads(CLAUDE.read_text()), PINS)
+    prepared = prepare("anthropic-messages", json.loads(CLAUDE.read_text()), PINS)
     answer = AnswerStream(prepared, answer_id="msg_1")
     data = wire([text("Running."), tool_use("Bash", {"command": "echo four"}, id="toolu_x")])
     out = b"".join(answer.feed(data[i:i + split]) for i in range(0, len(data), split)) + answer.close()
@@ -83,7 +84,7 @@ def test_answer_bytes_for_codex() -> None:
 
 
 def test_an_unreadable_upstream_stream_fails_the_answer_once() -> None:
-    answer = AnswerStream(prepare("anthropic", {"model": "m", "messages": [], "stream": True}), answer_id="m")
+    answer = AnswerStream(prepare("anthropic-messages", {"model": "m", "messages": [], "stream": True}), answer_id="m")
     first = parse_sse(answer.feed(b'data: {"choices": [{"index": 0, "delta": {"content": "a"}}]}\n\n'))
     failed = parse_sse(answer.feed(b"data: {broken\n\n"))
     assert [n for n, _ in first] == ["message_start", "content_block_start", "content_block_delta"]
@@ -103,10 +104,11 @@ def test_a_stream_cut_before_the_finish_fails_at_close() -> None:
 def test_whole_answers() -> None:
     message, finish = chat_message([text("done")], str)
     completion = json.dumps(chat_completion("c1", "m", message, finish)).encode()
-    anthropic, _ = whole_answer(prepare("anthropic", {"model": "m", "messages": []}), completion, answer_id="msg")
+    anthropic, _ = whole_answer(prepare("anthropic-messages", {"model": "m", "messages": []}), completion,
+                                answer_id="msg")
     assert anthropic["content"] == [{"type": "text", "text": "done"}] and anthropic["stop_reason"] == "end_turn"
     responses, _ = whole_answer(prepare("openai-responses", {"model": "m", "input": "x"}), completion,
                                 answer_id="resp")
     assert responses["output"][0]["content"][0]["text"] == "done"
     with pytest.raises(TranslationError):
-        whole_answer(prepare("anthropic", {"model": "m", "messages": []}), b"<html>", answer_id="m")
+        whole_answer(prepare("anthropic-messages", {"model": "m", "messages": []}), b"<html>", answer_id="m")

@@ -22,7 +22,7 @@ def claude_request() -> dict[str, Any]:
 def test_anthropic_pins_on_a_real_claude_request() -> None:
     body = claude_request()
     before = json.dumps(body)
-    out, changes = apply_pins("anthropic", body, SamplingPins(model="other", temperature=0.0, top_p=0.9,
+    out, changes = apply_pins("anthropic-messages", body, SamplingPins(model="other", temperature=0.0, top_p=0.9,
                                                             max_output_tokens=4096, disable_thinking=True))
     assert json.dumps(body) == before  # the input is not modified
     assert out["model"] == "other" and out["temperature"] == 0.0 and out["top_p"] == 0.9
@@ -71,7 +71,7 @@ def test_nested_pins_never_modify_the_input() -> None:
     cases: list[tuple[Any, dict[str, Any], SamplingPins]] = [
         ("openai-chat", chat, SamplingPins(disable_thinking=True)),
         ("openai-responses", responses, SamplingPins(reasoning_effort="low")),
-        ("anthropic", anthropic, SamplingPins(disable_thinking=True))]
+        ("anthropic-messages", anthropic, SamplingPins(disable_thinking=True))]
     for protocol, body, pins in cases:
         before = json.dumps(body)
         out, changes = apply_pins(protocol, body, pins)
@@ -79,7 +79,7 @@ def test_nested_pins_never_modify_the_input() -> None:
     assert chat["chat_template_kwargs"] == {"foo": 1} and responses["reasoning"] == {"effort": "medium"}
     out, changes = apply_pins("openai-chat", chat, SamplingPins(disable_thinking=True))
     assert out["messages"] is chat["messages"]
-    out, changes = apply_pins("anthropic", anthropic, SamplingPins(disable_thinking=True))
+    out, changes = apply_pins("anthropic-messages", anthropic, SamplingPins(disable_thinking=True))
     assert out["context_management"] == {"edits": [{"type": "clear_tool_uses_20250919"}]}
     assert Change("context_management.edits", anthropic["context_management"]["edits"],
                   out["context_management"]["edits"]) in changes
@@ -87,8 +87,8 @@ def test_nested_pins_never_modify_the_input() -> None:
 
 
 @pytest.mark.parametrize(("protocol", "pins"), [
-    ("anthropic", SamplingPins(seed=1)),
-    ("anthropic", SamplingPins(reasoning_effort="low")),
+    ("anthropic-messages", SamplingPins(seed=1)),
+    ("anthropic-messages", SamplingPins(reasoning_effort="low")),
     ("openai-responses", SamplingPins(seed=1)),
     ("openai-responses", SamplingPins(disable_thinking=True)),
 ])
@@ -100,7 +100,7 @@ def test_pins_a_protocol_cannot_express_are_refused(protocol: Any, pins: Samplin
 def test_anthropic_max_tokens_must_exceed_the_thinking_budget() -> None:
     body = {"model": "m", "max_tokens": 8000, "thinking": {"type": "enabled", "budget_tokens": 4000}}
     with pytest.raises(UnsupportedPin, match="thinking budget"):
-        apply_pins("anthropic", body, SamplingPins(max_output_tokens=2000))
+        apply_pins("anthropic-messages", body, SamplingPins(max_output_tokens=2000))
 
 
 @pytest.mark.parametrize("bad", [dict(temperature=3.0), dict(top_p=-0.1), dict(max_output_tokens=0),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from forkpoint.adapters.spec import OPENAI_CHAT, AgentSpec, FormatFamily, NpmPackage
+from forkpoint.adapters.spec import AgentSpec, FormatFamily, NpmPackage
 
 #: record types Claude Code writes before (or instead of) its first message line
 _BOOKKEEPING = ("queue-operation", "summary", "last-prompt", "file-history-snapshot")
@@ -28,7 +28,7 @@ SPEC = AgentSpec(
     runtime=NpmPackage("@anthropic-ai/claude-code", "claude", "@anthropic-ai/claude-code-", "claude"),
     native_format="claude-code/session-jsonl",
     protocol="anthropic-messages",
-    more_upstreams=(OPENAI_CHAT,),
+    more_upstreams=("openai-chat",),
     # the executor and continuation run through any sandbox, and rewrite recorded paths (--path-map)
     sandbox_features=frozenset({"local", "bwrap", "path_map"}),
     sniff=sniff,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from forkpoint.adapters.spec import OPENAI_CHAT, AgentSpec, FormatFamily, NpmPackage
+from forkpoint.adapters.spec import AgentSpec, FormatFamily, NpmPackage
 
 #: the event types of ``codex exec --json`` stdout (not a rollout: detected to be named, then refused by the parser)
 EXEC_JSON_EVENTS = frozenset({"thread.started", "turn.started", "turn.completed", "turn.failed", "item.started",
@@ -40,7 +40,7 @@ SPEC = AgentSpec(
     runtime=NpmPackage("@openai/codex", "codex", "@openai/codex-", "vendor/*/bin/codex", run_native=True),
     native_format="codex/rollout-jsonl",
     protocol="openai-responses",
-    more_upstreams=(OPENAI_CHAT,),
+    more_upstreams=("openai-chat",),
     sandbox_features=frozenset({"local", "bwrap", "path_map"}),
     sniff=sniff,
     version_field="cli_version in session_meta",

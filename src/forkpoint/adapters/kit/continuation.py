@@ -59,6 +59,7 @@ from forkpoint.core.model import (
     Plan,
     RunContext,
 )
+from forkpoint.core.protocols import outgoing_protocol
 from forkpoint.core.results import write_json
 from forkpoint.sandbox import local_sandbox
 
@@ -302,7 +303,6 @@ class Pinning:
 
     def __call__(self, body: JsonObject, facts: JsonObject) -> JsonObject:
         from forkpoint.bridge.translate.sampling import apply_pins
-        from forkpoint.run.request import protocol_name
 
         if self.translated:
             if self.sent_model is None:
@@ -313,7 +313,7 @@ class Pinning:
                                                      "bridge log's pins facts)"}]
             return body
         if self.pins is not None:
-            body, changes = apply_pins(protocol_name(self.protocol), body, self.pins)
+            body, changes = apply_pins(self.protocol, body, self.pins)
             facts["pins"] = [change.as_json() for change in changes]
             if self.first_changes is None:
                 self.first_changes = facts["pins"]
@@ -404,15 +404,6 @@ def make_upstream(protocol: str, settings: ContinueSettings) -> Upstream:
                         settings.answer_timeout_s)
     return from_registry(protocol, settings.upstream, settings.upstream_url, settings.upstream_key,
                          Pinning.of(protocol, settings).pins, patience=patience)
-
-
-def outgoing_protocol(agent_protocol: str, upstream_name: str | None) -> str:
-    """The wire protocol of the requests that leave the bridge: the upstream's (a translating upstream speaks its
-    own), else (the stub, or no choice) the agent's. Pins are applied in this protocol."""
-    from forkpoint.adapters.spec import PROTOCOL_UPSTREAM
-
-    return next((protocol for protocol, upstream in PROTOCOL_UPSTREAM.items() if upstream.name == upstream_name),
-                agent_protocol)
 
 
 # -- helpers the hooks share ------------------------------------------------------------------------------------------

@@ -1,10 +1,9 @@
-"""The bridge's wire protocols and the upstream registry (modules load lazily: a run imports only its own).
-
-One module per protocol: ``anthropic`` (Claude Code), ``openai_responses`` (Codex), ``openai_chat`` (OpenCode, Pi,
-mini-swe-agent, OpenHands) with its upstream, its stub and its SSE encoding; ``chat_gate`` is the one Chat
-Completions gate. ``make_upstream`` replaces the per-adapter upstream tables: an agent names its native protocol
-and the run's ``--upstream`` choice. A translating upstream (an agent's protocol to another upstream protocol) is
-one more registry entry keyed by (agent protocol, upstream name).
+"""The bridge's wire protocols: one module per protocol, each exporting its ``ProtocolSpec`` as ``SPEC``
+(``anthropic``: Claude Code; ``openai_responses``: Codex; ``openai_chat``: OpenCode, Pi, mini-swe-agent,
+OpenHands, with the one Chat Completions gate), registered in ``forkpoint.core.protocols.PROTOCOLS`` and loaded
+lazily: a run imports only its own. ``make_upstream`` picks the upstream from an agent's protocol and the run's
+``--upstream`` choice; a translating upstream (an agent's protocol to another upstream protocol) exists where the
+agent's spec has a ``chat`` translation and the upstream's spec a ``translating`` upstream.
 """
 
 from __future__ import annotations
@@ -16,14 +15,12 @@ from typing import TYPE_CHECKING
 from forkpoint.bridge.translate.retry import RetryPolicy
 from forkpoint.bridge.upstream import ANSWER_TIMEOUT_S, IDLE_TIMEOUT_S, NO_RETRIES, Upstream
 from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.protocols import PROTOCOLS, STUB, UPSTREAMS, by_upstream, load
 
 if TYPE_CHECKING:  # the translators load only for a translating run
     from aiohttp import web
 
-    from forkpoint.bridge.translate.pipeline import AgentProtocol
     from forkpoint.bridge.translate.sampling import SamplingPins
-
-STUB = "stub"
 
 
 @dataclass(frozen=True)
@@ -39,77 +36,16 @@ class Patience:
         return {"read_timeout_s": self.idle_s, "answer_timeout_s": self.answer_s}
 
 
-def _anthropic(url: str | None, key: str | None, patience: Patience) -> Upstream:
-    from forkpoint.bridge.protocols import anthropic
-
-    if key is None:
-        return anthropic.AnthropicStubUpstream()
-    return anthropic.AnthropicUpstream(url or "", key, retry=patience.retry, **patience.options())
-
-
-def _responses(url: str | None, key: str | None, patience: Patience) -> Upstream:
-    from forkpoint.bridge.protocols import openai_responses
-
-    if key is None:
-        return openai_responses.ResponsesStubUpstream()
-    return openai_responses.OpenAIResponsesUpstream(url or "", key, retry=patience.retry, **patience.options())
-
-
-def _chat(url: str | None, key: str | None, patience: Patience) -> Upstream:
-    from forkpoint.bridge.protocols import openai_chat
-
-    if key is None:
-        return openai_chat.ChatStubUpstream()
-    return openai_chat.OpenAIChatUpstream(url or "", key, retry=patience.retry, **patience.options())
-
-
-@dataclass(frozen=True)
-class UpstreamKind:
-    """One ``--upstream`` choice: the wire protocol it speaks; ``build(url, key, patience)`` is the pass-through,
-    ``build(None, None, patience)`` the stub of that protocol (a stub never fails: nothing to retry)."""
-
-    protocol: str
-    build: Callable[[str | None, str | None, Patience], Upstream]
-    default_url: str
-    key_env: str
-
-
-#: ``--upstream`` name -> the upstream (the agents' wire protocols: anthropic-messages, openai-responses, openai-chat)
-UPSTREAMS: dict[str, UpstreamKind] = {
-    "anthropic": UpstreamKind("anthropic-messages", _anthropic, "https://api.anthropic.com", "ANTHROPIC_API_KEY"),
-    "openai-responses": UpstreamKind("openai-responses", _responses, "https://api.openai.com/v1", "OPENAI_API_KEY"),
-    "openai-chat": UpstreamKind("openai-chat", _chat, "https://api.openai.com/v1", "OPENAI_API_KEY"),
-}
-
-
-TranslatingBuild = Callable[[str | None, str | None, "SamplingPins | None", Patience], Upstream]
-
-
-def _translating(agent: AgentProtocol) -> TranslatingBuild:
-    def build(url: str | None, key: str | None, pins: SamplingPins | None, patience: Patience) -> Upstream:
-        from forkpoint.bridge.protocols.translating import TranslatingChatUpstream
-
-        return TranslatingChatUpstream(agent, url or "", key or "", pins, patience.retry, **patience.options())
-
-    return build
-
-
-#: (agent protocol, ``--upstream`` name) -> a translating upstream (the agent's protocol to the upstream's)
-TRANSLATING: dict[tuple[str, str], TranslatingBuild] = {
-    ("anthropic-messages", "openai-chat"): _translating("anthropic"),
-    ("openai-responses", "openai-chat"): _translating("openai-responses"),
-}
+def translations() -> list[tuple[str, str]]:
+    """Every (agent protocol, ``--upstream`` value) forkpoint translates (loads every protocol: for messages)."""
+    return [(agent, wire.upstream) for agent in PROTOCOLS for wire in PROTOCOLS.values()
+            if agent != wire.name and load(agent).chat is not None and load(wire.name).translating is not None]
 
 
 def refusal_for(protocol: str) -> Callable[[int, str], web.Response]:
     """The error an agent speaking ``protocol`` does not retry (``invalid_request_error`` in its shape): what the
     bridge answers once it stopped forwarding."""
-    from forkpoint.bridge.protocols.openai import openai_error_response
-    from forkpoint.bridge.upstream import error_response
-
-    if protocol == "anthropic-messages":
-        return lambda status, message: error_response(status, "invalid_request_error", message)
-    return lambda status, message: openai_error_response(status, "invalid_request_error", message, "upstream_failed")
+    return load(protocol).refusal
 
 
 def make_upstream(protocol: str, upstream_name: str, url: str | None, key: str | None,
@@ -122,24 +58,25 @@ def make_upstream(protocol: str, upstream_name: str, url: str | None, key: str |
     agent are retried (``--upstream-retries``; without it the upstream calls once); ``patience``, when given, holds
     that policy and the idle and answer timeouts (``retry`` is then ignored)."""
     patience = patience or Patience(retry)
-    native = next((kind for kind in UPSTREAMS.values() if kind.protocol == protocol), None)
-    if native is None:
-        known = ", ".join(sorted({kind.protocol for kind in UPSTREAMS.values()}))
-        raise ReplayError(ErrorKind.CONFIGURATION, f"no bridge protocol {protocol!r} (known: {known})")
+    if protocol not in PROTOCOLS:
+        raise ReplayError(ErrorKind.CONFIGURATION, f"no bridge protocol {protocol!r} (known: "
+                                                   f"{', '.join(sorted(PROTOCOLS))})")
+    agent = load(protocol)
     if upstream_name == STUB:
-        return native.build(None, None, patience)
-    kind = UPSTREAMS.get(upstream_name)
-    if kind is None:
+        return agent.stub()
+    chosen = by_upstream(upstream_name)
+    if chosen is None:
         raise ReplayError(ErrorKind.CONFIGURATION, f"unknown upstream {upstream_name!r} (known: "
-                                                   f"{', '.join([*UPSTREAMS, STUB])})")
-    translating = TRANSLATING.get((protocol, upstream_name))
-    if kind.protocol != protocol and translating is None:
-        pairs = ", ".join(f"{agent} -> {name}" for agent, name in TRANSLATING)
+                                                   f"{', '.join(UPSTREAMS)})")
+    target = load(chosen.name)
+    translating = chosen.name != protocol
+    if translating and (agent.chat is None or target.translating is None):
+        pairs = ", ".join(f"{agent} -> {name}" for agent, name in translations())
         raise ReplayError(ErrorKind.CONFIGURATION, f"an agent speaking {protocol} cannot use the {upstream_name} "
                                                    f"upstream (forkpoint translates only {pairs})")
     if not key:
-        raise ReplayError(ErrorKind.CONFIGURATION, f"the {upstream_name} upstream needs {kind.key_env} in "
+        raise ReplayError(ErrorKind.CONFIGURATION, f"the {upstream_name} upstream needs {chosen.key_env} in "
                                                    "forkpoint's environment (or use --upstream stub)")
-    if translating is not None:
-        return translating(url or kind.default_url, key, pins, patience)
-    return kind.build(url or kind.default_url, key, patience)
+    if translating:
+        return target.translating_upstream(protocol, url or chosen.default_url, key, pins, patience)
+    return target.passthrough(url or chosen.default_url, key, patience)

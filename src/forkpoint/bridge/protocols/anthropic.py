@@ -7,11 +7,14 @@ content block ``content_block_start`` / deltas / ``content_block_stop``, ``messa
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from typing import Any, ClassVar
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from aiohttp import web
 
+from forkpoint.bridge.protocols.spec import ChatTranslation, ProtocolSpec
+from forkpoint.bridge.tool_schemas import from_anthropic
+from forkpoint.bridge.translate.sampling import anthropic_pins
 from forkpoint.bridge.upstream import (
     CHUNK,
     HttpUpstream,
@@ -23,14 +26,21 @@ from forkpoint.bridge.upstream import (
     stream_events,
 )
 from forkpoint.core.model import JsonObject
+from forkpoint.core.protocols import wire
 
-PROTOCOL = "anthropic"
+if TYPE_CHECKING:
+    from forkpoint.bridge.protocols import Patience
+    from forkpoint.bridge.translate.common import ChatOptions, Translated
+    from forkpoint.bridge.translate.pipeline import Prepared
+    from forkpoint.bridge.translate.sequencer import BlockSequencer
+
+PROTOCOL = "anthropic-messages"
 
 
 class AnthropicUpstream(HttpUpstream):
     """POST the cleaned body to ``<base_url>/v1/messages`` with the bridge's key; stream the answer back."""
 
-    name = "anthropic"
+    name = wire(PROTOCOL).upstream
     passed_response_headers: ClassVar[frozenset[str]] = frozenset({
         "content-type", "content-encoding", "cache-control", "retry-after", "request-id", "x-request-id"})
     passed_response_prefixes: ClassVar[tuple[str, ...]] = ("anthropic-",)
@@ -76,7 +86,7 @@ def message_events(message: JsonObject, blocks: list[JsonObject], stop_reason: s
     yield "message_stop", {"type": "message_stop"}
 
 
-def encode(events: Iterator[tuple[str, JsonObject]]) -> list[bytes]:
+def encode(events: Iterable[tuple[str, JsonObject]]) -> list[bytes]:
     return [sse_event(event, data) for event, data in events]
 
 
@@ -100,3 +110,46 @@ class AnthropicStubUpstream(LocalStub):
         blocks: list[JsonObject] = [{"type": "text", "text": self.text}]
         events = message_events(message, blocks, "end_turn", 1, chunk=max(1, len(self.text)))
         return await stream_events(request, encode(events)), Sent(200, False)
+
+
+def agent_error(status: int, message: str) -> web.Response:
+    """An upstream failure as the Anthropic API reports it (Claude Code retries rate limits and overloads)."""
+    kind = "rate_limit_error" if status == 429 else "overloaded_error" if status in (503, 529) else "api_error"
+    return error_response(status, kind, message)
+
+
+# the translators load only for a translating run
+def _to_chat(body: JsonObject, options: ChatOptions) -> Translated:
+    from forkpoint.bridge.translate.anthropic_chat import anthropic_to_chat
+
+    return anthropic_to_chat(body, options)
+
+
+def _stream(prepared: Prepared, answer_id: str) -> BlockSequencer:
+    from forkpoint.bridge.translate.anthropic_answer import ChatToAnthropicStream
+
+    return ChatToAnthropicStream(message_id=answer_id, model=prepared.model)
+
+
+def _whole(completion: JsonObject, prepared: Prepared, answer_id: str) -> tuple[JsonObject, list[str]]:
+    from forkpoint.bridge.translate.anthropic_answer import chat_completion_to_anthropic
+
+    return chat_completion_to_anthropic(completion, message_id=answer_id, model=prepared.model)
+
+
+def _passthrough(url: str, key: str, patience: Patience) -> AnthropicUpstream:
+    return AnthropicUpstream(url, key, retry=patience.retry, **patience.options())
+
+
+def _refusal(status: int, message: str) -> web.Response:
+    """What Claude Code does not retry: an ``invalid_request_error``."""
+    return error_response(status, "invalid_request_error", message)
+
+
+SPEC = ProtocolSpec(
+    name=PROTOCOL, passthrough=_passthrough, stub=AnthropicStubUpstream, encode=encode, pins=anthropic_pins,
+    tool_schemas=from_anthropic, error=agent_error, refusal=_refusal,
+    sample_request={"model": "claude-sonnet-4-5", "max_tokens": 64,
+                    "messages": [{"role": "user", "content": "hello"}]},
+    chat=ChatTranslation("openai-chat", _to_chat, _stream, _whole, "msg_forkpoint_"),
+)

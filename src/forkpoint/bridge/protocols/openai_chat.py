@@ -29,18 +29,25 @@ never appear, and helper (non-step) requests. The rules every profile shares:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from aiohttp import web
 
 from forkpoint.bridge.gate import PrefixGate, Refusal, Verdict, checked, nonce_position, open_request, refuse_nonce_in
-from forkpoint.bridge.protocols.openai import OpenAIUpstream, model_of
+from forkpoint.bridge.protocols.openai import OpenAIUpstream, model_of, openai_error_response
+from forkpoint.bridge.protocols.spec import ProtocolSpec
+from forkpoint.bridge.tool_schemas import from_chat
+from forkpoint.bridge.translate.sampling import chat_pins
 from forkpoint.bridge.upstream import CHUNK, LocalStub, Sent, sse_event, stream_events
 from forkpoint.core.hashing import canonical_sha256, count_text
 from forkpoint.core.model import JsonObject
+from forkpoint.core.protocols import wire
+
+if TYPE_CHECKING:
+    from forkpoint.bridge.protocols import Patience
 
 PROTOCOL = "openai-chat"
 CREATED = 1767225600
@@ -50,7 +57,7 @@ ROUTES = frozenset({"/v1/chat/completions", "/chat/completions"})
 class OpenAIChatUpstream(OpenAIUpstream):
     """OpenAI Chat Completions (OpenCode's openai-compatible provider, Pi's openai-completions, litellm)."""
 
-    name = "openai-chat"
+    name = wire(PROTOCOL).upstream
     endpoint = "/chat/completions"
 
 
@@ -131,9 +138,14 @@ def wants_usage(body: JsonObject) -> bool:
     return isinstance(options, dict) and options.get("include_usage") is True
 
 
-def encode(chunks: Iterator[JsonObject]) -> list[bytes]:
+def encode(chunks: Iterable[JsonObject]) -> list[bytes]:
     """The SSE bytes of a streamed answer, ``[DONE]`` included."""
     return [*(sse_data(chunk) for chunk in chunks), sse_data("[DONE]")]
+
+
+def encode_events(events: Iterable[tuple[str, JsonObject]]) -> list[bytes]:
+    """The codec's form of ``encode``: Chat chunks are unnamed ``data:`` lines (the event name is not sent)."""
+    return encode(data for _, data in events)
 
 
 class ChatStubUpstream(LocalStub):
@@ -329,7 +341,7 @@ def compare(expected: ExpectedChat, conversation: Sequence[Any], offset: int, *,
 class ChatGate(PrefixGate[ExpectedChat]):
     """Chat Completions requests from a resumed agent, checked against ``expected`` with the agent's profile."""
 
-    name = "openai-chat"
+    name = PROTOCOL
     model_routes = ROUTES
 
     def __init__(self, profile: ChatProfile, expected: ExpectedChat, boundary_prompt: str | None = None) -> None:
@@ -441,3 +453,29 @@ class ChatGate(PrefixGate[ExpectedChat]):
 def _shape(message: JsonObject) -> str:
     """The nonce message's shape, as a refusal names it (``{role, content}`` or its block list)."""
     return "{role, content}" if isinstance(message.get("content"), str) else "{role, content: [text block]}"
+
+
+# -- the registry's spec -------------------------------------------------------------------------------------------
+
+
+def agent_error(status: int, message: str) -> web.Response:
+    """An upstream failure as the OpenAI API reports it."""
+    return openai_error_response(status, "rate_limit_exceeded" if status == 429 else "server_error", message,
+                                 "upstream_error")
+
+
+def _passthrough(url: str, key: str, patience: Patience) -> OpenAIChatUpstream:
+    return OpenAIChatUpstream(url, key, retry=patience.retry, **patience.options())
+
+
+def _refusal(status: int, message: str) -> web.Response:
+    """What OpenAI clients do not retry: an ``invalid_request_error``."""
+    return openai_error_response(status, "invalid_request_error", message, "upstream_failed")
+
+
+SPEC = ProtocolSpec(
+    name=PROTOCOL, passthrough=_passthrough, stub=ChatStubUpstream, encode=encode_events, pins=chat_pins,
+    tool_schemas=from_chat, error=agent_error, refusal=_refusal,
+    sample_request={"model": "gpt-5", "messages": [{"role": "user", "content": "hello"}]},
+    translating="forkpoint.bridge.protocols.translating:TranslatingChatUpstream",
+)

@@ -7,13 +7,24 @@ per output item ``response.output_item.added`` / its deltas / ``response.output_
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from forkpoint.bridge.protocols.openai import OpenAIUpstream, model_of
+from forkpoint.bridge.protocols.openai import OpenAIUpstream, model_of, openai_error_response
+from forkpoint.bridge.protocols.spec import ChatTranslation, ProtocolSpec
+from forkpoint.bridge.tool_schemas import from_responses
+from forkpoint.bridge.translate.sampling import responses_pins
 from forkpoint.bridge.upstream import CHUNK, LocalStub, Sent, pieces, sse_event, stream_events
 from forkpoint.core.model import JsonObject
+from forkpoint.core.protocols import wire
+
+if TYPE_CHECKING:
+    from forkpoint.bridge.protocols import Patience
+    from forkpoint.bridge.translate.common import ChatOptions, Translated
+    from forkpoint.bridge.translate.pipeline import Prepared
+    from forkpoint.bridge.translate.sequencer import BlockSequencer
 
 PROTOCOL = "openai-responses"
 CREATED = 1767225600
@@ -27,7 +38,7 @@ STREAMED_CALL_FIELDS = {
 class OpenAIResponsesUpstream(OpenAIUpstream):
     """The OpenAI Responses API (Codex)."""
 
-    name = "openai-responses"
+    name = wire(PROTOCOL).upstream
     endpoint = "/responses"
 
 
@@ -80,7 +91,7 @@ def response_events(envelope: JsonObject, items: list[JsonObject], usage: JsonOb
     yield "response.completed", {"response": {**envelope, "status": "completed", "output": items, "usage": usage}}
 
 
-def encode(events: Iterator[tuple[str, JsonObject]]) -> list[bytes]:
+def encode(events: Iterable[tuple[str, JsonObject]]) -> list[bytes]:
     """The SSE bytes of the events, each with its ``type`` and ``sequence_number``."""
     return [sse_event(event, {"type": event, "sequence_number": number, **data})
             for number, (event, data) in enumerate(events)]
@@ -106,3 +117,48 @@ class ResponsesStubUpstream(LocalStub):
                 200, False)
         events = response_events(envelope, [item], usage, chunk=max(1, len(self.text)))
         return await stream_events(request, encode(events)), Sent(200, False)
+
+
+def agent_error(status: int, message: str) -> web.Response:
+    """An upstream failure as the OpenAI API reports it (Codex retries rate limits)."""
+    return openai_error_response(status, "rate_limit_exceeded" if status == 429 else "server_error", message,
+                                 "upstream_error")
+
+
+# the translators load only for a translating run
+def _to_chat(body: JsonObject, options: ChatOptions) -> Translated:
+    from forkpoint.bridge.translate.responses_chat import responses_to_chat
+
+    return responses_to_chat(body, options)
+
+
+def _stream(prepared: Prepared, answer_id: str) -> BlockSequencer:
+    from forkpoint.bridge.translate.responses_answer import ChatToResponsesStream
+
+    return ChatToResponsesStream(response_id=answer_id, model=prepared.model, custom_tools=prepared.custom_tools,
+                                 request=prepared.agent_body)
+
+
+def _whole(completion: JsonObject, prepared: Prepared, answer_id: str) -> tuple[JsonObject, list[str]]:
+    from forkpoint.bridge.translate.responses_answer import chat_completion_to_responses
+
+    return chat_completion_to_responses(completion, response_id=answer_id, model=prepared.model,
+                                        custom_tools=prepared.custom_tools, request=prepared.agent_body)
+
+
+def _passthrough(url: str, key: str, patience: Patience) -> OpenAIResponsesUpstream:
+    return OpenAIResponsesUpstream(url, key, retry=patience.retry, **patience.options())
+
+
+def _refusal(status: int, message: str) -> web.Response:
+    """What OpenAI clients do not retry: an ``invalid_request_error``."""
+    return openai_error_response(status, "invalid_request_error", message, "upstream_failed")
+
+
+SPEC = ProtocolSpec(
+    name=PROTOCOL, passthrough=_passthrough, stub=ResponsesStubUpstream, encode=encode, pins=responses_pins,
+    tool_schemas=from_responses, error=agent_error, refusal=_refusal,
+    sample_request={"model": "gpt-5", "input": [{"type": "message", "role": "user",
+                                                 "content": [{"type": "input_text", "text": "hello"}]}]},
+    chat=ChatTranslation("openai-chat", _to_chat, _stream, _whole, "resp_forkpoint_"),
+)

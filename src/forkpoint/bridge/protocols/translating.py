@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from typing import ClassVar
 
 import aiohttp
 import orjson
 from aiohttp import web
 
-from forkpoint.bridge.protocols.openai import openai_error_response
 from forkpoint.bridge.protocols.openai_chat import OpenAIChatUpstream
 from forkpoint.bridge.translate.common import TranslationError
-from forkpoint.bridge.translate.pipeline import AgentProtocol, AnswerStream, Prepared, prepare, whole_answer
+from forkpoint.bridge.translate.pipeline import AnswerStream, Prepared, prepare, translation_of, whole_answer
 from forkpoint.bridge.translate.retry import RetryPolicy
 from forkpoint.bridge.translate.sampling import SamplingPins
 from forkpoint.bridge.translate.usage import Usage
@@ -35,7 +33,6 @@ from forkpoint.bridge.upstream import (
     cut,
     end_for_agent,
     error_message,
-    error_response,
     failed_attempt,
     failure_of,
     next_chunk,
@@ -45,6 +42,7 @@ from forkpoint.bridge.upstream import (
 )
 from forkpoint.bridge.usage_tap import usage_of
 from forkpoint.core.model import JsonObject
+from forkpoint.core.protocols import load, wire
 
 #: the most of a non-streamed completion or an upstream error body the bridge reads
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
@@ -52,15 +50,14 @@ PASSED_ERROR_HEADERS = ("retry-after", "retry-after-ms", "x-should-retry")
 
 
 class TranslatingChatUpstream(OpenAIChatUpstream):
-    """An agent speaking ``agent`` (``anthropic`` or ``openai-responses``) answered by a Chat Completions server."""
+    """An agent speaking ``agent`` (a registered protocol with a ``chat`` translation) answered by a Chat
+    Completions server (its ``name`` is the Chat upstream's)."""
 
-    name = "openai-chat"
-    id_prefix: ClassVar[dict[str, str]] = {"anthropic": "msg_forkpoint_", "openai-responses": "resp_forkpoint_"}
-
-    def __init__(self, agent: AgentProtocol, base_url: str, api_key: str, pins: SamplingPins | None = None,
+    def __init__(self, agent: str, base_url: str, api_key: str, pins: SamplingPins | None = None,
                  retry: RetryPolicy = NO_RETRIES, **timeouts: float) -> None:
         super().__init__(base_url, api_key, retry=retry, **timeouts)
         self.agent = agent
+        self.id_prefix = translation_of(agent).id_prefix
         #: --model and the sampling pins go on the TRANSLATED body (the Chat server's fields)
         self.pins = pins or SamplingPins()
 
@@ -74,20 +71,14 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
 
     def error(self, status: int, message: str) -> web.Response:
         """An error in the AGENT's protocol (the agent parses it, not the Chat server)."""
-        if self.agent == "anthropic":
-            kind = "rate_limit_error" if status == 429 else "overloaded_error" if status in (503, 529) else "api_error"
-            return error_response(status, kind, message)
-        return openai_error_response(status, "rate_limit_exceeded" if status == 429 else "server_error", message,
-                                     "upstream_error")
+        return load(self.agent).error(status, message)
 
     def refusal(self, status: int, message: str) -> web.Response:
         """The agent's protocol's non-retryable error (a deterministic failure of the Chat server)."""
-        if self.agent == "anthropic":
-            return error_response(status, "invalid_request_error", message)
-        return openai_error_response(status, "invalid_request_error", message, "upstream_failed")
+        return load(self.agent).refusal(status, message)
 
     def answer_id(self) -> str:
-        return self.id_prefix[self.agent] + secrets.token_hex(12)
+        return self.id_prefix + secrets.token_hex(12)
 
     async def send(self, request: web.Request, body: JsonObject) -> tuple[web.StreamResponse, Sent]:
         assert self._session is not None, "upstream not opened"
@@ -95,7 +86,8 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
             prepared = prepare(self.agent, body, self.pins)
         except TranslationError as error:
             raise UpstreamRefusal(f"the request cannot be translated to Chat Completions: {error}") from None
-        facts: JsonObject = {"translated": f"{self.agent} -> openai-chat", "losses": sorted(set(prepared.losses))}
+        facts: JsonObject = {"translated": f"{wire(self.agent).upstream} -> {self.name}",
+                             "losses": sorted(set(prepared.losses))}
         if prepared.changes:
             facts["pins"] = [change.as_json() for change in prepared.changes]
         clock = self.clock()

@@ -1,30 +1,31 @@
 """The translating upstream's pure core, bytes in and bytes out, for the bridge's I/O shell to drive.
 
-Request side: ``prepare`` translates a validated Anthropic or Responses body into the Chat body to POST and
-applies the sampling pins to it (pins land on the body that leaves the bridge). Answer side: ``AnswerStream``
-takes the upstream's SSE bytes as they arrive and returns the agent's SSE bytes for them (``feed``), then the
-rest at the end of the body (``close``); ``whole_answer`` does the same for a non-streamed completion. The shell
-writes whatever comes back at once, so translation adds no buffering beyond what ``anthropic_answer`` and
-``responses_answer`` describe. An unreadable upstream stream ends the answer with the protocol's failure event
-and sets ``error`` (after the first byte the run fails as retryable, like a broken pass-through stream).
+Request side: ``prepare`` translates a validated agent body (its protocol's ``ProtocolSpec.chat``) into the Chat
+body to POST and applies the sampling pins to it (pins land on the body that leaves the bridge). Answer side:
+``AnswerStream`` takes the upstream's SSE bytes as they arrive and returns the agent's SSE bytes for them
+(``feed``), then the rest at the end of the body (``close``); ``whole_answer`` does the same for a non-streamed
+completion. The shell writes whatever comes back at once, so translation adds no buffering beyond what
+``anthropic_answer`` and ``responses_answer`` describe. An unreadable upstream stream ends the answer with the
+protocol's failure event and sets ``error`` (after the first byte the run fails as retryable, like a broken
+pass-through stream).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING
 
-from forkpoint.bridge.translate.anthropic_answer import ChatToAnthropicStream, chat_completion_to_anthropic
-from forkpoint.bridge.translate.anthropic_chat import anthropic_to_chat
 from forkpoint.bridge.translate.chat_stream import MAX_EVENT_BYTES, SSEDecoder
 from forkpoint.bridge.translate.common import DEFAULT_OPTIONS, ChatOptions, TranslationError, json_object, sse_event
-from forkpoint.bridge.translate.responses_answer import ChatToResponsesStream, chat_completion_to_responses
-from forkpoint.bridge.translate.responses_chat import responses_to_chat
 from forkpoint.bridge.translate.sampling import Change, SamplingPins, apply_pins
 from forkpoint.bridge.translate.usage import Usage
 from forkpoint.core.model import JsonObject
+from forkpoint.core.protocols import load
 
-AgentProtocol = Literal["anthropic", "openai-responses"]
+if TYPE_CHECKING:
+    from forkpoint.bridge.protocols.spec import ChatTranslation
+    from forkpoint.bridge.translate.sequencer import BlockSequencer
+
 NO_PINS = SamplingPins()
 
 
@@ -32,7 +33,7 @@ NO_PINS = SamplingPins()
 class Prepared:
     """The Chat body to send and what the bridge records about it (``losses``, pin ``changes``)."""
 
-    protocol: AgentProtocol
+    protocol: str
     agent_body: JsonObject
     body: JsonObject
     losses: tuple[str, ...]
@@ -47,18 +48,28 @@ class Prepared:
     def model(self) -> str:
         return str(self.body["model"])
 
+    @property
+    def translation(self) -> ChatTranslation:
+        return translation_of(self.protocol)
 
-def prepare(protocol: AgentProtocol, agent_body: JsonObject, pins: SamplingPins = NO_PINS, *,
+
+def translation_of(protocol: str) -> ChatTranslation:
+    """The agent protocol's translation to Chat (its spec's ``chat``); a ``TranslationError`` when it has none."""
+    chat = load(protocol).chat
+    if chat is None:
+        raise TranslationError(f"forkpoint has no translation of {protocol} to Chat Completions")
+    return chat
+
+
+def prepare(protocol: str, agent_body: JsonObject, pins: SamplingPins = NO_PINS, *,
             options: ChatOptions = DEFAULT_OPTIONS) -> Prepared:
-    """Translate a validated agent body to Chat and pin it. Raises ``TranslationError`` (refuse the request: it
-    cannot be carried without silent loss) or ``sampling.UnsupportedPin``."""
-    if protocol == "anthropic":
-        translated = anthropic_to_chat(agent_body, options)
-        custom: frozenset[str] = frozenset()
-    else:
-        responses = responses_to_chat(agent_body, options)
-        translated, custom = responses, responses.custom_tools
-    body, changes = apply_pins("openai-chat", translated.body, pins)
+    """Translate a validated agent body (in ``protocol``, a registered name) to Chat and pin it. Raises
+    ``TranslationError`` (refuse the request: it cannot be carried without silent loss) or
+    ``sampling.UnsupportedPin``."""
+    chat = translation_of(protocol)
+    translated = chat.to_chat(agent_body, options)
+    custom: frozenset[str] = getattr(translated, "custom_tools", frozenset())
+    body, changes = apply_pins(chat.target, translated.body, pins)
     return Prepared(protocol, agent_body, body, translated.losses, tuple(changes), custom)
 
 
@@ -67,12 +78,7 @@ class AnswerStream:
 
     def __init__(self, prepared: Prepared, *, answer_id: str, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
         self.decoder = SSEDecoder(max_event_bytes)
-        self.translator: ChatToAnthropicStream | ChatToResponsesStream
-        if prepared.protocol == "anthropic":
-            self.translator = ChatToAnthropicStream(message_id=answer_id, model=prepared.model)
-        else:
-            self.translator = ChatToResponsesStream(response_id=answer_id, model=prepared.model,
-                                                    custom_tools=prepared.custom_tools, request=prepared.agent_body)
+        self.translator: BlockSequencer = prepared.translation.stream(prepared, answer_id)
         self.error: str | None = None
 
     @property
@@ -120,7 +126,4 @@ def _failure_message(data: JsonObject) -> str:
 def whole_answer(prepared: Prepared, completion: bytes, *, answer_id: str) -> tuple[JsonObject, list[str]]:
     """A non-streamed Chat completion (the upstream's JSON body) -> the agent's JSON answer and its losses."""
     value = json_object(completion, "a completion")
-    if prepared.protocol == "anthropic":
-        return chat_completion_to_anthropic(value, message_id=answer_id, model=prepared.model)
-    return chat_completion_to_responses(value, response_id=answer_id, model=prepared.model,
-                                        custom_tools=prepared.custom_tools, request=prepared.agent_body)
+    return prepared.translation.whole(value, prepared, answer_id)

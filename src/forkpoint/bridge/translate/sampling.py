@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from forkpoint.core.model import JsonObject
+from forkpoint.core.protocols import load
 
-Protocol = Literal["anthropic", "openai-chat", "openai-responses"]
 MISSING = "<absent>"
 Put = Callable[[str, Any], None]
 
@@ -58,8 +58,9 @@ class Change:
         return {"field": self.field, "before": self.before, "after": self.after}
 
 
-def apply_pins(protocol: Protocol, body: JsonObject, pins: SamplingPins) -> tuple[JsonObject, list[Change]]:
-    """A copy of ``body`` with the pins set, and what changed (fields already at the pinned value are not listed).
+def apply_pins(protocol: str, body: JsonObject, pins: SamplingPins) -> tuple[JsonObject, list[Change]]:
+    """A copy of ``body`` with the pins set in ``protocol`` (a registered name), and what changed (fields already
+    at the pinned value are not listed).
 
     Copy on write: only the objects on a pinned field's path are copied, the rest (messages, tools: nearly all of
     a request) is shared with ``body``, which is never modified. Treat both as read-only."""
@@ -85,16 +86,11 @@ def apply_pins(protocol: Protocol, body: JsonObject, pins: SamplingPins) -> tupl
         put("temperature", pins.temperature)
     if pins.top_p is not None:
         put("top_p", pins.top_p)
-    if protocol == "anthropic":
-        _anthropic(out, pins, put, changes)
-    elif protocol == "openai-chat":
-        _chat(out, pins, put)
-    else:
-        _responses(pins, put)
+    load(protocol).pins(out, pins, put, changes)  # the fields that differ: the protocol's spec sets them
     return out, changes
 
 
-def _anthropic(out: JsonObject, pins: SamplingPins, put: Put, changes: list[Change]) -> None:
+def anthropic_pins(out: JsonObject, pins: SamplingPins, put: Put, changes: list[Change]) -> None:
     if pins.seed is not None:
         raise UnsupportedPin("the Anthropic Messages API has no seed")
     if pins.reasoning_effort is not None:
@@ -128,7 +124,7 @@ def _drop_thinking_edits(out: JsonObject, changes: list[Change]) -> None:
         changes.append(Change("context_management", out.pop("context_management"), MISSING))
 
 
-def _chat(out: JsonObject, pins: SamplingPins, put: Put) -> None:
+def chat_pins(out: JsonObject, pins: SamplingPins, put: Put, changes: list[Change]) -> None:
     if pins.seed is not None:
         put("seed", pins.seed)
     if pins.max_output_tokens is not None:
@@ -141,7 +137,7 @@ def _chat(out: JsonObject, pins: SamplingPins, put: Put) -> None:
         put("reasoning_effort", pins.reasoning_effort)
 
 
-def _responses(pins: SamplingPins, put: Put) -> None:
+def responses_pins(out: JsonObject, pins: SamplingPins, put: Put, changes: list[Change]) -> None:
     if pins.seed is not None:
         raise UnsupportedPin("the Responses API has no seed")
     if pins.disable_thinking:
