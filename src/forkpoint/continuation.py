@@ -40,6 +40,10 @@ The seams the next features use:
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import os
+import secrets
+import stat
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from contextlib import suppress
@@ -48,7 +52,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from forkpoint.errors import ErrorKind, ReplayError, classify_continuation_output
-from forkpoint.fs import read_file_strict, refused_as, write_file_strict
+from forkpoint.fs import (
+    copy_fd_strict,
+    lstat_strict,
+    open_regular_strict,
+    read_file_strict,
+    refused_as,
+    write_file_strict,
+)
 from forkpoint.hashing import make_nonce
 from forkpoint.model import ActionSignature, Continuation, ContinueSettings, JsonObject, NativePrefix, Plan, RunContext
 from forkpoint.results import write_json
@@ -202,6 +213,11 @@ class AgentHooks(ABC, Generic[S]):
     def salvage(self, job: Job, state: S, ran: Ran) -> None:
         """Keep what a failed run left (before its failure is raised); errors here never hide that failure."""
 
+    def carried(self, job: Job) -> Sequence[Path]:
+        """Folders of the continued agent's home (relative to it) whose regular files forkpoint itself wrote
+        there during the replay and the rebuilt home keeps (Claude's saved large outputs); nothing else is kept."""
+        return ()
+
 
 def run_in_sandbox(job: Job, spec: LaunchSpec) -> ProcessResult:
     return job.sandbox.run(
@@ -215,8 +231,10 @@ def continue_with(hooks: AgentHooks[S], plan: Plan, prefix: NativePrefix, contex
                   settings: ContinueSettings) -> Continuation:
     """Continue the agent behind the bridge; a failure is a typed ``ReplayError``."""
     sandbox = context.sandbox or local_sandbox(context.workspace)
+    # The continued agent's own home, not the one replayed commands wrote (context.home is now agent_home).
+    context = dataclasses.replace(context, continuing=True)
     job = Job(plan, prefix, context, settings, make_nonce(), sandbox)
-    context.home.mkdir(parents=True, exist_ok=True)
+    rebuild_home(context.home, hooks.carried(job))
     state = hooks.install(job)
     gate = hooks.gate(job, state)
     write_json(context.state_dir / "expected-prefix.json", gate.document)
@@ -368,6 +386,64 @@ def outgoing_protocol(agent_protocol: str, upstream_name: str | None) -> str:
 
     return next((protocol for protocol, upstream in PROTOCOL_UPSTREAM.items() if upstream.name == upstream_name),
                 agent_protocol)
+
+
+# -- the continued agent's home -------------------------------------------------------------------------------------
+
+#: at most this many files of one carried folder are kept (a bound on a folder forkpoint wrote itself)
+MAX_CARRIED_FILES = 100_000
+
+
+def rebuild_home(home: Path, carried: Sequence[Path] = ()) -> None:
+    """Make the continued agent's home anew, right before the agent starts: whatever was there (an earlier
+    continuation's agent, a replayed command under ``--sandbox local`` that found the folder) is removed, and only
+    the regular files directly in the ``carried`` folders (forkpoint's own: Claude's saved large outputs) are
+    copied over, no link followed. So the agent's configuration (Claude's settings and hooks, Codex's config.toml,
+    OpenCode's config and plugins, Pi's extensions, ...) is only what the hooks write next."""
+    from forkpoint.childenv import remove_tree
+
+    old: Path | None = None
+    if os.path.lexists(home):
+        old = home.with_name(f"{home.name}.old-{secrets.token_hex(6)}")
+        os.rename(home, old)  # a planted link in the home's place is moved, never followed
+    try:
+        home.parent.mkdir(parents=True, exist_ok=True)
+        home.mkdir(mode=0o700)
+        if old is not None:
+            for folder in carried:
+                _carry(old, home, folder)
+    finally:
+        if old is not None:
+            remove_tree(old)
+
+
+def _carry(old: Path, home: Path, folder: Path) -> None:
+    """Copy the regular files directly in ``old/folder`` to ``home/folder`` (links, FIFOs, devices and sub-folders
+    are left behind)."""
+    what = f"keep {folder} in the continued agent's home"
+    try:
+        with refused_as(ErrorKind.CONTINUATION, what):
+            _copy_regular_files(old, home, folder)
+    except OSError as exc:
+        raise ReplayError(ErrorKind.CONTINUATION, f"{what}: {exc}") from None
+
+
+def _copy_regular_files(old: Path, home: Path, folder: Path) -> None:
+    info = lstat_strict(old, folder)
+    if info is None or not stat.S_ISDIR(info.st_mode):
+        return
+    with os.scandir(old / folder) as entries:  # names only (bounded); each is opened strictly below
+        names = [entry.name for entry in itertools.islice(entries, MAX_CARRIED_FILES)]
+    for name in names:
+        source = folder / name
+        entry = lstat_strict(old, source)
+        if entry is None or not stat.S_ISREG(entry.st_mode):
+            continue
+        fd = open_regular_strict(old, source)
+        try:
+            copy_fd_strict(fd, home, source, max_bytes=os.fstat(fd).st_size, mode=0o644)
+        finally:
+            os.close(fd)
 
 
 # -- helpers the hooks share ------------------------------------------------------------------------------------------

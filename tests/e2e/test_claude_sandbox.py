@@ -109,7 +109,7 @@ def test_bwrap_replay_and_continue_with_the_workspace_elsewhere(
     assert next_action["metrics"]["same_tool_calls"] is True, next_action
     # The live claude ran at the recorded path (in the directory the replayed shell ended in: cd_persist's `sub`):
     # its session sits in that project folder of the isolated home.
-    home = tmp_path / "state" / f"run-{after}" / "home"
+    home = tmp_path / "state" / f"run-{after}" / "agent-home"
     shell = "-sub" if scenario == "cd_persist" else ""
     assert result.metadata["shell_cwd"]["restored"] is True
     assert result.metadata["shell_cwd"]["replayed"] == ("sub" if shell else ".")
@@ -235,7 +235,7 @@ def test_agent_homes_never_touch_the_real_home(sandbox: str, tmp_path: Path, mon
                  agent_entrypoint=str(installed.entrypoint), **extra)
     assert result.failure is None, result.failure
     assert list(real_home.iterdir()) == []
-    home = tmp_path / "state" / "run-2" / "home"
+    home = tmp_path / "state" / "run-2" / "agent-home"
     assert any((home / ".claude" / "projects").glob("*/*.jsonl"))
     assert Path(result.state_dir or "") in home.parents
 

@@ -60,5 +60,5 @@ def test_bwrap_replay_and_continue_with_the_workspace_elsewhere(version: str, tm
     continued = next((out / "native" / "continued").glob("rollout-*.jsonl"))
     assert "__forkpoint_nonce_" not in continued.read_text()
     # codex wrote its session into the isolated CODEX_HOME under the state dir.
-    codex_home = tmp_path / "state" / "run" / "home" / ".codex"
+    codex_home = tmp_path / "state" / "run" / "agent-home" / ".codex"
     assert any((codex_home / "sessions").rglob("rollout-*.jsonl"))
