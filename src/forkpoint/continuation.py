@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from forkpoint.errors import ErrorKind, ReplayError, classify_continuation_output
 from forkpoint.fs import (
+    PlantedLinkError,
     copy_fd_strict,
     lstat_strict,
     open_regular_strict,
@@ -409,7 +410,7 @@ def rebuild_home(home: Path, carried: Sequence[Path] = ()) -> None:
     try:
         home.parent.mkdir(parents=True, exist_ok=True)
         home.mkdir(mode=0o700)
-        if old is not None:
+        if old is not None and stat.S_ISDIR(os.lstat(old).st_mode):  # a link or file there holds nothing of ours
             for folder in carried:
                 _carry(old, home, folder)
     finally:
@@ -430,6 +431,8 @@ def _carry(old: Path, home: Path, folder: Path) -> None:
 
 def _copy_regular_files(old: Path, home: Path, folder: Path) -> None:
     info = lstat_strict(old, folder)
+    if info is not None and stat.S_ISLNK(info.st_mode):
+        raise PlantedLinkError(f"{folder} is a symbolic link; not followed")
     if info is None or not stat.S_ISDIR(info.st_mode):
         return
     with os.scandir(old / folder) as entries:  # names only (bounded); each is opened strictly below

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import shutil
 import socket
 from collections.abc import Iterator
@@ -24,6 +25,9 @@ import pytest
 from forkpoint import runtimes
 from forkpoint.engine import execute
 from forkpoint.request import build_request
+from forkpoint.testing import ScriptedModel
+from forkpoint.testing.claude_sessions import text
+from forkpoint.testing.scripted_model import tool_use as scripted_tool_use
 
 pytestmark = pytest.mark.e2e
 
@@ -128,3 +132,34 @@ def test_claude_hooks_planted_by_a_replayed_command_never_run(sandbox: str, tmp_
     assert connections(listener) == 0
     agent_home = Path(result.state_dir or "") / "agent-home"
     assert not (agent_home / ".claude" / "settings.json").exists()
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_claude_large_outputs_the_replay_saved_are_in_the_continued_agents_home(sandbox: str, tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one thing the rebuilt home carries over: the large Bash outputs forkpoint saved during the replay, at the
+    path the fresh observation names; the continued claude reads it there (its own Bash call)."""
+    if runtimes.find("claude-code", "2.1.332") is None:
+        pytest.skip("claude-code 2.1.332 is not installed")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "scripted-upstream-key")
+    fixture = FIXTURES / "claude_code" / "2.1.332" / "large_output"
+    reading = scripted_tool_use("Bash", {"command": "tail -n 1 \"$HOME\"/.claude/projects/*/*/tool-results/*.txt"})
+    model = ScriptedModel([[text("(recorded)")], [reading], [text("Done.")]])
+    with model.serve() as url:
+        result, _ = run(tmp_path, "claude-code", fixture / "session.jsonl", fixture, sandbox, upstream="anthropic",
+                        upstream_url=url)
+    assert result.failure is None, result.failure.message
+    prefix = Path(next(a.path for a in result.artifacts if a.role == "native_prefix")).read_text()
+    agent_home = Path(result.state_dir or "") / "agent-home"
+    saved = re.search(r"Full output saved to: (\S+\.txt)", prefix)
+    assert saved is not None and Path(saved.group(1)).parent.parent.parent.parent.parent == agent_home / ".claude"
+    assert Path(saved.group(1)).read_text().splitlines()[-1] == "9000"
+    continued = next((Path(result.output_dir or "") / "native" / "continued").glob("*.jsonl")).read_text()
+    results = [block for line in continued.splitlines() for block in tool_results(orjson.loads(line))]
+    assert results and results[-1]["content"] == "9000", results[-1:]
+
+
+def tool_results(line: dict[str, Any]) -> list[dict[str, Any]]:
+    content = line.get("message", {}).get("content") if line.get("type") == "user" else None
+    return [block for block in content if isinstance(block, dict) and block.get("type") == "tool_result"] \
+        if isinstance(content, list) else []
