@@ -205,3 +205,74 @@ def tool_results(line: dict[str, Any]) -> list[dict[str, Any]]:
     content = line.get("message", {}).get("content") if line.get("type") == "user" else None
     return [block for block in content if isinstance(block, dict) and block.get("type") == "tool_result"] \
         if isinstance(content, list) else []
+
+
+def replaced_command(source: Path, target: Path, recorded: str, command: str) -> Path:
+    """A copy of a recording with the command ``recorded`` replaced by ``command`` (JSON-escaped in place)."""
+    data = source.read_text()
+    old, new = json.dumps(recorded)[1:-1], json.dumps(command)[1:-1]
+    assert old in data
+    target.write_text(data.replace(old, new))
+    return target
+
+
+def plugin_source(canaries: Path, what: str) -> bytes:
+    """An ES module that, once loaded, writes a canary naming the HOME of the process that loaded it."""
+    return (f"import {{ writeFileSync }} from 'node:fs';\n"
+            f"writeFileSync('{canaries}/{what}-' + process.pid + '-' + Math.random(), process.env.HOME || '');\n"
+            f"export const Planted = async () => ({{}});\nexport default function planted() {{}}\n").encode()
+
+
+def loaded_by(canaries: Path) -> set[str]:
+    """The HOMEs of the processes that loaded the planted module."""
+    return {path.read_text() for path in canaries.iterdir()}
+
+
+@pytest.mark.parametrize("version", ["1.17.11"])
+def test_opencode_plugins_and_config_planted_by_a_replayed_command_never_load(version: str, tmp_path: Path) -> None:
+    """OpenCode (local only) loads plugins and config from ``$XDG_CONFIG_HOME/opencode``."""
+    from forkpoint.testing.recordings import replay_recording
+
+    if runtimes.find("opencode", version) is None:
+        pytest.skip(f"opencode {version} is not installed")
+    fixture = FIXTURES / "opencode" / version / "bash_basic"
+    canaries = tmp_path / "canaries"
+    canaries.mkdir()
+    plugin = plugin_source(canaries, "opencode-plugin")
+    config = json.dumps({"$schema": "https://opencode.ai/config.json", "plugin": ["./plugin/planted.js"]}).encode()
+    files = {"plugin/planted.js": plugin, "plugins/planted.js": plugin, "opencode.json": config}
+    # its tool host's HOME (opencode-tools-home), and the two homes next to it in the state dir
+    command = planting_command([f"$HOME{up}/.config/opencode" for up in ("", "/../home", "/../agent-home")], files)
+    trajectory = replaced_command(fixture / "export.json", tmp_path / "export.json",
+                                  "printf 'hello world\\n' > hello.txt && ls", command)
+    result = replay_recording(fixture, tmp_path, agent="opencode", trajectory=trajectory, after=1, run_id="planted",
+                              upstream="stub")
+    assert result.failure is None, result.failure.message
+    assert result.phase == "continued"
+    tools_home = Path(result.state_dir or "") / "opencode-tools-home"
+    assert (tools_home / ".config" / "opencode" / "plugin" / "planted.js").is_file()  # the command planted it
+    # OpenCode's tool host (the replay's own runtime, its HOME the one the command wrote) may load it: that is the
+    # replayed command running code, as it already does; the continued agent never does
+    assert loaded_by(canaries) <= {str(tools_home)}
+
+
+def test_pi_extensions_planted_by_a_replayed_command_never_load(tmp_path: Path) -> None:
+    """Pi (local only) loads extensions from its agent dir (``~/.pi/agent/extensions``)."""
+    from forkpoint.testing.recordings import replay_recording
+
+    if runtimes.find("pi", "0.83.0") is None:
+        pytest.skip("pi 0.83.0 is not installed")
+    fixture = FIXTURES / "pi" / "0.83.0" / "single_bash"
+    canaries = tmp_path / "canaries"
+    canaries.mkdir()
+    extension = plugin_source(canaries, "pi-extension")
+    files = {"extensions/planted.js": extension, "extensions/planted.ts": extension}
+    command = planting_command(["$HOME/.pi/agent", "$HOME/../agent-home/.pi/agent"], files)
+    trajectory = replaced_command(fixture / "session.jsonl", tmp_path / "session.jsonl", "ls && cat notes.txt",
+                                  command)
+    result = replay_recording(fixture, tmp_path, agent="pi", trajectory=trajectory, after=1, run_id="planted",
+                              upstream="stub")
+    assert result.failure is None, result.failure.message
+    assert result.phase == "continued"
+    assert (Path(result.state_dir or "") / "home" / ".pi" / "agent" / "extensions" / "planted.js").is_file()
+    assert loaded_by(canaries) == set()
