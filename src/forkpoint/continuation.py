@@ -50,6 +50,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from urllib.parse import urlsplit
 
 from forkpoint.errors import ErrorKind, ReplayError, classify_continuation_output
 from forkpoint.fs import (
@@ -129,6 +130,8 @@ class LaunchSpec:
     max_output_bytes: int = MAX_AGENT_OUTPUT_BYTES
     #: request document for agents driven over a pipe or a file (a companion, a runner) instead of argv alone
     request: JsonObject = field(default_factory=dict)
+    #: the bridge's port on 127.0.0.1 (set by the shell): the only one a sandbox with its own network forwards
+    bridge_port: int | None = None
 
 
 @dataclass(frozen=True)
@@ -221,11 +224,20 @@ class AgentHooks(ABC, Generic[S]):
 
 
 def run_in_sandbox(job: Job, spec: LaunchSpec) -> ProcessResult:
-    return job.sandbox.run(
-        spec.argv, cwd=spec.cwd, env=spec.env, network=True, writable=spec.writable, readable=spec.readable,
-        stdin=spec.stdin, timeout_s=job.settings.timeout_s, grace_s=spec.grace_s, die_with_parent=True,
-        max_output_bytes=spec.max_output_bytes, log_path=spec.log_path, watch=spec.watch,
-    )
+    """The agent in the run's sandbox. A sandbox with its own network namespace (bwrap) gets no network but the
+    bridge's port (``forkpoint.sandbox.forward``); one without (local) shares the host's."""
+    options: dict[str, Any] = {
+        "cwd": spec.cwd, "env": spec.env, "writable": spec.writable, "stdin": spec.stdin,
+        "timeout_s": job.settings.timeout_s, "grace_s": spec.grace_s, "die_with_parent": True,
+        "max_output_bytes": spec.max_output_bytes, "log_path": spec.log_path, "watch": spec.watch,
+    }
+    if not job.sandbox.private_network or spec.bridge_port is None:
+        return job.sandbox.run(spec.argv, network=True, readable=spec.readable, **options)
+    from forkpoint.sandbox.forward import HostRelay
+
+    with HostRelay(spec.bridge_port) as relay:
+        return job.sandbox.run(relay.wrap(spec.argv), network=False, readable=(*spec.readable, *relay.readable),
+                               **options)
 
 
 def continue_with(hooks: AgentHooks[S], plan: Plan, prefix: NativePrefix, context: RunContext,
@@ -243,7 +255,9 @@ def continue_with(hooks: AgentHooks[S], plan: Plan, prefix: NativePrefix, contex
     outgoing = outgoing_protocol(hooks.protocol, settings.upstream)
     pinning = Pinning.of(outgoing, settings, translated=outgoing != hooks.protocol)
     with _open_bridge(hooks, job, gate.gate, pinning) as bridge:
-        ran = hooks.run(job, state, hooks.launch(job, state, bridge.base_url))
+        spec = dataclasses.replace(hooks.launch(job, state, bridge.base_url),
+                                   bridge_port=urlsplit(bridge.base_url).port)
+        ran = hooks.run(job, state, spec)
         summary = bridge.finish()
     outcome = hooks.outcome(job, state, ran, summary)
     failure = triage(summary, ran, outcome, hooks.label, settings.timeout_s)

@@ -58,6 +58,7 @@ def install_hint() -> str:
 
 class BwrapSandbox(Sandbox):
     name = "bwrap"
+    private_network = True
 
     def __init__(
         self,
@@ -151,7 +152,8 @@ class BwrapSandbox(Sandbox):
             "recorded_cwd": self.recorded_cwd,
             "hidden": list(self.hidden),
             "network_during_tool_replay": "none (--unshare-net)",
-            "network_during_continuation": "host (shared, so the agent reaches the bridge on 127.0.0.1)",
+            "network_during_continuation": "only the bridge (--unshare-net; 127.0.0.1:<bridge port> inside is "
+                                           "relayed to the bridge over a Unix socket)",
             "path_map": [],
         }
 
