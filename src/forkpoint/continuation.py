@@ -13,8 +13,8 @@ Every agent continues the same way, so the steps live here once and an adapter s
 4. the bridge, with the upstream picked by ``make_upstream(hooks.protocol, settings)`` (the agent's native wire
    protocol x the user's ``--upstream``) and, for agents without a max-steps option, the step budget at the wire;
 5. ``launch`` (argv, env, cwd, writable/readable paths, stdin, log, watchdog) and ``run`` (default: the run's
-   sandbox, network shared so the agent reaches the bridge on 127.0.0.1; a companion request or a helper-command
-   sequence overrides it);
+   sandbox, where the agent reaches the bridge on 127.0.0.1 and, under bwrap, nothing else; a companion request
+   or a helper-command sequence overrides it);
 6. ``outcome``: what the agent's own output says; ``triage`` (pure) turns the bridge summary, the process result
    and the outcome into the run's failure, or None;
 7. ``collect``: clean the continued native file into ``<out>/native/continued``, re-parse it, count the steps
@@ -211,7 +211,8 @@ class AgentHooks(ABC, Generic[S]):
         """Clean the continued native file into ``job.continued_dir``, re-parse it, count steps, next action."""
 
     def run(self, job: Job, state: S, spec: LaunchSpec) -> Ran:
-        """Run the agent to completion in the run's sandbox (the network shared for the bridge on 127.0.0.1)."""
+        """Run the agent to completion in the run's sandbox (``run_in_sandbox``: the bridge, and under bwrap only
+        the bridge, on 127.0.0.1)."""
         return Ran(run_in_sandbox(job, spec), spec.log_path)
 
     def salvage(self, job: Job, state: S, ran: Ran) -> None:
