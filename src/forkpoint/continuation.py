@@ -236,7 +236,7 @@ def run_in_sandbox(job: Job, spec: LaunchSpec) -> ProcessResult:
         return job.sandbox.run(spec.argv, network=True, readable=spec.readable, **options)
     from forkpoint.sandbox.forward import HostRelay
 
-    with HostRelay(spec.bridge_port) as relay:
+    with HostRelay(spec.bridge_port, job.context.state_dir) as relay:
         return job.sandbox.run(relay.wrap(spec.argv), network=False, readable=(*spec.readable, *relay.readable),
                                **options)
 

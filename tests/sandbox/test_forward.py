@@ -24,6 +24,8 @@ from forkpoint.sandbox.forward import HostRelay
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
 RECORDED = "/srv/forkpoint-forward-test/app"
+#: a state dir whose path alone passes the 108-byte limit of Unix socket paths
+STATE = "state-" + "x" * 110
 
 
 class _Hello(http.server.BaseHTTPRequestHandler):
@@ -92,7 +94,7 @@ def test_inside_only_the_bridge_port_is_reachable(tmp_path: Path, bridge: int, o
     sandbox = BwrapSandbox(workspace, RECORDED)
     python = os.path.realpath(sys.executable)
     other_port = other.getsockname()[1]
-    with HostRelay(bridge) as relay:
+    with HostRelay(bridge, tmp_path / STATE) as relay:
         result = sandbox.run(relay.wrap([python, "-I", "-S", "-c", PROBE, str(bridge), str(other_port)]),
                              cwd=RECORDED, env={"PATH": os.environ["PATH"]}, timeout_s=60, network=False,
                              readable=relay.readable)
@@ -101,14 +103,14 @@ def test_inside_only_the_bridge_port_is_reachable(tmp_path: Path, bridge: int, o
     lines = result.stdout.decode().splitlines()
     assert lines == ["bridge saw /token/v1/messages", f"refused {other_port} ConnectionRefusedError"], lines
     assert _backlog(other) == 0
-    assert not folder.exists()  # the relay's socket folder is gone with it
+    assert len(str(folder)) > 108 and not folder.exists()  # the relay's socket folder is gone with it
 
 
 def test_the_agents_exit_status_comes_through(tmp_path: Path, bridge: int) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()
     sandbox = BwrapSandbox(workspace, RECORDED)
-    with HostRelay(bridge) as relay:
+    with HostRelay(bridge, tmp_path / STATE) as relay:
         result = sandbox.run(relay.wrap(["/bin/sh", "-c", "exit 7"]), cwd=RECORDED, env={"PATH": os.environ["PATH"]},
                              timeout_s=60, network=False, readable=relay.readable)
     assert result.returncode == 7

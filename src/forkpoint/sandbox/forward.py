@@ -5,8 +5,10 @@ reach everything else too (local services, other loopback listeners, the interne
 its live tool calls and any hook it starts. So a sandbox with its own network namespace runs the agent behind a
 two-part relay instead:
 
-- on the host, ``HostRelay`` listens on a Unix socket in a fresh 0700 folder and connects each connection to
-  ``127.0.0.1:<bridge port>`` (the bridge sees a loopback peer as before);
+- on the host, ``HostRelay`` listens on a Unix socket in a fresh 0700 folder of the run's state dir and connects
+  each connection to ``127.0.0.1:<bridge port>`` (the bridge sees a loopback peer as before). Both ends reach
+  the socket as ``/proc/self/fd/<folder fd>/bridge.sock``: a Unix socket path is limited to 108 bytes, a state
+  dir's path is not;
 - inside the sandbox, ``forward_inside.py`` (stdlib only, run by the interpreter forkpoint runs on, bound
   read-only) listens on ``127.0.0.1:<bridge port>`` of the sandbox's private loopback, relays each connection to
   that Unix socket (the folder bound into the sandbox) and runs the agent as its child.
@@ -47,17 +49,22 @@ class HostRelay:
     """The host half: a Unix socket whose every connection is relayed to ``127.0.0.1:port``; a context manager
     (the folder and the socket are removed on exit, the threads end with their connections)."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, parent: Path) -> None:
         self.port = port
-        # A short path (Unix socket paths are limited to 108 bytes) in forkpoint's temp dir (the run's own).
-        self.folder = Path(tempfile.mkdtemp(prefix="fp-net-"))
+        # In the run's state dir (a run killed with -9 leaves it there, with the rest of its state, not in /tmp).
+        parent.mkdir(parents=True, exist_ok=True)
+        self.folder = Path(tempfile.mkdtemp(prefix="net-", dir=parent))
         self.path = self.folder / "bridge.sock"
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._threads: list[threading.Thread] = []
         self._open: list[socket.socket] = []
         self._lock = threading.Lock()
         try:
-            self._server.bind(str(self.path))
+            folder_fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                self._server.bind(f"/proc/self/fd/{folder_fd}/{self.path.name}")
+            finally:
+                os.close(folder_fd)
             self._server.listen(64)
         except BaseException:
             self.close()
@@ -67,8 +74,8 @@ class HostRelay:
 
     def wrap(self, argv: Sequence[str]) -> list[str]:
         """``argv`` started inside the sandbox behind the in-sandbox listener on the bridge's port."""
-        return [os.path.realpath(sys.executable), "-I", "-S", str(FORWARD_INSIDE), str(self.path), str(self.port),
-                "--", *argv]
+        return [os.path.realpath(sys.executable), "-I", "-S", str(FORWARD_INSIDE), str(self.folder),
+                self.path.name, str(self.port), "--", *argv]
 
     @property
     def readable(self) -> tuple[Path, ...]:
@@ -122,7 +129,7 @@ class HostRelay:
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
         with contextlib.suppress(OSError):
-            self.folder.rmdir()
+            self.folder.rmdir()  # a relay of a run killed with -9 is the state dir's, like the rest of it
 
     def __enter__(self) -> HostRelay:
         return self

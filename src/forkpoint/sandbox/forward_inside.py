@@ -1,7 +1,7 @@
 """Inside a network-less sandbox: listen on 127.0.0.1:PORT, relay every connection to a Unix socket, run a command.
 
-Run as ``python -I -S forward_inside.py SOCKET PORT -- ARGV...`` by ``forkpoint.sandbox.forward`` (stdlib only:
-it runs with the interpreter forkpoint runs on, bound read-only into the sandbox). The sandbox has its own
+Run as ``python -I -S forward_inside.py FOLDER SOCKET_NAME PORT -- ARGV...`` by ``forkpoint.sandbox.forward``
+(stdlib only: it runs with the interpreter forkpoint runs on, bound read-only into the sandbox). The sandbox has its own
 network namespace with only a loopback interface, so the agent's ``http://127.0.0.1:PORT/...`` bridge URL reaches
 this listener, and through the Unix socket (bound into the sandbox) forkpoint's relay on the host, which connects
 to the bridge. Nothing else on the host or beyond is reachable. The process exits with the command's status once
@@ -39,7 +39,7 @@ def _pump(source: socket.socket, target: socket.socket) -> None:
 def _serve(client: socket.socket, path: str) -> None:
     upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        upstream.connect(path)
+        upstream.connect(path)  # /proc/self/fd/<folder fd>/<name>: a Unix socket path is limited to 108 bytes
     except OSError:
         client.close()
         upstream.close()
@@ -62,10 +62,11 @@ def _accept(server: socket.socket, path: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 4 or argv[2] != "--":
-        print("usage: forward_inside.py SOCKET PORT -- ARGV...", file=sys.stderr)
+    if len(argv) < 5 or argv[3] != "--":
+        print("usage: forward_inside.py FOLDER SOCKET_NAME PORT -- ARGV...", file=sys.stderr)
         return 2
-    path, port, command = argv[0], int(argv[1]), argv[3:]
+    folder_fd = os.open(argv[0], os.O_RDONLY | os.O_DIRECTORY)  # kept open (not inherited) while this runs
+    path, port, command = f"/proc/self/fd/{folder_fd}/{argv[1]}", int(argv[2]), argv[4:]
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     server.bind(("127.0.0.1", port))
