@@ -45,6 +45,7 @@ EXCEPTIONS = {
     "run/documents.py": "the documents a run writes: tests/run/test_engine.py and tests/core/test_results.py",
     "runtimes/base.py": "tests/runtimes/test_runtimes.py (manifest, cache, find, the install tail)",
     "runtimes/npm.py": "tests/runtimes/test_runtimes.py (npm installs of the verified agents)",
+    "sandbox/forward_inside.py": "runs inside the bwrap sandbox; tests/sandbox/test_forward.py",
     "testing/script.py": "ScriptedModel's shared core: tests/testing/test_scripted_model.py",
     "testing/scripted_anthropic.py": "tests/testing/test_scripted_model.py (the Anthropic answers)",
     "adapters/__init__.py": "the adapter registry; tests/adapters/test_prepare_purity.py and every adapter's tests",

@@ -109,7 +109,7 @@ def test_bwrap_replay_and_continue_with_the_workspace_elsewhere(
     assert next_action["metrics"]["same_tool_calls"] is True, next_action
     # The live claude ran at the recorded path (in the directory the replayed shell ended in: cd_persist's `sub`):
     # its session sits in that project folder of the isolated home.
-    home = tmp_path / "state" / f"run-{after}" / "home"
+    home = tmp_path / "state" / f"run-{after}" / "agent-home"
     shell = "-sub" if scenario == "cd_persist" else ""
     assert result.metadata["shell_cwd"]["restored"] is True
     assert result.metadata["shell_cwd"]["replayed"] == ("sub" if shell else ".")
@@ -187,6 +187,30 @@ def test_no_network_during_replay_but_the_continuation_reaches_the_bridge(tmp_pa
     assert _prefix_results(local)[-1]["content"] == "connected"
 
 
+@NEEDS_BWRAP
+def test_the_continued_agent_reaches_only_the_bridge(tmp_path: Path, listener: int, upstream_key: None) -> None:
+    """The live claude's own Bash call connects to a host loopback listener: refused (its network namespace has
+    only the bridge's port, relayed), while its model requests reach the bridge and the continuation completes."""
+    _require_runtime("2.1.332")
+    from forkpoint.testing.claude_sessions import text
+    from forkpoint.testing.scripted_model import tool_use
+
+    fixture = FIXTURES / "2.1.332" / "single_bash"
+    command = (f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {listener}), timeout=5); "
+               "print('connected')\"")
+    model = ScriptedModel([[text("(recorded)")], [tool_use("Bash", {"command": command})], [text("Done.")]])
+    with model.serve() as url:
+        result = run(fixture / "session.jsonl", elsewhere(fixture, tmp_path), tmp_path, 1, sandbox="bwrap",
+                     upstream="anthropic", upstream_url=url)
+    assert result.failure is None, result.failure
+    assert result.phase == "continued" and result.agent_status == "completed"
+    assert result.metadata["model_bridge"]["validated"] >= 2  # the request after the tool call came through too
+    continued = next((Path(result.output_dir or "") / "native" / "continued").glob("*.jsonl")).read_text()
+    live = [block for line in continued.splitlines() for block in _tool_results(orjson.loads(line))][-1]
+    assert "ConnectionRefusedError" in str(live["content"]) and "connected" not in str(live["content"]), live
+    assert result.metadata["sandbox"]["network_during_continuation"].startswith("only the bridge")
+
+
 def _prefix_results(result: ReplayResult) -> list[dict[str, Any]]:
     prefix = Path(next(a.path for a in result.artifacts if a.role == "native_prefix"))
     return [block for raw in prefix.read_bytes().splitlines() for block in _tool_results(orjson.loads(raw))]
@@ -235,7 +259,7 @@ def test_agent_homes_never_touch_the_real_home(sandbox: str, tmp_path: Path, mon
                  agent_entrypoint=str(installed.entrypoint), **extra)
     assert result.failure is None, result.failure
     assert list(real_home.iterdir()) == []
-    home = tmp_path / "state" / "run-2" / "home"
+    home = tmp_path / "state" / "run-2" / "agent-home"
     assert any((home / ".claude" / "projects").glob("*/*.jsonl"))
     assert Path(result.state_dir or "") in home.parents
 

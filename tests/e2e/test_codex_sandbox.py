@@ -1,8 +1,9 @@
 """End to end with the REAL codex binaries and the REAL bwrap, the workspace NOT at the recorded path.
 
 ``--sandbox bwrap --upstream stub``: the recorded rollout replays with the workspace mounted at the recorded cwd
-(observations exact, nothing rewritten), and ``codex exec resume`` runs in the same sandbox (network shared, so it
-reaches the bridge on the host's 127.0.0.1; CODEX_HOME under the state dir writable; the runtime readable).
+(observations exact, nothing rewritten), and ``codex exec resume`` runs in the same sandbox (its own network
+namespace with only the bridge's port relayed into it; its CODEX_HOME under the state dir writable; the runtime
+readable).
 """
 
 from __future__ import annotations
@@ -60,5 +61,50 @@ def test_bwrap_replay_and_continue_with_the_workspace_elsewhere(version: str, tm
     continued = next((out / "native" / "continued").glob("rollout-*.jsonl"))
     assert "__forkpoint_nonce_" not in continued.read_text()
     # codex wrote its session into the isolated CODEX_HOME under the state dir.
-    codex_home = tmp_path / "state" / "run" / "home" / ".codex"
+    codex_home = tmp_path / "state" / "run" / "agent-home" / ".codex"
     assert any((codex_home / "sessions").rglob("rollout-*.jsonl"))
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_the_continued_codex_reaches_only_the_bridge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The live codex's own exec_command connects to a host loopback listener: refused (only the bridge's port is
+    relayed into its network namespace), while the continuation completes through the bridge."""
+    import socket
+
+    from forkpoint.testing import ScriptedModel
+    from forkpoint.testing.claude_sessions import text, tool_use
+
+    if runtimes.find("codex", "0.171.0") is None:
+        pytest.skip("codex 0.171.0 is not installed")
+    monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
+    fixture = FIXTURES / "0.171.0" / "exec_basic"
+    workspace = tmp_path / "not-the-recorded-path" / "ws"
+    shutil.copytree(fixture / "workspace-initial", workspace)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    connect = (f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=5); "
+               "print('connected')\"")
+    model = ScriptedModel([[text("(recorded)")], [tool_use("call_net", "exec_command", {"cmd": connect})],
+                           [text("Done.")]])
+    try:
+        with model.serve() as url:
+            result = execute(build_request({
+                "agent": "codex", "trajectory": str(fixture / "rollout.jsonl"), "after_step": 1,
+                "workspace": str(workspace), "state_dir": str(tmp_path / "state"), "output_dir": str(tmp_path / "out"),
+                "run_id": "run", "sandbox": "bwrap", "upstream": "openai-responses", "upstream_url": f"{url}/v1"},
+                source="test"))
+        assert result.failure is None, result.failure
+        assert result.phase == "continued" and result.metadata["model_bridge"]["validated"] >= 2
+        try:
+            listener.accept()[0].close()
+            reached = True
+        except BlockingIOError:
+            reached = False
+        assert not reached, "the continued codex reached a host loopback listener"
+        continued = next((Path(result.output_dir or "") / "native" / "continued").glob("rollout-*.jsonl")).read_text()
+        assert "ConnectionRefusedError" in continued
+    finally:
+        listener.close()

@@ -379,19 +379,22 @@ def _replay_args(tmp: Path, agent: str, trajectory: Path, sandbox: str) -> list[
 @pytest.mark.e2e
 @NEEDS_BWRAP
 def test_e2e_claude_replayed_command_plants_the_project_folder(host: Host, tmp_path: Path) -> None:
-    """Under bwrap a replayed Bash command links the HOME's project folder to a host folder; forkpoint then
-    writes the rebuilt session there before the continuation: refused, nothing lands outside."""
+    """Under bwrap a replayed Bash command links the project folder of its HOME, and of the continued agent's
+    home next to it, to a host folder: the continuation's home is rebuilt by forkpoint (the replay's is not the
+    agent's), so the rebuilt session lands in a real folder of it and nothing lands outside."""
     _require("claude-code", "2.1.332")
     (tmp_path / "ws").mkdir()
-    projects = tmp_path / "state" / "hostile" / "home" / ".claude" / "projects"
-    command = f"mkdir -p '{projects}' && ln -s '{host.drop}' '{projects}/{project_dir_name(tmp_path / 'recorded')}'"
+    folder = project_dir_name(tmp_path / "recorded")
+    command = " && ".join(f"mkdir -p '{projects}' && ln -s '{host.drop}' '{projects}/{folder}'" for projects in (
+        tmp_path / "state" / "hostile" / home / ".claude" / "projects" for home in ("home", "agent-home")))
     result = _cli(_replay_args(tmp_path, "claude-code", _claude_session(tmp_path, command), "bwrap"), tmp_path)
-    failure = result["failure"]
-    assert (failure["category"], result["_exit_code"]) == ("continuation_error", 40), result
-    assert "write the rebuilt session" in failure["message"] and "not followed" in failure["message"], failure
-    assert result["phase"] == "replayed"
+    assert result["phase"] in ("replayed", "continued"), result
     host.check_untouched(tmp_path / "state", tmp_path / "out")
     assert not list(host.drop.iterdir())
+    planted = tmp_path / "state" / "hostile" / "home" / ".claude" / "projects" / folder
+    assert planted.is_symlink()  # the command did plant it (in its own home)
+    session = tmp_path / "state" / "hostile" / "agent-home" / ".claude" / "projects" / folder / f"{SESSION_ID}.jsonl"
+    assert not session.parent.is_symlink() and session.is_file()
 
 
 @pytest.mark.e2e
@@ -407,7 +410,7 @@ def test_e2e_claude_continued_agent_replaces_its_own_session_file(host: Host, tm
     fixture = Path(__file__).parents[1] / "fixtures" / "claude_code" / "2.1.332" / "single_bash"
     shutil.copytree(fixture / "workspace-initial", tmp_path / "ws")
     session_id = parse_session(fixture / "session.jsonl").session_id
-    session_file = (tmp_path / "state" / "hostile" / "home" / ".claude" / "projects"
+    session_file = (tmp_path / "state" / "hostile" / "agent-home" / ".claude" / "projects"
                     / "-tmp-forkpoint-rec-single-bash" / f"{session_id}.jsonl")
     args = _replay_args(tmp_path, "claude-code", fixture / "session.jsonl", "bwrap")
     args[args.index("--upstream") + 1] = "anthropic"
@@ -425,14 +428,14 @@ def test_e2e_claude_continued_agent_replaces_its_own_session_file(host: Host, tm
 @pytest.mark.e2e
 @NEEDS_BWRAP
 def test_e2e_codex_replayed_command_plants_the_sessions_folder(host: Host, tmp_path: Path) -> None:
-    """Under bwrap a replayed ``exec_command`` links ``$CODEX_HOME/sessions`` to a host folder: the rollout
-    forkpoint writes there before the continuation is refused."""
+    """Under bwrap a replayed ``exec_command`` links ``$CODEX_HOME/sessions``, and the continued agent's one next
+    to it, to a host folder: the continuation's home is rebuilt by forkpoint, nothing lands outside."""
     from forkpoint.testing.codex_rollouts import CodexRolloutBuilder
 
     _require("codex", "0.171.0")
     (tmp_path / "ws").mkdir()
-    codex_home = tmp_path / "state" / "hostile" / "home" / ".codex"
-    command = f"mkdir -p '{codex_home}' && ln -s '{host.drop}' '{codex_home}/sessions'"
+    command = " && ".join(f"mkdir -p '{codex_home}' && ln -s '{host.drop}' '{codex_home}/sessions'" for codex_home in (
+        tmp_path / "state" / "hostile" / home / ".codex" for home in ("home", "agent-home")))
     builder = CodexRolloutBuilder(version="0.171.0", cwd=str(tmp_path / "recorded"))
     builder.user("Do the task.")
     call_id = builder.call("exec_command", {"cmd": command})
@@ -441,19 +444,21 @@ def test_e2e_codex_replayed_command_plants_the_sessions_folder(host: Host, tmp_p
     builder.assistant("Done.")
     rollout = builder.write(tmp_path / f"rollout-2026-11-30T00-00-00-{builder.session_id}.jsonl")
     result = _cli(_replay_args(tmp_path, "codex", rollout, "bwrap"), tmp_path)
-    failure = result["failure"]
-    assert (failure["category"], result["_exit_code"]) == ("continuation_error", 40), result
-    assert "write the rebuilt rollout" in failure["message"] and "not followed" in failure["message"], failure
+    assert result["phase"] in ("replayed", "continued"), result
     host.check_untouched(tmp_path / "state", tmp_path / "out")
     assert not list(host.drop.iterdir())
+    assert (tmp_path / "state" / "hostile" / "home" / ".codex" / "sessions").is_symlink()  # planted in its own home
+    sessions = tmp_path / "state" / "hostile" / "agent-home" / ".codex" / "sessions"
+    assert not sessions.is_symlink() and any(sessions.rglob("rollout-*.jsonl"))
 
 
 
 @pytest.mark.e2e
 def test_e2e_pi_replayed_command_plants_the_sessions_folder(host: Host, tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """Pi (``--sandbox local``): a replayed ``bash`` call links the HOME's per-cwd sessions folder to a host
-    folder; the rebuilt session forkpoint writes there before the continuation is refused."""
+    """Pi (``--sandbox local``): a replayed ``bash`` call links the per-cwd sessions folder of its HOME, and of
+    the continued agent's home next to it (reachable without a sandbox), to a host folder: the continuation's home
+    is rebuilt by forkpoint right before it starts, so the rebuilt session lands in a real folder of it."""
     from forkpoint.adapters.pi.launch import session_dir_name
     from forkpoint.testing.recordings import replay_recording
 
@@ -462,15 +467,17 @@ def test_e2e_pi_replayed_command_plants_the_sessions_folder(host: Host, tmp_path
     fixture = Path(__file__).parents[1] / "fixtures" / "pi" / "0.83.0" / "single_bash"
     source = (fixture / "session.jsonl").read_text()
     cwd = json.loads(source.splitlines()[0])["cwd"]
-    folder = tmp_path / "state" / "hostile" / "home" / ".pi" / "agent" / "sessions" / session_dir_name(cwd)
-    plant = f"mkdir -p '{folder.parent}' && ln -s '{host.drop}' '{folder}'"
+    folders = [tmp_path / "state" / "hostile" / home / ".pi" / "agent" / "sessions" / session_dir_name(cwd)
+               for home in ("home", "agent-home")]
+    plant = " && ".join(f"mkdir -p '{folder.parent}' && ln -s '{host.drop}' '{folder}'" for folder in folders)
     source = source.replace('"command":"ls && cat notes.txt"', json.dumps({"command": plant})[1:-1])
     assert "ln -s" in source
     trajectory = tmp_path / "session.jsonl"
     trajectory.write_text(source)
     result = replay_recording(fixture, tmp_path, agent="pi", trajectory=trajectory, after=1, run_id="hostile",
                               upstream="stub")
-    assert result.failure is not None and result.failure.category == "continuation_error", result.failure
-    assert "not followed" in result.failure.message, result.failure
+    assert result.failure is None, result.failure
     host.check_untouched(tmp_path / "state", tmp_path / "out")
     assert not list(host.drop.iterdir())
+    assert folders[0].is_symlink()  # the command did plant it (in its own home)
+    assert not folders[1].is_symlink() and any(folders[1].glob("*.jsonl"))

@@ -155,7 +155,7 @@ def _continued_user_texts(path: Path) -> list[str]:
 def _agent_record(tmp: Path, path: Path) -> bool:
     """The agent's own records: its HOME under the state dir, its stdout/stderr log under the output dir."""
     parts = path.relative_to(tmp).parts
-    return (len(parts) > 2 and parts[0] == "state" and parts[2] == "home") or (
+    return (len(parts) > 2 and parts[0] == "state" and parts[2] in ("home", "agent-home")) or (
         len(parts) > 2 and parts[0] == "out" and parts[2] == "logs")
 
 

@@ -271,11 +271,26 @@ class RunContext:
     output_dir: Path
     session_id: str | None = None
     sandbox: Sandbox | None = field(default=None, compare=False, repr=False)
+    #: the continuation's view: ``home`` is the continued agent's own home, not the one replayed commands wrote
+    continuing: bool = False
 
     @property
     def home(self) -> Path:
-        """The agent's isolated HOME; never the user's real home."""
+        """The agent's isolated HOME (never the user's real home): the replay's, or the continuation's when
+        ``continuing``. Two folders, so nothing a replayed command wrote into its HOME (Claude hooks, Codex
+        config.toml, OpenCode plugins, Pi extensions...) configures the continued agent."""
+        return self.agent_home if self.continuing else self.replay_home
+
+    @property
+    def replay_home(self) -> Path:
+        """HOME of replayed commands and tool runners (writable by them)."""
         return self.state_dir / "home"
+
+    @property
+    def agent_home(self) -> Path:
+        """HOME of the continued agent: rebuilt by the continuation shell right before it starts, holding only
+        forkpoint's own files; replayed commands under bwrap never see it writable."""
+        return self.state_dir / "agent-home"
 
     @property
     def logs(self) -> Path:

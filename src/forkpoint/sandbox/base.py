@@ -115,6 +115,9 @@ class Sandbox:
     path_map: PathMap
     path_rewrites: list[dict[str, Any]]
     path_restores: list[dict[str, Any]]
+    #: the backend gives a command its own network namespace: the continued agent then reaches only the bridge,
+    #: through ``forkpoint.sandbox.forward`` (False: the host's network is shared, nothing to forward)
+    private_network: bool = False
 
     def host_path(self, path: str) -> str:
         """The host path of a path the tools see (identity outside the workspace mount)."""

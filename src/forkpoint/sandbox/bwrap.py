@@ -21,9 +21,9 @@ these bwrap arguments, in this order (later mounts cover earlier ones):
    undo the read-only binds), ``--unshare-pid`` (the command's processes die with the namespace's init, which
    also dies with bwrap: ``--die-with-parent``; the supervisor still sees and reaps them through /proc),
    ``--unshare-ipc``, and ``--unshare-net`` unless ``network=True``: tool replay has only a loopback interface
-   of its own, so nothing on the host (not even 127.0.0.1) or beyond is reachable. The continuation runs with
-   ``network=True`` (the network namespace is shared) so the agent reaches the bridge on the host's
-   127.0.0.1; its own live tool calls then have the host's network too.
+   of its own, so nothing on the host (not even 127.0.0.1) or beyond is reachable. The continued agent runs the
+   same way (``private_network``), with only the bridge's port relayed into its namespace
+   (``forkpoint.sandbox.forward``), so its live tool calls reach nothing else either.
 
 Not used: ``--new-session`` (the supervisor already starts every command in a new session without a controlling
 terminal, so TIOCSTI has nothing to inject into, and keeping bwrap's child in the supervised session keeps
@@ -58,6 +58,7 @@ def install_hint() -> str:
 
 class BwrapSandbox(Sandbox):
     name = "bwrap"
+    private_network = True
 
     def __init__(
         self,
@@ -151,7 +152,8 @@ class BwrapSandbox(Sandbox):
             "recorded_cwd": self.recorded_cwd,
             "hidden": list(self.hidden),
             "network_during_tool_replay": "none (--unshare-net)",
-            "network_during_continuation": "host (shared, so the agent reaches the bridge on 127.0.0.1)",
+            "network_during_continuation": "only the bridge (--unshare-net; 127.0.0.1:<bridge port> inside is "
+                                           "relayed to the bridge over a Unix socket)",
             "path_map": [],
         }
 

@@ -7,6 +7,7 @@ smallest real implementation of ``AgentHooks``. Only the model is a stand-in (th
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from forkpoint.adapters.kit.continuation import (
     Ran,
     continue_with,
     make_upstream,
+    rebuild_home,
 )
 from forkpoint.bridge.gate import Gate, Verdict
 from forkpoint.bridge.server import BridgeSummary
@@ -255,3 +257,57 @@ def test_the_pins_reach_the_bridge_log_and_the_result_through_the_shell(tmp_path
     records = [json.loads(line) for line in (tmp_path / "state" / "bridge-log.jsonl").read_text().splitlines()]
     pinned = [record["facts"]["pins"] for record in records if record.get("verdict") == "ok"]
     assert len(pinned) == 2 and all({"field": "seed", "before": "<absent>", "after": 7} in pins for pins in pinned)
+
+
+# -- the continued agent's home (issue 27, item 3) ------------------------------------------------------------------
+
+RESULTS = Path(".claude/projects/-w/s1/tool-results")
+
+
+def test_rebuild_home_keeps_only_forkpoints_carried_files(tmp_path: Path) -> None:
+    """Whatever a replayed command (or an earlier continuation) left in the agent's home goes; the regular files
+    forkpoint saved in a carried folder stay; a link, FIFO or sub-folder planted in that folder is left behind."""
+    home, outside = tmp_path / "state" / "agent-home", tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("host\n")
+    (home / RESULTS / "sub").mkdir(parents=True)
+    (home / RESULTS / "b12345678.txt").write_text("1\n2\n3\n")
+    (home / RESULTS / "sub" / "x.txt").write_text("x")
+    (home / RESULTS / "link.txt").symlink_to(outside / "secret.txt")
+    os.mkfifo(home / RESULTS / "fifo.txt")
+    (home / ".claude" / "settings.json").write_text('{"hooks": {}}')
+    (home / ".codex").symlink_to(outside)
+    rebuild_home(home, [RESULTS])
+    kept = sorted(str(path.relative_to(home)) for path in home.rglob("*"))
+    assert kept == [".claude", ".claude/projects", ".claude/projects/-w", ".claude/projects/-w/s1",
+                    str(RESULTS), str(RESULTS / "b12345678.txt")]
+    assert (home / RESULTS / "b12345678.txt").read_text() == "1\n2\n3\n"
+    assert home.stat().st_mode & 0o777 == 0o700
+    assert sorted(path.name for path in home.parent.iterdir()) == ["agent-home"]  # the old one is gone
+    assert sorted(path.name for path in outside.iterdir()) == ["secret.txt"]
+
+
+def test_rebuild_home_moves_a_link_in_the_homes_place_without_following_it(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("mine")
+    (tmp_path / "state").mkdir()
+    home = tmp_path / "state" / "agent-home"
+    home.symlink_to(outside)
+    rebuild_home(home, [RESULTS])
+    assert home.is_dir() and not home.is_symlink() and list(home.iterdir()) == []
+    assert (outside / "keep.txt").read_text() == "mine"
+
+
+def test_rebuild_home_refuses_a_link_on_the_way_to_a_carried_folder(tmp_path: Path) -> None:
+    outside = tmp_path / "outside" / "tool-results"
+    outside.mkdir(parents=True)
+    (outside / "b1.txt").write_text("host")
+    home = tmp_path / "state" / "agent-home"
+    (home / RESULTS.parent).mkdir(parents=True)
+    (home / RESULTS).symlink_to(outside)
+    with pytest.raises(ReplayError) as refused:
+        rebuild_home(home, [RESULTS])
+    assert refused.value.kind is ErrorKind.CONTINUATION and "not followed" in refused.value.message
+    assert sorted(path.name for path in outside.iterdir()) == ["b1.txt"]
+    assert sorted(path.name for path in home.parent.iterdir()) == ["agent-home"]

@@ -50,7 +50,7 @@ class ClaudeCodeAdapter(AdapterBase):
         from forkpoint.adapters.claude_code.tools import ClaudeToolExecutor
 
         version = plan.trajectory.version or ""
-        return ClaudeToolExecutor(context, version, _session_id(plan), config_dir(context.home))
+        return ClaudeToolExecutor(context, version, _session_id(plan), config_dir(context.home), context.agent_home)
 
     def normalise_observation(self, content: object) -> object:
         """Documented volatile parts only: the persisted-output file path (see tools.normalize_volatile)."""

@@ -227,6 +227,14 @@ class ClaudeHooks(AgentHooks[Installed]):
                               "the rebuilt session")
         return Installed(session_id, rebuilt, session_file, cwd, shell_cwd, recorded_tool_set(_recorded_lines(job)))
 
+    def carried(self, job: Job) -> list[Path]:
+        """The large Bash outputs the replay saved in this home (``ClaudeToolExecutor``'s ``results_home``)."""
+        session_id = job.prefix.session_id
+        if session_id is None:
+            return []
+        project = config_dir(Path()) / "projects" / project_dir_name(Path(job.sandbox.cwd))
+        return [project / check_id(session_id, "session id") / "tool-results"]
+
     def gate(self, job: Job, state: Installed) -> GateSpec:
         from forkpoint.adapters.claude_code.envelope import expected_prefix
         from forkpoint.adapters.claude_code.gate import ClaudeGate

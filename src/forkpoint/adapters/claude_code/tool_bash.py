@@ -147,6 +147,7 @@ class BashShell:
         sandbox: Sandbox | None = None,
         writable: tuple[Path, ...] = (),
         results_root: Path | None = None,
+        readable: tuple[Path, ...] = (),
     ) -> None:
         self.root = root  # as the command sees it (under bwrap: the recorded cwd)
         self.cwd = root
@@ -161,6 +162,7 @@ class BashShell:
         self.shell_dir.mkdir(mode=0o700, exist_ok=True)
         self.sandbox = sandbox or local_sandbox(Path(root))
         self.writable = (self.shell_dir, *writable)  # bound read-write at the same path inside a sandbox
+        self.readable = readable  # read-only (the saved large outputs when they live in the continued agent's home)
 
     def run(self, command: str, timeout: int) -> ToolOutcome:
         cwd = self.cwd if os.path.isdir(self.sandbox.host_path(self.cwd)) else self.root
@@ -183,6 +185,7 @@ class BashShell:
             env=env,
             timeout_s=timeout / 1000,
             writable=self.writable,
+            readable=self.readable,
             merge_stderr=True,
             log_path=log,
             max_output_bytes=HEAD_BYTES,

@@ -116,12 +116,16 @@ def tool_environment(version: str, session_id: str, home: Path | None) -> dict[s
 class ClaudeToolExecutor:
     """Runs the FRESH-policy calls of one Claude Code session in order (not thread-safe: one call at a time).
 
-    ``config_dir`` is the agent's ``CLAUDE_CONFIG_DIR`` (``<home>/.claude``) of the REBUILT session and
-    ``session_id`` that session's id: large Bash outputs are saved in its ``tool-results`` folder, which is
-    where Claude itself keeps them and what the content's ``Full output saved to:`` line points at.
+    ``config_dir`` is the replayed commands' ``CLAUDE_CONFIG_DIR`` (``<home>/.claude``) and ``session_id`` the
+    rebuilt session's id: large Bash outputs are saved in its ``tool-results`` folder, which is where Claude itself
+    keeps them and what the content's ``Full output saved to:`` line points at. ``results_home``: the continued
+    agent's own home, when it is another folder (the run's ``agent_home``): the outputs are saved there instead
+    (by forkpoint, not the command), so the continued claude finds them at the path its session names, and the
+    continuation shell carries them into the home it rebuilds; replayed commands may read them, not write them.
     """
 
-    def __init__(self, context: RunContext, version: str, session_id: str, config_dir: Path) -> None:
+    def __init__(self, context: RunContext, version: str, session_id: str, config_dir: Path,
+                 results_home: Path | None = None) -> None:
         self.profile = profile_for_version(version)
         workspace = context.workspace
         if not workspace.is_dir():
@@ -131,7 +135,9 @@ class ClaudeToolExecutor:
         root = self.sandbox.roots[0]  # what `pwd -P` prints at the workspace, as the tools see it
         home = config_dir.parent if config_dir.name == ".claude" else None
         # Claude keeps large outputs under the project folder of the cwd IT sees (the recorded one under bwrap).
-        results = config_dir / "projects" / project_dir_name(Path(self.sandbox.cwd)) / session_id
+        results_config = config_dir if results_home is None else results_home / ".claude"
+        results = results_config / "projects" / project_dir_name(Path(self.sandbox.cwd)) / session_id
+        results_root = results_home or home or config_dir
         context.state_dir.mkdir(parents=True, exist_ok=True)  # the run's state dir, not /tmp: a killed run
         self._scratch = Path(tempfile.mkdtemp(prefix="forkpoint-claude-tools-", dir=context.state_dir))  # leaves none
         self.bash = BashShell(
@@ -142,7 +148,8 @@ class ClaudeToolExecutor:
             self._scratch,
             self.sandbox,
             (home,) if home is not None else (),
-            results_root=home if home is not None else config_dir,
+            results_root=results_root,
+            readable=(results / "tool-results",) if results_home is not None else (),
         )
         self.files = SessionFiles(
             workspace, self.profile, lambda: self.bash.cwd, str(home) if home else None, self.sandbox

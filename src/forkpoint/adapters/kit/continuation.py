@@ -13,8 +13,8 @@ Every agent continues the same way, so the steps live here once and an adapter s
 4. the bridge, with the upstream picked by ``make_upstream(hooks.protocol, settings)`` (the agent's native wire
    protocol x the user's ``--upstream``) and, for agents without a max-steps option, the step budget at the wire;
 5. ``launch`` (argv, env, cwd, writable/readable paths, stdin, log, watchdog) and ``run`` (default: the run's
-   sandbox, network shared so the agent reaches the bridge on 127.0.0.1; a companion request or a helper-command
-   sequence overrides it);
+   sandbox, where the agent reaches the bridge on 127.0.0.1 and, under bwrap, nothing else; a companion request
+   or a helper-command sequence overrides it);
 6. ``outcome``: what the agent's own output says; ``triage`` (pure) turns the bridge summary, the process result
    and the outcome into the run's failure, or None;
 7. ``collect``: clean the continued native file into ``<out>/native/continued``, re-parse it, count the steps
@@ -40,15 +40,28 @@ The seams the next features use:
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import os
+import secrets
+import stat
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from urllib.parse import urlsplit
 
 from forkpoint.core.errors import ErrorKind, ReplayError, classify_continuation_output
-from forkpoint.core.fs import read_file_strict, refused_as, write_file_strict
+from forkpoint.core.fs import (
+    PlantedLinkError,
+    copy_fd_strict,
+    lstat_strict,
+    open_regular_strict,
+    read_file_strict,
+    refused_as,
+    write_file_strict,
+)
 from forkpoint.core.hashing import make_nonce
 from forkpoint.core.model import (
     ActionSignature,
@@ -126,6 +139,8 @@ class LaunchSpec:
     max_output_bytes: int = MAX_AGENT_OUTPUT_BYTES
     #: request document for agents driven over a pipe or a file (a companion, a runner) instead of argv alone
     request: JsonObject = field(default_factory=dict)
+    #: the bridge's port on 127.0.0.1 (set by the shell): the only one a sandbox with its own network forwards
+    bridge_port: int | None = None
 
 
 @dataclass(frozen=True)
@@ -205,27 +220,44 @@ class AgentHooks(ABC, Generic[S]):
         """Clean the continued native file into ``job.continued_dir``, re-parse it, count steps, next action."""
 
     def run(self, job: Job, state: S, spec: LaunchSpec) -> Ran:
-        """Run the agent to completion in the run's sandbox (the network shared for the bridge on 127.0.0.1)."""
+        """Run the agent to completion in the run's sandbox (``run_in_sandbox``: the bridge, and under bwrap only
+        the bridge, on 127.0.0.1)."""
         return Ran(run_in_sandbox(job, spec), spec.log_path)
 
     def salvage(self, job: Job, state: S, ran: Ran) -> None:
         """Keep what a failed run left (before its failure is raised); errors here never hide that failure."""
 
+    def carried(self, job: Job) -> Sequence[Path]:
+        """Folders of the continued agent's home (relative to it) whose regular files forkpoint itself wrote
+        there during the replay and the rebuilt home keeps (Claude's saved large outputs); nothing else is kept."""
+        return ()
+
 
 def run_in_sandbox(job: Job, spec: LaunchSpec) -> ProcessResult:
-    return job.sandbox.run(
-        spec.argv, cwd=spec.cwd, env=spec.env, network=True, writable=spec.writable, readable=spec.readable,
-        stdin=spec.stdin, timeout_s=job.settings.timeout_s, grace_s=spec.grace_s, die_with_parent=True,
-        max_output_bytes=spec.max_output_bytes, log_path=spec.log_path, watch=spec.watch,
-    )
+    """The agent in the run's sandbox. A sandbox with its own network namespace (bwrap) gets no network but the
+    bridge's port (``forkpoint.sandbox.forward``); one without (local) shares the host's."""
+    options: dict[str, Any] = {
+        "cwd": spec.cwd, "env": spec.env, "writable": spec.writable, "stdin": spec.stdin,
+        "timeout_s": job.settings.timeout_s, "grace_s": spec.grace_s, "die_with_parent": True,
+        "max_output_bytes": spec.max_output_bytes, "log_path": spec.log_path, "watch": spec.watch,
+    }
+    if not job.sandbox.private_network or spec.bridge_port is None:
+        return job.sandbox.run(spec.argv, network=True, readable=spec.readable, **options)
+    from forkpoint.sandbox.forward import HostRelay
+
+    with HostRelay(spec.bridge_port, job.context.state_dir) as relay:
+        return job.sandbox.run(relay.wrap(spec.argv), network=False, readable=(*spec.readable, *relay.readable),
+                               **options)
 
 
 def continue_with(hooks: AgentHooks[S], plan: Plan, prefix: NativePrefix, context: RunContext,
                   settings: ContinueSettings) -> Continuation:
     """Continue the agent behind the bridge; a failure is a typed ``ReplayError``."""
     sandbox = context.sandbox or local_sandbox(context.workspace)
+    # The continued agent's own home, not the one replayed commands wrote (context.home is now agent_home).
+    context = dataclasses.replace(context, continuing=True)
     job = Job(plan, prefix, context, settings, make_nonce(), sandbox)
-    context.home.mkdir(parents=True, exist_ok=True)
+    rebuild_home(context.home, hooks.carried(job))
     state = hooks.install(job)
     gate = hooks.gate(job, state)
     write_json(context.state_dir / "expected-prefix.json", gate.document)
@@ -233,7 +265,9 @@ def continue_with(hooks: AgentHooks[S], plan: Plan, prefix: NativePrefix, contex
     outgoing = outgoing_protocol(hooks.protocol, settings.upstream)
     pinning = Pinning.of(outgoing, settings, translated=outgoing != hooks.protocol)
     with _open_bridge(hooks, job, gate.gate, pinning) as bridge:
-        ran = hooks.run(job, state, hooks.launch(job, state, bridge.base_url))
+        spec = dataclasses.replace(hooks.launch(job, state, bridge.base_url),
+                                   bridge_port=urlsplit(bridge.base_url).port)
+        ran = hooks.run(job, state, spec)
         summary = bridge.finish()
     outcome = hooks.outcome(job, state, ran, summary)
     failure = triage(summary, ran, outcome, hooks.label, settings.timeout_s)
@@ -404,6 +438,66 @@ def make_upstream(protocol: str, settings: ContinueSettings) -> Upstream:
                         settings.answer_timeout_s)
     return from_registry(protocol, settings.upstream, settings.upstream_url, settings.upstream_key,
                          Pinning.of(protocol, settings).pins, patience=patience)
+
+
+# -- the continued agent's home -------------------------------------------------------------------------------------
+
+#: at most this many files of one carried folder are kept (a bound on a folder forkpoint wrote itself)
+MAX_CARRIED_FILES = 100_000
+
+
+def rebuild_home(home: Path, carried: Sequence[Path] = ()) -> None:
+    """Make the continued agent's home anew, right before the agent starts: whatever was there (an earlier
+    continuation's agent, a replayed command under ``--sandbox local`` that found the folder) is removed, and only
+    the regular files directly in the ``carried`` folders (forkpoint's own: Claude's saved large outputs) are
+    copied over, no link followed. So the agent's configuration (Claude's settings and hooks, Codex's config.toml,
+    OpenCode's config and plugins, Pi's extensions, ...) is only what the hooks write next."""
+    from forkpoint.process.childenv import remove_tree
+
+    old: Path | None = None
+    if os.path.lexists(home):
+        old = home.with_name(f"{home.name}.old-{secrets.token_hex(6)}")
+        os.rename(home, old)  # a planted link in the home's place is moved, never followed
+    try:
+        home.parent.mkdir(parents=True, exist_ok=True)
+        home.mkdir(mode=0o700)
+        if old is not None and stat.S_ISDIR(os.lstat(old).st_mode):  # a link or file there holds nothing of ours
+            for folder in carried:
+                _carry(old, home, folder)
+    finally:
+        if old is not None:
+            remove_tree(old)
+
+
+def _carry(old: Path, home: Path, folder: Path) -> None:
+    """Copy the regular files directly in ``old/folder`` to ``home/folder`` (links, FIFOs, devices and sub-folders
+    are left behind)."""
+    what = f"keep {folder} in the continued agent's home"
+    try:
+        with refused_as(ErrorKind.CONTINUATION, what):
+            _copy_regular_files(old, home, folder)
+    except OSError as exc:
+        raise ReplayError(ErrorKind.CONTINUATION, f"{what}: {exc}") from None
+
+
+def _copy_regular_files(old: Path, home: Path, folder: Path) -> None:
+    info = lstat_strict(old, folder)
+    if info is not None and stat.S_ISLNK(info.st_mode):
+        raise PlantedLinkError(f"{folder} is a symbolic link; not followed")
+    if info is None or not stat.S_ISDIR(info.st_mode):
+        return
+    with os.scandir(old / folder) as entries:  # names only (bounded); each is opened strictly below
+        names = [entry.name for entry in itertools.islice(entries, MAX_CARRIED_FILES)]
+    for name in names:
+        source = folder / name
+        entry = lstat_strict(old, source)
+        if entry is None or not stat.S_ISREG(entry.st_mode):
+            continue
+        fd = open_regular_strict(old, source)
+        try:
+            copy_fd_strict(fd, home, source, max_bytes=os.fstat(fd).st_size, mode=0o644)
+        finally:
+            os.close(fd)
 
 
 # -- helpers the hooks share ------------------------------------------------------------------------------------------
