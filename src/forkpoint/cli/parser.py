@@ -75,7 +75,8 @@ _DIRECT_OPTIONS = (
     "agent", "trajectory", "after_step", "workspace", "state_dir", "output_dir", "run_id", "max_steps",
     "prepare_only", "replay_only", "allow_stale_observations", "boundary_user_prompt", "upstream",
     "upstream_url", "agent_entrypoint", "sandbox", "path_map", "workspace_from", "on_divergence", "branches",
-    "branch_prompt", "parallel", "keep_snapshot", "drop_snapshot", "max_trajectory_bytes", "opencode_export", "env",
+    "branch_prompt", "parallel", "keep_snapshot", "drop_snapshot", "max_trajectory_bytes", "max_processes",
+    "opencode_export", "env",
     *MODEL_DESTS,
     "agent_version", "record_tool_schemas",
 )
@@ -92,6 +93,9 @@ _REPLAY_OPTIONS: tuple[tuple[str, str | None, Callable[[str], Any], str], ...] =
     ("--max-steps", "N", int, "TOTAL step budget including the replayed prefix."),
     ("--max-trajectory-bytes", "N", int, "Refuse a trajectory larger than N bytes (trajectories are untrusted "
      "input) [default: 268435456 = 256 MiB]."),
+    ("--max-processes", "N", int, "At most N processes (threads included) per replayed command or verifier, each "
+     "in a pids cgroup of its own; where the host has none, result metadata says process_limit: unavailable and "
+     "why (docs/sandboxes.md) [default: 512]."),
     ("--prepare-only", None, bool, "Write the native prefix with the historical observations; run nothing."),
     ("--replay-only", None, bool, "Re-run the prefix's tools and write the native prefix; do not start the agent."),
     ("--allow-stale-observations", None, bool, "Reuse recorded observations that cannot be refreshed "
