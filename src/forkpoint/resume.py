@@ -42,6 +42,7 @@ class ContinueOptions:
     model_choice: dict[str, Any] = field(default_factory=dict)
     agent_version: str | None = None  # a verified cross-version pair (``--agent-version``)
     record_tool_schemas: bool = False
+    max_processes: int | None = None  # per supervised command (forkpoint.process.limits) [512]
 
 
 def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[str], None]) -> dict[str, Any]:
@@ -105,7 +106,12 @@ def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[
                         state_dir=state_dir, output_dir=run_dir, session_id=prefix.session_id, sandbox_name=sandbox,
                         recorded_cwd=parsed.cwd, snapshot=snapshot)
     # Like a replay, every child gets the run's own TMPDIR (removed at the end; a killed run's is replaced).
-    with childenv.passing(childenv.resolve(request.env, os.environ).values, temp_dir=state_dir / "tmp"):
+    from forkpoint.process import limits
+
+    if options.max_processes is not None and options.max_processes < 1:
+        raise configuration("--max-processes must be positive")
+    with childenv.passing(childenv.resolve(request.env, os.environ).values, temp_dir=state_dir / "tmp"), \
+            limits.limiting(options.max_processes or limits.DEFAULT_MAX_PROCESSES):
         return _run_planned(setup, run_dir, options, request, snapshot_facts, plan.after_step, report)
 
 

@@ -84,7 +84,8 @@ def continue_(args: argparse.Namespace) -> None:
                               parallel=args.parallel, upstream=args.upstream, upstream_url=args.upstream_url,
                               max_steps=args.max_steps, agent_entrypoint=args.agent_entrypoint,
                               model_choice=model_choice,
-                              agent_version=args.agent_version, record_tool_schemas=args.record_tool_schemas)
+                              agent_version=args.agent_version, record_tool_schemas=args.record_tool_schemas,
+                              max_processes=args.max_processes)
     progress = (lambda message: None) if args.as_json else (lambda message: say(f"  {message}", err=True, style=DIM))
     try:
         document = continue_run_dir(args.run_dir, options, progress)

@@ -271,6 +271,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         resume.add_argument("--agent-entrypoint", type=Path, metavar="PATH", help="As in replay.")
         resume.add_argument("--agent-version", metavar="V", help="As in replay (a verified cross-version pair).")
         resume.add_argument("--record-tool-schemas", action="store_true", help="As in replay.")
+        resume.add_argument("--max-processes", type=int, metavar="N", help="As in replay [512].")
         resume.add_argument("--json", dest="as_json", action="store_true", help="Print branches.json as one line.")
         add_options(resume, MODEL_OPTIONS)
 

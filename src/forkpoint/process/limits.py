@@ -123,6 +123,23 @@ def _write(path: Path, text: str) -> None:
         os.close(fd)
 
 
+def _read(path: Path) -> str:
+    """A cgroup file, whole ("" when it cannot be read; never a cut-off pid list): no buffered file object."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    chunks: list[bytes] = []
+    try:
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("ascii", "replace")
+
+
 class CommandLimit:
     """The cgroup of one supervised command: created before the spawn, emptied and removed after the command."""
 
@@ -158,17 +175,14 @@ class CommandLimit:
 
     def at_limit(self) -> bool:
         """Whether a fork in the command failed because of the limit (``pids.events``: ``max N``)."""
-        try:
-            text = (self.path / "pids.events").read_text("ascii")
-        except OSError:
-            return False
+        text = _read(self.path / "pids.events")
         return any(line.split()[:1] == ["max"] and line.split()[1:2] != ["0"] for line in text.splitlines())
 
     def members(self) -> list[int]:
         """The processes in the cgroup, forkpoint itself excluded."""
         try:
-            found = [int(pid) for pid in (self.path / "cgroup.procs").read_text("ascii").split()]
-        except (OSError, ValueError):
+            found = [int(pid) for pid in _read(self.path / "cgroup.procs").split()]
+        except ValueError:
             return []
         return [pid for pid in found if pid != os.getpid()]
 
