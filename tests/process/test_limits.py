@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -65,6 +66,26 @@ def test_a_fork_storm_stops_at_the_limit_and_nothing_of_it_survives(
     after = run_supervised(["/bin/sh", "-c", "for i in 1 2 3 4 5 6 7 8; do /bin/true & done; wait; echo ok"],
                            cwd=tmp_path, env=dict(os.environ), timeout_s=30)
     assert after.stdout == b"ok\n" and not after.process_limit_hit
+
+
+def test_a_process_the_tracker_cannot_attribute_dies_with_the_cgroup(
+        tmp_path: Path, assert_dead: Callable[[int], None]) -> None:
+    """The tracker's documented gap: while another supervision runs, a descendant that clears its environment,
+    leaves the session and is orphaned before the first scan is not attributed. It is still in the cgroup."""
+    _hierarchy()
+    pid_file = tmp_path / "escaped.pid"
+    other = threading.Thread(target=run_supervised, args=(["/bin/sleep", "3"],),
+                             kwargs={"cwd": tmp_path, "env": dict(os.environ), "timeout_s": 30})
+    other.start()
+    try:
+        script = (f"env -i setsid /bin/sh -c 'echo $$ > {pid_file}.tmp; mv {pid_file}.tmp {pid_file}; "
+                  f"exec sleep 120' </dev/null >/dev/null 2>&1 & while [ ! -s {pid_file} ]; do :; done")
+        result = run_supervised(["/bin/sh", "-c", script], cwd=tmp_path, env=dict(os.environ), timeout_s=30)
+        assert result.returncode == 0
+        assert result.background_cleanup
+        assert_dead(int(pid_file.read_text()))
+    finally:
+        other.join()
 
 
 @pytest.fixture()

@@ -178,22 +178,32 @@ class CommandLimit:
         text = _read(self.path / "pids.events")
         return any(line.split()[:1] == ["max"] and line.split()[1:2] != ["0"] for line in text.splitlines())
 
+    def _groups(self) -> list[Path]:
+        """The command's cgroup and every cgroup below it (a nested forkpoint makes its own), parents first."""
+        groups: list[Path] = []
+        for directory, subdirectories, _ in os.walk(self.path):
+            groups.append(Path(directory))
+            subdirectories.sort()
+        return groups
+
     def members(self) -> list[int]:
-        """The processes in the cgroup, forkpoint itself excluded."""
-        try:
-            found = [int(pid) for pid in _read(self.path / "cgroup.procs").split()]
-        except ValueError:
-            return []
+        """The processes in the command's cgroup tree, forkpoint itself excluded."""
+        found: list[int] = []
+        for group in self._groups():
+            try:
+                found += [int(pid) for pid in _read(group / "cgroup.procs").split()]
+            except ValueError:
+                continue
         return [pid for pid in found if pid != os.getpid()]
 
     def close(self, leader: int) -> bool:
-        """Kill whatever is still in the cgroup (no fork possible any more) and remove it; True when something was
-        left. Our own children among them (orphans re-parented to the subreaper) are reaped, never the leader,
-        whose ``Popen`` reaps it."""
+        """Kill whatever is still in the cgroup tree (``pids.max`` 0 first: nothing in it can fork any more) and
+        remove it; True when something was left. Our own children among them (orphans re-parented to the
+        subreaper) are reaped, never the leader, whose ``Popen`` reaps it."""
         left = False
         killed: set[int] = set()
         with contextlib.suppress(OSError):
-            _write(self.path / "pids.max", "0")
+            _write(self.path / "pids.max", "0")  # hierarchical: holds for the cgroups below too
         give_up = time.monotonic() + _KILL_WAIT_S
         while True:
             members = self.members()
@@ -204,21 +214,40 @@ class CommandLimit:
                 killed.add(pid)
                 _kill(pid)
             time.sleep(0.005)
-        for pid in killed - {leader}:
-            with contextlib.suppress(ChildProcessError, OSError):
-                os.waitpid(pid, os.WNOHANG)
+        _reap(killed - {leader})
         deadline = time.monotonic() + _KILL_WAIT_S
-        while True:
-            try:
-                os.rmdir(self.path)
-                break
-            except FileNotFoundError:
-                break
-            except OSError:  # EBUSY: the last members are still exiting
-                if time.monotonic() > deadline:
+        for group in reversed(self._groups()):
+            while True:
+                try:
+                    os.rmdir(group)
                     break
-                time.sleep(0.005)
+                except FileNotFoundError:
+                    break
+                except OSError:  # EBUSY: the last members are still exiting
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.005)
         return left
+
+
+def _reap(pids: set[int]) -> None:
+    """Wait for the killed processes that are our children (a process leaves the cgroup an instant before it
+    becomes a zombie), so none stays behind as a zombie of forkpoint."""
+    from forkpoint.process.tree import active_leaders
+
+    deadline = time.monotonic() + 0.5
+    pending = set(pids) - active_leaders()  # a reused pid may name another supervision's leader: its Popen reaps it
+    while pending and time.monotonic() < deadline:
+        for pid in list(pending):
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:  # not ours (or reaped already)
+                pending.discard(pid)
+                continue
+            if done:
+                pending.discard(pid)
+        if pending:
+            time.sleep(0.002)
 
 
 def _kill(pid: int) -> None:

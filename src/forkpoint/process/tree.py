@@ -221,6 +221,12 @@ def spawn_leader(start: Callable[[], subprocess.Popen[bytes]]) -> subprocess.Pop
     return proc
 
 
+def active_leaders() -> set[int]:
+    """The leaders of the supervisions running now (a copy)."""
+    with _active_lock:
+        return set(_active_leaders)
+
+
 def unregister_leader(pid: int) -> None:
     """The supervision of ``pid`` is over: it no longer counts as an active leader."""
     with _active_lock:
