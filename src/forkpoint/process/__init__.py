@@ -4,7 +4,8 @@
   optional output ``Watch``), the entry point every command of forkpoint goes through;
 - ``tree``: which processes belong to a run (subreaper, /proc scans, the attribution rules) and safe signalling;
 - ``capture``: bounded output heads and the size-capped log;
-- ``environment``: the credential-stripped environment of a child.
+- ``environment``: the credential-stripped environment of a child;
+- ``limits``: the pids cgroup (process limit) of each command, and the run's record of it.
 
 The names other modules use are re-exported here.
 """

@@ -6,7 +6,9 @@ a daemon, and never let a chatty command exhaust memory. So every command:
 - starts as the leader of a new session and process group, so one ``killpg`` reaches the whole group;
 - is terminated with SIGTERM, then SIGKILL after a grace period, when its deadline passes;
 - has its remaining group members and *escaped* descendants (``forkpoint.process.tree`` says which processes
-  belong to a run) killed after the leader exits.
+  belong to a run) killed after the leader exits;
+- runs in a pids cgroup of its own where the host offers one (``forkpoint.process.limits``): at most
+  ``max_processes`` processes, and whatever is still in the cgroup at the end is killed with it.
 
 One event loop per command drains stdout/stderr (``forkpoint.process.capture``), feeds stdin, wakes on the
 leader's exit (pidfd) and rescans the run's processes every 50 ms, backing off to 500 ms for long quiet commands,
