@@ -122,3 +122,25 @@ def test_the_reaper_leaves_with_its_owner() -> None:
             return True
 
     assert _wait(gone, 5), "the reaper outlived its owner"
+
+
+def test_the_reaper_empties_and_removes_the_cgroups_of_its_owner() -> None:
+    """forkpoint killed mid-command: its reaper also kills whatever is in the command's pids cgroup and removes it."""
+    from forkpoint.process import limits
+
+    base = limits._hierarchy_now().path
+    if base is None:
+        pytest.skip(f"no pids cgroup on this host: {limits._hierarchy_now().reason}")
+    marker = f"fpreap{uuid.uuid4().hex}"
+    helper = subprocess.Popen([sys.executable, "-c", _HELPER, "reaper"],
+                              env={**os.environ, "FP_TEST_SCRIPT": f"sh -c 'sleep 300; :' {marker}; :"})
+
+    def groups() -> list[str]:
+        return [name for name in os.listdir(base) if name.startswith(f"forkpoint-{helper.pid}-")]
+
+    try:
+        assert _wait(lambda: len(_marked(marker)) >= 2 and groups(), 30), "the command did not start"
+    finally:
+        helper.send_signal(signal.SIGKILL)
+        helper.wait(10)
+    assert _wait(lambda: not groups() and not _marked(marker), 5), f"left: {groups()} {_marked(marker)}"

@@ -212,7 +212,7 @@ class CommandLimit:
             left = True
             for pid in members:
                 killed.add(pid)
-                _kill(pid)
+                _kill(pid, self.path.name)
             time.sleep(0.005)
         _reap(killed - {leader})
         deadline = time.monotonic() + _KILL_WAIT_S
@@ -250,14 +250,18 @@ def _reap(pids: set[int]) -> None:
             time.sleep(0.002)
 
 
-def _kill(pid: int) -> None:
-    """SIGKILL one member through a pidfd: the pid was read from the cgroup an instant ago, and the pidfd pins it."""
+def _kill(pid: int, group: str) -> None:
+    """SIGKILL ``pid`` if it is (still) in the cgroup named ``group``: the pidfd pins the process, and its
+    /proc/<pid>/cgroup, read after, proves it is not a process that took over a reused pid (none can join the
+    cgroup once ``pids.max`` is 0)."""
     try:
         pidfd = os.pidfd_open(pid)
     except OSError:
         return
     try:
-        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        lines = _read(PROC_ROOT / str(pid) / "cgroup").splitlines()
+        if any(group in line.rpartition(":")[2].split("/") for line in lines):
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
     except OSError:
         pass
     finally:

@@ -357,6 +357,8 @@ def run_supervised(
     log = Log(log_path, max_log_bytes) if log_path is not None else None
     hold_subreaper()  # before the spawn, released after the cleanup: the run's orphans re-parent to us meanwhile
     limit = limits.open_limit(max_processes)
+    if limit is not None:
+        reaper.cgroup_started(str(limit.path))
     hit = left = False
     try:
         try:
@@ -395,11 +397,13 @@ def run_supervised(
             if limit is not None:  # whatever the tracker could not attribute dies with the cgroup
                 hit = limits.record_outcome(limit)
                 left = limit.close(proc.pid)
+                reaper.cgroup_done(str(limit.path))
                 limit = None
         return replace(result, process_limit_hit=hit, background_cleanup=result.background_cleanup or left)
     finally:
         if limit is not None:  # the spawn failed
             limit.close(0)
+            reaper.cgroup_done(str(limit.path))
         release_subreaper()
         if log is not None:
             log.close()
