@@ -315,6 +315,12 @@ def limiting(max_processes: int) -> Iterator[None]:
             _run.update(before)
 
 
+def describe() -> dict[str, Any]:
+    """The limit itself, without the run's counts (for a branch, whose commands share the run's counts)."""
+    facts = metadata()
+    return {key: facts[key] for key in ("max_processes", "mechanism", "reason") if key in facts}
+
+
 def metadata() -> dict[str, Any]:
     """The run's process limit for result metadata: the mechanism (or ``unavailable`` and why) and the counts."""
     hierarchy = _hierarchy_now()
