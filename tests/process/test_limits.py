@@ -4,7 +4,9 @@ the host is unaffected, nothing of the storm survives, and where no cgroup can b
 from __future__ import annotations
 
 import errno
+import json
 import os
+import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -110,6 +112,35 @@ def test_without_a_pids_cgroup_the_run_says_so_and_why(tmp_path: Path, no_cgroup
     assert result.stdout == b"ran\n" and not result.process_limit_hit
     assert facts["mechanism"] == "unavailable" and facts["max_processes"] == 16
     assert "no cgroup v1 pids controller" in facts["reason"]
+
+
+_AS_NOBODY = """
+import json, os, sys
+from pathlib import Path
+from forkpoint.process import limits, run_supervised
+with limits.limiting(32):
+    result = run_supervised([sys.executable, "-c", sys.argv[1], "/dev/null"], cwd=Path("/"),
+                            env={"PATH": "/usr/bin:/bin"}, timeout_s=60)
+    print(json.dumps({"storm": result.stdout.decode(), "facts": limits.metadata()}))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/bin/setpriv")
+                    or not os.path.exists("/usr/bin/python3"),
+                    reason="needs root to become another user (setpriv), and a system python3 that user can run")
+def test_a_user_without_a_writable_cgroup_gets_rlimit_nproc(tmp_path: Path) -> None:
+    """Not root, so no pids cgroup of its own (and no root exemption from RLIMIT_NPROC): the fallback still stops
+    the storm, and the run says which mechanism and why."""
+    src = Path(__file__).resolve().parents[2] / "src"
+    done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c",
+                           _AS_NOBODY, STORM], env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(src)},
+                          capture_output=True, text=True, timeout=120, check=False, cwd="/")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    count, failed = map(int, report["storm"].split())
+    assert count < 40 and failed == errno.EAGAIN
+    facts = report["facts"]
+    assert facts["mechanism"] == "rlimit-nproc" and "not writable by uid 65534" in facts["reason"]
 
 
 def test_the_request_default_is_the_limit_default() -> None:

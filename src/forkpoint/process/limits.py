@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import resource
 import signal
 import threading
 import time
@@ -38,6 +39,7 @@ from typing import Any
 
 DEFAULT_MAX_PROCESSES = 512
 MECHANISM = "cgroup-v1-pids"
+RLIMIT = "rlimit-nproc"
 UNAVAILABLE = "unavailable"
 
 _PREFIX = "forkpoint-"
@@ -283,6 +285,32 @@ def open_limit(max_processes: int | None) -> CommandLimit | None:
         return None
 
 
+def nproc_fallback(max_processes: int | None) -> int | None:
+    """Where a command gets no cgroup and forkpoint is not root: the ``RLIMIT_NPROC`` for the command, the user's
+    tasks now plus the limit (never above the current soft limit). Approximate: the kernel counts every task of the
+    user, so the user's other processes share it. None for root, whom the kernel exempts."""
+    if os.geteuid() == 0:
+        return None
+    from forkpoint.process.tree import read_stat
+
+    uid = os.getuid()
+    tasks = 0
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(PROC_ROOT):
+            if not entry.name.isdigit():
+                continue
+            try:
+                if entry.stat().st_uid != uid:
+                    continue
+            except OSError:
+                continue
+            info = read_stat(int(entry.name))
+            tasks += info.threads if info is not None else 0
+    value = tasks + (_run["max_processes"] if max_processes is None else max_processes)
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NPROC)
+    return value if soft == resource.RLIM_INFINITY else min(value, soft)
+
+
 def _unlimited(reason: str) -> None:
     with _lock:
         _run["unlimited"] += 1
@@ -327,6 +355,9 @@ def metadata() -> dict[str, Any]:
     with _lock:
         facts: dict[str, Any] = {"max_processes": _run["max_processes"], "commands": _run["commands"]}
         if hierarchy.path is None:
+            if os.geteuid() != 0:
+                return {**facts, "mechanism": RLIMIT, "reason": f"{hierarchy.reason}; RLIMIT_NPROC = the user's tasks "
+                        "at each command's start + max_processes, shared with the user's other processes"}
             return {**facts, "mechanism": UNAVAILABLE, "reason": hierarchy.reason}
         facts.update(mechanism=MECHANISM, commands_at_limit=_run["at_limit"])
         if _run["unlimited"]:

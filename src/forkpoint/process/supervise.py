@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import selectors
 import signal
 import subprocess
@@ -357,6 +358,7 @@ def run_supervised(
     log = Log(log_path, max_log_bytes) if log_path is not None else None
     hold_subreaper()  # before the spawn, released after the cleanup: the run's orphans re-parent to us meanwhile
     limit = limits.open_limit(max_processes)
+    nproc = limits.nproc_fallback(max_processes) if limit is None else None
     if limit is not None:
         reaper.cgroup_started(str(limit.path))
     hit = left = False
@@ -371,7 +373,7 @@ def run_supervised(
                 stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
                 start_new_session=True,
                 close_fds=True,
-                preexec_fn=_child_setup(die_with_parent, watch is not None),
+                preexec_fn=_child_setup(die_with_parent, watch is not None, nproc),
             )))
         except OSError as exc:
             raise ReplayError(
@@ -420,18 +422,23 @@ def _spawn(limit: limits.CommandLimit | None,
         limit.leave()
 
 
-def _child_setup(die_with_parent: bool, watched: bool) -> Callable[[], None] | None:
+def _child_setup(die_with_parent: bool, watched: bool, nproc: int | None = None) -> Callable[[], None] | None:
     """The ``preexec_fn`` of a supervised leader, or None (a spawn without one is cheaper).
 
     A watched child may get SIGINT from its watch; a forkpoint started in the background of a shell inherits SIGINT
     ignored, and an ignored signal stays ignored across exec, so the child gets the default disposition back.
+    ``nproc``: the ``RLIMIT_NPROC`` of the fallback where the command has no pids cgroup (``limits``).
     """
     pdeath = reaper.die_with_parent_hook() if die_with_parent else None
-    if not watched:
+    if not watched and nproc is None:
         return pdeath
+    hard = resource.getrlimit(resource.RLIMIT_NPROC)[1] if nproc is not None else 0
 
     def setup() -> None:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if watched:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if nproc is not None:
+            resource.setrlimit(resource.RLIMIT_NPROC, (nproc, hard))
         if pdeath is not None:
             pdeath()
 
