@@ -16,9 +16,11 @@ fork), every process still in ``cgroup.procs`` is SIGKILLed until none is left, 
 also closes the attribution gap of ``forkpoint.process.tree`` (a descendant that cleared its environment, left the
 session and was orphaned between two scans): whatever is still in the cgroup dies.
 
-Where no pids cgroup can be made (no v1 ``pids`` hierarchy, a pure cgroup v2 host, no write access), commands run
-without a process limit, and the run's metadata says so with the reason (``process_limit.mechanism``:
-``unavailable``); a command that could not be placed is counted (``commands_unlimited``) with the reason. Cgroups
+Where no pids cgroup can be made (no v1 ``pids`` hierarchy, a pure cgroup v2 host, no write access): a non-root
+forkpoint sets ``RLIMIT_NPROC`` in the leader (``nproc_fallback``: the user's tasks + the limit, shared with the
+user's other processes; ``process_limit.mechanism``: ``rlimit-nproc``); root, which the kernel exempts from it, runs
+commands without a limit and the run's metadata says so with the reason (``unavailable``). A command that could not
+be placed is counted (``commands_unlimited``) with the reason. Cgroups
 of a forkpoint killed with ``kill -9`` (its reaper kills their processes) are removed by the next forkpoint that
 finds them empty.
 """
