@@ -94,8 +94,8 @@ _REPLAY_OPTIONS: tuple[tuple[str, str | None, Callable[[str], Any], str], ...] =
     ("--max-trajectory-bytes", "N", int, "Refuse a trajectory larger than N bytes (trajectories are untrusted "
      "input) [default: 268435456 = 256 MiB]."),
     ("--max-processes", "N", int, "At most N processes (threads included) per replayed command or verifier, each "
-     "in a pids cgroup of its own; where the host has none, result metadata says process_limit: unavailable and "
-     "why (docs/sandboxes.md) [default: 512]."),
+     "in a pids cgroup of its own; without one, RLIMIT_NPROC when not root, else result metadata says "
+     "process_limit: unavailable and why (docs/sandboxes.md) [default: 512]."),
     ("--prepare-only", None, bool, "Write the native prefix with the historical observations; run nothing."),
     ("--replay-only", None, bool, "Re-run the prefix's tools and write the native prefix; do not start the agent."),
     ("--allow-stale-observations", None, bool, "Reuse recorded observations that cannot be refreshed "
