@@ -3,6 +3,11 @@
 Layout: ``<cache_root>/<agent>/<version>/`` holds one installed agent version plus a ``forkpoint-runtime.json``
 manifest. An install fills a staging dir first and renames it into place, so a version directory with a valid
 manifest is always a complete install. Which versions are verified comes from the agent's spec.
+
+A version probe's answer is kept in the manifest (``probe``: the version and the identity of the files it depends
+on), so a continuation runs no probe while the installed files are the probed ones: ``node`` loading a CLI bundle
+took over 10 s on a loaded machine and failed continuations as configuration errors (issue 27). Probes that do run
+get ``PROBE_TIMEOUT_S``.
 """
 
 from __future__ import annotations
