@@ -8,6 +8,7 @@ The reaper itself is never taken for a process of a run, and it leaves when its 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -74,7 +75,25 @@ def _kill_helper(mode: str, script: str, marker: str, count: int) -> list[int]:
     left = _marked(marker)
     for pid in left:
         os.kill(pid, signal.SIGKILL)
+    _clean_up_after(helper.pid)
     return left
+
+
+def _clean_up_after(helper: int) -> None:
+    """Without the reaper, unmarked processes of the helper's command (``sleep`` under a marked ``sh``) outlive
+    it: the test kills what is left in the helper's pids cgroups, where there are any, and removes them."""
+    from forkpoint.process import limits
+
+    base = limits._hierarchy_now().path
+    if base is None:
+        return
+    for group in base.glob(f"forkpoint-{helper}-*"):
+        for pid in (group / "cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError):
+                os.kill(int(pid), signal.SIGKILL)
+        _wait(lambda group=group: not (group / "cgroup.procs").read_text().split(), 5)
+        with contextlib.suppress(OSError):
+            group.rmdir()
 
 
 def test_pdeathsig_kills_the_direct_child() -> None:
