@@ -148,3 +148,11 @@ def test_the_request_default_is_the_limit_default() -> None:
 
     field = ReplayRequest.__dataclass_fields__["max_processes"]
     assert field.default == limits.DEFAULT_MAX_PROCESSES
+
+
+def test_a_limit_of_one_still_runs_the_command_and_forbids_its_forks(tmp_path: Path) -> None:
+    """The spawning thread is in the cgroup during the spawn: it must not take the leader's place."""
+    _hierarchy()
+    result = run_supervised(["/bin/sh", "-c", "echo leader; /bin/true && echo forked"], cwd=tmp_path,
+                            env=dict(os.environ), timeout_s=30, max_processes=1)
+    assert result.stdout == b"leader\n" and result.process_limit_hit

@@ -149,10 +149,11 @@ class CommandLimit:
 
     def __init__(self, base: Path, max_processes: int) -> None:
         self.base = base
+        self.max_processes = max_processes
         self.path = base / f"{_PREFIX}{os.getpid()}-{next(_serial)}"
         os.mkdir(self.path)
-        try:
-            _write(self.path / "pids.max", str(max_processes))
+        try:  # one more while the spawning thread is inside, so that the leader's own fork fits (see ``leave``)
+            _write(self.path / "pids.max", str(max_processes + 1))
         except OSError:
             os.rmdir(self.path)
             raise
@@ -168,14 +169,16 @@ class CommandLimit:
         return True
 
     def leave(self) -> None:
-        """Back to forkpoint's own cgroup once the leader exists (``members`` never names forkpoint itself, so even a
-        failure here could not make ``close`` kill it)."""
+        """Back to forkpoint's own cgroup once the leader exists, and the limit down to ``max_processes`` (``members``
+        never names forkpoint itself, so even a failure here could not make ``close`` kill it)."""
         for _ in range(3):
             try:
                 _write(self.base / "tasks", str(threading.get_native_id()))
-                return
+                break
             except OSError:
                 continue
+        with contextlib.suppress(OSError):
+            _write(self.path / "pids.max", str(self.max_processes))
 
     def at_limit(self) -> bool:
         """Whether a fork in the command failed because of the limit (``pids.events``: ``max N``)."""
