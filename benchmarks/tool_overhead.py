@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as c
 
+from forkpoint.process import limits
 from forkpoint.run.engine import execute
 from forkpoint.run.request import build_request
 from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, text, tool_use
@@ -100,13 +101,34 @@ def main() -> None:
                 raise RuntimeError("a fresh observation differs from the recorded one")
             return elapsed
 
+        cpu: dict[str, list[float]] = {"engine": [], "uncapped": []}
+
+        def engine_capped() -> float:
+            before = os.times()
+            elapsed = engine()
+            cpu["engine"].append(_cpu_s(before, os.times()))
+            return elapsed
+
+        def engine_uncapped() -> float:
+            """The same run with no pids cgroup per command (what forkpoint does where none can be made)."""
+            saved = limits._hierarchy_now()
+            limits._hierarchy = limits._Hierarchy(None, "benchmark reference")
+            try:
+                before = os.times()
+                elapsed = engine()
+                cpu["uncapped"].append(_cpu_s(before, os.times()))
+                return elapsed
+            finally:
+                limits._hierarchy = saved
+
         def cli() -> float:
             argv = [*c.forkpoint_argv(), "replay", "--replay-only", "--json"] + [
                 part for key, value in request(f"cli-{next(runs)}").items() if key != "replay_only"
                 for part in (f"--{key.replace('_', '-')}", str(value))]
             return c.timed_run(argv, cwd=root)[0]
 
-        tasks = {"baseline": baseline, "wrapper": wrapper, "engine": engine, "cli": cli}
+        tasks = {"baseline": baseline, "wrapper": wrapper, "engine": engine_capped, "uncapped": engine_uncapped,
+                 "cli": cli}
         samples: dict[str, list[float]] = {name: [] for name in tasks}
         for name in tasks:  # warm-up
             tasks[name]()
@@ -131,17 +153,22 @@ def main() -> None:
     labels = {"baseline": f"{calls} × `bash -c 'echo N'` (baseline)",
               "wrapper": f"{calls} × the same through Claude's Bash wrapper, plain `subprocess.run` (reference)",
               "engine": "engine.execute replay-only",
+              "uncapped": "the same without a pids cgroup per command (reference)",
               "cli": "`forkpoint replay --replay-only` (whole CLI)"}
     rows = []
     for name, values in samples.items():
         target = c.verdict(c.median(values) <= TARGET * base) if name in ("engine", "cli") else ""
         rows.append([labels[name], c.ms(c.median(values)), c.ms(c.p95(values)), c.ratio(c.median(values), base),
                      c.ms((c.median(values) - base) / calls), target])
+    cgroup_ms = c.ms((c.median(samples["engine"]) - c.median(samples["uncapped"])) / calls)
+    cgroup_cpu_ms = c.ms((c.median(cpu["engine"]) - c.median(cpu["uncapped"])) / calls)
     body = c.table(["run", "median ms", "p95 ms", "/ baseline", "added per call ms", "≤ 1.15× target"], rows)
     body += f"""
 
 {calls} one-call batches, {args.repeat} rounds after a warm-up, alternating order (ABBA); every engine run is checked
-(all {calls} calls re-run, every fresh observation exact).
+(all {calls} calls re-run, every fresh observation exact). The pids cgroup of each command (`--max-processes`,
+{limits.metadata()["mechanism"]} here) costs {cgroup_ms} ms of wall time per call (engine minus the reference without
+it) and {cgroup_cpu_ms} ms of CPU time (forkpoint and its children, `os.times`: less sensitive to a busy host).
 
 Where a replay-only run spends its time (cProfile of one engine run, {total * 1000:.0f} ms of self time in
 total; profiling inflates Python-heavy parts). Cumulative: {'; '.join(
@@ -152,6 +179,12 @@ total; profiling inflates Python-heavy parts). Cumulative: {'; '.join(
         f"- `{_where(filename)}:{line}({name})` {tottime * 1000:.0f} ms ({ncalls} calls)"
         for (filename, line, name), (_, ncalls, tottime, _cum, _) in hot)
     c.emit("tool_overhead", "5. Tool re-execution overhead (200 Bash calls)", body, args)
+
+
+def _cpu_s(before: os.times_result, after: os.times_result) -> float:
+    """CPU seconds of this process and its waited-for children between two ``os.times``."""
+    return float(sum(getattr(after, name) - getattr(before, name)
+                     for name in ("user", "system", "children_user", "children_system")))
 
 
 def _where(filename: str) -> str:

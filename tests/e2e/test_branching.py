@@ -151,6 +151,10 @@ def test_pi_branches_one_after_another_in_the_local_workspace(tmp_path: Path, ke
         assert rows[index]["files_changed"]["added"] == ["branch.txt"], rows[index]
         finals[index] = name
     assert rows[3]["files_changed"]["added"] == []
+    # every branch and the run record the process limit its commands ran under (a pids cgroup each here)
+    assert all(rows[i]["process_limit"]["max_processes"] == 512 for i in (1, 2, 3))
+    assert result.metadata["process_limit"]["max_processes"] == 512
+    assert result.metadata["process_limit"]["commands"] >= 4  # the replayed call and the three continuations
     assert sum(1 for e in read_events(state / "journal.jsonl") if e.get("event") == "tool_finished") == 1
     # tokens per branch in branches.json, summed in the run's model_usage: together what ScriptedModel reported
     usage = [rows[i]["model_usage"] for i in (1, 2, 3)]

@@ -279,3 +279,18 @@ def test_record_tool_schemas_saves_pis_tool_definitions_for_the_export(tmp_path:
         plain = run(fixture, tmp_path / "without", 1, upstream="openai-chat", upstream_url=f"{url}/v1")
     assert plain.metadata["tool_schemas_recorded"] is False
     assert not (_check_verified(plain) / "tool-schemas.json").exists()
+
+
+def test_a_slow_version_probe_does_not_fail_the_continuation(tmp_path: Path) -> None:
+    """The real Pi behind an entrypoint whose ``--version`` answers after 11 s, as on a loaded 2-core host (the
+    old fixed 10 s deadline failed such runs as configuration errors): the run continues and is verified."""
+    real = runtimes.find("pi", "0.83.0")
+    assert real is not None
+    root = tmp_path / "slow-pi"  # the layout of an install: Pi's launch finds its Node next to the entrypoint
+    (root / "forkpoint-bin").mkdir(parents=True)
+    (root / "node_modules").symlink_to(real.root / "node_modules")
+    slow = root / "forkpoint-bin" / "pi"
+    slow.write_text(f'#!/bin/sh\n[ "$1" = --version ] && sleep 11\nexec {real.entrypoint} "$@"\n')
+    slow.chmod(0o755)
+    result = run(FIXTURES / "single_bash", tmp_path, 2, upstream="stub", agent_entrypoint=str(slow))
+    _check_verified(result, forwarded=False)

@@ -8,6 +8,7 @@ The reaper itself is never taken for a process of a run, and it leaves when its 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -74,7 +75,25 @@ def _kill_helper(mode: str, script: str, marker: str, count: int) -> list[int]:
     left = _marked(marker)
     for pid in left:
         os.kill(pid, signal.SIGKILL)
+    _clean_up_after(helper.pid)
     return left
+
+
+def _clean_up_after(helper: int) -> None:
+    """Without the reaper, unmarked processes of the helper's command (``sleep`` under a marked ``sh``) outlive
+    it: the test kills what is left in the helper's pids cgroups, where there are any, and removes them."""
+    from forkpoint.process import limits
+
+    base = limits._hierarchy_now().path
+    if base is None:
+        return
+    for group in base.glob(f"forkpoint-{helper}-*"):
+        for pid in (group / "cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError):
+                os.kill(int(pid), signal.SIGKILL)
+        _wait(lambda group=group: not (group / "cgroup.procs").read_text().split(), 5)
+        with contextlib.suppress(OSError):
+            group.rmdir()
 
 
 def test_pdeathsig_kills_the_direct_child() -> None:
@@ -122,3 +141,25 @@ def test_the_reaper_leaves_with_its_owner() -> None:
             return True
 
     assert _wait(gone, 5), "the reaper outlived its owner"
+
+
+def test_the_reaper_empties_and_removes_the_cgroups_of_its_owner() -> None:
+    """forkpoint killed mid-command: its reaper also kills whatever is in the command's pids cgroup and removes it."""
+    from forkpoint.process import limits
+
+    base = limits._hierarchy_now().path
+    if base is None:
+        pytest.skip(f"no pids cgroup on this host: {limits._hierarchy_now().reason}")
+    marker = f"fpreap{uuid.uuid4().hex}"
+    helper = subprocess.Popen([sys.executable, "-c", _HELPER, "reaper"],
+                              env={**os.environ, "FP_TEST_SCRIPT": f"sh -c 'sleep 300; :' {marker}; :"})
+
+    def groups() -> list[str]:
+        return [name for name in os.listdir(base) if name.startswith(f"forkpoint-{helper.pid}-")]
+
+    try:
+        assert _wait(lambda: len(_marked(marker)) >= 2 and groups(), 30), "the command did not start"
+    finally:
+        helper.send_signal(signal.SIGKILL)
+        helper.wait(10)
+    assert _wait(lambda: not groups() and not _marked(marker), 5), f"left: {groups()} {_marked(marker)}"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 
 import orjson
@@ -289,3 +291,38 @@ def test_a_call_refused_before_any_effect_does_not_block_a_rerun(tmp_path: Path)
     fixed = session({"command": "echo once >> marker.txt"}, "fixed.jsonl")
     assert replay(fixed, "out2") == (0, "replayed", None, 1)
     assert (workspace / "marker.txt").read_text() == "once\n"
+
+
+def test_a_replayed_fork_storm_is_stopped_at_max_processes_and_the_run_says_so(tmp_path: Path) -> None:
+    """A recorded Bash call that forks until it fails: bounded by --max-processes (a pids cgroup), the run's
+    metadata records the limit and that a command reached it, and none of the storm's processes survives."""
+    from forkpoint.process import limits
+
+    if limits._hierarchy_now().path is None:
+        pytest.skip(f"no pids cgroup on this host: {limits._hierarchy_now().reason}")
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    from tests.process.test_limits import STORM
+
+    script = tmp_path / "storm.py"
+    script.write_text(STORM)
+    storm = f"{sys.executable} {script} pids.txt"
+    builder = ClaudeSessionBuilder(cwd=str(workspace))
+    builder.user_prompt("storm")
+    builder.assistant([tool_use("t1", "Bash", {"command": storm})])
+    builder.results({"t1": "300 0"})
+    builder.assistant([text("done")])
+    session = builder.write(tmp_path / "s.jsonl")
+    request = build_request({"agent": "claude-code", "trajectory": str(session), "after_step": 1,
+                             "replay_only": True, "workspace": str(workspace), "state_dir": str(tmp_path / "st"),
+                             "output_dir": str(tmp_path / "out"), "run_id": "storm", "max_processes": 40},
+                            source="test")
+    result = execute(request)
+    assert result.exit_code == 0
+    facts = result.to_json()["metadata"]["process_limit"]
+    assert facts["max_processes"] == 40 and facts["mechanism"] == "cgroup-v1-pids"
+    assert facts["commands_at_limit"] == 1
+    started = [int(pid) for pid in (workspace / "pids.txt").read_text().split()]
+    assert len(started) < 40
+    for pid in started:
+        assert not os.path.exists(f"/proc/{pid}") or b") Z" in Path(f"/proc/{pid}/stat").read_bytes()

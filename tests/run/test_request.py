@@ -253,3 +253,10 @@ def test_pins_the_protocol_carries_are_accepted() -> None:
     request = build_request({**BASE, "agent": "pi", "branches": 2, "branch_seeds": [1, 2],
                              "branch_temperatures": [1], "branch_models": ["a", "b"]}, source="t")
     assert request.branch_temperatures == [1.0]
+
+
+def test_max_processes_defaults_to_512_and_is_a_strict_positive_key() -> None:
+    assert build_request(dict(BASE), source="t").max_processes == 512
+    assert build_request({**BASE, "max_processes": 64}, source="t").max_processes == 64
+    assert "max_processes must be positive" in _refusal({**BASE, "max_processes": 0}).message
+    assert "max_processes: input should be a valid integer" in _refusal({**BASE, "max_processes": "64"}).message

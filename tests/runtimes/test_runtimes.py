@@ -201,3 +201,35 @@ def _codex() -> NpmPackage:
     package = package_of("codex")
     assert isinstance(package, NpmPackage)
     return package
+
+
+def test_a_probe_is_answered_from_the_manifest_until_the_binary_changes(cache: Path, tmp_path: Path) -> None:
+    """No process at all while the entrypoint and the package's package.json are the probed files; a changed
+    binary or package is probed again."""
+    runs = tmp_path / "runs"
+    runtime = fake_runtime(cache)
+    package_json = runtime.root / "node_modules" / "@anthropic-ai" / "claude-code" / "package.json"
+    package_json.parent.mkdir(parents=True)
+    package_json.write_text('{"version": "2.1.220"}')
+    runtime.entrypoint.write_text(f"#!/bin/sh\necho probed >> {runs}\necho '2.1.220 (Claude Code)'\n")
+    assert [runtimes.probe_version(runtime) for _ in range(3)] == ["2.1.220"] * 3
+    assert runs.read_text().splitlines() == ["probed"]  # once; then from the manifest
+    assert runtimes.find("claude-code", "2.1.220") is not None  # the manifest stays valid
+    assert runtimes.resolve_entrypoint("claude-code", "2.1.220", None).version == "2.1.220"
+    assert runs.read_text().splitlines() == ["probed"]
+    runtime.entrypoint.write_text(f"#!/bin/sh\necho probed >> {runs}\necho '2.1.221 (Claude Code)'\n")
+    assert runtimes.probe_version(runtime) == "2.1.221"
+    package_json.write_text('{"version": "2.1.222"}')
+    assert runtimes.probe_version(runtime) == "2.1.221"
+    assert runs.read_text().splitlines() == ["probed"] * 3
+
+
+def test_a_slow_probe_on_a_loaded_machine_is_not_a_configuration_error(tmp_path: Path) -> None:
+    """An explicit --agent-entrypoint whose --version takes 11 s (node loading a bundle on a busy 2-core host took
+    over 10 s): the probe waits for it, the launch target is resolved."""
+    slow = tmp_path / "bin" / "pi"
+    slow.parent.mkdir()
+    slow.write_text("#!/bin/sh\nsleep 11\necho 0.83.0\n")
+    slow.chmod(0o755)
+    target = runtimes.resolve_entrypoint("pi", "0.83.0", slow)
+    assert (target.entrypoint, target.version) == (slow, "0.83.0")

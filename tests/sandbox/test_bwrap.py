@@ -177,3 +177,34 @@ def test_missing_bwrap_is_a_clear_configuration_error(workspace: Path, tmp_path:
         open_sandbox("bwrap", workspace, RECORDED)
     assert caught.value.kind is ErrorKind.CONFIGURATION
     assert "apt-get install bubblewrap" in caught.value.message
+
+
+def test_a_fork_storm_inside_bwrap_stops_at_the_limit(workspace: Path) -> None:
+    """The pids cgroup holds bwrap, its pid namespace's init and everything forked inside: the storm gets fewer
+    children than the limit, and none of them survives."""
+    import sys
+
+    from tests.process.test_limits import STORM
+
+    from forkpoint.process import limits
+
+    if limits._hierarchy_now().path is None:
+        pytest.skip(f"no pids cgroup on this host: {limits._hierarchy_now().reason}")
+    (workspace / "storm.py").write_text(STORM)
+    marker = f"forkpoint-bwrap-storm-{uuid.uuid4().hex}"
+    sandbox = BwrapSandbox(workspace, RECORDED)
+    result = sandbox.run([sys.executable, "storm.py", "pids.txt"], cwd=RECORDED, env={**ENV, "MARKER": marker},
+                         timeout_s=60, max_processes=24, readable=(Path(sys.base_prefix),))
+    count, failed = map(int, result.stdout.split())
+    assert count < 24 - 2 and failed == 11  # EAGAIN; bwrap and the namespace's init count too
+    assert result.process_limit_hit
+    survivors = [proc.name for proc in Path("/proc").iterdir() if proc.name.isdigit()
+                 and f"MARKER={marker}".encode() in _environ(proc)]
+    assert survivors == []
+
+
+def _environ(proc: Path) -> list[bytes]:
+    try:
+        return (proc / "environ").read_bytes().split(b"\0")
+    except OSError:
+        return []

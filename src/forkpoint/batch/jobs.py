@@ -28,7 +28,7 @@ OPTION_TYPES: dict[str, type | tuple[type, ...]] = {
     "workspace_from": str, "sandbox": str, "upstream": str, "upstream_url": str, "max_steps": int,
     "boundary_user_prompt": str, "allow_stale_observations": bool,
     "require_verified_version": bool, "on_divergence": str, "timeout_s": (int, float),
-    "branches": int, "branch_prompts": list,
+    "branches": int, "branch_prompts": list, "max_processes": int,
     # model choice and sampling pins (issue 17; validated with the request's words when the job runs)
     "model": str, "temperature": (int, float), "top_p": (int, float), "seed": int, "max_output_tokens": int,
     "disable_thinking": bool, "reasoning_effort": str, "upstream_retries": int,

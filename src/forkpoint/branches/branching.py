@@ -338,6 +338,8 @@ def _one_branch(setup: BranchSetup, index: int, prompt: str | None, variant: Bra
                                       input_condition="boundary_user_prompt_appended" if prompt else
                                       "replayed_boundary_only")
         write_json(out / "next-action.json", action)
+        from forkpoint.process import limits
+
         row = {
             "status": "failed" if failure else "finished",
             "agent_status": "failed" if failure else ("max_steps" if continuation and
@@ -350,6 +352,7 @@ def _one_branch(setup: BranchSetup, index: int, prompt: str | None, variant: Bra
             "model_bridge": (continuation.metadata.get("model_bridge") if continuation else None),
             "model_usage": (continuation.metadata.get("model_usage") if continuation else None),
             "continued_path": str(continuation.continued_path) if continuation else None,
+            "process_limit": limits.describe(),
         }
         write_json(out / "result.json", {"schema_version": BRANCH_RESULT_SCHEMA, "branch": index,
                                          **_prompt_facts(prompt), **variant.facts(), **row})

@@ -49,6 +49,7 @@ class ContinueOptions:
     record_tool_schemas: bool = False
     #: ``--workspace DIR``: the directory to restore the boundary into, named by the user (a moved run dir)
     workspace: Path | None = None
+    max_processes: int | None = None  # per supervised command (forkpoint.process.limits) [512]
 
 
 def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[str], None]) -> dict[str, Any]:
@@ -111,8 +112,13 @@ def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[
                         state_dir=state_dir, output_dir=run_dir, session_id=prefix.session_id, sandbox_name=sandbox,
                         recorded_cwd=parsed.cwd, snapshot=snapshot)
     # Like a replay, every child gets the run's own TMPDIR (removed at the end; a killed run's is replaced).
+    from forkpoint.process import limits
+
+    if options.max_processes is not None and options.max_processes < 1:
+        raise configuration("--max-processes must be positive")
     with _holding(workspace, sandbox, lock_key, run_dir, parsed.cwd), \
-            childenv.passing(childenv.resolve(request.env, os.environ).values, temp_dir=state_dir / "tmp"):
+            childenv.passing(childenv.resolve(request.env, os.environ).values, temp_dir=state_dir / "tmp"), \
+            limits.limiting(options.max_processes or limits.DEFAULT_MAX_PROCESSES):
         return _run_planned(setup, run_dir, options, request, snapshot_facts, plan.after_step, report)
 
 

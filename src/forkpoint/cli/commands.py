@@ -106,7 +106,7 @@ def continue_(args: argparse.Namespace) -> None:
                               max_steps=args.max_steps, agent_entrypoint=args.agent_entrypoint,
                               model_choice=model_choice,
                               agent_version=args.agent_version, record_tool_schemas=args.record_tool_schemas,
-                              workspace=args.workspace)
+                              workspace=args.workspace, max_processes=args.max_processes)
     progress = (lambda message: None) if args.as_json else (lambda message: say(f"  {message}", err=True, style=DIM))
     try:
         document = continue_run_dir(args.run_dir, options, progress)

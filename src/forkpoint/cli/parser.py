@@ -82,7 +82,8 @@ _DIRECT_OPTIONS = (
     "prepare_only", "replay_only", "allow_stale_observations", "require_verified_version", "boundary_user_prompt",
     "upstream",
     "upstream_url", "agent_entrypoint", "sandbox", "path_map", "workspace_from", "on_divergence", "branches",
-    "branch_prompt", "parallel", "keep_snapshot", "drop_snapshot", "max_trajectory_bytes", "opencode_export", "env",
+    "branch_prompt", "parallel", "keep_snapshot", "drop_snapshot", "max_trajectory_bytes", "max_processes",
+    "opencode_export", "env",
     *MODEL_DESTS,
     "agent_version", "record_tool_schemas",
 )
@@ -99,6 +100,9 @@ _REPLAY_OPTIONS: tuple[tuple[str, str | None, Callable[[str], Any], str], ...] =
     ("--max-steps", "N", int, "TOTAL step budget including the replayed prefix."),
     ("--max-trajectory-bytes", "N", int, "Refuse a trajectory larger than N bytes (trajectories are untrusted "
      "input) [default: 268435456 = 256 MiB]."),
+    ("--max-processes", "N", int, "At most N processes (threads included) per replayed command or verifier, each "
+     "in a pids cgroup of its own; without one, RLIMIT_NPROC when not root, else result metadata says "
+     "process_limit: unavailable and why (docs/sandboxes.md) [default: 512]."),
     ("--prepare-only", None, bool, "Write the native prefix with the historical observations; run nothing."),
     ("--replay-only", None, bool, "Re-run the prefix's tools and write the native prefix; do not start the agent."),
     ("--allow-stale-observations", None, bool, "Reuse recorded observations that cannot be refreshed "
@@ -287,6 +291,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         resume.add_argument("--agent-entrypoint", type=Path, metavar="PATH", help="As in replay.")
         resume.add_argument("--agent-version", metavar="V", help="As in replay (a verified cross-version pair).")
         resume.add_argument("--record-tool-schemas", action="store_true", help="As in replay.")
+        resume.add_argument("--max-processes", type=int, metavar="N", help="As in replay [512].")
         resume.add_argument("--json", dest="as_json", action="store_true", help="Print branches.json as one line.")
         add_options(resume, MODEL_OPTIONS)
 

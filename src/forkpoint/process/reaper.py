@@ -104,6 +104,15 @@ def leader_done(leader: int) -> None:
     _tell(f"D {leader}\n")
 
 
+def cgroup_started(path: str) -> None:
+    """A command's pids cgroup (``forkpoint.process.limits``): emptied and removed by the reaper if forkpoint dies."""
+    _tell(f"G {path}\n")
+
+
+def cgroup_done(path: str) -> None:
+    _tell(f"E {path}\n")
+
+
 def die_with_parent_hook() -> Callable[[], None] | None:
     """A ``preexec_fn`` that sets PR_SET_PDEATHSIG = SIGKILL in the child (and dies if the parent is gone already).
 
@@ -255,6 +264,55 @@ def _cleanup(leaders: dict[int, int], known: dict[int, int], needle: bytes, me: 
         _signal(pid, start, signal.SIGCONT)  # SIGKILL wakes a stopped process anyway; harmless otherwise
 
 
+def _empty_cgroups(paths: set[str], me: int) -> None:
+    """Each command cgroup of the dead forkpoint: no fork possible any more (``pids.max`` 0), every member killed
+    until none is left, the cgroups removed (the ones below first)."""
+    give_up = time.monotonic() + _KILL_ROUNDS_S
+    for path in paths:
+        with contextlib.suppress(OSError), open(os.path.join(path, "pids.max"), "w") as handle:
+            handle.write("0")
+    groups = [os.path.join(top, name) for path in paths for top, names, _ in os.walk(path) for name in names]
+    groups = sorted(set(groups) | paths, key=len, reverse=True)
+    while time.monotonic() < give_up:
+        members: dict[int, str] = {}
+        for group in groups:
+            with contextlib.suppress(OSError, ValueError), open(os.path.join(group, "cgroup.procs")) as handle:
+                members.update((int(pid), os.path.basename(group)) for pid in handle.read().split())
+        members.pop(me, None)
+        if not members:
+            break
+        for pid, name in members.items():
+            _kill_member(pid, name)
+        time.sleep(0.01)
+    for group in groups:
+        while time.monotonic() < give_up + _KILL_ROUNDS_S:
+            try:
+                os.rmdir(group)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.01)
+
+
+def _kill_member(pid: int, group: str) -> None:
+    """SIGKILL ``pid`` if it is (still) in the cgroup named ``group``: the pidfd pins the process, and its
+    /proc/<pid>/cgroup, read after, proves it is not a process that took over a reused pid."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        return
+    try:
+        with open(f"/proc/{pid}/cgroup", "rb") as handle:
+            lines = handle.read().decode("utf-8", "replace").splitlines()
+        if any(group in line.rpartition(":")[2].split("/") for line in lines):
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    except OSError:
+        pass
+    finally:
+        os.close(pidfd)
+
+
 def main(argv: list[str]) -> int:
     owner, instance = int(argv[1]), argv[2]
     me = os.getpid()
@@ -263,6 +321,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     leaders: dict[int, int] = {}
     known: dict[int, int] = {}
+    cgroups: set[str] = set()
     ever = False  # no command ever ran: nothing to look for at the end
     buffer = b""
     snapshot = 0.0
@@ -276,7 +335,10 @@ def main(argv: list[str]) -> int:
             buffer += chunk
             *lines, buffer = buffer.split(b"\n")
             for line in lines:
-                kind, _, number = line.decode("ascii", "replace").partition(" ")
+                kind, _, number = line.decode("utf-8", "replace").partition(" ")
+                if kind in ("G", "E"):
+                    (cgroups.add if kind == "G" else cgroups.discard)(number)
+                    continue
                 if not number.isdigit():
                     continue
                 if kind == "L":
@@ -293,6 +355,8 @@ def main(argv: list[str]) -> int:
             snapshot = time.monotonic()
     if ever:
         _cleanup(leaders, known, needle, me)
+    if cgroups:
+        _empty_cgroups(cgroups, me)
     return 0
 
 

@@ -6,7 +6,9 @@ a daemon, and never let a chatty command exhaust memory. So every command:
 - starts as the leader of a new session and process group, so one ``killpg`` reaches the whole group;
 - is terminated with SIGTERM, then SIGKILL after a grace period, when its deadline passes;
 - has its remaining group members and *escaped* descendants (``forkpoint.process.tree`` says which processes
-  belong to a run) killed after the leader exits.
+  belong to a run) killed after the leader exits;
+- runs in a pids cgroup of its own where the host offers one (``forkpoint.process.limits``): at most
+  ``max_processes`` processes, and whatever is still in the cgroup at the end is killed with it.
 
 One event loop per command drains stdout/stderr (``forkpoint.process.capture``), feeds stdin, wakes on the
 leader's exit (pidfd) and rescans the run's processes every 50 ms, backing off to 500 ms for long quiet commands,
@@ -23,18 +25,19 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import selectors
 import signal
 import subprocess
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
 from forkpoint.core.errors import ErrorKind, ReplayError
-from forkpoint.process import reaper
+from forkpoint.process import limits, reaper
 from forkpoint.process.capture import Capture, Log
 from forkpoint.process.tree import (
     SUPERVISION_ENV,
@@ -80,7 +83,8 @@ class ProcessResult:
 
     ``returncode`` is ``-signal`` when killed, None if never reaped. ``background_cleanup``: processes other
     than the leader (group members, escaped descendants) were still running and had to be killed.
-    ``*_truncated``: more output than was kept (or a pipe still open at the end).
+    ``*_truncated``: more output than was kept (or a pipe still open at the end). ``process_limit_hit``: a fork
+    of the command failed at its process limit (``forkpoint.process.limits``).
     """
 
     returncode: int | None
@@ -92,6 +96,7 @@ class ProcessResult:
     background_cleanup: bool
     duration_s: float
     log_truncated: bool = False
+    process_limit_hit: bool = False
 
 
 class _Supervision:
@@ -328,6 +333,7 @@ def run_supervised(
     pipe_grace_s: float = _PIPE_GRACE_S,
     watch: Watch | None = None,
     die_with_parent: bool = False,
+    max_processes: int | None = None,
 ) -> ProcessResult:
     """Run ``argv`` to completion or deadline and leave nothing of it running.
 
@@ -338,6 +344,7 @@ def run_supervised(
     The command's own failures (non-zero exit, timeout, truncation) are in the result. Only supervision
     failures raise ``ReplayError`` (executor): the program cannot be started, or the log cannot be written.
     Without ``stdin`` the command gets /dev/null, so it can never read forkpoint's terminal.
+    ``max_processes``: the command's process limit [default: the run's, ``limits.limiting``; 512 outside a run].
     """
     if not argv:
         raise ValueError("argv must not be empty")
@@ -349,9 +356,14 @@ def run_supervised(
     child_env[SUPERVISION_ENV] = token
     log = Log(log_path, max_log_bytes) if log_path is not None else None
     hold_subreaper()  # before the spawn, released after the cleanup: the run's orphans re-parent to us meanwhile
+    limit = limits.open_limit(max_processes)
+    nproc = limits.nproc_fallback(max_processes) if limit is None else None
+    if limit is not None:
+        reaper.cgroup_started(str(limit.path))
+    hit = left = False
     try:
         try:
-            proc = spawn_leader(lambda: subprocess.Popen(
+            proc = spawn_leader(lambda: _spawn(limit, lambda: subprocess.Popen(
                 list(argv),
                 cwd=cwd,
                 env=child_env,
@@ -360,8 +372,8 @@ def run_supervised(
                 stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
                 start_new_session=True,
                 close_fds=True,
-                preexec_fn=_child_setup(die_with_parent, watch is not None),
-            ))
+                preexec_fn=_child_setup(die_with_parent, watch is not None, nproc),
+            )))
         except OSError as exc:
             raise ReplayError(
                 ErrorKind.EXECUTOR, f"spawn supervised process {argv[0]!r}: {exc.strerror or exc}"
@@ -369,7 +381,7 @@ def run_supervised(
         reaper.leader_started(proc.pid)
         supervision = _Supervision(proc, token, stdin, grace_s, max_output_bytes, log, watch)
         try:
-            return supervision.run(timeout_s, pipe_grace_s)
+            result = supervision.run(timeout_s, pipe_grace_s)
         except BaseException:
             # Never leave the command behind, even when the log failed or we were interrupted.
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -383,24 +395,49 @@ def run_supervised(
             supervision.close()
             unregister_leader(proc.pid)
             reaper.leader_done(proc.pid)
+            if limit is not None:  # whatever the tracker could not attribute dies with the cgroup
+                hit = limits.record_outcome(limit)
+                left = limit.close(proc.pid)
+                reaper.cgroup_done(str(limit.path))
+                limit = None
+        return replace(result, process_limit_hit=hit, background_cleanup=result.background_cleanup or left)
     finally:
+        if limit is not None:  # the spawn failed
+            limit.close(0)
+            reaper.cgroup_done(str(limit.path))
         release_subreaper()
         if log is not None:
             log.close()
 
 
-def _child_setup(die_with_parent: bool, watched: bool) -> Callable[[], None] | None:
+def _spawn(limit: limits.CommandLimit | None,
+           start: Callable[[], subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
+    """Start the leader inside the command's cgroup (``limits``: only this thread enters it, for the spawn)."""
+    if limit is None or not limit.enter():
+        return start()
+    try:
+        return start()
+    finally:
+        limit.leave()
+
+
+def _child_setup(die_with_parent: bool, watched: bool, nproc: int | None = None) -> Callable[[], None] | None:
     """The ``preexec_fn`` of a supervised leader, or None (a spawn without one is cheaper).
 
     A watched child may get SIGINT from its watch; a forkpoint started in the background of a shell inherits SIGINT
     ignored, and an ignored signal stays ignored across exec, so the child gets the default disposition back.
+    ``nproc``: the ``RLIMIT_NPROC`` of the fallback where the command has no pids cgroup (``limits``).
     """
     pdeath = reaper.die_with_parent_hook() if die_with_parent else None
-    if not watched:
+    if not watched and nproc is None:
         return pdeath
+    hard = resource.getrlimit(resource.RLIMIT_NPROC)[1] if nproc is not None else 0
 
     def setup() -> None:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if watched:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if nproc is not None:
+            resource.setrlimit(resource.RLIMIT_NPROC, (nproc, hard))
         if pdeath is not None:
             pdeath()
 

@@ -25,8 +25,9 @@ processes are signalled through pidfds after re-checking their start time.
 
 The residual gap (with concurrent supervisions): a descendant that clears its environment *and* leaves the
 session *and* is orphaned between two scans is not attributed. It is never waited for (the supervisor gives the
-pipes a short grace once the leader and its group are gone). cgroups would close the gap but are not available
-to an unprivileged process everywhere.
+pipes a short grace once the leader and its group are gone). Where the command has a pids cgroup
+(``forkpoint.process.limits``), the gap is closed: the cgroup still holds such a process, and it is killed when
+the cgroup is emptied at the end.
 """
 
 from __future__ import annotations
@@ -219,6 +220,12 @@ def spawn_leader(start: Callable[[], subprocess.Popen[bytes]]) -> subprocess.Pop
         proc = start()
         _active_leaders.add(proc.pid)
     return proc
+
+
+def active_leaders() -> set[int]:
+    """The leaders of the supervisions running now (a copy)."""
+    with _active_lock:
+        return set(_active_leaders)
 
 
 def unregister_leader(pid: int) -> None:

@@ -82,7 +82,7 @@ def execute(request: ReplayRequest, progress: Progress | None = None, warn: Prog
         journal.close()
         return documents.early_failure(dirs, error)
     with journal, workspace_lock or contextlib.nullcontext(), childenv.passing(
-            childenv.resolve(request.env, os.environ).values, temp_dir=dirs.state_dir / "tmp"):
+            childenv.resolve(request.env, os.environ).values, temp_dir=dirs.state_dir / "tmp"), _limiting(request):
         try:
             return _run_allocated(request, prepared, journal, dirs, report, warn or (lambda _message: None))
         except ReplayError as error:
@@ -155,6 +155,16 @@ def _workspace_source(request: ReplayRequest) -> WorkspaceSource | None:
     return source
 
 
+def _limiting(request: ReplayRequest) -> contextlib.AbstractContextManager[None]:
+    """Every command of the run gets ``--max-processes`` (a prepare-only run starts none, and loads no process
+    machinery)."""
+    if request.mode is Mode.PREPARE_ONLY:
+        return contextlib.nullcontext()
+    from forkpoint.process import limits
+
+    return limits.limiting(request.max_processes)
+
+
 def _sandbox(request: ReplayRequest, spec: AgentSpec, recorded_cwd: str | None) -> Sandbox:
     """Where tools run; refuses a workspace the sandbox cannot place at the recorded cwd (see forkpoint.sandbox)."""
     if request.sandbox not in spec.sandbox_features:
@@ -215,6 +225,10 @@ def _run_allocated(request: ReplayRequest, prepared: Prepared, journal: Journal,
         status = continuation.agent_status
     journal.append("run_finished", status=status)
     journal.copy_to(dirs.output_dir / "replay-events.jsonl", durable=False)
+    if request.mode is not Mode.PREPARE_ONLY:
+        from forkpoint.process import limits
+
+        facts["process_limit"] = limits.metadata()
     if prepared.sandbox is not None:
         facts.update(sandbox=prepared.sandbox.describe(), path_rewrites=prepared.sandbox.path_rewrites,
                      path_restores=prepared.sandbox.path_restores)

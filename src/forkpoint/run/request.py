@@ -71,6 +71,9 @@ class ReplayRequest:
     parallel: int | None = None  # concurrent branches (bwrap only) [default: the cores]
     keep_snapshot: bool | None = None  # keep the boundary snapshot; None: for replay-only and branched runs
     max_trajectory_bytes: int = DEFAULT_MAX_INPUT_BYTES  # the one size bound of every trajectory parser
+    # per supervised command, a pids cgroup each; = forkpoint.process.limits.DEFAULT_MAX_PROCESSES (not imported here:
+    # a prepare-only run loads no process machinery)
+    max_processes: int = 512
     opencode_export: Path | None = None  # `opencode export` JSON completing an OpenCode run event log
     env: list[str] = field(default_factory=list)  # NAME (the host's value) or NAME=VALUE, passed to children
     # model choice and sampling pins (issue 17): set by the bridge on each request after the gate validated it
@@ -162,6 +165,8 @@ def validate_request(request: ReplayRequest) -> None:
         raise configuration("max_steps must be positive")
     if request.max_trajectory_bytes < 1:
         raise configuration("max_trajectory_bytes must be positive")
+    if request.max_processes < 1:
+        raise configuration("max_processes must be positive")
     prompt = request.boundary_user_prompt
     if prompt is not None and prompt != "" and prompt.strip() == "":
         raise configuration("boundary_user_prompt must contain a non-whitespace character")

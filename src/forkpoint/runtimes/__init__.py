@@ -56,7 +56,7 @@ def probe_version(runtime: Runtime) -> str:
     if isinstance(package, NpmPackage):
         from forkpoint.runtimes import npm
 
-        return npm.probe_version(runtime)
+        return npm.probe_version(runtime, package)
     from forkpoint.runtimes import python
 
     return python.probe_version(runtime, package)

@@ -3,10 +3,16 @@
 Layout: ``<cache_root>/<agent>/<version>/`` holds one installed agent version plus a ``forkpoint-runtime.json``
 manifest. An install fills a staging dir first and renames it into place, so a version directory with a valid
 manifest is always a complete install. Which versions are verified comes from the agent's spec.
+
+A version probe's answer is kept in the manifest (``probe``: the version and the identity of the files it depends
+on), so a continuation runs no probe while the installed files are the probed ones: ``node`` loading a CLI bundle
+took over 10 s on a loaded machine and failed continuations as configuration errors (issue 27). Probes that do run
+get ``PROBE_TIMEOUT_S``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -150,14 +156,85 @@ def install_staged(agent: str, version: str, fill: Callable[[Path], dict[str, st
     return runtime
 
 
+#: A version probe's deadline: ``node`` loading a CLI bundle took over 10 s on a loaded 2-core machine (issue 27), and a
+#: timed-out probe fails the run; a probe that answers at all answers well within this.
+PROBE_TIMEOUT_S = 120.0
+
+
+def _identity(paths: list[Path]) -> list[list[int] | None]:
+    """What says a file is unchanged: (device, inode, size, mtime, ctime) of each path (links followed), or None."""
+    found: list[list[int] | None] = []
+    for path in paths:
+        try:
+            info = os.stat(path)
+        except OSError:
+            found.append(None)
+            continue
+        found.append([info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns])
+    return found
+
+
+def _own_manifest(runtime: Runtime) -> dict[str, Any] | None:
+    """The manifest of the installed runtime ``runtime`` is (same entrypoint), else None (an explicit binary)."""
+    try:
+        data = json.loads((runtime.root / MANIFEST_NAME).read_text("utf-8"))
+        if Runtime.from_manifest(runtime.root, data).entrypoint != runtime.entrypoint:
+            return None
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def cached_probe(runtime: Runtime, paths: list[Path]) -> str | None:
+    """The version an earlier probe of this installed runtime found, if the files it depends on (``paths``: the
+    entrypoint, the package's metadata) are the very same files (identity unchanged); else None: probe again."""
+    data = _own_manifest(runtime)
+    probe = data.get("probe") if data is not None else None
+    if not isinstance(probe, dict) or not isinstance(probe.get("version"), str):
+        return None
+    identity = _identity(paths)
+    if None in identity or probe.get("identity") != identity:
+        return None
+    return str(probe["version"])
+
+
+def record_probe(runtime: Runtime, paths: list[Path], version: str) -> None:
+    """Remember a probe's answer in the runtime's manifest (an atomic replace; best effort: a read-only cache just
+    probes every time)."""
+    data = _own_manifest(runtime)
+    identity = _identity(paths)
+    if data is None or None in identity:
+        return
+    data["probe"] = {"version": version, "identity": identity, "probed_at": now()}
+    with contextlib.suppress(OSError):
+        fd, temp = tempfile.mkstemp(prefix=f".{MANIFEST_NAME}.", dir=runtime.root)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(json.dumps(data, indent=2) + "\n")
+            os.replace(temp, runtime.root / MANIFEST_NAME)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
+
+
 def run_probe(argv: list[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
-    """Run a runtime's version probe as a child of a run would be: the allowlisted environment and a private
-    ``TMPDIR`` removed afterwards (OpenCode's ``--version`` leaves an ``opencode`` folder in its TMPDIR)."""
+    """Run a runtime's version probe as a child of a run would be: supervised (nothing of it outlives the probe, a
+    timed-out one included; bounded output and processes), the allowlisted environment and a private ``TMPDIR``
+    removed afterwards (OpenCode's ``--version`` leaves an ``opencode`` folder in its TMPDIR). A probe that cannot
+    start raises OSError, one past ``timeout_s`` ``subprocess.TimeoutExpired``."""
+    from forkpoint.process import run_supervised
     from forkpoint.process.childenv import private_temp_dir
     from forkpoint.process.environment import sanitized_env
-    from forkpoint.process.reaper import die_with_parent_hook
 
     with private_temp_dir("fp-probe-") as temp_dir:
         env = {**sanitized_env(os.environ, strip_credentials=True), "TMPDIR": str(temp_dir)}
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False,
-                              stdin=subprocess.DEVNULL, env=env, preexec_fn=die_with_parent_hook())
+        try:
+            result = run_supervised(argv, cwd=Path.cwd(), env=env, timeout_s=timeout_s, die_with_parent=True,
+                                    max_output_bytes=1024 * 1024)
+        except ReplayError as error:
+            raise OSError(error.message) from None
+    if result.timed_out:
+        raise subprocess.TimeoutExpired(argv, timeout_s)
+    returncode = -1 if result.returncode is None else result.returncode
+    return subprocess.CompletedProcess(argv, returncode, result.stdout.decode("utf-8", "replace"),
+                                       result.stderr.decode("utf-8", "replace"))

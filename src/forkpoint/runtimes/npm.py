@@ -13,10 +13,9 @@ from typing import Any
 from forkpoint.adapters.spec import NpmPackage
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.process.reaper import die_with_parent_hook
-from forkpoint.runtimes.base import Runtime, now, run_probe
+from forkpoint.runtimes.base import PROBE_TIMEOUT_S, Runtime, cached_probe, now, record_probe, run_probe
 
 INSTALL_TIMEOUT_S = 900.0
-PROBE_TIMEOUT_S = 10.0
 
 
 def _platform_key() -> str:
@@ -125,13 +124,20 @@ def parse_version_output(output: str) -> str:
     raise ValueError(f"no version in {output.strip()[:200]!r}")
 
 
-def probe_version(runtime: Runtime) -> str:
-    """Run ``<entrypoint> --version`` (10 s timeout) and return the version it reports."""
+def probe_version(runtime: Runtime, spec: NpmPackage) -> str:
+    """The version ``<entrypoint> --version`` reports; for an installed runtime, the answer of an earlier probe
+    while its entrypoint and the package's package.json are the same files (no process at all)."""
+    depends_on = [runtime.entrypoint, runtime.root / "node_modules" / spec.package / "package.json"]
+    cached = cached_probe(runtime, depends_on)
+    if cached is not None:
+        return cached
     try:
         done = run_probe([str(runtime.entrypoint), "--version"], PROBE_TIMEOUT_S)
         if done.returncode != 0:
             raise ValueError(f"exit {done.returncode}: {done.stderr.strip()[:500]}")
-        return parse_version_output(done.stdout)
+        version = parse_version_output(done.stdout)
     except (OSError, subprocess.TimeoutExpired, ValueError) as error:
         message = f"{runtime.agent} {runtime.version}: `{runtime.entrypoint} --version` failed: {error}"
         raise ReplayError(ErrorKind.CONFIGURATION, message) from None
+    record_probe(runtime, depends_on, version)
+    return version

@@ -23,11 +23,10 @@ from pathlib import Path
 from forkpoint.adapters.spec import PythonPackage
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.process.reaper import die_with_parent_hook
-from forkpoint.runtimes.base import Runtime, cache_root, now, run_probe
+from forkpoint.runtimes.base import PROBE_TIMEOUT_S, Runtime, cache_root, now, run_probe
 
 UV_VERSION = "0.13.8"
 INSTALL_TIMEOUT_S = 1800.0
-PROBE_TIMEOUT_S = 60.0
 ENTRYPOINT = "bin/python"
 
 

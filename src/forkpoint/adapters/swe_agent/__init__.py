@@ -19,7 +19,6 @@ from forkpoint.adapters.swe_agent.session import prefix_document, write_traj
 from forkpoint.adapters.swe_agent.spec import SPEC
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.model import FreshObservation, LaunchTarget, NativePrefix, Plan, RunContext, Trajectory
-from forkpoint.process.reaper import die_with_parent_hook
 
 if TYPE_CHECKING:
     from forkpoint.adapters.base import ToolExecutor
@@ -70,10 +69,10 @@ def probe(entrypoint: Path) -> str:
     """The SWE-agent version a Python interpreter imports; typed errors for anything else."""
     if not entrypoint.is_file():
         raise ReplayError(ErrorKind.CONFIGURATION, f"agent entrypoint is not a file: {entrypoint}")
-    try:
-        done = subprocess.run([str(entrypoint), "-I", "-c", PROBE], capture_output=True, text=True, timeout=60,
-                              check=False, stdin=subprocess.DEVNULL,
-                              preexec_fn=die_with_parent_hook())
+    from forkpoint.runtimes.base import PROBE_TIMEOUT_S, run_probe
+
+    try:  # supervised, the allowlisted environment, a deadline that fits a loaded machine (issue 27)
+        done = run_probe([str(entrypoint), "-I", "-c", PROBE], PROBE_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as error:
         raise ReplayError(ErrorKind.CONFIGURATION, f"cannot run {entrypoint}: {error}") from None
     if done.returncode != 0 or not done.stdout.strip():
