@@ -28,6 +28,9 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from forkpoint.bridge.secret import REDACTED as REDACTED  # re-exported: the redactor lives in bridge.secret
+from forkpoint.bridge.secret import Redactor as Redactor
+from forkpoint.bridge.secret import UpstreamKey
 from forkpoint.bridge.translate.retry import RetryPolicy, decide
 from forkpoint.bridge.usage_tap import UsageTap
 from forkpoint.model import JsonObject
@@ -107,48 +110,6 @@ async def stream_events(request: web.Request, events: list[bytes]) -> web.Stream
     return response
 
 
-REDACTED = b"[redacted by forkpoint]"
-
-
-MIN_REDACTED_SECRET = 8
-
-
-class Redactor:
-    """Replaces the bridge's upstream key in a relayed byte stream, also across chunk boundaries.
-
-    An upstream may echo the key it was sent (an error body such as ``invalid x-api-key: sk-...``); the agent would
-    print it and write it into its session. Only a tail that could begin the key is held back until the next chunk,
-    so a normal stream is passed on exactly as it arrives.
-    """
-
-    def __init__(self, secret: str) -> None:
-        self.secret = secret.encode()
-        self.pending = b""
-
-    def feed(self, chunk: bytes) -> bytes:
-        parts = (self.pending + chunk).split(self.secret)
-        tail = parts[-1]  # raw bytes after the last whole key: only they can begin the next one
-        held = self._held(tail)
-        self.pending = tail[len(tail) - held:] if held else b""
-        data = REDACTED.join(parts)
-        return data[: len(data) - held]
-
-    def _held(self, tail: bytes) -> int:
-        """The length of the longest end of ``tail`` that begins the key (shorter than the key): only the places
-        of the key's first byte are tried, not every length (a real key is ~100 bytes, a stream many chunks)."""
-        start = max(0, len(tail) - len(self.secret) + 1)
-        first = self.secret[:1]
-        while (start := tail.find(first, start)) != -1:
-            if self.secret.startswith(tail[start:]):
-                return len(tail) - start
-            start += 1
-        return 0
-
-    def flush(self) -> bytes:
-        data, self.pending = self.pending, b""
-        return data
-
-
 async def next_chunk(upstream: aiohttp.ClientResponse) -> tuple[bytes, str | None]:
     """The next piece of the upstream's answer as it arrives (``b""`` at its end), or how the upstream broke."""
     try:
@@ -194,11 +155,11 @@ async def relay(
 ) -> tuple[web.StreamResponse, Sent]:
     """Stream the upstream's answer to the agent chunk by chunk as it arrives: never buffered (``secret``, the
     upstream key, is redacted on the way); a stream that breaks upstream is cut for the agent."""
-    response = web.StreamResponse(status=upstream.status, headers=headers)
+    key = UpstreamKey(secret)  # the one redactor (bridge.secret): header values and every streamed byte
+    response = web.StreamResponse(status=upstream.status, headers={name: key.text(value)
+                                                                   for name, value in headers.items()})
     await response.prepare(request)
-    # A key under 8 characters ("x", "EMPTY": what local OpenAI-compatible servers are given) is no secret to
-    # hide, and replacing it would corrupt the stream wherever those letters occur.
-    redactor = Redactor(secret) if secret and len(secret) >= MIN_REDACTED_SECRET else None
+    redactor = key.stream()
     tap = UsageTap()  # what the answer reports it used, read as it passes (bridge.usage_tap)
     while True:
         chunk, broken = await next_chunk(upstream)

@@ -5,7 +5,8 @@ applies the sampling pins to it (pins land on the body that leaves the bridge). 
 takes the upstream's SSE bytes as they arrive and returns the agent's SSE bytes for them (``feed``), then the
 rest at the end of the body (``close``); ``whole_answer`` does the same for a non-streamed completion. The shell
 writes whatever comes back at once, so translation adds no buffering beyond what ``anthropic_answer`` and
-``responses_answer`` describe. An unreadable upstream stream ends the answer with the protocol's failure event
+``responses_answer`` describe (and, with the upstream ``key``, a tail that could begin the key: ``bridge.secret``).
+An unreadable upstream stream ends the answer with the protocol's failure event
 and sets ``error`` (after the first byte the run fails as retryable, like a broken pass-through stream).
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from forkpoint.bridge.secret import UpstreamKey
 from forkpoint.bridge.translate.anthropic_answer import ChatToAnthropicStream, chat_completion_to_anthropic
 from forkpoint.bridge.translate.anthropic_chat import anthropic_to_chat
 from forkpoint.bridge.translate.chat_stream import MAX_EVENT_BYTES, SSEDecoder
@@ -65,7 +67,8 @@ def prepare(protocol: AgentProtocol, agent_body: JsonObject, pins: SamplingPins 
 class AnswerStream:
     """One streamed answer: upstream Chat SSE bytes -> the agent's SSE bytes."""
 
-    def __init__(self, prepared: Prepared, *, answer_id: str, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+    def __init__(self, prepared: Prepared, *, answer_id: str, max_event_bytes: int = MAX_EVENT_BYTES,
+                 key: UpstreamKey | None = None) -> None:
         self.decoder = SSEDecoder(max_event_bytes)
         self.translator: ChatToAnthropicStream | ChatToResponsesStream
         if prepared.protocol == "anthropic":
@@ -73,6 +76,8 @@ class AnswerStream:
         else:
             self.translator = ChatToResponsesStream(response_id=answer_id, model=prepared.model,
                                                     custom_tools=prepared.custom_tools, request=prepared.agent_body)
+        if key:  # the upstream key never reaches the agent, even split across deltas (bridge.secret)
+            self.translator.redact(key)
         self.error: str | None = None
 
     @property

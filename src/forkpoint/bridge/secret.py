@@ -1,0 +1,90 @@
+"""The bridge's one redactor of its upstream key: every byte an upstream answer sends toward the agent passes it.
+
+An upstream may echo the key it was sent (an error body such as ``invalid x-api-key: sk-...``, a proxy quoting
+the Authorization header, a model repeating it); the agent would print it and write it into its session, and
+forkpoint's records (next-action.json, logs/, native/continued/) would follow. ``UpstreamKey`` is what an upstream
+holds: ``stream()`` for a relayed byte stream (a key split across chunks is still caught), ``text()`` for whole
+strings (error messages, facts, header values), ``pieces()`` for the text a translated answer streams in deltas
+(a key split across deltas is still caught: ``bridge.translate.sequencer``).
+"""
+
+from __future__ import annotations
+
+from typing import AnyStr, Generic
+
+REDACTED_TEXT = "[redacted by forkpoint]"
+REDACTED = REDACTED_TEXT.encode()
+#: a shorter key ("x", "EMPTY": what local OpenAI-compatible servers are given) is no secret to hide, and
+#: replacing it would corrupt the answer wherever those letters occur
+MIN_REDACTED_SECRET = 8
+
+
+class HeldStream(Generic[AnyStr]):
+    """Replaces ``secret`` in a stream of ``str`` or ``bytes`` pieces, also across piece boundaries.
+
+    Only a tail that could begin the secret is held back until the next piece, so a normal stream is passed on
+    exactly as it arrives; ``flush`` gives the held tail at the stream's end."""
+
+    def __init__(self, secret: AnyStr, replacement: AnyStr) -> None:
+        self.secret: AnyStr = secret
+        self.replacement: AnyStr = replacement
+        self.pending: AnyStr = secret[:0]
+
+    def feed(self, chunk: AnyStr) -> AnyStr:
+        parts = (self.pending + chunk).split(self.secret)
+        tail = parts[-1]  # what follows the last whole secret: only it can begin the next one
+        held = self._held(tail)
+        self.pending = tail[len(tail) - held:] if held else self.secret[:0]
+        data: AnyStr = self.replacement.join(parts)
+        return data[: len(data) - held]
+
+    def _held(self, tail: AnyStr) -> int:
+        """The length of the longest end of ``tail`` that begins the secret (shorter than it): only the places of
+        the secret's first character are tried, not every length (a key is ~100 bytes, a stream many chunks)."""
+        start = max(0, len(tail) - len(self.secret) + 1)
+        first = self.secret[:1]
+        while (start := tail.find(first, start)) != -1:
+            if self.secret.startswith(tail[start:]):
+                return len(tail) - start
+            start += 1
+        return 0
+
+    def flush(self) -> AnyStr:
+        data: AnyStr = self.pending
+        self.pending = self.secret[:0]
+        return data
+
+
+class Redactor(HeldStream[bytes]):
+    """The byte-stream form every relay uses: ``secret`` becomes ``REDACTED``."""
+
+    def __init__(self, secret: str) -> None:
+        super().__init__(secret.encode(), REDACTED)
+
+
+class UpstreamKey:
+    """An upstream's key as the redactor sees it (``None`` or a key shorter than ``MIN_REDACTED_SECRET``: nothing
+    to hide, everything passes unchanged)."""
+
+    def __init__(self, key: str | None) -> None:
+        self._key = key if key and len(key) >= MIN_REDACTED_SECRET else None
+
+    def __repr__(self) -> str:  # never show the key
+        return f"UpstreamKey({'set' if self._key else 'none'})"
+
+    def __bool__(self) -> bool:
+        return self._key is not None
+
+    def stream(self) -> Redactor | None:
+        """A redactor for one relayed byte stream."""
+        return Redactor(self._key) if self._key else None
+
+    def pieces(self) -> HeldStream[str] | None:
+        """A redactor for one channel of streamed text (answer text, reasoning, one tool call's arguments)."""
+        return HeldStream(self._key, REDACTED_TEXT) if self._key else None
+
+    def text(self, value: str) -> str:
+        return value.replace(self._key, REDACTED_TEXT) if self._key else value
+
+    def data(self, value: bytes) -> bytes:
+        return value.replace(self._key.encode(), REDACTED) if self._key else value
