@@ -10,6 +10,7 @@ strings (error messages, facts, header values), ``pieces()`` for the text a tran
 
 from __future__ import annotations
 
+import zlib
 from typing import AnyStr, Generic
 
 REDACTED_TEXT = "[redacted by forkpoint]"
@@ -55,11 +56,37 @@ class HeldStream(Generic[AnyStr]):
         return data
 
 
-class Redactor(HeldStream[bytes]):
-    """The byte-stream form every relay uses: ``secret`` becomes ``REDACTED``."""
+#: the content-encodings the redactor can read (zlib: gzip, and deflate with its zlib header)
+DECODABLE = frozenset({"gzip", "x-gzip", "deflate"})
+IDENTITY = frozenset({"", "identity"})
 
-    def __init__(self, secret: str) -> None:
+
+class Redactor(HeldStream[bytes]):
+    """The byte-stream form every relay uses: ``secret`` becomes ``REDACTED``. An answer compressed although the
+    bridge asked for ``identity`` (``encoding``) is decompressed first: compressed, the key would pass unseen and
+    the agent would inflate it (the relay then drops the Content-Encoding header)."""
+
+    def __init__(self, secret: str, encoding: str = "identity") -> None:
         super().__init__(secret.encode(), REDACTED)
+        self.encoding = encoding
+        self._zlib = None if encoding in IDENTITY else zlib.decompressobj(wbits=47)  # 47: gzip or zlib header
+
+    @property
+    def decodes(self) -> bool:
+        return self._zlib is not None
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Raises ``ValueError`` for a compressed answer that does not decompress."""
+        if self._zlib is not None:
+            try:
+                chunk = self._zlib.decompress(chunk)
+            except zlib.error as error:
+                raise ValueError(f"the upstream's {self.encoding} answer does not decompress: {error}") from None
+        return super().feed(chunk)
+
+    def flush(self) -> bytes:
+        tail = super().feed(self._zlib.flush()) if self._zlib is not None else b""
+        return tail + super().flush()
 
 
 class UpstreamKey:
@@ -75,9 +102,16 @@ class UpstreamKey:
     def __bool__(self) -> bool:
         return self._key is not None
 
-    def stream(self) -> Redactor | None:
-        """A redactor for one relayed byte stream."""
-        return Redactor(self._key) if self._key else None
+    def stream(self, encoding: str = "identity") -> Redactor | None:
+        """A redactor for one relayed byte stream in ``encoding`` (its Content-Encoding). Raises ``ValueError`` for
+        an encoding it cannot read: such an answer is refused, never passed on unread."""
+        encoding = encoding.strip().lower()
+        if not self._key:
+            return None
+        if encoding not in IDENTITY | DECODABLE:
+            raise ValueError(f"forkpoint bridge: the upstream answered in content-encoding {encoding!r} although "
+                             "identity was asked; the answer cannot be checked for the upstream key: refused")
+        return Redactor(self._key, encoding)
 
     def pieces(self) -> HeldStream[str] | None:
         """A redactor for one channel of streamed text (answer text, reasoning, one tool call's arguments)."""

@@ -156,10 +156,14 @@ async def relay(
     """Stream the upstream's answer to the agent chunk by chunk as it arrives: never buffered (``secret``, the
     upstream key, is redacted on the way); a stream that breaks upstream is cut for the agent."""
     key = UpstreamKey(secret)  # the one redactor (bridge.secret): header values and every streamed byte
-    response = web.StreamResponse(status=upstream.status, headers={name: key.text(value)
-                                                                   for name, value in headers.items()})
+    try:
+        redactor = key.stream(upstream.headers.get("content-encoding", "identity"))
+    except ValueError as error:  # compressed in a way the redactor cannot read: refused, never passed unread
+        return error_response(502, "api_error", str(error)), Sent(502, True, str(error))
+    response = web.StreamResponse(status=upstream.status, headers={
+        name: key.text(value) for name, value in headers.items()
+        if not (redactor is not None and redactor.decodes and name.lower() == "content-encoding")})
     await response.prepare(request)
-    redactor = key.stream()
     tap = UsageTap()  # what the answer reports it used, read as it passes (bridge.usage_tap)
     while True:
         chunk, broken = await next_chunk(upstream)
@@ -169,10 +173,19 @@ async def relay(
         if not chunk:
             break
         tap.feed(chunk)
-        out = redactor.feed(chunk) if redactor is not None else chunk
+        try:
+            out = redactor.feed(chunk) if redactor is not None else chunk
+        except ValueError as error:  # a compressed answer that does not decompress: broken
+            cut(request)
+            return response, Sent(upstream.status, True, str(error), tap.reported(), broken=True)
         if out and (gone := await write_to_agent(response, out)) is not None:
             return response, Sent(upstream.status, True, gone, tap.reported())
-    gone = await end_for_agent(response, redactor.flush() if redactor is not None and redactor.pending else b"")
+    try:
+        tail = redactor.flush() if redactor is not None else b""
+    except ValueError as error:
+        cut(request)
+        return response, Sent(upstream.status, True, str(error), tap.reported(), broken=True)
+    gone = await end_for_agent(response, tail)
     return response, Sent(upstream.status, True, gone, usage=tap.reported())
 
 
