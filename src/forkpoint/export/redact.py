@@ -86,6 +86,13 @@ PATTERNS: dict[str, str] = {
 #: was several times slower); their matches are merged as one alternation would take them (leftmost, then the
 #: earlier kind), overlapping later matches dropped
 _COMPILED = [(kind, re.compile(pattern)) for kind, pattern in PATTERNS.items()]
+#: what at least one pattern needs (its literal, its secret word, the 40-character run of an AWS secret key): one
+#: search over a string that holds none of them (most of a transcript's strings) replaces twenty
+_TRIGGER = re.compile(r"-----BEGIN |eyJ|sk-|_live_|_test_|gh[pousr]_|github_pat_|glpat-|hf_|npm_|AIza|SG\.|A[KS]IA|xox"
+                      r"|://|Bearer|Basic|--|(?i:passw|passphrase|secret|credential|token|private|key)"
+                      r"|[A-Za-z0-9/+]{40}")
+#: no pattern matches fewer characters (``aKey="x"``)
+_SHORTEST = 8
 #: kind -> its secret groups (the parts replaced); a kind without any is replaced whole
 _PARTS: dict[str, tuple[str, ...]] = {
     kind: tuple(name for name in compiled.groupindex if name.startswith(f"{kind}_")) for kind, compiled in _COMPILED
@@ -111,7 +118,7 @@ class Redactor:
 
     def text(self, value: str) -> str:
         found = [(match.start(), order, match) for order, (_, compiled) in enumerate(_COMPILED)
-                 for match in compiled.finditer(value)]
+                 for match in compiled.finditer(value)] if len(value) >= _SHORTEST and _TRIGGER.search(value) else []
         if found:
             found.sort(key=lambda item: item[:2])
             out: list[str] = []
