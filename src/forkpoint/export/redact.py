@@ -36,17 +36,18 @@ _NAME = rf"(?:{_SECRET_WORD}|{_KEY_WORD})[A-Za-z0-9_.-]*{_NOT_SECRET_END}"
 #: bracket (a ``;`` or ``,`` inside is part of it, one at the end is not), at least 4 characters. Not a secret:
 #: ``$VAR`` / ``${VAR}`` references, code (``get_password()``, ``os.environ[...]``, ``config.token``), type names
 #: and empty literals (``str``, ``null``, ``true``)
-_DQ = r'"(?!\$\{{?[A-Za-z_]\w*\}}?")(?P<{0}_dq>(?:[^"\\\n]|\\.){{1,}})"'
-_SQ = r"'(?!\$\{{?[A-Za-z_]\w*\}}?')(?P<{0}_sq>[^'\n]{{1,}})'"
-_CHARS = r"[^\s\"'`()\[\]{{}}<>,;]"
-_BARE = (rf"(?P<{{0}}_bare>(?!\$\{{{{|\$[A-Za-z_])(?=[^\s\"'`()\[\]{{{{}}}}<>]{{{{4}}}})"
-         rf"(?!(?i:null|none|true|false|undefined|string|required|optional|bool|int)\b)"
-         rf"(?![A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?![^\s\"'`,;]))"
-         rf"(?>{_CHARS}+(?:[,;]+{_CHARS}+)*)(?![(\[]))")
+_CHARS = r"[^\s\"'`()\[\]{}<>,;]"  # a bare value's characters between its inner , and ;
 
 
 def _value(prefix: str) -> str:
-    return f"(?:{_DQ.format(prefix)}|{_SQ.format(prefix)}|{_BARE.format(prefix)})"
+    """The value pattern, its groups named ``<prefix>_dq`` / ``_sq`` / ``_bare`` (the part replaced)."""
+    dq = rf'"(?!\$\{{?[A-Za-z_]\w*\}}?")(?P<{prefix}_dq>(?:[^"\\\n]|\\.)+)"'
+    sq = rf"'(?!\$\{{?[A-Za-z_]\w*\}}?')(?P<{prefix}_sq>[^'\n]+)'"
+    bare = (rf"(?P<{prefix}_bare>(?!\$\{{|\$[A-Za-z_])(?=[^\s\"'`()\[\]{{}}<>]{{4}})"
+            r"(?!(?i:null|none|true|false|undefined|string|required|optional|bool|int)\b)"
+            r"(?![A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?![^\s\"'`,;]))"
+            rf"(?>{_CHARS}+(?:[,;]+{_CHARS}+)*)(?![(\[]))")
+    return f"(?:{dq}|{sq}|{bare})"
 
 
 #: kind -> pattern, tried in this order at each position. A pattern with groups named ``<kind>_...`` replaces only
