@@ -3,12 +3,14 @@ before the first byte reached the agent, for every native protocol (a real bridg
 
 from __future__ import annotations
 
+import gzip
 import http.client
 import http.server
 import json
 import socket
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -404,3 +406,53 @@ def test_an_answer_that_never_ends_is_cut_and_fails_as_a_model_timeout(mode: str
         records[0].reason
     error = summary.error()
     assert error is not None and error.kind is ErrorKind.MODEL_TIMEOUT and error.kind.retryable
+
+
+class _Compressing(http.server.BaseHTTPRequestHandler):
+    """A model server that compresses its answer although the bridge asked for identity, quoting the key it got:
+    compressed, the key would pass the byte redactor unseen and the agent would inflate it."""
+
+    protocol_version = "HTTP/1.1"
+    encoding = "gzip"
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["content-length"]))
+        key = (self.headers.get("x-api-key") or self.headers.get("authorization") or "").encode()
+        answer = b'event: error\ndata: {"type":"error","error":{"type":"invalid_request_error","message":"bad key ' \
+            + key + b'"}}\n\n'
+        body = gzip.compress(answer) if self.encoding == "gzip" else zlib.compress(answer) \
+            if self.encoding == "deflate" else b"\x0b" + answer  # "br": bytes the bridge cannot read
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("content-encoding", self.encoding)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize("protocol", sorted(NATIVE))
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "br"])
+def test_a_compressed_answer_quoting_the_key_is_decoded_and_redacted_or_refused(protocol: str, encoding: str) -> None:
+    path, body, build = NATIVE[protocol]
+    handler = type("Handler", (_Compressing,), {"encoding": encoding})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with Bridge(PassGate(), build(f"http://127.0.0.1:{server.server_port}", NO_RETRIES)) as bridge:
+            status, headers, payload = post(bridge.base_url, path, body)
+            bridge.finish()
+            [record] = bridge.records
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+    assert payload is not None and KEY.encode() not in payload
+    if encoding == "br":  # a coding the redactor cannot read: refused, not passed on unread
+        assert status == 502 and b"cannot be checked for the upstream key" in payload and record.status == 502
+    else:
+        assert status == 200 and "content-encoding" not in {name.lower() for name in headers}
+        assert b"bad key " in payload and REDACTED in payload and record.forwarded

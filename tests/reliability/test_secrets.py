@@ -296,7 +296,7 @@ class EchoingUpstream:
         self.port = 0
         self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
 
-    async def _handle(self, request: web.Request) -> web.Response:
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
         credential = request.headers.get("x-api-key") or request.headers.get("authorization") or ""
         self.seen.append(credential)
         message = f"invalid request for credential {credential}"
@@ -372,3 +372,76 @@ def test_redactor_removes_the_key_across_any_chunking(noise: bytes, cuts: list[i
     out = b"".join(redactor.feed(stream[a:b]) for a, b in itertools.pairwise(bounds)) + redactor.flush()
     assert out == stream.replace(key, REDACTED)
     assert key not in out.replace(REDACTED, b"|")
+
+
+# ------------------------------------------------------------------------------- a Chat upstream echoing the key
+
+
+class EchoingChatUpstream(EchoingUpstream):
+    """A Chat Completions stand-in that answers 200 with a streamed completion quoting the Authorization header it
+    received (as a misconfigured proxy or a hostile endpoint might): the key split across deltas AND across the
+    TCP writes (``answer``), a mid-stream ``{"error": ...}`` chunk quoting it (``error_chunk``), or an HTTP 400
+    whose message quotes it (``status``). The translating bridge must hand none of it to the agent."""
+
+    def __init__(self, echo: str) -> None:
+        super().__init__()
+        self.echo = echo
+
+    @staticmethod
+    def _chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        chunk = {"id": "chatcmpl-echo", "object": "chat.completion.chunk", "created": 1, "model": "echo",
+                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        credential = request.headers.get("authorization") or ""
+        self.seen.append(credential)
+        if self.echo == "status":
+            return web.json_response({"error": {"message": f"bad credential {credential}", "type": "invalid"}},
+                                     status=400)
+        key = credential.removeprefix("Bearer ")
+        half = len(key) // 2
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        stream = self._chunk({"role": "assistant", "content": "The upstream saw Authorization: Bearer "})
+        stream += self._chunk({"content": key[:half]}) + self._chunk({"content": key[half:] + " and " + key})
+        if self.echo == "error_chunk":
+            stream += b"data: " + json.dumps({"error": {"message": f"quota for {key} exceeded"}}).encode() + b"\n\n"
+        else:
+            stream += self._chunk({"content": "."}, "stop") + b"data: [DONE]\n\n"
+        at = stream.find(key[half:].encode()) + 3  # a TCP write ends inside the key's second half
+        for piece in (stream[:at], stream[at:]):
+            await response.write(piece)
+        await response.write_eof()
+        return response
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(("echo", "sandbox"), [("answer", "local"), ("status", "local"), ("answer", "bwrap")])
+@pytest.mark.parametrize(("agent", "version", "scenario"), [("claude-code", "2.1.332", "single_bash"),
+                                                             ("codex", "0.171.0", "exec_basic")])
+def test_a_chat_upstream_echoing_the_key_does_not_leak_it_through_translation(
+    tmp_path: Path, canaries: Canaries, agent: str, version: str, scenario: str, echo: str, sandbox: str
+) -> None:
+    """(error_chunk: tests/bridge/translate; the agents retry it for minutes.)"""
+    if sandbox == "bwrap" and shutil.which("bwrap") is None:
+        pytest.skip("bwrap is not installed")
+    _require(agent, version)
+    fixture = FIXTURES / agent.replace("-", "_") / version / scenario
+    recorded_cwd = json.loads((fixture / "meta.json").read_text())["cwd"]
+    workspace = tmp_path / "ws"
+    shutil.copytree(fixture / "workspace-initial", workspace)
+    trajectory = fixture / ("session.jsonl" if agent == "claude-code" else "rollout.jsonl")
+    env = {**canaries.env(agent), "OPENAI_API_KEY": canaries.key}
+    upstream = EchoingChatUpstream(echo)
+    with upstream as url:
+        where = ["--path-map", f"{recorded_cwd}={workspace}"] if sandbox == "local" else []  # bwrap: mounted there
+        done = _replay(agent, trajectory, 1, workspace, tmp_path, env, *where, "--upstream", "openai-chat",
+                       "--upstream-url", f"{url}/v1", "--sandbox", sandbox)
+    assert any(canaries.key in credential for credential in upstream.seen), "the upstream never got the key"
+    assert assert_nothing_leaked(tmp_path, done, canaries) == []
+    agent_files = b"".join(path.read_bytes() for path in tmp_path.rglob("*") if path.is_file())
+    assert REDACTED in agent_files + done.stdout  # the echo reached the agent (or the record), redacted
+    if echo == "answer":
+        assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
+        assert json.loads(done.stdout)["phase"] == "continued"

@@ -36,6 +36,9 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from forkpoint.bridge.secret import MIN_REDACTED_SECRET, UpstreamKey
+from forkpoint.bridge.secret import REDACTED as REDACTED  # re-exported: the redactor lives in bridge.secret
+from forkpoint.bridge.secret import Redactor as Redactor
 from forkpoint.bridge.translate.retry import RetryPolicy, decide
 from forkpoint.bridge.usage_tap import UsageTap
 from forkpoint.core.model import JsonObject
@@ -201,48 +204,6 @@ async def stream_events(request: web.Request, events: list[bytes]) -> web.Stream
     return response
 
 
-REDACTED = b"[redacted by forkpoint]"
-
-
-MIN_REDACTED_SECRET = 8
-
-
-class Redactor:
-    """Replaces the bridge's upstream key in a relayed byte stream, also across chunk boundaries.
-
-    An upstream may echo the key it was sent (an error body such as ``invalid x-api-key: sk-...``); the agent would
-    print it and write it into its session. Only a tail that could begin the key is held back until the next chunk,
-    so a normal stream is passed on exactly as it arrives.
-    """
-
-    def __init__(self, secret: str) -> None:
-        self.secret = secret.encode()
-        self.pending = b""
-
-    def feed(self, chunk: bytes) -> bytes:
-        parts = (self.pending + chunk).split(self.secret)
-        tail = parts[-1]  # raw bytes after the last whole key: only they can begin the next one
-        held = self._held(tail)
-        self.pending = tail[len(tail) - held:] if held else b""
-        data = REDACTED.join(parts)
-        return data[: len(data) - held]
-
-    def _held(self, tail: bytes) -> int:
-        """The length of the longest end of ``tail`` that begins the key (shorter than the key): only the places
-        of the key's first byte are tried, not every length (a real key is ~100 bytes, a stream many chunks)."""
-        start = max(0, len(tail) - len(self.secret) + 1)
-        first = self.secret[:1]
-        while (start := tail.find(first, start)) != -1:
-            if self.secret.startswith(tail[start:]):
-                return len(tail) - start
-            start += 1
-        return 0
-
-    def flush(self) -> bytes:
-        data, self.pending = self.pending, b""
-        return data
-
-
 async def next_chunk(upstream: aiohttp.ClientResponse,
                      clock: AnswerClock | None = None) -> tuple[bytes, str | None]:
     """The next piece of the upstream's answer as it arrives (``b""`` at its end), or how the upstream broke (a
@@ -297,11 +258,15 @@ async def relay(
     """Stream the upstream's answer to the agent chunk by chunk as it arrives: never buffered (``secret``, the
     upstream key, is redacted on the way); a stream that breaks upstream or outlives ``clock`` is cut for the agent.
     ``first``: the answer's first bytes, already read (``HttpUpstream.send`` looks at them first)."""
-    response = web.StreamResponse(status=upstream.status, headers=headers)
+    key = UpstreamKey(secret)  # the one redactor (bridge.secret): header values and every streamed byte
+    try:
+        redactor = key.stream(upstream.headers.get("content-encoding", "identity"))
+    except ValueError as error:  # compressed in a way the redactor cannot read: refused, never passed unread
+        return error_response(502, "api_error", str(error)), Sent(502, True, str(error))
+    response = web.StreamResponse(status=upstream.status, headers={
+        name: key.text(value) for name, value in headers.items()
+        if not (redactor is not None and redactor.decodes and name.lower() == "content-encoding")})
     await response.prepare(request)
-    # A key under 8 characters ("x", "EMPTY": what local OpenAI-compatible servers are given) is no secret to
-    # hide, and replacing it would corrupt the stream wherever those letters occur.
-    redactor = Redactor(secret) if secret and len(secret) >= MIN_REDACTED_SECRET else None
     tap = UsageTap()  # what the answer reports it used, read as it passes (bridge.usage_tap)
     pending = first
     while True:
@@ -314,10 +279,19 @@ async def relay(
         if not chunk:
             break
         tap.feed(chunk)
-        out = redactor.feed(chunk) if redactor is not None else chunk
+        try:
+            out = redactor.feed(chunk) if redactor is not None else chunk
+        except ValueError as error:  # a compressed answer that does not decompress: broken
+            cut(request)
+            return response, Sent(upstream.status, True, str(error), tap.reported(), broken=True)
         if out and (gone := await write_to_agent(response, out)) is not None:
             return response, Sent(upstream.status, True, gone, tap.reported())
-    gone = await end_for_agent(response, redactor.flush() if redactor is not None and redactor.pending else b"")
+    try:
+        tail = redactor.flush() if redactor is not None else b""
+    except ValueError as error:
+        cut(request)
+        return response, Sent(upstream.status, True, str(error), tap.reported(), broken=True)
+    gone = await end_for_agent(response, tail)
     return response, Sent(upstream.status, True, gone, usage=tap.reported())
 
 

@@ -6,8 +6,7 @@
 - ``capture``: bounded output heads and the size-capped log;
 - ``environment``: the credential-stripped environment of a child;
 - ``reaper``: nothing outlives forkpoint; ``childenv``: what a child's environment holds and the run's TMPDIR;
-- ``loop_thread`` / ``loopback``: the background event loop the loopback servers share;
-- ``limits``: the pids cgroup (process limit) of each command, and the run's record of it.
+- ``loop_thread`` / ``loopback``: the background event loop the loopback servers share.
 
 The names other modules use are re-exported here, loaded on first use: importing a light submodule (``childenv``)
 must not load the supervisor (a prepare-only run never starts a process).

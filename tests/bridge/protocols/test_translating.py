@@ -141,7 +141,7 @@ FAST = RetryPolicy(retries=3, base_delay_s=0.01, max_delay_s=0.05)
 def test_chat_server_failures_before_the_first_byte_are_retried_before_translating(
         path: str, body: dict[str, Any], agent: str) -> None:
     faults = (Fault(429, (("retry-after-ms", "5"),)), Fault(503), Fault(drop="before_first_byte"))
-    model = ScriptedModel([Turn((text("after retries"),), faults=faults)])
+    model = ScriptedModel([Turn((text("after retries."),), faults=faults)])
     upstream = make_upstream(agent, "openai-chat",
                              None, KEY, retry=FAST)
     assert isinstance(upstream, TranslatingChatUpstream) and upstream.retry == FAST
@@ -181,3 +181,27 @@ def test_a_chat_stream_that_breaks_after_the_first_byte_is_cut_for_the_agent_and
     assert len(model.requests) == 1 and summary.upstream_broken is not None
     error = summary.error()
     assert error is not None and error.kind is ErrorKind.MODEL_CONNECTION and error.kind.retryable
+
+
+@pytest.mark.parametrize("stream", [True, False])
+@pytest.mark.parametrize(("path", "body", "agent"), [("/v1/messages", ANTHROPIC_BODY, "anthropic-messages"),
+                                                     ("/v1/responses", RESPONSES_BODY, "openai-responses")])
+def test_a_chat_answer_quoting_the_key_reaches_the_agent_redacted(
+        path: str, body: dict[str, Any], agent: str, stream: bool) -> None:
+    """The model server quotes the bridge's key (the 48-character deltas cut it in two); the agent gets the answer
+    with the key replaced, streamed or whole, and the request's record does not hold it either."""
+    said = f"{'x' * 40} Authorization: Bearer {KEY} (twice: {KEY})"
+    model = ScriptedModel([Turn((text(said),))])
+    with model.serve() as url, Bridge(PassGate(), TranslatingChatUpstream(agent, url, KEY)) as bridge:
+        status, answer = post(bridge.base_url, path, {**body, "stream": stream})
+        bridge.finish()
+        [record] = bridge.records
+    assert status == 200 and KEY not in answer and KEY not in json.dumps(record.to_json())
+    if stream:
+        deltas = "".join(data["delta"].get("text", "") if agent == "anthropic-messages" else data.get("delta", "")
+                         for name, data in events(answer)
+                         if name in ("content_block_delta", "response.output_text.delta"))
+    else:
+        value = json.loads(answer)
+        deltas = value["content"][0]["text"] if agent == "anthropic-messages" else value["output"][0]["content"][0]["text"]
+    assert deltas == said.replace(KEY, "[redacted by forkpoint]")

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from forkpoint.bridge.protocols.openai_chat import chat_chunks, chat_completion, chat_message, sse_data
+from forkpoint.bridge.secret import REDACTED_TEXT, UpstreamKey
 from forkpoint.bridge.translate.common import TranslationError
 from forkpoint.bridge.translate.pipeline import AnswerStream, prepare, whole_answer
 from forkpoint.bridge.translate.sampling import SamplingPins
@@ -112,3 +116,75 @@ def test_whole_answers() -> None:
     assert responses["output"][0]["content"][0]["text"] == "done"
     with pytest.raises(TranslationError):
         whole_answer(prepare("anthropic-messages", {"model": "m", "messages": []}), b"<html>", answer_id="m")
+
+
+KEY = "sk-proj-Key0123456789abcdefKEY"
+
+
+def keyed_wire(blocks: list[dict[str, Any]], delta_size: int) -> bytes:
+    """The answer as a Chat server streams it, every text cut into deltas of ``delta_size`` characters."""
+    message, finish = chat_message(blocks, lambda index: f"call_{index}")
+    chunks = chat_chunks("c1", "qwen3-8b", message, finish, True, chunk_size=delta_size)
+    return b"".join(sse_data(c) for c in chunks) + sse_data("[DONE]")
+
+
+def anthropic_texts(out: bytes) -> dict[str, str]:
+    """The concatenated text of each delta kind, as Claude Code assembles them."""
+    texts: dict[str, str] = {}
+    for name, event in parse_sse(out):
+        if name == "content_block_delta":
+            delta = event["delta"]
+            field = {"text_delta": "text", "thinking_delta": "thinking", "input_json_delta": "partial_json"}.get(
+                delta["type"])
+            if field:
+                texts[delta["type"]] = texts.get(delta["type"], "") + delta[field]
+    return texts
+
+
+@given(delta_size=st.integers(min_value=1, max_value=40), cuts=st.lists(st.integers(0, 4000), max_size=8))
+@settings(max_examples=60, deadline=None)
+def test_the_key_split_across_deltas_and_chunks_never_reaches_claude(delta_size: int, cuts: list[int]) -> None:
+    answer = AnswerStream(prepare("anthropic-messages", {"model": "m", "messages": [], "stream": True}), answer_id="m",
+                          key=UpstreamKey(KEY))
+    blocks = [{"type": "thinking", "thinking": f"the header was Bearer {KEY}"},
+              text(f"Authorization: Bearer {KEY} and {KEY[:5]}, s"),
+              tool_use("Bash", {"command": f"echo {KEY}"}, id="toolu_k")]
+    data = keyed_wire(blocks, delta_size)
+    bounds = sorted({min(cut, len(data)) for cut in cuts} | {0, len(data)})
+    out = b"".join(answer.feed(data[a:b]) for a, b in itertools.pairwise(bounds)) + answer.close()
+    assert KEY.encode() not in out and answer.error is None and answer.done
+    assert anthropic_texts(out) == {
+        "thinking_delta": f"the header was Bearer {REDACTED_TEXT}",
+        "text_delta": f"Authorization: Bearer {REDACTED_TEXT} and {KEY[:5]}, s",
+        "input_json_delta": json.dumps({"command": f"echo {REDACTED_TEXT}"})}
+
+
+@pytest.mark.parametrize("delta_size", [3, 11])
+def test_the_key_split_across_deltas_never_reaches_codex(delta_size: int) -> None:
+    answer = AnswerStream(prepare("openai-responses", {"model": "m", "input": "hi", "stream": True}),
+                          answer_id="r", key=UpstreamKey(KEY))
+    out = answer.feed(keyed_wire([text(f"Bearer {KEY}!")], delta_size)) + answer.close()
+    assert KEY.encode() not in out
+    deltas = "".join(e["delta"] for n, e in parse_sse(out) if n == "response.output_text.delta")
+    assert deltas == f"Bearer {REDACTED_TEXT}!"
+    assert parse_sse(out)[-1][1]["response"]["output"][0]["content"][0]["text"] == deltas
+
+
+@pytest.mark.parametrize("protocol", ["anthropic-messages", "openai-responses"])
+def test_a_mid_stream_error_quoting_the_key_is_redacted(protocol: str) -> None:
+    body = {"model": "m", "messages": [], "stream": True} if protocol == "anthropic-messages" else {
+        "model": "m", "input": "hi", "stream": True}
+    answer = AnswerStream(prepare(protocol, body), answer_id="a", key=UpstreamKey(KEY))
+    out = answer.feed(b'data: {"choices": [{"index": 0, "delta": {"content": "sk-pr"}}]}\n\n'
+                      + b'data: {"error": {"message": "bad key ' + KEY.encode() + b'"}}\n\n') + answer.close()
+    assert KEY.encode() not in out and answer.done
+    assert f"bad key {REDACTED_TEXT}".encode() in out
+
+
+def test_a_short_key_changes_nothing() -> None:
+    """A local server's dummy key ("EMPTY") is no secret: the answer passes unchanged."""
+    data = wire([text("EMPTY answers are EMPTY")])
+    plain = AnswerStream(prepare("anthropic-messages", {"model": "m", "messages": [], "stream": True}), answer_id="m")
+    keyed = AnswerStream(prepare("anthropic-messages", {"model": "m", "messages": [], "stream": True}), answer_id="m",
+                         key=UpstreamKey("EMPTY"))
+    assert keyed.feed(data) + keyed.close() == plain.feed(data) + plain.close()

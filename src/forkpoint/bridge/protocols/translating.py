@@ -4,13 +4,16 @@ server (``--upstream openai-chat``: OpenAI, vLLM, SGLang, Ollama...).
 The I/O shell around ``bridge.translate.pipeline``: the validated agent body is translated (a body the translator
 cannot carry without silent loss is refused before anything leaves the bridge), POSTed to ``<url>/chat/completions``
 with the bridge's key, and the Chat answer is translated back and written to the agent chunk by chunk as it
-arrives (never buffered whole). The losses of a translation (names, never content) join the request's record.
-Failures before the first byte reached the agent are retried like a pass-through's (``post_with_retries``).
+arrives (never buffered whole). The bridge's key is redacted from every byte, message and fact on the way
+(``bridge.secret``; a key split across deltas too). The losses of a translation (names, never content) join the
+request's record. Failures before the first byte reached the agent are retried like a pass-through's
+(``post_with_retries``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import secrets
 
 import aiohttp
@@ -18,6 +21,7 @@ import orjson
 from aiohttp import web
 
 from forkpoint.bridge.protocols.openai_chat import OpenAIChatUpstream
+from forkpoint.bridge.secret import UpstreamKey
 from forkpoint.bridge.translate.common import TranslationError
 from forkpoint.bridge.translate.pipeline import AnswerStream, Prepared, prepare, translation_of, whole_answer
 from forkpoint.bridge.translate.retry import RetryPolicy
@@ -60,6 +64,8 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
         self.id_prefix = translation_of(agent).id_prefix
         #: --model and the sampling pins go on the TRANSLATED body (the Chat server's fields)
         self.pins = pins or SamplingPins()
+        #: the one redactor (``bridge.secret``) every byte, message and fact of an answer passes
+        self.key = UpstreamKey(api_key)
 
     def __repr__(self) -> str:  # never show the key
         return f"{type(self).__name__}({self.agent!r}, {self.base_url!r})"
@@ -96,13 +102,25 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
         facts = attempted.facts(facts) or facts
         if attempted.response is None:
             status, message, failure = failed_attempt(attempted)
-            return self.error(status, message), Sent(status, False, message, facts=facts, failure=failure)
+            return self.error(status, self.key.text(message)), self._redacted(
+                Sent(status, False, message, facts=facts, failure=failure))
+        response: web.StreamResponse
         async with attempted.response as upstream:
             if upstream.status != 200:
-                return await self._failed(upstream, facts)
-            if prepared.stream:
-                return await self._stream(request, upstream, prepared, facts, clock)
-            return await self._whole(upstream, prepared, facts, clock)
+                response, sent = await self._failed(upstream, facts)
+            elif prepared.stream:
+                response, sent = await self._stream(request, upstream, prepared, facts, clock)
+            else:
+                response, sent = await self._whole(upstream, prepared, facts, clock)
+        return response, self._redacted(sent)
+
+    def _redacted(self, sent: Sent) -> Sent:
+        """The request's record says nothing of the key either (its error and losses can quote the upstream)."""
+        facts = sent.facts
+        if facts is not None and isinstance(facts.get("losses"), list):
+            facts = {**facts, "losses": [self.key.text(str(loss)) for loss in facts["losses"]]}
+        error = self.key.text(sent.error) if sent.error is not None else None
+        return dataclasses.replace(sent, error=error, facts=facts)
 
     async def _failed(self, upstream: aiohttp.ClientResponse, facts: JsonObject) -> tuple[web.Response, Sent]:
         """The Chat server's error, re-shaped for the agent (its message kept, the key redacted); a 4xx the bridge
@@ -114,7 +132,7 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
         response = self.refusal(status, message) if deterministic else self.error(status, message)
         for name in PASSED_ERROR_HEADERS:
             if name in upstream.headers:
-                response.headers[name] = upstream.headers[name]
+                response.headers[name] = self.key.text(upstream.headers[name])
         return response, Sent(status, True, f"upstream answered HTTP {status}", facts=facts,
                               failure=failure_of(status), detail=message)
 
@@ -134,12 +152,15 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
             message = f"the model server's answer could not be translated: {error}"
             return self.refusal(400, message), Sent(400, True, message, facts=facts, failure="invalid_answer")
         facts["losses"] = sorted({*facts["losses"], *losses})
-        return web.json_response(answer), Sent(200, True, usage=usage_of(raw), facts=facts)
+        body = self.key.data(orjson.dumps(answer))
+        return web.Response(body=body, content_type="application/json"), Sent(200, True, usage=usage_of(raw),
+                                                                                facts=facts)
 
     async def _stream(self, request: web.Request, upstream: aiohttp.ClientResponse, prepared: Prepared,
                       facts: JsonObject, clock: AnswerClock) -> tuple[web.StreamResponse, Sent]:
         """Each upstream chunk's translation is written at once: the agent sees the answer as it arrives."""
-        answer = AnswerStream(prepared, answer_id=self.answer_id())
+        answer = AnswerStream(prepared, answer_id=self.answer_id(), key=self.key)
+        bytes_out = self.key.stream()  # and every translated byte: the same redactor as a pass-through relay
         response = web.StreamResponse(status=200, headers=SSE_HEADERS)
         await response.prepare(request)
         broken = gone = None
@@ -148,10 +169,13 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
             if broken is not None or not chunk:
                 break
             out = answer.feed(chunk)
+            out = bytes_out.feed(out) if bytes_out is not None else out
             if out and (gone := await write_to_agent(response, out)) is not None:
                 break
         if broken is None and gone is None:
-            gone = await end_for_agent(response, answer.close())
+            tail = answer.close()
+            tail = bytes_out.feed(tail) + bytes_out.flush() if bytes_out is not None else tail
+            gone = await end_for_agent(response, tail)
         facts["losses"] = sorted({*facts["losses"], *answer.losses})
         reported = None if answer.usage == Usage() else answer.usage.as_json()  # a server ignoring include_usage
         failure = failure_of(200, broken, broken=True) if broken is not None else (

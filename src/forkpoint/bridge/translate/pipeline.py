@@ -5,7 +5,8 @@ body to POST and applies the sampling pins to it (pins land on the body that lea
 ``AnswerStream`` takes the upstream's SSE bytes as they arrive and returns the agent's SSE bytes for them
 (``feed``), then the rest at the end of the body (``close``); ``whole_answer`` does the same for a non-streamed
 completion. The shell writes whatever comes back at once, so translation adds no buffering beyond what
-``anthropic_answer`` and ``responses_answer`` describe. An unreadable upstream stream ends the answer with the
+``anthropic_answer`` and ``responses_answer`` describe (and, with the upstream ``key``, a tail that could begin
+the key: ``bridge.secret``). An unreadable upstream stream ends the answer with the
 protocol's failure event and sets ``error`` (after the first byte the run fails as retryable, like a broken
 pass-through stream).
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from forkpoint.bridge.secret import UpstreamKey
 from forkpoint.bridge.translate.chat_stream import MAX_EVENT_BYTES, SSEDecoder
 from forkpoint.bridge.translate.common import DEFAULT_OPTIONS, ChatOptions, TranslationError, json_object, sse_event
 from forkpoint.bridge.translate.sampling import Change, SamplingPins, apply_pins
@@ -76,9 +78,12 @@ def prepare(protocol: str, agent_body: JsonObject, pins: SamplingPins = NO_PINS,
 class AnswerStream:
     """One streamed answer: upstream Chat SSE bytes -> the agent's SSE bytes."""
 
-    def __init__(self, prepared: Prepared, *, answer_id: str, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+    def __init__(self, prepared: Prepared, *, answer_id: str, max_event_bytes: int = MAX_EVENT_BYTES,
+                 key: UpstreamKey | None = None) -> None:
         self.decoder = SSEDecoder(max_event_bytes)
         self.translator: BlockSequencer = prepared.translation.stream(prepared, answer_id)
+        if key:  # the upstream key never reaches the agent, even split across deltas (bridge.secret)
+            self.translator.redact(key)
         self.error: str | None = None
 
     @property

@@ -7,15 +7,20 @@ piece as it arrives, closing the open block when another kind begins; only a too
 earlier call's arguments are incomplete JSON is held back, and it is streamed (in index order) as soon as the
 open call is complete, or at the finish. A subclass turns the moments (open, delta, close, complete, fail) into
 its protocol's events.
+
+With ``redact`` set (the bridge's upstream key, ``bridge.secret``), pieces pass ``KeyedPieces`` first: the key is
+replaced in every text, also when the server split it across deltas (a model writes it token by token).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Literal
 
+from forkpoint.bridge.secret import HeldStream, UpstreamKey
 from forkpoint.bridge.translate.chat_stream import (
     ChatStreamReader,
     ContentDelta,
@@ -23,6 +28,7 @@ from forkpoint.bridge.translate.chat_stream import (
     Piece,
     ToolCallArguments,
     ToolCallStarted,
+    UsageReported,
 )
 from forkpoint.bridge.translate.common import DONE, Done, TranslationError
 from forkpoint.bridge.translate.usage import Usage
@@ -56,6 +62,46 @@ class ToolCall:
         return "".join(self.arguments)
 
 
+Channel = tuple[str, int | str]
+
+
+class KeyedPieces:
+    """Replaces the upstream key in pieces' text. Each channel (answer text, reasoning, one call's arguments) holds
+    back only a tail that could begin the key; another piece (a new channel, a call's start, the finish) first
+    releases what was held, so the order and the concatenated text are unchanged except for the key."""
+
+    def __init__(self, key: UpstreamKey) -> None:
+        self.key = key
+        self._held: tuple[Channel, ContentDelta | ToolCallArguments, HeldStream[str]] | None = None
+
+    def feed(self, piece: Piece) -> list[Piece]:
+        if isinstance(piece, UsageReported):
+            return [piece]
+        if isinstance(piece, ContentDelta | ToolCallArguments):
+            channel: Channel = ("text", piece.kind) if isinstance(piece, ContentDelta) else ("call", piece.index)
+            out = [] if self._held is not None and self._held[0] == channel else self.flush()
+            if self._held is None:
+                stream = self.key.pieces()
+                assert stream is not None, "KeyedPieces without a key"
+                self._held = (channel, piece, stream)
+            text = self._held[2].feed(piece.text)
+            return out + ([dataclasses.replace(piece, text=text)] if text else [])
+        out = self.flush()
+        if isinstance(piece, ToolCallStarted):
+            return [*out, dataclasses.replace(piece, id=self.key.text(piece.id), name=self.key.text(piece.name))]
+        failure = piece.failure and self.key.text(piece.failure)
+        return [*out, dataclasses.replace(piece, failure=failure)]
+
+    def flush(self) -> list[Piece]:
+        """The held tail of the open channel, as a piece of that channel (nothing when none is held)."""
+        if self._held is None:
+            return []
+        _, piece, stream = self._held
+        self._held = None
+        text = stream.flush()
+        return [dataclasses.replace(piece, text=text)] if text else []
+
+
 class BlockSequencer(ABC):
     """Feed Chat chunks (or ``DONE``); get the protocol's events for them, in order, as soon as they are known."""
 
@@ -71,6 +117,12 @@ class BlockSequencer(ABC):
         self._tool: ToolCall | None = None
         self._queued: dict[int, ToolCall] = {}
         self._closed: set[int] = set()
+        #: set by ``redact``: the key is replaced in every piece before it becomes an event
+        self._keyed: KeyedPieces | None = None
+
+    def redact(self, key: UpstreamKey) -> None:
+        """Replace ``key`` in every text of the answer (nothing to do for an empty or short key)."""
+        self._keyed = KeyedPieces(key) if key else None
 
     # -- the protocol's events ------------------------------------------------------------------------------
 
@@ -107,20 +159,35 @@ class BlockSequencer(ABC):
             raise TranslationError("a chunk after the answer ended")
         events = self._begin()
         if chunk == DONE:
-            return events + self._complete()
+            return events + self._released() + self._complete()
         assert isinstance(chunk, dict)
-        for piece in self.reader.feed(chunk):
+        pieces = self.reader.feed(chunk)
+        if self._keyed is not None:
+            pieces = [out for piece in pieces for out in self._keyed.feed(piece)]
+        return events + self._pieces(pieces)
+
+    def end(self) -> list[Event]:
+        """The upstream's body ended (some servers send no ``[DONE]``): complete or fail the answer."""
+        return [] if self.done else self._begin() + self._released() + self._complete()
+
+    def _pieces(self, pieces: list[Piece]) -> list[Event]:
+        events: list[Event] = []
+        for piece in pieces:
             events.extend(self._piece(piece))
             if self.done:
                 break
         return events
 
-    def end(self) -> list[Event]:
-        """The upstream's body ended (some servers send no ``[DONE]``): complete or fail the answer."""
-        return [] if self.done else self._begin() + self._complete()
+    def _released(self) -> list[Event]:
+        """What the key redactor still holds (text that only looked like the key's start), before the end."""
+        if self._keyed is None or self.done:
+            return []
+        return self._pieces(self._keyed.flush())
 
     def abort(self, message: str) -> list[Event]:
         """End the answer as failed now (an unreadable upstream stream): the events that say so, once."""
+        if self._keyed is not None:
+            message = self._keyed.key.text(message)
         return [] if self.done else self._begin() + self._fail(message)
 
     def _begin(self) -> list[Event]:
