@@ -1,7 +1,8 @@
 """AgentSpec: every fact about one agent that code outside its folder needs, declared once in ``<agent>/spec.py``.
 
-Detection, ``agents list/install``, request validation, CLI help, the engine's upstream and sandbox checks and the
-adapter's own ``verified_versions`` are all derived from the specs (see forkpoint.adapters for the registry).
+Detection (its order), export (the converter), ``agents list/install``, request validation, CLI help, the engine's
+upstream and sandbox checks and the adapter's own ``verified_versions`` are all derived from the specs (see
+forkpoint.adapters for the registry).
 A spec module imports only this module, so reading a spec costs no parser, runtime or bridge import.
 """
 
@@ -97,6 +98,12 @@ class AgentSpec:
     protocol: WireProtocol
     #: True when a JSON value (one line of a JSONL file, or a whole document) looks like this agent's trajectory
     sniff: Callable[[object], bool]
+    #: where its sniff stands when a trajectory's agent is detected (lower first; unique): a format whose keys another
+    #: format shares is asked before it (forkpoint.adapters.detect)
+    detection_priority: int
+    #: ``"module:function"`` turning its native session bytes into a chat Conversation (``forkpoint export`` and
+    #: ``report``), imported only when a run of this agent is exported
+    exporter: str
     #: where its validated model requests may go besides its protocol's real upstream and the stub (``upstreams``)
     more_upstreams: tuple[Upstream, ...] = ()
     #: sandboxes its tools and continuation run through, plus "path_map" when it rewrites recorded paths

@@ -11,12 +11,12 @@ import os
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
-from importlib import import_module
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from forkpoint.adapters import exporter
 from forkpoint.core.fs import DEFAULT_MAX_INPUT_BYTES
 from forkpoint.export.chat import Conversation
 
@@ -24,18 +24,6 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 RESULT_SCHEMA = "forkpoint.result/v1"
 MAX_DEPTH = 4
-
-#: agent name -> module with ``to_chat(data: bytes) -> Conversation`` (imported when first needed)
-CONVERTERS = {
-    "claude-code": "forkpoint.adapters.claude_code.messages",
-    "codex": "forkpoint.adapters.codex.messages",
-    "opencode": "forkpoint.adapters.opencode.messages",
-    "pi": "forkpoint.adapters.pi.messages",
-    "mini-swe-agent": "forkpoint.adapters.mini_swe_agent.messages",
-    "swe-agent": "forkpoint.adapters.swe_agent.messages",
-    "openhands": "forkpoint.adapters.openhands.messages",
-}
-
 
 class SkippedRun(Exception):
     """A directory that cannot be exported (not a run, unfinished, another schema): reported and counted."""
@@ -105,7 +93,9 @@ def load_runs(run_dir: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> list[R
         document = files.json("branches.json")
         if not isinstance(document, dict) or not isinstance(document.get("branches"), list):
             return [run]
-        convert = import_module(CONVERTERS[run.result["agent"]["name"]]).to_chat
+        convert = exporter(run.result["agent"]["name"])
+        if convert is None:  # load_run skipped such a run
+            return [run]
         branches = []
         for row in document["branches"]:
             index = str(row.get("branch"))
@@ -149,9 +139,9 @@ def load_run(run_dir: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Run:
         if result.get("phase") is None:
             raise SkippedRun(run_dir, "the run failed before it wrote a native session (no phase)")
         agent = (result.get("agent") or {}).get("name")
-        if agent not in CONVERTERS:
+        convert = exporter(agent)
+        if convert is None:
             raise SkippedRun(run_dir, f"no exporter for agent {agent!r}")
-        convert = import_module(CONVERTERS[agent]).to_chat
         prefix_data = files.read(*artifact_parts(result, "native_prefix"))
         if prefix_data is None:
             raise SkippedRun(run_dir, "no native prefix among the run's files")

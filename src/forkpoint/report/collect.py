@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from importlib import import_module
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from forkpoint.export.runs import CONVERTERS, RESULT_SCHEMA, RunFiles, SkippedRun, artifact_parts
+from forkpoint.adapters import exporter
+from forkpoint.export.runs import RESULT_SCHEMA, RunFiles, SkippedRun, artifact_parts
 
 MAX_FILE_BYTES = 64 * 1024 * 1024
 
@@ -67,8 +67,8 @@ def collect(run_dir: Path) -> RunView:
         live: list[dict[str, Any]] = []
         prefix_data = files.read(*artifact_parts(result, "native_prefix"))
         continued_data = files.read(*artifact_parts(result, "continued_native_session"))
-    if agent in CONVERTERS and prefix_data is not None and continued_data is not None:
-        convert = import_module(CONVERTERS[agent]).to_chat
+    convert = exporter(agent)
+    if convert is not None and prefix_data is not None and continued_data is not None:
         try:
             prefix_count = len(convert(prefix_data).messages)
             live = convert(continued_data).messages[prefix_count:]

@@ -23,5 +23,7 @@ SPEC = AgentSpec(
     native_format="mini-swe-agent/traj-json",
     protocol="openai-chat",
     sniff=sniff,
+    detection_priority=50,  # after opencode: its ``info`` has no ``ses_`` id
+    exporter="forkpoint.adapters.mini_swe_agent.messages:to_chat",
     version_field="info.mini_version",
 )

@@ -30,4 +30,6 @@ SPEC = AgentSpec(
     native_format="opencode/session-export-json",
     protocol="openai-chat",
     sniff=sniff,
+    detection_priority=20,  # an export's ``info.id`` (``ses_...``) is asked before mini-swe-agent's ``info``
+    exporter="forkpoint.adapters.opencode.messages:to_chat",
 )

@@ -20,5 +20,7 @@ SPEC = AgentSpec(
     native_format="openhands/v0-trajectory-json",
     protocol="openai-chat",
     sniff=sniff,
+    detection_priority=70,  # last: a bare list of events
+    exporter="forkpoint.adapters.openhands.messages:to_chat",
     version_field="openhands_version in the system event",
 )

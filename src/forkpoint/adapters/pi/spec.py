@@ -30,4 +30,6 @@ SPEC = AgentSpec(
     native_format="pi/session-v3-jsonl",
     protocol="openai-chat",
     sniff=sniff,
+    detection_priority=30,  # after codex and opencode, whose records it could share a ``type`` with
+    exporter="forkpoint.adapters.pi.messages:to_chat",
 )

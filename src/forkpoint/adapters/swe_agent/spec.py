@@ -19,6 +19,8 @@ SPEC = AgentSpec(
     native_format="swe-agent/traj",
     protocol="openai-chat",
     sniff=sniff,
+    detection_priority=60,  # after mini-swe-agent
+    exporter="forkpoint.adapters.swe_agent.messages:to_chat",
     version_field="info.swe_agent_version",
     # continues=True: its prepare_launch gives the precise refusal (no verified continuation runner yet)
 )
