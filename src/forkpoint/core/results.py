@@ -83,6 +83,8 @@ class ReplayResult:
         for key, record in (("failure", Failure), ("agent", AgentInfo)):
             if isinstance(values.get(key), dict):
                 values[key] = record(**values[key])
+            elif values.get(key) is not None:
+                raise TypeError(f"{key} is {type(values[key]).__name__}, not an object")
         values["artifacts"] = [Artifact(**item) for item in values.get("artifacts") or []]
         for key in ("phase", "quality", "run_id", "state_dir", "output_dir"):
             values.setdefault(key, None)

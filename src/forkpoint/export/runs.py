@@ -18,6 +18,7 @@ import orjson
 
 from forkpoint.adapters import exporter
 from forkpoint.core.fs import DEFAULT_MAX_INPUT_BYTES
+from forkpoint.core.results import ReplayResult
 from forkpoint.export.chat import Conversation
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -136,9 +137,10 @@ def load_run(run_dir: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Run:
         if not isinstance(result, dict) or result.get("schema_version") != RESULT_SCHEMA:
             found = result.get("schema_version") if isinstance(result, dict) else None
             raise SkippedRun(run_dir, f"result.json has schema {found!r}, expected {RESULT_SCHEMA!r}")
-        if result.get("phase") is None:
+        typed = typed_result(run_dir, result)
+        if typed.phase is None:
             raise SkippedRun(run_dir, "the run failed before it wrote a native session (no phase)")
-        agent = (result.get("agent") or {}).get("name")
+        agent = typed.agent.name if typed.agent else None
         convert = exporter(agent)
         if convert is None:
             raise SkippedRun(run_dir, f"no exporter for agent {agent!r}")
@@ -227,6 +229,15 @@ class RunFiles:
             return orjson.loads(data)
         except orjson.JSONDecodeError as error:
             raise SkippedRun(self.run_dir, f"{name} is unreadable: {error}") from None
+
+
+def typed_result(run_dir: Path, document: dict[str, Any]) -> ReplayResult:
+    """result.json as the typed document (its shape checked): a wrong one skips the run, naming the file."""
+    try:
+        return ReplayResult.from_json(document)
+    except (TypeError, ValueError) as error:
+        raise SkippedRun(run_dir, f"result.json is not what forkpoint wrote ({type(error).__name__}: {error})") \
+            from None
 
 
 def artifact_parts(result: dict[str, Any], role: str) -> tuple[str, ...]:

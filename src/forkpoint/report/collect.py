@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from forkpoint.adapters import exporter
-from forkpoint.export.runs import RESULT_SCHEMA, RunFiles, SkippedRun, artifact_parts
+from forkpoint.export.runs import RESULT_SCHEMA, RunFiles, SkippedRun, artifact_parts, typed_result
 
 MAX_FILE_BYTES = 64 * 1024 * 1024
 
@@ -63,7 +63,8 @@ def collect(run_dir: Path) -> RunView:
         next_action = files.json("next-action.json")
         branches = files.json("branches.json")
         events = files.read("replay-events.jsonl") or b""
-        agent = (result.get("agent") or {}).get("name")
+        typed = typed_result(run_dir, result)
+        agent = typed.agent.name if typed.agent else None
         live: list[dict[str, Any]] = []
         prefix_data = files.read(*artifact_parts(result, "native_prefix"))
         continued_data = files.read(*artifact_parts(result, "continued_native_session"))
