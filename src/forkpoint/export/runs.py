@@ -7,6 +7,7 @@ export's memory does not grow with their number. Every file is read bounded and 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ import orjson
 
 from forkpoint.adapters import exporter
 from forkpoint.core.fs import DEFAULT_MAX_INPUT_BYTES
-from forkpoint.core.results import ReplayResult
+from forkpoint.core.results import Failure, ReplayResult
 from forkpoint.export.chat import Conversation
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -40,7 +41,8 @@ class Run:
     """One finished run as export sees it: its documents, and its native sessions converted to chat."""
 
     path: Path
-    result: dict[str, Any]
+    #: result.json, typed (a branch's: the run's with the branch's status, failure and metadata)
+    result: ReplayResult
     summary: dict[str, Any]
     next_action: dict[str, Any] | None
     tool_schemas: list[dict[str, Any]] | None
@@ -94,7 +96,7 @@ def load_runs(run_dir: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> list[R
         document = files.json("branches.json")
         if not isinstance(document, dict) or not isinstance(document.get("branches"), list):
             return [run]
-        convert = exporter(run.result["agent"]["name"])
+        convert = exporter(run.result.agent.name if run.result.agent else None)
         if convert is None:  # load_run skipped such a run
             return [run]
         branches = []
@@ -103,14 +105,14 @@ def load_runs(run_dir: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> list[R
             name = str(row.get("continued_path") or "").rsplit("/", 1)[-1]
             data = files.read("branches", index, "native", "continued", name) if name else None
             action = _branch_json(files, index, "next-action.json")
-            metadata = {**(run.result.get("metadata") or {}), "branch": row.get("branch"),
+            metadata = {**run.result.metadata, "branch": row.get("branch"),
                         "boundary_user_prompt": {"injected": row.get("prompt_length") is not None,
                                                  "sha256": row.get("prompt_sha256"),
                                                  "length": row.get("prompt_length")},
                         "model_bridge": row.get("model_bridge")}
-            failure = row.get("failure")
-            result = {**run.result, "metadata": metadata, "agent_status": row.get("agent_status"),
-                      "phase": "continued" if data is not None else run.result.get("phase"), "failure": failure}
+            result = dataclasses.replace(run.result, metadata=metadata, agent_status=row.get("agent_status"),
+                                         phase="continued" if data is not None else run.result.phase,
+                                         failure=_branch_failure(row.get("failure")))
             try:
                 continued = convert(data) if data is not None else None
             except ValueError:
@@ -119,6 +121,14 @@ def load_runs(run_dir: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> list[R
                                 tool_schemas=run.tool_schemas, prefix=run.prefix, continued=continued,
                                 native=(("native", "prefix"), ("branches", index, "native", "continued"))))
     return branches or [run]
+
+
+def _branch_failure(failure: Any) -> Failure | None:
+    """A branch row's failure as the typed record (export reads its category); None when the row has none."""
+    if not isinstance(failure, dict) or failure.get("category") is None:
+        return None
+    return Failure(category=failure["category"], message=str(failure.get("message") or ""),
+                   retryable=bool(failure.get("retryable")))
 
 
 def _branch_json(files: RunFiles, index: str, name: str) -> dict[str, Any] | None:
@@ -159,7 +169,7 @@ def load_run(run_dir: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Run:
     tools = schemas.get("tools") if isinstance(schemas, dict) else None
     return Run(
         path=run_dir,
-        result=result,
+        result=typed,
         summary=summary if isinstance(summary, dict) else {},
         next_action=next_action if isinstance(next_action, dict) else None,
         tool_schemas=tools if isinstance(tools, list) else None,
