@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from forkpoint.adapters import exporter
+from forkpoint.core.results import ReplayResult
 from forkpoint.export.runs import RESULT_SCHEMA, RunFiles, SkippedRun, artifact_parts, typed_result
 
 MAX_FILE_BYTES = 64 * 1024 * 1024
@@ -23,7 +24,7 @@ MAX_FILE_BYTES = 64 * 1024 * 1024
 @dataclass
 class RunView:
     path: Path
-    result: dict[str, Any]
+    result: ReplayResult
     batches: list[dict[str, Any]]
     observations: dict[str, dict[str, Any]]
     next_action: dict[str, Any] | None
@@ -35,12 +36,11 @@ class RunView:
 
     @property
     def run_id(self) -> str:
-        return str(self.result.get("run_id", self.path.name))
+        return str(self.result.run_id)
 
     @property
     def metadata(self) -> dict[str, Any]:
-        value = self.result.get("metadata")
-        return value if isinstance(value, dict) else {}
+        return self.result.metadata
 
     @property
     def diverged(self) -> list[dict[str, Any]]:
@@ -77,7 +77,7 @@ def collect(run_dir: Path) -> RunView:
             live = []
     view = RunView(
         path=run_dir,
-        result=result,
+        result=typed,
         batches=[b for b in manifest.get("batches") or [] if isinstance(b, dict)] if isinstance(manifest, dict) else [],
         observations={str(row.get("id")): row for row in (observations.get("observations") or [])
                       if isinstance(row, dict)} if isinstance(observations, dict) else {},
