@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,7 +55,9 @@ def test_prepare_only_through_the_api_and_the_run_read_back(tmp_path: Path) -> N
     assert result.failure is None and result.phase == "prepared"
     run = forkpoint.load_run(tmp_path / "runs" / "api")
     assert run.result.to_json() == json.loads((tmp_path / "runs" / "api" / "result.json").read_text())
-    assert run.manifest["schema_version"] == "forkpoint.plan/v1" and run.branches is None
+    assert run.manifest is not None and run.branches is None
+    assert run.manifest.document["schema_version"] == "forkpoint.plan/v1"
+    assert (run.manifest.agent, run.manifest.after_step, run.manifest.source_path) == ("claude-code", 1, session)
     prefix = run.artifact("native_prefix")
     assert prefix is not None and prefix.is_file()
 
@@ -69,8 +73,30 @@ def test_load_run_refuses_what_is_not_a_run_dir(tmp_path: Path) -> None:
     with pytest.raises(forkpoint.ReplayError, match=r"has no result\.json"):
         forkpoint.load_run(tmp_path)
     (tmp_path / "result.json").write_text('{"artifacts": [{"role": 1}]}')
-    with pytest.raises(forkpoint.ReplayError, match="is not a forkpoint result"):
+    with pytest.raises(forkpoint.ReplayError, match=r"result\.json is not what forkpoint wrote"):
         forkpoint.load_run(tmp_path)
+
+
+@pytest.mark.parametrize(("name", "content", "says"), [
+    ("manifest.json", {"agent": "claude-code", "source": {}, "boundary": {}}, r"manifest\.json is not what forkpoint"),
+    ("manifest.json", {"agent": {"name": "pi"}, "source": {"path": "/s", "sha256": "0"},
+                       "boundary": {"after_step": "two"}}, r"manifest\.json is not what forkpoint wrote .*after_step"),
+    ("branches.json", {"state_dir": ["/s"], "branches": []}, r"branches\.json is not what forkpoint wrote"),
+    ("branches.json", [1], r"branches\.json is not a JSON object"),
+    ("observations.json", "fifo", r"observations\.json is unreadable: not a regular file"),
+], ids=["agent-a-string", "after-step-a-word", "state-dir-a-list", "branches-a-list", "observations-a-fifo"])
+def test_load_run_reads_typed_documents_and_names_a_wrong_one(tmp_path: Path, name: str, content: Any,
+                                                              says: str) -> None:
+    """A run dir is a folder a person may edit: the wrong shape is a configuration error naming the file (it was
+    handed back as a dict, to fail later), and a FIFO is refused without blocking."""
+    (tmp_path / "result.json").write_text("{}")
+    if content == "fifo":
+        os.mkfifo(tmp_path / name)
+    else:
+        (tmp_path / name).write_text(json.dumps(content))
+    with pytest.raises(forkpoint.ReplayError, match=says) as refused:
+        forkpoint.load_run(tmp_path)
+    assert refused.value.kind is forkpoint.ErrorKind.CONFIGURATION
 
 
 def test_the_error_example_runs_as_written() -> None:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from forkpoint.api import Run, branch, inspect, load_run, replay, request
     from forkpoint.core.errors import ErrorKind, ReplayError
     from forkpoint.core.model import Mode
-    from forkpoint.core.results import AgentInfo, Artifact, Failure, ReplayResult
+    from forkpoint.core.results import AgentInfo, Artifact, BranchesDocument, Failure, Manifest, ReplayResult
     from forkpoint.run.request import ReplayRequest
 
 _HOMES = {
@@ -31,14 +31,17 @@ _HOMES = {
     "ReplayRequest": "forkpoint.run.request", "Mode": "forkpoint.core.model",
     "ReplayResult": "forkpoint.core.results", "Failure": "forkpoint.core.results",
     "Artifact": "forkpoint.core.results", "AgentInfo": "forkpoint.core.results",
+    "Manifest": "forkpoint.core.results", "BranchesDocument": "forkpoint.core.results",
     "ReplayError": "forkpoint.core.errors", "ErrorKind": "forkpoint.core.errors",
 }
 
 __all__ = [
     "AgentInfo",
     "Artifact",
+    "BranchesDocument",
     "ErrorKind",
     "Failure",
+    "Manifest",
     "Mode",
     "ReplayError",
     "ReplayRequest",

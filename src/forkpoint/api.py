@@ -7,7 +7,6 @@ its own calls them directly. Failures a user can cause come back as a :class:`Re
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,12 +14,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from forkpoint.core.results import ReplayResult
+    from forkpoint.core.results import BranchesDocument, Manifest, ReplayResult
     from forkpoint.run.request import ReplayRequest
 
 Progress = Callable[[str], None]
-#: the most of a run document ``load_run`` reads (result, manifest, observations, branches)
-MAX_RUN_DOCUMENT_BYTES = 64 * 1024 * 1024
 
 
 def inspect(trajectory: str | os.PathLike[str], *, agent: str | None = None,
@@ -74,15 +71,17 @@ def branch(run_dir: str | os.PathLike[str], k: int | None = None, *, prompts: Se
 
 @dataclass(frozen=True)
 class Run:
-    """A run dir read back: ``result.json`` typed, the other documents as the JSON they are."""
+    """A run dir read back: ``result.json``, ``manifest.json`` and ``branches.json`` typed (each keeps the whole
+    document as read in ``document``), the observations as the JSON rows they are."""
 
     path: Path
     result: ReplayResult
-    manifest: dict[str, Any] = field(default_factory=dict)
+    #: what was replayed (agent, source and its SHA-256, boundary, batches); None when the run wrote no plan
+    manifest: Manifest | None = None
     #: per replayed call: exact, similarity, previews, diff (``observations.json``); empty when nothing ran
     observations: list[dict[str, Any]] = field(default_factory=list)
     #: ``branches.json`` of a branched run, else None
-    branches: dict[str, Any] | None = None
+    branches: BranchesDocument | None = None
 
     def artifact(self, role: str) -> Path | None:
         """The path of the artifact with this role (``native_prefix``, ``native_continued`` ...), if written."""
@@ -94,32 +93,15 @@ class Run:
 
 def load_run(run_dir: str | os.PathLike[str]) -> Run:
     """Read a run dir (``<output-dir>/<run-id>``) written by ``replay``/the CLI. Documents are read bounded and a
-    FIFO is refused; a missing or malformed ``result.json`` raises :class:`ReplayError` (configuration) naming it."""
-    from forkpoint.core.errors import configuration
-    from forkpoint.core.results import ReplayResult
+    FIFO is refused; a missing ``result.json`` or any document of the wrong shape raises :class:`ReplayError`
+    (configuration) naming the file."""
+    from forkpoint.core.results import read_document, read_run
 
     path = Path(run_dir)
-    document = _document(path / "result.json", required=True)
-    try:
-        result = ReplayResult.from_json(document)
-    except (TypeError, ValueError) as error:
-        raise configuration(f"{path / 'result.json'} is not a forkpoint result: {error}") from None
-    observations = _document(path / "observations.json", required=False)
-    branches = _document(path / "branches.json", required=False)
-    return Run(path=path, result=result, manifest=_document(path / "manifest.json", required=False) or {},
-               observations=list(observations.get("observations") or []) if isinstance(observations, dict) else [],
-               branches=branches if isinstance(branches, dict) else None)
-
-
-def _document(path: Path, *, required: bool) -> Any:
-    from forkpoint.core.errors import configuration
-    from forkpoint.core.fs import InputChangedError, InputTooLargeError, NotRegularFileError, read_bounded_input
-
-    try:
-        return json.loads(read_bounded_input(path, MAX_RUN_DOCUMENT_BYTES))
-    except FileNotFoundError:
-        if required:
-            raise configuration(f"{path.parent} has no {path.name} (is this a forkpoint run dir?)") from None
-        return None
-    except (OSError, ValueError, InputTooLargeError, InputChangedError, NotRegularFileError) as error:
-        raise configuration(f"{path} is unreadable: {error}") from None
+    documents = read_run(path, result="result.json (is this a forkpoint run dir?)")
+    assert documents.result is not None  # required
+    observations = read_document(path / "observations.json") or {}
+    rows = observations.get("observations")
+    return Run(path=path, result=documents.result, manifest=documents.manifest,
+               observations=[row for row in rows if isinstance(row, dict)] if isinstance(rows, list) else [],
+               branches=documents.branches)

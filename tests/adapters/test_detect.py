@@ -1,24 +1,25 @@
-"""Detection asks each spec's sniff in the declared order: the order the detect module documents."""
+"""Detection asks each spec's sniff in the order of the specs' detection priorities."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from forkpoint.adapters import AGENT_NAMES, agent_spec, detect
-from forkpoint.adapters.detect import DETECTION_ORDER, guess_agent, guess_agent_from_object
+from forkpoint.adapters import AGENT_NAMES, agent_spec, detection_order
+from forkpoint.adapters.detect import guess_agent, guess_agent_from_object
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
-def test_detection_order_is_the_documented_one() -> None:
-    documented = re.search(r"first yes\s+wins: ([a-z, -]+)\.", detect.__doc__ or "")
-    assert documented is not None
-    assert tuple(name.strip() for name in documented.group(1).split(",")) == DETECTION_ORDER
-    assert sorted(DETECTION_ORDER) == sorted(AGENT_NAMES)  # every registered agent is asked exactly once
+def test_detection_order_is_the_specs_priorities() -> None:
+    order = detection_order()
+    assert sorted(order) == sorted(AGENT_NAMES)  # every registered agent is asked exactly once
+    priorities = [agent_spec(name).detection_priority for name in order]
+    assert priorities == sorted(set(priorities))  # unique: the order never depends on the registry's order
+    # the formats that share keys: codex's payload records first, an opencode export before mini-swe-agent's info
+    assert order.index("codex") == 0 and order.index("opencode") < order.index("mini-swe-agent")
 
 
 @pytest.mark.parametrize(("value", "agent"), [

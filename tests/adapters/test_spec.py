@@ -5,13 +5,19 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import re
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from forkpoint.adapters import AGENT_NAMES, AGENTS, agent_spec, get_adapter, upstream_help
+from forkpoint import adapters
+from forkpoint.adapters import AGENT_NAMES, AGENTS, agent_spec, detection_order, exporter, get_adapter, upstream_help
 from forkpoint.adapters.base import Adapter, AdapterBase
 from forkpoint.adapters.claude_code import ClaudeCodeAdapter
 from forkpoint.adapters.codex import CodexAdapter
+from forkpoint.adapters.detect import guess_agent_from_object
 from forkpoint.adapters.mini_swe_agent import MiniSweAgentAdapter
 from forkpoint.adapters.opencode import OpenCodeAdapter
 from forkpoint.adapters.openhands import OpenHandsAdapter
@@ -60,6 +66,10 @@ def test_spec_is_self_consistent(name: str) -> None:
     assert isinstance(adapter, AdapterBase)
     assert adapter.name == name and adapter.verified_versions == spec.versions
     assert spec.native_format.startswith(f"{name}/") and adapter.native_format == spec.native_format
+    # export: the converter lives in the agent's folder and is what `forkpoint export` uses for its runs
+    module, _, function = spec.exporter.partition(":")
+    assert module.startswith(spec.adapter.partition(":")[0] + ".")
+    assert exporter(name) is getattr(importlib.import_module(module), function)
 
 
 def test_every_adapter_is_registered() -> None:
@@ -79,9 +89,70 @@ def test_unknown_agent_is_a_configuration_error() -> None:
 
 
 def test_cli_help_says_what_the_specs_say() -> None:
-    """The CLI keeps its help literal (so `--help` imports no spec); it must list what the registry declares."""
-    from forkpoint.cli.parser import _REPLAY_OPTIONS
+    """The CLI's --agent/--upstream/--seed help names no agent: argparse fills the lists from the registry (the
+    stored texts that `--help` prints without importing a spec are argparse's, tests/test_cli.py)."""
+    from forkpoint.cli.parser import _REPLAY_OPTIONS, MODEL_OPTIONS, build_parser, every_help
 
-    helps = {option: text for option, _, _, text in _REPLAY_OPTIONS}
-    assert helps["--agent"] == f"Agent name: {', '.join(AGENT_NAMES)}."
-    assert upstream_help() in helps["--upstream"]
+    derived = {option: text for option, _, _, text in (*_REPLAY_OPTIONS, *MODEL_OPTIONS)
+               if option in ("--agent", "--upstream", "--seed")}
+    assert len(derived) == 3
+    for option, text in derived.items():  # the lists of agents are no literal (agent-specific options may name one)
+        assert not any(re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text) for name in AGENT_NAMES), option
+    replay = _unwrapped(every_help(build_parser("replay"))["replay"])
+    assert _unwrapped(f"Agent name: {', '.join(AGENT_NAMES)}.") in replay
+    assert _unwrapped(upstream_help()) in replay
+    assert _unwrapped("Chat Completions agents: opencode, pi, mini-swe-agent,") in replay
+
+
+def _unwrapped(text: str) -> str:
+    """Help text without its whitespace: argparse wraps at hyphens too (``mini-`` / ``swe-agent``)."""
+    return "".join(text.split())
+
+
+@pytest.fixture
+def new_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A new agent as the docs say to add one: its folder (here a spec and a converter) and one registry line."""
+    folder = tmp_path / "newagent"
+    folder.mkdir()
+    (folder / "__init__.py").write_text("")
+    (folder / "spec.py").write_text(textwrap.dedent("""
+        from forkpoint.adapters.spec import AgentSpec
+
+        SPEC = AgentSpec(name="new-agent", title="New Agent", adapter="newagent:NewAdapter",
+                         versions={"1.0.0": "new-agent/1.0.0/jsonl-v1"}, runtime=None,
+                         native_format="new-agent/jsonl", protocol="openai-chat",
+                         sniff=lambda value: isinstance(value, dict) and "new_agent_session" in value,
+                         detection_priority=1, exporter="newagent.messages:to_chat")
+    """))
+    (folder / "messages.py").write_text(textwrap.dedent("""
+        from forkpoint.export.chat import Conversation, user
+
+        def to_chat(data):
+            return Conversation(messages=[user(data.decode())])
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(AGENTS, "new-agent", "newagent.spec")
+    monkeypatch.setattr(adapters, "AGENT_NAMES", (*AGENT_NAMES, "new-agent"))
+    detection_order.cache_clear()
+    try:
+        yield "new-agent"
+    finally:
+        detection_order.cache_clear()
+        for module in [m for m in sys.modules if m == "newagent" or m.startswith("newagent.")]:
+            del sys.modules[module]
+
+
+def test_an_agent_is_its_folder_and_one_registry_line(new_agent: str) -> None:
+    """Detection, export and the CLI help follow the registry: nothing else names the agent."""
+    from forkpoint.cli.parser import build_parser, every_help
+
+    assert detection_order()[0] == new_agent  # its priority puts it first
+    assert guess_agent_from_object({"new_agent_session": 1}) == new_agent
+    assert guess_agent_from_object({"type": "session_meta", "payload": {}}) == "codex"
+    convert = exporter(new_agent)
+    assert convert is not None and convert(b"hello").messages == [{"role": "user", "content": "hello"}]
+    replay = _unwrapped(every_help(build_parser("replay"))["replay"])
+    assert _unwrapped(f"Agent name: {', '.join(AGENT_NAMES)}, {new_agent}.") in replay
+    assert _unwrapped(f"openhands, {new_agent}; OPENAI_API_KEY") in replay  # --upstream: the chat upstream's agents
+    assert _unwrapped(f"Chat Completions agents: opencode, pi, mini-swe-agent, swe-agent, openhands, {new_agent};") \
+        in replay

@@ -5,6 +5,7 @@ merged duplicates, and a continue batch with the bridge's stub upstream."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -59,6 +60,15 @@ def _marker_session(root: Path, index: int, markers: Path, *, pause: float = 0.0
     builder.results({"toolu_0002": "data.txt"})
     builder.assistant([text("Done.")])
     return builder.write(root / f"session-{index}.jsonl"), source
+
+
+def _a_job_runs(batch: Path) -> bool:
+    """Whether a job's tool started: a ``tool_started`` event in one of its runs' journals (read, never locked)."""
+    for journal in batch.glob("state/*/journal.jsonl"):
+        with contextlib.suppress(OSError):
+            if b'"tool_started"' in journal.read_bytes():
+                return True
+    return False
 
 
 def _carrying(marker: str) -> list[int]:
@@ -161,7 +171,10 @@ def test_kill_9_of_the_driver_then_rerun_never_executes_a_job_twice(tmp_path: Pa
         time.sleep(0.1)
     driver.send_signal(signal.SIGKILL)
     driver.wait()
-    time.sleep(5)  # what is still running now outlived the driver: workers, the tool commands they ran
+    # the workers and the tool commands they ran go with the driver: none may outlive it
+    deadline = time.monotonic() + 30
+    while _carrying(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert _carrying(marker) == []
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode in (0, 1), done.stderr
@@ -231,9 +244,9 @@ def test_ctrl_c_lets_running_jobs_finish_and_a_rerun_resumes(tmp_path: Path) -> 
     command = [sys.executable, "-m", "forkpoint.cli", "batch", str(jobs), "--out", str(batch), "--workers", "2"]
     driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not (batch / "state").exists():
+    while not _a_job_runs(batch):  # Ctrl-C while a job runs: it finishes, the rest wait for the rerun
+        assert driver.poll() is None and time.monotonic() < deadline, "no job started"
         time.sleep(0.05)
-    time.sleep(0.3)
     driver.send_signal(signal.SIGINT)
     _, stderr = driver.communicate(timeout=120)
     assert driver.returncode == 130, stderr

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -197,13 +198,34 @@ def _main_bodies(model: ScriptedModel, key: str) -> list[dict[str, Any]]:
     return [r["body"] for r in model.requests if r.get("kind") == "main" and key in json.dumps(r.get("body"))]
 
 
-def _kill_once_branch_2_runs(command: list[str], env: dict[str, str], model: ScriptedModel, key: str) -> None:
-    """Start the branched replay ``command`` and kill -9 it once branch 2 (its prompt ``key``) got its slow action."""
+def _slow_command() -> tuple[str, str]:
+    """A command that runs for two minutes (Claude Code refuses a bare `sleep N`, so it is of another kind), and the
+    token on its command line that tells this test's process from any other's."""
+    token = f"slow-{uuid.uuid4().hex}"
+    return f"python3 -c 'import time; time.sleep(120)' {token}", token
+
+
+def _running(token: str) -> bool:
+    """Whether a live process has ``token`` on its command line."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if token.encode() in (entry / "cmdline").read_bytes().split(b"\0"):
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+def _kill_once_branch_2_runs(command: list[str], env: dict[str, str], token: str) -> None:
+    """Start the branched replay ``command`` and kill -9 it once branch 2's agent runs its slow command (``token``
+    on its command line)."""
     driver = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not _main_bodies(model, key):
-        time.sleep(0.2)
-    time.sleep(3)  # branch 2's agent got its slow command and runs it
+    while not _running(token):
+        assert driver.poll() is None, "the replay ended before branch 2 ran its slow command"
+        assert time.monotonic() < deadline, "branch 2 never ran its slow command"
+        time.sleep(0.1)
     driver.send_signal(signal.SIGKILL)
     driver.wait()
 
@@ -223,11 +245,10 @@ def test_kill_9_during_branch_2_then_continue(tmp_path: Path, keys: None) -> Non
     _need("claude-code", "2.1.332")
     fixture = FIXTURES / "claude_code" / "2.1.332" / "single_bash"
     base = json.loads((fixture / "script.json").read_text())["turns"]
+    slow, token = _slow_command()
     keyed: dict[str, Sequence[Any]] = {
         "BRANCH-KEY-ONE": [*base[:1], [tool_use("Bash", {"command": "echo one > one.txt"})], [text("ok")]],
-        # (Claude Code refuses a bare `sleep N`, so the slow command is of another kind)
-        "BRANCH-KEY-TWO": [*base[:1], [tool_use("Bash", {"command": "python3 -c 'import time; time.sleep(120)'"})],
-                           [text("ok")]],
+        "BRANCH-KEY-TWO": [*base[:1], [tool_use("Bash", {"command": slow})], [text("ok")]],
         "BRANCH-KEY-THREE": [*base[:1], [tool_use("Bash", {"command": "echo three > three.txt"})], [text("ok")]]}
     model = ScriptedModel(base, keyed=keyed)
     with model.serve() as url, restored_workspace(fixture) as workspace:
@@ -238,7 +259,7 @@ def test_kill_9_during_branch_2_then_continue(tmp_path: Path, keys: None) -> Non
                    "--branch-prompt", "BRANCH-KEY-ONE", "--branch-prompt", "BRANCH-KEY-TWO",
                    "--branch-prompt", "BRANCH-KEY-THREE", "--output-dir", str(tmp_path / "out"),
                    "--state-dir", str(tmp_path / "state"), "--run-id", "k"]
-        _kill_once_branch_2_runs(command, env, model, "BRANCH-KEY-TWO")
+        _kill_once_branch_2_runs(command, env, token)
         done = subprocess.run([sys.executable, "-m", "forkpoint.cli", "continue", str(tmp_path / "out" / "k"),
                                "--upstream", "anthropic", "--upstream-url", url, "--json",
                                "--branch-prompt", "BRANCH-KEY-THREE"],  # branch 3's prompt, given again
@@ -276,7 +297,8 @@ def test_pi_kill_9_during_branch_2_then_continue_reruns_branch_3_with_its_record
     fixture = FIXTURES / "pi" / "0.83.0" / "single_bash"
     base = json.loads((fixture / "script.json").read_text())["turns"]
     prompts = ("BRANCH-KEY-ONE", "BRANCH-KEY-TWO", "BRANCH-KEY-THREE")
-    commands = ("echo one > one.txt", "python3 -c 'import time; time.sleep(120)'", "echo three > three.txt")
+    slow, token = _slow_command()
+    commands = ("echo one > one.txt", slow, "echo three > three.txt")
     keyed: dict[str, Sequence[Any]] = {key: [*base[:1], [tool_use("bash", {"command": command})], [text("ok")]]
                                        for key, command in zip(prompts, commands, strict=True)}
     model = ScriptedModel(base, keyed=keyed, model="scripted-model")
@@ -289,7 +311,7 @@ def test_pi_kill_9_during_branch_2_then_continue_reruns_branch_3_with_its_record
                    "--branches", "3", *[a for p in prompts for a in ("--branch-prompt", p)],
                    *[a for s in ("11", "22", "33") for a in ("--branch-seed", s)], "--temperature", "0.5",
                    "--output-dir", str(tmp_path / "out"), "--state-dir", str(tmp_path / "state"), "--run-id", "k"]
-        _kill_once_branch_2_runs(command, env, model, prompts[1])
+        _kill_once_branch_2_runs(command, env, token)
 
         def resume(*extra: str) -> subprocess.CompletedProcess[str]:
             return subprocess.run([sys.executable, "-m", "forkpoint.cli", "continue", str(run_dir), *upstream,

@@ -195,6 +195,25 @@ def test_bad_input_is_reported_and_nothing_half_written(runs: Path, tmp_path: Pa
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith((".never", "never"))]
 
 
+@pytest.mark.parametrize("edit", [{"agent": "claude-code"}, {"artifacts": ["native/prefix/x"]},
+                                  {"metadata": ["a", "list"]}], ids=["agent-a-string", "artifact-a-string",
+                                                                     "metadata-a-list"])
+def test_a_result_of_the_wrong_shape_is_skipped_naming_the_file(tmp_path: Path, edit: dict[str, Any]) -> None:
+    """result.json is read typed: an edited one is a skipped run saying why, never an AttributeError that ends
+    the whole export (and the report)."""
+    from forkpoint.report import write_report
+
+    run = tmp_path / "runs" / "edited"
+    run.mkdir(parents=True)
+    (run / "result.json").write_text(json.dumps({"schema_version": "forkpoint.result/v1", "phase": "prepared",
+                                                 "agent_status": "not_started", **edit}))
+    report = export([tmp_path / "runs"], "parquet", tmp_path / "rows.parquet", ExportOptions())
+    assert report.rows == 0 and len(report.skipped) == 1
+    assert "result.json is not what forkpoint wrote" in report.skipped[0]["reason"]
+    with pytest.raises(FileNotFoundError, match=r"result\.json is not what forkpoint wrote"):
+        write_report([tmp_path / "runs"], tmp_path / "report.html")
+
+
 def test_cli_exports_and_refuses_an_existing_output(runs: Path, tmp_path: Path) -> None:
     command = [sys.executable, "-m", "forkpoint.cli", "export", str(runs), "--format", "messages-jsonl",
                "-o", str(tmp_path / "rows.jsonl"), "--json"]

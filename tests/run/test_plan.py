@@ -8,7 +8,7 @@ import pytest
 
 from forkpoint.adapters.claude_code.parse import parse_session
 from forkpoint.core.errors import ErrorKind, ReplayError
-from forkpoint.core.model import Mode, Trajectory
+from forkpoint.core.model import Batch, CallPolicy, Mode, Observation, ToolCall, Trajectory
 from forkpoint.run.plan import check_step_budget, select_boundary
 from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, simple_session, tool_use
 
@@ -79,3 +79,39 @@ def test_refused_calls_stay_refused_with_the_flag(tmp_path: Path) -> None:
         select_boundary(_parsed(tmp_path, builder), 1, Mode.REPLAY_ONLY, "p", allow_stale_observations=True)
     assert info.value.kind is ErrorKind.UNSUPPORTED_TOOL and info.value.kind.exit_code == 11
     assert "run_in_background" in info.value.message
+
+
+def _neutral(*batches: tuple[CallPolicy, ...], complete: int | None = None,
+             refusals: dict[int, str] | None = None) -> Trajectory[None]:
+    """A recording of no agent in particular: one batch per tuple, one call per policy (select_boundary is
+    generic; what an agent classifies as stale or refused is its adapter's test)."""
+    made = [Batch(ordinal, tuple(ToolCall(f"c{ordinal}.{n}", "tool", {}, Observation("out"), policy,
+                                          None if policy is CallPolicy.FRESH else f"{policy} here")
+                                 for n, policy in enumerate(policies)), f"line:{ordinal}",
+                  complete=complete is None or ordinal <= complete)
+            for ordinal, policies in enumerate(batches, start=1)]
+    return Trajectory.recorded("neutral", None, Path("/recording"), "0" * 64, session_id=None, cwd=None,
+                               batches=made, next_actions=[None] * (len(made) + 1), native=None,
+                               boundary_refusals=refusals)
+
+
+def test_a_neutral_recording_is_cut_as_its_batches_say() -> None:
+    parsed = _neutral((CallPolicy.FRESH,), (CallPolicy.FRESH, CallPolicy.FRESH), (CallPolicy.FRESH,), complete=2)
+    plan = select_boundary(parsed, 2, Mode.REPLAY_ONLY, "p")
+    assert [b.ordinal for b in plan.batches] == [1, 2] and [c.call_id for c in plan.calls] == ["c1.0", "c2.0", "c2.1"]
+    with pytest.raises(ReplayError, match="batch 3 is incomplete"):
+        select_boundary(parsed, 3, Mode.PREPARE_ONLY, "p")
+    with pytest.raises(ReplayError, match="cannot be rebuilt unambiguously: a fork here") as info:
+        select_boundary(_neutral((CallPolicy.FRESH,), refusals={1: "a fork here"}), 1, Mode.PREPARE_ONLY, "p")
+    assert info.value.kind is ErrorKind.TRAJECTORY
+
+
+def test_a_neutral_stale_call_needs_the_flag_and_a_refused_one_is_refused_with_it() -> None:
+    stale = _neutral((CallPolicy.FRESH, CallPolicy.STALE))
+    with pytest.raises(ReplayError, match="--allow-stale-observations"):
+        select_boundary(stale, 1, Mode.REPLAY_ONLY, "p")
+    assert select_boundary(stale, 1, Mode.REPLAY_ONLY, "p", allow_stale_observations=True).calls
+    select_boundary(stale, 1, Mode.PREPARE_ONLY, "p")  # nothing runs in prepare-only
+    with pytest.raises(ReplayError) as info:
+        select_boundary(_neutral((CallPolicy.REFUSED,)), 1, Mode.REPLAY_ONLY, "p", allow_stale_observations=True)
+    assert info.value.kind is ErrorKind.UNSUPPORTED_TOOL and "refused here" in info.value.message

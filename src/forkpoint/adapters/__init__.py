@@ -6,13 +6,17 @@ Adding an agent = its folder (``spec.py`` with ``SPEC``, the adapter class it na
 from __future__ import annotations
 
 import importlib
+from functools import cache
 from typing import TYPE_CHECKING
 
 from forkpoint.core.errors import ErrorKind, ReplayError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from forkpoint.adapters.base import Adapter
     from forkpoint.adapters.spec import AgentSpec
+    from forkpoint.export.chat import Conversation
 
 #: Every agent forkpoint knows, in the order messages and help list them.
 AGENTS: dict[str, str] = {
@@ -44,6 +48,22 @@ def agent_spec(name: str) -> AgentSpec:
 def all_specs() -> list[AgentSpec]:
     """Every registered spec, in registry order (imports every agent's package)."""
     return [agent_spec(name) for name in AGENT_NAMES]
+
+
+@cache
+def detection_order() -> tuple[str, ...]:
+    """The agents in the order detection asks their sniff: by each spec's ``detection_priority``."""
+    return tuple(spec.name for spec in sorted(all_specs(), key=lambda spec: spec.detection_priority))
+
+
+def exporter(name: object) -> Callable[[bytes], Conversation] | None:
+    """The agent's native session -> chat converter (its spec's ``exporter``); None for a name forkpoint does not
+    know (a run dir written by another forkpoint, or edited)."""
+    if not isinstance(name, str) or name not in AGENTS:
+        return None
+    module_name, _, function = agent_spec(name).exporter.partition(":")
+    convert: Callable[[bytes], Conversation] = getattr(importlib.import_module(module_name), function)
+    return convert
 
 
 def get_adapter(name: str) -> Adapter:

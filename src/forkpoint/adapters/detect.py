@@ -1,9 +1,9 @@
 """Guess which agent wrote a trajectory from its first bytes (for `inspect` without --agent).
 
-Each agent's spec declares a ``sniff`` of one JSON value; they are asked in DETECTION_ORDER and the first yes
-wins: codex, opencode, pi, claude-code, mini-swe-agent, swe-agent, openhands. The order matters where formats
-share keys: a Codex record is recognised by its ``payload`` before anything else, an OpenCode export
-(``info.id`` = ``ses_...``) before mini-swe-agent (whose ``info`` has no such id).
+Each agent's spec declares a ``sniff`` of one JSON value and a ``detection_priority``; the sniffs are asked by
+priority (``forkpoint.adapters.detection_order``) and the first yes wins. The order matters where formats share
+keys: a Codex record is recognised by its ``payload`` before anything else, an OpenCode export (``info.id`` =
+``ses_...``) before mini-swe-agent (whose ``info`` has no such id); each spec says why it stands where it does.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import BinaryIO
 
 import orjson
 
-from forkpoint.adapters import agent_spec
+from forkpoint.adapters import agent_spec, detection_order
 from forkpoint.core.errors import configuration
 from forkpoint.core.fs import DEFAULT_MAX_INPUT_BYTES
 
@@ -24,13 +24,11 @@ _CHUNK = 256 * 1024
 _KEEP_DEPTH = 2
 _MAX_STRING = 512
 _MAX_OUTLINE = 4 * 1024 * 1024
-#: the order each spec's sniff is asked in (the module docstring says why)
-DETECTION_ORDER = ("codex", "opencode", "pi", "claude-code", "mini-swe-agent", "swe-agent", "openhands")
 
 
 def guess_agent_from_object(obj: object) -> str | None:
     """Best guess from one top-level JSON value (a JSONL line or a whole JSON document)."""
-    return next((name for name in DETECTION_ORDER if agent_spec(name).sniff(obj)), None)
+    return next((name for name in detection_order() if agent_spec(name).sniff(obj)), None)
 
 
 def guess_agent(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> str | None:

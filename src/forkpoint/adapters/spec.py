@@ -1,7 +1,8 @@
 """AgentSpec: every fact about one agent that code outside its folder needs, declared once in ``<agent>/spec.py``.
 
-Detection, ``agents list/install``, request validation, CLI help, the engine's upstream and sandbox checks and the
-adapter's own ``verified_versions`` are all derived from the specs (see forkpoint.adapters for the registry).
+Detection (its order), export (the converter), ``agents list/install``, request validation, CLI help, the engine's
+upstream and sandbox checks and the adapter's own ``verified_versions`` are all derived from the specs (see
+forkpoint.adapters for the registry).
 A spec module imports only this module (and the light protocol registry, ``forkpoint.core.protocols``), so reading
 a spec costs no parser, runtime or bridge import.
 """
@@ -95,6 +96,12 @@ class AgentSpec:
     protocol: WireProtocol
     #: True when a JSON value (one line of a JSONL file, or a whole document) looks like this agent's trajectory
     sniff: Callable[[object], bool]
+    #: where its sniff stands when a trajectory's agent is detected (lower first; unique): a format whose keys another
+    #: format shares is asked before it (forkpoint.adapters.detect)
+    detection_priority: int
+    #: ``"module:function"`` turning its native session bytes into a chat Conversation (``forkpoint export`` and
+    #: ``report``), imported only when a run of this agent is exported
+    exporter: str
     #: the protocols whose real upstreams its validated model requests may also go to (a translating upstream)
     more_upstreams: tuple[WireProtocol, ...] = ()
     #: sandboxes its tools and continuation run through, plus "path_map" when it rewrites recorded paths

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import json
 import os
 import shutil
 import time
@@ -171,6 +170,17 @@ def _write_record(record: Path, top: Path) -> None:
     write_json(record, directory_identity(top))
 
 
+def _record(record: Path) -> dict[str, Any] | None:
+    """A path record of the batch dir, read bounded (a FIFO refused without blocking); None when unusable."""
+    from forkpoint.core.errors import ReplayError
+    from forkpoint.core.results import read_document
+
+    try:
+        return read_document(record)
+    except ReplayError:
+        return None
+
+
 def _remove_created(record: Path, top: Path) -> None:
     """Remove the folders a job created (``top`` and all below it) while ``top`` is still the recorded directory,
     then the record."""
@@ -178,10 +188,7 @@ def _remove_created(record: Path, top: Path) -> None:
     from forkpoint.process.childenv import remove_tree
 
     if record.is_file() and not record.is_symlink():
-        try:
-            identity = json.loads(record.read_text("utf-8"))
-        except (OSError, ValueError):
-            identity = None
+        identity = _record(record)
         if same_directory(top, identity):
             remove_tree(top)  # links not followed; what the job made unwritable opened up
     record.unlink(missing_ok=True)
@@ -192,10 +199,7 @@ def _remove_leftover(record: Path) -> None:
     if not record.is_file() or record.is_symlink():
         record.unlink(missing_ok=True)
         return
-    try:
-        path = json.loads(record.read_text("utf-8")).get("path")
-    except (OSError, ValueError, AttributeError):
-        path = None
+    path = (_record(record) or {}).get("path")
     if isinstance(path, str) and os.path.isabs(path):
         _remove_created(record, Path(path))
     record.unlink(missing_ok=True)

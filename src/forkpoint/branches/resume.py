@@ -17,7 +17,6 @@ and state dir by device and inode) and its workspace (path, device, inode, lock 
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from forkpoint.branches.branching import SNAPSHOT_SCHEMA
 from forkpoint.core.errors import ErrorKind, ReplayError, configuration
 from forkpoint.core.hashing import file_sha256
 from forkpoint.core.model import Mode, NativePrefix
+from forkpoint.core.results import RunDocuments, not_written_by_forkpoint, read_document, read_run
 
 if TYPE_CHECKING:
     from forkpoint.branches.branching import BranchRequest, BranchSetup, BranchVariants
@@ -60,22 +60,20 @@ def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[
     from forkpoint.process import childenv
     from forkpoint.run.request import BRANCH_LISTS, build_request, continue_settings
 
-    manifest = _object(run_dir / "manifest.json", "manifest.json (is this a forkpoint run dir?)")
-    result = _object(run_dir / "result.json", None)
-    branches_doc = _object(run_dir / "branches.json", None)
-    if result.get("phase") == "prepared" or manifest.get("mode") == Mode.PREPARE_ONLY.value:
+    documents = read_run(run_dir, manifest="manifest.json (is this a forkpoint run dir?)")
+    manifest, result, branches_doc = documents.manifest, documents.result, documents.branches
+    assert manifest is not None  # required
+    if (result is not None and result.phase == "prepared") or manifest.mode == Mode.PREPARE_ONLY.value:
         raise configuration("a prepare-only run replayed nothing: there is no boundary state to continue from")
-    try:  # documents a person may have edited: a wrong shape is a refusal, never a crash
-        metadata = dict(result.get("metadata") or {})
+    metadata = result.metadata if result is not None else {}
+    try:  # free-form metadata a person may have edited: a wrong shape is a refusal, never a crash
         recorded_sandbox = dict(metadata.get("sandbox") or {})
-        snapshot_facts = dict(metadata.get("boundary_snapshot") or branches_doc.get("snapshot") or {})
-        state_dir = Path(str(result.get("state_dir") or branches_doc.get("state_dir") or ""))
-        agent = str(manifest["agent"]["name"])
-        source, source_sha256 = Path(str(manifest["source"]["path"])), str(manifest["source"]["sha256"])
-        after_step = int(manifest["boundary"]["after_step"])
-    except (KeyError, TypeError, ValueError) as error:
-        raise configuration(f"{run_dir}'s manifest.json, result.json or branches.json is not what forkpoint wrote "
-                            f"({type(error).__name__}: {error})") from None
+    except (TypeError, ValueError) as error:
+        raise not_written_by_forkpoint(run_dir / "result.json", error) from None
+    snapshot_facts = documents.snapshot or {}
+    state_dir = Path(documents.state_dir or "")
+    agent, source, source_sha256 = manifest.agent, manifest.source_path, manifest.source_sha256
+    after_step = manifest.after_step
     if not snapshot_facts or not str(state_dir):
         raise ReplayError(ErrorKind.WORKSPACE, f"{run_dir} kept no boundary snapshot (it was continued once without "
                                                "--keep-snapshot, or replayed with --drop-snapshot)")
@@ -88,15 +86,16 @@ def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[
     parsed = adapter.parse(source)
     plan = versions.plan_for(adapter, parsed, after_step, Mode.REPLAY_AND_CONTINUE)
     parsed = plan.trajectory
-    prefix = _prefix(run_dir, result, branches_doc, metadata)
-    sandbox = str(branches_doc.get("sandbox") or recorded_sandbox.get("name") or "local")
+    prefix = _prefix(run_dir, documents)
+    sandbox = str((branches_doc.sandbox if branches_doc else None) or recorded_sandbox.get("name") or "local")
     workspace, lock_key = continued_workspace(run_dir, state_dir, snapshot_facts, sandbox, options.workspace)
     # The --branch-* lists vary the new branches (--branches K); without it they can only restate the planned
     # branches' recorded variants (branch_records checks that), so they are no part of the request.
     run_choice = {key: value for key, value in options.model_choice.items()
                   if options.branches or key not in BRANCH_LISTS}
     # Branches a killed run planned and never started run under the run-level choice they were planned with.
-    rerun = [branch for branch in planned_branches(branches_doc or {"branches": []}, f"{run_dir}/branches.json")
+    rerun = [branch for branch in planned_branches(branches_doc.document if branches_doc else {"branches": []},
+                                                   f"{run_dir}/branches.json")
              if not started(state_dir, branch.index)]
     run_choice.update(recorded_run_choice(rerun, run_choice))
     request = build_request({
@@ -137,7 +136,7 @@ def snapshot_owner(run_dir: Path, state_dir: Path, snapshot_facts: dict[str, Any
     state dir must not act on it)."""
     import hmac
 
-    description = _object(state_dir / "snapshot" / "snapshot.json", None)
+    description = read_document(state_dir / "snapshot" / "snapshot.json") or {}
     owner = description.get("owner")
     if owner is None and not (snapshot_facts.get("owner")):
         return None
@@ -227,7 +226,7 @@ def _run_planned(setup: BranchSetup, run_dir: Path, options: ContinueOptions, re
     )
     from forkpoint.branches.records import planned_branches, resume_request
 
-    planned = planned_branches(_object(run_dir / "branches.json", None) or {"branches": []},
+    planned = planned_branches(read_document(run_dir / "branches.json") or {"branches": []},
                                f"{run_dir}/branches.json")
     if not planned and not options.branches:
         raise configuration("nothing to do: every planned branch has run; ask for more with --branches K")
@@ -247,7 +246,7 @@ def _run_planned(setup: BranchSetup, run_dir: Path, options: ContinueOptions, re
         report(f"branches {more.indices.start}..{more.indices.stop - 1} from the boundary after batch "
                f"{after_step}")
         return run_branches(setup, more, report)
-    return _object(run_dir / "branches.json", "branches.json")
+    return read_document(run_dir / "branches.json", "branches.json") or {}
 
 
 def _given_variants(options: ContinueOptions) -> BranchVariants:
@@ -280,13 +279,15 @@ def check_recorded_pins(resume: BranchRequest, request: ReplayRequest) -> None:
         check_pins(pins, protocol)
 
 
-def _prefix(run_dir: Path, result: dict[str, Any], branches: dict[str, Any], metadata: dict[str, Any]) -> NativePrefix:
+def _prefix(run_dir: Path, documents: RunDocuments) -> NativePrefix:
     """The rebuilt prefix as the replay described it (branches.json, else result.json's artifact), unchanged."""
+    result, branches = documents.result, documents.branches
     try:
-        facts = dict(branches.get("prefix") or next(
-            ({"name": Path(str(a["path"])).name, "format": a["format"], "session_id": metadata.get("native_session_id"),
+        metadata = result.metadata if result else {}
+        facts = dict((branches.prefix if branches else None) or next(
+            ({"name": Path(str(a.path)).name, "format": a.format, "session_id": metadata.get("native_session_id"),
               "sha256": metadata.get("native_prefix_sha256")}
-             for a in result.get("artifacts") or [] if isinstance(a, dict) and a.get("role") == "native_prefix"), {}))
+             for a in (result.artifacts if result else []) if a.role == "native_prefix"), {}))
         name, sha256, native_format = Path(str(facts["name"])).name, str(facts["sha256"]), str(facts["format"])
     except (KeyError, TypeError, ValueError):
         raise ReplayError(ErrorKind.TRAJECTORY, f"{run_dir} does not describe its native prefix") from None
@@ -296,27 +297,6 @@ def _prefix(run_dir: Path, result: dict[str, Any], branches: dict[str, Any], met
     session_id = facts.get("session_id")
     return NativePrefix(path=path, format=native_format, sha256=sha256,
                         session_id=None if session_id is None else str(session_id))
-
-
-#: the most of a run document (manifest, result, branches, snapshot description) ``continue`` and ``gc`` read
-MAX_RUN_DOCUMENT_BYTES = 64 * 1024 * 1024
-
-
-def _object(path: Path, required: str | None) -> dict[str, Any]:
-    """A JSON-object document of the run dir, read bounded; ``{}`` when it is absent and not ``required``."""
-    from forkpoint.core.fs import InputChangedError, InputTooLargeError, NotRegularFileError, read_bounded_input
-
-    try:
-        value = json.loads(read_bounded_input(path, MAX_RUN_DOCUMENT_BYTES))
-    except FileNotFoundError:
-        if required:
-            raise configuration(f"{path.parent} has no {required}") from None
-        return {}
-    except (OSError, ValueError, InputTooLargeError, InputChangedError, NotRegularFileError) as error:
-        raise configuration(f"{path} is unreadable: {error}") from None
-    if not isinstance(value, dict):
-        raise configuration(f"{path} is not a JSON object")
-    return value
 
 
 def collect_snapshots(run_dir: Path, *, dry_run: bool = False) -> dict[str, Any]:
@@ -329,19 +309,16 @@ def collect_snapshots(run_dir: Path, *, dry_run: bool = False) -> dict[str, Any]
     """
     import shutil
 
-    result = _object(run_dir / "result.json", None)
-    branches = _object(run_dir / "branches.json", None)
-    state = result.get("state_dir") or branches.get("state_dir")
+    documents = read_run(run_dir, with_manifest=False)
+    state = documents.state_dir
     if not state:
         raise configuration(f"{run_dir} is not a forkpoint run dir (no result.json or branches.json naming its state)")
-    state_dir = Path(str(state))
+    state_dir = Path(state)
     _require_absolute(run_dir, state_dir)
     snapshot = state_dir / "snapshot"
     if not (_plain_dir(snapshot) and (snapshot / "snapshot.json").is_file()):
         return {"run_dir": str(run_dir), "removed": [], "bytes": 0, "dry_run": dry_run}
-    metadata = result.get("metadata")
-    facts = (metadata.get("boundary_snapshot") if isinstance(metadata, dict) else None) or branches.get("snapshot")
-    description = snapshot_owner(run_dir, state_dir, facts if isinstance(facts, dict) else {})
+    description = snapshot_owner(run_dir, state_dir, documents.snapshot or {})
     if description is None or description.get("schema_version") != SNAPSHOT_SCHEMA:
         raise ReplayError(ErrorKind.WORKSPACE, f"the boundary snapshot in {state_dir} does not name the run it "
                                                "belongs to (taken by an older forkpoint); gc removes only what it "

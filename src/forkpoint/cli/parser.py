@@ -33,8 +33,8 @@ MODEL_OPTIONS: tuple[tuple[str, str | None, Callable[[str], Any], str], ...] = (
      "sets the model field to NAME on every validated request (docs/upstreams.md, 'Model choice')."),
     ("--temperature", "F", float, "Sampling temperature in [0, 2], set on every request."),
     ("--top-p", "F", float, "Nucleus sampling top_p in [0, 1]."),
-    ("--seed", "N", int, "Sampling seed (Chat Completions agents: opencode, pi, mini-swe-agent, swe-agent, openhands; "
-     "the Anthropic and Responses APIs have none: refused)."),
+    ("--seed", "N", int, "Sampling seed (Chat Completions agents: {seed_agents}; the Anthropic and Responses APIs "
+     "have none: refused)."),
     ("--max-output-tokens", "N", int, "Output token cap (Anthropic max_tokens, Responses max_output_tokens, Chat "
      "max_tokens / max_completion_tokens)."),
     ("--disable-thinking", None, bool, "Turn reasoning off: Anthropic thinking {type: disabled}, Chat "
@@ -90,7 +90,7 @@ _DIRECT_OPTIONS = (
 
 #: (option, metavar or None for a flag, type, help) of `forkpoint replay`, in the order --help lists them.
 _REPLAY_OPTIONS: tuple[tuple[str, str | None, Callable[[str], Any], str], ...] = (
-    ("--agent", "NAME", str, "Agent name: claude-code, codex, opencode, pi, mini-swe-agent, swe-agent, openhands."),
+    ("--agent", "NAME", str, "Agent name: {agents}."),
     ("--trajectory", "PATH", Path, "The native trajectory file."),
     ("--after-step", "N", int, "Boundary: replay the first N complete tool batches."),
     ("--workspace", "DIR", Path, "Fresh workspace the tools re-run in [default: .]."),
@@ -113,9 +113,7 @@ _REPLAY_OPTIONS: tuple[tuple[str, str | None, Callable[[str], Any], str], ...] =
     ("--boundary-user-prompt", "TEXT", str,
      "Append exactly one user message after the last fresh observation (never stored in outputs)."),
     ("--upstream", "NAME", str,
-     "Where validated model requests go: 'anthropic' (claude-code; ANTHROPIC_API_KEY), "
-     "'openai-responses' (codex; OPENAI_API_KEY), 'openai-chat' (opencode, pi, mini-swe-agent, swe-agent, "
-     "openhands; OPENAI_API_KEY) — keys come from forkpoint's own environment and are never "
+     "Where validated model requests go: {upstreams} — keys come from forkpoint's own environment and are never "
      "passed to the agent — or 'stub' (the bridge answers itself: a zero-cost check that the real agent "
      "accepted the rebuilt session) [default: the agent's own protocol]."),
     ("--upstream-url", "URL", str, "Base URL of the upstream [default: $ANTHROPIC_BASE_URL / $OPENAI_BASE_URL, "
@@ -225,6 +223,12 @@ class _Formatter(argparse.HelpFormatter):
                  width: int | None = None) -> None:
         super().__init__(prog, indent_increment, max_help_position, help_width() if width is None else width)
 
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        """Fills the help's {agents}, {upstreams}, {seed_agents} from the agent registry, only when argparse prints
+        help (scripts/regen_cli_help.py stores those texts, so `forkpoint --help` reads no spec)."""
+        text = super()._get_help_string(action)
+        return derived_help(text) if text else text
+
     def _format_action(self, action: argparse.Action) -> str:
         if isinstance(action, argparse._SubParsersAction):
             return "".join(self._format_action(command) for command in action._get_subactions())
@@ -238,6 +242,18 @@ class _Formatter(argparse.HelpFormatter):
             else textwrap.fill(" ".join(paragraph.split()), width, initial_indent=indent, subsequent_indent=indent)
             for paragraph in text.split("\n\n")
         )
+
+
+def derived_help(text: str) -> str:
+    """``text`` with the lists the agent specs declare: {agents} (the registry), {upstreams} (each real upstream,
+    its agents and key), {seed_agents} (the Chat Completions agents, whose API has a seed)."""
+    from forkpoint.adapters import AGENT_NAMES, all_specs, upstream_help
+
+    seed_agents = ", ".join(spec.name for spec in all_specs() if spec.protocol == "openai-chat")
+    lists = {"{agents}": ", ".join(AGENT_NAMES), "{upstreams}": upstream_help(), "{seed_agents}": seed_agents}
+    for marker, value in lists.items():
+        text = text.replace(marker, value)
+    return text
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:

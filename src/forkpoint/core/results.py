@@ -93,6 +93,8 @@ class ReplayResult:
         for key, record in (("failure", Failure), ("agent", AgentInfo)):
             if isinstance(values.get(key), dict):
                 values[key] = record(**values[key])
+            elif values.get(key) is not None:
+                raise TypeError(f"{key} is {type(values[key]).__name__}, not an object")
         values["artifacts"] = [Artifact(**item) for item in values.get("artifacts") or []]
         for key in ("phase", "quality", "run_id", "state_dir", "output_dir"):
             values.setdefault(key, None)
@@ -234,3 +236,145 @@ def _fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+# -- reading a run dir back (forkpoint continue / gc, forkpoint.load_run) ----------------------------------------------
+
+#: the most of a run document (result, manifest, observations, branches, snapshot description) is read
+MAX_RUN_DOCUMENT_BYTES = 64 * 1024 * 1024
+
+
+def read_document(path: Path, required: str | None = None) -> dict[str, Any] | None:
+    """A JSON-object document of a run dir, read bounded (a FIFO or device refused without blocking); None when it
+    is absent and not ``required`` (``required`` says what the missing file means). Every failure is a
+    configuration error naming the file: a run dir is a folder a person may edit or plant."""
+    from forkpoint.core.errors import configuration
+    from forkpoint.core.fs import InputChangedError, InputTooLargeError, NotRegularFileError, read_bounded_input
+
+    try:
+        value = orjson.loads(read_bounded_input(path, MAX_RUN_DOCUMENT_BYTES))
+    except FileNotFoundError:
+        if required:
+            raise configuration(f"{path.parent} has no {required}") from None
+        return None
+    except (OSError, ValueError, InputTooLargeError, InputChangedError, NotRegularFileError) as error:
+        raise configuration(f"{path} is unreadable: {error}") from None
+    if not isinstance(value, dict):
+        raise configuration(f"{path} is not a JSON object")
+    return value
+
+
+def not_written_by_forkpoint(path: Path, error: Exception) -> Exception:
+    """The configuration error for a document of the wrong shape (a reader's TypeError/ValueError/KeyError)."""
+    from forkpoint.core.errors import configuration
+
+    return configuration(f"{path} is not what forkpoint wrote ({type(error).__name__}: {error})")
+
+
+def _typed(value: Any, kind: type | tuple[type, ...], where: str) -> Any:
+    """``value`` when it is a ``kind`` (a bool is no int here), else TypeError naming ``where``."""
+    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple)
+                                                                                   else (kind,))):
+        raise TypeError(f"{where} is {type(value).__name__}")
+    return value
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """``manifest.json`` read back: what the run replayed (``continue`` parses the source again and checks it)."""
+
+    agent: str
+    mode: str
+    source_path: Path
+    source_sha256: str
+    after_step: int
+    #: the planned batches with their calls, as written (``report`` lists them)
+    batches: list[dict[str, Any]]
+    #: the whole document as read
+    document: dict[str, Any]
+
+    @classmethod
+    def from_json(cls, document: dict[str, Any]) -> Manifest:
+        """Raises TypeError/KeyError for a wrong shape, for the caller to name the file."""
+        agent, source, boundary = document["agent"], document["source"], document["boundary"]
+        batches = document.get("batches") or []
+        return cls(agent=_typed(_typed(agent, dict, "agent")["name"], str, "agent.name"),
+                   mode=_typed(document.get("mode", ""), str, "mode"),
+                   source_path=Path(_typed(_typed(source, dict, "source")["path"], str, "source.path")),
+                   source_sha256=_typed(source["sha256"], str, "source.sha256"),
+                   after_step=_typed(_typed(boundary, dict, "boundary")["after_step"], int, "boundary.after_step"),
+                   batches=[b for b in _typed(batches, list, "batches") if isinstance(b, dict)], document=document)
+
+
+@dataclass(frozen=True)
+class BranchesDocument:
+    """``branches.json`` read back (forkpoint.branches.branching writes it): the facts a branched run shares; the
+    rows stay JSON (forkpoint.branches.records validates the ones ``continue`` runs)."""
+
+    state_dir: str | None
+    snapshot: dict[str, Any] | None
+    sandbox: str | None
+    prefix: dict[str, Any] | None
+    rows: list[Any]
+    document: dict[str, Any]
+
+    @classmethod
+    def from_json(cls, document: dict[str, Any]) -> BranchesDocument:
+        """Raises TypeError for a wrong shape, for the caller to name the file."""
+        state_dir, sandbox = document.get("state_dir"), document.get("sandbox")
+        snapshot, prefix = document.get("snapshot"), document.get("prefix")
+        return cls(state_dir=None if state_dir is None else _typed(state_dir, str, "state_dir"),
+                   snapshot=None if snapshot is None else _typed(snapshot, dict, "snapshot"),
+                   sandbox=None if sandbox is None else _typed(sandbox, str, "sandbox"),
+                   prefix=None if prefix is None else _typed(prefix, dict, "prefix"),
+                   rows=list(document.get("branches") or []) if isinstance(document.get("branches"), list) else [],
+                   document=document)
+
+
+@dataclass(frozen=True)
+class RunDocuments:
+    """The documents of a run dir, each typed and each optional (a killed run has branches.json and no
+    result.json; a run refused before its plan has no manifest)."""
+
+    path: Path
+    manifest: Manifest | None
+    result: ReplayResult | None
+    branches: BranchesDocument | None
+
+    @property
+    def state_dir(self) -> str | None:
+        """The run's state dir as its documents name it (result.json, else branches.json)."""
+        recorded = self.result.state_dir if self.result else None
+        if recorded is not None and not isinstance(recorded, str):
+            raise not_written_by_forkpoint(self.path / "result.json", TypeError(f"state_dir is "
+                                                                                f"{type(recorded).__name__}"))
+        return recorded or (self.branches.state_dir if self.branches else None)
+
+    @property
+    def snapshot(self) -> dict[str, Any] | None:
+        """The boundary snapshot's description as the run recorded it (result metadata, else branches.json)."""
+        recorded = self.result.metadata.get("boundary_snapshot") if self.result else None
+        if recorded is not None and not isinstance(recorded, dict):
+            raise not_written_by_forkpoint(self.path / "result.json", TypeError("metadata.boundary_snapshot is "
+                                                                                f"{type(recorded).__name__}"))
+        return recorded or (self.branches.snapshot if self.branches else None)
+
+
+def read_run(run_dir: Path, *, manifest: str | None = None, result: str | None = None,
+             with_manifest: bool = True) -> RunDocuments:
+    """manifest.json (unless not ``with_manifest``), result.json and branches.json of ``run_dir``, read bounded and
+    typed; a document that is absent is None unless required (``manifest``/``result``: what its absence means);
+    one of the wrong shape is a configuration error naming the file."""
+    def typed(name: str, required: str | None, reader: Any) -> Any:
+        document = read_document(run_dir / name, required)
+        if document is None:
+            return None
+        try:
+            return reader(document)
+        except (KeyError, TypeError, ValueError) as error:
+            raise not_written_by_forkpoint(run_dir / name, error) from None
+
+    plan = typed("manifest.json", manifest, Manifest.from_json) if with_manifest else None
+    return RunDocuments(path=run_dir, manifest=plan,
+                        result=typed("result.json", result, ReplayResult.from_json),
+                        branches=typed("branches.json", None, BranchesDocument.from_json))

@@ -36,7 +36,7 @@ def build_row(run: Run, options: ExportOptions, redactor: Redactor | None) -> di
             messages = [*prefix, *(dict(message) for message in continued[len(prefix):])]
         else:
             notes.append("the continued session does not start with the prefix: live messages left out")
-    metadata: dict[str, Any] = run.result.get("metadata") or {}
+    metadata = run.result.metadata
     prompt = metadata.get("boundary_user_prompt") or {}
     _label(messages, len(prefix), bool(prompt.get("injected")), TRAIN_ON[options.train_on])
     if redactor is not None:
@@ -97,29 +97,28 @@ def _redact(message: ChatMessage, redactor: Redactor) -> None:
 def provenance(run: Run) -> dict[str, Any]:
     """Where the row came from, flat: the columns every row has (null where the run did not record it)."""
     result = run.result
-    metadata: dict[str, Any] = result.get("metadata") or {}
-    agent: dict[str, Any] = result.get("agent") or {}
-    failure = result.get("failure") or {}
+    metadata = result.metadata
+    agent = result.agent
     metrics = (run.next_action or {}).get("metrics") or {}
-    continued = result.get("phase") == "continued"
+    continued = result.phase == "continued"
     model = metadata.get("upstream_model") or metadata.get("requested_model")
     if model is None and run.continued is not None:
         model = run.continued.model
     return {
-        "run_id": result.get("run_id"),
+        "run_id": result.run_id,
         "branch": metadata.get("branch"),
-        "agent": agent.get("name"),
-        "recorded_version": agent.get("version"),
-        "recorded_version_status": result.get("recorded_version_status"),
+        "agent": agent.name if agent else None,
+        "recorded_version": agent.version if agent else None,
+        "recorded_version_status": result.recorded_version_status,
         "continuing_version": (metadata.get("continuing_agent_version") or metadata.get("continuing_version")
-                               or agent.get("version")) if continued else None,
-        "profile": agent.get("profile"),
-        "after_step": result.get("after_step"),
+                               or (agent.version if agent else None)) if continued else None,
+        "profile": agent.profile if agent else None,
+        "after_step": result.after_step,
         "mode": metadata.get("mode"),
-        "phase": result.get("phase"),
-        "quality": result.get("quality"),
-        "agent_status": result.get("agent_status"),
-        "failure_category": failure.get("category"),
+        "phase": result.phase,
+        "quality": result.quality,
+        "agent_status": result.agent_status,
+        "failure_category": result.failure.category if result.failure else None,
         "source_sha256": metadata.get("source_sha256"),
         "upstream": metadata.get("upstream"),
         "model": model,

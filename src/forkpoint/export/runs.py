@@ -7,35 +7,25 @@ export's memory does not grow with their number. Every file is read bounded and 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
-from importlib import import_module
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from forkpoint.adapters import exporter
 from forkpoint.core.fs import DEFAULT_MAX_INPUT_BYTES
+from forkpoint.core.results import Failure, ReplayResult
 from forkpoint.export.chat import Conversation
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 RESULT_SCHEMA = "forkpoint.result/v1"
 MAX_DEPTH = 4
-
-#: agent name -> module with ``to_chat(data: bytes) -> Conversation`` (imported when first needed)
-CONVERTERS = {
-    "claude-code": "forkpoint.adapters.claude_code.messages",
-    "codex": "forkpoint.adapters.codex.messages",
-    "opencode": "forkpoint.adapters.opencode.messages",
-    "pi": "forkpoint.adapters.pi.messages",
-    "mini-swe-agent": "forkpoint.adapters.mini_swe_agent.messages",
-    "swe-agent": "forkpoint.adapters.swe_agent.messages",
-    "openhands": "forkpoint.adapters.openhands.messages",
-}
-
 
 class SkippedRun(Exception):
     """A directory that cannot be exported (not a run, unfinished, another schema): reported and counted."""
@@ -51,7 +41,8 @@ class Run:
     """One finished run as export sees it: its documents, and its native sessions converted to chat."""
 
     path: Path
-    result: dict[str, Any]
+    #: result.json, typed (a branch's: the run's with the branch's status, failure and metadata)
+    result: ReplayResult
     summary: dict[str, Any]
     next_action: dict[str, Any] | None
     tool_schemas: list[dict[str, Any]] | None
@@ -105,21 +96,23 @@ def load_runs(run_dir: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> list[R
         document = files.json("branches.json")
         if not isinstance(document, dict) or not isinstance(document.get("branches"), list):
             return [run]
-        convert = import_module(CONVERTERS[run.result["agent"]["name"]]).to_chat
+        convert = exporter(run.result.agent.name if run.result.agent else None)
+        if convert is None:  # load_run skipped such a run
+            return [run]
         branches = []
         for row in document["branches"]:
             index = str(row.get("branch"))
             name = str(row.get("continued_path") or "").rsplit("/", 1)[-1]
             data = files.read("branches", index, "native", "continued", name) if name else None
             action = _branch_json(files, index, "next-action.json")
-            metadata = {**(run.result.get("metadata") or {}), "branch": row.get("branch"),
+            metadata = {**run.result.metadata, "branch": row.get("branch"),
                         "boundary_user_prompt": {"injected": row.get("prompt_length") is not None,
                                                  "sha256": row.get("prompt_sha256"),
                                                  "length": row.get("prompt_length")},
                         "model_bridge": row.get("model_bridge")}
-            failure = row.get("failure")
-            result = {**run.result, "metadata": metadata, "agent_status": row.get("agent_status"),
-                      "phase": "continued" if data is not None else run.result.get("phase"), "failure": failure}
+            result = dataclasses.replace(run.result, metadata=metadata, agent_status=row.get("agent_status"),
+                                         phase="continued" if data is not None else run.result.phase,
+                                         failure=_branch_failure(row.get("failure")))
             try:
                 continued = convert(data) if data is not None else None
             except ValueError:
@@ -128,6 +121,14 @@ def load_runs(run_dir: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> list[R
                                 tool_schemas=run.tool_schemas, prefix=run.prefix, continued=continued,
                                 native=(("native", "prefix"), ("branches", index, "native", "continued"))))
     return branches or [run]
+
+
+def _branch_failure(failure: Any) -> Failure | None:
+    """A branch row's failure as the typed record (export reads its category); None when the row has none."""
+    if not isinstance(failure, dict) or failure.get("category") is None:
+        return None
+    return Failure(category=failure["category"], message=str(failure.get("message") or ""),
+                   retryable=bool(failure.get("retryable")))
 
 
 def _branch_json(files: RunFiles, index: str, name: str) -> dict[str, Any] | None:
@@ -146,12 +147,13 @@ def load_run(run_dir: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Run:
         if not isinstance(result, dict) or result.get("schema_version") != RESULT_SCHEMA:
             found = result.get("schema_version") if isinstance(result, dict) else None
             raise SkippedRun(run_dir, f"result.json has schema {found!r}, expected {RESULT_SCHEMA!r}")
-        if result.get("phase") is None:
+        typed = typed_result(run_dir, result)
+        if typed.phase is None:
             raise SkippedRun(run_dir, "the run failed before it wrote a native session (no phase)")
-        agent = (result.get("agent") or {}).get("name")
-        if agent not in CONVERTERS:
+        agent = typed.agent.name if typed.agent else None
+        convert = exporter(agent)
+        if convert is None:
             raise SkippedRun(run_dir, f"no exporter for agent {agent!r}")
-        convert = import_module(CONVERTERS[agent]).to_chat
         prefix_data = files.read(*artifact_parts(result, "native_prefix"))
         if prefix_data is None:
             raise SkippedRun(run_dir, "no native prefix among the run's files")
@@ -167,7 +169,7 @@ def load_run(run_dir: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Run:
     tools = schemas.get("tools") if isinstance(schemas, dict) else None
     return Run(
         path=run_dir,
-        result=result,
+        result=typed,
         summary=summary if isinstance(summary, dict) else {},
         next_action=next_action if isinstance(next_action, dict) else None,
         tool_schemas=tools if isinstance(tools, list) else None,
@@ -237,6 +239,15 @@ class RunFiles:
             return orjson.loads(data)
         except orjson.JSONDecodeError as error:
             raise SkippedRun(self.run_dir, f"{name} is unreadable: {error}") from None
+
+
+def typed_result(run_dir: Path, document: dict[str, Any]) -> ReplayResult:
+    """result.json as the typed document (its shape checked): a wrong one skips the run, naming the file."""
+    try:
+        return ReplayResult.from_json(document)
+    except (TypeError, ValueError) as error:
+        raise SkippedRun(run_dir, f"result.json is not what forkpoint wrote ({type(error).__name__}: {error})") \
+            from None
 
 
 def artifact_parts(result: dict[str, Any], role: str) -> tuple[str, ...]:

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from importlib import import_module
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from forkpoint.export.runs import CONVERTERS, RESULT_SCHEMA, RunFiles, SkippedRun, artifact_parts
+from forkpoint.adapters import exporter
+from forkpoint.core.results import ReplayResult
+from forkpoint.export.runs import RESULT_SCHEMA, RunFiles, SkippedRun, artifact_parts, typed_result
 
 MAX_FILE_BYTES = 64 * 1024 * 1024
 
@@ -23,7 +24,7 @@ MAX_FILE_BYTES = 64 * 1024 * 1024
 @dataclass
 class RunView:
     path: Path
-    result: dict[str, Any]
+    result: ReplayResult
     batches: list[dict[str, Any]]
     observations: dict[str, dict[str, Any]]
     next_action: dict[str, Any] | None
@@ -35,12 +36,11 @@ class RunView:
 
     @property
     def run_id(self) -> str:
-        return str(self.result.get("run_id", self.path.name))
+        return str(self.result.run_id)
 
     @property
     def metadata(self) -> dict[str, Any]:
-        value = self.result.get("metadata")
-        return value if isinstance(value, dict) else {}
+        return self.result.metadata
 
     @property
     def diverged(self) -> list[dict[str, Any]]:
@@ -63,12 +63,13 @@ def collect(run_dir: Path) -> RunView:
         next_action = files.json("next-action.json")
         branches = files.json("branches.json")
         events = files.read("replay-events.jsonl") or b""
-        agent = (result.get("agent") or {}).get("name")
+        typed = typed_result(run_dir, result)
+        agent = typed.agent.name if typed.agent else None
         live: list[dict[str, Any]] = []
         prefix_data = files.read(*artifact_parts(result, "native_prefix"))
         continued_data = files.read(*artifact_parts(result, "continued_native_session"))
-    if agent in CONVERTERS and prefix_data is not None and continued_data is not None:
-        convert = import_module(CONVERTERS[agent]).to_chat
+    convert = exporter(agent)
+    if convert is not None and prefix_data is not None and continued_data is not None:
         try:
             prefix_count = len(convert(prefix_data).messages)
             live = convert(continued_data).messages[prefix_count:]
@@ -76,7 +77,7 @@ def collect(run_dir: Path) -> RunView:
             live = []
     view = RunView(
         path=run_dir,
-        result=result,
+        result=typed,
         batches=[b for b in manifest.get("batches") or [] if isinstance(b, dict)] if isinstance(manifest, dict) else [],
         observations={str(row.get("id")): row for row in (observations.get("observations") or [])
                       if isinstance(row, dict)} if isinstance(observations, dict) else {},

@@ -99,25 +99,25 @@ def _index(views: list[RunView], anchors: dict[int, str], skipped: list[tuple[st
         choices = "".join(f"<option value=\"{e(v)}\">{e(v)}</option>" for v in sorted(set(values)))
         return f"<label>{e(name)} <select name=\"{e(name)}\"><option value=\"\">all</option>{choices}</select></label>"
 
-    statuses = Counter(str(v.result.get("agent_status")) for v in views)
+    statuses = Counter(str(v.result.agent_status) for v in views)
     rows = []
     for view in views:
-        failure = (view.result.get("failure") or {}).get("category") or ""
+        failure = _category(view)
         rows.append(
-            f"<tr data-status=\"{e(view.result.get('agent_status'))}\" data-agent=\"{e(_agent(view))}\" "
+            f"<tr data-status=\"{e(view.result.agent_status)}\" data-agent=\"{e(_agent(view))}\" "
             f"data-category=\"{e(failure)}\" data-duration=\"{view.duration_s or 0:.3f}\">"
             f"<td><a href=\"#{anchors[id(view)]}\">{e(view.run_id)}</a></td><td>{e(_agent(view))}</td>"
-            f"<td>{e(view.result.get('after_step'))}</td><td>{e(view.result.get('phase'))}</td>"
-            f"<td>{e(view.result.get('quality'))}{_version_mark(view)}</td><td>{e(view.observations_match)}</td>"
-            f"<td>{e(view.result.get('agent_status'))}</td><td>{e(failure)}</td><td>{_seconds(view.duration_s)}</td></tr>"
+            f"<td>{e(view.result.after_step)}</td><td>{e(view.result.phase)}</td>"
+            f"<td>{e(view.result.quality)}{_version_mark(view)}</td><td>{e(view.observations_match)}</td>"
+            f"<td>{e(view.result.agent_status)}</td><td>{e(failure)}</td><td>{_seconds(view.duration_s)}</td></tr>"
         )
     skipped_html = "".join(f"<li>{e(path)}: {e(reason)}</li>" for path, reason in skipped)
     return (
         "<section><h2>Runs</h2><p class=\"muted\">" + ", ".join(f"{e(k)} {n}" for k, n in sorted(statuses.items()))
         + "</p><div class=\"filters\">"
-        + options("status", (str(v.result.get("agent_status")) for v in views))
+        + options("status", (str(v.result.agent_status) for v in views))
         + options("agent", (_agent(v) for v in views))
-        + options("category", ((v.result.get("failure") or {}).get("category") or "" for v in views))
+        + options("category", (_category(v) for v in views))
         + "<span id=\"shown\" class=\"muted\"></span></div><div class=\"scroll\"><table id=\"index\"><thead><tr>"
         "<th>run</th><th>agent</th><th>boundary</th><th>phase</th><th>quality</th><th>observations</th>"
         "<th>agent status</th><th>failure</th><th><button id=\"sort-duration\" type=\"button\">duration ⇅</button></th>"
@@ -128,11 +128,16 @@ def _index(views: list[RunView], anchors: dict[int, str], skipped: list[tuple[st
 
 def _version_mark(view: RunView) -> str:
     """`` (unverified_version)`` in the index when the recording's version was not verified."""
-    return " (unverified_version)" if view.result.get("recorded_version_status") == "unverified" else ""
+    return " (unverified_version)" if view.result.recorded_version_status == "unverified" else ""
 
 
 def _agent(view: RunView) -> str:
-    return str((view.result.get("agent") or {}).get("name", ""))
+    return str(view.result.agent.name) if view.result.agent else ""
+
+
+def _category(view: RunView) -> str:
+    failure = view.result.failure
+    return str(failure.category or "") if failure else ""
 
 
 def _seconds(value: float | None) -> str:
@@ -145,44 +150,42 @@ def _badge(text: Any, tone: str = "") -> str:
 
 def _run(view: RunView, anchor: str) -> str:
     result, metadata = view.result, view.metadata
-    agent = result.get("agent") or {}
-    failure = result.get("failure") or {}
+    agent, failure = result.agent, result.failure
+    name, version, profile = (agent.name, agent.version, agent.profile) if agent else (None, None, None)
     match = view.observations_match
-    reasons = ", ".join(str(r) for r in result.get("quality_reasons") or [])
-    badges = (_badge(result.get("phase")) + _badge(f"quality {result.get('quality')}"
-                                                   + (f" ({reasons})" if reasons else ""),
-                                                   "ok" if result.get("quality") == "verified" else "warn")
+    reasons = ", ".join(str(r) for r in result.quality_reasons or [])
+    badges = (_badge(result.phase) + _badge(f"quality {result.quality}" + (f" ({reasons})" if reasons else ""),
+                                            "ok" if result.quality == "verified" else "warn")
               + _badge(f"observations {match}", {"exact": "ok", "diverged": "bad"}.get(match, ""))
-              + _badge(f"agent {result.get('agent_status')}",
-                       "ok" if result.get("agent_status") == "completed" else ""))
+              + _badge(f"agent {result.agent_status}", "ok" if result.agent_status == "completed" else ""))
     if failure:
-        badges += _badge(failure.get("category"), "bad")
+        badges += _badge(failure.category, "bad")
     facts = [
-        ("agent", f"{agent.get('name')} {agent.get('version')}"),
-        ("recorded version", f"{result.get('recorded_version') or 'unknown'}: "
-                             f"{result.get('recorded_version_status') or 'not resolved'}"),
+        ("agent", f"{name} {version}"),
+        ("recorded version", f"{result.recorded_version or 'unknown'}: "
+                             f"{result.recorded_version_status or 'not resolved'}"),
         ("continuing version", metadata.get("continuing_agent_version") or metadata.get("continuing_version")
-         or (agent.get("version") if result.get("phase") == "continued" else "—")),
-        ("profile", agent.get("profile")),
-        ("tool semantics", agent.get("tool_semantics_version") or "—"),
+         or (version if result.phase == "continued" else "—")),
+        ("profile", profile),
+        ("tool semantics", (agent.tool_semantics_version if agent else None) or "—"),
         ("quality reasons", reasons or "—"),
-        ("boundary", f"after batch {result.get('after_step')} of {metadata.get('complete_batches', '?')} complete"),
+        ("boundary", f"after batch {result.after_step} of {metadata.get('complete_batches', '?')} complete"),
         ("mode", metadata.get("mode")),
         ("upstream", metadata.get("upstream") or view.upstream or "—"),
         ("model", metadata.get("upstream_model") or metadata.get("requested_model") or "—"),
         ("duration", _seconds(view.duration_s) or "—"),
-        ("tool calls re-run", result.get("replayed_tool_calls")),
-        ("continued steps", result.get("continued_steps")),
+        ("tool calls re-run", result.replayed_tool_calls),
+        ("continued steps", result.continued_steps),
         ("tokens", _tokens(metadata.get("model_usage"))),
         ("source sha256", metadata.get("source_sha256")),
     ]
     if failure:
-        facts.append(("failure", f"{failure.get('category')}: {failure.get('message')}"))
+        facts.append(("failure", f"{failure.category}: {failure.message}"))
     body = [f"<section class=\"run\" id=\"{anchor}\"><h2>{e(view.run_id)}</h2><div>{badges}</div><dl class=\"facts\">"]
     body += [f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in facts]
     body.append("</dl><h3>Timeline</h3>")
     body += [_batch(view, batch) for batch in view.batches]
-    body.append(f"<div class=\"boundary\">boundary — after batch {e(result.get('after_step'))}</div>")
+    body.append(f"<div class=\"boundary\">boundary — after batch {e(result.after_step)}</div>")
     body.append(_bridge(metadata.get("model_bridge")))
     prompt = metadata.get("boundary_user_prompt") or {}
     if view.branches:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -33,6 +33,47 @@ from forkpoint.run.request import ReplayRequest
 
 if TYPE_CHECKING:
     from forkpoint.run.replay import ReplayOutcome
+    from forkpoint.sandbox.base import Sandbox
+    from forkpoint.workspace import Inventory
+
+
+@dataclass
+class RunFacts:
+    """What the engine's steps learn about a run, for result.json's metadata: one typed field per fact, so a step
+    that reads a fact another step never set is a type error, not a KeyError after the tools ran."""
+
+    #: the child environment policy and the names (never values) passed through
+    child_environment: dict[str, Any]
+    #: --workspace-from: what the workspace was created from (the resolved git commit, ...)
+    workspace_from: dict[str, Any] | None = None
+    #: the workspace as the replay found it, before any tool ran
+    fresh_inventory: Inventory | None = None
+    #: metadata.divergence (set when tools were replayed)
+    divergence: dict[str, Any] | None = None
+    #: the boundary snapshot's description (forkpoint.branches.branching.take_snapshot)
+    boundary_snapshot: dict[str, Any] | None = None
+    #: the per-command process limit and how often it was reached (forkpoint.process.limits)
+    process_limit: dict[str, Any] | None = None
+    #: the sandbox the run's tools ran through (its description and the recorded-path rewrites)
+    sandbox: Sandbox | None = field(default=None, repr=False)
+
+    def metadata(self) -> dict[str, Any]:
+        """The facts in result.json's key order: only those a step set."""
+        facts: dict[str, Any] = {"child_environment": self.child_environment}
+        if self.workspace_from is not None:
+            facts["workspace_from"] = self.workspace_from
+        if self.fresh_inventory is not None:
+            facts.update(self.fresh_inventory.to_metadata())
+        if self.divergence is not None:
+            facts["divergence"] = self.divergence
+        if self.boundary_snapshot is not None:
+            facts["boundary_snapshot"] = self.boundary_snapshot
+        if self.process_limit is not None:
+            facts["process_limit"] = self.process_limit
+        if self.sandbox is not None:
+            facts.update(sandbox=self.sandbox.describe(), path_rewrites=self.sandbox.path_rewrites,
+                         path_restores=self.sandbox.path_restores)
+        return facts
 
 
 @dataclass(frozen=True)
@@ -174,7 +215,7 @@ def run_metadata(
 
 def finished_result(request: ReplayRequest, plan: Plan, dirs: RunDirs, prefix: NativePrefix,
                     outcome: ReplayOutcome | None, continuation: Continuation | None, status: str,
-                    stopped: Failure | None, facts: dict[str, Any]) -> ReplayResult:
+                    stopped: Failure | None, facts: RunFacts) -> ReplayResult:
     """Write replay-summary.json and commit result.json of a run that reached its end (``stopped``: the
     divergence that ended it before the continuation)."""
     from forkpoint.run.divergence import observations_match
@@ -203,7 +244,7 @@ def finished_result(request: ReplayRequest, plan: Plan, dirs: RunDirs, prefix: N
     degraded = bool(reasons)
     phase: Phase = "continued" if continuation else ("prepared" if status == "prepared" else "replayed")
     metadata = run_metadata(request, plan, prefix, outcome, continuation)
-    metadata.update(facts)
+    metadata.update(facts.metadata())
     if outcome is not None:  # the call-by-call evidence a replay of an unverified version stands on
         metadata.update(exact_observations=outcome.exact, compared_observations=len(outcome.comparisons))
     result = ReplayResult(

@@ -186,14 +186,14 @@ def _run_allocated(request: ReplayRequest, prepared: Prepared, journal: Journal,
                    tool_calls=len(plan.calls))
     write_json(dirs.output_dir / "manifest.json", documents.plan_manifest(plan, adapter.name), durable=False)
 
-    facts: dict[str, Any] = {"child_environment": {"policy": "allowlist",  # names only, never values
-                                                   **childenv.resolve(request.env, os.environ).metadata()}}
+    facts = documents.RunFacts(child_environment={"policy": "allowlist",  # names only, never values
+                                                  **childenv.resolve(request.env, os.environ).metadata()})
     if prepared.workspace_source is not None:
         report(f"creating the workspace {request.workspace} from {request.workspace_from}")
         from forkpoint.workspace import create
 
-        facts["workspace_from"] = create(prepared.workspace_source, request.workspace)
-        journal.append("workspace_created", sync=False, **facts["workspace_from"])
+        facts.workspace_from = create(prepared.workspace_source, request.workspace)
+        journal.append("workspace_created", sync=False, **facts.workspace_from)
     context = RunContext(request.workspace.resolve(), dirs.state_dir, dirs.output_dir, parsed.session_id,
                          sandbox=prepared.sandbox)
     prefix_dir = dirs.output_dir / "native" / "prefix"
@@ -214,12 +214,13 @@ def _run_allocated(request: ReplayRequest, prepared: Prepared, journal: Journal,
         from forkpoint.branches.branching import take_snapshot
 
         report("keeping the boundary snapshot")
-        facts["boundary_snapshot"] = take_snapshot(context.workspace, dirs.state_dir, dirs.output_dir,
-                                                    dirs.run_id)
+        facts.boundary_snapshot = take_snapshot(context.workspace, dirs.state_dir, dirs.output_dir, dirs.run_id)
     continuation: Continuation | None = None
     if request.mode is Mode.REPLAY_AND_CONTINUE and stopped is None:
         if request.branches > 1 or request.branch_prompts:
-            continuation = _branch(request, prepared, prefix, context, journal, report, facts["boundary_snapshot"])
+            if facts.boundary_snapshot is None:  # validate_request refuses branches with --drop-snapshot
+                raise configuration("branches continue from the boundary snapshot, and this run kept none")
+            continuation = _branch(request, prepared, prefix, context, journal, report, facts.boundary_snapshot)
         else:
             continuation = _continue(request, prepared, prefix, context, journal, report)
         status = continuation.agent_status
@@ -228,22 +229,20 @@ def _run_allocated(request: ReplayRequest, prepared: Prepared, journal: Journal,
     if request.mode is not Mode.PREPARE_ONLY:
         from forkpoint.process import limits
 
-        facts["process_limit"] = limits.metadata()
-    if prepared.sandbox is not None:
-        facts.update(sandbox=prepared.sandbox.describe(), path_rewrites=prepared.sandbox.path_rewrites,
-                     path_restores=prepared.sandbox.path_restores)
+        facts.process_limit = limits.metadata()
+    facts.sandbox = prepared.sandbox
     return documents.finished_result(request, plan, dirs, prefix, outcome, continuation, status, stopped, facts)
 
 
 def _replay(plan: Plan, adapter: Adapter, context: RunContext, journal: Journal, report: Progress,
-            facts: dict[str, Any]) -> ReplayOutcome:
+            facts: documents.RunFacts) -> ReplayOutcome:
     """Re-run the prefix's tools in the workspace, compared with the recorded observations (observations.json)."""
     from forkpoint.run.replay import replay_batches
     from forkpoint.workspace import inventory
 
     fresh_tree = inventory(context.workspace)  # before anything runs: what "fresh" meant for this run
     journal.append("workspace_inventory", sync=False, sha256=fresh_tree.sha256, files=fresh_tree.files)
-    facts.update(fresh_tree.to_metadata())
+    facts.fresh_inventory = fresh_tree
     executor = adapter.executor(plan, context)
     try:
         outcome = replay_batches(plan, executor, journal, report, adapter.normalise_observation)
@@ -253,17 +252,18 @@ def _replay(plan: Plan, adapter: Adapter, context: RunContext, journal: Journal,
     return outcome
 
 
-def _divergence(request: ReplayRequest, outcome: ReplayOutcome | None, facts: dict[str, Any], journal: Journal,
-                warn: Progress) -> Failure | None:
+def _divergence(request: ReplayRequest, outcome: ReplayOutcome | None, facts: documents.RunFacts,
+                journal: Journal, warn: Progress) -> Failure | None:
     """Record the diverging calls (metadata.divergence), warn of them, or stop before the continuation."""
     if outcome is None:
         return None
     from forkpoint.run.divergence import stop_message, summary, warning_lines
 
-    facts["divergence"] = summary(outcome.comparisons, request.on_divergence)
-    if not facts["divergence"]["count"]:
+    facts.divergence = summary(outcome.comparisons, request.on_divergence)
+    count = facts.divergence["count"]
+    if not count:
         return None
-    journal.append("divergence", sync=False, count=facts["divergence"]["count"], policy=request.on_divergence)
+    journal.append("divergence", sync=False, count=count, policy=request.on_divergence)
     if request.on_divergence == "warn":
         for line in warning_lines(outcome.comparisons):
             warn(line)

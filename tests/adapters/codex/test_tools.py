@@ -213,14 +213,31 @@ def test_exec_command_keeps_first_and_last_512_kib_like_codex(session: Session) 
     assert "…252151 tokens truncated…" in out
 
 
+def _running(command: str) -> bool:
+    """Whether a live process of this test's session runs the shell ``command`` (its whole text is one argument)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if command.encode() in (entry / "cmdline").read_bytes().split(b"\0"):
+                    return True
+            except OSError:
+                continue
+    return False
+
+
 def test_exec_command_yield_time_reports_a_running_process_and_kills_it(session: Session) -> None:
     started = time.monotonic()
-    out = session.exec("echo first; sleep 3; touch late-marker", yield_time_ms=300)
+    command = f"echo first; sleep 3; touch late-marker  # {session.workspace}"  # this test's own command line
+    out = session.exec(command, yield_time_ms=300)
     assert time.monotonic() - started < 2.5
     assert out == (
         f"{HEADER}Process running with session ID {SESSION_ID_PLACEHOLDER}\nOriginal token count: 2\nOutput:\nfirst\n"
     )
-    time.sleep(3.2)
+    # killed: no process of the command is left (the shell that would touch the marker included), and no marker
+    deadline = time.monotonic() + 10
+    while _running(command) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(command), "the timed-out command kept running"
     assert not (session.workspace / "late-marker").exists(), "the timed-out command kept running"
     # the yield time is clamped to 250 ms .. 30 s
     assert session.exec("ls", yield_time_ms=10) == exited(0, 4, "notes.txt\nsrc\n")

@@ -203,5 +203,6 @@ def test_a_chat_answer_quoting_the_key_reaches_the_agent_redacted(
                          if name in ("content_block_delta", "response.output_text.delta"))
     else:
         value = json.loads(answer)
-        deltas = value["content"][0]["text"] if agent == "anthropic-messages" else value["output"][0]["content"][0]["text"]
+        deltas = (value["content"][0]["text"] if agent == "anthropic-messages"
+                  else value["output"][0]["content"][0]["text"])
     assert deltas == said.replace(KEY, "[redacted by forkpoint]")

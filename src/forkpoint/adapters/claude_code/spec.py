@@ -32,6 +32,8 @@ SPEC = AgentSpec(
     # the executor and continuation run through any sandbox, and rewrite recorded paths (--path-map)
     sandbox_features=frozenset({"local", "bwrap", "path_map"}),
     sniff=sniff,
+    detection_priority=40,  # after the formats whose lines carry a ``type`` of their own
+    exporter="forkpoint.adapters.claude_code.messages:to_chat",
     # proven by tests/e2e/test_cross_version.py
     cross_versions={"2.1.220": ("2.1.332",)},
     # one JSONL session format since 1.0 (public recordings 1.0.98 - 2.1.152 parse); a line's fields grow, not change

@@ -43,6 +43,8 @@ SPEC = AgentSpec(
     more_upstreams=("openai-chat",),
     sandbox_features=frozenset({"local", "bwrap", "path_map"}),
     sniff=sniff,
+    detection_priority=10,  # its ``payload`` records are recognised before anything else
+    exporter="forkpoint.adapters.codex.messages:to_chat",
     version_field="cli_version in session_meta",
     # proven by tests/e2e/test_cross_version.py
     cross_versions={"0.149.0": ("0.171.0",)},

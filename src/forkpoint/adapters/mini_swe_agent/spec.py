@@ -23,6 +23,8 @@ SPEC = AgentSpec(
     native_format="mini-swe-agent/traj-json",
     protocol="openai-chat",
     sniff=sniff,
+    detection_priority=50,  # after opencode: its ``info`` has no ``ses_`` id
+    exporter="forkpoint.adapters.mini_swe_agent.messages:to_chat",
     version_field="info.mini_version",
     # trajectory_format decides the family (1.1-1.3 wrote no key and read as the first)
     formats=(FormatFamily("mini-swe-agent-1", "1.1.0", "1.17.5"), FormatFamily("mini-swe-agent-1.1", "2.0.0", None)),

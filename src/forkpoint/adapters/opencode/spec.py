@@ -32,4 +32,6 @@ SPEC = AgentSpec(
     sniff=sniff,
     # `opencode export` JSON (public exports of 1.2.5 parse)
     formats=(FormatFamily("opencode/session-export-json", "1.2.0", None),),
+    detection_priority=20,  # an export's ``info.id`` (``ses_...``) is asked before mini-swe-agent's ``info``
+    exporter="forkpoint.adapters.opencode.messages:to_chat",
 )

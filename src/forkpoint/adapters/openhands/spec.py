@@ -20,6 +20,8 @@ SPEC = AgentSpec(
     native_format="openhands/v0-trajectory-json",
     protocol="openai-chat",
     sniff=sniff,
+    detection_priority=70,  # last: a bare list of events
+    exporter="forkpoint.adapters.openhands.messages:to_chat",
     version_field="openhands_version in the system event",
     # the v0 event list; trajectories saved without a system event name no version
     formats=(FormatFamily("openhands/v0-events-json", "0.9.0", "0.62.0"),),

@@ -31,4 +31,6 @@ SPEC = AgentSpec(
     protocol="openai-chat",
     sniff=sniff,
     formats=(FormatFamily("pi/session-v3-jsonl", "0.83.0", None),),
+    detection_priority=30,  # after codex and opencode, whose records it could share a ``type`` with
+    exporter="forkpoint.adapters.pi.messages:to_chat",
 )

@@ -19,6 +19,8 @@ SPEC = AgentSpec(
     native_format="swe-agent/traj",
     protocol="openai-chat",
     sniff=sniff,
+    detection_priority=60,  # after mini-swe-agent
+    exporter="forkpoint.adapters.swe_agent.messages:to_chat",
     version_field="info.swe_agent_version",
     # 1.x .traj; 1.0-dev files without replay_config (and without a version) read as the same family
     formats=(FormatFamily("swe-agent/traj", "1.0.0", None),),
