@@ -39,7 +39,7 @@ from forkpoint.core.model import ActionSignature, Batch, CallPolicy, JsonObject,
 
 AGENT = "opencode"
 TERMINAL = frozenset({"completed", "error"})
-FRESH_TOOLS = frozenset({"bash", "read", "write", "edit", "glob", "grep"})
+FRESH_TOOLS = frozenset({"bash", "read", "write", "edit", "glob", "grep", "apply_patch"})
 STALE_REASONS = {
     "task": "it ran a sub-agent session of the original run",
     "webfetch": "web content changes over time",
