@@ -52,17 +52,17 @@ DATE_LINE = re.compile(r"Today's date: [^\n]*")
 Json = dict[str, Any]
 
 
-def config(base_url: str) -> Json:
+def config(base_url: str, model: str = MODEL) -> Json:
     return {
         "$schema": "https://opencode.ai/config.json",
         "autoupdate": False,
         "share": "disabled",
-        "model": f"{PROVIDER}/{MODEL}",
-        "small_model": f"{PROVIDER}/{MODEL}",
+        "model": f"{PROVIDER}/{model}",
+        "small_model": f"{PROVIDER}/{model}",
         "provider": {PROVIDER: {
             "npm": "@ai-sdk/openai-compatible", "name": "ScriptedModel",
             "options": {"baseURL": f"{base_url}/v1", "apiKey": "dummy"},
-            "models": {MODEL: {"name": "Scripted", "tool_call": True, "reasoning": False,
+            "models": {model: {"name": "Scripted", "tool_call": True, "reasoning": False,
                                "limit": {"context": 128000, "output": 8192}}}}},
         "permission": {"edit": "allow", "bash": "allow", "webfetch": "allow", "external_directory": "allow"},
     }
@@ -87,6 +87,8 @@ class Scenario:
     statuses: list[list[str]]
     #: the ``opencode run`` flags after ``--format=json``
     flags: tuple[str, ...] = ("--thinking", "--print-logs")
+    #: the model id: one containing ``gpt-`` makes OpenCode offer ``apply_patch`` instead of edit/write
+    model: str = MODEL
 
 
 def ws(scenario: str, name: str) -> str:
@@ -101,7 +103,28 @@ def bash(command: str) -> Block:
 LONG_FILE = "".join(f"line {n:04d} of the long session\n" for n in range(1, 1201))
 
 
+def patch(*lines: str) -> Block:
+    return tool_use("apply_patch", {"patchText": "\n".join(("*** Begin Patch", *lines, "*** End Patch"))})
+
+
 SCENARIOS: dict[str, Scenario] = {
+    "apply_patch": Scenario(
+        "Patch the notes.", {"notes.txt": "alpha\nbeta\ngamma\n", "old.txt": "to be removed\n",
+                             "src/mod.py": "def f():\n    return 1\n"},
+        [[tool_use("read", {"filePath": ws("apply_patch", "notes.txt")})],
+         [patch("*** Update File: notes.txt", "@@", " alpha", "-beta", "+BETA", " gamma")],
+         [patch("*** Add File: added/new.txt", "+first", "+second")],
+         [patch("*** Delete File: old.txt")],
+         [patch("*** Update File: src/mod.py", "*** Move to: src/moved.py", "@@ def f():", "-    return 1",
+                "+    return 2")],
+         [patch("*** Update File: notes.txt", "@@", "-not there", "+x")],  # verification fails: an error part
+         [patch("*** Update File: " + ws("apply_patch", "notes.txt"), "@@", " alpha", "+inserted")],  # absolute
+         [bash("cat notes.txt added/new.txt src/moved.py; ls")],
+         [text("Patched.")]],
+        [["completed"], ["completed"], ["completed"], ["completed"], ["completed"], ["error"], ["completed"],
+         ["completed"]],
+        model="gpt-5-scripted",
+    ),
     "bash_basic": Scenario(
         "Make hello.txt and show it.", {"README.md": "# demo\n"},
         [[thinking("I will create the file first."), bash("printf 'hello world\\n' > hello.txt && ls")],
@@ -246,7 +269,7 @@ def record(version: str, name: str, out_root: Path) -> list[str]:
     model = ScriptedModel.from_file(out / "script.json")
     args = ["run", "--format=json", *scenario.flags, scenario.task]
     with model.serve() as url:
-        settings = config(url)
+        settings = config(url, scenario.model)
         (home / ".config" / "opencode").mkdir(parents=True)
         (home / ".config" / "opencode" / "opencode.json").write_text(json.dumps(settings, indent=2), "utf-8")
         done = run(runtime.entrypoint, args, cwd, home, out)

@@ -213,6 +213,16 @@ def run_metadata(
     }
 
 
+#: the quality reason of an executor degradation, by its ``<what>:`` label
+DEGRADATION_REASONS = {"environment": "environment_replayed_locally", "model": "model_class_substituted"}
+
+
+def degradation_reasons(degradations: list[str]) -> list[str]:
+    """One quality reason per kind of executor degradation (the full texts stay in ``replay_degradations``)."""
+    labels = (DEGRADATION_REASONS.get(text.partition(":")[0], "replay_degraded") for text in degradations)
+    return list(dict.fromkeys(labels))
+
+
 def finished_result(request: ReplayRequest, plan: Plan, dirs: RunDirs, prefix: NativePrefix,
                     outcome: ReplayOutcome | None, continuation: Continuation | None, status: str,
                     stopped: Failure | None, facts: RunFacts) -> ReplayResult:
@@ -240,7 +250,8 @@ def finished_result(request: ReplayRequest, plan: Plan, dirs: RunDirs, prefix: N
                        recorded_version_status=facts_of_version.status,
                        tool_semantics_version=facts_of_version.tool_version)
     write_json(dirs.output_dir / "replay-summary.json", summary, durable=False)
-    reasons = [*versions.reasons(plan.version), *(["stale_observations"] if outcome and outcome.stale_reused else [])]
+    reasons = [*versions.reasons(plan.version), *(["stale_observations"] if outcome and outcome.stale_reused else []),
+               *degradation_reasons(facts.get("replay_degradations") or [])]
     degraded = bool(reasons)
     phase: Phase = "continued" if continuation else ("prepared" if status == "prepared" else "replayed")
     metadata = run_metadata(request, plan, prefix, outcome, continuation)

@@ -74,9 +74,16 @@ def test_protocol_refusals(tmp_path: Path) -> None:
         data["info"]["config"]["environment_type"] = "minisweagent.environments.docker.DockerEnvironment"
         docker = tmp_path / "docker.traj.json"
         docker.write_text(json.dumps(data))
+        opened = runner.request({"op": "open", "source": str(docker), "workspace": str(tmp_path),
+                                 "version": "2.4.6"}, timeout_s=60)
+        assert opened["ok"] and opened["degradations"] == [
+            f"environment: DockerEnvironment recorded, replayed locally (LocalEnvironment at {tmp_path})"]
+        data["info"]["config"]["environment_type"] = "somewhere.else.CloudEnvironment"
+        docker.write_text(json.dumps(data))
         refused = runner.request({"op": "open", "source": str(docker), "workspace": str(tmp_path),
                                   "version": "2.4.6"}, timeout_s=60)
-        assert not refused["ok"] and "only LocalEnvironment" in refused["error"]
+        assert not refused["ok"] and refused["refusal"] == "unsupported"
+        assert "'somewhere.else.CloudEnvironment' is not supported" in refused["error"]
 
 
 @pytest.mark.e2e

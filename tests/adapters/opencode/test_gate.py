@@ -49,15 +49,16 @@ def load(version: str, scenario: str, after: int) -> tuple[dict[str, Any], dict[
     return export, body
 
 
-def gate_for(export: dict[str, Any], version: str = "1.17.11", prompt: str | None = None) -> ChatGate:
-    return ChatGate(PROFILE, expected_prefix(export, NONCE, version, "scripted-model"), prompt)
+def gate_for(export: dict[str, Any], version: str = "1.17.11", prompt: str | None = None,
+             model: str = "scripted-model") -> ChatGate:
+    return ChatGate(PROFILE, expected_prefix(export, NONCE, version, model), prompt)
 
 
 @pytest.mark.parametrize(("version", "scenario", "after"), CASES, ids=lambda v: str(v))
 def test_recorded_request_passes_and_is_cleaned_to_the_original(version: str, scenario: str, after: int) -> None:
     export, body = load(version, scenario, after)
     assert [project_request_message(m) for m in body["messages"][1:-1]] == session_messages(export)
-    verdict = gate_for(export, version).first(body)
+    verdict = gate_for(export, version, model=body["model"]).first(body)  # apply_patch: a gpt- model id
     assert verdict.ok, verdict.reason
     assert verdict.body is not None and verdict.body["messages"] == body["messages"][:-1]
     assert verdict.facts["nonce_index"] == len(body["messages"]) - 1

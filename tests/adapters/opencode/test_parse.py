@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from forkpoint.adapters.opencode.parse import parse_opencode
+from forkpoint.adapters.opencode.parse import classify, parse_opencode
 from forkpoint.core.errors import ReplayError
 from forkpoint.core.model import CallPolicy
 
@@ -249,3 +249,16 @@ def test_both_inputs_are_recognised_as_opencode() -> None:
 
     fixture = FIXTURES / "1.18.33" / "files"
     assert guess_agent(fixture / "export.json") == guess_agent(fixture / "events.jsonl") == "opencode"
+
+
+@pytest.mark.parametrize(("name", "policy", "reason"), [
+    ("apply_patch", CallPolicy.FRESH, None),
+    ("list", CallPolicy.STALE, "no longer have it"),
+    ("websearch", CallPolicy.STALE, "search results change"),
+    ("webfetch", CallPolicy.STALE, "web content changes"),
+    ("mcp_server_tool", CallPolicy.REFUSED, "does not know"),
+])
+def test_tools_real_recordings_use_are_classified(name: str, policy: CallPolicy, reason: str | None) -> None:
+    got, why = classify(name)
+    assert got is policy
+    assert (why is None) if reason is None else (why is not None and reason in why)

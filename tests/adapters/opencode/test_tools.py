@@ -8,11 +8,19 @@ from typing import Any
 
 import pytest
 
+from forkpoint import runtimes
 from forkpoint.adapters.opencode.parse import parse_opencode
 from forkpoint.adapters.opencode.session import cut_export
-from forkpoint.adapters.opencode.tools import check_paths, normalize_volatile, observation, wire_call_id
+from forkpoint.adapters.opencode.tools import (
+    OpenCodeToolExecutor,
+    check_paths,
+    normalize_volatile,
+    observation,
+    wire_call_id,
+)
 from forkpoint.core.errors import ReplayError
-from forkpoint.core.model import FreshObservation, Mode, Plan, ToolCall
+from forkpoint.core.model import FreshObservation, Mode, Plan, RunContext, ToolCall
+from forkpoint.process import childenv
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "opencode"
 
@@ -37,6 +45,64 @@ def test_paths_outside_the_workspace_are_refused_before_any_effect(tmp_path: Pat
     with pytest.raises(ReplayError) as caught:
         check_paths(call(name, **arguments), workspace)
     assert caught.value.before_effect and caught.value.kind.category == "executor_error"
+
+
+def patch_text(*lines: str) -> str:
+    return "\n".join(("*** Begin Patch", *lines, "*** End Patch"))
+
+
+@pytest.mark.parametrize("lines", [
+    ("*** Add File: ../planted.txt", "+x"),
+    ("*** Add File: /tmp/forkpoint-planted-by-a-patch.txt", "+x"),
+    ("*** Update File: inside.txt", "*** Move to: ../planted.txt", "@@", "-a", "+b"),
+    ("*** Delete File: link/victim.txt",),
+    ("  *** Add File: ../planted.txt", "+x"),  # blanks before a header: checked too (fail closed)
+])
+def test_apply_patch_files_outside_the_workspace_are_refused_before_any_effect(tmp_path: Path,
+                                                                               lines: tuple[str, ...]) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "inside.txt").write_text("a\n")
+    (tmp_path / "victim.txt").write_text("keep\n")
+    (workspace / "link").symlink_to(tmp_path)
+    with pytest.raises(ReplayError) as caught:
+        check_paths(call("apply_patch", patchText=patch_text(*lines)), workspace)
+    assert caught.value.before_effect and "outside the workspace" in str(caught.value)
+
+
+def test_apply_patch_inside_the_workspace_passes(tmp_path: Path) -> None:
+    check_paths(call("apply_patch", patchText=patch_text("*** Add File: sub/new.txt", "+x",
+                                                         f"*** Update File: {tmp_path}/a.txt", "@@", "-a", "+b")),
+                tmp_path)
+
+
+def test_apply_patch_and_edit_both_run_on_the_real_binary(tmp_path: Path) -> None:
+    """apply_patch exists only for a GPT model id, edit only for any other: one replay runs both, in order."""
+    runtime = runtimes.find("opencode", "1.18.33")
+    if runtime is None:
+        pytest.skip("opencode 1.18.33 is not installed")
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "notes.txt").write_text("alpha\nbeta\n")
+    outside = tmp_path / "planted.txt"
+    executor = OpenCodeToolExecutor(RunContext(workspace, tmp_path / "state", tmp_path / "out"), runtime.entrypoint)
+    try:
+        with childenv.passing({}, temp_dir=tmp_path / "run-tmp"):
+            patched = executor.run(ToolCall("c1", "apply_patch", {"patchText": patch_text(
+                "*** Update File: notes.txt", "@@", " alpha", "-beta", "+BETA")}, None, native={"callID": "c1"}))
+            edited = executor.run(ToolCall("c2", "edit", {"filePath": str(workspace / "notes.txt"),
+                                                          "oldString": "alpha", "newString": "ALPHA"}, None,
+                                           native={"callID": "c2"}))
+            with pytest.raises(ReplayError):
+                executor.run(ToolCall("c3", "apply_patch", {"patchText": patch_text("*** Add File: ../planted.txt",
+                                                                                    "+x")}, None,
+                                      native={"callID": "c3"}))
+    finally:
+        executor.close()
+    assert patched.content.startswith("Success. Updated the following files:\nM ") and not patched.is_error
+    assert edited.content == "Edit applied successfully." and not edited.is_error
+    assert (workspace / "notes.txt").read_text() == "ALPHA\nBETA\n"
+    assert not outside.exists()
 
 
 def test_paths_inside_the_workspace_pass(tmp_path: Path) -> None:

@@ -6,7 +6,10 @@ must not import forkpoint). It connects to forkpoint's Unix socket and answers J
 
 * ``{"op": "open", "source": <trajectory.json>, "workspace": <dir>, "version": "2.4.6"}``: load the recording,
   check the installed version, build the agent, model and environment from ``info.config`` (environment ``cwd`` =
-  the workspace). Reply ``{"ok": true, "pid", "mini_version"}``.
+  the workspace; a container environment is replayed by LocalEnvironment there, a recorded model class that
+  cannot be built here by its litellm sibling, both listed in ``degradations``). Reply ``{"ok": true, "pid",
+  "mini_version", "degradations"}``; a recording that cannot be loaded replies ``{"ok": false, "error",
+  "refusal": "trajectory" | "unsupported"}``.
 * ``{"op": "execute", "action": {"command": ..., ["tool_call_id": ...]}}``: run one historical action with the
   package's own environment and format the result with its own observation formatter (1.x: the agent's
   ``action_observation_template`` / ``timeout_template``; 2.x: ``model.format_observation_messages``). Reply
@@ -32,6 +35,26 @@ from pathlib import Path
 from typing import Any
 
 PROTOCOL = "forkpoint.mini-swe-agent-runner/v1"
+LOCAL_ENV = "minisweagent.environments.local.LocalEnvironment"
+#: container environments whose actions are replayed by LocalEnvironment at the recorded cwd (same subshell per
+#: action, same output dict); only the keys LocalEnvironment takes are kept (the image, docker flags are not)
+CONTAINER_ENVS = ("environments.docker.DockerEnvironment",
+                  "environments.extra.swerex_docker.SwerexDockerEnvironment",
+                  "environments.singularity.SingularityEnvironment",
+                  "environments.extra.bubblewrap.BubblewrapEnvironment")
+#: replay only formats observations with the model: the same-family litellm class does it when the recorded
+#: class cannot be built here (a package or credential it needs at construction is missing)
+FALLBACK_MODELS = (("textbased", "minisweagent.models.litellm_textbased_model.LitellmTextbasedModel"),
+                   ("response", "minisweagent.models.litellm_response_model.LitellmResponseModel"),
+                   ("", "minisweagent.models.litellm_model.LitellmModel"))
+
+
+class Refusal(Exception):
+    """The recording cannot be loaded here; ``kind`` is forkpoint's error category (before any effect)."""
+
+    def __init__(self, kind: str, text: str) -> None:
+        super().__init__(text)
+        self.kind = kind
 #: keys of the 1.x InteractiveAgentConfig / 2.x InteractiveAgentConfig that a plain agent config rejects
 INTERACTIVE_KEYS = ("mode", "whitelist_actions", "confirm_exit")
 
@@ -49,17 +72,26 @@ class Session:
     """One recording's agent, model and environment, rebuilt from its ``info.config``."""
 
     def __init__(self, source: dict[str, Any], workspace: str, api: dict[str, Any] | None = None) -> None:
-        info = source.get("info") or {}
-        config = info.get("config")
+        info = source.get("info") if isinstance(source, dict) else None
+        config = info.get("config") if isinstance(info, dict) else None
         if not isinstance(config, dict):
-            raise ValueError("the trajectory has no info.config (written before mini-swe-agent 1.10): the agent "
-                             "cannot be rebuilt")
+            raise Refusal("trajectory", "the trajectory has no info.config (written before mini-swe-agent 1.10): "
+                                        "the agent cannot be rebuilt")
         self.major = int(_load("minisweagent").__version__.split(".")[0])
-        env_type = config.get("environment_type", "")
-        if not str(env_type).endswith("environments.local.LocalEnvironment"):
-            raise ValueError(f"environment {env_type!r} is not supported (only LocalEnvironment)")
-        env_config = {**(config.get("environment") or {}), "cwd": workspace}
-        self.env = _class("minisweagent.environments.local.LocalEnvironment")(**env_config)
+        self.degradations: list[str] = []
+        env_type = str(config.get("environment_type", ""))
+        environment = config.get("environment")
+        recorded_env: dict[str, Any] = environment if isinstance(environment, dict) else {}
+        env_class = _class(LOCAL_ENV)
+        if env_type.endswith(CONTAINER_ENVS):
+            fields = _fields(getattr(_load("minisweagent.environments.local"), "LocalEnvironmentConfig", None))
+            recorded_env = {k: v for k, v in recorded_env.items() if fields is None or k in fields}
+            self.degradations.append(f"environment: {env_type.rpartition('.')[2]} recorded, replayed locally "
+                                     f"(LocalEnvironment at {workspace})")
+        elif not env_type.endswith("environments.local.LocalEnvironment"):
+            raise Refusal("unsupported", f"environment {env_type!r} is not supported (LocalEnvironment, or a "
+                                         f"container environment replayed locally: {', '.join(CONTAINER_ENVS)})")
+        self.env = env_class(**{**recorded_env, "cwd": workspace})
         model_config = dict(config.get("model") or {})
         if api is not None:  # replay never queries the model: any recorded class (e.g. DeterministicModel) builds
             model_config["cost_tracking"] = "ignore_errors"
@@ -69,7 +101,20 @@ class Session:
                 kwargs["custom_llm_provider"] = "openai"  # the bridge speaks Chat Completions only
             model_config["model_kwargs"] = kwargs
         get_model = _load("minisweagent.models").get_model
-        self.model = get_model(config=model_config | {"model_class": config.get("model_type", "")})
+        model_type = str(config.get("model_type", ""))
+        try:
+            self.model = get_model(config=model_config | {"model_class": model_type})
+        except Exception as error:
+            if api is not None:  # a continuation asks the model: only the recorded class is faithful
+                raise Refusal("unsupported", f"model class {model_type!r} cannot be built: "
+                                             f"{type(error).__name__}: {error}") from error
+            fallback = next(path for word, path in FALLBACK_MODELS[0 if self.major >= 2 else 2:]
+                            if word in model_type.lower())
+            plain = {key: model_config[key] for key in ("model_name", "model_kwargs") if key in model_config}
+            self.model = get_model(config=plain | {"model_class": fallback, "cost_tracking": "ignore_errors"})
+            self.degradations.append(f"model: {model_type or '(none)'} could not be built here "
+                                     f"({type(error).__name__}: {str(error)[:200]}); observations formatted by "
+                                     f"{fallback.rpartition('.')[2]}")
         self.agent = self._agent(dict(config.get("agent") or {}), str(config.get("agent_type", "")))
 
     def _agent(self, agent_config: dict[str, Any], agent_type: str) -> Any:
@@ -216,16 +261,37 @@ class Session:
         return last.get("exit_status"), error_text
 
 
+def _fields(config_class: Any) -> set[str] | None:
+    """The field names of a dataclass (1.x) or pydantic model (2.x) config; None when unknown."""
+    if config_class is None:
+        return None
+    if hasattr(config_class, "model_fields"):
+        return set(config_class.model_fields)
+    if hasattr(config_class, "__dataclass_fields__"):
+        return set(config_class.__dataclass_fields__)
+    return None
+
+
 def _handle(state: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
     op = request.get("op")
     if op == "open":
         version = _load("minisweagent").__version__
         if version != request.get("version"):
-            raise ValueError(f"the venv has mini-swe-agent {version}, expected {request.get('version')}")
-        state["source"] = json.loads(Path(request["source"]).read_text("utf-8"))
+            raise Refusal("unsupported", f"the venv has mini-swe-agent {version}, expected {request.get('version')}")
+        try:
+            state["source"] = json.loads(Path(request["source"]).read_text("utf-8"))
+        except (OSError, ValueError) as error:
+            raise Refusal("trajectory", f"cannot read the recording: {error}") from error
         state["workspace"] = request["workspace"]
-        state["session"] = Session(state["source"], state["workspace"])
-        return {"pid": os.getpid(), "mini_version": version, "protocol": PROTOCOL}
+        try:
+            loaded = Session(state["source"], state["workspace"])
+        except Refusal:
+            raise
+        except Exception as error:  # anything else while rebuilding: nothing has run yet
+            raise Refusal("trajectory", f"{type(error).__name__}: {error}") from error
+        state["session"] = loaded
+        return {"pid": os.getpid(), "mini_version": version, "protocol": PROTOCOL,
+                "degradations": loaded.degradations}
     if op == "execute":
         session: Session = state["session"]
         return session.execute(dict(request["action"]))
@@ -254,6 +320,8 @@ def main(argv: list[str]) -> int:
         request = json.loads(line)
         try:
             reply = {"ok": True, **_handle(state, request)}
+        except Refusal as error:
+            reply = {"ok": False, "error": str(error), "refusal": error.kind}
         except Exception as error:
             traceback.print_exc()
             reply = {"ok": False, "error": f"{type(error).__name__}: {error}"}

@@ -119,7 +119,12 @@ def parse_object(data: Any, path: Path, sha256: str) -> Trajectory[MiniNative]:
     refusals = _human_command_refusals(messages, native) if major == 2 else {}
     environment = _config(info).get("environment")
     cwd = environment.get("cwd") if isinstance(environment, dict) else None
-    warnings = () if fmt else ("no trajectory_format key: read as the mini-swe-agent-1 schema (1.1-1.3)",)
+    warnings: tuple[str, ...] = () if fmt else ("no trajectory_format key: read as the mini-swe-agent-1 schema "
+                                                "(1.1-1.3)",)
+    env_type = str(_config(info).get("environment_type") or "")
+    if env_type and not env_type.endswith("environments.local.LocalEnvironment"):
+        warnings += (f"environment: {env_type.rpartition('.')[2]} recorded; replay runs its actions locally "
+                     f"(LocalEnvironment) in the workspace, which must be at the recorded cwd {cwd}",)
     return Trajectory.recorded(AGENT, version, path, sha256, session_id=None,
                                cwd=cwd if isinstance(cwd, str) and cwd else None, batches=batches,
                                next_actions=next_actions, boundary_refusals=refusals, warnings=warnings, native=native)

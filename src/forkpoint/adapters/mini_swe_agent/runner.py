@@ -81,6 +81,8 @@ class RunnerSession:
         self._reader: IO[str] | None = None
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        #: what the companion replays differently from the recording (its ``open`` reply)
+        self.degradations: list[str] = []
 
     def __enter__(self) -> RunnerSession:
         self.start()

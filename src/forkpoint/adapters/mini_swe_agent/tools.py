@@ -36,8 +36,11 @@ def open_session(python: Path, plan: Plan[MiniNative], context: RunContext, log_
                             timeout_s=300.0)
     if not reply.get("ok"):
         session.close()
-        raise ReplayError(ErrorKind.EXECUTOR, f"the mini-swe-agent companion could not load the recording: "
-                                              f"{reply.get('error')}")
+        kind = ErrorKind.UNSUPPORTED_TOOL if reply.get("refusal") == "unsupported" else ErrorKind.TRAJECTORY
+        raise ReplayError(kind, f"the mini-swe-agent companion cannot load the recording: {reply.get('error')}",
+                          before_effect=True)
+    degradations = reply.get("degradations")
+    session.degradations = [str(item) for item in degradations] if isinstance(degradations, list) else []
     return session
 
 
@@ -58,10 +61,17 @@ class MiniToolExecutor:
         native = plan.trajectory.native
         self.native = native
         self._session: RunnerSession | None = None
+        self._degradations: list[str] = []
+
+    @property
+    def degradations(self) -> list[str]:
+        """What the companion could not rebuild as recorded (a container environment run locally, ...)."""
+        return list(self._degradations)
 
     def run(self, call: ToolCall) -> FreshObservation:
         if self._session is None:
             self._session = open_session(self.python, self.plan, self.context, LOG_NAME)
+            self._degradations = list(self._session.degradations)
         action: dict[str, Any] = dict(call.native["action"])
         reply = self._session.request({"op": "execute", "action": action},
                                       timeout_s=environment_timeout(self.native) + REPLY_MARGIN_S)

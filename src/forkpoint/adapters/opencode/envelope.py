@@ -34,6 +34,17 @@ INTERRUPTED = "[Tool execution was interrupted]"
 STEP_LIMIT_TEXT = "CRITICAL - MAXIMUM STEPS REACHED"
 #: the tools OpenCode's ``build`` agent offers with forkpoint's config (a ``question`` tool = permission lost)
 BUILD_TOOLS = ("bash", "edit", "glob", "grep", "read", "skill", "task", "todowrite", "webfetch", "write")
+#: for a GPT model id OpenCode offers apply_patch instead of edit/write (ToolRegistry.tools, 1.17 and 1.18)
+GPT_BUILD_TOOLS = tuple(sorted({*BUILD_TOOLS} - {"edit", "write"} | {"apply_patch"}))
+
+
+def gpt_model(model: str) -> bool:
+    """OpenCode's own rule: ``gpt-`` in the model id, neither ``oss`` nor ``gpt-4``."""
+    return "gpt-" in model and "oss" not in model and "gpt-4" not in model
+
+
+def offered_tools(profile: EnvelopeProfile, model: str) -> tuple[str, ...]:
+    return GPT_BUILD_TOOLS if gpt_model(model) and profile.tools == BUILD_TOOLS else profile.tools
 
 
 @dataclass(frozen=True)
@@ -144,5 +155,5 @@ def expected_prefix(export: JsonObject, nonce: str, version: str, model: str,
     if [c["id"] for c in calls] != boundary:
         raise trajectory("the last tool results of the rebuilt OpenCode session do not answer exactly the calls of "
                          "the assistant message before them")
-    return ExpectedChat.of(profile.profile, projected, nonce=nonce, model=model, tools=profile.tools,
+    return ExpectedChat.of(profile.profile, projected, nonce=nonce, model=model, tools=offered_tools(profile, model),
                            system_sha256=system_sha256)

@@ -39,10 +39,12 @@ from forkpoint.core.model import ActionSignature, Batch, CallPolicy, JsonObject,
 
 AGENT = "opencode"
 TERMINAL = frozenset({"completed", "error"})
-FRESH_TOOLS = frozenset({"bash", "read", "write", "edit", "glob", "grep"})
+FRESH_TOOLS = frozenset({"bash", "read", "write", "edit", "glob", "grep", "apply_patch"})
 STALE_REASONS = {
     "task": "it ran a sub-agent session of the original run",
     "webfetch": "web content changes over time",
+    "websearch": "web search results change over time",
+    "list": "older OpenCode versions' directory listing; the verified versions (1.17, 1.18) no longer have it",
     "todowrite": "it updated the original session's todo list",
     "todoread": "it read the original session's todo list",
     "skill": "it loaded a skill from the original machine's configuration",

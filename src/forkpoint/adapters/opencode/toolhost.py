@@ -37,6 +37,9 @@ from forkpoint.process.loopback import LoopbackSite
 
 PROVIDER = "forkpoint-tools"
 MODEL = "replay"
+#: OpenCode offers ``apply_patch`` (and no ``edit``/``write``) exactly when the model id contains ``gpt-`` but
+#: neither ``oss`` nor ``gpt-4`` (ToolRegistry.tools, 1.17/1.18): a host with this model id runs the GPT tool set
+GPT_MODEL = "gpt-5-forkpoint-replay"
 PROMPT = "forkpoint-tool-replay"
 PROXY_SINK = "http://127.0.0.1:9"  # nothing listens there: background fetches fail immediately
 START_TIMEOUT_S = 120.0
@@ -141,8 +144,9 @@ class ToolHost:
     """One ``opencode run`` that executes the calls it is given, in order; start lazily, ``close`` always."""
 
     def __init__(self, entrypoint: Path, workspace: Path, home: Path, log_dir: Path, *,
-                 shell: str | None = None) -> None:
+                 shell: str | None = None, model: str = MODEL) -> None:
         self.entrypoint = entrypoint
+        self.model = model
         self.workspace = workspace
         self.shell = shell
         self.home = home
@@ -175,7 +179,8 @@ class ToolHost:
                                      "arguments": json.dumps(command.arguments, ensure_ascii=False)}}
                 message, finish = {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls"
         return await stream_events(request, encode(chat_chunks(
-            f"chatcmpl-forkpoint-{self.requests}", str(body.get("model", MODEL)), message, finish, include_usage=True)))
+            f"chatcmpl-forkpoint-{self.requests}", str(body.get("model", self.model)), message, finish,
+            include_usage=True)))
 
     async def _listen(self) -> str:
         self._commands = asyncio.Queue()
@@ -194,15 +199,16 @@ class ToolHost:
             url = self._serving.start(self._listen, self._site.stop, 10.0)
         except Exception as error:
             raise ReplayError(ErrorKind.EXECUTOR, f"the OpenCode tool host did not start: {error}") from error
-        write_config(self.home, provider_config(PROVIDER, MODEL, url, "forkpoint-tools"), ErrorKind.EXECUTOR)
+        write_config(self.home, provider_config(PROVIDER, self.model, url, "forkpoint-tools"), ErrorKind.EXECUTOR)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        argv = [str(self.entrypoint), "run", "--format=json", "--model", f"{PROVIDER}/{MODEL}", PROMPT]
+        argv = [str(self.entrypoint), "run", "--format=json", "--model", f"{PROVIDER}/{self.model}", PROMPT]
         env = opencode_env(self.home, self.workspace, shell=self.shell)
+        log_path = self.log_dir / ("opencode-tools.log" if self.model == MODEL else "opencode-tools-gpt.log")
 
         def run() -> None:
             try:
                 self._result = run_supervised(argv, cwd=self.workspace, env=env, timeout_s=24 * 3600.0, grace_s=2.0,
-                                              watch=self.watch, log_path=self.log_dir / "opencode-tools.log",
+                                              watch=self.watch, log_path=log_path,
                                               die_with_parent=True)
             except BaseException as error:  # surfaced by the next call / close
                 self._error = error

@@ -5,6 +5,11 @@ Before a call reaches OpenCode, forkpoint confines it: every path argument (``fi
 has any effect. The fresh observation is OpenCode's own: the ``output`` of a ``completed`` part (a bash command
 with a non-zero exit is ``completed``, its code in ``metadata.exit``) or the ``error`` text of an ``error`` part.
 The whole fresh tool state (output, metadata, title, time) is kept for the rebuilt session.
+
+``apply_patch`` (what OpenCode offers GPT models instead of edit/write) names its files inside ``patchText``: every
+``*** Add/Delete/Update File:`` and ``*** Move to:`` header must resolve inside the workspace too. OpenCode only
+offers it to a GPT model id, so it runs in a second tool host whose model id is one (``GPT_MODEL``); edit/write
+run in the first (a GPT model id hides them), every other tool in whichever host ran the previous call.
 """
 
 from __future__ import annotations
@@ -15,13 +20,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from forkpoint.adapters.opencode.toolhost import HostCall, ToolHost
+from forkpoint.adapters.opencode.toolhost import GPT_MODEL, MODEL, HostCall, ToolHost
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.model import FreshObservation, JsonObject, RunContext, ToolCall
 from forkpoint.sandbox.base import within
 
 PATH_ARGUMENTS = {"read": "filePath", "write": "filePath", "edit": "filePath", "glob": "path", "grep": "path",
                   "bash": "workdir"}
+#: the patch headers OpenCode's parser reads a path from (``line.startswith``, the rest trimmed); a line that only
+#: starts so after leading blanks is checked too (fail closed)
+PATCH_HEADERS = ("*** Add File:", "*** Delete File:", "*** Update File:", "*** Move to:")
+#: the tools OpenCode offers only to a GPT model id / only to any other model id
+GPT_ONLY = frozenset({"apply_patch"})
+NON_GPT_ONLY = frozenset({"edit", "write"})
 DEFAULT_TIMEOUT_S = 600.0
 #: the saved-output path of a truncated bash output names the replaying HOME and a random id
 _SAVED_OUTPUT = re.compile(r"(Full output saved to: )\S+")
@@ -32,12 +43,31 @@ def normalize_volatile(content: Any) -> Any:
     return _SAVED_OUTPUT.sub(r"\1<saved output>", content) if isinstance(content, str) else content
 
 
+def patch_paths(patch: str) -> list[str]:
+    """Every path a patch text names in a header OpenCode's parser reads (a superset: blanks before it allowed)."""
+    paths = []
+    for line in patch.split("\n"):
+        stripped = line.lstrip()
+        for header in PATCH_HEADERS:
+            if stripped.startswith(header):
+                paths.append(stripped[len(header):].strip())
+    return [path for path in paths if path]
+
+
 def check_paths(call: ToolCall, workspace: Path) -> None:
-    """Refuse (before any effect) a call whose path argument leaves the workspace."""
+    """Refuse (before any effect) a call whose path argument (or a file its patch names) leaves the workspace."""
+    if call.name == "apply_patch":
+        patch = call.arguments.get("patchText")
+        for path in patch_paths(patch) if isinstance(patch, str) else []:
+            check_path(call, workspace, "patchText", path)
+        return
     key = PATH_ARGUMENTS.get(call.name)
     value = call.arguments.get(key) if key else None
-    if value is None:
-        return
+    if key is not None and value is not None:
+        check_path(call, workspace, key, value)
+
+
+def check_path(call: ToolCall, workspace: Path, key: str, value: Any) -> None:
     if not isinstance(value, str) or not value or "\0" in value:
         raise ReplayError(ErrorKind.EXECUTOR, f"{call.name} {call.call_id}: {key} is not a path", before_effect=True)
     root = os.path.realpath(workspace)
@@ -80,18 +110,33 @@ class OpenCodeToolExecutor:
     """FRESH calls go through one OpenCode tool host (the recorded version) started on the first call."""
 
     def __init__(self, context: RunContext, entrypoint: Path, *, shell: str | None = None) -> None:
+        self.context = context
+        self.entrypoint = entrypoint
+        self.shell = shell
         self.workspace = context.workspace
-        self.host = ToolHost(entrypoint, context.workspace, context.state_dir / "opencode-tools-home",
-                             context.logs, shell=shell)
+        self.hosts: dict[str, ToolHost] = {}
+        self.last_model = MODEL
+
+    def host_for(self, name: str) -> ToolHost:
+        """The host whose model id makes OpenCode offer ``name`` (started lazily, one per model id)."""
+        model = GPT_MODEL if name in GPT_ONLY else MODEL if name in NON_GPT_ONLY else self.last_model
+        self.last_model = model
+        if model not in self.hosts:
+            home = self.context.state_dir / ("opencode-tools-home" if model == MODEL else "opencode-tools-gpt-home")
+            self.hosts[model] = ToolHost(self.entrypoint, self.workspace, home, self.context.logs, shell=self.shell,
+                                         model=model)
+        return self.hosts[model]
 
     def run(self, call: ToolCall) -> FreshObservation:
         check_paths(call, self.workspace)
         started = time.monotonic()
-        part = self.host.execute(HostCall(wire_call_id(call), call.name, call.arguments), call_timeout(call))
+        host = self.host_for(call.name)
+        part = host.execute(HostCall(wire_call_id(call), call.name, call.arguments), call_timeout(call))
         if part.get("tool") != call.name:
             raise ReplayError(ErrorKind.EXECUTOR, f"OpenCode ran {part.get('tool')!r} for {call.name} {call.call_id} "
                                                   "(it rejected the call as invalid)")
         return observation(call, part, int((time.monotonic() - started) * 1000))
 
     def close(self) -> None:
-        self.host.close()
+        for host in self.hosts.values():
+            host.close()
