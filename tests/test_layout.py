@@ -63,7 +63,6 @@ EXCEPTIONS = {
     "adapters/codex/tool_text.py": _TOOL_PART,
     "adapters/mini_swe_agent/__init__.py": _ADAPTER_INIT,
     "adapters/mini_swe_agent/companion.py": "inside the agent's venv; tests/adapters/mini_swe_agent/test_runner.py",
-    "adapters/mini_swe_agent/tools.py": "tests/adapters/mini_swe_agent/test_runner.py and test_deterministic.py",
     "adapters/opencode/__init__.py": _ADAPTER_INIT,
     "adapters/opencode/envelope.py": "tests/adapters/opencode/test_gate.py (being restructured into the bridge)",
     "adapters/opencode/session.py": "tests/adapters/opencode/test_tools.py and test_gate.py (the rebuilt session)",

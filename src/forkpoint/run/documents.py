@@ -48,6 +48,8 @@ class RunFacts:
     workspace_from: dict[str, Any] | None = None
     #: the workspace as the replay found it, before any tool ran
     fresh_inventory: Inventory | None = None
+    #: what the executor re-ran differently from the recording (e.g. a container environment run locally)
+    replay_degradations: list[str] = field(default_factory=list)
     #: metadata.divergence (set when tools were replayed)
     divergence: dict[str, Any] | None = None
     #: the boundary snapshot's description (forkpoint.branches.branching.take_snapshot)
@@ -64,6 +66,8 @@ class RunFacts:
             facts["workspace_from"] = self.workspace_from
         if self.fresh_inventory is not None:
             facts.update(self.fresh_inventory.to_metadata())
+        if self.replay_degradations:
+            facts["replay_degradations"] = self.replay_degradations
         if self.divergence is not None:
             facts["divergence"] = self.divergence
         if self.boundary_snapshot is not None:
@@ -251,7 +255,7 @@ def finished_result(request: ReplayRequest, plan: Plan, dirs: RunDirs, prefix: N
                        tool_semantics_version=facts_of_version.tool_version)
     write_json(dirs.output_dir / "replay-summary.json", summary, durable=False)
     reasons = [*versions.reasons(plan.version), *(["stale_observations"] if outcome and outcome.stale_reused else []),
-               *degradation_reasons(facts.get("replay_degradations") or [])]
+               *degradation_reasons(facts.replay_degradations)]
     degraded = bool(reasons)
     phase: Phase = "continued" if continuation else ("prepared" if status == "prepared" else "replayed")
     metadata = run_metadata(request, plan, prefix, outcome, continuation)

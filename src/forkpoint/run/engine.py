@@ -251,7 +251,7 @@ def _replay(plan: Plan, adapter: Adapter, context: RunContext, journal: Journal,
     # what the executor re-ran differently from the recording (e.g. a container environment run locally)
     degradations = [str(item) for item in getattr(executor, "degradations", ())]
     if degradations:
-        facts["replay_degradations"] = degradations
+        facts.replay_degradations = degradations
         journal.append("replay_degraded", sync=False, degradations=degradations)
     write_json(context.output_dir / "observations.json", {"observations": outcome.comparisons}, durable=False)
     return outcome
