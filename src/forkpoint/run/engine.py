@@ -232,7 +232,8 @@ def _replay(plan: Plan, adapter: Adapter, context: RunContext, journal: Journal,
     facts.update(fresh_tree.to_metadata())
     executor = adapter.executor(plan, context)
     try:
-        outcome = replay_batches(plan, executor, journal, report, adapter.normalise_observation)
+        outcome = replay_batches(plan, executor, journal, report, adapter.normalise_observation,
+                                 adapter.session_chunk)
     finally:
         executor.close()
     write_json(context.output_dir / "observations.json", {"observations": outcome.comparisons}, durable=False)

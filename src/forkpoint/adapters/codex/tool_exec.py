@@ -334,11 +334,12 @@ class CommandTools:
         started = time.monotonic()
         process = self.sessions.start([shell, "-c", cmd], workdir, env, tty)
         self.sessions.keep(recorded.session_id, process)
+        key = self.sessions.keys[recorded.session_id]
         output = self.sessions.collect(process, started + EXEC_START_OFFSET_S, yield_ms / 1000, recorded)
         if process.exited:
             self.sessions.drop(recorded.session_id)
         text, header = format_unified_output(output, max_tokens, recorded.session_id, 0.0)
-        native = {"exit_code": output.returncode, "session_id": recorded.session_id, "process_session": True,
+        native = {"exit_code": output.returncode, "session_id": recorded.session_id, "session_key": key,
                   "background_cleanup": output.background_cleanup}
         return ExecOutcome(header + text, output.returncode, native, output.capture_incomplete)
 
@@ -362,11 +363,12 @@ class CommandTools:
         requested_tokens = arguments.get("max_output_tokens")
         max_tokens = min(_positive_int(requested_tokens, DEFAULT_MAX_OUTPUT_TOKENS), DEFAULT_MAX_OUTPUT_TOKENS)
         started = time.monotonic()
+        key = self.sessions.keys[session_id]
         output = self.sessions.collect(process, started, yield_ms / 1000, recorded)
         if process.exited:
             self.sessions.drop(session_id)
         text, header = format_unified_output(output, max_tokens, session_id, 0.0)
-        native = {"exit_code": output.returncode, "session_id": session_id, "process_session": True}
+        native = {"exit_code": output.returncode, "session_id": session_id, "session_key": key}
         return ExecOutcome(header + text, output.returncode, native, output.capture_incomplete)
 
     def close(self) -> None:

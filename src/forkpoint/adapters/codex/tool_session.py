@@ -48,7 +48,7 @@ MAX_SESSIONS = 64
 MAX_PENDING_BYTES = 1024 * 1024
 MAX_SESSION_ID = 2**31 - 1
 
-_RUNNING = re.compile(r"^Process running with session ID (\d{1,10})$", re.M)
+_RUNNING = re.compile(r"^Process running with session ID (\d{1,20})$", re.M)
 _EXITED = re.compile(r"^Process exited with code (-?\d{1,10})$", re.M)
 
 
@@ -77,6 +77,17 @@ def recorded_outcome(text: Any) -> Recorded | None:
     return Recorded(running is not None, session, len(output.encode("utf-8", "surrogatepass")))
 
 
+def session_chunk(content: object) -> tuple[str, str] | None:
+    """("running" or "exited N", the output) of a unified exec observation; None for any other text."""
+    if not isinstance(content, str) or not content.startswith("Chunk ID: "):
+        return None
+    head, sep, output = content.partition("\nOutput:\n")
+    exited = _EXITED.search(head)
+    if not sep or (exited is None and _RUNNING.search(head) is None):
+        return None
+    return (f"exited {exited.group(1)}" if exited else "running"), output
+
+
 def session_id_argument(value: Any) -> int:
     """The recorded ``session_id`` as a key; hostile values are refused before any effect (the call stays stale)."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SESSION_ID:
@@ -95,6 +106,8 @@ class ProcessSessions:
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
         self.live: dict[int, LiveProcess] = {}
+        self.keys: dict[int, str] = {}  # session id -> this replay's key of the session (ids can be reused)
+        self._started = 0
 
     def start(self, argv: list[str], cwd: str, env: dict[str, str], tty: bool) -> LiveProcess:
         readable = self.runner.readable
@@ -120,15 +133,15 @@ class ProcessSessions:
         return CommandOutput(code, data, b"", len(data) + dropped, wall, process.background_cleanup, dropped > 0)
 
     def keep(self, session_id: int, process: LiveProcess) -> None:
-        old = self.live.pop(session_id, None)
-        if old is not None:
-            old.kill()
+        self.drop(session_id)
         while len(self.live) >= MAX_SESSIONS:
-            oldest = next(iter(self.live))
-            self.live.pop(oldest).kill()
+            self.drop(next(iter(self.live)))
         self.live[session_id] = process
+        self._started += 1
+        self.keys[session_id] = f"{session_id}#{self._started}"
 
     def drop(self, session_id: int) -> None:
+        self.keys.pop(session_id, None)
         process = self.live.pop(session_id, None)
         if process is not None:
             process.kill()
