@@ -200,6 +200,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
                                                 "yield_time_ms": 250})],
                      [tool_use("write_stdin", {"session_id": "$3", "chars": "", "yield_time_ms": 250})],
                      [tool_use("write_stdin", {"session_id": "$3", "chars": "x", "yield_time_ms": 3000})],
+                     [tool_use("exec_command", {"cmd": "sleep 1.5; echo slept", "yield_time_ms": 250})],
+                     [tool_use("write_stdin", {"session_id": "$4", "chars": "x\n", "yield_time_ms": 3000})],
                      [text("done and cat echoed hello.")]],
         exit_codes={}, model=SessionModel,
         notes="unified exec process sessions: exec_command yields with the process running, write_stdin polls "

@@ -77,7 +77,10 @@ class _Pending:
 class LiveProcess:
     """One process session: started once, written to and drained across calls, killed at the end."""
 
-    def __init__(self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], max_pending_bytes: int) -> None:
+    def __init__(
+        self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], max_pending_bytes: int, stdin: bool = True
+    ) -> None:
+        """``stdin``: a pipe ``write`` types into; without it the process reads /dev/null."""
         if not argv:
             raise ValueError("argv must not be empty")
         reaper.start()
@@ -91,7 +94,8 @@ class LiveProcess:
         hold_subreaper()
         try:
             self.proc = spawn_leader(lambda: subprocess.Popen(
-                list(argv), cwd=cwd, env=child_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                list(argv), cwd=cwd, env=child_env, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
             ))
         except OSError as exc:

@@ -55,6 +55,7 @@ from forkpoint.adapters.codex.tool_session import (
     MAX_WRITE_YIELD_MS,
     MIN_POLL_YIELD_MS,
     MIN_WRITE_YIELD_MS,
+    STDIN_CLOSED,
     ProcessSessions,
     Recorded,
     clamp,
@@ -356,8 +357,7 @@ class CommandTools:
         if chars:
             yield_ms = clamp(requested, MIN_WRITE_YIELD_MS, MAX_WRITE_YIELD_MS)
             if not process.write(chars.encode("utf-8", "surrogatepass")):
-                raise ReplayError(ErrorKind.EXECUTOR, f"write_stdin: process session {session_id} does not read "
-                                                      "its stdin in the replay", before_effect=False)
+                return ExecOutcome(STDIN_CLOSED, None, {"session_id": session_id, "stdin_closed": True})
         else:
             yield_ms = clamp(requested, MIN_POLL_YIELD_MS, MAX_POLL_YIELD_MS)
         requested_tokens = arguments.get("max_output_tokens")

@@ -8,6 +8,8 @@ Measured on codex 0.171.0 (``tests/fixtures/codex/0.171.0/unified_exec``, script
 - write_stdin ``{"session_id", "chars", "yield_time_ms"}`` types ``chars`` and collects the output produced since
   the previous call until the yield time ends or the process exits. An empty ``chars`` (a poll) waits at least
   5,000 ms (``yield_time_ms: 250`` took 5.0 s), up to 300,000; with chars the window is 250..30,000 ms.
+- Without ``tty: true`` the process reads /dev/null and a write with chars answers ``STDIN_CLOSED`` (the session
+  lives on).
 - A process that exited answers ``Process exited with code N`` and its session is gone: a later write (or a
   made-up id) answers ``write_stdin failed: Unknown process id N``.
 
@@ -47,6 +49,9 @@ SLACK_S = 5.0
 MAX_SESSIONS = 64
 MAX_PENDING_BYTES = 1024 * 1024
 MAX_SESSION_ID = 2**31 - 1
+
+STDIN_CLOSED = ("write_stdin failed: stdin is closed for this session; rerun exec_command with tty=true to keep "
+                "stdin open")
 
 _RUNNING = re.compile(r"^Process running with session ID (\d{1,20})$", re.M)
 _EXITED = re.compile(r"^Process exited with code (-?\d{1,10})$", re.M)
@@ -116,7 +121,7 @@ class ProcessSessions:
             readable = (*readable, _python_install())
         command, host_cwd = self.runner.sandbox.confine(argv, cwd, network=False, writable=self.runner.writable,
                                                         readable=readable)
-        return LiveProcess(command, cwd=Path(host_cwd), env=env, max_pending_bytes=MAX_PENDING_BYTES)
+        return LiveProcess(command, cwd=Path(host_cwd), env=env, max_pending_bytes=MAX_PENDING_BYTES, stdin=tty)
 
     def collect(self, process: LiveProcess, started: float, yield_s: float, recorded: Recorded | None) -> CommandOutput:
         """Wait the way Codex would, steered by the recorded outcome (module docstring), then hand out the output."""
