@@ -96,6 +96,25 @@ class SessionModel(ScriptedModel):
         return rid, items
 
 
+def resolve_sessions(fixture: Path) -> None:
+    """Rewrite script.json's ``"$N"`` session references to the ids this recording's Codex drew, so the script
+    replays (and continues) as a plain ScriptedModel."""
+    seen: list[int] = []
+    for line in read_jsonl(fixture / "rollout.jsonl"):
+        output = line.get("payload", {}).get("output")
+        if line.get("type") == "response_item" and isinstance(output, str):
+            for found in re.findall(r"Process running with session ID (\d+)", output):
+                if int(found) not in seen:
+                    seen.append(int(found))
+    script = json.loads((fixture / "script.json").read_text("utf-8"))
+    for turn in script["turns"]:
+        for block in turn["content"]:
+            ref = block.get("input", {}).get("session_id") if isinstance(block.get("input"), dict) else None
+            if isinstance(ref, str) and ref.startswith("$"):
+                block["input"]["session_id"] = seen[int(ref[1:]) - 1]
+    (fixture / "script.json").write_text(json.dumps(script, indent=2) + "\n")
+
+
 def apply_patch(patch: str) -> Block:
     return custom_tool_call("apply_patch", patch)
 
@@ -349,6 +368,7 @@ def record(version: str, scenario: Scenario) -> Path:
     }
     (fixture / "meta.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
     verify(scenario, exit_code, expected, turns, fixture)
+    resolve_sessions(fixture)
     return fixture
 
 
