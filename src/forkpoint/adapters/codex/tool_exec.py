@@ -17,8 +17,9 @@ How the real binaries run a command (0.149.0 / 0.171.0, measured with ``/proc/$$
 - stdin is /dev/null, stdout and stderr go to one buffer (their relative order is not deterministic in Codex:
   forkpoint merges them in write order). Output kept: the first and last 512 KiB of the stream.
 - exec_command waits ``yield_time_ms`` (default 10,000, clamped to 250..30,000). A command still running then
-  stays alive in Codex (``Process running with session ID N``, polled with write_stdin); the replay reports the
-  same text but kills it, because nothing may outlive a replayed call. Background children (``sleep 30 &``) are
+  stays alive in Codex (``Process running with session ID N``, polled with write_stdin). When the recording shows
+  that, the replay keeps it alive too, as a process session (``tool_session``: killed at the end of the replay);
+  otherwise it reports the same text and kills it. Background children (``sleep 30 &``) are
   killed when the command exits (Codex left them running; the output is the same).
 - ``rm -f`` style commands are refused before running (``tool_policy``).
 
