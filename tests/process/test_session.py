@@ -54,3 +54,14 @@ def test_without_stdin_the_process_reads_dev_null(tmp_path: Path) -> None:
         assert process.exited and process.take() == (b"eof\n", 0)
     finally:
         process.kill()
+
+
+def test_a_write_to_a_process_that_never_reads_gives_up_at_its_deadline(tmp_path: Path) -> None:
+    process = LiveProcess(["sleep", "600"], cwd=tmp_path, env=dict(os.environ), max_pending_bytes=100)
+    try:
+        started = time.monotonic()
+        assert not process.write(b"x" * (4 * 1024 * 1024), time.monotonic() + 0.5)
+        assert time.monotonic() - started < 5
+    finally:
+        process.kill()
+    assert not _alive(process.proc.pid)

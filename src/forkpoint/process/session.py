@@ -106,22 +106,32 @@ class LiveProcess:
         self._sup = _Supervision(self.proc, token, None, 0.25, 0, None, watch)
         if self.proc.stdin is not None:  # written by ``write``, not by the supervision loop (which would close it)
             self._sup.sel.unregister(self.proc.stdin.fileno())
-            os.set_blocking(self.proc.stdin.fileno(), True)
+
+    @property
+    def has_stdin(self) -> bool:
+        return self.proc.stdin is not None
 
     @property
     def exited(self) -> bool:
         return self._done or self._sup.leader_exited()
 
-    def write(self, data: bytes) -> bool:
-        """Type ``data`` into the process; False when its stdin is gone."""
+    def write(self, data: bytes, until: float | None = None) -> bool:
+        """Type ``data`` into the process, draining its output meanwhile (a process that does not read cannot block
+        forkpoint: the write gives up at ``until``, default 10 s); False when its stdin is gone or the time ran out."""
         stdin = self.proc.stdin
         if self._done or stdin is None or stdin.closed:
             return False
-        try:
-            stdin.write(data)
-            stdin.flush()
-        except OSError:
-            return False
+        deadline = time.monotonic() + 10.0 if until is None else until
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(stdin.fileno(), view[:65536]) :]
+            except BlockingIOError:
+                if time.monotonic() >= deadline or self._sup.leader_exited():
+                    return False
+                self._sup.pump_until(time.monotonic() + 0.02, lambda: False)
+            except OSError:
+                return False
         return True
 
     def pump(self, until: float, done: Callable[[], bool]) -> None:

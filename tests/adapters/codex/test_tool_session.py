@@ -120,3 +120,16 @@ def test_session_chunk_reads_status_and_output() -> None:
     assert session_chunk(_exited(2, "x\n")) == ("exited 2", "x\n")
     assert session_chunk("write_stdin failed: Unknown process id 3") is None
     assert session_chunk(42) is None
+
+
+def test_a_write_to_a_session_that_exited_meanwhile_reports_its_exit(replay: Replay) -> None:
+    first = replay.call("exec_command", {"cmd": "echo hi; sleep 0.5", "tty": True, "yield_time_ms": 250},
+                        _running(11, "hi\r\n"))
+    assert first.endswith("Output:\nhi\r\n")
+    process = replay.executor.commands.sessions.live[11]
+    deadline = time.monotonic() + 10
+    while not process.exited and time.monotonic() < deadline:  # it exits while no call runs
+        time.sleep(0.02)
+    assert process.exited
+    done = replay.call("write_stdin", {"session_id": 11, "chars": "late\n", "yield_time_ms": 250}, _exited(0, ""))
+    assert "Process exited with code 0\n" in done and done.endswith("Output:\n"), done

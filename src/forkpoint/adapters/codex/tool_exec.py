@@ -56,6 +56,7 @@ from forkpoint.adapters.codex.tool_session import (
     MAX_WRITE_YIELD_MS,
     MIN_POLL_YIELD_MS,
     MIN_WRITE_YIELD_MS,
+    SLACK_S,
     STDIN_CLOSED,
     ProcessSessions,
     Recorded,
@@ -357,8 +358,10 @@ class CommandTools:
         requested = _positive_int(arguments.get("yield_time_ms"), DEFAULT_WRITE_YIELD_MS)
         if chars:
             yield_ms = clamp(requested, MIN_WRITE_YIELD_MS, MAX_WRITE_YIELD_MS)
-            if not process.write(chars.encode("utf-8", "surrogatepass")):
+            if not process.has_stdin:
                 return ExecOutcome(STDIN_CLOSED, None, {"session_id": session_id, "stdin_closed": True})
+            # a process that exited since the last call cannot take it: its output and exit are reported below
+            process.write(chars.encode("utf-8", "surrogatepass"), time.monotonic() + yield_ms / 1000 + SLACK_S)
         else:
             yield_ms = clamp(requested, MIN_POLL_YIELD_MS, MAX_POLL_YIELD_MS)
         requested_tokens = arguments.get("max_output_tokens")
