@@ -18,6 +18,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -66,6 +67,54 @@ def exec_command(cmd: str) -> Block:
     return tool_use("exec_command", {"cmd": cmd})
 
 
+class SessionModel(ScriptedModel):
+    """ScriptedModel whose ``write_stdin`` calls name the process sessions Codex announced: ``"session_id": "$N"``
+    becomes the N-th (1-based) ``Process running with session ID <id>`` seen in the request (Codex picks the id at
+    random, so a fixed script cannot know it)."""
+
+    _seen: list[int]
+
+    def select_responses(self, body: dict[str, Any]) -> tuple[str, int | None]:
+        outputs = [item.get("output") for item in body.get("input") or [] if isinstance(item, dict)
+                   and item.get("type") == "function_call_output"]
+        found = [int(m) for o in outputs if isinstance(o, str)
+                 for m in re.findall(r"Process running with session ID (\d+)", o)]
+        self._seen = list(dict.fromkeys(found))
+        return super().select_responses(body)
+
+    def respond_responses(self, kind: str, step: int | None) -> tuple[str, list[Block]]:
+        rid, items = super().respond_responses(kind, step)
+        for item in items:
+            if item.get("name") == "write_stdin":
+                args = json.loads(item["arguments"])
+                ref = args.get("session_id")
+                if isinstance(ref, str) and ref.startswith("$"):
+                    seen = getattr(self, "_seen", [])
+                    index = int(ref[1:]) - 1
+                    args["session_id"] = seen[index] if index < len(seen) else 0
+                    item["arguments"] = json.dumps(args)
+        return rid, items
+
+
+def resolve_sessions(fixture: Path) -> None:
+    """Rewrite script.json's ``"$N"`` session references to the ids this recording's Codex drew, so the script
+    replays (and continues) as a plain ScriptedModel."""
+    seen: list[int] = []
+    for line in read_jsonl(fixture / "rollout.jsonl"):
+        output = line.get("payload", {}).get("output")
+        if line.get("type") == "response_item" and isinstance(output, str):
+            for found in re.findall(r"Process running with session ID (\d+)", output):
+                if int(found) not in seen:
+                    seen.append(int(found))
+    script = json.loads((fixture / "script.json").read_text("utf-8"))
+    for turn in script["turns"]:
+        for block in turn["content"]:
+            ref = block.get("input", {}).get("session_id") if isinstance(block.get("input"), dict) else None
+            if isinstance(ref, str) and ref.startswith("$"):
+                block["input"]["session_id"] = seen[int(ref[1:]) - 1]
+    (fixture / "script.json").write_text(json.dumps(script, indent=2) + "\n")
+
+
 def apply_patch(patch: str) -> Block:
     return custom_tool_call("apply_patch", patch)
 
@@ -80,6 +129,7 @@ class Scenario:
     versions: tuple[str, ...] = ()  # empty = every verified version
     check: Callable[[list[Json]], None] | None = None
     notes: str = ""
+    model: type[ScriptedModel] = ScriptedModel
 
 
 def _outputs(lines: list[Json]) -> dict[str, str]:
@@ -154,6 +204,27 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
         lambda cwd: [[exec_command("ls missing-dir")],
                      [text("missing-dir does not exist.")]],
         exit_codes={0: 2}, check=_check_error,
+    ),
+    Scenario(
+        "unified_exec", "Run the slow command, then talk to cat.",
+        {"README.md": "# demo\n"},
+        lambda cwd: [[tool_use("exec_command", {"cmd": "sleep 1; echo done", "yield_time_ms": 250})],
+                     [tool_use("write_stdin", {"session_id": "$1", "chars": "", "yield_time_ms": 5000})],
+                     [tool_use("exec_command", {"cmd": "echo start; cat", "tty": True, "yield_time_ms": 500})],
+                     [tool_use("write_stdin", {"session_id": "$2", "chars": "hello\n", "yield_time_ms": 500})],
+                     [tool_use("write_stdin", {"session_id": "$2", "chars": "", "yield_time_ms": 250})],
+                     [tool_use("write_stdin", {"session_id": "$2", "chars": "\u0004", "yield_time_ms": 2000})],
+                     [tool_use("write_stdin", {"session_id": 999999, "chars": ""})],
+                     [tool_use("exec_command", {"cmd": "printf a; sleep 0.6; printf b; sleep 0.6; printf c",
+                                                "yield_time_ms": 250})],
+                     [tool_use("write_stdin", {"session_id": "$3", "chars": "", "yield_time_ms": 250})],
+                     [tool_use("write_stdin", {"session_id": "$3", "chars": "x", "yield_time_ms": 3000})],
+                     [tool_use("exec_command", {"cmd": "sleep 1.5; echo slept", "yield_time_ms": 250})],
+                     [tool_use("write_stdin", {"session_id": "$4", "chars": "x\n", "yield_time_ms": 3000})],
+                     [text("done and cat echoed hello.")]],
+        exit_codes={}, model=SessionModel,
+        notes="unified exec process sessions: exec_command yields with the process running, write_stdin polls "
+              "(empty chars) and types into a tty; a write to an unknown session id; chars to a non-tty process",
     ),
     Scenario(
         "update_plan", "Plan how to summarise notes.txt.",
@@ -267,7 +338,7 @@ def record(version: str, scenario: Scenario) -> Path:
     turns = scenario.turns(str(cwd))
     (fixture / "script.json").write_text(json.dumps({"seed": seed, "turns": [{"content": t} for t in turns]},
                                                     indent=2) + "\n")
-    model = ScriptedModel(turns, seed=seed, model=MODEL)
+    model = scenario.model(turns, seed=seed, model=MODEL)
     expected = [[item["call_id"] for item in model.respond_responses("main", step)[1] if "call_id" in item]
                 for step in range(len(turns))]
     exit_code, env = run_codex(runtime, scenario, model, cwd, home, fixture)
@@ -297,6 +368,7 @@ def record(version: str, scenario: Scenario) -> Path:
     }
     (fixture / "meta.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
     verify(scenario, exit_code, expected, turns, fixture)
+    resolve_sessions(fixture)
     return fixture
 
 

@@ -270,3 +270,42 @@ def test_codex_replay_continues_after_killed_commands(tmp_path: Path) -> None:
         expected = "Process exited with code 0" if call_id == last else "Process running with session ID"
         assert expected in output and len(output) < 1_100_000, (call_id, output[:300])
     assert (workspace / "done.txt").read_text() == "after-the-kills\n"
+
+
+def _unified(status: str, output: str = "") -> str:
+    return (f"Chunk ID: 0a1b2c\nWall time: 0.2500 seconds\n{status}\nOriginal token count: {(len(output) + 3) // 4}\n"
+            f"Output:\n{output}")
+
+
+def test_codex_process_sessions_never_outlive_the_replay(tmp_path: Path) -> None:
+    """Recorded as live process sessions (Codex kept them running for write_stdin), the same hostile scripts stay
+    alive across the replay's calls and are all gone when it ends; a split that differs only by timing is
+    normalised with reason ``timing``."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    markers = _markers(len(NAMES))
+    builder = CodexRolloutBuilder(version="0.171.0", cwd=str(workspace))
+    builder.user("Run the scripts.")
+    for index, (scenario, marker) in enumerate(markers):
+        call_id = builder.call("exec_command", {"cmd": command(scenario, marker), "yield_time_ms": 250})
+        builder.output(call_id, _unified(f"Process running with session ID {1000 + index}"))
+    # recorded: nothing by the yield, "ab" at the poll; fresh: "a" comes before the yield (timing)
+    split = builder.call("exec_command", {"cmd": "printf a; sleep 0.6; printf b", "yield_time_ms": 250})
+    builder.output(split, _unified("Process running with session ID 77"))
+    poll = builder.call("write_stdin", {"session_id": 77, "chars": "", "yield_time_ms": 5000})
+    builder.output(poll, _unified("Process exited with code 0", "ab"))
+    last = builder.call("exec_command", {"cmd": "echo after > done.txt; echo ok"})
+    builder.output(last, _unified("Process exited with code 0", "ok\n"))
+    builder.assistant("Done.")
+    rollout = builder.write(tmp_path / "rollout.jsonl")
+    try:
+        result = _cli(rollout, "codex", len(markers) + 3, workspace, tmp_path)
+    finally:
+        for _, marker in markers:
+            assert_no_survivors(marker)
+    assert result["phase"] == "replayed" and result["failure"] is None, result
+    rows = json.loads(next((tmp_path / "out").rglob("observations.json")).read_text())["observations"]
+    by_id = {row["id"]: row for row in rows}
+    assert by_id[split]["normalised_reason"] == "timing" and by_id[poll]["normalised_reason"] == "timing", rows
+    assert all(by_id[call_id]["exact"] for call_id in (split, poll, last)), rows
+    assert (workspace / "done.txt").read_text() == "after\n"

@@ -71,3 +71,13 @@ def test_an_unverified_recorded_version_is_shown(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
     assert rows and all((row["recorded_version"], row["recorded_version_status"]) == ("2.0.27", "unverified")
                         for row in rows)
+
+
+def test_a_call_normalised_for_timing_says_so() -> None:
+    from forkpoint.report.render import _diff
+
+    row = {"normalised": True, "normalised_reason": "timing",
+           "diff": {"lines": ["@@ -1 +1 @@", "-a", "+ab"], "truncated": False}}
+    assert "(timing)" in _diff(row)
+    row["normalised_reason"] = "volatile"
+    assert "(timing)" not in _diff(row) and "normalised (volatile) fields" in _diff(row)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from forkpoint.adapters.codex.tool_session import session_chunk
+from forkpoint.adapters.codex.tools import normalize_volatile
 from forkpoint.core.model import ActionSignature, Observation
-from forkpoint.run.compare import next_action_document, observation_entry, similarity
+from forkpoint.run.compare import mark_timing, next_action_document, observation_entry, similarity
 
 
 def test_similarity_matches_difflib_vectors() -> None:
@@ -118,3 +122,41 @@ def test_a_huge_next_action_is_kept_as_a_preview_and_a_hash_in_bounded_memory() 
     metrics = document["metrics"]
     assert metrics["text_comparison_status"] == "comparable" and metrics["text_similarity_input_cut"] is True
     assert "text_truncated" not in document["original"]
+
+
+def _unified(status: str, output: str) -> str:
+    return f"Chunk ID: 0a1b2c\nWall time: 0.2500 seconds\n{status}\nOriginal token count: 1\nOutput:\n{output}"
+
+
+def _session_rows(historical: list[str], fresh: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    pairs = list(enumerate(zip(historical, fresh, strict=True)))
+    rows = [observation_entry(f"c{i}", "write_stdin" if i else "exec_command", 1, Observation(h), f, False,
+                              normalise=normalize_volatile) for i, (h, f) in pairs]
+    return rows, {"7#1": [(i, h, f) for i, (h, f) in pairs]}
+
+
+def test_a_split_that_differs_only_by_timing_is_normalised_with_reason_timing() -> None:
+    running, done = "Process running with session ID 7", "Process exited with code 0"
+    rows, sessions = _session_rows([_unified(running, "a"), _unified(done, "bc")],
+                                   [_unified(running, "ab"), _unified(done, "c")])
+    assert [row["exact"] for row in rows] == [False, False]
+    mark_timing(rows, sessions, session_chunk)
+    assert [(row["exact"], row["normalised_reason"]) for row in rows] == [(True, "timing"), (True, "timing")]
+
+
+def test_a_session_whose_bytes_or_end_differ_is_not_timing() -> None:
+    running, done = "Process running with session ID 7", "Process exited with code 0"
+    for fresh in ([_unified(running, "ab"), _unified(done, "X")],  # other bytes
+                  [_unified(running, "ab"), _unified("Process exited with code 1", "c")],  # other exit
+                  [_unified(done, "abc"), "write_stdin failed: Unknown process id 7"]):  # ended earlier
+        rows, sessions = _session_rows([_unified(running, "a"), _unified(done, "bc")], fresh)
+        mark_timing(rows, sessions, session_chunk)
+        assert not all(row["exact"] for row in rows), fresh
+        assert all(row["normalised_reason"] != "timing" for row in rows)
+
+
+def test_volatile_normalisation_names_its_reason() -> None:
+    row = observation_entry("c", "exec_command", 1, Observation(_unified("Process exited with code 0", "x")),
+                            _unified("Process exited with code 0", "x").replace("0a1b2c", "ffffff"), False,
+                            normalise=normalize_volatile)
+    assert row["exact"] and row["normalised_reason"] == "volatile"

@@ -86,6 +86,10 @@ class Adapter(Protocol):
         """The observation with the agent's documented volatile parts masked (compared on both sides)."""
         ...
 
+    def session_chunk(self, content: object) -> tuple[str, str] | None:
+        """(final status, output) of one observation of a process session (``run.compare.mark_timing``)."""
+        ...
+
     def write_rebuilt_prefix(
         self, plan: Plan, fresh: Mapping[str, FreshObservation], out_dir: Path
     ) -> NativePrefix: ...
@@ -190,3 +194,7 @@ class AdapterBase:
     def normalise_observation(self, content: object) -> object:
         """Nothing volatile: observations are compared as they are."""
         return content
+
+    def session_chunk(self, content: object) -> tuple[str, str] | None:
+        """No process sessions: no observation is split by timing."""
+        return None

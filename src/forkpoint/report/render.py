@@ -297,7 +297,9 @@ def _diff(row: dict[str, Any]) -> str:
                 else "del" if text.startswith("-") and not text.startswith("---") else "")
         lines.append(f"<span class=\"{tone}\">{e(text)}</span>" if tone else e(text) + "\n")
     normalised = bool(row.get("normalised"))
-    note = ("<span class=\"normalised-note\"> — only normalised (volatile) fields differ</span>" if normalised else "")
+    why = ("only the split of a process session's output between calls differs (timing)"
+           if row.get("normalised_reason") == "timing" else "only normalised (volatile) fields differ")
+    note = f"<span class=\"normalised-note\"> — {why}</span>" if normalised else ""
     more = " (cut)" if diff.get("truncated") else ""
     return (f"<details class=\"diff{' normalised' if normalised else ''}\" open><summary>diff historical → fresh "
             f"({len(diff['lines'])} lines{more}){note}</summary><pre class=\"diff\">{''.join(lines)}</pre></details>")

@@ -76,6 +76,7 @@ def observation_entry(
         "truncated": truncated,
         "stale_reused": stale_reused,
         "normalised": equal and not raw_equal,
+        "normalised_reason": "volatile" if equal and not raw_equal else None,
         "historical_preview": preview(historical_text),
         "fresh_preview": preview(fresh_text),
         # also for a call equal only after normalisation: the diff shows the masked volatile parts
@@ -185,3 +186,33 @@ def next_action_document(
         "gating": False,
         "input_condition": input_condition,
     }
+
+
+def mark_timing(
+    rows: list[dict[str, Any]],
+    sessions: dict[str, list[tuple[int, Any, Any]]],
+    chunk: Callable[[Any], tuple[str, str] | None],
+) -> None:
+    """Count a process session's calls as normalised with reason ``timing`` when only the split differs.
+
+    ``sessions`` maps a fresh process session to its calls in order: (row index, historical content, fresh
+    content). Output a process produces between two calls lands in one or the other depending on timing (Codex's
+    yield windows); when some call of a session is not exact but the session's concatenated output is equal on
+    both sides and its last call ends the same way (``chunk`` gives each observation's final status and output),
+    the differing calls are exact after normalisation, reason ``timing``. Anything else stays as compared.
+    """
+    for calls in sessions.values():
+        if all(rows[index]["exact"] for index, _, _ in calls):
+            continue
+        historical = [chunk(content) for _, content, _ in calls]
+        fresh = [chunk(content) for _, _, content in calls]
+        if any(part is None for part in historical + fresh) or any(rows[i]["stale_reused"] for i, _, _ in calls):
+            continue
+        old = [part for part in historical if part is not None]
+        new = [part for part in fresh if part is not None]
+        if old[-1][0] != new[-1][0] or "".join(o for _, o in old) != "".join(o for _, o in new):
+            continue
+        for index, _, _ in calls:
+            row = rows[index]
+            if not row["exact"] and row["historical_is_error"] == row["fresh_is_error"]:
+                row.update(exact=True, normalised=True, normalised_reason="timing")

@@ -245,7 +245,8 @@ def _replay(plan: Plan, adapter: Adapter, context: RunContext, journal: Journal,
     facts.fresh_inventory = fresh_tree
     executor = adapter.executor(plan, context)
     try:
-        outcome = replay_batches(plan, executor, journal, report, adapter.normalise_observation)
+        outcome = replay_batches(plan, executor, journal, report, adapter.normalise_observation,
+                                 adapter.session_chunk)
     finally:
         executor.close()
     # what the executor re-ran differently from the recording (e.g. a container environment run locally)

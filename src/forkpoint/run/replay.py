@@ -14,7 +14,7 @@ from typing import Any
 from forkpoint.adapters.base import ToolExecutor
 from forkpoint.core.errors import ReplayError
 from forkpoint.core.model import CallPolicy, FreshObservation, Plan, ToolCall
-from forkpoint.run.compare import observation_entry
+from forkpoint.run.compare import mark_timing, observation_entry
 from forkpoint.run.journal import Journal
 
 
@@ -42,8 +42,10 @@ def replay_batches(
     journal: Journal,
     progress: Callable[[str], None],
     normalise: Callable[[Any], Any] | None = None,
+    session_chunk: Callable[[Any], tuple[str, str] | None] | None = None,
 ) -> ReplayOutcome:
     outcome = ReplayOutcome()
+    sessions: dict[str, list[tuple[int, Any, Any]]] = {}
     total = len(plan.calls)
     done = 0
     for batch in plan.batches:
@@ -54,6 +56,9 @@ def replay_batches(
             fresh = _reuse(call) if call.policy is not CallPolicy.FRESH else _execute(batch.ordinal, call, executor,
                                                                                       journal)
             outcome.fresh[call.call_id] = fresh
+            key = fresh.native.get("session_key") if isinstance(fresh.native, dict) else None
+            if isinstance(key, str) and call.historical is not None:
+                sessions.setdefault(key, []).append((len(outcome.comparisons), call.historical.content, fresh.content))
             outcome.comparisons.append(
                 observation_entry(
                     call.call_id,
@@ -68,6 +73,8 @@ def replay_batches(
                 )
             )
         journal.append("batch_committed", sync=False, batch=batch.ordinal)
+    if session_chunk is not None:
+        mark_timing(outcome.comparisons, sessions, session_chunk)
     return outcome
 
 

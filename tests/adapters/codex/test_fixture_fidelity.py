@@ -118,3 +118,16 @@ def test_fresh_output_keeps_codex_header_shape(rollout: Path, call_id: str) -> N
     if historical.content.startswith("Chunk ID: "):
         assert fresh.startswith("Chunk ID: ")
         assert normalize_volatile(fresh) != fresh
+
+
+@pytest.mark.parametrize("rollout", [r for r in ROLLOUTS if r.parent.name == "unified_exec"],
+                         ids=lambda r: r.parent.parent.name)
+def test_process_session_calls_are_all_rerun(rollout: Path) -> None:
+    """Every write_stdin of the real process-session recording re-runs (none reused stale) and matches."""
+    writes = [call for batch in parse_rollout(rollout).batches for call in batch.calls if call.name == "write_stdin"]
+    assert len(writes) >= 5 and all(call.policy is CallPolicy.FRESH for call in writes)
+    run = replay(rollout)
+    for call in writes:
+        historical = call.historical
+        assert historical is not None and call.call_id in run.fresh, call.call_id
+        assert normalize_volatile(run.fresh[call.call_id].content) == normalize_volatile(historical.content)

@@ -19,6 +19,9 @@ EXPECTED = {
     "apply_patch": [["apply_patch"], ["exec_command"]],
     "error_exit": [["exec_command"]],
     "update_plan": [["update_plan"]],
+    "unified_exec": [["exec_command"], ["write_stdin"], ["exec_command"], ["write_stdin"], ["write_stdin"],
+                     ["write_stdin"], ["write_stdin"], ["exec_command"], ["write_stdin"], ["write_stdin"],
+                     ["exec_command"], ["write_stdin"]],
 }
 
 

@@ -72,7 +72,7 @@ def test_tool_policies(tmp_path: Path) -> None:
     builder.output("bad", "failed to parse function arguments")
     parsed = parse_rollout(builder.write(tmp_path / "r.jsonl"))
     policies = [c.policy for batch in parsed.batches for c in batch.calls]
-    assert policies == [CallPolicy.FRESH, CallPolicy.STALE, CallPolicy.REFUSED, CallPolicy.STALE]
+    assert policies == [CallPolicy.FRESH, CallPolicy.FRESH, CallPolicy.REFUSED, CallPolicy.STALE]
 
 
 def test_lines_without_type_payload_or_timestamp_are_refused(tmp_path: Path) -> None:

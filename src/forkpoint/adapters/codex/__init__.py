@@ -42,6 +42,12 @@ class CodexAdapter(AdapterBase):
 
         return normalize_volatile(content)
 
+    def session_chunk(self, content: object) -> tuple[str, str] | None:
+        """A unified exec observation's (status, output): see tool_session.session_chunk."""
+        from forkpoint.adapters.codex.tool_session import session_chunk
+
+        return session_chunk(content)
+
     # -- continuation ---------------------------------------------------------------------------------------------
 
     def hooks(self) -> CodexHooks:

@@ -30,9 +30,8 @@ from forkpoint.core.model import ActionSignature, Batch, CallPolicy, JsonObject,
 AGENT = "codex"
 CALL_TYPES = frozenset({"function_call", "custom_tool_call"})
 OUTPUT_TYPES = frozenset({"function_call_output", "custom_tool_call_output"})
-FRESH_TOOLS = frozenset({"exec_command", "shell", "shell_command", "apply_patch", "update_plan"})
+FRESH_TOOLS = frozenset({"exec_command", "write_stdin", "shell", "shell_command", "apply_patch", "update_plan"})
 _STALE_REASONS = {
-    "write_stdin": "it writes to a process session of the original run",
     "view_image": "the image content is sent to the model, not re-created here",
     "web_search": "web search results change over time",
     "request_user_input": "it asked the original user a question",

@@ -17,8 +17,9 @@ How the real binaries run a command (0.149.0 / 0.171.0, measured with ``/proc/$$
 - stdin is /dev/null, stdout and stderr go to one buffer (their relative order is not deterministic in Codex:
   forkpoint merges them in write order). Output kept: the first and last 512 KiB of the stream.
 - exec_command waits ``yield_time_ms`` (default 10,000, clamped to 250..30,000). A command still running then
-  stays alive in Codex (``Process running with session ID N``, polled with write_stdin); the replay reports the
-  same text but kills it, because nothing may outlive a replayed call. Background children (``sleep 30 &``) are
+  stays alive in Codex (``Process running with session ID N``, polled with write_stdin). When the recording shows
+  that, the replay keeps it alive too, as a process session (``tool_session``: killed at the end of the replay);
+  otherwise it reports the same text and kills it. Background children (``sleep 30 &``) are
   killed when the command exits (Codex left them running; the output is the same).
 - ``rm -f`` style commands are refused before running (``tool_policy``).
 
@@ -41,6 +42,7 @@ import errno
 import os
 import secrets
 import shutil
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +50,19 @@ from typing import TYPE_CHECKING, Any
 
 from forkpoint.adapters.codex import tool_args
 from forkpoint.adapters.codex.tool_policy import RM_FORCE_REASON, is_rm_force
+from forkpoint.adapters.codex.tool_session import (
+    DEFAULT_WRITE_YIELD_MS,
+    MAX_POLL_YIELD_MS,
+    MAX_WRITE_YIELD_MS,
+    MIN_POLL_YIELD_MS,
+    MIN_WRITE_YIELD_MS,
+    SLACK_S,
+    STDIN_CLOSED,
+    ProcessSessions,
+    Recorded,
+    clamp,
+    session_id_argument,
+)
 from forkpoint.adapters.codex.tool_text import (
     approx_tokens,
     decode_lossy,
@@ -215,8 +230,10 @@ def _positive_int(value: Any, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else default
 
 
-def format_unified_output(output: CommandOutput, max_tokens: int) -> tuple[str, str]:
-    """(the text after ``Output:\\n``, the whole header) for one exec_command result."""
+def format_unified_output(
+    output: CommandOutput, max_tokens: int, session_id: int | None = None, start_offset: float = EXEC_START_OFFSET_S
+) -> tuple[str, str]:
+    """(the text after ``Output:\\n``, the whole header) for one exec_command / write_stdin result."""
     head, tail, total = output.head, output.tail, output.total_bytes
     omitted = max(total - len(head) - len(tail), 0)
     collected = head + (f"\n... {omitted} bytes omitted ...\n".encode() + tail if omitted else tail)
@@ -227,12 +244,13 @@ def format_unified_output(output: CommandOutput, max_tokens: int) -> tuple[str, 
         truncated = truncate_middle(text, max_tokens)
         text = f"Warning: truncated output (original token count: {tokens})\n{second}\n\n{truncated}"
     chunk_id = "".join(secrets.choice("0123456789abcdef") for _ in range(6))
-    wall = max(output.wall_time_s - EXEC_START_OFFSET_S, 0.0)
+    wall = max(output.wall_time_s - start_offset, 0.0)
     lines = [f"Chunk ID: {chunk_id}", f"Wall time: {wall:.4f} seconds"]
     if output.returncode is not None:
         lines.append(f"Process exited with code {output.returncode}")
     else:
-        lines.append(f"Process running with session ID {1000 + secrets.randbelow(99_000)}")
+        running = session_id if session_id is not None else 1000 + secrets.randbelow(99_000)
+        lines.append(f"Process running with session ID {running}")
     lines += [f"Original token count: {tokens}", "Output:"]
     return text, "\n".join(lines) + "\n"
 
@@ -256,6 +274,7 @@ class CommandTools:
         self.environment = environment
         self.profile = profile
         self.scratch = scratch
+        self.sessions = ProcessSessions(environment.runner)
 
     def _workdir(self, value: Any, tool: str) -> str:
         if value is None:
@@ -271,7 +290,9 @@ class CommandTools:
             raise ReplayError(ErrorKind.EXECUTOR, f"{tool} has no runnable command string", before_effect=True)
         return value
 
-    def exec_command(self, arguments: dict[str, Any], raw: str, call_id: str) -> ExecOutcome:
+    def exec_command(
+        self, arguments: dict[str, Any], raw: str, call_id: str, recorded: Recorded | None = None
+    ) -> ExecOutcome:
         problem = tool_args.check(raw, tool_args.EXEC_COMMAND)
         if problem is not None:
             return ExecOutcome(problem, None, {"rejected": "arguments"})
@@ -295,6 +316,8 @@ class CommandTools:
         env = self.environment.build(login=login, unified=True, profile=self.profile, call_id=call_id)
         half = UNIFIED_OUTPUT_MAX_BYTES // 2
         tty = arguments.get("tty") is True
+        if recorded is not None and recorded.running and recorded.session_id is not None:
+            return self._exec_session(shell, cmd, workdir, env, tty, yield_ms, max_tokens, recorded)
         timeout = yield_ms / 1000 + EXEC_START_OFFSET_S
         spec = CommandSpec((shell, "-c", cmd), Path(workdir), env, timeout, half, half, tty)
         output = run_command(spec, self.scratch, self.environment.runner)
@@ -306,6 +329,54 @@ class CommandTools:
             "background_cleanup": output.background_cleanup,
         }
         return ExecOutcome(header + text, output.returncode, native, output.capture_incomplete)
+
+    def _exec_session(self, shell: str, cmd: str, workdir: str, env: dict[str, str], tty: bool, yield_ms: int,
+                      max_tokens: int, recorded: Recorded) -> ExecOutcome:
+        """An exec_command the recording shows still running at its yield: it stays alive as a process session."""
+        assert recorded.session_id is not None
+        started = time.monotonic()
+        process = self.sessions.start([shell, "-c", cmd], workdir, env, tty)
+        self.sessions.keep(recorded.session_id, process)
+        key = self.sessions.keys[recorded.session_id]
+        output = self.sessions.collect(process, started + EXEC_START_OFFSET_S, yield_ms / 1000, recorded)
+        if process.exited:
+            self.sessions.drop(recorded.session_id)
+        text, header = format_unified_output(output, max_tokens, recorded.session_id, 0.0)
+        native = {"exit_code": output.returncode, "session_id": recorded.session_id, "session_key": key,
+                  "background_cleanup": output.background_cleanup}
+        return ExecOutcome(header + text, output.returncode, native, output.capture_incomplete)
+
+    def write_stdin(self, arguments: dict[str, Any], recorded: Recorded | None) -> ExecOutcome:
+        """Type into / poll a live process session (``tool_session``)."""
+        session_id = session_id_argument(arguments.get("session_id"))
+        chars = arguments.get("chars", "")
+        if not isinstance(chars, str):
+            raise ReplayError(ErrorKind.EXECUTOR, "write_stdin chars is not a string", before_effect=True)
+        process = self.sessions.live.get(session_id)
+        if process is None:
+            return ExecOutcome(f"write_stdin failed: Unknown process id {session_id}", None, {"unknown_session": True})
+        requested = _positive_int(arguments.get("yield_time_ms"), DEFAULT_WRITE_YIELD_MS)
+        if chars:
+            yield_ms = clamp(requested, MIN_WRITE_YIELD_MS, MAX_WRITE_YIELD_MS)
+            if not process.has_stdin:
+                return ExecOutcome(STDIN_CLOSED, None, {"session_id": session_id, "stdin_closed": True})
+            # a process that exited since the last call cannot take it: its output and exit are reported below
+            process.write(chars.encode("utf-8", "surrogatepass"), time.monotonic() + yield_ms / 1000 + SLACK_S)
+        else:
+            yield_ms = clamp(requested, MIN_POLL_YIELD_MS, MAX_POLL_YIELD_MS)
+        requested_tokens = arguments.get("max_output_tokens")
+        max_tokens = min(_positive_int(requested_tokens, DEFAULT_MAX_OUTPUT_TOKENS), DEFAULT_MAX_OUTPUT_TOKENS)
+        started = time.monotonic()
+        key = self.sessions.keys[session_id]
+        output = self.sessions.collect(process, started, yield_ms / 1000, recorded)
+        if process.exited:
+            self.sessions.drop(session_id)
+        text, header = format_unified_output(output, max_tokens, session_id, 0.0)
+        native = {"exit_code": output.returncode, "session_id": session_id, "session_key": key}
+        return ExecOutcome(header + text, output.returncode, native, output.capture_incomplete)
+
+    def close(self) -> None:
+        self.sessions.close()
 
     def shell_command(self, arguments: dict[str, Any], raw: str) -> ExecOutcome:
         problem = tool_args.check(raw, tool_args.SHELL_COMMAND)

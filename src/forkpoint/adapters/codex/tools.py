@@ -13,7 +13,9 @@ proof on the recorded fixtures, ``test_tools.py`` pins the probed texts):
   ``{"patch"}``): Codex's grammar, matching, texts and per-version line endings, confined to the workspace.
 - ``update_plan``: ``Plan updated`` on 0.149 (after Codex's argument checks); ``unsupported call: update_plan``
   on 0.171. Any tool Codex does not know (``shell``, ...) gets ``unsupported call: <name>``.
-- ``write_stdin``, ``view_image``, ``web_search``, ... cannot be re-run (the adapter marks them stale): calling
+- ``write_stdin`` (``tool_session``): a process session an exec_command left running at its yield stays alive
+  (supervised, sandboxed, killed by ``close``); writes and polls are replayed with Codex's windows and texts.
+- ``view_image``, ``web_search``, ... cannot be re-run (the adapter marks them stale): calling
   ``run`` with one is a ``ReplayError`` before any effect.
 
 Everything runs through the run's sandbox (``context.sandbox``, default local): commands inside it with the network
@@ -40,6 +42,7 @@ from forkpoint.adapters.codex import tool_args
 from forkpoint.adapters.codex.parse import CodexNative, Line
 from forkpoint.adapters.codex.tool_exec import CommandTools, Environment, ExecOutcome, ExecProfile
 from forkpoint.adapters.codex.tool_patch import ApplyPatch
+from forkpoint.adapters.codex.tool_session import Recorded, recorded_outcome
 from forkpoint.adapters.kit.shell import Runner
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.model import FreshObservation, RunContext, ToolCall
@@ -49,7 +52,6 @@ from forkpoint.sandbox.base import fresh_observation, rewrite_arguments
 
 #: Tools Codex offers whose result cannot be re-created (a process session, an image, the web, the user, ...).
 NOT_REPLAYABLE = {
-    "write_stdin": "it writes to a process session of the original run, which does not exist in a replay",
     "view_image": "the image is sent to the model, not re-created here",
     "web_search": "web search results change over time",
     "request_user_input": "it asked the original user a question",
@@ -181,6 +183,11 @@ class CodexToolExecutor:
         self.sandbox = context.sandbox or local_sandbox(workspace)
         cwd = self.sandbox.cwd  # Codex's session cwd as the tools see it (under bwrap: the recorded cwd)
         self._lines: dict[int, Line] = {line.index: line for line in native.lines} if native is not None else {}
+        self._recorded: dict[str, Recorded | None] = {
+            str(line.payload.get("call_id")): recorded_outcome(line.payload.get("output"))
+            for line in (native.lines if native is not None else ())
+            if line.payload.get("type") == "function_call_output"
+        }
         context.state_dir.mkdir(parents=True, exist_ok=True)  # the run's state dir, not /tmp: a killed run
         self._scratch = Path(tempfile.mkdtemp(prefix="forkpoint-codex-tools-", dir=context.state_dir))  # leaves none
         home = context.home
@@ -210,7 +217,10 @@ class CodexToolExecutor:
                                  is_error=False, truncated=outcome.truncated, return_code=outcome.return_code)
 
     def close(self) -> None:
-        shutil.rmtree(self._scratch, ignore_errors=True)
+        try:
+            self.commands.close()  # every live process session ends with the replay
+        finally:
+            shutil.rmtree(self._scratch, ignore_errors=True)
 
     # -- dispatch
 
@@ -230,7 +240,10 @@ class CodexToolExecutor:
                 before_effect=True,
             )
         if name == "exec_command":
-            return self.commands.exec_command(arguments, self._raw(call), call.call_id)
+            recorded = self._recorded.get(call.call_id)
+            return self.commands.exec_command(arguments, self._raw(call), call.call_id, recorded)
+        if name == "write_stdin":
+            return self.commands.write_stdin(arguments, self._recorded.get(call.call_id))
         if name == "shell_command" and self.profile.shell_command:
             return self.commands.shell_command(arguments, self._raw(call))
         if name == "apply_patch":
