@@ -203,9 +203,31 @@ def agents_install(args: argparse.Namespace) -> None:
     say(f"{runtime.agent}@{runtime.version}: {runtime.entrypoint}")
 
 
+def agents_calibrate(args: argparse.Namespace) -> None:
+    from forkpoint.adapters import calibration
+    from forkpoint.adapters.calibrate import calibrate
+    from forkpoint.core.errors import ReplayError, unsupported_version
+
+    try:
+        outcome = calibrate(args.spec, progress=lambda line: say(line, err=True, style=DIM))
+    except ReplayError as error:
+        fail(error, args.as_json)
+    report = calibration.report_path(outcome.agent, outcome.version)
+    if args.as_json:
+        print_json({"agent": outcome.agent, "version": outcome.version, "status": "calibrated" if outcome.ok
+                    else "failed", "maps_to": outcome.maps_to, "reason": outcome.reason, "report": str(report),
+                    "checked": [c.to_json() for c in outcome.checks]})
+    else:
+        say(outcome.report())
+        say(f"report: {report}")
+    if not outcome.ok:
+        fail(unsupported_version(f"calibration of {outcome.agent} {outcome.version} failed: {outcome.reason}"),
+             args.as_json)
+
+
 def agents_list(args: argparse.Namespace) -> None:
     from forkpoint import runtimes
-    from forkpoint.adapters import all_specs
+    from forkpoint.adapters import all_specs, calibration
 
     installed = runtimes.list_installed()
     if args.as_json:
@@ -217,6 +239,8 @@ def agents_list(args: argparse.Namespace) -> None:
         have = {r.version for r in installed if r.agent == spec.name}
         marks = ", ".join(f"{v}{' (installed)' if v in have else ''}" for v in spec.versions)
         say(f"{spec.name}: {marks}")
+        for version, status, detail in calibration.listed(spec):
+            say(f"  {version}: {status} ({detail})")
 
 
 def export(args: argparse.Namespace) -> None:

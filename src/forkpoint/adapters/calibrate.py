@@ -1,0 +1,150 @@
+"""``forkpoint agents calibrate AGENT@VERSION``: prove an unshipped release behaves like a verified one (issue 28).
+
+The release is installed into the runtime cache, driven by ScriptedModel through the agent's probe scenario (every
+tool, parallel calls, a large output, an error; then a ``--resume``), and checked against each verified version of
+its format family, nearest first:
+
+* ``parse``: the agent's parser reads the native files it wrote, as the expected format family and version;
+* ``tool_observations``: a replay-only of the recording with the candidate's tool semantics gives, call by call,
+  exactly the observations the release recorded;
+* ``resume_envelope``: the release's first request after ``--resume`` passes the bridge gate built with the
+  candidate's envelope profile.
+
+The first candidate passing all three is the one the version maps to; the profile is then written atomically
+(``forkpoint.adapters.calibration``). Anything else writes the reason and the report, never the profile.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from forkpoint.adapters import agent_spec, calibration
+from forkpoint.adapters.spec import AgentSpec
+from forkpoint.adapters.versions import in_family, number
+from forkpoint.core.errors import ReplayError, configuration, unsupported_version
+
+
+@dataclass
+class Check:
+    """One check: its name, the candidate it ran against (None: version independent), pass/fail and detail."""
+
+    check: str
+    ok: bool
+    detail: str
+    against: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {"check": self.check, "against": self.against, "ok": self.ok, "detail": self.detail}
+
+
+@dataclass
+class Outcome:
+    agent: str
+    version: str
+    family: str | None = None
+    maps_to: str | None = None
+    checks: list[Check] = field(default_factory=list)
+    reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.maps_to is not None and self.reason is None
+
+    def report(self) -> str:
+        head = (f"calibrated: {self.agent} {self.version} maps to {self.maps_to}" if self.ok
+                else f"FAILED: {self.agent} {self.version}: {self.reason}")
+        lines = [f"# forkpoint calibration of {self.agent} {self.version}", "", head, "",
+                 f"format family: {self.family or '(not read)'}", "", "| check | against | result | detail |",
+                 "|---|---|---|---|"]
+        for check in self.checks:
+            detail = check.detail.replace("|", "\\|").replace("\n", " ")
+            lines.append(f"| {check.check} | {check.against or '-'} | {'ok' if check.ok else 'DIFFERS'} | {detail} |")
+        return "\n".join(lines) + "\n"
+
+
+#: a probe recorder per agent: (spec, runtime entrypoint, version, scratch dir, outcome) -> maps_to or None
+Probe = Callable[[AgentSpec, Path, str, Path, Outcome], str | None]
+
+
+def _probe_for(agent: str) -> Probe:
+    if agent == "claude-code":
+        from forkpoint.adapters.claude_code.calibrate import probe
+
+        return probe
+    raise configuration(f"calibrating {agent} is not supported yet (supported: claude-code)")
+
+
+def candidates(spec: AgentSpec, version: str) -> list[str]:
+    """The verified versions a release is checked against, nearest (by release number) first."""
+    value = number(version) or (0, 0, 0)
+    family = [f for f in spec.formats if in_family(f, version)]
+    pool = [v for v in spec.versions if any(in_family(f, v) for f in family)] if family else list(spec.versions)
+
+    def distance(candidate: str) -> tuple[int, ...]:
+        other = number(candidate) or (0, 0, 0)
+        return tuple(abs(a - b) for a, b in zip(value, other, strict=True))
+
+    return sorted(pool, key=distance)
+
+
+def calibrate(target: str, *, install: Callable[[str, str], Path] | None = None,
+              progress: Callable[[str], None] = lambda _: None) -> Outcome:
+    """Calibrate ``AGENT@VERSION``; the profile is written only when every check passes against one candidate."""
+    agent, version = calibration.check_target(target)  # before anything is installed or any path is built
+    spec = agent_spec(agent)
+    if version in spec.versions:
+        raise configuration(f"{agent} {version} is verified already; nothing to calibrate")
+    probe = _probe_for(agent)
+    outcome = Outcome(agent, version)
+    with tempfile.TemporaryDirectory(prefix="forkpoint-calibrate-") as scratch:
+        try:
+            progress(f"installing {agent}@{version} ...")
+            entrypoint = (install or _install)(agent, version)
+            outcome.maps_to = probe(spec, entrypoint, version, Path(scratch), outcome)
+            if outcome.maps_to is None and outcome.reason is None:
+                outcome.reason = "no verified profile matched (see the checks)"
+        except ReplayError as error:
+            outcome.reason = error.message
+    _store(outcome)
+    return outcome
+
+
+def _install(agent: str, version: str) -> Path:
+    from forkpoint import runtimes
+
+    runtime = runtimes.install_release(agent, version)
+    probed = runtimes.probe_version(runtime)
+    if probed != version:
+        raise unsupported_version(f"the installed {agent} reports {calibration_label(probed)}, expected {version}")
+    return runtime.entrypoint
+
+
+def calibration_label(text: str) -> str:
+    from forkpoint.adapters.versions import label
+
+    return label(text) or ""
+
+
+def _store(outcome: Outcome) -> None:
+    """Success: the profile (atomically) and the report, the failure marker removed. Failure: the marker and the
+    report only; an earlier profile stays."""
+    path = calibration.profile_path(outcome.agent, outcome.version)
+    calibration.write_atomically(calibration.report_path(outcome.agent, outcome.version), outcome.report())
+    failed = calibration.failed_path(outcome.agent, outcome.version)
+    if not outcome.ok:
+        calibration.write_atomically(failed, json.dumps({
+            "schema": calibration.SCHEMA, "status": "failed", "agent": outcome.agent, "version": outcome.version,
+            "reason": outcome.reason, "checked": [c.to_json() for c in outcome.checks],
+            "calibrated_at": calibration.now()}, indent=2) + "\n")
+        return
+    spec = agent_spec(outcome.agent)
+    assert outcome.maps_to is not None
+    calibration.write_atomically(path, json.dumps({
+        "schema": calibration.SCHEMA, "status": "calibrated", "agent": outcome.agent, "version": outcome.version,
+        "format_family": outcome.family, "maps_to": outcome.maps_to, "profile": spec.versions[outcome.maps_to],
+        "checked": [c.to_json() for c in outcome.checks], "calibrated_at": calibration.now()}, indent=2) + "\n")
+    failed.unlink(missing_ok=True)
