@@ -66,8 +66,8 @@ class Outcome:
         return "\n".join(lines) + "\n"
 
 
-#: a probe recorder per agent: (spec, runtime entrypoint, version, scratch dir, outcome) -> maps_to or None
-Probe = Callable[[AgentSpec, Path, str, Path, Outcome], str | None]
+#: a probe per agent: (spec, runtime entrypoint, version, candidates, scratch dir, outcome) -> maps_to or None
+Probe = Callable[[AgentSpec, Path, str, list[str], Path, Outcome], str | None]
 
 
 def _probe_for(agent: str) -> Probe:
@@ -91,20 +91,25 @@ def candidates(spec: AgentSpec, version: str) -> list[str]:
     return sorted(pool, key=distance)
 
 
-def calibrate(target: str, *, install: Callable[[str, str], Path] | None = None,
+def calibrate(target: str, *, against: str | None = None, install: Callable[[str, str], Path] | None = None,
               progress: Callable[[str], None] = lambda _: None) -> Outcome:
-    """Calibrate ``AGENT@VERSION``; the profile is written only when every check passes against one candidate."""
+    """Calibrate ``AGENT@VERSION``; the profile is written only when every check passes against one candidate
+    (``against``: only that verified version). ``install`` returns the release's entrypoint (default: the
+    runtime cache, from npm)."""
     agent, version = calibration.check_target(target)  # before anything is installed or any path is built
     spec = agent_spec(agent)
     if version in spec.versions:
         raise configuration(f"{agent} {version} is verified already; nothing to calibrate")
+    if against is not None and against not in spec.versions:
+        raise configuration(f"--against must name a verified {agent} version ({', '.join(spec.versions)})")
     probe = _probe_for(agent)
+    tried = [against] if against is not None else candidates(spec, version)
     outcome = Outcome(agent, version)
     with tempfile.TemporaryDirectory(prefix="forkpoint-calibrate-") as scratch:
         try:
             progress(f"installing {agent}@{version} ...")
             entrypoint = (install or _install)(agent, version)
-            outcome.maps_to = probe(spec, entrypoint, version, Path(scratch), outcome)
+            outcome.maps_to = probe(spec, entrypoint, version, tried, Path(scratch), outcome)
             if outcome.maps_to is None and outcome.reason is None:
                 outcome.reason = "no verified profile matched (see the checks)"
         except ReplayError as error:

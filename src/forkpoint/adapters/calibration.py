@@ -142,12 +142,14 @@ def listed(spec: AgentSpec) -> list[tuple[str, str, str]]:
         return []
     rows = []
     for name in names:
-        if name.endswith(".failed.json") and valid_version(version := name[:-len(".failed.json")]):
-            if (why := failure(spec, version)) is not None and load(spec, version) is None:
-                rows.append((version, "failed", why))
-        elif (name.endswith(".json") and valid_version(version := name[:-len(".json")])
-              and (found := load(spec, version)) is not None):
-            rows.append((version, "calibrated", f"as {found.maps_to}"))
+        if name.endswith(".json") and not name.endswith(".failed.json") \
+                and valid_version(version := name[:-len(".json")]) and (found := load(spec, version)) is not None:
+            why = failure(spec, version)
+            rows.append((version, "calibrated", f"as {found.maps_to}" + (f"; the last re-run failed: {why}"
+                                                                          if why else "")))
+        elif name.endswith(".failed.json") and valid_version(version := name[:-len(".failed.json")]) \
+                and load(spec, version) is None and (why := failure(spec, version)) is not None:
+            rows.append((version, "failed", why))
     return rows
 
 

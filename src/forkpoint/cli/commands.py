@@ -209,7 +209,7 @@ def agents_calibrate(args: argparse.Namespace) -> None:
     from forkpoint.core.errors import ReplayError, unsupported_version
 
     try:
-        outcome = calibrate(args.spec, progress=lambda line: say(line, err=True, style=DIM))
+        outcome = calibrate(args.spec, against=args.against, progress=lambda line: say(line, err=True, style=DIM))
     except ReplayError as error:
         fail(error, args.as_json)
     report = calibration.report_path(outcome.agent, outcome.version)

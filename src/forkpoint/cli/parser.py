@@ -372,6 +372,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                              "tool observations, resume envelope); on success replay and continue treat it as "
                              "calibrated.", "commands:agents_calibrate")
         calibrate.add_argument("spec", metavar="SPEC", help="AGENT@VERSION, e.g. claude-code@2.1.331.")
+        calibrate.add_argument("--against", metavar="VERSION", help="Check only against this verified version "
+                               "(default: every verified version of its format family, nearest first).")
         calibrate.add_argument("--json", dest="as_json", action="store_true", help="Print the outcome as JSON.")
         listing = _command(agents_commands, "list", "List installed runtimes, the verified versions of each agent "
                            "and the versions calibrated (or failed) in the user's cache.", "commands:agents_list")
