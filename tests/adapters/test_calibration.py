@@ -1,5 +1,5 @@
-"""Calibration targets and the calibration store: hostile ``AGENT@VERSION`` strings are refused before anything is
-installed, and only a consistent profile in the store makes a recording ``calibrated``."""
+"""The calibration store: only a consistent, regular, bounded profile makes a recording ``calibrated``, and a
+hostile recorded version never becomes a store path."""
 
 from __future__ import annotations
 
@@ -10,36 +10,8 @@ from pathlib import Path
 import pytest
 
 from forkpoint.adapters import agent_spec, calibration, get_adapter
-from forkpoint.adapters.calibrate import calibrate
-from forkpoint.core.errors import ErrorKind, ReplayError
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "claude_code" / "2.1.332" / "single_bash" / "session.jsonl"
-
-HOSTILE = ["claude-code@../../etc", "claude-code@2.1.331/../../x", "claude-code@..", "claude-code@2.1.331\x00",
-           "claude-code@2.1.331\n", "claude-code@--registry=http://evil", "claude-code@latest",
-           "claude-code@" + "9" * 10_000, "claude-code@2.1.331" + "x" * 10_000, "../claude-code@2.1.331",
-           "claude-code@/tmp/x", "claude-code@2.1.331 --foo", "claude-code", "@2.1.331"]
-
-
-@pytest.mark.parametrize("target", HOSTILE, ids=range(len(HOSTILE)))
-def test_a_hostile_target_is_refused_before_anything_is_installed(target: str, tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FORKPOINT_CALIBRATIONS", str(tmp_path / "store"))
-    installed: list[tuple[str, str]] = []
-    with pytest.raises(ReplayError) as refused:
-        calibrate(target, install=lambda agent, version: installed.append((agent, version)) or tmp_path)
-    assert refused.value.kind is ErrorKind.CONFIGURATION
-    assert len(refused.value.message) < 300
-    assert installed == [] and not (tmp_path / "store").exists()
-
-
-def test_a_verified_or_unknown_target_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FORKPOINT_CALIBRATIONS", str(tmp_path / "store"))
-    for target in ("claude-code@2.1.332", "nosuch@1.2.3", "claude-code@2.1.331"):
-        with pytest.raises(ReplayError):
-            calibrate(target, against="9.9.9" if target.endswith("331") else None,
-                      install=lambda agent, version: tmp_path)
-    assert not (tmp_path / "store").exists()
 
 
 def _recording(tmp_path: Path, version: str) -> Path:

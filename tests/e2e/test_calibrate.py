@@ -20,7 +20,8 @@ import pytest
 
 from forkpoint import runtimes
 from forkpoint.adapters import calibration
-from forkpoint.adapters.calibrate import Outcome, calibrate
+from forkpoint.adapters.calibrate import calibrate
+from forkpoint.adapters.calibration import Outcome
 from forkpoint.adapters.claude_code.calibrate import _env, _run, _session_file
 from forkpoint.run.engine import execute
 from forkpoint.run.request import build_request

@@ -19,52 +19,13 @@ from __future__ import annotations
 import json
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from forkpoint.adapters import agent_spec, calibration
+from forkpoint.adapters.calibration import Outcome
 from forkpoint.adapters.spec import AgentSpec
 from forkpoint.adapters.versions import in_family, number
 from forkpoint.core.errors import ReplayError, configuration, unsupported_version
-
-
-@dataclass
-class Check:
-    """One check: its name, the candidate it ran against (None: version independent), pass/fail and detail."""
-
-    check: str
-    ok: bool
-    detail: str
-    against: str | None = None
-
-    def to_json(self) -> dict[str, object]:
-        return {"check": self.check, "against": self.against, "ok": self.ok, "detail": self.detail}
-
-
-@dataclass
-class Outcome:
-    agent: str
-    version: str
-    family: str | None = None
-    maps_to: str | None = None
-    checks: list[Check] = field(default_factory=list)
-    reason: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.maps_to is not None and self.reason is None
-
-    def report(self) -> str:
-        head = (f"calibrated: {self.agent} {self.version} maps to {self.maps_to}" if self.ok
-                else f"FAILED: {self.agent} {self.version}: {self.reason}")
-        lines = [f"# forkpoint calibration of {self.agent} {self.version}", "", head, "",
-                 f"format family: {self.family or '(not read)'}", "", "| check | against | result | detail |",
-                 "|---|---|---|---|"]
-        for check in self.checks:
-            detail = check.detail.replace("|", "\\|").replace("\n", " ")
-            lines.append(f"| {check.check} | {check.against or '-'} | {'ok' if check.ok else 'DIFFERS'} | {detail} |")
-        return "\n".join(lines) + "\n"
-
 
 #: a probe per agent: (spec, runtime entrypoint, version, candidates, scratch dir, outcome) -> maps_to or None
 Probe = Callable[[AgentSpec, Path, str, list[str], Path, Outcome], str | None]

@@ -17,8 +17,7 @@ import json
 import os
 import re
 import stat
-import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -82,6 +81,44 @@ class Calibration:
     format_family: str
     checked: tuple[str, ...]
     calibrated_at: str
+
+
+@dataclass
+class Check:
+    """One check: its name, the candidate it ran against (None: version independent), pass/fail and detail."""
+
+    check: str
+    ok: bool
+    detail: str
+    against: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {"check": self.check, "against": self.against, "ok": self.ok, "detail": self.detail}
+
+
+@dataclass
+class Outcome:
+    agent: str
+    version: str
+    family: str | None = None
+    maps_to: str | None = None
+    checks: list[Check] = field(default_factory=list)
+    reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.maps_to is not None and self.reason is None
+
+    def report(self) -> str:
+        head = (f"calibrated: {self.agent} {self.version} maps to {self.maps_to}" if self.ok
+                else f"FAILED: {self.agent} {self.version}: {self.reason}")
+        lines = [f"# forkpoint calibration of {self.agent} {self.version}", "", head, "",
+                 f"format family: {self.family or '(not read)'}", "", "| check | against | result | detail |",
+                 "|---|---|---|---|"]
+        for check in self.checks:
+            detail = check.detail.replace("|", "\\|").replace("\n", " ")
+            lines.append(f"| {check.check} | {check.against or '-'} | {'ok' if check.ok else 'DIFFERS'} | {detail} |")
+        return "\n".join(lines) + "\n"
 
 
 def _read_bounded(path: Path) -> Any:
@@ -159,6 +196,8 @@ def now() -> str:
 
 def write_atomically(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file renamed over it: a reader sees the old or the new."""
+    import tempfile  # only calibrate writes; a replay reading profiles loads no temp-file module
+
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:

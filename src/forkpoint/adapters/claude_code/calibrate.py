@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from forkpoint.adapters.calibrate import Check, Outcome
+from forkpoint.adapters.calibration import Check, Outcome
 from forkpoint.adapters.spec import AgentSpec
 from forkpoint.core.errors import trajectory as trajectory_error
 
