@@ -63,6 +63,8 @@ def test_the_release_is_calibrated_against_the_nearest_profile_and_listed(store:
     checks = {(c["check"], c["against"]): c["ok"] for c in profile["checked"]}
     assert checks[("parse", None)] and checks[("tool_observations", "2.1.332")]
     assert checks[("resume_envelope", "2.1.332")]
+    record = next(c for c in profile["checked"] if c["check"] == "record")
+    assert "8 tool calls, large output persisted to tool-results/" in record["detail"]
     assert "| tool_observations | 2.1.332 | ok | 8 of 8 observations exact |" in \
         (store / "claude-code" / f"{RELEASE}.report.md").read_text()
     listing = _cli("agents", "list")

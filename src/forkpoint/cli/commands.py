@@ -40,6 +40,8 @@ def version_text(result: ReplayResult) -> str:
     shown = result.recorded_version or "unknown"
     if result.recorded_version_status == "unverified":
         return f" (unverified_version: {shown}, tools as {agent.tool_semantics_version})"
+    if result.recorded_version_status == "calibrated":
+        return f", version {shown} calibrated (as {agent.tool_semantics_version})"
     return f", version {shown} {result.recorded_version_status}"
 
 

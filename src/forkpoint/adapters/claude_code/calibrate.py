@@ -40,7 +40,7 @@ def _turns(cwd: Path) -> list[list[dict[str, Any]]]:
             [tool_use("Write", {"file_path": f"{cwd}/new.txt", "content": "line one\nline two\n"})],
             [tool_use("Edit", {"file_path": f"{cwd}/new.txt", "old_string": "line two", "new_string": "line 2"})],
             [bash("find . -name '*.txt' | sort"), tool_use("Read", {"file_path": f"{cwd}/notes/readme.md"})],
-            [bash("seq 1 6000")],
+            [bash("seq 1 12000")],
             [bash("ls missing-dir")],
             [text("Done probing.")]]
 
@@ -139,9 +139,11 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
     wrong = [i for step, ids in enumerate(expected) for i in ids
              if i in results and bool(results[i].get("is_error")) != (step in ERROR_STEPS)]
     recorded_ok = not missing and not wrong
+    persisted = (session.parent / session.stem / "tool-results").is_dir()
+    large = "persisted to tool-results/" if persisted else "inline"
+    problems = (f"; no result for {missing}" if missing else "") + (f"; wrong error flag for {wrong}" if wrong else "")
     outcome.checks.append(Check("record", recorded_ok, f"exit 0, {len(lines)} session lines, "
-                                f"{sum(map(len, expected))} tool calls" + (f"; no result for {missing}" if missing
-                                else "") + (f"; wrong error flag for {wrong}" if wrong else "")))
+                                f"{sum(map(len, expected))} tool calls, large output {large}{problems}"))
     if not recorded_ok:
         outcome.reason = "the probe session did not complete as scripted"
         return None
