@@ -13,16 +13,15 @@ import json
 import os
 import secrets
 import shutil
-import signal
-import subprocess
 from pathlib import Path
 from typing import Any
 
 from forkpoint.adapters.calibration import Check, Outcome
+from forkpoint.adapters.kit.calibration import replay_check
+from forkpoint.adapters.kit.calibration import run_release as _run
 from forkpoint.adapters.spec import AgentSpec
 from forkpoint.core.errors import trajectory as trajectory_error
 
-RUN_TIMEOUT_S = 240.0
 TASK = "Probe every tool: read, write, edit, search, run commands."
 FILES = {"a.txt": "alpha\n", "b.txt": "beta\nhello there\n", "notes/readme.md": "# notes\nhello\n"}
 SEED = "claude-code/calibrate"
@@ -48,30 +47,12 @@ def _turns(cwd: Path) -> list[list[dict[str, Any]]]:
 ERROR_STEPS = frozenset({5})
 
 
-def _restore(cwd: Path) -> None:
+def _restore(cwd: Path) -> Path:
     shutil.rmtree(cwd, ignore_errors=True)
     for rel, content in FILES.items():
         (cwd / rel).parent.mkdir(parents=True, exist_ok=True)
         (cwd / rel).write_text(content, "utf-8")
-
-
-def _run(argv: list[str], env: dict[str, str], cwd: Path, what: str) -> tuple[int, bytes]:
-    """One real run of the release, killed with its process group at the deadline; (exit code, stderr tail)."""
-    from forkpoint.process.reaper import die_with_parent_hook
-
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, start_new_session=True, preexec_fn=die_with_parent_hook())
-    try:
-        _, stderr = proc.communicate(timeout=RUN_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise trajectory_error(f"the {what} did not finish within {RUN_TIMEOUT_S:.0f} s") from None
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    return proc.returncode, stderr[-2000:]
+    return cwd
 
 
 def _env(home: Path, url: str) -> dict[str, str]:
@@ -164,7 +145,10 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
     body = _resume_request(entrypoint, argv(entrypoint, session_id, nonce, 1), cut, session_id, cwd, scratch)
 
     for candidate in candidates:
-        tools_ok = _replay_check(spec, candidate, version, lines, len(expected) - 1, cwd, scratch, outcome)
+        rewritten = [{**line, "version": candidate} if isinstance(line, dict) and line.get("version") == version
+                     else line for line in lines]
+        tools_ok = replay_check(spec.name, candidate, rewritten, len(expected) - 1, lambda: _restore(cwd), scratch,
+                                outcome)
         envelope_ok = _envelope_check(candidate, cut, nonce, body, outcome)
         if tools_ok and envelope_ok:
             return candidate
@@ -198,42 +182,6 @@ def _resume_request(entrypoint: Path, command: list[str], cut: list[Any], sessio
     if not main:
         raise trajectory_error("the release made no model request after --resume")
     return main[0].get("body")
-
-
-def _replay_check(spec: AgentSpec, candidate: str, version: str, lines: list[Any], steps: int, cwd: Path,
-                  scratch: Path, outcome: Outcome) -> bool:
-    """Replay-only of the whole recording with ``candidate``'s tool semantics: every observation exact."""
-    from forkpoint.run.engine import execute
-    from forkpoint.run.request import build_request
-
-    run = scratch / f"replay-{candidate}"
-    run.mkdir()
-    source = run / "session.jsonl"
-    source.write_text("".join(json.dumps({**line, "version": candidate} if isinstance(line, dict)
-                                         and line.get("version") == version else line, ensure_ascii=False) + "\n"
-                              for line in lines), "utf-8")
-    _restore(cwd)
-    result = execute(build_request({
-        "agent": spec.name, "trajectory": str(source), "after_step": steps, "workspace": str(cwd),
-        "state_dir": str(run / "state"), "output_dir": str(run / "out"), "run_id": "calibrate",
-        "replay_only": True}, source="calibrate"))
-    compared, exact = result.metadata.get("compared_observations"), result.metadata.get("exact_observations")
-    if result.failure is not None:
-        outcome.checks.append(Check("tool_observations", False, f"replay failed: {result.failure.message}",
-                                    candidate))
-        return False
-    differing = []
-    observations = run / "out" / "calibrate" / "observations.json"
-    if observations.is_file():
-        rows = json.loads(observations.read_text("utf-8"))
-        rows = rows.get("observations", []) if isinstance(rows, dict) else []
-        differing = [f"{row.get('name')} {row.get('id')} (batch {row.get('batch')})"
-                     for row in rows if isinstance(row, dict) and not row.get("exact")]
-    ok = bool(compared) and compared == exact
-    outcome.checks.append(Check("tool_observations", ok, f"{exact} of {compared} observations exact"
-                                + (f"; differ: {', '.join(map(str, differing))[:300]}" if differing else ""),
-                                candidate))
-    return ok
 
 
 def _envelope_check(candidate: str, cut: list[Any], nonce: str, body: Any, outcome: Outcome) -> bool:
