@@ -22,7 +22,8 @@ from forkpoint import runtimes
 from forkpoint.adapters import calibration
 from forkpoint.adapters.calibrate import calibrate
 from forkpoint.adapters.calibration import Outcome
-from forkpoint.adapters.claude_code.calibrate import _env, _run, _session_file
+from forkpoint.adapters.claude_code.calibrate import _env, _session_file
+from forkpoint.adapters.kit.calibration import run_release as _run
 from forkpoint.run.engine import execute
 from forkpoint.run.request import build_request
 from forkpoint.testing import ScriptedModel
