@@ -139,3 +139,23 @@ def test_a_broken_install_fails_before_any_profile(store: Path, tmp_path: Path) 
     assert "corrupted install" in outcome.report()
     assert not calibration.profile_path("claude-code", "2.1.330").exists()
     assert "  2.1.330: failed (the probe session did not complete as scripted)" in _cli("agents", "list").stdout
+
+
+CODEX_RELEASE = "0.169.1"  # between the verified 0.149.0 and 0.171.0
+
+
+def test_a_codex_release_is_calibrated_and_a_mismatching_profile_fails(store: Path) -> None:
+    """Codex 0.169.1 maps to 0.171.0 (exec_command, apply_patch, a large output, an error, exec resume); checked
+    only against 0.149.0 its resume envelope differs and the run fails without touching the profile."""
+    if runtimes.find("codex", CODEX_RELEASE) is None and shutil.which("npm") is None:
+        pytest.skip(f"codex {CODEX_RELEASE} is not installed and npm is missing")
+    outcome = calibrate(f"codex@{CODEX_RELEASE}")
+    assert (outcome.ok, outcome.maps_to) == (True, "0.171.0"), outcome.report()
+    assert {(c.check, c.against, c.ok) for c in outcome.checks} >= {
+        ("tool_observations", "0.171.0", True), ("resume_envelope", "0.171.0", True)}
+    profile = store / "codex" / f"{CODEX_RELEASE}.json"
+    before = profile.read_bytes()
+    failed = calibrate(f"codex@{CODEX_RELEASE}", against="0.149.0")
+    assert not failed.ok and "| resume_envelope | 0.149.0 | DIFFERS | the gate refuses it" in failed.report()
+    assert profile.read_bytes() == before
+    assert f"  {CODEX_RELEASE}: calibrated (as 0.171.0; the last re-run failed:" in _cli("agents", "list").stdout

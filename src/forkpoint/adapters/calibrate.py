@@ -36,7 +36,11 @@ def _probe_for(agent: str) -> Probe:
         from forkpoint.adapters.claude_code.calibrate import probe
 
         return probe
-    raise configuration(f"calibrating {agent} is not supported yet (supported: claude-code)")
+    if agent == "codex":
+        from forkpoint.adapters.codex.calibrate import probe as codex_probe
+
+        return codex_probe
+    raise configuration(f"calibrating {agent} is not supported yet (supported: claude-code, codex)")
 
 
 def candidates(spec: AgentSpec, version: str) -> list[str]:
