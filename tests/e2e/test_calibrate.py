@@ -64,6 +64,11 @@ def test_the_release_is_calibrated_against_the_nearest_profile_and_listed(store:
     checks = {(c["check"], c["against"]): c["ok"] for c in profile["checked"]}
     assert checks[("parse", None)] and checks[("tool_observations", "2.1.332")]
     assert checks[("resume_envelope", "2.1.332")]
+    probe = store / "claude-code" / f"{RELEASE}.probe"  # the release's own native session and requests
+    assert f'"version":"{RELEASE}"' in (probe / "session.jsonl").read_text()
+    requests = [json.loads(line) for line in (probe / "requests.jsonl").read_text().splitlines()]
+    assert sum(1 for r in requests if r["kind"] == "main") == 7
+    assert "sha256" in requests[-1]["body"]["system"] and (probe / "resume-requests.jsonl").is_file()
     record = next(c for c in profile["checked"] if c["check"] == "record")
     assert "8 tool calls, large output persisted to tool-results/" in record["detail"]
     assert "| tool_observations | 2.1.332 | ok | 8 of 8 observations exact |" in \
@@ -119,11 +124,14 @@ def test_a_calibration_that_does_not_match_fails_with_its_report_and_changes_not
     profile written by the successful calibration is left byte for byte."""
     profile = store / "claude-code" / f"{RELEASE}.json"
     before = profile.read_bytes()
+    session_before = (store / "claude-code" / f"{RELEASE}.probe" / "session.jsonl").read_bytes()
     result = _cli("agents", "calibrate", f"claude-code@{RELEASE}", "--against", "2.1.220")
     assert result.returncode == 11, result.stdout + result.stderr
     assert "| resume_envelope | 2.1.220 | DIFFERS | the gate refuses it" in result.stdout
     assert "Continue from where you left off." in result.stdout
     assert profile.read_bytes() == before
+    assert (store / "claude-code" / f"{RELEASE}.probe" / "session.jsonl").read_bytes() == session_before
+    assert (store / "claude-code" / f"{RELEASE}.failed-probe" / "session.jsonl").is_file()
     failed = json.loads((store / "claude-code" / f"{RELEASE}.failed.json").read_text())
     assert failed["status"] == "failed" and "tried 2.1.220" in failed["reason"]
     listing = _cli("agents", "list").stdout

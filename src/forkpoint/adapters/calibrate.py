@@ -100,11 +100,15 @@ def calibration_label(text: str) -> str:
 
 
 def _store(outcome: Outcome) -> None:
-    """Success: the profile (atomically) and the report, the failure marker removed. Failure: the marker and the
-    report only; an earlier profile stays."""
+    """Success: the profile (atomically), the report and the probe's recording (``<version>.probe/``), the failure
+    marker removed. Failure: the marker, the report and ``<version>.failed-probe/``; an earlier profile and its
+    recording stay."""
     path = calibration.profile_path(outcome.agent, outcome.version)
     calibration.write_atomically(calibration.report_path(outcome.agent, outcome.version), outcome.report())
     failed = calibration.failed_path(outcome.agent, outcome.version)
+    if outcome.evidence:
+        calibration.write_folder(calibration.evidence_path(outcome.agent, outcome.version, outcome.ok),
+                                 outcome.evidence)
     if not outcome.ok:
         calibration.write_atomically(failed, json.dumps({
             "schema": calibration.SCHEMA, "status": "failed", "agent": outcome.agent, "version": outcome.version,

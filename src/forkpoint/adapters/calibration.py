@@ -104,6 +104,8 @@ class Outcome:
     maps_to: str | None = None
     checks: list[Check] = field(default_factory=list)
     reason: str | None = None
+    #: what the probe recorded, kept with the calibration: file name -> bytes (the native session, the requests)
+    evidence: dict[str, bytes] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -188,6 +190,46 @@ def listed(spec: AgentSpec) -> list[tuple[str, str, str]]:
                 and load(spec, version) is None and (why := failure(spec, version)) is not None:
             rows.append((version, "failed", why))
     return rows
+
+
+def evidence_path(agent: str, version: str, ok: bool) -> Path:
+    return profile_path(agent, version).with_name(f"{version}.probe" if ok else f"{version}.failed-probe")
+
+
+def compact_requests(requests: list[dict[str, Any]]) -> bytes:
+    """The model requests a probe received, one JSON line each, the big constant parts (system prompt, tools,
+    instructions) replaced by their SHA-256."""
+    import hashlib
+
+    lines = []
+    for entry in requests:
+        body = entry.get("body")
+        if isinstance(body, dict):
+            body = {key: ({"sha256": hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()}
+                          if key in ("system", "tools", "instructions") else value) for key, value in body.items()}
+        lines.append(json.dumps({"kind": entry.get("kind"), "path": entry.get("path"), "body": body},
+                                ensure_ascii=False))
+    return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+def write_folder(path: Path, files: dict[str, bytes]) -> None:
+    """Replace the folder ``path`` by one holding ``files`` (written beside it, then renamed into place)."""
+    import shutil
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        for name, data in files.items():
+            (staging / name).write_bytes(data)
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+        staging.rename(path)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
 
 
 def now() -> str:

@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from forkpoint.adapters.calibration import Check, Outcome
+from forkpoint.adapters.calibration import Check, Outcome, compact_requests
 from forkpoint.adapters.kit.calibration import replay_check
 from forkpoint.adapters.kit.calibration import run_release as _run
 from forkpoint.adapters.spec import AgentSpec
@@ -114,6 +114,8 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
         outcome.reason = "the probe session did not complete as scripted"
         return None
     session = _session_file(home, cwd)
+    outcome.evidence.update({"session.jsonl": session.read_bytes(),
+                             "requests.jsonl": compact_requests(model.requests)})
     lines = _lines(session)
     results = _results(lines)
     missing = [i for ids in expected for i in ids if i not in results]
@@ -142,7 +144,8 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
 
     nonce = f"fp-calibrate-{secrets.token_hex(16)}"
     cut, session_id = _cut_after_first_results(lines, expected[0]), session.stem
-    body = _resume_request(entrypoint, argv(entrypoint, session_id, nonce, 1), cut, session_id, cwd, scratch)
+    body = _resume_request(entrypoint, argv(entrypoint, session_id, nonce, 1), cut, session_id, cwd, scratch,
+                           outcome)
 
     for candidate in candidates:
         rewritten = [{**line, "version": candidate} if isinstance(line, dict) and line.get("version") == version
@@ -166,7 +169,7 @@ def _cut_after_first_results(lines: list[Any], ids: list[str]) -> list[Any]:
 
 
 def _resume_request(entrypoint: Path, command: list[str], cut: list[Any], session_id: str, cwd: Path,
-                    scratch: Path) -> Any:
+                    scratch: Path, outcome: Outcome) -> Any:
     """The release's first main model request when it resumes ``cut`` (its own session, cut as a replay does)."""
     from forkpoint.adapters.claude_code.launch import session_path
     from forkpoint.testing.scripted_model import ScriptedModel, text
@@ -178,6 +181,7 @@ def _resume_request(entrypoint: Path, command: list[str], cut: list[Any], sessio
     model = ScriptedModel([[text("Resumed.")]], seed=f"{SEED}/resume")
     with model.serve() as url:
         _run(command, _env(home, url), cwd, "resume")
+    outcome.evidence["resume-requests.jsonl"] = compact_requests(model.requests)
     main = [entry for entry in model.requests if entry.get("kind") == "main"]
     if not main:
         raise trajectory_error("the release made no model request after --resume")

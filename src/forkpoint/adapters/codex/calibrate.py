@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from forkpoint.adapters.calibration import Check, Outcome
+from forkpoint.adapters.calibration import Check, Outcome, compact_requests
 from forkpoint.adapters.kit.calibration import replay_check, run_release
 from forkpoint.adapters.spec import AgentSpec
 from forkpoint.core.errors import trajectory as trajectory_error
@@ -105,6 +105,7 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
         outcome.reason = "the probe session did not complete as scripted"
         return None
     rollout = _rollout(home)
+    outcome.evidence.update({"rollout.jsonl": rollout.read_bytes(), "requests.jsonl": compact_requests(model.requests)})
     lines = [json.loads(raw) for raw in rollout.read_text("utf-8").splitlines() if raw.strip()]
     outputs = _outputs(lines)
     missing = [i for ids in expected for i in ids if i not in outputs]
@@ -141,6 +142,7 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
         target.parent.mkdir(parents=True)
         target.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in cut), "utf-8")
         run_release(argv(entrypoint, session_id, nonce), env, cwd, "resume")
+    outcome.evidence["resume-requests.jsonl"] = compact_requests(resume.requests)
     main = [entry for entry in resume.requests if entry.get("kind") == "main"]
     if not main:
         raise trajectory_error("the release made no model request after exec resume")
