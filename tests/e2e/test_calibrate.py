@@ -76,6 +76,9 @@ def test_the_release_is_calibrated_against_the_nearest_profile_and_listed(store:
     listing = _cli("agents", "list")
     assert listing.returncode == 0, listing.stderr
     assert f"  {RELEASE}: calibrated (as 2.1.332)" in listing.stdout.splitlines()
+    rows = json.loads(_cli("agents", "list", "--json").stdout)
+    row = next(r for r in rows if (r["agent"], r["version"]) == ("claude-code", RELEASE))
+    assert (row["status"], row["detail"]) == ("calibrated", "as 2.1.332")
 
 
 def _record(tmp_path: Path) -> tuple[Path, Path, list[list[dict[str, object]]]]:

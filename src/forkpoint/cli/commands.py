@@ -229,11 +229,16 @@ def agents_calibrate(args: argparse.Namespace) -> None:
 
 def agents_list(args: argparse.Namespace) -> None:
     from forkpoint import runtimes
-    from forkpoint.adapters import all_specs, calibration
+    from forkpoint.adapters import agent_spec, all_specs, calibration
 
     installed = runtimes.list_installed()
     if args.as_json:
-        print_json([{"agent": r.agent, "version": r.version, "entrypoint": str(r.entrypoint)} for r in installed])
+        statuses = {(spec.name, version): (status, detail) for spec in all_specs() if spec.runtime is not None
+                    for version, status, detail in calibration.listed(spec)}
+        print_json([{"agent": r.agent, "version": r.version, "entrypoint": str(r.entrypoint),
+                     "status": "verified" if r.version in agent_spec(r.agent).versions
+                     else statuses.get((r.agent, r.version), ("unverified", ""))[0],
+                     "detail": statuses.get((r.agent, r.version), (None, None))[1]} for r in installed])
         return
     for spec in all_specs():
         if spec.runtime is None:  # not installable by forkpoint (an explicit --agent-entrypoint only)

@@ -377,7 +377,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         calibrate.add_argument("--json", dest="as_json", action="store_true", help="Print the outcome as JSON.")
         listing = _command(agents_commands, "list", "List installed runtimes, the verified versions of each agent "
                            "and the versions calibrated (or failed) in the user's cache.", "commands:agents_list")
-        listing.add_argument("--json", dest="as_json", action="store_true", help="Print JSON.")
+        listing.add_argument("--json", dest="as_json", action="store_true", help="Print the installed runtimes as "
+                             "JSON, each with its status: verified, calibrated, failed or unverified.")
     return root
 
 
