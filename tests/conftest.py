@@ -89,6 +89,19 @@ def _private_workspace_lock_dir(tmp_path_factory: pytest.TempPathFactory) -> Ite
         os.environ["FORKPOINT_LOCK_DIR"] = previous
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _private_calibration_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """An empty calibration store (forkpoint.adapters.calibration): a version the developer calibrated in their
+    own cache must not turn a test's unverified recording into a calibrated one."""
+    previous = os.environ.get("FORKPOINT_CALIBRATIONS")
+    os.environ["FORKPOINT_CALIBRATIONS"] = str(tmp_path_factory.mktemp("calibrations"))
+    yield
+    if previous is None:
+        os.environ.pop("FORKPOINT_CALIBRATIONS", None)
+    else:
+        os.environ["FORKPOINT_CALIBRATIONS"] = previous
+
+
 @pytest.fixture()
 def fsynced_paths(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The path behind every fsync from now on, in order (the real os.fsync still runs)."""

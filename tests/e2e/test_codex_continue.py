@@ -36,7 +36,7 @@ def _cases() -> list[tuple[str, str, int]]:
     for version in VERSIONS:
         for rollout in sorted((FIXTURES / version).glob("*/rollout.jsonl")):
             count = parse_rollout(rollout).complete_count
-            boundaries = range(1, count + 1)
+            boundaries: list[int] = list(range(1, count + 1))
             if rollout.parent.name in SAMPLED:  # its replays wait out real yield/poll windows: a sample of them
                 boundaries = sorted({1, (count + 1) // 2, count})
             for after in boundaries:

@@ -7,6 +7,9 @@
 (c) Which BINARY continues it? Always a verified version (``continuing_version``): the recorded one when it is
     verified, else the newest version proven to continue recordings of ``tool_version`` (``cross_versions``).
 
+A version the user calibrated (``forkpoint agents calibrate``, ``forkpoint.adapters.calibration``) is
+``calibrated``: (b) is the verified version its calibration mapped it to, and it does not degrade the result.
+
 A recorded version that is not verified degrades the result (``unverified_version``); it never refuses work unless
 the user asks for the old exact-pin rule (``--require-verified-version``). The recorded version string comes from
 the input: it is only ever a bounded, escaped label (``label``), never a path or an argument.
@@ -19,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from forkpoint.adapters import calibration
 from forkpoint.adapters.spec import AgentSpec, FormatFamily
 from forkpoint.core.errors import configuration, unsupported_version
 from forkpoint.core.model import Mode, Plan, Trajectory, VersionFacts
@@ -95,6 +99,9 @@ def resolve(spec: AgentSpec, trajectory: Trajectory, family_name: str) -> Versio
     shown = label(", ".join(versions) if len(versions) > 1 else recorded)
     if recorded is not None and len(versions) <= 1 and recorded in candidates:
         return VersionFacts(shown, "verified", family.name, recorded, spec.versions[recorded])
+    calibrated = calibration.load(spec, recorded) if len(versions) <= 1 else None
+    if calibrated is not None and calibrated.format_family == family.name and calibrated.maps_to in candidates:
+        return VersionFacts(shown, "calibrated", family.name, calibrated.maps_to, spec.versions[calibrated.maps_to])
     if recorded is None:
         why = f"the recording names no {spec.title} version ({spec.version_field})"
     elif len(versions) > 1:
@@ -115,7 +122,7 @@ def reachable(spec: AgentSpec, tool_version: str) -> list[str]:
 def continuing_version(spec: AgentSpec, facts: VersionFacts | None, requested: str | None,
                        tool_version: str | None) -> str | None:
     """Answer (c): None keeps the recording's own (verified) version; otherwise the version to continue with."""
-    if facts is None or facts.status != "unverified" or tool_version is None:
+    if facts is None or facts.status == "verified" or tool_version is None:
         return requested
     choices = reachable(spec, tool_version)
     if requested is None:

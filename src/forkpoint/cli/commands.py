@@ -40,6 +40,8 @@ def version_text(result: ReplayResult) -> str:
     shown = result.recorded_version or "unknown"
     if result.recorded_version_status == "unverified":
         return f" (unverified_version: {shown}, tools as {agent.tool_semantics_version})"
+    if result.recorded_version_status == "calibrated":
+        return f", version {shown} calibrated (as {agent.tool_semantics_version})"
     return f", version {shown} {result.recorded_version_status}"
 
 
@@ -203,13 +205,40 @@ def agents_install(args: argparse.Namespace) -> None:
     say(f"{runtime.agent}@{runtime.version}: {runtime.entrypoint}")
 
 
+def agents_calibrate(args: argparse.Namespace) -> None:
+    from forkpoint.adapters import calibration
+    from forkpoint.adapters.calibrate import calibrate
+    from forkpoint.core.errors import ReplayError, unsupported_version
+
+    try:
+        outcome = calibrate(args.spec, against=args.against, progress=lambda line: say(line, err=True, style=DIM))
+    except ReplayError as error:
+        fail(error, args.as_json)
+    report = calibration.report_path(outcome.agent, outcome.version)
+    if args.as_json:
+        print_json({"agent": outcome.agent, "version": outcome.version, "status": "calibrated" if outcome.ok
+                    else "failed", "maps_to": outcome.maps_to, "reason": outcome.reason, "report": str(report),
+                    "checked": [c.to_json() for c in outcome.checks]})
+    else:
+        say(outcome.report())
+        say(f"report: {report}")
+    if not outcome.ok:
+        fail(unsupported_version(f"calibration of {outcome.agent} {outcome.version} failed: {outcome.reason}"),
+             args.as_json)
+
+
 def agents_list(args: argparse.Namespace) -> None:
     from forkpoint import runtimes
-    from forkpoint.adapters import all_specs
+    from forkpoint.adapters import agent_spec, all_specs, calibration
 
     installed = runtimes.list_installed()
     if args.as_json:
-        print_json([{"agent": r.agent, "version": r.version, "entrypoint": str(r.entrypoint)} for r in installed])
+        statuses = {(spec.name, version): (status, detail) for spec in all_specs() if spec.runtime is not None
+                    for version, status, detail in calibration.listed(spec)}
+        print_json([{"agent": r.agent, "version": r.version, "entrypoint": str(r.entrypoint),
+                     "status": "verified" if r.version in agent_spec(r.agent).versions
+                     else statuses.get((r.agent, r.version), ("unverified", ""))[0],
+                     "detail": statuses.get((r.agent, r.version), (None, None))[1]} for r in installed])
         return
     for spec in all_specs():
         if spec.runtime is None:  # not installable by forkpoint (an explicit --agent-entrypoint only)
@@ -217,6 +246,8 @@ def agents_list(args: argparse.Namespace) -> None:
         have = {r.version for r in installed if r.agent == spec.name}
         marks = ", ".join(f"{v}{' (installed)' if v in have else ''}" for v in spec.versions)
         say(f"{spec.name}: {marks}")
+        for version, status, detail in calibration.listed(spec):
+            say(f"  {version}: {status} ({detail})")
 
 
 def export(args: argparse.Namespace) -> None:

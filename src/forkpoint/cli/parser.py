@@ -388,9 +388,18 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         install = _command(agents_commands, "install", "Install a verified agent version from its registry into "
                            "forkpoint's runtime cache.", "commands:agents_install")
         install.add_argument("spec", metavar="SPEC", help="AGENT@VERSION, e.g. claude-code@2.1.220.")
-        listing = _command(agents_commands, "list", "List installed runtimes and the verified versions of each agent.",
-                           "commands:agents_list")
-        listing.add_argument("--json", dest="as_json", action="store_true", help="Print JSON.")
+        calibrate = _command(agents_commands, "calibrate", "Make an unshipped release usable: install it, record it "
+                             "against a scripted model and check it against the nearest verified version (parser, "
+                             "tool observations, resume envelope); on success replay and continue treat it as "
+                             "calibrated.", "commands:agents_calibrate")
+        calibrate.add_argument("spec", metavar="SPEC", help="AGENT@VERSION, e.g. claude-code@2.1.331.")
+        calibrate.add_argument("--against", metavar="VERSION", help="Check only against this verified version "
+                               "(default: every verified version of its format family, nearest first).")
+        calibrate.add_argument("--json", dest="as_json", action="store_true", help="Print the outcome as JSON.")
+        listing = _command(agents_commands, "list", "List installed runtimes, the verified versions of each agent "
+                           "and the versions calibrated (or failed) in the user's cache.", "commands:agents_list")
+        listing.add_argument("--json", dest="as_json", action="store_true", help="Print the installed runtimes as "
+                             "JSON, each with its status: verified, calibrated, failed or unverified.")
     return root
 
 

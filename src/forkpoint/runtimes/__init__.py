@@ -28,7 +28,7 @@ from forkpoint.runtimes.base import (
 )
 
 __all__ = ["MANIFEST_NAME", "SCHEMA_VERSION", "Runtime", "cache_root", "check_cross_version", "check_verified",
-           "continued_by", "find", "install", "list_installed", "probe_entrypoint", "probe_version",
+           "continued_by", "find", "install", "install_release", "list_installed", "probe_entrypoint", "probe_version",
            "resolve_entrypoint"]
 
 
@@ -48,6 +48,20 @@ def install(agent: str, version: str) -> Runtime:
     interpreter, uv = python.prerequisites(package, version)
     return install_staged(agent, version,
                           lambda staging: python.install(agent, version, package, staging, interpreter, uv))
+
+
+def install_release(agent: str, version: str) -> Runtime:
+    """Install any released ``agent@version`` from npm, verified or not, for ``forkpoint agents calibrate`` (the
+    caller validated the version string: forkpoint.adapters.calibration.check_target)."""
+    package = package_of(agent)
+    existing = find(agent, version)
+    if existing:
+        return existing
+    if not isinstance(package, NpmPackage):
+        raise ReplayError(ErrorKind.CONFIGURATION, f"calibrating {agent} is not supported (not an npm agent)")
+    from forkpoint.runtimes import npm
+
+    return install_staged(agent, version, lambda staging: npm.install(agent, version, package, staging))
 
 
 def probe_version(runtime: Runtime) -> str:

@@ -1,0 +1,186 @@
+"""Codex's calibration probe (forkpoint.adapters.calibrate): one recorded ``codex exec`` and one ``exec resume``.
+
+The rollout is the re-record script's coverage in one run (scripts/record_codex_fixtures.py): parallel
+exec_command calls, an apply_patch, a large output and a failing command. The resume is what a continuation does
+(``launch.argv``, ``launch.environment``, ``launch.config_toml``): the rollout cut after its first outputs, resumed
+with a nonce prompt; its first model request is what the bridge gate checks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+from pathlib import Path
+from typing import Any
+
+from forkpoint.adapters.calibration import Check, Outcome, compact_requests
+from forkpoint.adapters.kit.calibration import replay_check, run_release
+from forkpoint.adapters.spec import AgentSpec
+from forkpoint.core.errors import trajectory as trajectory_error
+
+TASK = "Probe every tool: run commands, patch a file."
+FILES = {"a.txt": "alpha\n", "b.txt": "beta\n"}
+SEED = "codex/calibrate"
+MODEL = "gpt-5.5"
+PROVIDER = "scripted"
+ERROR_STEPS = frozenset({3})
+MAX_ROLLOUT_BYTES = 64 * 1024 * 1024
+
+
+def _turns() -> list[list[dict[str, Any]]]:
+    from forkpoint.testing.scripted_model import custom_tool_call, text, tool_use
+
+    def run(cmd: str) -> dict[str, Any]:
+        return tool_use("exec_command", {"cmd": cmd})
+
+    return [[text("Reading both files in parallel."), run("sleep 1 && cat a.txt"), run("cat b.txt")],
+            [custom_tool_call("apply_patch", "*** Begin Patch\n*** Add File: new.txt\n+line one\n*** End Patch\n")],
+            [run("seq 1 20000")],
+            [run("ls missing-dir")],
+            [text("Done probing.")]]
+
+
+def _restore(cwd: Path) -> Path:
+    shutil.rmtree(cwd, ignore_errors=True)
+    cwd.mkdir(parents=True)
+    for rel, content in FILES.items():
+        (cwd / rel).write_text(content, "utf-8")
+    return cwd
+
+
+def _home(home: Path, url: str) -> dict[str, str]:
+    """A fresh CODEX_HOME whose provider is ScriptedModel, and the continuation's environment for it."""
+    from forkpoint.adapters.codex.launch import codex_home, config_toml, environment
+
+    codex_home(home).mkdir(parents=True, exist_ok=True)
+    (codex_home(home) / "config.toml").write_text(config_toml(url, MODEL, PROVIDER), "utf-8")
+    env = environment(os.environ, home)
+    (home / "tmp").mkdir(parents=True, exist_ok=True)
+    env["TMPDIR"] = str(home / "tmp")
+    return env
+
+
+def _rollout(home: Path) -> Path:
+    from forkpoint.adapters.codex.launch import codex_home
+
+    found = sorted((codex_home(home) / "sessions").rglob("rollout-*.jsonl"))
+    if len(found) != 1 or found[0].is_symlink() or not found[0].is_file():
+        raise trajectory_error(f"expected one rollout written by the release, found {len(found)}")
+    if found[0].stat().st_size > MAX_ROLLOUT_BYTES:
+        raise trajectory_error("the release wrote a rollout larger than 64 MiB")
+    return found[0]
+
+
+def _outputs(lines: list[Any]) -> dict[str, str]:
+    found = {}
+    for line in lines:
+        payload = line.get("payload") if isinstance(line, dict) and line.get("type") == "response_item" else None
+        if isinstance(payload, dict) and str(payload.get("type", "")).endswith("_output"):
+            output = payload.get("output")
+            found[str(payload.get("call_id"))] = output if isinstance(output, str) else json.dumps(output)
+    return found
+
+
+def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str], scratch: Path,
+          outcome: Outcome) -> str | None:
+    from forkpoint.adapters import get_adapter
+    from forkpoint.adapters.codex.launch import argv, codex_home
+    from forkpoint.testing.scripted_model import ScriptedModel
+
+    cwd, home = scratch / "workspace", scratch / "home"
+    _restore(cwd)
+    turns = _turns()
+    model = ScriptedModel(turns, seed=SEED, model=MODEL)
+    expected = [[item["call_id"] for item in model.respond_responses("main", step)[1] if "call_id" in item]
+                for step in range(len(turns))]
+    record = [str(entrypoint), "exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
+              TASK]
+    with model.serve() as url:
+        code, stderr = run_release(record, _home(home, url), cwd, "probe session")
+    if code != 0:
+        outcome.checks.append(Check("record", False, f"exit {code}; stderr: "
+                                    f"{stderr.decode('utf-8', 'replace')[-300:].strip()}"))
+        outcome.reason = "the probe session did not complete as scripted"
+        return None
+    rollout = _rollout(home)
+    outcome.evidence.update({"rollout.jsonl": rollout.read_bytes(), "requests.jsonl": compact_requests(model.requests)})
+    lines = [json.loads(raw) for raw in rollout.read_text("utf-8").splitlines() if raw.strip()]
+    outputs = _outputs(lines)
+    missing = [i for ids in expected for i in ids if i not in outputs]
+    wrong = [i for step, ids in enumerate(expected) for i in ids if i in outputs
+             and f"Process exited with code {2 if step in ERROR_STEPS else 0}\n" not in outputs[i]
+             and "exec_command" in json.dumps(turns[step])]
+    recorded_ok = not missing and not wrong
+    problems = (f"; no output for {missing}" if missing else "") + (f"; wrong exit code for {wrong}" if wrong else "")
+    outcome.checks.append(Check("record", recorded_ok, f"exit 0, {len(lines)} rollout lines, "
+                                f"{sum(map(len, expected))} tool calls{problems}"))
+    if not recorded_ok:
+        outcome.reason = "the probe session did not complete as scripted"
+        return None
+
+    adapter = get_adapter(spec.name)
+    parsed = adapter.parse(rollout)
+    family = adapter.format_family(parsed)  # type: ignore[attr-defined]
+    outcome.family = family
+    calls = sum(len(batch.calls) for batch in parsed.batches)
+    parse_ok = parsed.version == version and calls == sum(map(len, expected))
+    outcome.checks.append(Check("parse", parse_ok, f"read as {family}, version {parsed.version}, {calls} calls"))
+    if not parse_ok:
+        outcome.reason = "the parser does not read the release's rollout as written"
+        return None
+
+    nonce = f"fp-calibrate-{secrets.token_hex(16)}"
+    cut = _cut_after_first_outputs(lines, expected[0])
+    session_id = str(lines[0].get("payload", {}).get("id"))
+    resume_home = scratch / "resume-home"
+    target = codex_home(resume_home) / rollout.relative_to(codex_home(home))
+    resume = ScriptedModel([[{"type": "text", "text": "Resumed."}]], seed=f"{SEED}/resume", model=MODEL)
+    with resume.serve() as url:
+        env = _home(resume_home, url)
+        target.parent.mkdir(parents=True)
+        target.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in cut), "utf-8")
+        run_release(argv(entrypoint, session_id, nonce), env, cwd, "resume")
+    outcome.evidence["resume-requests.jsonl"] = compact_requests(resume.requests)
+    main = [entry for entry in resume.requests if entry.get("kind") == "main"]
+    if not main:
+        raise trajectory_error("the release made no model request after exec resume")
+    body = main[0].get("body")
+
+    for candidate in candidates:
+        rewritten = [{**line, "payload": {**line["payload"], "cli_version": candidate}}
+                     if isinstance(line, dict) and line.get("type") == "session_meta"
+                     and isinstance(line.get("payload"), dict) else line for line in lines]
+        tools_ok = replay_check(spec.name, candidate, rewritten, len(expected) - 1, lambda: _restore(cwd), scratch,
+                                outcome, name="rollout.jsonl")
+        envelope_ok = _envelope_check(candidate, cut, nonce, body, outcome)
+        if tools_ok and envelope_ok:
+            return candidate
+    outcome.reason = ("no verified version's tool semantics and resume envelope both match "
+                      f"(tried {', '.join(candidates)})")
+    return None
+
+
+def _cut_after_first_outputs(lines: list[Any], ids: list[str]) -> list[Any]:
+    last = max(index for index, line in enumerate(lines) if isinstance(line, dict)
+               and line.get("type") == "response_item" and isinstance(line.get("payload"), dict)
+               and str(line["payload"].get("type", "")).endswith("_output") and line["payload"].get("call_id") in ids)
+    return lines[:last + 1]
+
+
+def _envelope_check(candidate: str, cut: list[Any], nonce: str, body: Any, outcome: Outcome) -> bool:
+    from forkpoint.adapters.codex.envelope import expected_prefix
+    from forkpoint.adapters.codex.gate import clean_first_request
+    from forkpoint.core.errors import ReplayError
+
+    items = [line["payload"] for line in cut if isinstance(line, dict) and line.get("type") == "response_item"]
+    try:
+        verdict = clean_first_request(expected_prefix(items, nonce, candidate, candidate), body)
+    except ReplayError as error:
+        outcome.checks.append(Check("resume_envelope", False, f"no manifest: {error.message}", candidate))
+        return False
+    outcome.checks.append(Check("resume_envelope", verdict.ok,
+                                "the gate accepts the first request after exec resume" if verdict.ok
+                                else f"the gate refuses it: {verdict.reason}", candidate))
+    return verdict.ok

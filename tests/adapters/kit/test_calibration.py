@@ -1,0 +1,29 @@
+"""The probe runner: a release that hangs is killed with everything it started at the deadline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from forkpoint.adapters.kit.calibration import run_release
+from forkpoint.core.errors import ReplayError
+
+
+def test_the_exit_code_and_the_stderr_tail_are_returned(tmp_path: Path) -> None:
+    code, stderr = run_release(["/bin/sh", "-c", "head -c 5000 /dev/zero | tr '\\0' x >&2; echo end >&2; exit 3"],
+                               {"PATH": "/usr/bin:/bin"}, tmp_path, "probe")
+    assert code == 3 and len(stderr) == 2000 and stderr.endswith(b"xend\n")
+
+
+def test_a_hanging_release_and_its_children_are_killed_at_the_deadline(tmp_path: Path) -> None:
+    pid_file = tmp_path / "child.pid"
+    with pytest.raises(ReplayError, match=r"did not finish within 0\.5 s"):
+        run_release(["/bin/sh", "-c", f"sleep 300 & echo $! > {pid_file}; wait"], {"PATH": "/usr/bin:/bin"},
+                    tmp_path, "probe", timeout=0.5)
+    child = int(pid_file.read_text())
+    try:
+        state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        state = "gone"
+    assert state in ("gone", "Z"), f"the release's child {child} survived ({state})"

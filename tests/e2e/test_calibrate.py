@@ -1,0 +1,172 @@
+"""End to end: ``forkpoint agents calibrate`` on a REAL unshipped Claude Code release (issue 28, item 4).
+
+Claude Code 2.1.331 (not verified) is installed into the runtime cache and calibrated once per test session into
+a private calibration store; ScriptedModel is the model (the only stand-in). A recording the release makes is
+then replayed with ``recorded_version_status: calibrated`` (quality not degraded) and continued by a verified
+binary; a calibration that cannot match fails with its report and changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from forkpoint import runtimes
+from forkpoint.adapters import calibration
+from forkpoint.adapters.calibrate import calibrate
+from forkpoint.adapters.calibration import Outcome
+from forkpoint.adapters.claude_code.calibrate import _env, _session_file
+from forkpoint.adapters.kit.calibration import run_release as _run
+from forkpoint.run.engine import execute
+from forkpoint.run.request import build_request
+from forkpoint.testing import ScriptedModel
+from forkpoint.testing.scripted_model import text, tool_use
+
+pytestmark = pytest.mark.e2e
+
+RELEASE = "2.1.331"  # a real release between the verified 2.1.220 and 2.1.332, shipped by no forkpoint release
+
+
+@pytest.fixture(scope="session")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The session's calibration store (``FORKPOINT_CALIBRATIONS``), with RELEASE calibrated once."""
+    if runtimes.find("claude-code", RELEASE) is None and shutil.which("npm") is None:
+        pytest.skip(f"claude-code {RELEASE} is not installed and npm is missing")
+    previous = os.environ.get("FORKPOINT_CALIBRATIONS")
+    folder = tmp_path_factory.mktemp("calibrations")
+    os.environ["FORKPOINT_CALIBRATIONS"] = str(folder)
+    try:
+        outcome = calibrate(f"claude-code@{RELEASE}")
+        assert outcome.ok, outcome.report()
+        yield folder
+    finally:
+        if previous is None:
+            os.environ.pop("FORKPOINT_CALIBRATIONS", None)
+        else:
+            os.environ["FORKPOINT_CALIBRATIONS"] = previous
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "forkpoint.cli", *args], capture_output=True, text=True,
+                          timeout=600, check=False)
+
+
+def test_the_release_is_calibrated_against_the_nearest_profile_and_listed(store: Path) -> None:
+    profile = json.loads((store / "claude-code" / f"{RELEASE}.json").read_text())
+    assert (profile["status"], profile["maps_to"]) == ("calibrated", "2.1.332")
+    checks = {(c["check"], c["against"]): c["ok"] for c in profile["checked"]}
+    assert checks[("parse", None)] and checks[("tool_observations", "2.1.332")]
+    assert checks[("resume_envelope", "2.1.332")]
+    probe = store / "claude-code" / f"{RELEASE}.probe"  # the release's own native session and requests
+    assert f'"version":"{RELEASE}"' in (probe / "session.jsonl").read_text()
+    requests = [json.loads(line) for line in (probe / "requests.jsonl").read_text().splitlines()]
+    assert sum(1 for r in requests if r["kind"] == "main") == 7
+    assert "sha256" in requests[-1]["body"]["system"] and (probe / "resume-requests.jsonl").is_file()
+    record = next(c for c in profile["checked"] if c["check"] == "record")
+    assert "8 tool calls, large output persisted to tool-results/" in record["detail"]
+    assert "| tool_observations | 2.1.332 | ok | 8 of 8 observations exact |" in \
+        (store / "claude-code" / f"{RELEASE}.report.md").read_text()
+    listing = _cli("agents", "list")
+    assert listing.returncode == 0, listing.stderr
+    assert f"  {RELEASE}: calibrated (as 2.1.332)" in listing.stdout.splitlines()
+    rows = json.loads(_cli("agents", "list", "--json").stdout)
+    row = next(r for r in rows if (r["agent"], r["version"]) == ("claude-code", RELEASE))
+    assert (row["status"], row["detail"]) == ("calibrated", "as 2.1.332")
+
+
+def _record(tmp_path: Path) -> tuple[Path, Path, list[list[dict[str, object]]]]:
+    """A real session of the calibrated release: one Bash call, then an answer."""
+    runtime = runtimes.find("claude-code", RELEASE)
+    assert runtime is not None
+    cwd, home = tmp_path / "ws", tmp_path / "home"
+    cwd.mkdir()
+    (cwd / "notes.txt").write_text("calibrated\n")
+    turns = [[tool_use("Bash", {"command": "cat notes.txt", "description": "Show notes"})], [text("It says so.")]]
+    with ScriptedModel(turns, seed="calibrated-recording").serve() as url:
+        code, stderr = _run([str(runtime.entrypoint), "-p", "Show the notes.", "--output-format", "stream-json",
+                             "--verbose", "--dangerously-skip-permissions"], _env(home, url), cwd, "recording")
+    assert code == 0, stderr
+    return _session_file(home, cwd), cwd, turns
+
+
+def test_a_recording_of_the_release_replays_and_continues_as_calibrated(
+        store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    session, cwd, turns = _record(tmp_path)
+    assert f'"version":"{RELEASE}"' in session.read_text()
+    values = {"agent": "claude-code", "trajectory": str(session), "after_step": 1, "workspace": str(cwd),
+              "state_dir": str(tmp_path / "state"), "output_dir": str(tmp_path / "out")}
+    replayed = execute(build_request({**values, "run_id": "replay", "replay_only": True}, source="test"))
+    assert replayed.failure is None, replayed.failure
+    assert (replayed.recorded_version, replayed.recorded_version_status) == (RELEASE, "calibrated")
+    assert replayed.quality == "verified" and replayed.quality_reasons == []
+    assert replayed.agent is not None and replayed.agent.tool_semantics_version == "2.1.332"
+    assert replayed.metadata["exact_observations"] == replayed.metadata["compared_observations"] == 1
+    if runtimes.find("claude-code", "2.1.332") is None:
+        pytest.skip("claude-code 2.1.332 is not installed (the continuing binary)")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "scripted-upstream-key")
+    model = ScriptedModel(turns, seed="calibrated-recording")
+    with model.serve() as url:
+        continued = execute(build_request({**values, "run_id": "continue", "upstream": "anthropic",
+                                           "upstream_url": url}, source="test"))
+    assert continued.failure is None, continued.failure
+    assert (continued.phase, continued.quality, continued.agent_status) == ("continued", "verified", "completed")
+    assert continued.recorded_version_status == "calibrated"
+    assert continued.metadata["continuing_agent_version"] == "2.1.332"
+    assert continued.metadata["model_bridge"]["validated"] >= 1 and continued.metadata["model_bridge"]["refused"] == 0
+
+
+def test_a_calibration_that_does_not_match_fails_with_its_report_and_changes_nothing(store: Path) -> None:
+    """Against 2.1.220 the release's resume envelope differs (no closure text): the run fails, says why, and the
+    profile written by the successful calibration is left byte for byte."""
+    profile = store / "claude-code" / f"{RELEASE}.json"
+    before = profile.read_bytes()
+    session_before = (store / "claude-code" / f"{RELEASE}.probe" / "session.jsonl").read_bytes()
+    result = _cli("agents", "calibrate", f"claude-code@{RELEASE}", "--against", "2.1.220")
+    assert result.returncode == 11, result.stdout + result.stderr
+    assert "| resume_envelope | 2.1.220 | DIFFERS | the gate refuses it" in result.stdout
+    assert "Continue from where you left off." in result.stdout
+    assert profile.read_bytes() == before
+    assert (store / "claude-code" / f"{RELEASE}.probe" / "session.jsonl").read_bytes() == session_before
+    assert (store / "claude-code" / f"{RELEASE}.failed-probe" / "session.jsonl").is_file()
+    failed = json.loads((store / "claude-code" / f"{RELEASE}.failed.json").read_text())
+    assert failed["status"] == "failed" and "tried 2.1.220" in failed["reason"]
+    listing = _cli("agents", "list").stdout
+    assert f"  {RELEASE}: calibrated (as 2.1.332; the last re-run failed:" in listing
+
+
+def test_a_broken_install_fails_before_any_profile(store: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "claude"
+    broken.write_text("#!/bin/sh\necho 'claude: corrupted install' >&2\nexit 3\n")
+    broken.chmod(0o755)
+    outcome: Outcome = calibrate("claude-code@2.1.330", install=lambda agent, version: broken)
+    assert not outcome.ok and outcome.reason == "the probe session did not complete as scripted"
+    assert "corrupted install" in outcome.report()
+    assert not calibration.profile_path("claude-code", "2.1.330").exists()
+    assert "  2.1.330: failed (the probe session did not complete as scripted)" in _cli("agents", "list").stdout
+
+
+CODEX_RELEASE = "0.169.1"  # between the verified 0.149.0 and 0.171.0
+
+
+def test_a_codex_release_is_calibrated_and_a_mismatching_profile_fails(store: Path) -> None:
+    """Codex 0.169.1 maps to 0.171.0 (exec_command, apply_patch, a large output, an error, exec resume); checked
+    only against 0.149.0 its resume envelope differs and the run fails without touching the profile."""
+    if runtimes.find("codex", CODEX_RELEASE) is None and shutil.which("npm") is None:
+        pytest.skip(f"codex {CODEX_RELEASE} is not installed and npm is missing")
+    outcome = calibrate(f"codex@{CODEX_RELEASE}")
+    assert (outcome.ok, outcome.maps_to) == (True, "0.171.0"), outcome.report()
+    assert {(c.check, c.against, c.ok) for c in outcome.checks} >= {
+        ("tool_observations", "0.171.0", True), ("resume_envelope", "0.171.0", True)}
+    profile = store / "codex" / f"{CODEX_RELEASE}.json"
+    before = profile.read_bytes()
+    failed = calibrate(f"codex@{CODEX_RELEASE}", against="0.149.0")
+    assert not failed.ok and "| resume_envelope | 0.149.0 | DIFFERS | the gate refuses it" in failed.report()
+    assert profile.read_bytes() == before
+    assert f"  {CODEX_RELEASE}: calibrated (as 0.171.0; the last re-run failed:" in _cli("agents", "list").stdout
