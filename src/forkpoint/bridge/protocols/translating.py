@@ -147,11 +147,16 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
             chunk, broken = await next_chunk(upstream, clock)
             if broken is not None or not chunk:
                 break
-            out = answer.feed(chunk)
-            if out and (gone := await write_to_agent(response, out)) is not None:
+            for out in answer.feed_parts(chunk):  # one event at a time: a huge text's closing events are each whole
+                if (gone := await write_to_agent(response, out)) is not None:
+                    break
+            if gone is not None:
                 break
         if broken is None and gone is None:
-            gone = await end_for_agent(response, answer.close())
+            for out in answer.close_parts():
+                if (gone := await write_to_agent(response, out)) is not None:
+                    break
+            gone = gone or await end_for_agent(response)
         facts["losses"] = sorted({*facts["losses"], *answer.losses})
         reported = None if answer.usage == Usage() else answer.usage.as_json()  # a server ignoring include_usage
         failure = failure_of(200, broken, broken=True) if broken is not None else (
