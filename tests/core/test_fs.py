@@ -23,12 +23,14 @@ from forkpoint.core.fs import (
     NotRegularFileError,
     PlantedLinkError,
     copy_fd_strict,
+    is_blank,
     lstat_strict,
     make_dirs_strict,
     open_confined,
     read_bounded_input,
     read_file_strict,
     read_regular_file,
+    split_line_views,
     split_lines,
     write_file_confined,
     write_file_strict,
@@ -405,6 +407,17 @@ def test_aliases_name_the_root_too(tmp_path: Path) -> None:
 def test_split_lines_numbers_offsets_and_keeps_terminators() -> None:
     assert list(split_lines(b'{"a":1}\n\r\n{"b":2}')) == [(1, 0, b'{"a":1}\n'), (2, 8, b"\r\n"), (3, 10, b'{"b":2}')]
     assert list(split_lines(b"")) == []
+
+
+def test_split_line_views_are_the_lines_without_terminators_and_copy_nothing() -> None:
+    source = b'{"a":1}\n\r\n{"b":2}'
+    views = list(split_line_views(source))
+    assert [(n, o, bytes(v), t) for n, o, v, t in views] == [(1, 0, b'{"a":1}', True), (2, 8, b"\r", True),
+                                                           (3, 10, b'{"b":2}', False)]
+    assert all(view.obj is source for _n, _o, view, _t in views)  # views into the buffer, not copies
+    assert [bytes(v) for _n, _o, v, _t in split_line_views(b"x\n\n")] == [b"x", b""]
+    assert [is_blank(v) for _n, _o, v, _t in views] == [False, True, False]
+    assert is_blank(b"") and is_blank(b" \t\x0b\x0c") and not is_blank(b" x ")
 
 
 # ------------------------------------------------------------------- strict helpers (sandbox-writable folders)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import stat
 import uuid
 from collections import deque
@@ -471,6 +472,29 @@ def split_lines(source: bytes) -> Iterator[tuple[int, int, bytes]]:
         number += 1
         yield number, offset, source[offset:end]
         offset = end
+
+
+_BLANK = re.compile(rb"\s*")
+
+
+def split_line_views(source: bytes) -> Iterator[tuple[int, int, memoryview, bool]]:
+    """(1-based number, byte offset, the line WITHOUT its ``\n`` as a view into ``source``, whether it had one) of
+    every line of a JSONL buffer. No line is copied: a parser hands the view to orjson, so a 20 MB line is held
+    once (in ``source``) while parsed, not three times (``split_lines``' slice, its copy without the ``\n``)."""
+    view = memoryview(source)
+    offset, number, size = 0, 0, len(source)
+    while offset < size:
+        end = source.find(b"\n", offset)
+        terminated = end >= 0
+        end = end if terminated else size
+        number += 1
+        yield number, offset, view[offset:end], terminated
+        offset = end + 1
+
+
+def is_blank(line: bytes | memoryview) -> bool:
+    """Whether ``line`` is only ASCII whitespace (``bytes.strip()`` empty), without copying it."""
+    return _BLANK.fullmatch(line) is not None
 
 
 def read_bounded_input(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> bytes:

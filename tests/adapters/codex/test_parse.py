@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import tracemalloc
 from pathlib import Path
 
+import orjson
 import pytest
 
 from forkpoint.adapters.codex.parse import parse_rollout
@@ -110,3 +112,27 @@ def test_a_call_without_output_blocks_only_boundaries_at_or_after_its_batch(tmp_
     assert select_boundary(parsed, 1, Mode.PREPARE_ONLY, "p").after_step == 1
     with pytest.raises(ReplayError, match="batch 2 is incomplete"):
         select_boundary(parsed, 2, Mode.PREPARE_ONLY, "p")
+
+
+def test_a_rollout_with_a_huge_answer_is_parsed_in_about_twice_its_size(tmp_path: Path) -> None:
+    """The continued rollout of a 16 MB answer holds it twice (the message and task_complete's copy). Before, the
+    re-parse held ~9x the file (a copy of each line, a copy without its newline, orjson's ~13x of a huge string, the
+    event's payload kept); now under 3x: the file, the message's text, one line's parse at a time."""
+    text = "abcde " * ((16 << 20) // 6)
+    path = simple_rollout(1).write(tmp_path / "r.jsonl")
+    with path.open("ab") as handle:
+        for line in ({"type": "response_item", "payload": {"type": "message", "role": "assistant",
+                                                           "content": [{"type": "output_text", "text": text}]}},
+                     {"type": "event_msg", "payload": {"type": "task_complete", "last_agent_message": text}}):
+            handle.write(orjson.dumps({"timestamp": "t", **line}) + b"\n")
+    del text
+    size = path.stat().st_size
+    tracemalloc.start()
+    try:
+        parsed = parse_rollout(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * size, (peak, size)
+    signature = parsed.next_actions[-1]
+    assert signature is not None and len(signature.text) > 16_000_000

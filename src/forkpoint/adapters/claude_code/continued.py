@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from forkpoint.adapters.kit.jsondoc import loads_record
 from forkpoint.core.errors import ErrorKind, ReplayError
 
 CONTINUE_TEXT = "Continue from where you left off."
@@ -56,7 +57,7 @@ def clean_continued(
     if lines[: len(prefix_lines)] != prefix_lines:
         raise _error("the agent rewrote lines of the rebuilt prefix; the continued session cannot be trusted")
     boundary_uuid = orjson.loads(prefix_lines[-1])["uuid"]
-    tail = [orjson.loads(line) for line in lines[len(prefix_lines):]]
+    tail = [loads_record(line) for line in lines[len(prefix_lines):]]
     nonce_bytes = nonce.encode()
 
     removed: dict[str, str | None] = {}  # uuid -> its replacement parent

@@ -22,7 +22,7 @@ from forkpoint.adapters.kit.ids import check_id
 from forkpoint.adapters.kit.jsondoc import load_jsonl_object
 from forkpoint.adapters.source import read_trajectory
 from forkpoint.core.errors import trajectory
-from forkpoint.core.fs import DEFAULT_MAX_INPUT_BYTES, split_lines
+from forkpoint.core.fs import DEFAULT_MAX_INPUT_BYTES, is_blank, split_line_views
 from forkpoint.core.hashing import sha256_pending
 from forkpoint.core.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
 
@@ -104,19 +104,18 @@ def parse_session(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Traje
     source = read_trajectory(path, max_bytes, "Claude Code session")
     source_sha256 = sha256_pending((source,))
     scan = _Scan()
-    for line_number, offset, raw in split_lines(source):
-        _scan_line(scan, raw, line_number, offset)
+    for line_number, offset, body, terminated in split_line_views(source):
+        _scan_line(scan, body, terminated, line_number, offset)
     return _build(path, source_sha256(), scan, source)
 
 
-def _scan_line(scan: _Scan, raw: bytes, line: int, offset: int) -> None:
-    terminated = raw.endswith(b"\n")
-    length = len(raw) - 1 if terminated else len(raw)
+def _scan_line(scan: _Scan, raw: memoryview, terminated: bool, line: int, offset: int) -> None:
+    length = len(raw)
     if length and raw[length - 1] == 0x0D:  # "\r"
         length -= 1
-    if not length or raw.isspace():
+    if not length or is_blank(raw):
         raise trajectory(f"blank line at line {line} of the Claude Code session", line=line)
-    # JSON allows the trailing "\r\n": no copy of the line without it
+    # JSON allows the trailing "\r": the view is parsed as is, never copied
     obj = load_jsonl_object(raw, line, terminated=terminated, warnings=scan.warnings)
     if obj is None:
         return

@@ -25,9 +25,10 @@ from forkpoint.adapters.codex.parse import parse_rollout
 from forkpoint.adapters.kit import continuation as shell
 from forkpoint.adapters.kit.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
 from forkpoint.adapters.kit.ids import check_id
+from forkpoint.adapters.kit.jsondoc import HUGE_RECORD_BYTES, loads_record
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.model import ActionSignature
-from forkpoint.core.results import write_atomic
+from forkpoint.core.results import atomic_writer
 from forkpoint.process import sanitized_env
 from forkpoint.sandbox import runtime_paths
 
@@ -124,32 +125,48 @@ _INJECTED_PREFIXES = ("<skills_instructions>", "## Skills update", "<permissions
 
 def clean_continued(
     lines: list[bytes], prefix: list[bytes], nonce: str, boundary_prompt: str | None,
-    notices: tuple[ResumeNotice, ...] = (),
+    notices: tuple[ResumeNotice, ...] = (), *, consume: bool = False,
 ) -> tuple[list[bytes], int]:
     """Remove the resume envelope from the continued rollout: the nonce user item and the context items the
     resume injected right before it (with ``--agent-version``, the profile's ``notices`` too); with a boundary
-    prompt the nonce item stays, holding the prompt text."""
+    prompt the nonce item stays, holding the prompt text. ``consume`` empties ``lines`` so that each raw line is
+    freed once re-serialised (the collect step's huge answers)."""
     if lines[: len(prefix)] != prefix:
         raise ReplayError(ErrorKind.CONTINUATION, "codex rewrote lines of the rebuilt rollout prefix")
-    tail = [orjson.loads(raw) for raw in lines[len(prefix):]]
-    nonce_at = [i for i, obj in enumerate(tail) if _is_user_text(obj, nonce)]
+    # the tail is parsed twice, one line at a time, and each raw line is released once re-serialised: a huge answer
+    # is held about twice at most (raw + re-serialised), never also as a list of parsed objects
+    tail: list[bytes | None] = list(lines[len(prefix):])
+    if consume:
+        lines.clear()
+    kinds: list[tuple[bool, bool, bool]] = []  # per tail line: the nonce item, a response_item, injected context
+    for raw in tail:
+        obj = loads_record(raw or b"null")
+        kinds.append((_is_user_text(obj, nonce), obj.get("type") == "response_item",
+                      _injected_context(obj) or any(_is_message(obj, n.role, n.text) for n in notices)))
+        del obj
+    nonce_at = [i for i, kind in enumerate(kinds) if kind[0]]
     if len(nonce_at) != 1:
         raise ReplayError(ErrorKind.CONTINUATION,
                           f"expected exactly one resume prompt item in the continued rollout, found {len(nonce_at)}")
     drop = {nonce_at[0]} if not boundary_prompt else set()
     for index in range(nonce_at[0] - 1, -1, -1):
-        obj = tail[index]
-        if obj.get("type") != "response_item":
+        if not kinds[index][1]:
             continue
-        if _injected_context(obj) or any(_is_message(obj, notice.role, notice.text) for notice in notices):
+        if kinds[index][2]:
             drop.add(index)
             continue
         break
     out = list(prefix)
     nonce_bytes = nonce.encode()
-    for index, obj in enumerate(tail):
+    for index in range(len(tail)):
+        raw, tail[index] = tail[index], None
         if index in drop:
             continue
+        if raw is not None and len(raw) >= HUGE_RECORD_BYTES and nonce_bytes not in raw:
+            out.append(raw)  # kept as Codex wrote it: orjson.dumps of a huge text transiently costs ~12x its size
+            continue
+        obj = loads_record(raw or b"null")
+        del raw
         data = orjson.dumps(obj)
         if nonce_bytes in data:
             if obj.get("type") == "event_msg" and not boundary_prompt:
@@ -157,6 +174,7 @@ def clean_continued(
             if not boundary_prompt:
                 raise ReplayError(ErrorKind.CONTINUATION, "the resume nonce remains in the continued rollout")
             data = data.replace(nonce_bytes, orjson.dumps(boundary_prompt)[1:-1])
+        del obj
         out.append(data)
     return out, len(drop)
 
@@ -249,14 +267,20 @@ class CodexHooks(AgentHooks[Installed]):
 
     def collect(self, job: Job, state: Installed, ran: Ran, outcome: Outcome,
                 summary: BridgeSummary) -> Collected:
-        continued = shell.read_home_file(job.context.home, state.rollout, "the continued rollout")
         from forkpoint.adapters.codex.envelope import profile_for_version
 
         # the gate already refused a pair without a profile entry, so None is not reached here
         notices = profile_for_version(job.settings.target.version).notices_for(job.plan.trajectory.version or "")
-        cleaned, removed = clean_continued(continued.splitlines(), state.rebuilt, job.nonce,
-                                           job.settings.boundary_prompt, notices or ())
+        # one copy of a huge answer at a time: the read bytes die with the split, the cleaned lines are written one
+        # by one and dropped before the re-parse (a 20 MB answer held ~5 copies at once)
+        cleaned, removed = clean_continued(
+            shell.read_home_file(job.context.home, state.rollout, "the continued rollout").splitlines(),
+            state.rebuilt, job.nonce, job.settings.boundary_prompt, notices or (), consume=True)
         path = job.continued_dir / state.rollout.name
-        write_atomic(path, b"".join(line + b"\n" for line in cleaned))
+        with atomic_writer(path) as handle:
+            for line in cleaned:
+                handle.write(line)
+                handle.write(b"\n")
+        del cleaned
         next_action, steps = _continued_actions(path, job.plan.after_step)
         return Collected(path, steps, next_action, {"envelope_items_removed": removed})

@@ -23,7 +23,7 @@ from forkpoint.adapters.kit.ids import UUID, check_id, shown
 from forkpoint.adapters.kit.jsondoc import load_jsonl_object
 from forkpoint.adapters.source import read_trajectory
 from forkpoint.core.errors import trajectory
-from forkpoint.core.fs import DEFAULT_MAX_INPUT_BYTES, split_lines
+from forkpoint.core.fs import DEFAULT_MAX_INPUT_BYTES, is_blank, split_line_views
 from forkpoint.core.hashing import sha256_pending
 from forkpoint.core.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
 
@@ -31,6 +31,8 @@ AGENT = "codex"
 CALL_TYPES = frozenset({"function_call", "custom_tool_call"})
 OUTPUT_TYPES = frozenset({"function_call_output", "custom_tool_call_output"})
 FRESH_TOOLS = frozenset({"exec_command", "write_stdin", "shell", "shell_command", "apply_patch", "update_plan"})
+#: the line types whose payload the parse reads beyond its ``type`` (event_msg, turn_context... keep only that)
+_KEPT_PAYLOADS = frozenset({"session_meta", "response_item"})
 _STALE_REASONS = {
     "view_image": "the image content is sent to the model, not re-created here",
     "web_search": "web search results change over time",
@@ -85,17 +87,15 @@ def parse_rollout(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Traje
     source_sha256 = sha256_pending((source,))
     lines: list[Line] = []
     warnings: list[str] = []
-    for number, offset, raw in split_lines(source):
-        line = _parse_line(raw, number, offset, warnings)
+    for number, offset, body, terminated in split_line_views(source):
+        line = _parse_line(body, terminated, number, offset, warnings)
         if line is not None:
             lines.append(line)
     return _build(path, source_sha256(), lines, warnings, source)
 
 
-def _parse_line(raw: bytes, number: int, offset: int, warnings: list[str]) -> Line | None:
-    terminated = raw.endswith(b"\n")
-    body = raw[:-1] if terminated else raw
-    if not body.strip():
+def _parse_line(body: memoryview, terminated: bool, number: int, offset: int, warnings: list[str]) -> Line | None:
+    if is_blank(body):
         return None
     obj = load_jsonl_object(body, number, terminated=terminated, warnings=warnings)
     if obj is None:
@@ -113,6 +113,8 @@ def _parse_line(raw: bytes, number: int, offset: int, warnings: list[str]) -> Li
         raise trajectory(f"line {number} is not a Codex rollout line (needs type and payload)", line=number)
     if not isinstance(obj.get("timestamp"), str):
         raise trajectory(f"line {number} has no timestamp", line=number)
+    if kind not in _KEPT_PAYLOADS:  # only an event's type is ever read: a huge answer's UI copies are not kept
+        payload = {"type": payload["type"]} if "type" in payload else {}
     return Line(number - 1, offset, len(body), kind, payload)
 
 

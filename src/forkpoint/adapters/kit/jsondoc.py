@@ -7,6 +7,7 @@ the adapter folders so no adapter imports another.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,25 @@ from forkpoint.adapters.source import read_trajectory
 from forkpoint.core.errors import trajectory
 from forkpoint.core.fs import DEFAULT_MAX_INPUT_BYTES
 from forkpoint.core.hashing import sha256_hex
+
+#: from this size a record is parsed by the stdlib: orjson 3.13 transiently holds ~13x a huge string while parsing
+#: it (a 20 MB line peaked at 260 MB), the stdlib ~2x (the decoded text and the result)
+HUGE_RECORD_BYTES = 1 << 20
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def loads_record(body: bytes | memoryview) -> Any:
+    """One JSON record as ``orjson.loads`` reads it (its errors included: invalid UTF-8, NaN, nesting too deep
+    are ``orjson.JSONDecodeError``), in bounded memory when huge (see ``HUGE_RECORD_BYTES``)."""
+    if len(body) < HUGE_RECORD_BYTES:
+        return orjson.loads(body)
+    try:
+        return json.loads(str(body, "utf-8"), parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and json's JSONDecodeError are ValueErrors
+        raise orjson.JSONDecodeError(str(exc), "", 0) from None
 
 
 def load_json_document(path: Path, what: str, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> tuple[Any, str]:
@@ -32,7 +52,7 @@ def load_json_document(path: Path, what: str, max_bytes: int = DEFAULT_MAX_INPUT
 
 
 def load_jsonl_object(
-    body: bytes,
+    body: bytes | memoryview,
     number: int,
     *,
     terminated: bool,
@@ -43,7 +63,7 @@ def load_jsonl_object(
     """JSON-lines record ``number`` as an object; None for a torn final (unterminated) line, which a recording cut
     mid-write leaves and which is skipped with a warning. Any other invalid line is a trajectory error."""
     try:
-        obj = orjson.loads(body)
+        obj = loads_record(body)
     except orjson.JSONDecodeError as exc:
         if not terminated:
             warnings.append(f"ignored a torn final line {number} (the recording was cut mid-write)")

@@ -31,7 +31,7 @@ from forkpoint.adapters.kit.ids import UUID, check_id
 from forkpoint.adapters.kit.jsondoc import load_jsonl_object
 from forkpoint.adapters.source import read_trajectory
 from forkpoint.core.errors import trajectory
-from forkpoint.core.fs import DEFAULT_MAX_INPUT_BYTES, split_lines
+from forkpoint.core.fs import DEFAULT_MAX_INPUT_BYTES, is_blank, split_line_views
 from forkpoint.core.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
 
 AGENT = "pi"
@@ -70,8 +70,8 @@ def parse_pi(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory
     source = read_trajectory(path, max_bytes, "Pi recording")
     objects: list[tuple[int, JsonObject]] = []
     warnings: list[str] = []
-    for number, _offset, raw in split_lines(source):
-        obj = _parse_line(raw, number, warnings)
+    for number, _offset, body, terminated in split_line_views(source):
+        obj = _parse_line(body, terminated, number, warnings)
         if obj is not None:
             objects.append((number, obj))
     sha256 = hashlib.sha256(source).hexdigest()
@@ -98,10 +98,8 @@ def _check_header_ids(header: JsonObject) -> None:
         check_id(stamp.replace(":", "-").replace(".", "-"), "session header timestamp")
 
 
-def _parse_line(raw: bytes, number: int, warnings: list[str]) -> JsonObject | None:
-    terminated = raw.endswith(b"\n")
-    body = raw[:-1] if terminated else raw
-    if not body.strip():
+def _parse_line(body: memoryview, terminated: bool, number: int, warnings: list[str]) -> JsonObject | None:
+    if is_blank(body):
         return None
     not_object = "Pi JSONL line {number} must contain an object with a type"
     obj = load_jsonl_object(body, number, terminated=terminated, warnings=warnings,

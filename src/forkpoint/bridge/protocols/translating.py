@@ -168,14 +168,19 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
             chunk, broken = await next_chunk(upstream, clock)
             if broken is not None or not chunk:
                 break
-            out = answer.feed(chunk)
-            out = bytes_out.feed(out) if bytes_out is not None else out
-            if out and (gone := await write_to_agent(response, out)) is not None:
+            for part in answer.feed_parts(chunk):  # one event at a time: a huge text's closing events are each whole
+                out = bytes_out.feed(part) if bytes_out is not None else part
+                if out and (gone := await write_to_agent(response, out)) is not None:
+                    break
+            if gone is not None:
                 break
         if broken is None and gone is None:
-            tail = answer.close()
-            tail = bytes_out.feed(tail) + bytes_out.flush() if bytes_out is not None else tail
-            gone = await end_for_agent(response, tail)
+            for part in answer.close_parts():
+                out = bytes_out.feed(part) if bytes_out is not None else part
+                if out and (gone := await write_to_agent(response, out)) is not None:
+                    break
+            if gone is None:
+                gone = await end_for_agent(response, bytes_out.flush() if bytes_out is not None else b"")
         facts["losses"] = sorted({*facts["losses"], *answer.losses})
         reported = None if answer.usage == Usage() else answer.usage.as_json()  # a server ignoring include_usage
         failure = failure_of(200, broken, broken=True) if broken is not None else (
