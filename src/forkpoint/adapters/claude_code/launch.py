@@ -228,12 +228,14 @@ class ClaudeHooks(AgentHooks[Installed]):
         return Installed(session_id, rebuilt, session_file, cwd, shell_cwd, recorded_tool_set(_recorded_lines(job)))
 
     def carried(self, job: Job) -> list[Path]:
-        """The large Bash outputs the replay saved in this home (``ClaudeToolExecutor``'s ``results_home``)."""
+        """The large Bash outputs and the task list the replay saved in this home (``ClaudeToolExecutor``'s
+        ``results_home``)."""
         session_id = job.prefix.session_id
         if session_id is None:
             return []
+        checked = check_id(session_id, "session id")
         project = config_dir(Path()) / "projects" / project_dir_name(Path(job.sandbox.cwd))
-        return [project / check_id(session_id, "session id") / "tool-results"]
+        return [project / checked / "tool-results", config_dir(Path()) / "tasks" / checked]
 
     def gate(self, job: Job, state: Installed) -> GateSpec:
         from forkpoint.adapters.claude_code.envelope import expected_prefix

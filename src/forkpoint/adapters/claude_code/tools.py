@@ -161,9 +161,10 @@ class ClaudeToolExecutor:
             "Edit": partial(edit, self.files),
             "EnterPlanMode": enter_plan_mode,
         }
-        # The session's task list, where Claude keeps it (the continued agent reads it there).
+        # The session's task list, where Claude keeps it: in the continued agent's own home when it has one (written
+        # by forkpoint, carried into the home the continuation rebuilds, like the saved large outputs).
         self._modern = self.profile is NEW
-        self.tasks = TaskList(config_dir / "tasks" / session_id, config_dir, self._modern)
+        self.tasks = TaskList(results_config / "tasks" / session_id, results_config, self._modern)
 
     def run(self, call: ToolCall) -> FreshObservation:
         started = time.monotonic()
