@@ -34,9 +34,9 @@ pytestmark = pytest.mark.e2e
 RELEASE = "2.1.331"  # a real release between the verified 2.1.220 and 2.1.332, shipped by no forkpoint release
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # its env change ends with this module
 def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The session's calibration store (``FORKPOINT_CALIBRATIONS``), with RELEASE calibrated once."""
+    """This module's calibration store (``FORKPOINT_CALIBRATIONS``), with RELEASE calibrated once."""
     if runtimes.find("claude-code", RELEASE) is None and shutil.which("npm") is None:
         pytest.skip(f"claude-code {RELEASE} is not installed and npm is missing")
     previous = os.environ.get("FORKPOINT_CALIBRATIONS")
