@@ -23,6 +23,7 @@ import os
 import secrets
 import socket
 import stat
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -66,7 +67,12 @@ def lock_batch_dir(batch_dir: Path, jobs_file: Path) -> DriverLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise ReplayError(ErrorKind.OUTPUT, _refusal(batch_dir, _read_record(fd))) from None
+            holder = _read_record(fd)
+            deadline = time.monotonic() + 5
+            while not holder and time.monotonic() < deadline:  # the holder writes it right after taking the lock
+                time.sleep(0.01)
+                holder = _read_record(fd)
+            raise ReplayError(ErrorKind.OUTPUT, _refusal(batch_dir, holder)) from None
         token = secrets.token_hex(16)
         since = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
         record = orjson.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": since,
