@@ -36,9 +36,12 @@ def _cases() -> list[tuple[str, str, int]]:
             session = FIXTURES / version / scenario / "session.jsonl"
             if session.exists():
                 parsed = parse_session(session)
-                for after in range(1, parsed.complete_count + 1):
-                    if after not in parsed.boundary_refusals:  # read_media: after a resized image's note
-                        cases.append((version, scenario, after))
+                # read_media: no boundary after a resized image's note
+                usable = [n for n in range(1, parsed.complete_count + 1) if n not in parsed.boundary_refusals]
+                # every boundary on the newest version; the first and last on the older one (sampled for CI time:
+                # the envelope differs per version, the boundaries in between repeat the same path)
+                chosen = usable if version == VERSIONS[-1] else sorted({usable[0], usable[-1]}) if usable else []
+                cases += [(version, scenario, after) for after in chosen]
     return cases
 
 

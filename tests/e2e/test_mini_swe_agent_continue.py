@@ -42,8 +42,11 @@ def _cases() -> list[tuple[str, str, int]]:
     cases = []
     for version in VERSIONS:
         for trajectory in sorted((FIXTURES / version).glob("*/trajectory.traj.json")):
-            for after in range(1, parse_trajectory(trajectory).complete_count + 1):
-                cases.append((version, trajectory.parent.name, after))
+            count = parse_trajectory(trajectory).complete_count
+            # every boundary on the newest version; the first and last on the older one (sampled for CI time:
+            # the envelope differs per version, the boundaries in between repeat the same path)
+            chosen = range(1, count + 1) if version == VERSIONS[-1] else sorted({1, count})
+            cases += [(version, trajectory.parent.name, after) for after in chosen]
     return cases
 
 

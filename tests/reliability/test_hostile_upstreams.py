@@ -231,11 +231,12 @@ def test_a_20_mb_answer_keeps_forkpoint_in_bounded_memory_and_next_action_small(
 CODEX_CHAT = Agent(**{**CODEX.__dict__, "upstream": "openai-chat"})
 
 
-@pytest.mark.parametrize("megabytes", [20, 60])
+@pytest.mark.parametrize("megabytes", [10, 30])
 @pytest.mark.parametrize(("agent", "factor"), [(CODEX_CHAT, 9), (OPENCODE, 3)], ids=["codex", "opencode"])
 def test_a_huge_chat_answer_keeps_forkpoint_in_bounded_memory(tmp_path: Path, agent: Agent, factor: int,
                                                               megabytes: int) -> None:
-    """A 20 / 60 MB Chat answer, forkpoint's peak RSS (docs/benchmarks.md, "Huge upstream answers"). codex
+    """A 10 / 30 MB Chat answer (the slope, at half the sizes measured in docs/benchmarks.md, "Huge upstream
+    answers", for CI time; the bound is linear, so the old superlinear growth still fails it). codex
     (translated; its rollout writes the text three times): 378 / 1055 MB before, 217 / 575 MB now (the collect step
     re-parsed in ~2x the rollout instead of ~4x, the bridge's closing Responses events, each carrying the whole
     text, encoded and written one at a time instead of joined). opencode (native Chat): 145 / 285 MB, a guard."""
