@@ -36,10 +36,11 @@ def bash(tmp_path: Path) -> Callable[..., ProcessResult]:
 
 @pytest.fixture()
 def assert_dead() -> Callable[[int], None]:
-    """``assert_dead(pid)``: the process is gone (or a zombie) within a second."""
+    """``assert_dead(pid)``: the process is gone (or a zombie) within 10 s (a killed process is torn down
+    asynchronously; on a loaded machine that can take more than a second)."""
 
     def check(pid: int) -> None:
-        deadline = time.monotonic() + 1.0
+        deadline = time.monotonic() + 10.0
         while _alive(pid) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert not _alive(pid), f"pid {pid} survived supervision"

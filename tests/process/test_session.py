@@ -7,14 +7,7 @@ import time
 from pathlib import Path
 
 from forkpoint.process.session import LiveProcess
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+from forkpoint.testing.processes import alive, gone_within
 
 
 def test_typed_input_comes_back_and_the_exit_is_reaped(tmp_path: Path) -> None:
@@ -39,10 +32,10 @@ def test_output_is_bounded_and_kill_ends_background_children(tmp_path: Path) -> 
     data, dropped = process.take()
     assert (len(data), dropped) == (100, 4900)
     background = int((tmp_path / "bg.pid").read_text())
-    assert _alive(background) and not process.exited
+    assert alive(background) and not process.exited
     process.kill()
     process.kill()  # idempotent
-    assert not _alive(background) and not _alive(process.proc.pid)
+    assert gone_within(background) and gone_within(process.proc.pid)
 
 
 def test_without_stdin_the_process_reads_dev_null(tmp_path: Path) -> None:
@@ -64,4 +57,4 @@ def test_a_write_to_a_process_that_never_reads_gives_up_at_its_deadline(tmp_path
         assert time.monotonic() - started < 5
     finally:
         process.kill()
-    assert not _alive(process.proc.pid)
+    assert gone_within(process.proc.pid)

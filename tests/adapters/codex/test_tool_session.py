@@ -14,6 +14,7 @@ from forkpoint.adapters.codex.tool_session import Recorded, recorded_outcome, se
 from forkpoint.adapters.codex.tools import CodexToolExecutor
 from forkpoint.core.errors import ReplayError
 from forkpoint.core.model import RunContext, ToolCall
+from forkpoint.testing.processes import alive, gone_within
 
 
 def _running(session_id: int, output: str = "") -> str:
@@ -54,14 +55,6 @@ def replay(tmp_path: Path) -> Iterator[Replay]:
     current.executor.close()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def test_a_session_that_never_exits_is_killed_with_the_replay(replay: Replay) -> None:
     cmd = "sleep 600 & echo $! > bg.pid; echo $$ > fg.pid; exec sleep 601"
     out = replay.call("exec_command", {"cmd": cmd, "yield_time_ms": 250}, _running(4242))
@@ -71,9 +64,9 @@ def test_a_session_that_never_exits_is_killed_with_the_replay(replay: Replay) ->
     assert "Process running with session ID 4242\n" in polled
     assert 4.5 < time.monotonic() - started < 15  # a poll waits at least 5 s, as in Codex
     pids = [int((replay.workspace / name).read_text()) for name in ("bg.pid", "fg.pid")]
-    assert pids and any(_alive(pid) for pid in pids), "the session is not alive between calls"
+    assert pids and any(alive(pid) for pid in pids), "the session is not alive between calls"
     replay.executor.close()
-    assert not [pid for pid in pids if _alive(pid)], "a process session outlived the replay"
+    assert not [pid for pid in pids if not gone_within(pid)], "a process session outlived the replay"
 
 
 def test_output_written_between_calls_reaches_the_next_call_once(replay: Replay) -> None:
