@@ -7,6 +7,7 @@ user-facing description.
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -57,6 +58,15 @@ def runtime_paths(entrypoint: Path) -> tuple[Path, ...]:
         root = next((parent for parent in path.parents if (parent / MANIFEST_NAME).is_file()), path.parent)
         found.append(root)
     return tuple(dict.fromkeys(found))
+
+
+def interpreter_paths(python: Path) -> tuple[Path, ...]:
+    """What a Python interpreter needs to be visible inside a sandbox: its runtime (``runtime_paths``: a venv's
+    folder) and the install the venv's ``python`` links to (``<prefix>/bin/python3.x`` -> ``<prefix>``, its
+    standard library), which may sit under a hidden home (pyenv, uv)."""
+    real = Path(os.path.realpath(python))
+    prefix = real.parent.parent if real.parent.name == "bin" else real.parent
+    return tuple(dict.fromkeys((*runtime_paths(python), prefix)))
 
 
 #: XDG base directories, relative to the agent's isolated HOME (their usual defaults).
