@@ -37,7 +37,7 @@ def test_replay_with_the_workspace_elsewhere(scenario: str, after: int, tmp_path
     assert (result.phase, result.quality) == ("replayed", "verified")
     rows = json.loads((Path(result.output_dir or "") / "observations.json").read_text())["observations"]
     assert len(rows) == after and all(row["exact"] for row in rows), rows
-    assert result.metadata["sandbox"]["agent_cwd"] == recorded and not Path(recorded).exists()
+    assert result.metadata["sandbox"]["agent_cwd"] == recorded
 
 
 def test_the_held_out_checks(tmp_path: Path) -> None:
