@@ -28,10 +28,21 @@ def unknown_sandbox_message(name: str) -> str:
     return f"unknown sandbox {name!r}; expected one of: {', '.join(SANDBOXES)}"
 
 
-def open_sandbox(name: str, workspace: Path, recorded_cwd: str | None, path_map: Sequence[str] = ()) -> Sandbox:
-    """Build the run's sandbox; refuses (ReplayError) a workspace the backend cannot place or an unusable backend."""
+def open_sandbox(name: str, workspace: Path, recorded_cwd: str | None, path_map: Sequence[str] = (), *,
+                 rootfs: str | None = None, image: str | None = None) -> Sandbox:
+    """Build the run's sandbox; refuses (ReplayError) a workspace the backend cannot place or an unusable backend.
+    ``rootfs`` / ``image``: bwrap with that root file system (``sandbox.rootfs``; an image is unpacked first)."""
     from forkpoint.sandbox.base import PathMap
 
+    if rootfs is not None or image is not None:
+        if name != "bwrap":
+            raise configuration("--rootfs / --image give the bubblewrap sandbox its root file system: use them "
+                                "with --sandbox bwrap")
+        if path_map:
+            raise configuration("--path-map is for --sandbox local")
+        from forkpoint.sandbox.rootfs import open_rootfs
+
+        return open_rootfs(workspace, recorded_cwd, rootfs=rootfs, image=image)
     target = SANDBOXES.get(name)
     if target is None:
         raise configuration(unknown_sandbox_message(name))

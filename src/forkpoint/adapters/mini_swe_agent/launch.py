@@ -154,7 +154,10 @@ class MiniHooks(AgentHooks[Installed]):
             from forkpoint.sandbox.forward import HostRelay
 
             with HostRelay(spec.bridge_port, job.context.state_dir) as relay:
-                return self._ask(self._open(job, state, spec, relay.wrap, relay.readable), job, spec)
+                def wrap(argv: list[str]) -> list[str]:
+                    return relay.wrap(job.sandbox.host_command(argv))
+
+                return self._ask(self._open(job, state, spec, wrap, relay.readable), job, spec)
         return self._ask(self._open(job, state, spec, None, ()), job, spec)
 
     @staticmethod

@@ -98,7 +98,8 @@ def run_runner(python: Path, context: RunContext, name: str, request: dict[str, 
         from forkpoint.sandbox.forward import HostRelay
 
         with HostRelay(bridge_port, context.state_dir) as relay:
-            process = sandbox.run(relay.wrap(argv), network=False, readable=(*readable, *relay.readable), **options)
+            process = sandbox.run(relay.wrap(sandbox.host_command(argv)), network=False,
+                                  readable=(*readable, *relay.readable), **options)
     else:
         process = sandbox.run(argv, network=bridge_port is not None, readable=readable, **options)
     kind = ErrorKind.CONTINUATION if name == "continue" else ErrorKind.EXECUTOR
