@@ -79,3 +79,31 @@ def test_a_tool_only_the_image_has_gives_the_recorded_observations(
     on_host = replay(tmp_path, "host")  # the host's root: no such tool
     assert [row["exact"] for row in on_host] == [False]
     assert "only-in-image" in json.dumps(on_host[0]) and "not found" in json.dumps(on_host[0])
+
+
+def test_replay_and_continue_inside_the_image(image: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The continued mini-swe-agent (a host venv on the host's loader, behind the bridge relay) runs the
+    recording's next turns in the image: its sed and the image's own tool work there."""
+    from forkpoint.testing import ScriptedModel
+
+    if runtimes.find("mini-swe-agent", "2.4.6") is None:
+        pytest.skip("mini-swe-agent 2.4.6 is not installed")
+    monkeypatch.setenv(CACHE_ENV, str(image.parent / "unpacked"))
+    monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
+    script = json.loads((FIXTURE / "script.json").read_text())
+    model = ScriptedModel(script["turns"][3:], seed=script["seed"], step_mode="counter", model="scripted",
+                          tools_required=script["tools_required"])
+    workspace = tmp_path / "ws"
+    shutil.copytree(FIXTURE / "workspace-initial", workspace)
+    trajectory = at_testbed(tmp_path)
+    with model.serve() as url:
+        result = execute(build_request({
+            "agent": "mini-swe-agent", "trajectory": str(trajectory), "after_step": 3, "workspace": str(workspace),
+            "state_dir": str(tmp_path / "state"), "output_dir": str(tmp_path / "out"), "run_id": "run",
+            "sandbox": "bwrap", "image": str(image), "upstream": "openai-chat", "upstream_url": f"{url}/v1"},
+            source="test"))
+    assert result.failure is None, result.failure
+    assert (result.phase, result.agent_status) == ("continued", "completed")
+    assert result.metadata["sandbox"]["root"]["digest"].startswith("sha256:")
+    assert result.metadata["model_bridge"]["validated"] >= 1
+    assert (workspace / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"  # the continued sed ran

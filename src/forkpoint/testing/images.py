@@ -115,10 +115,23 @@ def busybox_root(root: Path) -> str:
     else:
         shutil.copy2(os.path.realpath("/bin/sh"), root / "bin" / "sh")
         origin = os.path.realpath("/bin/sh")
-    program = root / "bin" / ("busybox" if deb is not None else "sh")
+    copy_libraries(root, root / "bin" / ("busybox" if deb is not None else "sh"))
+    return origin
+
+
+def copy_libraries(root: Path, program: Path) -> None:
+    """The shared libraries ``ldd`` lists for ``program`` (and its loader), copied to the same paths in ``root``."""
     listed = subprocess.run(["ldd", str(program)], capture_output=True, text=True, check=False).stdout
     for library in re.findall(r"(/\S+\.so[.\d]*)", listed):
         target = root / library.lstrip("/")
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(os.path.realpath(library), target)
-    return origin
+
+
+def host_programs_root(root: Path, programs: Iterable[str]) -> None:
+    """A root holding these host programs (``/bin/bash``, ...) at their paths, with their libraries."""
+    for program in programs:
+        target = root / program.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(os.path.realpath(program), target)
+        copy_libraries(root, target)
