@@ -110,3 +110,26 @@ def test_a_tampered_layer_does_not_match_its_digest(tmp_path: Path) -> None:
     with pytest.raises(ReplayError) as caught:
         unpack_image(tampered, cache=cache)
     assert "does not match its digest" in caught.value.message and list(cache.iterdir()) == []
+
+
+def test_a_docker_save_tarball_and_an_oci_layout_folder(tmp_path: Path) -> None:
+    import io
+    import json
+
+    raw = layer([FILE, entry("usr/local/bin/tool", data=b"#!/bin/sh\n", mode=0o755)])
+    saved = tmp_path / "saved.tar"
+    config = json.dumps({"config": {"Env": ["PATH=/opt/conda/bin:/usr/bin", "LD_PRELOAD=/evil.so"]}}).encode()
+    manifest = json.dumps([{"Config": "cfg.json", "RepoTags": ["x:latest"], "Layers": ["abc/layer.tar"]}]).encode()
+    with tarfile.open(saved, "w") as tar:
+        for name, data in (("manifest.json", manifest), ("cfg.json", config), ("abc/layer.tar", raw)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    unpacked = unpack_image(saved, cache=tmp_path / "cache")
+    assert (unpacked.root / "etc" / "hello").read_text() == "hello\n"
+    assert unpacked.env["PATH"] == "/opt/conda/bin:/usr/bin"
+    layout = tmp_path / "layout"
+    with tarfile.open(oci_tarball(tmp_path / "oci.tar", [raw])) as tar:
+        tar.extractall(layout, filter="data")
+    from_folder = unpack_image(layout, cache=tmp_path / "cache")
+    assert (from_folder.root / "usr" / "local" / "bin" / "tool").stat().st_mode & 0o777 == 0o755
