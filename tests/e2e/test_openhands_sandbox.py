@@ -46,3 +46,30 @@ def test_bwrap_replay_and_continue_with_the_workspace_elsewhere(tmp_path: Path,
     bridge = result.metadata["model_bridge"]
     assert bridge["validated"] >= 1 and bridge["refused"] == 0
     assert (workspace / "pkg" / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
+
+
+def test_the_held_out_checks(tmp_path: Path) -> None:
+    """A recorded OpenHands command replayed by its runner under bwrap: no write outside the workspace, no canary
+    read in the host HOME, no non-loopback connect, no process left behind."""
+    from forkpoint.testing.held_out import HeldOut
+
+    if runtimes.find("openhands", "0.62.0") is None:
+        pytest.skip("openhands 0.62.0 is not installed")
+    workspace = tmp_path / "elsewhere" / "ws"
+    workspace.mkdir(parents=True)
+    with HeldOut(tmp_path) as bait:
+        command = "; ".join(bait.commands())
+        events = json.loads((FIXTURE / "trajectory.json").read_text())
+        first = next(event for event in events if event.get("action") == "run")
+        original = first["args"]["command"]
+        text = json.dumps(events).replace(json.dumps(original)[1:-1], json.dumps(command)[1:-1])
+        trajectory = tmp_path / "hostile.json"
+        trajectory.write_text(text)
+        result = execute(build_request({
+            "agent": "openhands", "trajectory": str(trajectory), "after_step": 1, "workspace": str(workspace),
+            "state_dir": str(tmp_path / "state"), "output_dir": str(tmp_path / "out"), "run_id": "run",
+            "sandbox": "bwrap", "replay_only": True}, source="test"))
+        assert result.failure is None, result.failure
+        fresh = next((Path(result.output_dir or "") / "native" / "prefix").glob("*.json")).read_text()
+        assert "started" in fresh  # the hostile command really ran
+        assert bait.violations([fresh]) == []
