@@ -36,6 +36,8 @@ def refusal(tmp_path: Path, layers: list[bytes]) -> str:
     (entry("dev/null2", kind=tarfile.CHRTYPE), "is a device node"),
     (entry("dev/sda9", kind=tarfile.BLKTYPE), "is a device node"),
     (entry("run/pipe", kind=tarfile.FIFOTYPE), "is a FIFO"),
+    (entry(".wh..."), "names no entry"),
+    (entry("etc/.wh.."), "names no entry"),
 ])
 def test_hostile_members_are_refused(tmp_path: Path, member: tuple[tarfile.TarInfo, bytes], why: str) -> None:
     message = refusal(tmp_path, [layer([FILE, member])])

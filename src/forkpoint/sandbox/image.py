@@ -310,7 +310,10 @@ def _apply(root: Path, tar: tarfile.TarFile, image: Path, budget: _Budget, modes
                     if child not in created:
                         _remove(child)
             else:
-                _remove(parent / base[len(_WHITEOUT):])
+                hidden = base[len(_WHITEOUT):]
+                if hidden in ("", ".", ".."):
+                    raise refused(image, f"whiteout {member.name!r} names no entry")
+                _remove(parent / hidden)
             continue
         if not (member.isdir() or member.isreg() or member.issym() or member.islnk()):
             kind = "a device node" if member.isdev() and not member.isfifo() else (
