@@ -9,7 +9,10 @@ alternating order (ABBA):
   tool_started / tool_finished per call, the Claude Bash wrapper, observation comparison, rebuilt session);
 * wrapper (for reference): the script forkpoint's Claude Bash tool really runs (``shopt`` lines, ``eval`` of the
   command, ``pwd -P`` into a file: Claude's own semantics) through a plain ``subprocess.run``;
-* CLI (for reference): the same through ``forkpoint replay --replay-only`` (adds the interpreter start).
+* CLI (for reference): the same through ``forkpoint replay --replay-only`` (adds the interpreter start);
+* bwrap / image (when bubblewrap is installed): the engine run under ``--sandbox bwrap`` (the host's root,
+  read-only) and under ``--sandbox bwrap --image`` (an OCI image this benchmark writes: the host's bash and
+  coreutils' needs copied in with their libraries; unpacked once, cached by digest in the run's temp dir).
 
 Target: engine ≤ 1.15× the baseline.
 """
@@ -22,6 +25,7 @@ import json
 import os
 import pstats
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -36,6 +40,7 @@ from forkpoint.process import limits
 from forkpoint.run.engine import execute
 from forkpoint.run.request import build_request
 from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, text, tool_use
+from forkpoint.testing.images import host_programs_root, oci_tarball, tree_layer
 
 TARGET = 1.15
 
@@ -68,10 +73,10 @@ def main() -> None:
         commands = session(trajectory, workspace, calls)
         runs = itertools.count()
 
-        def request(run_id: str) -> dict[str, object]:
+        def request(run_id: str, **extra: object) -> dict[str, object]:
             return {"agent": "claude-code", "trajectory": str(trajectory), "after_step": calls, "replay_only": True,
                     "workspace": str(workspace), "state_dir": str(root / "state"), "output_dir": str(root / "out"),
-                    "run_id": run_id}
+                    "run_id": run_id, **extra}
 
         def baseline() -> float:
             started = time.perf_counter()
@@ -89,10 +94,10 @@ def main() -> None:
                 subprocess.run(["/bin/bash", "-c", script], cwd=workspace, capture_output=True, check=True)
             return time.perf_counter() - started
 
-        def engine() -> float:
+        def engine(**extra: object) -> float:
             run_id = f"engine-{next(runs)}"
             started = time.perf_counter()
-            result = execute(build_request(request(run_id), source="bench"))
+            result = execute(build_request(request(run_id, **extra), source="bench"))
             elapsed = time.perf_counter() - started
             if result.failure is not None or result.replayed_tool_calls != calls:
                 raise RuntimeError(f"replay failed: {result.failure}")
@@ -129,6 +134,13 @@ def main() -> None:
 
         tasks = {"baseline": baseline, "wrapper": wrapper, "engine": engine_capped, "uncapped": engine_uncapped,
                  "cli": cli}
+        if shutil.which("bwrap") is not None:
+            image_root = root / "image-root"
+            host_programs_root(image_root, ["/bin/bash", "/bin/echo"])
+            image = oci_tarball(root / "image.tar", [tree_layer(image_root)], env=["PATH=/bin"])
+            os.environ["FORKPOINT_IMAGE_CACHE"] = str(root / "images")
+            tasks["bwrap"] = lambda: engine(sandbox="bwrap")
+            tasks["image"] = lambda: engine(sandbox="bwrap", image=str(image))
         samples: dict[str, list[float]] = {name: [] for name in tasks}
         for name in tasks:  # warm-up
             tasks[name]()
@@ -154,10 +166,14 @@ def main() -> None:
               "wrapper": f"{calls} × the same through Claude's Bash wrapper, plain `subprocess.run` (reference)",
               "engine": "engine.execute replay-only",
               "uncapped": "the same without a pids cgroup per command (reference)",
-              "cli": "`forkpoint replay --replay-only` (whole CLI)"}
+              "cli": "`forkpoint replay --replay-only` (whole CLI)",
+              "bwrap": "engine.execute replay-only, `--sandbox bwrap`",
+              "image": "engine.execute replay-only, `--sandbox bwrap --image` (an image root file system)"}
     rows = []
     for name, values in samples.items():
-        target = c.verdict(c.median(values) <= TARGET * base) if name in ("engine", "cli") else ""
+        target = c.verdict(c.median(values) <= TARGET * base) if name in ("engine", "cli") else (
+            f"{c.ratio(c.median(values), c.median(samples['engine']))} of local (goal ≤ 1.3×)"
+            if name in ("bwrap", "image") else "")
         rows.append([labels[name], c.ms(c.median(values)), c.ms(c.p95(values)), c.ratio(c.median(values), base),
                      c.ms((c.median(values) - base) / calls), target])
     cgroup_ms = c.ms((c.median(samples["engine"]) - c.median(samples["uncapped"])) / calls)

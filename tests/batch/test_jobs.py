@@ -86,3 +86,16 @@ def test_the_continuation_deadlines_are_job_keys(tmp_path: Path) -> None:
     assert job.options == {"answer_timeout": 120, "upstream_idle_timeout": 30.5, "continuation_timeout": 3600}
     [bad] = [item for item in items if isinstance(item, BadJob)]
     assert "answer_timeout has the wrong type" in bad.reason
+
+
+def test_rootfs_and_image_are_job_keys_relative_to_the_jobs_file(tmp_path: Path) -> None:
+    """A batch can give its bwrap jobs the recordings' image (docs/sandboxes.md); the path is part of the job."""
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text(json.dumps({"trajectory": str(FIXTURE), "after_step": 1, "sandbox": "bwrap",
+                                "image": "images/sweb.tar"}) + "\n"
+                    + json.dumps({"trajectory": str(FIXTURE), "after_step": 1, "rootfs": 7}) + "\n")
+    items = list(expand(read_lines(jobs, {})))
+    [job] = [item for item in items if isinstance(item, Job)]
+    assert job.options == {"sandbox": "bwrap", "image": str(tmp_path / "images" / "sweb.tar")}
+    [bad] = [item for item in items if isinstance(item, BadJob)]
+    assert "rootfs has the wrong type" in bad.reason

@@ -29,6 +29,8 @@ OPTION_TYPES: dict[str, type | tuple[type, ...]] = {
     "boundary_user_prompt": str, "allow_stale_observations": bool,
     "require_verified_version": bool, "on_divergence": str, "timeout_s": (int, float),
     "branches": int, "branch_prompts": list, "max_processes": int,
+    # the bwrap sandbox's root file system (docs/sandboxes.md): a folder, or an image unpacked and cached by digest
+    "rootfs": str, "image": str,
     # model choice and sampling pins (issue 17; validated with the request's words when the job runs)
     "model": str, "temperature": (int, float), "top_p": (int, float), "seed": int, "max_output_tokens": int,
     "disable_thinking": bool, "reasoning_effort": str, "upstream_retries": int,
@@ -156,6 +158,9 @@ def _job_line(line: int, value: Any, defaults: dict[str, Any], base: Path) -> Jo
                             "gets its own fresh workspace made from it")
     if "workspace_from" in options and not _is_remote(options["workspace_from"]):
         options["workspace_from"] = str((base / options["workspace_from"]).absolute())
+    for key in ("rootfs", "image"):  # relative to the jobs file, like workspace_from
+        if key in options:
+            options[key] = str((base / options[key]).absolute())
     path = Path(trajectory)
     return JobLine(line, path if path.is_absolute() else (base / path).absolute(), agent, after, mode, options)
 

@@ -81,7 +81,8 @@ _DIRECT_OPTIONS = (
     "agent", "trajectory", "after_step", "workspace", "state_dir", "output_dir", "run_id", "max_steps",
     "prepare_only", "replay_only", "allow_stale_observations", "require_verified_version", "boundary_user_prompt",
     "upstream",
-    "upstream_url", "agent_entrypoint", "sandbox", "path_map", "workspace_from", "on_divergence", "branches",
+    "upstream_url", "agent_entrypoint", "sandbox", "path_map", "rootfs", "image", "workspace_from", "on_divergence",
+    "branches",
     "branch_prompt", "parallel", "keep_snapshot", "drop_snapshot", "max_trajectory_bytes", "max_processes",
     "opencode_export", "env",
     *MODEL_DESTS,
@@ -131,6 +132,12 @@ _REPLAY_OPTIONS: tuple[tuple[str, str | None, Callable[[str], Any], str], ...] =
      "Where tools and the agent run: 'local' (no isolation; the workspace must be at the recorded cwd, "
      "or use --path-map) or 'bwrap' (bubblewrap: the workspace mounted at the recorded cwd, the rest of the "
      "file system read-only, private /tmp, your HOME hidden, no network during tool replay) [default: local]."),
+    ("--rootfs", "DIR", str,
+     "With --sandbox bwrap: this folder is the sandbox's root file system (the recording's environment) instead "
+     "of the host's; the workspace is mounted at the recorded cwd and the agent runtime bound in."),
+    ("--image", "FILE", str,
+     "With --sandbox bwrap: an OCI image (layout folder or tarball) or a docker/podman save tarball, unpacked "
+     "safely and cached by digest ($FORKPOINT_IMAGE_CACHE, default ~/.cache/forkpoint/images), used as --rootfs."),
     ("--path-map", "OLD=NEW", str,
      "With --sandbox local: rewrite the recorded path prefix OLD to NEW in tool inputs for execution "
      "(and NEW back to OLD in outputs); the native session keeps the original text. Repeatable."),

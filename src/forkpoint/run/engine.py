@@ -172,7 +172,8 @@ def _sandbox(request: ReplayRequest, spec: AgentSpec, recorded_cwd: str | None) 
                             "use --sandbox local")
     if request.path_map and "path_map" not in spec.sandbox_features:
         raise configuration(f"{spec.name} does not rewrite recorded paths (--path-map) yet")
-    return open_sandbox(request.sandbox, request.workspace.resolve(), recorded_cwd, request.path_map)
+    return open_sandbox(request.sandbox, request.workspace.resolve(), recorded_cwd, request.path_map,
+                        rootfs=request.rootfs, image=request.image)
 
 
 def _run_allocated(request: ReplayRequest, prepared: Prepared, journal: Journal, dirs: documents.RunDirs,

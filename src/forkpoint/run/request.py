@@ -64,6 +64,8 @@ class ReplayRequest:
     agent_entrypoint: Path | None = None
     sandbox: str = DEFAULT_SANDBOX  # local | bwrap (forkpoint.sandbox)
     path_map: list[str] = field(default_factory=list)  # OLD=NEW absolute prefixes (local sandbox)
+    rootfs: str | None = None  # a root file system folder for the bwrap sandbox (sandbox.rootfs)
+    image: str | None = None  # an OCI / docker-save image unpacked into one (sandbox.image)
     workspace_from: str | None = None  # DIR | TARBALL | GIT_URL@REV: create the workspace first
     on_divergence: str = "warn"  # warn | stop | ignore (forkpoint.run.divergence)
     branches: int = 1  # K continuations from one replayed boundary (forkpoint.branches.branching)
@@ -202,6 +204,11 @@ def validate_request(request: ReplayRequest) -> None:
         from forkpoint.process.childenv import check_specs
 
         check_specs(request.env)
+    if request.rootfs is not None and request.image is not None:
+        raise configuration("give either rootfs (--rootfs) or image (--image), not both")
+    if (request.rootfs is not None or request.image is not None) and request.sandbox != "bwrap":
+        raise configuration("rootfs / image (--rootfs / --image) give --sandbox bwrap its root file system; "
+                            f"the sandbox is {request.sandbox}")
     if request.path_map:
         from forkpoint.sandbox.base import PathMap
 

@@ -7,6 +7,7 @@ user-facing description.
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,10 +28,21 @@ def unknown_sandbox_message(name: str) -> str:
     return f"unknown sandbox {name!r}; expected one of: {', '.join(SANDBOXES)}"
 
 
-def open_sandbox(name: str, workspace: Path, recorded_cwd: str | None, path_map: Sequence[str] = ()) -> Sandbox:
-    """Build the run's sandbox; refuses (ReplayError) a workspace the backend cannot place or an unusable backend."""
+def open_sandbox(name: str, workspace: Path, recorded_cwd: str | None, path_map: Sequence[str] = (), *,
+                 rootfs: str | None = None, image: str | None = None) -> Sandbox:
+    """Build the run's sandbox; refuses (ReplayError) a workspace the backend cannot place or an unusable backend.
+    ``rootfs`` / ``image``: bwrap with that root file system (``sandbox.rootfs``; an image is unpacked first)."""
     from forkpoint.sandbox.base import PathMap
 
+    if rootfs is not None or image is not None:
+        if name != "bwrap":
+            raise configuration("--rootfs / --image give the bubblewrap sandbox its root file system: use them "
+                                "with --sandbox bwrap")
+        if path_map:
+            raise configuration("--path-map is for --sandbox local")
+        from forkpoint.sandbox.rootfs import open_rootfs
+
+        return open_rootfs(workspace, recorded_cwd, rootfs=rootfs, image=image)
     target = SANDBOXES.get(name)
     if target is None:
         raise configuration(unknown_sandbox_message(name))
@@ -57,6 +69,15 @@ def runtime_paths(entrypoint: Path) -> tuple[Path, ...]:
         root = next((parent for parent in path.parents if (parent / MANIFEST_NAME).is_file()), path.parent)
         found.append(root)
     return tuple(dict.fromkeys(found))
+
+
+def interpreter_paths(python: Path) -> tuple[Path, ...]:
+    """What a Python interpreter needs to be visible inside a sandbox: its runtime (``runtime_paths``: a venv's
+    folder) and the install the venv's ``python`` links to (``<prefix>/bin/python3.x`` -> ``<prefix>``, its
+    standard library), which may sit under a hidden home (pyenv, uv)."""
+    real = Path(os.path.realpath(python))
+    prefix = real.parent.parent if real.parent.name == "bin" else real.parent
+    return tuple(dict.fromkeys((*runtime_paths(python), prefix)))
 
 
 #: XDG base directories, relative to the agent's isolated HOME (their usual defaults).

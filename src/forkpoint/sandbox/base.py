@@ -129,6 +129,11 @@ class Sandbox:
         """The command line that runs ``argv`` inside the sandbox, and the host directory it starts in."""
         raise NotImplementedError
 
+    def host_command(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` of a host program, as a command started *inside* the sandbox by another one (the bridge relay)
+        runs it: unchanged, except in an image root, where a host program needs the host's loader."""
+        return list(argv)
+
     def run(
         self,
         argv: Sequence[str],

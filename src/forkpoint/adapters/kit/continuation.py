@@ -246,7 +246,8 @@ def run_in_sandbox(job: Job, spec: LaunchSpec) -> ProcessResult:
     from forkpoint.sandbox.forward import HostRelay
 
     with HostRelay(spec.bridge_port, job.context.state_dir) as relay:
-        return job.sandbox.run(relay.wrap(spec.argv), network=False, readable=(*spec.readable, *relay.readable),
+        argv = relay.wrap(job.sandbox.host_command(spec.argv))
+        return job.sandbox.run(argv, network=False, readable=(*spec.readable, *relay.readable),
                                **options)
 
 

@@ -11,6 +11,7 @@ else a new one.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -139,16 +140,37 @@ class MiniHooks(AgentHooks[Installed]):
         return LaunchSpec([], {}, str(job.context.workspace), job.context.logs / LOG_NAME, request=request)
 
     def run(self, job: Job, state: Installed, spec: LaunchSpec) -> Ran:
-        """A request to the companion: the warm one if it is alive on the same venv, else a new one."""
-        from forkpoint.adapters.mini_swe_agent.tools import open_session
-
+        """A request to the companion: the warm one if it is alive on the same venv and may reach the bridge (a
+        sandbox without its own network), else a new one; in a network-less sandbox behind the bridge relay."""
         python, warm = job.settings.target.entrypoint, self.warm
         self.warm = None
-        self.reused = warm is not None and warm.alive and warm.python == python
+        self.reused = (warm is not None and warm.alive and warm.python == python
+                       and not job.sandbox.private_network)
         if warm is not None and not self.reused:
             warm.close()
-        session = warm if self.reused and warm is not None else open_session(
-            python, job.plan, job.context, spec.log_path.name, job.settings.timeout_s)
+        if self.reused and warm is not None:
+            return self._ask(warm, job, spec)
+        if job.sandbox.private_network and spec.bridge_port is not None:
+            from forkpoint.sandbox.forward import HostRelay
+
+            with HostRelay(spec.bridge_port, job.context.state_dir) as relay:
+                def wrap(argv: list[str]) -> list[str]:
+                    return relay.wrap(job.sandbox.host_command(argv))
+
+                return self._ask(self._open(job, state, spec, wrap, relay.readable), job, spec)
+        return self._ask(self._open(job, state, spec, None, ()), job, spec)
+
+    @staticmethod
+    def _open(job: Job, state: Installed, spec: LaunchSpec, wrap: Callable[[list[str]], list[str]] | None,
+              readable: Sequence[Path]) -> RunnerSession:
+        from forkpoint.adapters.mini_swe_agent.tools import open_session
+
+        return open_session(job.settings.target.entrypoint, job.plan, job.context, spec.log_path.name,
+                            job.settings.timeout_s, network=wrap is None, wrap=wrap,
+                            readable=(*readable, job.prefix.path.parent), writable=(state.continued.parent,))
+
+    @staticmethod
+    def _ask(session: RunnerSession, job: Job, spec: LaunchSpec) -> Ran:
         try:
             reply = session.request(spec.request, timeout_s=job.settings.timeout_s)
         finally:

@@ -7,6 +7,10 @@ reply within its deadline kills the companion's process group; supervision then 
 
 The socket's folder is in the run's state dir (``socket_dir``), so even a killed forkpoint leaves nothing in the
 system temp dir; only a state dir too long for AF_UNIX's 108 bytes falls back to a short temp folder.
+
+The companion runs in the run's sandbox (``sandbox.run``): under bwrap in its own mount, PID and network namespace
+with the socket's folder bound in (a Unix socket needs no network). Its hello pid is then a namespace pid, so a
+stuck companion is killed through supervision (a watch that ends the command's process group), never by that pid.
 """
 
 from __future__ import annotations
@@ -15,17 +19,22 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from forkpoint.adapters.kit.continuation import BRIDGE_KEY
 from forkpoint.core.errors import ErrorKind, ReplayError
-from forkpoint.process import ProcessResult, run_supervised, sanitized_env
+from forkpoint.process import ProcessResult, sanitized_env
+from forkpoint.process.supervise import WATCH_TERMINATE
+from forkpoint.sandbox import local_sandbox
+
+if TYPE_CHECKING:
+    from forkpoint.sandbox.base import Sandbox
 
 COMPANION = Path(__file__).with_name("companion.py")
 CONNECT_TIMEOUT_S = 120.0
@@ -63,16 +72,51 @@ def socket_dir(parent: Path | None) -> Path:
     return Path(tempfile.mkdtemp(prefix=_SOCKET_PREFIX))
 
 
+class _KillSwitch:
+    """A supervision watch that ends the companion's process group once ``pull`` is called (its pid inside a
+    sandbox's PID namespace names nothing on the host)."""
+
+    def __init__(self) -> None:
+        self.pulled = False
+
+    def pull(self) -> None:
+        self.pulled = True
+
+    def output(self, stream: str, chunk: bytes) -> None:
+        del stream, chunk
+
+    def action(self, now: float) -> int | None:
+        del now
+        return WATCH_TERMINATE if self.pulled else None
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """Where the companion runs: the run's sandbox (``cwd`` as it sees it), the host paths it needs besides the
+    workspace, whether it may use the network, and an argv wrapper (the bridge relay of a network-less sandbox)."""
+
+    sandbox: Sandbox
+    cwd: str
+    writable: Sequence[Path] = ()
+    readable: Sequence[Path] = ()
+    network: bool = False
+    wrap: Callable[[list[str]], list[str]] | None = None
+
+
 class RunnerSession:
     """``with RunnerSession(python, cwd, env, log) as runner: runner.request({...})``."""
 
     def __init__(self, python: Path, cwd: Path, env: Mapping[str, str], log_path: Path,
                  deadline_s: float = 24 * 3600.0, *, script: Path = COMPANION,
-                 label: str = "the mini-swe-agent companion", socket_parent: Path | None = None) -> None:
+                 label: str = "the mini-swe-agent companion", socket_parent: Path | None = None,
+                 confinement: Confinement | None = None) -> None:
         """``script``/``label``: any companion speaking this transport (hello line with its pid, JSON lines);
-        ``socket_parent``: where the socket's folder goes (see ``socket_dir``)."""
+        ``socket_parent``: where the socket's folder goes (see ``socket_dir``); ``confinement``: the sandbox it
+        runs in (default: local at ``cwd``, the host's network)."""
         self.python, self.cwd, self.env, self.log_path, self.deadline_s = python, cwd, dict(env), log_path, deadline_s
         self.script, self.label, self.socket_parent = script, label, socket_parent
+        self.confinement = confinement or Confinement(local_sandbox(cwd), str(cwd), network=True)
+        self._switch = _KillSwitch()
         self.pid: int | None = None
         self.result: ProcessResult | None = None
         self._dir: Path | None = None
@@ -100,6 +144,8 @@ class RunnerSession:
         self._server.settimeout(1.0)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         argv = [str(self.python), "-I", str(self.script), str(path)]
+        if self.confinement.wrap is not None:
+            argv = self.confinement.wrap(argv)
         self._thread = threading.Thread(target=self._supervise, args=(argv,), name="mini-companion", daemon=True)
         self._thread.start()
         waited = 0.0
@@ -118,9 +164,13 @@ class RunnerSession:
 
     def _supervise(self, argv: list[str]) -> None:
         try:
-            self.result = run_supervised(argv, cwd=self.cwd, env=self.env, timeout_s=self.deadline_s, grace_s=2.0,
-                                         merge_stderr=True, log_path=self.log_path, max_output_bytes=64 * 1024,
-                                         die_with_parent=True)
+            where = self.confinement
+            assert self._dir is not None
+            self.result = where.sandbox.run(
+                argv, cwd=where.cwd, env=self.env, timeout_s=self.deadline_s, network=where.network,
+                writable=tuple(where.writable), grace_s=2.0, merge_stderr=True, log_path=self.log_path,
+                readable=(*where.readable, self._dir, self.script.parent), max_output_bytes=64 * 1024,
+                die_with_parent=True, watch=self._switch)
         except BaseException as error:  # reported by request()/close()
             self._error = error
 
@@ -166,9 +216,9 @@ class RunnerSession:
         return self._conn is not None and self._thread is not None and self._thread.is_alive()
 
     def kill(self) -> None:
-        if self.pid is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.pid, signal.SIGKILL)
+        """End the companion and everything it started (supervision terminates its process group at the next
+        poll: SIGTERM, grace, SIGKILL, then reaps the rest)."""
+        self._switch.pull()
 
     def _join(self, timeout_s: float) -> None:
         if self._thread is not None:

@@ -25,6 +25,8 @@ SPEC = AgentSpec(
     sniff=sniff,
     detection_priority=50,  # after opencode: its ``info`` has no ``ses_`` id
     exporter="forkpoint.adapters.mini_swe_agent.messages:to_chat",
+    # the companion (replayed commands and the continued agent) runs in the run's sandbox; no --path-map
+    sandbox_features=frozenset({"local", "bwrap"}),
     version_field="info.mini_version",
     # trajectory_format decides the family (1.1-1.3 wrote no key and read as the first)
     formats=(FormatFamily("mini-swe-agent-1", "1.1.0", "1.17.5"), FormatFamily("mini-swe-agent-1.1", "2.0.0", None)),

@@ -10,14 +10,16 @@ the recorded ``env`` and ``timeout``) and returns the native observation message
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from forkpoint.adapters.mini_swe_agent.parse import MiniNative, is_error_v1, is_error_v2
-from forkpoint.adapters.mini_swe_agent.runner import RunnerSession, companion_env
+from forkpoint.adapters.mini_swe_agent.runner import Confinement, RunnerSession, companion_env
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.model import FreshObservation, Plan, RunContext, ToolCall
+from forkpoint.core.results import write_atomic
+from forkpoint.sandbox import interpreter_paths, local_sandbox
 
 #: added to the recorded environment timeout while waiting for one action's reply
 REPLY_MARGIN_S = 60.0
@@ -25,15 +27,30 @@ LOG_NAME = "mini-swe-agent.log"
 
 
 def open_session(python: Path, plan: Plan[MiniNative], context: RunContext, log_name: str,
-                 deadline_s: float = 24 * 3600.0) -> RunnerSession:
-    """Start the companion and load the recording into it (version checked inside the venv)."""
-    session = RunnerSession(python, context.workspace, companion_env(os.environ, context.home),
-                            context.logs / log_name, deadline_s, socket_parent=context.state_dir)
+                 deadline_s: float = 24 * 3600.0, *, network: bool = False,
+                 wrap: Callable[[list[str]], list[str]] | None = None, readable: Sequence[Path] = (),
+                 writable: Sequence[Path] = ()) -> RunnerSession:
+    """Start the companion in the run's sandbox and load the recording into it (version checked inside the venv).
+
+    The companion sees the workspace where the tools do (``sandbox.cwd``: the recorded cwd under bwrap), its
+    HOME (the replay's, or the continued agent's) read-write and the recording as a copy in a state-dir folder
+    (the recording's own folder, perhaps in a hidden home, is never shown to it); network off unless asked
+    (the continuation reaches the bridge: shared under local, relayed by ``wrap`` under bwrap).
+    """
+    sandbox = context.sandbox or local_sandbox(context.workspace)
+    inbox = context.state_dir / "mini-swe-agent"
+    inbox.mkdir(parents=True, exist_ok=True)
+    source = inbox / "recording.traj.json"
+    write_atomic(source, plan.trajectory.source_path.read_bytes())
     context.home.mkdir(parents=True, exist_ok=True)
+    confinement = Confinement(sandbox, sandbox.cwd, writable=(context.home, *writable),
+                              readable=(*interpreter_paths(python), inbox, *readable), network=network, wrap=wrap)
+    session = RunnerSession(python, context.workspace, companion_env(os.environ, context.home),
+                            context.logs / log_name, deadline_s, socket_parent=context.state_dir,
+                            confinement=confinement)
     session.start()
-    reply = session.request({"op": "open", "source": str(plan.trajectory.source_path),
-                             "workspace": str(context.workspace), "version": plan.trajectory.version},
-                            timeout_s=300.0)
+    reply = session.request({"op": "open", "source": str(source), "workspace": sandbox.cwd,
+                             "version": plan.trajectory.version}, timeout_s=300.0)
     if not reply.get("ok"):
         session.close()
         kind = ErrorKind.UNSUPPORTED_TOOL if reply.get("refusal") == "unsupported" else ErrorKind.TRAJECTORY

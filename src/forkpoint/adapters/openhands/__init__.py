@@ -31,7 +31,7 @@ class OpenHandsAdapter(AdapterBase):
     def executor(self, plan: Plan, context: RunContext) -> ToolExecutor:
         from forkpoint.adapters.openhands.tools import OpenHandsToolExecutor
 
-        check_paths(plan, str(context.workspace))
+        check_paths(plan, context.sandbox.cwd if context.sandbox is not None else str(context.workspace))
         return OpenHandsToolExecutor(plan, context, runtime_python(plan.trajectory.version or ""))
 
     def write_prefix(self, plan: Plan, fresh: Mapping[str, FreshObservation] | None, out_dir: Path) -> NativePrefix:
@@ -59,7 +59,8 @@ def runtime_python(version: str) -> Path:
 
 def check_paths(plan: Plan, workspace: str) -> None:
     """OpenHands' editor refuses paths outside its workspace, and its recorded paths are absolute: the workspace
-    must be the recorded one (no path rewriting: the tool calls are sent back to the model verbatim)."""
+    must be the recorded one (no path rewriting: the tool calls are sent back to the model verbatim). ``workspace``
+    is the workspace as the tools see it (under bwrap: mounted at the recorded cwd)."""
     recorded = plan.trajectory.cwd
     real = os.path.realpath(workspace)
     if recorded is None or os.path.realpath(recorded) != real:

@@ -23,7 +23,7 @@ from forkpoint.core.fs import read_file_strict, read_sandbox_file, refused_as
 from forkpoint.core.model import JsonObject, Plan, RunContext
 from forkpoint.core.results import write_atomic
 from forkpoint.process import ProcessResult, sanitized_env
-from forkpoint.sandbox import home_environment, local_sandbox, runtime_paths
+from forkpoint.sandbox import home_environment, interpreter_paths, local_sandbox
 
 if TYPE_CHECKING:
     from forkpoint.bridge.server import BridgeSummary
@@ -71,8 +71,13 @@ def environment(home: Path, extra: dict[str, str] | None = None) -> dict[str, st
 
 
 def run_runner(python: Path, context: RunContext, name: str, request: dict[str, Any], *, timeout_s: float,
-               env_extra: dict[str, str] | None = None) -> RunnerOutcome:
-    """Write ``<state>/openhands/<name>-request.json``, run the runner, read its result (typed errors only)."""
+               env_extra: dict[str, str] | None = None, bridge_port: int | None = None) -> RunnerOutcome:
+    """Write ``<state>/openhands/<name>-request.json``, run the runner, read its result (typed errors only).
+
+    The runner runs in the run's sandbox, its folder and HOME writable, the venv and its interpreter readable.
+    Replay has no network; a continuation reaches the bridge (``bridge_port``): the host's network under local,
+    only the bridge's port relayed in under a sandbox with its own network namespace.
+    """
     work = work_dir(context)
     result_path = work / f"{name}-result.json"
     result_path.unlink(missing_ok=True)
@@ -83,12 +88,20 @@ def run_runner(python: Path, context: RunContext, name: str, request: dict[str, 
     log = context.logs / f"openhands-{name}.log"
     context.home.mkdir(parents=True, exist_ok=True)
     sandbox = context.sandbox or local_sandbox(context.workspace)
-    process = sandbox.run(
-        [str(python), "-I", str(RUNNER), str(request_path)],
-        cwd=str(work), env=environment(context.home, env_extra), timeout_s=timeout_s, network=True,
-        writable=(context.home, work), readable=(*runtime_paths(python), RUNNER.parent),
-        grace_s=5.0, max_output_bytes=4 * 1024 * 1024, log_path=log, die_with_parent=True,
-    )
+    argv = [str(python), "-I", str(RUNNER), str(request_path)]
+    options: dict[str, Any] = {
+        "cwd": str(work), "env": environment(context.home, env_extra), "timeout_s": timeout_s,
+        "writable": (context.home, work), "grace_s": 5.0, "max_output_bytes": 4 * 1024 * 1024, "log_path": log,
+        "die_with_parent": True}
+    readable = (*interpreter_paths(python), RUNNER.parent)
+    if bridge_port is not None and sandbox.private_network:
+        from forkpoint.sandbox.forward import HostRelay
+
+        with HostRelay(bridge_port, context.state_dir) as relay:
+            process = sandbox.run(relay.wrap(sandbox.host_command(argv)), network=False,
+                                  readable=(*readable, *relay.readable), **options)
+    else:
+        process = sandbox.run(argv, network=bridge_port is not None, readable=readable, **options)
     kind = ErrorKind.CONTINUATION if name == "continue" else ErrorKind.EXECUTOR
     try:  # the runner's folder is writable by the agent: read strictly (no link, FIFO or device followed)
         with refused_as(kind, f"read the OpenHands runner result {result_path}"):
@@ -181,7 +194,7 @@ class OpenHandsHooks(AgentHooks[Installed]):
         remaining, prompt = job.settings.remaining_steps, job.boundary_prompt
         live = remaining if remaining is not None else DEFAULT_LIVE_STEPS
         request: dict[str, Any] = {
-            "mode": "continue", "workspace": str(job.context.workspace), "file_store": str(state.work / "file-store"),
+            "mode": "continue", "workspace": job.sandbox.cwd, "file_store": str(state.work / "file-store"),
             "sid": f"forkpoint-{safe_file_stem(job.context.session_id or 'session')}",
             "save_trajectory": str(state.saved), "max_iterations": state.replayed + live,
             "replay_events": str(state.replay_path), "fresh_observations": str(state.fresh_path),
@@ -195,7 +208,7 @@ class OpenHandsHooks(AgentHooks[Installed]):
     def run(self, job: Job, state: Installed, spec: LaunchSpec) -> Ran:
         """The runner's request and result are files (run_runner); its env carries the bridge key and prompt."""
         outcome = run_runner(job.settings.target.entrypoint, job.context, "continue", spec.request,
-                             timeout_s=job.settings.timeout_s, env_extra=spec.env)
+                             timeout_s=job.settings.timeout_s, env_extra=spec.env, bridge_port=spec.bridge_port)
         return Ran(outcome.process, outcome.log, {**outcome.result, "max_iterations": spec.request["max_iterations"]})
 
     def outcome(self, job: Job, state: Installed, ran: Ran, summary: BridgeSummary) -> Outcome:

@@ -25,4 +25,6 @@ SPEC = AgentSpec(
     version_field="openhands_version in the system event",
     # the v0 event list; trajectories saved without a system event name no version
     formats=(FormatFamily("openhands/v0-events-json", "0.9.0", "0.62.0"),),
+    # the runner (replayed actions and the continued agent) runs in the run's sandbox; no --path-map
+    sandbox_features=frozenset({"local", "bwrap"}),
 )

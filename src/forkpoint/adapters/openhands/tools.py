@@ -25,6 +25,7 @@ from forkpoint.adapters.openhands.session import replay_input, replayed_action_c
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.fs import read_sandbox_file
 from forkpoint.core.model import FreshObservation, JsonObject, Plan, RunContext, ToolCall
+from forkpoint.sandbox import local_sandbox
 
 REPLAY_TIMEOUT_S = 1800.0
 MAX_ITERATION_ERROR = "Agent reached maximum iteration"
@@ -57,6 +58,7 @@ class OpenHandsToolExecutor:
         self.plan = plan
         self.context = context
         self.python = python
+        self.sandbox = context.sandbox or local_sandbox(context.workspace)
         self._fresh: dict[str, JsonObject] | None = None
 
     def _replay(self) -> dict[str, JsonObject]:
@@ -66,7 +68,7 @@ class OpenHandsToolExecutor:
         write_events(events, replay_path)
         saved = work / "replayed-trajectory.json"
         request: dict[str, Any] = {
-            "mode": "replay", "workspace": str(self.context.workspace), "file_store": str(work / "file-store-replay"),
+            "mode": "replay", "workspace": self.sandbox.cwd, "file_store": str(work / "file-store-replay"),
             "sid": f"forkpoint-replay-{safe_file_stem(self.context.session_id or 'session')}",
             "save_trajectory": str(saved),
             "max_iterations": replayed_action_count(events), "replay_events": str(replay_path),

@@ -24,5 +24,7 @@ SPEC = AgentSpec(
     version_field="info.swe_agent_version",
     # 1.x .traj; 1.0-dev files without replay_config (and without a version) read as the same family
     formats=(FormatFamily("swe-agent/traj", "1.0.0", None),),
+    # the emulated shell (and its bundle tools) runs in the run's sandbox; no --path-map
+    sandbox_features=frozenset({"local", "bwrap"}),
     # continues=True: its prepare_launch gives the precise refusal (no verified continuation runner yet)
 )
