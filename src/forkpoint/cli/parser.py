@@ -85,7 +85,7 @@ _DIRECT_OPTIONS = (
     "branch_prompt", "parallel", "keep_snapshot", "drop_snapshot", "max_trajectory_bytes", "max_processes",
     "opencode_export", "env",
     *MODEL_DESTS,
-    "agent_version", "record_tool_schemas",
+    "agent_version", "record_tool_schemas", "capture_tokens",
 )
 
 #: (option, metavar or None for a flag, type, help) of `forkpoint replay`, in the order --help lists them.
@@ -127,6 +127,10 @@ _REPLAY_OPTIONS: tuple[tuple[str, str | None, Callable[[str], Any], str], ...] =
     ("--record-tool-schemas", None, bool, "Save the tool definitions (never messages) of the first validated "
      "model request to tool-schemas.json in the run's (or branch's) output dir, as OpenAI function schemas; "
      "`forkpoint export` fills its tools column from it."),
+    ("--capture-tokens", None, bool, "Ask an OpenAI-compatible Chat Completions upstream (vLLM, SGLang) for the "
+     "token ids and logprobs of every model request and record them, with the sampling parameters, in "
+     "tokens.jsonl in the run's (or branch's) output dir (never a body or a prompt text); an upstream that "
+     "cannot return them is said once in result metadata token_capture (docs/rl.md)."),
     ("--sandbox", "NAME", str,
      "Where tools and the agent run: 'local' (no isolation; the workspace must be at the recorded cwd, "
      "or use --path-map) or 'bwrap' (bubblewrap: the workspace mounted at the recorded cwd, the rest of the "
@@ -307,6 +311,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         resume.add_argument("--agent-entrypoint", type=Path, metavar="PATH", help="As in replay.")
         resume.add_argument("--agent-version", metavar="V", help="As in replay (a verified cross-version pair).")
         resume.add_argument("--record-tool-schemas", action="store_true", help="As in replay.")
+        resume.add_argument("--capture-tokens", action="store_true", help="As in replay.")
         resume.add_argument("--max-processes", type=int, metavar="N", help="As in replay [512].")
         resume.add_argument("--json", dest="as_json", action="store_true", help="Print branches.json as one line.")
         add_options(resume, MODEL_OPTIONS)
