@@ -31,7 +31,8 @@ one ``bytes.find`` per chunk and, for an event that carries the fields, one ``or
 
 from __future__ import annotations
 
-import math
+import itertools
+import operator
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,8 +51,6 @@ MAX_TOKENS = 1 << 20
 MAX_SIDECAR_BYTES = 256 * 1024 * 1024
 #: one SSE event, or a whole JSON answer, larger than this passes untouched and unread (capture lost for it)
 MAX_EVENT_BYTES = 64 * 1024 * 1024
-#: the largest id accepted (tokenizer vocabularies are far below)
-MAX_TOKEN_ID = (1 << 31) - 1
 #: what the bridge adds to a Chat Completions request (vLLM's and SGLang's names; each server ignores the other's)
 ASKED: dict[str, bool] = {"logprobs": True, "return_token_ids": True, "return_prompt_token_ids": True}
 #: added only with ``logprobs`` (it changes the logprob entries' ``token`` text, so never when the agent asked)
@@ -93,42 +92,61 @@ def sampling_of(body: JsonObject) -> JsonObject:
     return found
 
 
-def _ids(value: Any, where: str) -> list[int]:
-    if not isinstance(value, list):
-        raise Refused(f"{where} is not a list")
-    for item in value:
-        if type(item) is not int or not 0 <= item <= MAX_TOKEN_ID:
-            raise Refused(f"{where} holds a value that is not a token id ({type(item).__name__})")
+#: what the JSON of a valid id list may hold besides its brackets: digits and commas
+_ID_CHARS = b"0123456789,"
+#: and of a logprob list: numbers (orjson writes NaN and infinities as null: refused)
+_NUMBER_CHARS = b"0123456789,.-+eE"
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_ELEVEN = b"0" * 11
+_LOGPROB = operator.itemgetter("logprob")
+_TOKEN = operator.itemgetter("token")
+
+
+def _too_long(digits: bytes) -> bool:
+    """Whether a run of digits and separators holds a number of more than 10 digits (a byte scan)."""
+    return _ELEVEN in digits.translate(_DIGITS_AS_ZERO)
+
+
+def _check_ids(value: list[Any], where: str) -> list[int]:
+    """``value`` when every item is a token id (a non-negative integer of at most 10 digits), else Refused. One
+    ``orjson.dumps`` and byte scans, no Python loop: a bool, float, string, null or nested list shows as a byte
+    that is not a digit or a comma."""
+    dumped = orjson.dumps(value)
+    if dumped[:1] != b"[" or dumped[1:-1].translate(None, _ID_CHARS) or _too_long(dumped):
+        raise Refused(f"{where} holds a value that is not a token id")
     return value
 
 
-def _logprobs(content: Any) -> tuple[list[float], list[int] | None]:
-    """The logprobs of ``logprobs.content`` entries, and the ids their ``token_id:<id>`` tokens name (None when
-    any token is text)."""
-    if not isinstance(content, list):
-        raise Refused("logprobs.content is not a list")
-    values: list[float] = []
-    named: list[int] | None = []
-    for entry in content:
-        if not isinstance(entry, dict):
-            raise Refused("a logprobs.content entry is not an object")
-        value = entry.get("logprob")
-        if not isinstance(value, int | float) or isinstance(value, bool) or math.isnan(value):
-            raise Refused("a logprob is not a number")
-        values.append(float(value))
-        token = entry.get("token")
-        if named is not None and isinstance(token, str) and token.startswith(_ID_PREFIX):
-            digits = token[len(_ID_PREFIX):]
-            named.append(int(digits) if digits.isdigit() and len(digits) < 11 else -1)
-        else:
-            named = None
-    return values, named
+def _check_numbers(value: list[Any]) -> list[float]:
+    """``value`` when every item is a finite number (orjson writes NaN and infinities as null), else Refused."""
+    if orjson.dumps(value)[1:-1].translate(None, _NUMBER_CHARS):
+        raise Refused("a logprob is not a number")
+    return value
+
+
+def _named_ids(tokens: list[Any]) -> list[int] | None:
+    """The ids ``token_id:<id>`` logprob tokens name (vLLM's ``return_tokens_as_token_ids``); None when any token
+    is text."""
+    try:
+        joined = "\n".join(tokens)
+    except TypeError:  # a token that is not a string
+        return None
+    if not tokens or joined.count(_ID_PREFIX) != len(tokens) or not joined.startswith(_ID_PREFIX):
+        return None
+    body = joined.replace(_ID_PREFIX, "")
+    if "\n\n" in body or body.endswith("\n") or not body.replace("\n", "").isascii() \
+            or not body.replace("\n", "").isdigit() or _too_long(body.encode()):
+        return None
+    return list(map(int, body.split("\n")))
 
 
 @dataclass
 class AnswerTokens:
     """One model request's capture: ``feed`` the answer's bytes in order (it returns what the agent gets), then
-    ``flush``; ``record`` is the sidecar line. ``strip=False`` only reads (a translating upstream)."""
+    ``flush``; ``record`` is the sidecar line. ``strip=False`` only reads (a translating upstream).
+
+    While the answer passes, the token fields are only collected (their lengths bounded): checking every id is
+    ``record``'s work, done once the answer reached the agent."""
 
     added: frozenset[str] = frozenset()
     sampling: JsonObject = field(default_factory=dict)
@@ -136,19 +154,18 @@ class AnswerTokens:
     auxiliary: bool = False
     #: why nothing can be captured for this request (another protocol): the record says so
     unavailable: str | None = None
-    prompt: list[int] | None = None
-    completion: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    #: the ids ``token_id:<id>`` logprob tokens named (None once one was text)
-    named: list[int] | None = field(default_factory=list)
-    saw_ids: bool = False
-    saw_logprobs: bool = False
+    prompt: list[Any] | None = None
+    #: the choice-0 ``token_ids`` lists and ``logprobs.content`` lists of the chunks, in order (unchecked)
+    completion_parts: list[Any] = field(default_factory=list)
+    logprob_parts: list[Any] = field(default_factory=list)
+    held: int = 0
     finish_reason: str | None = None
     problems: list[str] = field(default_factory=list)
     refused: str | None = None
     too_large: bool = False
     _buffer: bytearray = field(default_factory=bytearray)
     _mode: str | None = None  # "sse" | "json" | "raw" (given up: passed untouched)
+    _scanned: int = 0
 
     # -- the answer's bytes --------------------------------------------------------------------------------------
 
@@ -185,23 +202,24 @@ class AnswerTokens:
         return held
 
     def _events(self) -> bytes:
+        """The complete events held, each read (and rewritten). An event ends at a blank line: ``\\n\\n`` or
+        ``\\n\\r\\n`` (CRLF lines); each pattern's next place is found once, so every byte is searched once."""
+        buffer = self._buffer
         out = bytearray()
         start = 0
-        buffer = self._buffer
-        while True:
-            end = buffer.find(b"\n\n", start)
-            if end == -1:
-                crlf = buffer.find(b"\r\n\r\n", start)
-                if crlf == -1:
-                    break
-                end, size = crlf, 4
-            else:
-                crlf = buffer.find(b"\r\n\r\n", start, end)
-                end, size = (crlf, 4) if crlf != -1 else (end, 2)
-            out += self._event(bytes(buffer[start:end + size]))
-            start = end + size
+        since = max(0, self._scanned - 2)
+        lf, crlf = buffer.find(b"\n\n", since), buffer.find(b"\n\r\n", since)
+        while lf != -1 or crlf != -1:
+            end = lf + 2 if crlf == -1 or (lf != -1 and lf < crlf) else crlf + 3
+            out += self._event(bytes(buffer[start:end]))
+            start = end
+            if lf != -1 and lf < end:
+                lf = buffer.find(b"\n\n", end)
+            if crlf != -1 and crlf < end:
+                crlf = buffer.find(b"\n\r\n", end)
         if start:
             del buffer[:start]
+        self._scanned = len(buffer)
         return bytes(out)
 
     def _event(self, event: bytes) -> bytes:
@@ -227,14 +245,11 @@ class AnswerTokens:
                 value = orjson.loads(event.split(b"data:", 1)[1]) if b"data:" in event else None
             except (orjson.JSONDecodeError, IndexError):
                 return
-            self._read_finish(value)
-
-    def _read_finish(self, value: Any) -> None:
-        choices = value.get("choices") if isinstance(value, dict) else None
-        for choice in choices if isinstance(choices, list) else ():
-            if isinstance(choice, dict) and choice.get("index", 0) == 0 and isinstance(choice.get("finish_reason"),
-                                                                                       str):
-                self.finish_reason = choice["finish_reason"]
+            choices = value.get("choices") if isinstance(value, dict) else None
+            for choice in choices if isinstance(choices, list) else ():
+                if isinstance(choice, dict) and choice.get("index", 0) == 0 and isinstance(
+                        choice.get("finish_reason"), str):
+                    self.finish_reason = choice["finish_reason"]
 
     def _rewrite(self, payload: bytes, original: bytes) -> bytes:
         """Read one JSON chunk (or whole answer); returns it without the added fields, or ``original`` unchanged
@@ -253,93 +268,114 @@ class AnswerTokens:
     # -- reading one chunk -----------------------------------------------------------------------------------------
 
     def read(self, value: JsonObject) -> None:
-        """Take the token fields of one Chat chunk (or whole completion); nothing here raises."""
+        """Collect the token fields of one Chat chunk (or whole completion); nothing here raises."""
         if self.refused is not None or self.too_large:
             return
-        try:
-            self._read(value)
-        except Refused as refusal:
-            self.refused = str(refusal)
-            self.prompt, self.completion, self.logprobs, self.named = None, [], [], None
-
-    def _read(self, value: JsonObject) -> None:
-        if "prompt_token_ids" in value and value["prompt_token_ids"] is not None:
-            self._prompt(_ids(value["prompt_token_ids"], "prompt_token_ids"))
+        prompt = value.get("prompt_token_ids")
+        if prompt is not None:
+            self._prompt(prompt)
         choices = value.get("choices")
         for choice in choices if isinstance(choices, list) else ():
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                if isinstance(choice, dict) and "index" in choice and "several choices" not in self.problems:
+                if isinstance(choice, dict) and "several choices: only choice 0 is recorded" not in self.problems:
                     self.problems.append("several choices: only choice 0 is recorded")
                 continue
             if choice.get("prompt_token_ids") is not None:
-                self._prompt(_ids(choice["prompt_token_ids"], "choices[0].prompt_token_ids"))
-            if choice.get("token_ids") is not None:
-                self.saw_ids = True
-                self._extend(self.completion, _ids(choice["token_ids"], "choices[0].token_ids"))
+                self._prompt(choice["prompt_token_ids"])
+            ids = choice.get("token_ids")
+            if ids is not None:
+                self._hold(self.completion_parts, ids)
             logprobs = choice.get("logprobs")
             if isinstance(logprobs, dict) and logprobs.get("content") is not None:
-                values, named = _logprobs(logprobs["content"])
-                self.saw_logprobs = True
-                self._extend(self.logprobs, values)
-                if named is None:
-                    self.named = None
-                elif self.named is not None:
-                    self._extend(self.named, named)
+                self._hold(self.logprob_parts, logprobs["content"])
             if isinstance(choice.get("finish_reason"), str):
                 self.finish_reason = choice["finish_reason"]
 
-    def _prompt(self, ids: list[int]) -> None:
-        if self.prompt is not None and self.prompt != ids:
+    def _prompt(self, ids: Any) -> None:
+        if not isinstance(ids, list):
+            self._refuse("prompt_token_ids is not a list")
+        elif len(ids) > MAX_TOKENS:
+            self._too_large()
+        elif self.prompt is not None and self.prompt != ids:
             self.problems.append("the answer named two different prompt_token_ids")
-        if len(ids) > MAX_TOKENS:
-            self._too_large()
-            return
-        self.prompt = ids
+        else:
+            self.prompt = ids
 
-    def _extend(self, into: list[Any], more: list[Any]) -> None:
-        if len(into) + len(more) > MAX_TOKENS:
+    def _hold(self, into: list[Any], part: Any) -> None:
+        if not isinstance(part, list):
+            self._refuse("a token field is not a list")
+            return
+        self.held += len(part)
+        if self.held > 2 * MAX_TOKENS:
             self._too_large()
             return
-        into.extend(more)
+        into.append(part)
+
+    def _refuse(self, why: str) -> None:
+        self.refused = why
+        self._drop()
 
     def _too_large(self) -> None:
         self.too_large = True
-        self.prompt, self.completion, self.logprobs, self.named = None, [], [], None
+        self._drop()
+
+    def _drop(self) -> None:
+        self.prompt, self.completion_parts, self.logprob_parts = None, [], []
 
     # -- the record ------------------------------------------------------------------------------------------------
 
     def record(self, usage: JsonObject | None) -> JsonObject:
-        """The sidecar line of this request (``usage``: the normalised counts the answer reported, if any)."""
-        completion: list[int] | None = self.completion if self.saw_ids else None
+        """The sidecar line of this request (``usage``: the normalised counts the answer reported, if any); every
+        id and logprob is checked here."""
         problems = list(self.problems)
-        source = "token_ids" if completion is not None else None
-        if completion is None and self.named and all(i >= 0 for i in self.named):
-            completion, source = list(self.named), "logprobs"
-        elif completion is not None and self.named and self.named != completion:
-            problems.append("the logprob tokens name other ids than token_ids")
-        logprobs = self.logprobs if self.saw_logprobs else None
-        if self.unavailable is not None:
-            status = "unavailable"
-        elif self.refused is not None:
-            status, problems = "refused", [*problems, self.refused]
-        elif self.too_large:
-            status, problems = "too_large", [*problems, f"a token array longer than {MAX_TOKENS}"]
-        elif completion is None and self.prompt is None:
-            status = "unavailable"
-        else:
-            problems += _mismatches(self.prompt, completion, logprobs, usage)
+        prompt: list[int] | None = None
+        completion: list[int] | None = None
+        logprobs: list[float] | None = None
+        source: str | None = None
+        status = "ok"
+        try:
+            if self.unavailable is not None or self.refused is not None or self.too_large:
+                raise Refused(self.refused or "")
+            prompt = None if self.prompt is None else _check_ids(self.prompt, "prompt_token_ids")
+            if self.completion_parts:
+                completion = _check_ids(list(itertools.chain.from_iterable(self.completion_parts)),
+                                        "choices[0].token_ids")
+                source = "token_ids"
+            if self.logprob_parts:
+                entries = list(itertools.chain.from_iterable(self.logprob_parts))
+                try:
+                    logprobs = _check_numbers(list(map(_LOGPROB, entries)))
+                    named = _named_ids(list(map(_TOKEN, entries)))
+                except (KeyError, TypeError):
+                    raise Refused("a logprobs.content entry is not a {token, logprob} object") from None
+                if completion is None and named is not None:
+                    completion, source = named, "logprobs"
+                elif completion is not None and named is not None and named != completion:
+                    problems.append("the logprob tokens name other ids than token_ids")
+            if len(completion or ()) > MAX_TOKENS:
+                self.too_large = True
+                raise Refused("")
+        except Refused as refusal:
+            prompt = completion = logprobs = source = None
+            if self.unavailable is not None:
+                status = "unavailable"
+            elif self.too_large:
+                status, problems = "too_large", [*problems, f"a token array longer than {MAX_TOKENS}"]
+            else:
+                status, problems = "refused", [*problems, str(refusal)]
+        if status == "ok" and completion is None and prompt is None:
+            status, logprobs, source = "unavailable", None, None
+        if status == "ok":
+            problems += _mismatches(prompt, completion, logprobs, usage)
             status = "mismatch" if problems else "ok"
-        keep = status in ("ok", "mismatch")
-        return {"status": status, "auxiliary": self.auxiliary, "problems": problems,
-                "reason": self.unavailable or (None if keep or status != "unavailable"
-                                               else "the upstream answered without token ids"),
+        reason = self.unavailable or ("the upstream answered without token ids" if status == "unavailable"
+                                      else None)
+        return {"status": status, "auxiliary": self.auxiliary, "problems": problems, "reason": reason,
                 "sampling": self.sampling, "finish_reason": self.finish_reason,
                 "usage": None if usage is None else {"prompt_tokens": usage.get("input_tokens"),
                                                      "completion_tokens": usage.get("output_tokens")},
-                "completion_source": source if keep else None,
-                "prompt_token_ids": self.prompt if keep else None,
-                "completion_token_ids": completion if keep else None,
-                "completion_logprobs": logprobs if keep else None}
+                "completion_source": source, "prompt_token_ids": prompt, "completion_token_ids": completion,
+                "completion_logprobs": logprobs}
 
 
 def _mismatches(prompt: list[int] | None, completion: list[int] | None, logprobs: list[float] | None,
