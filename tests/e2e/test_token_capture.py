@@ -13,10 +13,11 @@ from tests.e2e.test_mini_swe_agent_continue import FIXTURES as MINI_FIXTURES
 from tests.e2e.test_mini_swe_agent_continue import _require_runtime as require_mini
 from tests.e2e.test_mini_swe_agent_continue import script_from
 
+from forkpoint.branches.resume import ContinueOptions, continue_run_dir
 from forkpoint.export import export
 from forkpoint.export.rows import ExportOptions
 from forkpoint.testing import ScriptedModel
-from forkpoint.testing.recordings import replay_recording
+from forkpoint.testing.recordings import replay_recording, restored_workspace
 
 pytestmark = pytest.mark.e2e
 
@@ -67,8 +68,14 @@ def test_claude_code_says_once_that_its_upstream_returns_no_tokens(tmp_path: Pat
     model = ScriptedModel([])  # every step request: "Done."
     with model.serve() as url:
         result = replay_recording(CLAUDE, tmp_path, agent="claude-code", trajectory="session.jsonl", after=1,
-                                  upstream="anthropic", upstream_url=url, capture_tokens=True)
+                                  upstream="anthropic", upstream_url=url, capture_tokens=True, keep_snapshot=True)
+        with restored_workspace(CLAUDE, remove=False):  # `forkpoint continue --branches 1 --capture-tokens`
+            document = continue_run_dir(Path(result.output_dir or ""), ContinueOptions(
+                branches=1, upstream="anthropic", upstream_url=url, capture_tokens=True), lambda _: None)
     assert result.failure is None, result.failure
+    assert [row["status"] for row in document["branches"]] == ["finished"], document["branches"]
+    branch = Path(result.output_dir or "") / "branches" / "1" / "tokens.jsonl"
+    assert {json.loads(line)["status"] for line in branch.read_text().splitlines()} == {"unavailable"}
     capture = result.metadata["token_capture"]
     assert capture["status"] == "unavailable" and capture["requests"] >= 1
     assert capture["reason"].startswith("the anthropic upstream returns no token ids")
