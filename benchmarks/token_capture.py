@@ -40,6 +40,7 @@ GOAL_MS = 0.5
 ANSWER = [text("I will look at the failing test first, then fix the parser. " * 12),
           tool_use("Bash", {"command": "python -m pytest tests/test_parser.py -q -x"}, "call_1")]
 PIECE = 4096  # bytes per relayed piece (what aiohttp's readany hands over, roughly)
+CHARS_PER_EVENT = 4  # vLLM streams about one token per event
 
 
 def conversation(size: int) -> list[dict[str, Any]]:
@@ -59,8 +60,8 @@ def answer_bytes(request: dict[str, Any]) -> bytes:
     """ScriptedModel's vLLM-style stream for ``request`` (asking for the fields)."""
     tokens = TokenAnswer(request)
     message, finish = chat_message(ANSWER, str)
-    chunks = [tokens.chunk(chunk, index == 0)
-              for index, chunk in enumerate(chat_chunks("chatcmpl-1", "m", message, finish, True))]
+    chunks = [tokens.chunk(chunk, index == 0) for index, chunk in
+              enumerate(chat_chunks("chatcmpl-1", "m", message, finish, True, chunk_size=CHARS_PER_EVENT))]
     return b"".join(encode(chunks))
 
 

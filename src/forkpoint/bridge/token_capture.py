@@ -59,7 +59,6 @@ AS_IDS = "return_tokens_as_token_ids"
 SAMPLING_KEYS = ("model", "temperature", "top_p", "top_k", "min_p", "seed", "max_tokens", "max_completion_tokens",
                  "presence_penalty", "frequency_penalty", "repetition_penalty", "n", "top_logprobs", "stream")
 CHAT = "openai-chat"
-_MARKERS = (b'"token_ids"', b'"logprobs"', b'"prompt_token_ids"')
 _ID_PREFIX = "token_id:"
 
 
@@ -224,9 +223,13 @@ class AnswerTokens:
 
     def _event(self, event: bytes) -> bytes:
         """One SSE event: its ``data:`` JSON read and, when it carries added fields, rewritten without them."""
-        if not any(marker in event for marker in _MARKERS):
+        if b'"token_ids"' not in event and b'"logprobs"' not in event:  # (prompt_token_ids holds the first)
             self._finish_reason(event)
             return event
+        body = event.rstrip(b"\r\n")
+        if body.startswith(b"data:") and b"\n" not in body:  # the usual event: one data line
+            rewritten = self._rewrite(body[5:].strip(), event)
+            return event if rewritten is event else b"data: " + rewritten + event[len(body):]
         lines = event.splitlines(keepends=True)
         data = [line for line in lines if line.startswith(b"data:")]
         if len(data) != 1:
