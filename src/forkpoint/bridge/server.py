@@ -539,6 +539,8 @@ class Bridge:
         if self.tokens is not None and sent.status < 400 and not sent.broken:  # an answer (not an error) was given
             answer = request.get(ANSWER_TOKENS) or AnswerTokens(
                 auxiliary=auxiliary, unavailable=f"the {self.upstream.name} upstream answers no token ids")
+            if sent.error is not None:  # e.g. the agent hung up mid-answer: what was read is not the whole answer
+                answer.problems.append(f"the answer did not end normally: {sent.error[:200]}")
             self.tokens.finish(answer, sent.usage)
         return response, sent, timing
 
