@@ -184,3 +184,38 @@ def test_any_split_of_the_stream_reads_the_same() -> None:
         assert len([line for line in out.splitlines() if line.startswith(b"data:")]) == raw.count(b"data:")
         line = answer.record({"input_tokens": len(tokens.prompt), "output_tokens": len(tokens.completion)})
         assert line["status"] == "ok" and line["completion_token_ids"] == tokens.completion
+
+
+def _record(chunk: dict[str, Any], usage: dict[str, Any] | None = None) -> dict[str, Any]:
+    answer = AnswerTokens()
+    answer.feed(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+    answer.flush()
+    return answer.record(usage)
+
+
+def _choice(ids: Any, tokens: list[Any], logprobs: list[Any] | None = None) -> dict[str, Any]:
+    values = logprobs if logprobs is not None else [-0.5] * len(tokens)
+    return {"choices": [{"index": 0, "token_ids": ids, "logprobs": {"content": [
+        {"token": token, "logprob": value} for token, value in zip(tokens, values, strict=True)]}}]}
+
+
+def test_logprob_tokens_that_name_other_ids_are_a_mismatch() -> None:
+    line = _record(_choice([5, 6], ["token_id:5", "token_id:7"]))
+    assert line["status"] == "mismatch" and line["completion_token_ids"] == [5, 6]
+    assert "the logprob tokens name other ids than token_ids" in line["problems"]
+    only_named = _record({"choices": [{"index": 0, "logprobs": {"content": [{"token": "token_id:9", "logprob": -1}]}}]})
+    assert (only_named["status"], only_named["completion_token_ids"], only_named["completion_source"]) == (
+        "ok", [9], "logprobs")
+
+
+@pytest.mark.parametrize("ids", [[1, True], [1, 2.0], [1, "2"], [1, None], [1, [2]], [1, 12345678901], [-1]])
+def test_anything_but_a_token_id_refuses_the_record(ids: list[Any]) -> None:
+    line = _record(_choice(ids, ["a"] * len(ids)))
+    assert line["status"] == "refused" and line["completion_token_ids"] is None and line["prompt_token_ids"] is None
+
+
+@pytest.mark.parametrize("logprob", [float("nan"), float("inf"), "x", None, True])
+def test_a_logprob_that_is_not_a_finite_number_refuses_the_record(logprob: Any) -> None:
+    answer = AnswerTokens()
+    answer.read(_choice([1], ["a"], [logprob]))  # as parsed (orjson reads NaN/Infinity nowhere: built in Python)
+    assert answer.record(None)["status"] == "refused"
