@@ -36,6 +36,7 @@ ORDER = (
     "cli_startup_dev",
     "tool_overhead",
     "bridge_overhead",
+    "token_capture",
     "observation_fidelity",
     "continuation_fidelity",
     "export",

@@ -25,6 +25,7 @@ SCRIPTS = {
     "cli_startup": 20,
     "tool_overhead": 20,
     "bridge_overhead": 25,
+    "token_capture": 30,
     "observation_fidelity": 30,
     "continuation_fidelity": 180,
     "export": 60,

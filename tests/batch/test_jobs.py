@@ -99,3 +99,19 @@ def test_rootfs_and_image_are_job_keys_relative_to_the_jobs_file(tmp_path: Path)
     assert job.options == {"sandbox": "bwrap", "image": str(tmp_path / "images" / "sweb.tar")}
     [bad] = [item for item in items if isinstance(item, BadJob)]
     assert "rootfs has the wrong type" in bad.reason
+
+
+def test_capture_tokens_is_a_job_key_that_reaches_the_request(tmp_path: Path) -> None:
+    """``capture_tokens`` (docs/rl.md) passes to the job's request as the replay flag; a string is a bad line."""
+    from forkpoint.run.request import build_request
+
+    jobs = _write(tmp_path, [{"trajectory": str(FIXTURE), "after_step": 1, "capture_tokens": True},
+                             {"trajectory": str(FIXTURE), "after_step": 1, "capture_tokens": "yes"}])
+    items = list(expand(read_lines(jobs, {})))
+    [job] = [item for item in items if isinstance(item, Job)]
+    assert job.options == {"capture_tokens": True}
+    request = build_request({"agent": "claude-code", "trajectory": str(FIXTURE), "after_step": 1, **job.options},
+                            source="test")
+    assert request.capture_tokens is True
+    [bad] = [item for item in items if isinstance(item, BadJob)]
+    assert "capture_tokens has the wrong type" in bad.reason

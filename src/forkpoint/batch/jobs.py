@@ -37,6 +37,7 @@ OPTION_TYPES: dict[str, type | tuple[type, ...]] = {
     # deadlines of the continuation (seconds; docs/upstreams.md)
     "upstream_idle_timeout": (int, float), "answer_timeout": (int, float), "continuation_timeout": (int, float),
     "branch_models": list, "branch_seeds": list, "branch_temperatures": list,
+    "capture_tokens": bool,  # token ids and logprobs from the upstream (docs/rl.md)
 }
 JOB_KEYS = frozenset({"trajectory", "agent", "after_step", "mode", *OPTION_TYPES})
 DEFAULT_MODE = "prepare-only"

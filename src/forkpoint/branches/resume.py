@@ -47,6 +47,7 @@ class ContinueOptions:
     model_choice: dict[str, Any] = field(default_factory=dict)
     agent_version: str | None = None  # a verified cross-version pair (``--agent-version``)
     record_tool_schemas: bool = False
+    capture_tokens: bool = False  # ``--capture-tokens``
     #: ``--workspace DIR``: the directory to restore the boundary into, named by the user (a moved run dir)
     workspace: Path | None = None
     max_processes: int | None = None  # per supervised command (forkpoint.process.limits) [512]
@@ -103,7 +104,8 @@ def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[
         "upstream": options.upstream, "upstream_url": options.upstream_url, "max_steps": options.max_steps,
         "agent_entrypoint": str(options.agent_entrypoint) if options.agent_entrypoint else None,
         "sandbox": sandbox, "branches": options.branches or 1, **run_choice,
-        "record_tool_schemas": options.record_tool_schemas}, source="continue")
+        "record_tool_schemas": options.record_tool_schemas, "capture_tokens": options.capture_tokens},
+        source="continue")
     launch = adapter.prepare_launch(versions.launch_trajectory(agent_spec(agent), plan, options.agent_version),
                                     options.agent_entrypoint)
     setup = BranchSetup(adapter=adapter, plan=plan, prefix=prefix,

@@ -41,7 +41,17 @@ from aiohttp import web
 from forkpoint.bridge.accounting import Timing, UsageLedger
 from forkpoint.bridge.gate import Gate, Verdict
 from forkpoint.bridge.limits import ByteBudget, Connections, Limits, Shed, shed_headers
-from forkpoint.bridge.upstream import GONE_MID_ANSWER, Sent, Upstream, UpstreamRefusal, error_response
+from forkpoint.bridge.token_capture import AnswerTokens, TokenLog
+from forkpoint.bridge.upstream import (
+    ANSWER_TOKENS,
+    AUXILIARY,
+    CAPTURE,
+    GONE_MID_ANSWER,
+    Sent,
+    Upstream,
+    UpstreamRefusal,
+    error_response,
+)
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.model import JsonObject
 from forkpoint.process.loop_thread import LoopThread
@@ -172,11 +182,14 @@ class Bridge:
                  max_model_requests: int | None = None, limits: Limits | None = None,
                  prepare: BodyHook | None = None, observe_first: BodyObserver | None = None,
                  refusal: Callable[[int, str], web.Response] | None = None,
-                 max_identical_failures: int = MAX_IDENTICAL_FAILURES) -> None:
+                 max_identical_failures: int = MAX_IDENTICAL_FAILURES, tokens: TokenLog | None = None) -> None:
         """``gate`` checks every model request; ``prepare`` changes a body only AFTER the gate validated it (e.g.
         the model field and sampling pins of a chosen model); its facts join the request's record. ``refusal``:
         the agent's protocol's non-retryable error (default: Anthropic's shape), what a request gets once the bridge
-        stopped forwarding after ``max_identical_failures`` identical upstream failures."""
+        stopped forwarding after ``max_identical_failures`` identical upstream failures. ``tokens``
+        (``--capture-tokens``): every request handed to the upstream gets a record in this log
+        (``bridge.token_capture``)."""
+        self.tokens = tokens
         self._refusal = refusal or (lambda status, message: error_response(status, "invalid_request_error",
                                                                            message))
         self.gate = gate
@@ -476,7 +489,7 @@ class Bridge:
         facts = dict(verdict.facts)
         outgoing = verdict.body if self._prepare is None else self._prepare(verdict.body, facts)
         try:
-            response, sent, timing = await self._send(request, outgoing)
+            response, sent, timing = await self._send(request, outgoing, auxiliary=False)
         except UpstreamRefusal as refusal:
             return self._refuse(request.method, shown, str(refusal), started, facts)
         facts.update(sent.facts or {})
@@ -504,8 +517,12 @@ class Bridge:
             self._stopped = (f"the model upstream failed {self._streak[1]} times in a row the same way "
                              f"({sent.failure}: {sent.error}); the bridge stopped forwarding")
 
-    async def _send(self, request: web.Request, body: JsonObject) -> tuple[web.StreamResponse, Sent, Timing]:
-        """Hand a body to the upstream and account for the call (``bridge.accounting``)."""
+    async def _send(self, request: web.Request, body: JsonObject, *,
+                    auxiliary: bool) -> tuple[web.StreamResponse, Sent, Timing]:
+        """Hand a body to the upstream and account for the call (``bridge.accounting``) and, with
+        ``--capture-tokens``, its tokens (an upstream that never asked for them: recorded as unavailable)."""
+        if self.tokens is not None:
+            request[CAPTURE], request[AUXILIARY] = self.tokens, auxiliary
         handed = time.monotonic()
         with self._lock:
             self._upstream_calls += 1
@@ -519,6 +536,12 @@ class Bridge:
                   round((time.monotonic() - handed) * 1000, 3))
         with self._lock:
             self._ledger.add(sent.usage, *timing)
+        if self.tokens is not None and sent.status < 400 and not sent.broken:  # an answer (not an error) was given
+            answer = request.get(ANSWER_TOKENS) or AnswerTokens(
+                auxiliary=auxiliary, unavailable=f"the {self.upstream.name} upstream answers no token ids")
+            if sent.error is not None:  # e.g. the agent hung up mid-answer: what was read is not the whole answer
+                answer.problems.append(f"the answer did not end normally: {sent.error[:200]}")
+            self.tokens.finish(answer, sent.usage)
         return response, sent, timing
 
     async def _auxiliary(self, request: web.Request, shown: str, started: float,
@@ -527,7 +550,7 @@ class Bridge:
         if not verdict.ok or verdict.body is None:
             return self._refuse(request.method, shown, verdict.reason or "refused", started, verdict.facts)
         try:
-            response, sent, timing = await self._send(request, verdict.body)
+            response, sent, timing = await self._send(request, verdict.body, auxiliary=True)
         except UpstreamRefusal as refusal:
             return self._refuse(request.method, shown, str(refusal), started, verdict.facts)
         with self._lock:

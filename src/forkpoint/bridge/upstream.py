@@ -39,6 +39,7 @@ from aiohttp import web
 from forkpoint.bridge.secret import MIN_REDACTED_SECRET, UpstreamKey
 from forkpoint.bridge.secret import REDACTED as REDACTED  # re-exported: the redactor lives in bridge.secret
 from forkpoint.bridge.secret import Redactor as Redactor
+from forkpoint.bridge.token_capture import AnswerTokens, TokenLog
 from forkpoint.bridge.translate.retry import RetryPolicy, decide
 from forkpoint.bridge.usage_tap import UsageTap
 from forkpoint.core.model import JsonObject
@@ -80,6 +81,24 @@ class Sent:
     #: what the agent was told of a failure (the upstream's message, key redacted): repeated to it once the bridge
     #: stopped forwarding, never written to the bridge log (it may quote the request)
     detail: str | None = None
+
+
+#: ``--capture-tokens``: the run's token log, set on a model request by the bridge (``bridge.token_capture``);
+#: an upstream that speaks to a real server asks it for token ids (``TokenLog.begin``) and keeps the request's
+#: capture under ``ANSWER_TOKENS`` for the bridge to record
+CAPTURE = web.RequestKey("forkpoint_capture", TokenLog)
+ANSWER_TOKENS = web.RequestKey("forkpoint_answer_tokens", AnswerTokens)
+AUXILIARY = web.RequestKey("forkpoint_auxiliary", bool)
+
+
+def begin_capture(request: web.Request, protocol: str, body: JsonObject, *, strip: bool = True) -> JsonObject:
+    """The body to send: asking for token ids when the run captures them (else ``body`` itself)."""
+    log = request.get(CAPTURE)
+    if log is None:
+        return body
+    body, answer = log.begin(protocol, body, strip=strip, auxiliary=request.get(AUXILIARY, False))
+    request[ANSWER_TOKENS] = answer
+    return body
 
 
 #: how ``Sent.error`` begins when the agent hung up while an answer was still coming (it was waiting on the model)
@@ -253,19 +272,27 @@ def cut(request: web.Request) -> None:
 
 async def relay(
     request: web.Request, upstream: aiohttp.ClientResponse, headers: dict[str, str], secret: str | None = None,
-    clock: AnswerClock | None = None, first: bytes = b""
+    clock: AnswerClock | None = None, first: bytes = b"", tokens: AnswerTokens | None = None
 ) -> tuple[web.StreamResponse, Sent]:
     """Stream the upstream's answer to the agent chunk by chunk as it arrives: never buffered (``secret``, the
     upstream key, is redacted on the way); a stream that breaks upstream or outlives ``clock`` is cut for the agent.
-    ``first``: the answer's first bytes, already read (``HttpUpstream.send`` looks at them first)."""
+    ``first``: the answer's first bytes, already read (``HttpUpstream.send`` looks at them first). ``tokens``
+    (``--capture-tokens``): reads the token fields of the redacted bytes and removes the ones the bridge asked for
+    (an SSE event, or a whole JSON answer, reaches the agent once complete)."""
     key = UpstreamKey(secret)  # the one redactor (bridge.secret): header values and every streamed byte
     try:
         redactor = key.stream(upstream.headers.get("content-encoding", "identity"))
     except ValueError as error:  # compressed in a way the redactor cannot read: refused, never passed unread
         return error_response(502, "api_error", str(error)), Sent(502, True, str(error))
+    if tokens is not None and tokens.unavailable is not None:
+        tokens = None
+    if tokens is not None and redactor is None and compressed(upstream):  # bytes it cannot read: passed as they are
+        tokens.problems.append("a compressed answer (not read)")
+        tokens = None
     response = web.StreamResponse(status=upstream.status, headers={
         name: key.text(value) for name, value in headers.items()
-        if not (redactor is not None and redactor.decodes and name.lower() == "content-encoding")})
+        if not (redactor is not None and redactor.decodes and name.lower() == "content-encoding")
+        and not (tokens is not None and name.lower() == "content-length")})
     await response.prepare(request)
     tap = UsageTap()  # what the answer reports it used, read as it passes (bridge.usage_tap)
     pending = first
@@ -284,10 +311,14 @@ async def relay(
         except ValueError as error:  # a compressed answer that does not decompress: broken
             cut(request)
             return response, Sent(upstream.status, True, str(error), tap.reported(), broken=True)
+        if out and tokens is not None:
+            out = tokens.feed(out)
         if out and (gone := await write_to_agent(response, out)) is not None:
             return response, Sent(upstream.status, True, gone, tap.reported())
     try:
         tail = redactor.flush() if redactor is not None else b""
+        if tokens is not None:
+            tail = tokens.feed(tail) + tokens.flush()
     except ValueError as error:
         cut(request)
         return response, Sent(upstream.status, True, str(error), tap.reported(), broken=True)
@@ -444,6 +475,7 @@ class HttpUpstream:
         assert self._session is not None, "upstream not opened"
         url = self.url + (f"?{request.query_string}" if request.query_string else "")
         clock = self.clock()
+        body = begin_capture(request, self.name, body)
         attempted = await post_within(clock, self._session, url, orjson.dumps(body), self.headers_for(request),
                                       self.retry)
         if attempted.response is None:
@@ -464,7 +496,8 @@ class HttpUpstream:
                 elif not looks_like_answer(first) and not compressed(upstream):
                     response, sent = self._invalid(upstream, first)
                 else:
-                    response, sent = await relay(request, upstream, headers, self._api_key, clock, first)
+                    response, sent = await relay(request, upstream, headers, self._api_key, clock, first,
+                                                 request.get(ANSWER_TOKENS))
         return response, dataclasses.replace(sent, facts=attempted.facts(sent.facts))
 
     async def _failed(self, upstream: aiohttp.ClientResponse,

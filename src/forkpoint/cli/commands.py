@@ -53,7 +53,7 @@ def replay(args: argparse.Namespace) -> None:
     direct = {name: vars(args)[name] for name in _DIRECT_OPTIONS}
     for flag in ("prepare_only", "replay_only", "allow_stale_observations", "require_verified_version",
                  "keep_snapshot", "drop_snapshot",
-                 "disable_thinking", "record_tool_schemas"):
+                 "disable_thinking", "record_tool_schemas", "capture_tokens"):
         direct[flag] = direct[flag] or None  # an absent flag is "not given", like an absent option
     given = [name for name in _DIRECT_OPTIONS if direct[name] is not None]
     try:
@@ -108,6 +108,7 @@ def continue_(args: argparse.Namespace) -> None:
                               max_steps=args.max_steps, agent_entrypoint=args.agent_entrypoint,
                               model_choice=model_choice,
                               agent_version=args.agent_version, record_tool_schemas=args.record_tool_schemas,
+                              capture_tokens=args.capture_tokens,
                               workspace=args.workspace, max_processes=args.max_processes)
     progress = (lambda message: None) if args.as_json else (lambda message: say(f"  {message}", err=True, style=DIM))
     try:

@@ -86,7 +86,7 @@ _DIRECT_OPTIONS = (
     "branch_prompt", "parallel", "keep_snapshot", "drop_snapshot", "max_trajectory_bytes", "max_processes",
     "opencode_export", "env",
     *MODEL_DESTS,
-    "agent_version", "record_tool_schemas",
+    "agent_version", "record_tool_schemas", "capture_tokens",
 )
 
 #: (option, metavar or None for a flag, type, help) of `forkpoint replay`, in the order --help lists them.
@@ -128,6 +128,10 @@ _REPLAY_OPTIONS: tuple[tuple[str, str | None, Callable[[str], Any], str], ...] =
     ("--record-tool-schemas", None, bool, "Save the tool definitions (never messages) of the first validated "
      "model request to tool-schemas.json in the run's (or branch's) output dir, as OpenAI function schemas; "
      "`forkpoint export` fills its tools column from it."),
+    ("--capture-tokens", None, bool, "Ask an OpenAI-compatible Chat Completions upstream (vLLM, SGLang) for the "
+     "token ids and logprobs of every model request and record them, with the sampling parameters, in "
+     "tokens.jsonl in the run's (or branch's) output dir (never a body or a prompt text); an upstream that "
+     "cannot return them is said once in result metadata token_capture (docs/rl.md)."),
     ("--sandbox", "NAME", str,
      "Where tools and the agent run: 'local' (no isolation; the workspace must be at the recorded cwd, "
      "or use --path-map) or 'bwrap' (bubblewrap: the workspace mounted at the recorded cwd, the rest of the "
@@ -314,6 +318,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         resume.add_argument("--agent-entrypoint", type=Path, metavar="PATH", help="As in replay.")
         resume.add_argument("--agent-version", metavar="V", help="As in replay (a verified cross-version pair).")
         resume.add_argument("--record-tool-schemas", action="store_true", help="As in replay.")
+        resume.add_argument("--capture-tokens", action="store_true", help="As in replay.")
         resume.add_argument("--max-processes", type=int, metavar="N", help="As in replay [512].")
         resume.add_argument("--json", dest="as_json", action="store_true", help="Print branches.json as one line.")
         add_options(resume, MODEL_OPTIONS)
@@ -332,9 +337,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         exporter.add_argument("runs", type=Path, nargs="+", metavar="RUN_OR_DIR",
                               help="A run dir (<output-dir>/<run-id>) or a dir holding runs (an output root, a batch).")
         exporter.add_argument("--format", dest="fmt", metavar="FORMAT", default="parquet",
-                              choices=("parquet", "messages-jsonl", "atif", "native"),
-                              help="parquet (Hugging Face-loadable), messages-jsonl, atif (ATIF v1.8, a directory) or "
-                              "native (the native sessions, a directory) [default: parquet].")
+                              choices=("parquet", "messages-jsonl", "atif", "native", "tokens"),
+                              help="parquet (Hugging Face-loadable), messages-jsonl, atif (ATIF v1.8, a directory), "
+                              "native (the native sessions, a directory) or tokens (JSONL, one row per model request "
+                              "captured with --capture-tokens: token ids, logprobs, loss mask, reward; docs/rl.md) "
+                              "[default: parquet].")
         exporter.add_argument("-o", "--out", type=Path, required=True, metavar="PATH",
                               help="The output file (a directory for atif/native); never overwritten. The report goes "
                               "beside it as PATH.report.json.")
@@ -451,7 +458,7 @@ keys: trajectory (required; relative paths are relative to the jobs file), agent
 from it), sandbox, upstream, upstream_url, max_steps, boundary_user_prompt, allow_stale_observations,
 on_divergence, branches, branch_prompts, model, temperature, top_p, seed, max_output_tokens, disable_thinking,
 reasoning_effort, upstream_retries, upstream_idle_timeout, answer_timeout, continuation_timeout, branch_models,
-branch_seeds, branch_temperatures. A bad line is reported with its number and the rest runs.
+branch_seeds, branch_temperatures, capture_tokens. A bad line is reported with its number and the rest runs.
 
 examples:
 

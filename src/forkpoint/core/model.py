@@ -328,6 +328,8 @@ class ContinueSettings:
     upstream_retries: int = 3
     #: save the first validated request's tool definitions to ``<output>/tool-schemas.json`` (issue 20)
     record_tool_schemas: bool = False
+    #: ask the upstream for token ids and logprobs, recorded in ``<output>/tokens.jsonl`` (issue 31)
+    capture_tokens: bool = False
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any
 
 from forkpoint.export.rows import TRAIN_ON, ExportOptions
 
-FORMATS = ("parquet", "messages-jsonl", "atif", "native")
+FORMATS = ("parquet", "messages-jsonl", "atif", "native", "tokens")
 REPORT_SCHEMA = "forkpoint.export-report/v1"
 
 
@@ -29,9 +29,12 @@ class ExportReport:
     redaction_totals: Counter[str] = field(default_factory=Counter)
     redaction_per_row: dict[str, dict[str, int]] = field(default_factory=dict)
     options: ExportOptions = field(default_factory=ExportOptions)
+    #: ``--format tokens``: the status of every captured request (rows are the ``ok``/``mismatch`` ones)
+    token_requests: dict[str, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
+            **({} if self.token_requests is None else {"token_requests": self.token_requests}),
             "schema_version": REPORT_SCHEMA, "out": str(self.out), "format": self.format, "rows": self.rows,
             "skipped_count": len(self.skipped), "skipped": self.skipped, "train_on": self.options.train_on,
             "redaction": {"enabled": self.options.redact, "totals": dict(sorted(self.redaction_totals.items())),
@@ -49,7 +52,7 @@ def export(
     from forkpoint.export.redact import Redactor
     from forkpoint.export.rows import build_row
     from forkpoint.export.runs import SkippedRun, find_runs, load_runs
-    from forkpoint.export.writers import dumps_report, open_writer
+    from forkpoint.export.writers import TokensWriter, dumps_report, open_writer
 
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; one of {', '.join(FORMATS)}")
@@ -85,6 +88,8 @@ def export(
                     progress(report)
         if redactor is not None:
             report.redaction_totals = Counter(redactor.counts)
+        if isinstance(writer, TokensWriter):  # rows are requests, not runs
+            report.rows, report.token_requests = writer.rows, dict(sorted(writer.counts.items()))
         writer.commit()
     except BaseException:
         writer.abort()

@@ -4,6 +4,12 @@ System and user messages are steps of their own; an assistant message is an ``ag
 answered by the ``observation`` results of the tool messages that follow it. In the full document the task and
 prefix steps carry ``is_copied_context`` (consumers must not train on them); the prefix document holds only those
 steps and, when the run continued, names the full one in ``continued_trajectory_ref``.
+
+With ``--capture-tokens`` records (``tokens.jsonl``), the live agent steps' ``metrics`` carry ATIF's token fields
+(``prompt_token_ids``, ``completion_token_ids``, ``logprobs``; v1.3/v1.4+): the n-th live agent step is the answer
+to the n-th step request the bridge recorded. They are filled only when the two counts are equal (an agent that
+retried a request, or a record without ids, leaves them empty and ``extra.token_ids`` says why): a wrong pairing
+would be worse than none.
 """
 
 from __future__ import annotations
@@ -15,9 +21,11 @@ from typing import Any
 SCHEMA_VERSION = "ATIF-v1.8"
 
 
-def trajectories(row: dict[str, Any], name: str, prefix_name: str) -> Iterator[tuple[str, dict[str, Any]]]:
+def trajectories(row: dict[str, Any], name: str, prefix_name: str,
+                 tokens: list[dict[str, Any]] | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
     """(file suffix, document) pairs of one row: the full trajectory (``<name>.json``) and its prefix
-    (``<prefix_name>.prefix.json``, shared by the branches of a run, each naming the prefix in ``extra``)."""
+    (``<prefix_name>.prefix.json``, shared by the branches of a run, each naming the prefix in ``extra``);
+    ``tokens``: the run's step-request token records, in order (``export.tokens.records``)."""
     from atif import Trajectory
 
     messages = row["messages"]
@@ -31,8 +39,11 @@ def trajectories(row: dict[str, Any], name: str, prefix_name: str) -> Iterator[t
                   "tool_definitions": json.loads(row["tools"]) if row.get("tools") else None},
         "extra": {key: value for key, value in row.items() if key not in ("messages", "tools")},
     }
-    full = Trajectory.model_validate({**common, "trajectory_id": name, "steps": _steps(messages, mark_copied=True),
-                                      "extra": {**common["extra"], "prefix_trajectory": f"{prefix_name}.prefix.json"}})
+    steps = _steps(messages, mark_copied=True)
+    extra = {**common["extra"], "prefix_trajectory": f"{prefix_name}.prefix.json"}
+    if tokens:
+        extra["token_ids"] = _fill_tokens(steps, tokens)
+    full = Trajectory.model_validate({**common, "trajectory_id": name, "steps": steps, "extra": extra})
     prefix_messages = [m for m in messages if m["segment"] in ("task", "prefix")]
     prefix = Trajectory.model_validate({
         **common, "trajectory_id": f"{prefix_name}.prefix", "steps": _steps(prefix_messages, mark_copied=False),
@@ -68,6 +79,22 @@ def _steps(messages: list[dict[str, Any]], *, mark_copied: bool) -> list[dict[st
                 ]
         steps.append(step)
     return steps
+
+
+def _fill_tokens(steps: list[dict[str, Any]], tokens: list[dict[str, Any]]) -> str:
+    """Put each step request's ids into its live agent step's ``metrics``; what was done, for ``extra``."""
+    live = [step for step in steps if step["source"] == "agent" and step["extra"]["segment"] == "live"]
+    if len(live) != len(tokens):
+        return f"not filled: {len(live)} live agent steps, {len(tokens)} captured step requests"
+    if any(record.get("status") not in ("ok", "mismatch") for record in tokens):
+        return "not filled: a step request's token ids were not captured"
+    for step, record in zip(live, tokens, strict=True):
+        step["metrics"] = {"prompt_token_ids": record.get("prompt_token_ids"),
+                           "completion_token_ids": record.get("completion_token_ids"),
+                           "logprobs": record.get("completion_logprobs")}
+        if record.get("status") == "mismatch":
+            step["extra"]["token_mismatch"] = record.get("problems")
+    return "filled: one captured request per live agent step"
 
 
 def _observe(steps: list[dict[str, Any]], message: dict[str, Any]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -120,18 +121,40 @@ class ParquetWriter(_Staged):
         super().abort()
 
 
+class TokensWriter(JsonlWriter):
+    """``--format tokens``: one JSONL row per captured model request (``forkpoint.export.tokens``); ``counts``:
+    every token record's status (the report's ``token_requests``)."""
+
+    def __init__(self, out: Path, max_bytes: int) -> None:
+        super().__init__(out)
+        self.max_bytes = max_bytes
+        self.counts: Counter[str] = Counter()
+        self.rows = 0
+
+    def write(self, row: dict[str, Any], run: Run) -> None:
+        from forkpoint.export.tokens import token_rows
+
+        for line in token_rows(run, row, self.counts, self.max_bytes):
+            self.handle.write(orjson.dumps(line) + b"\n")
+            self.rows += 1
+
+
 class AtifWriter(_Staged):
     """Per row ``<run>.json`` (prefix steps marked ``is_copied_context``, then the live steps) and
-    ``<run>.prefix.json`` (task + prefix only, ``continued_trajectory_ref`` naming the first)."""
+    ``<run>.prefix.json`` (task + prefix only, ``continued_trajectory_ref`` naming the first); with
+    ``--capture-tokens`` records, each live agent step's ``metrics`` holds its request's token ids and logprobs."""
 
-    def __init__(self, out: Path) -> None:
+    def __init__(self, out: Path, max_bytes: int = 1 << 31) -> None:
         super().__init__(out, directory=True)
+        self.max_bytes = max_bytes
 
     def write(self, row: dict[str, Any], run: Run) -> None:
         from forkpoint.export.atif import trajectories
+        from forkpoint.export.tokens import records
 
         name = _row_name(row)
-        for suffix, document in trajectories(row, name, str(row["run_id"])):
+        steps = [record for record in records(run, self.max_bytes) if not record.get("auxiliary")]
+        for suffix, document in trajectories(row, name, str(row["run_id"]), steps):
             path = self.temp / f"{name if suffix != '.prefix' else row['run_id']}{suffix}.json"
             if not path.exists():  # branches share their run's prefix document
                 path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2))
@@ -190,13 +213,15 @@ def _row_name(row: dict[str, Any]) -> str:
     return f"{row['run_id']}" + (f".b{branch}" if branch is not None else "")
 
 
-def open_writer(fmt: str, out: Path, redactor: Redactor | None) -> RowWriter:
+def open_writer(fmt: str, out: Path, redactor: Redactor | None, max_bytes: int = 1 << 31) -> RowWriter:
+    if fmt == "tokens":
+        return TokensWriter(out, max_bytes)
     if fmt == "parquet":
         return ParquetWriter(out)
     if fmt == "messages-jsonl":
         return JsonlWriter(out)
     if fmt == "atif":
-        return AtifWriter(out)
+        return AtifWriter(out, max_bytes)
     if fmt == "native":
         return NativeWriter(out, redactor)
     raise ValueError(f"unknown export format {fmt!r}")

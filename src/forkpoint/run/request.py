@@ -95,6 +95,7 @@ class ReplayRequest:
     branch_temperatures: list[float] = field(default_factory=list)
     agent_version: str | None = None  # continue with this verified version (a cross-version pair proven e2e)
     record_tool_schemas: bool = False  # save the first validated request's tool definitions (tool-schemas.json)
+    capture_tokens: bool = False  # ask the upstream for token ids and logprobs (tokens.jsonl; bridge.token_capture)
 
     def resolved_run_id(self) -> str:
         return self.run_id or f"replay-{uuid.uuid4().hex}"
@@ -419,6 +420,7 @@ def continue_settings(request: ReplayRequest, spec: AgentSpec, launch: LaunchTar
         sampling=dataclasses.replace(all_pins(request)[0], model=None) if pins_given(request) else None,
         upstream_retries=request.upstream_retries,
         record_tool_schemas=request.record_tool_schemas,
+        capture_tokens=request.capture_tokens,
         timeout_s=request.continuation_timeout,
         upstream_idle_timeout_s=request.upstream_idle_timeout,
         answer_timeout_s=request.answer_timeout,

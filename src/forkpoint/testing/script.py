@@ -165,6 +165,9 @@ class ScriptCore:
     requests: list[dict[str, Any]] = field(default_factory=list)
     #: key -> turns: a request whose JSON body contains the key is answered from these turns (first key wins)
     keyed: dict[str, Sequence[Turn | Sequence[Block] | dict[str, Any]]] = field(default_factory=dict)
+    #: how a Chat request asking for token ids is answered: ``vllm``, or a hostile server
+    #: (``forkpoint.testing.scripted_tokens.MODES``)
+    token_mode: str = "vllm"
     _script: list[Turn] = field(init=False, repr=False)
     _scripts: dict[str, list[Turn]] = field(init=False, repr=False)
     _chosen: list[Turn] = field(init=False, repr=False)

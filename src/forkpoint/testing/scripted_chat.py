@@ -23,10 +23,12 @@ from forkpoint.bridge.protocols.openai_chat import (
 from forkpoint.bridge.upstream import SSE_HEADERS, stream_events
 from forkpoint.testing.script import stable_id, text
 from forkpoint.testing.scripted_anthropic import AnthropicAnswers
+from forkpoint.testing.scripted_tokens import TokenAnswer, asked
 
 
 class ChatAnswers(AnthropicAnswers):
-    """Chat Completions answers (turn selection counts assistant messages as for the Messages API)."""
+    """Chat Completions answers (turn selection counts assistant messages as for the Messages API); a request
+    asking for token ids gets vLLM's fields (``token_mode``: ``forkpoint.testing.scripted_tokens``)."""
 
     def respond_chat(self, kind: str, step: int | None) -> tuple[str, dict[str, Any], str, bool]:
         """(completion id, assistant message, finish_reason, stall) for a selected step of Chat Completions."""
@@ -50,10 +52,14 @@ class ChatAnswers(AnthropicAnswers):
                      usage=usage_for(message) if reported else None)
         self._log(entry)
         model = body.get("model", self.model)
+        tokens = TokenAnswer(body, self.token_mode) if asked(body) and fault is None and not stall else None
         if not body.get("stream") and not stall:
             whole = chat_completion(completion_id, model, message, finish)
             if fault is not None:
                 return await fault.answer_json(request, whole)
+            if tokens is not None:
+                whole = tokens.whole(whole)
+                entry.update(usage=whole["usage"], sent_tokens=tokens.sent())
             return web.json_response(whole)
         if fault is not None:
             pieces = [sse_data(chunk) for chunk in chat_chunks(completion_id, model, message, finish,
@@ -64,5 +70,8 @@ class ChatAnswers(AnthropicAnswers):
             await response.prepare(request)
             await asyncio.sleep(24 * 3600)  # cancelled when the client goes away or the server stops
             return response
-        return await stream_events(request, encode(chat_chunks(completion_id, model, message, finish,
-                                                               wants_usage(body))))
+        chunks = list(chat_chunks(completion_id, model, message, finish, wants_usage(body)))
+        if tokens is not None:  # vLLM's token fields, as asked (forkpoint.testing.scripted_tokens)
+            chunks = [tokens.chunk(chunk, index == 0) for index, chunk in enumerate(chunks)]
+            entry.update(usage=tokens.usage() if wants_usage(body) else None, sent_tokens=tokens.sent())
+        return await stream_events(request, encode(chunks))

@@ -265,7 +265,8 @@ def continue_with(hooks: AgentHooks[S], plan: Plan, prefix: NativePrefix, contex
     context.logs.mkdir(parents=True, exist_ok=True)
     outgoing = outgoing_protocol(hooks.protocol, settings.upstream)
     pinning = Pinning.of(outgoing, settings, translated=outgoing != hooks.protocol)
-    with _open_bridge(hooks, job, gate.gate, pinning) as bridge:
+    bridge = _open_bridge(hooks, job, gate.gate, pinning)
+    with bridge:
         spec = dataclasses.replace(hooks.launch(job, state, bridge.base_url),
                                    bridge_port=urlsplit(bridge.base_url).port)
         ran = hooks.run(job, state, spec)
@@ -287,7 +288,8 @@ def continue_with(hooks: AgentHooks[S], plan: Plan, prefix: NativePrefix, contex
                                                            else plan.trajectory.version),
                                 "continuing_agent_version": settings.target.version,
                                 "session_upgrade": session_upgrade(plan, settings.target.version),
-                                "tool_schemas_recorded": (job.context.output_dir / TOOL_SCHEMAS).is_file()}
+                                "tool_schemas_recorded": (job.context.output_dir / TOOL_SCHEMAS).is_file(),
+                                **({} if bridge.tokens is None else {"token_capture": bridge.tokens.summary()})}
     return Continuation(
         agent_status="max_steps" if reached_budget(outcome, summary) else "completed",
         continued_steps=collected.steps,
@@ -306,10 +308,12 @@ def _open_bridge(hooks: AgentHooks[Any], job: Job, gate: Gate, pinning: Pinning)
     recorder = (ToolSchemaRecorder(job.context.output_dir / TOOL_SCHEMAS, hooks.protocol)
                 if settings.record_tool_schemas else None)
     from forkpoint.bridge.protocols import refusal_for
+    from forkpoint.bridge.token_capture import SIDECAR, TokenLog
 
+    tokens = TokenLog(job.context.output_dir / SIDECAR) if settings.capture_tokens else None
     return Bridge(gate, make_upstream(hooks.protocol, settings), log_path=job.context.state_dir / "bridge-log.jsonl",
                   max_model_requests=settings.remaining_steps if hooks.budget_at_bridge else None, prepare=pinning,
-                  observe_first=recorder, refusal=refusal_for(hooks.protocol))
+                  observe_first=recorder, refusal=refusal_for(hooks.protocol), tokens=tokens)
 
 
 @dataclass

@@ -28,12 +28,14 @@ from forkpoint.bridge.translate.retry import RetryPolicy
 from forkpoint.bridge.translate.sampling import SamplingPins
 from forkpoint.bridge.translate.usage import Usage
 from forkpoint.bridge.upstream import (
+    ANSWER_TOKENS,
     MAX_ERROR_BYTES,
     NO_RETRIES,
     SSE_HEADERS,
     AnswerClock,
     Sent,
     UpstreamRefusal,
+    begin_capture,
     cut,
     end_for_agent,
     error_message,
@@ -97,7 +99,8 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
         if prepared.changes:
             facts["pins"] = [change.as_json() for change in prepared.changes]
         clock = self.clock()
-        attempted = await post_within(clock, self._session, self.url, orjson.dumps(prepared.body),
+        outgoing = begin_capture(request, self.name, prepared.body, strip=False)  # --capture-tokens: only read
+        attempted = await post_within(clock, self._session, self.url, orjson.dumps(outgoing),
                                       self.headers_for(request), self.retry)
         facts = attempted.facts(facts) or facts
         if attempted.response is None:
@@ -111,7 +114,7 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
             elif prepared.stream:
                 response, sent = await self._stream(request, upstream, prepared, facts, clock)
             else:
-                response, sent = await self._whole(upstream, prepared, facts, clock)
+                response, sent = await self._whole(request, upstream, prepared, facts, clock)
         return response, self._redacted(sent)
 
     def _redacted(self, sent: Sent) -> Sent:
@@ -136,7 +139,7 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
         return response, Sent(status, True, f"upstream answered HTTP {status}", facts=facts,
                               failure=failure_of(status), detail=message)
 
-    async def _whole(self, upstream: aiohttp.ClientResponse, prepared: Prepared,
+    async def _whole(self, request: web.Request, upstream: aiohttp.ClientResponse, prepared: Prepared,
                      facts: JsonObject, clock: AnswerClock) -> tuple[web.Response, Sent]:
         try:
             async with asyncio.timeout_at(clock.deadline):
@@ -152,6 +155,9 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
             message = f"the model server's answer could not be translated: {error}"
             return self.refusal(400, message), Sent(400, True, message, facts=facts, failure="invalid_answer")
         facts["losses"] = sorted({*facts["losses"], *losses})
+        if (tokens := request.get(ANSWER_TOKENS)) is not None:
+            tokens.feed(raw)
+            tokens.flush()
         body = self.key.data(orjson.dumps(answer))
         return web.Response(body=body, content_type="application/json"), Sent(200, True, usage=usage_of(raw),
                                                                                 facts=facts)
@@ -164,10 +170,13 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
         response = web.StreamResponse(status=200, headers=SSE_HEADERS)
         await response.prepare(request)
         broken = gone = None
+        tokens = request.get(ANSWER_TOKENS)
         while not answer.done:
             chunk, broken = await next_chunk(upstream, clock)
             if broken is not None or not chunk:
                 break
+            if tokens is not None:
+                tokens.feed(chunk)
             for part in answer.feed_parts(chunk):  # one event at a time: a huge text's closing events are each whole
                 out = bytes_out.feed(part) if bytes_out is not None else part
                 if out and (gone := await write_to_agent(response, out)) is not None:
@@ -181,6 +190,8 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
                     break
             if gone is None:
                 gone = await end_for_agent(response, bytes_out.flush() if bytes_out is not None else b"")
+        if tokens is not None:
+            tokens.flush()
         facts["losses"] = sorted({*facts["losses"], *answer.losses})
         reported = None if answer.usage == Usage() else answer.usage.as_json()  # a server ignoring include_usage
         failure = failure_of(200, broken, broken=True) if broken is not None else (
