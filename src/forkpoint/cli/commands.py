@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from forkpoint.cli.output import DIM, GREEN, RED, YELLOW, fail, print_json, say
-from forkpoint.cli.parser import _DIRECT_OPTIONS, BRANCH_LIST_KEYS, MODEL_DESTS
+from forkpoint.cli.parser import _DIRECT_OPTIONS, BRANCH_LIST_KEYS, MODEL_DESTS, SCORE_DESTS
 
 if TYPE_CHECKING:  # the CLI starts without importing the result types
     from forkpoint.core.results import ReplayResult
@@ -108,7 +108,8 @@ def continue_(args: argparse.Namespace) -> None:
                               max_steps=args.max_steps, agent_entrypoint=args.agent_entrypoint,
                               model_choice=model_choice,
                               agent_version=args.agent_version, record_tool_schemas=args.record_tool_schemas,
-                              workspace=args.workspace, max_processes=args.max_processes)
+                              workspace=args.workspace, max_processes=args.max_processes,
+                              score={dest: vars(args)[dest] for dest in SCORE_DESTS if vars(args)[dest] is not None})
     progress = (lambda message: None) if args.as_json else (lambda message: say(f"  {message}", err=True, style=DIM))
     try:
         document = continue_run_dir(args.run_dir, options, progress)

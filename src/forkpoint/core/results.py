@@ -76,6 +76,8 @@ class ReplayResult:
     output_dir: str | None
     artifacts: list[Artifact] = field(default_factory=list)
     failure: Failure | None = None
+    #: the verifier's verdict on the final workspace (``--score``; forkpoint.run.scoring, docs/rl.md)
+    score: dict[str, Any] | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -101,6 +103,8 @@ class ReplayResult:
         values.setdefault("agent_status", "not_started")
         if not isinstance(values.get("metadata", {}), dict):
             raise ValueError("metadata is not an object")
+        if not isinstance(values.get("score", {}) or {}, dict):
+            raise ValueError("score is not an object")
         return cls(**values)
 
     @property

@@ -1,0 +1,78 @@
+"""Hostile verifiers (``--score CMD``): real /bin/sh processes through the local sandbox; each must end as a
+recorded score, with nothing of it left running and forkpoint's memory and time bounded."""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from pathlib import Path
+
+import pytest
+
+from forkpoint.run.scoring import ScoreSpec
+from forkpoint.run.verify import run_verifier
+from forkpoint.sandbox import local_sandbox
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return b") Z" not in Path(f"/proc/{pid}/stat").read_bytes()
+    except FileNotFoundError:
+        return False
+
+
+def test_the_reward_is_read_in_the_workspace(tmp_path: Path) -> None:
+    (tmp_path / "answer").write_text("0.25\n")
+    score = run_verifier(ScoreSpec("echo checking; cat answer"), local_sandbox(tmp_path))
+    assert score["reward"] == 0.25 and score["exit"] == 0 and score["failure"] is None
+    assert "checking" in score["output_tail"]
+
+
+def test_the_verifier_sees_only_the_allowlisted_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "canary-secret")
+    score = run_verifier(ScoreSpec("env"), local_sandbox(tmp_path))
+    assert "canary-secret" not in score["output_tail"] and score["reward"] == 1.0
+
+
+def test_a_daemon_the_verifier_forks_does_not_survive(tmp_path: Path) -> None:
+    command = "setsid sh -c 'sleep 300 & echo $! > daemon.pid; wait' >/dev/null 2>&1 & sleep 0.3; echo 1"
+    score = run_verifier(ScoreSpec(command), local_sandbox(tmp_path))
+    assert score["reward"] == 1.0 and score["background_killed"] is True
+    pid = int((tmp_path / "daemon.pid").read_text())
+    deadline = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not _alive(pid)
+
+
+def test_a_verifier_printing_a_gigabyte_is_bounded(tmp_path: Path) -> None:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started = time.monotonic()
+    score = run_verifier(ScoreSpec("head -c 1000000000 /dev/zero | tr '\\0' 'x'; echo; echo 0.5", timeout_s=120),
+                         local_sandbox(tmp_path))
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert score["reward"] == 0.5 and score["failure"] is None
+    assert len(score["output_tail"]) <= 4096
+    assert grown_kib < 64 * 1024, f"forkpoint grew {grown_kib} KiB"
+    assert time.monotonic() - started < 120
+    assert os.listdir(tmp_path) == []  # nothing was logged into the workspace
+
+
+@pytest.mark.parametrize("line", ["NaN", "inf", "1e309"])
+def test_a_verifier_printing_a_non_finite_number_is_a_score_failure(tmp_path: Path, line: str) -> None:
+    score = run_verifier(ScoreSpec(f"echo {line}"), local_sandbox(tmp_path))
+    assert score["reward"] is None and "not a finite number" in score["failure"]
+
+
+def test_a_verifier_that_does_not_exist_is_a_score_failure(tmp_path: Path) -> None:
+    score = run_verifier(ScoreSpec("/nonexistent/verifier --check"), local_sandbox(tmp_path))
+    assert score["reward"] is None and score["exit"] == 127 and "did not run" in score["failure"]
+
+
+def test_a_verifier_that_hangs_is_killed_at_the_score_timeout(tmp_path: Path) -> None:
+    started = time.monotonic()
+    score = run_verifier(ScoreSpec("echo $$ > sh.pid; sleep 300; echo 1", timeout_s=1.0), local_sandbox(tmp_path))
+    assert time.monotonic() - started < 10
+    assert score["reward"] is None and score["exit"] is None and "--score-timeout" in score["failure"]
+    assert not _alive(int((tmp_path / "sh.pid").read_text()))
