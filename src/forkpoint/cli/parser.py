@@ -71,6 +71,19 @@ def after_step_value(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"expected a number or 'all', not {text!r}") from None
 
 
+def original_reward_value(text: str) -> float | Path:
+    """``--original-reward``: a finite number, else a run dir whose reward is read when the command runs."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        return Path(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number or a run dir, not {text!r}")
+    return value
+
+
 #: (option, metavar, type, help) of the verifier (docs/rl.md), for replay and continue
 SCORE_OPTIONS: tuple[tuple[str, str | None, Callable[[str], Any], str], ...] = (
     ("--score", "CMD", str, "Score the final workspace (of the run, or of each branch) with CMD, run by /bin/sh -c "
@@ -81,8 +94,9 @@ SCORE_OPTIONS: tuple[tuple[str, str | None, Callable[[str], Any], str], ...] = (
      "[default: 600]."),
     ("--score-format", "FORMAT", str, "last-line (a number, else the exit status) or json (the last line is "
      "{\"reward\": float, ...}; other keys kept) [default: last-line]."),
-    ("--original-reward", "X", float, "The recording's own reward (the score of a `--after-step all --replay-only "
-     "--score CMD` run): each group then counts the branches whose reward equals it."),
+    ("--original-reward", "X|RUN_DIR", original_reward_value, "The recording's own reward: a number, or the run dir "
+     "of a scored `--after-step all --replay-only --score CMD` run (its score.reward is read); each group then "
+     "counts the branches whose reward equals it."),
 )
 SCORE_DESTS = tuple(option[2:].replace("-", "_") for option, *_ in SCORE_OPTIONS)
 

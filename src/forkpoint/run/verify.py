@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from forkpoint.core.errors import ReplayError
@@ -56,3 +57,22 @@ def run_verifier(spec: ScoreSpec, sandbox: Sandbox) -> dict[str, Any]:
     return score_document(spec, exit_code=None if result.timed_out else code, timed_out=result.timed_out,
                           duration_s=time.monotonic() - started, stdout_tail=bytes(tails.tails["stdout"]),
                           stderr_tail=bytes(tails.tails["stderr"]), background_killed=result.background_cleanup)
+
+
+def original_reward_of(run_dir: Path) -> float:
+    """The reward of a scored run (``--original-reward RUN_DIR``: the recording replayed whole and scored), read
+    bounded and typed; a run without a reward is refused (configuration) naming why."""
+    from forkpoint.core.errors import configuration
+    from forkpoint.core.results import read_run
+    from forkpoint.run.scoring import reward_of
+
+    result = read_run(run_dir, result="result.json (is this a forkpoint run dir?)", with_manifest=False).result
+    score = result.score if result is not None else None
+    reward = reward_of(score)
+    if reward is None:
+        why = "was not scored (--score)" if score is None else f"has no reward ({score.get('failure')})"
+        raise configuration(f"--original-reward {run_dir}: that run {why}")
+    if result is not None and result.phase != "replayed":
+        raise configuration(f"--original-reward {run_dir}: that run continued the agent; the original's reward is "
+                            "the score of a --replay-only run (--after-step all)")
+    return reward
