@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,7 +98,7 @@ def test_a_branched_run_shows_each_branch_bridge_reward_and_live_turns_side_by_s
                                             "equal_to_original": 1}}
     bridge = _bridge(None, document)
     assert "not started" not in bridge and "validated the first request of 2 of 2 branches" in bridge
-    live = {"1": [{"role": "assistant", "content": "<b>fix</b>", "tool_calls": [
+    live: dict[str, list[dict[str, Any]]] = {"1": [{"role": "assistant", "content": "<b>fix</b>", "tool_calls": [
         {"id": "c", "type": "function", "function": {"name": "Edit", "arguments": "{\"x\": 1}"}}]}],
             "2": [{"role": "assistant", "content": "give up"}]}
     page = _branches(document, live)

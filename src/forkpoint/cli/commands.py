@@ -318,8 +318,11 @@ def export(args: argparse.Namespace) -> None:
     if args.as_json:
         print_json(report.to_json())
         return
-    say(f"forkpoint: exported {report.rows} rows to {report.out} ({report.format}), "
+    unit = "pairs" if report.format == "dpo" else "rows"
+    say(f"forkpoint: exported {report.rows} {unit} to {report.out} ({report.format}), "
          f"{len(report.skipped)} skipped; report: {report.out}.report.json", style=GREEN)
+    if report.dpo_skipped is not None:
+        say("  groups without a pair: " + ", ".join(f"{why} {count}" for why, count in report.dpo_skipped.items()))
     for skipped in report.skipped:
         say(f"  skipped {skipped['path']}: {skipped['reason']}", err=True)
     if report.redaction_totals:

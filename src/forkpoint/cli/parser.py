@@ -366,9 +366,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         exporter.add_argument("runs", type=Path, nargs="+", metavar="RUN_OR_DIR",
                               help="A run dir (<output-dir>/<run-id>) or a dir holding runs (an output root, a batch).")
         exporter.add_argument("--format", dest="fmt", metavar="FORMAT", default="parquet",
-                              choices=("parquet", "messages-jsonl", "atif", "native"),
-                              help="parquet (Hugging Face-loadable), messages-jsonl, atif (ATIF v1.8, a directory) or "
-                              "native (the native sessions, a directory) [default: parquet].")
+                              choices=("parquet", "messages-jsonl", "atif", "native", "dpo"),
+                              help="parquet (Hugging Face-loadable), messages-jsonl, atif (ATIF v1.8, a directory), "
+                              "native (the native sessions, a directory) or dpo (JSONL of preference pairs: per reward "
+                              "group the highest- vs the lowest-reward continuation, TRL's prompt/chosen/rejected; "
+                              "docs/rl.md) [default: parquet].")
         exporter.add_argument("-o", "--out", type=Path, required=True, metavar="PATH",
                               help="The output file (a directory for atif/native); never overwritten. The report goes "
                               "beside it as PATH.report.json.")

@@ -84,6 +84,8 @@ class ReplayResult:
         """The document as JSON values, in field order (what ``result.json`` and ``--json`` hold)."""
         document: dict[str, Any] = orjson.loads(orjson.dumps(self, default=_json_default,
                                                              option=orjson.OPT_NON_STR_KEYS))
+        if document.get("score") is None:  # only a scored run (--score) has one: other documents are unchanged
+            document.pop("score", None)
         return document
 
     @classmethod

@@ -203,8 +203,11 @@ def run_metadata(
         for call in plan.calls
         if call.stale
     ]
+    from forkpoint import __version__
+
     return {
         "mode": request.mode.value,
+        "forkpoint_version": __version__,
         "source_path": str(parsed.source_path),
         "source_sha256": parsed.source_sha256,
         "after_step": plan.after_step,
