@@ -351,14 +351,6 @@ def _one_branch(setup: BranchSetup, index: int, prompt: str | None, variant: Bra
         write_json(out / "next-action.json", action)
         from forkpoint.process import limits
 
-        score = None
-        if setup.score is not None:  # after the agent, before the next branch restores the workspace
-            from forkpoint.run.verify import run_verifier
-
-            report(f"branch {index}: scoring")
-            score = run_verifier(setup.score, sandbox)
-            journal.append("scored", reward=score["reward"], exit=score["exit"], failure=score["failure"])
-
         row = {
             "status": "failed" if failure else "finished",
             "agent_status": "failed" if failure else ("max_steps" if continuation and
@@ -372,8 +364,14 @@ def _one_branch(setup: BranchSetup, index: int, prompt: str | None, variant: Bra
             "model_usage": (continuation.metadata.get("model_usage") if continuation else None),
             "continued_path": str(continuation.continued_path) if continuation else None,
             "process_limit": limits.describe(),
-            **({"score": score} if score is not None else {}),
         }
+        if setup.score is not None:  # after files_changed, before the next branch restores the workspace
+            from forkpoint.run.verify import run_verifier
+
+            report(f"branch {index}: scoring")
+            row["score"] = run_verifier(setup.score, sandbox)
+            journal.append("scored", reward=row["score"]["reward"], exit=row["score"]["exit"],
+                           failure=row["score"]["failure"])
         write_json(out / "result.json", {"schema_version": BRANCH_RESULT_SCHEMA, "branch": index,
                                          **_prompt_facts(prompt), **variant.facts(), **row})
         return row
