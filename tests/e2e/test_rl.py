@@ -91,3 +91,38 @@ def test_claude_four_scored_branches_make_a_group_and_a_dpo_pair(tmp_path: Path,
     html = (tmp_path / "report.html").read_text()
     assert "validated the first request of 4 of 4 branches" in html and "not started" not in html
     assert "echo alpha" in html and "1.0 (exit 0" in html
+
+
+def test_pi_a_chat_agent_scores_its_branches_too(tmp_path: Path, keys: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same group from a Chat-protocol agent (Pi 0.83.0 through --upstream openai-chat), scored as JSON."""
+    if runtimes.find("pi", "0.83.0") is None:
+        pytest.skip("pi 0.83.0 is not installed (forkpoint agents install pi@0.83.0)")
+    monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
+    from forkpoint.run.engine import execute
+    from forkpoint.run.request import build_request
+
+    fixture = FIXTURES / "pi" / "0.83.0" / "single_bash"
+    base = json.loads((fixture / "script.json").read_text())["turns"]
+    keyed: dict[str, Sequence[Any]] = {}
+    for temperature, name in BRANCHES.items():
+        action = [text("nothing to change")] if name is None else [
+            tool_use("bash", {"command": f"echo {name} > branch.txt"})]
+        keyed[f'"temperature": {temperature}'] = [*base[:1], action, [text(f"{name} done")]]
+    model = ScriptedModel(base, keyed=keyed, model="scripted-model")
+    verifier = ("python3 -m pytest -q >/dev/null && echo '{\"reward\": 1, \"suite\": \"branch\"}' "
+                "|| echo '{\"reward\": 0, \"suite\": \"branch\"}'")
+    with restored_workspace(fixture) as workspace, model.serve() as url:
+        (workspace / "test_branch.py").write_text(TEST_FILE)
+        result = execute(build_request({
+            "agent": "pi", "trajectory": str(fixture / "session.jsonl"), "after_step": 1,
+            "workspace": str(workspace), "state_dir": str(tmp_path / "state"), "output_dir": str(tmp_path / "out"),
+            "run_id": "rl-pi", "upstream": "openai-chat", "upstream_url": url + "/v1", "branches": 4,
+            "branch_temperatures": list(BRANCHES), "score": verifier, "score_format": "json"}, source="test"))
+    assert result.failure is None, result.failure
+    document = json.loads((Path(result.output_dir or "") / "branches.json").read_text())
+    rows = {row["branch"]: row for row in document["branches"]}
+    assert {i: rows[i]["score"]["reward"] for i in rows} == {1: 1.0, 2: 0.0, 3: 1.0, 4: 0.0}, [
+        rows[i]["score"] for i in rows]
+    assert all(rows[i]["score"]["extra"] == {"suite": "branch"} for i in rows)
+    assert [rows[i]["group"]["advantage_grpo"] for i in sorted(rows)] == [1.0, -1.0, 1.0, -1.0]
+    assert document["group"]["pass_at_k"]["2"] == pytest.approx(1 - 1 / 6)
