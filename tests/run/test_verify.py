@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
 import time
 from pathlib import Path
 
@@ -76,3 +77,19 @@ def test_a_verifier_that_hangs_is_killed_at_the_score_timeout(tmp_path: Path) ->
     assert time.monotonic() - started < 10
     assert score["reward"] is None and score["exit"] is None and "--score-timeout" in score["failure"]
     assert not _alive(int((tmp_path / "sh.pid").read_text()))
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_under_bwrap_the_verifier_writes_only_its_workspace(tmp_path: Path) -> None:
+    """The verifier runs in the run's sandbox: under bwrap it sees the workspace at the recorded cwd, writable, and
+    cannot write a host folder outside it (the file system is read-only there)."""
+    from forkpoint.sandbox.bwrap import BwrapSandbox
+
+    workspace, outside = tmp_path / "ws", tmp_path / "outside"
+    workspace.mkdir()
+    outside.mkdir()
+    command = f"pwd > where.txt; echo planted > {outside}/planted.txt; echo 1"
+    score = run_verifier(ScoreSpec(command), BwrapSandbox(workspace, "/srv/recorded/project"))
+    assert score["reward"] == 1.0, score
+    assert (workspace / "where.txt").read_text().strip() == "/srv/recorded/project"
+    assert not (outside / "planted.txt").exists()

@@ -487,7 +487,9 @@ keys: trajectory (required; relative paths are relative to the jobs file), agent
 from it), sandbox, upstream, upstream_url, max_steps, boundary_user_prompt, allow_stale_observations,
 on_divergence, branches, branch_prompts, model, temperature, top_p, seed, max_output_tokens, disable_thinking,
 reasoning_effort, upstream_retries, upstream_idle_timeout, answer_timeout, continuation_timeout, branch_models,
-branch_seeds, branch_temperatures. A bad line is reported with its number and the rest runs.
+branch_seeds, branch_temperatures, score (a verifier command, or {command, timeout, format, original_reward}),
+score_timeout, score_format, original_reward (docs/rl.md; `batch status` shows the reward groups). A bad line is
+reported with its number and the rest runs.
 
 examples:
 
