@@ -351,7 +351,7 @@ def _one_branch(setup: BranchSetup, index: int, prompt: str | None, variant: Bra
         write_json(out / "next-action.json", action)
         from forkpoint.process import limits
 
-        row = {
+        row: dict[str, Any] = {
             "status": "failed" if failure else "finished",
             "agent_status": "failed" if failure else ("max_steps" if continuation and
                                                       continuation.agent_status == "max_steps" else "completed"),
@@ -369,9 +369,9 @@ def _one_branch(setup: BranchSetup, index: int, prompt: str | None, variant: Bra
             from forkpoint.run.verify import run_verifier
 
             report(f"branch {index}: scoring")
-            row["score"] = run_verifier(setup.score, sandbox)
-            journal.append("scored", reward=row["score"]["reward"], exit=row["score"]["exit"],
-                           failure=row["score"]["failure"])
+            score = run_verifier(setup.score, sandbox)
+            row["score"] = score
+            journal.append("scored", reward=score["reward"], exit=score["exit"], failure=score["failure"])
         write_json(out / "result.json", {"schema_version": BRANCH_RESULT_SCHEMA, "branch": index,
                                          **_prompt_facts(prompt), **variant.facts(), **row})
         return row
