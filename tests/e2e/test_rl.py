@@ -57,3 +57,13 @@ def test_pi_a_chat_agent_scores_its_branches(tmp_path: Path, monkeypatch: pytest
     assert all(rows[i]["score"]["extra"] == {"suite": "branch"} for i in rows)
     assert [rows[i]["group"]["advantage_grpo"] for i in sorted(rows)] == [1.0, -1.0, 1.0, -1.0]
     assert document["group"]["pass_at_k"]["2"] == pytest.approx(1 - 1 / 6)
+
+    # `forkpoint continue` scores its new branch too, and the group grows to five
+    from forkpoint.branches.resume import ContinueOptions, continue_run_dir
+
+    with restored_workspace(fixture) as workspace:
+        more = continue_run_dir(Path(result.output_dir or ""), ContinueOptions(
+            branches=1, upstream="stub", workspace=workspace,
+            score={"score": verifier, "score_format": "json"}), lambda _line: None)
+    assert more["branches"][-1]["score"]["reward"] == 0.0 and more["group"]["n"] == 5
+    assert more["group"]["mean"] == pytest.approx(0.4)
