@@ -149,6 +149,8 @@ def build_request(values: dict[str, Any], *, source: str) -> ReplayRequest:
             fields[key] = Path(fields[key])
     errors = [error for name, expected in _field_types().items() if name in fields  # in declaration order
               for error in _type_errors(name, fields[name], expected)]
+    if isinstance(fields.get("after_step"), str) and fields["after_step"] != "all":
+        errors.insert(0, 'after_step: input should be a valid integer or "all"')
     if errors:
         raise configuration(f"{source}: {'; '.join(errors)}")
     for key in ("temperature", "top_p", "score_timeout", "original_reward", *TIMEOUT_KEYS):  # a TOML/JSON 0 is 0.0
