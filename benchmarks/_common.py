@@ -43,6 +43,7 @@ ORDER = (
     "batch_throughput",
     "branching",
     "real_world",
+    "scoring",
 )
 
 DOC_HEADER = """# Benchmarks
