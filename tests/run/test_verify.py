@@ -93,3 +93,33 @@ def test_under_bwrap_the_verifier_writes_only_its_workspace(tmp_path: Path) -> N
     assert score["reward"] == 1.0, score
     assert (workspace / "where.txt").read_text().strip() == "/srv/recorded/project"
     assert not (outside / "planted.txt").exists()
+
+
+def test_the_original_reward_is_read_only_from_a_scored_replay(tmp_path: Path) -> None:
+    """``--original-reward RUN_DIR``: the reward of a scored replay-only run; a run without one is refused by name."""
+    from forkpoint.core.errors import ReplayError
+    from forkpoint.run.engine import execute
+    from forkpoint.run.request import build_request
+    from forkpoint.run.verify import original_reward_of
+    from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, text, tool_use
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    builder = ClaudeSessionBuilder(cwd=str(workspace))
+    builder.user_prompt("one step")
+    builder.assistant([tool_use("t1", "Bash", {"command": "echo 0.25 > r.txt"})])
+    builder.results({"t1": ""})
+    builder.assistant([text("done")])
+    session = builder.write(tmp_path / "s.jsonl")
+    for run_id, score in (("scored", "cat r.txt"), ("unscored", None), ("failed-score", "echo inf")):
+        execute(build_request({"agent": "claude-code", "trajectory": str(session), "after_step": "all",
+                               "replay_only": True, "workspace": str(workspace), "state_dir": str(tmp_path / "st"),
+                               "output_dir": str(tmp_path / "out"), "run_id": run_id, "score": score},
+                              source="test"))
+    assert original_reward_of(tmp_path / "out" / "scored") == 0.25
+    with pytest.raises(ReplayError, match="was not scored"):
+        original_reward_of(tmp_path / "out" / "unscored")
+    with pytest.raises(ReplayError, match="has no reward"):
+        original_reward_of(tmp_path / "out" / "failed-score")
+    with pytest.raises(ReplayError, match=r"has no result\.json"):
+        original_reward_of(tmp_path / "nowhere")
