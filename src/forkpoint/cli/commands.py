@@ -199,12 +199,13 @@ def reward_cells(row: dict[str, Any]) -> str:
 
 def group_text(group: dict[str, Any]) -> str:
     """One line per group: n, mean/std, pass@k, the original's reward (docs/rl.md)."""
-    passes = ", ".join(f"pass@{k} {value:.2f}" for k, value in (group.get("pass_at_k") or {}).items())
+    passes = ", ".join(f"pass@{k} {value:.2f}" for k, value in (group.get("pass_at_k") or {}).items()
+                       if isinstance(value, int | float))
     text = (f"group {group.get('id')}: n {group.get('n')}, mean {_number(group.get('mean'), 0)}, "
             f"std {_number(group.get('std'), 0)}{', ' + passes if passes else ''}")
     if group.get("unscored"):
         text += f", {group['unscored']} score failure(s)"
-    if group.get("original_reward") is not None:
+    if isinstance(group.get("original_reward"), int | float):
         text += (f", original reward {group['original_reward']:g} "
                  f"(equal in {group.get('equal_to_original')} of {group.get('n')})")
     return text
