@@ -97,4 +97,4 @@ def _check_branches(out: Path, pair: dict[str, Any], tmp_path: Path) -> None:
     write_report([out], tmp_path / "report.html")
     html = (tmp_path / "report.html").read_text()
     assert "validated the first request of 4 of 4 branches" in html and "not started" not in html
-    assert "echo alpha" in html and "1.0 (exit 0" in html
+    assert "assistant: alpha done" in html and "1.0 (exit 0" in html  # branch 1's live turns, its reward

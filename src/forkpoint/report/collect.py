@@ -79,10 +79,14 @@ def collect(run_dir: Path) -> RunView:
         except ValueError:
             live = []
     branch_live: dict[str, list[dict[str, Any]]] = {}
-    if convert is not None and prefix_data is not None:
-        for index, data in branch_data.items():
+    if convert is not None and prefix_data is not None and branch_data:
+        try:
+            shared = len(convert(prefix_data).messages)
+        except ValueError:
+            shared = None
+        for index, data in branch_data.items() if shared is not None else ():
             try:
-                branch_live[index] = convert(data).messages[len(convert(prefix_data).messages):]
+                branch_live[index] = convert(data).messages[shared:]
             except ValueError:
                 continue
     view = RunView(
