@@ -44,6 +44,7 @@ ORDER = (
     "batch_throughput",
     "branching",
     "real_world",
+    "scoring",
 )
 
 DOC_HEADER = """# Benchmarks

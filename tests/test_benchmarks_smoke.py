@@ -33,6 +33,7 @@ SCRIPTS = {
     "batch_throughput": 150,
     "branching": 120,
     "real_world": 60,
+    "scoring": 60,
 }
 
 

@@ -58,14 +58,16 @@ def replay(replay_request: ReplayRequest | Mapping[str, Any], *, progress: Progr
 def branch(run_dir: str | os.PathLike[str], k: int | None = None, *, prompts: Sequence[str] = (),
            upstream: str | None = None, upstream_url: str | None = None, max_steps: int | None = None,
            parallel: int | None = None, model_choice: Mapping[str, Any] | None = None,
-           progress: Progress | None = None) -> dict[str, Any]:
+           score: Mapping[str, Any] | None = None, progress: Progress | None = None) -> dict[str, Any]:
     """``forkpoint continue RUN_DIR``: ``k`` more continuations from a replayed run's boundary snapshot (no tool is
     re-run), or, with ``k=None``, the branches a killed run planned and never started. Returns ``branches.json``
-    as it is afterwards. ``model_choice`` takes the request keys of ``--model`` and the sampling pins."""
+    as it is afterwards. ``model_choice`` takes the request keys of ``--model`` and the sampling pins; ``score``
+    the verifier's (``score``, ``score_timeout``, ``score_format``, ``original_reward``: docs/rl.md)."""
     from forkpoint.branches.resume import ContinueOptions, continue_run_dir
 
     options = ContinueOptions(branches=k, branch_prompts=tuple(prompts), parallel=parallel, upstream=upstream,
-                              upstream_url=upstream_url, max_steps=max_steps, model_choice=dict(model_choice or {}))
+                              upstream_url=upstream_url, max_steps=max_steps, model_choice=dict(model_choice or {}),
+                              score=dict(score or {}))
     return continue_run_dir(Path(run_dir), options, progress or (lambda _message: None))
 
 

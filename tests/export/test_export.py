@@ -249,3 +249,44 @@ def test_continued_run_has_boundary_prompt_and_trainable_live_turns(tmp_path: Pa
     prefix = json.loads((tmp_path / "atif" / "run-1.prefix.json").read_text())
     assert prefix["continued_trajectory_ref"] == "run-1.json"
     assert [s.get("is_copied_context", False) for s in full["steps"]] == [True, True, False, False]
+
+
+def test_scored_runs_export_reward_group_advantage_and_the_forkpoint_version(tmp_path: Path) -> None:
+    """Three replay-only runs of one trajectory and boundary, scored 1 / 0 / 1 (one giving the original's reward):
+    one group across the runs, each row with its reward and advantages; forkpoint_version is filled (it was empty)."""
+    from forkpoint import __version__
+
+    builder = ClaudeSessionBuilder(cwd=str(tmp_path / "ws"))
+    builder.user_prompt("Write it.")
+    builder.assistant([tool_use("t1", "Bash", {"command": "echo hi > out.txt"})])
+    builder.results({"t1": ""})
+    builder.assistant([text("Done.")])
+    session = builder.write(tmp_path / "s.jsonl")
+    for index, check in enumerate(("test -f out.txt", "test -f missing.txt", "echo 1")):
+        workspace = tmp_path / "ws"
+        if workspace.exists():
+            import shutil
+
+            shutil.rmtree(workspace)
+        workspace.mkdir()
+        extra: dict[str, Any] = {"original_reward": 1.0} if index == 0 else {}
+        result = execute(build_request({
+            "agent": "claude-code", "trajectory": str(session), "after_step": 1, "workspace": str(workspace),
+            "state_dir": str(tmp_path / "state"), "output_dir": str(tmp_path / "out"), "run_id": f"r{index}",
+            "replay_only": True, "score": check, **extra}, source="test"))
+        assert result.exit_code == 0, result.failure
+    export([tmp_path / "out"], "messages-jsonl", tmp_path / "rows.jsonl", ExportOptions())
+    rows = {row["run_id"]: row for row in map(json.loads, (tmp_path / "rows.jsonl").read_text().splitlines())}
+    assert {run: row["reward"] for run, row in rows.items()} == {"r0": 1.0, "r1": 0.0, "r2": 1.0}
+    assert len({row["group_id"] for row in rows.values()}) == 1
+    assert rows["r1"]["advantage"] == pytest.approx(-2 / 3)
+    assert rows["r1"]["advantage_grpo"] == pytest.approx((-2 / 3) / (2 / 9) ** 0.5)
+    assert all(row["original_reward"] == 1.0 for row in rows.values())  # the group's, given by one run
+    assert all(row["forkpoint_version"] == __version__ for row in rows.values())
+    export([tmp_path / "out"], "parquet", tmp_path / "rows.parquet", ExportOptions())  # the schema takes them
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(tmp_path / "rows.parquet", columns=["reward", "group_id", "advantage"])
+    assert sorted(table.column("reward").to_pylist()) == [0.0, 1.0, 1.0]
+    report = export([tmp_path / "out"], "dpo", tmp_path / "pairs.jsonl", ExportOptions())
+    assert report.rows == 0 and report.dpo_skipped == {"ties": 0, "single": 0, "empty": 1}  # no live turns

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -81,3 +82,27 @@ def test_a_call_normalised_for_timing_says_so() -> None:
     assert "(timing)" in _diff(row)
     row["normalised_reason"] = "volatile"
     assert "(timing)" not in _diff(row) and "normalised (volatile) fields" in _diff(row)
+
+
+def test_a_branched_run_shows_each_branch_bridge_reward_and_live_turns_side_by_side() -> None:
+    """A branched run has no run-level bridge: the page says each branch's gate validated (it said "not started"),
+    and the branch columns carry each branch's reward, advantage and live turns (escaped)."""
+    from forkpoint.report.render import _branches, _bridge
+
+    rows = [{"branch": i, "model_bridge": {"validated": 2, "refused": 0},
+             "score": {"reward": float(i % 2), "exit": i % 2, "duration_s": 0.1, "failure": None},
+             "group": {"id": "g", "n": 2, "mean": 0.5, "std": 0.5, "advantage": i % 2 - 0.5,
+                       "advantage_grpo": (i % 2 - 0.5) / 0.5}} for i in (1, 2)]
+    document = {"branches": rows, "group": {"id": "g", "n": 2, "mean": 0.5, "std": 0.5,
+                                            "pass_at_k": {"1": 0.5, "2": 1.0}, "original_reward": 1.0,
+                                            "equal_to_original": 1}}
+    bridge = _bridge(None, document)
+    assert "not started" not in bridge and "validated the first request of 2 of 2 branches" in bridge
+    live: dict[str, list[dict[str, Any]]] = {"1": [{"role": "assistant", "content": "<b>fix</b>", "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "Edit", "arguments": "{\"x\": 1}"}}]}],
+            "2": [{"role": "assistant", "content": "give up"}]}
+    page = _branches(document, live)
+    assert "<tr><th>reward</th><td><pre>1.0 (exit 1, 0.1 s)</pre></td><td><pre>0.0 (exit 0, 0.1 s)</pre>" in page
+    assert "+0.5 (GRPO +1)" in page and "-0.5 (GRPO -1)" in page
+    assert "assistant: &lt;b&gt;fix&lt;/b&gt; → Edit" in page and "assistant: give up" in page
+    assert "pass@1 0.50, pass@2 1.00, original reward 1.0, equal in 1" in page

@@ -326,3 +326,47 @@ def test_a_replayed_fork_storm_is_stopped_at_max_processes_and_the_run_says_so(t
     assert len(started) < 40
     for pid in started:
         assert not os.path.exists(f"/proc/{pid}") or b") Z" in Path(f"/proc/{pid}/stat").read_bytes()
+
+
+def test_after_step_all_replays_the_whole_recording_and_scores_it(tmp_path: Path) -> None:
+    """The original's reward: `--after-step all --replay-only --score CMD` re-runs every batch and scores the
+    final workspace; the verdict is result.json's top-level ``score``, the group id in metadata.scoring."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    builder = ClaudeSessionBuilder(cwd=str(workspace))
+    builder.user_prompt("two steps")
+    for index, value in enumerate(("0.5", "0.75"), start=1):
+        builder.assistant([tool_use(f"t{index}", "Bash", {"command": f"echo {value} > reward.txt"})])
+        builder.results({f"t{index}": ""})
+    builder.assistant([text("done")])
+    session = builder.write(tmp_path / "s.jsonl")
+    request = build_request({"agent": "claude-code", "trajectory": str(session), "after_step": "all",
+                             "replay_only": True, "workspace": str(workspace), "state_dir": str(tmp_path / "st"),
+                             "output_dir": str(tmp_path / "out"), "run_id": "scored", "score": "cat reward.txt"},
+                            source="test")
+    result = execute(request)
+    assert result.exit_code == 0 and result.after_step == 2
+    document = json.loads((tmp_path / "out" / "scored" / "result.json").read_text())
+    assert document["score"]["reward"] == 0.75 and document["score"]["format"] == "last-line"
+    assert len(document["metadata"]["scoring"]["group_id"]) == 16
+
+
+def test_score_options_are_validated_and_read_from_a_toml_score_table(tmp_path: Path,
+                                                                      layout: dict[str, Path]) -> None:
+    from forkpoint.core.errors import ReplayError
+    from forkpoint.run.request import load_toml
+
+    with pytest.raises(ReplayError, match="runs nothing"):
+        _request(layout, score="true")
+    with pytest.raises(ReplayError, match="score_format"):
+        _request(layout, prepare_only=None, replay_only=True, score="true", score_format="yaml")
+    with pytest.raises(ReplayError, match="after_step"):
+        _request(layout, after_step="most")
+    config = tmp_path / "run.toml"
+    config.write_text(f'[replay]\nagent = "claude-code"\ntrajectory = "{layout["trajectory"]}"\nafter_step = "all"\n'
+                      'replay_only = true\n[score]\ncommand = "pytest -q"\ntimeout = 30\nformat = "json"\n')
+    request = load_toml(config)
+    assert (request.score, request.score_timeout, request.score_format) == ("pytest -q", 30.0, "json")
+    config.write_text(config.read_text() + "unknown = 1\n")
+    with pytest.raises(ReplayError, match="unknown key"):
+        load_toml(config)

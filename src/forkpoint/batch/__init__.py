@@ -274,4 +274,13 @@ def _status(batch_dir: Path, ledger: Ledger) -> dict[str, Any]:
             "jobs": sum(counts.values()), "counts": counts, "by_category": ledger.by_category(),
             "model_usage": ledger.usage(),
             "bad_lines": [{"line": line, "reason": reason} for line, reason in bad],
-            "failed": ledger.failures()}
+            "failed": ledger.failures(), "groups": _groups(batch_dir, ledger)}
+
+
+def _groups(batch_dir: Path, ledger: Ledger) -> list[dict[str, Any]]:
+    """The batch's reward groups (forkpoint.batch.groups): jobs sharing a trajectory digest and a boundary."""
+    from forkpoint.run.groups import batch_groups
+
+    run_ids = [job["run_id"] for job in ledger.jobs() if job["status"] in ("done", "failed")
+               and isinstance(job["run_id"], str) and RUN_ID.fullmatch(job["run_id"])]
+    return batch_groups(batch_dir / "runs" / run_id for run_id in run_ids)

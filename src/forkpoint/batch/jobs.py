@@ -38,6 +38,8 @@ OPTION_TYPES: dict[str, type | tuple[type, ...]] = {
     "upstream_idle_timeout": (int, float), "answer_timeout": (int, float), "continuation_timeout": (int, float),
     "branch_models": list, "branch_seeds": list, "branch_temperatures": list,
     "capture_tokens": bool,  # token ids and logprobs from the upstream (docs/rl.md)
+    # the verifier (docs/rl.md): a command, or a table {command, timeout, format, original_reward}
+    "score": (str, dict), "score_timeout": (int, float), "score_format": str, "original_reward": (int, float),
 }
 JOB_KEYS = frozenset({"trajectory", "agent", "after_step", "mode", *OPTION_TYPES})
 DEFAULT_MODE = "prepare-only"

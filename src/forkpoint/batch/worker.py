@@ -43,6 +43,10 @@ def run_job(spec: dict[str, Any], batch_dir: str, run_id: str, driver: str | Non
         **{k: v for k, v in job.options.items() if k != "timeout_s"},
     }
     try:
+        if isinstance(values.get("score"), dict):  # a [score]-like table: the request's keys
+            from forkpoint.run.request import score_table
+
+            values.update(score_table(values.pop("score"), f"job {job.line}", values))
         with job_lease(root, run_id, driver), _workspace(job, root, run_id) as (workspace, extra):
             values["workspace"] = str(workspace)
             values.update(extra)

@@ -33,6 +33,7 @@ from forkpoint.core.results import write_json
 
 if TYPE_CHECKING:
     from forkpoint.run.request import ReplayRequest
+    from forkpoint.run.scoring import ScoreSpec
 
 BRANCHES_SCHEMA = "forkpoint.branches/v1"
 BRANCH_RESULT_SCHEMA = "forkpoint.branch-result/v1"
@@ -235,6 +236,10 @@ class BranchSetup:
     sandbox_name: str
     recorded_cwd: str | None
     snapshot: Path
+    #: the verifier each branch's final workspace is scored with (``--score``), its group, the original's reward
+    score: ScoreSpec | None = None
+    group_id: str | None = None
+    original_reward: float | None = None
 
 
 def run_pins(settings: ContinueSettings) -> dict[str, Any]:
@@ -279,6 +284,12 @@ def run_branches(setup: BranchSetup, request: BranchRequest, report: Any) -> dic
         if row["branch"] in results:
             row.update(results[row["branch"]])
     document["agreement"] = agreement(document["branches"])
+    if setup.group_id is not None:
+        from forkpoint.run.scoring import apply_groups
+
+        group = apply_groups(document["branches"], setup.group_id, setup.original_reward)
+        if group is not None:
+            document["group"] = group
     write_json(setup.output_dir / "branches.json", document)
     return document
 
@@ -340,7 +351,7 @@ def _one_branch(setup: BranchSetup, index: int, prompt: str | None, variant: Bra
         write_json(out / "next-action.json", action)
         from forkpoint.process import limits
 
-        row = {
+        row: dict[str, Any] = {
             "status": "failed" if failure else "finished",
             "agent_status": "failed" if failure else ("max_steps" if continuation and
                                                       continuation.agent_status == "max_steps" else "completed"),
@@ -354,6 +365,13 @@ def _one_branch(setup: BranchSetup, index: int, prompt: str | None, variant: Bra
             "continued_path": str(continuation.continued_path) if continuation else None,
             "process_limit": limits.describe(),
         }
+        if setup.score is not None:  # after files_changed, before the next branch restores the workspace
+            from forkpoint.run.verify import run_verifier
+
+            report(f"branch {index}: scoring")
+            score = run_verifier(setup.score, sandbox)
+            row["score"] = score
+            journal.append("scored", reward=score["reward"], exit=score["exit"], failure=score["failure"])
         write_json(out / "result.json", {"schema_version": BRANCH_RESULT_SCHEMA, "branch": index,
                                          **_prompt_facts(prompt), **variant.facts(), **row})
         return row
@@ -436,6 +454,7 @@ def aggregate(document: dict[str, Any]) -> Continuation:
         agent_status=worst, continued_steps=sum(int(row.get("continued_steps") or 0) for row in rows),
         continued_path=Path(document.get("state_dir", ".")) / "branches", next_action=None,
         metadata={"branches": {"count": len(rows), "agreement": document.get("agreement"),
-                               "statuses": dict(Counter(str(row.get("status")) for row in rows))},
+                               "statuses": dict(Counter(str(row.get("status")) for row in rows)),
+                               **({"group": document["group"]} if document.get("group") else {})},
                   "model_usage": combined(row.get("model_usage") for row in rows)},
     )

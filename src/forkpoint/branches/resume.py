@@ -51,6 +51,8 @@ class ContinueOptions:
     #: ``--workspace DIR``: the directory to restore the boundary into, named by the user (a moved run dir)
     workspace: Path | None = None
     max_processes: int | None = None  # per supervised command (forkpoint.process.limits) [512]
+    #: ``--score``, ``--score-timeout``, ``--score-format``, ``--original-reward``, by request key (docs/rl.md)
+    score: dict[str, Any] = field(default_factory=dict)
 
 
 def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[str], None]) -> dict[str, Any]:
@@ -59,7 +61,8 @@ def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[
     from forkpoint.branches.branching import BranchSetup, checked_snapshot, started
     from forkpoint.branches.records import planned_branches, recorded_run_choice
     from forkpoint.process import childenv
-    from forkpoint.run.request import BRANCH_LISTS, build_request, continue_settings
+    from forkpoint.run.request import BRANCH_LISTS, build_request, continue_settings, score_spec
+    from forkpoint.run.scoring import group_id
 
     documents = read_run(run_dir, manifest="manifest.json (is this a forkpoint run dir?)")
     manifest, result, branches_doc = documents.manifest, documents.result, documents.branches
@@ -104,14 +107,15 @@ def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[
         "upstream": options.upstream, "upstream_url": options.upstream_url, "max_steps": options.max_steps,
         "agent_entrypoint": str(options.agent_entrypoint) if options.agent_entrypoint else None,
         "sandbox": sandbox, "branches": options.branches or 1, **run_choice,
-        "record_tool_schemas": options.record_tool_schemas, "capture_tokens": options.capture_tokens},
-        source="continue")
+        "record_tool_schemas": options.record_tool_schemas, "capture_tokens": options.capture_tokens,
+        **options.score}, source="continue")
     launch = adapter.prepare_launch(versions.launch_trajectory(agent_spec(agent), plan, options.agent_version),
                                     options.agent_entrypoint)
     setup = BranchSetup(adapter=adapter, plan=plan, prefix=prefix,
                         settings=continue_settings(request, agent_spec(agent), launch, plan), workspace=workspace,
                         state_dir=state_dir, output_dir=run_dir, session_id=prefix.session_id, sandbox_name=sandbox,
-                        recorded_cwd=parsed.cwd, snapshot=snapshot)
+                        recorded_cwd=parsed.cwd, snapshot=snapshot, score=score_spec(request),
+                        group_id=group_id(source_sha256, plan.after_step), original_reward=request.original_reward)
     # Like a replay, every child gets the run's own TMPDIR (removed at the end; a killed run's is replaced).
     from forkpoint.process import limits
 

@@ -109,6 +109,10 @@ def _batch_summary(summary: dict[str, Any], as_json: bool) -> None:
             f"{usage['output_tokens']:,} out tokens")
     for category, count in summary["by_category"].items():
         say(f"  {category}: {count}")
+    from forkpoint.cli.commands import group_text
+
+    for group in summary.get("groups") or []:
+        say(f"  {group_text(group)}")
     for job in summary["failed"][:20]:
         say(f"  job line {job['line']} after_step {job['after_step']} ({job['status']}, {job['category']}): "
              f"{job['message']}", err=True)

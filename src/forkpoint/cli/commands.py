@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from forkpoint.cli.output import DIM, GREEN, RED, YELLOW, fail, print_json, say
-from forkpoint.cli.parser import _DIRECT_OPTIONS, BRANCH_LIST_KEYS, MODEL_DESTS
+from forkpoint.cli.parser import _DIRECT_OPTIONS, BRANCH_LIST_KEYS, MODEL_DESTS, SCORE_DESTS
 
 if TYPE_CHECKING:  # the CLI starts without importing the result types
     from forkpoint.core.results import ReplayResult
@@ -45,12 +45,25 @@ def version_text(result: ReplayResult) -> str:
     return f", version {shown} {result.recorded_version_status}"
 
 
+def _original_reward(value: float | Path | None) -> float | None:
+    """``--original-reward``: the number given, or the reward of the scored run dir given."""
+    if not isinstance(value, Path):
+        return value
+    from forkpoint.run.verify import original_reward_of
+
+    return original_reward_of(value)
+
+
 def replay(args: argparse.Namespace) -> None:
     from forkpoint import api
     from forkpoint.core.errors import ReplayError, configuration
     from forkpoint.run import request as requests
 
     direct = {name: vars(args)[name] for name in _DIRECT_OPTIONS}
+    try:
+        direct["original_reward"] = _original_reward(direct["original_reward"])
+    except ReplayError as error:
+        fail(error, args.as_json)
     for flag in ("prepare_only", "replay_only", "allow_stale_observations", "require_verified_version",
                  "keep_snapshot", "drop_snapshot",
                  "disable_thinking", "record_tool_schemas", "capture_tokens"):
@@ -103,13 +116,18 @@ def continue_(args: argparse.Namespace) -> None:
 
     model_choice = {BRANCH_LIST_KEYS.get(dest, dest): vars(args)[dest] for dest in MODEL_DESTS
                     if vars(args)[dest] not in (None, False)}
+    try:
+        args.original_reward = _original_reward(args.original_reward)
+    except ReplayError as error:
+        fail(error, args.as_json)
     options = ContinueOptions(branches=args.branches, branch_prompts=tuple(args.branch_prompts),
                               parallel=args.parallel, upstream=args.upstream, upstream_url=args.upstream_url,
                               max_steps=args.max_steps, agent_entrypoint=args.agent_entrypoint,
                               model_choice=model_choice,
                               agent_version=args.agent_version, record_tool_schemas=args.record_tool_schemas,
                               capture_tokens=args.capture_tokens,
-                              workspace=args.workspace, max_processes=args.max_processes)
+                              workspace=args.workspace, max_processes=args.max_processes,
+                              score={dest: vars(args)[dest] for dest in SCORE_DESTS if vars(args)[dest] is not None})
     progress = (lambda message: None) if args.as_json else (lambda message: say(f"  {message}", err=True, style=DIM))
     try:
         document = continue_run_dir(args.run_dir, options, progress)
@@ -148,8 +166,9 @@ def _render_branches(document: dict[str, Any]) -> None:
     """The branches table: status, steps, first action, agreement with the original, files changed, tokens."""
     from forkpoint.bridge.accounting import tokens_text
 
+    group = document.get("group")
     say("  branch  status     agent       steps  same as original  files changed  "
-        f"{'tokens':<24}  first action")
+        f"{'tokens':<24}  {'reward  adv    grpo   ' if group else ''}first action")
     for row in document["branches"]:
         action = row.get("first_action") or {}
         tools = ", ".join(str(t.get("name")) for t in action.get("tools") or []) or " ".join(
@@ -158,12 +177,39 @@ def _render_branches(document: dict[str, Any]) -> None:
         count = sum(len(changed.get(k) or []) for k in ("added", "removed", "modified"))
         say(f"  {row['branch']:>6}  {row.get('status', ''):<9}  {row.get('agent_status') or '':<10}  "
              f"{row.get('continued_steps') or 0:>5}  {row.get('same_as_original')!s:<16}  {count:>13}  "
-             f"{tokens_text(row.get('model_usage')) or '-':<24}  {tools}")
+             f"{tokens_text(row.get('model_usage')) or '-':<24}  {reward_cells(row) if group else ''}{tools}")
+    if group:
+        say(f"  {group_text(group)}")
     agreement = document.get("agreement") or {}
     if agreement.get("branches"):
         say(f"  agreement: same next action as the original {agreement['same_next_action_as_original']:.0%}, "
              f"completed {agreement['completed']:.0%}, largest group with the same first tool calls "
              f"{agreement['largest_group_same_first_tools']:.0%} ({agreement['distinct_first_tool_calls']} distinct)")
+
+
+def _number(value: Any, width: int) -> str:
+    return f"{value:<{width}.3g}" if isinstance(value, int | float) else f"{'-':<{width}}"
+
+
+def reward_cells(row: dict[str, Any]) -> str:
+    """A branch's reward (or why it has none), advantage and GRPO advantage, as table cells."""
+    score, group = row.get("score") or {}, row.get("group") or {}
+    reward = _number(score.get("reward"), 6) if score.get("failure") is None else f"{'fail':<6}"
+    return f"{reward}  {_number(group.get('advantage'), 5)}  {_number(group.get('advantage_grpo'), 5)}  "
+
+
+def group_text(group: dict[str, Any]) -> str:
+    """One line per group: n, mean/std, pass@k, the original's reward (docs/rl.md)."""
+    passes = ", ".join(f"pass@{k} {value:.2f}" for k, value in (group.get("pass_at_k") or {}).items()
+                       if isinstance(value, int | float))
+    text = (f"group {group.get('id')}: n {group.get('n')}, mean {_number(group.get('mean'), 0)}, "
+            f"std {_number(group.get('std'), 0)}{', ' + passes if passes else ''}")
+    if group.get("unscored"):
+        text += f", {group['unscored']} score failure(s)"
+    if isinstance(group.get("original_reward"), int | float):
+        text += (f", original reward {group['original_reward']:g} "
+                 f"(equal in {group.get('equal_to_original')} of {group.get('n')})")
+    return text
 
 
 def _render_result(result: Any) -> None:
@@ -183,6 +229,11 @@ def _render_result(result: Any) -> None:
         f"quality {result.quality}{version_text(result)}, agent {result.agent_status}{calls})",
         style=GREEN,
     )
+    if result.score is not None:
+        score = result.score
+        verdict = (f"reward {score['reward']:g}" if score.get("reward") is not None
+                   else f"score failure: {score.get('failure')}")
+        say(f"  score: {verdict} (exit {score.get('exit')}, {score.get('duration_s')} s)")
     for artifact in result.artifacts:
         say(f"  {artifact.role}: {artifact.path}")
         if artifact.role == "branches":
@@ -269,8 +320,11 @@ def export(args: argparse.Namespace) -> None:
     if args.as_json:
         print_json(report.to_json())
         return
-    say(f"forkpoint: exported {report.rows} rows to {report.out} ({report.format}), "
+    unit = "pairs" if report.format == "dpo" else "rows"
+    say(f"forkpoint: exported {report.rows} {unit} to {report.out} ({report.format}), "
          f"{len(report.skipped)} skipped; report: {report.out}.report.json", style=GREEN)
+    if report.dpo_skipped is not None:
+        say("  groups without a pair: " + ", ".join(f"{why} {count}" for why, count in report.dpo_skipped.items()))
     for skipped in report.skipped:
         say(f"  skipped {skipped['path']}: {skipped['reason']}", err=True)
     if report.redaction_totals:

@@ -61,6 +61,46 @@ BRANCH_LIST_KEYS = {"branch_model": "branch_models", "branch_seed": "branch_seed
                     "branch_temperature": "branch_temperatures"}
 
 
+def after_step_value(text: str) -> int | str:
+    """``--after-step``: a number, or ``all``."""
+    if text == "all":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'all', not {text!r}") from None
+
+
+def original_reward_value(text: str) -> float | Path:
+    """``--original-reward``: a finite number, else a run dir whose reward is read when the command runs."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        return Path(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number or a run dir, not {text!r}")
+    return value
+
+
+#: (option, metavar, type, help) of the verifier (docs/rl.md), for replay and continue
+SCORE_OPTIONS: tuple[tuple[str, str | None, Callable[[str], Any], str], ...] = (
+    ("--score", "CMD", str, "Score the final workspace (of the run, or of each branch) with CMD, run by /bin/sh -c "
+     "in the run's sandbox with the child-env allowlist: the reward is its last stdout line when that is a finite "
+     "number, else its exit status (0 -> 1.0, other -> 0.0); a verifier that hangs, floods or cannot start is a "
+     "recorded score failure, never a failed run (docs/rl.md)."),
+    ("--score-timeout", "S", float, "Kill the verifier (and all it started) after S seconds: a score failure "
+     "[default: 600]."),
+    ("--score-format", "FORMAT", str, "last-line (a number, else the exit status) or json (the last line is "
+     "{\"reward\": float, ...}; other keys kept) [default: last-line]."),
+    ("--original-reward", "X|RUN_DIR", original_reward_value, "The recording's own reward: a number, or the run dir "
+     "of a scored `--after-step all --replay-only --score CMD` run (its score.reward is read); each group then "
+     "counts the branches whose reward equals it."),
+)
+SCORE_DESTS = tuple(option[2:].replace("-", "_") for option, *_ in SCORE_OPTIONS)
+
+
 #: the options given once per value, each value appended to a list
 _REPEATABLE = ("--path-map", "--branch-prompt", "--env", *("--" + dest.replace("_", "-") for dest in BRANCH_LIST_KEYS))
 
@@ -86,14 +126,15 @@ _DIRECT_OPTIONS = (
     "branch_prompt", "parallel", "keep_snapshot", "drop_snapshot", "max_trajectory_bytes", "max_processes",
     "opencode_export", "env",
     *MODEL_DESTS,
-    "agent_version", "record_tool_schemas", "capture_tokens",
+    "agent_version", "record_tool_schemas", "capture_tokens", *SCORE_DESTS,
 )
 
 #: (option, metavar or None for a flag, type, help) of `forkpoint replay`, in the order --help lists them.
 _REPLAY_OPTIONS: tuple[tuple[str, str | None, Callable[[str], Any], str], ...] = (
     ("--agent", "NAME", str, "Agent name: {agents}."),
     ("--trajectory", "PATH", Path, "The native trajectory file."),
-    ("--after-step", "N", int, "Boundary: replay the first N complete tool batches."),
+    ("--after-step", "N", after_step_value, "Boundary: replay the first N complete tool batches; 'all': every "
+     "complete batch (the whole recording, e.g. to score the original with --replay-only --score)."),
     ("--workspace", "DIR", Path, "Fresh workspace the tools re-run in [default: .]."),
     ("--state-dir", "DIR", Path, "State root (journal, agent homes) [default: forkpoint-out/state]."),
     ("--output-dir", "DIR", Path, "Output root; each run gets <root>/<run-id> [default: forkpoint-out/runs]."),
@@ -292,7 +333,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     replay = _command(commands, "replay", "Replay a trajectory up to --after-step and (by default) continue the "
                       "real agent from there.", "commands:replay", epilog=REPLAY_EPILOG)
     if command in (None, "replay"):
-        add_options(replay, _REPLAY_OPTIONS + MODEL_OPTIONS)
+        add_options(replay, _REPLAY_OPTIONS + MODEL_OPTIONS + SCORE_OPTIONS)
 
     resume = _command(commands, "continue", "Continue again from a replayed run's boundary snapshot without "
                       "re-running any tool: K more branches (--branches), or the planned branches a killed run "
@@ -321,7 +362,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         resume.add_argument("--capture-tokens", action="store_true", help="As in replay.")
         resume.add_argument("--max-processes", type=int, metavar="N", help="As in replay [512].")
         resume.add_argument("--json", dest="as_json", action="store_true", help="Print branches.json as one line.")
-        add_options(resume, MODEL_OPTIONS)
+        add_options(resume, MODEL_OPTIONS + SCORE_OPTIONS)
 
     gc = _command(commands, "gc", "Free the disk a replayed run keeps for branching: its boundary snapshot and its "
                   "branches' workspace copies (`forkpoint continue` then refuses that run).", "commands:gc")
@@ -337,11 +378,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         exporter.add_argument("runs", type=Path, nargs="+", metavar="RUN_OR_DIR",
                               help="A run dir (<output-dir>/<run-id>) or a dir holding runs (an output root, a batch).")
         exporter.add_argument("--format", dest="fmt", metavar="FORMAT", default="parquet",
-                              choices=("parquet", "messages-jsonl", "atif", "native", "tokens"),
+                              choices=("parquet", "messages-jsonl", "atif", "native", "dpo", "tokens"),
                               help="parquet (Hugging Face-loadable), messages-jsonl, atif (ATIF v1.8, a directory), "
-                              "native (the native sessions, a directory) or tokens (JSONL, one row per model request "
-                              "captured with --capture-tokens: token ids, logprobs, loss mask, reward; docs/rl.md) "
-                              "[default: parquet].")
+                              "native (the native sessions, a directory), dpo (JSONL of preference pairs: per reward "
+                              "group the highest- vs the lowest-reward continuation, TRL's prompt/chosen/rejected; "
+                              "docs/rl.md) or tokens (JSONL, one row per model request captured with --capture-tokens: "
+                              "token ids, logprobs, loss mask, reward; docs/rl.md) [default: parquet].")
         exporter.add_argument("-o", "--out", type=Path, required=True, metavar="PATH",
                               help="The output file (a directory for atif/native); never overwritten. The report goes "
                               "beside it as PATH.report.json.")
@@ -458,7 +500,9 @@ keys: trajectory (required; relative paths are relative to the jobs file), agent
 from it), sandbox, upstream, upstream_url, max_steps, boundary_user_prompt, allow_stale_observations,
 on_divergence, branches, branch_prompts, model, temperature, top_p, seed, max_output_tokens, disable_thinking,
 reasoning_effort, upstream_retries, upstream_idle_timeout, answer_timeout, continuation_timeout, branch_models,
-branch_seeds, branch_temperatures, capture_tokens. A bad line is reported with its number and the rest runs.
+branch_seeds, branch_temperatures, capture_tokens, score (a verifier command, or {command, timeout, format,
+original_reward}), score_timeout, score_format, original_reward (docs/rl.md; `batch status` shows the reward groups).
+A bad line is reported with its number and the rest runs.
 
 examples:
 

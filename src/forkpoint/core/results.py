@@ -76,12 +76,16 @@ class ReplayResult:
     output_dir: str | None
     artifacts: list[Artifact] = field(default_factory=list)
     failure: Failure | None = None
+    #: the verifier's verdict on the final workspace (``--score``; forkpoint.run.scoring, docs/rl.md)
+    score: dict[str, Any] | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The document as JSON values, in field order (what ``result.json`` and ``--json`` hold)."""
         document: dict[str, Any] = orjson.loads(orjson.dumps(self, default=_json_default,
                                                              option=orjson.OPT_NON_STR_KEYS))
+        if document.get("score") is None:  # only a scored run (--score) has one: other documents are unchanged
+            document.pop("score", None)
         return document
 
     @classmethod
@@ -101,6 +105,8 @@ class ReplayResult:
         values.setdefault("agent_status", "not_started")
         if not isinstance(values.get("metadata", {}), dict):
             raise ValueError("metadata is not an object")
+        if not isinstance(values.get("score", {}) or {}, dict):
+            raise ValueError("score is not an object")
         return cls(**values)
 
     @property

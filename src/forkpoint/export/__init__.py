@@ -16,7 +16,7 @@ from typing import Any
 
 from forkpoint.export.rows import TRAIN_ON, ExportOptions
 
-FORMATS = ("parquet", "messages-jsonl", "atif", "native", "tokens")
+FORMATS = ("parquet", "messages-jsonl", "atif", "native", "dpo", "tokens")
 REPORT_SCHEMA = "forkpoint.export-report/v1"
 
 
@@ -31,10 +31,13 @@ class ExportReport:
     options: ExportOptions = field(default_factory=ExportOptions)
     #: ``--format tokens``: the status of every captured request (rows are the ``ok``/``mismatch`` ones)
     token_requests: dict[str, int] | None = None
+    #: --format dpo: the groups that gave no pair, by why (ties, single, empty)
+    dpo_skipped: dict[str, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             **({} if self.token_requests is None else {"token_requests": self.token_requests}),
+            **({"dpo_skipped": self.dpo_skipped} if self.dpo_skipped is not None else {}),
             "schema_version": REPORT_SCHEMA, "out": str(self.out), "format": self.format, "rows": self.rows,
             "skipped_count": len(self.skipped), "skipped": self.skipped, "train_on": self.options.train_on,
             "redaction": {"enabled": self.options.redact, "totals": dict(sorted(self.redaction_totals.items())),
@@ -52,7 +55,7 @@ def export(
     from forkpoint.export.redact import Redactor
     from forkpoint.export.rows import build_row
     from forkpoint.export.runs import SkippedRun, find_runs, load_runs
-    from forkpoint.export.writers import TokensWriter, dumps_report, open_writer
+    from forkpoint.export.writers import DpoWriter, TokensWriter, dumps_report, open_writer
 
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; one of {', '.join(FORMATS)}")
@@ -64,9 +67,11 @@ def export(
             raise FileExistsError(f"{existing} exists; forkpoint export never overwrites")
     report = ExportReport(out=out, format=fmt, options=options)
     redactor = Redactor(home=str(Path.home())) if options.redact else None
+    found_runs = list(find_runs(paths))
+    groups = _groups(found_runs)
     writer = open_writer(fmt, out, redactor)
     try:
-        for found in find_runs(paths):
+        for found in found_runs:
             try:
                 if isinstance(found, SkippedRun):
                     raise found
@@ -75,7 +80,7 @@ def export(
                 report.skipped.append({"path": str(skipped.path), "reason": skipped.reason})
                 continue
             for run in runs:  # one row per run, or per branch of a branched run
-                row = build_row(run, options, None if fmt == "native" else redactor)
+                row = build_row(run, options, None if fmt == "native" else redactor, groups)
                 if redactor is not None:
                     row["redaction_count"] = redactor.pending()
                 writer.write(row, run)  # (native copies are redacted while written)
@@ -91,8 +96,19 @@ def export(
         if isinstance(writer, TokensWriter):  # rows are requests, not runs
             report.rows, report.token_requests = writer.rows, dict(sorted(writer.counts.items()))
         writer.commit()
+        if isinstance(writer, DpoWriter):  # the rows were its input; its output is the pairs
+            report.rows, report.dpo_skipped = writer.written, writer.skipped
     except BaseException:
         writer.abort()
         raise
     report_path.write_bytes(dumps_report(report.to_json()))
     return report
+
+
+def _groups(found: list[Any]) -> Any:
+    """The reward groups over every run dir found (forkpoint.run.groups): statistics and original reward."""
+    from forkpoint.run.groups import collect_groups
+    from forkpoint.run.scoring import group_stats
+
+    return {gid: (group_stats(rewards), original)
+            for gid, (rewards, original) in collect_groups(p for p in found if isinstance(p, Path)).items()}

@@ -15,6 +15,7 @@ from typing import Any
 from forkpoint.export.chat import ChatMessage
 from forkpoint.export.redact import Redactor
 from forkpoint.export.runs import Run
+from forkpoint.run.scoring import GroupStats, reward_of
 
 TRAIN_ON = {"live": ("live",), "prefix": ("prefix",), "all": ("prefix", "live")}
 
@@ -25,7 +26,12 @@ class ExportOptions:
     redact: bool = True
 
 
-def build_row(run: Run, options: ExportOptions, redactor: Redactor | None) -> dict[str, Any]:
+#: group id -> the group's statistics over every exported run of that trajectory and boundary, its original reward
+Groups = dict[str, tuple[GroupStats, float | None]]
+
+
+def build_row(run: Run, options: ExportOptions, redactor: Redactor | None,
+              groups: Groups | None = None) -> dict[str, Any]:
     """The row of ``run``, its texts passed through ``redactor`` (None: not redacted here)."""
     prefix = [dict(message) for message in run.prefix.messages]
     notes = list(run.prefix.notes)
@@ -49,6 +55,7 @@ def build_row(run: Run, options: ExportOptions, redactor: Redactor | None) -> di
         "tools_source": "recorded" if run.tool_schemas else ("native" if run.prefix.tools else "not_recorded"),
         "prefix_message_count": len(prefix),
         **provenance(run),
+        **scoring_columns(run, groups or {}),
         "notes": notes,
         "redacted": options.redact,
         "redaction_count": 0,
@@ -130,6 +137,21 @@ def provenance(run: Run) -> dict[str, Any]:
         "next_action_match": metrics.get("same_tool_calls"),
         "forkpoint_version": metadata.get("forkpoint_version"),
     }
+
+
+def scoring_columns(run: Run, groups: Groups) -> dict[str, Any]:
+    """``reward``, ``group_id``, ``advantage`` (r - mean), ``advantage_grpo`` ((r - mean) / std) and
+    ``original_reward``: the group is every exported run's scored continuations of the same trajectory and boundary
+    (docs/rl.md); null where the run was not scored."""
+    scoring = run.result.metadata.get("scoring")
+    gid = scoring.get("group_id") if isinstance(scoring, dict) else None
+    reward = reward_of(run.result.score)
+    stats, original = groups.get(gid, (None, None)) if isinstance(gid, str) else (None, None)
+    if original is None and isinstance(scoring, dict):
+        original = reward_of({"reward": scoring.get("original_reward")})
+    return {"reward": reward, "group_id": gid if isinstance(gid, str) else None,
+            "advantage": stats.advantage(reward) if stats else None,
+            "advantage_grpo": stats.advantage_grpo(reward) if stats else None, "original_reward": original}
 
 
 def _bridge_verdict(bridge: Any) -> str:

@@ -112,7 +112,8 @@ def load_runs(run_dir: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> list[R
                         "model_bridge": row.get("model_bridge")}
             result = dataclasses.replace(run.result, metadata=metadata, agent_status=row.get("agent_status"),
                                          phase="continued" if data is not None else run.result.phase,
-                                         failure=_branch_failure(row.get("failure")))
+                                         failure=_branch_failure(row.get("failure")),
+                                         score=row["score"] if isinstance(row.get("score"), dict) else None)
             try:
                 continued = convert(data) if data is not None else None
             except ValueError:

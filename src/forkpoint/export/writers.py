@@ -79,12 +79,13 @@ def parquet_schema() -> Any:
     ])
     strings = ("tools", "tools_source", "run_id", "agent", "recorded_version", "recorded_version_status",
                "continuing_version", "profile", "mode", "phase", "quality", "agent_status", "failure_category",
-               "source_sha256", "upstream", "model", "sampling", "bridge_verdict", "forkpoint_version")
+               "source_sha256", "upstream", "model", "sampling", "bridge_verdict", "forkpoint_version", "group_id")
     integers = ("prefix_message_count", "branch", "after_step", "observations_exact", "observations_diverged",
                 "stale_observations_reused", "redaction_count")
     fields = [("messages", pa.list_(message))]
     fields += [(name, pa.string()) for name in strings]
     fields += [(name, pa.int64()) for name in integers]
+    fields += [(name, pa.float64()) for name in ("reward", "advantage", "advantage_grpo", "original_reward")]
     fields += [("next_action_match", pa.bool_()), ("redacted", pa.bool_()), ("notes", pa.list_(pa.string()))]
     return pa.schema(fields)
 
@@ -196,6 +197,30 @@ class NativeWriter(_Staged):
         return orjson.dumps(redact(orjson.loads(data)))
 
 
+class DpoWriter(_Staged):
+    """JSONL of preference pairs (forkpoint.export.dpo): rows are kept per group (the best and the worst), the
+    pairs written at commit."""
+
+    def __init__(self, out: Path) -> None:
+        from forkpoint.export.dpo import DpoPairs
+
+        super().__init__(out, directory=False)
+        self.collected = DpoPairs()
+        self.skipped: dict[str, int] = {}
+        self.written = 0
+
+    def write(self, row: dict[str, Any], run: Run) -> None:
+        self.collected.add(row)
+
+    def commit(self) -> None:
+        pairs, self.skipped = self.collected.pairs()
+        with self.temp.open("wb") as handle:
+            for pair in pairs:
+                handle.write(orjson.dumps(pair) + b"\n")
+        self.written = len(pairs)
+        super().commit()
+
+
 def _redact_strings(value: Any, redactor: Redactor | None) -> Any:
     if redactor is None:
         return value
@@ -224,6 +249,8 @@ def open_writer(fmt: str, out: Path, redactor: Redactor | None, max_bytes: int =
         return AtifWriter(out, max_bytes)
     if fmt == "native":
         return NativeWriter(out, redactor)
+    if fmt == "dpo":
+        return DpoWriter(out)
     raise ValueError(f"unknown export format {fmt!r}")
 
 

@@ -31,6 +31,8 @@ class RunView:
     live: list[dict[str, Any]]
     call_ms: dict[str, float] = field(default_factory=dict)
     branches: dict[str, Any] | None = None  # branches.json of a branched run
+    #: each branch's live turns (its continued session after the shared prefix), by branch index
+    branch_live: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     duration_s: float | None = None
     upstream: str | None = None
 
@@ -68,6 +70,7 @@ def collect(run_dir: Path) -> RunView:
         live: list[dict[str, Any]] = []
         prefix_data = files.read(*artifact_parts(result, "native_prefix"))
         continued_data = files.read(*artifact_parts(result, "continued_native_session"))
+        branch_data = _branch_sessions(files, branches)
     convert = exporter(agent)
     if convert is not None and prefix_data is not None and continued_data is not None:
         try:
@@ -75,6 +78,17 @@ def collect(run_dir: Path) -> RunView:
             live = convert(continued_data).messages[prefix_count:]
         except ValueError:
             live = []
+    branch_live: dict[str, list[dict[str, Any]]] = {}
+    if convert is not None and prefix_data is not None and branch_data:
+        try:
+            shared = len(convert(prefix_data).messages)
+        except ValueError:
+            shared = None
+        for index, data in branch_data.items() if shared is not None else ():
+            try:
+                branch_live[index] = convert(data).messages[shared:]
+            except ValueError:
+                continue
     view = RunView(
         path=run_dir,
         result=typed,
@@ -84,9 +98,24 @@ def collect(run_dir: Path) -> RunView:
         next_action=next_action if isinstance(next_action, dict) else None,
         live=live,
         branches=branches if isinstance(branches, dict) else None,
+        branch_live=branch_live,
     )
     _timings(view, events)
     return view
+
+
+def _branch_sessions(files: RunFiles, branches: Any) -> dict[str, bytes]:
+    """Each branch's continued native session (``branches/<i>/native/continued/<name>``), read confined."""
+    found: dict[str, bytes] = {}
+    rows = branches.get("branches") if isinstance(branches, dict) else None
+    for row in rows if isinstance(rows, list) else []:
+        if not isinstance(row, dict):
+            continue
+        index, name = str(row.get("branch")), str(row.get("continued_path") or "").rsplit("/", 1)[-1]
+        data = files.read("branches", index, "native", "continued", name) if name else None
+        if data is not None:
+            found[index] = data
+    return found
 
 
 def _timings(view: RunView, events: bytes) -> None:

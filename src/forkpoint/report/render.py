@@ -186,21 +186,48 @@ def _run(view: RunView, anchor: str) -> str:
     body.append("</dl><h3>Timeline</h3>")
     body += [_batch(view, batch) for batch in view.batches]
     body.append(f"<div class=\"boundary\">boundary — after batch {e(result.after_step)}</div>")
-    body.append(_bridge(metadata.get("model_bridge")))
+    body.append(_bridge(metadata.get("model_bridge"), view.branches))
     prompt = metadata.get("boundary_user_prompt") or {}
     if view.branches:
-        body.append(_branches(view.branches))
+        body.append(_branches(view.branches, view.branch_live))
     body.append(_live(view.live, prompt if prompt.get("injected") else None))
     body.append(_next_action(view.next_action))
     body.append("</section>")
     return "".join(body)
 
 
-def _branches(document: dict[str, Any]) -> str:
-    """One column per branch from the shared boundary, and the agreement figures."""
+def _branches(document: dict[str, Any], live: dict[str, list[dict[str, Any]]] | None = None) -> str:
+    """One column per branch from the shared boundary — its live turns and reward side by side — the group's
+    figures (docs/rl.md) and the agreement figures."""
     rows = [row for row in document.get("branches") or [] if isinstance(row, dict)]
     if not rows:
         return ""
+
+    def reward(row: dict[str, Any]) -> str:
+        score = row.get("score")
+        if not isinstance(score, dict):
+            return "not scored"
+        if score.get("failure"):
+            return f"score failure: {score['failure']}"
+        return f"{score.get('reward')} (exit {score.get('exit')}, {score.get('duration_s')} s)"
+
+    def advantage(row: dict[str, Any]) -> str:
+        group = row.get("group")
+        if not isinstance(group, dict) or group.get("advantage") is None:
+            return "—"
+        grpo = group.get("advantage_grpo")
+        shown = f"{group['advantage']:+.3g}" if isinstance(group["advantage"], int | float) else "?"
+        return shown + (f" (GRPO {grpo:+.3g})" if isinstance(grpo, int | float) else "")
+
+    def turns(row: dict[str, Any]) -> str:
+        messages = (live or {}).get(str(row.get("branch"))) or []
+        lines = []
+        for message in messages:
+            calls = "; ".join(f"→ {c['function']['name']} {_one_line(c['function']['arguments'], 200)}"
+                              for c in message.get("tool_calls") or [])
+            content = _one_line(str(message.get("content") or ""), 300)
+            lines.append(f"{message.get('role')}: {' '.join(part for part in (content, calls) if part)}")
+        return _bounded("\n".join(lines), TEXT_BOUND) if lines else "no live turns"
 
     def first_action(row: dict[str, Any]) -> str:
         action = row.get("first_action") or {}
@@ -213,7 +240,8 @@ def _branches(document: dict[str, Any]) -> str:
         return "\n".join(f"{sign} {path}" for sign, key in (("+", "added"), ("-", "removed"), ("~", "modified"))
                          for path in files.get(key) or []) or "none"
 
-    lines = (("status", lambda r: r.get("status")), ("agent", lambda r: r.get("agent_status")),
+    lines = (("reward", reward), ("advantage", advantage), ("live turns", turns),
+             ("status", lambda r: r.get("status")), ("agent", lambda r: r.get("agent_status")),
              ("steps", lambda r: r.get("continued_steps")), ("prompt", lambda r: f"{r.get('prompt_length')} chars"
                                                               if r.get("prompt_length") else "—"),
              ("same as original N+1", lambda r: r.get("same_as_original")), ("first action", first_action),
@@ -228,6 +256,14 @@ def _branches(document: dict[str, Any]) -> str:
     agreement = document.get("agreement") or {}
     figures = ", ".join(f"{e(k.replace('_', ' '))} {e(round(v, 3) if isinstance(v, float) else v)}"
                         for k, v in agreement.items())
+    group = document.get("group")
+    if isinstance(group, dict):
+        passes = ", ".join(f"pass@{k} {v:.2f}" for k, v in (group.get("pass_at_k") or {}).items()
+                           if isinstance(v, int | float))
+        original = (f", original reward {group['original_reward']}, equal in {group.get('equal_to_original')}"
+                    if group.get("original_reward") is not None else "")
+        figures = (f"group {group.get('id')}: n {group.get('n')}, mean {group.get('mean')}, std {group.get('std')}"
+                   f"{', ' + passes if passes else ''}{original}; {figures}")
     return (f"<h3>Branches</h3><p class=\"muted\">{e(figures)}</p><div class=\"scroll\"><table class=\"branches\">"
             f"<thead><tr><th></th>{head}</tr></thead><tbody>{cells}</tbody></table></div>")
 
@@ -305,7 +341,17 @@ def _diff(row: dict[str, Any]) -> str:
             f"({len(diff['lines'])} lines{more}){note}</summary><pre class=\"diff\">{''.join(lines)}</pre></details>")
 
 
-def _bridge(bridge: Any) -> str:
+def _bridge(bridge: Any, branches: dict[str, Any] | None = None) -> str:
+    rows = [row for row in (branches or {}).get("branches") or [] if isinstance(row, dict)]
+    if not isinstance(bridge, dict) and rows:  # a branched run: one bridge per branch, each in its column
+        bridges: list[dict[str, Any]] = [row["model_bridge"] for row in rows
+                                         if isinstance(row.get("model_bridge"), dict)]
+        validated = sum(1 for b in bridges if b.get("validated"))
+        requests = sum(b["validated"] for b in bridges if type(b.get("validated")) is int)
+        refused = sum(b["refused"] for b in bridges if type(b.get("refused")) is int)
+        return ("<h3>Model bridge</h3><p>one bridge per branch: the gate validated the first request of "
+                f"{validated} of {len(rows)} branches ({requests} validated requests, {refused} refused in all; "
+                "per branch below)</p>")
     if not isinstance(bridge, dict):
         return "<h3>Model bridge</h3><p class=\"muted\">not started (no continuation)</p>"
     cells = "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in bridge.items())

@@ -58,6 +58,10 @@ class RunFacts:
     process_limit: dict[str, Any] | None = None
     #: the sandbox the run's tools ran through (its description and the recorded-path rewrites)
     sandbox: Sandbox | None = field(default=None, repr=False)
+    #: the verifier's verdict on the final workspace (``--score``), result.json's top-level ``score``
+    score: dict[str, Any] | None = None
+    #: metadata.scoring: the group this run's continuations belong to and the original's reward
+    scoring: dict[str, Any] | None = None
 
     def metadata(self) -> dict[str, Any]:
         """The facts in result.json's key order: only those a step set."""
@@ -74,6 +78,8 @@ class RunFacts:
             facts["boundary_snapshot"] = self.boundary_snapshot
         if self.process_limit is not None:
             facts["process_limit"] = self.process_limit
+        if self.scoring is not None:
+            facts["scoring"] = self.scoring
         if self.sandbox is not None:
             facts.update(sandbox=self.sandbox.describe(), path_rewrites=self.sandbox.path_rewrites,
                          path_restores=self.sandbox.path_restores)
@@ -197,8 +203,11 @@ def run_metadata(
         for call in plan.calls
         if call.stale
     ]
+    from forkpoint import __version__
+
     return {
         "mode": request.mode.value,
+        "forkpoint_version": __version__,
         "source_path": str(parsed.source_path),
         "source_sha256": parsed.source_sha256,
         "after_step": plan.after_step,
@@ -279,6 +288,7 @@ def finished_result(request: ReplayRequest, plan: Plan, dirs: RunDirs, prefix: N
         state_dir=str(dirs.state_dir),
         output_dir=str(dirs.output_dir),
         artifacts=artifacts(dirs.output_dir, prefix, continuation),
+        score=facts.score,
         metadata=metadata,
     )
     commit_result(dirs, result)

@@ -25,8 +25,16 @@ from forkpoint.core.results import Failure, ReplayResult, write_json
 from forkpoint.process import childenv
 from forkpoint.run import documents as documents
 from forkpoint.run import plan as planning
+from forkpoint.run import scoring
 from forkpoint.run.journal import Journal, executed_calls
-from forkpoint.run.request import ReplayRequest, chosen_upstream, continue_settings, validate_request
+from forkpoint.run.request import (
+    ReplayRequest,
+    boundary,
+    chosen_upstream,
+    continue_settings,
+    score_spec,
+    validate_request,
+)
 from forkpoint.sandbox import open_sandbox
 
 if TYPE_CHECKING:  # replay, compare and workspace (subprocess, ctypes, tarfile) load only when a run needs them
@@ -110,7 +118,7 @@ def _prepare(request: ReplayRequest, report: Progress) -> Prepared:
     companion = request.companion_file()
     parsed = (adapter.parse(source, request.max_trajectory_bytes) if companion is None
               else adapter.parse_completed(source, companion, request.max_trajectory_bytes))
-    plan = versions.plan_for(adapter, parsed, request.after_step, request.mode,
+    plan = versions.plan_for(adapter, parsed, boundary(request, parsed.complete_count), request.mode,
                              allow_stale_observations=request.allow_stale_observations,
                              require_verified=request.require_verified_version)
     parsed = plan.trajectory  # as replay reads it: a recorded version that is not verified reads as its profile's
@@ -225,6 +233,7 @@ def _run_allocated(request: ReplayRequest, prepared: Prepared, journal: Journal,
         else:
             continuation = _continue(request, prepared, prefix, context, journal, report)
         status = continuation.agent_status
+    _score(request, prepared, outcome, stopped, continuation, journal, report, facts)
     journal.append("run_finished", status=status)
     journal.copy_to(dirs.output_dir / "replay-events.jsonl", durable=False)
     if request.mode is not Mode.PREPARE_ONLY:
@@ -233,6 +242,26 @@ def _run_allocated(request: ReplayRequest, prepared: Prepared, journal: Journal,
         facts.process_limit = limits.metadata()
     facts.sandbox = prepared.sandbox
     return documents.finished_result(request, plan, dirs, prefix, outcome, continuation, status, stopped, facts)
+
+
+def _score(request: ReplayRequest, prepared: Prepared, outcome: ReplayOutcome | None, stopped: Failure | None,
+           continuation: Continuation | None, journal: Journal, report: Progress, facts: documents.RunFacts) -> None:
+    """``--score``: the verifier's verdict on the final workspace of a replayed (and maybe continued) run; a
+    branched run's branches were each scored in their own (forkpoint.branches.branching)."""
+    spec = score_spec(request)
+    if spec is None:
+        return
+    facts.scoring = {"group_id": scoring.group_id(prepared.plan.trajectory.source_sha256, prepared.plan.after_step),
+                     "original_reward": request.original_reward}
+    branched = continuation is not None and "branches" in continuation.metadata
+    if outcome is None or stopped is not None or branched or prepared.sandbox is None:
+        return
+    from forkpoint.run.verify import run_verifier
+
+    report("scoring the final workspace")
+    facts.score = run_verifier(spec, prepared.sandbox)
+    journal.append("scored", sync=False, reward=facts.score["reward"], exit=facts.score["exit"],
+                   failure=facts.score["failure"])
 
 
 def _replay(plan: Plan, adapter: Adapter, context: RunContext, journal: Journal, report: Progress,
@@ -320,7 +349,9 @@ def _branch(request: ReplayRequest, prepared: Prepared, prefix: NativePrefix, co
         settings=continue_settings(request, prepared.spec, prepared.launch, prepared.plan),
         workspace=context.workspace, state_dir=context.state_dir, output_dir=context.output_dir,
         session_id=context.session_id, sandbox_name=request.sandbox, recorded_cwd=prepared.plan.trajectory.cwd,
-        snapshot=Path(snapshot["path"]))
+        snapshot=Path(snapshot["path"]), score=score_spec(request),
+        group_id=scoring.group_id(prepared.plan.trajectory.source_sha256, prepared.plan.after_step),
+        original_reward=request.original_reward)
     plan_branches(setup, branches, snapshot)
     journal.append("branches_started", count=branches.count)
     document = run_branches(setup, branches, report)

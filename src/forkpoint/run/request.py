@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from forkpoint.bridge.translate.sampling import SamplingPins
+    from forkpoint.run.scoring import ScoreSpec
 
 REQUEST_SCHEMA = "forkpoint.request/v1"
 DEFAULT_OUTPUT_ROOT = Path("forkpoint-out/runs")
@@ -48,7 +49,7 @@ class ReplayRequest:
 
     agent: str
     trajectory: Path
-    after_step: int
+    after_step: int | str  # N, or "all": every complete batch (the whole recording; resolved when it is parsed)
     workspace: Path = Path(".")
     state_dir: Path = DEFAULT_STATE_ROOT
     output_dir: Path = DEFAULT_OUTPUT_ROOT
@@ -96,6 +97,11 @@ class ReplayRequest:
     agent_version: str | None = None  # continue with this verified version (a cross-version pair proven e2e)
     record_tool_schemas: bool = False  # save the first validated request's tool definitions (tool-schemas.json)
     capture_tokens: bool = False  # ask the upstream for token ids and logprobs (tokens.jsonl; bridge.token_capture)
+    # the reward (forkpoint.run.scoring, docs/rl.md): a verifier run in the final workspace of the run / each branch
+    score: str | None = None  # the command, run by /bin/sh -c
+    score_timeout: float = 600.0  # = scoring.DEFAULT_SCORE_TIMEOUT_S
+    score_format: str = "last-line"  # last-line | json
+    original_reward: float | None = None  # the recording's own reward (a scored --after-step all replay)
 
     def resolved_run_id(self) -> str:
         return self.run_id or f"replay-{uuid.uuid4().hex}"
@@ -146,9 +152,11 @@ def build_request(values: dict[str, Any], *, source: str) -> ReplayRequest:
             fields[key] = Path(fields[key])
     errors = [error for name, expected in _field_types().items() if name in fields  # in declaration order
               for error in _type_errors(name, fields[name], expected)]
+    if isinstance(fields.get("after_step"), str) and fields["after_step"] != "all":
+        errors.insert(0, 'after_step: input should be a valid integer or "all"')
     if errors:
         raise configuration(f"{source}: {'; '.join(errors)}")
-    for key in ("temperature", "top_p", *TIMEOUT_KEYS):  # a TOML/JSON 0 is the number 0.0
+    for key in ("temperature", "top_p", "score_timeout", "original_reward", *TIMEOUT_KEYS):  # a TOML/JSON 0 is 0.0
         if key in fields:
             fields[key] = float(fields[key])
     if "branch_temperatures" in fields:
@@ -162,7 +170,11 @@ def validate_request(request: ReplayRequest) -> None:
     """Checks that need no parsing; filesystem checks come first in the engine (workspace, trajectory)."""
     if request.agent not in AGENT_NAMES:
         raise configuration(unknown_agent_message(request.agent))
-    if request.after_step < 1:
+    if isinstance(request.after_step, str):
+        if request.after_step != "all":
+            raise configuration(f"after_step must be a positive complete batch ordinal or \"all\", not "
+                                f"{request.after_step[:40]!r}")
+    elif request.after_step < 1:
         raise configuration("after_step must be a positive complete batch ordinal (1 or more)")
     if request.max_steps is not None and request.max_steps < 1:
         raise configuration("max_steps must be positive")
@@ -201,6 +213,7 @@ def validate_request(request: ReplayRequest) -> None:
     if request.sandbox not in SANDBOXES:
         raise configuration(unknown_sandbox_message(request.sandbox))
     _validate_model_choice(request)
+    _validate_score(request)
     if request.env:
         from forkpoint.process.childenv import check_specs
 
@@ -217,6 +230,37 @@ def validate_request(request: ReplayRequest) -> None:
         if request.sandbox != "local":
             raise configuration("path_map (--path-map) is for --sandbox local; --sandbox bwrap mounts the "
                                 "workspace at the recorded path, so recorded paths need no rewriting")
+
+
+def _validate_score(request: ReplayRequest) -> None:
+    import math
+
+    from forkpoint.run.scoring import SCORE_FORMATS
+
+    if request.score is not None and not request.score.strip():
+        raise configuration("score (--score) is an empty command")
+    if request.score_format not in SCORE_FORMATS:
+        raise configuration(f"score_format must be one of {', '.join(SCORE_FORMATS)}, not {request.score_format!r}")
+    if not (math.isfinite(request.score_timeout) and 0 < request.score_timeout <= MAX_TIMEOUT_S):
+        raise configuration(f"score_timeout must be more than 0 and at most {MAX_TIMEOUT_S:g} seconds")
+    if request.original_reward is not None and not math.isfinite(request.original_reward):
+        raise configuration("original_reward must be a finite number")
+    if request.mode is Mode.PREPARE_ONLY and request.score is not None:
+        raise configuration("score (--score) runs a verifier in the replayed workspace; --prepare-only runs nothing")
+
+
+def boundary(request: ReplayRequest, complete_batches: int) -> int:
+    """The request's boundary once the trajectory is parsed (``all``: its last complete batch)."""
+    return complete_batches if request.after_step == "all" else int(request.after_step)
+
+
+def score_spec(request: ReplayRequest) -> ScoreSpec | None:
+    """The verifier the request asks for, or None."""
+    from forkpoint.run.scoring import ScoreSpec
+
+    if request.score is None:
+        return None
+    return ScoreSpec(request.score, request.score_timeout, request.score_format)
 
 
 REASONING_EFFORTS = ("minimal", "low", "medium", "high", "none")
@@ -301,14 +345,39 @@ def load_toml(path: Path) -> ReplayRequest:
     import tomllib  # only for a --config file
 
     document = _parse_input(path, "replay config", tomllib.loads, tomllib.TOMLDecodeError)
-    extra_tables = sorted(set(document) - {"replay"})
+    extra_tables = sorted(set(document) - {"replay", "score"})
     if extra_tables:
         raise configuration(f"replay config {path}: unknown table(s) or key(s) {', '.join(extra_tables)}; "
-                            "only a [replay] table is allowed")
+                            "only a [replay] and a [score] table are allowed")
     table = document.get("replay")
     if not isinstance(table, dict):
         raise configuration(f"replay config {path}: missing [replay] table")
-    return build_request(_relative_to(dict(table), path.parent), source=f"replay config {path}")
+    values = dict(table)
+    values.update(score_table(document.get("score"), f"replay config {path}", values))
+    return build_request(_relative_to(values, path.parent), source=f"replay config {path}")
+
+
+#: a TOML [score] table's keys -> the request's
+SCORE_TABLE_KEYS = {"command": "score", "timeout": "score_timeout", "format": "score_format",
+                    "original_reward": "original_reward"}
+
+
+def score_table(table: Any, source: str, values: dict[str, Any]) -> dict[str, Any]:
+    """A ``[score]`` table (command, timeout, format, original_reward) as request keys; refused when it repeats a
+    key the ``[replay]`` table already gives (``score``, ``score_timeout``...)."""
+    if table is None:
+        return {}
+    if not isinstance(table, dict):
+        raise configuration(f"{source}: [score] must be a table")
+    unknown = sorted(set(table) - set(SCORE_TABLE_KEYS))
+    if unknown:
+        raise configuration(f"{source}: unknown key(s) in [score]: {', '.join(unknown)}; allowed: "
+                            f"{', '.join(SCORE_TABLE_KEYS)}")
+    mapped = {SCORE_TABLE_KEYS[key]: value for key, value in table.items()}
+    twice = sorted(key for key in mapped if key in values)
+    if twice:
+        raise configuration(f"{source}: {', '.join(twice)} given in both [replay] and [score]")
+    return mapped
 
 
 def load_json_request(path: Path) -> ReplayRequest:
