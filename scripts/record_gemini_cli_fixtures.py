@@ -6,7 +6,7 @@
 Needs `forkpoint agents install gemini-cli@0.61.0`. Writes tests/fixtures/gemini_cli/0.61.0/<scenario>/:
 session.jsonl (the chat recording the CLI wrote under ~/.gemini/tmp/<project>/chats/), requests.jsonl (what the
 model server received; systemInstruction and tools as hashes), script.json, output.json (``-o json``), meta.json
-(the cwd) and workspace-initial/. The recording cwd (/tmp/forkpoint-rec-gemini/<scenario>) and HOME
+(the cwd) workspace-initial/ and resume-after-3.json (the first request of a\n``--session-file`` resume of the session cut after batch 3, the prompt a nonce). The recording cwd (/tmp/forkpoint-rec-gemini/<scenario>) and HOME
 (/tmp/forkpoint-rec-gemini-home/<scenario>) are fixed and recreated fresh; call ids are seeded, so re-recordings
 differ only in session/message ids, timestamps and the shell's process group id.
 """
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from forkpoint import runtimes
+from forkpoint.adapters.gemini_cli.parse import dumps, parse_gemini
 from forkpoint.adapters.gemini_cli.runtime import SETTINGS
 from forkpoint.testing.scripted_model import ScriptedModel, text, tool_use
 
@@ -31,6 +32,7 @@ FIXTURES = REPO / "tests" / "fixtures" / "gemini_cli" / VERSION
 REC_ROOT = Path("/tmp/forkpoint-rec-gemini")
 HOME_ROOT = Path("/tmp/forkpoint-rec-gemini-home")
 MODEL = "gemini-2.5-pro"
+NONCE = "__forkpoint_nonce_recorded_0123456789abcdef__"
 SCENARIOS: dict[str, dict[str, Any]] = {
     "tools": {
         "prompt": "Create notes.txt, look around and fix the greeting.",
@@ -45,6 +47,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
             [tool_use("read_file", {"file_path": "missing.txt"})],
             [text("Done: notes written and the greeting fixed.")],
         ],
+        "resume_after": 3,
     },
 }
 
@@ -92,7 +95,32 @@ def record(name: str, scenario: dict[str, Any]) -> None:
                     "tool_names": [d.get("name") for t in body.get("tools") or [] for d in
                                    t.get("functionDeclarations") or []]}
             handle.write(json.dumps(kept) + "\n")
+    resume(out, cwd, home, runtime.entrypoint, scenario["resume_after"])
     print(f"{name}: {out}")
+
+
+def resume(out: Path, cwd: Path, home: Path, entrypoint: Path, after: int) -> None:
+    """``resume-after-<n>.json``: the first request of ``gemini --session-file <the session cut after batch n> -p
+    NONCE`` (what the gate's profile is checked against without the binary)."""
+    native = parse_gemini(out / "session.jsonl").native
+    cut = home / ".gemini" / "forkpoint" / "cut.jsonl"
+    cut.parent.mkdir(parents=True, exist_ok=True)
+    messages = native.messages[: native.batch_end[after - 1] + 1]
+    cut.write_bytes(b"".join(line + b"\n" for line in [dumps(native.header), *map(dumps, messages)]))
+    model = ScriptedModel([[text("Resumed.")]], seed="gemini-resume", model=MODEL)
+    with model.serve() as url:
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), "GEMINI_API_KEY": "forkpoint-bridge",
+               "GOOGLE_GEMINI_BASE_URL": url, "NO_COLOR": "1", "LANG": "C.UTF-8"}
+        done = subprocess.run([str(entrypoint), "--session-file", str(cut), "--yolo", "--skip-trust", "-m", MODEL,
+                               "-o", "json", "-p", NONCE], cwd=cwd, env=env, capture_output=True, timeout=180,
+                              check=False)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    first = model.requests[0]
+    (out / f"resume-after-{after}.json").write_text(json.dumps({
+        "after": after, "nonce": NONCE, "path": first["path"], "contents": first["body"]["contents"],
+        "systemInstruction_sha256": digest(first["body"].get("systemInstruction")),
+        "tool_names": [d.get("name") for t in first["body"].get("tools") or [] for d in
+                       t.get("functionDeclarations") or []]}, indent=1))
 
 
 if __name__ == "__main__":
