@@ -6,8 +6,9 @@
 Needs `forkpoint agents install gemini-cli@0.61.0`. Writes tests/fixtures/gemini_cli/0.61.0/<scenario>/:
 session.jsonl (the chat recording the CLI wrote under ~/.gemini/tmp/<project>/chats/), requests.jsonl (what the
 model server received; systemInstruction and tools as hashes), script.json, output.json (``-o json``), meta.json
-(the cwd) workspace-initial/ and resume-after-3.json (the first request of a\n``--session-file`` resume of the session cut after batch 3, the prompt a nonce). The recording cwd (/tmp/forkpoint-rec-gemini/<scenario>) and HOME
-(/tmp/forkpoint-rec-gemini-home/<scenario>) are fixed and recreated fresh; call ids are seeded, so re-recordings
+(the cwd), workspace-initial/ and resume-after-3.json (the first request of a ``--session-file`` resume of the
+session cut after batch 3, the prompt a nonce). The recording cwd (/tmp/forkpoint-rec-gemini/<scenario>) and
+HOME (/tmp/forkpoint-rec-gemini-home/<scenario>) are fixed and recreated fresh; call ids are seeded, so re-recordings
 differ only in session/message ids, timestamps and the shell's process group id.
 """
 

@@ -17,8 +17,8 @@ from forkpoint.adapters import AGENT_NAMES, AGENTS, agent_spec, detection_order,
 from forkpoint.adapters.base import Adapter, AdapterBase
 from forkpoint.adapters.claude_code import ClaudeCodeAdapter
 from forkpoint.adapters.codex import CodexAdapter
-from forkpoint.adapters.gemini_cli import GeminiCliAdapter
 from forkpoint.adapters.detect import guess_agent_from_object
+from forkpoint.adapters.gemini_cli import GeminiCliAdapter
 from forkpoint.adapters.mini_swe_agent import MiniSweAgentAdapter
 from forkpoint.adapters.opencode import OpenCodeAdapter
 from forkpoint.adapters.openhands import OpenHandsAdapter

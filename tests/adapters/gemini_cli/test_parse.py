@@ -74,8 +74,9 @@ def test_a_resumed_session_file_repeats_its_header_and_rewrites_its_list(tmp_pat
     """What the CLI writes on --session-file: a header again, ``$set.messages`` repeating ids (measured)."""
     records = lines()
     messages = [r for r in records if "type" in r]
-    extra = [{**records[0]}, {"$set": {"messages": [*messages[:3], {**messages[2], "type": "user"}]}},
-             {"id": "new", "timestamp": "t", "type": "user", "content": [{"text": "go"}]}]
+    rewritten = [*messages[:3], {**messages[2], "type": "user"}]
+    extra: list[dict[str, object]] = [{**records[0]}, {"$set": {"messages": rewritten}},
+                                      {"id": "new", "timestamp": "t", "type": "user", "content": [{"text": "go"}]}]
     parsed = parse_gemini(write(tmp_path / "s.jsonl", records + extra))
     ids = [m["id"] for m in parsed.native.messages]
     assert ids == [*(m["id"] for m in messages[:3]), messages[2]["id"], "new"]
