@@ -51,6 +51,11 @@ def test_continue_after_batch_1_runs_the_next_action_on_the_fresh_prefix(tmp_pat
     # the next action really ran: the CLI read the file the replayed write_file made, and answered with it
     second = model.requests[1]["body"]["contents"][-1]["parts"][0]["functionResponse"]
     assert second["name"] == "read_file" and second["response"] == {"output": "todo\n"}
+    # the bridge read each answer's usageMetadata on the way through (the pass-through's usage tap)
+    usage = document["metadata"]["model_usage"]
+    reported = model.reported_usage()
+    assert usage["calls"] == reported["calls"] == 2 and usage["input_tokens"] == reported["input_tokens"] > 0
+    assert usage["output_tokens"] == reported["output_tokens"] > 0
     continued = Path(document["artifacts"]["continued_native"]) if "continued_native" in document.get(
         "artifacts", {}) else None
     assert continued is None or PROMPT in continued.read_text()
