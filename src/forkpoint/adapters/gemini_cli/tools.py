@@ -4,9 +4,10 @@ Gemini CLI's tools (read_file, write_file, replace, run_shell_command, glob, gre
 its bundle, and their exact output (``Successfully created and wrote to new file: …``, the shell's
 ``<untrusted_context>`` wrapper, error texts) is the observation. So forkpoint does not re-implement them: it
 serves a loopback Gemini API here and starts the verified ``gemini --yolo -p`` in the workspace, in the isolated
-HOME. The first model request is answered with the historical call (its name and arguments); the CLI runs it with
-its own implementation and sends the function response in the next request, which is the fresh observation; that
-request is answered with a final text, so the CLI ends. Requests without tools get a short text.
+HOME (the API under a secret path segment). The first model request is answered with the historical call (its name
+and arguments); the CLI runs it with its own implementation and sends the function response in the next request,
+which is the fresh observation; that request is answered with a final text, so the CLI ends. Requests without
+tools get a short text.
 
 A run that ends without sending the function response fails the call (before any effect unless the host had
 handed a changing tool its call: then the effect may have happened).
@@ -15,6 +16,7 @@ handed a changing tool its call: then the effect may have happened).
 from __future__ import annotations
 
 import re
+import secrets
 import threading
 from pathlib import Path
 from typing import Any
@@ -62,6 +64,9 @@ class ToolHost:
         self.handed = False
         self.response: JsonObject | None = None
         self.url: str | None = None
+        #: the routes live under a per-executor secret path segment (like the bridge's token): another local
+        #: process cannot hand the host a function response without it
+        self.token = secrets.token_urlsafe(18)
 
     async def _answer(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -87,8 +92,8 @@ class ToolHost:
 
     async def _listen(self) -> str:
         app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_post("/v1beta/models/{call}", self._answer)
-        return await self._site.start(app)
+        app.router.add_post(f"/{self.token}/v1beta/models/{{call}}", self._answer)
+        return f"{await self._site.start(app)}/{self.token}"
 
     def start(self) -> str:
         if self.url is None:
