@@ -18,6 +18,7 @@ from forkpoint.adapters.base import Adapter, AdapterBase
 from forkpoint.adapters.claude_code import ClaudeCodeAdapter
 from forkpoint.adapters.codex import CodexAdapter
 from forkpoint.adapters.detect import guess_agent_from_object
+from forkpoint.adapters.gemini_cli import GeminiCliAdapter
 from forkpoint.adapters.mini_swe_agent import MiniSweAgentAdapter
 from forkpoint.adapters.opencode import OpenCodeAdapter
 from forkpoint.adapters.openhands import OpenHandsAdapter
@@ -29,7 +30,7 @@ from forkpoint.core.protocols import PROTOCOLS, STUB_CHOICE, UPSTREAMS
 
 #: mypy checks that every adapter class satisfies the Adapter protocol (every hook, optional ones included)
 _CONFORMING: tuple[Adapter, ...] = (ClaudeCodeAdapter(), CodexAdapter(), OpenCodeAdapter(), PiAdapter(),
-                                    MiniSweAgentAdapter(), SweAgentAdapter(), OpenHandsAdapter())
+                                    MiniSweAgentAdapter(), SweAgentAdapter(), OpenHandsAdapter(), GeminiCliAdapter())
 _VERSION = re.compile(r"\d+\.\d+\.\d+")
 
 

@@ -21,7 +21,7 @@ ROOT = Path(__file__).parents[2]
 DOC = ROOT / "docs" / "upstreams.md"
 TRANSLATE = ROOT / "src" / "forkpoint" / "bridge" / "translate"
 PROTOCOL_NAMES = {"anthropic-messages": "Anthropic Messages", "openai-responses": "OpenAI Responses",
-                  "openai-chat": "Chat Completions"}
+                  "openai-chat": "Chat Completions", "google-generate-content": "Gemini API"}
 #: (agent protocol, upstream) -> the translator modules the table names
 TRANSLATORS = {("anthropic-messages", "openai-chat"): "`anthropic_chat` + `anthropic_answer`",
                ("openai-responses", "openai-chat"): "`responses_chat` + `responses_answer`"}

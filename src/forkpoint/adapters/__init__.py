@@ -27,6 +27,7 @@ AGENTS: dict[str, str] = {
     "mini-swe-agent": "forkpoint.adapters.mini_swe_agent.spec",
     "swe-agent": "forkpoint.adapters.swe_agent.spec",
     "openhands": "forkpoint.adapters.openhands.spec",
+    "gemini-cli": "forkpoint.adapters.gemini_cli.spec",
 }
 
 AGENT_NAMES: tuple[str, ...] = tuple(AGENTS)

@@ -471,9 +471,14 @@ class HttpUpstream:
                         "accept-encoding": "identity"})
         return headers
 
+    def target(self, request: web.Request, body: JsonObject) -> tuple[str, JsonObject]:
+        """The URL one request goes to and the body sent there: the endpoint with the agent's query string (the
+        Gemini API puts the model in the path instead: its upstream overrides this)."""
+        return self.url + (f"?{request.query_string}" if request.query_string else ""), body
+
     async def send(self, request: web.Request, body: JsonObject) -> tuple[web.StreamResponse, Sent]:
         assert self._session is not None, "upstream not opened"
-        url = self.url + (f"?{request.query_string}" if request.query_string else "")
+        url, body = self.target(request, body)
         clock = self.clock()
         body = begin_capture(request, self.name, body)
         attempted = await post_within(clock, self._session, url, orjson.dumps(body), self.headers_for(request),

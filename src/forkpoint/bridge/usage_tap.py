@@ -2,17 +2,19 @@
 
 A pass-through upstream relays the answer chunk by chunk; the relay also hands each chunk to ``UsageTap.feed``.
 The tap looks for JSON members named ``usage`` whose value is an object, in any split of the stream. That covers
-every place the three protocols report tokens: Anthropic's ``message_start.message.usage`` and
+every place the protocols report tokens: Anthropic's ``message_start.message.usage`` and
 ``message_delta.usage``; the Responses API's ``response.completed`` (``.incomplete``, ``.failed``) ``response.usage``;
 the Chat Completions usage chunk (``stream_options.include_usage``; vLLM's ``continuous_usage_stats`` repeats it on
-every chunk); and the same members of a non-streamed JSON answer, pretty-printed or not. Inside a JSON string a
-quote is always escaped, so ``"usage"`` followed by ``:`` is a member name, never answer text.
+every chunk); the Gemini API's ``usageMetadata`` (on the last chunk, or every chunk: cumulative); and the same
+members of a non-streamed JSON answer, pretty-printed or not. Inside a JSON string a
+quote is always escaped, so ``"usage"`` (or ``"usageMetadata"``) followed by ``:`` is a member name, never
+answer text.
 
-Each object found is normalised by its keys (``normalise``: Chat's ``prompt_tokens``, the Responses ``*_details``
-and ``total_tokens``, else Anthropic's) and merged with the earlier reports, each count the larger (the reports of
-one answer are cumulative). Memory: a 6-byte carry between chunks and one usage object of at most
-``MAX_USAGE_BYTES`` (a larger object is skipped; the stream passes untouched). Work: one ``bytes.find`` per chunk
-plus a scan of the usage objects themselves. Usage is bookkeeping: nothing here can fail a request.
+Each object found is normalised by its keys (``normalise``: Gemini's ``promptTokenCount``, Chat's ``prompt_tokens``,
+the Responses ``*_details`` and ``total_tokens``, else Anthropic's) and merged with the earlier reports, each count
+the larger (the reports of one answer are cumulative). Memory: a 5-byte carry between chunks and one usage object
+of at most ``MAX_USAGE_BYTES`` (a larger object is skipped; the stream passes untouched). Work: one ``bytes.find``
+per chunk plus a scan of the usage objects themselves. Usage is bookkeeping: nothing here can fail a request.
 """
 
 from __future__ import annotations
@@ -21,13 +23,15 @@ import json
 import re
 from typing import Any
 
-from forkpoint.bridge.translate.usage import Usage, from_anthropic, from_chat, from_responses
+from forkpoint.bridge.translate.usage import Usage, from_anthropic, from_chat, from_gemini, from_responses
 
 #: the largest usage object read (real ones are < 1 KiB; Anthropic's with server-tool counts a few hundred bytes)
 MAX_USAGE_BYTES = 64 * 1024
-NAME = b'"usage"'
+NAME = b'"usage'
+#: how a member name that begins with ``NAME`` may end: ``"usage"`` or ``"usageMetadata"`` (Gemini)
+NAME_ENDS = (b'"', b'Metadata"')
 WHITESPACE = frozenset(b" \t\r\n")
-_SEEK, _COLON, _VALUE, _OBJECT = range(4)
+_SEEK, _COLON, _VALUE, _OBJECT, _NAME_END = range(5)
 _OUTSIDE_STRING = re.compile(rb'["{}]')
 _INSIDE_STRING = re.compile(rb'["\\]')
 
@@ -35,6 +39,8 @@ _INSIDE_STRING = re.compile(rb'["\\]')
 def normalise(usage: dict[str, Any]) -> Usage:
     """One ``usage`` object of any of the three protocols, recognised by its keys (an Anthropic object without
     cache counts reads the same either way: ``input_tokens`` and ``output_tokens``)."""
+    if "promptTokenCount" in usage or "candidatesTokenCount" in usage:
+        return from_gemini(usage)
     if "prompt_tokens" in usage or "completion_tokens" in usage:
         return from_chat(usage)
     if "input_tokens_details" in usage or "output_tokens_details" in usage or "total_tokens" in usage:
@@ -49,7 +55,8 @@ class UsageTap:
         self.max_object_bytes = max_object_bytes
         self.usage: Usage | None = None
         self._state = _SEEK
-        self._carry = b""  # the end of the last chunk that could begin ``"usage"``
+        self._carry = b""  # the end of the last chunk that could begin ``"usage``
+        self._name_end = b""  # what followed ``"usage`` so far (a prefix of one of ``NAME_ENDS``)
         self._object = bytearray()
         self._depth = 0
         self._in_string = False
@@ -74,7 +81,15 @@ class UsageTap:
                 if found == -1:
                     self._carry = data[max(at, len(data) - len(NAME) + 1):]
                     return
-                at, self._state = found + len(NAME), _COLON
+                at, self._state, self._name_end = found + len(NAME), _NAME_END, b""
+            elif self._state == _NAME_END:
+                read = self._name_end + data[at:at + 1]
+                if read in NAME_ENDS:
+                    self._state = _COLON
+                elif not any(end.startswith(read) for end in NAME_ENDS):
+                    self._state = _SEEK  # another name (``"usageX"``): look again from this byte
+                    continue
+                self._name_end, at = read, at + 1
             elif self._state == _OBJECT:
                 at = self._scan(data, at)
             elif data[at] in WHITESPACE:

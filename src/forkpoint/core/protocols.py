@@ -60,6 +60,8 @@ PROTOCOLS: dict[str, WireProtocol] = {p.name: p for p in (
                  "OPENAI_API_KEY", "OPENAI_BASE_URL", "https://api.openai.com/v1"),
     WireProtocol("openai-chat", "forkpoint.bridge.protocols.openai_chat:SPEC", None,
                  "OPENAI_API_KEY", "OPENAI_BASE_URL", "https://api.openai.com/v1"),
+    WireProtocol("google-generate-content", "forkpoint.bridge.protocols.gemini:SPEC", "gemini",
+                 "GEMINI_API_KEY", "GOOGLE_GEMINI_BASE_URL", "https://generativelanguage.googleapis.com"),
 )}
 
 STUB_CHOICE = UpstreamChoice(STUB)

@@ -1,5 +1,5 @@
-"""ScriptedModel: a loopback server speaking the Anthropic Messages API, the OpenAI Responses API and OpenAI
-Chat Completions (SSE streaming), driven by a script.
+"""ScriptedModel: a loopback server speaking the Anthropic Messages API, the OpenAI Responses API, OpenAI
+Chat Completions and the Gemini API (SSE streaming), driven by a script.
 
 The script is a list of assistant turns; each turn is a list of content blocks (text, thinking, tool_use;
 several tool_use blocks = one parallel batch). Which turn answers a request:
@@ -22,7 +22,9 @@ Endpoints: ``POST /v1/messages`` (+ ``/count_tokens``) for Anthropic clients; ``
 ``/responses``) for Codex, whose ``base_url = "<url>/v1"`` gets ``/responses`` appended; ``POST /v1/chat/completions``
 (also ``/chat/completions``) for OpenCode, Pi and litellm clients (see forkpoint.bridge.protocols.openai_chat for the
 block mapping; a turn with ``"stall": true`` sends headers and then nothing: a silent upstream); ``GET /v1/models``
-(also ``/models``) answers an empty list. On the Responses API a block maps to an output item:
+(also ``/models``) answers an empty list; ``POST /v1beta/models/<model>:streamGenerateContent`` (and
+``:generateContent``) for Gemini CLI (see forkpoint.testing.scripted_gemini). On the Responses API a block maps
+to an output item:
 ``text`` -> assistant ``message`` (``output_text``); ``tool_use`` -> ``function_call`` (``arguments`` = the
 JSON of ``input``, ``call_id`` = the block's ``id`` or a seeded ``call_…``); ``custom_tool_call``
 (``{"type": "custom_tool_call", "name": "apply_patch", "input": "*** Begin Patch…"}``) -> a freeform
@@ -74,6 +76,7 @@ from forkpoint.testing.script import (
     tool_use,
 )
 from forkpoint.testing.scripted_chat import ChatAnswers
+from forkpoint.testing.scripted_gemini import GeminiAnswers
 from forkpoint.testing.scripted_responses import ResponsesAnswers
 
 __all__ = ["Block", "Fault", "ScriptedModel", "StepMode", "Turn", "custom_tool_call", "main", "stable_id", "text",
@@ -81,7 +84,7 @@ __all__ = ["Block", "Fault", "ScriptedModel", "StepMode", "Turn", "custom_tool_c
 
 
 @dataclass
-class ScriptedModel(ChatAnswers, ResponsesAnswers):
+class ScriptedModel(ChatAnswers, ResponsesAnswers, GeminiAnswers):
     """The scripted model server (every protocol's routes). ``requests`` logs every request (auth headers removed)."""
 
     def reported_usage(self) -> dict[str, int]:
@@ -119,6 +122,7 @@ class ScriptedModel(ChatAnswers, ResponsesAnswers):
             app.router.add_post(f"{prefix}/responses", self._responses)
             app.router.add_post(f"{prefix}/chat/completions", self._chat)
             app.router.add_get(f"{prefix}/models", self._models)
+        app.router.add_post("/v1beta/models/{call}", self._gemini)
         app.router.add_route("*", "/{tail:.*}", self._other)
         return app
 

@@ -6,6 +6,7 @@ import pytest
 
 from forkpoint.bridge.protocols import make_upstream
 from forkpoint.bridge.protocols.anthropic import AnthropicStubUpstream, AnthropicUpstream
+from forkpoint.bridge.protocols.gemini import GeminiStubUpstream, GeminiUpstream
 from forkpoint.bridge.protocols.openai_chat import ChatStubUpstream, OpenAIChatUpstream
 from forkpoint.bridge.protocols.openai_responses import OpenAIResponsesUpstream, ResponsesStubUpstream
 from forkpoint.core.errors import ErrorKind, ReplayError
@@ -25,7 +26,10 @@ def test_each_protocol_builds_its_own_pass_through_and_stub() -> None:
     chat = make_upstream("openai-chat", "openai-chat", None, KEY)
     assert isinstance(chat, OpenAIChatUpstream) and chat.url == "https://api.openai.com/v1/chat/completions"
     assert KEY not in repr(chat)
-    assert sorted(UPSTREAMS) == ["anthropic", "openai-chat", "openai-responses", "stub"]
+    gemini = make_upstream("google-generate-content", "gemini", None, KEY)
+    assert isinstance(gemini, GeminiUpstream) and gemini.url == "https://generativelanguage.googleapis.com/v1beta"
+    assert isinstance(make_upstream("google-generate-content", "stub", None, None), GeminiStubUpstream)
+    assert sorted(UPSTREAMS) == ["anthropic", "gemini", "openai-chat", "openai-responses", "stub"]
 
 
 @pytest.mark.parametrize(("protocol", "name", "key", "message"), [

@@ -75,6 +75,14 @@ def from_chat(usage: Any) -> Usage:
                  cached=cached, reasoning=count(_field(usage, "completion_tokens_details", "reasoning_tokens")))
 
 
+def from_gemini(usage: Any) -> Usage:
+    """Gemini ``usageMetadata``: ``candidatesTokenCount`` excludes the thinking tokens, which are output too."""
+    thoughts = count(_field(usage, "thoughtsTokenCount"))
+    return Usage(input=count(_field(usage, "promptTokenCount")),
+                 output=count(_field(usage, "candidatesTokenCount")) + thoughts,
+                 cached=count(_field(usage, "cachedContentTokenCount")), reasoning=thoughts)
+
+
 def total(usages: Iterable[Usage]) -> Usage:
     return sum(usages, Usage())
 
