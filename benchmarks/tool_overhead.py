@@ -12,6 +12,9 @@ alternating order (ABBA):
 * CLI (for reference): the same through ``forkpoint replay --replay-only`` (adds the interpreter start).
 
 Target: engine ≤ 1.15× the baseline.
+
+Per adapter (``_agent_tools``): ``--sandbox bwrap`` vs ``local`` per call for OpenCode and Pi, whose tools run in
+their own runtime (target: bwrap ≤ 1.3× local per call).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import _agent_tools
 import _common as c
 
 from forkpoint.process import limits
@@ -58,6 +62,8 @@ def session(path: Path, workspace: Path, calls: int) -> list[str]:
 def main() -> None:
     parser = c.parser(__doc__ or "", repeat=5)
     parser.add_argument("--calls", type=int, default=None, help="Bash calls [default: 200; smoke: 20]")
+    parser.add_argument("--agent-calls", type=int, default=None,
+                        help="bash calls per OpenCode / Pi executor [default: 20; smoke: 4]")
     args = c.finish_args(parser.parse_args())
     calls = args.calls or (20 if args.smoke else 200)
     with tempfile.TemporaryDirectory(prefix="forkpoint-bench-tools-") as tmp:
@@ -140,6 +146,8 @@ def main() -> None:
         profiler.enable()
         engine()
         profiler.disable()
+        adapters = _agent_tools.measure(root / "adapters", args.agent_calls or (4 if args.smoke else 20),
+                                        min(args.repeat, 4))
     stats = pstats.Stats(profiler)
     hot = sorted(stats.stats.items(), key=lambda item: item[1][2], reverse=True)[:8]  # type: ignore[attr-defined]
     total = sum(value[2] for value in stats.stats.values())  # type: ignore[attr-defined]
@@ -178,6 +186,7 @@ total; profiling inflates Python-heavy parts). Cumulative: {'; '.join(
 """ + "\n".join(
         f"- `{_where(filename)}:{line}({name})` {tottime * 1000:.0f} ms ({ncalls} calls)"
         for (filename, line, name), (_, ncalls, tottime, _cum, _) in hot)
+    body += "\n\n### Per adapter: `--sandbox bwrap` vs `local` per call (OpenCode, Pi)\n\n" + adapters
     c.emit("tool_overhead", "5. Tool re-execution overhead (200 Bash calls)", body, args)
 
 
