@@ -15,6 +15,7 @@ import contextlib
 import os
 import signal
 import socket
+import time
 import uuid
 from pathlib import Path
 from types import TracebackType
@@ -62,14 +63,15 @@ class HostProbes:
             f"cat {self.canary} 2>/dev/null || echo canary-hidden",
             *(f"python3 -c '{connect}' {host} {self.port} 2>/dev/null && echo reached-{name} || echo {name}-unreachable"
               for host, name in targets),
-            f"setsid sh -c 'sleep 300; : {self.marker}' </dev/null >/dev/null 2>&1 &",
-            f"nohup sh -c 'sleep 301; : {self.marker}' </dev/null >/dev/null 2>&1 &",
+            f"setsid python3 -c 'import time; time.sleep(300)' {self.marker} </dev/null >/dev/null 2>&1 &",
+            f"nohup python3 -c 'import time; time.sleep(301)' {self.marker} </dev/null >/dev/null 2>&1 &",
             "echo probed",
         ]
         return "\n".join(lines) + "\n"
 
     def survivors(self) -> list[int]:
-        """Processes whose command line carries the marker (the detached sleeps, if anything let them live)."""
+        """Processes whose command line carries the marker (the detached sleepers, if anything let them live; a
+        zombie's command line is empty)."""
         found = []
         for proc in Path("/proc").iterdir():
             if proc.name.isdigit():
@@ -95,9 +97,14 @@ class HostProbes:
         return found
 
     def close(self) -> None:
-        for pid in self.survivors():  # only the probe's own sleeps carry the marker
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+        """Kill what the probe left (only its own sleepers carry the marker; bounded wait until they are gone),
+        close the listener, remove the canary."""
+        deadline = time.monotonic() + 10
+        while (left := self.survivors()) and time.monotonic() < deadline:
+            for pid in left:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.05)
         self.listener.close()
         self.canary.unlink(missing_ok=True)
 

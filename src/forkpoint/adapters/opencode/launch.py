@@ -80,12 +80,12 @@ def helper(entrypoint: Path, args: list[str], context: RunContext, env: dict[str
            readable: tuple[Path, ...] = (), writable: tuple[Path, ...] = ()) -> bytes:
     """Run a short OpenCode subcommand (import / export) to completion; its failure is a continuation error.
 
-    It runs in the run's sandbox like the agent (cwd as the agent sees it, its HOME writable, its runtime and
-    ``readable`` read-only, no network), so it sees the session's directory as ``opencode run`` will."""
+    It runs in the run's sandbox like the agent (cwd as the agent sees it, its HOME and ``writable`` writable,
+    ``readable`` — the runtime, the export to import — read-only, no network), so it sees the session's directory
+    as ``opencode run`` will."""
     sandbox = context.sandbox or local_sandbox(context.workspace)
     result = sandbox.run([str(entrypoint), *args], cwd=sandbox.cwd, env=env, timeout_s=HELPER_TIMEOUT_S, grace_s=2.0,
-                         writable=(context.home, *writable),
-                         readable=(*runtime_paths(entrypoint), *readable))
+                         writable=(context.home, *writable), readable=readable)
     if result.returncode != 0 or result.timed_out:
         tail = (result.stdout[-800:] + result.stderr[-800:]).decode("utf-8", "replace").strip()
         raise ReplayError(ErrorKind.CONTINUATION, f"opencode {what} exited with {result.returncode}: {tail}")
@@ -192,8 +192,9 @@ class OpenCodeHooks(AgentHooks[Installed]):
         provider, model = recorded_model(export)
         env = opencode_env(job.context.home, job.sandbox.cwd, shell=native_of(job.plan).shell,
                            workspace=job.context.workspace)
-        helper(job.settings.target.entrypoint, ["import", str(job.prefix.path)], job.context, env, "import",
-               readable=(job.prefix.path.parent,))
+        entrypoint = job.settings.target.entrypoint
+        helper(entrypoint, ["import", str(job.prefix.path)], job.context, env, "import",
+               readable=(*runtime_paths(entrypoint), job.prefix.path.parent))
         watch = StepWatch(job.settings.remaining_steps, idle_limit())
         return Installed(export, str(export["info"]["id"]), provider, model, env, watch)
 

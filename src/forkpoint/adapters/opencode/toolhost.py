@@ -11,6 +11,10 @@ text, so OpenCode ends its loop and exits; anything left is ended by the supervi
 
 Title requests (no ``tools``) get a fixed title. Nothing leaves loopback: the model endpoint is ours, and the
 proxy variables point at a closed loopback port so OpenCode's background fetches fail at once.
+
+The host runs in the run's sandbox, at the cwd the tools see (under bwrap the recorded cwd, the workspace mounted
+there), its HOME writable and the runtime read-only. A sandbox with its own network namespace gets nothing but the
+model endpoint's port, relayed into it like the bridge for a continued agent (``forkpoint.sandbox.forward``).
 """
 
 from __future__ import annotations
