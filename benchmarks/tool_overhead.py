@@ -15,6 +15,9 @@ alternating order (ABBA):
   coreutils' needs copied in with their libraries; unpacked once, cached by digest in the run's temp dir).
 
 Target: engine ≤ 1.15× the baseline.
+
+Per adapter (``_agent_tools``): ``--sandbox bwrap`` vs ``local`` per call for OpenCode and Pi, whose tools run in
+their own runtime (target: bwrap ≤ 1.3× local per call).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import _agent_tools
 import _common as c
 
 from forkpoint.process import limits
@@ -63,6 +67,8 @@ def session(path: Path, workspace: Path, calls: int) -> list[str]:
 def main() -> None:
     parser = c.parser(__doc__ or "", repeat=5)
     parser.add_argument("--calls", type=int, default=None, help="Bash calls [default: 200; smoke: 20]")
+    parser.add_argument("--agent-calls", type=int, default=None,
+                        help="bash calls per OpenCode / Pi executor [default: 20; smoke: 4]")
     args = c.finish_args(parser.parse_args())
     calls = args.calls or (20 if args.smoke else 200)
     with tempfile.TemporaryDirectory(prefix="forkpoint-bench-tools-") as tmp:
@@ -152,6 +158,8 @@ def main() -> None:
         profiler.enable()
         engine()
         profiler.disable()
+        adapters = _agent_tools.measure(root / "adapters", args.agent_calls or (4 if args.smoke else 20),
+                                        min(args.repeat, 4))
     stats = pstats.Stats(profiler)
     hot = sorted(stats.stats.items(), key=lambda item: item[1][2], reverse=True)[:8]  # type: ignore[attr-defined]
     total = sum(value[2] for value in stats.stats.values())  # type: ignore[attr-defined]
@@ -194,6 +202,7 @@ total; profiling inflates Python-heavy parts). Cumulative: {'; '.join(
 """ + "\n".join(
         f"- `{_where(filename)}:{line}({name})` {tottime * 1000:.0f} ms ({ncalls} calls)"
         for (filename, line, name), (_, ncalls, tottime, _cum, _) in hot)
+    body += "\n\n### Per adapter: `--sandbox bwrap` vs `local` per call (OpenCode, Pi)\n\n" + adapters
     c.emit("tool_overhead", "5. Tool re-execution overhead (200 Bash calls)", body, args)
 
 

@@ -252,8 +252,9 @@ def test_tampered_session_is_refused_with_nothing_forwarded(tmp_path: Path, monk
     monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
     real_helper = launch.helper
 
-    def tampering_helper(entrypoint: Path, args: list[str], context: Any, env: dict[str, str], what: str) -> bytes:
-        out = real_helper(entrypoint, args, context, env, what)
+    def tampering_helper(entrypoint: Path, args: list[str], context: Any, env: dict[str, str], what: str,
+                         **options: Any) -> bytes:
+        out = real_helper(entrypoint, args, context, env, what, **options)
         if what == "import":
             db = database_path(context.home)
             with sqlite3.connect(db) as connection:

@@ -230,7 +230,7 @@ def loaded_by(canaries: Path) -> set[str]:
 
 @pytest.mark.parametrize("version", ["1.17.11"])
 def test_opencode_plugins_and_config_planted_by_a_replayed_command_never_load(version: str, tmp_path: Path) -> None:
-    """OpenCode (local only) loads plugins and config from ``$XDG_CONFIG_HOME/opencode``."""
+    """OpenCode (here under `local`) loads plugins and config from ``$XDG_CONFIG_HOME/opencode``."""
     from forkpoint.testing.recordings import replay_recording
 
     if runtimes.find("opencode", version) is None:
@@ -257,7 +257,7 @@ def test_opencode_plugins_and_config_planted_by_a_replayed_command_never_load(ve
 
 
 def test_pi_extensions_planted_by_a_replayed_command_never_load(tmp_path: Path) -> None:
-    """Pi (local only) loads extensions from its agent dir (``~/.pi/agent/extensions``)."""
+    """Pi (here under `local`) loads extensions from its agent dir (``~/.pi/agent/extensions``)."""
     from forkpoint.testing.recordings import replay_recording
 
     if runtimes.find("pi", "0.83.0") is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from forkpoint.adapters.opencode.tools import (
 from forkpoint.core.errors import ReplayError
 from forkpoint.core.model import FreshObservation, Mode, Plan, RunContext, ToolCall
 from forkpoint.process import childenv
+from forkpoint.sandbox import open_sandbox
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "opencode"
 
@@ -150,3 +152,60 @@ def test_an_event_log_cannot_be_rebuilt() -> None:
     trajectory = parse_opencode(FIXTURES / "1.17.11" / "errors" / "events.jsonl")
     with pytest.raises(ReplayError, match="opencode export ses_"):
         cut_export(Plan(trajectory, 1, Mode.PREPARE_ONLY, "p"), None)
+
+
+RECORDED = "/tmp/forkpoint-rec/opencode-under-bwrap"
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+
+@needs_bwrap
+def test_under_bwrap_paths_are_read_as_opencode_sees_them(tmp_path: Path) -> None:
+    """The recorded cwd is the workspace inside the sandbox; the workspace's host path is outside it."""
+    workspace = tmp_path / "elsewhere" / "ws"
+    workspace.mkdir(parents=True)
+    (workspace / "notes.txt").write_text("hello\n")
+    (workspace / "link").symlink_to(tmp_path)
+    sandbox = open_sandbox("bwrap", workspace, RECORDED)
+    for arguments in ({"filePath": f"{RECORDED}/notes.txt"}, {"filePath": "sub/new.txt"}, {}):
+        check_paths(call("read", **arguments), workspace, sandbox)
+    check_paths(call("apply_patch", patchText=patch_text(f"*** Add File: {RECORDED}/made.txt", "+x")), workspace,
+                sandbox)
+    for arguments in ({"filePath": str(workspace / "notes.txt")}, {"filePath": f"{RECORDED}/../x"},
+                      {"filePath": f"{RECORDED}/link/secret"}):
+        with pytest.raises(ReplayError, match="outside the workspace"):
+            check_paths(call("read", **arguments), workspace, sandbox)
+
+
+@needs_bwrap
+def test_the_tool_host_runs_in_the_sandbox(tmp_path: Path) -> None:
+    """The real opencode tool host under bwrap: its tools see the workspace at the recorded cwd, and a replayed
+    bash call cannot write outside it, read a canary in the host HOME, reach a host listener or leave a process."""
+    from forkpoint.testing.probes import PROBE_COMMAND, PROBE_FILE, HostProbes
+
+    runtime = runtimes.find("opencode", "1.18.33")
+    if runtime is None:
+        pytest.skip("opencode 1.18.33 is not installed")
+    workspace = tmp_path / "elsewhere" / "ws"
+    workspace.mkdir(parents=True)
+    (workspace / "notes.txt").write_text("alpha\n")
+    context = RunContext(workspace, tmp_path / "state", tmp_path / "out",
+                         sandbox=open_sandbox("bwrap", workspace, RECORDED))
+    with HostProbes(tmp_path / "outside") as probes:
+        (workspace / PROBE_FILE).write_text(probes.script(workspace))
+        executor = OpenCodeToolExecutor(context, runtime.entrypoint)
+        try:
+            with childenv.passing({}, temp_dir=tmp_path / "run-tmp"):
+                probed = executor.run(ToolCall("c2", "bash", {"command": f"pwd && {PROBE_COMMAND}",
+                                                              "description": "probe"}, None, native={"callID": "c2"}))
+                read = executor.run(ToolCall("c1", "read", {"filePath": f"{RECORDED}/notes.txt"}, None,
+                                             native={"callID": "c1"}))
+                written = executor.run(ToolCall("c3", "write", {"filePath": f"{RECORDED}/made.txt", "content": "x\n"},
+                                                None, native={"callID": "c3"}))
+        finally:
+            executor.close()
+        # the detached processes lived in the tool host's sandbox (one opencode for every call, as OpenCode runs
+        # them): they end with it
+        assert probes.escapes(str(probed.content)) == []
+        assert "alpha" in str(read.content) and not read.is_error
+        assert str(probed.content).startswith(f"{RECORDED}\n") and "probed" in str(probed.content), probed.content
+    assert not written.is_error and (workspace / "made.txt").read_text() == "x\n"

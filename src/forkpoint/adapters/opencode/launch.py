@@ -41,7 +41,7 @@ from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.fs import DEFAULT_MAX_INPUT_BYTES, read_regular_file
 from forkpoint.core.model import JsonObject, RunContext
 from forkpoint.core.results import write_atomic
-from forkpoint.process import run_supervised
+from forkpoint.sandbox import local_sandbox, runtime_paths
 
 if TYPE_CHECKING:
     from forkpoint.bridge.server import BridgeSummary
@@ -76,10 +76,16 @@ def recorded_model(export: JsonObject) -> tuple[str, str]:
     raise ReplayError(ErrorKind.TRAJECTORY, "the OpenCode session names no provider and model to continue with")
 
 
-def helper(entrypoint: Path, args: list[str], context: RunContext, env: dict[str, str], what: str) -> bytes:
-    """Run a short OpenCode subcommand (import / export) to completion; its failure is a continuation error."""
-    result = run_supervised([str(entrypoint), *args], cwd=context.workspace, env=env, timeout_s=HELPER_TIMEOUT_S,
-                            grace_s=2.0)
+def helper(entrypoint: Path, args: list[str], context: RunContext, env: dict[str, str], what: str, *,
+           readable: tuple[Path, ...] = (), writable: tuple[Path, ...] = ()) -> bytes:
+    """Run a short OpenCode subcommand (import / export) to completion; its failure is a continuation error.
+
+    It runs in the run's sandbox like the agent (cwd as the agent sees it, its HOME and ``writable`` writable,
+    ``readable`` — the runtime, the export to import — read-only, no network), so it sees the session's directory
+    as ``opencode run`` will."""
+    sandbox = context.sandbox or local_sandbox(context.workspace)
+    result = sandbox.run([str(entrypoint), *args], cwd=sandbox.cwd, env=env, timeout_s=HELPER_TIMEOUT_S, grace_s=2.0,
+                         writable=(context.home, *writable), readable=readable)
     if result.returncode != 0 or result.timed_out:
         tail = (result.stdout[-800:] + result.stderr[-800:]).decode("utf-8", "replace").strip()
         raise ReplayError(ErrorKind.CONTINUATION, f"opencode {what} exited with {result.returncode}: {tail}")
@@ -115,7 +121,8 @@ def export_session(entrypoint: Path, session_id: str, context: RunContext, env: 
     """``opencode export <id>`` with its stdout on a file (see ``stdout_file``): Bun does not flush a pipe."""
     with stdout_file(context.state_dir, "export.json") as target:
         command = to_file(target, [str(entrypoint), "export", session_id])
-        helper(Path(command[0]), command[1:], context, env, "export")
+        helper(Path(command[0]), command[1:], context, env, "export", readable=runtime_paths(entrypoint),
+               writable=(target.parent,))
         data, truncated = read_stdout(target, MAX_EXPORT_BYTES)
     if truncated:
         raise ReplayError(ErrorKind.CONTINUATION, f"opencode export printed more than {MAX_EXPORT_BYTES} bytes")
@@ -183,8 +190,11 @@ class OpenCodeHooks(AgentHooks[Installed]):
     def install(self, job: Job) -> Installed:
         export = json.loads(job.prefix.path.read_bytes())
         provider, model = recorded_model(export)
-        env = opencode_env(job.context.home, job.context.workspace, shell=native_of(job.plan).shell)
-        helper(job.settings.target.entrypoint, ["import", str(job.prefix.path)], job.context, env, "import")
+        env = opencode_env(job.context.home, job.sandbox.cwd, shell=native_of(job.plan).shell,
+                           workspace=job.context.workspace)
+        entrypoint = job.settings.target.entrypoint
+        helper(entrypoint, ["import", str(job.prefix.path)], job.context, env, "import",
+               readable=(*runtime_paths(entrypoint), job.prefix.path.parent))
         watch = StepWatch(job.settings.remaining_steps, idle_limit())
         return Installed(export, str(export["info"]["id"]), provider, model, env, watch)
 
@@ -200,7 +210,8 @@ class OpenCodeHooks(AgentHooks[Installed]):
         config = provider_config(state.provider, state.model, bridge_url + "/v1", shell.BRIDGE_KEY)
         write_config(job.context.home, config)
         return LaunchSpec(argv(job.settings.target.entrypoint, state.session_id, state.provider, state.model,
-                               job.nonce), state.env, str(job.context.workspace), job.context.logs / "opencode.log",
+                               job.nonce), state.env, job.sandbox.cwd, job.context.logs / "opencode.log",
+                          writable=(job.context.home,), readable=runtime_paths(job.settings.target.entrypoint),
                           watch=state.watch, max_output_bytes=MAX_EVENTS_BYTES)
 
     def run(self, job: Job, state: Installed, spec: LaunchSpec) -> Ran:
@@ -210,9 +221,10 @@ class OpenCodeHooks(AgentHooks[Installed]):
         with stdout_file(job.context.state_dir, "events.jsonl") as events_file:
             watch.stdout_fd = os.open(events_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
             try:
-                result = run_supervised(to_file(events_file, spec.argv), cwd=Path(spec.cwd), env=spec.env,
-                                        timeout_s=job.settings.timeout_s, grace_s=spec.grace_s,
-                                        max_output_bytes=spec.max_output_bytes, watch=watch, die_with_parent=True)
+                # in the run's sandbox (under bwrap: no network but the bridge's port); the stdout file's folder
+                # is the only state-dir path it may write besides its HOME
+                result = shell.run_in_sandbox(job, dataclasses.replace(
+                    spec, argv=to_file(events_file, spec.argv), writable=(*spec.writable, events_file.parent)))
                 watch.poll()
             finally:
                 os.close(watch.stdout_fd)

@@ -34,4 +34,6 @@ SPEC = AgentSpec(
     formats=(FormatFamily("opencode/session-export-json", "1.2.0", None),),
     detection_priority=20,  # an export's ``info.id`` (``ses_...``) is asked before mini-swe-agent's ``info``
     exporter="forkpoint.adapters.opencode.messages:to_chat",
+    # the tool host, import/export and the continuation run through any sandbox (the binary bound read-only)
+    sandbox_features=frozenset({"local", "bwrap"}),
 )

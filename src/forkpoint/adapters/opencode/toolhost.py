@@ -11,6 +11,10 @@ text, so OpenCode ends its loop and exits; anything left is ended by the supervi
 
 Title requests (no ``tools``) get a fixed title. Nothing leaves loopback: the model endpoint is ours, and the
 proxy variables point at a closed loopback port so OpenCode's background fetches fail at once.
+
+The host runs in the run's sandbox, at the cwd the tools see (under bwrap the recorded cwd, the workspace mounted
+there), its HOME writable and the runtime read-only. A sandbox with its own network namespace gets nothing but the
+model endpoint's port, relayed into it like the bridge for a continued agent (``forkpoint.sandbox.forward``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -31,9 +37,14 @@ from forkpoint.bridge.upstream import stream_events
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.fs import refused_as, write_file_strict
 from forkpoint.core.model import JsonObject
-from forkpoint.process import WATCH_TERMINATE, ProcessResult, run_supervised, sanitized_env
+from forkpoint.process import WATCH_TERMINATE, ProcessResult, sanitized_env
 from forkpoint.process.loop_thread import LoopThread
 from forkpoint.process.loopback import LoopbackSite
+from forkpoint.sandbox import local_sandbox, runtime_paths
+
+if TYPE_CHECKING:
+    from forkpoint.sandbox.base import Sandbox
+    from forkpoint.sandbox.forward import HostRelay
 
 PROVIDER = "forkpoint-tools"
 MODEL = "replay"
@@ -46,8 +57,8 @@ START_TIMEOUT_S = 120.0
 STOP_GRACE_S = 15.0
 
 
-def opencode_env(home: Path, cwd: Path, base: dict[str, str] | None = None, *,
-                 shell: str | None = None) -> dict[str, str]:
+def opencode_env(home: Path, cwd: Path | str, base: dict[str, str] | None = None, *,
+                 shell: str | None = None, workspace: Path | None = None) -> dict[str, str]:
     """A private HOME/XDG tree, OpenCode's network extras off, every proxy at a closed loopback port.
 
     ``PWD`` is set to the cwd: OpenCode takes its project directory from it (an inherited PWD would point its
@@ -55,12 +66,13 @@ def opencode_env(home: Path, cwd: Path, base: dict[str, str] | None = None, *,
     bash-tool commands with ``$SHELL`` started as that path (``$0``, and every shell error line, names it), else
     with ``bash`` found on PATH; so it is the ``shell`` the recording showed (parse.recorded_shell), or unset. A
     recorded path that is not an executable file of this host outside the workspace (which replayed calls write) is
-    not used: OpenCode would not run it either, or it would be a program the recording planted.
+    not used: OpenCode would not run it either, or it would be a program the recording planted. ``cwd`` is the
+    directory as OpenCode sees it (under bwrap the recorded cwd); ``workspace`` its host path, when different.
     """
     env = sanitized_env(os.environ if base is None else base, strip_credentials=True)
     env["PWD"] = str(cwd)
     env.pop("SHELL", None)
-    if shell is not None and usable_shell(shell, cwd):
+    if shell is not None and all(usable_shell(shell, Path(root)) for root in {str(cwd), str(workspace or cwd)}):
         env["SHELL"] = shell
     for name in list(env):
         if name.startswith(("OPENCODE_", "XDG_")) or name.lower() in ("http_proxy", "https_proxy", "all_proxy"):
@@ -144,10 +156,14 @@ class ToolHost:
     """One ``opencode run`` that executes the calls it is given, in order; start lazily, ``close`` always."""
 
     def __init__(self, entrypoint: Path, workspace: Path, home: Path, log_dir: Path, *,
-                 shell: str | None = None, model: str = MODEL) -> None:
+                 shell: str | None = None, model: str = MODEL, sandbox: Sandbox | None = None,
+                 relay_dir: Path | None = None) -> None:
         self.entrypoint = entrypoint
         self.model = model
         self.workspace = workspace
+        self.sandbox = sandbox or local_sandbox(workspace)
+        self.relay_dir = relay_dir or home.parent  # where the bridge relay's socket folder goes (bwrap)
+        self._relay: HostRelay | None = None
         self.shell = shell
         self.home = home
         self.log_dir = log_dir
@@ -202,14 +218,24 @@ class ToolHost:
         write_config(self.home, provider_config(PROVIDER, self.model, url, "forkpoint-tools"), ErrorKind.EXECUTOR)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         argv = [str(self.entrypoint), "run", "--format=json", "--model", f"{PROVIDER}/{self.model}", PROMPT]
-        env = opencode_env(self.home, self.workspace, shell=self.shell)
+        sandbox = self.sandbox
+        env = opencode_env(self.home, sandbox.cwd, shell=self.shell, workspace=self.workspace)
         log_path = self.log_dir / ("opencode-tools.log" if self.model == MODEL else "opencode-tools-gpt.log")
+        readable = runtime_paths(self.entrypoint)
+        if sandbox.private_network:
+            # no network in the sandbox but the model endpoint's port, relayed (as for the continued agent)
+            from forkpoint.sandbox.forward import HostRelay
+
+            port = urlsplit(url).port
+            assert port is not None
+            self._relay = HostRelay(port, self.relay_dir)
+            argv, readable = self._relay.wrap(argv), (*readable, *self._relay.readable)
 
         def run() -> None:
             try:
-                self._result = run_supervised(argv, cwd=self.workspace, env=env, timeout_s=24 * 3600.0, grace_s=2.0,
-                                              watch=self.watch, log_path=log_path,
-                                              die_with_parent=True)
+                self._result = sandbox.run(argv, cwd=sandbox.cwd, env=env, timeout_s=24 * 3600.0, grace_s=2.0,
+                                           watch=self.watch, log_path=log_path, die_with_parent=True,
+                                           writable=(self.home,), readable=readable)
             except BaseException as error:  # surfaced by the next call / close
                 self._error = error
 
@@ -255,4 +281,6 @@ class ToolHost:
         self.watch.stop_at = time.monotonic()
         if self._process_thread is not None:
             self._process_thread.join(STOP_GRACE_S + 10.0)
+        if self._relay is not None:
+            self._relay.close()
         self._serving.stop(10.0)

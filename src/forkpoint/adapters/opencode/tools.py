@@ -18,12 +18,16 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forkpoint.adapters.opencode.toolhost import GPT_MODEL, MODEL, HostCall, ToolHost
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.model import FreshObservation, JsonObject, RunContext, ToolCall
-from forkpoint.sandbox.base import within
+from forkpoint.sandbox import local_sandbox
+from forkpoint.sandbox.base import inside_roots, within
+
+if TYPE_CHECKING:
+    from forkpoint.sandbox.base import Sandbox
 
 PATH_ARGUMENTS = {"read": "filePath", "write": "filePath", "edit": "filePath", "glob": "path", "grep": "path",
                   "bash": "workdir"}
@@ -54,28 +58,34 @@ def patch_paths(patch: str) -> list[str]:
     return [path for path in paths if path]
 
 
-def check_paths(call: ToolCall, workspace: Path) -> None:
-    """Refuse (before any effect) a call whose path argument (or a file its patch names) leaves the workspace."""
+def check_paths(call: ToolCall, workspace: Path, sandbox: Sandbox | None = None) -> None:
+    """Refuse (before any effect) a call whose path argument (or a file its patch names) leaves the workspace.
+
+    Paths are read as OpenCode sees them: relative to the sandbox's cwd (under bwrap the recorded cwd, where the
+    workspace is mounted), then followed on the host from the workspace's host path (no link may lead out)."""
+    box = sandbox or local_sandbox(workspace)
     if call.name == "apply_patch":
         patch = call.arguments.get("patchText")
         for path in patch_paths(patch) if isinstance(patch, str) else []:
-            check_path(call, workspace, "patchText", path)
+            check_path(call, workspace, "patchText", path, box)
         return
     key = PATH_ARGUMENTS.get(call.name)
     value = call.arguments.get(key) if key else None
     if key is not None and value is not None:
-        check_path(call, workspace, key, value)
+        check_path(call, workspace, key, value, box)
 
 
-def check_path(call: ToolCall, workspace: Path, key: str, value: Any) -> None:
+def check_path(call: ToolCall, workspace: Path, key: str, value: Any, sandbox: Sandbox | None = None) -> None:
     if not isinstance(value, str) or not value or "\0" in value:
         raise ReplayError(ErrorKind.EXECUTOR, f"{call.name} {call.call_id}: {key} is not a path", before_effect=True)
+    box = sandbox or local_sandbox(workspace)
+    refusal = (f"{call.name} {call.call_id}: {key} {value!r} is outside the workspace {box.cwd}; forkpoint confines "
+               "replayed tools to it")
+    seen = inside_roots(value, box.cwd, (box.cwd, *box.roots), refusal)
     root = os.path.realpath(workspace)
-    target = os.path.realpath(os.path.join(root, value))
+    target = os.path.realpath(box.host_path(seen))
     if not within(target, root):
-        raise ReplayError(ErrorKind.EXECUTOR, f"{call.name} {call.call_id}: {key} {value!r} is outside the "
-                                              f"workspace {workspace}; forkpoint confines replayed tools to it",
-                          before_effect=True)
+        raise ReplayError(ErrorKind.EXECUTOR, refusal, before_effect=True)
 
 
 def wire_call_id(call: ToolCall) -> str:
@@ -114,6 +124,7 @@ class OpenCodeToolExecutor:
         self.entrypoint = entrypoint
         self.shell = shell
         self.workspace = context.workspace
+        self.sandbox = context.sandbox or local_sandbox(context.workspace)
         self.hosts: dict[str, ToolHost] = {}
         self.last_model = MODEL
 
@@ -124,11 +135,11 @@ class OpenCodeToolExecutor:
         if model not in self.hosts:
             home = self.context.state_dir / ("opencode-tools-home" if model == MODEL else "opencode-tools-gpt-home")
             self.hosts[model] = ToolHost(self.entrypoint, self.workspace, home, self.context.logs, shell=self.shell,
-                                         model=model)
+                                         model=model, sandbox=self.sandbox, relay_dir=self.context.state_dir)
         return self.hosts[model]
 
     def run(self, call: ToolCall) -> FreshObservation:
-        check_paths(call, self.workspace)
+        check_paths(call, self.workspace, self.sandbox)
         started = time.monotonic()
         host = self.host_for(call.name)
         part = host.execute(HostCall(wire_call_id(call), call.name, call.arguments), call_timeout(call))

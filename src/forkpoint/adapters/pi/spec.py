@@ -33,4 +33,6 @@ SPEC = AgentSpec(
     formats=(FormatFamily("pi/session-v3-jsonl", "0.83.0", None),),
     detection_priority=30,  # after codex and opencode, whose records it could share a ``type`` with
     exporter="forkpoint.adapters.pi.messages:to_chat",
+    # the runner's tools and the continuation run through any sandbox (the runtime bound read-only under bwrap)
+    sandbox_features=frozenset({"local", "bwrap"}),
 )
