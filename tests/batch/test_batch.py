@@ -319,3 +319,20 @@ def test_a_job_can_require_a_verified_version(tmp_path: Path) -> None:
     ledger.close()
     result = json.loads((tmp_path / "batch" / "runs" / done["run_id"] / "result.json").read_text())
     assert (result["quality"], result["recorded_version_status"]) == ("degraded", "unverified")
+
+
+def test_require_sandbox_refuses_a_job_that_would_run_commands_on_the_host(tmp_path: Path) -> None:
+    """``--require-sandbox bwrap``: a replay-only job in the local sandbox is a bad line and runs nothing (its
+    marker is never written); a prepare-only job executes nothing and is allowed."""
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    session, source = _marker_session(tmp_path / "rec", 0, markers)
+    jobs = _jobs(tmp_path / "jobs.jsonl", [
+        {"trajectory": str(session), "after_step": 1, "mode": "replay-only", "workspace_from": str(source)},
+        {"trajectory": str(session), "after_step": 2, "mode": "prepare-only"}])
+    bad: list[tuple[int, str]] = []
+    summary = run_batch(jobs, tmp_path / "batch", BatchOptions(workers=1, require_sandbox="bwrap"),
+                        on_bad=lambda line, reason: bad.append((line, reason)))
+    assert summary["counts"]["done"] == 1 and summary["bad_lines"], summary
+    assert bad and bad[0][0] == 1 and "requires --sandbox bwrap" in bad[0][1] and "is local" in bad[0][1]
+    assert not (markers / "0").exists()

@@ -115,3 +115,15 @@ def test_capture_tokens_is_a_job_key_that_reaches_the_request(tmp_path: Path) ->
     assert request.capture_tokens is True
     [bad] = [item for item in items if isinstance(item, BadJob)]
     assert "capture_tokens has the wrong type" in bad.reason
+
+
+def test_require_sandbox_applies_to_jobs_that_run_commands(tmp_path: Path) -> None:
+    jobs = _write(tmp_path, [{"trajectory": str(FIXTURE), "after_step": 1, "mode": "replay-only",
+                              "workspace_from": str(tmp_path)},
+                             {"trajectory": str(FIXTURE), "after_step": 1, "mode": "replay-only", "sandbox": "bwrap",
+                              "workspace_from": str(tmp_path)},
+                             {"trajectory": str(FIXTURE), "after_step": 1}])
+    items = list(read_lines(jobs, {}, require_sandbox="bwrap"))
+    assert isinstance(items[0], BadJob) and "requires --sandbox bwrap" in items[0].reason
+    assert [type(item).__name__ for item in items[1:]] == ["JobLine", "JobLine"]
+    assert isinstance(next(iter(read_lines(jobs, {"sandbox": "bwrap"}, require_sandbox="bwrap"))), JobLine)

@@ -39,6 +39,8 @@ class BatchOptions:
     memory_per_job: int | None = None
     retries: int = 3
     defaults: dict[str, Any] = field(default_factory=dict)
+    #: every job that runs commands must use this sandbox (``--require-sandbox bwrap`` for strangers' recordings)
+    require_sandbox: str | None = None
 
 
 @dataclass
@@ -87,7 +89,7 @@ def _run(ledger: Ledger, token: str, jobs_file: Path, batch_dir: Path, options: 
 
     live = _settle_stale(ledger, batch_dir)
     remove_leftovers(batch_dir)  # folders killed jobs created at recorded paths
-    items = expand(read_lines(jobs_file, options.defaults))
+    items = expand(read_lines(jobs_file, options.defaults, require_sandbox=options.require_sandbox))
 
     def feed(count: int) -> bool:
         """Read, parse and record up to ``count`` more lines' jobs (bad lines reported); False once the file is

@@ -95,8 +95,10 @@ class Job:
                    options=dict(value.get("options") or {}))
 
 
-def read_lines(path: Path, defaults: dict[str, Any]) -> Iterator[JobLine | BadJob]:
-    """The job lines of a JSONL or TOML (``[defaults]`` + ``[[job]]``) file, defaults applied, in file order."""
+def read_lines(path: Path, defaults: dict[str, Any], *, require_sandbox: str | None = None
+               ) -> Iterator[JobLine | BadJob]:
+    """The job lines of a JSONL or TOML (``[defaults]`` + ``[[job]]``) file, defaults applied, in file order.
+    ``require_sandbox``: a job that runs commands (not prepare-only) in another sandbox is a bad line."""
     text = path.read_text("utf-8")
     base = path.parent
     if path.suffix == ".toml":
@@ -112,7 +114,7 @@ def read_lines(path: Path, defaults: dict[str, Any]) -> Iterator[JobLine | BadJo
             return
         merged_defaults = {**table_defaults, **defaults}
         for index, job in enumerate(jobs, start=1):
-            yield _job_line(index, job, merged_defaults, base)
+            yield _job_line(index, job, merged_defaults, base, require_sandbox)
         return
     for number, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip() or raw.lstrip().startswith("#"):
@@ -122,10 +124,11 @@ def read_lines(path: Path, defaults: dict[str, Any]) -> Iterator[JobLine | BadJo
         except json.JSONDecodeError as error:
             yield BadJob(number, f"not valid JSON: {error.msg}")
             continue
-        yield _job_line(number, value, defaults, base)
+        yield _job_line(number, value, defaults, base, require_sandbox)
 
 
-def _job_line(line: int, value: Any, defaults: dict[str, Any], base: Path) -> JobLine | BadJob:
+def _job_line(line: int, value: Any, defaults: dict[str, Any], base: Path,
+              require_sandbox: str | None = None) -> JobLine | BadJob:
     if not isinstance(value, dict):
         return BadJob(line, "a job must be an object")
     merged = {**defaults, **value}
@@ -156,6 +159,10 @@ def _job_line(line: int, value: Any, defaults: dict[str, Any], base: Path) -> Jo
     if any(key in options for key in ("branches", "branch_prompts", "branch_models", "branch_seeds",
                                        "branch_temperatures")) and mode != "continue":
         return BadJob(line, "branches continue the agent: mode must be continue")
+    sandbox = options.get("sandbox", "local")
+    if require_sandbox is not None and mode != "prepare-only" and sandbox != require_sandbox:
+        return BadJob(line, f"mode {mode} runs the recording's commands and the batch requires --sandbox "
+                            f"{require_sandbox}; this job's sandbox is {sandbox}")
     if mode != "prepare-only" and "workspace_from" not in options:
         return BadJob(line, f"mode {mode} needs workspace_from (a directory, a tarball or GIT_URL@REV): each job "
                             "gets its own fresh workspace made from it")

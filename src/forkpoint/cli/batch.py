@@ -36,7 +36,8 @@ def run(args: argparse.Namespace) -> None:
                 if name.startswith("default_") and value is not None}
     options = BatchOptions(workers=args.workers or os.cpu_count() or 1, executor=args.executor,
                            ray_address=args.ray_address, cpus_per_job=args.cpus_per_job,
-                           memory_per_job=args.memory_per_job, retries=args.retries, defaults=defaults)
+                           memory_per_job=args.memory_per_job, retries=args.retries, defaults=defaults,
+                           require_sandbox=args.require_sandbox)
     display = _BatchDisplay(quiet=args.as_json)
     try:
         summary = run_batch(jobs, args.out, options, progress=display.update,

@@ -435,6 +435,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             batch.add_argument(option, dest=f"default_{option[2:].replace('-', '_')}", metavar=metavar, help=text)
         batch.add_argument("--max-steps", dest="default_max_steps", type=int, metavar="N",
                            help="Default step budget.")
+        batch.add_argument("--require-sandbox", choices=("bwrap",), metavar="NAME",
+                           help="Refuse (as a bad line) every job that runs commands outside this sandbox: "
+                           "`--require-sandbox bwrap` for recordings from strangers (docs/sandboxes.md).")
         batch.add_argument("--json", dest="as_json", action="store_true", help="Print the summary as one JSON line.")
 
     agents = _command(commands, "agents", "Install and list verified agent runtimes (real CLIs from npm / PyPI).",
