@@ -70,6 +70,9 @@ class Scenario:
     # AskUserQuestion only run this way: a plain -p run disables them.
     sdk_answer: Callable[[Json], Json] | None = None
     keep_final: bool = False  # also store the workspace as the run left it (workspace-final/)
+    # the sub-agents' script: a request carrying SUBAGENT_KEY (only a sub-agent's system prompt has it) is
+    # answered from these turns (their tool_use ids are given: the seeded ids would repeat the parent's)
+    sub_turns: Callable[[str], Turns] | None = None
 
 
 def _result_texts(lines: list[Json]) -> list[str]:
@@ -191,6 +194,18 @@ def _check_interactive(lines: list[Json], _: Path) -> None:
     assert results[1] == 'Your questions have been answered: "Which one?"="X". You can now continue with these ' \
                          "answers in mind.", results
     assert results[2] == "User has approved exiting plan mode. You can now proceed.", results
+
+
+#: a phrase of the built-in general-purpose sub-agent's system prompt (both versions), never in the main prompt
+SUBAGENT_KEY = "You are an agent for Claude Code"
+
+
+def _check_subagent(lines: list[Json], fixture: Path) -> None:
+    results = _result_texts(lines)
+    assert "Sub-agent report: sub.txt written" in results[1], results
+    assert results[2] == "from-sub\nbase", results
+    files = sorted(p.name for p in (fixture / "subagents").rglob("*.jsonl"))
+    assert len(files) == 1, files
 
 
 def task(name: str, **arguments: Any) -> list[Block]:
@@ -344,6 +359,24 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
                     "stdio"),
         notes="SDK mode (stream-json input, can_use_tool answered on stdin as a person would: 'X', approve): plan "
               "mode and AskUserQuestion run only this way",
+    ),
+    Scenario(
+        "subagent", "Delegate the file work to a sub-agent, then check it.",
+        {"base.txt": "base\n"},
+        lambda cwd: [[bash("echo start > log.txt", "Start the log")],
+                     task("Agent", description="Write sub.txt", subagent_type="general-purpose",
+                          run_in_background=False, prompt="Write sub.txt next to base.txt and report."),
+                     [bash("cat sub.txt base.txt", "Check the result")],
+                     [text("The sub-agent wrote sub.txt.")]],
+        sub_turns=lambda cwd: [[tool_use("Bash", {"command": "echo from-sub > sub.txt && ls",
+                                                  "description": "Write sub.txt"}, id="toolu_sub_0001")],
+                               [tool_use("Read", {"file_path": f"{cwd}/base.txt"}, id="toolu_sub_0002")],
+                               [tool_use("Bash", {"command": "cat nope.txt", "description": "A failing read"},
+                                         id="toolu_sub_0003")],
+                               [text("Sub-agent report: sub.txt written (from-sub); base.txt says base.")]],
+        check=_check_subagent,
+        notes="a foreground sub-agent (Agent, run_in_background false) runs Bash, Read and a failing Bash in the "
+              "same workspace; its transcript is <session-id>/subagents/agent-<id>.jsonl (+ .meta.json)",
     ),
     Scenario(
         "notebook_edit", "Edit the notebook.",
@@ -583,7 +616,8 @@ def record(version: str, scenario: Scenario) -> Path:
     turns = scenario.turns(str(cwd))
     (fixture / "script.json").write_text(json.dumps({"seed": seed, "turns": [{"content": t} for t in turns]},
                                                     indent=2) + "\n")
-    model = ScriptedModel(turns, seed=seed)
+    keyed = {SUBAGENT_KEY: scenario.sub_turns(str(cwd))} if scenario.sub_turns is not None else {}
+    model = ScriptedModel(turns, seed=seed, keyed=keyed)
     expected = [[b["id"] for b in model.respond("main", step)[1] if b["type"] == "tool_use"]
                 for step in range(len(turns))]
     rec = run_claude(runtime, scenario, model, expected, cwd, home, fixture)
@@ -594,6 +628,9 @@ def record(version: str, scenario: Scenario) -> Path:
     tasks = home / ".claude" / "tasks" / rec.session_id
     if tasks.is_dir():
         shutil.copytree(tasks, fixture / "tasks", ignore=shutil.ignore_patterns(".lock"))
+    subagents = rec.session.parent / rec.session_id / "subagents"
+    if subagents.is_dir():
+        shutil.copytree(subagents, fixture / "subagents")
     persisted = rec.session.parent / rec.session_id / "tool-results"
     if persisted.is_dir():
         shutil.copytree(persisted, fixture / "tool-results")

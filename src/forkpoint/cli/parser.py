@@ -62,7 +62,8 @@ BRANCH_LIST_KEYS = {"branch_model": "branch_models", "branch_seed": "branch_seed
 
 
 #: the options given once per value, each value appended to a list
-_REPEATABLE = ("--path-map", "--branch-prompt", "--env", *("--" + dest.replace("_", "-") for dest in BRANCH_LIST_KEYS))
+_REPEATABLE = ("--path-map", "--branch-prompt", "--env", "--reuse-observations",
+               *("--" + dest.replace("_", "-") for dest in BRANCH_LIST_KEYS))
 
 
 def add_options(parser: argparse.ArgumentParser,
@@ -83,7 +84,7 @@ _DIRECT_OPTIONS = (
     "upstream",
     "upstream_url", "agent_entrypoint", "sandbox", "path_map", "workspace_from", "on_divergence", "branches",
     "branch_prompt", "parallel", "keep_snapshot", "drop_snapshot", "max_trajectory_bytes", "max_processes",
-    "opencode_export", "env",
+    "opencode_export", "env", "reuse_observations",
     *MODEL_DESTS,
     "agent_version", "record_tool_schemas",
 )
@@ -106,7 +107,10 @@ _REPLAY_OPTIONS: tuple[tuple[str, str | None, Callable[[str], Any], str], ...] =
     ("--prepare-only", None, bool, "Write the native prefix with the historical observations; run nothing."),
     ("--replay-only", None, bool, "Re-run the prefix's tools and write the native prefix; do not start the agent."),
     ("--allow-stale-observations", None, bool, "Reuse recorded observations that cannot be refreshed "
-     "(sub-agents, web, todo...); the result is marked degraded."),
+     "(web, todo, MCP, a sub-agent whose transcript is missing...); the result is marked degraded."),
+    ("--reuse-observations", "GLOB", str, "Reuse the recorded observations of the tools whose names match GLOB "
+     "(fnmatch, e.g. 'mcp__docs__*') without --allow-stale-observations: for tools you know are read-only; each "
+     "such call is recorded as reused_by_request in observations.json and the quality reasons. Repeatable."),
     ("--require-verified-version", None, bool, "Refuse (exit 11) a recording whose agent version is not a "
      "verified one; without it, any version forkpoint can read is prepared and replayed with the tool semantics "
      "of the nearest verified version, and the result is marked degraded (unverified_version)."),

@@ -112,6 +112,7 @@ def _prepare(request: ReplayRequest, report: Progress) -> Prepared:
               else adapter.parse_completed(source, companion, request.max_trajectory_bytes))
     plan = versions.plan_for(adapter, parsed, request.after_step, request.mode,
                              allow_stale_observations=request.allow_stale_observations,
+                             reuse_observations=tuple(request.reuse_observations),
                              require_verified=request.require_verified_version)
     parsed = plan.trajectory  # as replay reads it: a recorded version that is not verified reads as its profile's
     planning.check_step_budget(request.mode, request.max_steps, plan.prefix_model_turns)

@@ -76,6 +76,7 @@ class ReplayRequest:
     max_processes: int = 512
     opencode_export: Path | None = None  # `opencode export` JSON completing an OpenCode run event log
     env: list[str] = field(default_factory=list)  # NAME (the host's value) or NAME=VALUE, passed to children
+    reuse_observations: list[str] = field(default_factory=list)  # tool-name globs whose observations are reused
     # model choice and sampling pins (issue 17): set by the bridge on each request after the gate validated it
     model: str | None = None  # the model the continuation asks for [the recorded one]
     temperature: float | None = None
@@ -202,6 +203,9 @@ def validate_request(request: ReplayRequest) -> None:
         from forkpoint.process.childenv import check_specs
 
         check_specs(request.env)
+    for glob in request.reuse_observations:
+        if not isinstance(glob, str) or not glob or "\0" in glob:
+            raise configuration(f"reuse_observations (--reuse-observations): {glob!r} is not a tool-name glob")
     if request.path_map:
         from forkpoint.sandbox.base import PathMap
 
