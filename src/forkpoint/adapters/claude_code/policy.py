@@ -16,6 +16,7 @@ FRESH_TOOLS = frozenset({"Bash", "Read", "Write", "Edit", "MultiEdit", "Glob", "
 _INTERACTIVE_REASON = "its result is what a person answered in the original session"
 
 _STALE_REASONS = {
+    # a completed foreground sub-agent whose transcript is found is REUSED instead (subagents.py)
     "Agent": "a sub-agent run is its own model conversation and cannot be re-executed",
     "Task": "a sub-agent run is its own model conversation and cannot be re-executed",
     "TaskOutput": "it reads the state of an earlier sub-agent or background task",
@@ -76,7 +77,10 @@ def classify(
     if listed is not None:
         return listed
     if name.startswith("mcp__"):
-        return CallPolicy.STALE, "MCP server tools are not available to forkpoint"
+        server = name.split("__")[1] if name.count("__") >= 2 else "?"
+        return CallPolicy.STALE, (f"its answer came from the MCP server {server!r} of the original session, which "
+                                  f"forkpoint does not run (if the tool is read-only: --reuse-observations "
+                                  f"'mcp__{server}__*')")
     return CallPolicy.STALE, f"forkpoint does not re-execute the tool {name!r}"
 
 
