@@ -3,7 +3,7 @@
 
     python scripts/record_claude_fixtures.py [--version V ...] [--scenario S ...]
 
-Writes tests/fixtures/claude_code/<version>/<scenario>/: session.jsonl (the native session file),
+Writes tests/fixtures/claude_code/<version>/<scenario>/: session.jsonl (the native session file), <session-id>/subagents/ (sub-agent transcripts, when created),
 stdout.jsonl, stderr.txt, requests.jsonl (what the model server received; system/tools as hashes),
 script.json, meta.json, workspace-initial/, tool-results/ (persisted large outputs, when created), tasks/ (the
 session's task list files, when created) and workspace-final/ (scenarios with keep_final).
@@ -204,7 +204,7 @@ def _check_subagent(lines: list[Json], fixture: Path) -> None:
     results = _result_texts(lines)
     assert "Sub-agent report: sub.txt written" in results[1], results
     assert results[2] == "from-sub\nbase", results
-    files = sorted(p.name for p in (fixture / "subagents").rglob("*.jsonl"))
+    files = sorted(p.name for p in fixture.glob("*/subagents/*.jsonl"))
     assert len(files) == 1, files
 
 
@@ -630,7 +630,7 @@ def record(version: str, scenario: Scenario) -> Path:
         shutil.copytree(tasks, fixture / "tasks", ignore=shutil.ignore_patterns(".lock"))
     subagents = rec.session.parent / rec.session_id / "subagents"
     if subagents.is_dir():
-        shutil.copytree(subagents, fixture / "subagents")
+        shutil.copytree(subagents, fixture / rec.session_id / "subagents")  # as Claude keeps them
     persisted = rec.session.parent / rec.session_id / "tool-results"
     if persisted.is_dir():
         shutil.copytree(persisted, fixture / "tool-results")

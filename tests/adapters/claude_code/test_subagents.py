@@ -32,8 +32,8 @@ def recording(tmp_path: Path, version: str, *, with_subagents: bool = True) -> t
     folder.mkdir()
     shutil.copy(fixture / "session.jsonl", folder / f"{session_id}.jsonl")
     if with_subagents:
-        shutil.copytree(fixture / "subagents", folder / session_id / "subagents")
-    agent_id = next((fixture / "subagents").glob("*.jsonl")).stem.removeprefix("agent-")
+        shutil.copytree(fixture / session_id / "subagents", folder / session_id / "subagents")
+    agent_id = next((fixture / session_id / "subagents").glob("*.jsonl")).stem.removeprefix("agent-")
     return folder / f"{session_id}.jsonl", session_id, agent_id
 
 
