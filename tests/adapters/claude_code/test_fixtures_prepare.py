@@ -35,6 +35,7 @@ EXPECTED: dict[str, tuple[int, bool, list[list[str]]]] = {
     "interactive_tools": (4, False, [["EnterPlanMode"], ["AskUserQuestion"], ["ExitPlanMode"], ["Bash"]]),
     "notebook_edit": (14, False, [["Read"]] + [["NotebookEdit"]] * 9 + [["Read"], ["NotebookEdit"], ["Read"],
                                                                         ["NotebookEdit"]]),
+    "subagent": (3, False, [["Bash"], ["Agent"], ["Bash"]]),
 }
 
 

@@ -149,8 +149,9 @@ def _with_fresh(line: bytes, fresh: Mapping[str, FreshObservation]) -> bytes:
         changed.append(observation)
     if not changed:
         return line
+    # Claude writes no toolUseResult for a sub-agent's successful result (measured): only a recorded one is replaced
     native = changed[0].native if len(changed) == 1 else None
-    if isinstance(native, dict | str):
+    if "toolUseResult" in obj and isinstance(native, dict | str):
         obj["toolUseResult"] = native
     elif not all(observation.reused or observation.stale_reused for observation in changed):
         obj.pop("toolUseResult", None)
