@@ -3,7 +3,8 @@
 
     python scripts/record_claude_fixtures.py [--version V ...] [--scenario S ...]
 
-Writes tests/fixtures/claude_code/<version>/<scenario>/: session.jsonl (the native session file), <session-id>/subagents/ (sub-agent transcripts, when created),
+Writes tests/fixtures/claude_code/<version>/<scenario>/: session.jsonl (the native session file),
+<session-id>/subagents/ (sub-agent transcripts, when created),
 stdout.jsonl, stderr.txt, requests.jsonl (what the model server received; system/tools as hashes),
 script.json, meta.json, workspace-initial/, tool-results/ (persisted large outputs, when created), tasks/ (the
 session's task list files, when created) and workspace-final/ (scenarios with keep_final).

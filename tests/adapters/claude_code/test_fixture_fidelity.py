@@ -70,9 +70,9 @@ def _recorded_tool_use_results(session: Path) -> dict[str, Any]:
         line = json.loads(raw)
         content = line.get("message", {}).get("content") if line.get("type") == "user" else None
         for block in content if isinstance(content, list) else []:
-            if isinstance(block, dict) and block.get("type") == "tool_result":
-                if "toolUseResult" in line or not line.get("isSidechain"):
-                    found[block["tool_use_id"]] = line.get("toolUseResult")
+            if (isinstance(block, dict) and block.get("type") == "tool_result"
+                    and ("toolUseResult" in line or not line.get("isSidechain"))):
+                found[block["tool_use_id"]] = line.get("toolUseResult")
     return found
 
 
