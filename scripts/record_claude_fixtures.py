@@ -74,6 +74,8 @@ class Scenario:
     # the sub-agents' script: a request carrying SUBAGENT_KEY (only a sub-agent's system prompt has it) is
     # answered from these turns (their tool_use ids are given: the seeded ids would repeat the parent's)
     sub_turns: Callable[[str], Turns] | None = None
+    # MCP servers, in Claude's --mcp-config format (written to <home>/mcp.json and passed with --mcp-config)
+    mcp_servers: dict[str, Json] | None = None
 
 
 def _result_texts(lines: list[Json]) -> list[str]:
@@ -207,6 +209,16 @@ def _check_subagent(lines: list[Json], fixture: Path) -> None:
     assert results[2] == "from-sub\nbase", results
     files = sorted(p.name for p in fixture.glob("*/subagents/*.jsonl"))
     assert len(files) == 1, files
+
+
+#: the tiny real MCP server (forkpoint.testing.mcp_server, the official SDK) the mcp_tools scenario talks to
+MCP_TINY = {"tiny": {"command": sys.executable, "args": ["-m", "forkpoint.testing.mcp_server"],
+                     "env": {"PYTHONPATH": str(REPO / "src")}}}
+
+
+def _check_mcp(lines: list[Json], _: Path) -> None:
+    results = _result_texts(lines)
+    assert results[1] == '{"result":"echo: hi"}' and results[5] == "count.txt has one line", results
 
 
 def task(name: str, **arguments: Any) -> list[Block]:
@@ -380,6 +392,22 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
               "same workspace; its transcript is <session-id>/subagents/agent-<id>.jsonl (+ .meta.json)",
     ),
     Scenario(
+        "mcp_tools", "Use the tiny MCP server's tools.",
+        {"README.md": "# demo\n"},
+        lambda cwd: [[bash("echo ready && sleep 3", "Let the MCP server connect")],
+                     task("mcp__tiny__echo", text="hi"),
+                     task("mcp__tiny__plain", text="p"),
+                     task("mcp__tiny__two", text="t"),
+                     task("mcp__tiny__count", label="first"),
+                     [bash("wc -l < count.txt | sed 's/^1$/count.txt has one line/'", "Count the lines")],
+                     task("mcp__tiny__fail", reason="x"),
+                     [text("The MCP tools answered.")]],
+        error_steps=frozenset({6}), check=_check_mcp, mcp_servers=MCP_TINY,
+        notes="a real stdio MCP server (forkpoint.testing.mcp_server): structured, text-block and error results, and "
+              "a tool that writes count.txt in the workspace (the server runs in claude's cwd); the first step "
+              "waits for the server to connect (2.1.220 answers 'still connecting' otherwise)",
+    ),
+    Scenario(
         "notebook_edit", "Edit the notebook.",
         {"demo.ipynb": NOTEBOOK, "old.ipynb": NOTEBOOK.replace('"nbformat_minor": 5', '"nbformat_minor": 4'),
          "crlf.ipynb": NOTEBOOK.replace("\n", "\r\n")},
@@ -532,6 +560,9 @@ def run_claude(runtime: runtimes.Runtime, scenario: Scenario, model: ScriptedMod
         return Recording(sessions[0], read_jsonl(sessions[0]), sessions[0].stem, exit_code, False, False)
     argv = [str(runtime.entrypoint), "-p", scenario.task, "--output-format", "stream-json", "--verbose",
             "--dangerously-skip-permissions", *scenario.extra_args]
+    if scenario.mcp_servers is not None:
+        (home / "mcp.json").write_text(json.dumps({"mcpServers": scenario.mcp_servers}))
+        argv += ["--mcp-config", str(home / "mcp.json")]
     project = home / ".claude" / "projects" / encode_cwd(cwd)
     with model.serve() as url:
         env = {"PATH": CLEAN_PATH, "HOME": str(home), "LANG": "C.UTF-8", "TZ": "UTC", "ANTHROPIC_BASE_URL": url,
@@ -649,7 +680,9 @@ def record(version: str, scenario: Scenario) -> Path:
         "command": ["claude", "-p", scenario.task, "--input-format", "stream-json", "--output-format", "stream-json",
                     "--verbose", *scenario.extra_args] if scenario.sdk_answer is not None else
                    ["claude", "-p", scenario.task, "--output-format", "stream-json", "--verbose",
-                    "--dangerously-skip-permissions", *scenario.extra_args],
+                    "--dangerously-skip-permissions", *scenario.extra_args,
+                    *(["--mcp-config", "<home>/mcp.json"] if scenario.mcp_servers else [])],
+        "mcp_servers": scenario.mcp_servers,
         "entrypoint": runtime.manifest()["entrypoint"],
         "env": {"PATH": CLEAN_PATH, "HOME": str(home), "LANG": "C.UTF-8", "TZ": "UTC",
                 "ANTHROPIC_BASE_URL": "<scripted model url>", "ANTHROPIC_API_KEY": "dummy",

@@ -27,6 +27,7 @@ MODES = ("prepare-only", "replay-only", "continue")
 OPTION_TYPES: dict[str, type | tuple[type, ...]] = {
     "workspace_from": str, "sandbox": str, "upstream": str, "upstream_url": str, "max_steps": int,
     "boundary_user_prompt": str, "allow_stale_observations": bool, "reuse_observations": list,
+    "mcp_timeout": (int, float),
     "require_verified_version": bool, "on_divergence": str, "timeout_s": (int, float),
     "branches": int, "branch_prompts": list, "max_processes": int,
     # model choice and sampling pins (issue 17; validated with the request's words when the job runs)

@@ -84,7 +84,7 @@ _DIRECT_OPTIONS = (
     "upstream",
     "upstream_url", "agent_entrypoint", "sandbox", "path_map", "workspace_from", "on_divergence", "branches",
     "branch_prompt", "parallel", "keep_snapshot", "drop_snapshot", "max_trajectory_bytes", "max_processes",
-    "opencode_export", "env", "reuse_observations",
+    "opencode_export", "env", "reuse_observations", "mcp_config", "mcp_timeout",
     *MODEL_DESTS,
     "agent_version", "record_tool_schemas",
 )
@@ -111,6 +111,12 @@ _REPLAY_OPTIONS: tuple[tuple[str, str | None, Callable[[str], Any], str], ...] =
     ("--reuse-observations", "GLOB", str, "Reuse the recorded observations of the tools whose names match GLOB "
      "(fnmatch, e.g. 'mcp__docs__*') without --allow-stale-observations: for tools you know are read-only; each "
      "such call is recorded as reused_by_request in observations.json and the quality reasons. Repeatable."),
+    ("--mcp-config", "FILE", Path, "Your MCP servers, in Claude Code's own format ({\"mcpServers\": {NAME: {command, "
+     "args, env} or {type: http, url, headers}}}): the recorded calls of the servers it names are re-run against "
+     "them and compared (a stdio server runs with the child-environment allowlist plus its env, in a process group "
+     "killed when the replay ends)."),
+    ("--mcp-timeout", "S", float, "Seconds an MCP server may take to start, and to answer one call; past it its "
+     "processes are killed and the run fails [default: 60]."),
     ("--require-verified-version", None, bool, "Refuse (exit 11) a recording whose agent version is not a "
      "verified one; without it, any version forkpoint can read is prepared and replayed with the tool semantics "
      "of the nearest verified version, and the result is marked degraded (unverified_version)."),

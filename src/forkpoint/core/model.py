@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from typing_extensions import TypeVar
 
     from forkpoint.bridge.translate.sampling import SamplingPins
+    from forkpoint.process.mcp import McpClients
     from forkpoint.sandbox.base import Sandbox
 
     #: an adapter's own parsed form of a recording (``Trajectory[CodexNative]``); ``Any`` where the agent is not
@@ -105,6 +106,8 @@ class ToolCall:
     subagent: str | None = None
     #: the calls the sub-agent this call started made, in order: replayed before this call, in the same workspace
     subcalls: tuple[ToolCall, ...] = ()
+    #: (server, tool) of a stale MCP tool call: re-run against the user's server when --mcp-config names it
+    mcp: tuple[str, str] | None = None
 
     @property
     def stale(self) -> bool:
@@ -226,6 +229,8 @@ class Plan(Generic[N]):
     allow_stale_observations: bool = False
     #: ``--reuse-observations`` globs, matched against tool names (``policy_of``)
     reuse_observations: tuple[str, ...] = ()
+    #: the MCP servers ``--mcp-config`` names: their stale MCP calls are re-run (``policy_of``)
+    mcp_servers: frozenset[str] = frozenset()
     #: what the recording's version means for this run (None: a plan made before versions were resolved)
     version: VersionFacts | None = field(default=None, compare=False)
 
@@ -244,10 +249,13 @@ class Plan(Generic[N]):
 
     def policy_of(self, call: ToolCall) -> tuple[CallPolicy, str | None]:
         """The call's policy in this run: a stale call whose tool name matches a ``--reuse-observations`` glob is
-        reused by request (the user declared it read-only); everything else as parsed."""
+        reused by request (the user declared it read-only); a stale MCP call of a server ``--mcp-config`` names is
+        re-run; everything else as parsed."""
         if call.policy is CallPolicy.STALE and any(fnmatch.fnmatchcase(call.name, glob)
                                                    for glob in self.reuse_observations):
             return CallPolicy.REUSED, "reused_by_request"
+        if call.policy is CallPolicy.STALE and call.mcp is not None and call.mcp[0] in self.mcp_servers:
+            return CallPolicy.FRESH, None
         return call.policy, call.policy_reason
 
     @property
@@ -302,6 +310,8 @@ class RunContext:
     output_dir: Path
     session_id: str | None = None
     sandbox: Sandbox | None = field(default=None, compare=False, repr=False)
+    #: the user's MCP servers (``--mcp-config``), connected on first use during the replay
+    mcp: McpClients | None = field(default=None, compare=False, repr=False)
     #: the continuation's view: ``home`` is the continued agent's own home, not the one replayed commands wrote
     continuing: bool = False
 

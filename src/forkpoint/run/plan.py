@@ -14,6 +14,7 @@ def select_boundary(
     *,
     allow_stale_observations: bool = False,
     reuse_observations: tuple[str, ...] = (),
+    mcp_servers: frozenset[str] = frozenset(),
 ) -> Plan:
     """Cut the trajectory after ``after_step`` complete batches, refusing boundaries that cannot be rebuilt."""
     complete = parsed.complete_count
@@ -34,6 +35,7 @@ def select_boundary(
         profile=profile,
         allow_stale_observations=allow_stale_observations,
         reuse_observations=reuse_observations,
+        mcp_servers=mcp_servers,
     )
     if mode is not Mode.PREPARE_ONLY:
         check_call_policies(plan)

@@ -77,6 +77,8 @@ class ReplayRequest:
     opencode_export: Path | None = None  # `opencode export` JSON completing an OpenCode run event log
     env: list[str] = field(default_factory=list)  # NAME (the host's value) or NAME=VALUE, passed to children
     reuse_observations: list[str] = field(default_factory=list)  # tool-name globs whose observations are reused
+    mcp_config: Path | None = None  # the user's MCP servers (Claude Code's .mcp.json format): MCP calls re-run
+    mcp_timeout: float = 60.0  # seconds an MCP server may take to start, and to answer one call
     # model choice and sampling pins (issue 17): set by the bridge on each request after the gate validated it
     model: str | None = None  # the model the continuation asks for [the recorded one]
     temperature: float | None = None
@@ -203,6 +205,12 @@ def validate_request(request: ReplayRequest) -> None:
         from forkpoint.process.childenv import check_specs
 
         check_specs(request.env)
+    if not 0 < request.mcp_timeout <= 3600:
+        raise configuration("mcp_timeout (--mcp-timeout) must be between 0 and 3600 seconds")
+    if request.mcp_config is not None:
+        from forkpoint.process.mcp import load_config
+
+        load_config(request.mcp_config)  # a broken file is refused before anything runs
     for glob in request.reuse_observations:
         if not isinstance(glob, str) or not glob or "\0" in glob:
             raise configuration(f"reuse_observations (--reuse-observations): {glob!r} is not a tool-name glob")

@@ -449,7 +449,8 @@ def _add_call(
     else:
         version = next(iter(scan.versions)) if len(scan.versions) == 1 else None
         call_policy, reason = policy.classify(name, arguments, historical, version)
-    turn.calls.append(ToolCall(call_id, name, arguments, historical, call_policy, reason))
+    turn.calls.append(ToolCall(call_id, name, arguments, historical, call_policy, reason,
+                               mcp=policy.mcp_tool(name, reason)))
 
 
 def _merge_stream_text(existing: str, incoming: str) -> str:

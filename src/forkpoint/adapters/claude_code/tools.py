@@ -164,6 +164,7 @@ class ClaudeToolExecutor:
         # The session's task list, where Claude keeps it: in the continued agent's own home when it has one (written
         # by forkpoint, carried into the home the continuation rebuilds, like the saved large outputs).
         self._modern = self.profile is NEW
+        self._mcp = context.mcp  # the user's MCP servers (--mcp-config), None without
         self.tasks = TaskList(results_config / "tasks" / session_id, results_config, self._modern)
 
     def run(self, call: ToolCall) -> FreshObservation:
@@ -177,6 +178,14 @@ class ClaudeToolExecutor:
             recorded = call.historical.text if call.historical is not None else None
             arguments = rewrite_arguments(self.sandbox, call.call_id, call.arguments)
             outcome = notebook_edit(self.files, arguments, recorded, self._modern)
+        elif call.mcp is not None and self._mcp is not None:
+            from forkpoint.adapters.claude_code.tool_mcp import mcp_outcome
+
+            server, tool = call.mcp
+            mcp = self._mcp
+            outcome = mcp_outcome(mcp.call(server, tool, dict(call.arguments)), call.name,
+                                  call.historical.text if call.historical is not None else None,
+                                  lambda: mcp.input_schema(server, tool))
         elif call.name in NOT_OFFERED:
             message = NOT_OFFERED[call.name]
             outcome = ToolOutcome(f"<tool_use_error>{message}</tool_use_error>", True, message)
