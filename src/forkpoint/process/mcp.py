@@ -110,6 +110,20 @@ class _Connection:
     stop: asyncio.Event
     task: asyncio.Task[None]
     pid: int | None = None
+    broken: _Broken | None = None  # a stdio server's transport, once it ended (EOF, an oversized message)
+
+
+@dataclass
+class _Broken:
+    """Set by a stdio transport's reader when the connection can carry no more answers, with why."""
+
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+    why: str = ""
+
+    def set(self, why: str) -> None:
+        if not self.event.is_set():
+            self.why = why
+            self.event.set()
 
 
 @dataclass
@@ -180,18 +194,22 @@ class McpClients:
             connection = await self._connect(self.servers[server])
             self._connections[server] = connection
         try:
-            result = await asyncio.wait_for(connection.session.call_tool(tool, arguments), self.timeout_s)
+            result = await _answer(connection, connection.session.call_tool(tool, arguments), self.timeout_s)
         except TimeoutError:
             await self._drop(server)
             raise ReplayError(ErrorKind.EXECUTOR, f"MCP server {server!r} did not answer {tool} within "
                                                   f"{self.timeout_s:g} s (its processes were killed); whether the "
                                                   "call took effect is unknown") from None
-        except ReplayError:
-            raise
-        except Exception as error:  # the SDK's transport/protocol errors: the connection is gone
+        except ReplayError as error:
             await self._drop(server)
-            raise ReplayError(ErrorKind.EXECUTOR, f"MCP server {server!r} failed during {tool}: "
-                                                  f"{type(error).__name__}: {error}") from None
+            raise ReplayError(ErrorKind.EXECUTOR, f"MCP server {server!r} failed during {tool}: {error.message}; "
+                                                  "whether the call took effect is unknown") from None
+        except Exception as error:  # the SDK's transport/protocol errors: the connection is gone
+            broken = connection.broken
+            why = broken.why if broken is not None and broken.event.is_set() else f"{type(error).__name__}: {error}"
+            await self._drop(server)
+            raise ReplayError(ErrorKind.EXECUTOR, f"MCP server {server!r} failed during {tool}: {why}; whether the "
+                                                  "call took effect is unknown") from None
         dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
         content = [block for block in dumped.get("content") or [] if isinstance(block, dict)]
         structured = dumped.get("structuredContent")
@@ -201,7 +219,8 @@ class McpClients:
     async def _connect(self, server: McpServer) -> _Connection:
         ready: asyncio.Future[tuple[Any, int | None]] = asyncio.get_running_loop().create_future()
         stop = asyncio.Event()
-        task = asyncio.create_task(self._hold(server, ready, stop))
+        broken = _Broken()
+        task = asyncio.create_task(self._hold(server, ready, stop, broken))
         try:
             session, pid = await asyncio.wait_for(asyncio.shield(ready), self.timeout_s)
         except TimeoutError:
@@ -210,10 +229,10 @@ class McpClients:
             raise ReplayError(ErrorKind.EXECUTOR, f"MCP server {server.name!r} did not complete its start-up "
                                                   f"within {self.timeout_s:g} s (its processes were killed)",
                               before_effect=True) from None
-        return _Connection(session, stop, task, pid)
+        return _Connection(session, stop, task, pid, broken)
 
     async def _hold(self, server: McpServer, ready: asyncio.Future[tuple[Any, int | None]],
-                    stop: asyncio.Event) -> None:
+                    stop: asyncio.Event, broken: _Broken) -> None:
         """Open the transport and the SDK session, hand them over, and keep them open until ``stop``."""
         from mcp import ClientSession
 
@@ -230,7 +249,7 @@ class McpClients:
                     pid = None
                 else:
                     read, write, pid = await stack.enter_async_context(_stdio(server, self.env, self._pids,
-                                                                              self.cwd))
+                                                                              self.cwd, broken))
                 session = await stack.enter_async_context(ClientSession(read, write))
                 await session.initialize()
                 ready.set_result((session, pid))
@@ -265,6 +284,27 @@ async def _noop() -> None:
     return None
 
 
+async def _answer(connection: _Connection, request: Any, timeout_s: float) -> Any:
+    """``request``'s answer, or ReplayError as soon as the transport broke, or TimeoutError past ``timeout_s``."""
+    call = asyncio.ensure_future(request)
+    broken = connection.broken
+    waiter = asyncio.ensure_future(broken.event.wait()) if broken is not None else None
+    try:
+        done, _ = await asyncio.wait({call} | ({waiter} if waiter else set()), timeout=timeout_s,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if call in done:
+            return call.result()
+        if waiter is not None and waiter in done and broken is not None:
+            raise ReplayError(ErrorKind.EXECUTOR, f"the connection ended: {broken.why}")
+        raise TimeoutError
+    finally:
+        for task in (call, waiter):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+
+
 def _start_error(server: McpServer, error: BaseException) -> ReplayError:
     if isinstance(error, ReplayError):
         return error
@@ -288,10 +328,10 @@ def _kill_group(pid: int) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _stdio(server: McpServer, env: Mapping[str, str], pids: set[int], cwd: Path | None) -> Any:
+async def _stdio(server: McpServer, env: Mapping[str, str], pids: set[int], cwd: Path | None,
+                 broken: _Broken) -> Any:
     """The server process in a session of its own, and SDK streams over its stdin/stdout (bounded lines)."""
     import anyio
-    from anyio.streams.buffered import BufferedByteReceiveStream
     from mcp import types
     from mcp.shared.message import SessionMessage
 
@@ -303,27 +343,36 @@ async def _stdio(server: McpServer, env: Mapping[str, str], pids: set[int], cwd:
     to_session, read = anyio.create_memory_object_stream[Any](0)
     write, from_session = anyio.create_memory_object_stream[Any](0)
 
+    async def deliver(line: bytes) -> None:
+        if not line.strip():
+            return
+        try:
+            message: Any = SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+        except ValueError as error:
+            message = error
+        await to_session.send(message)
+
     async def reader() -> None:
+        """Lines of at most MAX_MESSAGE_BYTES: each chunk is searched once (no rescans of a growing buffer)."""
         assert process.stdout is not None
-        buffered = BufferedByteReceiveStream(process.stdout)
+        pending = bytearray()
         async with to_session:
-            with contextlib.suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError,
-                                     anyio.IncompleteRead):
-                while True:
-                    try:
-                        line = await buffered.receive_until(b"\n", MAX_MESSAGE_BYTES)
-                    except anyio.DelimiterNotFound:
-                        await to_session.send(ValueError(f"a message over {MAX_MESSAGE_BYTES} bytes"))
+            with contextlib.suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                async for chunk in process.stdout:
+                    start = 0
+                    while (end := chunk.find(b"\n", start)) >= 0:
+                        pending += chunk[start:end]
+                        line = bytes(pending)
+                        pending.clear()
+                        await deliver(line)
+                        start = end + 1
+                    pending += chunk[start:]
+                    if len(pending) > MAX_MESSAGE_BYTES:
                         _kill_group(pid)
+                        broken.set(f"the server wrote a message over {MAX_MESSAGE_BYTES} bytes (its processes "
+                                   "were killed)")
                         return
-                    if not line.strip():
-                        continue
-                    try:
-                        message: Any = SessionMessage(types.jsonrpc_message_adapter.validate_json(line,
-                                                                                                   by_name=False))
-                    except ValueError as error:
-                        message = error
-                    await to_session.send(message)
+        broken.set("the server closed its output (it exited)")
 
     async def writer() -> None:
         assert process.stdin is not None

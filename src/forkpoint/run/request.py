@@ -139,7 +139,8 @@ def build_request(values: dict[str, Any], *, source: str) -> ReplayRequest:
         if values.get(flag) is not None and not isinstance(values[flag], bool):
             raise configuration(f"{source}: {flag} must be true or false")
     fields["mode"] = mode_from_flags(bool(values.get("prepare_only")), bool(values.get("replay_only")))
-    for key in ("trajectory", "workspace", "state_dir", "output_dir", "agent_entrypoint", "opencode_export"):
+    for key in ("trajectory", "workspace", "state_dir", "output_dir", "agent_entrypoint", "opencode_export",
+                "mcp_config"):
         if key in fields:
             if not isinstance(fields[key], str | Path) or str(fields[key]) == "":
                 raise configuration(f"{source}: {key} must be a non-empty path string")
@@ -148,7 +149,7 @@ def build_request(values: dict[str, Any], *, source: str) -> ReplayRequest:
               for error in _type_errors(name, fields[name], expected)]
     if errors:
         raise configuration(f"{source}: {'; '.join(errors)}")
-    for key in ("temperature", "top_p", *TIMEOUT_KEYS):  # a TOML/JSON 0 is the number 0.0
+    for key in ("temperature", "top_p", "mcp_timeout", *TIMEOUT_KEYS):  # a TOML/JSON 0 is the number 0.0
         if key in fields:
             fields[key] = float(fields[key])
     if "branch_temperatures" in fields:

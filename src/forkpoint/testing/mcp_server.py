@@ -73,12 +73,25 @@ def hang(spawn: bool = False) -> str:
         time.sleep(3600)
 
 
+#: (st_dev, st_ino) of the stdout the client reads: the SDK moves it off fd 1 while serving (fd 1 -> stderr)
+_PROTOCOL_OUT: tuple[int, int] | None = None
+
+
 @app.tool(structured_output=False)
 def flood() -> str:
-    """Writes an endless line to stdout (the stdio transport's channel)."""
+    """Writes an endless line to the protocol's stdout (found by its inode: the SDK serves on a dup of fd 1)."""
     chunk = b"x" * 65536
+    target = next(fd for fd in range(3, 256) if _same(fd))
     while True:
-        os.write(1, chunk)
+        os.write(target, chunk)
+
+
+def _same(fd: int) -> bool:
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == _PROTOCOL_OUT
 
 
 def main() -> None:
@@ -89,6 +102,9 @@ def main() -> None:
         Path(sys.argv[2]).write_text(str(port))  # the client waits until it accepts connections
         app.run("streamable-http", host="127.0.0.1", port=port)
     else:
+        global _PROTOCOL_OUT
+        st = os.fstat(1)
+        _PROTOCOL_OUT = (st.st_dev, st.st_ino)
         app.run("stdio")
 
 

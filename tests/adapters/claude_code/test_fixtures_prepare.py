@@ -36,6 +36,8 @@ EXPECTED: dict[str, tuple[int, bool, list[list[str]]]] = {
     "notebook_edit": (14, False, [["Read"]] + [["NotebookEdit"]] * 9 + [["Read"], ["NotebookEdit"], ["Read"],
                                                                         ["NotebookEdit"]]),
     "subagent": (3, False, [["Bash"], ["Agent"], ["Bash"]]),
+    "mcp_tools": (7, False, [["Bash"], ["mcp__tiny__echo"], ["mcp__tiny__plain"], ["mcp__tiny__two"],
+                             ["mcp__tiny__count"], ["Bash"], ["mcp__tiny__fail"]]),
 }
 
 

@@ -1,7 +1,6 @@
 """Claude Code sub-agents (fixture ``subagent``, real 2.1.220 / 2.1.332 binaries): the sub-agent's own calls re-run in
 order in the same workspace before the parent's Agent call, whose answer is reused (``subagent_answer_reused``);
-missing transcripts are a refusal naming them; hostile transcript files are refused, never followed. Also
-``--reuse-observations`` and the MCP reason naming the server."""
+missing transcripts are a refusal naming them; hostile transcript files are refused, never followed."""
 
 from __future__ import annotations
 
@@ -159,30 +158,3 @@ def test_an_incomplete_transcript_is_stale_naming_it(tmp_path: Path) -> None:
     call = _agent_call(session)
     assert call.policy is CallPolicy.STALE and "incomplete" in (call.policy_reason or "")
     assert str(transcript) in (call.policy_reason or "")
-
-
-def _mcp_recording(tmp_path: Path) -> Path:
-    """single_bash with its Read renamed to an MCP tool (no verified binary's fixture has an MCP server)."""
-    source = FIXTURES / "2.1.332" / "single_bash" / "session.jsonl"
-    path = tmp_path / "mcp.jsonl"
-    path.write_text(source.read_text().replace('"name":"Read"', '"name":"mcp__docs__read"'))
-    return path
-
-
-def test_mcp_calls_are_stale_naming_the_server_and_reused_by_request(tmp_path: Path) -> None:
-    session = _mcp_recording(tmp_path)
-    workspace = tmp_path / "ws"
-    shutil.copytree(FIXTURES / "2.1.332" / "single_bash" / "workspace-initial", workspace)
-    base = {"agent": "claude-code", "trajectory": str(session), "after_step": 2, "replay_only": True,
-            "workspace": str(workspace), "sandbox": "bwrap" if shutil.which("bwrap") else "local",
-            "state_dir": str(tmp_path / "state"), "output_dir": str(tmp_path / "out"), "on_divergence": "ignore"}
-    if base["sandbox"] == "local":
-        pytest.skip("bwrap is not installed")
-    refused = execute(build_request({**base, "run_id": "a"}, source="test")).to_json()
-    assert refused["failure"] is not None and "MCP server 'docs'" in refused["failure"]["message"]
-    reused = execute(build_request({**base, "run_id": "b", "reuse_observations": ["mcp__docs__*"]},
-                                   source="test")).to_json()
-    assert reused["failure"] is None
-    assert "reused_by_request" in reused["quality_reasons"] and "stale_observations" not in reused["quality_reasons"]
-    table = rows(tmp_path / "out" / "b")
-    assert [(row["name"], row["reused"]) for row in table] == [("Bash", None), ("mcp__docs__read", "reused_by_request")]
