@@ -212,6 +212,10 @@ def validate_request(request: ReplayRequest) -> None:
         from forkpoint.process.mcp import load_config
 
         load_config(request.mcp_config)  # a broken file is refused before anything runs
+        import importlib.util
+
+        if importlib.util.find_spec("mcp") is None:
+            raise configuration("mcp_config (--mcp-config) needs the MCP SDK: pip install 'forkpoint[mcp]'")
     for glob in request.reuse_observations:
         if not isinstance(glob, str) or not glob or "\0" in glob:
             raise configuration(f"reuse_observations (--reuse-observations): {glob!r} is not a tool-name glob")
