@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from forkpoint.adapters.claude_code import policy
+from forkpoint.adapters.claude_code.subagents import SubagentTranscript, attach_subagents
 from forkpoint.adapters.kit.ids import check_id
 from forkpoint.adapters.kit.jsondoc import load_jsonl_object
 from forkpoint.adapters.source import read_trajectory
@@ -83,17 +84,6 @@ class ClaudeNative:
     source: bytes = field(repr=False)
     #: the transcripts of the sub-agents whose calls are re-run, by the parent's Agent/Task call id (nested ones too)
     subagents: dict[str, SubagentTranscript] = field(default_factory=dict)
-
-
-@dataclass
-class SubagentTranscript:
-    """One sub-agent's own session file (``<session-id>/subagents/agent-<id>.jsonl``) as read, and its records."""
-
-    agent_id: str
-    relative: str  # where it was found, relative to the session file's folder
-    source: bytes = field(repr=False)
-    records: list[Record] = field(repr=False)
-    meta: bytes | None = field(default=None, repr=False)  # its ``agent-<id>.meta.json`` when present
 
 
 @dataclass
@@ -248,12 +238,10 @@ def _build(path: Path, sha256: str, scan: _Scan, source: bytes) -> Trajectory[Cl
         path.stem, "session id (the file name: no line has a sessionId)")
     transcripts: dict[str, SubagentTranscript] = {}
     if any(call.name in policy.ASYNC_LAUNCH_TOOLS for turn in turns for call in turn.calls):
-        from forkpoint.adapters.claude_code.subagents import attach_subagents
-
         used = {call.call_id for turn in turns for call in turn.calls}
         for turn in turns:
             turn.calls = attach_subagents(turn.calls, scan.agent_results, path.parent, session_id, transcripts,
-                                          used, depth=1)
+                                          used, _scan_transcript, depth=1)
     for index, turn in enumerate(turns):
         if not turn.calls:
             continue
@@ -302,6 +290,15 @@ def _build(path: Path, sha256: str, scan: _Scan, source: bytes) -> Trajectory[Cl
         warnings=tuple(scan.warnings),
         native=ClaudeNative(scan.records, chain, batch_records, terminals, source, transcripts),
     )
+
+
+def _scan_transcript(source: bytes) -> tuple[list[Record], list[Turn], dict[str, JsonObject]]:
+    """A sub-agent's own file (every record a sidechain one): its records, its turns and its Agent results."""
+    scan = _Scan(sidechain_file=True)
+    for line_number, offset, body, terminated in split_line_views(source):
+        _scan_line(scan, body, terminated, line_number, offset)
+    turns = _turns(scan, _active_chain(scan)) if scan.records else []
+    return scan.records, turns, scan.agent_results
 
 
 def _meta_after(chain: list[Record], terminal: Record) -> Record | None:

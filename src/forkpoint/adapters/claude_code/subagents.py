@@ -19,8 +19,9 @@ re-running the sub-agent's calls).
 from __future__ import annotations
 
 import re
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from forkpoint.adapters.claude_code import policy
 from forkpoint.core.errors import ReplayError
@@ -30,14 +31,26 @@ from forkpoint.core.fs import (
     InputTooLargeError,
     NotRegularFileError,
     read_file_strict,
-    split_line_views,
 )
 from forkpoint.core.model import CallPolicy, JsonObject, ToolCall
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from forkpoint.adapters.claude_code.parse import SubagentTranscript
+#: the parser's reading of a sub-agent file: (records, turns, Agent results by call id); a ReplayError when it is not
+#: a Claude Code session (parse.py passes it in: this module never imports the parser)
+Scanner = Callable[[bytes], tuple[list[Any], list[Any], dict[str, JsonObject]]]
+
+
+@dataclass
+class SubagentTranscript:
+    """One sub-agent's own session file (``<session-id>/subagents/agent-<id>.jsonl``) as read, and its records."""
+
+    agent_id: str
+    relative: str  # where it was found, relative to the session file's folder
+    source: bytes = field(repr=False)
+    records: list[Any] = field(repr=False)  # parse.Record
+    meta: bytes | None = field(default=None, repr=False)  # its ``agent-<id>.meta.json`` when present
 
 #: the quality reason of a parent's Agent/Task observation whose sub-agent's calls were re-run
 ANSWER_REUSED = "subagent_answer_reused"
@@ -56,7 +69,8 @@ def transcript_paths(session_id: str, agent_id: str) -> tuple[str, str]:
 
 
 def attach_subagents(calls: list[ToolCall], agent_results: dict[str, JsonObject], folder: Path, session_id: str,
-                     transcripts: dict[str, SubagentTranscript], used_ids: set[str], *, depth: int) -> list[ToolCall]:
+                     transcripts: dict[str, SubagentTranscript], used_ids: set[str], scanner: Scanner, *,
+                     depth: int) -> list[ToolCall]:
     """``calls`` with each completed foreground Agent/Task call carrying its sub-agent's calls (``subcalls``) and
     policy REUSED, or STALE / REFUSED with the reason (the transcript's file named)."""
     out = []
@@ -65,12 +79,12 @@ def attach_subagents(calls: list[ToolCall], agent_results: dict[str, JsonObject]
             out.append(call)
             continue
         out.append(_attach(call, agent_results.get(call.call_id) or {}, folder, session_id, transcripts, used_ids,
-                           depth))
+                           scanner, depth))
     return out
 
 
 def _attach(call: ToolCall, summary: JsonObject, folder: Path, session_id: str,
-            transcripts: dict[str, SubagentTranscript], used_ids: set[str], depth: int) -> ToolCall:
+            transcripts: dict[str, SubagentTranscript], used_ids: set[str], scanner: Scanner, depth: int) -> ToolCall:
     if policy.is_async_launch(call.name, call.arguments) or summary.get("isAsync") is True:
         return replace(call, policy_reason="a background sub-agent runs alongside the parent's later turns (its "
                                            "calls interleave with them), so its order cannot be replayed")
@@ -90,12 +104,10 @@ def _attach(call: ToolCall, summary: JsonObject, folder: Path, session_id: str,
     if isinstance(found, tuple):
         kind, reason = found
         return replace(call, policy=kind, policy_reason=reason)
-    return _with_transcript(call, found, folder, session_id, transcripts, used_ids, depth)
+    return _with_transcript(call, found, folder, session_id, transcripts, used_ids, scanner, depth)
 
 
 def _read_transcript(folder: Path, session_id: str, agent_id: str) -> SubagentTranscript | tuple[CallPolicy, str]:
-    from forkpoint.adapters.claude_code.parse import SubagentTranscript
-
     candidates = transcript_paths(session_id, agent_id)
     for relative in candidates:
         try:
@@ -123,19 +135,15 @@ def _read_transcript(folder: Path, session_id: str, agent_id: str) -> SubagentTr
 
 
 def _with_transcript(call: ToolCall, transcript: SubagentTranscript, folder: Path, session_id: str,
-                     transcripts: dict[str, SubagentTranscript], used_ids: set[str], depth: int) -> ToolCall:
-    from forkpoint.adapters.claude_code.parse import _active_chain, _Scan, _scan_line, _turns
-
+                     transcripts: dict[str, SubagentTranscript], used_ids: set[str], scanner: Scanner,
+                     depth: int) -> ToolCall:
     shown = folder / transcript.relative
-    scan = _Scan(sidechain_file=True)
     try:
-        for line_number, offset, body, terminated in split_line_views(transcript.source):
-            _scan_line(scan, body, terminated, line_number, offset)
-        turns = _turns(scan, _active_chain(scan)) if scan.records else []
+        records, turns, agent_results = scanner(transcript.source)
     except ReplayError as error:
         return replace(call, policy=CallPolicy.REFUSED, policy_reason=f"the sub-agent transcript {shown} is not a "
                                                                       f"Claude Code sub-agent session: {error.message}")
-    if any(not record.sidechain for record in scan.records):
+    if any(not record.sidechain for record in records):
         return replace(call, policy=CallPolicy.REFUSED, policy_reason=(
             f"the sub-agent transcript {shown} holds records that are not sidechain records"))
     if not turns or turns[-1].calls or any(len(turn.result_records) != len(turn.calls) for turn in turns):
@@ -144,7 +152,7 @@ def _with_transcript(call: ToolCall, transcript: SubagentTranscript, folder: Pat
     label = f"agent-{transcript.agent_id}"
     inner: list[ToolCall] = []
     for turn in turns:
-        nested = attach_subagents(turn.calls, scan.agent_results, folder, session_id, transcripts, used_ids,
+        nested = attach_subagents(turn.calls, agent_results, folder, session_id, transcripts, used_ids, scanner,
                                   depth=depth + 1)
         for sub in nested:
             if sub.call_id in used_ids:
@@ -152,6 +160,6 @@ def _with_transcript(call: ToolCall, transcript: SubagentTranscript, folder: Pat
                     f"the sub-agent transcript {shown} reuses the call id {sub.call_id} of another call"))
             used_ids.add(sub.call_id)
             inner.append(replace(sub, subagent=label))
-    transcript.records = scan.records
+    transcript.records = records
     transcripts[call.call_id] = transcript
     return replace(call, policy=CallPolicy.REUSED, policy_reason=ANSWER_REUSED, subcalls=tuple(inner))
