@@ -26,7 +26,8 @@ from forkpoint.core.model import CallPolicy, FreshObservation, RunContext, ToolC
 from forkpoint.testing.recordings import holding, restore_initial
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "claude_code"
-SESSIONS = sorted(FIXTURES.glob("2.*/*/session.jsonl"))
+# mcp_tools: its Bash calls read what the MCP server wrote; its proof runs the server (test_tool_mcp.py)
+SESSIONS = sorted(p for p in FIXTURES.glob("2.*/*/session.jsonl") if p.parent.name != "mcp_tools")
 
 
 def _fresh_calls(session: Path) -> list[ToolCall]:
