@@ -158,3 +158,14 @@ def test_an_incomplete_transcript_is_stale_naming_it(tmp_path: Path) -> None:
     call = _agent_call(session)
     assert call.policy is CallPolicy.STALE and "incomplete" in (call.policy_reason or "")
     assert str(transcript) in (call.policy_reason or "")
+
+
+def test_inspect_lists_the_subagent_calls_and_does_not_call_the_reused_answer_stale(tmp_path: Path) -> None:
+    from forkpoint.run.inspection import describe
+
+    session, _, agent_id = recording(tmp_path, "2.1.332")
+    agent = next(call for batch in describe(session, "claude-code")["batches"] for call in batch["calls"]
+                 if call["name"] == "Agent")
+    assert (agent["policy"], agent["stale"]) == ("reused", False)
+    assert [(sub["name"], sub["subagent"]) for sub in agent["subagent_calls"]] == [
+        ("Bash", f"agent-{agent_id}"), ("Read", f"agent-{agent_id}"), ("Bash", f"agent-{agent_id}")]
