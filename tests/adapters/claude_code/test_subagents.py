@@ -169,3 +169,35 @@ def test_inspect_lists_the_subagent_calls_and_does_not_call_the_reused_answer_st
     assert (agent["policy"], agent["stale"]) == ("reused", False)
     assert [(sub["name"], sub["subagent"]) for sub in agent["subagent_calls"]] == [
         ("Bash", f"agent-{agent_id}"), ("Read", f"agent-{agent_id}"), ("Bash", f"agent-{agent_id}")]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_sub_agent_shares_the_read_state_but_has_its_own_shell_directory(tmp_path: Path, version: str) -> None:
+    """Measured on both versions: the parent's Edit of a file only its sub-agent read succeeds; a sub-agent's shell
+    starts in the parent's directory and its `cd` does not move the parent's."""
+    from forkpoint.adapters.claude_code.tools import ClaudeToolExecutor
+    from forkpoint.core.model import Observation, RunContext, ToolCall
+
+    workspace = tmp_path / "ws"
+    (workspace / "sub" / "deeper").mkdir(parents=True)
+    (workspace / "base.txt").write_text("base\n")
+    executor = ClaudeToolExecutor(RunContext(workspace, tmp_path / "state", tmp_path / "out"), version,
+                                  "11111111-2222-3333-4444-555555555555", tmp_path / "home" / ".claude")
+    ids = iter(range(100))
+
+    def run(name: str, agent: str | None = None, **arguments: Any) -> str:
+        call = ToolCall(f"toolu_{next(ids)}", name, arguments, Observation(""), subagent=agent)
+        return str(executor.run(call).content)
+
+    try:
+        run("Bash", command="cd sub")
+        assert run("Bash", "agent-a", command="pwd").endswith("/ws/sub")  # starts where the parent is
+        run("Bash", "agent-a", command="cd deeper")
+        run("Read", "agent-a", file_path=str(workspace / "base.txt"))
+        assert run("Bash", command="pwd").endswith("/ws/sub")  # the sub-agent's cd did not move the parent
+        assert "has been updated successfully" in run("Edit", file_path=str(workspace / "base.txt"),
+                                                      old_string="base", new_string="edited")
+        assert run("Bash", "agent-a", command="pwd").endswith("/ws/sub/deeper")  # its own directory kept
+    finally:
+        executor.close()
+    assert (workspace / "base.txt").read_text() == "edited\n"

@@ -165,9 +165,15 @@ class ClaudeToolExecutor:
         # by forkpoint, carried into the home the continuation rebuilds, like the saved large outputs).
         self._modern = self.profile is NEW
         self._mcp = context.mcp  # the user's MCP servers (--mcp-config), None without
+        # Sub-agents (measured on both versions): one file-read state with the parent (a file only the sub-agent read
+        # can be edited by the parent), but a shell directory of their own: it starts where the parent's is, and the
+        # sub-agent's `cd` does not move the parent's. The calls of the context not running keep their directory here.
+        self._agent: str | None = None
+        self._shell_dirs: dict[str | None, str] = {}
         self.tasks = TaskList(results_config / "tasks" / session_id, results_config, self._modern)
 
     def run(self, call: ToolCall) -> FreshObservation:
+        self._enter(call.subagent)
         started = time.monotonic()
         handler = self._handlers.get(call.name)
         if handler is not None:
@@ -199,8 +205,18 @@ class ClaudeToolExecutor:
                                  is_error=outcome.is_error, truncated=outcome.truncated,
                                  return_code=outcome.return_code)
 
+    def _enter(self, agent: str | None) -> None:
+        """Switch the shell directory to ``agent``'s (None: the session's own); a new sub-agent starts in the
+        directory of the context that ran last (its parent: calls run in order, a sub-agent's before its Agent call)."""
+        if agent == self._agent:
+            return
+        self._shell_dirs[self._agent] = self.bash.cwd
+        self.bash.cwd = self._shell_dirs.get(agent, self.bash.cwd)
+        self._agent = agent
+
     def close(self) -> None:
         """Leave the shell's final directory for the continuation (``shell_state``), then drop the scratch dir."""
+        self._enter(None)  # the session's own directory, not a sub-agent's
         shutil.rmtree(self._scratch, ignore_errors=True)
         with contextlib.suppress(OSError):
             save_shell_state(self._state_dir, os.path.relpath(self.bash.cwd, self.bash.root))
