@@ -14,6 +14,11 @@ recordings published in public repositories; never copied into this repository).
 
 ``--smoke`` measures two recordings derived from the project's own real-binary fixtures (version field changed
 to a release forkpoint never verified), prepare-only only.
+
+Issue 29 adds the share that replays WITHOUT ``--allow-stale-observations`` (every call re-run, or reused by design:
+a sub-agent's answer after its calls re-ran) and with ``--reuse-observations GLOB`` (``--reuse``, e.g. ``'mcp__*'``:
+what a user declares read-only). ``--src DIR`` runs the replays with another forkpoint tree (the before numbers:
+``PYTHONPATH=DIR`` for the in-process parts too); ``--agent NAME`` measures one agent's recordings.
 """
 
 from __future__ import annotations
@@ -88,18 +93,27 @@ def prepare(agent: str, path: Path, after: int, scratch: Path, *, strict: bool) 
 WHY: dict[Path, str] = {}
 
 
-def replay(agent: str, path: Path, after: int, scratch: Path, *, strict: bool) -> dict[str, Any] | None:
-    """One replay-only run in a fresh temporary workspace, in its own process: its result document, or None."""
+SRC = ROOT / "src"  # the forkpoint tree the replays run (--src)
+#: --reuse: tool-name globs passed as --reuse-observations in the "reuse" measurement
+REUSE: list[str] = []
+
+
+def replay(agent: str, path: Path, after: int, scratch: Path, *, strict: bool,
+           stale: bool = True, reuse: bool = False) -> dict[str, Any] | None:
+    """One replay-only run in a fresh temporary workspace, in its own process: its result document, or None.
+    ``stale``: with --allow-stale-observations; ``reuse``: with the --reuse globs."""
     spec = agent_spec(agent)
-    run = f"r{after}{'s' if strict else ''}"
+    run = f"r{after}{'s' if strict else ''}{'' if stale else 'n'}{'u' if reuse else ''}"
     workspace = Path(tempfile.mkdtemp(prefix="ws-", dir=scratch))
     argv = [sys.executable, "-m", "forkpoint.cli", "replay", "--agent", agent, "--trajectory", str(path),
-            "--after-step", str(after), "--replay-only", "--allow-stale-observations", "--on-divergence", "ignore",
+            "--after-step", str(after), "--replay-only", *(["--allow-stale-observations"] if stale else []),
+            *[item for glob in (REUSE if reuse else []) for item in ("--reuse-observations", glob)],
+            "--on-divergence", "ignore",
             "--workspace", str(workspace), "--state-dir", str(scratch / "state"),
             "--output-dir", str(scratch / "out"), "--run-id", run, "--json",
             "--sandbox", "bwrap" if "bwrap" in spec.sandbox_features else "local",
             *(["--require-verified-version"] if strict else [])]
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=REPLAY_TIMEOUT_S, env=env, check=False,
                               cwd=scratch)
@@ -114,7 +128,7 @@ def replay(agent: str, path: Path, after: int, scratch: Path, *, strict: bool) -
         shutil.rmtree(scratch / "state" / run, ignore_errors=True)
     failure = (document or {}).get("failure")
     if document is None or failure:
-        if not strict:
+        if not strict and stale:
             WHY[path] = (f"{failure.get('category')}: {str(failure.get('message'))[:90]}" if failure
                          else "no result")
         return None
@@ -122,18 +136,18 @@ def replay(agent: str, path: Path, after: int, scratch: Path, *, strict: bool) -
 
 
 def largest_replaying(agent: str, path: Path, prepared: list[int], scratch: Path,
-                      *, strict: bool) -> tuple[int, dict[str, Any] | None]:
+                      *, strict: bool, stale: bool = True, reuse: bool = False) -> tuple[int, dict[str, Any] | None]:
     """How many of the prepared boundaries replay (bisecting from the last), and the largest replay's result."""
     if not prepared:
         return 0, None
-    best = replay(agent, path, prepared[-1], scratch, strict=strict)
+    best = replay(agent, path, prepared[-1], scratch, strict=strict, stale=stale, reuse=reuse)
     if best is not None:
         return len(prepared), best
     low, high = 0, len(prepared) - 1  # prepared[:low] replay; prepared[high] does not
     found: dict[str, Any] | None = None
     while low < high:
         middle = (low + high) // 2
-        result = replay(agent, path, prepared[middle], scratch, strict=strict)
+        result = replay(agent, path, prepared[middle], scratch, strict=strict, stale=stale, reuse=reuse)
         if result is not None:
             low, found = middle + 1, result
         else:
@@ -145,25 +159,35 @@ def main() -> None:
     options = parser(__doc__ or "", repeat=1)
     options.add_argument("--recordings", type=Path, default=WILD, help="a directory of <agent>/<file> recordings")
     options.add_argument("--no-replay", action="store_true", help="prepare-only only")
+    options.add_argument("--src", type=Path, default=ROOT / "src", help="the forkpoint tree the replays run")
+    options.add_argument("--agent", default=None, help="only this agent's recordings")
+    options.add_argument("--reuse", action="append", default=[], help="--reuse-observations GLOB (repeatable)")
     args = finish_args(options.parse_args())
+    global SRC
+    SRC = args.src
+    REUSE[:] = args.reuse
     with tempfile.TemporaryDirectory(prefix="fp-real-world-") as temp:
         scratch = Path(temp)
         if args.smoke:
             (scratch / "rec").mkdir()
             found = smoke_recordings(scratch / "rec")
         else:
-            found = recordings(args.recordings)
+            found = [(agent, path) for agent, path in recordings(args.recordings)
+                     if args.agent in (None, agent)]
         per_agent: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         rows = []
         for agent, path in found:
             offered, facts = boundaries(agent, path)
             before = [n for n in offered if prepare(agent, path, n, scratch, strict=True)]
             after = [n for n in offered if prepare(agent, path, n, scratch, strict=False)]
-            replayed_before = replayed_after = 0
+            replayed_before = replayed_after = no_stale = reused = 0
             exact = ""
             if not (args.smoke or args.no_replay):
                 replayed_before, _ = largest_replaying(agent, path, before, scratch, strict=True)
                 replayed_after, best = largest_replaying(agent, path, after, scratch, strict=False)
+                no_stale, _ = largest_replaying(agent, path, after, scratch, strict=False, stale=False)
+                if REUSE:
+                    reused, _ = largest_replaying(agent, path, after, scratch, strict=False, stale=False, reuse=True)
                 if best is not None:
                     meta = best.get("metadata") or {}
                     exact = f"{meta.get('exact_observations')}/{meta.get('compared_observations')}"
@@ -174,11 +198,15 @@ def main() -> None:
             totals["prepare_after"] += len(after)
             totals["replay_before"] += replayed_before
             totals["replay_after"] += replayed_after
+            totals["replay_no_stale"] += no_stale
+            totals["replay_reuse"] += reused
             rows.append((f"{agent}/{path.name}", facts.get("detected") or "—",
                          facts.get("version") or "—",
                          facts.get("status") or str(facts.get("error", "—")).replace("|", "/"),
                          facts.get("tools_as") or "—", len(offered), f"{len(before)} → {len(after)}",
                          "—" if args.smoke or args.no_replay else f"{replayed_before} → {replayed_after}",
+                         "—" if args.smoke or args.no_replay else str(no_stale),
+                         "—" if args.smoke or args.no_replay or not REUSE else str(reused),
                          exact or "—", WHY.get(path, "—").replace("|", "/")))
         summary = []
         for agent, totals in sorted(per_agent.items()):
@@ -186,17 +214,21 @@ def main() -> None:
             summary.append((agent, totals["recordings"], totals["boundaries"],
                             f"{totals['prepare_before'] / total:.0%} → {totals['prepare_after'] / total:.0%}",
                             "—" if args.smoke or args.no_replay else
-                            f"{totals['replay_before'] / total:.0%} → {totals['replay_after'] / total:.0%}"))
+                            f"{totals['replay_before'] / total:.0%} → {totals['replay_after'] / total:.0%}",
+                            "—" if args.smoke or args.no_replay else f"{totals['replay_no_stale'] / total:.0%}",
+                            "—" if args.smoke or args.no_replay or not REUSE else
+                            f"{totals['replay_reuse'] / total:.0%}"))
     body = (
         "Before = main's exact-pin rule (`--require-verified-version`); after = any readable version, marked "
         "degraded (`unverified_version`). Replay-only ran in a fresh temporary workspace (bwrap for claude-code "
         "and codex), stale observations allowed; the recordings come without their workspaces, so observations "
         "that read the original project differ — exact is the largest replay's exact / compared observations.\n\n"
-        + table(("agent", "recordings", "boundaries", "prepare-only before → after", "replay-only before → after"),
-                summary)
+        + table(("agent", "recordings", "boundaries", "prepare-only before → after", "replay-only before → after",
+                 "replay-only without stale", f"… with --reuse-observations {' '.join(REUSE) or '(none)'}"), summary)
         + "\n\n"
         + table(("recording", "detected", "recorded version", "status", "tools as", "boundaries",
-                 "prepare before → after", "replay before → after", "exact (largest replay)",
+                 "prepare before → after", "replay before → after", "without stale", "with reuse",
+                 "exact (largest replay)",
                  "why a replay stopped (after)"), rows)
     )
     emit("real_world", "Real-world recordings: prepare and replay by version (issue 28)", body, args,

@@ -4,6 +4,7 @@
     python scripts/record_claude_fixtures.py [--version V ...] [--scenario S ...]
 
 Writes tests/fixtures/claude_code/<version>/<scenario>/: session.jsonl (the native session file),
+<session-id>/subagents/ (sub-agent transcripts, when created),
 stdout.jsonl, stderr.txt, requests.jsonl (what the model server received; system/tools as hashes),
 script.json, meta.json, workspace-initial/, tool-results/ (persisted large outputs, when created), tasks/ (the
 session's task list files, when created) and workspace-final/ (scenarios with keep_final).
@@ -70,6 +71,11 @@ class Scenario:
     # AskUserQuestion only run this way: a plain -p run disables them.
     sdk_answer: Callable[[Json], Json] | None = None
     keep_final: bool = False  # also store the workspace as the run left it (workspace-final/)
+    # the sub-agents' script: a request carrying SUBAGENT_KEY (only a sub-agent's system prompt has it) is
+    # answered from these turns (their tool_use ids are given: the seeded ids would repeat the parent's)
+    sub_turns: Callable[[str], Turns] | None = None
+    # MCP servers, in Claude's --mcp-config format (written to <home>/mcp.json and passed with --mcp-config)
+    mcp_servers: dict[str, Json] | None = None
 
 
 def _result_texts(lines: list[Json]) -> list[str]:
@@ -191,6 +197,28 @@ def _check_interactive(lines: list[Json], _: Path) -> None:
     assert results[1] == 'Your questions have been answered: "Which one?"="X". You can now continue with these ' \
                          "answers in mind.", results
     assert results[2] == "User has approved exiting plan mode. You can now proceed.", results
+
+
+#: a phrase of the built-in general-purpose sub-agent's system prompt (both versions), never in the main prompt
+SUBAGENT_KEY = "You are an agent for Claude Code"
+
+
+def _check_subagent(lines: list[Json], fixture: Path) -> None:
+    results = _result_texts(lines)
+    assert "Sub-agent report: sub.txt written" in results[1], results
+    assert results[2] == "from-sub\nbase", results
+    files = sorted(p.name for p in fixture.glob("*/subagents/*.jsonl"))
+    assert len(files) == 1, files
+
+
+#: the tiny real MCP server (forkpoint.testing.mcp_server, the official SDK) the mcp_tools scenario talks to
+MCP_TINY = {"tiny": {"command": sys.executable, "args": ["-m", "forkpoint.testing.mcp_server"],
+                     "env": {"PYTHONPATH": str(REPO / "src")}}}
+
+
+def _check_mcp(lines: list[Json], _: Path) -> None:
+    results = _result_texts(lines)
+    assert results[1] == '{"result":"echo: hi"}' and results[5] == "count.txt has one line", results
 
 
 def task(name: str, **arguments: Any) -> list[Block]:
@@ -346,6 +374,40 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
               "mode and AskUserQuestion run only this way",
     ),
     Scenario(
+        "subagent", "Delegate the file work to a sub-agent, then check it.",
+        {"base.txt": "base\n"},
+        lambda cwd: [[bash("echo start > log.txt", "Start the log")],
+                     task("Agent", description="Write sub.txt", subagent_type="general-purpose",
+                          run_in_background=False, prompt="Write sub.txt next to base.txt and report."),
+                     [bash("cat sub.txt base.txt", "Check the result")],
+                     [text("The sub-agent wrote sub.txt.")]],
+        sub_turns=lambda cwd: [[tool_use("Bash", {"command": "echo from-sub > sub.txt && ls",
+                                                  "description": "Write sub.txt"}, id="toolu_sub_0001")],
+                               [tool_use("Read", {"file_path": f"{cwd}/base.txt"}, id="toolu_sub_0002")],
+                               [tool_use("Bash", {"command": "cat nope.txt", "description": "A failing read"},
+                                         id="toolu_sub_0003")],
+                               [text("Sub-agent report: sub.txt written (from-sub); base.txt says base.")]],
+        check=_check_subagent,
+        notes="a foreground sub-agent (Agent, run_in_background false) runs Bash, Read and a failing Bash in the "
+              "same workspace; its transcript is <session-id>/subagents/agent-<id>.jsonl (+ .meta.json)",
+    ),
+    Scenario(
+        "mcp_tools", "Use the tiny MCP server's tools.",
+        {"README.md": "# demo\n"},
+        lambda cwd: [[bash("echo ready && sleep 3", "Let the MCP server connect")],
+                     task("mcp__tiny__echo", text="hi"),
+                     task("mcp__tiny__plain", text="p"),
+                     task("mcp__tiny__two", text="t"),
+                     task("mcp__tiny__count", label="first"),
+                     [bash("wc -l < count.txt | sed 's/^1$/count.txt has one line/'", "Count the lines")],
+                     task("mcp__tiny__fail", reason="x"),
+                     [text("The MCP tools answered.")]],
+        error_steps=frozenset({6}), check=_check_mcp, mcp_servers=MCP_TINY,
+        notes="a real stdio MCP server (forkpoint.testing.mcp_server): structured, text-block and error results, and "
+              "a tool that writes count.txt in the workspace (the server runs in claude's cwd); the first step "
+              "waits for the server to connect (2.1.220 answers 'still connecting' otherwise)",
+    ),
+    Scenario(
         "notebook_edit", "Edit the notebook.",
         {"demo.ipynb": NOTEBOOK, "old.ipynb": NOTEBOOK.replace('"nbformat_minor": 5', '"nbformat_minor": 4'),
          "crlf.ipynb": NOTEBOOK.replace("\n", "\r\n")},
@@ -498,6 +560,9 @@ def run_claude(runtime: runtimes.Runtime, scenario: Scenario, model: ScriptedMod
         return Recording(sessions[0], read_jsonl(sessions[0]), sessions[0].stem, exit_code, False, False)
     argv = [str(runtime.entrypoint), "-p", scenario.task, "--output-format", "stream-json", "--verbose",
             "--dangerously-skip-permissions", *scenario.extra_args]
+    if scenario.mcp_servers is not None:
+        (home / "mcp.json").write_text(json.dumps({"mcpServers": scenario.mcp_servers}))
+        argv += ["--mcp-config", str(home / "mcp.json")]
     project = home / ".claude" / "projects" / encode_cwd(cwd)
     with model.serve() as url:
         env = {"PATH": CLEAN_PATH, "HOME": str(home), "LANG": "C.UTF-8", "TZ": "UTC", "ANTHROPIC_BASE_URL": url,
@@ -583,7 +648,8 @@ def record(version: str, scenario: Scenario) -> Path:
     turns = scenario.turns(str(cwd))
     (fixture / "script.json").write_text(json.dumps({"seed": seed, "turns": [{"content": t} for t in turns]},
                                                     indent=2) + "\n")
-    model = ScriptedModel(turns, seed=seed)
+    keyed = {SUBAGENT_KEY: scenario.sub_turns(str(cwd))} if scenario.sub_turns is not None else {}
+    model = ScriptedModel(turns, seed=seed, keyed=keyed)
     expected = [[b["id"] for b in model.respond("main", step)[1] if b["type"] == "tool_use"]
                 for step in range(len(turns))]
     rec = run_claude(runtime, scenario, model, expected, cwd, home, fixture)
@@ -594,6 +660,9 @@ def record(version: str, scenario: Scenario) -> Path:
     tasks = home / ".claude" / "tasks" / rec.session_id
     if tasks.is_dir():
         shutil.copytree(tasks, fixture / "tasks", ignore=shutil.ignore_patterns(".lock"))
+    subagents = rec.session.parent / rec.session_id / "subagents"
+    if subagents.is_dir():
+        shutil.copytree(subagents, fixture / rec.session_id / "subagents")  # as Claude keeps them
     persisted = rec.session.parent / rec.session_id / "tool-results"
     if persisted.is_dir():
         shutil.copytree(persisted, fixture / "tool-results")
@@ -611,7 +680,9 @@ def record(version: str, scenario: Scenario) -> Path:
         "command": ["claude", "-p", scenario.task, "--input-format", "stream-json", "--output-format", "stream-json",
                     "--verbose", *scenario.extra_args] if scenario.sdk_answer is not None else
                    ["claude", "-p", scenario.task, "--output-format", "stream-json", "--verbose",
-                    "--dangerously-skip-permissions", *scenario.extra_args],
+                    "--dangerously-skip-permissions", *scenario.extra_args,
+                    *(["--mcp-config", "<home>/mcp.json"] if scenario.mcp_servers else [])],
+        "mcp_servers": scenario.mcp_servers,
         "entrypoint": runtime.manifest()["entrypoint"],
         "env": {"PATH": CLEAN_PATH, "HOME": str(home), "LANG": "C.UTF-8", "TZ": "UTC",
                 "ANTHROPIC_BASE_URL": "<scripted model url>", "ANTHROPIC_API_KEY": "dummy",

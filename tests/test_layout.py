@@ -107,6 +107,8 @@ EXCEPTIONS = {
     "testing/__init__.py": "re-exports of the test kit",
     "testing/claude_sessions.py": "test kit; used by most tests, tests/testing/test_claude_fixtures.py",
     "testing/codex_rollouts.py": "test kit; tests/adapters/codex/test_parse.py and test_session.py",
+    "testing/mcp_server.py": "a real MCP server for tests; exercised by tests/process/test_mcp.py and "
+                             "tests/adapters/claude_code/test_tool_mcp.py",
 }
 
 

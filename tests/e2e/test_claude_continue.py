@@ -8,6 +8,7 @@ the observations must be exact, and the real claude must execute the scripted ne
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -316,3 +317,52 @@ def test_enter_plan_mode_re_run_then_continued(version: str, tmp_path: Path, ups
     refused = run(fixture, tmp_path, 2, replay_only=True, run_id="after-question")
     assert refused.failure is not None and refused.exit_code == 10
     assert "a person answered" in refused.failure.message
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_subagent_calls_re_run_then_continued(version: str, tmp_path: Path, upstream_key: None) -> None:
+    """A foreground sub-agent (Agent): its own calls re-run in order in the same workspace (exact), its answer is
+    reused (``subagent_answer_reused``), the rebuilt session carries its transcript under
+    ``<session-id>/subagents/`` in the continued claude's home, the gate passes, and the live claude's next call
+    reads what the sub-agent wrote: the original's result."""
+    _require_runtime(version)
+    fixture = FIXTURES / version / "subagent"
+    model = ScriptedModel.from_file(fixture / "script.json")
+    with model.serve() as url:
+        result = run(fixture, tmp_path, 2, upstream="anthropic", upstream_url=url)
+    assert result.failure is None, result.failure
+    assert (result.phase, result.agent_status) == ("continued", "completed")
+    assert result.quality_reasons == ["subagent_answer_reused"]
+    assert result.metadata["model_bridge"]["refused"] == 0
+    out = Path(result.output_dir or "")
+    observations = json.loads((out / "observations.json").read_text())["observations"]
+    assert [row["subagent"] is not None for row in observations] == [False, True, True, True, False]
+    assert all(row["exact"] for row in observations[:4])
+    assert observations[4]["reused"] == "subagent_answer_reused"
+    homes = list((tmp_path / "state").rglob("subagents/agent-*.jsonl"))
+    assert homes, "the continued claude's home has no sub-agent transcript"
+    continued = next((out / "native" / "continued").glob("*.jsonl"))
+    assert _live_results(continued, 2)[:1] == ["from-sub\nbase"]
+
+
+def test_mcp_calls_re_run_against_the_users_server_then_continued(tmp_path: Path, upstream_key: None) -> None:
+    """--mcp-config: the recorded MCP calls re-run against a real server (written with the official SDK) exactly, its
+    effect (count.txt) is in the workspace at the boundary, the gate passes, and the live claude's next command sees
+    it: the original's result."""
+    pytest.importorskip("mcp")
+    _require_runtime("2.1.332")
+    fixture = FIXTURES / "2.1.332" / "mcp_tools"
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"tiny": {
+        "command": sys.executable, "args": ["-m", "forkpoint.testing.mcp_server"],
+        "env": {"PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}}}}))
+    model = ScriptedModel.from_file(fixture / "script.json")
+    with model.serve() as url:
+        result = run(fixture, tmp_path, 5, upstream="anthropic", upstream_url=url, mcp_config=str(config))
+    assert result.failure is None, result.failure
+    assert (result.phase, result.quality, result.agent_status) == ("continued", "verified", "completed")
+    out = Path(result.output_dir or "")
+    observations = json.loads((out / "observations.json").read_text())["observations"]
+    assert len(observations) == 5 and all(row["exact"] for row in observations)
+    continued = next((out / "native" / "continued").glob("*.jsonl"))
+    assert _live_results(continued, 5)[:1] == ["count.txt has one line"]

@@ -115,3 +115,41 @@ def test_a_neutral_stale_call_needs_the_flag_and_a_refused_one_is_refused_with_i
     with pytest.raises(ReplayError) as info:
         select_boundary(_neutral((CallPolicy.REFUSED,)), 1, Mode.REPLAY_ONLY, "p", allow_stale_observations=True)
     assert info.value.kind is ErrorKind.UNSUPPORTED_TOOL and "refused here" in info.value.message
+
+
+def _with(policy: CallPolicy, name: str, mcp: tuple[str, str] | None = None) -> Trajectory[None]:
+    call = ToolCall("c1", name, {}, Observation("out"), policy, "why", mcp=mcp)
+    return Trajectory.recorded("neutral", None, Path("/recording"), "0" * 64, session_id=None, cwd=None,
+                               batches=[Batch(1, (call,), "line:1")], next_actions=[None, None], native=None)
+
+
+def test_reuse_globs_make_a_stale_call_reused_by_request_never_a_refused_one() -> None:
+    stale = _with(CallPolicy.STALE, "mcp__docs__read")
+    plan = select_boundary(stale, 1, Mode.REPLAY_ONLY, "p", reuse_observations=("mcp__docs__*",))
+    assert plan.policy_of(plan.calls[0]) == (CallPolicy.REUSED, "reused_by_request")
+    with pytest.raises(ReplayError, match="--allow-stale-observations"):
+        select_boundary(stale, 1, Mode.REPLAY_ONLY, "p", reuse_observations=("mcp__other__*",))
+    with pytest.raises(ReplayError) as info:
+        select_boundary(_with(CallPolicy.REFUSED, "mcp__docs__read"), 1, Mode.REPLAY_ONLY, "p",
+                        reuse_observations=("*",))
+    assert info.value.kind is ErrorKind.UNSUPPORTED_TOOL
+
+
+def test_an_mcp_call_of_a_configured_server_is_re_run() -> None:
+    stale = _with(CallPolicy.STALE, "mcp__docs__read", mcp=("docs", "read"))
+    plan = select_boundary(stale, 1, Mode.REPLAY_ONLY, "p", mcp_servers=frozenset({"docs"}))
+    assert plan.policy_of(plan.calls[0]) == (CallPolicy.FRESH, None)
+    with pytest.raises(ReplayError, match="--allow-stale-observations"):
+        select_boundary(stale, 1, Mode.REPLAY_ONLY, "p", mcp_servers=frozenset({"web"}))
+
+
+def test_a_stale_call_inside_a_sub_agent_needs_the_flag_and_names_the_sub_agent() -> None:
+    inner = ToolCall("s1", "WebFetch", {}, Observation("page"), CallPolicy.STALE, "web", subagent="agent-x")
+    parent = ToolCall("c1", "Agent", {}, Observation("answer"), CallPolicy.REUSED, "subagent_answer_reused",
+                      subcalls=(inner,))
+    parsed = Trajectory.recorded("neutral", None, Path("/recording"), "0" * 64, session_id=None, cwd=None,
+                                 batches=[Batch(1, (parent,), "line:1")], next_actions=[None, None], native=None)
+    with pytest.raises(ReplayError, match="made by the sub-agent agent-x"):
+        select_boundary(parsed, 1, Mode.REPLAY_ONLY, "p")
+    plan = select_boundary(parsed, 1, Mode.REPLAY_ONLY, "p", allow_stale_observations=True)
+    assert [call.call_id for call in plan.replayed_calls] == ["s1", "c1"]

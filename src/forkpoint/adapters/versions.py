@@ -156,12 +156,14 @@ def read_as(adapter: Adapter, parsed: Trajectory, *, require_verified: bool = Fa
 
 
 def plan_for(adapter: Adapter, parsed: Trajectory, after_step: int, mode: Mode, *,
-             allow_stale_observations: bool = False, require_verified: bool = False) -> Plan:
+             allow_stale_observations: bool = False, require_verified: bool = False,
+             reuse_observations: tuple[str, ...] = (), mcp_servers: frozenset[str] = frozenset()) -> Plan:
     """The boundary plan of a recording of any readable version (forkpoint.run.plan.select_boundary)."""
     from forkpoint.run.plan import select_boundary
 
     readable, facts = read_as(adapter, parsed, require_verified=require_verified)
-    plan = select_boundary(readable, after_step, mode, facts.profile, allow_stale_observations=allow_stale_observations)
+    plan = select_boundary(readable, after_step, mode, facts.profile, allow_stale_observations=allow_stale_observations,
+                           reuse_observations=reuse_observations, mcp_servers=mcp_servers)
     return replace(plan, version=facts)
 
 

@@ -26,7 +26,8 @@ MODES = ("prepare-only", "replay-only", "continue")
 #: keys a job (or [defaults]) may set besides trajectory/agent/after_step/mode, with their JSON types
 OPTION_TYPES: dict[str, type | tuple[type, ...]] = {
     "workspace_from": str, "sandbox": str, "upstream": str, "upstream_url": str, "max_steps": int,
-    "boundary_user_prompt": str, "allow_stale_observations": bool,
+    "boundary_user_prompt": str, "allow_stale_observations": bool, "reuse_observations": list,
+    "mcp_timeout": (int, float),
     "require_verified_version": bool, "on_divergence": str, "timeout_s": (int, float),
     "branches": int, "branch_prompts": list, "max_processes": int,
     # the bwrap sandbox's root file system (docs/sandboxes.md): a folder, or an image unpacked and cached by digest

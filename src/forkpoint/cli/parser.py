@@ -102,7 +102,8 @@ SCORE_DESTS = tuple(option[2:].replace("-", "_") for option, *_ in SCORE_OPTIONS
 
 
 #: the options given once per value, each value appended to a list
-_REPEATABLE = ("--path-map", "--branch-prompt", "--env", *("--" + dest.replace("_", "-") for dest in BRANCH_LIST_KEYS))
+_REPEATABLE = ("--path-map", "--branch-prompt", "--env", "--reuse-observations",
+               *("--" + dest.replace("_", "-") for dest in BRANCH_LIST_KEYS))
 
 
 def add_options(parser: argparse.ArgumentParser,
@@ -124,7 +125,7 @@ _DIRECT_OPTIONS = (
     "upstream_url", "agent_entrypoint", "sandbox", "path_map", "rootfs", "image", "workspace_from", "on_divergence",
     "branches",
     "branch_prompt", "parallel", "keep_snapshot", "drop_snapshot", "max_trajectory_bytes", "max_processes",
-    "opencode_export", "env",
+    "opencode_export", "env", "reuse_observations", "mcp_config", "mcp_timeout",
     *MODEL_DESTS,
     "agent_version", "record_tool_schemas", "capture_tokens", *SCORE_DESTS,
 )
@@ -148,7 +149,16 @@ _REPLAY_OPTIONS: tuple[tuple[str, str | None, Callable[[str], Any], str], ...] =
     ("--prepare-only", None, bool, "Write the native prefix with the historical observations; run nothing."),
     ("--replay-only", None, bool, "Re-run the prefix's tools and write the native prefix; do not start the agent."),
     ("--allow-stale-observations", None, bool, "Reuse recorded observations that cannot be refreshed "
-     "(sub-agents, web, todo...); the result is marked degraded."),
+     "(web, todo, MCP, a sub-agent whose transcript is missing...); the result is marked degraded."),
+    ("--reuse-observations", "GLOB", str, "Reuse the recorded observations of the tools whose names match GLOB "
+     "(fnmatch, e.g. 'mcp__docs__*') without --allow-stale-observations: for tools you know are read-only; each "
+     "such call is recorded as reused_by_request in observations.json and the quality reasons. Repeatable."),
+    ("--mcp-config", "FILE", Path, "Your MCP servers, in Claude Code's own format ({\"mcpServers\": {NAME: {command, "
+     "args, env} or {type: http, url, headers}}}): the recorded calls of the servers it names are re-run against "
+     "them and compared (a stdio server runs with the child-environment allowlist plus its env, in a process group "
+     "killed when the replay ends)."),
+    ("--mcp-timeout", "S", float, "Seconds an MCP server may take to start, and to answer one call; past it its "
+     "processes are killed and the run fails [default: 60]."),
     ("--require-verified-version", None, bool, "Refuse (exit 11) a recording whose agent version is not a "
      "verified one; without it, any version forkpoint can read is prepared and replayed with the tool semantics "
      "of the nearest verified version, and the result is marked degraded (unverified_version)."),

@@ -6,6 +6,7 @@ Adapters translate their native format into these; the engine never looks at nat
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     from typing_extensions import TypeVar
 
     from forkpoint.bridge.translate.sampling import SamplingPins
+    from forkpoint.process.mcp import McpClients
     from forkpoint.sandbox.base import Sandbox
 
     #: an adapter's own parsed form of a recording (``Trajectory[CodexNative]``); ``Any`` where the agent is not
@@ -41,6 +43,10 @@ class CallPolicy(StrEnum):
     FRESH = "fresh"  # re-run in the workspace, observation regenerated
     STALE = "stale"  # observation cannot be refreshed; reuse needs --allow-stale-observations
     REFUSED = "refused"  # cannot be replayed at all (would change semantics silently)
+    # the recorded observation is reused BY DESIGN, not for want of a way to re-run it: a sub-agent's final answer
+    # (its own calls are re-run), a tool the user declared read-only (--reuse-observations). ``policy_reason`` is
+    # the quality reason the run records (``subagent_answer_reused``, ``reused_by_request``); no opt-in needed.
+    REUSED = "reused"
 
     @staticmethod
     def listed(name: str, fresh: Collection[str], stale: Mapping[str, str]) -> tuple[CallPolicy, str | None] | None:
@@ -95,10 +101,21 @@ class ToolCall:
     policy: CallPolicy = CallPolicy.FRESH
     policy_reason: str | None = None  # why the call is stale or refused
     native: Any = field(default=None, compare=False, repr=False)
+    #: the sub-agent that made this call (its calls appear in observations.json under this name), None for the
+    #: agent's own calls
+    subagent: str | None = None
+    #: the calls the sub-agent this call started made, in order: replayed before this call, in the same workspace
+    subcalls: tuple[ToolCall, ...] = ()
+    #: (server, tool) of a stale MCP tool call: re-run against the user's server when --mcp-config names it
+    mcp: tuple[str, str] | None = None
 
     @property
     def stale(self) -> bool:
         return self.policy is not CallPolicy.FRESH
+
+    def replay_order(self) -> tuple[ToolCall, ...]:
+        """This call's sub-agent calls (theirs first, depth first) and then the call itself: the order they ran."""
+        return (*(inner for call in self.subcalls for inner in call.replay_order()), self)
 
 
 @dataclass(frozen=True)
@@ -210,6 +227,10 @@ class Plan(Generic[N]):
     mode: Mode
     profile: str
     allow_stale_observations: bool = False
+    #: ``--reuse-observations`` globs, matched against tool names (``policy_of``)
+    reuse_observations: tuple[str, ...] = ()
+    #: the MCP servers ``--mcp-config`` names: their stale MCP calls are re-run (``policy_of``)
+    mcp_servers: frozenset[str] = frozenset()
     #: what the recording's version means for this run (None: a plan made before versions were resolved)
     version: VersionFacts | None = field(default=None, compare=False)
 
@@ -220,6 +241,22 @@ class Plan(Generic[N]):
     @property
     def calls(self) -> tuple[ToolCall, ...]:
         return tuple(call for batch in self.batches for call in batch.calls)
+
+    @property
+    def replayed_calls(self) -> tuple[ToolCall, ...]:
+        """Every call the replay meets, sub-agents' calls included, in the order they ran."""
+        return tuple(inner for call in self.calls for inner in call.replay_order())
+
+    def policy_of(self, call: ToolCall) -> tuple[CallPolicy, str | None]:
+        """The call's policy in this run: a stale call whose tool name matches a ``--reuse-observations`` glob is
+        reused by request (the user declared it read-only); a stale MCP call of a server ``--mcp-config`` names is
+        re-run; everything else as parsed."""
+        if call.policy is CallPolicy.STALE and any(fnmatch.fnmatchcase(call.name, glob)
+                                                   for glob in self.reuse_observations):
+            return CallPolicy.REUSED, "reused_by_request"
+        if call.policy is CallPolicy.STALE and call.mcp is not None and call.mcp[0] in self.mcp_servers:
+            return CallPolicy.FRESH, None
+        return call.policy, call.policy_reason
 
     @property
     def prefix_model_turns(self) -> int:
@@ -257,6 +294,8 @@ class FreshObservation:
     return_code: int | None = None
     duration_ms: int = 0
     native: Any = field(default=None, compare=False)
+    #: the quality reason of an observation reused by design (``CallPolicy.REUSED``), else None
+    reused: str | None = None
 
 
 @dataclass(frozen=True)
@@ -271,6 +310,8 @@ class RunContext:
     output_dir: Path
     session_id: str | None = None
     sandbox: Sandbox | None = field(default=None, compare=False, repr=False)
+    #: the user's MCP servers (``--mcp-config``), connected on first use during the replay
+    mcp: McpClients | None = field(default=None, compare=False, repr=False)
     #: the continuation's view: ``home`` is the continued agent's own home, not the one replayed commands wrote
     continuing: bool = False
 

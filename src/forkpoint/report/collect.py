@@ -46,7 +46,8 @@ class RunView:
 
     @property
     def diverged(self) -> list[dict[str, Any]]:
-        return [row for row in self.observations.values() if not row.get("exact") and not row.get("stale_reused")]
+        return [row for row in self.observations.values()
+                if not row.get("exact") and not row.get("stale_reused") and not row.get("reused")]
 
     @property
     def observations_match(self) -> str:

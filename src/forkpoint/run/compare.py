@@ -50,11 +50,14 @@ def observation_entry(
     truncated: bool = False,
     stale_reused: bool = False,
     normalise: Callable[[Any], Any] | None = None,
+    reused: str | None = None,
+    subagent: str | None = None,
 ) -> dict[str, Any]:
     """One row of observations.json. ``exact`` means the same content AND the same error flag.
 
     ``normalise`` masks the adapter's documented volatile parts (e.g. a persisted-output file path) on
-    both sides before comparing; ``normalised`` says whether it changed anything.
+    both sides before comparing; ``normalised`` says whether it changed anything. ``reused``: the quality reason
+    of an observation reused by design (not compared, like a stale one); ``subagent``: who made the call.
     """
     historical_text = historical.text if historical else ""
     fresh_text = observation_text(fresh_content)
@@ -62,11 +65,14 @@ def observation_entry(
     equal = raw_equal
     if not raw_equal and historical is not None and normalise is not None:
         equal = normalise(historical.content) == normalise(fresh_content)
-    exact = historical is not None and not stale_reused and equal and historical.is_error == fresh_is_error
+    compared = not stale_reused and reused is None
+    exact = historical is not None and compared and equal and historical.is_error == fresh_is_error
     return {
         "id": call_id,
         "name": name,
         "batch": batch,
+        "subagent": subagent,
+        "reused": reused,
         "exact": exact,
         "similarity": round(similarity(historical_text, fresh_text), 6),
         "historical_bytes": len(historical_text.encode("utf-8")),
@@ -80,7 +86,7 @@ def observation_entry(
         "historical_preview": preview(historical_text),
         "fresh_preview": preview(fresh_text),
         # also for a call equal only after normalisation: the diff shows the masked volatile parts
-        "diff": None if raw_equal or historical is None or stale_reused else unified_diff(historical_text, fresh_text),
+        "diff": None if raw_equal or historical is None or not compared else unified_diff(historical_text, fresh_text),
     }
 
 

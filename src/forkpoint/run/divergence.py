@@ -2,8 +2,9 @@
 
 A call diverges when its fresh observation differs from the historical one after the adapter's documented
 normalisation of volatile fields (``exact`` false in observations.json) — calls whose recorded observation was
-reused (stale) are not compared. ``warn`` (default) prints a line per diverging call and goes on, ``stop`` ends
-the run after the replay and before any continuation (failure category ``divergence``), ``ignore`` only records.
+reused (stale, or ``reused`` by design) are not compared. ``warn`` (default) prints a line per diverging call and
+goes on, ``stop`` ends the run after the replay and before any continuation (failure category ``divergence``),
+``ignore`` only records.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ POLICIES: tuple[str, ...] = ("warn", "stop", "ignore")
 
 
 def diverging(comparisons: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [row for row in comparisons if not row.get("exact") and not row.get("stale_reused")]
+    return [row for row in comparisons
+            if not row.get("exact") and not row.get("stale_reused") and not row.get("reused")]
 
 
 def summary(comparisons: list[dict[str, Any]], policy: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 from forkpoint.adapters import versions
 from forkpoint.core.errors import ErrorKind, ReplayError, no_space
 from forkpoint.core.hashing import sha256_hex
-from forkpoint.core.model import Continuation, Mode, NativePrefix, Plan
+from forkpoint.core.model import CallPolicy, Continuation, Mode, NativePrefix, Plan
 from forkpoint.core.protocols import PROTOCOLS
 from forkpoint.core.results import (
     MANIFEST_SCHEMA,
@@ -199,9 +199,11 @@ def run_metadata(
 ) -> dict[str, Any]:
     parsed = plan.trajectory
     not_refreshable = [
-        {"call_id": call.call_id, "name": call.name, "policy": call.policy.value, "reason": call.policy_reason}
-        for call in plan.calls
-        if call.stale
+        {"call_id": call.call_id, "name": call.name, "policy": policy.value, "reason": reason,
+         **({"subagent": call.subagent} if call.subagent else {})}
+        for call in plan.replayed_calls
+        for policy, reason in [plan.policy_of(call)]
+        if policy is not CallPolicy.FRESH
     ]
     from forkpoint import __version__
 
@@ -220,6 +222,7 @@ def run_metadata(
         "boundary_user_prompt": prompt_metadata(request, continuation),
         "calls_not_refreshable": not_refreshable,
         "stale_observations_reused": outcome.stale_reused if outcome else [],
+        "observations_reused": outcome.reused if outcome else {},
         "parse_warnings": list(parsed.warnings),
         "version": plan.version.to_json() if plan.version else None,
         **(continuation.metadata if continuation else {}),
@@ -264,6 +267,7 @@ def finished_result(request: ReplayRequest, plan: Plan, dirs: RunDirs, prefix: N
                        tool_semantics_version=facts_of_version.tool_version)
     write_json(dirs.output_dir / "replay-summary.json", summary, durable=False)
     reasons = [*versions.reasons(plan.version), *(["stale_observations"] if outcome and outcome.stale_reused else []),
+               *dict.fromkeys(outcome.reused.values() if outcome else ()),
                *degradation_reasons(facts.replay_degradations)]
     degraded = bool(reasons)
     phase: Phase = "continued" if continuation else ("prepared" if status == "prepared" else "replayed")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -120,6 +120,8 @@ def _prepare(request: ReplayRequest, report: Progress) -> Prepared:
               else adapter.parse_completed(source, companion, request.max_trajectory_bytes))
     plan = versions.plan_for(adapter, parsed, boundary(request, parsed.complete_count), request.mode,
                              allow_stale_observations=request.allow_stale_observations,
+                             reuse_observations=tuple(request.reuse_observations),
+                             mcp_servers=_mcp_servers(request),
                              require_verified=request.require_verified_version)
     parsed = plan.trajectory  # as replay reads it: a recorded version that is not verified reads as its profile's
     planning.check_step_budget(request.mode, request.max_steps, plan.prefix_model_turns)
@@ -213,7 +215,7 @@ def _run_allocated(request: ReplayRequest, prepared: Prepared, journal: Journal,
         journal.append("session_prepared", sync=False, sha256=prefix.sha256)
         status = "prepared"
     else:
-        outcome = _replay(plan, adapter, context, journal, report, facts)
+        outcome = _replay(plan, adapter, context, journal, report, facts, request)
         report("writing the native session with fresh observations")
         prefix = adapter.write_rebuilt_prefix(plan, outcome.fresh, prefix_dir)
         journal.append("session_rebuilt", sync=False, sha256=prefix.sha256)
@@ -265,7 +267,7 @@ def _score(request: ReplayRequest, prepared: Prepared, outcome: ReplayOutcome | 
 
 
 def _replay(plan: Plan, adapter: Adapter, context: RunContext, journal: Journal, report: Progress,
-            facts: documents.RunFacts) -> ReplayOutcome:
+            facts: documents.RunFacts, request: ReplayRequest) -> ReplayOutcome:
     """Re-run the prefix's tools in the workspace, compared with the recorded observations (observations.json)."""
     from forkpoint.run.replay import replay_batches
     from forkpoint.workspace import inventory
@@ -273,12 +275,21 @@ def _replay(plan: Plan, adapter: Adapter, context: RunContext, journal: Journal,
     fresh_tree = inventory(context.workspace)  # before anything runs: what "fresh" meant for this run
     journal.append("workspace_inventory", sync=False, sha256=fresh_tree.sha256, files=fresh_tree.files)
     facts.fresh_inventory = fresh_tree
+    mcp = None
+    if request.mcp_config is not None:  # the user's MCP servers, started on first use, killed when the replay ends
+        from forkpoint.process.mcp import McpClients, load_config
+
+        mcp = McpClients(load_config(request.mcp_config), request.mcp_timeout, context.workspace)
+        mcp.start()
+        context = replace(context, mcp=mcp)
     executor = adapter.executor(plan, context)
     try:
         outcome = replay_batches(plan, executor, journal, report, adapter.normalise_observation,
                                  adapter.session_chunk)
     finally:
         executor.close()
+        if mcp is not None:
+            mcp.close()
     # what the executor re-ran differently from the recording (e.g. a container environment run locally)
     degradations = [str(item) for item in getattr(executor, "degradations", ())]
     if degradations:
@@ -357,3 +368,12 @@ def _branch(request: ReplayRequest, prepared: Prepared, prefix: NativePrefix, co
     document = run_branches(setup, branches, report)
     journal.append("branches_finished", sync=False, count=branches.count)
     return aggregate(document)
+
+
+def _mcp_servers(request: ReplayRequest) -> frozenset[str]:
+    """The server names of ``--mcp-config`` (validated with the request)."""
+    if request.mcp_config is None:
+        return frozenset()
+    from forkpoint.process.mcp import load_config
+
+    return frozenset(load_config(request.mcp_config))

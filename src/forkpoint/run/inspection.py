@@ -9,7 +9,7 @@ from forkpoint.adapters import get_adapter
 from forkpoint.adapters.detect import guess_agent
 from forkpoint.core.errors import ReplayError, configuration
 from forkpoint.core.fs import DEFAULT_MAX_INPUT_BYTES
-from forkpoint.core.model import ToolCall
+from forkpoint.core.model import CallPolicy, ToolCall
 
 _SHORT = 60
 
@@ -75,9 +75,12 @@ def _call(call: ToolCall) -> dict[str, Any]:
         "input": call.arguments,
         "observation_bytes": len(historical.text.encode("utf-8")) if historical else 0,
         "is_error": historical.is_error if historical else None,
-        "stale": call.stale,
+        "stale": call.policy is CallPolicy.STALE or call.policy is CallPolicy.REFUSED,
         "policy": call.policy.value,
         "policy_reason": call.policy_reason,
+        # a sub-agent's own calls (re-run before this one), each described like any call
+        **({"subagent_calls": [{**_call(sub), "subagent": sub.subagent} for sub in call.subcalls]}
+           if call.subcalls else {}),
     }
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from forkpoint.core.errors import ErrorKind, ReplayError, configuration, trajectory
-from forkpoint.core.model import CallPolicy, Mode, Plan, Trajectory
+from forkpoint.core.model import CallPolicy, Mode, Plan, ToolCall, Trajectory
 
 
 def select_boundary(
@@ -13,6 +13,8 @@ def select_boundary(
     profile: str,
     *,
     allow_stale_observations: bool = False,
+    reuse_observations: tuple[str, ...] = (),
+    mcp_servers: frozenset[str] = frozenset(),
 ) -> Plan:
     """Cut the trajectory after ``after_step`` complete batches, refusing boundaries that cannot be rebuilt."""
     complete = parsed.complete_count
@@ -32,6 +34,8 @@ def select_boundary(
         mode=mode,
         profile=profile,
         allow_stale_observations=allow_stale_observations,
+        reuse_observations=reuse_observations,
+        mcp_servers=mcp_servers,
     )
     if mode is not Mode.PREPARE_ONLY:
         check_call_policies(plan)
@@ -42,18 +46,26 @@ def check_call_policies(plan: Plan) -> None:
     """Fail closed on calls whose observation cannot be regenerated, unless degradation was allowed."""
     for batch in plan.batches:
         for call in batch.calls:
-            if call.policy is CallPolicy.REFUSED:
-                raise ReplayError(
-                    ErrorKind.UNSUPPORTED_TOOL,
-                    f"tool call {call.name}({call.call_id}) in batch {batch.ordinal} cannot be replayed: "
-                    f"{call.policy_reason}",
-                )
-            if call.policy is CallPolicy.STALE and not plan.allow_stale_observations:
-                raise trajectory(
-                    f"tool call {call.name}({call.call_id}) in batch {batch.ordinal} can only reuse its "
-                    f"recorded observation ({call.policy_reason}); pass --allow-stale-observations to "
-                    "opt into a degraded replay"
-                )
+            _check_call(plan, batch.ordinal, call)
+
+
+def _check_call(plan: Plan, ordinal: int, call: ToolCall) -> None:
+    policy, reason = plan.policy_of(call)
+    who = f" (made by the sub-agent {call.subagent})" if call.subagent else ""
+    if policy is CallPolicy.REFUSED:
+        raise ReplayError(
+            ErrorKind.UNSUPPORTED_TOOL,
+            f"tool call {call.name}({call.call_id}){who} in batch {ordinal} cannot be replayed: {reason}",
+        )
+    if policy is CallPolicy.STALE and not plan.allow_stale_observations:
+        raise trajectory(
+            f"tool call {call.name}({call.call_id}){who} in batch {ordinal} can only reuse its "
+            f"recorded observation ({reason}); pass --allow-stale-observations to opt into a degraded replay"
+        )
+    if policy is CallPolicy.STALE:
+        return  # its recorded observation is reused as it is: a sub-agent's calls are not re-run either
+    for inner in call.subcalls:
+        _check_call(plan, ordinal, inner)
 
 
 def check_step_budget(mode: Mode, max_steps: int | None, prefix_steps: int) -> None:

@@ -1,7 +1,9 @@
 """Re-run the tool calls of batches 1..N, journaling before and after each call (the side-effect receipts).
 
 A call whose observation cannot be refreshed is never executed: its recorded observation is reused and
-marked ``stale_reused`` (the plan already refused it unless --allow-stale-observations was given).
+marked ``stale_reused`` (the plan already refused it unless --allow-stale-observations was given). A call reused by
+design (``CallPolicy.REUSED``: a sub-agent's answer, a tool named by --reuse-observations) is marked ``reused`` with
+its quality reason instead. A sub-agent's own calls run right before the call that started it, in their order.
 """
 
 from __future__ import annotations
@@ -32,6 +34,11 @@ class ReplayOutcome:
         return [call_id for call_id, observation in self.fresh.items() if observation.stale_reused]
 
     @property
+    def reused(self) -> dict[str, str]:
+        """call id -> quality reason of each observation reused by design (``CallPolicy.REUSED``)."""
+        return {call_id: observation.reused for call_id, observation in self.fresh.items() if observation.reused}
+
+    @property
     def exact(self) -> int:
         return sum(1 for row in self.comparisons if row["exact"])
 
@@ -46,15 +53,19 @@ def replay_batches(
 ) -> ReplayOutcome:
     outcome = ReplayOutcome()
     sessions: dict[str, list[tuple[int, Any, Any]]] = {}
-    total = len(plan.calls)
+    total = len(plan.replayed_calls)
     done = 0
     for batch in plan.batches:
         journal.append("batch_started", sync=False, batch=batch.ordinal)
-        for call in batch.calls:
+        for call in (inner for top in batch.calls for inner in _order(plan, top)):
             done += 1
-            progress(f"[{done}/{total}] batch {batch.ordinal}: {call.name} {_short(call)}")
-            fresh = _reuse(call) if call.policy is not CallPolicy.FRESH else _execute(batch.ordinal, call, executor,
-                                                                                      journal)
+            who = f" (sub-agent {call.subagent})" if call.subagent else ""
+            progress(f"[{done}/{total}] batch {batch.ordinal}: {call.name}{who} {_short(call)}")
+            policy, reason = plan.policy_of(call)
+            if policy is CallPolicy.FRESH:
+                fresh = _execute(batch.ordinal, call, executor, journal)
+            else:
+                fresh = _reuse(call, reason if policy is CallPolicy.REUSED else None)
             outcome.fresh[call.call_id] = fresh
             key = fresh.native.get("session_key") if isinstance(fresh.native, dict) else None
             if isinstance(key, str) and call.historical is not None:
@@ -70,6 +81,8 @@ def replay_batches(
                     truncated=fresh.truncated,
                     stale_reused=fresh.stale_reused,
                     normalise=normalise,
+                    reused=fresh.reused,
+                    subagent=call.subagent,
                 )
             )
         journal.append("batch_committed", sync=False, batch=batch.ordinal)
@@ -101,10 +114,20 @@ def _execute(batch: int, call: ToolCall, executor: ToolExecutor, journal: Journa
     return fresh
 
 
-def _reuse(call: ToolCall) -> FreshObservation:
+def _order(plan: Plan, call: ToolCall) -> tuple[ToolCall, ...]:
+    """A call and its sub-agent's calls in the order they ran; a stale call's sub-agent is not re-run (its answer
+    is reused as recorded)."""
+    policy, _ = plan.policy_of(call)
+    return (call,) if policy is CallPolicy.STALE else (
+        *(inner for sub in call.subcalls for inner in _order(plan, sub)), call)
+
+
+def _reuse(call: ToolCall, reason: str | None) -> FreshObservation:
+    """The recorded observation: stale (a fallback the user opted into) or, with ``reason``, reused by design."""
     historical = call.historical
     assert historical is not None  # only complete batches are selectable
-    return FreshObservation(call.call_id, historical.content, historical.is_error, stale_reused=True)
+    return FreshObservation(call.call_id, historical.content, historical.is_error, stale_reused=reason is None,
+                            reused=reason)
 
 
 def _short(call: ToolCall) -> str:

@@ -79,6 +79,9 @@ class ReplayRequest:
     max_processes: int = 512
     opencode_export: Path | None = None  # `opencode export` JSON completing an OpenCode run event log
     env: list[str] = field(default_factory=list)  # NAME (the host's value) or NAME=VALUE, passed to children
+    reuse_observations: list[str] = field(default_factory=list)  # tool-name globs whose observations are reused
+    mcp_config: Path | None = None  # the user's MCP servers (Claude Code's .mcp.json format): MCP calls re-run
+    mcp_timeout: float = 60.0  # seconds an MCP server may take to start, and to answer one call
     # model choice and sampling pins (issue 17): set by the bridge on each request after the gate validated it
     model: str | None = None  # the model the continuation asks for [the recorded one]
     temperature: float | None = None
@@ -145,7 +148,8 @@ def build_request(values: dict[str, Any], *, source: str) -> ReplayRequest:
         if values.get(flag) is not None and not isinstance(values[flag], bool):
             raise configuration(f"{source}: {flag} must be true or false")
     fields["mode"] = mode_from_flags(bool(values.get("prepare_only")), bool(values.get("replay_only")))
-    for key in ("trajectory", "workspace", "state_dir", "output_dir", "agent_entrypoint", "opencode_export"):
+    for key in ("trajectory", "workspace", "state_dir", "output_dir", "agent_entrypoint", "opencode_export",
+                "mcp_config"):
         if key in fields:
             if not isinstance(fields[key], str | Path) or str(fields[key]) == "":
                 raise configuration(f"{source}: {key} must be a non-empty path string")
@@ -156,7 +160,8 @@ def build_request(values: dict[str, Any], *, source: str) -> ReplayRequest:
         errors.insert(0, 'after_step: input should be a valid integer or "all"')
     if errors:
         raise configuration(f"{source}: {'; '.join(errors)}")
-    for key in ("temperature", "top_p", "score_timeout", "original_reward", *TIMEOUT_KEYS):  # a TOML/JSON 0 is 0.0
+    # a TOML/JSON 0 is the number 0.0
+    for key in ("temperature", "top_p", "score_timeout", "original_reward", "mcp_timeout", *TIMEOUT_KEYS):
         if key in fields:
             fields[key] = float(fields[key])
     if "branch_temperatures" in fields:
@@ -223,6 +228,19 @@ def validate_request(request: ReplayRequest) -> None:
     if (request.rootfs is not None or request.image is not None) and request.sandbox != "bwrap":
         raise configuration("rootfs / image (--rootfs / --image) give --sandbox bwrap its root file system; "
                             f"the sandbox is {request.sandbox}")
+    if not 0 < request.mcp_timeout <= 3600:
+        raise configuration("mcp_timeout (--mcp-timeout) must be between 0 and 3600 seconds")
+    if request.mcp_config is not None:
+        from forkpoint.process.mcp import load_config
+
+        load_config(request.mcp_config)  # a broken file is refused before anything runs
+        import importlib.util
+
+        if importlib.util.find_spec("mcp") is None:
+            raise configuration("mcp_config (--mcp-config) needs the MCP SDK: pip install 'forkpoint[mcp]'")
+    for glob in request.reuse_observations:
+        if not isinstance(glob, str) or not glob or "\0" in glob:
+            raise configuration(f"reuse_observations (--reuse-observations): {glob!r} is not a tool-name glob")
     if request.path_map:
         from forkpoint.sandbox.base import PathMap
 

@@ -35,6 +35,9 @@ EXPECTED: dict[str, tuple[int, bool, list[list[str]]]] = {
     "interactive_tools": (4, False, [["EnterPlanMode"], ["AskUserQuestion"], ["ExitPlanMode"], ["Bash"]]),
     "notebook_edit": (14, False, [["Read"]] + [["NotebookEdit"]] * 9 + [["Read"], ["NotebookEdit"], ["Read"],
                                                                         ["NotebookEdit"]]),
+    "subagent": (3, False, [["Bash"], ["Agent"], ["Bash"]]),
+    "mcp_tools": (7, False, [["Bash"], ["mcp__tiny__echo"], ["mcp__tiny__plain"], ["mcp__tiny__two"],
+                             ["mcp__tiny__count"], ["Bash"], ["mcp__tiny__fail"]]),
 }
 
 

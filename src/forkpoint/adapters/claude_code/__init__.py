@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from forkpoint.adapters.base import AdapterBase
 from forkpoint.adapters.claude_code.parse import parse_session
-from forkpoint.adapters.claude_code.session import write_prepared, write_rebuilt
+from forkpoint.adapters.claude_code.session import subagent_files, write_prepared, write_rebuilt
 from forkpoint.adapters.claude_code.spec import SPEC
 from forkpoint.core.errors import unsupported_version
 from forkpoint.core.model import FreshObservation, NativePrefix, Plan, RunContext, Trajectory
@@ -35,13 +35,21 @@ class ClaudeCodeAdapter(AdapterBase):
         return super().profile_for(trajectory)
 
     def write_prefix(self, plan: Plan, fresh: Mapping[str, FreshObservation] | None, out_dir: Path) -> NativePrefix:
+        from forkpoint.core.results import write_atomic
+
         destination = out_dir / f"{_session_id(plan)}.jsonl"
         if fresh is None:
             out_dir.mkdir(parents=True, exist_ok=True)
             digest = write_prepared(plan, destination)
         else:
             digest = write_rebuilt(plan, fresh, destination)
-        return NativePrefix(destination, self.native_format, _session_id(plan), digest)
+        extra = []
+        for relative, data in subagent_files(plan, fresh):  # relative: checked ids only (subagents.transcript_paths)
+            path = out_dir / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(path, data)
+            extra.append(path)
+        return NativePrefix(destination, self.native_format, _session_id(plan), digest, tuple(extra))
 
     # -- replay -------------------------------------------------------------------------------------------------
 

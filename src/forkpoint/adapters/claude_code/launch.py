@@ -225,6 +225,11 @@ class ClaudeHooks(AgentHooks[Installed]):
         # Replayed commands could write the HOME: no link planted there is followed (forkpoint.core.fs strict helpers).
         shell.write_home_file(job.context.home, session_file, b"".join(line + b"\n" for line in rebuilt),
                               "the rebuilt session")
+        # the re-run sub-agents' transcripts, where the binary keeps them (<session-id>/subagents/ beside the file)
+        for path in job.prefix.extra_paths:
+            relative = path.relative_to(job.prefix.path.parent)
+            shell.write_home_file(job.context.home, session_file.parent / relative, path.read_bytes(),
+                                  "a sub-agent transcript")
         return Installed(session_id, rebuilt, session_file, cwd, shell_cwd, recorded_tool_set(_recorded_lines(job)))
 
     def carried(self, job: Job) -> list[Path]:

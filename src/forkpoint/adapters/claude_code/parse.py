@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from forkpoint.adapters.claude_code import policy
+from forkpoint.adapters.claude_code.subagents import SubagentTranscript, attach_subagents
 from forkpoint.adapters.kit.ids import check_id
 from forkpoint.adapters.kit.jsondoc import load_jsonl_object
 from forkpoint.adapters.source import read_trajectory
@@ -81,6 +82,8 @@ class ClaudeNative:
     # The exact bytes that were parsed and hashed: prefixes are cut from them, so a file that changes after
     # the parse can never mix into a prefix (records' offsets point into these bytes).
     source: bytes = field(repr=False)
+    #: the transcripts of the sub-agents whose calls are re-run, by the parent's Agent/Task call id (nested ones too)
+    subagents: dict[str, SubagentTranscript] = field(default_factory=dict)
 
 
 @dataclass
@@ -97,6 +100,10 @@ class _Scan:
     warnings: list[str] = field(default_factory=list)
     first_object: JsonObject | None = None
     stream_json: JsonObject | None = None  # a line of `claude -p --output-format stream-json` stdout
+    #: a sub-agent's own file: every record is a sidechain record, and they are its conversation
+    sidechain_file: bool = False
+    #: tool_use id -> the ``toolUseResult`` of an Agent/Task result (``agentId``, ``status``, ``isAsync``)
+    agent_results: dict[str, JsonObject] = field(default_factory=dict)
 
 
 def parse_session(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory[ClaudeNative]:
@@ -147,7 +154,7 @@ def _scan_line(scan: _Scan, raw: memoryview, terminated: bool, line: int, offset
     version = obj.get("version")
     if isinstance(version, str) and version:
         scan.versions.add(version)
-    if sidechain:
+    if sidechain and not scan.sidechain_file:
         return  # sub-agent transcript lines never shape the main conversation
     previous = scan.by_uuid.get(uuid)
     if previous is not None:
@@ -204,6 +211,9 @@ def _index_results(scan: _Scan, record: Record, obj: JsonObject) -> None:
             )
         scan.results[tool_use_id] = (record, block)
         record.data = {"message": {"content": content}}
+        summary = obj.get("toolUseResult")
+        if isinstance(summary, dict) and ("agentId" in summary or "isAsync" in summary):
+            scan.agent_results[tool_use_id] = {key: summary.get(key) for key in ("agentId", "status", "isAsync")}
 
 
 def _build(path: Path, sha256: str, scan: _Scan, source: bytes) -> Trajectory[ClaudeNative]:
@@ -220,6 +230,18 @@ def _build(path: Path, sha256: str, scan: _Scan, source: bytes) -> Trajectory[Cl
     refusals: dict[int, str] = {}
     chain_uuids = {record.uuid for record in chain}
     complete_so_far = True
+    session_ids = sorted(scan.session_ids)
+    if len(session_ids) > 1:
+        raise trajectory(f"the session file mixes several session ids: {', '.join(session_ids)}")
+    # The session id names the prefix file, the session file in the agent HOME and `claude --resume <id>`.
+    session_id = check_id(session_ids[0], "sessionId") if session_ids else check_id(
+        path.stem, "session id (the file name: no line has a sessionId)")
+    transcripts: dict[str, SubagentTranscript] = {}
+    if any(call.name in policy.ASYNC_LAUNCH_TOOLS for turn in turns for call in turn.calls):
+        used = {call.call_id for turn in turns for call in turn.calls}
+        for turn in turns:
+            turn.calls = attach_subagents(turn.calls, scan.agent_results, path.parent, session_id, transcripts,
+                                          used, _scan_transcript, depth=1)
     for index, turn in enumerate(turns):
         if not turn.calls:
             continue
@@ -253,13 +275,7 @@ def _build(path: Path, sha256: str, scan: _Scan, source: bytes) -> Trajectory[Cl
         following = turns[index + 1] if index + 1 < len(turns) else None
         next_actions.append(following.signature() if following else None)
     _refuse_split_async_agents(batches, refusals)
-    session_ids = sorted(scan.session_ids)
-    if len(session_ids) > 1:
-        raise trajectory(f"the session file mixes several session ids: {', '.join(session_ids)}")
     versions = frozenset(scan.versions)
-    # The session id names the prefix file, the session file in the agent HOME and `claude --resume <id>`.
-    session_id = check_id(session_ids[0], "sessionId") if session_ids else check_id(
-        path.stem, "session id (the file name: no line has a sessionId)")
     return Trajectory(
         agent=AGENT,
         version=next(iter(versions)) if len(versions) == 1 else None,
@@ -272,8 +288,17 @@ def _build(path: Path, sha256: str, scan: _Scan, source: bytes) -> Trajectory[Cl
         next_actions=tuple(next_actions),
         boundary_refusals=refusals,
         warnings=tuple(scan.warnings),
-        native=ClaudeNative(scan.records, chain, batch_records, terminals, source),
+        native=ClaudeNative(scan.records, chain, batch_records, terminals, source, transcripts),
     )
+
+
+def _scan_transcript(source: bytes) -> tuple[list[Record], list[Turn], dict[str, JsonObject]]:
+    """A sub-agent's own file (every record a sidechain one): its records, its turns and its Agent results."""
+    scan = _Scan(sidechain_file=True)
+    for line_number, offset, body, terminated in split_line_views(source):
+        _scan_line(scan, body, terminated, line_number, offset)
+    turns = _turns(scan, _active_chain(scan)) if scan.records else []
+    return scan.records, turns, scan.agent_results
 
 
 def _meta_after(chain: list[Record], terminal: Record) -> Record | None:
@@ -421,7 +446,8 @@ def _add_call(
     else:
         version = next(iter(scan.versions)) if len(scan.versions) == 1 else None
         call_policy, reason = policy.classify(name, arguments, historical, version)
-    turn.calls.append(ToolCall(call_id, name, arguments, historical, call_policy, reason))
+    turn.calls.append(ToolCall(call_id, name, arguments, historical, call_policy, reason,
+                               mcp=policy.mcp_tool(name, reason)))
 
 
 def _merge_stream_text(existing: str, incoming: str) -> str:

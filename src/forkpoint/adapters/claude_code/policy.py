@@ -16,6 +16,7 @@ FRESH_TOOLS = frozenset({"Bash", "Read", "Write", "Edit", "MultiEdit", "Glob", "
 _INTERACTIVE_REASON = "its result is what a person answered in the original session"
 
 _STALE_REASONS = {
+    # a completed foreground sub-agent whose transcript is found is REUSED instead (subagents.py)
     "Agent": "a sub-agent run is its own model conversation and cannot be re-executed",
     "Task": "a sub-agent run is its own model conversation and cannot be re-executed",
     "TaskOutput": "it reads the state of an earlier sub-agent or background task",
@@ -75,9 +76,30 @@ def classify(
     listed = CallPolicy.listed(name, FRESH_TOOLS, _STALE_REASONS)
     if listed is not None:
         return listed
-    if name.startswith("mcp__"):
-        return CallPolicy.STALE, "MCP server tools are not available to forkpoint"
+    tool = _mcp_name(name)
+    if tool is not None:
+        server = tool[0]
+        return CallPolicy.STALE, (f"{MCP_REASON} {server!r} of the original session (--mcp-config FILE re-runs it "
+                                  f"against your server; if the tool is read-only: --reuse-observations "
+                                  f"'mcp__{server}__*')")
     return CallPolicy.STALE, f"forkpoint does not re-execute the tool {name!r}"
+
+
+MCP_REASON = "its answer came from the MCP server"
+
+
+def _mcp_name(name: str) -> tuple[str, str] | None:
+    """(server, tool) of Claude's ``mcp__<server>__<tool>`` name, else None."""
+    parts = name.split("__", 2)
+    if len(parts) != 3 or parts[0] != "mcp" or not parts[1] or not parts[2]:
+        return None
+    return parts[1], parts[2]
+
+
+def mcp_tool(name: str, reason: str | None) -> tuple[str, str] | None:
+    """(server, tool) of a call that is stale only because its server is not run: ``--mcp-config`` may re-run it
+    (an MCP call Claude rejected before running it keeps its own reason and stays stale)."""
+    return _mcp_name(name) if reason is not None and reason.startswith(MCP_REASON) else None
 
 
 def is_async_launch(name: str, arguments: JsonObject) -> bool:

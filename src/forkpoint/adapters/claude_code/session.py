@@ -91,8 +91,8 @@ def rebuilt_lines(plan: Plan[ClaudeNative], fresh: Mapping[str, FreshObservation
         tool_use_result = natives[0] if len(natives) == 1 else None
         if isinstance(tool_use_result, dict | str):  # real Claude writes "Error: ..." strings for errors
             obj["toolUseResult"] = tool_use_result
-        else:
-            obj.pop("toolUseResult", None)
+        elif not all(fresh[tool_id].reused for tool_id in mine):
+            obj.pop("toolUseResult", None)  # (an answer reused by design keeps its recorded one: it IS the answer)
         out.append(orjson.dumps(obj))
     missing = selected - replaced
     if missing:
@@ -107,3 +107,52 @@ def write_rebuilt(plan: Plan[ClaudeNative], fresh: Mapping[str, FreshObservation
     destination.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(destination, payload)
     return sha256_hex(payload)
+
+
+def subagent_files(plan: Plan[ClaudeNative], fresh: Mapping[str, FreshObservation] | None) -> list[tuple[str, bytes]]:
+    """(path relative to the session's folder, bytes) of the transcripts of the sub-agents the prefix re-ran: where
+    the verified binaries keep them (``<session-id>/subagents/agent-<id>.jsonl`` and its ``.meta.json``), their
+    results replaced by the fresh observations (``fresh`` None: the recorded bytes, as prepare-only writes)."""
+    from forkpoint.adapters.claude_code.subagents import transcript_paths
+
+    native = plan.trajectory.native
+    session_id = plan.trajectory.session_id or plan.trajectory.source_path.stem
+    out: list[tuple[str, bytes]] = []
+    for call in plan.replayed_calls:
+        transcript = native.subagents.get(call.call_id)
+        if transcript is None or plan.policy_of(call)[1] != "subagent_answer_reused":
+            continue
+        relative = transcript_paths(session_id, transcript.agent_id)[0]
+        lines = [transcript.source[r.offset:r.offset + r.length] for r in transcript.records]
+        if fresh is not None:
+            lines = [_with_fresh(line, fresh) if record.type == "user" and record.data is not None else line
+                     for record, line in zip(transcript.records, lines, strict=True)]
+        out.append((relative, b"".join(line + b"\n" for line in lines)))
+        if transcript.meta is not None:
+            out.append((relative.removesuffix(".jsonl") + ".meta.json", transcript.meta))
+    return out
+
+
+def _with_fresh(line: bytes, fresh: Mapping[str, FreshObservation]) -> bytes:
+    """A sub-agent's result line with its results' fresh contents (``toolUseResult`` as ``rebuilt_lines`` does)."""
+    obj = orjson.loads(line)
+    content = obj.get("message", {}).get("content")
+    changed = []
+    for block in content if isinstance(content, list) else []:
+        tool_id = block.get("tool_use_id") if isinstance(block, dict) else None
+        observation = fresh.get(tool_id) if isinstance(tool_id, str) else None
+        if observation is None or block.get("type") != "tool_result":
+            continue
+        block["content"] = observation.content
+        if observation.is_error or "is_error" in block:
+            block["is_error"] = observation.is_error
+        changed.append(observation)
+    if not changed:
+        return line
+    # Claude writes no toolUseResult for a sub-agent's successful result (measured): only a recorded one is replaced
+    native = changed[0].native if len(changed) == 1 else None
+    if "toolUseResult" in obj and isinstance(native, dict | str):
+        obj["toolUseResult"] = native
+    elif not all(observation.reused or observation.stale_reused for observation in changed):
+        obj.pop("toolUseResult", None)
+    return orjson.dumps(obj)

@@ -164,9 +164,16 @@ class ClaudeToolExecutor:
         # The session's task list, where Claude keeps it: in the continued agent's own home when it has one (written
         # by forkpoint, carried into the home the continuation rebuilds, like the saved large outputs).
         self._modern = self.profile is NEW
+        self._mcp = context.mcp  # the user's MCP servers (--mcp-config), None without
+        # Sub-agents (measured on both versions): one file-read state with the parent (a file only the sub-agent read
+        # can be edited by the parent), but a shell directory of their own: it starts where the parent's is, and the
+        # sub-agent's `cd` does not move the parent's. The calls of the context not running keep their directory here.
+        self._agent: str | None = None
+        self._shell_dirs: dict[str | None, str] = {}
         self.tasks = TaskList(results_config / "tasks" / session_id, results_config, self._modern)
 
     def run(self, call: ToolCall) -> FreshObservation:
+        self._enter(call.subagent)
         started = time.monotonic()
         handler = self._handlers.get(call.name)
         if handler is not None:
@@ -177,6 +184,14 @@ class ClaudeToolExecutor:
             recorded = call.historical.text if call.historical is not None else None
             arguments = rewrite_arguments(self.sandbox, call.call_id, call.arguments)
             outcome = notebook_edit(self.files, arguments, recorded, self._modern)
+        elif call.mcp is not None and self._mcp is not None:
+            from forkpoint.adapters.claude_code.tool_mcp import mcp_outcome
+
+            server, tool = call.mcp
+            mcp = self._mcp
+            outcome = mcp_outcome(mcp.call(server, tool, dict(call.arguments)), call.name,
+                                  call.historical.text if call.historical is not None else None,
+                                  lambda: mcp.input_schema(server, tool))
         elif call.name in NOT_OFFERED:
             message = NOT_OFFERED[call.name]
             outcome = ToolOutcome(f"<tool_use_error>{message}</tool_use_error>", True, message)
@@ -190,8 +205,18 @@ class ClaudeToolExecutor:
                                  is_error=outcome.is_error, truncated=outcome.truncated,
                                  return_code=outcome.return_code)
 
+    def _enter(self, agent: str | None) -> None:
+        """Switch the shell directory to ``agent``'s (None: the session's own); a new sub-agent starts in the
+        directory of the context that ran last (its parent: calls run in order, a sub-agent's before its Agent call)."""
+        if agent == self._agent:
+            return
+        self._shell_dirs[self._agent] = self.bash.cwd
+        self.bash.cwd = self._shell_dirs.get(agent, self.bash.cwd)
+        self._agent = agent
+
     def close(self) -> None:
         """Leave the shell's final directory for the continuation (``shell_state``), then drop the scratch dir."""
+        self._enter(None)  # the session's own directory, not a sub-agent's
         shutil.rmtree(self._scratch, ignore_errors=True)
         with contextlib.suppress(OSError):
             save_shell_state(self._state_dir, os.path.relpath(self.bash.cwd, self.bash.root))
