@@ -28,7 +28,7 @@ from forkpoint.adapters.versions import in_family, number
 from forkpoint.core.errors import ReplayError, configuration, unsupported_version
 
 #: the agents with a calibration probe
-CALIBRATED = ("claude-code", "codex", "opencode", "pi")
+CALIBRATED = ("claude-code", "codex", "mini-swe-agent", "opencode", "pi")
 #: a probe per agent: (spec, runtime entrypoint, version, candidates, scratch dir, outcome) -> maps_to or None
 Probe = Callable[[AgentSpec, Path, str, list[str], Path, Outcome], str | None]
 
@@ -42,6 +42,10 @@ def _probe_for(agent: str) -> Probe:
         from forkpoint.adapters.codex.calibrate import probe as codex_probe
 
         return codex_probe
+    if agent == "mini-swe-agent":
+        from forkpoint.adapters.mini_swe_agent.calibrate import probe as mini_probe
+
+        return mini_probe
     if agent == "opencode":
         from forkpoint.adapters.opencode.calibrate import probe as opencode_probe
 

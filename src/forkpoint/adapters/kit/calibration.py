@@ -101,6 +101,11 @@ def first_match(candidates: list[str], passes: Callable[[str], bool], outcome: O
     return None
 
 
+def _head(preview: object) -> str:
+    text = preview.get("text") if isinstance(preview, dict) else None
+    return str(text)[:80] if text is not None else ""
+
+
 def _source(run: Path, name: str, data: list[Any] | bytes) -> Path:
     run.mkdir()
     source = run / name
@@ -133,11 +138,12 @@ def replay_check(agent: str, candidate: str, lines: list[Any] | bytes, steps: in
     if observations.is_file():
         rows = json.loads(observations.read_text("utf-8"))
         rows = rows.get("observations", []) if isinstance(rows, dict) else []
-        differing = [f"{row.get('name')} {row.get('id')} (batch {row.get('batch')})"
+        differing = [f"{row.get('name')} {row.get('id')} (batch {row.get('batch')}: recorded "
+                     f"{_head(row.get('historical_preview'))!r}, fresh {_head(row.get('fresh_preview'))!r})"
                      for row in rows if isinstance(row, dict) and not row.get("exact")]
     ok = bool(compared) and compared == exact
     outcome.checks.append(Check("tool_observations", ok, f"{exact} of {compared} observations exact"
-                                + (f"; differ: {', '.join(differing)[:300]}" if differing else ""), candidate))
+                                + (f"; differ: {', '.join(differing)[:600]}" if differing else ""), candidate))
     return ok
 
 

@@ -31,8 +31,12 @@ def open_session(python: Path, plan: Plan[MiniNative], context: RunContext, log_
                             context.logs / log_name, deadline_s, socket_parent=context.state_dir)
     context.home.mkdir(parents=True, exist_ok=True)
     session.start()
+    from forkpoint.runtimes import trial_release
+
+    # a calibration runs a release in a verified version's place (forkpoint.runtimes.trial): the venv holds it
+    version = trial_release(plan.trajectory.agent, python) or plan.trajectory.version
     reply = session.request({"op": "open", "source": str(plan.trajectory.source_path),
-                             "workspace": str(context.workspace), "version": plan.trajectory.version},
+                             "workspace": str(context.workspace), "version": version},
                             timeout_s=300.0)
     if not reply.get("ok"):
         session.close()
