@@ -233,3 +233,30 @@ def test_a_slow_probe_on_a_loaded_machine_is_not_a_configuration_error(tmp_path:
     slow.chmod(0o755)
     target = runtimes.resolve_entrypoint("pi", "0.83.0", slow)
     assert (target.entrypoint, target.version) == (slow, "0.83.0")
+
+
+def test_a_release_on_trial_stands_in_for_its_verified_version_only_within_the_block(cache: Path,
+                                                                                     tmp_path: Path) -> None:
+    """forkpoint agents calibrate resumes with the release in a verified version's place; outside the block (and
+    for any other agent or version) the verified runtime is required as before."""
+    release = tmp_path / "claude-2.1.331"
+    release.write_text("#!/bin/sh\necho '2.1.331 (Claude Code)'\n")
+    release.chmod(0o755)
+    with runtimes.trial("claude-code", "2.1.332", release, "2.1.331"):
+        target = runtimes.resolve_entrypoint("claude-code", "2.1.332", None)
+        assert (target.entrypoint, target.version) == (release, "2.1.332")
+        assert runtimes.trial_release("claude-code", release) == "2.1.331"
+        assert runtimes.trial_release("codex", release) is None
+        with pytest.raises(ReplayError, match="not installed"):
+            runtimes.resolve_entrypoint("claude-code", "2.1.220", None)
+    assert runtimes.trial_release("claude-code", release) is None
+    with pytest.raises(ReplayError, match="not installed"):
+        runtimes.resolve_entrypoint("claude-code", "2.1.332", None)
+    with pytest.raises(ReplayError) as caught, runtimes.trial("claude-code", "2.1.331", release, "2.1.331"):
+        pass  # only a verified version can be stood in for
+    assert caught.value.kind is ErrorKind.UNSUPPORTED_VERSION
+
+
+def test_a_pypi_release_is_installed_on_the_python_of_its_major_line() -> None:
+    assert runtimes.release_python("mini-swe-agent", "2.4.5") == "3.12"
+    assert runtimes.release_python("mini-swe-agent", "1.15.0") == "3.11"

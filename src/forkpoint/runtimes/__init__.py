@@ -32,7 +32,7 @@ from forkpoint.runtimes.base import (
 
 __all__ = ["MANIFEST_NAME", "SCHEMA_VERSION", "Runtime", "cache_root", "check_cross_version", "check_verified",
            "continued_by", "find", "install", "install_release", "list_installed", "probe_entrypoint", "probe_version",
-           "resolve_entrypoint", "trial"]
+           "release_python", "resolve_entrypoint", "trial", "trial_release"]
 
 #: (agent, verified version, release entrypoint) while a calibration runs a release in that version's place
 _TRIAL: ContextVar[tuple[str, str, Path, str] | None] = ContextVar("forkpoint_runtime_trial", default=None)

@@ -1,8 +1,8 @@
 """OpenCode's calibration probe (forkpoint.adapters.calibrate): one recorded ``opencode run``, its export, a resume.
 
-The session covers the re-record script's tools in one run (scripts/record_opencode_fixtures.py): parallel bash,
-read and write, an edit, glob and grep, a long read and two failing calls (a missing file, an edit whose text is
-absent). ``opencode export`` of the session is the recording the checks read (an event log names no version).
+The session covers the re-record script's tools in five turns (scripts/record_opencode_fixtures.py): parallel
+bash, read and write; an edit, glob and grep; a long read and two failing calls (a missing file, an edit whose
+text is absent); a long bash output. ``opencode export`` of the session is the recording the checks read (an event log names no version).
 The resume is a forkpoint continuation of that export (kit.calibration.resume_check): the release imports the
 session rebuilt with the candidate's profile and runs ``--session`` on it; the candidate's gate judges its first
 request.
@@ -49,11 +49,10 @@ def _turns(cwd: Path) -> list[list[dict[str, Any]]]:
              tool_use("read", {"filePath": f"{cwd}/notes.txt"}, id="call_cal_2"),
              tool_use("write", {"filePath": f"{cwd}/new.txt", "content": "line one\nline two\n"}, id="call_cal_3")],
             [tool_use("edit", {"filePath": f"{cwd}/new.txt", "oldString": "line two", "newString": "line 2"},
-                      id="call_cal_4")],
-            [tool_use("glob", {"pattern": "**/*.py"}, id="call_cal_5")],
-            [tool_use("grep", {"pattern": "def main", "include": "*.py"}, id="call_cal_6")],
-            [tool_use("read", {"filePath": f"{cwd}/big.txt", "limit": 600}, id="call_cal_7")],
-            [tool_use("read", {"filePath": f"{cwd}/missing.txt"}, id="call_cal_8"),
+                      id="call_cal_4"), tool_use("glob", {"pattern": "**/*.py"}, id="call_cal_5"),
+             tool_use("grep", {"pattern": "def main", "include": "*.py"}, id="call_cal_6")],
+            [tool_use("read", {"filePath": f"{cwd}/big.txt", "limit": 600}, id="call_cal_7"),
+             tool_use("read", {"filePath": f"{cwd}/missing.txt"}, id="call_cal_8"),
              tool_use("edit", {"filePath": f"{cwd}/notes.txt", "oldString": "not there", "newString": "x"},
                       id="call_cal_9")],
             [bash("seq 1 1500 | tail -n 3; cat new.txt", "call_cal_10")],
