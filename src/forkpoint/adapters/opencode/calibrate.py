@@ -2,10 +2,10 @@
 
 The session covers the re-record script's tools in five turns (scripts/record_opencode_fixtures.py): parallel
 bash, read and write; an edit, glob and grep; a long read and two failing calls (a missing file, an edit whose
-text is absent); a long bash output. ``opencode export`` of the session is the recording the checks read (an event log names no version).
-The resume is a forkpoint continuation of that export (kit.calibration.resume_check): the release imports the
-session rebuilt with the candidate's profile and runs ``--session`` on it; the candidate's gate judges its first
-request.
+text is absent); a long bash output. ``opencode export`` of the session is the recording the checks read (an
+event log names no version). The resume is a forkpoint continuation of that export
+(kit.calibration.resume_check): the release imports the session rebuilt with the candidate's profile and runs
+``--session`` on it; the candidate's gate judges its first request.
 """
 
 from __future__ import annotations
