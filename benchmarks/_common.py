@@ -43,6 +43,7 @@ ORDER = (
     "batch_throughput",
     "branching",
     "real_world",
+    "versions",
 )
 
 DOC_HEADER = """# Benchmarks

@@ -177,6 +177,7 @@ def resume_check(agent: str, candidate: str, data: list[Any] | bytes, after_step
         detail = f"the gate accepts the release's first request after the rebuilt prefix ({validated} validated)"
     else:
         why = result.failure.message if result.failure is not None else f"{validated} validated, {refused} refused"
-        detail = f"the gate refuses it: {why[:600]}"
+        detail = (f"the gate refuses it: {why[:600]}" if refused else
+                  f"the release made no request the gate accepted: {why[:600]}")
     outcome.checks.append(Check("resume_envelope", ok, detail, candidate))
     return ok
