@@ -75,7 +75,11 @@ def probe_recordings(store: Path) -> list[tuple[str, str, Path, Path | None]]:
     found = []
     for agent, (name, _) in PROBE_FILES.items():
         folder = store / agent
-        for probe in sorted(folder.glob("*.probe")) + sorted(folder.glob("*.failed-probe")) if folder.is_dir() else []:
+        probes = sorted(folder.glob("*.probe")) if folder.is_dir() else []
+        # a failed probe of a version that later calibrated is superseded by its successful one
+        probes += [f for f in sorted(folder.glob("*.failed-probe")) if folder.is_dir()
+                   and not (folder / f.name.replace(".failed-probe", ".probe")).is_dir()]
+        for probe in probes:
             if (probe / name).is_file() and not (probe / name).is_symlink():
                 found.append((agent, "probe", probe / name, None))
     return found
@@ -89,7 +93,8 @@ def wild_recordings(root: Path) -> list[tuple[str, str, Path, Path | None]]:
 
 
 @contextmanager
-def workspace_for(agent: str, source: str, fixture: Path | None, scratch: Path) -> Iterator[Path]:
+def workspace_for(agent: str, source: str, fixture: Path | None, scratch: Path,
+                  path: Path) -> Iterator[Path]:
     """A fresh workspace: a fixture's initial files at its recorded cwd, a probe's files, or an empty folder."""
     if fixture is not None:
         from forkpoint.testing.recordings import restored_workspace
@@ -97,7 +102,15 @@ def workspace_for(agent: str, source: str, fixture: Path | None, scratch: Path) 
         with restored_workspace(fixture) as cwd:
             yield cwd
         return
-    folder = Path(tempfile.mkdtemp(prefix="ws-", dir=scratch))
+    recorded = recorded_cwd(agent, path) if source == "probe" else None
+    if recorded is not None and recorded.parent.name.startswith("forkpoint-calibrate-") \
+            and recorded.parent.parent == Path(tempfile.gettempdir()) and not recorded.parent.exists():
+        # the probe ran in the calibration's scratch dir (removed since): recreated there for the run only
+        folder = recorded
+        folder.mkdir(parents=True)
+        owned = recorded.parent
+    else:
+        folder = owned = Path(tempfile.mkdtemp(prefix="ws-", dir=scratch))
     try:
         if source == "probe":
             import importlib
@@ -108,7 +121,17 @@ def workspace_for(agent: str, source: str, fixture: Path | None, scratch: Path) 
                 (folder / rel).write_text(content, "utf-8")
         yield folder
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(owned, ignore_errors=True)
+
+
+def recorded_cwd(agent: str, path: Path) -> Path | None:
+    from forkpoint.adapters import get_adapter
+
+    try:
+        cwd = get_adapter(agent).parse(path).cwd
+    except ReplayError:
+        return None
+    return Path(cwd) if cwd else None
 
 
 def facts(agent: str, path: Path) -> tuple[list[int], dict[str, Any]]:
@@ -208,7 +231,7 @@ def main() -> None:
             exact = "—"
             gates: list[str] = []
             if prepared and not args.smoke:
-                with workspace_for(agent, source, fixture, scratch) as workspace:
+                with workspace_for(agent, source, fixture, scratch, path) as workspace:
                     replayed = run_cli(agent, path, prepared[-1], workspace, scratch, "replay", ["--replay-only"])
                 meta = replayed.get("metadata") or {}
                 exact = (f"{meta.get('exact_observations')}/{meta.get('compared_observations')}"
@@ -216,8 +239,8 @@ def main() -> None:
                          f"{replayed['failure'].get('category')}: {str(replayed['failure'].get('message'))[:60]}")
                 if not args.no_continue and agent_spec(agent).continues:
                     for version in agent_spec(agent).versions:
-                        with workspace_for(agent, source, fixture, scratch) as workspace:
-                            document = run_cli(agent, path, 1, workspace, scratch, f"c{version}",
+                        with workspace_for(agent, source, fixture, scratch, path) as workspace:
+                            document = run_cli(agent, path, 1, workspace, scratch, f"c{version.replace('.', '_')}",
                                                ["--upstream", "stub", "--agent-version", version])
                         gates.append(f"{version}: {gate_cell(document)}")
             label = {"probe": path.parent.name, "fixture": f"{path.parent.parent.name}/{path.parent.name}"}.get(

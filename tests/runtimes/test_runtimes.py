@@ -260,3 +260,21 @@ def test_a_release_on_trial_stands_in_for_its_verified_version_only_within_the_b
 def test_a_pypi_release_is_installed_on_the_python_of_its_major_line() -> None:
     assert runtimes.release_python("mini-swe-agent", "2.4.5") == "3.12"
     assert runtimes.release_python("mini-swe-agent", "1.15.0") == "3.11"
+
+
+def test_an_older_codex_bundling_every_platform_runs_this_platforms_binary(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Codex 0.40.0 has no optionalDependencies: bin/ holds a binary per target triple (and a shell script named
+    like another platform's must not be picked)."""
+    monkeypatch.setattr(npm, "_platform_key", lambda: "linux-x64")
+    package = tmp_path / "node_modules" / "@openai" / "codex"
+    (package / "bin").mkdir(parents=True)
+    (package / "package.json").write_text(json.dumps({"name": "@openai/codex", "version": "0.40.0",
+                                                      "bin": {"codex": "bin/codex.js"}}))
+    (package / "bin" / "codex.js").write_text("#!/usr/bin/env node\n")
+    (package / "bin" / "codex-aarch64-unknown-linux-musl").write_bytes(b"\x7fELF arm")
+    with pytest.raises(ReplayError, match="no bundled bin/codex-x86_64-unknown-linux-musl"):
+        npm.entrypoint(tmp_path, _codex())
+    (package / "bin" / "codex-x86_64-unknown-linux-musl").write_bytes(b"\x7fELF x64")
+    entry = npm.entrypoint(tmp_path, _codex())
+    assert entry == package / "bin" / "codex-x86_64-unknown-linux-musl" and entry.stat().st_mode & stat.S_IXUSR
