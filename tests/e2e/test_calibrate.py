@@ -197,16 +197,16 @@ def test_a_pi_release_is_calibrated_through_a_continuation_by_its_own_sdk(
 
 def test_a_mini_swe_agent_release_is_calibrated_and_one_whose_envelope_differs_fails(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """mini-swe-agent 2.4.5 (a PyPI release, installed on the Python of its line) maps to 2.4.6: parallel bash
-    calls, a long output, errors and a timeout re-run exactly, and its companion continues the rebuilt prefix
-    through 2.4.6's gate. 1.15.0 sends each stored message whole (an ``extra`` key 1.17.5 drops), so the gate
+    """mini-swe-agent 2.3.1 (a PyPI release, installed on the Python of its line) maps to 2.4.6: parallel bash
+    calls, a long output, errors and a timeout re-run exactly, and the companion in its venv continues the rebuilt
+    prefix through 2.4.6's gate (its loop counts no consecutive format errors, unlike 2.4's). 1.15.0 sends each stored message whole (an ``extra`` key 1.17.5 drops), so the gate
     names that difference and nothing is written but the failure."""
-    store = _own_store(tmp_path, monkeypatch, "mini-swe-agent", "2.4.5", "uv")
-    outcome = calibrate("mini-swe-agent@2.4.5")
+    store = _own_store(tmp_path, monkeypatch, "mini-swe-agent", "2.3.1", "uv")
+    outcome = calibrate("mini-swe-agent@2.3.1")
     assert (outcome.ok, outcome.maps_to, outcome.family) == (True, "2.4.6", "mini-swe-agent-1.1"), outcome.report()
     assert ("tool_observations", "2.4.6", True, "7 of 7 observations exact") in {
         (c.check, c.against, c.ok, c.detail) for c in outcome.checks}
-    assert (store / "mini-swe-agent" / "2.4.5.json").is_file()
+    assert (store / "mini-swe-agent" / "2.3.1.json").is_file()
     failed = calibrate("mini-swe-agent@1.15.0")
     assert not failed.ok and not (store / "mini-swe-agent" / "1.15.0.json").exists()
     assert "| resume_envelope | 1.17.5 | DIFFERS | the gate refuses it" in failed.report()
