@@ -187,9 +187,9 @@ def run_cli(agent: str, path: Path, after: int, workspace: Path, scratch: Path, 
 def gate_cell(document: dict[str, Any]) -> str:
     bridge = (document.get("metadata") or {}).get("model_bridge") or {}
     failure = document.get("failure") or {}
-    if bridge.get("validated", 0) >= 1 and bridge.get("refused", 0) == 0:
+    if bridge.get("validated", 0) >= 1 and bridge.get("refused", 0) == 0 and not bridge.get("failed"):
         return "validated"
-    if bridge.get("refused"):
+    if bridge.get("refused") or bridge.get("failed"):
         return f"refused: {str(failure.get('message', ''))[:70]}"
     return f"{failure.get('category', '?')}: {str(failure.get('message', ''))[:70]}"
 

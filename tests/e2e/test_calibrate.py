@@ -199,8 +199,9 @@ def test_a_mini_swe_agent_release_is_calibrated_and_one_whose_envelope_differs_f
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """mini-swe-agent 2.3.1 (a PyPI release, installed on the Python of its line) maps to 2.4.6: parallel bash
     calls, a long output, errors and a timeout re-run exactly, and the companion in its venv continues the rebuilt
-    prefix through 2.4.6's gate (its loop counts no consecutive format errors, unlike 2.4's). 1.15.0 sends each stored message whole (an ``extra`` key 1.17.5 drops), so the gate
-    names that difference and nothing is written but the failure."""
+    prefix through 2.4.6's gate (its loop counts no consecutive format errors, unlike 2.4's). 1.15.0 sends each
+    stored message whole (an ``extra`` key 1.17.5 drops), so the gate names that difference and nothing is
+    written but the failure."""
     store = _own_store(tmp_path, monkeypatch, "mini-swe-agent", "2.3.1", "uv")
     outcome = calibrate("mini-swe-agent@2.3.1")
     assert (outcome.ok, outcome.maps_to, outcome.family) == (True, "2.4.6", "mini-swe-agent-1.1"), outcome.report()

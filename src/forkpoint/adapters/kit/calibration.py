@@ -170,8 +170,8 @@ def resume_check(agent: str, candidate: str, data: list[Any] | bytes, after_step
         outcome.checks.append(Check("resume_envelope", False, f"not continued: {error.message}", candidate))
         return False
     bridge = result.metadata.get("model_bridge")
-    validated, refused = ((bridge.get("validated", 0), bridge.get("refused", 0)) if isinstance(bridge, dict)
-                          else (0, 0))
+    validated, refused = ((bridge.get("validated", 0), bridge.get("refused", 0) or int(bool(bridge.get("failed"))))
+                          if isinstance(bridge, dict) else (0, 0))
     ok = isinstance(validated, int) and validated >= 1 and refused == 0
     if ok:
         detail = f"the gate accepts the release's first request after the rebuilt prefix ({validated} validated)"
