@@ -194,20 +194,10 @@ def gate_cell(document: dict[str, Any]) -> str:
     return f"{failure.get('category', '?')}: {str(failure.get('message', ''))[:70]}"
 
 
-def calibrations(store: Path) -> list[tuple[str, str, str, str]]:
-    rows = []
-    previous = os.environ.get("FORKPOINT_CALIBRATIONS")
-    os.environ["FORKPOINT_CALIBRATIONS"] = str(store)
-    try:
-        for agent in PROBE_FILES:
-            for version, status, detail in calibration.listed(agent_spec(agent)):
-                rows.append((agent, version, status, detail[:120].replace("|", "/")))
-    finally:
-        if previous is None:
-            os.environ.pop("FORKPOINT_CALIBRATIONS", None)
-        else:
-            os.environ["FORKPOINT_CALIBRATIONS"] = previous
-    return rows
+def calibrations() -> list[tuple[str, str, str, str]]:
+    """Every calibration in the store (``FORKPOINT_CALIBRATIONS``, set by main)."""
+    return [(agent, version, status, detail[:120].replace("|", "/")) for agent in PROBE_FILES
+            for version, status, detail in calibration.listed(agent_spec(agent))]
 
 
 def main() -> None:
@@ -217,6 +207,8 @@ def main() -> None:
                          help="the calibration store whose probe recordings are measured")
     options.add_argument("--no-continue", action="store_true", help="prepare-only and replay-only only")
     args = finish_args(options.parse_args())
+    # the runs (and their subprocesses) read recordings of the store's calibrated versions as calibrated
+    os.environ["FORKPOINT_CALIBRATIONS"] = str(args.calibrations)
     found = fixture_recordings()
     if args.smoke:
         found = found[:2]
@@ -260,7 +252,7 @@ def main() -> None:
         + table(("agent", "recording", "recorded version", "status", "tools as", "prepare", "replay-only exact",
                  "continue after batch 1, by version"), rows)
         + "\n\nCalibrations in the measured store (`forkpoint agents calibrate`, real releases, ScriptedModel):\n\n"
-        + table(("agent", "release", "result", "detail"), calibrations(args.calibrations) or [("—",) * 4])
+        + table(("agent", "release", "result", "detail"), calibrations() or [("—",) * 4])
     )
     emit("versions", "Version matrix: recorded × continuing version (issue 28)", body, args,
          command="python benchmarks/versions.py --recordings /work/shared/wild-dev --calibrations <store>")
