@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import FIXTURES, ROOT, emit, finish_args, parser, table
 
 from forkpoint.adapters import agent_spec, calibration
+from forkpoint.bridge.server import REFUSED
 from forkpoint.core.errors import ReplayError
 from forkpoint.run.engine import execute
 from forkpoint.run.request import build_request
@@ -189,8 +190,8 @@ def gate_cell(document: dict[str, Any]) -> str:
     failure = document.get("failure") or {}
     if bridge.get("validated", 0) >= 1 and bridge.get("refused", 0) == 0 and not bridge.get("failed"):
         return "validated"
-    if bridge.get("refused") or bridge.get("failed"):
-        return f"refused: {str(failure.get('message', ''))[:70]}"
+    if bridge.get("refused") or bridge.get("failed") or str(failure.get("message", "")).startswith(REFUSED):
+        return f"refused: {str(failure.get('message', '')).removeprefix(REFUSED).strip()[:90]}"
     return f"{failure.get('category', '?')}: {str(failure.get('message', ''))[:70]}"
 
 

@@ -169,9 +169,12 @@ def resume_check(agent: str, candidate: str, data: list[Any] | bytes, after_step
     except ReplayError as error:
         outcome.checks.append(Check("resume_envelope", False, f"not continued: {error.message}", candidate))
         return False
-    bridge = result.metadata.get("model_bridge")
+    from forkpoint.bridge.server import REFUSED
+
+    bridge = result.metadata.get("model_bridge")  # absent from some adapters' failed results
     validated, refused = ((bridge.get("validated", 0), bridge.get("refused", 0) or int(bool(bridge.get("failed"))))
                           if isinstance(bridge, dict) else (0, 0))
+    refused = refused or int(result.failure is not None and result.failure.message.startswith(REFUSED))
     ok = isinstance(validated, int) and validated >= 1 and refused == 0
     if ok:
         detail = f"the gate accepts the release's first request after the rebuilt prefix ({validated} validated)"
