@@ -32,6 +32,7 @@ SCRIPTS = {
     "batch_throughput": 150,
     "branching": 120,
     "real_world": 60,
+    "versions": 60,
 }
 
 
