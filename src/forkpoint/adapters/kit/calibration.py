@@ -171,9 +171,9 @@ def resume_check(agent: str, candidate: str, data: list[Any] | bytes, after_step
         return False
     from forkpoint.bridge.server import REFUSED
 
-    bridge = result.metadata.get("model_bridge")  # absent from some adapters' failed results
+    bridge = result.metadata.get("model_bridge")  # absent from some adapters' failed results: then the log says
     validated, refused = ((bridge.get("validated", 0), bridge.get("refused", 0) or int(bool(bridge.get("failed"))))
-                          if isinstance(bridge, dict) else (0, 0))
+                          if isinstance(bridge, dict) else _verdicts(run / "state"))
     refused = refused or int(result.failure is not None and result.failure.message.startswith(REFUSED))
     ok = isinstance(validated, int) and validated >= 1 and refused == 0
     if ok:
@@ -184,3 +184,19 @@ def resume_check(agent: str, candidate: str, data: list[Any] | bytes, after_step
                   f"the release made no request the gate accepted: {why[:600]}")
     outcome.checks.append(Check("resume_envelope", ok, detail, candidate))
     return ok
+
+
+def _verdicts(state: Path) -> tuple[int, int]:
+    """(validated, refused) requests in the bridge's verdict log of the check's run (its own scratch dir)."""
+    validated = refused = 0
+    for log in sorted(state.rglob("bridge-log.jsonl"))[:4]:
+        if log.is_symlink() or not log.is_file() or log.stat().st_size > 64 * 1024 * 1024:
+            continue
+        for raw in log.read_text("utf-8", "replace").splitlines():
+            try:
+                verdict = json.loads(raw).get("verdict")
+            except (ValueError, AttributeError):
+                continue
+            validated += verdict == "ok"
+            refused += verdict == "refused"
+    return validated, refused
