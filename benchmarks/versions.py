@@ -197,7 +197,7 @@ def gate_cell(document: dict[str, Any]) -> str:
 
 def calibrations() -> list[tuple[str, str, str, str]]:
     """Every calibration in the store (``FORKPOINT_CALIBRATIONS``, set by main)."""
-    return [(agent, version, status, detail[:120].replace("|", "/")) for agent in PROBE_FILES
+    return [(agent, version, status, " ".join(detail.split())[:120].replace("|", "/")) for agent in PROBE_FILES
             for version, status, detail in calibration.listed(agent_spec(agent))]
 
 
