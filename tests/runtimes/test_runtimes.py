@@ -278,3 +278,18 @@ def test_an_older_codex_bundling_every_platform_runs_this_platforms_binary(
     (package / "bin" / "codex-x86_64-unknown-linux-musl").write_bytes(b"\x7fELF x64")
     entry = npm.entrypoint(tmp_path, _codex())
     assert entry == package / "bin" / "codex-x86_64-unknown-linux-musl" and entry.stat().st_mode & stat.S_IXUSR
+
+
+def test_a_runtime_of_an_agent_this_forkpoint_does_not_know_is_not_listed(cache: Path) -> None:
+    """A cache shared with another forkpoint can hold a runtime of an agent it added: `agents list --json`
+    crashed on it (unsupported agent) instead of listing the others."""
+    import subprocess
+    import sys
+
+    fake_runtime(cache)
+    fake_runtime(cache, agent="gemini-cli", version="0.9.0")
+    assert [(r.agent, r.version) for r in runtimes.list_installed()] == [("claude-code", "2.1.220")]
+    done = subprocess.run([sys.executable, "-m", "forkpoint.cli", "agents", "list", "--json"], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert [row["agent"] for row in json.loads(done.stdout)] == ["claude-code"]
