@@ -173,7 +173,9 @@ def test_a_codex_release_is_calibrated_and_a_mismatching_profile_fails(store: Pa
 
 
 def _own_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, agent: str, release: str, needs: str) -> Path:
-    if runtimes.find(agent, release) is None and shutil.which(needs) is None:
+    own_uv = runtimes.cache_root() / ".tools" / "uv" / "bin" / "uv"  # forkpoint's own uv (runtimes.python)
+    if runtimes.find(agent, release) is None and shutil.which(needs) is None \
+            and not (needs == "uv" and own_uv.is_file()):
         pytest.skip(f"{agent} {release} is not installed and {needs} is missing")
     monkeypatch.setenv("FORKPOINT_CALIBRATIONS", str(tmp_path / "calibrations"))
     return tmp_path / "calibrations"
