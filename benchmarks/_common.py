@@ -45,6 +45,7 @@ ORDER = (
     "branching",
     "real_world",
     "scoring",
+    "versions",
 )
 
 DOC_HEADER = """# Benchmarks

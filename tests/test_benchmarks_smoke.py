@@ -34,6 +34,7 @@ SCRIPTS = {
     "branching": 120,
     "real_world": 60,
     "scoring": 60,
+    "versions": 60,
 }
 
 

@@ -170,3 +170,49 @@ def test_a_codex_release_is_calibrated_and_a_mismatching_profile_fails(store: Pa
     assert not failed.ok and "| resume_envelope | 0.149.0 | DIFFERS | the gate refuses it" in failed.report()
     assert profile.read_bytes() == before
     assert f"  {CODEX_RELEASE}: calibrated (as 0.171.0; the last re-run failed:" in _cli("agents", "list").stdout
+
+
+def _own_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, agent: str, release: str, needs: str) -> Path:
+    own_uv = runtimes.cache_root() / ".tools" / "uv" / "bin" / "uv"  # forkpoint's own uv (runtimes.python)
+    if runtimes.find(agent, release) is None and shutil.which(needs) is None \
+            and not (needs == "uv" and own_uv.is_file()):
+        pytest.skip(f"{agent} {release} is not installed and {needs} is missing")
+    monkeypatch.setenv("FORKPOINT_CALIBRATIONS", str(tmp_path / "calibrations"))
+    return tmp_path / "calibrations"
+
+
+def test_a_pi_release_is_calibrated_through_a_continuation_by_its_own_sdk(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pi 0.84.0 (not shipped): its session reads (it names no Pi version), its read/write/edit/bash calls re-run
+    exactly with 0.83.0's tools, and the 0.84.0 SDK resuming a session rebuilt with 0.83.0's profile passes that
+    profile's gate."""
+    store = _own_store(tmp_path, monkeypatch, "pi", "0.84.0", "npm")
+    outcome = calibrate("pi@0.84.0")
+    assert (outcome.ok, outcome.maps_to, outcome.family) == (True, "0.83.0", "pi/session-v3-jsonl"), outcome.report()
+    checks = {(c.check, c.against): (c.ok, c.detail) for c in outcome.checks}
+    assert checks[("tool_observations", "0.83.0")] == (True, "9 of 9 observations exact")
+    assert checks[("resume_envelope", "0.83.0")][0]
+    assert "version (not recorded), 9 calls" in checks[("parse", None)][1]
+    assert json.loads((store / "pi" / "0.84.0.json").read_text())["maps_to"] == "0.83.0"
+    assert b'"toolCallId":"call_cal_4"' in (store / "pi" / "0.84.0.probe" / "session.jsonl").read_bytes()
+
+
+def test_a_mini_swe_agent_release_is_calibrated_and_one_whose_envelope_differs_fails(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """mini-swe-agent 2.3.1 (a PyPI release, installed on the Python of its line) maps to 2.4.6: parallel bash
+    calls, a long output, errors and a timeout re-run exactly, and the companion in its venv continues the rebuilt
+    prefix through 2.4.6's gate (its loop counts no consecutive format errors, unlike 2.4's). 1.15.0 sends each
+    stored message whole (an ``extra`` key 1.17.5 drops), so the gate names that difference and nothing is
+    written but the failure."""
+    store = _own_store(tmp_path, monkeypatch, "mini-swe-agent", "2.3.1", "uv")
+    outcome = calibrate("mini-swe-agent@2.3.1")
+    assert (outcome.ok, outcome.maps_to, outcome.family) == (True, "2.4.6", "mini-swe-agent-1.1"), outcome.report()
+    assert ("tool_observations", "2.4.6", True, "7 of 7 observations exact") in {
+        (c.check, c.against, c.ok, c.detail) for c in outcome.checks}
+    assert (store / "mini-swe-agent" / "2.3.1.json").is_file()
+    failed = calibrate("mini-swe-agent@1.15.0")
+    assert not failed.ok and not (store / "mini-swe-agent" / "1.15.0.json").exists()
+    assert "| resume_envelope | 1.17.5 | DIFFERS | the gate refuses it" in failed.report()
+    assert "unexpected 'extra'" in failed.report()
+    assert "  1.15.0: failed (no verified version's tool semantics and resume envelope both match (tried 1.17.5))" \
+        in _cli("agents", "list").stdout

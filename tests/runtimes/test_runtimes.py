@@ -233,3 +233,63 @@ def test_a_slow_probe_on_a_loaded_machine_is_not_a_configuration_error(tmp_path:
     slow.chmod(0o755)
     target = runtimes.resolve_entrypoint("pi", "0.83.0", slow)
     assert (target.entrypoint, target.version) == (slow, "0.83.0")
+
+
+def test_a_release_on_trial_stands_in_for_its_verified_version_only_within_the_block(cache: Path,
+                                                                                     tmp_path: Path) -> None:
+    """forkpoint agents calibrate resumes with the release in a verified version's place; outside the block (and
+    for any other agent or version) the verified runtime is required as before."""
+    release = tmp_path / "claude-2.1.331"
+    release.write_text("#!/bin/sh\necho '2.1.331 (Claude Code)'\n")
+    release.chmod(0o755)
+    with runtimes.trial("claude-code", "2.1.332", release, "2.1.331"):
+        target = runtimes.resolve_entrypoint("claude-code", "2.1.332", None)
+        assert (target.entrypoint, target.version) == (release, "2.1.332")
+        assert runtimes.trial_release("claude-code", release) == "2.1.331"
+        assert runtimes.trial_release("codex", release) is None
+        with pytest.raises(ReplayError, match="not installed"):
+            runtimes.resolve_entrypoint("claude-code", "2.1.220", None)
+    assert runtimes.trial_release("claude-code", release) is None
+    with pytest.raises(ReplayError, match="not installed"):
+        runtimes.resolve_entrypoint("claude-code", "2.1.332", None)
+    with pytest.raises(ReplayError) as caught, runtimes.trial("claude-code", "2.1.331", release, "2.1.331"):
+        pass  # only a verified version can be stood in for
+    assert caught.value.kind is ErrorKind.UNSUPPORTED_VERSION
+
+
+def test_a_pypi_release_is_installed_on_the_python_of_its_major_line() -> None:
+    assert runtimes.release_python("mini-swe-agent", "2.4.5") == "3.12"
+    assert runtimes.release_python("mini-swe-agent", "1.15.0") == "3.11"
+
+
+def test_an_older_codex_bundling_every_platform_runs_this_platforms_binary(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Codex 0.40.0 has no optionalDependencies: bin/ holds a binary per target triple (and a shell script named
+    like another platform's must not be picked)."""
+    monkeypatch.setattr(npm, "_platform_key", lambda: "linux-x64")
+    package = tmp_path / "node_modules" / "@openai" / "codex"
+    (package / "bin").mkdir(parents=True)
+    (package / "package.json").write_text(json.dumps({"name": "@openai/codex", "version": "0.40.0",
+                                                      "bin": {"codex": "bin/codex.js"}}))
+    (package / "bin" / "codex.js").write_text("#!/usr/bin/env node\n")
+    (package / "bin" / "codex-aarch64-unknown-linux-musl").write_bytes(b"\x7fELF arm")
+    with pytest.raises(ReplayError, match="no bundled bin/codex-x86_64-unknown-linux-musl"):
+        npm.entrypoint(tmp_path, _codex())
+    (package / "bin" / "codex-x86_64-unknown-linux-musl").write_bytes(b"\x7fELF x64")
+    entry = npm.entrypoint(tmp_path, _codex())
+    assert entry == package / "bin" / "codex-x86_64-unknown-linux-musl" and entry.stat().st_mode & stat.S_IXUSR
+
+
+def test_a_runtime_of_an_agent_this_forkpoint_does_not_know_is_not_listed(cache: Path) -> None:
+    """A cache shared with another forkpoint can hold a runtime of an agent it added: `agents list --json`
+    crashed on it (unsupported agent) instead of listing the others."""
+    import subprocess
+    import sys
+
+    fake_runtime(cache)
+    fake_runtime(cache, agent="a-later-agent", version="0.9.0")
+    assert [(r.agent, r.version) for r in runtimes.list_installed()] == [("claude-code", "2.1.220")]
+    done = subprocess.run([sys.executable, "-m", "forkpoint.cli", "agents", "list", "--json"], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert [row["agent"] for row in json.loads(done.stdout)] == ["claude-code"]

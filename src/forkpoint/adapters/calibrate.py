@@ -27,6 +27,8 @@ from forkpoint.adapters.spec import AgentSpec
 from forkpoint.adapters.versions import in_family, number
 from forkpoint.core.errors import ReplayError, configuration, unsupported_version
 
+#: the agents with a calibration probe
+CALIBRATED = ("claude-code", "codex", "mini-swe-agent", "opencode", "pi")
 #: a probe per agent: (spec, runtime entrypoint, version, candidates, scratch dir, outcome) -> maps_to or None
 Probe = Callable[[AgentSpec, Path, str, list[str], Path, Outcome], str | None]
 
@@ -40,7 +42,19 @@ def _probe_for(agent: str) -> Probe:
         from forkpoint.adapters.codex.calibrate import probe as codex_probe
 
         return codex_probe
-    raise configuration(f"calibrating {agent} is not supported yet (supported: claude-code, codex)")
+    if agent == "mini-swe-agent":
+        from forkpoint.adapters.mini_swe_agent.calibrate import probe as mini_probe
+
+        return mini_probe
+    if agent == "opencode":
+        from forkpoint.adapters.opencode.calibrate import probe as opencode_probe
+
+        return opencode_probe
+    if agent == "pi":
+        from forkpoint.adapters.pi.calibrate import probe as pi_probe
+
+        return pi_probe
+    raise configuration(f"calibrating {agent} is not supported yet (supported: {', '.join(CALIBRATED)})")
 
 
 def candidates(spec: AgentSpec, version: str) -> list[str]:

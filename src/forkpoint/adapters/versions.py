@@ -121,9 +121,11 @@ def reachable(spec: AgentSpec, tool_version: str) -> list[str]:
 
 def continuing_version(spec: AgentSpec, facts: VersionFacts | None, requested: str | None,
                        tool_version: str | None) -> str | None:
-    """Answer (c): None keeps the recording's own (verified) version; otherwise the version to continue with."""
+    """Answer (c): None keeps the recording's own (verified) version; otherwise the version to continue with.
+    Asking for the version a verified recording is read as is asking for its own (a Pi session names no version:
+    ``--agent-version 0.83.0`` on it is no cross-version pair)."""
     if facts is None or facts.status == "verified" or tool_version is None:
-        return requested
+        return None if requested is not None and facts is not None and requested == facts.tool_version else requested
     choices = reachable(spec, tool_version)
     if requested is None:
         return choices[-1]

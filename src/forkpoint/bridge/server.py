@@ -111,6 +111,10 @@ class RequestRecord:
         return {key: value for key, value in asdict(self).items() if value is not None or key not in ANSWER_KEYS}
 
 
+#: how the continuation error of a gate refusal begins (a calibration tells it from a run that made no request)
+REFUSED = "the model bridge refused the resumed agent's request:"
+
+
 @dataclass(frozen=True)
 class BridgeSummary:
     model_requests: int
@@ -157,8 +161,7 @@ class BridgeSummary:
     def error(self) -> ReplayError | None:
         """The continuation error the run must fail with, or None when the bridge did its job."""
         if self.first_failure is not None:
-            return ReplayError(ErrorKind.CONTINUATION, f"the model bridge refused the resumed agent's request: "
-                                                      f"{self.first_failure}")
+            return ReplayError(ErrorKind.CONTINUATION, f"{REFUSED} {self.first_failure}")
         if self.validated == 0:
             return ReplayError(ErrorKind.CONTINUATION, "the resumed agent made no model request through the bridge")
         if self.upstream_broken is not None:

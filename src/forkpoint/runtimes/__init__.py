@@ -7,7 +7,10 @@ package has no import cycle; they load only when an install or a probe needs the
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,7 +32,30 @@ from forkpoint.runtimes.base import (
 
 __all__ = ["MANIFEST_NAME", "SCHEMA_VERSION", "Runtime", "cache_root", "check_cross_version", "check_verified",
            "continued_by", "find", "install", "install_release", "list_installed", "probe_entrypoint", "probe_version",
-           "resolve_entrypoint"]
+           "release_python", "resolve_entrypoint", "trial", "trial_release"]
+
+#: (agent, verified version, release entrypoint) while a calibration runs a release in that version's place
+_TRIAL: ContextVar[tuple[str, str, Path, str] | None] = ContextVar("forkpoint_runtime_trial", default=None)
+
+
+@contextlib.contextmanager
+def trial(agent: str, as_version: str, entrypoint: Path, release: str) -> Iterator[None]:
+    """Within the block, ``resolve_entrypoint(agent, as_version)`` is the release at ``entrypoint`` (forkpoint
+    agents calibrate: the release resumes a session rebuilt with ``as_version``'s profile, and the bridge gate of
+    that profile judges its first request). Only the calibration code in this process sets it."""
+    check_verified(agent, as_version)
+    token = _TRIAL.set((agent, as_version, entrypoint, release))
+    try:
+        yield
+    finally:
+        _TRIAL.reset(token)
+
+
+def trial_release(agent: str, entrypoint: Path) -> str | None:
+    """The release version on trial for ``agent`` at ``entrypoint`` (an adapter that checks its runtime's package
+    version accepts it, as its verified version, only within :func:`trial`)."""
+    trying = _TRIAL.get()
+    return trying[3] if trying is not None and trying[0] == agent and trying[2] == entrypoint else None
 
 
 def install(agent: str, version: str) -> Runtime:
@@ -51,17 +77,37 @@ def install(agent: str, version: str) -> Runtime:
 
 
 def install_release(agent: str, version: str) -> Runtime:
-    """Install any released ``agent@version`` from npm, verified or not, for ``forkpoint agents calibrate`` (the
-    caller validated the version string: forkpoint.adapters.calibration.check_target)."""
+    """Install any released ``agent@version``, verified or not, for ``forkpoint agents calibrate`` (the caller
+    validated the version string: forkpoint.adapters.calibration.check_target). A Python release gets the
+    interpreter of the verified version of its major line (``release_python``)."""
     package = package_of(agent)
     existing = find(agent, version)
     if existing:
         return existing
-    if not isinstance(package, NpmPackage):
-        raise ReplayError(ErrorKind.CONFIGURATION, f"calibrating {agent} is not supported (not an npm agent)")
-    from forkpoint.runtimes import npm
+    if isinstance(package, NpmPackage):
+        from forkpoint.runtimes import npm
 
-    return install_staged(agent, version, lambda staging: npm.install(agent, version, package, staging))
+        return install_staged(agent, version, lambda staging: npm.install(agent, version, package, staging))
+    from forkpoint.runtimes import python
+
+    pinned = replace(package, python_for={**(package.python_for or {}), version: release_python(agent, version)})
+    interpreter, uv = python.prerequisites(pinned, version)
+    return install_staged(agent, version,
+                          lambda staging: python.install(agent, version, pinned, staging, interpreter, uv))
+
+
+def release_python(agent: str, version: str) -> str:
+    """The Python a release of a PyPI agent is installed on: that of the newest verified version of the same
+    major line (else the package default)."""
+    from forkpoint.adapters import agent_spec
+    from forkpoint.adapters.versions import number
+
+    package = package_of(agent)
+    assert not isinstance(package, NpmPackage)
+    major = (number(version) or (0, 0, 0))[0]
+    same = sorted((v for v in agent_spec(agent).versions if (number(v) or (-1, 0, 0))[0] == major),
+                  key=lambda v: number(v) or (0, 0, 0))
+    return package.python_version(same[-1]) if same else package.python
 
 
 def probe_version(runtime: Runtime) -> str:
@@ -99,6 +145,9 @@ def resolve_entrypoint(agent: str, recorded_version: str, explicit: Path | None)
     recording is continued only by its own version (an explicit entrypoint is probed to prove it).
     """
     check_verified(agent, recorded_version)
+    trying = _TRIAL.get()
+    if trying is not None and trying[:2] == (agent, recorded_version) and explicit is None:
+        return LaunchTarget(trying[2], recorded_version)
     if explicit is not None:
         version = probe_entrypoint(agent, explicit)
         check_verified(agent, version)

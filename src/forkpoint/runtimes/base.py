@@ -125,11 +125,12 @@ def find(agent: str, version: str) -> Runtime | None:
 
 
 def list_installed() -> list[Runtime]:
-    """Every runtime in the cache with a valid manifest, sorted by agent and version."""
+    """Every runtime in the cache with a valid manifest, sorted by agent and version: of the agents this forkpoint
+    knows (a cache shared with another forkpoint may hold runtimes of agents it added)."""
     root = cache_root()
     found = []
     for directory in sorted(root.glob("*/*")) if root.is_dir() else []:
-        runtime = _read_runtime(directory)
+        runtime = _read_runtime(directory) if directory.parent.name in AGENTS else None
         if runtime and (runtime.agent, runtime.version) == (directory.parent.name, directory.name):
             found.append(runtime)
     return found

@@ -39,6 +39,8 @@ def _native_entrypoint(prefix: Path, spec: NpmPackage, package: dict[str, Any]) 
     prefix_name, pattern = spec.native_package_prefix or "", spec.native_binary or ""
     optional = package.get("optionalDependencies") or {}
     names = sorted(n for n in optional if isinstance(n, str) and n.startswith(prefix_name))
+    if not names:
+        return _bundled_entrypoint(prefix / "node_modules" / spec.package, spec)
     installed = [prefix / "node_modules" / n for n in names if (prefix / "node_modules" / n / "package.json").is_file()]
     if len(installed) != 1:
         found = ", ".join(p.name for p in installed) or "none"
@@ -52,6 +54,25 @@ def _native_entrypoint(prefix: Path, spec: NpmPackage, package: dict[str, Any]) 
     entry = matches[0]
     if not _is_native_binary(entry):
         raise ReplayError(ErrorKind.INTERNAL, f"{spec.package}: {entry} is not a native executable")
+    entry.chmod(entry.stat().st_mode | 0o111)
+    return entry
+
+
+#: the Rust target triple of each platform key, as older packages name their bundled binaries
+_TRIPLES = {"linux-x64": "x86_64-unknown-linux-musl", "linux-arm64": "aarch64-unknown-linux-musl",
+            "linux-x64-musl": "x86_64-unknown-linux-musl", "linux-arm64-musl": "aarch64-unknown-linux-musl",
+            "darwin-x64": "x86_64-apple-darwin", "darwin-arm64": "aarch64-apple-darwin"}
+
+
+def _bundled_entrypoint(package_dir: Path, spec: NpmPackage) -> Path:
+    """An older release with no per-platform packages (Codex before 0.4x: every platform's binary in the main
+    package as ``bin/<bin>-<target triple>``): this platform's, when it is a native executable."""
+    triple = _TRIPLES.get(_platform_key())
+    entry = package_dir / "bin" / f"{spec.bin_name}-{triple}"
+    if triple is None or entry.is_symlink() or not entry.is_file() or not _is_native_binary(entry):
+        raise ReplayError(ErrorKind.INTERNAL,
+                          f"{spec.package}: expected one installed native package for {_platform_key()} "
+                          f"(no optionalDependencies, and no bundled bin/{spec.bin_name}-{triple or '?'})")
     entry.chmod(entry.stat().st_mode | 0o111)
     return entry
 

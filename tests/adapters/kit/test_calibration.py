@@ -35,3 +35,15 @@ def test_a_hanging_release_and_its_children_are_killed_at_the_deadline(tmp_path:
             break
         time.sleep(0.01)
     assert state in ("gone", "Z"), f"the release's child {child} survived ({state})"
+
+
+def test_the_bridge_verdict_log_counts_when_a_failed_result_carries_no_bridge_summary(tmp_path: Path) -> None:
+    """mini-swe-agent 2.2's agent asks for a new step limit once the check's budget is spent (EOFError): the run
+    fails after the gate validated its first request, and that verdict is read from the run's own log."""
+    from forkpoint.adapters.kit.calibration import _verdicts
+
+    log = tmp_path / "state" / "calibrate" / "bridge-log.jsonl"
+    log.parent.mkdir(parents=True)
+    log.write_text('{"verdict": "ok"}\n{"verdict": "local"}\nnot json\n{"verdict": "refused"}\n[1]\n')
+    assert _verdicts(tmp_path / "state") == (1, 1)
+    assert _verdicts(tmp_path / "nothing") == (0, 0)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from forkpoint.adapters.calibration import Check, Outcome, compact_requests
-from forkpoint.adapters.kit.calibration import replay_check
+from forkpoint.adapters.kit.calibration import first_match, parse_check, ran_ok, record_check, replay_check
 from forkpoint.adapters.kit.calibration import run_release as _run
 from forkpoint.adapters.spec import AgentSpec
 from forkpoint.core.errors import trajectory as trajectory_error
@@ -94,7 +94,6 @@ def _results(lines: list[Any]) -> dict[str, dict[str, Any]]:
 
 def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str], scratch: Path,
           outcome: Outcome) -> str | None:
-    from forkpoint.adapters import get_adapter
     from forkpoint.adapters.claude_code.launch import argv
     from forkpoint.testing.scripted_model import ScriptedModel
 
@@ -108,10 +107,7 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
               "--dangerously-skip-permissions"]
     with model.serve() as url:
         code, stderr = _run(record, _env(home, url), cwd, "probe session")
-    if code != 0:
-        outcome.checks.append(Check("record", False, f"exit {code}; stderr: "
-                                    f"{stderr.decode('utf-8', 'replace')[-300:].strip()}"))
-        outcome.reason = "the probe session did not complete as scripted"
+    if not ran_ok(outcome, code, stderr):
         return None
     session = _session_file(home, cwd)
     outcome.evidence.update({"session.jsonl": session.read_bytes(),
@@ -121,25 +117,11 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
     missing = [i for ids in expected for i in ids if i not in results]
     wrong = [i for step, ids in enumerate(expected) for i in ids
              if i in results and bool(results[i].get("is_error")) != (step in ERROR_STEPS)]
-    recorded_ok = not missing and not wrong
     persisted = (session.parent / session.stem / "tool-results").is_dir()
     large = "persisted to tool-results/" if persisted else "inline"
-    problems = (f"; no result for {missing}" if missing else "") + (f"; wrong error flag for {wrong}" if wrong else "")
-    outcome.checks.append(Check("record", recorded_ok, f"exit 0, {len(lines)} session lines, "
-                                f"{sum(map(len, expected))} tool calls, large output {large}{problems}"))
-    if not recorded_ok:
-        outcome.reason = "the probe session did not complete as scripted"
-        return None
-
-    adapter = get_adapter(spec.name)
-    parsed = adapter.parse(session)
-    family = adapter.format_family(parsed)  # type: ignore[attr-defined]
-    outcome.family = family
-    calls = sum(len(batch.calls) for batch in parsed.batches)
-    parse_ok = parsed.version == version and calls == sum(map(len, expected))
-    outcome.checks.append(Check("parse", parse_ok, f"read as {family}, version {parsed.version}, {calls} calls"))
-    if not parse_ok:
-        outcome.reason = "the parser does not read the release's session as written"
+    calls = sum(map(len, expected))
+    if not record_check(outcome, f"{len(lines)} session lines", calls, missing, wrong, more=f", large output {large}") \
+            or not parse_check(spec, session, version, calls, outcome):
         return None
 
     nonce = f"fp-calibrate-{secrets.token_hex(16)}"
@@ -147,17 +129,14 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
     body = _resume_request(entrypoint, argv(entrypoint, session_id, nonce, 1), cut, session_id, cwd, scratch,
                            outcome)
 
-    for candidate in candidates:
+    def passes(candidate: str) -> bool:
         rewritten = [{**line, "version": candidate} if isinstance(line, dict) and line.get("version") == version
                      else line for line in lines]
         tools_ok = replay_check(spec.name, candidate, rewritten, len(expected) - 1, lambda: _restore(cwd), scratch,
                                 outcome)
-        envelope_ok = _envelope_check(candidate, cut, nonce, body, outcome)
-        if tools_ok and envelope_ok:
-            return candidate
-    outcome.reason = ("no verified version's tool semantics and resume envelope both match "
-                      f"(tried {', '.join(candidates)})")
-    return None
+        return _envelope_check(candidate, cut, nonce, body, outcome) and tools_ok
+
+    return first_match(candidates, passes, outcome)
 
 
 def _cut_after_first_results(lines: list[Any], ids: list[str]) -> list[Any]:

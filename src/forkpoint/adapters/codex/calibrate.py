@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from forkpoint.adapters.calibration import Check, Outcome, compact_requests
-from forkpoint.adapters.kit.calibration import replay_check, run_release
+from forkpoint.adapters.kit.calibration import first_match, parse_check, ran_ok, record_check, replay_check, run_release
 from forkpoint.adapters.spec import AgentSpec
 from forkpoint.core.errors import trajectory as trajectory_error
 
@@ -85,7 +85,6 @@ def _outputs(lines: list[Any]) -> dict[str, str]:
 
 def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str], scratch: Path,
           outcome: Outcome) -> str | None:
-    from forkpoint.adapters import get_adapter
     from forkpoint.adapters.codex.launch import argv, codex_home
     from forkpoint.testing.scripted_model import ScriptedModel
 
@@ -99,10 +98,7 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
               TASK]
     with model.serve() as url:
         code, stderr = run_release(record, _home(home, url), cwd, "probe session")
-    if code != 0:
-        outcome.checks.append(Check("record", False, f"exit {code}; stderr: "
-                                    f"{stderr.decode('utf-8', 'replace')[-300:].strip()}"))
-        outcome.reason = "the probe session did not complete as scripted"
+    if not ran_ok(outcome, code, stderr):
         return None
     rollout = _rollout(home)
     outcome.evidence.update({"rollout.jsonl": rollout.read_bytes(), "requests.jsonl": compact_requests(model.requests)})
@@ -112,23 +108,9 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
     wrong = [i for step, ids in enumerate(expected) for i in ids if i in outputs
              and f"Process exited with code {2 if step in ERROR_STEPS else 0}\n" not in outputs[i]
              and "exec_command" in json.dumps(turns[step])]
-    recorded_ok = not missing and not wrong
-    problems = (f"; no output for {missing}" if missing else "") + (f"; wrong exit code for {wrong}" if wrong else "")
-    outcome.checks.append(Check("record", recorded_ok, f"exit 0, {len(lines)} rollout lines, "
-                                f"{sum(map(len, expected))} tool calls{problems}"))
-    if not recorded_ok:
-        outcome.reason = "the probe session did not complete as scripted"
-        return None
-
-    adapter = get_adapter(spec.name)
-    parsed = adapter.parse(rollout)
-    family = adapter.format_family(parsed)  # type: ignore[attr-defined]
-    outcome.family = family
-    calls = sum(len(batch.calls) for batch in parsed.batches)
-    parse_ok = parsed.version == version and calls == sum(map(len, expected))
-    outcome.checks.append(Check("parse", parse_ok, f"read as {family}, version {parsed.version}, {calls} calls"))
-    if not parse_ok:
-        outcome.reason = "the parser does not read the release's rollout as written"
+    calls = sum(map(len, expected))
+    if not record_check(outcome, f"{len(lines)} rollout lines", calls, missing, wrong, "wrong exit code") \
+            or not parse_check(spec, rollout, version, calls, outcome):
         return None
 
     nonce = f"fp-calibrate-{secrets.token_hex(16)}"
@@ -148,18 +130,15 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
         raise trajectory_error("the release made no model request after exec resume")
     body = main[0].get("body")
 
-    for candidate in candidates:
+    def passes(candidate: str) -> bool:
         rewritten = [{**line, "payload": {**line["payload"], "cli_version": candidate}}
                      if isinstance(line, dict) and line.get("type") == "session_meta"
                      and isinstance(line.get("payload"), dict) else line for line in lines]
         tools_ok = replay_check(spec.name, candidate, rewritten, len(expected) - 1, lambda: _restore(cwd), scratch,
                                 outcome, name="rollout.jsonl")
-        envelope_ok = _envelope_check(candidate, cut, nonce, body, outcome)
-        if tools_ok and envelope_ok:
-            return candidate
-    outcome.reason = ("no verified version's tool semantics and resume envelope both match "
-                      f"(tried {', '.join(candidates)})")
-    return None
+        return _envelope_check(candidate, cut, nonce, body, outcome) and tools_ok
+
+    return first_match(candidates, passes, outcome)
 
 
 def _cut_after_first_outputs(lines: list[Any], ids: list[str]) -> list[Any]:

@@ -1,5 +1,7 @@
 """What every agent's calibration probe shares (forkpoint.adapters.calibrate): running the release under a
-deadline, and the replay-only check of its recording with a verified version's tool semantics."""
+deadline, the record and parse checks, the replay-only check of its recording with a verified version's tool
+semantics, the resume check (the release continuing a session rebuilt with a verified profile, judged by that
+profile's bridge gate) and the search for the first candidate passing both."""
 
 from __future__ import annotations
 
@@ -12,18 +14,27 @@ from pathlib import Path
 from typing import Any
 
 from forkpoint.adapters.calibration import Check, Outcome
+from forkpoint.adapters.spec import AgentSpec
+from forkpoint.core.errors import ReplayError
 from forkpoint.core.errors import trajectory as trajectory_error
 
 RUN_TIMEOUT_S = 240.0
 
 
 def run_release(argv: list[str], env: dict[str, str], cwd: Path, what: str,
-                timeout: float = RUN_TIMEOUT_S) -> tuple[int, bytes]:
-    """One real run of the release, killed with its process group at the deadline; (exit code, stderr tail)."""
+                timeout: float = RUN_TIMEOUT_S, stdout: Path | None = None) -> tuple[int, bytes]:
+    """One real run of the release, killed with its process group at the deadline; (exit code, stderr tail).
+    ``stdout``: a new file for its stdout (a file, never a pipe: a Bun binary exits without flushing one)."""
     from forkpoint.process.reaper import die_with_parent_hook
 
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, start_new_session=True, preexec_fn=die_with_parent_hook())
+    out = os.open(stdout, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600) \
+        if stdout is not None else subprocess.DEVNULL
+    try:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.PIPE, start_new_session=True, preexec_fn=die_with_parent_hook())
+    finally:
+        if stdout is not None:
+            os.close(out)
     try:
         _, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -37,17 +48,81 @@ def run_release(argv: list[str], env: dict[str, str], cwd: Path, what: str,
     return proc.returncode, stderr[-2000:]
 
 
-def replay_check(agent: str, candidate: str, lines: list[Any], steps: int, restore: Callable[[], Path],
+def jsonl(lines: list[Any]) -> bytes:
+    return "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines).encode("utf-8")
+
+
+def ran_ok(outcome: Outcome, code: int, stderr: bytes) -> bool:
+    """The probe run exited 0; else the failed ``record`` check and the reason."""
+    if code == 0:
+        return True
+    outcome.checks.append(Check("record", False, f"exit {code}; stderr: "
+                                f"{stderr.decode('utf-8', 'replace')[-300:].strip()}"))
+    outcome.reason = "the probe session did not complete as scripted"
+    return False
+
+
+def record_check(outcome: Outcome, summary: str, calls: int, missing: list[str], wrong: list[str],
+                 wrong_what: str = "wrong error flag", more: str = "") -> bool:
+    """Every scripted call has its result in the native files, with the error flag the script expects."""
+    ok = not missing and not wrong
+    problems = (f"; no result for {missing}" if missing else "") + (f"; {wrong_what} for {wrong}" if wrong else "")
+    outcome.checks.append(Check("record", ok, f"exit 0, {summary}, {calls} tool calls{more}{problems}"))
+    if not ok:
+        outcome.reason = "the probe session did not complete as scripted"
+    return ok
+
+
+def parse_check(spec: AgentSpec, path: Path, version: str | None, calls: int, outcome: Outcome) -> bool:
+    """The agent's parser reads the release's native file as written: its version (None: a format that names
+    none, e.g. Pi's session) and every scripted call."""
+    from forkpoint.adapters import get_adapter
+
+    adapter = get_adapter(spec.name)
+    parsed = adapter.parse(path)
+    family = adapter.format_family(parsed)  # type: ignore[attr-defined]
+    outcome.family = family
+    found = sum(len(batch.calls) for batch in parsed.batches)
+    ok = parsed.version == version and found == calls
+    shown = parsed.version if parsed.version is not None else "(not recorded)"
+    outcome.checks.append(Check("parse", ok, f"read as {family}, version {shown}, {found} calls"))
+    if not ok:
+        outcome.reason = f"the parser does not read the release's {path.name} as written"
+    return ok
+
+
+def first_match(candidates: list[str], passes: Callable[[str], bool], outcome: Outcome) -> str | None:
+    """The first candidate (nearest first) whose tool semantics and resume envelope both match."""
+    for candidate in candidates:
+        if passes(candidate):
+            return candidate
+    outcome.reason = ("no verified version's tool semantics and resume envelope both match "
+                      f"(tried {', '.join(candidates)})")
+    return None
+
+
+def _head(preview: object) -> str:
+    text = preview.get("text") if isinstance(preview, dict) else None
+    return str(text)[:80] if text is not None else ""
+
+
+def _source(run: Path, name: str, data: list[Any] | bytes) -> Path:
+    run.mkdir()
+    source = run / name
+    source.write_bytes(data if isinstance(data, bytes) else jsonl(data))
+    return source
+
+
+def replay_check(agent: str, candidate: str, lines: list[Any] | bytes, steps: int, restore: Callable[[], Path],
                  scratch: Path, outcome: Outcome, *, name: str = "session.jsonl") -> bool:
-    """Replay-only of the whole recording (``lines``, its version already rewritten to ``candidate``, so it is
-    read with that version's tool semantics) in the restored workspace: every observation must be exact."""
+    """Replay-only of the whole recording (``lines`` as JSONL, or the file's bytes; its version already rewritten
+    to ``candidate``, so it is read with that version's tool semantics) in the restored workspace: every
+    observation must be exact."""
     from forkpoint.run.engine import execute
     from forkpoint.run.request import build_request
 
     run = scratch / f"replay-{candidate}"
-    run.mkdir()
-    source = run / name
-    source.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), "utf-8")
+    source = _source(run, name, lines)
     workspace = restore()
     result = execute(build_request({
         "agent": agent, "trajectory": str(source), "after_step": steps, "workspace": str(workspace),
@@ -63,9 +138,65 @@ def replay_check(agent: str, candidate: str, lines: list[Any], steps: int, resto
     if observations.is_file():
         rows = json.loads(observations.read_text("utf-8"))
         rows = rows.get("observations", []) if isinstance(rows, dict) else []
-        differing = [f"{row.get('name')} {row.get('id')} (batch {row.get('batch')})"
+        differing = [f"{row.get('name')} {row.get('id')} (batch {row.get('batch')}: recorded "
+                     f"{_head(row.get('historical_preview'))!r}, fresh {_head(row.get('fresh_preview'))!r})"
                      for row in rows if isinstance(row, dict) and not row.get("exact")]
     ok = bool(compared) and compared == exact
     outcome.checks.append(Check("tool_observations", ok, f"{exact} of {compared} observations exact"
-                                + (f"; differ: {', '.join(differing)[:300]}" if differing else ""), candidate))
+                                + (f"; differ: {', '.join(differing)[:600]}" if differing else ""), candidate))
     return ok
+
+
+def resume_check(agent: str, candidate: str, data: list[Any] | bytes, after_step: int, restore: Callable[[], Path],
+                 entrypoint: Path, release: str, scratch: Path, outcome: Outcome, *, name: str) -> bool:
+    """The release continues its own recording (``data``, read as ``candidate``) after ``after_step``: forkpoint
+    rebuilds the session with ``candidate``'s profile, the RELEASE resumes it through the bridge (``--upstream
+    stub``: no model), and ``candidate``'s gate must accept its first request. Used by the agents whose resume
+    is a forkpoint continuation (a companion or runner, not only a CLI flag)."""
+    from forkpoint import runtimes
+    from forkpoint.run.engine import execute
+    from forkpoint.run.request import build_request
+
+    run = scratch / f"resume-{candidate}"
+    source = _source(run, name, data)
+    workspace = restore()
+    try:
+        with runtimes.trial(agent, candidate, entrypoint, release):
+            result = execute(build_request({
+                "agent": agent, "trajectory": str(source), "after_step": after_step, "workspace": str(workspace),
+                "state_dir": str(run / "state"), "output_dir": str(run / "out"), "run_id": "calibrate",
+                "upstream": "stub", "max_steps": 2}, source="calibrate"))
+    except ReplayError as error:
+        outcome.checks.append(Check("resume_envelope", False, f"not continued: {error.message}", candidate))
+        return False
+    from forkpoint.bridge.server import REFUSED
+
+    bridge = result.metadata.get("model_bridge")  # absent from some adapters' failed results: then the log says
+    validated, refused = ((bridge.get("validated", 0), bridge.get("refused", 0) or int(bool(bridge.get("failed"))))
+                          if isinstance(bridge, dict) else _verdicts(run / "state"))
+    refused = refused or int(result.failure is not None and result.failure.message.startswith(REFUSED))
+    ok = isinstance(validated, int) and validated >= 1 and refused == 0
+    if ok:
+        detail = f"the gate accepts the release's first request after the rebuilt prefix ({validated} validated)"
+    else:
+        why = result.failure.message if result.failure is not None else f"{validated} validated, {refused} refused"
+        detail = (f"the gate refuses it: {why[:600]}" if refused else
+                  f"the release made no request the gate accepted: {why[:600]}")
+    outcome.checks.append(Check("resume_envelope", ok, detail, candidate))
+    return ok
+
+
+def _verdicts(state: Path) -> tuple[int, int]:
+    """(validated, refused) requests in the bridge's verdict log of the check's run (its own scratch dir)."""
+    validated = refused = 0
+    for log in sorted(state.rglob("bridge-log.jsonl"))[:4]:
+        if log.is_symlink() or not log.is_file() or log.stat().st_size > 64 * 1024 * 1024:
+            continue
+        for raw in log.read_text("utf-8", "replace").splitlines():
+            try:
+                verdict = json.loads(raw).get("verdict")
+            except (ValueError, AttributeError):
+                continue
+            validated += verdict == "ok"
+            refused += verdict == "refused"
+    return validated, refused

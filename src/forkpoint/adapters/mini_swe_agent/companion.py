@@ -232,15 +232,19 @@ class Session:
         return status, (result if extra else None)
 
     def _loop_v2(self, output: Path) -> tuple[str | None, str | None]:
-        """The loop of 2.x ``DefaultAgent.run`` after its message reset, saved after every step."""
+        """The loop of 2.x ``DefaultAgent.run`` after its message reset, saved after every step. Releases before
+        2.4 count no consecutive format errors: their loop treats a FormatError like any InterruptAgentFlow."""
         exceptions = _load("minisweagent.exceptions")
         agent = self.agent
+        counts = hasattr(agent, "n_consecutive_format_errors")
+        format_error = exceptions.FormatError if counts else ()
         error_text: str | None = None
         while True:
             try:
                 agent.step()
-                agent.n_consecutive_format_errors = 0
-            except exceptions.FormatError as error:
+                if counts:
+                    agent.n_consecutive_format_errors = 0
+            except format_error as error:
                 agent.cost += error.messages[0].get("extra", {}).get("cost", 0.0)
                 agent.n_consecutive_format_errors += 1
                 limit = agent.config.max_consecutive_format_errors

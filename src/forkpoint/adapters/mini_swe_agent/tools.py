@@ -49,8 +49,12 @@ def open_session(python: Path, plan: Plan[MiniNative], context: RunContext, log_
                             context.logs / log_name, deadline_s, socket_parent=context.state_dir,
                             confinement=confinement)
     session.start()
+    from forkpoint.runtimes import trial_release
+
+    # a calibration runs a release in a verified version's place (forkpoint.runtimes.trial): the venv holds it
+    version = trial_release(plan.trajectory.agent, python) or plan.trajectory.version
     reply = session.request({"op": "open", "source": str(source), "workspace": sandbox.cwd,
-                             "version": plan.trajectory.version}, timeout_s=300.0)
+                             "version": version}, timeout_s=300.0)
     if not reply.get("ok"):
         session.close()
         kind = ErrorKind.UNSUPPORTED_TOOL if reply.get("refusal") == "unsupported" else ErrorKind.TRAJECTORY
