@@ -98,7 +98,7 @@ class GeminiHooks(AgentHooks[Installed]):
             return Outcome("max_steps", metadata=metadata)
         if ran.exit_code != 0 or reply is None or "error" in reply:
             error = reply.get("error") if reply else None
-            detail = error.get("message") if isinstance(error, dict) else ran.tail
+            detail = error.get("message") if isinstance(error, dict) else ran.tail()
             return Outcome("failed", str(detail), metadata=metadata)
         return Outcome("completed", metadata=metadata)
 

@@ -23,6 +23,7 @@ SPEC = AgentSpec(
     runtime=NPM,
     native_format="gemini-cli/chat-recording-jsonl",
     protocol="google-generate-content",
+    more_upstreams=("openai-chat",),
     sniff=sniff,
     formats=(FormatFamily("gemini-cli/chat-recording-jsonl", "0.61.0", None),),
     detection_priority=35,  # its header's keys are its own; asked after pi, before claude-code

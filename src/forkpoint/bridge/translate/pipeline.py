@@ -65,13 +65,13 @@ def translation_of(protocol: str) -> ChatTranslation:
     return chat
 
 
-def prepare(protocol: str, agent_body: JsonObject, pins: SamplingPins = NO_PINS, *,
+def prepare(protocol: str, agent_body: JsonObject, pins: SamplingPins = NO_PINS, *, route: str = "",
             options: ChatOptions = DEFAULT_OPTIONS) -> Prepared:
-    """Translate a validated agent body (in ``protocol``, a registered name) to Chat and pin it. Raises
-    ``TranslationError`` (refuse the request: it cannot be carried without silent loss) or
-    ``sampling.UnsupportedPin``."""
+    """Translate a validated agent body (in ``protocol``, a registered name; ``route``: the request's path under the
+    bridge token, which some protocols read the model from) to Chat and pin it. Raises ``TranslationError``
+    (refuse the request: it cannot be carried without silent loss) or ``sampling.UnsupportedPin``."""
     chat = translation_of(protocol)
-    translated = chat.to_chat(agent_body, options)
+    translated = chat.to_chat(chat.route(route, agent_body) if chat.route is not None else agent_body, options)
     custom: frozenset[str] = getattr(translated, "custom_tools", frozenset())
     body, changes = apply_pins(chat.target, translated.body, pins)
     return Prepared(protocol, agent_body, body, translated.losses, tuple(changes), custom)
@@ -125,7 +125,8 @@ class AnswerStream:
             events += self.translator.end()
         except TranslationError as error:
             return self._abort(str(error))
-        if self.translator.done and events and events[-1][0] in ("error", "response.failed"):
+        if self.translator.done and events and (events[-1][0] in ("error", "response.failed")
+                                                or "error" in events[-1][1]):  # Gemini's failure is unnamed
             self.error = self.error or _failure_message(events[-1][1])
         return (sse_event(name, event) for name, event in events)
 
