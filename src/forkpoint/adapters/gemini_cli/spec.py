@@ -24,6 +24,7 @@ SPEC = AgentSpec(
     native_format="gemini-cli/chat-recording-jsonl",
     protocol="google-generate-content",
     more_upstreams=("openai-chat",),
+    sandbox_features=frozenset({"local", "bwrap"}),
     sniff=sniff,
     formats=(FormatFamily("gemini-cli/chat-recording-jsonl", "0.61.0", None),),
     detection_priority=35,  # its header's keys are its own; asked after pi, before claude-code
