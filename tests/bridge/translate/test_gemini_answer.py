@@ -98,7 +98,7 @@ def test_arguments_that_are_not_a_json_object_are_sent_as_text_and_listed() -> N
 ])
 def test_a_broken_answer_ends_with_a_google_error_object(data: bytes) -> None:
     events, answer = stream(data)
-    assert answer.done
+    assert answer.done and answer.error
     assert set(events[-1]) == {"error"} and events[-1]["error"]["code"] == 500
     assert events[-1]["error"]["status"] == "INTERNAL" and events[-1]["error"]["message"]
 
