@@ -128,6 +128,7 @@ def test_a_gemini_request_takes_its_model_and_stream_from_the_route(method: str,
     with model.serve() as url, Bridge(PassGate(), TranslatingChatUpstream("google-generate-content", url + "/v1",
                                                                           KEY)) as bridge:
         status, answer = post(bridge.base_url, f"/v1beta/models/gemini-x:{method}", GEMINI_BODY)
+        bridge.finish()  # the request's record is written once the answer is over
         record = bridge.records[-1]
     assert status == 200, answer
     [sent] = model.requests
