@@ -1,9 +1,10 @@
 """Helper of bridge_overhead.py: run forkpoint's model bridge in its own process, as in a real run.
 
-``python benchmarks/_bridge_server.py CASE_DIR UPSTREAM_URL [--agent claude-code|codex] [--upstream U]`` builds
-the agent's gate from a recorded resume case (tests/fixtures/<agent>/requests/<version>/<case>) and starts
-``Bridge(gate, upstream)`` with the agent's pass-through upstream (``native``: Anthropic Messages for Claude Code,
-Responses for Codex) or the translating Chat Completions upstream (``openai-chat``); it prints its base URL and
+``python benchmarks/_bridge_server.py CASE_DIR UPSTREAM_URL [--agent claude-code|codex|gemini-cli] [--upstream U]``
+builds the agent's gate from a recorded resume case (tests/fixtures/<agent>/requests/<version>/<case>; Gemini CLI:
+the ``tools`` fixture and its recorded resume, ``gemini_case``) and starts ``Bridge(gate, upstream)`` with the
+agent's pass-through upstream (``native``: Anthropic Messages for Claude Code, Responses for Codex, the Gemini API
+for Gemini CLI) or the translating Chat Completions upstream (``openai-chat``); it prints its base URL and
 serves until stdin closes, then prints the bridge summary as JSON. The upstream key has the length of a real one.
 """
 
@@ -20,6 +21,7 @@ from forkpoint.adapters.codex.envelope import expected_prefix as codex_expected_
 from forkpoint.adapters.codex.gate import CodexGate
 from forkpoint.bridge.gate import Gate
 from forkpoint.bridge.protocols.anthropic import AnthropicUpstream
+from forkpoint.bridge.protocols.gemini import GeminiUpstream
 from forkpoint.bridge.protocols.openai_responses import OpenAIResponsesUpstream
 from forkpoint.bridge.protocols.translating import TranslatingChatUpstream
 from forkpoint.bridge.server import Bridge
@@ -29,7 +31,14 @@ from forkpoint.bridge.upstream import Upstream
 UPSTREAM_KEY = "sk-ant-api03-" + "Bench0Key1Of2Realistic3Length4" * 3 + "Bench"
 
 
+PROTOCOLS = {"claude-code": "anthropic-messages", "codex": "openai-responses", "gemini-cli": "google-generate-content"}
+
+
 def gate_of(agent: str, case: Path) -> Gate:
+    if agent == "gemini-cli":
+        from _gemini_case import gemini_gate
+
+        return gemini_gate(case)
     meta = json.loads((case / "meta.json").read_text("utf-8"))
     if agent == "codex":
         lines = [json.loads(line) for line in (case / "rollout.jsonl").read_text("utf-8").splitlines()]
@@ -41,8 +50,9 @@ def gate_of(agent: str, case: Path) -> Gate:
 
 def upstream_of(agent: str, upstream: str, url: str) -> Upstream:
     if upstream == "openai-chat":
-        return TranslatingChatUpstream("openai-responses" if agent == "codex" else "anthropic-messages", url + "/v1",
-                                       UPSTREAM_KEY)
+        return TranslatingChatUpstream(PROTOCOLS[agent], url + "/v1", UPSTREAM_KEY)
+    if agent == "gemini-cli":
+        return GeminiUpstream(url, UPSTREAM_KEY)
     if agent == "codex":
         return OpenAIResponsesUpstream(url + "/v1", UPSTREAM_KEY)
     return AnthropicUpstream(url, UPSTREAM_KEY)
@@ -52,7 +62,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("case", type=Path)
     parser.add_argument("upstream_url")
-    parser.add_argument("--agent", choices=("claude-code", "codex"), default="claude-code")
+    parser.add_argument("--agent", choices=tuple(PROTOCOLS), default="claude-code")
     parser.add_argument("--upstream", choices=("native", "openai-chat"), default="native")
     args = parser.parse_args()
     with Bridge(gate_of(args.agent, args.case), upstream_of(args.agent, args.upstream, args.upstream_url)) as bridge:

@@ -1,5 +1,6 @@
-"""Section 6b of bridge_overhead.py: Claude Code's Messages and Codex's Responses requests through the translating
-Chat Completions upstream (``--upstream openai-chat``) vs the same agent's pass-through upstream, in one run."""
+"""Section 6b of bridge_overhead.py: Claude Code's Messages, Codex's Responses and Gemini CLI's Gemini API requests
+through the translating Chat Completions upstream (``--upstream openai-chat``) vs the same agent's pass-through
+upstream, in one run."""
 
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ from pathlib import Path
 import _common as c
 import orjson
 from _bridge_client import CASE, HEADERS, Client, large_text, load_case, process, throughput
+from _gemini_case import first_request as gemini_first_request
+from _gemini_case import gemini_gate
+from _gemini_case import later_request as gemini_later_request
 
 from forkpoint.adapters.claude_code.gate import clean_later_request
 from forkpoint.adapters.codex.envelope import expected_prefix as codex_expected_prefix
@@ -30,6 +34,9 @@ from forkpoint.core.model import JsonObject
 CODEX_CASE = c.FIXTURES / "codex" / "requests" / "0.171.0" / "parallel_after_2"
 CODEX_HEADERS = {"content-type": "application/json", "authorization": "Bearer dummy", "accept": "text/event-stream",
                  "originator": "codex_exec", "user-agent": "codex_exec/bench", "connection": "keep-alive"}
+GEMINI_CASE = c.FIXTURES / "gemini_cli" / "0.61.0" / "tools"
+GEMINI_HEADERS = {"content-type": "application/json", "x-goog-api-key": "dummy", "connection": "keep-alive",
+                  "user-agent": "GeminiCLI/0.61.0 (bench)"}
 CHAT_HEADERS = {"content-type": "application/json", "authorization": "Bearer dummy", "connection": "keep-alive"}
 
 
@@ -51,19 +58,24 @@ TRANSLATED = (
           b"event: message_stop"),
     Agent("Codex (Responses → Chat)", "codex", "openai-responses", CODEX_CASE, "/v1/responses", CODEX_HEADERS,
           b"response.completed"),
+    Agent("Gemini CLI (Gemini API → Chat)", "gemini-cli", "google-generate-content", GEMINI_CASE,
+          "/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse", GEMINI_HEADERS, b'"finishReason"'),
 )
 PATHS = ("pass-through", "translated")
 
 
 def agent_bodies(agent: Agent) -> dict[str, tuple[JsonObject, JsonObject]]:
     """label -> (the recorded later request, the body the gate forwards), small and with a 2 MB newest tool output."""
-    later: JsonObject = json.loads((agent.case / "later_request.json").read_text("utf-8"))
-    large = copy.deepcopy(later)
-    if agent.protocol == "anthropic-messages":
-        large["messages"][-1]["content"][0]["content"] = large_text()
+    if agent.protocol == "google-generate-content":
+        later, large = gemini_later_request(agent.case), gemini_later_request(agent.case, large_text())
     else:
-        output = next(item for item in reversed(large["input"]) if item["type"] == "function_call_output")
-        output["output"] = large_text()
+        later = json.loads((agent.case / "later_request.json").read_text("utf-8"))
+        large = copy.deepcopy(later)
+        if agent.protocol == "anthropic-messages":
+            large["messages"][-1]["content"][0]["content"] = large_text()
+        else:
+            output = next(item for item in reversed(large["input"]) if item["type"] == "function_call_output")
+            output["output"] = large_text()
     out = {}
     for label, body in (("small", later), ("~2 MB", large)):
         verdict = gate_clean(agent, body)
@@ -72,7 +84,18 @@ def agent_bodies(agent: Agent) -> dict[str, tuple[JsonObject, JsonObject]]:
     return out
 
 
+def first_request(agent: Agent) -> bytes:
+    if agent.protocol == "google-generate-content":
+        return orjson.dumps(gemini_first_request(agent.case))
+    return (agent.case / "first_request.json").read_bytes()
+
+
 def gate_clean(agent: Agent, body: JsonObject) -> Verdict:
+    if agent.protocol == "google-generate-content":
+        gate = gemini_gate(agent.case)
+        first = gate.first(gemini_first_request(agent.case))
+        assert first.ok, first.reason
+        return gate.later(body)
     meta = json.loads((agent.case / "meta.json").read_text("utf-8"))
     if agent.protocol == "anthropic-messages":
         return clean_later_request(load_case(agent.case)[0], body, None)
@@ -95,8 +118,7 @@ def translation_servers(agent: Agent, script: Path) -> Iterator[tuple[str, dict[
             bridges[path] = stack.enter_context(process(
                 [sys.executable, "-u", helper, str(agent.case), model, "--agent", agent.name, "--upstream", upstream]))
             with Client(bridges[path]) as client:
-                status, _, _, _ = client.post(agent.route, (agent.case / "first_request.json").read_bytes(),
-                                              agent.headers)
+                status, _, _, _ = client.post(agent.route, first_request(agent), agent.headers)
                 if status != 200:
                     raise RuntimeError(f"the {path} bridge refused the recorded first request ({status})")
         yield model, bridges
@@ -149,14 +171,15 @@ def translation_cost(agent: Agent, model: str, forwarded: JsonObject, rounds: in
     """In-process medians (seconds) of the two pure halves of a translated request: ``prepare`` (agent body ->
     Chat body, serialised) and the answer (ScriptedModel's recorded Chat SSE stream, event by event, -> the agent's
     SSE bytes). With ``profile``, prints cProfile's top functions of both."""
-    prepared = prepare(agent.protocol, forwarded)
+    route = agent.route if agent.protocol == "google-generate-content" else ""  # the model is in Gemini's URL
+    prepared = prepare(agent.protocol, forwarded, route=route)
     with Client(model) as client:
         status, _, _, stream = client.post("/v1/chat/completions", orjson.dumps(prepared.body), CHAT_HEADERS)
     assert status == 200, status
     events = [event + b"\n\n" for event in stream.split(b"\n\n") if event]
 
     def request_half() -> None:
-        orjson.dumps(prepare(agent.protocol, forwarded).body)
+        orjson.dumps(prepare(agent.protocol, forwarded, route=route).body)
 
     def answer_half() -> None:
         answer = AnswerStream(prepared, answer_id="msg_bench")
@@ -222,6 +245,8 @@ agent's own pass-through upstream (Anthropic Messages / Responses, ScriptedModel
 `--upstream openai-chat` (the validated body translated to Chat Completions, ScriptedModel's streamed Chat answer
 translated back event by event). Requests alternate ABBA on one keep-alive connection per path; the answer is
 the same ~1 KB text either way. The bodies are the recorded later requests (Claude Code 2.1.332
-`parallel_after_2`, Codex 0.171.0 `parallel_after_2`), the 2 MB ones with the continuation's newest tool output
+`parallel_after_2`, Codex 0.171.0 `parallel_after_2`; Gemini CLI 0.61.0: the recorded `--session-file` resume of
+the `tools` fixture after batch 3 plus one more call and its response, with a short system text and name-only tool
+schemas, the fixture keeping only their hash and names), the 2 MB ones with the continuation's newest tool output
 made 2 MB. Throughput blocks in ABBA order, {count // 2} requests / {seconds / 2:.0f} s each."""
     return doc

@@ -14,7 +14,7 @@ from pathlib import Path
 from forkpoint.adapters import all_specs
 from forkpoint.adapters.spec import AgentSpec
 from forkpoint.bridge.protocols import translations
-from forkpoint.bridge.translate import anthropic_chat, responses_chat
+from forkpoint.bridge.translate import anthropic_chat, gemini_chat, responses_chat
 from forkpoint.core.protocols import PROTOCOLS, STUB, UPSTREAMS
 
 ROOT = Path(__file__).parents[2]
@@ -24,7 +24,8 @@ PROTOCOL_NAMES = {"anthropic-messages": "Anthropic Messages", "openai-responses"
                   "openai-chat": "Chat Completions", "google-generate-content": "Gemini API"}
 #: (agent protocol, upstream) -> the translator modules the table names
 TRANSLATORS = {("anthropic-messages", "openai-chat"): "`anthropic_chat` + `anthropic_answer`",
-               ("openai-responses", "openai-chat"): "`responses_chat` + `responses_answer`"}
+               ("openai-responses", "openai-chat"): "`responses_chat` + `responses_answer`",
+               ("google-generate-content", "openai-chat"): "`gemini_chat` + `gemini_answer`"}
 
 #: the loss tables (### headings of "What each translation loses") each translate module reports into
 DIRECTIONS = {
@@ -32,8 +33,12 @@ DIRECTIONS = {
     "anthropic_answer.py": ("Chat answer → Claude Code (Anthropic SSE)",),
     "responses_chat.py": ("Codex (Responses) → Chat",),
     "responses_answer.py": ("Chat answer → Codex (Responses SSE)",),
-    "common.py": ("Claude Code (Anthropic Messages) → Chat", "Codex (Responses) → Chat"),
-    "sequencer.py": ("Chat answer → Claude Code (Anthropic SSE)", "Chat answer → Codex (Responses SSE)"),
+    "gemini_chat.py": ("Gemini CLI (Gemini API) → Chat",),
+    "gemini_answer.py": ("Chat answer → Gemini CLI (Gemini SSE)",),
+    "common.py": ("Claude Code (Anthropic Messages) → Chat", "Codex (Responses) → Chat",
+                  "Gemini CLI (Gemini API) → Chat"),
+    "sequencer.py": ("Chat answer → Claude Code (Anthropic SSE)", "Chat answer → Codex (Responses SSE)",
+                     "Chat answer → Gemini CLI (Gemini SSE)"),
 }
 #: every loss message a translator reports (``{}`` for an interpolated part) -> what its row in each of the
 #: module's loss tables says
@@ -66,6 +71,31 @@ LOSSES = {
         "leading system messages joined into one": "the leading ones joined into one",
         "system message after the conversation began sent as a user message":
             "later ones sent as user messages in `<system>` tags",
+    },
+    "gemini_chat.py": {
+        "thoughtSignature dropped": "`thoughtSignature`",
+        "{} part field {} dropped": "any part's unknown field",
+        "functionCall field {} dropped": "other `functionCall` fields",
+        "functionResponse field {} dropped": "other `functionResponse` fields",
+        "repeated identical functionResponse dropped (Chat answers a call once)":
+            "a repeated identical functionResponse",
+        "user content before a functionResponse moved after the tool messages":
+            "user content placed before a `functionResponse` moves after the tool messages",
+        "thought flag of a user part dropped": "the `thought` flag of a user part",
+        "fileData replaced by a placeholder (the Chat server cannot fetch Google files)": "`fileData`",
+        "inline {} data replaced by a placeholder": "`inlineData` other media",
+        "built-in tool {} dropped": "built-in tools",
+        "function declaration field {} dropped": "other declaration fields",
+        "toolConfig field {} dropped": "other `toolConfig` fields",
+        "function calling mode VALIDATED sent as required": "VALIDATED sent as required",
+        "allowedFunctionNames beyond one dropped (Chat names one function or any)": "allowedFunctionNames beyond one",
+        "tool_choice dropped (no tools left to choose)": "the whole `tool_choice` when no tools are left",
+        "generationConfig field {} dropped": "any other `generationConfig` field",
+    },
+    "gemini_answer.py": {
+        "finish_reason {} read as STOP": "an unknown finish reason reads as STOP",
+        "tool call {} arguments were not a JSON object: sent as an arguments text":
+            "are sent as an arguments text",
     },
     "responses_answer.py": {
         "custom tool call {}: arguments were not {{}: string}, passed raw": "are passed raw",
@@ -184,7 +214,8 @@ def test_every_dropped_and_refused_request_field_is_named() -> None:
     for module, heading, names in (
             (anthropic_chat, "Claude Code (Anthropic Messages) → Chat", anthropic_chat.DROPPED_FIELDS),
             (responses_chat, "Codex (Responses) → Chat",
-             responses_chat.DROPPED_FIELDS + responses_chat.REFUSED_FIELDS)):
+             responses_chat.DROPPED_FIELDS + responses_chat.REFUSED_FIELDS),
+            (gemini_chat, "Gemini CLI (Gemini API) → Chat", gemini_chat.DROPPED_FIELDS)):
         table = section(text, heading)
         missing = [name for name in names if f"`{name}`" not in table]
         assert not missing, f"{module.__name__}: {missing} missing from {heading!r}"

@@ -20,6 +20,7 @@ from forkpoint import runtimes
 from forkpoint.core.results import ReplayResult
 from forkpoint.testing import ScriptedModel
 from forkpoint.testing.recordings import replay_recording
+from forkpoint.testing.scripted_model import text, tool_use
 
 pytestmark = pytest.mark.e2e
 
@@ -99,3 +100,33 @@ def test_model_and_sampling_pins_reach_the_chat_model_on_the_translated_request(
         assert (body["model"], body["temperature"], body["seed"]) == ("open-model-7b", 0.0, 7)
         assert body["chat_template_kwargs"] == {"enable_thinking": False}
     assert result.metadata["requested_model"] == result.metadata["upstream_model"] == "open-model-7b"
+
+
+def test_the_real_gemini_cli_continues_through_a_chat_completions_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Gemini CLI's model and streaming choice are in the URL: the translation reads them from the route, the Chat
+    model gets a valid streamed request, and its tool call reaches the real CLI as a functionCall it runs."""
+    if runtimes.find("gemini-cli", "0.61.0") is None:
+        pytest.skip("gemini-cli 0.61.0 is not installed")
+    monkeypatch.setenv("OPENAI_API_KEY", "scripted-chat-key")
+    model = ScriptedModel([[tool_use("read_file", {"file_path": "notes.txt"})], [text("Notes read.")]],
+                          step_mode="counter", model="gemini-2.5-pro", seed="gemini-chat-e2e")
+    with model.serve() as url:
+        result = replay_recording(FIXTURES / "gemini_cli" / "0.61.0" / "tools", tmp_path, agent="gemini-cli",
+                                  trajectory="session.jsonl", after=1, upstream="openai-chat",
+                                  upstream_url=f"{url}/v1")
+    assert result.failure is None, result.failure
+    assert (result.phase, result.agent_status) == ("continued", "completed")
+    bridge = result.metadata["model_bridge"]
+    assert bridge["validated"] == bridge["forwarded"] == 2 and bridge["refused"] == 0
+    chat = [entry["body"] for entry in model.requests]
+    assert [entry["path"] for entry in model.requests] == ["/v1/chat/completions"] * 2
+    for body in chat:
+        _valid_chat_request(body)
+        assert body["model"] == "gemini-2.5-pro"  # from the agent's URL path
+    fresh = [m for m in chat[0]["messages"] if m["role"] == "tool"][-2:]
+    assert all(m["content"].startswith("Successfully created and wrote") for m in fresh), fresh
+    # the translated functionCall really ran in the CLI: its result (the file the replay wrote) came back
+    assert chat[1]["messages"][-1]["role"] == "tool" and chat[1]["messages"][-1]["content"] == "todo\n"
+    assert model.reported_usage()["calls"] == result.metadata["model_usage"]["calls"] == 2

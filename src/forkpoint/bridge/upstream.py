@@ -261,6 +261,13 @@ async def end_for_agent(response: web.StreamResponse, tail: bytes = b"") -> str 
     return None
 
 
+def route_path(request: web.Request) -> str:
+    """The request's path under the bridge's token (``/v1beta/models/m:streamGenerateContent``), with its query: the
+    server routes only token-prefixed paths to an upstream."""
+    tail = "/" + request.rel_url.path.lstrip("/").partition("/")[2]
+    return f"{tail}?{request.query_string}" if request.query_string else tail
+
+
 def cut(request: web.Request) -> None:
     """Close the agent's connection at once. An answer that broke upstream after its first byte reached the agent
     must break for the agent too: a cleanly ended truncated stream would read as a whole (odd) answer, and nothing

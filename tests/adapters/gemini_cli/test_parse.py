@@ -80,3 +80,21 @@ def test_a_resumed_session_file_repeats_its_header_and_rewrites_its_list(tmp_pat
     parsed = parse_gemini(write(tmp_path / "s.jsonl", records + extra))
     ids = [m["id"] for m in parsed.native.messages]
     assert ids == [*(m["id"] for m in messages[:3]), messages[2]["id"], "new"]
+
+
+def _with_context(records: list[dict[str, object]], old: str, new: str) -> list[dict[str, object]]:
+    return [json.loads(json.dumps(record).replace(old, new)) for record in records]
+
+
+def test_the_recorded_cwd_is_the_listed_workspace_directory_with_the_project_hash(tmp_path: Path) -> None:
+    """``projectHash`` is the SHA-256 of the project root: the listed workspace directory that has it is the cwd
+    (what --sandbox bwrap mounts the workspace at); a context naming another directory is not believed."""
+    assert parse_gemini(FIXTURE / "session.jsonl").cwd == "/tmp/forkpoint-rec-gemini/tools"
+    # a context that lists another directory (or the right one spelled differently) gives no cwd
+    for spelled in ("/etc", "/tmp/forkpoint-rec-gemini/tools/", "/tmp/forkpoint-rec-gemini/./tools",
+                    "tmp/forkpoint-rec-gemini/tools"):
+        records = _with_context(lines(), "  - /tmp/forkpoint-rec-gemini/tools\\n", f"  - {spelled}\\n")
+        assert parse_gemini(write(tmp_path / "s.jsonl", records)).cwd is None, spelled
+    records = lines()
+    records[0] = {**records[0], "projectHash": "0" * 64}
+    assert parse_gemini(write(tmp_path / "s.jsonl", records)).cwd is None

@@ -71,7 +71,8 @@ def test_every_registered_protocol_spec_is_self_consistent(name: str) -> None:
     # a translation to Chat goes to a registered protocol that answers other protocols
     if spec.chat is not None:
         assert spec.chat.target in PROTOCOLS and load(spec.chat.target).translating is not None
-        assert spec.chat.id_prefix and prepare(name, spec.sample_request).body["messages"]
+        assert spec.chat.id_prefix and prepare(name, spec.sample_request,
+                                                     route=spec.chat.sample_route).body["messages"]
     if spec.translating is not None:
         translating = spec.translating_upstream(next(iter(PROTOCOLS)), registered.default_url, KEY, None,
                                                 Patience(NO_RETRIES))

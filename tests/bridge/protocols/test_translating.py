@@ -1,6 +1,6 @@
-"""Translating upstreams: Claude Code's Anthropic Messages and Codex's Responses answered by a Chat Completions
-server (a real ScriptedModel on loopback). A pass-all gate; what is under test is the upstream: the translated
-request, the streamed translated answer, refusals, losses and usage in the record."""
+"""Translating upstreams: Claude Code's Anthropic Messages, Codex's Responses and Gemini CLI's Gemini API answered
+by a Chat Completions server (a real ScriptedModel on loopback). A pass-all gate; what is under test is the
+upstream: the translated request, the streamed translated answer, refusals, losses and usage in the record."""
 
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ RESPONSES_BODY: dict[str, Any] = {
 
 class PassGate(Gate):
     name = "pass"
-    model_routes = frozenset({"/v1/messages", "/v1/responses", "/responses"})
+    model_routes = frozenset({"/v1/messages", "/v1/responses", "/responses", "/v1beta/models/gemini-x:generateContent",
+                              "/v1beta/models/gemini-x:streamGenerateContent"})
 
     def first(self, body: Any) -> Verdict:
         return Verdict(True, body, None)
@@ -109,6 +110,37 @@ def test_an_agent_request_is_answered_by_a_chat_server_streamed_and_translated(p
         assert any(item["type"] == "function_call" and item["name"] == "shell" for item in done)
     assert record.facts["translated"] == TRANSLATED[agent] and isinstance(record.facts["losses"], list)
     assert record.usage is not None and record.usage["input_tokens"] == 100 and record.usage["output_tokens"] > 0
+
+
+GEMINI_BODY: dict[str, Any] = {
+    "contents": [{"role": "user", "parts": [{"text": "list files"}]}],
+    "systemInstruction": {"parts": [{"text": "be brief"}]},
+    "tools": [{"functionDeclarations": [{"name": "run_shell_command", "description": "run",
+                                         "parametersJsonSchema": {"type": "object"}}]}],
+}
+
+
+@pytest.mark.parametrize(("method", "stream"), [("streamGenerateContent?alt=sse", True), ("generateContent", False)])
+def test_a_gemini_request_takes_its_model_and_stream_from_the_route(method: str, stream: bool) -> None:
+    """The Gemini API carries the model and the streaming choice in the path: the translated Chat request has them
+    (the path under the bridge token, query cut), and the answer comes back as Gemini chunks or one response."""
+    model = ScriptedModel([[text("running"), tool_use("run_shell_command", {"command": "ls"})]])
+    with model.serve() as url, Bridge(PassGate(), TranslatingChatUpstream("google-generate-content", url + "/v1",
+                                                                          KEY)) as bridge:
+        status, answer = post(bridge.base_url, f"/v1beta/models/gemini-x:{method}", GEMINI_BODY)
+        bridge.finish()  # the request's record is written once the answer is over
+        record = bridge.records[-1]
+    assert status == 200, answer
+    [sent] = model.requests
+    check_chat_request(sent["body"])
+    assert sent["body"]["model"] == "gemini-x" and bool(sent["body"].get("stream")) is stream
+    chunks = [data for _, data in events(answer)] if stream else [json.loads(answer)]
+    parts = [part for chunk in chunks for part in chunk["candidates"][0]["content"]["parts"]]
+    assert {"functionCall": {"name": "run_shell_command", "args": {"command": "ls"},
+                             "id": parts[-1]["functionCall"]["id"]}} == parts[-1]
+    assert "".join(p.get("text", "") for p in parts) == "running"
+    assert chunks[-1]["candidates"][0]["finishReason"] == "STOP" and chunks[-1]["usageMetadata"]["promptTokenCount"]
+    assert record.facts["translated"] == "gemini -> openai-chat"
 
 
 def test_an_untranslatable_request_is_refused_before_anything_leaves_the_bridge() -> None:

@@ -188,3 +188,22 @@ def test_a_short_key_changes_nothing() -> None:
     keyed = AnswerStream(prepare("anthropic-messages", {"model": "m", "messages": [], "stream": True}), answer_id="m",
                          key=UpstreamKey("EMPTY"))
     assert keyed.feed(data) + keyed.close() == plain.feed(data) + plain.close()
+
+
+@pytest.mark.parametrize("chunk", [b'data: {"error": {"message": "overloaded"}}\n\n',
+                                   b'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "abort"}]}\n\n'])
+@pytest.mark.parametrize(("protocol", "route"), [("anthropic-messages", ""), ("openai-responses", ""),
+                                                 ("google-generate-content", "/v1beta/models/m:streamGenerateContent")])
+def test_a_failure_fed_mid_stream_is_the_answers_error(protocol: str, route: str, chunk: bytes) -> None:
+    """An error chunk or a failed finish ends the answer while it is fed: ``error`` says so after ``close`` (the
+    translating upstream records the request as a failed answer), not only a failure found at the end."""
+    bodies: dict[str, dict[str, Any]] = {
+        "anthropic-messages": {"model": "m", "messages": [], "stream": True},
+        "openai-responses": {"model": "m", "input": "hi", "stream": True},
+        "google-generate-content": {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}}
+    body = bodies[protocol]
+    answer = AnswerStream(prepare(protocol, body, route=route), answer_id="a")
+    answer.feed(b'data: {"choices": [{"index": 0, "delta": {"content": "half"}}]}\n\n' + chunk)
+    assert answer.done
+    answer.close()
+    assert answer.error is not None and ("overloaded" in answer.error or "abort" in answer.error), answer.error

@@ -29,6 +29,7 @@ from forkpoint.core.fs import read_sandbox_file
 from forkpoint.core.hashing import canonical_sha256
 from forkpoint.core.model import JsonObject
 from forkpoint.core.results import write_atomic
+from forkpoint.sandbox import runtime_paths
 
 if TYPE_CHECKING:
     from forkpoint.bridge.server import BridgeSummary
@@ -85,7 +86,7 @@ class GeminiHooks(AgentHooks[Installed]):
         argv = [str(entrypoint), "--session-file", str(state.session_file), "--yolo", "--skip-trust",
                 "-m", state.model, "-o", "json", "-p", job.nonce]
         return LaunchSpec(argv, env, job.sandbox.cwd, job.context.logs / "gemini-cli.log",
-                          writable=(job.context.home,), readable=(entrypoint.parent.parent,))
+                          writable=(job.context.home,), readable=runtime_paths(entrypoint))
 
     def outcome(self, job: Job, state: Installed, ran: Ran, summary: BridgeSummary) -> Outcome:
         reply = _json_reply(ran.process.stdout) if ran.process is not None else None
@@ -98,7 +99,7 @@ class GeminiHooks(AgentHooks[Installed]):
             return Outcome("max_steps", metadata=metadata)
         if ran.exit_code != 0 or reply is None or "error" in reply:
             error = reply.get("error") if reply else None
-            detail = error.get("message") if isinstance(error, dict) else ran.tail
+            detail = error.get("message") if isinstance(error, dict) else ran.tail()
             return Outcome("failed", str(detail), metadata=metadata)
         return Outcome("completed", metadata=metadata)
 

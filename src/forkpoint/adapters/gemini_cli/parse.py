@@ -20,6 +20,7 @@ The session names no CLI version: recordings are read with the verified 0.61.0 p
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -206,8 +207,29 @@ def _build(path: Path, sha256: str, native: GeminiNative, warnings: list[str]) -
     if not any(m.get("type") == "user" and not _is_context(m) for m in messages):
         raise trajectory("the Gemini CLI session has no user prompt")
     warnings.append("Gemini CLI sessions do not name the CLI version; they are read with the verified 0.61.0 profile")
-    return Trajectory.recorded(AGENT, None, path, sha256, session_id=str(native.header["sessionId"]), cwd=None,
+    cwd = project_root(native.header, messages)
+    return Trajectory.recorded(AGENT, None, path, sha256, session_id=str(native.header["sessionId"]), cwd=cwd,
                                batches=batches, next_actions=_next_actions(native), warnings=warnings, native=native)
+
+
+def project_root(header: JsonObject, messages: list[JsonObject]) -> str | None:
+    """The directory the session was recorded in: the ``<session_context>`` lists the workspace directories, and
+    the header's ``projectHash`` is the SHA-256 of the project root (measured on 0.61.0), so the listed directory
+    with that hash is it. None when no listed directory matches (nothing is guessed: a hostile context text cannot
+    choose where ``--sandbox bwrap`` mounts the workspace without also matching the hash)."""
+    wanted = header.get("projectHash")
+    context = next((m for m in messages if m.get("type") == "user" and _is_context(m)), None)
+    if not isinstance(wanted, str) or context is None:
+        return None
+    content = context.get("content")
+    first = content[0] if isinstance(content, list) and content else content
+    text = first.get("text") if isinstance(first, dict) else first
+    for line in str(text).splitlines():
+        candidate = line.strip().removeprefix("- ").strip()
+        if (candidate.startswith("/") and "\x00" not in candidate and os.path.normpath(candidate) == candidate
+                and hashlib.sha256(candidate.encode()).hexdigest() == wanted):
+            return candidate
+    return None
 
 
 def _is_context(message: JsonObject) -> bool:

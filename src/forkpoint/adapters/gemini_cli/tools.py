@@ -11,6 +11,11 @@ tools get a short text.
 
 A run that ends without sending the function response fails the call (before any effect unless the host had
 handed a changing tool its call: then the effect may have happened).
+
+The CLI runs in the run's sandbox, at the cwd the tools see (under bwrap the recorded cwd, the workspace mounted
+there), its HOME writable and the runtime read-only. A sandbox with its own network namespace gets nothing but the
+host's port, relayed into it like the bridge for a continued agent (``forkpoint.sandbox.forward``, as OpenCode's
+tool host does): a replayed command reaches no other address.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ import re
 import secrets
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -30,7 +36,10 @@ from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.model import FreshObservation, JsonObject, RunContext, ToolCall
 from forkpoint.process.loop_thread import LoopThread
 from forkpoint.process.loopback import LoopbackSite
-from forkpoint.sandbox import local_sandbox
+from forkpoint.sandbox import local_sandbox, runtime_paths
+
+if TYPE_CHECKING:
+    from forkpoint.sandbox.forward import HostRelay
 
 PROMPT = "forkpoint-tool-replay"
 MODEL = "gemini-2.5-pro"
@@ -117,15 +126,31 @@ class GeminiToolExecutor:
         self.entrypoint = entrypoint or installed_entrypoint()
         self.sandbox = context.sandbox or local_sandbox(context.workspace)
         self.host = ToolHost()
+        self._relay: HostRelay | None = None
+
+    def _confined(self, url: str) -> tuple[list[str], tuple[Path, ...], bool]:
+        """The CLI's argv, what it reads and whether it shares the host's network: in a sandbox with its own
+        network namespace only the host's port is relayed in (one relay for every call)."""
+        argv = [str(self.entrypoint), "--yolo", "--skip-trust", "-m", MODEL, "-o", "json", "-p", PROMPT]
+        readable = runtime_paths(self.entrypoint)
+        if not self.sandbox.private_network:
+            return argv, readable, True
+        if self._relay is None:
+            from forkpoint.sandbox.forward import HostRelay
+
+            port = urlsplit(url).port
+            assert port is not None
+            self._relay = HostRelay(port, self.context.state_dir)
+        return self._relay.wrap(self.sandbox.host_command(argv)), (*readable, *self._relay.readable), False
 
     def run(self, call: ToolCall) -> FreshObservation:
         url = self.host.start()
         write_settings(self.context.home, ErrorKind.EXECUTOR)
         self.host.arm(call)
-        argv = [str(self.entrypoint), "--yolo", "--skip-trust", "-m", MODEL, "-o", "json", "-p", PROMPT]
+        argv, readable, network = self._confined(url)
         result = self.sandbox.run(argv, cwd=self.sandbox.cwd, env=gemini_env(self.context.home, url),
-                                  timeout_s=DEFAULT_TIMEOUT_S + STARTUP_MARGIN_S, network=True,
-                                  writable=(self.context.home,), readable=(self.entrypoint.parent.parent,),
+                                  timeout_s=DEFAULT_TIMEOUT_S + STARTUP_MARGIN_S, network=network,
+                                  writable=(self.context.home,), readable=readable,
                                   max_output_bytes=64 * 1024 * 1024, die_with_parent=True)
         response, handed = self.host.response, self.host.handed
         where = f"{call.name}({call.call_id})"
@@ -145,4 +170,6 @@ class GeminiToolExecutor:
                                 truncated=result.stdout_truncated, native={"response": response})
 
     def close(self) -> None:
+        if self._relay is not None:
+            self._relay.close()
         self.host.close()

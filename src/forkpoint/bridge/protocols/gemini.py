@@ -17,6 +17,9 @@ text / thought / call ``{name, args}`` / result ``{name, response}``; call ids a
 history the model sees across a resume and are left out), the first request must end exactly at the rebuilt
 prefix plus the profile's resume envelope and the nonce content, later requests repeat it and keep what follows.
 ``cachedContent`` (server-side history the gate cannot see) and top-level fields the gate does not know are refused.
+
+Translated to Chat Completions (``--upstream openai-chat``) by ``bridge.translate.gemini_chat`` and
+``gemini_answer``; the model and method of the route reach the translation through ``ChatTranslation.route``.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from aiohttp import web
 
 from forkpoint.bridge.gate import PrefixGate, Refusal, Verdict, checked, nonce_position, open_request, refuse_nonce_in
-from forkpoint.bridge.protocols.spec import ProtocolSpec
+from forkpoint.bridge.protocols.spec import ChatTranslation, ProtocolSpec
 from forkpoint.bridge.translate.sampling import Change, Put, SamplingPins, UnsupportedPin
 from forkpoint.bridge.upstream import (
     CHUNK,
@@ -37,6 +40,7 @@ from forkpoint.bridge.upstream import (
     LocalStub,
     Sent,
     pieces,
+    route_path,
     sse_event,
     stream_events,
 )
@@ -46,6 +50,9 @@ from forkpoint.core.protocols import wire
 
 if TYPE_CHECKING:
     from forkpoint.bridge.protocols import Patience
+    from forkpoint.bridge.translate.common import ChatOptions, Translated
+    from forkpoint.bridge.translate.pipeline import Prepared
+    from forkpoint.bridge.translate.sequencer import BlockSequencer
 
 PROTOCOL = "google-generate-content"
 STREAM = "streamGenerateContent"
@@ -118,7 +125,7 @@ class GeminiUpstream(HttpUpstream):
         return base if base.endswith(f"/{API_VERSION}") else f"{base}/{API_VERSION}"
 
     def target(self, request: web.Request, body: JsonObject) -> tuple[str, JsonObject]:
-        tail = "/" + request.rel_url.path.lstrip("/").partition("/")[2]  # the path under the bridge token
+        tail = route_path(request).partition("?")[0]
         route = route_of(tail)
         if route is None:  # the gate routes only model paths here: a bug, not input
             raise ValueError(f"not a Gemini model path: {tail!r}")
@@ -531,6 +538,31 @@ class GeminiGate(PrefixGate[ExpectedGemini]):
         return i
 
 
+# the translators load only for a translating run
+def _to_chat(body: JsonObject, options: ChatOptions) -> Translated:
+    from forkpoint.bridge.translate.gemini_chat import gemini_to_chat
+
+    return gemini_to_chat(body, options)
+
+
+def _with_route(path: str, body: JsonObject) -> JsonObject:
+    from forkpoint.bridge.translate.gemini_chat import with_route
+
+    return with_route(path, body)
+
+
+def _stream(prepared: Prepared, answer_id: str) -> BlockSequencer:
+    from forkpoint.bridge.translate.gemini_answer import ChatToGeminiStream
+
+    return ChatToGeminiStream(response_id=answer_id, model=prepared.model)
+
+
+def _whole(completion: JsonObject, prepared: Prepared, answer_id: str) -> tuple[JsonObject, list[str]]:
+    from forkpoint.bridge.translate.gemini_answer import chat_completion_to_gemini
+
+    return chat_completion_to_gemini(completion, response_id=answer_id, model=prepared.model)
+
+
 def _passthrough(url: str, key: str, patience: Patience) -> GeminiUpstream:
     return GeminiUpstream(url, key, retry=patience.retry, **patience.options())
 
@@ -539,5 +571,7 @@ SPEC = ProtocolSpec(
     name=PROTOCOL, passthrough=_passthrough,
     stub=GeminiStubUpstream, encode=encode, pins=gemini_pins, tool_schemas=tool_schemas, error=agent_error,
     refusal=_refusal, sample_request={"contents": [{"role": "user", "parts": [{"text": "hello"}]}]},
+    chat=ChatTranslation("openai-chat", _to_chat, _stream, _whole, "forkpoint-", route=_with_route,
+                         sample_route=f"/{API_VERSION}/models/gemini-2.5-pro:{STREAM}?alt=sse"),
 )
 

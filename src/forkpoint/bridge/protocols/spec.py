@@ -46,6 +46,11 @@ class ChatTranslation:
     whole: Callable[[JsonObject, Prepared, str], tuple[JsonObject, list[str]]]
     #: the prefix of the answer ids forkpoint makes up (``msg_forkpoint_``...)
     id_prefix: str
+    #: (request path under the bridge token, agent body) -> the body with what the protocol carries in the path
+    #: folded in, for ``to_chat`` (the Gemini API's model and streaming choice); None: the body says it all
+    route: Callable[[str, JsonObject], JsonObject] | None = None
+    #: a route the protocol's ``sample_request`` is valid on (the registry's consistency test translates it)
+    sample_route: str = ""
 
 
 @dataclass(frozen=True)

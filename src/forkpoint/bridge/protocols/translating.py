@@ -1,7 +1,8 @@
-"""Translating upstreams: an Anthropic Messages (Claude Code) or Responses (Codex) agent on a Chat Completions
-server (``--upstream openai-chat``: OpenAI, vLLM, SGLang, Ollama...).
+"""Translating upstreams: an Anthropic Messages (Claude Code), Responses (Codex) or Gemini API (Gemini CLI) agent on a
+Chat Completions server (``--upstream openai-chat``: OpenAI, vLLM, SGLang, Ollama...).
 
-The I/O shell around ``bridge.translate.pipeline``: the validated agent body is translated (a body the translator
+The I/O shell around ``bridge.translate.pipeline``: the validated agent body (with the request's route, for a
+protocol that carries the model in the URL) is translated (a body the translator
 cannot carry without silent loss is refused before anything leaves the bridge), POSTed to ``<url>/chat/completions``
 with the bridge's key, and the Chat answer is translated back and written to the agent chunk by chunk as it
 arrives (never buffered whole). The bridge's key is redacted from every byte, message and fact on the way
@@ -43,6 +44,7 @@ from forkpoint.bridge.upstream import (
     failure_of,
     next_chunk,
     post_within,
+    route_path,
     timed_out,
     write_to_agent,
 )
@@ -91,7 +93,7 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
     async def send(self, request: web.Request, body: JsonObject) -> tuple[web.StreamResponse, Sent]:
         assert self._session is not None, "upstream not opened"
         try:
-            prepared = prepare(self.agent, body, self.pins)
+            prepared = prepare(self.agent, body, self.pins, route=route_path(request))
         except TranslationError as error:
             raise UpstreamRefusal(f"the request cannot be translated to Chat Completions: {error}") from None
         facts: JsonObject = {"translated": f"{wire(self.agent).upstream} -> {self.name}",

@@ -87,8 +87,10 @@ def json_object(raw: bytes | str, what: str) -> JsonObject:
 
 
 def sse_event(event: str, data: JsonObject) -> bytes:
-    """One server-sent event as Anthropic and the Responses API frame it: ``event: X\\ndata: {json}\\n\\n``."""
-    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n".encode()
+    """One server-sent event as Anthropic and the Responses API frame it: ``event: X\\ndata: {json}\\n\\n``
+    (an empty ``event``: the ``data:`` line alone, as the Gemini API frames its chunks)."""
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n".encode()
 
 
 def text_of(value: Any, where: str) -> str:

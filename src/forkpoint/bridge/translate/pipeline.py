@@ -6,9 +6,9 @@ body to POST and applies the sampling pins to it (pins land on the body that lea
 (``feed``), then the rest at the end of the body (``close``); ``whole_answer`` does the same for a non-streamed
 completion. The shell writes whatever comes back at once, so translation adds no buffering beyond what
 ``anthropic_answer`` and ``responses_answer`` describe (and, with the upstream ``key``, a tail that could begin
-the key: ``bridge.secret``). An unreadable upstream stream ends the answer with the
-protocol's failure event and sets ``error`` (after the first byte the run fails as retryable, like a broken
-pass-through stream).
+the key: ``bridge.secret``). An unreadable upstream stream, an error chunk or a failed finish
+(``abort``) ends the answer with the protocol's failure event, and ``error`` says why once the body is closed (after
+the first byte the run fails as retryable, like a broken pass-through stream).
 """
 
 from __future__ import annotations
@@ -65,13 +65,13 @@ def translation_of(protocol: str) -> ChatTranslation:
     return chat
 
 
-def prepare(protocol: str, agent_body: JsonObject, pins: SamplingPins = NO_PINS, *,
+def prepare(protocol: str, agent_body: JsonObject, pins: SamplingPins = NO_PINS, *, route: str = "",
             options: ChatOptions = DEFAULT_OPTIONS) -> Prepared:
-    """Translate a validated agent body (in ``protocol``, a registered name) to Chat and pin it. Raises
-    ``TranslationError`` (refuse the request: it cannot be carried without silent loss) or
-    ``sampling.UnsupportedPin``."""
+    """Translate a validated agent body (in ``protocol``, a registered name; ``route``: the request's path under the
+    bridge token, which some protocols read the model from) to Chat and pin it. Raises ``TranslationError``
+    (refuse the request: it cannot be carried without silent loss) or ``sampling.UnsupportedPin``."""
     chat = translation_of(protocol)
-    translated = chat.to_chat(agent_body, options)
+    translated = chat.to_chat(chat.route(route, agent_body) if chat.route is not None else agent_body, options)
     custom: frozenset[str] = getattr(translated, "custom_tools", frozenset())
     body, changes = apply_pins(chat.target, translated.body, pins)
     return Prepared(protocol, agent_body, body, translated.losses, tuple(changes), custom)
@@ -125,18 +125,13 @@ class AnswerStream:
             events += self.translator.end()
         except TranslationError as error:
             return self._abort(str(error))
-        if self.translator.done and events and events[-1][0] in ("error", "response.failed"):
-            self.error = self.error or _failure_message(events[-1][1])
+        if self.translator.failure is not None:  # also a failure fed earlier (an error chunk, finish "abort")
+            self.error = self.error or self.translator.failure
         return (sse_event(name, event) for name, event in events)
 
     def _abort(self, message: str) -> Iterator[bytes]:
         self.error = f"the model server's answer could not be translated: {message}"
         return iter([sse_event(name, event) for name, event in self.translator.abort(self.error)])
-
-
-def _failure_message(data: JsonObject) -> str:
-    error = data.get("error") or data.get("response", {}).get("error") or {}
-    return str(error.get("message", "the answer failed")) if isinstance(error, dict) else str(error)
 
 
 def whole_answer(prepared: Prepared, completion: bytes, *, answer_id: str) -> tuple[JsonObject, list[str]]:

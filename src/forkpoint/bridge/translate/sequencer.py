@@ -110,6 +110,8 @@ class BlockSequencer(ABC):
         self.losses: list[str] = []
         self.started = False
         self.done = False
+        #: why the answer failed (the message of its failure event), once it did
+        self.failure: str | None = None
         self.usage = Usage()
         self.finish: str | None = None
         self.any_tool = False
@@ -262,4 +264,5 @@ class BlockSequencer(ABC):
 
     def _fail(self, message: str) -> list[Event]:
         self.done = True
+        self.failure = message
         return self.fail(message)
