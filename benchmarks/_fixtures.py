@@ -36,6 +36,7 @@ SPECS: dict[str, Spec] = {
     "mini-swe-agent": Spec("mini_swe_agent", "trajectory.traj.json", True),
     "openhands": Spec("openhands", "trajectory.json", True),
     "swe-agent": Spec("swe_agent", "*.traj", False, constructed=True),
+    "gemini-cli": Spec("gemini_cli", "session.jsonl", True),
 }
 ADAPTERS = tuple(SPECS)
 

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from forkpoint.adapters import AGENTS, agent_spec, get_adapter
-from forkpoint.adapters.versions import continuing_version, label, nearest, number, plan_for, read_as, verified_in
+from forkpoint.adapters.versions import continuing_version, label, nearest, plan_for, read_as, verified_in
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.model import Mode, VersionFacts
+from forkpoint.core.releases import number
 from forkpoint.testing.claude_sessions import simple_session
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"

@@ -24,8 +24,9 @@ from pathlib import Path
 from forkpoint.adapters import agent_spec, calibration
 from forkpoint.adapters.calibration import Outcome
 from forkpoint.adapters.spec import AgentSpec
-from forkpoint.adapters.versions import in_family, number
+from forkpoint.adapters.versions import in_family
 from forkpoint.core.errors import ReplayError, configuration, unsupported_version
+from forkpoint.core.releases import number
 
 #: the agents with a calibration probe
 CALIBRATED = ("claude-code", "codex", "mini-swe-agent", "opencode", "pi")

@@ -17,7 +17,6 @@ the input: it is only ever a bounded, escaped label (``label``), never a path or
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -26,6 +25,7 @@ from forkpoint.adapters import calibration
 from forkpoint.adapters.spec import AgentSpec, FormatFamily
 from forkpoint.core.errors import configuration, unsupported_version
 from forkpoint.core.model import Mode, Plan, Trajectory, VersionFacts
+from forkpoint.core.releases import number
 
 if TYPE_CHECKING:
     from forkpoint.adapters.base import Adapter
@@ -33,8 +33,6 @@ if TYPE_CHECKING:
 #: the quality reason a run of an unverified recorded version carries
 UNVERIFIED = "unverified_version"
 _LABEL_CHARS = 64
-#: at most 9 digits a part: a hostile 10,000-digit "version" must not reach int() (Python refuses > 4,300 digits)
-_NUMBERS = re.compile(r"^v?(\d{1,9})(?:\.(\d{1,9}))?(?:\.(\d{1,9}))?")
 
 
 def label(version: str | None) -> str | None:
@@ -45,14 +43,6 @@ def label(version: str | None) -> str | None:
     shown = "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" if ord(ch) < 256 else f"\\u{ord(ch):04x}"
                     for ch in version[:_LABEL_CHARS + 1])
     return shown if len(shown) <= _LABEL_CHARS else shown[:_LABEL_CHARS - 1] + "…"
-
-
-def number(version: str | None) -> tuple[int, int, int] | None:
-    """``major.minor.patch`` of a version string (pre-release suffixes ignored), None when it has none."""
-    match = _NUMBERS.match(version or "")
-    if match is None:
-        return None
-    return (int(match.group(1)), int(match.group(2) or 0), int(match.group(3) or 0))
 
 
 def family_named(spec: AgentSpec, name: str) -> FormatFamily:

@@ -100,7 +100,7 @@ def release_python(agent: str, version: str) -> str:
     """The Python a release of a PyPI agent is installed on: that of the newest verified version of the same
     major line (else the package default)."""
     from forkpoint.adapters import agent_spec
-    from forkpoint.adapters.versions import number
+    from forkpoint.core.releases import number
 
     package = package_of(agent)
     assert not isinstance(package, NpmPackage)

@@ -14,15 +14,14 @@ from typing import Any
 from aiohttp import web
 
 from forkpoint.bridge.protocols.gemini import (
-    STREAM,
     answer_parts,
     encode,
     google_error_response,
     response_chunks,
-    response_object,
-    route_of,
     usage_metadata,
 )
+from forkpoint.bridge.translate.gemini_answer import response_object
+from forkpoint.bridge.translate.gemini_chat import STREAM, route_of
 from forkpoint.bridge.upstream import SSE_HEADERS, stream_events
 from forkpoint.testing.script import ScriptCore, stable_id, text
 

@@ -71,8 +71,8 @@ def _builtin_config(python: Path, home: Path) -> dict[str, Any]:
 
 def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str], scratch: Path,
           outcome: Outcome) -> str | None:
-    from forkpoint.adapters.versions import number
     from forkpoint.core.fs import read_regular_file
+    from forkpoint.core.releases import number
     from forkpoint.testing.scripted_model import ScriptedModel
 
     major = (number(version) or (0, 0, 0))[0]

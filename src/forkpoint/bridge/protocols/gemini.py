@@ -32,6 +32,8 @@ from aiohttp import web
 
 from forkpoint.bridge.gate import PrefixGate, Refusal, Verdict, checked, nonce_position, open_request, refuse_nonce_in
 from forkpoint.bridge.protocols.spec import ChatTranslation, ProtocolSpec
+from forkpoint.bridge.translate.gemini_answer import google_error_json, response_object
+from forkpoint.bridge.translate.gemini_chat import API_VERSION, STREAM, WHOLE, route_of
 from forkpoint.bridge.translate.sampling import Change, Put, SamplingPins, UnsupportedPin
 from forkpoint.bridge.upstream import (
     CHUNK,
@@ -55,18 +57,11 @@ if TYPE_CHECKING:
     from forkpoint.bridge.translate.sequencer import BlockSequencer
 
 PROTOCOL = "google-generate-content"
-STREAM = "streamGenerateContent"
-WHOLE = "generateContent"
-API_VERSION = "v1beta"
 #: the top-level request fields the gate knows (anything else is refused: it could carry history or tools)
 KNOWN_FIELDS = frozenset({"contents", "systemInstruction", "tools", "toolConfig", "generationConfig",
                           "safetySettings", "labels"})
 #: server-side history the gate cannot see
 SERVER_HISTORY_FIELDS = ("cachedContent",)
-#: Google's error ``status`` per HTTP status (google.rpc.Code names)
-STATUS_NAMES = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
-                408: "DEADLINE_EXCEEDED", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE",
-                504: "DEADLINE_EXCEEDED"}
 
 
 def model_routes(model: str) -> frozenset[str]:
@@ -74,21 +69,7 @@ def model_routes(model: str) -> frozenset[str]:
     return frozenset(f"/{API_VERSION}/models/{model}:{method}" for method in (STREAM, WHOLE))
 
 
-def route_of(path: str) -> tuple[str, str] | None:
-    """(model, method) of a ``/v1beta/models/<model>:<method>`` path, else None."""
-    head, _, call = path.rstrip("/").rpartition("/models/")
-    model, _, method = call.rpartition(":")
-    if not head.endswith(API_VERSION) or not model or "/" in model or method not in (STREAM, WHOLE):
-        return None
-    return model, method
-
-
 # -- errors --------------------------------------------------------------------------------------------------------
-
-
-def google_error_json(status: int, message: str) -> JsonObject:
-    """The Google API error shape: ``{"error": {"code", "message", "status"}}``."""
-    return {"error": {"code": status, "message": message, "status": STATUS_NAMES.get(status, "UNKNOWN")}}
 
 
 def google_error_response(status: int, message: str) -> web.Response:
@@ -174,18 +155,6 @@ def usage_metadata(parts: Sequence[JsonObject], prompt_tokens: int = 100) -> Jso
     output = 10 + sum(len(str(part)) // 4 for part in parts)
     return {"promptTokenCount": prompt_tokens, "candidatesTokenCount": output,
             "totalTokenCount": prompt_tokens + output}
-
-
-def response_object(response_id: str, model: str, parts: list[JsonObject], finish: str | None,
-                    usage: JsonObject | None) -> JsonObject:
-    """One ``GenerateContentResponse`` (a whole answer, or one chunk of a stream)."""
-    candidate: JsonObject = {"content": {"role": "model", "parts": parts}, "index": 0}
-    if finish is not None:
-        candidate["finishReason"] = finish
-    out: JsonObject = {"candidates": [candidate], "modelVersion": model, "responseId": response_id}
-    if usage is not None:
-        out["usageMetadata"] = usage
-    return out
 
 
 def response_chunks(response_id: str, model: str, parts: list[JsonObject], usage: JsonObject,

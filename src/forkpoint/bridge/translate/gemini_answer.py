@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from forkpoint.bridge.protocols.gemini import google_error_json, response_object
 from forkpoint.bridge.translate.common import TranslationError, text_of
 from forkpoint.bridge.translate.sequencer import FAILED_FINISH, BlockSequencer, Event, Kind, ToolCall
 from forkpoint.bridge.translate.usage import Usage, from_chat
@@ -23,6 +22,28 @@ from forkpoint.core.model import JsonObject
 
 FINISH_REASONS = {"stop": "STOP", "tool_calls": "STOP", "function_call": "STOP", "length": "MAX_TOKENS",
                   "content_filter": "SAFETY"}
+
+#: Google's error ``status`` per HTTP status (google.rpc.Code names)
+STATUS_NAMES = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
+                408: "DEADLINE_EXCEEDED", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE",
+                504: "DEADLINE_EXCEEDED"}
+
+
+def google_error_json(status: int, message: str) -> JsonObject:
+    """The Google API error shape: ``{"error": {"code", "message", "status"}}``."""
+    return {"error": {"code": status, "message": message, "status": STATUS_NAMES.get(status, "UNKNOWN")}}
+
+
+def response_object(response_id: str, model: str, parts: list[JsonObject], finish: str | None,
+                    usage: JsonObject | None) -> JsonObject:
+    """One ``GenerateContentResponse`` (a whole answer, or one chunk of a stream)."""
+    candidate: JsonObject = {"content": {"role": "model", "parts": parts}, "index": 0}
+    if finish is not None:
+        candidate["finishReason"] = finish
+    out: JsonObject = {"candidates": [candidate], "modelVersion": model, "responseId": response_id}
+    if usage is not None:
+        out["usageMetadata"] = usage
+    return out
 
 
 def finish_reason(finish: str, losses: list[str]) -> str:

@@ -58,6 +58,20 @@ MAX_SCHEMA_DEPTH = 64
 PART_KINDS = ("text", "inlineData", "fileData", "functionCall", "functionResponse", "executableCode",
               "codeExecutionResult")
 
+#: the Gemini API's two model methods and its version (they travel in the path, not the body)
+STREAM = "streamGenerateContent"
+WHOLE = "generateContent"
+API_VERSION = "v1beta"
+
+
+def route_of(path: str) -> tuple[str, str] | None:
+    """(model, method) of a ``/v1beta/models/<model>:<method>`` path, else None."""
+    head, _, call = path.rstrip("/").rpartition("/models/")
+    model, _, method = call.rpartition(":")
+    if not head.endswith(API_VERSION) or not model or "/" in model or method not in (STREAM, WHOLE):
+        return None
+    return model, method
+
 
 @dataclass
 class Turn:
@@ -70,8 +84,6 @@ class Turn:
 
 def with_route(path: str, body: JsonObject) -> JsonObject:
     """The body with the model and the streaming choice of its path (``/v1beta/models/<model>:<method>``)."""
-    from forkpoint.bridge.protocols.gemini import STREAM, route_of
-
     route = route_of(path.partition("?")[0])
     if route is None:
         raise TranslationError("the request path is not a Gemini model method")
