@@ -20,7 +20,7 @@ from forkpoint.adapters.claude_code.parse import parse_session
 from forkpoint.core.model import CallPolicy
 from forkpoint.core.results import ReplayResult
 from forkpoint.testing import ScriptedModel
-from forkpoint.testing.recordings import replay_recording
+from forkpoint.testing.recordings import e2e_boundaries, replay_recording
 
 pytestmark = pytest.mark.e2e
 
@@ -39,9 +39,10 @@ def _cases() -> list[tuple[str, str, int]]:
                 parsed = parse_session(session)
                 # read_media: no boundary after a resized image's note
                 usable = [n for n in range(1, parsed.complete_count + 1) if n not in parsed.boundary_refusals]
-                # every boundary on the newest version; the first and last on the older one (sampled for CI time:
-                # the envelope differs per version, the boundaries in between repeat the same path)
-                chosen = usable if version == VERSIONS[-1] else sorted({usable[0], usable[-1]}) if usable else []
+                # first, middle and last on the newest version; first and last on the older one (sampled for CI
+                # time: the envelope differs per version, the boundaries in between repeat the same path)
+                older = sorted({usable[0], usable[-1]}) if usable else []
+                chosen = e2e_boundaries(usable) if version == VERSIONS[-1] else older
                 cases += [(version, scenario, after) for after in chosen]
     return cases
 

@@ -20,15 +20,12 @@ from forkpoint.core.results import ReplayResult
 from forkpoint.run.engine import execute
 from forkpoint.run.request import build_request
 from forkpoint.testing import ScriptedModel
-from forkpoint.testing.recordings import replay_recording
+from forkpoint.testing.recordings import e2e_boundaries, replay_recording
 
 pytestmark = pytest.mark.e2e
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "codex"
 VERSIONS = ("0.149.0", "0.171.0")
-#: fixtures whose every boundary costs real waits (process sessions polled for 5 s): first, middle and last boundary
-#: here; every boundary is replayed by tests/adapters/codex/test_fixture_fidelity.py without continuing
-SAMPLED = frozenset({"unified_exec"})
 
 
 def _cases() -> list[tuple[str, str, int]]:
@@ -36,10 +33,9 @@ def _cases() -> list[tuple[str, str, int]]:
     for version in VERSIONS:
         for rollout in sorted((FIXTURES / version).glob("*/rollout.jsonl")):
             count = parse_rollout(rollout).complete_count
-            boundaries: list[int] = list(range(1, count + 1))
-            if rollout.parent.name in SAMPLED:  # its replays wait out real yield/poll windows: a sample of them
-                boundaries = sorted({1, (count + 1) // 2, count})
-            for after in boundaries:
+            # first, middle and last (every boundary is replayed by tests/adapters/codex/test_fixture_fidelity.py
+            # without continuing, and continued by benchmarks/continuation_fidelity.py)
+            for after in e2e_boundaries(range(1, count + 1)):
                 cases.append((version, rollout.parent.name, after))
     return cases
 

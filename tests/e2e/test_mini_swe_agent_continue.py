@@ -24,7 +24,7 @@ from forkpoint.core.results import ReplayResult
 from forkpoint.run.engine import execute
 from forkpoint.run.request import build_request
 from forkpoint.testing import ScriptedModel
-from forkpoint.testing.recordings import replay_recording
+from forkpoint.testing.recordings import e2e_boundaries, replay_recording
 
 pytestmark = pytest.mark.e2e
 
@@ -43,9 +43,9 @@ def _cases() -> list[tuple[str, str, int]]:
     for version in VERSIONS:
         for trajectory in sorted((FIXTURES / version).glob("*/trajectory.traj.json")):
             count = parse_trajectory(trajectory).complete_count
-            # every boundary on the newest version; the first and last on the older one (sampled for CI time:
+            # first, middle and last on the newest version; first and last on the older one (sampled for CI time:
             # the envelope differs per version, the boundaries in between repeat the same path)
-            chosen = range(1, count + 1) if version == VERSIONS[-1] else sorted({1, count})
+            chosen = e2e_boundaries(range(1, count + 1)) if version == VERSIONS[-1] else sorted({1, count})
             cases += [(version, trajectory.parent.name, after) for after in chosen]
     return cases
 

@@ -23,7 +23,7 @@ from forkpoint.core.hashing import canonical_sha256
 from forkpoint.core.model import Observation
 from forkpoint.core.results import ReplayResult
 from forkpoint.testing import ScriptedModel
-from forkpoint.testing.recordings import replay_recording
+from forkpoint.testing.recordings import e2e_boundaries, replay_recording
 from forkpoint.testing.scripted_model import text, tool_use
 
 pytestmark = pytest.mark.e2e
@@ -44,9 +44,9 @@ def _cases() -> list[tuple[str, str, int]]:
         for export in sorted((FIXTURES / version).glob("*/export.json")):
             count = parse_opencode(export).complete_count
             first = count if export.parent.name in LAST_ONLY else 1
-            # every boundary on the newest version; the first and last on the older one (sampled for CI time:
+            # first, middle and last on the newest version; first and last on the older one (sampled for CI time:
             # the envelope differs per version, the boundaries in between repeat the same path)
-            chosen = range(first, count + 1) if version == VERSIONS[-1] else sorted({first, count})
+            chosen = e2e_boundaries(range(first, count + 1)) if version == VERSIONS[-1] else sorted({first, count})
             cases += [(version, export.parent.name, after) for after in chosen]
     return cases
 

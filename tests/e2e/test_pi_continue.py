@@ -22,7 +22,7 @@ from forkpoint.adapters.pi import launch
 from forkpoint.adapters.pi.parse import parse_pi
 from forkpoint.core.results import ReplayResult
 from forkpoint.testing import ScriptedModel
-from forkpoint.testing.recordings import replay_recording
+from forkpoint.testing.recordings import e2e_boundaries, replay_recording
 
 pytestmark = pytest.mark.e2e
 
@@ -33,13 +33,14 @@ PROMPT = "Before going on, say what you found so far."
 
 
 def _cases(formats: tuple[str, ...], *, every: str = "events.jsonl") -> list[tuple[str, str, int]]:
-    """Every boundary of the ``every`` format; the first and last of the others (the same prefixes through another
-    parser: sampled, so CI time goes to boundaries that can find different bugs)."""
+    """First, middle and last boundary of the ``every`` format (all with FORKPOINT_E2E_EVERY_BOUNDARY=1); the first
+    and last of the others (the same prefixes through another parser: sampled, so CI time goes to boundaries that
+    can find different bugs)."""
     cases = []
     for s in SCENARIOS:
         for f in formats:
             count = parse_pi(FIXTURES / s / f).complete_count
-            chosen = range(1, count + 1) if f == every else sorted({1, count})
+            chosen = e2e_boundaries(range(1, count + 1)) if f == every else sorted({1, count})
             cases += [(s, f, n) for n in chosen]
     return cases
 

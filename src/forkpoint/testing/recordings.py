@@ -11,7 +11,7 @@ import fcntl
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -115,3 +115,13 @@ def replay_recording(
         }
         values.update(overrides)
         return execute(build_request(values, source="test"))
+
+
+def e2e_boundaries(boundaries: Sequence[int]) -> list[int]:
+    """The boundaries an e2e suite continues a real agent at: the first, the middle and the last of ``boundaries``
+    (the ones between take the same path again; ``benchmarks/continuation_fidelity.py`` continues at every boundary
+    of every fixture), or every one with ``FORKPOINT_E2E_EVERY_BOUNDARY=1``."""
+    chosen = sorted(set(boundaries))
+    if os.environ.get("FORKPOINT_E2E_EVERY_BOUNDARY") == "1" or len(chosen) <= 3:
+        return chosen
+    return [chosen[0], chosen[(len(chosen) - 1) // 2], chosen[-1]]
