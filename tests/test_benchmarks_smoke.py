@@ -23,7 +23,7 @@ SCRIPTS = {
     "prepare_throughput": 15,
     "scaling": 20,
     "cli_startup": 20,
-    "tool_overhead": 20,
+    "tool_overhead": 60,
     "bridge_overhead": 25,
     "token_capture": 30,
     "observation_fidelity": 30,
