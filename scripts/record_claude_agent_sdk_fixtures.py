@@ -32,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from record_claude_fixtures import (  # noqa: E402  (the CLI recorder's helpers: same fixture layout)
+from record_claude_fixtures import (
     CLEAN_PATH,
     FIXTURES,
     HOME_ROOT,
@@ -48,8 +48,8 @@ from record_claude_fixtures import (  # noqa: E402  (the CLI recorder's helpers:
     write_files,
 )
 
-from forkpoint import runtimes  # noqa: E402
-from forkpoint.testing.scripted_model import ScriptedModel, text, tool_use  # noqa: E402
+from forkpoint import runtimes
+from forkpoint.testing.scripted_model import ScriptedModel, text, tool_use
 
 VERSIONS = ("2.1.332",)
 #: a phrase only the code-defined sub-agent's system prompt has (its AgentDefinition.prompt)

@@ -8,6 +8,7 @@ the observations must be exact, and the real claude must execute the scripted ne
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -367,3 +368,35 @@ def test_mcp_calls_re_run_against_the_users_server_then_continued(tmp_path: Path
     assert len(observations) == 5 and all(row["exact"] for row in observations)
     continued = next((out / "native" / "continued").glob("*.jsonl"))
     assert _live_results(continued, 5)[:1] == ["count.txt has one line"]
+
+
+@pytest.mark.parametrize("sandbox", ["local", "bwrap"])
+def test_the_continued_claude_calls_the_users_mcp_server_live(sandbox: str, tmp_path: Path, upstream_key: None) -> None:
+    """--mcp-config also reaches the continued claude (issue 29): after the replayed echo/plain/two calls, the LIVE
+    claude's scripted ``mcp__tiny__count`` runs against the user's server (started by claude itself, in its cwd,
+    inside the run's sandbox: under bwrap the server's interpreter and PYTHONPATH are made visible), writes count.txt
+    in the workspace and answers ``first: 1``; the gate validated every request with the server's tools in them."""
+    pytest.importorskip("mcp")
+    if sandbox == "bwrap" and shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    _require_runtime("2.1.332")
+    fixture = FIXTURES / "2.1.332" / "mcp_tools"
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"tiny": {
+        "command": sys.executable, "args": ["-m", "forkpoint.testing.mcp_server"],
+        "env": {"PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}}}}))
+    model = ScriptedModel.from_file(fixture / "script.json")
+    with model.serve() as url:
+        result = run(fixture, tmp_path, 4, upstream="anthropic", upstream_url=url, mcp_config=str(config),
+                     sandbox=sandbox)
+    assert result.failure is None, result.failure
+    assert (result.phase, result.quality, result.agent_status) == ("continued", "verified", "completed")
+    bridge = result.metadata["model_bridge"]
+    assert bridge["refused"] == 0 and bridge["validated"] == bridge["model_requests"] >= 3
+    tool_names = [name for entry in model.requests if isinstance(entry.get("body"), dict)
+                  for name in (tool.get("name") for tool in entry["body"].get("tools") or [])]
+    assert "mcp__tiny__count" in tool_names or "ToolSearch" in tool_names
+    continued = next((Path(result.output_dir or "") / "native" / "continued").glob("*.jsonl"))
+    live = _live_results(continued, 4)
+    assert live[:2] == ["[{'type': 'text', 'text': 'first: 1'}]", "count.txt has one line"], live
+    assert live[2].startswith("Error executing tool fail"), live

@@ -112,7 +112,7 @@ def recorded_tool_set(lines: list[bytes]) -> list[str] | None:
 
 
 def argv(entrypoint: Path, session_id: str, nonce: str, max_turns: int | None,
-         tools: list[str] | None = None) -> list[str]:
+         tools: list[str] | None = None, mcp_config: Path | None = None) -> list[str]:
     command = [
         str(entrypoint),
         "--resume", check_id(session_id, "session id"),  # validated by the parser; never an option
@@ -125,7 +125,28 @@ def argv(entrypoint: Path, session_id: str, nonce: str, max_turns: int | None,
         command += ["--max-turns", str(max_turns)]
     if tools:
         command += ["--tools", ",".join(tools)]  # one argv value; every name checked against _TOOL_NAME
+    if mcp_config is not None:  # forkpoint's own copy in the agent's home: only the servers the user gave
+        command += ["--mcp-config", str(mcp_config), "--strict-mcp-config"]
     return command
+
+
+MCP_CONFIG = "forkpoint-mcp.json"
+
+
+def continued_mcp(settings_config: Path | None, home: Path, path_env: str) -> tuple[Path | None, tuple[Path, ...]]:
+    """The user's ``--mcp-config`` servers for the continued claude (issue 29): a validated copy written in its
+    home (``--mcp-config`` + ``--strict-mcp-config``: no other server), and what its stdio servers need visible in
+    a sandbox (``process.mcp.server_paths``). Claude starts the stdio servers itself, in its cwd, inside the run's
+    sandbox; an HTTP one is reached from there (refused up front under bwrap, whose network is the bridge only)."""
+    if settings_config is None:
+        return None, ()
+    from forkpoint.process.mcp import config_document, load_config, server_paths
+
+    servers = load_config(settings_config)
+    target = config_dir(home) / MCP_CONFIG
+    shell.write_home_file(home, target, config_document(servers), "the MCP config")
+    readable = tuple(dict.fromkeys(path for server in servers.values() for path in server_paths(server, path_env)))
+    return target, readable
 
 
 def environment(base: Mapping[str, str], home: Path, bridge_url: str, bridge_key: str) -> dict[str, str]:
@@ -194,6 +215,8 @@ class Installed:
     cwd: str
     shell_cwd: dict[str, Any]
     tools: list[str] | None = None  # the recorded explicit tool set (recorded_tool_set), if any
+    mcp_config: Path | None = None  # the user's MCP servers, copied into the home (continued_mcp)
+    mcp_readable: tuple[Path, ...] = ()
 
 
 def _recorded_lines(job: Job) -> list[bytes]:
@@ -230,7 +253,10 @@ class ClaudeHooks(AgentHooks[Installed]):
             relative = path.relative_to(job.prefix.path.parent)
             shell.write_home_file(job.context.home, session_file.parent / relative, path.read_bytes(),
                                   "a sub-agent transcript")
-        return Installed(session_id, rebuilt, session_file, cwd, shell_cwd, recorded_tool_set(_recorded_lines(job)))
+        search_path = sanitized_env(os.environ, strip_credentials=True).get("PATH", os.defpath)  # the agent's PATH
+        mcp_config, mcp_readable = continued_mcp(job.settings.mcp_config, job.context.home, search_path)
+        return Installed(session_id, rebuilt, session_file, cwd, shell_cwd, recorded_tool_set(_recorded_lines(job)),
+                         mcp_config, mcp_readable)
 
     def carried(self, job: Job) -> list[Path]:
         """The large Bash outputs and the task list the replay saved in this home (``ClaudeToolExecutor``'s
@@ -253,9 +279,10 @@ class ClaudeHooks(AgentHooks[Installed]):
     def launch(self, job: Job, state: Installed, bridge_url: str) -> LaunchSpec:
         entrypoint = job.settings.target.entrypoint
         return LaunchSpec(
-            argv(entrypoint, state.session_id, job.nonce, job.settings.remaining_steps, state.tools),
+            argv(entrypoint, state.session_id, job.nonce, job.settings.remaining_steps, state.tools, state.mcp_config),
             environment(os.environ, job.context.home, bridge_url, shell.BRIDGE_KEY), state.cwd,
-            job.context.logs / "claude-code.jsonl", writable=(job.context.home,), readable=runtime_paths(entrypoint))
+            job.context.logs / "claude-code.jsonl", writable=(job.context.home,),
+            readable=(*runtime_paths(entrypoint), *state.mcp_readable))
 
     def outcome(self, job: Job, state: Installed, ran: Ran, summary: BridgeSummary) -> Outcome:
         assert ran.process is not None
