@@ -15,9 +15,12 @@ from forkpoint.adapters.claude_code.launch import (
     SHELL_STATE,
     argv,
     continued_mcp,
+    environment,
+    recorded_entrypoint,
     recorded_tool_set,
     resume_directory,
     save_shell_state,
+    stream_prompt,
 )
 from forkpoint.core.errors import ReplayError
 
@@ -115,3 +118,19 @@ def test_the_mcp_config_copy_does_not_follow_a_link_planted_in_the_home(tmp_path
     with pytest.raises(ReplayError):
         continued_mcp(user, home, "")
     assert not outside.exists()
+
+
+def test_an_agent_sdk_session_continues_with_the_sdks_entrypoint_and_stdin_prompt(tmp_path: Path) -> None:
+    """Sessions the Agent SDK wrote (``entrypoint`` sdk-py/sdk-ts) continue as the SDK drives the binary; a CLI
+    session (sdk-cli, cli) or a hostile value keeps the plain ``-p NONCE`` launch and its own entrypoint."""
+    sdk = (FIXTURES / "2.1.332" / "sdk_query" / "session.jsonl").read_bytes().splitlines()
+    cli = (FIXTURES / "2.1.332" / "single_bash" / "session.jsonl").read_bytes().splitlines()
+    assert recorded_entrypoint(sdk) == "sdk-py"
+    assert recorded_entrypoint(cli) is None
+    assert recorded_entrypoint([orjson.dumps({"uuid": "u", "entrypoint": "sdk-py\nX=1"})]) is None
+    command = argv(Path("/bin/claude"), "0b7c6f2e-7a43-4a58-9b0e-3f0a2d7f1c11", "nonce", None, stream_input=True)
+    assert "nonce" not in command and command[3:6] == ["-p", "--input-format", "stream-json"]
+    assert orjson.loads(stream_prompt("nonce")) == {"type": "user", "message": {"role": "user", "content": "nonce"}}
+    base = {"PATH": "/usr/bin", "CLAUDE_CODE_ENTRYPOINT": "cli"}
+    assert environment(base, tmp_path, "http://127.0.0.1:1", "k", "sdk-py")["CLAUDE_CODE_ENTRYPOINT"] == "sdk-py"
+    assert "CLAUDE_CODE_ENTRYPOINT" not in environment(base, tmp_path, "http://127.0.0.1:1", "k", None)
