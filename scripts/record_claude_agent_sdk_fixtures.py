@@ -51,7 +51,7 @@ from record_claude_fixtures import (
 from forkpoint import runtimes
 from forkpoint.testing.scripted_model import ScriptedModel, text, tool_use
 
-VERSIONS = ("2.1.332",)
+VERSIONS = ("2.1.220", "2.1.332")
 #: a phrase only the code-defined sub-agent's system prompt has (its AgentDefinition.prompt)
 WRITER_KEY = "You are the writer sub-agent of the forkpoint SDK fixture."
 
@@ -185,6 +185,8 @@ def record(version: str, scenario: SdkScenario) -> Path:
     model = ScriptedModel(turns, seed=seed, keyed=keyed)
     writer = sdk.AgentDefinition(description="Writes files when asked.", prompt=WRITER_KEY + " Do what you are told.",
                                  tools=["Bash", "Read"])
+    expected = [[b["id"] for b in model.respond("main", step)[1] if b["type"] == "tool_use"]
+                for step in range(len(turns))]
     messages: list[Json] = []
     session_ids: list[str] = []
     with model.serve() as url:
@@ -222,6 +224,7 @@ def record(version: str, scenario: SdkScenario) -> Path:
         "queries": [{"prompt": q.prompt, "options": {k: v for k, v in q.options.items()},
                      "resume_first": q.resume_first, "fork_session": q.fork} for q in scenario.queries],
         "env": {**env, "ANTHROPIC_BASE_URL": "<scripted model url>"},
+        "exit_code": 0, "killed": False, "hand_cut": False, "expected_tool_ids": expected,
         "notes": scenario.notes,
         "recorded_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
     }
