@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import os
 import shutil
 import sys
 from collections.abc import Callable
@@ -189,6 +190,8 @@ def record(version: str, scenario: SdkScenario) -> Path:
                 for step in range(len(turns))]
     messages: list[Json] = []
     session_ids: list[str] = []
+    # the SDK starts claude with os.environ + options.env: nothing of the recording machine's environment goes in
+    os.environ.clear()
     with model.serve() as url:
         env = {"PATH": CLEAN_PATH, "HOME": str(home), "LANG": "C.UTF-8", "TZ": "UTC", "ANTHROPIC_BASE_URL": url,
                "ANTHROPIC_API_KEY": "dummy", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "IS_SANDBOX": "1"}

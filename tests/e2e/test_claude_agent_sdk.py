@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -103,3 +104,19 @@ def test_a_forked_sdk_session_prepares_and_replays_from_its_own_file(tmp_path: P
     assert replayed.failure is None and (replayed.phase, replayed.quality) == ("replayed", "verified")
     rows = json.loads((Path(replayed.output_dir or "") / "observations.json").read_text())["observations"]
     assert [row["fresh_preview"]["text"] for row in rows] == ["one", "one\nforked"]
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_an_sdk_session_continues_under_bwrap_with_the_recorded_system_prompt(tmp_path: Path) -> None:
+    """The stream-json prompt on stdin and the SDK entrypoint reach the continued claude inside the sandbox too."""
+    _require_runtime("2.1.332")
+    fixture = FIXTURES / "sdk_query"
+    model = ScriptedModel.from_file(fixture / "script.json")
+    with model.serve() as url:
+        result = replay_recording(fixture, tmp_path, agent="claude-code", trajectory="session.jsonl", after=1,
+                                  upstream="anthropic", upstream_url=url, sandbox="bwrap")
+    assert result.failure is None, result.failure
+    assert (result.phase, result.quality, result.agent_status) == ("continued", "verified", "completed")
+    live = [entry["body"] for entry in model.requests if isinstance(entry.get("body"), dict)
+            and entry["body"].get("tools")]
+    assert live and {_sha(body["system"]) for body in live} <= _recorded(fixture, "system")
