@@ -71,6 +71,7 @@ def test_sdk_sessions_replay_and_continue_as_the_sdk_ran_them(version: str, scen
     assert result.failure is None, result.failure
     assert (result.phase, result.agent_status, result.quality_reasons) == ("continued", "completed", reasons)
     assert result.metadata["model_bridge"]["refused"] == 0
+    assert result.metadata["sdk_entrypoint"] == "sdk-py"
     observations = json.loads((Path(result.output_dir or "") / "observations.json").read_text())["observations"]
     assert all(row["exact"] for row in observations if not row.get("reused"))
     live = [entry["body"] for entry in model.requests if isinstance(entry.get("body"), dict)

@@ -335,8 +335,11 @@ class ClaudeHooks(AgentHooks[Installed]):
         if stream.session_id is not None and stream.session_id != state.session_id:
             status, kind = "failed", ErrorKind.CONTINUATION
             detail = f"claude resumed session {stream.session_id}, not the rebuilt {state.session_id}"
-        return Outcome(status, detail, kind, {"native_session_id": state.session_id, "shell_cwd": state.shell_cwd,
-                                              "num_turns_reported": stream.num_turns})
+        facts: dict[str, Any] = {"native_session_id": state.session_id, "shell_cwd": state.shell_cwd,
+                                 "num_turns_reported": stream.num_turns}
+        if state.sdk_entrypoint is not None:  # continued as the Agent SDK drives the binary
+            facts["sdk_entrypoint"] = state.sdk_entrypoint
+        return Outcome(status, detail, kind, facts)
 
     def collect(self, job: Job, state: Installed, ran: Ran, outcome: Outcome,
                 summary: BridgeSummary) -> Collected:
