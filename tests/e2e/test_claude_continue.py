@@ -8,7 +8,12 @@ the observations must be exact, and the real claude must execute the scripted ne
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
+import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -367,3 +372,70 @@ def test_mcp_calls_re_run_against_the_users_server_then_continued(tmp_path: Path
     assert len(observations) == 5 and all(row["exact"] for row in observations)
     continued = next((out / "native" / "continued").glob("*.jsonl"))
     assert _live_results(continued, 5)[:1] == ["count.txt has one line"]
+
+
+@pytest.mark.parametrize("sandbox", ["local", "bwrap"])
+def test_the_continued_claude_calls_the_users_mcp_server_live(sandbox: str, tmp_path: Path, upstream_key: None) -> None:
+    """--mcp-config also reaches the continued claude (issue 29): after the replayed echo/plain/two calls, the LIVE
+    claude's scripted ``mcp__tiny__count`` runs against the user's server (started by claude itself, in its cwd,
+    inside the run's sandbox: under bwrap the server's interpreter and PYTHONPATH are made visible), writes count.txt
+    in the workspace and answers ``first: 1``; the gate validated every request with the server's tools in them."""
+    pytest.importorskip("mcp")
+    if sandbox == "bwrap" and shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    _require_runtime("2.1.332")
+    fixture = FIXTURES / "2.1.332" / "mcp_tools"
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"tiny": {
+        "command": sys.executable, "args": ["-m", "forkpoint.testing.mcp_server"],
+        "env": {"PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}}}}))
+    model = ScriptedModel.from_file(fixture / "script.json")
+    with model.serve() as url:
+        result = run(fixture, tmp_path, 4, upstream="anthropic", upstream_url=url, mcp_config=str(config),
+                     sandbox=sandbox)
+    assert result.failure is None, result.failure
+    assert (result.phase, result.quality, result.agent_status) == ("continued", "verified", "completed")
+    bridge = result.metadata["model_bridge"]
+    assert bridge["refused"] == 0 and bridge["validated"] == bridge["model_requests"] >= 3
+    tool_names = [name for entry in model.requests if isinstance(entry.get("body"), dict)
+                  for name in (tool.get("name") for tool in entry["body"].get("tools") or [])]
+    assert "mcp__tiny__count" in tool_names or "ToolSearch" in tool_names
+    continued = next((Path(result.output_dir or "") / "native" / "continued").glob("*.jsonl"))
+    live = _live_results(continued, 4)
+    assert live[:2] == ["[{'type': 'text', 'text': 'first: 1'}]", "count.txt has one line"], live
+    assert live[2].startswith("Error executing tool fail"), live
+
+
+def test_the_continued_claude_reaches_an_http_mcp_server_on_loopback(tmp_path: Path, upstream_key: None) -> None:
+    """An HTTP (Streamable HTTP) server of --mcp-config on 127.0.0.1: the replay re-runs the recorded calls against it
+    and the LIVE claude (local sandbox: loopback reachable) calls it too: its ``count`` answers ``first: 1`` and
+    writes count.txt in the SERVER's directory (the user's server, not the workspace)."""
+    pytest.importorskip("mcp")
+    _require_runtime("2.1.332")
+    server_dir = tmp_path / "server"
+    server_dir.mkdir()
+    port_file = server_dir / "port"
+    server = subprocess.Popen([sys.executable, "-m", "forkpoint.testing.mcp_server", "http", str(port_file)],
+                              env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")},
+                              cwd=server_dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (port_file.is_file() and port_file.read_text()):  # until it listens (bounded)
+            assert time.monotonic() < deadline and server.poll() is None, "the HTTP MCP server did not start"
+            time.sleep(0.05)
+        config = tmp_path / "mcp.json"
+        config.write_text(json.dumps({"mcpServers": {"tiny": {
+            "type": "http", "url": f"http://127.0.0.1:{port_file.read_text()}/mcp"}}}))
+        fixture = FIXTURES / "2.1.332" / "mcp_tools"
+        model = ScriptedModel.from_file(fixture / "script.json")
+        with model.serve() as url:
+            result = run(fixture, tmp_path, 4, upstream="anthropic", upstream_url=url, mcp_config=str(config))
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+    assert result.failure is None, result.failure
+    assert result.phase == "continued" and result.metadata["model_bridge"]["refused"] == 0
+    continued = next((Path(result.output_dir or "") / "native" / "continued").glob("*.jsonl"))
+    assert _live_results(continued, 4)[:1] == ["[{'type': 'text', 'text': 'first: 1'}]"]
+    assert (server_dir / "count.txt").read_text() == "first\n"

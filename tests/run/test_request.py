@@ -260,3 +260,16 @@ def test_max_processes_defaults_to_512_and_is_a_strict_positive_key() -> None:
     assert build_request({**BASE, "max_processes": 64}, source="t").max_processes == 64
     assert "max_processes must be positive" in _refusal({**BASE, "max_processes": 0}).message
     assert "max_processes: input should be a valid integer" in _refusal({**BASE, "max_processes": "64"}).message
+
+
+def test_http_mcp_servers_cannot_reach_a_continued_claude_under_bwrap(tmp_path: Path) -> None:
+    """The continued claude is given the --mcp-config servers; under bwrap its network is the bridge only, so an HTTP
+    server is refused before anything runs, with the way out (stdio servers and replay-only still work)."""
+    pytest.importorskip("mcp")
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"web": {"type": "http", "url": "http://127.0.0.1:9/mcp"},
+                                                 "tiny": {"command": "python3"}}}))
+    values = {**BASE, "mcp_config": str(config), "sandbox": "bwrap"}
+    assert "HTTP server(s) web cannot be reached" in _refusal(values).message
+    assert build_request({**values, "replay_only": True}, source="t").mcp_config == config
+    assert build_request({**values, "sandbox": "local"}, source="t").mcp_config == config

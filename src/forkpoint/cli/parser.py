@@ -156,7 +156,8 @@ _REPLAY_OPTIONS: tuple[tuple[str, str | None, Callable[[str], Any], str], ...] =
     ("--mcp-config", "FILE", Path, "Your MCP servers, in Claude Code's own format ({\"mcpServers\": {NAME: {command, "
      "args, env} or {type: http, url, headers}}}): the recorded calls of the servers it names are re-run against "
      "them and compared (a stdio server runs with the child-environment allowlist plus its env, in a process group "
-     "killed when the replay ends)."),
+     "killed when the replay ends); the continued claude is given the same servers (--mcp-config, "
+     "--strict-mcp-config; under --sandbox bwrap stdio servers only)."),
     ("--mcp-timeout", "S", float, "Seconds an MCP server may take to start, and to answer one call; past it its "
      "processes are killed and the run fails [default: 60]."),
     ("--require-verified-version", None, bool, "Refuse (exit 11) a recording whose agent version is not a "

@@ -371,6 +371,8 @@ class ContinueSettings:
     record_tool_schemas: bool = False
     #: ask the upstream for token ids and logprobs, recorded in ``<output>/tokens.jsonl`` (issue 31)
     capture_tokens: bool = False
+    #: the user's MCP servers (``--mcp-config``): given to the continued agent too, so its live turns can call them
+    mcp_config: Path | None = None
 
 
 @dataclass(frozen=True)

@@ -95,6 +95,37 @@ def _pairs(where: str, key: str, value: Any) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(value.items()))
 
 
+def config_document(servers: Mapping[str, McpServer]) -> bytes:
+    """The servers as a Claude Code ``--mcp-config`` document again (what was validated, nothing else), for the
+    continued agent: it starts the stdio servers itself and reaches the HTTP ones at their URL."""
+    entries: dict[str, Any] = {}
+    for name, server in servers.items():
+        if server.url is not None:
+            entries[name] = {"type": "http", "url": server.url, "headers": dict(server.headers)}
+        else:
+            entries[name] = {"command": server.command, "args": list(server.args), "env": dict(server.env)}
+    return json.dumps({"mcpServers": entries}, ensure_ascii=False).encode()
+
+
+def server_paths(server: McpServer, search_path: str) -> tuple[Path, ...]:
+    """What a stdio server must see inside a sandbox that hides most of the host (bwrap: /root, /home, /tmp): its
+    command as resolved on ``search_path`` and that install's prefix (``<prefix>/bin/cmd`` -> ``<prefix>``: an
+    interpreter's standard library), and every absolute path its arguments and ``env`` values name (a script, a
+    ``PYTHONPATH`` entry). Read-only; a path that does not exist is left out."""
+    import shutil
+
+    if server.command is None:
+        return ()
+    found: list[Path] = []
+    resolved = shutil.which(server.command, path=search_path) if "/" not in server.command else server.command
+    if resolved:
+        real = Path(os.path.realpath(resolved))
+        found += [Path(resolved).absolute().parent, real.parent.parent if real.parent.name == "bin" else real.parent]
+    named = [*server.args, *(part for _, value in server.env for part in value.split(os.pathsep))]
+    found += [Path(value) for value in named if os.path.isabs(value) and os.path.exists(value)]
+    return tuple(dict.fromkeys(found))
+
+
 @dataclass(frozen=True)
 class McpResult:
     """A ``tools/call`` result as the SDK gives it: content blocks (JSON), structuredContent, isError."""

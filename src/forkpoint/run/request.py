@@ -233,7 +233,14 @@ def validate_request(request: ReplayRequest) -> None:
     if request.mcp_config is not None:
         from forkpoint.process.mcp import load_config
 
-        load_config(request.mcp_config)  # a broken file is refused before anything runs
+        servers = load_config(request.mcp_config)  # a broken file is refused before anything runs
+        remote = sorted(name for name, server in servers.items() if server.url is not None)
+        if remote and request.sandbox == "bwrap" and request.mode is Mode.REPLAY_AND_CONTINUE \
+                and request.agent == "claude-code":
+            raise configuration(
+                f"mcp_config (--mcp-config): the continued claude is given the servers, but under --sandbox bwrap its "
+                f"network is the model bridge only, so HTTP server(s) {', '.join(remote)} cannot be reached; use "
+                "stdio servers, --sandbox local, or --replay-only")
         import importlib.util
 
         if importlib.util.find_spec("mcp") is None:
@@ -508,6 +515,7 @@ def continue_settings(request: ReplayRequest, spec: AgentSpec, launch: LaunchTar
         upstream_retries=request.upstream_retries,
         record_tool_schemas=request.record_tool_schemas,
         capture_tokens=request.capture_tokens,
+        mcp_config=request.mcp_config,
         timeout_s=request.continuation_timeout,
         upstream_idle_timeout_s=request.upstream_idle_timeout,
         answer_timeout_s=request.answer_timeout,

@@ -38,6 +38,11 @@ EXPECTED: dict[str, tuple[int, bool, list[list[str]]]] = {
     "subagent": (3, False, [["Bash"], ["Agent"], ["Bash"]]),
     "mcp_tools": (7, False, [["Bash"], ["mcp__tiny__echo"], ["mcp__tiny__plain"], ["mcp__tiny__two"],
                              ["mcp__tiny__count"], ["Bash"], ["mcp__tiny__fail"]]),
+    # written through the Claude Agent SDK (scripts/record_claude_agent_sdk_fixtures.py)
+    "sdk_query": (2, False, [["Bash"], ["Read"]]),
+    "sdk_resume": (2, False, [["Bash"], ["Bash"]]),  # two query() calls, the second resume=ID: one file
+    "sdk_fork": (2, False, [["Bash"], ["Bash"]]),  # fork_session: the first batch copied from the original
+    "sdk_subagents": (2, False, [["Agent"], ["Bash"]]),
 }
 
 

@@ -111,12 +111,40 @@ def recorded_tool_set(lines: list[bytes]) -> list[str] | None:
     return built_in
 
 
+#: the ``entrypoint`` the Claude Agent SDK's sessions carry (``CLAUDE_CODE_ENTRYPOINT``: Python, TypeScript)
+SDK_ENTRYPOINTS = frozenset({"sdk-py", "sdk-ts"})
+
+
+def recorded_entrypoint(lines: list[bytes]) -> str | None:
+    """The Agent SDK entrypoint the session was written through, if it was (the last record naming one).
+
+    Measured on 2.1.332 driven by ``claude-agent-sdk`` 0.2.184 (fixtures ``sdk_*``): every conversation record
+    says ``"entrypoint": "sdk-py"`` and the binary puts it in its first system block (``cc_entrypoint=sdk-py``) and
+    its User-Agent; a plain ``claude -p`` resume says ``sdk-cli`` instead, so the continued requests' system prompt
+    would differ from the original's. With the recorded value in ``CLAUDE_CODE_ENTRYPOINT`` it is the original's,
+    byte for byte (the binary restores the system prompt itself from the session's ``prompt_snapshot``).
+    """
+    for raw in reversed(lines):
+        if b'"entrypoint"' not in raw:
+            continue
+        try:
+            record = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            continue
+        value = record.get("entrypoint") if isinstance(record, dict) else None
+        if isinstance(value, str):
+            return value if value in SDK_ENTRYPOINTS else None
+    return None
+
+
 def argv(entrypoint: Path, session_id: str, nonce: str, max_turns: int | None,
-         tools: list[str] | None = None) -> list[str]:
+         tools: list[str] | None = None, mcp_config: Path | None = None, stream_input: bool = False) -> list[str]:
+    """``stream_input``: the prompt comes on stdin as a stream-json user message (``stream_prompt``), as the Agent
+    SDK sends it, instead of as the ``-p`` argument."""
     command = [
         str(entrypoint),
         "--resume", check_id(session_id, "session id"),  # validated by the parser; never an option
-        "-p", nonce,
+        *(["-p", "--input-format", "stream-json"] if stream_input else ["-p", nonce]),
         "--output-format", "stream-json",
         "--verbose",
         "--dangerously-skip-permissions",
@@ -125,11 +153,39 @@ def argv(entrypoint: Path, session_id: str, nonce: str, max_turns: int | None,
         command += ["--max-turns", str(max_turns)]
     if tools:
         command += ["--tools", ",".join(tools)]  # one argv value; every name checked against _TOOL_NAME
+    if mcp_config is not None:  # forkpoint's own copy in the agent's home: only the servers the user gave
+        command += ["--mcp-config", str(mcp_config), "--strict-mcp-config"]
     return command
 
 
-def environment(base: Mapping[str, str], home: Path, bridge_url: str, bridge_key: str) -> dict[str, str]:
-    """A sanitized env: no stray credentials, an isolated HOME/config, the model behind the bridge."""
+MCP_CONFIG = "forkpoint-mcp.json"
+
+
+def continued_mcp(settings_config: Path | None, home: Path, path_env: str) -> tuple[Path | None, tuple[Path, ...]]:
+    """The user's ``--mcp-config`` servers for the continued claude (issue 29): a validated copy written in its
+    home (``--mcp-config`` + ``--strict-mcp-config``: no other server), and what its stdio servers need visible in
+    a sandbox (``process.mcp.server_paths``). Claude starts the stdio servers itself, in its cwd, inside the run's
+    sandbox; an HTTP one is reached from there (refused up front under bwrap, whose network is the bridge only)."""
+    if settings_config is None:
+        return None, ()
+    from forkpoint.process.mcp import config_document, load_config, server_paths
+
+    servers = load_config(settings_config)
+    target = config_dir(home) / MCP_CONFIG
+    shell.write_home_file(home, target, config_document(servers), "the MCP config")
+    readable = tuple(dict.fromkeys(path for server in servers.values() for path in server_paths(server, path_env)))
+    return target, readable
+
+
+def stream_prompt(text: str) -> bytes:
+    """The one user message a stream-json input run gets (what the Agent SDK writes for ``query(prompt)``)."""
+    return orjson.dumps({"type": "user", "message": {"role": "user", "content": text}}) + b"\n"
+
+
+def environment(base: Mapping[str, str], home: Path, bridge_url: str, bridge_key: str,
+                sdk_entrypoint: str | None = None) -> dict[str, str]:
+    """A sanitized env: no stray credentials, an isolated HOME/config, the model behind the bridge (and, for a
+    session the Agent SDK wrote, its entrypoint: ``recorded_entrypoint``)."""
     env = sanitized_env(base, strip_credentials=True)
     for name in list(env):
         if name.startswith(("ANTHROPIC_", "CLAUDE_")):
@@ -145,6 +201,8 @@ def environment(base: Mapping[str, str], home: Path, bridge_url: str, bridge_key
             "DISABLE_AUTOUPDATER": "1",
         }
     )
+    if sdk_entrypoint in SDK_ENTRYPOINTS:
+        env["CLAUDE_CODE_ENTRYPOINT"] = str(sdk_entrypoint)
     if os.geteuid() == 0:
         env["IS_SANDBOX"] = "1"  # claude refuses --dangerously-skip-permissions as root otherwise
     return env
@@ -194,6 +252,9 @@ class Installed:
     cwd: str
     shell_cwd: dict[str, Any]
     tools: list[str] | None = None  # the recorded explicit tool set (recorded_tool_set), if any
+    mcp_config: Path | None = None  # the user's MCP servers, copied into the home (continued_mcp)
+    mcp_readable: tuple[Path, ...] = ()
+    sdk_entrypoint: str | None = None  # the Agent SDK entrypoint the session was written through (sdk-py, sdk-ts)
 
 
 def _recorded_lines(job: Job) -> list[bytes]:
@@ -230,7 +291,10 @@ class ClaudeHooks(AgentHooks[Installed]):
             relative = path.relative_to(job.prefix.path.parent)
             shell.write_home_file(job.context.home, session_file.parent / relative, path.read_bytes(),
                                   "a sub-agent transcript")
-        return Installed(session_id, rebuilt, session_file, cwd, shell_cwd, recorded_tool_set(_recorded_lines(job)))
+        search_path = sanitized_env(os.environ, strip_credentials=True).get("PATH", os.defpath)  # the agent's PATH
+        mcp_config, mcp_readable = continued_mcp(job.settings.mcp_config, job.context.home, search_path)
+        return Installed(session_id, rebuilt, session_file, cwd, shell_cwd, recorded_tool_set(_recorded_lines(job)),
+                         mcp_config, mcp_readable, recorded_entrypoint(rebuilt))
 
     def carried(self, job: Job) -> list[Path]:
         """The large Bash outputs and the task list the replay saved in this home (``ClaudeToolExecutor``'s
@@ -253,9 +317,14 @@ class ClaudeHooks(AgentHooks[Installed]):
     def launch(self, job: Job, state: Installed, bridge_url: str) -> LaunchSpec:
         entrypoint = job.settings.target.entrypoint
         return LaunchSpec(
-            argv(entrypoint, state.session_id, job.nonce, job.settings.remaining_steps, state.tools),
-            environment(os.environ, job.context.home, bridge_url, shell.BRIDGE_KEY), state.cwd,
-            job.context.logs / "claude-code.jsonl", writable=(job.context.home,), readable=runtime_paths(entrypoint))
+            argv(entrypoint, state.session_id, job.nonce, job.settings.remaining_steps, state.tools, state.mcp_config,
+                 stream_input=state.sdk_entrypoint is not None),
+            environment(os.environ, job.context.home, bridge_url, shell.BRIDGE_KEY, state.sdk_entrypoint), state.cwd,
+            job.context.logs / "claude-code.jsonl", writable=(job.context.home,),
+            readable=(*runtime_paths(entrypoint), *state.mcp_readable),
+            # an Agent SDK session continues the way the SDK drives the binary (measured: with the prompt as -p's
+            # argument, 2.1.332's Bash tool schema differs from the recorded one; on stdin it is the recorded one)
+            stdin=stream_prompt(job.nonce) if state.sdk_entrypoint is not None else None)
 
     def outcome(self, job: Job, state: Installed, ran: Ran, summary: BridgeSummary) -> Outcome:
         assert ran.process is not None
@@ -266,8 +335,11 @@ class ClaudeHooks(AgentHooks[Installed]):
         if stream.session_id is not None and stream.session_id != state.session_id:
             status, kind = "failed", ErrorKind.CONTINUATION
             detail = f"claude resumed session {stream.session_id}, not the rebuilt {state.session_id}"
-        return Outcome(status, detail, kind, {"native_session_id": state.session_id, "shell_cwd": state.shell_cwd,
-                                              "num_turns_reported": stream.num_turns})
+        facts: dict[str, Any] = {"native_session_id": state.session_id, "shell_cwd": state.shell_cwd,
+                                 "num_turns_reported": stream.num_turns}
+        if state.sdk_entrypoint is not None:  # continued as the Agent SDK drives the binary
+            facts["sdk_entrypoint"] = state.sdk_entrypoint
+        return Outcome(status, detail, kind, facts)
 
     def collect(self, job: Job, state: Installed, ran: Ran, outcome: Outcome,
                 summary: BridgeSummary) -> Collected:
