@@ -36,7 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import FIXTURES, ROOT, emit, finish_args, parser, table
 
-from forkpoint.adapters import agent_spec
+from forkpoint.adapters import AGENT_NAMES, agent_spec
 from forkpoint.adapters.detect import guess_agent
 from forkpoint.core.errors import ReplayError
 from forkpoint.run.engine import execute
@@ -44,6 +44,8 @@ from forkpoint.run.request import build_request
 
 WILD = Path("/work/shared/wild-dev")
 REPLAY_TIMEOUT_S = 240
+#: the adapters whose replays ran under bwrap (the rest: local)
+BWRAP = [name for name in AGENT_NAMES if "bwrap" in agent_spec(name).sandbox_features]
 
 
 def recordings(root: Path) -> list[tuple[str, Path]]:
@@ -220,8 +222,9 @@ def main() -> None:
                             f"{totals['replay_reuse'] / total:.0%}"))
     body = (
         "Before = main's exact-pin rule (`--require-verified-version`); after = any readable version, marked "
-        "degraded (`unverified_version`). Replay-only ran in a fresh temporary workspace (bwrap for claude-code "
-        "and codex), stale observations allowed; the recordings come without their workspaces, so observations "
+        "degraded (`unverified_version`). Replay-only ran in a fresh temporary workspace (bwrap for every "
+        "adapter that supports it: " + ", ".join(sorted(BWRAP))
+        + "), stale observations allowed; the recordings come without their workspaces, so observations "
         "that read the original project differ — exact is the largest replay's exact / compared observations.\n\n"
         + table(("agent", "recordings", "boundaries", "prepare-only before → after", "replay-only before → after",
                  "replay-only without stale", f"… with --reuse-observations {' '.join(REUSE) or '(none)'}"), summary)

@@ -10,6 +10,7 @@ recording (the system prompt compared date-masked), and the real opencode must e
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ NONCE_MARK = "__forkpoint_nonce_"
 #: long recordings: only their LAST boundary (the whole session exported after the continuation, > 64 KiB)
 LAST_ONLY = frozenset({"long_session"})
 PIPE_CAPACITY = 65536
+EVERY_BOUNDARY = os.environ.get("FORKPOINT_E2E_EVERY_BOUNDARY") == "1"
 
 
 def _cases() -> list[tuple[str, str, int]]:
@@ -44,9 +46,11 @@ def _cases() -> list[tuple[str, str, int]]:
         for export in sorted((FIXTURES / version).glob("*/export.json")):
             count = parse_opencode(export).complete_count
             first = count if export.parent.name in LAST_ONLY else 1
-            # first, middle and last on the newest version; first and last on the older one (sampled for CI time:
-            # the envelope differs per version, the boundaries in between repeat the same path)
-            chosen = e2e_boundaries(range(first, count + 1)) if version == VERSIONS[-1] else sorted({first, count})
+            # first, middle and last on the newest version; the last on the older one (sampled for CI time: each
+            # case starts opencode three times, ~11 s; the envelope differs per version, the first boundary's path
+            # is the newest version's too; FORKPOINT_E2E_EVERY_BOUNDARY=1 runs every boundary of both)
+            chosen = e2e_boundaries(range(first, count + 1)) if version == VERSIONS[-1] else (
+                e2e_boundaries(range(first, count + 1)) if EVERY_BOUNDARY else [count])
             cases += [(version, export.parent.name, after) for after in chosen]
     return cases
 

@@ -10,6 +10,7 @@ task. Negative cases: a tampered prefix is refused with nothing forwarded; an un
 from __future__ import annotations
 
 import json
+import os
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -33,10 +34,13 @@ VERSION = "0.62.0"
 
 
 def _cases() -> list[tuple[str, int]]:
-    """The first and last boundary of each scenario (each case starts a real OpenHands, ~20 s: the boundaries in
-    between repeat the same path; benchmarks/continuation_fidelity covers every boundary)."""
+    """The first and last boundary of the first scenario, the last of every other (each case starts a real OpenHands
+    twice, ~20 s: the first boundary's path is the same in every scenario, the boundaries in between repeat it;
+    benchmarks/continuation_fidelity covers every boundary; FORKPOINT_E2E_EVERY_BOUNDARY=1 runs them all here)."""
     counts = [(t.parent.name, parse_events(t).complete_count) for t in sorted(FIXTURES.glob("*/trajectory.json"))]
-    return [(name, n) for name, count in counts for n in sorted({1, count})]
+    if os.environ.get("FORKPOINT_E2E_EVERY_BOUNDARY") == "1":
+        return [(name, n) for name, count in counts for n in range(1, count + 1)]
+    return [(name, n) for index, (name, count) in enumerate(counts) for n in sorted({count, *([1] * (index == 0))})]
 
 
 @pytest.fixture(autouse=True)
