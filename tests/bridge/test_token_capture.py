@@ -219,3 +219,55 @@ def test_a_logprob_that_is_not_a_finite_number_refuses_the_record(logprob: Any) 
     answer = AnswerTokens()
     answer.read(_choice([1], ["a"], [logprob]))  # as parsed (orjson reads NaN/Infinity nowhere: built in Python)
     assert answer.record(None)["status"] == "refused"
+
+
+def _chunk(ids: list[int], *, prompt: list[int] | None = None, **choice: Any) -> bytes:
+    body: dict[str, Any] = {"id": "c", "choices": [{"index": 0, "delta": {"content": "é\\n\n\"x"}, "token_ids": ids,
+                                                     "logprobs": {"content": [{"token": f"token_id:{i}",
+                                                                               "logprob": -0.5} for i in ids]},
+                                                     **choice}]}
+    if prompt is not None:
+        body["prompt_token_ids"] = prompt
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+HOSTILE_EVENTS = [
+    _chunk([5], prompt=[1, 2, 3]), _chunk([6]), b": a comment\n\n", _chunk([7]),
+    b'data: {"choices":[{"index":0,"token_ids":[8],"logprobs":null}]}\n\n',  # logprobs null
+    b'data: {"choices":[{"index":0,"token_ids":[9],"logprobs":{"content":[]}},{"index":1,"token_ids":[1]}]}\n\n',
+    b'data: {"choices":[{"index":0,"delta":{}}]}\n\n',  # no fields: passes byte for byte
+    b'data: {"a":1},{"choices":[]}\n\n',  # not one JSON value: untouched
+    b'data: ["token_ids"]\n\n', b"event: x\ndata: " + _chunk([10])[6:],  # two lines
+    _chunk([11], finish_reason="stop", prompt_token_ids=[1, 2, 3]),  # SGLang's per-choice prompt ids
+    _chunk([12]), b'data: {"choices":{"0":{"token_ids":[13],"logprobs":{"content":[]}}}}\n\n',  # not a list
+    b'data: {"choices":["x"]}\n\n', b'data: {"choices":[{"index":1,"token_ids":[14],"logprobs":{"content":[]}}]}\n\n',
+    _chunk([15]), b"data: [DONE]\n\n",
+]
+
+
+@pytest.mark.parametrize("agent_asked", [{}, {"logprobs": True}, {"logprobs": True, "return_token_ids": True}])
+@pytest.mark.parametrize("refuse", [False, True])
+def test_the_batched_relay_path_gives_what_the_event_by_event_path_gives(agent_asked: dict[str, Any],
+                                                                          refuse: bool) -> None:
+    """Blocks of usual chunks are read and stripped in line (the relay's fast path); any split of any mixture of
+    usual and odd events gives the agent, byte for byte, and the record what reading each event alone gives."""
+    _, added = ask({"messages": [], **agent_asked})
+    events = list(HOSTILE_EVENTS)
+    if refuse:  # a bad id mid-stream refuses the record; the later chunks are still stripped
+        events.insert(4, b'data: {"choices":[{"index":0,"token_ids":["9"],"logprobs":{"content":[]}}]}\n\n')
+    reference = AnswerTokens(added=added)
+    expected = b"".join(reference._event(event) for event in events)
+    raw = b"".join(events)
+    rng = random.Random(7)
+    for size in (1, 7, 64, 4096, len(raw)):
+        answer = AnswerTokens(added=added)
+        out, at = b"", 0
+        while at < len(raw):
+            step = rng.randint(1, size)
+            out += answer.feed(raw[at:at + step])
+            at += step
+        out += answer.flush()
+        assert out == expected
+        assert answer.record(None) == reference.record(None)
+    if not agent_asked:  # the usual chunks reached the agent without the fields
+        assert expected.count(b'"token_ids"') < raw.count(b'"token_ids"') - 6

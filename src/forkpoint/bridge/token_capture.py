@@ -60,6 +60,8 @@ SAMPLING_KEYS = ("model", "temperature", "top_p", "top_k", "min_p", "seed", "max
                  "presence_penalty", "frequency_penalty", "repetition_penalty", "n", "top_logprobs", "stream")
 CHAT = "openai-chat"
 _ID_PREFIX = "token_id:"
+#: the added fields under which the relay's in-line path strips a chunk (else ``_strip`` decides, field by field)
+_FAST_STRIP = frozenset({"return_token_ids", "logprobs"})
 
 
 class Refused(ValueError):
@@ -201,13 +203,26 @@ class AnswerTokens:
         return held
 
     def _events(self) -> bytes:
-        """The complete events held, each read (and rewritten). An event ends at a blank line: ``\\n\\n`` or
-        ``\\n\\r\\n`` (CRLF lines); each pattern's next place is found once, so every byte is searched once."""
+        """The complete events held, read (and rewritten). An event ends at a blank line: ``\\n\\n`` or
+        ``\\n\\r\\n`` (CRLF lines); each pattern's next place is found once, so every byte is searched once.
+
+        The usual block (what vLLM and SGLang send: ``data: {...}\\n\\n`` events, LF only) is parsed with one
+        ``orjson.loads`` of all its events as a JSON array (``_batch``); anything else goes event by event."""
         buffer = self._buffer
+        since = max(0, self._scanned - 2)
+        lf = buffer.find(b"\n\n", since)
+        crlf = buffer.find(b"\n\r\n", since)
+        if lf == -1 and crlf == -1:
+            self._scanned = len(buffer)
+            return b""
+        if crlf == -1:  # LF only: the block ends at the last blank line
+            end = buffer.rfind(b"\n\n") + 2
+            block = bytes(buffer[:end])
+            del buffer[:end]
+            self._scanned = len(buffer)
+            return self._batch(block)
         out = bytearray()
         start = 0
-        since = max(0, self._scanned - 2)
-        lf, crlf = buffer.find(b"\n\n", since), buffer.find(b"\n\r\n", since)
         while lf != -1 or crlf != -1:
             end = lf + 2 if crlf == -1 or (lf != -1 and lf < crlf) else crlf + 3
             out += self._event(bytes(buffer[start:end]))
@@ -220,6 +235,55 @@ class AnswerTokens:
             del buffer[:start]
         self._scanned = len(buffer)
         return bytes(out)
+
+    def _batch(self, block: bytes) -> bytes:
+        """Complete LF events, when every one is a single ``data: {`` line (else event by event).
+
+        The usual chunk — one choice (choice 0) with a ``token_ids`` list and a ``logprobs.content`` list, no
+        prompt ids — is read and stripped in line, with ``read``'s and ``_strip``'s exact effect on that shape;
+        any other event takes ``_event``. Only events that carried an added field are re-serialised (the others,
+        and the block when none did, pass as they came, byte for byte)."""
+        events = block[:-2].split(b"\n\n")
+        if block.count(b"\n") != 2 * len(events) or b"\r" in block or not block.startswith(b"data: {") \
+                or block.count(b"\n\ndata: {") != len(events) - 1:
+            return b"".join(self._event(event + b"\n\n") for event in events)
+        fast = self.strip and self.added >= _FAST_STRIP and self.refused is None and not self.too_large
+        loads, dumps, event_of = orjson.loads, orjson.dumps, self._event
+        completion_parts, logprob_parts = self.completion_parts, self.logprob_parts
+        changed = False
+        for index, event in enumerate(events):
+            if fast:
+                try:
+                    value = loads(event[6:])
+                    (choice,) = value["choices"]
+                    ids, content = choice["token_ids"], choice["logprobs"]["content"]
+                except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                    value = None
+                if value is not None and type(ids) is list and type(content) is list and type(choice) is dict \
+                        and "prompt_token_ids" not in value and "prompt_token_ids" not in choice \
+                        and choice.get("index", 0) == 0:
+                    self.held += len(ids) + len(content)
+                    if self.held > 2 * MAX_TOKENS:
+                        self._too_large()
+                        fast = False
+                    else:
+                        completion_parts.append(ids)
+                        logprob_parts.append(content)
+                    reason = choice.get("finish_reason")
+                    if type(reason) is str:
+                        self.finish_reason = reason
+                    del choice["token_ids"]
+                    choice["logprobs"] = None
+                    events[index] = b"data: " + dumps(value)
+                    changed = True
+                    continue
+            rewritten = event_of(event + b"\n\n")
+            if fast and (self.refused is not None or self.too_large):
+                fast = False
+            if rewritten[:-2] != event:
+                events[index] = rewritten[:-2]
+                changed = True
+        return b"\n\n".join(events) + b"\n\n" if changed else block
 
     def _event(self, event: bytes) -> bytes:
         """One SSE event: its ``data:`` JSON read and, when it carries added fields, rewritten without them."""
