@@ -271,3 +271,63 @@ def test_the_batched_relay_path_gives_what_the_event_by_event_path_gives(agent_a
         assert answer.record(None) == reference.record(None)
     if not agent_asked:  # the usual chunks reached the agent without the fields
         assert expected.count(b'"token_ids"') < raw.count(b'"token_ids"') - 6
+
+
+def test_sglang_refusing_ids_on_a_stream_gets_the_request_again_without_them(tmp_path: Path) -> None:
+    """SGLang answers HTTP 400 to a streamed Chat request with return_token_ids / return_prompt_token_ids: the
+    bridge sends that request once more asking for logprobs only (and the run's later streamed requests so from the
+    start); the agent gets its answer, the records say why they hold no ids."""
+    model, captured, log = serve(tmp_path / "on", "chat", True, capture=True, token_mode="sglang")
+    _, plain, _ = serve(tmp_path / "off", "chat", True, capture=False, token_mode="sglang")
+    assert [events(body) for body in captured] == [events(body) for body in plain]
+    assert all(b"logprobs\": {" not in body and b"token_ids" not in body for body in captured)
+    asked = [entry["body"] for entry in model.requests]
+    assert len(asked) == 3 and asked[0]["return_token_ids"] is True  # refused once, then never asked again
+    assert all("return_token_ids" not in body and "return_prompt_token_ids" not in body and body["logprobs"] is True
+               for body in asked[1:])
+    lines = records(tmp_path / "on" / "tokens.jsonl")
+    assert [line["status"] for line in lines] == ["unavailable", "unavailable"]
+    assert all("refuses token ids on streamed" in line["reason"] for line in lines)
+    assert log is not None and "SGLang" in str(log.summary()["reason"])
+
+
+def test_sglang_ids_per_choice_are_recorded_unstreamed(tmp_path: Path) -> None:
+    model, captured, _ = serve(tmp_path, "chat", False, capture=True, token_mode="sglang")
+    sent = [entry["sent_tokens"] for entry in model.requests]
+    lines = records(tmp_path / "tokens.jsonl")
+    assert [line["status"] for line in lines] == ["ok", "ok"]
+    assert [line["prompt_token_ids"] for line in lines] == [s["prompt_token_ids"] for s in sent]
+    assert [line["completion_token_ids"] for line in lines] == [s["completion_token_ids"] for s in sent]
+    assert all(b"token_ids" not in body and b'"logprobs": {' not in body for body in captured)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_translating_upstream_survives_sglangs_refusal(tmp_path: Path, stream: bool) -> None:
+    model = ScriptedModel(SCRIPT, step_mode="counter", tools_required=False, token_mode="sglang")
+    log = TokenLog(tmp_path / "tokens.jsonl")
+    with model.serve() as url:
+        upstream = TranslatingChatUpstream("anthropic-messages", url + "/v1", KEY)
+        with Bridge(AcceptingGate(), upstream, tokens=log) as bridge:
+            reply = request(bridge.base_url + ROUTES["anthropic"], body=body_for("anthropic", stream),
+                            headers=HEADERS)
+            bridge.finish()
+    assert reply.status == 200 and b"Let me look." in reply.body
+    line = records(tmp_path / "tokens.jsonl")[0]
+    assert line["status"] == ("unavailable" if stream else "ok")
+    assert len(model.requests) == (2 if stream else 1)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_ids_that_do_not_match_the_text_are_recorded_as_sent(tmp_path: Path, stream: bool) -> None:
+    """Ids of another text than the one sent (as many as usage counts): no check without the model's tokenizer
+    can see it, so the record holds what the server sent, id for id, and the agent's answer is unchanged."""
+    from forkpoint.testing.scripted_tokens import tokenize
+
+    model, captured, _ = serve(tmp_path / "on", "chat", stream, capture=True, token_mode="wrong_text")
+    _, plain, _ = serve(tmp_path / "off", "chat", stream, capture=False, token_mode="wrong_text")
+    assert [events(body) for body in captured] == [events(body) for body in plain]
+    lines = records(tmp_path / "on" / "tokens.jsonl")
+    sent = [entry["sent_tokens"] for entry in model.requests]
+    assert [line["completion_token_ids"] for line in lines] == [s["completion_token_ids"] for s in sent]
+    assert lines[1]["completion_token_ids"] != tokenize("done " * 40)
+    assert [line["status"] for line in lines] == ["ok", "ok"]

@@ -68,13 +68,25 @@ class Refused(ValueError):
     """An answer's token fields the record cannot keep (not integers, not numbers)."""
 
 
-def ask(body: JsonObject) -> tuple[JsonObject, frozenset[str]]:
-    """The Chat Completions ``body`` asking for ids and logprobs, and the fields the agent did not ask for itself
-    (removed again from the answer)."""
+#: the id fields SGLang refuses on a streamed Chat request (HTTP 400, its ``serving_chat.py``); logprobs it streams
+STREAM_REFUSED = ("return_token_ids", "return_prompt_token_ids")
+#: why a streamed request's record has no ids once the upstream refused them
+STREAM_REFUSED_REASON = ("the upstream refuses token ids on streamed Chat Completions requests (SGLang answers HTTP "
+                         "400); streamed requests ask for logprobs only")
+
+
+def refuses_streamed_ids(error: bytes) -> bool:
+    """Whether an upstream's HTTP 400 body is SGLang's refusal of the id fields on a streamed request."""
+    return b"not supported with streaming" in error and any(name.encode() in error for name in STREAM_REFUSED)
+
+
+def ask(body: JsonObject, without: tuple[str, ...] = ()) -> tuple[JsonObject, frozenset[str]]:
+    """The Chat Completions ``body`` asking for ids and logprobs (minus the fields ``without``), and the fields the
+    agent did not ask for itself (removed again from the answer)."""
     out = dict(body)
     added: set[str] = set()
     for key, value in ASKED.items():
-        if body.get(key) is not True:
+        if body.get(key) is not True and key not in without:
             out[key] = value
             added.add(key)
     if "logprobs" in added and AS_IDS not in body:
@@ -155,6 +167,8 @@ class AnswerTokens:
     auxiliary: bool = False
     #: why nothing can be captured for this request (another protocol): the record says so
     unavailable: str | None = None
+    #: why the answer will carry no ids although it is read (not asked: the upstream refuses them on streams)
+    no_ids: str | None = None
     prompt: list[Any] | None = None
     #: the choice-0 ``token_ids`` lists and ``logprobs.content`` lists of the chunks, in order (unchecked)
     completion_parts: list[Any] = field(default_factory=list)
@@ -435,8 +449,8 @@ class AnswerTokens:
         if status == "ok":
             problems += _mismatches(prompt, completion, logprobs, usage)
             status = "mismatch" if problems else "ok"
-        reason = self.unavailable or ("the upstream answered without token ids" if status == "unavailable"
-                                      else None)
+        reason = self.unavailable or ((self.no_ids or "the upstream answered without token ids")
+                                      if status == "unavailable" else None)
         return {"status": status, "auxiliary": self.auxiliary, "problems": problems, "reason": reason,
                 "sampling": self.sampling, "finish_reason": self.finish_reason,
                 "usage": None if usage is None else {"prompt_tokens": usage.get("input_tokens"),
@@ -495,6 +509,8 @@ class TokenLog:
     statuses: dict[str, int] = field(default_factory=dict)
     #: the first reason a request's tokens were unavailable (said once per run)
     reason: str | None = None
+    #: the upstream refused the id fields on a streamed request (SGLang): later streamed requests ask for logprobs
+    streamed_ids_refused: bool = False
     _bytes: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -505,8 +521,20 @@ class TokenLog:
             return body, AnswerTokens(auxiliary=auxiliary, sampling=sampling_of(body), unavailable=(
                 f"the {protocol} upstream returns no token ids (only OpenAI-compatible Chat Completions servers "
                 "such as vLLM and SGLang do)"))
-        asked, added = ask(body)
-        return asked, AnswerTokens(added=added, sampling=sampling_of(body), strip=strip, auxiliary=auxiliary)
+        refused = self.streamed_ids_refused and body.get("stream") is True
+        asked, added = ask(body, STREAM_REFUSED if refused else ())
+        return asked, AnswerTokens(added=added, sampling=sampling_of(body), strip=strip, auxiliary=auxiliary,
+                                   no_ids=STREAM_REFUSED_REASON if refused else None)
+
+    def refused_streamed_ids(self, body: JsonObject) -> bool:
+        """The upstream refused the id fields the bridge added to a streamed request (``refuses_streamed_ids``):
+        from now on the run's streamed requests ask for logprobs only; whether ``body`` (as the agent sent it) is to
+        be sent again so (not when the agent asked for those fields itself)."""
+        if body.get("stream") is not True or any(body.get(name) is True for name in STREAM_REFUSED):
+            return False  # the agent asked for them itself: its own request, its own error
+        with self._lock:
+            self.streamed_ids_refused = True
+        return True
 
     def finish(self, answer: AnswerTokens, usage: JsonObject | None) -> None:
         """Write one request's record (never raises: the capture is bookkeeping)."""
