@@ -264,39 +264,43 @@ class AnswerTokens:
         fast = self.strip and self.added >= _FAST_STRIP and self.refused is None and not self.too_large
         loads, dumps, event_of = orjson.loads, orjson.dumps, self._event
         completion_parts, logprob_parts = self.completion_parts, self.logprob_parts
+        held, limit = self.held, 2 * MAX_TOKENS
         changed = False
         for index, event in enumerate(events):
             if fast:
-                try:
+                try:  # (a choice that is not an object fails its subscript: no type check needed)
                     value = loads(event[6:])
                     (choice,) = value["choices"]
                     ids, content = choice["token_ids"], choice["logprobs"]["content"]
                 except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-                    value = None
-                if value is not None and type(ids) is list and type(content) is list and type(choice) is dict \
-                        and "prompt_token_ids" not in value and "prompt_token_ids" not in choice \
-                        and choice.get("index", 0) == 0:
-                    self.held += len(ids) + len(content)
-                    if self.held > 2 * MAX_TOKENS:
-                        self._too_large()
-                        fast = False
-                    else:
+                    pass
+                else:
+                    if type(ids) is list and type(content) is list and choice.get("index", 0) == 0 \
+                            and "prompt_token_ids" not in value and "prompt_token_ids" not in choice:
+                        held += len(ids) + len(content)
                         completion_parts.append(ids)
                         logprob_parts.append(content)
-                    reason = choice.get("finish_reason")
-                    if type(reason) is str:
-                        self.finish_reason = reason
-                    del choice["token_ids"]
-                    choice["logprobs"] = None
-                    events[index] = b"data: " + dumps(value)
-                    changed = True
-                    continue
+                        reason = choice.get("finish_reason")
+                        if reason is not None and type(reason) is str:
+                            self.finish_reason = reason
+                        del choice["token_ids"]
+                        choice["logprobs"] = None
+                        events[index] = b"data: " + dumps(value)
+                        changed = True
+                        if held > limit:
+                            self.held = held
+                            self._too_large()
+                            fast = False
+                        continue
+                self.held = held
             rewritten = event_of(event + b"\n\n")
+            held = self.held
             if fast and (self.refused is not None or self.too_large):
                 fast = False
             if rewritten[:-2] != event:
                 events[index] = rewritten[:-2]
                 changed = True
+        self.held = held
         return b"\n\n".join(events) + b"\n\n" if changed else block
 
     def _event(self, event: bytes) -> bytes:
