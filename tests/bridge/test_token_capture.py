@@ -247,20 +247,22 @@ HOSTILE_EVENTS = [
 
 @pytest.mark.parametrize("agent_asked", [{}, {"logprobs": True}, {"logprobs": True, "return_token_ids": True}])
 @pytest.mark.parametrize("refuse", [False, True])
+@pytest.mark.parametrize("strip", [True, False])
 def test_the_batched_relay_path_gives_what_the_event_by_event_path_gives(agent_asked: dict[str, Any],
-                                                                          refuse: bool) -> None:
-    """Blocks of usual chunks are read and stripped in line (the relay's fast path); any split of any mixture of
-    usual and odd events gives the agent, byte for byte, and the record what reading each event alone gives."""
+                                                                          refuse: bool, strip: bool) -> None:
+    """Blocks of usual chunks are read and stripped in line (the relay's fast path; ``strip=False``: only read, as
+    for a translating upstream); any split of any mixture of usual and odd events gives the agent, byte for byte,
+    and the record what reading each event alone gives."""
     _, added = ask({"messages": [], **agent_asked})
     events = list(HOSTILE_EVENTS)
     if refuse:  # a bad id mid-stream refuses the record; the later chunks are still stripped
         events.insert(4, b'data: {"choices":[{"index":0,"token_ids":["9"],"logprobs":{"content":[]}}]}\n\n')
-    reference = AnswerTokens(added=added)
+    reference = AnswerTokens(added=added, strip=strip)
     expected = b"".join(reference._event(event) for event in events)
     raw = b"".join(events)
     rng = random.Random(7)
     for size in (1, 7, 64, 4096, len(raw)):
-        answer = AnswerTokens(added=added)
+        answer = AnswerTokens(added=added, strip=strip)
         out, at = b"", 0
         while at < len(raw):
             step = rng.randint(1, size)
@@ -269,7 +271,7 @@ def test_the_batched_relay_path_gives_what_the_event_by_event_path_gives(agent_a
         out += answer.flush()
         assert out == expected
         assert answer.record(None) == reference.record(None)
-    if not agent_asked:  # the usual chunks reached the agent without the fields
+    if strip and not agent_asked:  # the usual chunks reached the agent without the fields
         assert expected.count(b'"token_ids"') < raw.count(b'"token_ids"') - 6
 
 

@@ -60,8 +60,6 @@ SAMPLING_KEYS = ("model", "temperature", "top_p", "top_k", "min_p", "seed", "max
                  "presence_penalty", "frequency_penalty", "repetition_penalty", "n", "top_logprobs", "stream")
 CHAT = "openai-chat"
 _ID_PREFIX = "token_id:"
-#: the added fields under which the relay's in-line path strips a chunk (else ``_strip`` decides, field by field)
-_FAST_STRIP = frozenset({"return_token_ids", "logprobs"})
 
 
 class Refused(ValueError):
@@ -254,14 +252,17 @@ class AnswerTokens:
         """Complete LF events, when every one is a single ``data: {`` line (else event by event).
 
         The usual chunk — one choice (choice 0) with a ``token_ids`` list and a ``logprobs.content`` list, no
-        prompt ids — is read and stripped in line, with ``read``'s and ``_strip``'s exact effect on that shape;
+        prompt ids — is read and stripped in line, with ``read``'s and ``_strip``'s exact effect on that shape
+        (also when only read: ``strip=False``, or the agent asked for some of the fields itself);
         any other event takes ``_event``. Only events that carried an added field are re-serialised (the others,
         and the block when none did, pass as they came, byte for byte)."""
         events = block[:-2].split(b"\n\n")
         if block.count(b"\n") != 2 * len(events) or b"\r" in block or not block.startswith(b"data: {") \
                 or block.count(b"\n\ndata: {") != len(events) - 1:
             return b"".join(self._event(event + b"\n\n") for event in events)
-        fast = self.strip and self.added >= _FAST_STRIP and self.refused is None and not self.too_large
+        fast = self.refused is None and not self.too_large
+        drop_ids = self.strip and "return_token_ids" in self.added  # (``_strip``'s effect on the usual chunk)
+        drop_logprobs = self.strip and "logprobs" in self.added
         loads, dumps, event_of = orjson.loads, orjson.dumps, self._event
         completion_parts, logprob_parts = self.completion_parts, self.logprob_parts
         held, limit = self.held, 2 * MAX_TOKENS
@@ -283,10 +284,13 @@ class AnswerTokens:
                         reason = choice.get("finish_reason")
                         if reason is not None and type(reason) is str:
                             self.finish_reason = reason
-                        del choice["token_ids"]
-                        choice["logprobs"] = None
-                        events[index] = b"data: " + dumps(value)
-                        changed = True
+                        if drop_ids:
+                            del choice["token_ids"]
+                        if drop_logprobs:
+                            choice["logprobs"] = None
+                        if drop_ids or drop_logprobs:
+                            events[index] = b"data: " + dumps(value)
+                            changed = True
                         if held > limit:
                             self.held = held
                             self._too_large()
