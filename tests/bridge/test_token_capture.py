@@ -333,3 +333,26 @@ def test_ids_that_do_not_match_the_text_are_recorded_as_sent(tmp_path: Path, str
     assert [line["completion_token_ids"] for line in lines] == [s["completion_token_ids"] for s in sent]
     assert lines[1]["completion_token_ids"] != tokenize("done " * 40)
     assert [line["status"] for line in lines] == ["ok", "ok"]
+
+
+@pytest.mark.parametrize("translating", [False, True])
+def test_another_400_under_capture_reaches_the_agent_as_without_it(tmp_path: Path, translating: bool) -> None:
+    """The capture reads a 400 to a streamed request to tell SGLang's refusal of the id fields; any other 400 is
+    passed on as it would be without the capture, and nothing is sent again."""
+    from forkpoint.testing.script import Fault, Turn
+
+    replies = {}
+    for capture in (True, False):
+        model = ScriptedModel([Turn((text("never"),), faults=(Fault(400),))], tools_required=False)
+        log = TokenLog(tmp_path / f"tokens-{capture}.jsonl") if capture else None
+        with model.serve() as url:
+            upstream = (TranslatingChatUpstream("anthropic-messages", url + "/v1", KEY) if translating
+                        else upstream_for("chat", url))
+            route = ROUTES["anthropic" if translating else "chat"]
+            with Bridge(AcceptingGate(), upstream, tokens=log) as bridge:
+                reply = request(bridge.base_url + route, body=body_for("anthropic" if translating else "chat", True),
+                                headers=HEADERS)
+                bridge.finish()
+        assert len(model.requests) == 1
+        replies[capture] = (reply.status, json.loads(reply.body))
+    assert replies[True] == replies[False] and replies[True][0] == 400
