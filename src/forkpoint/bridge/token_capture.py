@@ -249,17 +249,17 @@ class AnswerTokens:
         return bytes(out)
 
     def _batch(self, block: bytes) -> bytes:
-        """Complete LF events, when every one is a single ``data: {`` line (else event by event).
+        """Complete LF events, when every one is a single line (else event by event).
 
         The usual chunk — one choice (choice 0) with a ``token_ids`` list and a ``logprobs.content`` list, no
         prompt ids — is read and stripped in line, with ``read``'s and ``_strip``'s exact effect on that shape
         (also when only read: ``strip=False``, or the agent asked for some of the fields itself);
         any other event takes ``_event``. Only events that carried an added field are re-serialised (the others,
         and the block when none did, pass as they came, byte for byte)."""
-        events = block[:-2].split(b"\n\n")
-        if block.count(b"\n") != 2 * len(events) or b"\r" in block or not block.startswith(b"data: {") \
-                or block.count(b"\n\ndata: {") != len(events) - 1:
-            return b"".join(self._event(event + b"\n\n") for event in events)
+        parts = block.split(b"\n")  # one-line events, each ended by a blank line: [e1, b"", e2, b"", b""]
+        events = parts[0::2]
+        if len(parts) % 2 == 0 or any(parts[1::2]) or events.pop() or b"\r" in block:
+            return b"".join(self._event(event + b"\n\n") for event in block[:-2].split(b"\n\n"))
         fast = self.refused is None and not self.too_large
         drop_ids = self.strip and "return_token_ids" in self.added  # (``_strip``'s effect on the usual chunk)
         drop_logprobs = self.strip and "logprobs" in self.added
@@ -268,7 +268,7 @@ class AnswerTokens:
         held, limit = self.held, 2 * MAX_TOKENS
         changed = False
         for index, event in enumerate(events):
-            if fast:
+            if fast and event.startswith(b"data: {"):
                 try:  # (a choice that is not an object fails its subscript: no type check needed)
                     value = loads(event[6:])
                     (choice,) = value["choices"]
