@@ -60,8 +60,9 @@ print(json.dumps({"rows": count, "seconds": time.perf_counter() - started}))
 """
 
 
-def make_template(root: Path) -> Path:
-    """The real branched, scored run (K=4, Pi + ScriptedModel + a verifier) that every clone copies."""
+def make_template(root: Path, k: int = K) -> Path:
+    """The real branched, scored run (K branches, Pi + ScriptedModel + a verifier) that every clone copies; the
+    first ``k - 1`` temperatures of ``BRANCHES`` and the one that changes nothing (rewards 1 and 0 both occur)."""
     from forkpoint.run.engine import execute
     from forkpoint.run.request import build_request
     from forkpoint.testing import ScriptedModel
@@ -71,7 +72,8 @@ def make_template(root: Path) -> Path:
     os.environ.setdefault("OPENAI_API_KEY", "scripted-upstream-key")
     base = json.loads((FIXTURE / "script.json").read_text())["turns"]
     keyed: dict[str, Sequence[Any]] = {}
-    for temperature, name in BRANCHES.items():
+    branches = dict([*list(BRANCHES.items())[:k - 1], list(BRANCHES.items())[-1]])
+    for temperature, name in branches.items():
         action = [text("nothing to change")] if name is None else [
             tool_use("bash", {"command": f"echo {name} > branch.txt"})]
         keyed[f'"temperature": {temperature}'] = [*base[:1], action, [text(f"{name} done")]]
@@ -80,8 +82,8 @@ def make_template(root: Path) -> Path:
         result = execute(build_request({
             "agent": "pi", "trajectory": str(FIXTURE / "session.jsonl"), "after_step": 1,
             "workspace": str(workspace), "state_dir": str(root / "state"), "output_dir": str(root / "template"),
-            "run_id": "run", "upstream": "openai-chat", "upstream_url": url + "/v1", "branches": K,
-            "branch_temperatures": list(BRANCHES), "score": VERIFIER}, source="benchmark"))
+            "run_id": "run", "upstream": "openai-chat", "upstream_url": url + "/v1", "branches": k,
+            "branch_temperatures": list(branches), "score": VERIFIER}, source="benchmark"))
     if result.failure is not None:
         raise RuntimeError(f"the template run failed: {result.failure}")
     shutil.rmtree(root / "state", ignore_errors=True)
@@ -125,12 +127,12 @@ def measure(argv: list[str]) -> tuple[float, float, subprocess.CompletedProcess[
 
 def main() -> None:
     args = c.finish_args(c.parser(__doc__ or "", repeat=3).parse_args())
-    count = 50 if args.smoke else 2500
-    rows_expected = count * K
+    count, k = (25, 2) if args.smoke else (2500, K)  # (the smoke: a cheaper template, two branches)
+    rows_expected = count * k
     samples: dict[str, list[tuple[float, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="forkpoint-bench-export-groups-") as tmp:
         root = Path(tmp)
-        template = make_template(root)
+        template = make_template(root, k)
         runs = clone(template, root / "runs", count)
         dpo_pairs = 0
         for repetition in range(args.repeat):
@@ -166,7 +168,7 @@ def main() -> None:
     body = c.table(("pass", "scored runs (rows)", "run dirs", "wall s (median)", "CPU s (median)", "runs/s (wall)",
                     "runs/s per core (CPU)", "run dirs/s per core"), table_rows)
     body += (f"\n\nGoal ≥ {GOAL_RATE:,.0f} scored runs/s per core, the whole `forkpoint export` process (start-up "
-             f"included): {'; '.join(verdicts)}. {count:,} run dirs of K={K} scored branches each (one reward group "
+             f"included): {'; '.join(verdicts)}. {count:,} run dirs of K={k} scored branches each (one reward group "
              f"per run dir; {dpo_pairs:,} DPO pairs, one per group); {args.repeat} repetition(s), each pass a fresh "
              "process; CPU = the child's user + sys time.")
     c.emit("export_groups", "9b. Export of scored runs with groups (messages JSONL, DPO)", body, args)
