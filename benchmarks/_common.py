@@ -40,6 +40,7 @@ ORDER = (
     "observation_fidelity",
     "continuation_fidelity",
     "export",
+    "export_groups",
     "report_open",
     "batch_throughput",
     "branching",

@@ -29,6 +29,7 @@ SCRIPTS = {
     "observation_fidelity": 30,
     "continuation_fidelity": 180,
     "export": 60,
+    "export_groups": 60,
     "report_open": 60,
     "batch_throughput": 150,
     "branching": 120,

@@ -219,3 +219,140 @@ def test_a_logprob_that_is_not_a_finite_number_refuses_the_record(logprob: Any) 
     answer = AnswerTokens()
     answer.read(_choice([1], ["a"], [logprob]))  # as parsed (orjson reads NaN/Infinity nowhere: built in Python)
     assert answer.record(None)["status"] == "refused"
+
+
+def _chunk(ids: list[int], *, prompt: list[int] | None = None, **choice: Any) -> bytes:
+    body: dict[str, Any] = {"id": "c", "choices": [{"index": 0, "delta": {"content": "é\\n\n\"x"}, "token_ids": ids,
+                                                     "logprobs": {"content": [{"token": f"token_id:{i}",
+                                                                               "logprob": -0.5} for i in ids]},
+                                                     **choice}]}
+    if prompt is not None:
+        body["prompt_token_ids"] = prompt
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+HOSTILE_EVENTS = [
+    _chunk([5], prompt=[1, 2, 3]), _chunk([6]), b": a comment\n\n", _chunk([7]),
+    b'data: {"choices":[{"index":0,"token_ids":[8],"logprobs":null}]}\n\n',  # logprobs null
+    b'data: {"choices":[{"index":0,"token_ids":[9],"logprobs":{"content":[]}},{"index":1,"token_ids":[1]}]}\n\n',
+    b'data: {"choices":[{"index":0,"delta":{}}]}\n\n',  # no fields: passes byte for byte
+    b'data: {"a":1},{"choices":[]}\n\n',  # not one JSON value: untouched
+    b'data: ["token_ids"]\n\n', b"event: x\ndata: " + _chunk([10])[6:],  # two lines
+    _chunk([11], finish_reason="stop", prompt_token_ids=[1, 2, 3]),  # SGLang's per-choice prompt ids
+    _chunk([12]), b'data: {"choices":{"0":{"token_ids":[13],"logprobs":{"content":[]}}}}\n\n',  # not a list
+    b'data: {"choices":["x"]}\n\n', b'data: {"choices":[{"index":1,"token_ids":[14],"logprobs":{"content":[]}}]}\n\n',
+    _chunk([15]), b"data: [DONE]\n\n",
+]
+
+
+@pytest.mark.parametrize("agent_asked", [{}, {"logprobs": True}, {"logprobs": True, "return_token_ids": True}])
+@pytest.mark.parametrize("refuse", [False, True])
+@pytest.mark.parametrize("strip", [True, False])
+def test_the_batched_relay_path_gives_what_the_event_by_event_path_gives(agent_asked: dict[str, Any],
+                                                                          refuse: bool, strip: bool) -> None:
+    """Blocks of usual chunks are read and stripped in line (the relay's fast path; ``strip=False``: only read, as
+    for a translating upstream); any split of any mixture of usual and odd events gives the agent, byte for byte,
+    and the record what reading each event alone gives."""
+    _, added = ask({"messages": [], **agent_asked})
+    events = list(HOSTILE_EVENTS)
+    if refuse:  # a bad id mid-stream refuses the record; the later chunks are still stripped
+        events.insert(4, b'data: {"choices":[{"index":0,"token_ids":["9"],"logprobs":{"content":[]}}]}\n\n')
+    reference = AnswerTokens(added=added, strip=strip)
+    expected = b"".join(reference._event(event) for event in events)
+    raw = b"".join(events)
+    rng = random.Random(7)
+    for size in (1, 7, 64, 4096, len(raw)):
+        answer = AnswerTokens(added=added, strip=strip)
+        out, at = b"", 0
+        while at < len(raw):
+            step = rng.randint(1, size)
+            out += answer.feed(raw[at:at + step])
+            at += step
+        out += answer.flush()
+        assert out == expected
+        assert answer.record(None) == reference.record(None)
+    if strip and not agent_asked:  # the usual chunks reached the agent without the fields
+        assert expected.count(b'"token_ids"') < raw.count(b'"token_ids"') - 6
+
+
+def test_sglang_refusing_ids_on_a_stream_gets_the_request_again_without_them(tmp_path: Path) -> None:
+    """SGLang answers HTTP 400 to a streamed Chat request with return_token_ids / return_prompt_token_ids: the
+    bridge sends that request once more asking for logprobs only (and the run's later streamed requests so from the
+    start); the agent gets its answer, the records say why they hold no ids."""
+    model, captured, log = serve(tmp_path / "on", "chat", True, capture=True, token_mode="sglang")
+    _, plain, _ = serve(tmp_path / "off", "chat", True, capture=False, token_mode="sglang")
+    assert [events(body) for body in captured] == [events(body) for body in plain]
+    assert all(b"logprobs\": {" not in body and b"token_ids" not in body for body in captured)
+    asked = [entry["body"] for entry in model.requests]
+    assert len(asked) == 3 and asked[0]["return_token_ids"] is True  # refused once, then never asked again
+    assert all("return_token_ids" not in body and "return_prompt_token_ids" not in body and body["logprobs"] is True
+               for body in asked[1:])
+    lines = records(tmp_path / "on" / "tokens.jsonl")
+    assert [line["status"] for line in lines] == ["unavailable", "unavailable"]
+    assert all("refuses token ids on streamed" in line["reason"] for line in lines)
+    assert log is not None and "SGLang" in str(log.summary()["reason"])
+
+
+def test_sglang_ids_per_choice_are_recorded_unstreamed(tmp_path: Path) -> None:
+    model, captured, _ = serve(tmp_path, "chat", False, capture=True, token_mode="sglang")
+    sent = [entry["sent_tokens"] for entry in model.requests]
+    lines = records(tmp_path / "tokens.jsonl")
+    assert [line["status"] for line in lines] == ["ok", "ok"]
+    assert [line["prompt_token_ids"] for line in lines] == [s["prompt_token_ids"] for s in sent]
+    assert [line["completion_token_ids"] for line in lines] == [s["completion_token_ids"] for s in sent]
+    assert all(b"token_ids" not in body and b'"logprobs": {' not in body for body in captured)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_translating_upstream_survives_sglangs_refusal(tmp_path: Path, stream: bool) -> None:
+    model = ScriptedModel(SCRIPT, step_mode="counter", tools_required=False, token_mode="sglang")
+    log = TokenLog(tmp_path / "tokens.jsonl")
+    with model.serve() as url:
+        upstream = TranslatingChatUpstream("anthropic-messages", url + "/v1", KEY)
+        with Bridge(AcceptingGate(), upstream, tokens=log) as bridge:
+            reply = request(bridge.base_url + ROUTES["anthropic"], body=body_for("anthropic", stream),
+                            headers=HEADERS)
+            bridge.finish()
+    assert reply.status == 200 and b"Let me look." in reply.body
+    line = records(tmp_path / "tokens.jsonl")[0]
+    assert line["status"] == ("unavailable" if stream else "ok")
+    assert len(model.requests) == (2 if stream else 1)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_ids_that_do_not_match_the_text_are_recorded_as_sent(tmp_path: Path, stream: bool) -> None:
+    """Ids of another text than the one sent (as many as usage counts): no check without the model's tokenizer
+    can see it, so the record holds what the server sent, id for id, and the agent's answer is unchanged."""
+    from forkpoint.testing.scripted_tokens import tokenize
+
+    model, captured, _ = serve(tmp_path / "on", "chat", stream, capture=True, token_mode="wrong_text")
+    _, plain, _ = serve(tmp_path / "off", "chat", stream, capture=False, token_mode="wrong_text")
+    assert [events(body) for body in captured] == [events(body) for body in plain]
+    lines = records(tmp_path / "on" / "tokens.jsonl")
+    sent = [entry["sent_tokens"] for entry in model.requests]
+    assert [line["completion_token_ids"] for line in lines] == [s["completion_token_ids"] for s in sent]
+    assert lines[1]["completion_token_ids"] != tokenize("done " * 40)
+    assert [line["status"] for line in lines] == ["ok", "ok"]
+
+
+@pytest.mark.parametrize("translating", [False, True])
+def test_another_400_under_capture_reaches_the_agent_as_without_it(tmp_path: Path, translating: bool) -> None:
+    """The capture reads a 400 to a streamed request to tell SGLang's refusal of the id fields; any other 400 is
+    passed on as it would be without the capture, and nothing is sent again."""
+    from forkpoint.testing.script import Fault, Turn
+
+    replies = {}
+    for capture in (True, False):
+        model = ScriptedModel([Turn((text("never"),), faults=(Fault(400),))], tools_required=False)
+        log = TokenLog(tmp_path / f"tokens-{capture}.jsonl") if capture else None
+        with model.serve() as url:
+            upstream = (TranslatingChatUpstream("anthropic-messages", url + "/v1", KEY) if translating
+                        else upstream_for("chat", url))
+            route = ROUTES["anthropic" if translating else "chat"]
+            with Bridge(AcceptingGate(), upstream, tokens=log) as bridge:
+                reply = request(bridge.base_url + route, body=body_for("anthropic" if translating else "chat", True),
+                                headers=HEADERS)
+                bridge.finish()
+        assert len(model.requests) == 1
+        replies[capture] = (reply.status, json.loads(reply.body))
+    assert replies[True] == replies[False] and replies[True][0] == 400

@@ -64,3 +64,35 @@ def test_hostile_modes_send_what_they_say(mode: str) -> None:
         assert whole["usage"]["completion_tokens"] == len(choice["token_ids"]) - 1
     else:
         assert isinstance(choice["token_ids"][0], str)
+
+
+def test_sglang_mode_answers_ids_per_choice_and_refuses_them_on_a_stream() -> None:
+    """SGLang's shapes: unstreamed, ids and prompt ids per choice and logprob tokens as text (it has no
+    return_tokens_as_token_ids); streamed with the id fields, HTTP 400 and its message; streamed with logprobs only,
+    an answer."""
+    import urllib.error
+
+    model = ScriptedModel([[text("abc")]], tools_required=False, token_mode="sglang", loop_last=True)
+    with model.serve() as url:
+        whole = json.loads(post(url, {"model": "m", "messages": MESSAGES, **ASK, "return_prompt_token_ids": True}))
+        choice = whole["choices"][0]
+        assert decode(choice["token_ids"]) == "abc" and "prompt_token_ids" not in whole
+        assert decode(choice["prompt_token_ids"]) == json.dumps(MESSAGES, separators=(",", ":"))
+        assert [entry["token"] for entry in choice["logprobs"]["content"]] == ["a", "b", "c"]
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            post(url, {"model": "m", "messages": MESSAGES, "stream": True, **ASK})
+        assert refused.value.code == 400
+        assert "not supported with streaming" in json.loads(refused.value.read())["message"]
+        streamed = chunks(post(url, {"model": "m", "messages": MESSAGES, "stream": True, "logprobs": True}))
+        assert all("token_ids" not in c["choices"][0] for c in streamed if c["choices"])
+    assert [entry.get("refused") is not None for entry in model.requests] == [False, True, False]
+
+
+def test_wrong_text_mode_sends_the_ids_of_another_text() -> None:
+    model = ScriptedModel([[text("abc")]], tools_required=False, token_mode="wrong_text")
+    with model.serve() as url:
+        whole = json.loads(post(url, {"model": "m", "messages": MESSAGES, **ASK}))
+    choice = whole["choices"][0]
+    assert choice["message"]["content"] == "abc" and decode(choice["token_ids"]) == "bcd"
+    assert whole["usage"]["completion_tokens"] == 3
+    assert model.requests[0]["sent_tokens"]["completion_token_ids"] == choice["token_ids"]

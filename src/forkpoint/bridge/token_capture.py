@@ -66,13 +66,25 @@ class Refused(ValueError):
     """An answer's token fields the record cannot keep (not integers, not numbers)."""
 
 
-def ask(body: JsonObject) -> tuple[JsonObject, frozenset[str]]:
-    """The Chat Completions ``body`` asking for ids and logprobs, and the fields the agent did not ask for itself
-    (removed again from the answer)."""
+#: the id fields SGLang refuses on a streamed Chat request (HTTP 400, its ``serving_chat.py``); logprobs it streams
+STREAM_REFUSED = ("return_token_ids", "return_prompt_token_ids")
+#: why a streamed request's record has no ids once the upstream refused them
+STREAM_REFUSED_REASON = ("the upstream refuses token ids on streamed Chat Completions requests (SGLang answers HTTP "
+                         "400); streamed requests ask for logprobs only")
+
+
+def refuses_streamed_ids(error: bytes) -> bool:
+    """Whether an upstream's HTTP 400 body is SGLang's refusal of the id fields on a streamed request."""
+    return b"not supported with streaming" in error and any(name.encode() in error for name in STREAM_REFUSED)
+
+
+def ask(body: JsonObject, without: tuple[str, ...] = ()) -> tuple[JsonObject, frozenset[str]]:
+    """The Chat Completions ``body`` asking for ids and logprobs (minus the fields ``without``), and the fields the
+    agent did not ask for itself (removed again from the answer)."""
     out = dict(body)
     added: set[str] = set()
     for key, value in ASKED.items():
-        if body.get(key) is not True:
+        if body.get(key) is not True and key not in without:
             out[key] = value
             added.add(key)
     if "logprobs" in added and AS_IDS not in body:
@@ -153,6 +165,8 @@ class AnswerTokens:
     auxiliary: bool = False
     #: why nothing can be captured for this request (another protocol): the record says so
     unavailable: str | None = None
+    #: why the answer will carry no ids although it is read (not asked: the upstream refuses them on streams)
+    no_ids: str | None = None
     prompt: list[Any] | None = None
     #: the choice-0 ``token_ids`` lists and ``logprobs.content`` lists of the chunks, in order (unchecked)
     completion_parts: list[Any] = field(default_factory=list)
@@ -201,13 +215,26 @@ class AnswerTokens:
         return held
 
     def _events(self) -> bytes:
-        """The complete events held, each read (and rewritten). An event ends at a blank line: ``\\n\\n`` or
-        ``\\n\\r\\n`` (CRLF lines); each pattern's next place is found once, so every byte is searched once."""
+        """The complete events held, read (and rewritten). An event ends at a blank line: ``\\n\\n`` or
+        ``\\n\\r\\n`` (CRLF lines); each pattern's next place is found once, so every byte is searched once.
+
+        The usual block (what vLLM and SGLang send: ``data: {...}\\n\\n`` events, LF only) is parsed with one
+        ``orjson.loads`` of all its events as a JSON array (``_batch``); anything else goes event by event."""
         buffer = self._buffer
+        since = max(0, self._scanned - 2)
+        lf = buffer.find(b"\n\n", since)
+        crlf = buffer.find(b"\n\r\n", since)
+        if lf == -1 and crlf == -1:
+            self._scanned = len(buffer)
+            return b""
+        if crlf == -1:  # LF only: the block ends at the last blank line
+            end = buffer.rfind(b"\n\n") + 2
+            block = bytes(buffer[:end])
+            del buffer[:end]
+            self._scanned = len(buffer)
+            return self._batch(block)
         out = bytearray()
         start = 0
-        since = max(0, self._scanned - 2)
-        lf, crlf = buffer.find(b"\n\n", since), buffer.find(b"\n\r\n", since)
         while lf != -1 or crlf != -1:
             end = lf + 2 if crlf == -1 or (lf != -1 and lf < crlf) else crlf + 3
             out += self._event(bytes(buffer[start:end]))
@@ -220,6 +247,65 @@ class AnswerTokens:
             del buffer[:start]
         self._scanned = len(buffer)
         return bytes(out)
+
+    def _batch(self, block: bytes) -> bytes:
+        """Complete LF events, when every one is a single line (else event by event).
+
+        The usual chunk — one choice (choice 0) with a ``token_ids`` list and a ``logprobs.content`` list, no
+        prompt ids — is read and stripped in line, with ``read``'s and ``_strip``'s exact effect on that shape
+        (also when only read: ``strip=False``, or the agent asked for some of the fields itself);
+        any other event takes ``_event``. Only events that carried an added field are re-serialised (the others,
+        and the block when none did, pass as they came, byte for byte)."""
+        parts = block.split(b"\n")  # one-line events, each ended by a blank line: [e1, b"", e2, b"", b""]
+        events = parts[0::2]
+        if len(parts) % 2 == 0 or any(parts[1::2]) or events.pop() or b"\r" in block:
+            return b"".join(self._event(event + b"\n\n") for event in block[:-2].split(b"\n\n"))
+        fast = self.refused is None and not self.too_large
+        drop_ids = self.strip and "return_token_ids" in self.added  # (``_strip``'s effect on the usual chunk)
+        drop_logprobs = self.strip and "logprobs" in self.added
+        loads, dumps, event_of = orjson.loads, orjson.dumps, self._event
+        completion_parts, logprob_parts = self.completion_parts, self.logprob_parts
+        held, limit = self.held, 2 * MAX_TOKENS
+        changed = False
+        for index, event in enumerate(events):
+            if fast and event.startswith(b"data: {"):
+                try:  # (a choice that is not an object fails its subscript: no type check needed)
+                    value = loads(event[6:])
+                    (choice,) = value["choices"]
+                    ids, content = choice["token_ids"], choice["logprobs"]["content"]
+                except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                    pass
+                else:
+                    if type(ids) is list and type(content) is list and choice.get("index", 0) == 0 \
+                            and "prompt_token_ids" not in value and "prompt_token_ids" not in choice:
+                        held += len(ids) + len(content)
+                        completion_parts.append(ids)
+                        logprob_parts.append(content)
+                        reason = choice.get("finish_reason")
+                        if reason is not None and type(reason) is str:
+                            self.finish_reason = reason
+                        if drop_ids:
+                            del choice["token_ids"]
+                        if drop_logprobs:
+                            choice["logprobs"] = None
+                        if drop_ids or drop_logprobs:
+                            events[index] = b"data: " + dumps(value)
+                            changed = True
+                        if held > limit:
+                            self.held = held
+                            self._too_large()
+                            fast = False
+                        continue
+                self.held = held
+            rewritten = event_of(event + b"\n\n")
+            held = self.held
+            if fast and (self.refused is not None or self.too_large):
+                fast = False
+            if rewritten[:-2] != event:
+                events[index] = rewritten[:-2]
+                changed = True
+        self.held = held
+        return b"\n\n".join(events) + b"\n\n" if changed else block
 
     def _event(self, event: bytes) -> bytes:
         """One SSE event: its ``data:`` JSON read and, when it carries added fields, rewritten without them."""
@@ -371,8 +457,8 @@ class AnswerTokens:
         if status == "ok":
             problems += _mismatches(prompt, completion, logprobs, usage)
             status = "mismatch" if problems else "ok"
-        reason = self.unavailable or ("the upstream answered without token ids" if status == "unavailable"
-                                      else None)
+        reason = self.unavailable or ((self.no_ids or "the upstream answered without token ids")
+                                      if status == "unavailable" else None)
         return {"status": status, "auxiliary": self.auxiliary, "problems": problems, "reason": reason,
                 "sampling": self.sampling, "finish_reason": self.finish_reason,
                 "usage": None if usage is None else {"prompt_tokens": usage.get("input_tokens"),
@@ -431,6 +517,8 @@ class TokenLog:
     statuses: dict[str, int] = field(default_factory=dict)
     #: the first reason a request's tokens were unavailable (said once per run)
     reason: str | None = None
+    #: the upstream refused the id fields on a streamed request (SGLang): later streamed requests ask for logprobs
+    streamed_ids_refused: bool = False
     _bytes: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -441,8 +529,20 @@ class TokenLog:
             return body, AnswerTokens(auxiliary=auxiliary, sampling=sampling_of(body), unavailable=(
                 f"the {protocol} upstream returns no token ids (only OpenAI-compatible Chat Completions servers "
                 "such as vLLM and SGLang do)"))
-        asked, added = ask(body)
-        return asked, AnswerTokens(added=added, sampling=sampling_of(body), strip=strip, auxiliary=auxiliary)
+        refused = self.streamed_ids_refused and body.get("stream") is True
+        asked, added = ask(body, STREAM_REFUSED if refused else ())
+        return asked, AnswerTokens(added=added, sampling=sampling_of(body), strip=strip, auxiliary=auxiliary,
+                                   no_ids=STREAM_REFUSED_REASON if refused else None)
+
+    def refused_streamed_ids(self, body: JsonObject) -> bool:
+        """The upstream refused the id fields the bridge added to a streamed request (``refuses_streamed_ids``):
+        from now on the run's streamed requests ask for logprobs only; whether ``body`` (as the agent sent it) is to
+        be sent again so (not when the agent asked for those fields itself)."""
+        if body.get("stream") is not True or any(body.get(name) is True for name in STREAM_REFUSED):
+            return False  # the agent asked for them itself: its own request, its own error
+        with self._lock:
+            self.streamed_ids_refused = True
+        return True
 
     def finish(self, answer: AnswerTokens, usage: JsonObject | None) -> None:
         """Write one request's record (never raises: the capture is bookkeeping)."""

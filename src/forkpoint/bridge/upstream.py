@@ -39,7 +39,7 @@ from aiohttp import web
 from forkpoint.bridge.secret import MIN_REDACTED_SECRET, UpstreamKey
 from forkpoint.bridge.secret import REDACTED as REDACTED  # re-exported: the redactor lives in bridge.secret
 from forkpoint.bridge.secret import Redactor as Redactor
-from forkpoint.bridge.token_capture import AnswerTokens, TokenLog
+from forkpoint.bridge.token_capture import STREAM_REFUSED, AnswerTokens, TokenLog, refuses_streamed_ids
 from forkpoint.bridge.translate.retry import RetryPolicy, decide
 from forkpoint.bridge.usage_tap import UsageTap
 from forkpoint.core.model import JsonObject
@@ -487,9 +487,16 @@ class HttpUpstream:
         assert self._session is not None, "upstream not opened"
         url, body = self.target(request, body)
         clock = self.clock()
-        body = begin_capture(request, self.name, body)
+        agent_body, body = body, begin_capture(request, self.name, body)
         attempted = await post_within(clock, self._session, url, orjson.dumps(body), self.headers_for(request),
                                       self.retry)
+        refused, peeked = await self._refused_stream_ids(request, attempted, agent_body)
+        if refused and attempted.response is not None:  # SGLang refused the id fields on a stream: once again
+            attempted.response.close()  # without them
+            peeked = None
+            body = begin_capture(request, self.name, agent_body)
+            attempted = await post_within(clock, self._session, url, orjson.dumps(body), self.headers_for(request),
+                                          self.retry)
         if attempted.response is None:
             status, message, failure = failed_attempt(attempted)
             return self.error(status, message), Sent(status, False, message, facts=attempted.facts(),
@@ -499,7 +506,8 @@ class HttpUpstream:
                        if name.lower() in self.passed_response_headers
                        or name.lower().startswith(self.passed_response_prefixes)}
             if upstream.status >= 400:
-                response, sent = await self._failed(upstream, headers)
+                response, sent = (self._failed_with(upstream, headers, peeked) if peeked is not None
+                                  else await self._failed(upstream, headers))
             else:
                 first, broken = await next_chunk(upstream, clock)
                 if broken is not None:  # before any byte reached the agent: its protocol's error, nothing to cut
@@ -512,11 +520,28 @@ class HttpUpstream:
                                                  request.get(ANSWER_TOKENS))
         return response, dataclasses.replace(sent, facts=attempted.facts(sent.facts))
 
+    async def _refused_stream_ids(self, request: web.Request, attempted: Attempted,
+                                  agent_body: JsonObject) -> tuple[bool, bytes | None]:
+        """``--capture-tokens``: whether the answer is the upstream's HTTP 400 refusing the id fields the bridge
+        added to a streamed request (SGLang's ``serving_chat.py``: "return_token_ids is not supported with
+        streaming"), and the error body when it was read to tell (bounded; ``_failed`` passes it on)."""
+        answer, log = request.get(ANSWER_TOKENS), request.get(CAPTURE)
+        response = attempted.response
+        if response is None or response.status != 400 or answer is None or log is None \
+                or not answer.added & set(STREAM_REFUSED):
+            return False, None
+        raw = await response.content.read(MAX_ERROR_BYTES)
+        return refuses_streamed_ids(raw) and log.refused_streamed_ids(agent_body), raw
+
     async def _failed(self, upstream: aiohttp.ClientResponse,
                       headers: dict[str, str]) -> tuple[web.StreamResponse, Sent]:
         """A final error answer: passed on when it is the protocol's JSON error, else (an HTML page from a proxy,
         plain text) re-shaped into it, a 4xx as the non-retryable ``refusal``; read bounded, the key redacted."""
-        raw = await upstream.content.read(MAX_ERROR_BYTES)
+        return self._failed_with(upstream, headers, await upstream.content.read(MAX_ERROR_BYTES))
+
+    def _failed_with(self, upstream: aiohttp.ClientResponse, headers: dict[str, str],
+                     raw: bytes) -> tuple[web.StreamResponse, Sent]:
+        """``_failed`` of an error body already read (bounded)."""
         failure = failure_of(upstream.status)
         error = f"upstream answered HTTP {upstream.status}"
         try:

@@ -23,7 +23,7 @@ from forkpoint.bridge.protocols.openai_chat import (
 from forkpoint.bridge.upstream import SSE_HEADERS, stream_events
 from forkpoint.testing.script import stable_id, text
 from forkpoint.testing.scripted_anthropic import AnthropicAnswers
-from forkpoint.testing.scripted_tokens import TokenAnswer, asked
+from forkpoint.testing.scripted_tokens import TokenAnswer, asked, refusal
 
 
 class ChatAnswers(AnthropicAnswers):
@@ -44,6 +44,11 @@ class ChatAnswers(AnthropicAnswers):
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         entry = await self._record(request)
         body = entry["body"] if isinstance(entry["body"], dict) else {}
+        refused = refusal(body, self.token_mode)
+        if refused is not None:  # SGLang: no ids on a streamed request (refused before any step is answered)
+            entry.update(api="chat", kind="refused", step=None, refused=refused["message"])
+            self._log(entry)
+            return web.json_response(refused, status=400)
         kind, step = self.select(body)
         completion_id, message, finish, stall = self.respond_chat(kind, step)
         fault = self.fault_for(kind, step, entry)

@@ -8,7 +8,12 @@ ids. The tokenizer is byte-level and exact: a text's UTF-8 bytes, each + ``OFFSE
 back and a test sees every id it was sent). The prompt's text is the request's ``messages`` as compact JSON.
 
 ``token_mode`` makes a hostile server: ``mismatch`` (one id more than ``usage`` counts), ``non_integer`` (an id
-sent as a string), ``huge`` (``HUGE`` prompt ids). What was sent goes into the request log entry as
+sent as a string), ``huge`` (``HUGE`` prompt ids), ``wrong_text`` (ids of another text than the one sent, as many
+as ``usage`` counts: what no check without the tokenizer can see); or answers like SGLang (``sglang``): the ids per
+choice (``choices[].token_ids``, ``choices[].prompt_token_ids`` with ``return_prompt_token_ids``), logprob tokens
+as text (SGLang has no ``return_tokens_as_token_ids``), and a streamed request asking for ids refused with HTTP 400
+and SGLang's message (its ``serving_chat.py`` rejects ``return_token_ids`` / ``return_prompt_token_ids`` with
+``stream``). What was sent goes into the request log entry as
 ``sent_tokens``: the ids the tests compare with the bridge's record, id for id.
 """
 
@@ -20,7 +25,14 @@ import orjson
 
 OFFSET = 3
 HUGE = 3_000_000
-MODES = ("vllm", "mismatch", "non_integer", "huge")
+MODES = ("vllm", "mismatch", "non_integer", "huge", "wrong_text", "sglang")
+#: SGLang's answer to a streamed Chat request asking for ids (its ErrorResponse, HTTP 400)
+SGLANG_STREAM_REFUSAL = {
+    "return_prompt_token_ids": "return_prompt_token_ids is not supported with streaming. Please set stream=false when "
+                               "using return_prompt_token_ids=true.",
+    "return_token_ids": "return_token_ids is not supported with streaming on /v1/chat/completions. Please set "
+                        "stream=false when using return_token_ids=true.",
+}
 
 
 def tokenize(text: str) -> list[int]:
@@ -35,6 +47,16 @@ def logprob(token: int) -> float:
 
 def asked(body: dict[str, Any]) -> bool:
     return body.get("return_token_ids") is True or body.get("logprobs") is True
+
+
+def refusal(body: dict[str, Any], mode: str) -> dict[str, Any] | None:
+    """SGLang's HTTP 400 error body for a streamed request asking for ids (``sglang`` mode), else None."""
+    if mode != "sglang" or not body.get("stream"):
+        return None
+    for field, message in SGLANG_STREAM_REFUSAL.items():
+        if body.get(field) is True:
+            return {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400}
+    return None
 
 
 def prompt_ids(body: dict[str, Any], mode: str) -> list[Any]:
@@ -67,15 +89,23 @@ class TokenAnswer:
         self.mode = mode
         self.want_ids = body.get("return_token_ids") is True
         self.want_logprobs = body.get("logprobs") is True
-        self.as_ids = body.get("return_tokens_as_token_ids") is True
-        self.prompt: list[Any] = prompt_ids(body, mode) if self.want_ids else []
+        self.as_ids = body.get("return_tokens_as_token_ids") is True and mode != "sglang"
+        #: SGLang: the prompt ids per choice, asked for apart
+        self.choice_prompt = mode == "sglang" and body.get("return_prompt_token_ids") is True
+        self.prompt: list[Any] = prompt_ids(body, mode) if self.want_ids or self.choice_prompt else []
         self.completion: list[int] = []
         self.logprobs: list[float] = []
+        self.prompt_sent = False
 
     def _choice(self, choice: dict[str, Any], text: str) -> dict[str, Any]:
         ids = tokenize(text)
+        if self.mode == "wrong_text":  # the ids of another text (each byte one higher), as many
+            ids = [token + 1 for token in ids]
         self.completion += ids
         out = dict(choice)
+        if self.choice_prompt and not self.prompt_sent:
+            out["prompt_token_ids"] = self.prompt
+            self.prompt_sent = True
         if self.want_ids:
             sent: list[Any] = list(ids)
             if self.mode == "non_integer" and sent:
@@ -90,7 +120,7 @@ class TokenAnswer:
         out = dict(chunk)
         out["choices"] = [self._choice(choice, delta_text(choice.get("delta") or {}))
                           for choice in chunk.get("choices") or []]
-        if first and self.want_ids:
+        if first and self.want_ids and self.mode != "sglang":
             out["prompt_token_ids"] = self.prompt
         if out.get("usage") is not None:
             out["usage"] = self.usage()
@@ -100,7 +130,7 @@ class TokenAnswer:
         out = dict(completion)
         out["choices"] = [self._choice(choice, delta_text(choice.get("message") or {}))
                           for choice in completion.get("choices") or []]
-        if self.want_ids:
+        if self.want_ids and self.mode != "sglang":
             out["prompt_token_ids"] = self.prompt
         out["usage"] = self.usage()
         return out

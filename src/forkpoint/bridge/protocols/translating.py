@@ -104,6 +104,13 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
         outgoing = begin_capture(request, self.name, prepared.body, strip=False)  # --capture-tokens: only read
         attempted = await post_within(clock, self._session, self.url, orjson.dumps(outgoing),
                                       self.headers_for(request), self.retry)
+        refused, peeked = await self._refused_stream_ids(request, attempted, prepared.body)
+        if refused and attempted.response is not None:  # SGLang refused the id fields on a stream: once again
+            attempted.response.close()  # without them
+            peeked = None
+            outgoing = begin_capture(request, self.name, prepared.body, strip=False)
+            attempted = await post_within(clock, self._session, self.url, orjson.dumps(outgoing),
+                                          self.headers_for(request), self.retry)
         facts = attempted.facts(facts) or facts
         if attempted.response is None:
             status, message, failure = failed_attempt(attempted)
@@ -112,7 +119,7 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
         response: web.StreamResponse
         async with attempted.response as upstream:
             if upstream.status != 200:
-                response, sent = await self._failed(upstream, facts)
+                response, sent = await self._failed(upstream, facts, peeked)
             elif prepared.stream:
                 response, sent = await self._stream(request, upstream, prepared, facts, clock)
             else:
@@ -127,10 +134,11 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
         error = self.key.text(sent.error) if sent.error is not None else None
         return dataclasses.replace(sent, error=error, facts=facts)
 
-    async def _failed(self, upstream: aiohttp.ClientResponse, facts: JsonObject) -> tuple[web.Response, Sent]:
+    async def _failed(self, upstream: aiohttp.ClientResponse, facts: JsonObject,
+                      peeked: bytes | None = None) -> tuple[web.Response, Sent]:
         """The Chat server's error, re-shaped for the agent (its message kept, the key redacted); a 4xx the bridge
-        does not retry as the agent's non-retryable error."""
-        raw = await upstream.content.read(MAX_ERROR_BYTES)
+        does not retry as the agent's non-retryable error. ``peeked``: the error body, already read."""
+        raw = peeked if peeked is not None else await upstream.content.read(MAX_ERROR_BYTES)
         message = f"upstream HTTP {upstream.status}: {error_message(raw, self._api_key)}"
         status = upstream.status
         deterministic = 400 <= status < 500 and status not in (408, 429)
