@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Record REAL Pi 0.83.0 runs (the npm package on its Node 22 runtime) against ScriptedModel as test fixtures.
+"""Record REAL Pi runs (the npm package on its Node 22 runtime) against ScriptedModel as test fixtures.
 
-    python scripts/record_pi_fixtures.py [--scenario S ...]
+    python scripts/record_pi_fixtures.py [--version 0.83.0|1.6.0] [--scenario S ...]
 
-Needs `forkpoint agents install pi@0.83.0`. Writes tests/fixtures/pi/0.83.0/<scenario>/: events.jsonl (the
-`pi --mode json` event stream), session.jsonl (the v3 session file Pi wrote), stderr.txt, requests.jsonl (what the
+Needs `forkpoint agents install pi@VERSION` (a verified version). Writes tests/fixtures/pi/<version>/<scenario>/:
+events.jsonl (the `pi --mode json` event stream), session.jsonl (the v3 session file Pi wrote), stderr.txt, requests.jsonl (what the
 model server received; the system prompt and tools as hashes), script.json, meta.json and workspace-initial/.
 
 Pi talks to ScriptedModel through an ``openai-completions`` provider named ``scripted`` (models.json below). The
@@ -30,8 +30,8 @@ from forkpoint import runtimes
 from forkpoint.testing.scripted_model import Block, ScriptedModel, text, thinking, tool_use
 
 REPO = Path(__file__).resolve().parent.parent
-VERSION = "0.83.0"
-FIXTURES = REPO / "tests" / "fixtures" / "pi" / VERSION
+VERSIONS = ("0.83.0", "1.6.0")
+FIXTURES_ROOT = REPO / "tests" / "fixtures" / "pi"
 REC_ROOT = Path("/tmp/forkpoint-rec-pi")
 HOME_ROOT = Path("/tmp/forkpoint-rec-pi-home")
 CLEAN_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -196,7 +196,7 @@ def _request_line(entry: Json) -> Json:
     return {"path": entry.get("path"), "step": entry.get("step"), "body": body}
 
 
-def record(scenario: Scenario, entrypoint: Path) -> Path:
+def record(scenario: Scenario, entrypoint: Path, version: str) -> Path:
     cwd = REC_ROOT / scenario.name
     home = HOME_ROOT / scenario.name
     for directory in (cwd, home):
@@ -205,7 +205,7 @@ def record(scenario: Scenario, entrypoint: Path) -> Path:
     for rel, content in scenario.files.items():
         (cwd / rel).parent.mkdir(parents=True, exist_ok=True)
         (cwd / rel).write_text(content, "utf-8")
-    out = FIXTURES / scenario.name
+    out = FIXTURES_ROOT / version / scenario.name
     shutil.rmtree(out, ignore_errors=True)
     shutil.copytree(cwd, out / "workspace-initial")
     model = ScriptedModel(scenario.turns, seed=f"pi-{scenario.name}", model=MODEL)
@@ -232,7 +232,7 @@ def record(scenario: Scenario, entrypoint: Path) -> Path:
         {"content": turn} for turn in scenario.turns]}, indent=2, ensure_ascii=False) + "\n", "utf-8")
     _check(scenario, done.stdout)
     meta = {
-        "agent": "pi", "version": VERSION, "probed_version": runtimes.probe_version(_runtime()),
+        "agent": "pi", "version": version, "probed_version": runtimes.probe_version(_runtime(version)),
         "scenario": scenario.name, "cwd": str(cwd), "home": str(home),
         "session_file": str(sessions[0].relative_to(home)), "command": ["pi", *command[1:]], "stdin": "/dev/null",
         "env": {**env}, "models_json": models_json("<scripted model url>"), "exit_code": done.returncode,
@@ -263,22 +263,23 @@ def _check(scenario: Scenario, stdout: bytes) -> None:
             raise SystemExit(f"{scenario.name}: {call_id} result {texts[call_id][:300]!r} lacks {wanted_text!r}")
 
 
-def _runtime() -> runtimes.Runtime:
-    runtime = runtimes.find("pi", VERSION)
+def _runtime(version: str) -> runtimes.Runtime:
+    runtime = runtimes.find("pi", version)
     if runtime is None:
-        raise SystemExit(f"pi {VERSION} is not installed: run `forkpoint agents install pi@{VERSION}`")
+        raise SystemExit(f"pi {version} is not installed: run `forkpoint agents install pi@{version}`")
     return runtime
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenario", action="append", choices=[s.name for s in SCENARIOS])
+    parser.add_argument("--version", choices=VERSIONS, default=VERSIONS[-1])
     args = parser.parse_args(argv)
-    entrypoint = _runtime().entrypoint
+    entrypoint = _runtime(args.version).entrypoint
     for scenario in SCENARIOS:
         if args.scenario and scenario.name not in args.scenario:
             continue
-        print(f"recorded {record(scenario, entrypoint)}", file=sys.stderr)
+        print(f"recorded {record(scenario, entrypoint, args.version)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Pi 0.83.0's Chat Completions profile for the one chat gate, and its expected prefix (pure).
+"""Pi's Chat Completions profile for the one chat gate (0.83.0 and 1.6.0 alike), and its expected prefix (pure).
 
 Measured on the real package (docs/adapters/pi.md, tests/fixtures/pi/): with the recorded provider/model
 configured, the SDK sends ``messages`` = the system prompt, then the session's context converted by Pi's
@@ -14,6 +14,11 @@ thinking blocks, tool calls with parsed arguments, tool results as their joined 
 request's messages (``wire_message``) by the chat gate: count, per-message hashes, prefix hash (equal messages
 mean equal call ids, observations and boundary ids). The system prompt is not in the session, so it is not
 compared (its hash is a fact, and it must not change between requests).
+
+Pi 1.x (measured on 1.6.0) stores its prompt sections and tool loadout as a ``system`` message, the first message
+of the session: it sends it as the leading system message (not compared, as above), so the projection skips it.
+A later ``system`` message (a mid-conversation prompt update) would be sent in the conversation, where the gate
+refuses it (``wire_message``): forkpoint has not measured that shape.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from forkpoint.bridge.protocols.openai_chat import ChatProfile, ExpectedChat, pa
 from forkpoint.core.model import JsonObject
 
 PROFILE_ID = "pi/0.83.0/openai-completions-sdk-v1"
+#: the envelope profile of each verified version (the same projection, measured on each)
+PROFILE_IDS = {"0.83.0": PROFILE_ID, "1.6.0": "pi/1.6.0/openai-completions-sdk-v1"}
 _REASONING_KEYS = ("reasoning_content", "reasoning", "reasoning_text")
 _SKIPPED_STOPS = frozenset({"error", "aborted"})
 
@@ -102,13 +109,16 @@ def nonce_message(text: str) -> JsonObject:
 
 
 PROFILE = ChatProfile(agent="Pi", project=wire_message, system="optional", system_roles=("system", "developer"),
-                      nonce_message=nonce_message, verified=frozenset({PROFILE_ID}))
+                      nonce_message=nonce_message, verified=frozenset(PROFILE_IDS.values()))
 
 
 def expected_prefix(messages: Sequence[JsonObject], nonce: str | None, model: str | None = None,
-                    tools: Sequence[str] | None = None) -> ExpectedChat:
+                    tools: Sequence[str] | None = None, version: str = "0.83.0") -> ExpectedChat:
     """The conversation the first request must carry (``nonce``: the continuation uses ``prompt(NONCE)``)."""
     projected = pi_projection(messages)
     if not projected or projected[-1]["role"] != "tool":
         raise ValueError("a rebuilt Pi prefix must end with the tool results of its last batch")
-    return ExpectedChat.of(PROFILE_ID, projected, nonce=nonce, model=model, tools=tools)
+    profile = PROFILE_IDS.get(version)
+    if profile is None:
+        raise ValueError(f"Pi {version} has no verified resume envelope profile")
+    return ExpectedChat.of(profile, projected, nonce=nonce, model=model, tools=tools)

@@ -46,6 +46,8 @@ def fresh_result(recorded: JsonObject, observation: FreshObservation) -> JsonObj
     if details is not None:
         result["details"] = details
     result["isError"] = observation.is_error
+    if "durationMs" in recorded:  # Pi 1.x stores how long the tool ran: the fresh run's time
+        result["durationMs"] = observation.duration_ms
     if "timestamp" in recorded:
         result["timestamp"] = recorded["timestamp"]
     return result
