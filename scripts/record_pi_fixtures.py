@@ -4,7 +4,8 @@
     python scripts/record_pi_fixtures.py [--version 0.83.0|1.6.0] [--scenario S ...]
 
 Needs `forkpoint agents install pi@VERSION` (a verified version). Writes tests/fixtures/pi/<version>/<scenario>/:
-events.jsonl (the `pi --mode json` event stream), session.jsonl (the v3 session file Pi wrote), stderr.txt, requests.jsonl (what the
+events.jsonl (the `pi --mode json` event stream), session.jsonl (the v3 session file Pi wrote), stderr.txt,
+requests.jsonl (what the
 model server received; the system prompt and tools as hashes), script.json, meta.json and workspace-initial/.
 
 Pi talks to ScriptedModel through an ``openai-completions`` provider named ``scripted`` (models.json below). The

@@ -1,4 +1,5 @@
-"""End to end with the REAL Pi 0.83.0 (npm package on its Node 22 runtime): replay + continue through the SDK.
+"""End to end with the REAL Pi 0.83.0 and 1.6.0 (npm package on its Node 22 runtime): replay + continue through
+the SDK.
 
 ScriptedModel plays the model upstream (the only stand-in). Every recorded fixture (event stream and session file)
 is replayed at every boundary in a workspace restored to the recording's initial state at the recorded path; the
@@ -100,7 +101,27 @@ def _check_verified(result: ReplayResult, status: str = "completed", *, forwarde
 @pytest.mark.parametrize(("scenario", "name", "after"), _cases(("events.jsonl", "session.jsonl")),
                          ids=lambda v: str(v))
 def test_continue_at_every_boundary(scenario: str, name: str, after: int, tmp_path: Path) -> None:
-    fixture = FIXTURES / scenario
+    _continue_verified(FIXTURES / scenario, name, after, tmp_path)
+
+
+#: Pi 1.6.0 (its own fixtures, recorded by the real 1.6.0): the boundaries that cover every tool and both inputs
+PI_1X = FIXTURES.parent / "1.6.0"
+PI_1X_CASES = [("parallel", "events.jsonl", 1), ("error_result", "session.jsonl", 2), ("optional_tools", "events.jsonl", 4)]
+
+
+@pytest.mark.parametrize(("scenario", "name", "after"), PI_1X_CASES, ids=lambda v: str(v))
+def test_pi_1_6_0_replays_and_continues(scenario: str, name: str, after: int, tmp_path: Path) -> None:
+    """A 1.x recording (system message first, its tool loadout recorded) is read as 1.6.0, its tools re-run with
+    1.6.0's own (write's text, bash's flagged error) and the real 1.6.0 continues it: the first request is the
+    one 1.6.0 sent while recording, with the recorded system prompt and tools."""
+    if runtimes.find("pi", "1.6.0") is None:
+        pytest.skip("pi 1.6.0 is not installed (forkpoint agents install pi@1.6.0)")
+    result = _continue_verified(PI_1X / scenario, name, after, tmp_path)
+    assert result.metadata["continuing_agent_version"] == "1.6.0"
+    assert result.metadata["session_upgrade"] is None
+
+
+def _continue_verified(fixture: Path, name: str, after: int, tmp_path: Path) -> ReplayResult:
     model = _scripted(fixture)
     with model.serve() as url:
         result = run(fixture, tmp_path, after, name, upstream="openai-chat", upstream_url=f"{url}/v1")
@@ -123,6 +144,7 @@ def test_continue_at_every_boundary(scenario: str, name: str, after: int, tmp_pa
     total = len(json.loads((fixture / "script.json").read_text())["turns"])
     assert result.continued_steps == total - after == len(main)
     assert continued.native.messages[-1]["role"] == "assistant"
+    return result
 
 
 @pytest.mark.parametrize(("scenario", "name", "after"), _cases(("events.jsonl",), every="none"), ids=lambda v: str(v))
@@ -167,10 +189,10 @@ def test_tampered_session_is_refused_with_nothing_forwarded(tmp_path: Path, monk
     real: Callable[..., Any] = getattr(launch, "expected_prefix")  # noqa: B009
 
     def proved_elsewhere(messages: list[dict[str, Any]], nonce: str | None, model: str | None,
-                         tools: Any = None) -> Any:
+                         tools: Any = None, version: str = "0.83.0") -> Any:
         changed = json.loads(json.dumps(messages))
         changed[-1]["content"] = [{"type": "text", "text": "what forkpoint proved"}]
-        return real(changed, nonce, model, tools)
+        return real(changed, nonce, model, tools, version)
 
     monkeypatch.setattr(launch, "expected_prefix", proved_elsewhere)
     fixture = FIXTURES / "single_bash"
