@@ -106,7 +106,8 @@ def test_continue_at_every_boundary(scenario: str, name: str, after: int, tmp_pa
 
 #: Pi 1.6.0 (its own fixtures, recorded by the real 1.6.0): the boundaries that cover every tool and both inputs
 PI_1X = FIXTURES.parent / "1.6.0"
-PI_1X_CASES = [("parallel", "events.jsonl", 1), ("error_result", "session.jsonl", 2), ("optional_tools", "events.jsonl", 4)]
+PI_1X_CASES = [("parallel", "events.jsonl", 1), ("error_result", "session.jsonl", 2),
+               ("optional_tools", "events.jsonl", 4)]
 
 
 @pytest.mark.parametrize(("scenario", "name", "after"), PI_1X_CASES, ids=lambda v: str(v))

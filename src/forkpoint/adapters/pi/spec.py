@@ -37,8 +37,12 @@ SPEC = AgentSpec(
     protocol="openai-chat",
     sniff=sniff,
     formats=(FormatFamily(FAMILY_PLAIN, "0.83.0", "0.85.1"), FormatFamily(FAMILY_SYSTEM, "0.86.0", None)),
-    # tests/adapters/pi/test_cross_version.py: each continues the other's recordings through the gate
-    cross_versions={VERSION: (VERSION_1X,), VERSION_1X: (VERSION,)},
+    # tests/e2e/test_cross_version.py: 0.83.0 continues 1.6.0's recordings through the gate (with its own system
+    # prompt); the reverse is refused with what was measured
+    cross_versions={VERSION_1X: (VERSION,)},
+    refused_pairs={f"{VERSION} -> {VERSION_1X}": (
+        "Pi 1.6.0 takes its system prompt and tool loadout from the session's system message, which a 0.83.0 "
+        "session does not have: resuming one, 1.6.0 sends no system prompt at all (the recording sent 0.83.0's)")},
     detection_priority=30,  # after codex and opencode, whose records it could share a ``type`` with
     exporter="forkpoint.adapters.pi.messages:to_chat",
     # the runner's tools and the continuation run through any sandbox (the runtime bound read-only under bwrap)
