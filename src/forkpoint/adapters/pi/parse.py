@@ -1,4 +1,5 @@
-"""Parse a Pi recording (0.83.0, or 1.x with its `system` messages) into the neutral Trajectory (pure apart from reading the file).
+"""Parse a Pi recording (0.83.0, or 1.x with its ``system`` messages) into the neutral Trajectory (pure apart from
+reading the file).
 
 Two native inputs (measured on the real package, see docs/adapters/pi.md):
 
