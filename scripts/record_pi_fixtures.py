@@ -41,14 +41,17 @@ PROVIDER = "scripted"
 MODEL = "scripted-model"
 
 Json = dict[str, Any]
+COMPACTION_SETTINGS = {"compaction": {"enabled": True, "reserveTokens": 20, "keepRecentTokens": 10}}
 
 
-def models_json(base_url: str) -> Json:
-    """The same provider settings forkpoint's continuation writes (adapters/pi/launch.models_json)."""
+def models_json(base_url: str, context_window: int = 128000) -> Json:
+    """The same provider settings forkpoint's continuation writes (adapters/pi/launch.models_json); a compaction
+    scenario shrinks the context window so Pi compacts."""
     return {"providers": {PROVIDER: {
         "baseUrl": base_url + "/v1", "api": "openai-completions", "apiKey": "dummy",
         "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
-        "models": [{"id": MODEL, "name": MODEL, "reasoning": False, "contextWindow": 128000, "maxTokens": 8192}],
+        "models": [{"id": MODEL, "name": MODEL, "reasoning": False, "contextWindow": context_window,
+                    "maxTokens": 8192}],
     }}}
 
 
@@ -62,6 +65,12 @@ class Scenario:
     expect_errors: dict[str, bool] = field(default_factory=dict)  # call id -> isError the recording must show
     tools: str | None = None  # Pi's --tools allowlist (None: Pi's defaults read,bash,edit,write)
     expect_texts: dict[str, str] = field(default_factory=dict)  # call id -> text its result must contain
+    #: Pi compacts: a 150-token context window, ``settings.json`` compaction on (reserve 20, keep 10 tokens); Pi
+    #: summarises through the model (ScriptedModel's helper answer, the request has no tools)
+    compaction: bool = False
+    #: a second run, ``pi --continue TASK`` on the same session, with these turns (its own ScriptedModel)
+    then: tuple[str, list[list[Block]]] | None = None
+    versions: tuple[str, ...] = ("0.83.0", "1.6.0")  # the versions the scenario is recorded on
 
 
 def _bash(command: str, call_id: str) -> Block:
@@ -179,6 +188,21 @@ SCENARIOS = [
         notes="a read of a 3,000-line file: Pi truncates it and repeats the text in details.truncation, so the "
               "tool runner's reply is over 64 KiB (it used to be cut in the pipe)",
     ),
+    Scenario(
+        "compaction", "Read a.txt and check it.",
+        {"a.txt": "apple\ncherry\n"},
+        [[tool_use("read", {"path": "a.txt"}, id="call_cmp_1")],
+         [_bash("grep -c e a.txt", "call_cmp_2")],
+         [text("a.txt has 2 lines with e.")]],
+        compaction=True,
+        then=("Now write the count to count.txt.",
+              [[tool_use("write", {"path": "count.txt", "content": "2\n"}, id="call_cmp_3")],
+               [text("count.txt written.")]]),
+        expect_errors={"call_cmp_1": False, "call_cmp_2": False, "call_cmp_3": False},
+        versions=("1.6.0",),
+        notes="Pi 1.6.0 compacts (a 150-token window): after batch 2 (the summary keeps batch 2, a split turn) and "
+              "after batch 3 of the second run (pi --continue); the session holds two compaction entries",
+    ),
 ]
 
 
@@ -209,34 +233,49 @@ def record(scenario: Scenario, entrypoint: Path, version: str) -> Path:
     out = FIXTURES_ROOT / version / scenario.name
     shutil.rmtree(out, ignore_errors=True)
     shutil.copytree(cwd, out / "workspace-initial")
-    model = ScriptedModel(scenario.turns, seed=f"pi-{scenario.name}", model=MODEL)
     env = {"PATH": CLEAN_PATH, "HOME": str(home), "LANG": "C.UTF-8", "TZ": "UTC", "PI_OFFLINE": "1"}
     tools = ["--tools", scenario.tools] if scenario.tools else []
     command = [str(entrypoint), "--mode", "json", "--provider", PROVIDER, "--model", MODEL, *tools, scenario.task]
-    with model.serve() as url:
-        agent_dir = home / ".pi" / "agent"
-        agent_dir.mkdir(parents=True)
-        (agent_dir / "models.json").write_text(json.dumps(models_json(url), indent=2), "utf-8")
-        done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, stdin=subprocess.DEVNULL,
-                              timeout=RUN_TIMEOUT_S, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"{scenario.name}: pi exited {done.returncode}: {done.stderr.decode()[-2000:]}")
+    window = 150 if scenario.compaction else 128000
+    agent_dir = home / ".pi" / "agent"
+    agent_dir.mkdir(parents=True)
+    if scenario.compaction:
+        (agent_dir / "settings.json").write_text(json.dumps(COMPACTION_SETTINGS), "utf-8")
+    runs = [(command, scenario.turns, "")]
+    if scenario.then is not None:  # counted from 0 again: the second run's answers are its own script
+        runs.append(([*command[:-1], "--continue", scenario.then[0]], scenario.then[1], "-2"))
+    stdout, stderr, requests = b"", b"", []
+    for argv, turns, suffix in runs:
+        model = ScriptedModel(turns, seed=f"pi-{scenario.name}{suffix}", model=MODEL,
+                              step_mode="counter" if scenario.then else "conversation")
+        with model.serve() as url:
+            (agent_dir / "models.json").write_text(json.dumps(models_json(url, window), indent=2), "utf-8")
+            done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, stdin=subprocess.DEVNULL,
+                                  timeout=RUN_TIMEOUT_S, check=False)
+        if done.returncode != 0:
+            raise SystemExit(f"{scenario.name}: pi exited {done.returncode}: {done.stderr.decode()[-2000:]}")
+        stdout, stderr, requests = stdout + done.stdout, stderr + done.stderr, [*requests, *model.requests]
     sessions = sorted((agent_dir / "sessions").glob("*/*.jsonl"))
     if len(sessions) != 1:
         raise SystemExit(f"{scenario.name}: expected one session file, found {sessions}")
-    (out / "events.jsonl").write_bytes(done.stdout)
-    (out / "stderr.txt").write_bytes(done.stderr)
+    (out / "events.jsonl").write_bytes(stdout)
+    (out / "stderr.txt").write_bytes(stderr)
     shutil.copy2(sessions[0], out / "session.jsonl")
     (out / "requests.jsonl").write_text("".join(json.dumps(_request_line(e), ensure_ascii=False) + "\n"
-                                                for e in model.requests), "utf-8")
+                                                for e in requests), "utf-8")
+    turns = [*scenario.turns, *(scenario.then[1] if scenario.then else [])]
     (out / "script.json").write_text(json.dumps({"seed": f"pi-{scenario.name}", "turns": [
-        {"content": turn} for turn in scenario.turns]}, indent=2, ensure_ascii=False) + "\n", "utf-8")
-    _check(scenario, done.stdout)
+        {"content": turn} for turn in turns]}, indent=2, ensure_ascii=False) + "\n", "utf-8")
+    _check(scenario, stdout)
+    if scenario.compaction and b'"type":"compaction"' not in (out / "session.jsonl").read_bytes():
+        raise SystemExit(f"{scenario.name}: Pi did not compact")
     meta = {
         "agent": "pi", "version": version, "probed_version": runtimes.probe_version(_runtime(version)),
         "scenario": scenario.name, "cwd": str(cwd), "home": str(home),
         "session_file": str(sessions[0].relative_to(home)), "command": ["pi", *command[1:]], "stdin": "/dev/null",
-        "env": {**env}, "models_json": models_json("<scripted model url>"), "exit_code": done.returncode,
+        "env": {**env}, "models_json": models_json("<scripted model url>", window), "exit_code": done.returncode,
+        "settings_json": COMPACTION_SETTINGS if scenario.compaction else None,
+        "continued_with": ["pi", *runs[1][0][1:]] if len(runs) > 1 else None,
         "notes": scenario.notes, "recorded_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
     }
     (out / "meta.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", "utf-8")
@@ -253,7 +292,8 @@ def _check(scenario: Scenario, stdout: bytes) -> None:
             for result in event.get("toolResults") or []:
                 results[result["toolCallId"]] = bool(result.get("isError"))
                 texts[result["toolCallId"]] = "".join(str(b.get("text", "")) for b in result.get("content") or [])
-    wanted = [b["id"] for turn in scenario.turns for b in turn if b.get("type") == "tool_use"]
+    turns = [*scenario.turns, *(scenario.then[1] if scenario.then else [])]
+    wanted = [b["id"] for turn in turns for b in turn if b.get("type") == "tool_use"]
     if sorted(results) != sorted(wanted):
         raise SystemExit(f"{scenario.name}: results for {sorted(results)}, expected {sorted(wanted)}")
     for call_id, is_error in scenario.expect_errors.items():
@@ -278,7 +318,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     entrypoint = _runtime(args.version).entrypoint
     for scenario in SCENARIOS:
-        if args.scenario and scenario.name not in args.scenario:
+        if (args.scenario and scenario.name not in args.scenario) or args.version not in scenario.versions:
             continue
         print(f"recorded {record(scenario, entrypoint, args.version)}", file=sys.stderr)
 

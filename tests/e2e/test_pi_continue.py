@@ -318,3 +318,23 @@ def test_a_slow_version_probe_does_not_fail_the_continuation(tmp_path: Path) -> 
     slow.chmod(0o755)
     result = run(FIXTURES / "single_bash", tmp_path, 2, upstream="stub", agent_entrypoint=str(slow))
     _check_verified(result, forwarded=False)
+
+
+def test_a_compacted_1_6_0_session_continues_before_the_compaction_and_refuses_after_it(tmp_path: Path) -> None:
+    """The real 1.6.0 compacted after batch 2: boundary 1 is the plain history Pi had then (replayed, continued by
+    the real 1.6.0, its first request the recorded one); boundary 3 lies after the compaction and is refused as
+    unsupported_tool (exit 11) naming it, with nothing allocated."""
+    if runtimes.find("pi", "1.6.0") is None:
+        pytest.skip("pi 1.6.0 is not installed (forkpoint agents install pi@1.6.0)")
+    fixture = PI_1X / "compaction"
+    model = _scripted(fixture)
+    with model.serve() as url:
+        result = run(fixture, tmp_path / "one", 1, "session.jsonl", upstream="openai-chat", upstream_url=f"{url}/v1")
+    _check_verified(result)
+    assert result.continued_steps == 2  # bash, then the first run's closing text (the continuation never compacts)
+    main = [entry for entry in model.requests if entry.get("kind") == "main"]
+    assert _comparable(main[0]["body"])["messages"] == _comparable(recorded_request(fixture, 1))["messages"]
+    after = run(fixture, tmp_path / "three", 3, "session.jsonl", upstream="stub")
+    assert after.failure is not None and (after.failure.category, after.exit_code) == ("unsupported_tool", 11)
+    assert "compacted the context" in after.failure.message
+    assert not (tmp_path / "three" / "out").exists()

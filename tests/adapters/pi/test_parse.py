@@ -315,3 +315,15 @@ def test_pi_1x_recordings_are_read_as_1_6_0(scenario: str) -> None:
         assert parsed.native.tools == wanted
     old = parse_pi(FIXTURES / scenario / "session.jsonl")
     assert PiAdapter().version_facts(old).tool_version == "0.83.0" and not old.native.tools_recorded
+
+
+@pytest.mark.parametrize("name", ["session.jsonl", "events.jsonl"])
+def test_a_real_pi_1_6_0_compaction(name: str) -> None:
+    """Recorded by the real 1.6.0 (two runs, a 150-token window): compactions after batch 2 and after batch 3. The
+    batches before the first keep their numbers and replay; batch 3 (after it) is refused naming it."""
+    parsed = parse_pi(FIXTURES.parent / "1.6.0" / "compaction" / name)
+    assert [[c.call_id for c in b.calls] for b in parsed.batches] == [["call_cmp_1"], ["call_cmp_2"], ["call_cmp_3"]]
+    assert [c.policy for b in parsed.batches for c in b.calls] == [CallPolicy.FRESH, CallPolicy.FRESH,
+                                                                   CallPolicy.REFUSED]
+    assert len(parsed.native.compactions) == 2
+    assert "compacted the context before this call" in str(parsed.batches[2].calls[0].policy_reason)
