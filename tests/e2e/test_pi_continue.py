@@ -320,21 +320,46 @@ def test_a_slow_version_probe_does_not_fail_the_continuation(tmp_path: Path) -> 
     _check_verified(result, forwarded=False)
 
 
-def test_a_compacted_1_6_0_session_continues_before_the_compaction_and_refuses_after_it(tmp_path: Path) -> None:
-    """The real 1.6.0 compacted after batch 2: boundary 1 is the plain history Pi had then (replayed, continued by
-    the real 1.6.0, its first request the recorded one); boundary 3 lies after the compaction and is refused as
-    unsupported_tool (exit 11) naming it, with nothing allocated."""
+def _main_requests(fixture: Path) -> list[dict[str, Any]]:
+    """The recorded requests that carried tools (the compaction summaries' helper requests carry none)."""
+    rows = [json.loads(line)["body"] for line in (fixture / "requests.jsonl").read_text().splitlines()]
+    return [body for body in rows if body.get("tools")]
+
+
+@pytest.mark.parametrize(("after", "recorded"), [(1, 1), (3, 4)])  # the script's turn after batch N: the same index
+def test_a_compacted_1_6_0_session_continues_on_either_side_of_a_compaction(after: int, recorded: int,
+                                                                            tmp_path: Path) -> None:
+    """Recorded by the real 1.6.0: compactions right after batch 2 and right after batch 3 (second run). Boundary 1
+    is the plain history; boundary 3 is rebuilt with the compaction, and the real 1.6.0's first request is the
+    one it sent while recording (the summary as a user message, then the kept batch): the gate proves it."""
     if runtimes.find("pi", "1.6.0") is None:
         pytest.skip("pi 1.6.0 is not installed (forkpoint agents install pi@1.6.0)")
     fixture = PI_1X / "compaction"
-    model = _scripted(fixture)
+    script = json.loads((fixture / "script.json").read_text())  # both runs' turns, in order
+    model = ScriptedModel(script["turns"][recorded:], seed=script["seed"], model="scripted-model", step_mode="counter")
     with model.serve() as url:
-        result = run(fixture, tmp_path / "one", 1, "session.jsonl", upstream="openai-chat", upstream_url=f"{url}/v1")
-    _check_verified(result)
-    assert result.continued_steps == 2  # bash, then the first run's closing text (the continuation never compacts)
+        result = run(fixture, tmp_path, after, "session.jsonl", upstream="openai-chat", upstream_url=f"{url}/v1")
+    out = _check_verified(result)
     main = [entry for entry in model.requests if entry.get("kind") == "main"]
-    assert _comparable(main[0]["body"])["messages"] == _comparable(recorded_request(fixture, 1))["messages"]
-    after = run(fixture, tmp_path / "three", 3, "session.jsonl", upstream="stub")
-    assert after.failure is not None and (after.failure.category, after.exit_code) == ("unsupported_tool", 11)
-    assert "compacted the context" in after.failure.message
-    assert not (tmp_path / "three" / "out").exists()
+    assert _comparable(main[0]["body"])["messages"] == _comparable(_main_requests(fixture)[recorded])["messages"]
+    prefix = next((out / "native" / "prefix").glob("*.jsonl")).read_text()
+    assert prefix.count('"type":"compaction"') == (after == 3) * 2
+
+
+def test_a_compaction_whose_summarised_observation_changed_is_refused(tmp_path: Path) -> None:
+    """The recorded read of a.txt (which Pi's compactions summarised) says something else than the replayed one:
+    the summary no longer describes the replayed world, so boundary 3 is refused as a divergence (exit 32); the
+    event stream, which holds no compaction entry, refuses boundary 3 outright."""
+    if runtimes.find("pi", "1.6.0") is None:
+        pytest.skip("pi 1.6.0 is not installed (forkpoint agents install pi@1.6.0)")
+    fixture = PI_1X / "compaction"
+    changed = tmp_path / "changed.jsonl"
+    changed.write_text((fixture / "session.jsonl").read_text().replace('"text":"apple\\ncherry\\n"',
+                                                                       '"text":"apple\\n"'))
+    assert changed.read_text() != (fixture / "session.jsonl").read_text()
+    result = run(fixture, tmp_path / "one", 3, changed, upstream="stub")
+    assert result.failure is not None and (result.failure.category, result.exit_code) == ("divergence", 32)
+    assert "read(call_cmp_1)" in result.failure.message and "compaction at line" in result.failure.message
+    events = run(fixture, tmp_path / "two", 3, "events.jsonl", upstream="stub")
+    assert events.failure is not None and (events.failure.category, events.exit_code) == ("unsupported_tool", 11)
+    assert "event stream does not hold" in events.failure.message

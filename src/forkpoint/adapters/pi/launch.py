@@ -19,7 +19,7 @@ import orjson
 
 from forkpoint.adapters.kit import continuation as shell
 from forkpoint.adapters.kit.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
-from forkpoint.adapters.pi.gate import expected_prefix
+from forkpoint.adapters.pi.gate import context_messages, expected_prefix
 from forkpoint.adapters.pi.parse import DEFAULT_TOOLS, PiNative, dumps, model_turns, parse_pi
 from forkpoint.adapters.pi.runtime import PiRuntime, from_entrypoint
 from forkpoint.adapters.pi.tools import _last_json_line, tool_environment
@@ -126,8 +126,8 @@ class PiHooks(AgentHooks[Installed]):
         from forkpoint.adapters.pi.gate import PROFILE
         from forkpoint.bridge.protocols.openai_chat import ChatGate
 
-        expected = expected_prefix(prefix_messages_of(state.rebuilt), state.nonce, state.model, state.native.tools,
-                                   job.settings.target.version)
+        context = context_messages([orjson.loads(line) for line in state.rebuilt])
+        expected = expected_prefix(context, state.nonce, state.model, state.native.tools, job.settings.target.version)
         return GateSpec(ChatGate(PROFILE, expected, job.boundary_prompt), expected.to_json())
 
     def launch(self, job: Job, state: Installed, bridge_url: str) -> LaunchSpec:

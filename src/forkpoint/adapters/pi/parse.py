@@ -45,6 +45,17 @@ _CONTEXT_ENTRIES = frozenset({"branch_summary", "custom_message", "context_edit"
 _SKIPPED_STOPS = frozenset({"error", "aborted"})  # Pi never sends these assistant messages to the model
 
 
+@dataclass(frozen=True)
+class Compaction:
+    """A compaction on the path: from it on, Pi's context is its summary, the messages from ``kept`` on (those
+    before it that it keeps) and what follows (session-manager.js buildContextEntries, 1.6.0)."""
+
+    position: int  # how many conversation messages precede it
+    where: str  # "line N" (session file) / "event line N" (event stream)
+    entry: JsonObject | None  # the session entry as recorded; None in an event stream (no entry ids to keep)
+    kept: int  # index of the first message it keeps (== position: none)
+
+
 @dataclass
 class PiNative:
     """What the rebuild needs: the conversation in context order and where each batch sits in it."""
@@ -59,8 +70,7 @@ class PiNative:
     batch_end: list[int] = field(default_factory=list)  # per complete batch: index of its last toolResult
     tools: tuple[str, ...] = DEFAULT_TOOLS  # the enabled tool set, as the recording shows it (enabled_tools)
     tools_recorded: bool = False  # the set comes from the session's own ``system`` loadout (Pi 0.86.0 on)
-    #: per compaction on the path: (how many messages precede it, where it is: "line N" / "event line N")
-    compactions: list[tuple[int, str]] = field(default_factory=list)
+    compactions: list[Compaction] = field(default_factory=list)  # on the path, in order
 
     @property
     def family(self) -> str:
@@ -130,7 +140,7 @@ def _from_events(objects: list[tuple[int, JsonObject]], warnings: list[str]) -> 
     messages: list[JsonObject] = []
     turn_lines = [number for number, obj in objects if obj["type"] == "turn_end"]
     pending: JsonObject | None = None  # an assistant message_end not (yet) closed by its turn_end
-    compactions: list[tuple[int, str]] = []
+    compactions: list[Compaction] = []
     for number, obj in objects:
         kind = obj["type"]
         if kind == "message_end":
@@ -145,7 +155,7 @@ def _from_events(objects: list[tuple[int, JsonObject]], warnings: list[str]) -> 
             messages.extend(_turn_messages(obj, number, last=number == turn_lines[-1]))
             pending = None
         elif kind == "compaction_end" and isinstance(obj.get("result"), dict):
-            compactions.append((len(messages), f"event line {number}"))
+            compactions.append(Compaction(len(messages), f"event line {number}", None, len(messages)))
     if pending is not None:
         warnings.append("the recording ends inside a turn (an assistant message without its turn_end)")
         messages.append(pending)
@@ -209,9 +219,11 @@ def _from_session(objects: list[tuple[int, JsonObject]], warnings: list[str]) ->
     messages: list[JsonObject] = []
     ids: list[str | None] = []
     times: list[str | None] = []
-    compactions: list[tuple[int, str]] = []
+    compactions: list[Compaction] = []
+    before: dict[str, int] = {}  # entry id -> how many messages precede it
     for number, obj in path:
         kind = obj["type"]
+        before[obj["id"]] = len(messages)
         if kind == "message":
             message = obj.get("message")
             if not isinstance(message, dict) or not isinstance(message.get("role"), str):
@@ -220,7 +232,8 @@ def _from_session(objects: list[tuple[int, JsonObject]], warnings: list[str]) ->
             ids.append(obj["id"])
             times.append(_str(obj.get("timestamp")))
         elif kind == "compaction":
-            compactions.append((len(messages), f"line {number}"))
+            kept = before.get(str(obj.get("firstKeptEntryId")), len(messages))  # not on the path: nothing kept
+            compactions.append(Compaction(len(messages), f"line {number}", obj, kept))
         elif kind in _CONTEXT_ENTRIES:
             raise trajectory(f"Pi session entry {kind!r} at line {number} changes the model context; forkpoint "
                              "rebuilds plain message histories only", line=number)
@@ -304,13 +317,17 @@ def _build(path: Path, sha256: str, native: PiNative, warnings: list[str]) -> Tr
     if loadout is not None:
         native.tools, native.tools_recorded = loadout, True
     for ordinal, (at, batch_pairs, complete) in enumerate(found, start=1):
-        compacted = next((where for position, where in native.compactions if position <= at), None)
+        compacted = next((c.where for c in native.compactions if c.position <= at and c.entry is None), None)
         tool_calls = tuple(_compacted(_tool_call(call, result, conflicts), compacted) for call, result in batch_pairs)
         batches.append(Batch(ordinal, tool_calls, f"message:{at}", complete=complete))
     if native.compactions:
-        warnings.append(f"Pi compacted the context ({', '.join(w for _, w in native.compactions)}): the batches "
-                        "before the first compaction replay and continue as the plain history Pi had then; the "
-                        "batches after it are refused (their context is a model-written summary of earlier turns)")
+        where = ", ".join(c.where for c in native.compactions)
+        warnings.append(f"Pi compacted the context ({where}): " + (
+            "a boundary after a compaction is rebuilt with it (Pi's context is then its summary and the messages "
+            "it keeps), and holds only while the observations it summarised replay exactly"
+            if native.source_format == "session" else
+            "an event stream does not hold the compaction entries, so the batches after the first are refused; "
+            "the session file keeps them"))
     if native.tools != DEFAULT_TOOLS and not native.tools_recorded:
         warnings.append(f"Pi does not record its enabled tools; the recording shows {','.join(native.tools)} "
                         "(the optional built-ins it ran, without the built-ins it rejected): replay and "
@@ -376,11 +393,12 @@ def recorded_tools(messages: list[JsonObject]) -> tuple[str, ...] | None:
 
 
 def _compacted(call: ToolCall, where: str | None) -> ToolCall:
-    """A call made after a compaction: refused (its boundary's context holds a summary forkpoint cannot rebuild)."""
+    """A call made after a compaction seen only as an event: refused (its boundary's context holds a summary whose
+    session entry the event stream does not have)."""
     if where is None or call.policy is CallPolicy.REFUSED:
         return call
-    reason = (f"Pi compacted the context before this call (compaction at {where}): the model saw a summary of the "
-              "earlier turns written from their historical observations, which fresh observations cannot keep true")
+    reason = (f"Pi compacted the context before this call (compaction at {where}): the event stream does not hold "
+              "the compaction entry a rebuilt session needs (replay the session file instead)")
     return replace(call, policy=CallPolicy.REFUSED, policy_reason=reason)
 
 
