@@ -90,7 +90,7 @@ class PiAdapter(AdapterBase):
 
         recorded_model(trajectory.native)  # refuses an API the resume profile was not verified with
         target = resolve_entrypoint(AGENT, trajectory.version or read_version(trajectory), entrypoint)
-        from_entrypoint(target.entrypoint)
+        from_entrypoint(target.entrypoint, target.version)
         return target
 
     def hooks(self) -> PiHooks:

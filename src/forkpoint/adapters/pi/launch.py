@@ -106,7 +106,7 @@ class PiHooks(AgentHooks[Installed]):
     def install(self, job: Job) -> Installed:
         native: PiNative = job.plan.trajectory.native
         provider, model = recorded_model(native)
-        runtime = from_entrypoint(job.settings.target.entrypoint)
+        runtime = from_entrypoint(job.settings.target.entrypoint, job.settings.target.version)
         cwd = job.sandbox.cwd
         rebuilt = job.prefix.path.read_bytes().splitlines()
         rebuilt[0] = dumps({**orjson.loads(rebuilt[0]), "cwd": cwd})  # Pi runs at the workspace

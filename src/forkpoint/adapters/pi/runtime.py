@@ -30,8 +30,9 @@ class PiRuntime:
         return RUNNER
 
 
-def from_entrypoint(entrypoint: Path) -> PiRuntime:
-    """The runtime behind a ``forkpoint-bin/pi`` wrapper; refuses anything that is not such an install."""
+def from_entrypoint(entrypoint: Path, expected: str | None = None) -> PiRuntime:
+    """The runtime behind a ``forkpoint-bin/pi`` wrapper; refuses anything that is not such an install, and one
+    holding another package version than ``expected`` (the version whose tools and envelope were chosen)."""
     root = entrypoint.absolute().parent.parent
     node = root / NODE_BINARY
     manifest = root / "node_modules" / PACKAGE / "package.json"
@@ -47,9 +48,13 @@ def from_entrypoint(entrypoint: Path) -> PiRuntime:
     version = package.get("version")
     from forkpoint.runtimes import trial_release
 
-    if version not in SPEC.versions and (version is None or version != trial_release("pi", entrypoint)):
+    trying = trial_release("pi", entrypoint)
+    if version not in SPEC.versions and (version is None or version != trying):
         raise ReplayError(ErrorKind.UNSUPPORTED_VERSION, f"the Pi runtime at {root} holds {PACKAGE} {version}, "
                                                          f"verified: {', '.join(SPEC.versions)}")
+    if expected is not None and version != expected and version != trying:
+        raise ReplayError(ErrorKind.UNSUPPORTED_VERSION, f"the Pi runtime at {root} holds {PACKAGE} {version}, "
+                                                         f"not {expected}")
     return PiRuntime(root, node, str(version))
 
 
@@ -62,4 +67,4 @@ def installed(version: str = VERSION) -> PiRuntime:
     if runtime is None:
         raise ReplayError(ErrorKind.CONFIGURATION, f"Pi {version} is not installed; run `forkpoint agents install "
                                                    f"pi@{version}` (Pi's own tools re-run the historical calls)")
-    return from_entrypoint(runtime.entrypoint)
+    return from_entrypoint(runtime.entrypoint, version)
