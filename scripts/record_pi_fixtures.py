@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Record REAL Pi 0.83.0 runs (the npm package on its Node 22 runtime) against ScriptedModel as test fixtures.
+"""Record REAL Pi runs (the npm package on its Node 22 runtime) against ScriptedModel as test fixtures.
 
-    python scripts/record_pi_fixtures.py [--scenario S ...]
+    python scripts/record_pi_fixtures.py [--version 0.83.0|1.6.0] [--scenario S ...]
 
-Needs `forkpoint agents install pi@0.83.0`. Writes tests/fixtures/pi/0.83.0/<scenario>/: events.jsonl (the
-`pi --mode json` event stream), session.jsonl (the v3 session file Pi wrote), stderr.txt, requests.jsonl (what the
+Needs `forkpoint agents install pi@VERSION` (a verified version). Writes tests/fixtures/pi/<version>/<scenario>/:
+events.jsonl (the `pi --mode json` event stream), session.jsonl (the v3 session file Pi wrote), stderr.txt,
+requests.jsonl (what the
 model server received; the system prompt and tools as hashes), script.json, meta.json and workspace-initial/.
 
 Pi talks to ScriptedModel through an ``openai-completions`` provider named ``scripted`` (models.json below). The
@@ -30,8 +31,8 @@ from forkpoint import runtimes
 from forkpoint.testing.scripted_model import Block, ScriptedModel, text, thinking, tool_use
 
 REPO = Path(__file__).resolve().parent.parent
-VERSION = "0.83.0"
-FIXTURES = REPO / "tests" / "fixtures" / "pi" / VERSION
+VERSIONS = ("0.83.0", "1.6.0")
+FIXTURES_ROOT = REPO / "tests" / "fixtures" / "pi"
 REC_ROOT = Path("/tmp/forkpoint-rec-pi")
 HOME_ROOT = Path("/tmp/forkpoint-rec-pi-home")
 CLEAN_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -40,14 +41,17 @@ PROVIDER = "scripted"
 MODEL = "scripted-model"
 
 Json = dict[str, Any]
+COMPACTION_SETTINGS = {"compaction": {"enabled": True, "reserveTokens": 20, "keepRecentTokens": 10}}
 
 
-def models_json(base_url: str) -> Json:
-    """The same provider settings forkpoint's continuation writes (adapters/pi/launch.models_json)."""
+def models_json(base_url: str, context_window: int = 128000) -> Json:
+    """The same provider settings forkpoint's continuation writes (adapters/pi/launch.models_json); a compaction
+    scenario shrinks the context window so Pi compacts."""
     return {"providers": {PROVIDER: {
         "baseUrl": base_url + "/v1", "api": "openai-completions", "apiKey": "dummy",
         "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
-        "models": [{"id": MODEL, "name": MODEL, "reasoning": False, "contextWindow": 128000, "maxTokens": 8192}],
+        "models": [{"id": MODEL, "name": MODEL, "reasoning": False, "contextWindow": context_window,
+                    "maxTokens": 8192}],
     }}}
 
 
@@ -61,6 +65,12 @@ class Scenario:
     expect_errors: dict[str, bool] = field(default_factory=dict)  # call id -> isError the recording must show
     tools: str | None = None  # Pi's --tools allowlist (None: Pi's defaults read,bash,edit,write)
     expect_texts: dict[str, str] = field(default_factory=dict)  # call id -> text its result must contain
+    #: Pi compacts: a 150-token context window, ``settings.json`` compaction on (reserve 20, keep 10 tokens); Pi
+    #: summarises through the model (ScriptedModel's helper answer, the request has no tools)
+    compaction: bool = False
+    #: a second run, ``pi --continue TASK`` on the same session, with these turns (its own ScriptedModel)
+    then: tuple[str, list[list[Block]]] | None = None
+    versions: tuple[str, ...] = ("0.83.0", "1.6.0")  # the versions the scenario is recorded on
 
 
 def _bash(command: str, call_id: str) -> Block:
@@ -178,6 +188,21 @@ SCENARIOS = [
         notes="a read of a 3,000-line file: Pi truncates it and repeats the text in details.truncation, so the "
               "tool runner's reply is over 64 KiB (it used to be cut in the pipe)",
     ),
+    Scenario(
+        "compaction", "Read a.txt and check it.",
+        {"a.txt": "apple\ncherry\n"},
+        [[tool_use("read", {"path": "a.txt"}, id="call_cmp_1")],
+         [_bash("grep -c e a.txt", "call_cmp_2")],
+         [text("a.txt has 2 lines with e.")]],
+        compaction=True,
+        then=("Now write the count to count.txt.",
+              [[tool_use("write", {"path": "count.txt", "content": "2\n"}, id="call_cmp_3")],
+               [text("count.txt written.")]]),
+        expect_errors={"call_cmp_1": False, "call_cmp_2": False, "call_cmp_3": False},
+        versions=("1.6.0",),
+        notes="Pi 1.6.0 compacts (a 150-token window): after batch 2 (the summary keeps batch 2, a split turn) and "
+              "after batch 3 of the second run (pi --continue); the session holds two compaction entries",
+    ),
 ]
 
 
@@ -196,7 +221,7 @@ def _request_line(entry: Json) -> Json:
     return {"path": entry.get("path"), "step": entry.get("step"), "body": body}
 
 
-def record(scenario: Scenario, entrypoint: Path) -> Path:
+def record(scenario: Scenario, entrypoint: Path, version: str) -> Path:
     cwd = REC_ROOT / scenario.name
     home = HOME_ROOT / scenario.name
     for directory in (cwd, home):
@@ -205,37 +230,52 @@ def record(scenario: Scenario, entrypoint: Path) -> Path:
     for rel, content in scenario.files.items():
         (cwd / rel).parent.mkdir(parents=True, exist_ok=True)
         (cwd / rel).write_text(content, "utf-8")
-    out = FIXTURES / scenario.name
+    out = FIXTURES_ROOT / version / scenario.name
     shutil.rmtree(out, ignore_errors=True)
     shutil.copytree(cwd, out / "workspace-initial")
-    model = ScriptedModel(scenario.turns, seed=f"pi-{scenario.name}", model=MODEL)
     env = {"PATH": CLEAN_PATH, "HOME": str(home), "LANG": "C.UTF-8", "TZ": "UTC", "PI_OFFLINE": "1"}
     tools = ["--tools", scenario.tools] if scenario.tools else []
     command = [str(entrypoint), "--mode", "json", "--provider", PROVIDER, "--model", MODEL, *tools, scenario.task]
-    with model.serve() as url:
-        agent_dir = home / ".pi" / "agent"
-        agent_dir.mkdir(parents=True)
-        (agent_dir / "models.json").write_text(json.dumps(models_json(url), indent=2), "utf-8")
-        done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, stdin=subprocess.DEVNULL,
-                              timeout=RUN_TIMEOUT_S, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"{scenario.name}: pi exited {done.returncode}: {done.stderr.decode()[-2000:]}")
+    window = 150 if scenario.compaction else 128000
+    agent_dir = home / ".pi" / "agent"
+    agent_dir.mkdir(parents=True)
+    if scenario.compaction:
+        (agent_dir / "settings.json").write_text(json.dumps(COMPACTION_SETTINGS), "utf-8")
+    runs = [(command, scenario.turns, "")]
+    if scenario.then is not None:  # counted from 0 again: the second run's answers are its own script
+        runs.append(([*command[:-1], "--continue", scenario.then[0]], scenario.then[1], "-2"))
+    stdout, stderr, requests = b"", b"", []
+    for argv, turns, suffix in runs:
+        model = ScriptedModel(turns, seed=f"pi-{scenario.name}{suffix}", model=MODEL,
+                              step_mode="counter" if scenario.then else "conversation")
+        with model.serve() as url:
+            (agent_dir / "models.json").write_text(json.dumps(models_json(url, window), indent=2), "utf-8")
+            done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, stdin=subprocess.DEVNULL,
+                                  timeout=RUN_TIMEOUT_S, check=False)
+        if done.returncode != 0:
+            raise SystemExit(f"{scenario.name}: pi exited {done.returncode}: {done.stderr.decode()[-2000:]}")
+        stdout, stderr, requests = stdout + done.stdout, stderr + done.stderr, [*requests, *model.requests]
     sessions = sorted((agent_dir / "sessions").glob("*/*.jsonl"))
     if len(sessions) != 1:
         raise SystemExit(f"{scenario.name}: expected one session file, found {sessions}")
-    (out / "events.jsonl").write_bytes(done.stdout)
-    (out / "stderr.txt").write_bytes(done.stderr)
+    (out / "events.jsonl").write_bytes(stdout)
+    (out / "stderr.txt").write_bytes(stderr)
     shutil.copy2(sessions[0], out / "session.jsonl")
     (out / "requests.jsonl").write_text("".join(json.dumps(_request_line(e), ensure_ascii=False) + "\n"
-                                                for e in model.requests), "utf-8")
+                                                for e in requests), "utf-8")
+    turns = [*scenario.turns, *(scenario.then[1] if scenario.then else [])]
     (out / "script.json").write_text(json.dumps({"seed": f"pi-{scenario.name}", "turns": [
-        {"content": turn} for turn in scenario.turns]}, indent=2, ensure_ascii=False) + "\n", "utf-8")
-    _check(scenario, done.stdout)
+        {"content": turn} for turn in turns]}, indent=2, ensure_ascii=False) + "\n", "utf-8")
+    _check(scenario, stdout)
+    if scenario.compaction and b'"type":"compaction"' not in (out / "session.jsonl").read_bytes():
+        raise SystemExit(f"{scenario.name}: Pi did not compact")
     meta = {
-        "agent": "pi", "version": VERSION, "probed_version": runtimes.probe_version(_runtime()),
+        "agent": "pi", "version": version, "probed_version": runtimes.probe_version(_runtime(version)),
         "scenario": scenario.name, "cwd": str(cwd), "home": str(home),
         "session_file": str(sessions[0].relative_to(home)), "command": ["pi", *command[1:]], "stdin": "/dev/null",
-        "env": {**env}, "models_json": models_json("<scripted model url>"), "exit_code": done.returncode,
+        "env": {**env}, "models_json": models_json("<scripted model url>", window), "exit_code": done.returncode,
+        "settings_json": COMPACTION_SETTINGS if scenario.compaction else None,
+        "continued_with": ["pi", *runs[1][0][1:]] if len(runs) > 1 else None,
         "notes": scenario.notes, "recorded_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
     }
     (out / "meta.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", "utf-8")
@@ -252,7 +292,8 @@ def _check(scenario: Scenario, stdout: bytes) -> None:
             for result in event.get("toolResults") or []:
                 results[result["toolCallId"]] = bool(result.get("isError"))
                 texts[result["toolCallId"]] = "".join(str(b.get("text", "")) for b in result.get("content") or [])
-    wanted = [b["id"] for turn in scenario.turns for b in turn if b.get("type") == "tool_use"]
+    turns = [*scenario.turns, *(scenario.then[1] if scenario.then else [])]
+    wanted = [b["id"] for turn in turns for b in turn if b.get("type") == "tool_use"]
     if sorted(results) != sorted(wanted):
         raise SystemExit(f"{scenario.name}: results for {sorted(results)}, expected {sorted(wanted)}")
     for call_id, is_error in scenario.expect_errors.items():
@@ -263,22 +304,23 @@ def _check(scenario: Scenario, stdout: bytes) -> None:
             raise SystemExit(f"{scenario.name}: {call_id} result {texts[call_id][:300]!r} lacks {wanted_text!r}")
 
 
-def _runtime() -> runtimes.Runtime:
-    runtime = runtimes.find("pi", VERSION)
+def _runtime(version: str) -> runtimes.Runtime:
+    runtime = runtimes.find("pi", version)
     if runtime is None:
-        raise SystemExit(f"pi {VERSION} is not installed: run `forkpoint agents install pi@{VERSION}`")
+        raise SystemExit(f"pi {version} is not installed: run `forkpoint agents install pi@{version}`")
     return runtime
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenario", action="append", choices=[s.name for s in SCENARIOS])
+    parser.add_argument("--version", choices=VERSIONS, default=VERSIONS[-1])
     args = parser.parse_args(argv)
-    entrypoint = _runtime().entrypoint
+    entrypoint = _runtime(args.version).entrypoint
     for scenario in SCENARIOS:
-        if args.scenario and scenario.name not in args.scenario:
+        if (args.scenario and scenario.name not in args.scenario) or args.version not in scenario.versions:
             continue
-        print(f"recorded {record(scenario, entrypoint)}", file=sys.stderr)
+        print(f"recorded {record(scenario, entrypoint, args.version)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -108,13 +108,14 @@ def test_a_session_written_by_several_versions_is_unverified(tmp_path: Path) -> 
 
 
 def test_asking_a_versionless_verified_recording_for_its_own_version_is_no_cross_version_pair() -> None:
-    """A Pi session names no Pi version and reads as verified 0.83.0: ``--agent-version 0.83.0`` continues it
-    with 0.83.0 (it was refused as the unproven pair '' -> 0.83.0)."""
+    """A Pi session names no Pi version and reads as verified 0.83.0 (its format's version, which the plan's
+    trajectory then carries): ``--agent-version 0.83.0`` continues it with 0.83.0 (it was refused as the unproven
+    pair '' -> 0.83.0)."""
     from forkpoint.adapters.versions import launch_trajectory
 
     adapter = get_adapter("pi")
     parsed = adapter.parse(FIXTURES / "pi" / "0.83.0" / "parallel" / "session.jsonl")
     plan = plan_for(adapter, parsed, 1, Mode.REPLAY_AND_CONTINUE)
     assert plan.version is not None and (plan.version.recorded, plan.version.status) == (None, "verified")
-    assert launch_trajectory(agent_spec("pi"), plan, "0.83.0").version is None
+    assert launch_trajectory(agent_spec("pi"), plan, "0.83.0").version == "0.83.0"
     assert continuing_version(agent_spec("pi"), plan.version, "0.83.0", None) is None

@@ -82,6 +82,46 @@ def test_continue_with_the_other_verified_version(agent: str, old: str, new: str
                         for row in rows)
 
 
+def test_pi_1_6_0_recordings_continue_on_pi_0_83_0(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Pi session names no version: a 1.x one (system message first) is read as 1.6.0 and ``--agent-version
+    0.83.0`` continues it with the real 0.83.0. The rebuilt session goes to it unchanged; its first request
+    carries exactly the recorded conversation (the gate validates it); only the system prompt is 0.83.0's own
+    (0.83.0 does not take it from the session)."""
+    old, new = "1.6.0", "0.83.0"
+    _require("pi", old, new)
+    assert new in agent_spec("pi").cross_versions[old]
+    monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
+    fixture = FIXTURES / "pi" / old / "parallel"
+    model = ScriptedModel.from_file(fixture / "script.json", model="scripted-model")
+    with model.serve() as url:
+        result = replay_recording(fixture, tmp_path, agent="pi", trajectory="events.jsonl", after=1,
+                                  upstream="openai-chat", upstream_url=url + "/v1", agent_version=new)
+    assert result.failure is None, result.failure
+    assert (result.phase, result.quality, result.agent_status) == ("continued", "verified", "completed")
+    assert result.metadata["continuing_agent_version"] == new
+    assert result.metadata["session_upgrade"]["read_as"] == old
+    bridge = result.metadata["model_bridge"]
+    assert bridge["validated"] >= 1 and bridge["refused"] == 0
+    main = [entry for entry in model.requests if entry.get("kind") == "main"]
+    recorded = next(json.loads(line)["body"] for line in (fixture / "requests.jsonl").read_text().splitlines()
+                    if json.loads(line)["step"] == 1)
+    assert main[0]["body"]["messages"][1:] == recorded["messages"][1:]
+    out = Path(result.output_dir or "")
+    assert json.loads((out / "next-action.json").read_text())["metrics"]["same_tool_calls"] is True
+
+
+def test_pi_0_83_0_recordings_are_refused_on_pi_1_6_0_with_the_envelope_difference(tmp_path: Path) -> None:
+    """Measured: 1.6.0 resuming a 0.83.0 session (no system message) sends no system prompt at all; the pair is
+    refused before anything runs, saying so."""
+    fixture = FIXTURES / "pi" / "0.83.0" / "parallel"
+    result = replay_recording(fixture, tmp_path, agent="pi", trajectory="events.jsonl", after=1,
+                              upstream="stub", agent_version="1.6.0")
+    assert result.failure is not None and result.exit_code == 11
+    assert "sends no system prompt at all" in result.failure.message
+    assert "verified pairs: 1.6.0 -> 0.83.0" in result.failure.message
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize(("agent", "old", "new"), [("claude-code", "2.1.332", "2.1.220"),
                                                    ("claude-code", "2.1.220", "9.9.9"),
                                                    ("codex", "0.171.0", "0.149.0")])  # not proven

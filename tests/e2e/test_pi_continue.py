@@ -1,4 +1,5 @@
-"""End to end with the REAL Pi 0.83.0 (npm package on its Node 22 runtime): replay + continue through the SDK.
+"""End to end with the REAL Pi 0.83.0 and 1.6.0 (npm package on its Node 22 runtime): replay + continue through
+the SDK.
 
 ScriptedModel plays the model upstream (the only stand-in). Every recorded fixture (event stream and session file)
 is replayed at every boundary in a workspace restored to the recording's initial state at the recorded path; the
@@ -100,7 +101,29 @@ def _check_verified(result: ReplayResult, status: str = "completed", *, forwarde
 @pytest.mark.parametrize(("scenario", "name", "after"), _cases(("events.jsonl", "session.jsonl")),
                          ids=lambda v: str(v))
 def test_continue_at_every_boundary(scenario: str, name: str, after: int, tmp_path: Path) -> None:
-    fixture = FIXTURES / scenario
+    _continue_verified(FIXTURES / scenario, name, after, tmp_path)
+
+
+#: Pi 1.6.0 (its own fixtures, recorded by the real 1.6.0): the boundaries that cover every tool and both inputs
+PI_1X = FIXTURES.parent / "1.6.0"
+#: (error_result's tools replay exactly in tests/adapters/pi/test_fixture_fidelity.py; the compaction tests below
+#: continue 1.6.0 session files)
+PI_1X_CASES = [("parallel", "events.jsonl", 1), ("optional_tools", "events.jsonl", 4)]
+
+
+@pytest.mark.parametrize(("scenario", "name", "after"), PI_1X_CASES, ids=lambda v: str(v))
+def test_pi_1_6_0_replays_and_continues(scenario: str, name: str, after: int, tmp_path: Path) -> None:
+    """A 1.x recording (system message first, its tool loadout recorded) is read as 1.6.0, its tools re-run with
+    1.6.0's own (write's text, bash's flagged error) and the real 1.6.0 continues it: the first request is the
+    one 1.6.0 sent while recording, with the recorded system prompt and tools."""
+    if runtimes.find("pi", "1.6.0") is None:
+        pytest.skip("pi 1.6.0 is not installed (forkpoint agents install pi@1.6.0)")
+    result = _continue_verified(PI_1X / scenario, name, after, tmp_path)
+    assert result.metadata["continuing_agent_version"] == "1.6.0"
+    assert result.metadata["session_upgrade"] is None
+
+
+def _continue_verified(fixture: Path, name: str, after: int, tmp_path: Path) -> ReplayResult:
     model = _scripted(fixture)
     with model.serve() as url:
         result = run(fixture, tmp_path, after, name, upstream="openai-chat", upstream_url=f"{url}/v1")
@@ -123,6 +146,7 @@ def test_continue_at_every_boundary(scenario: str, name: str, after: int, tmp_pa
     total = len(json.loads((fixture / "script.json").read_text())["turns"])
     assert result.continued_steps == total - after == len(main)
     assert continued.native.messages[-1]["role"] == "assistant"
+    return result
 
 
 @pytest.mark.parametrize(("scenario", "name", "after"), _cases(("events.jsonl",), every="none"), ids=lambda v: str(v))
@@ -167,10 +191,10 @@ def test_tampered_session_is_refused_with_nothing_forwarded(tmp_path: Path, monk
     real: Callable[..., Any] = getattr(launch, "expected_prefix")  # noqa: B009
 
     def proved_elsewhere(messages: list[dict[str, Any]], nonce: str | None, model: str | None,
-                         tools: Any = None) -> Any:
+                         tools: Any = None, version: str = "0.83.0") -> Any:
         changed = json.loads(json.dumps(messages))
         changed[-1]["content"] = [{"type": "text", "text": "what forkpoint proved"}]
-        return real(changed, nonce, model, tools)
+        return real(changed, nonce, model, tools, version)
 
     monkeypatch.setattr(launch, "expected_prefix", proved_elsewhere)
     fixture = FIXTURES / "single_bash"
@@ -295,3 +319,49 @@ def test_a_slow_version_probe_does_not_fail_the_continuation(tmp_path: Path) -> 
     slow.chmod(0o755)
     result = run(FIXTURES / "single_bash", tmp_path, 2, upstream="stub", agent_entrypoint=str(slow))
     _check_verified(result, forwarded=False)
+
+
+def _main_requests(fixture: Path) -> list[dict[str, Any]]:
+    """The recorded requests that carried tools (the compaction summaries' helper requests carry none)."""
+    rows = [json.loads(line)["body"] for line in (fixture / "requests.jsonl").read_text().splitlines()]
+    return [body for body in rows if body.get("tools")]
+
+
+# the script's turn after batch N has the index of the recorded request after it; boundary 1 (the plain history
+# before any compaction: (1, 1)) passes too, run by hand
+@pytest.mark.parametrize(("after", "recorded"), [(3, 4)])
+def test_a_compacted_1_6_0_session_continues_after_a_compaction(after: int, recorded: int, tmp_path: Path) -> None:
+    """Recorded by the real 1.6.0: compactions right after batch 2 and right after batch 3 (second run). Boundary 3
+    is rebuilt with both compactions, and the real 1.6.0's first request is the one it sent while recording (the
+    latest summary as a user message, then the kept batch): the gate proves it."""
+    if runtimes.find("pi", "1.6.0") is None:
+        pytest.skip("pi 1.6.0 is not installed (forkpoint agents install pi@1.6.0)")
+    fixture = PI_1X / "compaction"
+    script = json.loads((fixture / "script.json").read_text())  # both runs' turns, in order
+    model = ScriptedModel(script["turns"][recorded:], seed=script["seed"], model="scripted-model", step_mode="counter")
+    with model.serve() as url:
+        result = run(fixture, tmp_path, after, "session.jsonl", upstream="openai-chat", upstream_url=f"{url}/v1")
+    out = _check_verified(result)
+    main = [entry for entry in model.requests if entry.get("kind") == "main"]
+    assert _comparable(main[0]["body"])["messages"] == _comparable(_main_requests(fixture)[recorded])["messages"]
+    prefix = next((out / "native" / "prefix").glob("*.jsonl")).read_text()
+    assert prefix.count('"type":"compaction"') == (after == 3) * 2
+
+
+def test_a_compaction_whose_summarised_observation_changed_is_refused(tmp_path: Path) -> None:
+    """The recorded read of a.txt (which Pi's compactions summarised) says something else than the replayed one:
+    the summary no longer describes the replayed world, so boundary 3 is refused as a divergence (exit 32); the
+    event stream, which holds no compaction entry, refuses boundary 3 outright."""
+    if runtimes.find("pi", "1.6.0") is None:
+        pytest.skip("pi 1.6.0 is not installed (forkpoint agents install pi@1.6.0)")
+    fixture = PI_1X / "compaction"
+    changed = tmp_path / "changed.jsonl"
+    changed.write_text((fixture / "session.jsonl").read_text().replace('"text":"apple\\ncherry\\n"',
+                                                                       '"text":"apple\\n"'))
+    assert changed.read_text() != (fixture / "session.jsonl").read_text()
+    result = run(fixture, tmp_path / "one", 3, changed, upstream="stub")
+    assert result.failure is not None and (result.failure.category, result.exit_code) == ("divergence", 32)
+    assert "read(call_cmp_1)" in result.failure.message and "compaction at line" in result.failure.message
+    events = run(fixture, tmp_path / "two", 3, "events.jsonl", upstream="stub")
+    assert events.failure is not None and (events.failure.category, events.exit_code) == ("unsupported_tool", 11)
+    assert "event stream does not hold" in events.failure.message

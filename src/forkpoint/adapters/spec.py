@@ -113,6 +113,8 @@ class AgentSpec:
     continues: bool = True
     #: recorded version -> the other verified versions proven (e2e) to continue its recordings (``--agent-version``)
     cross_versions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: ``"A -> B"`` -> the measured envelope difference that keeps that pair unproven (said in its refusal)
+    refused_pairs: Mapping[str, str] = field(default_factory=dict)
     #: the native formats it reads, by structure (the first is the default family); every verified version
     #: belongs to the family whose range covers it (``forkpoint.adapters.versions``)
     formats: tuple[FormatFamily, ...] = ()

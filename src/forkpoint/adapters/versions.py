@@ -142,8 +142,9 @@ def read_as(adapter: Adapter, parsed: Trajectory, *, require_verified: bool = Fa
         if facts.status != "verified":
             raise unsupported_version(f"{facts.reasons[0] if facts.reasons else 'the version is not verified'} "
                                       "(--require-verified-version)")
-    if facts.status == "verified" or parsed.version == facts.tool_version:
+    if parsed.version == facts.tool_version or (facts.status == "verified" and parsed.version is not None):
         return parsed, facts
+    # an unverified version, or a verified format that names no version (Pi): read as the tool version
     return replace(parsed, version=facts.tool_version, versions=frozenset({facts.tool_version})), facts
 
 

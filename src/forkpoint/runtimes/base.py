@@ -100,10 +100,11 @@ def check_cross_version(agent: str, recorded: str, continuing: str) -> None:
     spec = agent_spec(agent)
     if continuing != recorded and continuing not in spec.cross_versions.get(recorded, ()):
         pairs = spec.cross_version_pairs()
+        measured = spec.refused_pairs.get(f"{recorded} -> {continuing}")
         raise ReplayError(
             ErrorKind.UNSUPPORTED_VERSION,
-            f"continuing a {agent} {recorded} recording with {continuing} is not verified; verified pairs: "
-            f"{', '.join(pairs) or 'none'}",
+            f"continuing a {agent} {recorded} recording with {continuing} is not verified"
+            f"{f' ({measured})' if measured else ''}; verified pairs: {', '.join(pairs) or 'none'}",
         )
     check_verified(agent, continuing)
 

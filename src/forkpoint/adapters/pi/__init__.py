@@ -1,4 +1,4 @@
-"""Pi adapter: Pi 0.83.0 event JSONL or v3 session in, rebuilt v3 session + the Pi SDK (Node runner) out."""
+"""Pi adapter: Pi 0.83.0 / 1.6.0 event JSONL or v3 session in, rebuilt v3 session + the Pi SDK (Node runner) out."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from forkpoint.adapters.base import AdapterBase
 from forkpoint.adapters.pi.parse import AGENT, parse_pi
-from forkpoint.adapters.pi.spec import SPEC, VERSION
+from forkpoint.adapters.pi.spec import FAMILY_SYSTEM, SPEC, VERSION, VERSION_1X
 from forkpoint.core.errors import unsupported_version
 from forkpoint.core.model import (
     FreshObservation,
@@ -26,21 +26,35 @@ if TYPE_CHECKING:
 
 
 
+def read_version(trajectory: Trajectory) -> str:
+    """The verified version an unversioned Pi recording is read as: that of its format family."""
+    return VERSION_1X if trajectory.native.family == FAMILY_SYSTEM else VERSION
+
+
 class PiAdapter(AdapterBase):
     spec = SPEC
     parser = staticmethod(parse_pi)
 
     def profile_for(self, trajectory: Trajectory) -> str:
-        """Pi recordings carry no agent version: the verified 0.83.0 profile. A call it cannot re-run is REFUSED
-        per call, so only a boundary whose batches hold one is refused (plan.check_call_policies)."""
-        if trajectory.version not in (None, VERSION):
-            raise unsupported_version(f"Pi {trajectory.version} is not a verified version (verified: {VERSION})")
-        return self.verified_versions[VERSION]
+        """Pi recordings carry no agent version: the verified profile of their format family. A call it cannot
+        re-run is REFUSED per call, so only a boundary whose batches hold one is refused (plan.check_call_policies)."""
+        if trajectory.version is None:
+            return self.verified_versions[read_version(trajectory)]
+        if trajectory.version not in self.verified_versions:
+            raise unsupported_version(f"Pi {trajectory.version} is not a verified version (verified: "
+                                      f"{', '.join(self.verified_versions)})")
+        return self.verified_versions[trajectory.version]
+
+    def format_family(self, trajectory: Trajectory) -> str:
+        return str(trajectory.native.family)
 
     def version_facts(self, trajectory: Trajectory) -> VersionFacts:
-        """A Pi session names no agent version: read with the verified profile, as before (docs/adapters/pi.md)."""
+        """A Pi session names no agent version: read with the verified profile of its format family (0.83.0 for
+        sessions without ``system`` messages, 1.6.0 for those with them; docs/adapters/pi.md)."""
         if trajectory.version is None:
-            return VersionFacts(None, "verified", self.spec.formats[0].name, VERSION, self.verified_versions[VERSION])
+            version = read_version(trajectory)
+            return VersionFacts(None, "verified", self.format_family(trajectory), version,
+                                self.verified_versions[version])
         return super().version_facts(trajectory)
 
     def write_prefix(self, plan: Plan, fresh: Mapping[str, FreshObservation] | None, out_dir: Path) -> NativePrefix:
@@ -58,7 +72,8 @@ class PiAdapter(AdapterBase):
         from forkpoint.adapters.pi.tools import PiToolExecutor
 
         tools = plan.trajectory.native.tools if plan is not None else DEFAULT_TOOLS
-        return PiToolExecutor(context, installed(), tools)
+        version = (plan.trajectory.version or read_version(plan.trajectory)) if plan is not None else VERSION
+        return PiToolExecutor(context, installed(version), tools)
 
     def normalise_observation(self, content: object) -> object:
         """Documented volatile part only: the random name of bash's full-output temp file."""
@@ -74,8 +89,8 @@ class PiAdapter(AdapterBase):
         from forkpoint.runtimes import resolve_entrypoint
 
         recorded_model(trajectory.native)  # refuses an API the resume profile was not verified with
-        target = resolve_entrypoint(AGENT, trajectory.version or VERSION, entrypoint)
-        from_entrypoint(target.entrypoint)
+        target = resolve_entrypoint(AGENT, trajectory.version or read_version(trajectory), entrypoint)
+        from_entrypoint(target.entrypoint, target.version)
         return target
 
     def hooks(self) -> PiHooks:

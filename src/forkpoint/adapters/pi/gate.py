@@ -1,4 +1,4 @@
-"""Pi 0.83.0's Chat Completions profile for the one chat gate, and its expected prefix (pure).
+"""Pi's Chat Completions profile for the one chat gate (0.83.0 and 1.6.0 alike), and its expected prefix (pure).
 
 Measured on the real package (docs/adapters/pi.md, tests/fixtures/pi/): with the recorded provider/model
 configured, the SDK sends ``messages`` = the system prompt, then the session's context converted by Pi's
@@ -14,6 +14,15 @@ thinking blocks, tool calls with parsed arguments, tool results as their joined 
 request's messages (``wire_message``) by the chat gate: count, per-message hashes, prefix hash (equal messages
 mean equal call ids, observations and boundary ids). The system prompt is not in the session, so it is not
 compared (its hash is a fact, and it must not change between requests).
+
+Pi 1.x (measured on 1.6.0) stores its prompt sections and tool loadout as a ``system`` message, the first message
+of the session: it sends it as the leading system message (not compared, as above), so the projection skips it.
+A later ``system`` message (a mid-conversation prompt update) would be sent in the conversation, where the gate
+refuses it (``wire_message``): forkpoint has not measured that shape.
+
+A rebuilt session holding a ``compaction`` entry is projected the way Pi builds its context from it
+(``context_messages``, after 1.6.0's buildContextEntries): the summary as one user message
+(``COMPACTION_SUMMARY_PREFIX`` + summary + suffix), the messages it keeps, then everything after it.
 """
 
 from __future__ import annotations
@@ -26,8 +35,31 @@ from forkpoint.bridge.protocols.openai_chat import ChatProfile, ExpectedChat, pa
 from forkpoint.core.model import JsonObject
 
 PROFILE_ID = "pi/0.83.0/openai-completions-sdk-v1"
+#: the envelope profile of each verified version (the same projection, measured on each)
+PROFILE_IDS = {"0.83.0": PROFILE_ID, "1.6.0": "pi/1.6.0/openai-completions-sdk-v1"}
 _REASONING_KEYS = ("reasoning_content", "reasoning", "reasoning_text")
 _SKIPPED_STOPS = frozenset({"error", "aborted"})
+#: how Pi 1.6.0 sends a compaction summary (dist/core/messages.js convertToLlm)
+COMPACTION_SUMMARY_PREFIX = ("The conversation history before this point was compacted into the following "
+                             "summary:\n\n<summary>\n")
+COMPACTION_SUMMARY_SUFFIX = "\n</summary>"
+
+
+def context_messages(entries: Sequence[JsonObject]) -> list[JsonObject]:
+    """The messages of a linear session Pi builds its context from: with a compaction, the latest one's summary
+    (a ``compactionSummary`` message), the messages from its ``firstKeptEntryId`` on (system messages skipped)
+    and every message after it; without one, every message."""
+    latest = max((i for i, e in enumerate(entries) if e.get("type") == "compaction"), default=None)
+    if latest is None:
+        return [e["message"] for e in entries if e.get("type") == "message"]
+    compaction = entries[latest]
+    out: list[JsonObject] = [{"role": "compactionSummary", "summary": compaction.get("summary")}]
+    kept = False
+    for entry in entries[:latest]:
+        kept = kept or entry.get("id") == compaction.get("firstKeptEntryId")
+        if kept and entry.get("type") == "message" and entry["message"].get("role") != "system":
+            out.append(entry["message"])
+    return out + [e["message"] for e in entries[latest + 1:] if e.get("type") == "message"]
 
 
 # -- projections -------------------------------------------------------------------------------------------------
@@ -43,7 +75,10 @@ def pi_projection(messages: Sequence[JsonObject]) -> list[JsonObject]:
     for message in messages:
         role = message.get("role")
         content = message.get("content")
-        if role == "user":
+        if role == "compactionSummary":
+            text = f"{COMPACTION_SUMMARY_PREFIX}{message.get('summary')}{COMPACTION_SUMMARY_SUFFIX}"
+            out.append({"role": "user", "content": [{"type": "text", "text": text}]})
+        elif role == "user":
             if isinstance(content, str):
                 out.append({"role": "user", "content": content})
             elif isinstance(content, list) and content:
@@ -102,13 +137,16 @@ def nonce_message(text: str) -> JsonObject:
 
 
 PROFILE = ChatProfile(agent="Pi", project=wire_message, system="optional", system_roles=("system", "developer"),
-                      nonce_message=nonce_message, verified=frozenset({PROFILE_ID}))
+                      nonce_message=nonce_message, verified=frozenset(PROFILE_IDS.values()))
 
 
 def expected_prefix(messages: Sequence[JsonObject], nonce: str | None, model: str | None = None,
-                    tools: Sequence[str] | None = None) -> ExpectedChat:
+                    tools: Sequence[str] | None = None, version: str = "0.83.0") -> ExpectedChat:
     """The conversation the first request must carry (``nonce``: the continuation uses ``prompt(NONCE)``)."""
     projected = pi_projection(messages)
     if not projected or projected[-1]["role"] != "tool":
         raise ValueError("a rebuilt Pi prefix must end with the tool results of its last batch")
-    return ExpectedChat.of(PROFILE_ID, projected, nonce=nonce, model=model, tools=tools)
+    profile = PROFILE_IDS.get(version)
+    if profile is None:
+        raise ValueError(f"Pi {version} has no verified resume envelope profile")
+    return ExpectedChat.of(profile, projected, nonce=nonce, model=model, tools=tools)

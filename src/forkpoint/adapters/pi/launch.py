@@ -1,4 +1,4 @@
-"""How the real Pi 0.83.0 continues the rebuilt session through its SDK (the Node runner): ``PiHooks`` for
+"""How the real Pi (0.83.0, 1.6.0) continues the rebuilt session through its SDK (the Node runner): ``PiHooks`` for
 forkpoint.adapters.kit.continuation.
 
 The rebuilt v3 session goes to ``<agent dir>/sessions/--<cwd>--/`` in an isolated agent dir under the state dir
@@ -19,7 +19,7 @@ import orjson
 
 from forkpoint.adapters.kit import continuation as shell
 from forkpoint.adapters.kit.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
-from forkpoint.adapters.pi.gate import expected_prefix
+from forkpoint.adapters.pi.gate import context_messages, expected_prefix
 from forkpoint.adapters.pi.parse import DEFAULT_TOOLS, PiNative, dumps, model_turns, parse_pi
 from forkpoint.adapters.pi.runtime import PiRuntime, from_entrypoint
 from forkpoint.adapters.pi.tools import _last_json_line, tool_environment
@@ -58,7 +58,7 @@ def recorded_model(native: PiNative) -> tuple[str, str]:
     if provider is None or model is None:
         raise ReplayError(ErrorKind.TRAJECTORY, "the Pi recording names no provider/model on its assistant messages")
     if api != API:
-        raise unsupported_version(f"the Pi recording used the {api!r} API; forkpoint continues Pi 0.83.0 through its "
+        raise unsupported_version(f"the Pi recording used the {api!r} API; forkpoint continues Pi through its "
                                   f"{API!r} provider only (the verified resume profile)")
     return provider, model
 
@@ -106,7 +106,7 @@ class PiHooks(AgentHooks[Installed]):
     def install(self, job: Job) -> Installed:
         native: PiNative = job.plan.trajectory.native
         provider, model = recorded_model(native)
-        runtime = from_entrypoint(job.settings.target.entrypoint)
+        runtime = from_entrypoint(job.settings.target.entrypoint, job.settings.target.version)
         cwd = job.sandbox.cwd
         rebuilt = job.prefix.path.read_bytes().splitlines()
         rebuilt[0] = dumps({**orjson.loads(rebuilt[0]), "cwd": cwd})  # Pi runs at the workspace
@@ -126,7 +126,8 @@ class PiHooks(AgentHooks[Installed]):
         from forkpoint.adapters.pi.gate import PROFILE
         from forkpoint.bridge.protocols.openai_chat import ChatGate
 
-        expected = expected_prefix(prefix_messages_of(state.rebuilt), state.nonce, state.model, state.native.tools)
+        context = context_messages([orjson.loads(line) for line in state.rebuilt])
+        expected = expected_prefix(context, state.nonce, state.model, state.native.tools, job.settings.target.version)
         return GateSpec(ChatGate(PROFILE, expected, job.boundary_prompt), expected.to_json())
 
     def launch(self, job: Job, state: Installed, bridge_url: str) -> LaunchSpec:

@@ -1,4 +1,5 @@
-"""Parse a Pi 0.83.0 recording into the neutral Trajectory (pure apart from reading the file).
+"""Parse a Pi recording (0.83.0, or 1.x with its ``system`` messages) into the neutral Trajectory (pure apart from
+reading the file).
 
 Two native inputs (measured on the real package, see docs/adapters/pi.md):
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ import orjson
 
 from forkpoint.adapters.kit.ids import UUID, check_id
 from forkpoint.adapters.kit.jsondoc import load_jsonl_object
+from forkpoint.adapters.pi.spec import FAMILY_PLAIN, FAMILY_SYSTEM
 from forkpoint.adapters.source import read_trajectory
 from forkpoint.core.errors import trajectory
 from forkpoint.core.fs import DEFAULT_MAX_INPUT_BYTES, is_blank, split_line_views
@@ -39,8 +41,19 @@ AGENT = "pi"
 PI_TOOLS = ("read", "bash", "edit", "write", "grep", "find", "ls")
 DEFAULT_TOOLS = PI_TOOLS[:4]
 #: session entry types that change what the model sees in ways the rebuild does not reproduce
-_CONTEXT_ENTRIES = frozenset({"compaction", "branch_summary", "custom_message"})
+_CONTEXT_ENTRIES = frozenset({"branch_summary", "custom_message", "context_edit"})
 _SKIPPED_STOPS = frozenset({"error", "aborted"})  # Pi never sends these assistant messages to the model
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """A compaction on the path: from it on, Pi's context is its summary, the messages from ``kept`` on (those
+    before it that it keeps) and what follows (session-manager.js buildContextEntries, 1.6.0)."""
+
+    position: int  # how many conversation messages precede it
+    where: str  # "line N" (session file) / "event line N" (event stream)
+    entry: JsonObject | None  # the session entry as recorded; None in an event stream (no entry ids to keep)
+    kept: int  # index of the first message it keeps (== position: none)
 
 
 @dataclass
@@ -56,6 +69,13 @@ class PiNative:
     batch_assistant: list[int] = field(default_factory=list)  # per batch: index of its assistant message
     batch_end: list[int] = field(default_factory=list)  # per complete batch: index of its last toolResult
     tools: tuple[str, ...] = DEFAULT_TOOLS  # the enabled tool set, as the recording shows it (enabled_tools)
+    tools_recorded: bool = False  # the set comes from the session's own ``system`` loadout (Pi 0.86.0 on)
+    compactions: list[Compaction] = field(default_factory=list)  # on the path, in order
+
+    @property
+    def family(self) -> str:
+        """Pi 0.86.0 on writes its prompt sections and tool loadout as ``system`` messages (FAMILY_SYSTEM)."""
+        return FAMILY_SYSTEM if any(m.get("role") == "system" for m in self.messages) else FAMILY_PLAIN
 
     def model_info(self) -> tuple[str | None, str | None, str | None]:
         """(provider, model id, api) of the first assistant message: what the continuation must configure."""
@@ -120,25 +140,30 @@ def _from_events(objects: list[tuple[int, JsonObject]], warnings: list[str]) -> 
     messages: list[JsonObject] = []
     turn_lines = [number for number, obj in objects if obj["type"] == "turn_end"]
     pending: JsonObject | None = None  # an assistant message_end not (yet) closed by its turn_end
+    compactions: list[Compaction] = []
     for number, obj in objects:
         kind = obj["type"]
         if kind == "message_end":
             message = obj.get("message")
             if not isinstance(message, dict):
                 raise trajectory(f"Pi message_end at line {number} has no message", line=number)
-            if message.get("role") == "user":
+            if message.get("role") in ("user", "system"):
                 messages.append(message)
             elif message.get("role") == "assistant":
                 pending = message
         elif kind == "turn_end":
             messages.extend(_turn_messages(obj, number, last=number == turn_lines[-1]))
             pending = None
+        elif kind == "compaction_end" and isinstance(obj.get("result"), dict):
+            compactions.append(Compaction(len(messages), f"event line {number}", None, len(messages)))
     if pending is not None:
         warnings.append("the recording ends inside a turn (an assistant message without its turn_end)")
         messages.append(pending)
     if not any(m.get("role") == "user" for m in messages):
         raise trajectory("Pi event trajectory has no native user message")
-    return PiNative("events", None, [], messages, [None] * len(messages))
+    native = PiNative("events", None, [], messages, [None] * len(messages))
+    native.compactions = compactions
+    return native
 
 
 def _turn_messages(event: JsonObject, number: int, *, last: bool) -> list[JsonObject]:
@@ -194,8 +219,11 @@ def _from_session(objects: list[tuple[int, JsonObject]], warnings: list[str]) ->
     messages: list[JsonObject] = []
     ids: list[str | None] = []
     times: list[str | None] = []
+    compactions: list[Compaction] = []
+    before: dict[str, int] = {}  # entry id -> how many messages precede it
     for number, obj in path:
         kind = obj["type"]
+        before[obj["id"]] = len(messages)
         if kind == "message":
             message = obj.get("message")
             if not isinstance(message, dict) or not isinstance(message.get("role"), str):
@@ -203,6 +231,9 @@ def _from_session(objects: list[tuple[int, JsonObject]], warnings: list[str]) ->
             messages.append(message)
             ids.append(obj["id"])
             times.append(_str(obj.get("timestamp")))
+        elif kind == "compaction":
+            kept = before.get(str(obj.get("firstKeptEntryId")), len(messages))  # not on the path: nothing kept
+            compactions.append(Compaction(len(messages), f"line {number}", obj, kept))
         elif kind in _CONTEXT_ENTRIES:
             raise trajectory(f"Pi session entry {kind!r} at line {number} changes the model context; forkpoint "
                              "rebuilds plain message histories only", line=number)
@@ -210,7 +241,9 @@ def _from_session(objects: list[tuple[int, JsonObject]], warnings: list[str]) ->
             settings.append(obj)
     if not any(m.get("role") == "user" for m in messages):
         raise trajectory("Pi session has no user message")
-    return PiNative("session", None, settings, messages, ids, times)
+    native = PiNative("session", None, settings, messages, ids, times)
+    native.compactions = compactions
+    return native
 
 
 # -- shared ----------------------------------------------------------------------------------------------------
@@ -280,10 +313,22 @@ def _build(path: Path, sha256: str, native: PiNative, warnings: list[str]) -> Tr
         index = cursor
     pairs = [pair for _, batch_pairs, _ in found for pair in batch_pairs]
     native.tools, conflicts = enabled_tools(pairs)
+    loadout = recorded_tools(messages)
+    if loadout is not None:
+        native.tools, native.tools_recorded = loadout, True
     for ordinal, (at, batch_pairs, complete) in enumerate(found, start=1):
-        tool_calls = tuple(_tool_call(call, result, conflicts) for call, result in batch_pairs)
+        compacted = next((c.where for c in native.compactions if c.position <= at and c.entry is None), None)
+        tool_calls = tuple(_compacted(_tool_call(call, result, conflicts), compacted) for call, result in batch_pairs)
         batches.append(Batch(ordinal, tool_calls, f"message:{at}", complete=complete))
-    if native.tools != DEFAULT_TOOLS:
+    if native.compactions:
+        where = ", ".join(c.where for c in native.compactions)
+        warnings.append(f"Pi compacted the context ({where}): " + (
+            "a boundary after a compaction is rebuilt with it (Pi's context is then its summary and the messages "
+            "it keeps), and holds only while the observations it summarised replay exactly"
+            if native.source_format == "session" else
+            "an event stream does not hold the compaction entries, so the batches after the first are refused; "
+            "the session file keeps them"))
+    if native.tools != DEFAULT_TOOLS and not native.tools_recorded:
         warnings.append(f"Pi does not record its enabled tools; the recording shows {','.join(native.tools)} "
                         "(the optional built-ins it ran, without the built-ins it rejected): replay and "
                         "continuation use that set")
@@ -293,7 +338,8 @@ def _build(path: Path, sha256: str, native: PiNative, warnings: list[str]) -> Tr
     if native.source_format == "events" and native.header is None:
         warnings.append("the event stream has no session header; the rebuilt session gets an id derived from "
                         "the recording's hash")
-    warnings.append("Pi recordings do not name the Pi version; they are read with the verified 0.83.0 profile")
+    warnings.append("Pi recordings do not name the Pi version; they are read with the verified profile of their "
+                    "format (0.83.0 without system messages, 1.6.0 with them)")
     return Trajectory.recorded(AGENT, None, path, sha256, session_id=session_id, cwd=_str(header.get("cwd")),
                                batches=batches, next_actions=next_actions, warnings=warnings, native=native)
 
@@ -320,6 +366,40 @@ def enabled_tools(pairs: list[tuple[JsonObject, JsonObject | None]]) -> tuple[tu
            and not is_not_found(str(call["name"]), result)}
     tools = tuple(t for t in PI_TOOLS if t not in rejected and (t in DEFAULT_TOOLS or t in ran))
     return tools, frozenset(rejected & ran)
+
+
+def recorded_tools(messages: list[JsonObject]) -> tuple[str, ...] | None:
+    """The tool loadout Pi 0.86.0 on records in its ``system`` messages (``toolsAdded`` / ``toolsRemoved``, applied
+    in order, as Pi restores them on resume), else None (older Pi records none)."""
+    names: list[str] = []
+    seen = False
+    for message in messages:
+        if message.get("role") != "system":
+            continue
+        for key, add in (("toolsAdded", True), ("toolsRemoved", False)):
+            listed = message.get(key)
+            if not isinstance(listed, list):
+                continue
+            seen = True
+            for tool in listed:
+                name = tool.get("name") if isinstance(tool, dict) else None
+                if not isinstance(name, str) or not name:
+                    raise trajectory(f"a Pi system message lists a tool in {key} without a name")
+                if name in names:
+                    names.remove(name)
+                if add:
+                    names.append(name)
+    return tuple(names) if seen else None
+
+
+def _compacted(call: ToolCall, where: str | None) -> ToolCall:
+    """A call made after a compaction seen only as an event: refused (its boundary's context holds a summary whose
+    session entry the event stream does not have)."""
+    if where is None or call.policy is CallPolicy.REFUSED:
+        return call
+    reason = (f"Pi compacted the context before this call (compaction at {where}): the event stream does not hold "
+              "the compaction entry a rebuilt session needs (replay the session file instead)")
+    return replace(call, policy=CallPolicy.REFUSED, policy_reason=reason)
 
 
 def _tool_call(call: JsonObject, result: JsonObject | None, conflicts: frozenset[str]) -> ToolCall:

@@ -1,11 +1,13 @@
-// forkpoint's Node runner for Pi (@earendil-works/pi-coding-agent 0.83.0), run with the runtime's own Node 22.
+// forkpoint's Node runner for Pi (@earendil-works/pi-coding-agent 0.83.0 and 1.6.0), run with the runtime's own
+// Node 22.
 //
 //   node runner.mjs tool      < {"runtime_root", "cwd", "tools", "call": {"id", "name", "arguments"}}
 //       Re-runs one historical call with Pi's OWN tool (createReadTool/createBashTool/createEditTool/
 //       createWriteTool/createGrepTool/createFindTool/createLsTool), exactly as Pi's agent loop does: a name
 //       outside the enabled ``tools`` gets the loop's own "Tool <name> not found" error result; otherwise
 //       prepareArguments, validateToolArguments, execute; a thrown error becomes
-//       {content:[{type:"text",text:message}], details:{}, isError:true}. Prints {"started":true} (flushed) right
+//       {content:[{type:"text",text:message}], details:{}, isError:true}; with ``flagged_errors`` (Pi 1.x's loop) a
+//       returned result whose isError is true is an error too. Prints {"started":true} (flushed) right
 //       before execute, so forkpoint knows whether an effect may have happened, then the reply as the last line.
 //   node runner.mjs continue  < {"runtime_root", "cwd", "session_file", "provider", "model", "prompt", "max_turns",
 //                                "events_path"}
@@ -81,6 +83,8 @@ async function runTool(request) {
     const args = ai.validateToolArguments(tool, { ...call, arguments: prepared });
     await emit(JSON.stringify({ started: true }) + "\n");
     result = await tool.execute(call.id, args, undefined, undefined);
+    // Pi 1.x's executePreparedToolCall: `isError: result.isError === true`; 0.83.0's: always false
+    isError = request.flagged_errors === true && result?.isError === true;
   } catch (error) {
     result = errorResult(error);
     isError = true;

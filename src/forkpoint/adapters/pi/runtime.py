@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from forkpoint.adapters.pi.spec import NPM, VERSION
+from forkpoint.adapters.pi.spec import NPM, SPEC, VERSION
 from forkpoint.core.errors import ErrorKind, ReplayError
 
 PACKAGE = NPM.package
@@ -30,8 +30,9 @@ class PiRuntime:
         return RUNNER
 
 
-def from_entrypoint(entrypoint: Path) -> PiRuntime:
-    """The runtime behind a ``forkpoint-bin/pi`` wrapper; refuses anything that is not such an install."""
+def from_entrypoint(entrypoint: Path, expected: str | None = None) -> PiRuntime:
+    """The runtime behind a ``forkpoint-bin/pi`` wrapper; refuses anything that is not such an install, and one
+    holding another package version than ``expected`` (the version whose tools and envelope were chosen)."""
     root = entrypoint.absolute().parent.parent
     node = root / NODE_BINARY
     manifest = root / "node_modules" / PACKAGE / "package.json"
@@ -47,18 +48,23 @@ def from_entrypoint(entrypoint: Path) -> PiRuntime:
     version = package.get("version")
     from forkpoint.runtimes import trial_release
 
-    if version != VERSION and (version is None or version != trial_release("pi", entrypoint)):
-        raise ReplayError(ErrorKind.UNSUPPORTED_VERSION,
-                          f"the Pi runtime at {root} holds {PACKAGE} {version}, verified: {VERSION}")
+    trying = trial_release("pi", entrypoint)
+    if version not in SPEC.versions and (version is None or version != trying):
+        raise ReplayError(ErrorKind.UNSUPPORTED_VERSION, f"the Pi runtime at {root} holds {PACKAGE} {version}, "
+                                                         f"verified: {', '.join(SPEC.versions)}")
+    if expected is not None and version != expected and version != trying:
+        raise ReplayError(ErrorKind.UNSUPPORTED_VERSION, f"the Pi runtime at {root} holds {PACKAGE} {version}, "
+                                                         f"not {expected}")
     return PiRuntime(root, node, str(version))
 
 
-def installed() -> PiRuntime:
-    """The installed verified runtime (tool replay needs Pi's own tools even without a continuation)."""
+def installed(version: str = VERSION) -> PiRuntime:
+    """The installed runtime of the verified ``version`` whose tool semantics re-run the calls (tool replay needs
+    Pi's own tools even without a continuation)."""
     from forkpoint.runtimes import find
 
-    runtime = find("pi", VERSION)
+    runtime = find("pi", version)
     if runtime is None:
-        raise ReplayError(ErrorKind.CONFIGURATION, f"Pi {VERSION} is not installed; run `forkpoint agents install "
-                                                   f"pi@{VERSION}` (Pi's own tools re-run the historical calls)")
-    return from_entrypoint(runtime.entrypoint)
+        raise ReplayError(ErrorKind.CONFIGURATION, f"Pi {version} is not installed; run `forkpoint agents install "
+                                                   f"pi@{version}` (Pi's own tools re-run the historical calls)")
+    return from_entrypoint(runtime.entrypoint, version)

@@ -6,6 +6,13 @@ the ``session`` header, the recorded ``model_change`` / ``thinking_level_change`
 one ``message`` entry per conversation message up to the last result of batch N, with the results of batches
 1..N replaced by the fresh ones (historical ones for the prepared prefix). Everything else of a message
 (assistant turns, user prompts, timestamps) is kept as recorded, so the wire request is the recorded one.
+
+A ``compaction`` entry (Pi 1.x) that precedes the cut is written where it was, as recorded (its
+``firstKeptEntryId`` names a recorded entry id, which the rebuild keeps): Pi then sends its summary and the messages
+it keeps, as it did while recording. The summary was written by the model from the historical observations of
+the messages it replaced, so with fresh observations the cut holds only while every one of those replays exactly
+(``check_summaries``); otherwise it is refused (divergence) rather than pairing a summary with a world it no
+longer describes.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from forkpoint.adapters.pi.parse import PiNative, dumps
+from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.hashing import sha256_hex
 from forkpoint.core.model import FreshObservation, JsonObject, Plan
 from forkpoint.core.results import write_atomic
@@ -46,6 +54,8 @@ def fresh_result(recorded: JsonObject, observation: FreshObservation) -> JsonObj
     if details is not None:
         result["details"] = details
     result["isError"] = observation.is_error
+    if "durationMs" in recorded:  # Pi 1.x stores how long the tool ran: the fresh run's time
+        result["durationMs"] = observation.duration_ms
     if "timestamp" in recorded:
         result["timestamp"] = recorded["timestamp"]
     return result
@@ -63,14 +73,47 @@ def session_lines(native: PiNative, session_id: str, cwd: str, messages: list[Js
         entry_id = _entry_id(setting.get("id"), session_id, f"setting:{position}", used)
         lines.append(dumps({**setting, "id": entry_id, "parentId": parent}))
         parent = entry_id
+    compactions = [c for c in native.compactions if c.entry is not None and c.position <= len(messages)]
+    for compaction in compactions:
+        used.add(str(compaction.entry["id"]) if compaction.entry else "")
     for index, message in enumerate(messages):
+        for compaction in (c for c in compactions if c.position == index):
+            lines.append(dumps({**(compaction.entry or {}), "parentId": parent}))
+            parent = str((compaction.entry or {})["id"])
         known = native.entry_ids[index] if index < len(native.entry_ids) else None
         entry_id = _entry_id(known, session_id, f"message:{index}", used)
         when = native.entry_times[index] if index < len(native.entry_times) else None
         lines.append(dumps({"type": "message", "id": entry_id, "parentId": parent,
                             "timestamp": when or _entry_time(message, stamp), "message": message}))
         parent = entry_id
+    for compaction in (c for c in compactions if c.position == len(messages)):  # right after the cut
+        lines.append(dumps({**(compaction.entry or {}), "parentId": parent}))
+        parent = str((compaction.entry or {})["id"])
     return lines
+
+
+def check_summaries(plan: Plan, fresh: Mapping[str, FreshObservation], messages: list[JsonObject]) -> None:
+    """Refuse a cut whose latest compaction summarised an observation that did not replay exactly."""
+    from forkpoint.adapters.pi.tools import normalize_volatile
+
+    native: PiNative = plan.trajectory.native
+    latest = next((c for c in reversed(native.compactions) if c.entry is not None and c.position <= len(messages)),
+                  None)
+    if latest is None:
+        return
+    calls = {call.call_id: call for call in plan.calls}
+    for message in messages[: latest.kept]:
+        call = calls.get(str(message.get("toolCallId"))) if message.get("role") == "toolResult" else None
+        observation = fresh.get(call.call_id) if call is not None else None
+        if call is None or observation is None or call.historical is None:
+            continue
+        if (normalize_volatile(observation.content), observation.is_error) != (
+                normalize_volatile(call.historical.content), call.historical.is_error):
+            raise ReplayError(ErrorKind.DIVERGENCE, f"the fresh observation of {call.name}({call.call_id}) differs "
+                                                    f"from the recorded one, which Pi's compaction at "
+                                                    f"{latest.where} summarised: the recorded summary no longer "
+                                                    "describes the replayed world, so this boundary cannot be "
+                                                    "rebuilt (choose one before the compaction)")
 
 
 def _entry_id(recorded: object, session_id: str, salt: str, used: set[str]) -> str:
@@ -107,7 +150,10 @@ def write_session(plan: Plan, fresh: Mapping[str, FreshObservation] | None, dest
     native: PiNative = plan.trajectory.native
     session_id = plan.trajectory.session_id or ""
     cwd = plan.trajectory.cwd or ""
-    data = b"".join(line + b"\n" for line in session_lines(native, session_id, cwd, prefix_messages(plan, fresh)))
+    messages = prefix_messages(plan, fresh)
+    if fresh is not None:
+        check_summaries(plan, fresh, messages)
+    data = b"".join(line + b"\n" for line in session_lines(native, session_id, cwd, messages))
     destination.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(destination, data)
     return sha256_hex(data)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -34,6 +35,24 @@ _TEMP_LOG = re.compile(r"pi-bash-[0-9A-Za-z]+\.log")
 MUTATING = frozenset({"bash", "edit", "write"})
 _STARTED = b'{"started":true}'
 _TAIL = 500
+
+
+@dataclass(frozen=True)
+class ToolProfile:
+    """How a verified Pi's agent loop turns a tool's answer into the stored result, where versions differ
+    (measured with ScriptedModel on the real packages; docs/adapters/pi.md). The tool texts themselves (1.x's
+    ``write`` answers ``Successfully wrote to P``, 0.83.0's ``Successfully wrote N bytes to P``) come from running
+    that version's own tools, so they need no entry here."""
+
+    #: a result the tool RETURNS with ``isError: true`` is an error (1.x's bash on a non-zero exit); 0.83.0 only
+    #: counts thrown errors
+    flagged_errors: bool
+    #: the stored toolResult carries ``durationMs`` (1.x)
+    records_duration: bool
+
+
+PROFILES = {"0.83.0": ToolProfile(flagged_errors=False, records_duration=False),
+            "1.6.0": ToolProfile(flagged_errors=True, records_duration=True)}
 
 
 def tool_environment(context: RunContext) -> dict[str, str]:
@@ -58,7 +77,9 @@ class PiToolExecutor:
         if call.name not in PI_TOOLS:
             raise ReplayError(ErrorKind.UNSUPPORTED_TOOL, f'Pi replay profile does not support tool "{call.name}"',
                               before_effect=True)
+        profile = PROFILES.get(self.runtime.version, PROFILES["1.6.0"])  # a release on trial: 1.x's loop
         request = {"runtime_root": str(self.runtime.root), "cwd": self.sandbox.cwd, "tools": list(self.tools),
+                   "flagged_errors": profile.flagged_errors,
                    "call": {"id": call.call_id, "name": call.name, "arguments": call.arguments}}
         self.context.home.mkdir(parents=True, exist_ok=True)
         result = self.sandbox.run(
