@@ -1,5 +1,5 @@
 """GitHub Copilot CLI adapter: a 1.0.102 session-state ``events.jsonl`` in, its tools re-run by the real binary,
-a rebuilt event log out (continuation: docs/adapters/copilot-cli.md says what is measured and what is missing)."""
+a rebuilt event log out and the real ``copilot --resume`` continued on its BYOK provider = the bridge."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING
 from forkpoint.adapters.base import AdapterBase
 from forkpoint.adapters.copilot_cli.parse import parse_copilot
 from forkpoint.adapters.copilot_cli.spec import SPEC
-from forkpoint.core.model import FreshObservation, NativePrefix, Plan, RunContext
+from forkpoint.core.model import FreshObservation, LaunchTarget, NativePrefix, Plan, RunContext, Trajectory
 
 if TYPE_CHECKING:
     from forkpoint.adapters.base import ToolExecutor
+    from forkpoint.adapters.copilot_cli.launch import CopilotHooks
 
 
 class CopilotCliAdapter(AdapterBase):
@@ -37,3 +38,14 @@ class CopilotCliAdapter(AdapterBase):
         from forkpoint.adapters.copilot_cli.tools import normalize_volatile
 
         return normalize_volatile(content)
+
+    def prepare_launch(self, trajectory: Trajectory, entrypoint: Path | None) -> LaunchTarget:
+        from forkpoint.adapters.copilot_cli.launch import recorded_model
+
+        recorded_model(trajectory.native)
+        return super().prepare_launch(trajectory, entrypoint)
+
+    def hooks(self) -> CopilotHooks:
+        from forkpoint.adapters.copilot_cli.launch import CopilotHooks
+
+        return CopilotHooks()

@@ -31,6 +31,4 @@ SPEC = AgentSpec(
     detection_priority=37,  # its session.start event is its own; asked after gemini-cli, before claude-code
     exporter="forkpoint.adapters.copilot_cli.messages:to_chat",
     version_field="session.start data.copilotVersion",
-    # continuation: measured possible (BYOK, offline) but not built yet; see docs/adapters/copilot-cli.md
-    continues=False,
 )
