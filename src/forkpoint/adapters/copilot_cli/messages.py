@@ -23,10 +23,10 @@ def to_chat(data: bytes) -> Conversation:
             event = orjson.loads(raw) if raw.strip() else None
         except orjson.JSONDecodeError:
             continue
-        payload = event.get("data") if isinstance(event, dict) else None
-        if not isinstance(payload, dict) or payload.get("parentToolCallId"):
+        if not isinstance(event, dict) or not isinstance(event.get("data"), dict) or event["data"].get(
+                "parentToolCallId"):
             continue
-        message = _message(str(event.get("type")), payload, conversation)
+        message = _message(str(event.get("type")), event["data"], conversation)
         if message is not None:
             conversation.messages.append(message)
     return conversation
@@ -34,8 +34,9 @@ def to_chat(data: bytes) -> Conversation:
 
 def _message(kind: str, data: dict[str, Any], conversation: Conversation) -> ChatMessage | None:
     if kind == "system.message" and isinstance(data.get("content"), str):
+        # logged after the first prompt, sent before it: the first one leads the conversation
         if not any(m.get("role") == "system" for m in conversation.messages):
-            return system(data["content"])
+            conversation.messages.insert(0, system(data["content"]))
         return None
     if kind == "user.message":
         text = data.get("transformedContent", data.get("content"))

@@ -44,7 +44,7 @@ def pkg_cache(entrypoint: Path) -> Path:
 
 def copilot_env(home: Path, base_url: str, model: str, entrypoint: Path) -> dict[str, str]:
     """No credentials, the isolated HOME, the model at ``base_url`` (loopback, BYOK, offline), every proxy at a
-    closed port."""
+    closed port, no V8 compile cache (the binary is a Node single executable: it would write one into TMPDIR)."""
     env = home_environment(sanitized_env(os.environ, strip_credentials=True), home)
     for name in list(env):
         if (name.startswith(("COPILOT_", "GH_", "GITHUB_", "OTEL_"))
@@ -56,5 +56,5 @@ def copilot_env(home: Path, base_url: str, model: str, entrypoint: Path) -> dict
                 "COPILOT_PKG_CACHE_HOME": str(pkg_cache(entrypoint)),
                 "HTTP_PROXY": PROXY_SINK, "HTTPS_PROXY": PROXY_SINK, "http_proxy": PROXY_SINK,
                 "https_proxy": PROXY_SINK, "NO_PROXY": "127.0.0.1,localhost,::1", "no_proxy": "127.0.0.1,localhost,::1",
-                "NO_COLOR": "1"})
+                "NO_COLOR": "1", "NODE_DISABLE_COMPILE_CACHE": "1"})
     return env
