@@ -26,6 +26,7 @@ SPEC = AgentSpec(
     native_format="copilot-cli/session-events-jsonl",
     # its BYOK provider (COPILOT_PROVIDER_BASE_URL, type "openai", wire API "completions") speaks Chat Completions
     protocol="openai-chat",
+    sandbox_features=frozenset({"local", "bwrap"}),
     sniff=sniff,
     formats=(FormatFamily("copilot-cli/session-events-jsonl", "1.0.102", None),),
     detection_priority=37,  # its session.start event is its own; asked after gemini-cli, before claude-code

@@ -13,6 +13,10 @@ carrying the tool result is answered with a final text, so the CLI ends. Request
 A run that ends without the completion event fails the call (before any effect unless the host had handed a
 changing tool its call: then the effect may have happened).
 
+Under ``--sandbox bwrap`` the CLI runs in the run's sandbox at the recorded cwd, its HOME and package cache
+writable, the runtime read-only, and reaches nothing but the host's port, relayed into its network namespace
+(``forkpoint.sandbox.forward``, as for Gemini CLI's and OpenCode's tool hosts).
+
 Each call is its own process, as in the recorded session (the bash tool's description: "Each command runs in a
 fresh process that starts in the session working directory"); the shell id counter therefore restarts at 0, so
 ``<shellId: N`` is the documented volatile part.
@@ -25,7 +29,8 @@ import secrets
 import threading
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import orjson
 from aiohttp import web
@@ -40,6 +45,9 @@ from forkpoint.core.model import FreshObservation, JsonObject, RunContext, ToolC
 from forkpoint.process.loop_thread import LoopThread
 from forkpoint.process.loopback import LoopbackSite
 from forkpoint.sandbox import local_sandbox, runtime_paths
+
+if TYPE_CHECKING:
+    from forkpoint.sandbox.forward import HostRelay
 
 PROMPT = "forkpoint-tool-replay"
 MODEL = "gpt-4.1"
@@ -144,6 +152,21 @@ class CopilotToolExecutor:
         self.entrypoint = entrypoint or installed_entrypoint()
         self.sandbox = context.sandbox or local_sandbox(context.workspace)
         self.host = ToolHost()
+        self._relay: HostRelay | None = None
+
+    def _confined(self, argv: list[str], url: str) -> tuple[list[str], tuple[Path, ...], bool]:
+        """The CLI's argv, what it reads and whether it shares the host's network: in a sandbox with its own
+        network namespace (bwrap) only the host's port is relayed in (one relay for every call)."""
+        readable = runtime_paths(self.entrypoint)
+        if not self.sandbox.private_network:
+            return argv, readable, True
+        if self._relay is None:
+            from forkpoint.sandbox.forward import HostRelay
+
+            port = urlsplit(url).port
+            assert port is not None
+            self._relay = HostRelay(port, self.context.state_dir)
+        return self._relay.wrap(self.sandbox.host_command(argv)), (*readable, *self._relay.readable), False
 
     def run(self, call: ToolCall) -> FreshObservation:
         url = self.host.start()
@@ -156,9 +179,10 @@ class CopilotToolExecutor:
         argv = [str(self.entrypoint), "--allow-all", "--no-auto-update", "--disable-client-telemetry",
                 "--no-custom-instructions", "--disable-builtin-mcps", "--no-ask-user", "-s",
                 f"--session-id={session_id}", "-p", PROMPT]
+        argv, readable, network = self._confined(argv, url)
         result = self.sandbox.run(argv, cwd=self.sandbox.cwd, env=copilot_env(home, url, MODEL, self.entrypoint),
-                                  timeout_s=DEFAULT_TIMEOUT_S + STARTUP_MARGIN_S, network=True,
-                                  writable=(home, cache), readable=runtime_paths(self.entrypoint),
+                                  timeout_s=DEFAULT_TIMEOUT_S + STARTUP_MARGIN_S, network=network,
+                                  writable=(home, cache), readable=readable,
                                   max_output_bytes=64 * 1024 * 1024, die_with_parent=True)
         handed = self.host.handed
         where = f"{call.name}({call.call_id})"
@@ -185,4 +209,6 @@ class CopilotToolExecutor:
                                 return_code=exit_code if isinstance(exit_code, int) else None, native=native)
 
     def close(self) -> None:
+        if self._relay is not None:
+            self._relay.close()
         self.host.close()
