@@ -16,6 +16,7 @@ prompt (regenerated on every start: fingerprinted, not compared), then the conve
 
 Call arguments are compared parsed (the CLI re-serialises them); ``__copilotMessageSource`` (the CLI's own label
 of the tool, sent along) and ``refusal: null`` are not part of the compared form, and no other key may appear.
+Every request measured carried the tools: a request without them is gated like any other (no helper exemption).
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ def nonce_envelope(message: Any, nonce: str) -> tuple[str, str] | None:
 
 
 PROFILE = ChatProfile(agent="Copilot CLI", project=wire_message, system="required", nonce_message=nonce_message,
-                      nonce_envelope=nonce_envelope, helpers_without_tools=True, verified=frozenset({PROFILE_ID}))
+                      nonce_envelope=nonce_envelope, verified=frozenset({PROFILE_ID}))
 
 
 def expected_prefix(events: Sequence[JsonObject], nonce: str | None, model: str | None = None) -> ExpectedChat:
