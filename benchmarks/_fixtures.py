@@ -37,6 +37,7 @@ SPECS: dict[str, Spec] = {
     "openhands": Spec("openhands", "trajectory.json", True),
     "swe-agent": Spec("swe_agent", "*.traj", False, constructed=True),
     "gemini-cli": Spec("gemini_cli", "session.jsonl", True),
+    "copilot-cli": Spec("copilot_cli", "session.jsonl", True),
 }
 ADAPTERS = tuple(SPECS)
 

@@ -17,6 +17,7 @@ from forkpoint.adapters import AGENT_NAMES, AGENTS, agent_spec, detection_order,
 from forkpoint.adapters.base import Adapter, AdapterBase
 from forkpoint.adapters.claude_code import ClaudeCodeAdapter
 from forkpoint.adapters.codex import CodexAdapter
+from forkpoint.adapters.copilot_cli import CopilotCliAdapter
 from forkpoint.adapters.detect import guess_agent_from_object
 from forkpoint.adapters.gemini_cli import GeminiCliAdapter
 from forkpoint.adapters.mini_swe_agent import MiniSweAgentAdapter
@@ -30,7 +31,8 @@ from forkpoint.core.protocols import PROTOCOLS, STUB_CHOICE, UPSTREAMS
 
 #: mypy checks that every adapter class satisfies the Adapter protocol (every hook, optional ones included)
 _CONFORMING: tuple[Adapter, ...] = (ClaudeCodeAdapter(), CodexAdapter(), OpenCodeAdapter(), PiAdapter(),
-                                    MiniSweAgentAdapter(), SweAgentAdapter(), OpenHandsAdapter(), GeminiCliAdapter())
+                                    MiniSweAgentAdapter(), SweAgentAdapter(), OpenHandsAdapter(), GeminiCliAdapter(),
+                                    CopilotCliAdapter())
 _VERSION = re.compile(r"\d+\.\d+\.\d+")
 
 
@@ -154,6 +156,6 @@ def test_an_agent_is_its_folder_and_one_registry_line(new_agent: str) -> None:
     assert convert is not None and convert(b"hello").messages == [{"role": "user", "content": "hello"}]
     replay = _unwrapped(every_help(build_parser("replay"))["replay"])
     assert _unwrapped(f"Agent name: {', '.join(AGENT_NAMES)}, {new_agent}.") in replay
-    assert _unwrapped(f"openhands, {new_agent}; OPENAI_API_KEY") in replay  # --upstream: the chat upstream's agents
-    assert _unwrapped(f"Chat Completions agents: opencode, pi, mini-swe-agent, swe-agent, openhands, {new_agent};") \
-        in replay
+    chat = ", ".join(n for n in AGENT_NAMES if agent_spec(n).protocol == "openai-chat")
+    assert _unwrapped(f"{chat}, {new_agent}; OPENAI_API_KEY") in replay  # --upstream: the chat upstream's agents
+    assert _unwrapped(f"Chat Completions agents: {chat}, {new_agent};") in replay

@@ -90,6 +90,7 @@ def test_unknown_agent_refused(cache: Path) -> None:
     ("v1.2.3-beta.1\n", "1.2.3-beta.1"),
     ("codex-cli 0.149.0\n", "0.149.0"),
     ("WARNING: proceeding, even though we could not create PATH aliases\ncodex-cli 0.171.0\n", "0.171.0"),
+    ("GitHub Copilot CLI 1.0.102.\nRun 'copilot update' to check for updates.\n", "1.0.102"),
 ])
 def test_parse_version_output(output: str, expected: str) -> None:
     assert npm.parse_version_output(output) == expected

@@ -28,6 +28,7 @@ AGENTS: dict[str, str] = {
     "swe-agent": "forkpoint.adapters.swe_agent.spec",
     "openhands": "forkpoint.adapters.openhands.spec",
     "gemini-cli": "forkpoint.adapters.gemini_cli.spec",
+    "copilot-cli": "forkpoint.adapters.copilot_cli.spec",
 }
 
 AGENT_NAMES: tuple[str, ...] = tuple(AGENTS)

@@ -133,11 +133,12 @@ def install(agent: str, version: str, spec: NpmPackage, staging: Path) -> dict[s
     return Runtime(agent, version, staging, entrypoint(staging, spec), now()).manifest()
 
 
-_VERSION_RE = re.compile(r"^\s*(?:codex-cli\s+)?v?(\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.\-]+)?)\b")
+_VERSION_RE = re.compile(r"^\s*(?:codex-cli\s+|GitHub Copilot CLI\s+)?v?(\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.\-]+)?)\b")
 
 
 def parse_version_output(output: str) -> str:
-    """``"2.1.220 (Claude Code)"`` / ``"codex-cli 0.149.0"`` -> the version; raises ValueError on anything else."""
+    """``"2.1.220 (Claude Code)"`` / ``"codex-cli 0.149.0"`` / ``"GitHub Copilot CLI 1.0.102."`` -> the version;
+    raises ValueError on anything else."""
     for line in output.splitlines():
         match = _VERSION_RE.match(line)
         if match:

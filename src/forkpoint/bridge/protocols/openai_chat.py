@@ -251,6 +251,10 @@ class ChatProfile:
     system_hash: Callable[[Any], str] = canonical_sha256
     #: the message the agent appends to carry the nonce (its text replaced by the boundary prompt, same shape)
     nonce_message: Callable[[str], JsonObject] | None = None
+    #: the agent wraps the nonce text in a volatile envelope of its own (Copilot CLI's ``<current_datetime>`` line):
+    #: ``(request message, nonce) -> (head, tail)``, the exact texts around the nonce when the message is the nonce
+    #: message in that envelope, else None; the boundary prompt gets the same head and tail
+    nonce_envelope: Callable[[Any, str], tuple[str, str] | None] | None = None
     forbidden: tuple[Forbidden, ...] = ()
     #: requests without tools are the agent's helper calls (title generation): forwarded, not a step
     helpers_without_tools: bool = False
@@ -387,7 +391,8 @@ class ChatGate(PrefixGate[ExpectedChat]):
             for rule in profile.forbidden:
                 if isinstance(message, dict) and rule.matches(message):
                     raise Refusal(f"messages[{index}] is {rule.reason}")
-        cleaned_tail = [] if prompt is None or profile.nonce_message is None else [profile.nonce_message(prompt)]
+        cleaned_tail = [] if prompt is None or profile.nonce_message is None else [
+            profile.nonce_message(self._wrapped(messages[end] if nonced else None, prompt))]
         cleaned = {**body, "messages": [*messages[:end], *cleaned_tail, *rest]}
         if expected.nonce is not None:  # the nonce message, its only place, is not in the cleaned copy
             refuse_nonce_in(cleaned_tail, expected.nonce)
@@ -439,7 +444,12 @@ class ChatGate(PrefixGate[ExpectedChat]):
         if nonce is None or shape is None:
             return None
         envelope = shape(nonce)
-        i = nonce_position([m if isinstance(m, dict) else {} for m in messages], lambda m: m == envelope,
+        wrapped = self.profile.nonce_envelope
+
+        def is_nonce(message: JsonObject) -> bool:
+            return message == envelope or (wrapped is not None and wrapped(message, nonce) is not None)
+
+        i = nonce_position([m if isinstance(m, dict) else {} for m in messages], is_nonce,
                            f"the resume nonce is not the exact content of a user message {_shape(envelope)}", facts)
         if first and i != len(messages) - 1:
             raise Refusal(f"messages[{i + 1}] ({describe(messages[i + 1])}) follows the resume nonce; the first "
@@ -448,6 +458,13 @@ class ChatGate(PrefixGate[ExpectedChat]):
         if not isinstance(before, dict) or before.get("role") != "tool":
             raise Refusal("the message before the resume nonce is not a tool result")
         return i
+
+
+    def _wrapped(self, nonce_message: Any, prompt: str) -> str:
+        """The boundary prompt in the envelope the agent put around the nonce (unchanged without one)."""
+        wrapped, nonce = self.profile.nonce_envelope, self.expected.nonce
+        parts = wrapped(nonce_message, nonce) if wrapped is not None and nonce is not None else None
+        return prompt if parts is None else f"{parts[0]}{prompt}{parts[1]}"
 
 
 def _shape(message: JsonObject) -> str:
