@@ -251,6 +251,9 @@ class ChatProfile:
     system_hash: Callable[[Any], str] = canonical_sha256
     #: the message the agent appends to carry the nonce (its text replaced by the boundary prompt, same shape)
     nonce_message: Callable[[str], JsonObject] | None = None
+    #: (request message, nonce message) -> whether the request message carries the nonce; None: equality (an agent
+    #: that puts its own regenerated context in front of the prompt, e.g. Qwen Code's date reminder, says how)
+    nonce_matches: Callable[[JsonObject, JsonObject], bool] | None = None
     forbidden: tuple[Forbidden, ...] = ()
     #: requests without tools are the agent's helper calls (title generation): forwarded, not a step
     helpers_without_tools: bool = False
@@ -439,7 +442,12 @@ class ChatGate(PrefixGate[ExpectedChat]):
         if nonce is None or shape is None:
             return None
         envelope = shape(nonce)
-        i = nonce_position([m if isinstance(m, dict) else {} for m in messages], lambda m: m == envelope,
+        matches = self.profile.nonce_matches
+
+        def is_nonce(message: JsonObject) -> bool:
+            return matches(message, envelope) if matches is not None else message == envelope
+
+        i = nonce_position([m if isinstance(m, dict) else {} for m in messages], is_nonce,
                            f"the resume nonce is not the exact content of a user message {_shape(envelope)}", facts)
         if first and i != len(messages) - 1:
             raise Refusal(f"messages[{i + 1}] ({describe(messages[i + 1])}) follows the resume nonce; the first "
