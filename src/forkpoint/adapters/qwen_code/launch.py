@@ -104,22 +104,49 @@ class QwenHooks(AgentHooks[Installed]):
             raise ReplayError(ErrorKind.CONTINUATION, "Qwen Code changed the rebuilt prefix of the session it "
                                                       "continued (the continued file does not start with it)")
         prompt = job.boundary_prompt
-        restored = data.replace(job.nonce.encode(), orjson.dumps(prompt)[1:-1]) if prompt else data
         path = job.continued_dir / state.session_file.name
-        write_atomic(path, restored)
+        write_atomic(path, restore_prompt(data, len(state.data), job.nonce, prompt))
         try:
             parsed = parse_qwen(path)
         except ReplayError as error:
             raise shell.reparse_error("Qwen Code session", error) from None
         records = parsed.native.records
-        marker = prompt if prompt else job.nonce
-        start = next((i for i in range(len(records) - 1, len(state.rebuilt) - 1, -1)
-                      if records[i].get("type") == "user" and _text(records[i]) == marker), None)
-        if start is None:
-            raise ReplayError(ErrorKind.CONTINUATION, "the continued Qwen Code session holds no resume prompt")
+        start = len(state.rebuilt) - 1
+        if prompt:
+            start = next((i for i in range(len(records) - 1, start, -1)
+                          if records[i].get("type") == "user" and _text(records[i]) == prompt), -1)
+            if start < 0:
+                raise ReplayError(ErrorKind.CONTINUATION, "the continued Qwen Code session holds no resume prompt")
         turns = [i for i in model_turns(records) if i > start]
         next_action = signature(records[turns[0]]) if turns else None
         return Collected(path, len(turns), next_action, {"max_steps_reported": summary.budget_reached})
+
+
+def restore_prompt(data: bytes, prefix_bytes: int, nonce: str, prompt: str | None) -> bytes:
+    """The continued file as the model saw it: the nonce replaced by the boundary prompt, or, without one, the
+    nonce's user record removed and the chain relinked over it (the model never saw it). Anything else that
+    carries the nonce means the CLI used it in a way the gate did not see: refused."""
+    if prompt:
+        return data.replace(nonce.encode(), orjson.dumps(prompt)[1:-1])
+    kept: list[bytes] = []
+    relinked: dict[str, Any] = {}
+    for line in data[prefix_bytes:].splitlines():
+        if not line.strip():
+            continue
+        record = orjson.loads(line)
+        if not isinstance(record, dict):
+            raise ReplayError(ErrorKind.CONTINUATION, "the continued Qwen Code session holds a non-object line")
+        if record.get("type") == "user" and _text(record) == nonce:
+            relinked[str(record.get("uuid"))] = relinked.get(str(record.get("parentUuid")), record.get("parentUuid"))
+            continue
+        if nonce.encode() in line:
+            raise ReplayError(ErrorKind.CONTINUATION, f"the continued Qwen Code session carries the resume nonce in "
+                                                      f"a {record.get('type')!r} record")
+        if str(record.get("parentUuid")) in relinked:
+            record["parentUuid"] = relinked[str(record["parentUuid"])]
+            line = orjson.dumps(record)
+        kept.append(line + b"\n")
+    return data[:prefix_bytes] + b"".join(kept)
 
 
 def _text(record: JsonObject) -> str:
