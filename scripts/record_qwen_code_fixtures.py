@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Record a REAL Qwen Code 0.24.4 run against ScriptedModel as a test fixture.
 
-    PYTHONPATH=src python scripts/record_qwen_code_fixtures.py
+    PYTHONPATH=src python scripts/record_qwen_code_fixtures.py [SCENARIO ...]
 
 Needs `forkpoint agents install qwen-code@0.24.4`. Writes tests/fixtures/qwen_code/0.24.4/<scenario>/:
 session.jsonl (the chat recording the CLI wrote under ~/.qwen/projects/<sanitised cwd>/chats/), requests.jsonl (what
@@ -25,6 +25,7 @@ from typing import Any
 from forkpoint import runtimes
 from forkpoint.adapters.qwen_code.parse import parse_qwen
 from forkpoint.adapters.qwen_code.runtime import SETTINGS, project_dir
+from forkpoint.testing.script import thinking
 from forkpoint.testing.scripted_model import ScriptedModel, text, tool_use
 
 REPO = Path(__file__).resolve().parent.parent
@@ -50,6 +51,18 @@ SCENARIOS: dict[str, dict[str, Any]] = {
             [text("Done: notes written and the greeting fixed.")],
         ],
         "resume_after": 3,
+    },
+    # thought parts (Qwen models reason): stored as ``{text, thought: true}``, sent back as ``reasoning_content``
+    "thinking": {
+        "prompt": "Think, then look around.",
+        "files": {"greet.py": "print('hi')\n"},
+        "turns": [
+            [thinking("Let me look at the files first."), text("Looking."),
+             tool_use("run_shell_command", {"command": "ls", "description": "list"})],
+            [thinking("Now the greeting."), tool_use("read_file", {"file_path": f"{REC_ROOT}/thinking/greet.py"})],
+            [text("It prints hi.")],
+        ],
+        "resume_after": 2,
     },
 }
 
@@ -129,5 +142,7 @@ def resume(out: Path, cwd: Path, home: Path, entrypoint: Path, after: int) -> No
 
 
 if __name__ == "__main__":
-    for scenario_name, scenario in SCENARIOS.items():
-        record(scenario_name, scenario)
+    import sys
+
+    for scenario_name in sys.argv[1:] or SCENARIOS:  # names given: only those scenarios
+        record(scenario_name, SCENARIOS[scenario_name])

@@ -7,8 +7,10 @@ after ``qwen --resume <id> -p NONCE`` the first request's ``messages`` are
 * the session's ``user`` / ``assistant`` / ``tool_result`` records converted to Chat: a user record's text parts
   as ``[{type: text, text}]``, the FIRST user message preceded by the CLI's regenerated ``<system-reminder>`` parts
   (skills list, environment context with a fresh directory listing, the deferred-tool list); an assistant record
-  as ``{content: text | null, tool_calls}``; each tool_result as ``{role: tool, tool_call_id, content: [text]}``
-  (the response's ``output``, or its ``error`` text);
+  as ``{content: text | null, tool_calls}``, its thought parts as ``reasoning_content`` (and the same text as
+  ``reasoning``; measured with one thought part per turn: more are assumed joined without a separator, and a
+  different join is refused, not accepted); each tool_result as ``{role: tool, tool_call_id, content: [text]}`` (the
+  response's ``output``, or its ``error`` text);
 * the ``-p`` prompt as a user message ``[<system-reminder> the current date </system-reminder>, NONCE]``: the
   nonce the gate removes (or replaces by the boundary prompt), reminders included.
 
@@ -60,7 +62,10 @@ def qwen_projection(records: Sequence[JsonObject]) -> list[JsonObject]:
             calls = [{"id": p["functionCall"].get("id"), "name": p["functionCall"].get("name"),
                       "arguments": p["functionCall"].get("args")}
                      for p in items if isinstance(p, dict) and isinstance(p.get("functionCall"), dict)]
-            out.append({"role": "assistant", "content": text or None, "tool_calls": calls})
+            thoughts = "".join(str(p["text"]) for p in items if isinstance(p, dict) and p.get("thought")
+                               and isinstance(p.get("text"), str))
+            out.append({"role": "assistant", "content": text or None, "reasoning": thoughts or None,
+                        "tool_calls": calls})
         elif kind == "tool_result":
             response = response_of(record) or {}
             out.append({"role": "tool", "tool_call_id": response.get("id"),
@@ -88,7 +93,11 @@ def wire_message(message: Any, index: int) -> JsonObject:
         if not isinstance(function, dict):
             raise Refusal(f"messages[{index}] has a tool call that is not a function call")
         calls.append({"id": parsed.get("id"), "name": function.get("name"), "arguments": function.get("arguments")})
-    return {"role": "assistant", "content": content if content else None, "tool_calls": calls}
+    reasoning = message.get("reasoning_content")
+    if message.get("reasoning", reasoning) != reasoning:
+        raise Refusal(f"messages[{index}] carries two different reasonings (reasoning, reasoning_content)")
+    return {"role": "assistant", "content": content if content else None, "reasoning": reasoning or None,
+            "tool_calls": calls}
 
 
 def nonce_message(text: str) -> JsonObject:
