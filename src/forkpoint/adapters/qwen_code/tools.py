@@ -12,7 +12,9 @@ request is the signal, and the recorded response is the fresh observation (the w
 ``close`` answers with a final text, so the CLI ends; anything left is ended by the supervised process group.
 
 A call the CLI does not answer fails (before any effect unless a changing tool was handed over). The CLI runs in the
-run's sandbox (``--sandbox local`` only for now), at the cwd the tools see, its HOME writable, the runtime read-only.
+run's sandbox, at the cwd the tools see (under bwrap the recorded cwd, the workspace mounted there), its HOME
+writable and the runtime read-only; a sandbox with its own network namespace gets nothing but the host's port,
+relayed into it like the bridge for a continued agent (``forkpoint.sandbox.forward``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import orjson
 from aiohttp import web
@@ -39,6 +42,9 @@ from forkpoint.process import ProcessResult
 from forkpoint.process.loop_thread import LoopThread
 from forkpoint.process.loopback import LoopbackSite
 from forkpoint.sandbox import local_sandbox, runtime_paths
+
+if TYPE_CHECKING:
+    from forkpoint.sandbox.forward import HostRelay
 
 PROMPT = "forkpoint-tool-replay"
 MODEL = "qwen3-coder-plus"
@@ -100,14 +106,12 @@ class ToolHost:
 
 class QwenToolExecutor:
     def __init__(self, context: RunContext, entrypoint: Path | None = None) -> None:
-        if context.sandbox is not None and context.sandbox.private_network:
-            raise ReplayError(ErrorKind.CONFIGURATION, "Qwen Code's tool replay runs under --sandbox local only "
-                                                       "(bwrap is not wired for this agent yet)")
         self.context = context
         self.entrypoint = entrypoint or installed_entrypoint()
         self.sandbox = context.sandbox or local_sandbox(context.workspace)
         self.host = ToolHost()
         self.session_id = str(uuid.uuid4())
+        self._relay: HostRelay | None = None
         self._thread: threading.Thread | None = None
         self._result: ProcessResult | None = None
         self._error: BaseException | None = None
@@ -118,13 +122,22 @@ class QwenToolExecutor:
         argv = [str(self.entrypoint), "--yolo", "--auth-type", "openai", "-m", MODEL, "-o", "json",
                 "--session-id", self.session_id, "-p", PROMPT]
         env, sandbox = qwen_env(self.context.home, url), self.sandbox
+        readable, network = runtime_paths(self.entrypoint), True
+        if sandbox.private_network:
+            # no network in the sandbox but the tool host's port, relayed in (as for the continued agent)
+            from forkpoint.sandbox.forward import HostRelay
+
+            port = urlsplit(url).port
+            assert port is not None
+            self._relay = HostRelay(port, self.context.state_dir)
+            argv = self._relay.wrap(sandbox.host_command(argv))
+            readable, network = (*readable, *self._relay.readable), False
         self.context.logs.mkdir(parents=True, exist_ok=True)
 
         def run() -> None:
             try:
                 self._result = sandbox.run(argv, cwd=sandbox.cwd, env=env, timeout_s=24 * 3600.0, grace_s=2.0,
-                                           network=True, writable=(self.context.home,),
-                                           readable=runtime_paths(self.entrypoint),
+                                           network=network, writable=(self.context.home,), readable=readable,
                                            log_path=self.context.logs / "qwen-code-tools.log", die_with_parent=True)
             except BaseException as error:  # surfaced by the next call / close
                 self._error = error
@@ -203,4 +216,6 @@ class QwenToolExecutor:
         self.host.calls.put(None)
         if self._thread is not None:
             self._thread.join(30.0)
+        if self._relay is not None:
+            self._relay.close()
         self.host.close()
