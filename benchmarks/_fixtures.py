@@ -37,6 +37,7 @@ SPECS: dict[str, Spec] = {
     "openhands": Spec("openhands", "trajectory.json", True),
     "swe-agent": Spec("swe_agent", "*.traj", False, constructed=True),
     "gemini-cli": Spec("gemini_cli", "session.jsonl", True),
+    "qwen-code": Spec("qwen_code", "session.jsonl", True),
 }
 ADAPTERS = tuple(SPECS)
 
