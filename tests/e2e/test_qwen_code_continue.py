@@ -9,6 +9,8 @@ the nonce or the CLI's date reminder, and the real CLI must execute the scripted
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -32,8 +34,18 @@ def _runtime(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
 
 
+def test_inspect_detects_qwen_code_and_names_its_verified_version() -> None:
+    done = subprocess.run([sys.executable, "-m", "forkpoint.cli", "inspect", "--json", str(FIXTURE / "session.jsonl")],
+                          capture_output=True, timeout=120, check=True)
+    document = json.loads(done.stdout)
+    assert document["agent"] == "qwen-code" and document["recorded_version_status"] == "verified"
+    assert document["cwd"] == CWD and document["complete_batches"] == 6
+
+
 def test_replay_only_re_runs_every_call_with_the_cli_and_matches_exactly(tmp_path: Path) -> None:
-    result = replay_recording(FIXTURE, tmp_path, agent="qwen-code", trajectory="session.jsonl", after=6,
+    """Through batch 4: the edit after batch 3's read_file succeeds only when one CLI process runs both (0.24.4's
+    edit refuses a file not read in the same session)."""
+    result = replay_recording(FIXTURE, tmp_path, agent="qwen-code", trajectory="session.jsonl", after=4,
                               replay_only=True)
     document = result.to_json()
     assert document["failure"] is None, document["failure"]
