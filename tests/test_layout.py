@@ -36,8 +36,6 @@ EXCEPTIONS = {
     "adapters/qwen_code/spec.py": _SPEC,
     "adapters/qwen_code/__init__.py": _ADAPTER_INIT,
     "adapters/qwen_code/runtime.py": "the HOME and env the real CLI runs in: tests/e2e/test_qwen_code_continue.py",
-    "adapters/qwen_code/launch.py": "starts the real CLI: tests/e2e/test_qwen_code_continue.py",
-    "adapters/qwen_code/tools.py": "runs the real CLI's tools: tests/e2e/test_qwen_code_continue.py (replay-only)",
     "testing/scripted_gemini.py": "tests/bridge/protocols/test_gemini.py (ScriptedModel behind the bridge) and e2e",
     "adapters/swe_agent/spec.py": _SPEC,
     "adapters/claude_code/calibrate.py": "runs the real release: tests/e2e/test_calibrate.py",
