@@ -38,6 +38,7 @@ SPECS: dict[str, Spec] = {
     "swe-agent": Spec("swe_agent", "*.traj", False, constructed=True),
     "gemini-cli": Spec("gemini_cli", "session.jsonl", True),
     "copilot-cli": Spec("copilot_cli", "session.jsonl", True),
+    "qwen-code": Spec("qwen_code", "session.jsonl", True),
 }
 ADAPTERS = tuple(SPECS)
 

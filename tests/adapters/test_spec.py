@@ -24,6 +24,7 @@ from forkpoint.adapters.mini_swe_agent import MiniSweAgentAdapter
 from forkpoint.adapters.opencode import OpenCodeAdapter
 from forkpoint.adapters.openhands import OpenHandsAdapter
 from forkpoint.adapters.pi import PiAdapter
+from forkpoint.adapters.qwen_code import QwenCodeAdapter
 from forkpoint.adapters.spec import AgentSpec, NpmPackage, PythonPackage
 from forkpoint.adapters.swe_agent import SweAgentAdapter
 from forkpoint.core.errors import ErrorKind, ReplayError
@@ -32,7 +33,7 @@ from forkpoint.core.protocols import PROTOCOLS, STUB_CHOICE, UPSTREAMS
 #: mypy checks that every adapter class satisfies the Adapter protocol (every hook, optional ones included)
 _CONFORMING: tuple[Adapter, ...] = (ClaudeCodeAdapter(), CodexAdapter(), OpenCodeAdapter(), PiAdapter(),
                                     MiniSweAgentAdapter(), SweAgentAdapter(), OpenHandsAdapter(), GeminiCliAdapter(),
-                                    CopilotCliAdapter())
+                                    CopilotCliAdapter(), QwenCodeAdapter())
 _VERSION = re.compile(r"\d+\.\d+\.\d+")
 
 

@@ -34,6 +34,8 @@ SESSION_IDS: dict[str, tuple[str, str, str]] = {
     "codex": ("codex/0.171.0/exec_basic/rollout.jsonl", "recording.jsonl", "session_meta.id"),
     "opencode": ("opencode/1.18.33/bash_basic/export.json", "export.json", "session id"),
     "pi": ("pi/0.83.0/single_bash/session.jsonl", "session.jsonl", "session header id"),
+    # the id names the rebuilt ``<id>.jsonl`` and the ``--resume`` argument
+    "qwen-code": ("qwen_code/0.24.4/tools/session.jsonl", "session.jsonl", "session id"),
 }
 EVERY_AGENT: dict[str, str] = {
     **{agent: fixture for agent, (fixture, _, _) in SESSION_IDS.items()},
@@ -77,6 +79,8 @@ def session_id_of(agent: str, text: str) -> str:
         return str(first["payload"]["id"])
     if agent == "opencode":
         return str(first["info"]["id"])
+    if agent == "qwen-code":
+        return str(first["sessionId"])
     return str(first["id"])  # pi: the session header
 
 

@@ -29,6 +29,7 @@ AGENTS: dict[str, str] = {
     "openhands": "forkpoint.adapters.openhands.spec",
     "gemini-cli": "forkpoint.adapters.gemini_cli.spec",
     "copilot-cli": "forkpoint.adapters.copilot_cli.spec",
+    "qwen-code": "forkpoint.adapters.qwen_code.spec",
 }
 
 AGENT_NAMES: tuple[str, ...] = tuple(AGENTS)

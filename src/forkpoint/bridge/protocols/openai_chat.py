@@ -255,6 +255,9 @@ class ChatProfile:
     #: ``(request message, nonce) -> (head, tail)``, the exact texts around the nonce when the message is the nonce
     #: message in that envelope, else None; the boundary prompt gets the same head and tail
     nonce_envelope: Callable[[Any, str], tuple[str, str] | None] | None = None
+    #: (request message, nonce message) -> whether the request message carries the nonce; None: equality (an agent
+    #: that puts its own regenerated context in front of the prompt, e.g. Qwen Code's date reminder, says how)
+    nonce_matches: Callable[[JsonObject, JsonObject], bool] | None = None
     forbidden: tuple[Forbidden, ...] = ()
     #: requests without tools are the agent's helper calls (title generation): forwarded, not a step
     helpers_without_tools: bool = False
@@ -445,8 +448,11 @@ class ChatGate(PrefixGate[ExpectedChat]):
             return None
         envelope = shape(nonce)
         wrapped = self.profile.nonce_envelope
+        matches = self.profile.nonce_matches
 
         def is_nonce(message: JsonObject) -> bool:
+            if matches is not None:
+                return matches(message, envelope)
             return message == envelope or (wrapped is not None and wrapped(message, nonce) is not None)
 
         i = nonce_position([m if isinstance(m, dict) else {} for m in messages], is_nonce,
