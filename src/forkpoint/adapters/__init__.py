@@ -28,6 +28,7 @@ AGENTS: dict[str, str] = {
     "swe-agent": "forkpoint.adapters.swe_agent.spec",
     "openhands": "forkpoint.adapters.openhands.spec",
     "gemini-cli": "forkpoint.adapters.gemini_cli.spec",
+    "openhands-sdk": "forkpoint.adapters.openhands_sdk.spec",
 }
 
 AGENT_NAMES: tuple[str, ...] = tuple(AGENTS)
