@@ -29,13 +29,13 @@ import orjson
 from forkpoint.adapters.kit.ids import UUID
 from forkpoint.adapters.kit.jsondoc import as_object, as_text, load_json_document, loads_record
 from forkpoint.adapters.openhands_sdk.format import OBSERVATION_KINDS, is_error, model_text
+from forkpoint.adapters.openhands_sdk.spec import BUNDLE
 from forkpoint.core.errors import trajectory
 from forkpoint.core.fs import DEFAULT_MAX_INPUT_BYTES, InputTooLargeError, NotRegularFileError, read_file_strict
 from forkpoint.core.hashing import sha256_hex
 from forkpoint.core.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
 
 AGENT = "openhands-sdk"
-BUNDLE = "forkpoint.openhands-sdk-conversation/v1"
 BASE_STATE = "base_state.json"
 EVENTS_DIR = "events"
 #: openhands.sdk.conversation.persistence_const.EVENT_NAME_RE (ids are uuid4 strings; 64 bounds a hostile one)

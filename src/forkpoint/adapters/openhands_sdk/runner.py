@@ -20,7 +20,8 @@ Protocol ``forkpoint.openhands-sdk-runner/v1`` (docs/adapters/openhands-sdk.md).
      "out": "/abs/out.json",                 # replay: fresh events; record/continue: the conversation bundle
      "result": "/abs/result.json"}
 
-RESULT: {"schema", "mode", "execution_status", "events", "error", "traceback"}.
+RESULT: {"schema", "mode", "execution_status", "events", "run_error", "error_codes", "error", "traceback"}
+(``run_error``: ``run()`` raised, the conversation is still written; ``error``: the runner itself failed).
 
 ``replay`` re-runs each recorded ActionEvent with the SDK's own tool (``Agent._execute_action_event``: the same
 executor a live step uses) in a scratch conversation on the workspace; the model is never called. ``continue``
@@ -117,11 +118,18 @@ def _run(request: dict[str, Any]) -> dict[str, Any]:
             conversation.send_message(request["task"])
         elif request.get("boundary_prompt_env"):
             conversation.send_message(os.environ[request["boundary_prompt_env"]])
-        conversation.run()
+        run_error = None
+        try:
+            conversation.run()
+        except Exception as error:  # the conversation is kept (and reported): e.g. the bridge's step budget
+            run_error = f"{type(error).__name__}: {error}"[:4000]
+        codes = [str(getattr(e, "code", "")) for e in conversation.state.events
+                 if type(e).__name__ == "ConversationErrorEvent"]
         status = str(getattr(conversation.state.execution_status, "value", conversation.state.execution_status))
         bundle = _bundle(conversation)
         Path(request["out"]).write_text(json.dumps(bundle), "utf-8")
-        return {"execution_status": status, "events": len(bundle["events"])}
+        return {"execution_status": status, "events": len(bundle["events"]), "run_error": run_error,
+                "error_codes": codes}
     finally:
         conversation.close()
 

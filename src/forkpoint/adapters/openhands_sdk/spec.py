@@ -7,9 +7,16 @@ from forkpoint.adapters.spec import AgentSpec, FormatFamily, PythonPackage
 VERSION = "1.58.2"
 
 
+#: forkpoint's bundle of one SDK conversation (the prefixes and continued conversations it writes)
+BUNDLE = "forkpoint.openhands-sdk-conversation/v1"
+
+
 def sniff(value: object) -> bool:
-    """A V1 conversation export: an object with the SDK's event ``kind`` list (see parse.py)."""
-    return isinstance(value, dict) and value.get("format") == "openhands-sdk/conversation-dir"
+    """A conversation's ``base_state.json`` (its agent, workspace and persistence dir), or forkpoint's bundle."""
+    if not isinstance(value, dict):
+        return False
+    return value.get("schema") == BUNDLE or (isinstance(value.get("agent"), dict) and "persistence_dir" in value
+                                             and isinstance(value.get("workspace"), dict))
 
 
 SPEC = AgentSpec(
@@ -23,7 +30,7 @@ SPEC = AgentSpec(
     sniff=sniff,
     detection_priority=75,
     exporter="forkpoint.adapters.openhands_sdk.messages:to_chat",
-    version_field="the SDK version forkpoint records beside the conversation",
+    version_field="no field: a persisted SDK conversation names no SDK version",
     formats=(FormatFamily("openhands-sdk/v1-event-log", VERSION, VERSION),),
     sandbox_features=frozenset({"local"}),
 )

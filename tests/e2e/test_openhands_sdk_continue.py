@@ -1,0 +1,72 @@
+"""End to end with the REAL OpenHands SDK 1.58.2 (its own venv, forkpoint's companion runner): inspect, prepare,
+replay and continue.
+
+ScriptedModel plays the model upstream (the only stand-in). A recorded conversation is replayed in a fresh
+workspace at the recorded path: the SDK's own tools re-run batches 1..N (runner.py ``replay``), every fresh
+observation must equal the historical one as the model reads it (no normalisation needed: the fixtures' outputs
+are deterministic), the SDK resumes the rebuilt conversation from its persistence dir, its first request must pass
+the gate, and it finishes the scripted task. Negative case: a tampered prefix is refused with nothing forwarded.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forkpoint import runtimes
+from forkpoint.adapters.openhands_sdk import session
+from forkpoint.adapters.openhands_sdk.parse import parse_conversation
+from forkpoint.core.model import JsonObject
+from forkpoint.core.results import ReplayResult
+from forkpoint.testing import ScriptedModel
+from forkpoint.testing.recordings import replay_recording
+
+pytestmark = pytest.mark.e2e
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "openhands-sdk" / "1.58.2"
+VERSION = "1.58.2"
+CONVERSATION = "conversation/base_state.json"
+
+
+@pytest.fixture(autouse=True)
+def _runtime(monkeypatch: pytest.MonkeyPatch) -> None:
+    if runtimes.find("openhands-sdk", VERSION) is None:
+        pytest.skip(f"openhands-sdk {VERSION} is not installed (forkpoint agents install openhands-sdk@{VERSION})")
+    monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
+
+
+def run(scenario: str, tmp_path: Path, after: int, **values: Any) -> ReplayResult:
+    return replay_recording(FIXTURES / scenario, tmp_path, agent="openhands-sdk", trajectory=CONVERSATION,
+                            after=after, **values)
+
+
+def out_dir(result: ReplayResult) -> Path:
+    assert result.output_dir is not None, result.failure
+    return Path(result.output_dir)
+
+
+def observations(result: ReplayResult) -> list[JsonObject]:
+    rows: list[JsonObject] = json.loads((out_dir(result) / "observations.json").read_text())["observations"]
+    return rows
+
+
+def prefix(result: ReplayResult) -> JsonObject:
+    document: JsonObject = json.loads(next((out_dir(result) / "native" / "prefix").glob("*.json")).read_text())
+    return document
+
+
+def test_replay_only_reproduces_the_recorded_observations(tmp_path: Path) -> None:
+    """Every tool of the fixture (terminal, file_editor incl. an error, task_tracker, think) re-run by the SDK."""
+    result = run("parallel", tmp_path, 5, replay_only=True)
+    assert result.failure is None, result.failure
+    assert (result.phase, result.agent_status) == ("replayed", "not_started")
+    rows = observations(result)
+    assert len(rows) == 8 and all(row["exact"] for row in rows), rows
+    rebuilt = prefix(result)
+    original = parse_conversation(FIXTURES / "parallel" / CONVERSATION).native.events
+    assert [e["id"] for e in rebuilt["events"]] == [e["id"] for e in original[:len(rebuilt["events"])]]
+    assert rebuilt["base_state"]["execution_status"] == "idle"
+    assert rebuilt["base_state"]["leaf_event_id"] == rebuilt["events"][-1]["id"]
