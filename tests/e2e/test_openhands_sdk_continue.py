@@ -70,3 +70,26 @@ def test_replay_only_reproduces_the_recorded_observations(tmp_path: Path) -> Non
     assert [e["id"] for e in rebuilt["events"]] == [e["id"] for e in original[:len(rebuilt["events"])]]
     assert rebuilt["base_state"]["execution_status"] == "idle"
     assert rebuilt["base_state"]["leaf_event_id"] == rebuilt["events"][-1]["id"]
+
+
+def test_continue_resumes_the_rebuilt_conversation_through_the_sdk(tmp_path: Path) -> None:
+    """Replay batches 1..2 with the SDK's tools, resume the rebuilt conversation with the SDK, finish the task."""
+    scenario, after = "basic", 2
+    model = ScriptedModel.from_file(FIXTURES / scenario / "script.json", model="scripted")
+    with model.serve() as url:
+        result = run(scenario, tmp_path, after, upstream="openai-chat", upstream_url=f"{url}/v1")
+    assert result.failure is None, result.failure
+    assert (result.phase, result.agent_status) == ("continued", "completed")
+    assert all(row["exact"] for row in observations(result))
+    bridge = result.metadata["model_bridge"]
+    assert bridge["validated"] >= 1 and bridge["refused"] == 0 and bridge["forwarded"] == bridge["validated"]
+    script_turns = len(json.loads((FIXTURES / scenario / "script.json").read_text())["turns"])
+    assert result.continued_steps == script_turns - after  # the scripted rest of the task, finish included
+    first = model.requests[0]["body"]["messages"]
+    assert first[-1]["role"] == "tool" and len(model.requests) == bridge["forwarded"]
+    next_action = json.loads((out_dir(result) / "next-action.json").read_text())
+    assert next_action["metrics"]["same_tool_calls"] is True
+    cwd = Path(json.loads((FIXTURES / scenario / "meta.json").read_text())["cwd"])
+    assert (cwd / "pkg" / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
+    continued = parse_conversation(next((out_dir(result) / "native" / "continued").glob("*.json")))
+    assert continued.complete_count == 4 and continued.session_id == prefix(result)["base_state"]["id"]

@@ -65,7 +65,7 @@ def environment(home: Path, extra: dict[str, str] | None = None) -> dict[str, st
             del env[name]
     home_environment(env, home)
     shell.loopback_no_proxy(env)
-    env.update({"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LOG_LEVEL": "WARNING", "PYTHONDONTWRITEBYTECODE": "1"})
+    env.update({"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LOG_LEVEL": "WARNING", "OPENHANDS_SUPPRESS_BANNER": "1"})
     env.update(extra or {})
     return env
 
