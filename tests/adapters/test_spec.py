@@ -22,6 +22,7 @@ from forkpoint.adapters.gemini_cli import GeminiCliAdapter
 from forkpoint.adapters.mini_swe_agent import MiniSweAgentAdapter
 from forkpoint.adapters.opencode import OpenCodeAdapter
 from forkpoint.adapters.openhands import OpenHandsAdapter
+from forkpoint.adapters.openhands_sdk import OpenHandsSdkAdapter
 from forkpoint.adapters.pi import PiAdapter
 from forkpoint.adapters.spec import AgentSpec, NpmPackage, PythonPackage
 from forkpoint.adapters.swe_agent import SweAgentAdapter
@@ -30,7 +31,8 @@ from forkpoint.core.protocols import PROTOCOLS, STUB_CHOICE, UPSTREAMS
 
 #: mypy checks that every adapter class satisfies the Adapter protocol (every hook, optional ones included)
 _CONFORMING: tuple[Adapter, ...] = (ClaudeCodeAdapter(), CodexAdapter(), OpenCodeAdapter(), PiAdapter(),
-                                    MiniSweAgentAdapter(), SweAgentAdapter(), OpenHandsAdapter(), GeminiCliAdapter())
+                                    MiniSweAgentAdapter(), SweAgentAdapter(), OpenHandsAdapter(), GeminiCliAdapter(),
+                                    OpenHandsSdkAdapter())
 _VERSION = re.compile(r"\d+\.\d+\.\d+")
 
 
@@ -154,6 +156,7 @@ def test_an_agent_is_its_folder_and_one_registry_line(new_agent: str) -> None:
     assert convert is not None and convert(b"hello").messages == [{"role": "user", "content": "hello"}]
     replay = _unwrapped(every_help(build_parser("replay"))["replay"])
     assert _unwrapped(f"Agent name: {', '.join(AGENT_NAMES)}, {new_agent}.") in replay
-    assert _unwrapped(f"openhands, {new_agent}; OPENAI_API_KEY") in replay  # --upstream: the chat upstream's agents
-    assert _unwrapped(f"Chat Completions agents: opencode, pi, mini-swe-agent, swe-agent, openhands, {new_agent};") \
-        in replay
+    # --upstream: the chat upstream's agents
+    assert _unwrapped(f"openhands, openhands-sdk, {new_agent}; OPENAI_API_KEY") in replay
+    assert _unwrapped("Chat Completions agents: opencode, pi, mini-swe-agent, swe-agent, openhands, openhands-sdk, "
+                      f"{new_agent};") in replay

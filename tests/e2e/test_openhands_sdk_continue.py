@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from forkpoint import runtimes
-from forkpoint.adapters.openhands_sdk import session
 from forkpoint.adapters.openhands_sdk.parse import parse_conversation
 from forkpoint.core.model import JsonObject
 from forkpoint.core.results import ReplayResult

@@ -194,7 +194,8 @@ class SdkHooks(AgentHooks[Installed]):
 
     def outcome(self, job: Job, state: Installed, ran: Ran, summary: BridgeSummary) -> Outcome:
         result = ran.reply
-        codes = result.get("error_codes") if isinstance(result.get("error_codes"), list) else []
+        raw_codes = result.get("error_codes")
+        codes: list[Any] = raw_codes if isinstance(raw_codes, list) else []
         metadata = {"openhands_sdk_execution_status": result.get("execution_status"),
                     "openhands_sdk_error_codes": codes, "openhands_sdk_run_error": result.get("run_error")}
         if MAX_ITERATIONS_CODE in codes:

@@ -31,7 +31,13 @@ from forkpoint.adapters.kit.jsondoc import as_object, as_text, load_json_documen
 from forkpoint.adapters.openhands_sdk.format import OBSERVATION_KINDS, is_error, model_text
 from forkpoint.adapters.openhands_sdk.spec import BUNDLE
 from forkpoint.core.errors import trajectory
-from forkpoint.core.fs import DEFAULT_MAX_INPUT_BYTES, InputTooLargeError, NotRegularFileError, read_file_strict
+from forkpoint.core.fs import (
+    DEFAULT_MAX_INPUT_BYTES,
+    ConfinementError,
+    InputTooLargeError,
+    NotRegularFileError,
+    read_file_strict,
+)
 from forkpoint.core.hashing import sha256_hex
 from forkpoint.core.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
 
@@ -108,7 +114,7 @@ def _read_events(folder: Path, budget: int, base_sha256: str) -> tuple[list[Any]
             raw = read_file_strict(folder, f"{EVENTS_DIR}/{name}", max_bytes=max(budget, 0))
         except InputTooLargeError:
             raise trajectory(f"the OpenHands SDK conversation exceeds the input limit at {name}") from None
-        except (OSError, NotRegularFileError) as error:
+        except (OSError, NotRegularFileError, ConfinementError) as error:
             raise trajectory(f"cannot read the OpenHands SDK event {name}: {error}") from None
         budget -= len(raw)
         try:
@@ -185,7 +191,7 @@ def _observations(events: list[JsonObject]) -> dict[str, int]:
 
 
 def _is_action(event: JsonObject) -> bool:
-    return event["kind"] == "ActionEvent"
+    return bool(event["kind"] == "ActionEvent")
 
 
 def _groups(events: list[JsonObject]) -> tuple[list[list[int]], dict[int, str]]:

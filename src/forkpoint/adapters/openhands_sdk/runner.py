@@ -72,7 +72,7 @@ def _bundle(conversation: Any) -> dict[str, Any]:
 
     folder = Path(conversation.state.persistence_dir)
     names = sorted((p.name for p in (folder / EVENTS_DIR).iterdir() if EVENT_NAME_RE.match(p.name)),
-                   key=lambda name: int(EVENT_NAME_RE.match(name)["idx"]))  # type: ignore[index]
+                   key=lambda name: int(EVENT_NAME_RE.match(name)["idx"]))
     return {"schema": BUNDLE, "base_state": json.loads((folder / BASE_STATE).read_text("utf-8")),
             "events": [json.loads((folder / EVENTS_DIR / name).read_text("utf-8")) for name in names]}
 

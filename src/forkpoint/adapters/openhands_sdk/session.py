@@ -17,7 +17,8 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from forkpoint.adapters.openhands_sdk.parse import BUNDLE, EVENT_ID, SdkNative
+from forkpoint.adapters.openhands_sdk.parse import EVENT_ID, SdkNative
+from forkpoint.adapters.openhands_sdk.spec import BUNDLE
 from forkpoint.core.errors import trajectory
 from forkpoint.core.fs import make_dirs_strict, write_file_strict
 from forkpoint.core.hashing import sha256_hex
@@ -105,14 +106,16 @@ def materialise(document: JsonObject, root: Path) -> Path:
     folder_name = conversation_id.replace("-", "")
     if not EVENT_ID.fullmatch(conversation_id) or not folder_name.isalnum():
         raise trajectory("the OpenHands SDK conversation id is not a UUID")
-    folder = root / folder_name
-    make_dirs_strict(root, f"{folder_name}/events")
-    base_state["persistence_dir"] = str(folder)
     events = document["events"]
-    for index, event in enumerate(events):
+    for index, event in enumerate(events):  # every id checked before anything is written
         event_id = event.get("id")
         if not isinstance(event_id, str) or not EVENT_ID.fullmatch(event_id):
             raise trajectory(f"OpenHands SDK event {index} has no id of the SDK's shape")
+    folder = root / folder_name
+    make_dirs_strict(root, f"{folder_name}/events")
+    base_state["persistence_dir"] = str(folder)
+    for index, event in enumerate(events):
+        event_id = event["id"]
         write_file_strict(root, f"{folder_name}/events/event-{index:05d}-{event_id}.json",
                           json.dumps(event).encode("utf-8"))
     write_file_strict(root, f"{folder_name}/base_state.json", json.dumps(base_state).encode("utf-8"))

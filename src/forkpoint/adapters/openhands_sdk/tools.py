@@ -33,7 +33,7 @@ def fresh_events(produced: Any, call_ids: list[str]) -> dict[str, JsonObject]:
     for entry in produced:
         event = entry.get("event") if isinstance(entry, dict) else None
         call_id = event.get("tool_call_id") if isinstance(event, dict) else None
-        if not isinstance(call_id, str) or call_id not in call_ids:
+        if not isinstance(event, dict) or not isinstance(call_id, str) or call_id not in call_ids:
             raise ReplayError(ErrorKind.EXECUTOR, f"the OpenHands SDK replay answered an unknown call {call_id!r}")
         if call_id in found:
             raise ReplayError(ErrorKind.EXECUTOR, f"the OpenHands SDK produced two observations for {call_id}")
