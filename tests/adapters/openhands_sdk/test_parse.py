@@ -144,3 +144,12 @@ def test_stray_files_in_the_events_folder_are_ignored(tmp_path: Path) -> None:
     (events / "event-00001-zz.json").write_text("not json")  # not the SDK's name shape
     os.mkfifo(events / "notes.fifo")
     assert len(parse_conversation(base_state).batches) == 4
+
+
+def test_two_files_at_one_position_are_refused(tmp_path: Path) -> None:
+    """The SDK pads to five digits but does not cap the width: 00001 and 000001 are the same position."""
+    base_state = conversation("basic", tmp_path)
+    first = _events(base_state)[1]
+    shutil.copy(first, first.with_name(first.name.replace("event-00001-", "event-000001-")))
+    with pytest.raises(ReplayError, match="two OpenHands SDK events at position 1"):
+        parse_conversation(base_state)
