@@ -59,8 +59,12 @@ def prefix(result: ReplayResult) -> JsonObject:
 
 
 def test_replay_only_reproduces_the_recorded_observations(tmp_path: Path) -> None:
-    """Every tool of the fixture (terminal, file_editor incl. an error, task_tracker, think) re-run by the SDK."""
+    """Every tool of the fixture (terminal, file_editor incl. an error, task_tracker, think) re-run by the SDK; the
+    SDK's tmux server leaves no socket behind in the shared /tmp/tmux-<uid>/."""
+    shared = Path(f"/tmp/tmux-{os.getuid()}")
+    before = set(shared.glob("openhands-*"))
     result = run("parallel", tmp_path, 5, replay_only=True)
+    assert set(shared.glob("openhands-*")) == before
     assert result.failure is None, result.failure
     assert (result.phase, result.quality, result.agent_status) == ("replayed", "degraded", "not_started")
     rows = observations(result)

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -70,6 +74,18 @@ def environment(home: Path, extra: dict[str, str] | None = None) -> dict[str, st
     return env
 
 
+@contextmanager
+def tmux_dir() -> Iterator[Path]:
+    """A private TMUX_TMPDIR for the SDK's terminal: its tmux server's socket would otherwise stay behind in
+    ``/tmp/tmux-<uid>/`` after every run. Short (a socket path holds at most 107 bytes), removed afterwards."""
+    base = tempfile.gettempdir()
+    folder = Path(tempfile.mkdtemp(prefix="fp-ohsdk-", dir=base if len(base) <= 40 else "/tmp"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def run_runner(python: Path, context: RunContext, name: str, request: dict[str, Any], *, timeout_s: float,
                env_extra: dict[str, str] | None = None, bridge_port: int | None = None) -> RunnerOutcome:
     """Write ``<state>/openhands-sdk/<name>-request.json``, run the runner, read its result (typed errors only).
@@ -92,8 +108,11 @@ def run_runner(python: Path, context: RunContext, name: str, request: dict[str, 
         "cwd": str(work), "env": environment(context.home, env_extra), "timeout_s": timeout_s,
         "writable": (context.home, work), "grace_s": 5.0, "max_output_bytes": 4 * 1024 * 1024, "log_path": log,
         "die_with_parent": True}
-    process = sandbox.run(argv, network=bridge_port is not None,
-                          readable=(*interpreter_paths(python), RUNNER.parent), **options)
+    with tmux_dir() as tmux:  # the SDK's terminal server socket: in a folder removed after the run
+        options["env"]["TMUX_TMPDIR"] = str(tmux)
+        options["writable"] = (*options["writable"], tmux)
+        process = sandbox.run(argv, network=bridge_port is not None,
+                              readable=(*interpreter_paths(python), RUNNER.parent), **options)
     kind = ErrorKind.CONTINUATION if name == "continue" else ErrorKind.EXECUTOR
     try:  # the runner's folder is writable by replayed commands: read strictly (no link, FIFO or device followed)
         with refused_as(kind, f"read the OpenHands SDK runner result {result_path}"):
