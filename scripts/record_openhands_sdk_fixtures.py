@@ -64,6 +64,7 @@ def scenarios(root: Path) -> dict[str, tuple[str, list[list[Block]], dict[str, s
     """name -> (task, turns, initial files). The file editor needs absolute paths."""
     basic = root / "basic"
     parallel = root / "parallel"
+    errors = root / "errors"
     return {
         "basic": ("Create pkg/calc.py with an add() function and make sure add(2, 3) is 5.", [
             [text("I'll create the package first."),
@@ -85,6 +86,15 @@ def scenarios(root: Path) -> dict[str, tuple[str, list[list[Block]], dict[str, s
             [editor("create", f"{parallel}/summary.txt", file_text="two lines\n"), terminal("wc -l summary.txt")],
             [finish("Summarised into summary.txt.")],
         ], {"notes.txt": "first line\nsecond line\n", "data/a.txt": "a\n"}),
+        "errors": ("Explore the tree and fix the greeting.", [
+            [terminal("cd sub && ls -1 && pwd")],
+            [terminal("false")],
+            [editor("view", "sub/hello.txt")],
+            [tool_use("file_editor", {"command": "bogus", "path": f"{errors}/sub/hello.txt"})],
+            [tool_use("no_such_tool", {"x": 1})],
+            [editor("str_replace", f"{errors}/sub/hello.txt", old_str="helo", new_str="hello")],
+            [finish("Fixed.")],
+        ], {"sub/hello.txt": "helo world\n"}),
     }
 
 

@@ -82,9 +82,10 @@ PROMPTS = [None, "Also keep going."] if os.environ.get("FORKPOINT_E2E_EVERY_BOUN
 
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_continue_resumes_the_rebuilt_conversation_through_the_sdk(tmp_path: Path, prompt: str | None) -> None:
-    """Replay batches 1..2 with the SDK's tools, resume the rebuilt conversation with the SDK, finish the task
+    """Replay batches 1..5 with the SDK (terminal, a failing command, editor errors, an invalid and an unknown tool
+    call answered by the SDK's own validation), resume the rebuilt conversation with the SDK, finish the task
     (with FORKPOINT_E2E_EVERY_BOUNDARY=1 also with a boundary user prompt, sent by the SDK's ``send_message``)."""
-    scenario, after = "basic", 2
+    scenario, after = "errors", 5
     model = ScriptedModel.from_file(FIXTURES / scenario / "script.json", model="scripted")
     extra = {"boundary_user_prompt": prompt} if prompt else {}
     with model.serve() as url:
@@ -102,6 +103,8 @@ def test_continue_resumes_the_rebuilt_conversation_through_the_sdk(tmp_path: Pat
     next_action = json.loads((out_dir(result) / "next-action.json").read_text())
     assert next_action["metrics"]["same_tool_calls"] is True
     cwd = Path(json.loads((FIXTURES / scenario / "meta.json").read_text())["cwd"])
-    assert (cwd / "pkg" / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
+    assert (cwd / "sub" / "hello.txt").read_text() == "hello world\n"
+    rows = observations(result)
+    assert len(rows) == 5 and sum(1 for row in rows if "Error validating tool" in str(row)) >= 1, rows
     continued = parse_conversation(next((out_dir(result) / "native" / "continued").glob("*.json")))
-    assert continued.complete_count == 4 and continued.session_id == prefix(result)["base_state"]["id"]
+    assert continued.complete_count == 6 and continued.session_id == prefix(result)["base_state"]["id"]

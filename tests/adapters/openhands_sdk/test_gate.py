@@ -21,7 +21,7 @@ def recorded(scenario: str) -> tuple[list[JsonObject], list[list[JsonObject]]]:
     return events, requests
 
 
-@pytest.mark.parametrize("scenario", ["basic", "parallel"])
+@pytest.mark.parametrize("scenario", ["basic", "parallel", "errors"])
 def test_every_recorded_request_is_the_expected_conversation_of_its_events(scenario: str) -> None:
     """Request k is the conversation of the events before the k-th model response (each one checked)."""
     events, requests = recorded(scenario)

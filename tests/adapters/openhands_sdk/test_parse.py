@@ -31,7 +31,7 @@ def last_request_tools(scenario: str) -> dict[str, str]:
     return {m["tool_call_id"]: "".join(p["text"] for p in m["content"]) for m in messages if m["role"] == "tool"}
 
 
-@pytest.mark.parametrize("scenario", ["basic", "parallel"])
+@pytest.mark.parametrize("scenario", ["basic", "parallel", "errors"])
 def test_historical_observations_are_the_tool_messages_the_model_saw(scenario: str) -> None:
     """format.model_text reproduces, byte for byte, what the real SDK sent (the recorded last request)."""
     trajectory = parse_conversation(FIXTURES / scenario / "conversation" / "base_state.json")
@@ -153,3 +153,12 @@ def test_two_files_at_one_position_are_refused(tmp_path: Path) -> None:
     shutil.copy(first, first.with_name(first.name.replace("event-00001-", "event-000001-")))
     with pytest.raises(ReplayError, match="two OpenHands SDK events at position 1"):
         parse_conversation(base_state)
+
+
+def test_calls_the_sdk_refused_are_re_validated_not_reused() -> None:
+    """An invalid or unknown tool call has no action and an AgentErrorEvent: the SDK's own validation re-runs it."""
+    trajectory = parse_conversation(FIXTURES / "errors" / "conversation" / "base_state.json")
+    invalid, unknown = trajectory.batches[3].calls[0], trajectory.batches[4].calls[0]
+    assert (invalid.policy, unknown.policy) == (CallPolicy.FRESH, CallPolicy.FRESH)
+    assert invalid.historical is not None and invalid.historical.text.startswith("Error validating tool 'file_editor'")
+    assert unknown.historical is not None and unknown.historical.text.startswith("Tool 'no_such_tool' not found")

@@ -236,8 +236,10 @@ def _call(event: JsonObject, index: int, observation: JsonObject | None) -> Tool
     historical = Observation(model_text(observation), is_error=is_error(observation)) if observation else None
     policy, reason = CallPolicy.FRESH, None
     listed = CallPolicy.listed(name, FRESH_TOOLS, STALE_TOOLS)
-    if not isinstance(event.get("action"), dict):
-        policy, reason = CallPolicy.STALE, "the SDK could not build an action from the call (its error is recorded)"
+    if event.get("action") is None and observation is not None and observation["kind"] == "AgentErrorEvent":
+        pass  # the SDK refused the call (unknown tool, invalid arguments): its own validation runs again
+    elif not isinstance(event.get("action"), dict):
+        policy, reason = CallPolicy.REFUSED, "the call has no action and no AgentErrorEvent answering it"
     elif listed is not None:
         policy, reason = listed
     else:

@@ -24,7 +24,9 @@ RESULT: {"schema", "mode", "execution_status", "events", "run_error", "error_cod
 (``run_error``: ``run()`` raised, the conversation is still written; ``error``: the runner itself failed).
 
 ``replay`` re-runs each recorded ActionEvent with the SDK's own tool (``Agent._execute_action_event``: the same
-executor a live step uses) in a scratch conversation on the workspace; the model is never called. ``continue``
+executor a live step uses) in a scratch conversation on the workspace; a call the SDK could not turn into an
+action (``action`` null: unknown tool, invalid arguments) goes through its own validation again
+(``Agent._get_action_event``), which answers with the AgentErrorEvent; the model is never called. ``continue``
 resumes the rebuilt conversation from its persistence dir (the SDK's own resume: base_state.json + events/), the
 recorded agent with its LLM pointed at forkpoint's bridge, and runs it until it finishes or hits max_iterations.
 """
@@ -96,7 +98,16 @@ def _replay(request: dict[str, Any], conversation: Any) -> list[dict[str, Any]]:
     out = []
     for raw in json.loads(Path(request["actions"]).read_text("utf-8")):
         action = ActionEvent.model_validate(raw)
-        produced = agent._execute_action_event(conversation, action)
+        if action.action is None:  # the SDK refused the call: its own validation again (AgentErrorEvent)
+            emitted: list[Any] = []
+            agent._get_action_event(tool_call=action.tool_call, conversation=conversation,
+                                    llm_response_id=action.llm_response_id, on_event=emitted.append)
+            produced = [e for e in emitted if type(e).__name__ == "AgentErrorEvent"]
+            accepted = [e for e in emitted if type(e).__name__ == "ActionEvent" and e.action is not None]
+            for event in accepted:  # this SDK accepts the call now: it runs
+                produced.extend(agent._execute_action_event(conversation, event))
+        else:
+            produced = agent._execute_action_event(conversation, action)
         for event in produced:
             message = event.to_llm_message()
             texts = [getattr(part, "text", None) for part in message.content]
