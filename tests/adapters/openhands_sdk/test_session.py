@@ -108,3 +108,28 @@ def test_prepare_only_writes_the_historical_prefix_without_the_sdk(tmp_path: Pat
     assert prefix["events"] == prefix_events(plan("basic", 2), None)
     assert parse_conversation(next((tmp_path / "out" / "prepared" / "native" / "prefix").glob("*.json"))) \
         .complete_count == 2
+
+
+def test_hostile_tool_call_ids_reach_no_path(tmp_path: Path) -> None:
+    """Tool call ids never become a path: a bundle whose calls are named ``../../../../escaped-N`` prepares inside
+    the output dir (only event ids, checked, and the conversation UUID name files)."""
+    text = (FIXTURES / "basic" / "conversation" / "base_state.json").read_text()
+    trajectory = parse_conversation(FIXTURES / "basic" / "conversation" / "base_state.json")
+    document = json.dumps({"schema": "forkpoint.openhands-sdk-conversation/v1",
+                           "base_state": json.loads(text), "events": list(trajectory.native.events)})
+    for index, call_id in enumerate(sorted({c.call_id for b in trajectory.batches for c in b.calls})):
+        document = document.replace(call_id, f"../../../../escaped-{index}")
+    source = tmp_path / "in" / "-rf.json"
+    source.parent.mkdir()
+    source.write_text(document)
+    before = {p for p in tmp_path.rglob("*")}
+    request = build_request({"agent": "openhands-sdk", "after_step": 2, "prepare_only": True,
+                             "trajectory": str(source), "workspace": str(tmp_path / "ws"),
+                             "state_dir": str(tmp_path / "state"), "output_dir": str(tmp_path / "out"),
+                             "run_id": "hostile"}, source="test")
+    result = execute(request)
+    assert result.failure is None, result.failure
+    new = {p for p in set(tmp_path.rglob("*")) - before if p.relative_to(tmp_path).parts[0] not in ("out", "state")}
+    assert new == set(), new
+    (written,) = (tmp_path / "out" / "hostile" / "native" / "prefix").iterdir()
+    assert written.name == f"{trajectory.session_id}.json"

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 from forkpoint.adapters.base import AdapterBase
 from forkpoint.adapters.openhands_sdk.parse import AGENT, parse_conversation
 from forkpoint.adapters.openhands_sdk.session import bundle, write_bundle
-from forkpoint.adapters.openhands_sdk.spec import SPEC
+from forkpoint.adapters.openhands_sdk.spec import SPEC, VERSION
 from forkpoint.core.errors import ErrorKind, ReplayError
-from forkpoint.core.model import FreshObservation, NativePrefix, Plan, RunContext
+from forkpoint.core.model import FreshObservation, NativePrefix, Plan, RunContext, Trajectory
 
 if TYPE_CHECKING:
     from forkpoint.adapters.base import ToolExecutor
@@ -27,6 +27,13 @@ class OpenHandsSdkAdapter(AdapterBase):
     spec = SPEC
     parser = staticmethod(parse_conversation)
     unverified_why = "; a persisted SDK conversation names no SDK version"
+
+    def profile_for(self, trajectory: Trajectory) -> str:
+        """A conversation names no SDK version: it is rebuilt with the one verified profile (its quality stays
+        ``unverified``: version_facts is the base one)."""
+        if trajectory.version is None:
+            return self.verified_versions[VERSION]
+        return super().profile_for(trajectory)
 
     def executor(self, plan: Plan, context: RunContext) -> ToolExecutor:
         from forkpoint.adapters.openhands_sdk.tools import SdkToolExecutor

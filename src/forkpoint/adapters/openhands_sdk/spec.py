@@ -30,7 +30,7 @@ SPEC = AgentSpec(
     sniff=sniff,
     detection_priority=75,
     exporter="forkpoint.adapters.openhands_sdk.messages:to_chat",
-    version_field="no field: a persisted SDK conversation names no SDK version",
+    version_field="base_state.json and the events carry none",
     formats=(FormatFamily("openhands-sdk/v1-event-log", VERSION, VERSION),),
     sandbox_features=frozenset({"local"}),
 )
