@@ -47,6 +47,12 @@ class OpenHandsSdkAdapter(AdapterBase):
         sha256 = write_bundle(bundle(plan, fresh), destination)
         return NativePrefix(destination, self.native_format, plan.trajectory.session_id, sha256)
 
+    def normalise_observation(self, content: object) -> object:
+        """Documented volatile part only: the folder of a truncated terminal output's saved file."""
+        from forkpoint.adapters.openhands_sdk.format import normalise_saved_output
+
+        return normalise_saved_output(content)
+
     def hooks(self) -> SdkHooks:
         from forkpoint.adapters.openhands_sdk.launch import SdkHooks
 
