@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from forkpoint import runtimes
+from forkpoint.adapters.openhands_sdk.format import model_parts
 from forkpoint.adapters.openhands_sdk.parse import parse_conversation
 from forkpoint.core.model import JsonObject
 from forkpoint.core.results import ReplayResult
@@ -69,6 +70,10 @@ def test_replay_only_reproduces_the_recorded_observations(tmp_path: Path) -> Non
     assert (result.phase, result.quality, result.agent_status) == ("replayed", "degraded", "not_started")
     rows = observations(result)
     assert len(rows) == 8 and all(row["exact"] for row in rows), rows
+    (replayed,) = tmp_path.glob("state/**/openhands-sdk/replay-out.json")
+    produced = json.loads(replayed.read_text())
+    assert len(produced) == 8  # and format.model_parts is the text the SDK itself renders for each fresh event
+    assert all(entry["llm_text"] == model_parts(entry["event"]) for entry in produced)
     rebuilt = prefix(result)
     original = parse_conversation(FIXTURES / "parallel" / CONVERSATION).native.events
     assert [e["id"] for e in rebuilt["events"]] == [e["id"] for e in original[:len(rebuilt["events"])]]
