@@ -143,7 +143,8 @@ def record(name: str, task: str, turns: list[list[Block]], files: dict[str, str]
             (scratch / "request.json").write_text(json.dumps(request))
             env = sanitized_env(os.environ, strip_credentials=True)
             env.update({"HOME": str(scratch / "home"), "SCRIPTED_API_KEY": "dummy", "TZ": "UTC",
-                        "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LOG_LEVEL": "WARNING"})
+                        "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LOG_LEVEL": "WARNING",
+                        "OPENHANDS_SUPPRESS_BANNER": "1", "TMUX_TMPDIR": str(scratch)})  # no socket left in /tmp
             done = subprocess.run([str(python), "-I", str(RUNNER), str(scratch / "request.json")], env=env,
                                   capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=scratch, check=False)
         result = json.loads((scratch / "result.json").read_text())
