@@ -5,7 +5,8 @@ ScriptedModel plays the model upstream (the only stand-in). A recorded conversat
 workspace at the recorded path: the SDK's own tools re-run batches 1..N (runner.py ``replay``), every fresh
 observation must equal the historical one as the model reads it (no normalisation needed: the fixtures' outputs
 are deterministic), the SDK resumes the rebuilt conversation from its persistence dir, its first request must pass
-the gate, and it finishes the scripted task. Negative case: a tampered prefix is refused with nothing forwarded.
+the gate, and it finishes the scripted task. Negative case: a tampered conversation folder is refused at its
+first request with nothing forwarded.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 
 from forkpoint import runtimes
+from forkpoint.adapters.openhands_sdk import session
 from forkpoint.adapters.openhands_sdk.format import model_parts
 from forkpoint.adapters.openhands_sdk.parse import parse_conversation
 from forkpoint.core.model import JsonObject
@@ -117,3 +119,26 @@ def test_continue_resumes_the_rebuilt_conversation_through_the_sdk(tmp_path: Pat
     assert len(rows) == 5 and sum(1 for row in rows if "Error validating tool" in str(row)) >= 1, rows
     continued = parse_conversation(next((out_dir(result) / "native" / "continued").glob("*.json")))
     assert continued.complete_count == 6 and continued.session_id == prefix(result)["base_state"]["id"]
+
+
+def test_a_tampered_conversation_is_refused_with_nothing_forwarded(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK resumes a conversation folder other than the rebuilt prefix: its first request must be refused."""
+    original = session.materialise
+
+    def tampered(document: JsonObject, root: Path) -> Path:
+        folder = original(document, root)
+        last = sorted((folder / "events").glob("event-*.json"))[-1]
+        event = json.loads(last.read_text())
+        event["observation"]["content"][0]["text"] += "tampered\n"
+        last.write_text(json.dumps(event))
+        return folder
+
+    monkeypatch.setattr(session, "materialise", tampered)
+    model = ScriptedModel.from_file(FIXTURES / "basic" / "script.json", model="scripted")
+    with model.serve() as url:
+        result = run("basic", tmp_path, 1, upstream="openai-chat", upstream_url=f"{url}/v1")
+    assert result.failure is not None and result.failure.category == "continuation_error", result.failure
+    assert "refused" in result.failure.message and "messages[3]" in result.failure.message
+    assert model.requests == []  # nothing reached the upstream
+    assert result.exit_code == 40
