@@ -1,5 +1,5 @@
-"""End to end with the REAL OpenHands SDK 1.58.2 (its own venv, forkpoint's companion runner): inspect, prepare,
-replay and continue.
+"""End to end with the REAL OpenHands SDK 1.58.2 (its own venv, forkpoint's companion runner): replay-only and
+continue (inspect and prepare-only, which need no SDK: tests/adapters/openhands_sdk).
 
 ScriptedModel plays the model upstream (the only stand-in). A recorded conversation is replayed in a fresh
 workspace at the recorded path: the SDK's own tools re-run batches 1..N (runner.py ``replay``), every fresh
