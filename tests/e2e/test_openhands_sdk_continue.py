@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +42,9 @@ def _runtime(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
 
 
-def run(scenario: str, tmp_path: Path, after: int, **values: Any) -> ReplayResult:
-    return replay_recording(FIXTURES / scenario, tmp_path, agent="openhands-sdk", trajectory=CONVERSATION,
+def run(scenario: str, tmp_path: Path, after: int, trajectory: str | Path = CONVERSATION,
+        **values: Any) -> ReplayResult:
+    return replay_recording(FIXTURES / scenario, tmp_path, agent="openhands-sdk", trajectory=trajectory,
                             after=after, **values)
 
 
@@ -97,10 +99,17 @@ def test_continue_resumes_the_rebuilt_conversation_through_the_sdk(tmp_path: Pat
     call answered by the SDK's own validation), resume the rebuilt conversation with the SDK, finish the task
     (with FORKPOINT_E2E_EVERY_BOUNDARY=1 also with a boundary user prompt, sent by the SDK's ``send_message``)."""
     scenario, after = "errors", 5
+    # recorded with a model the SDK would send to the Responses API on its own: the bridge speaks Chat Completions
+    conversation = tmp_path / "conversation"
+    shutil.copytree(FIXTURES / scenario / "conversation", conversation)
+    state = json.loads((conversation / "base_state.json").read_text())
+    state["agent"]["llm"]["model"] = "openai/gpt-5"
+    (conversation / "base_state.json").write_text(json.dumps(state))
     model = ScriptedModel.from_file(FIXTURES / scenario / "script.json", model="scripted")
     extra = {"boundary_user_prompt": prompt} if prompt else {}
     with model.serve() as url:
-        result = run(scenario, tmp_path, after, upstream="openai-chat", upstream_url=f"{url}/v1", **extra)
+        result = run(scenario, tmp_path, after, upstream="openai-chat", upstream_url=f"{url}/v1",
+                     trajectory=conversation / "base_state.json", **extra)
     assert result.failure is None, result.failure
     # a persisted SDK conversation names no SDK version: read as 1.58.2, degraded (docs/adapters/openhands-sdk.md)
     assert (result.phase, result.quality, result.agent_status) == ("continued", "degraded", "completed")
@@ -109,6 +118,8 @@ def test_continue_resumes_the_rebuilt_conversation_through_the_sdk(tmp_path: Pat
     assert bridge["validated"] >= 1 and bridge["refused"] == 0 and bridge["forwarded"] == bridge["validated"]
     script_turns = len(json.loads((FIXTURES / scenario / "script.json").read_text())["turns"])
     assert result.continued_steps == script_turns - after  # the scripted rest of the task, finish included
+    assert {r["path"] for r in model.requests} == {"/v1/chat/completions"}
+    assert model.requests[0]["body"]["model"] == "gpt-5"
     first = model.requests[0]["body"]["messages"]
     assert first[-1]["role"] == ("user" if prompt else "tool") and len(model.requests) == bridge["forwarded"]
     next_action = json.loads((out_dir(result) / "next-action.json").read_text())

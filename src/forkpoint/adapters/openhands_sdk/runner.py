@@ -45,14 +45,23 @@ SCHEMA = "forkpoint.openhands-sdk-runner/v1"
 BUNDLE = "forkpoint.openhands-sdk-conversation/v1"
 
 
+#: the recorded LLM's sampling settings a continuation keeps (its provider, endpoint and key are forkpoint's)
+KEPT_LLM_SETTINGS = ("temperature", "top_p", "top_k", "max_output_tokens", "reasoning_effort",
+                     "extended_thinking_budget", "caching_prompt", "drop_params")
+
+
 def _llm(request: dict[str, Any]) -> Any:
+    """Chat Completions at ``llm.base_url`` (``api_mode`` chat: the SDK would pick the Responses API for some
+    models on its own), with the recorded agent's sampling settings when there is one."""
     from openhands.sdk import LLM
     from pydantic import SecretStr
 
     llm = request["llm"]
-    return LLM(model=llm["model"], base_url=llm["base_url"], api_key=SecretStr(os.environ.get(llm["api_key_env"],
-                                                                                              "forkpoint")),
-               usage_id="agent", num_retries=0)
+    recorded = (request.get("agent") or {}).get("llm") or {}
+    kept = {key: recorded[key] for key in KEPT_LLM_SETTINGS if key in recorded and key in LLM.model_fields
+            and recorded[key] is not None}
+    return LLM(**kept, model=llm["model"], base_url=llm["base_url"], api_mode="chat", usage_id="agent",
+               api_key=SecretStr(os.environ.get(llm["api_key_env"], "forkpoint")), num_retries=0)
 
 
 def _agent(request: dict[str, Any]) -> Any:
