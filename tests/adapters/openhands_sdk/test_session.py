@@ -133,3 +133,15 @@ def test_hostile_tool_call_ids_reach_no_path(tmp_path: Path) -> None:
     assert new == set(), new
     (written,) = (tmp_path / "out" / "hostile" / "native" / "prefix").iterdir()
     assert written.name == f"{trajectory.session_id}.json"
+
+
+def test_a_reused_observation_keeps_the_recorded_event() -> None:
+    """A stale call the user let through (--allow-stale-observations) or one reused by design has no fresh event:
+    the recorded one stays, byte for byte."""
+    cut = plan("basic", 1)
+    call = cut.calls[0]
+    assert call.historical is not None
+    stale = {call.call_id: FreshObservation(call.call_id, call.historical.text, stale_reused=True)}
+    assert bundle(cut, stale)["events"] == list(cut.trajectory.native.events[:4])
+    with pytest.raises(ReplayError, match="no fresh OpenHands SDK observation"):
+        bundle(cut, {call.call_id: FreshObservation(call.call_id, call.historical.text)})

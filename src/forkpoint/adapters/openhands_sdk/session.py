@@ -58,6 +58,10 @@ def prefix_events(plan: Plan[SdkNative], fresh: Mapping[str, FreshObservation] |
             events.append(event)
             continue
         observation = replaced[index]
+        if observation is not None and observation.native is None and (observation.stale_reused
+                                                                       or observation.reused):
+            events.append(event)  # the recorded observation, reused (stale by opt-in, or by design)
+            continue
         if observation is None or not isinstance(observation.native, dict):
             raise trajectory(f"no fresh OpenHands SDK observation for call {event.get('tool_call_id')}")
         new = dict(observation.native)
