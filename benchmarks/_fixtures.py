@@ -39,6 +39,7 @@ SPECS: dict[str, Spec] = {
     "gemini-cli": Spec("gemini_cli", "session.jsonl", True),
     "copilot-cli": Spec("copilot_cli", "session.jsonl", True),
     "qwen-code": Spec("qwen_code", "session.jsonl", True),
+    "openhands-sdk": Spec("openhands-sdk", "conversation/base_state.json", True),
 }
 ADAPTERS = tuple(SPECS)
 

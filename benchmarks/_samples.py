@@ -46,7 +46,9 @@ NOT_SAMPLED = {"gemini-cli": "added in session 8; its recordings are measured by
                "copilot-cli": "added in session 9; its recordings are measured by the fixture benchmarks "
                               "(benchmarks/_fixtures.py) until a generator exists",
                "qwen-code": "added in session 9; its recordings are measured by the fixture benchmarks "
-                            "(benchmarks/_fixtures.py) until a generator exists"}
+                            "(benchmarks/_fixtures.py) until a generator exists",
+               "openhands-sdk": "added in session 9; its input is a conversation folder (base_state.json + "
+                                "events/), which the one-file sample generators do not write yet"}
 VERSIONS = {"claude-code": ("2.1.220", "2.1.332"), "codex": ("0.149.0", "0.171.0"), "pi": ("0.83.0",),
             "openhands": ("0.62.0",), "mini-swe-agent": ("1.17.5", "2.4.6"), "opencode": ("1.17.11", "1.18.33"),
             "swe-agent": ("1.1.0",)}

@@ -28,7 +28,8 @@ if [ "${FORKPOINT_TEST_SKIP_SETUP:-0}" != 1 ]; then
     for agent in claude-code@2.1.220 claude-code@2.1.332 codex@0.149.0 codex@0.171.0 \
                  opencode@1.17.11 opencode@1.18.33 pi@0.83.0 pi@1.6.0 \
                  mini-swe-agent@1.17.5 mini-swe-agent@2.4.6 openhands@0.62.0 gemini-cli@0.61.0 \
-                 copilot-cli@1.0.102 qwen-code@0.24.4; do
+                 copilot-cli@1.0.102 qwen-code@0.24.4 \
+                 openhands-sdk@1.58.2; do
         python3 -m forkpoint.cli agents install "$agent"
     done
 fi

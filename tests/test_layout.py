@@ -94,6 +94,13 @@ EXCEPTIONS = {
     "adapters/openhands/launch.py": "starts the runtime's Python; tests/e2e/test_openhands_continue.py",
     "adapters/openhands/runner.py": "runs inside the OpenHands venv; tests/e2e/test_openhands_continue.py",
     "adapters/openhands/tools.py": "tests/adapters/openhands/test_session.py and tests/e2e/test_openhands_continue.py",
+    "adapters/openhands_sdk/spec.py": _SPEC,
+    "adapters/openhands_sdk/__init__.py": _ADAPTER_INIT,
+    "adapters/openhands_sdk/envelope.py": "tests/adapters/openhands_sdk/test_gate.py",
+    "adapters/openhands_sdk/launch.py": "starts the SDK's Python; tests/e2e/test_openhands_sdk_continue.py",
+    "adapters/openhands_sdk/runner.py": "runs inside the SDK venv; tests/e2e/test_openhands_sdk_continue.py",
+    "adapters/openhands_sdk/tools.py": "tests/adapters/openhands_sdk/test_session.py and "
+                                       "tests/e2e/test_openhands_sdk_continue.py",
     "adapters/pi/__init__.py": _ADAPTER_INIT,
     "adapters/pi/tools.py": "tests/adapters/pi/test_fixture_fidelity.py",
     "adapters/swe_agent/__init__.py": _ADAPTER_INIT,

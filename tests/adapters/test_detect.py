@@ -63,6 +63,7 @@ def test_a_codex_record_is_claimed_by_codex_alone() -> None:
     ("pi", "pi", "*/*/events.jsonl"),
     ("pi", "pi", "*/*/session.jsonl"),
     ("openhands", "openhands", "*/*/trajectory.json"),
+    ("openhands-sdk", "openhands-sdk", "*/*/conversation/base_state.json"),
 ])
 def test_recorded_fixtures_are_detected(folder: str, agent: str, pattern: str) -> None:
     """Every recorded scenario of every verified version (both Pi formats, both mini-swe-agent schemas)."""

@@ -24,6 +24,7 @@ RECORDINGS = {
     "opencode": "opencode/*/*/export.json",
     "mini-swe-agent": "mini_swe_agent/*/*/trajectory.traj.json",
     "openhands": "openhands/*/*/trajectory.json",
+    "openhands-sdk": "openhands-sdk/*/*/conversation/base_state.json",
     "swe-agent": "swe_agent/*/*/*.traj",
 }
 #: recordings whose every boundary is refused by design (batch 1 calls a tool the adapter cannot replay); Pi's

@@ -23,6 +23,7 @@ from forkpoint.adapters.gemini_cli import GeminiCliAdapter
 from forkpoint.adapters.mini_swe_agent import MiniSweAgentAdapter
 from forkpoint.adapters.opencode import OpenCodeAdapter
 from forkpoint.adapters.openhands import OpenHandsAdapter
+from forkpoint.adapters.openhands_sdk import OpenHandsSdkAdapter
 from forkpoint.adapters.pi import PiAdapter
 from forkpoint.adapters.qwen_code import QwenCodeAdapter
 from forkpoint.adapters.spec import AgentSpec, NpmPackage, PythonPackage
@@ -33,7 +34,8 @@ from forkpoint.core.protocols import PROTOCOLS, STUB_CHOICE, UPSTREAMS
 #: mypy checks that every adapter class satisfies the Adapter protocol (every hook, optional ones included)
 _CONFORMING: tuple[Adapter, ...] = (ClaudeCodeAdapter(), CodexAdapter(), OpenCodeAdapter(), PiAdapter(),
                                     MiniSweAgentAdapter(), SweAgentAdapter(), OpenHandsAdapter(), GeminiCliAdapter(),
-                                    CopilotCliAdapter(), QwenCodeAdapter())
+                                    CopilotCliAdapter(), QwenCodeAdapter(),
+                                    OpenHandsSdkAdapter())
 _VERSION = re.compile(r"\d+\.\d+\.\d+")
 
 

@@ -30,6 +30,7 @@ AGENTS: dict[str, str] = {
     "gemini-cli": "forkpoint.adapters.gemini_cli.spec",
     "copilot-cli": "forkpoint.adapters.copilot_cli.spec",
     "qwen-code": "forkpoint.adapters.qwen_code.spec",
+    "openhands-sdk": "forkpoint.adapters.openhands_sdk.spec",
 }
 
 AGENT_NAMES: tuple[str, ...] = tuple(AGENTS)

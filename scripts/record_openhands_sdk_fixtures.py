@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""Record REAL OpenHands SDK 1.58.2 conversations (openhands-sdk + openhands-tools) against ScriptedModel.
+
+    python scripts/record_openhands_sdk_fixtures.py [--scenario S ...]
+
+Needs the runtime (`forkpoint agents install openhands-sdk@1.58.2`). Each scenario runs forkpoint's companion
+runner (src/forkpoint/adapters/openhands_sdk/runner.py, mode ``record``) on the runtime's Python: the SDK's own
+``Conversation`` with an ``Agent`` holding TerminalTool, FileEditorTool and TaskTrackerTool, a LocalWorkspace in
+/tmp/forkpoint-rec-openhands-sdk/<scenario> (recreated from the scenario's initial files) and a persistence dir,
+litellm talking OpenAI Chat Completions to ScriptedModel. Writes tests/fixtures/openhands-sdk/1.58.2/<scenario>/:
+conversation/ (the SDK's own persisted conversation: base_state.json and events/event-NNNNN-<id>.json, copied
+as written; lock and length-marker files left out), requests.jsonl (what the model server received: ``messages``
+whole, ``tools`` as a hash + names), script.json, meta.json and workspace-initial/.
+
+Re-recordings differ in event ids (uuid4), timestamps, the conversation id, latencies and litellm response ids
+(ScriptedModel's call ids are seeded, so call ids are stable).
+
+The scenarios avoid a top-level ``exit N`` in a terminal command: it kills the SDK's tmux shell (the observation
+is then a reset notice after a 30 s wait, not the command's output).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from forkpoint import runtimes
+from forkpoint.process import sanitized_env
+from forkpoint.testing.scripted_model import Block, ScriptedModel, text, tool_use
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "tests" / "fixtures" / "openhands-sdk"
+REC_ROOT = Path("/tmp/forkpoint-rec-openhands-sdk")
+RUNNER = REPO / "src" / "forkpoint" / "adapters" / "openhands_sdk" / "runner.py"
+VERSION = "1.58.2"
+MODEL = "openai/scripted"
+TOOLS = ["terminal", "file_editor", "task_tracker"]
+RUN_TIMEOUT_S = 300.0
+Json = dict[str, Any]
+
+
+def terminal(command: str) -> Block:
+    return tool_use("terminal", {"command": command, "security_risk": "LOW"})
+
+
+def editor(command: str, path: str, **fields: Any) -> Block:
+    return tool_use("file_editor", {"command": command, "path": path, **fields, "security_risk": "LOW"})
+
+
+def finish(message: str) -> Block:
+    return tool_use("finish", {"message": message})
+
+
+def scenarios(root: Path) -> dict[str, tuple[str, list[list[Block]], dict[str, str]]]:
+    """name -> (task, turns, initial files). The file editor needs absolute paths."""
+    basic = root / "basic"
+    parallel = root / "parallel"
+    errors = root / "errors"
+    return {
+        "basic": ("Create pkg/calc.py with an add() function and make sure add(2, 3) is 5.", [
+            [text("I'll create the package first."),
+             terminal("mkdir -p pkg && printf 'def add(a, b):\\n    return a - b\\n' > pkg/calc.py && echo created")],
+            [editor("view", f"{basic}/pkg/calc.py")],
+            [text("The operator is wrong."),
+             editor("str_replace", f"{basic}/pkg/calc.py", old_str="return a - b", new_str="return a + b")],
+            [terminal("python3 -c 'import pkg.calc as c; print(c.add(2, 3))'")],
+            [finish("add(2, 3) is 5 now.")],
+        ], {}),
+        "parallel": ("Look at the notes and the listing, plan, then summarise.", [
+            [text("Two things at once."), terminal("ls -1"), editor("view", f"{parallel}/notes.txt")],
+            [tool_use("task_tracker", {"command": "plan", "task_list": [
+                {"title": "count lines", "notes": "", "status": "in_progress"},
+                {"title": "write summary", "notes": "", "status": "todo"}]})],
+            [terminal("grep -c line notes.txt; cat missing.txt"),
+             editor("str_replace", f"{parallel}/notes.txt", old_str="no such text", new_str="x")],
+            [tool_use("think", {"thought": "Two lines; missing.txt does not exist."})],
+            [editor("create", f"{parallel}/summary.txt", file_text="two lines\n"), terminal("wc -l summary.txt")],
+            [finish("Summarised into summary.txt.")],
+        ], {"notes.txt": "first line\nsecond line\n", "data/a.txt": "a\n"}),
+        "errors": ("Explore the tree and fix the greeting.", [
+            [terminal("cd sub && ls -1 && pwd")],
+            [terminal("false")],
+            [editor("view", "sub/hello.txt")],
+            [tool_use("file_editor", {"command": "bogus", "path": f"{errors}/sub/hello.txt"})],
+            [tool_use("no_such_tool", {"x": 1})],
+            [editor("str_replace", f"{errors}/sub/hello.txt", old_str="helo", new_str="hello")],
+            [finish("Fixed.")],
+        ], {"sub/hello.txt": "helo world\n"}),
+    }
+
+
+def _summarise_request(entry: Json) -> Json:
+    body = entry.get("body") if isinstance(entry.get("body"), dict) else None
+    if body is None:
+        return entry
+    tools = body.get("tools")
+    summary = {k: v for k, v in body.items() if k != "tools"}
+    if isinstance(tools, list):
+        summary["tools_sha256"] = hashlib.sha256(json.dumps(tools, sort_keys=True).encode()).hexdigest()
+        summary["tool_names"] = [t.get("function", {}).get("name") for t in tools if isinstance(t, dict)]
+    return {**entry, "body": summary}
+
+
+def write_conversation(bundle: Json, target: Path) -> None:
+    """The SDK's own layout: base_state.json + events/event-NNNNN-<id>.json (as the SDK names them)."""
+    events = target / "events"
+    events.mkdir(parents=True)
+    (target / "base_state.json").write_text(json.dumps(bundle["base_state"], indent=2) + "\n")
+    for index, event in enumerate(bundle["events"]):
+        (events / f"event-{index:05d}-{event['id']}.json").write_text(json.dumps(event, indent=2) + "\n")
+
+
+def record(name: str, task: str, turns: list[list[Block]], files: dict[str, str], python: Path) -> Path:
+    workspace = REC_ROOT / name
+    shutil.rmtree(workspace, ignore_errors=True)
+    workspace.mkdir(parents=True)
+    for relative, content in files.items():
+        path = workspace / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content)
+    target = FIXTURES / VERSION / name
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(workspace, target / "workspace-initial")
+    script = {"seed": f"openhands-sdk/{name}", "turns": [{"content": turn} for turn in turns]}
+    (target / "script.json").write_text(json.dumps(script, indent=2) + "\n")
+    with tempfile.TemporaryDirectory(prefix=f"forkpoint-rec-openhands-sdk-{name}-") as tmp:
+        scratch = Path(tmp)
+        model = ScriptedModel.from_file(target / "script.json", model="scripted")
+        with model.serve() as url:
+            request = {"schema": "forkpoint.openhands-sdk-runner/v1", "mode": "record", "workspace": str(workspace),
+                       "persistence_dir": str(scratch / "conversations"), "tools": TOOLS, "max_iterations": 20,
+                       "task": task, "out": str(scratch / "bundle.json"), "result": str(scratch / "result.json"),
+                       "llm": {"model": MODEL, "base_url": f"{url}/v1", "api_key_env": "SCRIPTED_API_KEY"}}
+            (scratch / "request.json").write_text(json.dumps(request))
+            env = sanitized_env(os.environ, strip_credentials=True)
+            env.update({"HOME": str(scratch / "home"), "SCRIPTED_API_KEY": "dummy", "TZ": "UTC",
+                        "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LOG_LEVEL": "WARNING",
+                        "OPENHANDS_SUPPRESS_BANNER": "1", "TMUX_TMPDIR": str(scratch)})  # no socket left in /tmp
+            done = subprocess.run([str(python), "-I", str(RUNNER), str(scratch / "request.json")], env=env,
+                                  capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=scratch, check=False)
+        result = json.loads((scratch / "result.json").read_text())
+        if done.returncode != 0 or result.get("error"):
+            sys.stderr.write(done.stderr[-4000:] + str(result.get("traceback")))
+            raise SystemExit(f"{name}: runner failed: {result.get('error')}")
+        bundle = json.loads((scratch / "bundle.json").read_text())
+    write_conversation(bundle, target / "conversation")
+    with (target / "requests.jsonl").open("w") as handle:
+        for entry in model.requests:
+            handle.write(json.dumps(_summarise_request(entry), ensure_ascii=False) + "\n")
+    meta = {"agent": "openhands-sdk", "version": VERSION, "scenario": name, "cwd": str(workspace), "task": task,
+            "model": MODEL, "execution_status": result.get("execution_status"), "runner_mode": "record",
+            "recorded_at": datetime.now(UTC).isoformat(timespec="seconds")}
+    (target / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    shutil.rmtree(workspace, ignore_errors=True)
+    return target
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scenario", action="append", default=None)
+    args = parser.parse_args()
+    runtime = runtimes.find("openhands-sdk", VERSION)
+    if runtime is None:
+        raise SystemExit(f"openhands-sdk {VERSION} is not installed: forkpoint agents install openhands-sdk@{VERSION}")
+    table = scenarios(REC_ROOT)
+    for name in args.scenario or list(table):
+        task, turns, files = table[name]
+        print(record(name, task, turns, files, runtime.entrypoint))
+
+
+if __name__ == "__main__":
+    main()

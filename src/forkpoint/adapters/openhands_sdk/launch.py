@@ -1,0 +1,243 @@
+"""Run forkpoint's companion runner (runner.py) on the OpenHands SDK's Python, and the continuation hooks
+(``SdkHooks``) forkpoint.adapters.kit.continuation runs it through.
+
+The runner is a file shipped inside forkpoint, started as ``<venv python> -I runner.py <request.json>`` through
+the run's sandbox (deadline, output caps, no surviving descendants: the SDK's tmux server included, it is a
+descendant) with an isolated HOME, credentials stripped and litellm's local cost map (no download); its request
+and result files live in the run's state dir. See runner.py for the JSON protocol.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from forkpoint.adapters.kit import continuation as shell
+from forkpoint.adapters.kit.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.fs import read_file_strict, refused_as
+from forkpoint.core.model import JsonObject, RunContext
+from forkpoint.core.results import write_atomic
+from forkpoint.process import ProcessResult, sanitized_env
+from forkpoint.sandbox import home_environment, interpreter_paths, local_sandbox
+
+if TYPE_CHECKING:
+    from forkpoint.bridge.server import BridgeSummary
+
+RUNNER = Path(__file__).with_name("runner.py")
+SCHEMA = "forkpoint.openhands-sdk-runner/v1"
+BRIDGE_KEY_ENV = "FORKPOINT_BRIDGE_KEY"
+#: where the replay runner's LLM points: nothing listens there, so a model call could only fail
+DEAD_LLM_URL = "http://127.0.0.1:9/v1"
+_TAIL = 4000
+DEFAULT_LIVE_STEPS = 100
+MAX_ITERATIONS_CODE = "MaxIterationsReached"
+#: the boundary prompt reaches the runner only through its environment (never a file forkpoint writes)
+PROMPT_ENV = "FORKPOINT_BOUNDARY_PROMPT"
+MAX_OUT_BYTES = 512 * 1024 * 1024
+_MAX_RESULT_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class RunnerOutcome:
+    result: dict[str, Any]
+    process: ProcessResult
+    log: Path
+
+    def tail(self) -> str:
+        data = self.process.stdout[-_TAIL:] + b"\n" + self.process.stderr[-_TAIL:]
+        return data.decode("utf-8", "replace")
+
+
+def work_dir(context: RunContext) -> Path:
+    path = context.state_dir / "openhands-sdk"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def environment(home: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = sanitized_env(os.environ, strip_credentials=True)
+    for name in list(env):
+        if name.startswith(("OPENAI_", "LLM_", "LITELLM_", "OPENHANDS_", "LMNR_", "OTEL_", "TMUX")):
+            del env[name]
+    home_environment(env, home)
+    shell.loopback_no_proxy(env)
+    env.update({"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LOG_LEVEL": "WARNING", "OPENHANDS_SUPPRESS_BANNER": "1"})
+    env.update(extra or {})
+    return env
+
+
+@contextmanager
+def tmux_dir() -> Iterator[Path]:
+    """A private TMUX_TMPDIR for the SDK's terminal: its tmux server's socket would otherwise stay behind in
+    ``/tmp/tmux-<uid>/`` after every run. Short (a socket path holds at most 107 bytes), removed afterwards."""
+    base = tempfile.gettempdir()
+    folder = Path(tempfile.mkdtemp(prefix="fp-ohsdk-", dir=base if len(base) <= 40 else "/tmp"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_runner(python: Path, context: RunContext, name: str, request: dict[str, Any], *, timeout_s: float,
+               env_extra: dict[str, str] | None = None, bridge_port: int | None = None) -> RunnerOutcome:
+    """Write ``<state>/openhands-sdk/<name>-request.json``, run the runner, read its result (typed errors only).
+
+    The runner runs in the run's sandbox, its folder and HOME writable, the venv readable. Replay has no network;
+    a continuation reaches the bridge (``bridge_port``).
+    """
+    work = work_dir(context)
+    result_path = work / f"{name}-result.json"
+    result_path.unlink(missing_ok=True)
+    request = {"schema": SCHEMA, **request, "result": str(result_path)}
+    request_path = work / f"{name}-request.json"
+    write_atomic(request_path, json.dumps(request, indent=2).encode())
+    context.logs.mkdir(parents=True, exist_ok=True)
+    log = context.logs / f"openhands-sdk-{name}.log"
+    context.home.mkdir(parents=True, exist_ok=True)
+    sandbox = context.sandbox or local_sandbox(context.workspace)
+    argv = [str(python), "-I", str(RUNNER), str(request_path)]
+    options: dict[str, Any] = {
+        "cwd": str(work), "env": environment(context.home, env_extra), "timeout_s": timeout_s,
+        "writable": (context.home, work), "grace_s": 5.0, "max_output_bytes": 4 * 1024 * 1024, "log_path": log,
+        "die_with_parent": True}
+    with tmux_dir() as tmux:  # the SDK's terminal server socket: in a folder removed after the run
+        options["env"]["TMUX_TMPDIR"] = str(tmux)
+        options["writable"] = (*options["writable"], tmux)
+        process = sandbox.run(argv, network=bridge_port is not None,
+                              readable=(*interpreter_paths(python), RUNNER.parent), **options)
+    kind = ErrorKind.CONTINUATION if name == "continue" else ErrorKind.EXECUTOR
+    try:  # the runner's folder is writable by replayed commands: read strictly (no link, FIFO or device followed)
+        with refused_as(kind, f"read the OpenHands SDK runner result {result_path}"):
+            result = json.loads(read_file_strict(work, result_path.name, max_bytes=_MAX_RESULT_BYTES))
+    except (OSError, ValueError):
+        result = {}
+    outcome = RunnerOutcome(result if isinstance(result, dict) else {}, process, log)
+    if process.timed_out:
+        raise ReplayError(kind, f"the OpenHands SDK runner ({name}) did not finish within {timeout_s:.0f} s; "
+                                f"see {log}")
+    if not outcome.result:
+        raise ReplayError(kind, f"the OpenHands SDK runner ({name}) exited {process.returncode} without a result: "
+                                f"{outcome.tail()[-600:].strip()}; see {log}")
+    if outcome.result.get("error"):
+        raise ReplayError(kind, f"the OpenHands SDK runner ({name}) failed: {outcome.result['error']}; see {log}")
+    return outcome
+
+
+def read_out(work: Path, name: str, kind: ErrorKind, what: str) -> Any:
+    """A JSON file the runner wrote in its (writable) folder: strictly, bounded."""
+    try:
+        with refused_as(kind, f"read {what}"):
+            return json.loads(read_file_strict(work, name, max_bytes=MAX_OUT_BYTES))
+    except ValueError as error:
+        raise ReplayError(kind, f"{what} is not readable JSON: {error}") from None
+
+
+def bridge_model(base_state: JsonObject) -> str:
+    """The recorded model as litellm's OpenAI-compatible provider names it (``openai/<model>``): the continued
+    SDK talks Chat Completions to the bridge whatever provider the recording used."""
+    llm = base_state.get("agent", {}).get("llm") if isinstance(base_state.get("agent"), dict) else None
+    model = llm.get("model") if isinstance(llm, dict) else None
+    name = model.split("/", 1)[-1] if isinstance(model, str) and model else "gpt-4o"
+    return f"openai/{name}"
+
+
+@dataclass(frozen=True)
+class Installed:
+    document: JsonObject  # the rebuilt prefix bundle
+    work: Path
+    conversations: Path  # the persistence dir (the conversation is ``<it>/<id hex>/``)
+    out: Path
+
+
+class SdkHooks(AgentHooks[Installed]):
+    """``runner.py continue``: the SDK resumes the rebuilt conversation from its persistence dir (its own resume)
+    with the recorded agent, its LLM pointed at the bridge, and runs it; litellm -> the bridge -> the gate."""
+
+    protocol = "openai-chat"
+    label = "OpenHands SDK"
+    native_cli = "openhands-sdk"
+
+    def install(self, job: Job) -> Installed:
+        from forkpoint.adapters.openhands_sdk.session import materialise
+
+        document = json.loads(job.prefix.path.read_text("utf-8"))
+        work = work_dir(job.context)
+        conversations = work / "conversations"
+        conversations.mkdir(exist_ok=True)
+        try:
+            materialise(document, conversations)
+        except (OSError, ReplayError) as error:
+            raise ReplayError(ErrorKind.CONTINUATION, f"cannot install the OpenHands SDK conversation: {error}") \
+                from None
+        return Installed(document, work, conversations, work / "continued.json")
+
+    def gate(self, job: Job, state: Installed) -> GateSpec:
+        from forkpoint.adapters.openhands_sdk.envelope import PrefixError, expected_messages
+        from forkpoint.adapters.openhands_sdk.gate import PROFILE
+        from forkpoint.bridge.protocols.openai_chat import ChatGate, ExpectedChat
+
+        try:
+            messages = expected_messages(state.document["events"])
+            if job.boundary_prompt is not None:
+                messages.append({"role": "user", "text": job.boundary_prompt})
+            expected = ExpectedChat.of(job.plan.profile, messages)
+        except PrefixError as error:
+            raise ReplayError(ErrorKind.CONTINUATION, f"cannot build the expected first request: {error}") from None
+        return GateSpec(ChatGate(PROFILE, expected), expected.to_json())
+
+    def launch(self, job: Job, state: Installed, bridge_url: str) -> LaunchSpec:
+        remaining, prompt = job.settings.remaining_steps, job.boundary_prompt
+        request: dict[str, Any] = {
+            "mode": "continue", "workspace": job.sandbox.cwd, "persistence_dir": str(state.conversations),
+            "conversation_id": state.document["base_state"]["id"], "agent": state.document["base_state"]["agent"],
+            "max_iterations": remaining if remaining is not None else DEFAULT_LIVE_STEPS, "out": str(state.out),
+            **({"boundary_prompt_env": PROMPT_ENV} if prompt is not None else {}),
+            "llm": {"model": bridge_model(state.document["base_state"]), "base_url": f"{bridge_url}/v1",
+                    "api_key_env": BRIDGE_KEY_ENV},
+        }
+        env = {BRIDGE_KEY_ENV: shell.BRIDGE_KEY, **({PROMPT_ENV: prompt} if prompt else {})}
+        return LaunchSpec([], env, str(state.work), job.context.logs / "openhands-sdk-continue.log", request=request)
+
+    def run(self, job: Job, state: Installed, spec: LaunchSpec) -> Ran:
+        outcome = run_runner(job.settings.target.entrypoint, job.context, "continue", spec.request,
+                             timeout_s=job.settings.timeout_s, env_extra=spec.env, bridge_port=spec.bridge_port)
+        return Ran(outcome.process, outcome.log, outcome.result)
+
+    def outcome(self, job: Job, state: Installed, ran: Ran, summary: BridgeSummary) -> Outcome:
+        result = ran.reply
+        raw_codes = result.get("error_codes")
+        codes: list[Any] = raw_codes if isinstance(raw_codes, list) else []
+        metadata = {"openhands_sdk_execution_status": result.get("execution_status"),
+                    "openhands_sdk_error_codes": codes, "openhands_sdk_run_error": result.get("run_error")}
+        if MAX_ITERATIONS_CODE in codes:
+            return Outcome("max_steps", metadata=metadata)
+        if result.get("execution_status") == "finished":
+            return Outcome("completed", metadata=metadata)
+        if summary.budget_reached:
+            return Outcome("max_steps", metadata=metadata)
+        return Outcome("failed", f"ended in state {result.get('execution_status')!r}: "
+                                 f"{result.get('run_error') or ', '.join(map(str, codes)) or 'no error'}",
+                       metadata=metadata)
+
+    def collect(self, job: Job, state: Installed, ran: Ran, outcome: Outcome,
+                summary: BridgeSummary) -> Collected:
+        from forkpoint.adapters.openhands_sdk.parse import parse_conversation
+
+        document = read_out(state.work, state.out.name, ErrorKind.CONTINUATION, "the continued OpenHands SDK "
+                                                                                 "conversation")
+        path = job.continued_dir / job.prefix.path.name
+        try:
+            write_atomic(path, json.dumps(document, indent=1).encode("utf-8"))
+            continued = parse_conversation(path)
+        except (OSError, ReplayError) as error:
+            raise ReplayError(ErrorKind.CONTINUATION, f"the continued OpenHands SDK conversation is unusable: "
+                                                      f"{error}") from None
+        return Collected(path, summary.validated, shell.next_action_at(continued.next_actions, job.plan.after_step))
