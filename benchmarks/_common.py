@@ -45,6 +45,7 @@ ORDER = (
     "branching",
     "real_world",
     "scoring",
+    "rl_batch",
     "versions",
 )
 

@@ -34,6 +34,7 @@ SCRIPTS = {
     "branching": 120,
     "real_world": 60,
     "scoring": 60,
+    "rl_batch": 90,
     "versions": 60,
 }
 

@@ -382,3 +382,20 @@ def test_a_lost_job_is_settled_only_once_its_process_no_longer_holds_its_lease(
         holder.kill()
         holder.communicate()
     assert settled is not None and (settled.category, settled.retryable) == ("ambiguous_execution", False)
+
+
+def test_a_lost_job_whose_branches_had_started_is_ambiguous(tmp_path: Path) -> None:
+    """A branched job's continuations journal their starts in the branches' own journals; its run journal's
+    ``branches_started`` alone (a prefix whose observations were all reused ran no tool) is proof enough."""
+    from forkpoint.batch import _lost
+    from forkpoint.run.journal import Journal
+
+    session, source = _marker_session(tmp_path / "rec", 0, tmp_path)
+    [job] = [item for item in expand(read_lines(
+        _jobs(tmp_path / "jobs.jsonl", [{"trajectory": str(session), "after_step": 1, "mode": "continue",
+                                         "branches": 2, "workspace_from": str(source)}]), {}))
+        if isinstance(item, Job)]
+    with Journal.open(tmp_path / "batch" / "state" / job.run_id) as journal:
+        journal.append("branches_started", count=2)
+    settled = _lost(job, job.run_id, RuntimeError("node lost"), tmp_path / "batch")
+    assert settled is not None and (settled.category, settled.retryable) == ("ambiguous_execution", False)

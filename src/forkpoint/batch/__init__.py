@@ -172,6 +172,9 @@ def _drive(ledger: Ledger, executor: Any, batch_dir: Path, token: str, retries: 
                 state.failed += 1
 
 
+#: a job's journal events after which it may have had effects (a branched job's branches journal their own
+#: continuation starts in their own journals: its ``branches_started`` is the run's record of them)
+EFFECT_EVENTS = frozenset({"tool_started", "continuation_started", "branches_started"})
 #: how long the driver waits for a lost job's lease (its worker's death) before it reads the job's journal
 LOST_LEASE_WAIT_S = 30.0
 
@@ -195,7 +198,7 @@ def _lost(job: Any, run_id: str, error: BaseException, batch_dir: Path) -> Outco
         time.sleep(0.05)
     events = read_events(batch_dir / "state" / run_id / "journal.jsonl")
     started = job.mode != "prepare-only" and any(
-        e.get("event") in ("tool_started", "continuation_started") for e in events)
+        e.get("event") in EFFECT_EVENTS for e in events)
     category, code = ("ambiguous_execution", 31) if started else ("internal_error", 50)
     return Outcome(identity=job.identity, run_id=run_id, exit_code=code, category=category, retryable=not started,
                    message=f"the worker running this job died ({type(error).__name__}: {error})"[:2000],
@@ -264,7 +267,7 @@ def _settle_stale(ledger: Ledger, batch_dir: Path) -> list[str]:
             live.append(run_id)
             continue
         events = read_events(batch_dir / "state" / run_id / "journal.jsonl")
-        started = [e for e in events if e.get("event") in ("tool_started", "continuation_started")]
+        started = [e for e in events if e.get("event") in EFFECT_EVENTS]
         if effects and started:
             detail = describe_ambiguous(events) or "its continuation had started"  # names a call that did not finish
             ledger.reset(identity, status="ambiguous", message=f"the previous batch driver stopped while job run "
