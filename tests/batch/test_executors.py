@@ -88,7 +88,7 @@ def test_scored_branches_give_the_same_rewards_and_groups_on_the_local_pool_and_
     assert rl.rewards(tmp_path / "ray") == expected
     assert local["groups"] == on_ray["groups"] and len(local["groups"]) == 2
     assert sorted(group["n"] for group in on_ray["groups"]) == [JOBS, JOBS]  # half the jobs × 2 branches per boundary
-    by_run = {}  # each branch's advantages, by job line and branch: the same on both
+    by_run: dict[str, dict[Any, Any]] = {}  # each branch's advantages, by job line and branch: the same on both
     for batch in ("local", "ray"):
         for document in (tmp_path / batch / "runs").glob("*/branches.json"):
             rows = json.loads(document.read_text())["branches"]
