@@ -174,9 +174,9 @@ def _on_ray(jobs: Path, root: Path, model: Any, local: dict[str, Any], expected:
         rerun = json.loads(again.stdout)
         rows.append(["… the same batch run again", _counts(rerun), "", _verdict(len(model.requests) == requests)])
         ambiguous = [job for job in removed["failed"] if job["status"] == "ambiguous"]
-        checks.append(f"Removed node: the job it ran when removed ({lost}) and every job settled after it "
-                      f"there: {len(ambiguous)} ambiguous ({'; '.join(sorted({j['category'] for j in ambiguous}))}), "
-                      f"{removed['counts']['failed']} failed; the rerun sent ScriptedModel "
+        checks.append(f"Removed node: {len(ambiguous)} job(s) ambiguous (the one it ran, `{lost}`, its continuation "
+                      f"started: {[j['run_id'] for j in ambiguous] == [lost]}), {removed['counts']['failed']} failed, "
+                      f"the other jobs done with their expected rewards; the rerun sent ScriptedModel "
                       f"{len(model.requests) - requests} requests (nothing re-ran).")
     finally:
         cluster.shutdown()
