@@ -140,6 +140,8 @@ def main() -> None:
     body += f"""
 
 {jobs_n} jobs × {branches} branches (`--jobs`, `--branches`), two groups (boundaries 1 and 2). {' '.join(checks)}
+Wall times are not a comparison of executors: the three one-CPU nodes run three jobs at once on two cores shared
+with other work (the load average above), the local pool two.
 """
     c.emit("rl_batch", "15. Scored batches: local pool vs a 3-node Ray cluster, a node removed mid-batch", body,
            args, command=f"python benchmarks/rl_batch.py --jobs {jobs_n} --branches {branches}")

@@ -27,7 +27,7 @@ from forkpoint.batch import BatchOptions, run_batch, status
 from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, text, tool_use
 
 BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
-JOBS, BRANCHES = 4, 2  # CI's share; benchmarks/rl_batch.py runs 50 × 4
+JOBS, BRANCHES = 4, 2  # CI's share; benchmarks/rl_batch.py ran 50 × 4 (docs/benchmarks.md §15)
 #: each node of the simulated cluster: one CPU (one job at a time), the smallest object store Ray accepts
 NODE = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024, "node_ip_address": "127.0.0.1"}
 
