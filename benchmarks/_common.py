@@ -46,6 +46,7 @@ ORDER = (
     "branching",
     "real_world",
     "scoring",
+    "rl_batch",
     "versions",
 )
 

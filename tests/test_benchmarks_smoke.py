@@ -35,6 +35,7 @@ SCRIPTS = {
     "branching": 120,
     "real_world": 60,
     "scoring": 60,
+    "rl_batch": 90,
     "versions": 60,
 }
 

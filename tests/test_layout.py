@@ -107,7 +107,6 @@ EXCEPTIONS = {
     "adapters/swe_agent/bundles.py": "tests/adapters/swe_agent/test_bundle_tools.py and test_replay.py",
     "adapters/swe_agent/session.py": "tests/adapters/swe_agent/test_replay.py (the rebuilt .traj prefixes)",
     "adapters/swe_agent/tools.py": "tests/adapters/swe_agent/test_replay.py (fresh == historical at every boundary)",
-    "batch/executors.py": "tests/batch/test_batch.py (local pool and Ray)",
     "batch/expand.py": "tests/batch/test_jobs.py (a jobs file expanded to requests)",
     "branches/branching.py": "tests/e2e/test_branching.py and tests/branches/test_resume.py",
     "bridge/limits.py": "tests/reliability/test_bridge_flood.py",

@@ -336,3 +336,66 @@ def test_require_sandbox_refuses_a_job_that_would_run_commands_on_the_host(tmp_p
     assert summary["counts"]["done"] == 1 and summary["bad_lines"], summary
     assert bad and bad[0][0] == 1 and "requires --sandbox bwrap" in bad[0][1] and "is local" in bad[0][1]
     assert not (markers / "0").exists()
+
+
+_LEASE_HOLDER = """
+import sys
+from pathlib import Path
+from forkpoint.batch.lock import job_lease
+from forkpoint.run.journal import Journal
+
+batch, run_id = Path(sys.argv[1]), sys.argv[2]
+with job_lease(batch, run_id, None):
+    print("held", flush=True)
+    sys.stdin.readline()  # the test says when this job starts its tool
+    with Journal.open(batch / "state" / run_id) as journal:
+        journal.append("tool_started", call="toolu_0001")
+"""
+
+
+def test_a_lost_job_is_settled_only_once_its_process_no_longer_holds_its_lease(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pool fails every in-flight job the moment one worker dies and only then terminates the others (a Ray
+    node counted lost may still run its task): the driver must not read a job's journal while its process still
+    runs — "nothing started" then is no proof, and the retry would run beside the original."""
+    import forkpoint.batch as batch_module
+
+    session, source = _marker_session(tmp_path / "rec", 0, tmp_path)
+    [job] = [item for item in expand(read_lines(
+        _jobs(tmp_path / "jobs.jsonl", [{"trajectory": str(session), "after_step": 1, "mode": "replay-only",
+                                         "workspace_from": str(source)}]), {})) if isinstance(item, Job)]
+    batch = tmp_path / "batch"
+    (batch / "state").mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", _LEASE_HOLDER, str(batch), job.run_id], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        monkeypatch.setattr(batch_module, "LOST_LEASE_WAIT_S", 0.3, raising=False)
+        # its process still runs it: not settled (left running, a later driver settles it)
+        assert batch_module._lost(job, job.run_id, RuntimeError("node lost"), batch) is None
+        monkeypatch.setattr(batch_module, "LOST_LEASE_WAIT_S", 120.0, raising=False)
+        assert holder.stdin is not None
+        holder.stdin.write("go\n")  # the job starts its tool, then its process ends
+        holder.stdin.flush()
+        settled = batch_module._lost(job, job.run_id, RuntimeError("node lost"), batch)
+    finally:
+        holder.kill()
+        holder.communicate()
+    assert settled is not None and (settled.category, settled.retryable) == ("ambiguous_execution", False)
+
+
+def test_a_lost_job_whose_branches_had_started_is_ambiguous(tmp_path: Path) -> None:
+    """A branched job's continuations journal their starts in the branches' own journals; its run journal's
+    ``branches_started`` alone (a prefix whose observations were all reused ran no tool) is proof enough."""
+    from forkpoint.batch import _lost
+    from forkpoint.run.journal import Journal
+
+    session, source = _marker_session(tmp_path / "rec", 0, tmp_path)
+    [job] = [item for item in expand(read_lines(
+        _jobs(tmp_path / "jobs.jsonl", [{"trajectory": str(session), "after_step": 1, "mode": "continue",
+                                         "branches": 2, "workspace_from": str(source)}]), {}))
+        if isinstance(item, Job)]
+    with Journal.open(tmp_path / "batch" / "state" / job.run_id) as journal:
+        journal.append("branches_started", count=2)
+    settled = _lost(job, job.run_id, RuntimeError("node lost"), tmp_path / "batch")
+    assert settled is not None and (settled.category, settled.retryable) == ("ambiguous_execution", False)

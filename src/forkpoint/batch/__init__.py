@@ -114,7 +114,7 @@ def _run(ledger: Ledger, token: str, jobs_file: Path, batch_dir: Path, options: 
     executor = _executor(options)
     stop = _graceful_stop()
     try:
-        _drive(ledger, executor, batch_dir, token, options.retries, state, stop, progress, feed)
+        _drive(ledger, executor, batch_dir, token, options.retries, state, stop, progress, feed, live)
     finally:
         executor.close(cancel=stop.hard)
         stop.restore()
@@ -124,7 +124,9 @@ def _run(ledger: Ledger, token: str, jobs_file: Path, batch_dir: Path, options: 
 
 
 def _drive(ledger: Ledger, executor: Any, batch_dir: Path, token: str, retries: int, state: BatchProgress, stop: Any,
-           progress: Callable[[BatchProgress], None] | None, feed: Callable[[int], bool]) -> None:
+           progress: Callable[[BatchProgress], None] | None, feed: Callable[[int], bool], live: list[str]) -> None:
+    """Keep every slot busy until the jobs are done (or a stop); ``live`` gets the run ids of lost jobs whose
+    process still holds their lease."""
     in_flight: dict[Any, Any] = {}
     cursor = 0
     more = True  # the jobs file may hold more lines
@@ -155,8 +157,12 @@ def _drive(ledger: Ledger, executor: Any, batch_dir: Path, token: str, retries: 
         for handle, outcome in executor.wait(list(in_flight), timeout=0.5):
             job, run_id = in_flight.pop(handle)
             if isinstance(outcome, BaseException):
-                result = _lost(job, run_id, outcome, batch_dir)
                 stop.requested = stop.requested or _broken(outcome)
+                lost = _lost(job, run_id, outcome, batch_dir)
+                if lost is None:  # its process still holds the lease: left running, like a stopped driver's job
+                    live.append(run_id)
+                    continue
+                result = lost
             else:
                 result = Outcome(**outcome)
             ledger.finish(result)
@@ -166,14 +172,33 @@ def _drive(ledger: Ledger, executor: Any, batch_dir: Path, token: str, retries: 
                 state.failed += 1
 
 
-def _lost(job: Any, run_id: str, error: BaseException, batch_dir: Path) -> Outcome:
+#: a job's journal events after which it may have had effects (a branched job's branches journal their own
+#: continuation starts in their own journals: its ``branches_started`` is the run's record of them)
+EFFECT_EVENTS = frozenset({"tool_started", "continuation_started", "branches_started"})
+#: how long the driver waits for a lost job's lease (its worker's death) before it reads the job's journal
+LOST_LEASE_WAIT_S = 30.0
+
+
+def _lost(job: Any, run_id: str, error: BaseException, batch_dir: Path) -> Outcome | None:
     """A job whose worker died under it: retryable when nothing can have run (its journal shows no tool and no
-    continuation start), else ambiguous — never re-executed when its effects are unknown."""
+    continuation start), else ambiguous — never re-executed when its effects are unknown.
+
+    The journal is read only once the job's lease is free: the executor can report a job lost while its process
+    still runs (a local pool fails every in-flight job the moment one worker dies, and only then terminates the
+    others; a Ray node counted dead may still be running). None when the lease is still held after
+    :data:`LOST_LEASE_WAIT_S`: the job stays ``running`` for a later driver to settle (as a stopped driver's
+    orphan)."""
+    from forkpoint.batch.lock import lease_free
     from forkpoint.run.journal import read_events
 
+    deadline = time.monotonic() + LOST_LEASE_WAIT_S
+    while not lease_free(batch_dir, run_id):
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.05)
     events = read_events(batch_dir / "state" / run_id / "journal.jsonl")
     started = job.mode != "prepare-only" and any(
-        e.get("event") in ("tool_started", "continuation_started") for e in events)
+        e.get("event") in EFFECT_EVENTS for e in events)
     category, code = ("ambiguous_execution", 31) if started else ("internal_error", 50)
     return Outcome(identity=job.identity, run_id=run_id, exit_code=code, category=category, retryable=not started,
                    message=f"the worker running this job died ({type(error).__name__}: {error})"[:2000],
@@ -242,7 +267,7 @@ def _settle_stale(ledger: Ledger, batch_dir: Path) -> list[str]:
             live.append(run_id)
             continue
         events = read_events(batch_dir / "state" / run_id / "journal.jsonl")
-        started = [e for e in events if e.get("event") in ("tool_started", "continuation_started")]
+        started = [e for e in events if e.get("event") in EFFECT_EVENTS]
         if effects and started:
             detail = describe_ambiguous(events) or "its continuation had started"  # names a call that did not finish
             ledger.reset(identity, status="ambiguous", message=f"the previous batch driver stopped while job run "

@@ -240,6 +240,9 @@ class BranchSetup:
     score: ScoreSpec | None = None
     group_id: str | None = None
     original_reward: float | None = None
+    #: ``--path-map`` of a ``local`` run (a batch job's private workspace): each branch's sandbox maps recorded
+    #: paths into the workspace as the run's own did
+    path_map: tuple[str, ...] = ()
 
 
 def run_pins(settings: ContinueSettings) -> dict[str, Any]:
@@ -322,7 +325,7 @@ def _one_branch(setup: BranchSetup, index: int, prompt: str | None, variant: Bra
                 sandbox = open_sandbox("bwrap", workspace, setup.recorded_cwd)
             else:  # the recorded-path check comes before the restore empties the workspace
                 workspace = setup.workspace
-                sandbox = open_sandbox(setup.sandbox_name, workspace, setup.recorded_cwd)
+                sandbox = open_sandbox(setup.sandbox_name, workspace, setup.recorded_cwd, setup.path_map)
                 restore(setup.snapshot, workspace)
         except (ReplayError, OSError) as error:
             kind = error.kind if isinstance(error, ReplayError) else ErrorKind.WORKSPACE

@@ -55,8 +55,8 @@ def run(args: argparse.Namespace) -> None:
         raise SystemExit(130)
     counts = summary["counts"]
     for run_id in summary.get("still_running_elsewhere") or []:
-        say(f"  job run {run_id} is still running in a process of a stopped driver (its lease is held): left "
-            "running; rerun the batch later to settle it", err=True, style=YELLOW)
+        say(f"  job run {run_id} is still running in a process that holds its lease (a stopped driver's, or a "
+            "worker reported lost): left running; rerun the batch later to settle it", err=True, style=YELLOW)
     raise SystemExit(1 if counts["failed"] or counts["ambiguous"] or counts["pending"] or counts["running"]
                      or summary["bad_lines"] else 0)
 

@@ -362,7 +362,7 @@ def _branch(request: ReplayRequest, prepared: Prepared, prefix: NativePrefix, co
         session_id=context.session_id, sandbox_name=request.sandbox, recorded_cwd=prepared.plan.trajectory.cwd,
         snapshot=Path(snapshot["path"]), score=score_spec(request),
         group_id=scoring.group_id(prepared.plan.trajectory.source_sha256, prepared.plan.after_step),
-        original_reward=request.original_reward)
+        original_reward=request.original_reward, path_map=tuple(request.path_map))
     plan_branches(setup, branches, snapshot)
     journal.append("branches_started", count=branches.count)
     document = run_branches(setup, branches, report)
