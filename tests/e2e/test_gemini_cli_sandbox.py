@@ -3,7 +3,7 @@
 ``--sandbox bwrap``: the replayed calls run through the CLI's own tools (``gemini -p`` answering forkpoint's
 loopback tool host) in the sandbox with the workspace mounted at the recorded cwd and no network but the host's
 port; the continued ``gemini --session-file`` runs there too, reaching only the bridge. The held-out checks
-(``forkpoint.testing.probes``) run a probe script as a replayed ``run_shell_command`` and look at the effects on
+(``forkpoint.testing.held_out``) run a probe script as a replayed ``run_shell_command`` and look at the effects on
 the host.
 """
 
@@ -21,7 +21,7 @@ from forkpoint.core.results import ReplayResult
 from forkpoint.run.engine import execute
 from forkpoint.run.request import build_request
 from forkpoint.testing import ScriptedModel
-from forkpoint.testing.probes import PROBE_COMMAND, PROBE_FILE, HostProbes
+from forkpoint.testing.held_out import PROBE_COMMAND, PROBE_FILE, HeldOut
 from forkpoint.testing.recordings import recorded_cwd
 from forkpoint.testing.scripted_model import text, tool_use
 
@@ -80,7 +80,7 @@ def test_a_replayed_command_cannot_get_out(tmp_path: Path) -> None:
     """Held-out checks on a replayed run_shell_command: no write outside the workspace (nor at its host path), no
     HOME canary, no host listener on loopback or the host's own address, nothing left running."""
     workspace = workspace_elsewhere(tmp_path)
-    with HostProbes(tmp_path / "outside") as probes:
+    with HeldOut(tmp_path) as probes:
         (workspace / PROBE_FILE).write_text(probes.script(workspace))
         source = (FIXTURE / "session.jsonl").read_text()
         assert RECORDED_COMMAND in source
@@ -93,14 +93,14 @@ def test_a_replayed_command_cannot_get_out(tmp_path: Path) -> None:
         assert "probed" in fresh and "canary-hidden" in fresh and "loopback-unreachable" in fresh, fresh
         assert "outside-refused" in fresh and "host-path-refused" in fresh, fresh
         assert probes.address is None or "address-unreachable" in fresh, fresh
-        assert probes.escapes(fresh) == []
+        assert probes.violations(fresh) == []
 
 
 def test_the_continued_gemini_cli_reaches_only_the_bridge(tmp_path: Path) -> None:
     """The live CLI's own run_shell_command runs the probe: contained like a replayed call, while the
     continuation completes through the bridge (its only reachable port)."""
     workspace = workspace_elsewhere(tmp_path)
-    with HostProbes(tmp_path / "outside") as probes:
+    with HeldOut(tmp_path) as probes:
         (workspace / PROBE_FILE).write_text(probes.script(workspace))
         model = ScriptedModel([[tool_use("run_shell_command", {"command": PROBE_COMMAND, "description": "probe"})],
                                [text("Done.")]], step_mode="counter", model="gemini-2.5-pro", seed="gemini-probe")
@@ -112,4 +112,4 @@ def test_the_continued_gemini_cli_reaches_only_the_bridge(tmp_path: Path) -> Non
         seen = json.dumps(model.requests[1]["body"]["contents"][-1])
         assert "probed" in seen and "loopback-unreachable" in seen and "canary-hidden" in seen, seen
         assert "outside-refused" in seen and (probes.address is None or "address-unreachable" in seen), seen
-        assert probes.escapes(seen) == []
+        assert probes.violations(seen) == []

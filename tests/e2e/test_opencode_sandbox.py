@@ -3,7 +3,7 @@
 ``--sandbox bwrap``: the tool host (``opencode run`` answering forkpoint's loopback model endpoint) runs in the
 sandbox with the workspace mounted at the recorded cwd and no network but that endpoint's port; ``opencode
 import``/``export`` and the continued ``opencode run --session`` run there too, reaching only the bridge. The
-held-out checks (``forkpoint.testing.probes``) run a probe script as a replayed call and as a live call of the
+held-out checks (``forkpoint.testing.held_out``) run a probe script as a replayed call and as a live call of the
 continued agent, and look at the effects on the host.
 """
 
@@ -22,7 +22,7 @@ from forkpoint.core.results import ReplayResult
 from forkpoint.run.engine import execute
 from forkpoint.run.request import build_request
 from forkpoint.testing import ScriptedModel
-from forkpoint.testing.probes import PROBE_COMMAND, PROBE_FILE, HostProbes
+from forkpoint.testing.held_out import PROBE_COMMAND, PROBE_FILE, HeldOut
 from forkpoint.testing.recordings import recorded_cwd
 from forkpoint.testing.scripted_model import text, tool_use
 
@@ -76,7 +76,7 @@ def test_bwrap_replay_and_continue_with_the_workspace_elsewhere(tmp_path: Path) 
     assert (workspace / "hello.txt").read_text() == "hello world\n"
 
 
-def probing_recording(tmp_path: Path, workspace: Path, probes: HostProbes) -> Path:
+def probing_recording(tmp_path: Path, workspace: Path, probes: HeldOut) -> Path:
     """bash_basic with its first call swapped for ``sh probe.sh`` (the probe script in the workspace)."""
     (workspace / PROBE_FILE).write_text(probes.script(workspace))
     source = (FIXTURE / "export.json").read_text()
@@ -90,13 +90,13 @@ def test_a_replayed_command_cannot_get_out(tmp_path: Path) -> None:
     """Held-out checks on the replayed call: no write outside the workspace, no HOME canary, no host listener on
     loopback or the host's own address, nothing left running."""
     workspace = workspace_elsewhere(tmp_path)
-    with HostProbes(tmp_path / "outside") as probes:
+    with HeldOut(tmp_path) as probes:
         result = run(tmp_path, workspace, probing_recording(tmp_path, workspace, probes), replay_only=True)
         assert result.failure is None, result.failure
         rows = json.loads((Path(result.output_dir or "") / "observations.json").read_text())["observations"]
         fresh = rows[0]["fresh_preview"]["text"]
         assert "probed" in fresh and "canary-hidden" in fresh and "loopback-unreachable" in fresh, fresh
-        assert probes.escapes(fresh) == []
+        assert probes.violations(fresh) == []
 
 
 def test_the_continued_opencode_reaches_only_the_bridge(tmp_path: Path) -> None:
@@ -104,7 +104,7 @@ def test_the_continued_opencode_reaches_only_the_bridge(tmp_path: Path) -> None:
     completes through the bridge (its only reachable port)."""
     workspace = workspace_elsewhere(tmp_path)
     script = json.loads((FIXTURE / "script.json").read_text())
-    with HostProbes(tmp_path / "outside") as probes:
+    with HeldOut(tmp_path) as probes:
         (workspace / PROBE_FILE).write_text(probes.script(workspace))
         model = ScriptedModel([*script["turns"][:1], [tool_use("bash", {"command": PROBE_COMMAND,
                                                                          "description": "Probe"})],
@@ -116,4 +116,4 @@ def test_the_continued_opencode_reaches_only_the_bridge(tmp_path: Path) -> None:
         assert result.phase == "continued" and result.metadata["model_bridge"]["validated"] >= 2
         continued = (Path(result.output_dir or "") / "native" / "continued" / "events.jsonl").read_text()
         assert "probed" in continued and "loopback-unreachable" in continued, continued[-2000:]
-        assert probes.escapes(continued) == []
+        assert probes.violations(continued) == []
