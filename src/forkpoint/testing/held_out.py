@@ -93,7 +93,8 @@ class HeldOut:
         targets = [("127.0.0.1", "loopback")] + ([(self.address, "address")] if self.address else [])
         connects = []
         for host, name in targets:
-            code = f"import socket; socket.create_connection(({host!r}, {self.port}), timeout=5)"
+            code = (f"import socket, sys\ntry: socket.create_connection(({host!r}, {self.port}), timeout=5)\n"
+                    "except OSError as error: sys.exit(str(error))")  # one line of why, not a traceback
             connects.append(f"if command -v python3 >/dev/null; then python3 -c {shlex.quote(code)}; "
                             f"else nc -w 3 {host} {self.port} </dev/null; fi && echo reached-{name} "
                             f"|| echo {name}-unreachable")
@@ -103,8 +104,8 @@ class HeldOut:
             f"echo planted > {plant} && echo wrote-home || echo home-refused",
             f"cat {shlex.quote(str(self.canary))} || echo canary-hidden",
             "; ".join(connects),
-            f"{self.marker}=1 setsid {sleeper} </dev/null >/dev/null 2>&1 & "
-            f"{self.marker}=1 nohup {sleeper} </dev/null >/dev/null 2>&1 & echo started",
+            f"{self.marker}=1 setsid {sleeper} </dev/null >/dev/null 2>&1 & "  # its own session
+            f"( {self.marker}=1 {sleeper} </dev/null >/dev/null 2>&1 & ); echo started",  # orphaned (double fork)
         ]
 
     def script(self, workspace_host_path: Path | None = None) -> str:
