@@ -88,7 +88,8 @@ class ProcessResult:
     """What a supervised command did.
 
     ``returncode`` is ``-signal`` when killed, None if never reaped. ``background_cleanup``: processes other
-    than the leader (group members, escaped descendants) were still running and had to be killed.
+    than the leader (group members, escaped descendants) were still running and had to be killed (one already
+    dying on its own when the leader exited, like bwrap's namespace init, is only waited for and not counted).
     ``*_truncated``: more output than was kept (or a pipe still open at the end). ``process_limit_hit``: a fork
     of the command failed at its process limit (``forkpoint.process.limits``).
     """
