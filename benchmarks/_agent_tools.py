@@ -1,10 +1,13 @@
-"""Per-call cost of ``--sandbox bwrap`` vs ``local`` for the agents whose tools run in their own runtime.
+"""Per-call cost of ``--sandbox bwrap`` (host root or an image root) vs ``local`` for the agents whose tools run
+in their own runtime.
 
 OpenCode re-runs calls through one long-lived tool host (``opencode run`` of the recorded version), Pi through one
-``node runner.mjs tool`` per call. For each agent and sandbox, a fresh executor runs ``calls`` trivial bash calls
-(``echo N``), each timed: the first one includes the runtime's start (OpenCode's tool host, its relay under bwrap)
-and is reported apart; the rest give the per-call time. ``local`` runs in a workspace at the recorded cwd, ``bwrap``
-in a workspace elsewhere mounted at the recorded cwd. Rounds alternate the order (ABBA). Used by tool_overhead.py.
+``node runner.mjs tool`` per call, mini-swe-agent through one companion (its own ``LocalEnvironment.execute``: a
+fresh ``subprocess.run(shell=True)`` per action). For each agent and sandbox, a fresh executor runs ``calls``
+trivial bash calls (``echo N``), each timed: the first one includes the runtime's start (the tool host, companion or
+relay) and is reported apart; the rest give the per-call time. ``local`` runs in a workspace at the recorded cwd,
+``bwrap`` in a workspace elsewhere mounted at the recorded cwd, ``image`` the same with the image root (when given)
+as the sandbox's root. Rounds rotate the order. Used by tool_overhead.py.
 """
 
 from __future__ import annotations
@@ -22,8 +25,11 @@ from forkpoint.core.model import RunContext, ToolCall
 from forkpoint.process import childenv
 from forkpoint.sandbox import open_sandbox
 
-AGENTS = ("opencode", "pi")
+AGENTS = ("opencode", "pi", "mini-swe-agent")
+SMOKE_AGENTS = ("opencode", "pi")  # the smoke run stays small (tests/test_benchmarks_smoke.py)
 OPENCODE_VERSION = "1.18.33"
+VERSIONS = {"opencode": OPENCODE_VERSION, "pi": "0.83.0", "mini-swe-agent": "2.4.6"}
+MINI_FIXTURE = c.FIXTURES / "mini_swe_agent" / "2.4.6" / "basic"
 TARGET = 1.3
 
 
@@ -34,6 +40,15 @@ def _executor(agent: str, context: RunContext) -> Any:
         runtime = runtimes.find("opencode", OPENCODE_VERSION)
         assert runtime is not None
         return OpenCodeToolExecutor(context, runtime.entrypoint)
+    if agent == "mini-swe-agent":
+        from forkpoint.adapters.mini_swe_agent.parse import parse_trajectory
+        from forkpoint.adapters.mini_swe_agent.tools import MiniToolExecutor
+        from forkpoint.core.model import Mode, Plan
+
+        runtime = runtimes.find(agent, VERSIONS[agent])
+        assert runtime is not None
+        plan = Plan(parse_trajectory(MINI_FIXTURE / "trajectory.traj.json"), 1, Mode.REPLAY_ONLY, "bench")
+        return MiniToolExecutor(plan, context, runtime.entrypoint)
     from forkpoint.adapters.pi.runtime import installed
     from forkpoint.adapters.pi.tools import PiToolExecutor
 
@@ -45,14 +60,17 @@ def _call(agent: str, n: int) -> ToolCall:
     if agent == "opencode":
         return ToolCall(call_id, "bash", {"command": f"echo {n}", "description": "count"}, None,
                         native={"callID": call_id})
+    if agent == "mini-swe-agent":
+        return ToolCall(call_id, "bash", {"command": f"echo {n}"}, None, native={"action": {"command": f"echo {n}"}})
     return ToolCall(call_id, "bash", {"command": f"echo {n}"}, None)
 
 
 def available(agent: str) -> bool:
-    return runtimes.find(agent, OPENCODE_VERSION if agent == "opencode" else "0.83.0") is not None
+    return runtimes.find(agent, VERSIONS[agent]) is not None
 
 
-def _one_run(agent: str, sandbox: str, root: Path, calls: int, index: int) -> tuple[float, list[float]]:
+def _one_run(agent: str, sandbox: str, root: Path, calls: int, index: int,
+             image: Path | None = None) -> tuple[float, list[float]]:
     """(first call s, the other calls' s) of one fresh executor."""
     base = root / f"{agent}-{sandbox}-{index}"
     recorded = root / f"recorded-{agent}"
@@ -60,8 +78,10 @@ def _one_run(agent: str, sandbox: str, root: Path, calls: int, index: int) -> tu
     shutil.rmtree(workspace, ignore_errors=True)
     workspace.mkdir(parents=True)
     base.mkdir(parents=True, exist_ok=True)
+    backend = "bwrap" if sandbox == "image" else sandbox
     context = RunContext(workspace, base / "state", base / "out",
-                         sandbox=open_sandbox(sandbox, workspace, str(recorded)))
+                         sandbox=open_sandbox(backend, workspace, str(recorded),
+                                              image=str(image) if sandbox == "image" else None))
     executor = _executor(agent, context)
     times: list[float] = []
     try:
@@ -80,31 +100,46 @@ def _one_run(agent: str, sandbox: str, root: Path, calls: int, index: int) -> tu
     return times[0], times[1:]
 
 
-def measure(root: Path, calls: int, rounds: int) -> str:
-    """The markdown table (and a note) for every installed agent of ``AGENTS``."""
+def measure(root: Path, calls: int, rounds: int, image: Path | None = None,
+            agents: tuple[str, ...] = AGENTS) -> str:
+    """The markdown table (and a note) for every installed agent of ``agents``; ``image``: also an image root."""
     rows = []
-    skipped = [agent for agent in AGENTS if not available(agent)]
-    for agent in (a for a in AGENTS if a not in skipped):
-        first: dict[str, list[float]] = {"local": [], "bwrap": []}
-        per_call: dict[str, list[float]] = {"local": [], "bwrap": []}
+    skipped = [agent for agent in agents if not available(agent)]
+    failed: list[str] = []
+    sandboxes = ("local", "bwrap", "image") if image is not None else ("local", "bwrap")
+    for agent in (a for a in agents if a not in skipped):
+        first: dict[str, list[float]] = {name: [] for name in sandboxes}
+        per_call: dict[str, list[float]] = {name: [] for name in sandboxes}
         for round_index in range(rounds):
-            order = ("local", "bwrap") if round_index % 2 == 0 else ("bwrap", "local")
-            for sandbox in order:
-                start, rest = _one_run(agent, sandbox, root, calls, round_index)
+            shift = round_index % len(sandboxes)
+            for sandbox in sandboxes[shift:] + sandboxes[:shift]:
+                if sandbox not in per_call:  # the image root failed this agent in an earlier round
+                    continue
+                try:
+                    start, rest = _one_run(agent, sandbox, root, calls, round_index, image)
+                except Exception as exc:  # an image root without what the runtime needs: say so, measure the rest
+                    if sandbox != "image":
+                        raise
+                    failed.append(f"{agent} in the image root ({str(exc)[:160]})")
+                    per_call.pop("image", None)
+                    continue
                 first[sandbox].append(start)
                 per_call[sandbox].extend(rest)
         local = c.median(per_call["local"])
-        for sandbox in ("local", "bwrap"):
+        for sandbox in (name for name in sandboxes if per_call.get(name)):
             value = c.median(per_call[sandbox])
             rows.append([agent, sandbox, c.ms(c.median(first[sandbox])), c.ms(value), c.ms(c.p95(per_call[sandbox])),
-                         c.ratio(value, local), c.verdict(value <= TARGET * local) if sandbox == "bwrap" else ""])
+                         c.ratio(value, local), c.verdict(value <= TARGET * local) if sandbox != "local" else ""])
     table: Callable[..., str] = c.table
     body = table(["agent", "sandbox", "first call ms (runtime start)", "per call median ms", "per call p95 ms",
                   "/ local", "≤ 1.3× target"], rows)
     body += (f"\n\n{calls} `echo N` bash calls per executor ({calls - 1} timed per call, the first apart), {rounds} "
-             "rounds alternating local/bwrap; every output checked. OpenCode keeps one tool host for all calls, so "
-             "bwrap costs it once (the first call: bwrap, the relay, the binary's start); Pi starts its Node runner "
+             f"rounds rotating {' / '.join(sandboxes)}; every output checked. OpenCode keeps one tool host and "
+             "mini-swe-agent one companion for all calls, so the sandbox costs them once (the first call: bwrap, the "
+             "relay, the runtime's start) and each call only what its command costs inside; Pi starts its Node runner "
              "per call, so bwrap's namespace setup is paid on every call.")
     if skipped:
         body += f" Not installed, skipped: {', '.join(skipped)}."
+    if failed:
+        body += f" Not measured: {'; '.join(failed)}."
     return body

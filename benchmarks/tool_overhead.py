@@ -140,13 +140,16 @@ def main() -> None:
 
         tasks = {"baseline": baseline, "wrapper": wrapper, "engine": engine_capped, "uncapped": engine_uncapped,
                  "cli": cli}
+        image: Path | None = None
+        floor = ""
         if shutil.which("bwrap") is not None:
             image_root = root / "image-root"
-            host_programs_root(image_root, ["/bin/bash", "/bin/echo"])
+            host_programs_root(image_root, ["/bin/bash", "/bin/sh", "/bin/echo"])
             image = oci_tarball(root / "image.tar", [tree_layer(image_root)], env=["PATH=/bin"])
             os.environ["FORKPOINT_IMAGE_CACHE"] = str(root / "images")
             tasks["bwrap"] = lambda: engine(sandbox="bwrap")
             tasks["image"] = lambda: engine(sandbox="bwrap", image=str(image))
+            floor = _bwrap_floor(workspace, 3 if args.smoke else 100)
         samples: dict[str, list[float]] = {name: [] for name in tasks}
         for name in tasks:  # warm-up
             tasks[name]()
@@ -159,7 +162,8 @@ def main() -> None:
         engine()
         profiler.disable()
         adapters = _agent_tools.measure(root / "adapters", args.agent_calls or (4 if args.smoke else 20),
-                                        min(args.repeat, 4))
+                                        min(args.repeat, 4), None if args.smoke else image,
+                                        _agent_tools.SMOKE_AGENTS if args.smoke else _agent_tools.AGENTS)
     stats = pstats.Stats(profiler)
     hot = sorted(stats.stats.items(), key=lambda item: item[1][2], reverse=True)[:8]  # type: ignore[attr-defined]
     total = sum(value[2] for value in stats.stats.values())  # type: ignore[attr-defined]
@@ -202,8 +206,47 @@ total; profiling inflates Python-heavy parts). Cumulative: {'; '.join(
 """ + "\n".join(
         f"- `{_where(filename)}:{line}({name})` {tottime * 1000:.0f} ms ({ncalls} calls)"
         for (filename, line, name), (_, ncalls, tottime, _cum, _) in hot)
-    body += "\n\n### Per adapter: `--sandbox bwrap` vs `local` per call (OpenCode, Pi)\n\n" + adapters
+    body += ("\n\n### Per adapter: `--sandbox bwrap` (host root, image root) vs `local` per call (OpenCode, Pi, "
+             "mini-swe-agent)\n\n" + adapters)
+    if floor:
+        body += "\n\n### bwrap's own fixed cost per command\n\n" + floor
     c.emit("tool_overhead", "5. Tool re-execution overhead (200 Bash calls)", body, args)
+
+
+def _bwrap_floor(workspace: Path, n: int) -> str:
+    """What one bwrap costs before forkpoint does anything: ``true`` vs ``bwrap --ro-bind / / true`` vs forkpoint's
+    own bwrap argv (binds, namespaces, ``--die-with-parent``), each started with ``subprocess.run`` and through the
+    supervisor, interleaved in one run (the floor under any per-call ratio of a cheap command)."""
+    from forkpoint.process import run_supervised
+    from forkpoint.sandbox.bwrap import BwrapSandbox
+
+    bwrap = shutil.which("bwrap") or "bwrap"
+    true = shutil.which("true") or "/bin/true"
+    ours = BwrapSandbox(workspace, str(workspace)).arguments(str(workspace), network=False)
+    argvs = {"`true`": [true], "`bwrap --ro-bind / / true`": [bwrap, "--ro-bind", "/", "/", true],
+             "`true` in forkpoint's bwrap argv": [*ours, true]}
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    times: dict[tuple[str, str], list[float]] = {(name, how): [] for name in argvs for how in ("plain", "supervised")}
+    flagged = 0
+    for _ in range(n):
+        for name, argv in argvs.items():
+            started = time.perf_counter()
+            subprocess.run(argv, cwd=workspace, env=env, capture_output=True, check=True)
+            times[(name, "plain")].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            result = run_supervised(argv, cwd=workspace, env=env, timeout_s=30)
+            times[(name, "supervised")].append(time.perf_counter() - started)
+            if result.returncode != 0:
+                raise RuntimeError(f"{name}: {result}")
+            flagged += result.background_cleanup
+    base = {how: c.median(times[("`true`", how)]) for how in ("plain", "supervised")}
+    rows = [[name, how, c.ms(c.median(values)), c.ms(c.p95(values)), c.ms(c.median(values) - base[how])]
+            for (name, how), values in times.items()]
+    return str(c.table(["command", "started by", "median ms", "p95 ms", "added by bwrap ms"], rows)) + (
+        f"\n\n{n} of each, interleaved. `plain`: `subprocess.run`; `supervised`: `forkpoint.process.run_supervised` "
+        "(own session, pids cgroup, exit and process scans). The `added by bwrap` column is the fixed cost of the "
+        "sandbox itself (namespaces, mounts, bwrap's exec and its init's exit) that any command run through it pays. "
+        f"Supervised runs reported as leaving background work: {flagged} of {n * len(argvs)}.")
 
 
 def _cpu_s(before: os.times_result, after: os.times_result) -> float:

@@ -64,9 +64,8 @@ EXCEPTIONS = {
     "runtimes/npm.py": "tests/runtimes/test_runtimes.py (npm installs of the verified agents)",
     "sandbox/forward_inside.py": "runs inside the bwrap sandbox; tests/sandbox/test_forward.py",
     "testing/script.py": "ScriptedModel's shared core: tests/testing/test_scripted_model.py",
-    "testing/held_out.py": "the held-out sandbox probes, exercised by every adapter's sandbox tests "
-                           "(tests/adapters/*/test_sandbox.py, tests/e2e/test_*_sandbox.py)",
     "testing/images.py": "the test image builder, exercised by tests/sandbox/test_rootfs.py and test_image.py",
+    "testing/sandbox_e2e.py": "the bwrap e2e skeleton, exercised by tests/e2e/test_{opencode,pi,gemini_cli}_sandbox.py",
     "testing/processes.py": "liveness waits used by tests/process/test_session.py and the codex session tests",
     "testing/scripted_anthropic.py": "tests/testing/test_scripted_model.py (the Anthropic answers)",
     "adapters/__init__.py": "the adapter registry; tests/adapters/test_prepare_purity.py and every adapter's tests",

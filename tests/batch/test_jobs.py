@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from forkpoint.batch.expand import expand
 from forkpoint.batch.jobs import BadJob, Job, JobLine, identity, read_lines
+from forkpoint.testing.images import entry, layer, oci_tarball
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "claude_code" / "2.1.332" / "file_tools" / "session.jsonl"
 
@@ -88,8 +90,14 @@ def test_the_continuation_deadlines_are_job_keys(tmp_path: Path) -> None:
     assert "answer_timeout has the wrong type" in bad.reason
 
 
+def _image(path: Path, content: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return oci_tarball(path, [layer([entry("etc/marker", data=content)])])
+
+
 def test_rootfs_and_image_are_job_keys_relative_to_the_jobs_file(tmp_path: Path) -> None:
-    """A batch can give its bwrap jobs the recordings' image (docs/sandboxes.md); the path is part of the job."""
+    """A batch can give its bwrap jobs the recordings' image (docs/sandboxes.md); the path reaches the run."""
+    _image(tmp_path / "images" / "sweb.tar", b"one\n")
     jobs = tmp_path / "jobs.jsonl"
     jobs.write_text(json.dumps({"trajectory": str(FIXTURE), "after_step": 1, "sandbox": "bwrap",
                                 "image": "images/sweb.tar"}) + "\n"
@@ -99,6 +107,29 @@ def test_rootfs_and_image_are_job_keys_relative_to_the_jobs_file(tmp_path: Path)
     assert job.options == {"sandbox": "bwrap", "image": str(tmp_path / "images" / "sweb.tar")}
     [bad] = [item for item in items if isinstance(item, BadJob)]
     assert "rootfs has the wrong type" in bad.reason
+
+
+def test_an_image_is_one_job_by_its_manifest_digest_not_its_path(tmp_path: Path) -> None:
+    """Two paths to the same image bytes are one job; new bytes at the same path are another; a missing or
+    malformed image is a bad line with the run's reason."""
+    first = _image(tmp_path / "a" / "img.tar", b"one\n")
+    copy = tmp_path / "b" / "same.tar"
+    copy.parent.mkdir()
+    shutil.copyfile(first, copy)
+    (tmp_path / "junk.tar").write_bytes(b"not an image")
+
+    def identities() -> list[str | BadJob]:
+        jobs = _write(tmp_path, [{"trajectory": str(FIXTURE), "after_step": 1, "sandbox": "bwrap", "image": str(path)}
+                                 for path in (first, copy, tmp_path / "missing.tar", tmp_path / "junk.tar")])
+        return [item.identity if isinstance(item, Job) else item for item in expand(read_lines(jobs, {}))]
+
+    one, same, missing, junk = identities()
+    assert isinstance(one, str) and one == same
+    assert isinstance(missing, BadJob) and "missing.tar" in missing.reason
+    assert isinstance(junk, BadJob) and "junk.tar" in junk.reason
+    _image(first, b"two\n")  # the same path, other content
+    changed, still_same, _, _ = identities()
+    assert changed != one and still_same == one
 
 
 def test_capture_tokens_is_a_job_key_that_reaches_the_request(tmp_path: Path) -> None:

@@ -3,7 +3,7 @@
 ``--sandbox bwrap``: the tool host (``opencode run`` answering forkpoint's loopback model endpoint) runs in the
 sandbox with the workspace mounted at the recorded cwd and no network but that endpoint's port; ``opencode
 import``/``export`` and the continued ``opencode run --session`` run there too, reaching only the bridge. The
-held-out checks (``forkpoint.testing.probes``) run a probe script as a replayed call and as a live call of the
+held-out checks (``forkpoint.testing.held_out``) run a probe script as a replayed call and as a live call of the
 continued agent, and look at the effects on the host.
 """
 
@@ -12,18 +12,15 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from forkpoint import runtimes
 from forkpoint.adapters.opencode.parse import parse_opencode
-from forkpoint.core.results import ReplayResult
-from forkpoint.run.engine import execute
-from forkpoint.run.request import build_request
 from forkpoint.testing import ScriptedModel
-from forkpoint.testing.probes import PROBE_COMMAND, PROBE_FILE, HostProbes
+from forkpoint.testing.held_out import PROBE_COMMAND, PROBE_FILE, HeldOut
 from forkpoint.testing.recordings import recorded_cwd
+from forkpoint.testing.sandbox_e2e import SandboxCase, assert_contained
 from forkpoint.testing.scripted_model import text, tool_use
 
 pytestmark = [pytest.mark.e2e,
@@ -33,6 +30,7 @@ VERSION = "1.18.33"
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "opencode" / VERSION / "bash_basic"
 #: the first recorded call's command, as export.json spells it (JSON-escaped)
 RECORDED_COMMAND = "printf 'hello world\\\\n' > hello.txt && ls"
+CASE = SandboxCase("opencode", FIXTURE, "export.json", RECORDED_COMMAND, PROBE_COMMAND)
 
 
 @pytest.fixture(autouse=True)
@@ -42,24 +40,11 @@ def _runtime(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
 
 
-def workspace_elsewhere(tmp_path: Path) -> Path:
-    workspace = tmp_path / "not-the-recorded-path" / "ws"
-    shutil.copytree(FIXTURE / "workspace-initial", workspace)
-    return workspace
-
-
-def run(tmp_path: Path, workspace: Path, trajectory: Path, **overrides: Any) -> ReplayResult:
-    values: dict[str, Any] = {"agent": "opencode", "trajectory": str(trajectory), "after_step": 1,
-                              "workspace": str(workspace), "state_dir": str(tmp_path / "state"),
-                              "output_dir": str(tmp_path / "out"), "run_id": "run", "sandbox": "bwrap", **overrides}
-    return execute(build_request(values, source="test"))
-
-
 def test_bwrap_replay_and_continue_with_the_workspace_elsewhere(tmp_path: Path) -> None:
-    workspace = workspace_elsewhere(tmp_path)
+    workspace = CASE.workspace_elsewhere(tmp_path)
     model = ScriptedModel.from_file(FIXTURE / "script.json")
     with model.serve() as url:
-        result = run(tmp_path, workspace, FIXTURE / "export.json", upstream="openai-chat", upstream_url=f"{url}/v1")
+        result = CASE.run(tmp_path, workspace, upstream="openai-chat", upstream_url=f"{url}/v1")
     assert result.failure is None, result.failure
     assert (result.phase, result.quality, result.agent_status) == ("continued", "verified", "completed")
     out = Path(result.output_dir or "")
@@ -76,44 +61,25 @@ def test_bwrap_replay_and_continue_with_the_workspace_elsewhere(tmp_path: Path) 
     assert (workspace / "hello.txt").read_text() == "hello world\n"
 
 
-def probing_recording(tmp_path: Path, workspace: Path, probes: HostProbes) -> Path:
-    """bash_basic with its first call swapped for ``sh probe.sh`` (the probe script in the workspace)."""
-    (workspace / PROBE_FILE).write_text(probes.script(workspace))
-    source = (FIXTURE / "export.json").read_text()
-    assert RECORDED_COMMAND in source
-    trajectory = tmp_path / "probing-export.json"
-    trajectory.write_text(source.replace(RECORDED_COMMAND, PROBE_COMMAND))
-    return trajectory
-
-
 def test_a_replayed_command_cannot_get_out(tmp_path: Path) -> None:
-    """Held-out checks on the replayed call: no write outside the workspace, no HOME canary, no host listener on
-    loopback or the host's own address, nothing left running."""
-    workspace = workspace_elsewhere(tmp_path)
-    with HostProbes(tmp_path / "outside") as probes:
-        result = run(tmp_path, workspace, probing_recording(tmp_path, workspace, probes), replay_only=True)
-        assert result.failure is None, result.failure
-        rows = json.loads((Path(result.output_dir or "") / "observations.json").read_text())["observations"]
-        fresh = rows[0]["fresh_preview"]["text"]
-        assert "probed" in fresh and "canary-hidden" in fresh and "loopback-unreachable" in fresh, fresh
-        assert probes.escapes(fresh) == []
+    """Held-out checks on the replayed call: no write outside the workspace (nor at its host path), no HOME canary,
+    no host listener on loopback or the host's own address, nothing left running."""
+    with HeldOut(tmp_path) as bait:
+        assert_contained(bait, CASE.replay_probe(tmp_path, bait))
 
 
 def test_the_continued_opencode_reaches_only_the_bridge(tmp_path: Path) -> None:
     """The live opencode's own bash runs the probe: contained like a replayed call, while the continuation
     completes through the bridge (its only reachable port)."""
-    workspace = workspace_elsewhere(tmp_path)
+    workspace = CASE.workspace_elsewhere(tmp_path)
     script = json.loads((FIXTURE / "script.json").read_text())
-    with HostProbes(tmp_path / "outside") as probes:
-        (workspace / PROBE_FILE).write_text(probes.script(workspace))
+    with HeldOut(tmp_path) as bait:
+        (workspace / PROBE_FILE).write_text(bait.script(workspace))
         model = ScriptedModel([*script["turns"][:1], [tool_use("bash", {"command": PROBE_COMMAND,
                                                                          "description": "Probe"})],
                                [text("Done.")]], seed=script["seed"])
         with model.serve() as url:
-            result = run(tmp_path, workspace, FIXTURE / "export.json", upstream="openai-chat",
-                         upstream_url=f"{url}/v1")
+            result = CASE.run(tmp_path, workspace, upstream="openai-chat", upstream_url=f"{url}/v1")
         assert result.failure is None, result.failure
         assert result.phase == "continued" and result.metadata["model_bridge"]["validated"] >= 2
-        continued = (Path(result.output_dir or "") / "native" / "continued" / "events.jsonl").read_text()
-        assert "probed" in continued and "loopback-unreachable" in continued, continued[-2000:]
-        assert probes.escapes(continued) == []
+        assert_contained(bait, (Path(result.output_dir or "") / "native" / "continued" / "events.jsonl").read_text())

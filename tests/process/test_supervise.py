@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -147,3 +148,16 @@ def test_spawn_failure_is_an_executor_error(tmp_path: Path) -> None:
     with pytest.raises(ReplayError) as caught:
         run_supervised([str(tmp_path / "missing")], cwd=tmp_path, env={}, timeout_s=1)
     assert caught.value.kind is ErrorKind.EXECUTOR
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed (.ci/run installs it)")
+def test_a_dying_pid_namespace_init_is_waited_for_not_reported_as_background_work(tmp_path: Path) -> None:
+    """bwrap exits as soon as its command has; its namespace init (killed by ``--die-with-parent``) is still exiting
+    when the supervisor looks. That is no background process of the command: it used to be reported as one
+    (``background_cleanup``, written into tool records) and cost a 50 ms scan interval per command."""
+    argv = [shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+            "--unshare-pid", "--unshare-ipc", "--unshare-net", "--die-with-parent", "--cap-drop", "ALL", "--",
+            "/bin/true"]
+    results = [run_supervised(argv, cwd=tmp_path, env=dict(os.environ), timeout_s=30) for _ in range(12)]
+    assert [result.returncode for result in results] == [0] * 12
+    assert [result.background_cleanup for result in results] == [False] * 12

@@ -16,6 +16,7 @@ from forkpoint import runtimes
 from forkpoint.run.engine import execute
 from forkpoint.run.request import build_request
 from forkpoint.sandbox.image import CACHE_ENV
+from forkpoint.testing.held_out import HeldOut
 from forkpoint.testing.images import busybox_root, entry, layer, oci_tarball, tree_layer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is missing")]
@@ -30,7 +31,7 @@ def image(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory)
     in pytest's cache folder: the same bytes every run, so its unpacked root is reused by digest."""
     store = getattr(pytestconfig, "cache", None)
     cache = Path(store.mkdir("forkpoint-test-images")) if store is not None else tmp_path_factory.mktemp("images")
-    path = cache / "busybox-only-in-image.oci.tar"
+    path = cache / "busybox-only-in-image-2.oci.tar"  # -2: setsid and nc applets (the held-out checks)
     if not path.is_file():
         build = tmp_path_factory.mktemp("image-build")
         busybox_root(build / "root")
@@ -43,9 +44,9 @@ def image(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory)
     return path
 
 
-def at_testbed(tmp_path: Path) -> Path:
+def at_testbed(tmp_path: Path, command: str = "only-in-image calc.py") -> Path:
     """The real recording, made in /testbed, its first command the image's own tool (same output as ``cat``)."""
-    text = (FIXTURE / "trajectory.traj.json").read_text().replace("cat calc.py", "only-in-image calc.py")
+    text = (FIXTURE / "trajectory.traj.json").read_text().replace("cat calc.py", json.dumps(command)[1:-1])
     data = json.loads(text)
     data["info"]["config"]["environment"]["cwd"] = "/testbed"
     path = tmp_path / "image.traj.json"
@@ -53,11 +54,11 @@ def at_testbed(tmp_path: Path) -> Path:
     return path
 
 
-def replay(tmp_path: Path, run_id: str, **values: Any) -> list[dict[str, Any]]:
+def replay(tmp_path: Path, run_id: str, trajectory: Path | None = None, **values: Any) -> list[dict[str, Any]]:
     workspace = tmp_path / run_id / "ws"
     shutil.copytree(FIXTURE / "workspace-initial", workspace)
     result = execute(build_request({
-        "agent": "mini-swe-agent", "trajectory": str(at_testbed(tmp_path)), "after_step": 1,
+        "agent": "mini-swe-agent", "trajectory": str(trajectory or at_testbed(tmp_path)), "after_step": 1,
         "workspace": str(workspace), "state_dir": str(tmp_path / "state"), "output_dir": str(tmp_path / "out"),
         "run_id": run_id, "sandbox": "bwrap", "replay_only": True, **values}, source="test"))
     assert result.failure is None, result.failure
@@ -107,3 +108,23 @@ def test_replay_and_continue_inside_the_image(image: Path, tmp_path: Path, monke
     assert result.metadata["sandbox"]["root"]["digest"].startswith("sha256:")
     assert result.metadata["model_bridge"]["validated"] >= 1
     assert (workspace / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"  # the continued sed ran
+
+
+def test_a_replayed_command_cannot_get_out_of_the_image(image: Path, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The held-out checks under ``--image``: the recording's command (busybox's sh, nc, setsid inside the image)
+    cannot write outside the workspace, read a canary in the host HOME, reach the host's loopback or non-loopback
+    address, or leave a process behind."""
+    if runtimes.find("mini-swe-agent", "2.4.6") is None:
+        pytest.skip("mini-swe-agent 2.4.6 is not installed")
+    monkeypatch.setenv(CACHE_ENV, str(image.parent / "unpacked"))
+    with HeldOut(tmp_path) as bait:
+        trajectory = at_testbed(tmp_path, "; ".join(bait.commands()))
+        rows = replay(tmp_path, "held-out", trajectory, image=str(image))
+        fresh = json.dumps(rows[0])
+        if "nc: not found" in fresh:
+            pytest.skip("the test image has no busybox (no .deb in apt's cache): only sh, nothing to probe with")
+        for outcome in ("outside-refused", "home-refused", "canary-hidden", "loopback-unreachable", "started"):
+            assert outcome in fresh, fresh
+        assert bait.address is None or "address-unreachable" in fresh
+        assert bait.violations([fresh]) == []

@@ -1,5 +1,6 @@
 """Job lines -> concrete jobs: detect the agent, parse each trajectory once, expand ``after_step`` ("all" = every
-valid boundary), digest workspace sources once each, and compute identities (I/O: reads trajectories and sources).
+valid boundary), digest workspace sources and images once each, and compute identities (I/O: reads trajectories,
+sources and the images' manifests).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ class _Parsed:
 def expand(lines: Iterable[JobLine | BadJob]) -> Iterator[Job | BadJob]:
     parsed: dict[tuple[Path, str | None], _Parsed | BadJob] = {}
     digests: dict[str, str | BadJob] = {}
+    images: dict[str, str | BadJob] = {}
     for line in lines:
         if isinstance(line, BadJob):
             yield line
@@ -30,6 +32,16 @@ def expand(lines: Iterable[JobLine | BadJob]) -> Iterator[Job | BadJob]:
         if isinstance(trajectory, BadJob):
             yield BadJob(line.line, trajectory.reason)
             continue
+        image = line.options.get("image")
+        image_digest: str | None = None
+        if isinstance(image, str):
+            if image not in images:
+                images[image] = _image_digest(line.line, image)
+            found_image = images[image]
+            if isinstance(found_image, BadJob):
+                yield BadJob(line.line, found_image.reason)
+                continue
+            image_digest = found_image
         digest: str | None = None
         source = line.options.get("workspace_from")
         if source is not None:
@@ -57,7 +69,8 @@ def expand(lines: Iterable[JobLine | BadJob]) -> Iterator[Job | BadJob]:
                 yield BadJob(line.line, f"after_step {after} is beyond the {trajectory.complete} complete batch(es) "
                                         f"of {line.trajectory}")
                 continue
-            yield Job(identity=identity(line, trajectory.agent, after, trajectory.sha256, digest), line=line.line,
+            yield Job(identity=identity(line, trajectory.agent, after, trajectory.sha256, digest, image_digest),
+                      line=line.line,
                       trajectory=line.trajectory, trajectory_sha256=trajectory.sha256, agent=trajectory.agent,
                       after_step=after, mode=line.mode, recorded_cwd=trajectory.cwd, options=dict(line.options))
 
@@ -92,3 +105,13 @@ def _digest(line: int, spec: str) -> str | BadJob:
     if source.kind == "tarball":
         return f"tarball:{file_sha256(Path(source.location))}"
     return f"git:{source.location}@{source.rev}"
+
+
+def _image_digest(line: int, image: str) -> str | BadJob:
+    """The image's manifest digest, or the job refused with the reason the run would give."""
+    from forkpoint.sandbox.image import image_digest
+
+    try:
+        return image_digest(image)
+    except ReplayError as error:
+        return BadJob(line, error.message)

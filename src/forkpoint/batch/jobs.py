@@ -8,8 +8,9 @@ reported with its number and reason; the rest of the batch runs.
 
 Identity = SHA-256 of the canonical JSON of everything that changes what a job does: the trajectory's bytes
 (its SHA-256), agent, after_step, mode, sandbox, upstream and its URL, step budget, boundary prompt (its
-SHA-256), stale policy, divergence policy, and the workspace source's digest. Two lines with equal identity are
-one job; the same trajectory at another boundary is another job.
+SHA-256), stale policy, divergence policy, the workspace source's digest, and the ``image``'s manifest digest (not
+its path: two paths to one image are one job, new bytes at the same path another; a ``rootfs`` folder enters by its
+path). Two lines with equal identity are one job; the same trajectory at another boundary is another job.
 """
 
 from __future__ import annotations
@@ -180,9 +181,15 @@ def _is_remote(spec: str) -> bool:
     return "://" in spec or ("@" in spec and ":" in spec.split("@", 1)[0])
 
 
-def identity(line: JobLine, agent: str, after_step: int, trajectory_sha256: str, workspace_digest: str | None) -> str:
-    """The job's identity (see the module docstring); the prompt enters by its hash, never in clear."""
+def identity(line: JobLine, agent: str, after_step: int, trajectory_sha256: str, workspace_digest: str | None,
+             image_digest: str | None = None) -> str:
+    """The job's identity (see the module docstring); the prompt enters by its hash, never in clear, the image by
+    its manifest digest (``image_digest``, given whenever the line names an image)."""
     options = dict(line.options)
+    if "image" in options:
+        if image_digest is None:
+            raise ValueError("a job with an image needs its digest for its identity")
+        options["image"] = image_digest
     prompt = options.pop("boundary_user_prompt", None)
     branch_prompts = options.pop("branch_prompts", None)
     if branch_prompts is not None:  # like the boundary prompt: by hash only

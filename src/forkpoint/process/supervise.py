@@ -11,9 +11,12 @@ a daemon, and never let a chatty command exhaust memory. So every command:
   ``max_processes`` processes, and whatever is still in the cgroup at the end is killed with it.
 
 One event loop per command drains stdout/stderr (``forkpoint.process.capture``), feeds stdin, wakes on the
-leader's exit (pidfd) and rescans the run's processes every 50 ms, backing off to 500 ms for long quiet commands,
-and every 50 ms again while terminating. Once the leader and its group are gone, the pipes get a short grace and
-are then closed, so an unattributed holder of a pipe cannot hang forkpoint.
+leader's exit (pidfd) and rescans the run's processes every 50 ms, backing off to 500 ms for long quiet commands.
+Once the leader has exited, waiting for the rest is fast: rescans start 1 ms apart (backing off to 50 ms), and
+members that are already dying (``tree.doomed``: exiting, or SIGKILL pending; bwrap's pid namespace init after
+bwrap exits) are waited for through their pidfds instead of being signalled and reported as background work.
+Once the leader and its group are gone, the pipes get a short grace and are then closed, so an unattributed
+holder of a pipe cannot hang forkpoint.
 
 When forkpoint itself dies (``kill -9``), ``forkpoint.process.reaper`` takes over: a reaper process, started with the
 first command, kills the runs' processes (leaders, descendants, daemons) when forkpoint's end closes its pipe;
@@ -42,6 +45,7 @@ from forkpoint.process.capture import Capture, Log
 from forkpoint.process.tree import (
     SUPERVISION_ENV,
     Tracker,
+    doomed,
     hold_subreaper,
     release_subreaper,
     signal_process,
@@ -55,8 +59,10 @@ DEFAULT_MAX_LOG_BYTES = 256 * 1024 * 1024
 _CHUNK = 64 * 1024
 _TICK_S = 0.02
 _EXIT = object()  # selector data of the leader's pidfd
+_MEMBER_EXIT = object()  # selector data of a dying member's pidfd
 _SCAN_INTERVAL_S = 0.05
 _MAX_SCAN_INTERVAL_S = 0.5
+_FAST_SCAN_S = 0.001  # the first rescan once the end is near: dying processes are usually gone within a few ms
 _KILL_WAIT_S = 3.0
 _PIPE_GRACE_S = 0.25
 
@@ -82,7 +88,8 @@ class ProcessResult:
     """What a supervised command did.
 
     ``returncode`` is ``-signal`` when killed, None if never reaped. ``background_cleanup``: processes other
-    than the leader (group members, escaped descendants) were still running and had to be killed.
+    than the leader (group members, escaped descendants) were still running and had to be killed (one already
+    dying on its own when the leader exited, like bwrap's namespace init, is only waited for and not counted).
     ``*_truncated``: more output than was kept (or a pipe still open at the end). ``process_limit_hit``: a fork
     of the command failed at its process limit (``forkpoint.process.limits``).
     """
@@ -126,6 +133,8 @@ class _Supervision:
         self.background_cleanup = False
         self.last_scan = 0.0
         self.scan_interval = _SCAN_INTERVAL_S
+        self.scan_cap = _MAX_SCAN_INTERVAL_S
+        self.scan_growth = 1.25
         for pipe, capture in ((proc.stdout, self.out), (proc.stderr, self.err)):
             if pipe is None:
                 capture.open = False
@@ -138,6 +147,7 @@ class _Supervision:
         # The leader's exit wakes the loop too: once the pipes are closed, waiting for the exit would otherwise
         # sleep a whole tick per command (a pidfd is readable when the process exits; Linux >= 5.3).
         self.exit_fd: int | None = None
+        self.member_fds: set[int] = set()
         with contextlib.suppress(OSError, AttributeError):
             self.exit_fd = os.pidfd_open(proc.pid)
             self.sel.register(self.exit_fd, selectors.EVENT_READ, _EXIT)
@@ -174,12 +184,16 @@ class _Supervision:
                 pipe.close()
 
     def _step(self, timeout: float) -> None:
+        timeout = max(0.0, min(timeout, self.last_scan + self.scan_interval - time.monotonic()))
         if self.sel.get_map():
             for key, _ in self.sel.select(timeout):
                 if key.data is None:
                     self._write_stdin(key.fd)
                 elif key.data is _EXIT:
                     self._close_exit_fd()
+                elif key.data is _MEMBER_EXIT:
+                    self._close_member_fd(key.fd)
+                    self.last_scan = -self.scan_interval  # rescan now
                 else:
                     self._read(key.fd, key.data)
         else:
@@ -189,7 +203,19 @@ class _Supervision:
             self.last_scan = now
             self.tracker.scan()
             # A scan reads every /proc/<pid>/stat: back off while a long command runs quietly.
-            self.scan_interval = min(self.scan_interval * 1.25, _MAX_SCAN_INTERVAL_S)
+            self.scan_interval = min(self.scan_interval * self.scan_growth, self.scan_cap)
+
+    def _scan_fast(self) -> None:
+        """From now on rescan after 1 ms, backing off to 50 ms: the loop is waiting for processes to die, and a
+        fixed 50 ms scan made every command with a dying member (bwrap's namespace init) cost 50 ms more."""
+        self.last_scan = time.monotonic()
+        self.scan_interval = _FAST_SCAN_S
+        self.scan_cap = _SCAN_INTERVAL_S
+        self.scan_growth = 1.5
+
+    def _only_doomed(self) -> bool:
+        """Members remain, and every one is dying on its own (``tree.doomed``): nothing to kill, only to wait for."""
+        return bool(self.tracker.alive) and all(doomed(info) for info in self.tracker.alive)
 
     def _write_stdin(self, fd: int) -> None:
         try:
@@ -237,7 +263,7 @@ class _Supervision:
 
     def terminate(self) -> None:
         """SIGTERM everything of the run, give it the grace period, then SIGKILL until nothing is left."""
-        self.scan_interval = _SCAN_INTERVAL_S
+        self._scan_fast()
         self.tracker.scan()
         if self.tracker.alive:
             self.background_cleanup = True
@@ -246,7 +272,7 @@ class _Supervision:
         give_up = time.monotonic() + _KILL_WAIT_S
         while not self.settled() and time.monotonic() < give_up:
             self._signal_all(signal.SIGKILL)  # repeated: a member may fork between two scans
-            self.scan_interval = _SCAN_INTERVAL_S
+            self._scan_fast()
             self.pump_until(min(give_up, time.monotonic() + _SCAN_INTERVAL_S), self.settled)
 
     def run(self, timeout_s: float, pipe_grace_s: float) -> ProcessResult:
@@ -257,6 +283,17 @@ class _Supervision:
             self.timed_out = True
             self.terminate()
         self.tracker.scan()
+        if self._only_doomed():
+            # Processes already dying (bwrap's pid namespace init, killed with its parent, reaping the namespace)
+            # are no background work: wait for them (their pidfds wake the loop), briefly, instead of counting and
+            # signalling them.
+            members = {info.pid for info in self.tracker.alive}
+            # A dying process whose parent is dying with it was left running inside the namespace: background work.
+            self.background_cleanup = any(info.ppid in members for info in self.tracker.alive)
+            self._watch_members()
+            self._scan_fast()
+            self.pump_until(time.monotonic() + _KILL_WAIT_S, lambda: not self._only_doomed())
+            self._close_member_fds()
         if self.tracker.alive:
             self.terminate()
         # Output written before exit is still in the pipes; an unattributed holder gets only a short grace.
@@ -301,7 +338,27 @@ class _Supervision:
         return False
 
     def _readers_closed(self) -> bool:
-        return all(key.data is None or key.data is _EXIT for key in self.sel.get_map().values())
+        return all(key.data is None or key.data is _EXIT or key.data is _MEMBER_EXIT
+                   for key in self.sel.get_map().values())
+
+    def _watch_members(self) -> None:
+        """Wake the loop when a current member exits (its pidfd turns readable); the scan then sees it gone."""
+        for info in self.tracker.alive:
+            try:
+                fd = os.pidfd_open(info.pid)
+            except (OSError, AttributeError):
+                continue  # gone already (or no pidfds: the fast scans find it)
+            self.member_fds.add(fd)
+            self.sel.register(fd, selectors.EVENT_READ, _MEMBER_EXIT)
+
+    def _close_member_fd(self, fd: int) -> None:
+        self.member_fds.discard(fd)
+        self.sel.unregister(fd)
+        os.close(fd)
+
+    def _close_member_fds(self) -> None:
+        for fd in list(self.member_fds):
+            self._close_member_fd(fd)
 
     def _close_exit_fd(self) -> None:
         if self.exit_fd is not None:
@@ -310,6 +367,7 @@ class _Supervision:
             self.exit_fd = None
 
     def close(self) -> None:
+        self._close_member_fds()
         self._close_exit_fd()
         self.sel.close()
         for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):

@@ -47,6 +47,7 @@ from forkpoint.process import reaper
 SUPERVISION_ENV = reaper.SUPERVISION_ENV
 
 _PR_SET_CHILD_SUBREAPER = 36
+_PF_EXITING = 0x4  # include/linux/sched.h
 
 
 # --------------------------------------------------------------------------------------------- subreaper
@@ -101,6 +102,35 @@ class ProcInfo(NamedTuple):
     start: int
     state: str
     threads: int = 1
+    flags: int = 0
+
+    @property
+    def exiting(self) -> bool:
+        """The kernel is already tearing the process down (``PF_EXITING``): it runs no more user code, only
+        its exit (e.g. a pid namespace's init killing and waiting for the namespace's processes)."""
+        return bool(self.flags & _PF_EXITING)
+
+
+def doomed(info: ProcInfo) -> bool:
+    """The process is dying on its own: already exiting, or a SIGKILL is pending (e.g. bwrap's namespace init,
+    sent SIGKILL by ``--die-with-parent`` when bwrap exits, before the kernel has run it). Neither can run user
+    code again, so there is nothing to kill, only to wait for."""
+    if info.exiting:
+        return True
+    try:
+        with open(f"/proc/{info.pid}/status", "rb") as handle:
+            status = handle.read(8192)
+    except OSError:
+        return True  # gone
+    current = read_stat(info.pid)
+    if current is None or current.start != info.start:
+        return True  # gone (or the pid names another process now)
+    for line in status.splitlines():
+        if line.startswith((b"SigPnd:", b"ShdPnd:")):
+            with contextlib.suppress(ValueError):
+                if int(line.split()[1], 16) & (1 << (signal.SIGKILL - 1)):
+                    return True
+    return False
 
 
 def read_stat(pid: int) -> ProcInfo | None:
@@ -114,7 +144,7 @@ def read_stat(pid: int) -> ProcInfo | None:
     fields = raw[raw.rfind(b")") + 2 :].split(maxsplit=20)
     try:
         ppid, pgid, sid, start = int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19])
-        return ProcInfo(pid, ppid, pgid, sid, start, fields[0].decode(), int(fields[17]))
+        return ProcInfo(pid, ppid, pgid, sid, start, fields[0].decode(), int(fields[17]), int(fields[6]))
     except (IndexError, ValueError):
         return None
 

@@ -394,6 +394,16 @@ def _unpack(source: _Source, layers: list[Layer], root: Path, budget: _Budget) -
                 os.chmod(path, mode | 0o700)  # forkpoint must be able to remove its cache
 
 
+def image_digest(image: Path | str) -> str:
+    """The image's manifest digest (the unpack cache's key), from its JSON documents only: what the image holds,
+    whichever path names it (batch job identity). Refuses (ReplayError) what ``unpack_image`` would refuse there."""
+    source = _source(Path(os.path.abspath(image)))
+    try:
+        return _layers(source)[1]
+    finally:
+        source.close()
+
+
 def unpack_image(image: Path, *, cache: Path | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
                  max_entries: int = DEFAULT_MAX_ENTRIES) -> Unpacked:
     """The image's root file system, unpacked once per manifest digest into ``cache`` (see the module docstring)."""

