@@ -3,7 +3,7 @@
 ``--sandbox bwrap``: the replayed calls run through the CLI's own tools (one ``qwen -p`` answering forkpoint's
 loopback tool host) in the sandbox with the workspace mounted at the recorded cwd and no network but the host's
 port; the continued ``qwen --resume`` runs there too, reaching only the bridge. The held-out checks
-(``forkpoint.testing.probes``) run a probe script as a replayed ``run_shell_command`` and look at the effects on
+(``forkpoint.testing.held_out``) run a probe script as a replayed ``run_shell_command`` and look at the effects on
 the host.
 """
 
@@ -12,16 +12,13 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from forkpoint import runtimes
-from forkpoint.core.results import ReplayResult
-from forkpoint.run.engine import execute
-from forkpoint.run.request import build_request
 from forkpoint.testing import ScriptedModel
-from forkpoint.testing.probes import PROBE_COMMAND, PROBE_FILE, HostProbes
+from forkpoint.testing.held_out import PROBE_COMMAND, HeldOut
+from forkpoint.testing.sandbox_e2e import SandboxCase, assert_contained
 from forkpoint.testing.scripted_model import text, tool_use
 
 pytestmark = [pytest.mark.e2e,
@@ -32,6 +29,7 @@ FIXTURE = Path(__file__).parents[1] / "fixtures" / "qwen_code" / VERSION / "tool
 CWD = "/tmp/forkpoint-rec-qwen/tools"
 #: the second recorded call's command, as session.jsonl spells it
 RECORDED_COMMAND = '"command":"ls; cat notes.txt"'
+CASE = SandboxCase("qwen-code", FIXTURE, "session.jsonl", RECORDED_COMMAND, f'"command":"{PROBE_COMMAND}"')
 
 
 @pytest.fixture(autouse=True)
@@ -41,28 +39,15 @@ def _runtime(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
 
 
-def workspace_elsewhere(tmp_path: Path) -> Path:
-    workspace = tmp_path / "not-the-recorded-path" / "ws"
-    shutil.copytree(FIXTURE / "workspace-initial", workspace)
-    return workspace
-
-
-def run(tmp_path: Path, workspace: Path, trajectory: Path, **overrides: Any) -> ReplayResult:
-    values: dict[str, Any] = {"agent": "qwen-code", "trajectory": str(trajectory), "workspace": str(workspace),
-                              "state_dir": str(tmp_path / "state"), "output_dir": str(tmp_path / "out"),
-                              "run_id": "run", "sandbox": "bwrap", **overrides}
-    return execute(build_request(values, source="test"))
-
 
 def test_bwrap_replay_and_continue_with_the_workspace_elsewhere(tmp_path: Path) -> None:
     """Batch 1 (write_file at the recorded absolute path) replays through the CLI's own tool in bwrap at the
     recorded cwd, and the continued CLI reads the file it made there, through the bridge (its only reachable port)."""
-    workspace = workspace_elsewhere(tmp_path)
+    workspace = CASE.workspace_elsewhere(tmp_path)
     model = ScriptedModel([[tool_use("read_file", {"file_path": f"{CWD}/notes.txt"})], [text("Notes read.")]],
                           step_mode="counter", model="qwen3-coder-plus", seed="qwen-bwrap-e2e")
     with model.serve() as url:
-        result = run(tmp_path, workspace, FIXTURE / "session.jsonl", after_step=1, upstream="openai-chat",
-                     upstream_url=f"{url}/v1")
+        result = CASE.run(tmp_path, workspace, upstream="openai-chat", upstream_url=f"{url}/v1")
     assert result.failure is None, result.failure
     assert (result.phase, result.quality, result.agent_status) == ("continued", "verified", "completed")
     observations = json.loads((Path(result.output_dir or "") / "observations.json").read_text())["observations"]
@@ -77,18 +62,5 @@ def test_bwrap_replay_and_continue_with_the_workspace_elsewhere(tmp_path: Path) 
 def test_a_replayed_command_cannot_get_out(tmp_path: Path) -> None:
     """Held-out checks on a replayed run_shell_command: no write outside the workspace (nor at its host path), no
     HOME canary, no host listener on loopback or the host's own address, nothing left running."""
-    workspace = workspace_elsewhere(tmp_path)
-    with HostProbes(tmp_path / "outside") as probes:
-        (workspace / PROBE_FILE).write_text(probes.script(workspace))
-        source = (FIXTURE / "session.jsonl").read_text()
-        assert RECORDED_COMMAND in source
-        trajectory = tmp_path / "probing-session.jsonl"
-        trajectory.write_text(source.replace(RECORDED_COMMAND, f'"command":"{PROBE_COMMAND}"'))
-        result = run(tmp_path, workspace, trajectory, after_step=2, replay_only=True)
-        assert result.failure is None, result.failure
-        rows = json.loads((Path(result.output_dir or "") / "observations.json").read_text())["observations"]
-        fresh = json.dumps([row["fresh_preview"] for row in rows])
-        assert "probed" in fresh and "canary-hidden" in fresh and "loopback-unreachable" in fresh, fresh
-        assert "outside-refused" in fresh and "host-path-refused" in fresh, fresh
-        assert probes.address is None or "address-unreachable" in fresh, fresh
-        assert probes.escapes(fresh) == []
+    with HeldOut(tmp_path) as bait:
+        assert_contained(bait, CASE.replay_probe(tmp_path, bait, after_step=2))
