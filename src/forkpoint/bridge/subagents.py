@@ -1,0 +1,110 @@
+"""Sub-agent conversations a continued agent starts live (pure; the bridge feeds it, protocols read the wire).
+
+A continued agent that calls its sub-agent tool (Claude Code's ``Agent``/``Task``) makes the sub-agent's model
+requests as a NEW conversation: its own system prompt, the parent's ``prompt`` as its first user text, neither the
+rebuilt prefix nor the resume nonce. The gate refuses those. The bridge forwards one only when it descends from an
+answer the bridge itself forwarded after the validated first request:
+
+* while a forwarded answer streams to the agent, the protocol's ``AnswerReader`` collects the prompt input of every
+  sub-agent tool call in it (``Subagents.grant`` once the answer ended normally: one grant per tool call);
+* a request that OPENS a conversation (no assistant turn yet) whose first user text is a granted prompt takes
+  that grant (each grant opens one conversation);
+* a later request must repeat a tracked conversation's last accepted messages exactly (compared by per-message
+  digests of the protocol's projection) and may only add messages after them; the same messages again is a retry.
+
+Everything else stays refused. Memory is bounded: prompts and conversations are capped, messages kept as digests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import orjson
+
+#: the most sub-agent tool calls granted, and sub-conversations tracked, in one run (a flood is refused)
+MAX_GRANTS = 1024
+MAX_CONVERSATIONS = 1024
+
+
+class AnswerReader(Protocol):
+    """Reads one streamed answer's bytes as they pass (bounded) and collects its sub-agent prompts."""
+
+    prompts: list[str]
+
+    def feed(self, chunk: bytes) -> None: ...
+
+
+@dataclass(frozen=True)
+class Opening:
+    """A request's conversation: the prompt its first user message carries (None: not a sub-agent's opening
+    shape), whether the conversation has an assistant turn yet, and one digest per message."""
+
+    prompt: str | None
+    answered: bool
+    digests: tuple[bytes, ...]
+
+
+@dataclass(frozen=True)
+class SubagentWire:
+    """A protocol's side of it (``ProtocolSpec.subagents``)."""
+
+    #: (sub-agent tool name -> the input field holding its prompt) -> a reader for one answer
+    reader: Callable[[Mapping[str, str]], AnswerReader]
+    #: a request body -> its Opening; ValueError when the body is not a conversation of this protocol
+    opening: Callable[[Any], Opening]
+
+
+def digest(projected: Any) -> bytes:
+    """One message's digest (its canonical JSON: key order never matters)."""
+    return hashlib.sha256(orjson.dumps(projected, option=orjson.OPT_SORT_KEYS)).digest()
+
+
+@dataclass
+class Subagents:
+    """The run's grants and sub-conversations (the bridge holds its lock around every call)."""
+
+    wire: SubagentWire
+    tools: Mapping[str, str]
+    _granted: dict[str, int] = field(default_factory=dict)
+    _grants: int = 0
+    #: each tracked conversation: (its prompt, the digests of its last accepted request's messages)
+    _conversations: list[tuple[str, tuple[bytes, ...]]] = field(default_factory=list)
+
+    def reader(self) -> AnswerReader:
+        return self.wire.reader(self.tools)
+
+    def grant(self, prompts: list[str]) -> None:
+        """The prompts of an answer that reached the agent whole: each opens one sub-conversation."""
+        for prompt in prompts:
+            if self._grants >= MAX_GRANTS:
+                return
+            self._grants += 1
+            self._granted[prompt] = self._granted.get(prompt, 0) + 1
+
+    def admit(self, body: Any) -> tuple[str | None, dict[str, Any]]:
+        """(None, facts) when ``body`` belongs to a sub-conversation (tracked from now on), else (why not, facts)."""
+        try:
+            opening = self.wire.opening(body)
+        except ValueError as error:
+            return f"not a sub-agent conversation: {error}", {}
+        if opening.prompt is None:
+            return "the conversation does not open with a sub-agent prompt", {}
+        prompt, digests = opening.prompt, opening.digests
+        for index, (known, accepted) in enumerate(self._conversations):
+            if known == prompt and digests[:len(accepted)] == accepted:
+                self._conversations[index] = (known, digests)
+                return None, {"subagent": index, "subagent_messages": len(digests),
+                              "subagent_added": len(digests) - len(accepted)}
+        if opening.answered:
+            return "the sub-agent conversation does not extend one the bridge accepted", {}
+        if self._granted.get(prompt, 0) < 1:
+            return "no forwarded answer started a sub-agent with this prompt (or its starts were used)", {}
+        if len(self._conversations) >= MAX_CONVERSATIONS:
+            return f"more than {MAX_CONVERSATIONS} sub-agent conversations", {}
+        self._granted[prompt] -= 1
+        self._conversations.append((prompt, digests))
+        return None, {"subagent": len(self._conversations) - 1, "subagent_messages": len(digests),
+                      "subagent_opened": True}

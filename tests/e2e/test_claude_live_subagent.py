@@ -1,0 +1,64 @@
+"""End to end with the REAL claude: a continued Claude Code starts a sub-agent live, through the bridge.
+
+The sub-agent's requests are a new conversation (its own system prompt, the parent's Agent prompt as its first user
+text, no rebuilt prefix, no nonce): the bridge forwards them only because the answer it forwarded to the parent
+called Agent with that prompt (``bridge.subagents``). ScriptedModel scripts the parent and (keyed by its first user
+text) the sub-agent.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from forkpoint import runtimes
+from forkpoint.testing import ScriptedModel
+from forkpoint.testing.recordings import recorded_cwd, replay_recording
+
+pytestmark = pytest.mark.e2e
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "claude_code"
+PROMPT = "Write the word delegated into sub.txt with one Bash command, then report."
+
+
+@pytest.fixture()
+def upstream_key(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "scripted-upstream-key")
+    yield
+
+
+@pytest.mark.parametrize("version", ["2.1.220", "2.1.332"])
+def test_a_continued_claude_runs_a_sub_agent_live(version: str, tmp_path: Path, upstream_key: None) -> None:
+    if runtimes.find("claude-code", version) is None:
+        pytest.skip(f"claude-code {version} is not installed")
+    fixture = FIXTURES / version / "single_bash"
+    recorded = json.loads((fixture / "script.json").read_text())["turns"]
+    parent = [recorded[0],
+              {"content": [{"type": "tool_use", "name": "Agent", "input": {
+                  "description": "Write sub.txt", "subagent_type": "general-purpose", "prompt": PROMPT}}]},
+              {"content": [{"type": "text", "text": "The sub-agent wrote sub.txt."}]}]
+    child = [{"content": [{"type": "tool_use", "name": "Bash", "input": {
+                 "command": "echo delegated > sub.txt", "description": "Write sub.txt"}}]},
+             {"content": [{"type": "text", "text": "SUBAGENT-REPORT: sub.txt written."}]}]
+    # the key is the sub-agent's first user text block as JSON: the parent's requests carry the prompt as a tool input
+    model = ScriptedModel(parent, seed=f"livesub/{version}", keyed={f'"text": {json.dumps(PROMPT)}': child})
+    with model.serve() as url:
+        result = replay_recording(fixture, tmp_path, agent="claude-code", trajectory="session.jsonl", after=1,
+                                  upstream="anthropic", upstream_url=url)
+    assert result.failure is None, result.failure
+    bridge = result.metadata["model_bridge"]
+    assert bridge["refused"] == 0 and bridge["subagent"] == 2, bridge
+    # the sub-agent's Bash ran in the continued workspace
+    assert (recorded_cwd(fixture) / "sub.txt").read_text() == "delegated\n"
+    # the parent received the sub-agent's answer in its Agent tool result
+    parent_bodies = [json.dumps(e["body"]) for e in model.requests
+                     if e.get("kind") == "main" and PROMPT not in json.dumps(e["body"]["messages"][0])]
+    assert "SUBAGENT-REPORT" in parent_bodies[-1]
+    log_path = next((tmp_path / "state").rglob("bridge-log.jsonl"))
+    log = [json.loads(line) for line in log_path.read_text().splitlines()]
+    assert [r["verdict"] for r in log if r["verdict"] in ("ok", "subagent")].count("subagent") == 2
+    opened = [r for r in log if r["verdict"] == "subagent"]
+    assert opened[0]["facts"]["subagent_opened"] is True and opened[0]["forwarded"]
