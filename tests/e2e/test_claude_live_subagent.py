@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,7 +41,7 @@ def test_a_continued_claude_runs_a_sub_agent_live(version: str, tmp_path: Path, 
               {"content": [{"type": "tool_use", "name": "Agent", "input": {
                   "description": "Write sub.txt", "subagent_type": "general-purpose", "prompt": PROMPT}}]},
               {"content": [{"type": "text", "text": "The sub-agent wrote sub.txt."}]}]
-    child = [{"content": [{"type": "tool_use", "name": "Bash", "input": {
+    child: list[dict[str, Any]] = [{"content": [{"type": "tool_use", "name": "Bash", "input": {
                  "command": "echo delegated > sub.txt", "description": "Write sub.txt"}}]},
              {"content": [{"type": "text", "text": "SUBAGENT-REPORT: sub.txt written."}]}]
     # the key is the sub-agent's first user text block as JSON: the parent's requests carry the prompt as a tool input

@@ -93,18 +93,24 @@ class Subagents:
         if opening.prompt is None:
             return "the conversation does not open with a sub-agent prompt", {}
         prompt, digests = opening.prompt, opening.digests
-        for index, (known, accepted) in enumerate(self._conversations):
-            if known == prompt and digests[:len(accepted)] == accepted:
-                self._conversations[index] = (known, digests)
-                return None, {"subagent": index, "subagent_messages": len(digests),
-                              "subagent_added": len(digests) - len(accepted)}
+        # an opening takes a grant while one is left (parallel sub-agents of one prompt send the same opening)
+        if not opening.answered and self._granted.get(prompt, 0) > 0 and len(self._conversations) < MAX_CONVERSATIONS:
+            self._granted[prompt] -= 1
+            self._conversations.append((prompt, digests))
+            return None, {"subagent": len(self._conversations) - 1, "subagent_messages": len(digests),
+                          "subagent_opened": True}
+        # the conversation it extends furthest (parallel sub-agents share their opening: a request extending one
+        # must not be counted against another that has not moved yet)
+        extends = [(len(accepted), -index) for index, (known, accepted) in enumerate(self._conversations)
+                   if known == prompt and digests[:len(accepted)] == accepted]
+        if extends:
+            length, index = max(extends)
+            index = -index  # of equally far ones, the first opened
+            self._conversations[index] = (prompt, digests)
+            return None, {"subagent": index, "subagent_messages": len(digests),
+                          "subagent_added": len(digests) - length}
         if opening.answered:
             return "the sub-agent conversation does not extend one the bridge accepted", {}
-        if self._granted.get(prompt, 0) < 1:
-            return "no forwarded answer started a sub-agent with this prompt (or its starts were used)", {}
         if len(self._conversations) >= MAX_CONVERSATIONS:
             return f"more than {MAX_CONVERSATIONS} sub-agent conversations", {}
-        self._granted[prompt] -= 1
-        self._conversations.append((prompt, digests))
-        return None, {"subagent": len(self._conversations) - 1, "subagent_messages": len(digests),
-                      "subagent_opened": True}
+        return "no forwarded answer started a sub-agent with this prompt (or its starts were used)", {}
