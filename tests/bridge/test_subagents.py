@@ -10,8 +10,11 @@ import copy
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
+import pytest
+from aiohttp import web
 from tests.bridge.test_server import UPSTREAM_KEY, RecordingUpstream, load_case, request
 
 from forkpoint.adapters.claude_code.gate import ClaudeGate
@@ -146,3 +149,30 @@ def test_an_agent_call_whose_block_never_ended_grants_nothing() -> None:
         assert post(bridge, opening()) == 400
         bridge.finish()
     assert len(upstream.received) == 1
+
+
+@dataclass
+class BreakingUpstream(RecordingUpstream):
+    """Streams its chunks, then drops the connection without ending the answer."""
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.received.append({"body": await request.read()})
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for chunk in self.chunks:
+            await response.write(chunk)
+        assert request.transport is not None
+        request.transport.abort()
+        return response
+
+
+def test_an_agent_call_in_an_answer_that_broke_grants_nothing() -> None:
+    case = load_case("2.1.332", "cd_after_2")
+    whole = b"".join(answer(AGENT_CALL))
+    upstream = BreakingUpstream(chunks=[whole[:whole.index(b"event: message_delta")]])  # the call block ended
+    with upstream.serve() as url, Bridge(ClaudeGate(case.expected), AnthropicUpstream(url, UPSTREAM_KEY)) as bridge:
+        with pytest.raises(Exception):  # noqa: B017 - the bridge cuts the agent's connection too
+            request(f"{bridge.base_url}/v1/messages", body=case.first)
+        assert post(bridge, opening()) == 400
+        summary = bridge.finish()
+    assert len(upstream.received) == 1 and summary.upstream_broken and summary.subagent == 0
