@@ -153,7 +153,9 @@ def test_an_agent_call_whose_block_never_ended_grants_nothing() -> None:
 
 @dataclass
 class BreakingUpstream(RecordingUpstream):
-    """Streams its chunks, then drops the connection without ending the answer."""
+    """Streams its chunks, then (while ``abort``) drops the connection without ending the answer."""
+
+    abort: bool = True
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         self.received.append({"body": await request.read()})
@@ -161,18 +163,24 @@ class BreakingUpstream(RecordingUpstream):
         await response.prepare(request)
         for chunk in self.chunks:
             await response.write(chunk)
-        assert request.transport is not None
-        request.transport.abort()
+        if self.abort:
+            assert request.transport is not None
+            request.transport.abort()
+        else:
+            await response.write_eof()
         return response
 
 
-def test_an_agent_call_in_an_answer_that_broke_grants_nothing() -> None:
+def test_a_complete_call_grants_its_start_before_the_answer_ends() -> None:
+    """Claude Code may start a tool from its complete block; the answer's end (or its breaking) comes after."""
     case = load_case("2.1.332", "cd_after_2")
     whole = b"".join(answer(AGENT_CALL))
     upstream = BreakingUpstream(chunks=[whole[:whole.index(b"event: message_delta")]])  # the call block ended
     with upstream.serve() as url, Bridge(ClaudeGate(case.expected), AnthropicUpstream(url, UPSTREAM_KEY)) as bridge:
         with pytest.raises(Exception):  # noqa: B017 - the bridge cuts the agent's connection too
             request(f"{bridge.base_url}/v1/messages", body=case.first)
-        assert post(bridge, opening()) == 400
+        upstream.chunks, upstream.abort = PLAIN, False
+        assert post(bridge, opening()) == 200
+        assert post(bridge, opening("Another prompt.")) == 400
         summary = bridge.finish()
-    assert len(upstream.received) == 1 and summary.upstream_broken and summary.subagent == 0
+    assert len(upstream.received) == 2 and summary.upstream_broken and summary.subagent == 1

@@ -493,8 +493,7 @@ class Bridge:
         verdict = self.gate.first(body) if first else self.gate.later(body)
         subagent = False
         if not verdict.ok and not first and self._subagents is not None:
-            with self._lock:
-                why, found = self._subagents.admit(body)
+            why, found = self._subagents.admit(body)
             if why is None:
                 verdict, subagent = Verdict(True, body, None, {"first_request": False, **found}), True
             else:
@@ -514,7 +513,7 @@ class Bridge:
         facts = dict(verdict.facts)
         outgoing = verdict.body if self._prepare is None else self._prepare(verdict.body, facts)
         reader = self._subagents.reader() if self._subagents is not None else None
-        if reader is not None:  # the sub-agent calls in the answer (read as it streams to the agent)
+        if reader is not None:  # grants the answer's sub-agent calls as they stream to the agent (bridge.subagents)
             request[ANSWER_READER] = reader
         try:
             response, sent, timing = await self._send(request, outgoing, auxiliary=False)
@@ -522,9 +521,7 @@ class Bridge:
             return self._refuse(request.method, shown, str(refusal), started, facts)
         facts.update(sent.facts or {})
         with self._lock:
-            if (reader is not None and self._subagents is not None and reader.prompts and sent.status < 400
-                    and not sent.broken and sent.error is None):  # only an answer the agent received whole
-                self._subagents.grant(reader.prompts)
+            if reader is not None and reader.prompts:
                 facts["subagent_calls"] = len(reader.prompts)
             if sent.forwarded:
                 self._forwarded += 1

@@ -5,8 +5,10 @@ requests as a NEW conversation: its own system prompt, the parent's ``prompt`` a
 rebuilt prefix nor the resume nonce. The gate refuses those. The bridge forwards one only when it descends from an
 answer the bridge itself forwarded after the validated first request:
 
-* while a forwarded answer streams to the agent, the protocol's ``AnswerReader`` collects the prompt input of every
-  sub-agent tool call in it (``Subagents.grant`` once the answer ended normally: one grant per tool call);
+* while a forwarded answer streams to the agent, the protocol's ``AnswerReader`` reads the prompt input of every
+  sub-agent tool call in it and grants it as soon as the call's block is complete, right before those bytes go to
+  the agent (one grant per call): Claude Code may start a tool from a complete block before the message ends, so
+  waiting for the answer's end could refuse a sub-agent the agent rightly started;
 * a request that OPENS a conversation (no assistant turn yet) whose first user text is a granted prompt takes
   that grant (each grant opens one conversation);
 * a later request must repeat a tracked conversation's last accepted messages exactly (compared by per-message
@@ -18,6 +20,7 @@ Everything else stays refused. Memory is bounded: prompts and conversations are 
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -51,8 +54,9 @@ class Opening:
 class SubagentWire:
     """A protocol's side of it (``ProtocolSpec.subagents``)."""
 
-    #: (sub-agent tool name -> the input field holding its prompt) -> a reader for one answer
-    reader: Callable[[Mapping[str, str]], AnswerReader]
+    #: (sub-agent tool name -> the input field holding its prompt, called with each complete call's prompt) -> a
+    #: reader for one answer
+    reader: Callable[[Mapping[str, str], Callable[[str], None]], AnswerReader]
     #: a request body -> its Opening; ValueError when the body is not a conversation of this protocol
     opening: Callable[[Any], Opening]
 
@@ -64,7 +68,7 @@ def digest(projected: Any) -> bytes:
 
 @dataclass
 class Subagents:
-    """The run's grants and sub-conversations (the bridge holds its lock around every call)."""
+    """The run's grants and sub-conversations (thread-safe: readers grant from the bridge's answer relays)."""
 
     wire: SubagentWire
     tools: Mapping[str, str]
@@ -72,17 +76,18 @@ class Subagents:
     _grants: int = 0
     #: each tracked conversation: (its prompt, the digests of its last accepted request's messages)
     _conversations: list[tuple[str, tuple[bytes, ...]]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def reader(self) -> AnswerReader:
-        return self.wire.reader(self.tools)
+        """A reader for one forwarded answer: it grants each complete sub-agent call it reads."""
+        return self.wire.reader(self.tools, self.grant)
 
-    def grant(self, prompts: list[str]) -> None:
-        """The prompts of an answer that reached the agent whole: each opens one sub-conversation."""
-        for prompt in prompts:
-            if self._grants >= MAX_GRANTS:
-                return
-            self._grants += 1
-            self._granted[prompt] = self._granted.get(prompt, 0) + 1
+    def grant(self, prompt: str) -> None:
+        """A sub-agent call the bridge is handing to the agent: it may open one sub-conversation."""
+        with self._lock:
+            if self._grants < MAX_GRANTS:
+                self._grants += 1
+                self._granted[prompt] = self._granted.get(prompt, 0) + 1
 
     def admit(self, body: Any) -> tuple[str | None, dict[str, Any]]:
         """(None, facts) when ``body`` belongs to a sub-conversation (tracked from now on), else (why not, facts)."""
@@ -90,6 +95,10 @@ class Subagents:
             opening = self.wire.opening(body)
         except ValueError as error:
             return f"not a sub-agent conversation: {error}", {}
+        with self._lock:
+            return self._admit(opening)
+
+    def _admit(self, opening: Opening) -> tuple[str | None, dict[str, Any]]:
         if opening.prompt is None:
             return "the conversation does not open with a sub-agent prompt", {}
         prompt, digests = opening.prompt, opening.digests

@@ -7,7 +7,7 @@ content block ``content_block_start`` / deltas / ``content_block_stop``, ``messa
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from aiohttp import web
@@ -145,10 +145,12 @@ REMINDER = "<system-reminder>"
 
 class ToolPrompts:
     """Reads an Anthropic SSE answer as it streams (``SubagentWire.reader``): the prompt input of each complete
-    ``tool_use`` block named in ``tools``. Holds at most one line and one block's input (``MAX_LINE_BYTES`` each)."""
+    ``tool_use`` block named in ``tools``, told to ``found`` at the block's ``content_block_stop``. Holds at most
+    one line and one block's input (``MAX_LINE_BYTES`` each)."""
 
-    def __init__(self, tools: Mapping[str, str]) -> None:
+    def __init__(self, tools: Mapping[str, str], found: Callable[[str], None] | None = None) -> None:
         self.tools = tools
+        self.found = found
         self.prompts: list[str] = []
         self._line = bytearray()
         self._skipping = False  # inside a line longer than the cap
@@ -204,6 +206,8 @@ class ToolPrompts:
             prompt = arguments.get(name) if isinstance(arguments, dict) else None
             if isinstance(prompt, str) and prompt:
                 self.prompts.append(prompt)
+                if self.found is not None:
+                    self.found(prompt)
 
 
 def _project(message: JsonObject) -> JsonObject:
