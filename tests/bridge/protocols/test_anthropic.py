@@ -1,4 +1,6 @@
-"""The Anthropic side of live sub-agents (``bridge.subagents``): the answer reader and a request's opening."""
+"""The Anthropic protocol module. Its relay and stub are tested in tests/bridge/test_server.py and
+tests/e2e/test_claude_bridge.py; here the Anthropic side of live sub-agents (``bridge.subagents``): the answer
+reader and a request's opening."""
 
 from __future__ import annotations
 
