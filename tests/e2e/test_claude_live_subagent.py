@@ -25,14 +25,22 @@ FIXTURES = Path(__file__).parents[1] / "fixtures" / "claude_code"
 PROMPT = "Write the word delegated into sub.txt with one Bash command, then report."
 
 
+#: the sub-agent's system prompt says so (the parent's does not): how ScriptedModel tells their requests apart
+SUBAGENT_SYSTEM = "You are an agent for Claude Code"
+
+
 @pytest.fixture()
 def upstream_key(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "scripted-upstream-key")
+    monkeypatch.setenv("OPENAI_API_KEY", "scripted-chat-key")
     yield
 
 
-@pytest.mark.parametrize("version", ["2.1.220", "2.1.332"])
-def test_a_continued_claude_runs_a_sub_agent_live(version: str, tmp_path: Path, upstream_key: None) -> None:
+@pytest.mark.parametrize(("version", "upstream"), [("2.1.220", "anthropic"), ("2.1.332", "anthropic"),
+                                                   ("2.1.332", "openai-chat")])
+def test_a_continued_claude_runs_a_sub_agent_live(version: str, upstream: str, tmp_path: Path,
+                                                   upstream_key: None) -> None:
+    """Pass-through, and translated to Chat Completions (the bridge reads the translated answer it streams)."""
     if runtimes.find("claude-code", version) is None:
         pytest.skip(f"claude-code {version} is not installed")
     fixture = FIXTURES / version / "single_bash"
@@ -44,19 +52,19 @@ def test_a_continued_claude_runs_a_sub_agent_live(version: str, tmp_path: Path, 
     child: list[dict[str, Any]] = [{"content": [{"type": "tool_use", "name": "Bash", "input": {
                  "command": "echo delegated > sub.txt", "description": "Write sub.txt"}}]},
              {"content": [{"type": "text", "text": "SUBAGENT-REPORT: sub.txt written."}]}]
-    # the key is the sub-agent's first user text block as JSON: the parent's requests carry the prompt as a tool input
-    model = ScriptedModel(parent, seed=f"livesub/{version}", keyed={f'"text": {json.dumps(PROMPT)}': child})
+    model = ScriptedModel(parent, seed=f"livesub/{version}", keyed={SUBAGENT_SYSTEM: child})
     with model.serve() as url:
         result = replay_recording(fixture, tmp_path, agent="claude-code", trajectory="session.jsonl", after=1,
-                                  upstream="anthropic", upstream_url=url)
+                                  upstream=upstream, upstream_url=url if upstream == "anthropic" else f"{url}/v1")
     assert result.failure is None, result.failure
     bridge = result.metadata["model_bridge"]
     assert bridge["refused"] == 0 and bridge["subagent"] == 2, bridge
     # the sub-agent's Bash ran in the continued workspace
     assert (recorded_cwd(fixture) / "sub.txt").read_text() == "delegated\n"
     # the parent received the sub-agent's answer in its Agent tool result
-    parent_bodies = [json.dumps(e["body"]) for e in model.requests
-                     if e.get("kind") == "main" and PROMPT not in json.dumps(e["body"]["messages"][0])]
+    bodies = [json.dumps(e["body"]) for e in model.requests if e.get("kind") == "main"]
+    parent_bodies = [body for body in bodies if SUBAGENT_SYSTEM not in body]
+    assert sum(SUBAGENT_SYSTEM in body and PROMPT in body for body in bodies) == 2
     assert "SUBAGENT-REPORT" in parent_bodies[-1]
     log_path = next((tmp_path / "state").rglob("bridge-log.jsonl"))
     log = [json.loads(line) for line in log_path.read_text().splitlines()]
