@@ -64,12 +64,13 @@ def extended(body: dict[str, Any], command: str = "echo sub > sub.txt") -> dict[
 
 
 @contextmanager
-def continued(calls: int = 1) -> Iterator[tuple[Bridge, RecordingUpstream]]:
+def continued(calls: int = 1, **options: Any) -> Iterator[tuple[Bridge, RecordingUpstream]]:
     """A bridge whose validated first request was answered with ``calls`` Agent calls of ``PROMPT``; every later
     answer is plain text."""
     case = load_case("2.1.332", "cd_after_2")
     upstream = RecordingUpstream(chunks=answer(*[{**AGENT_CALL, "id": f"toolu_agent{n}"} for n in range(calls)]))
-    with upstream.serve() as url, Bridge(ClaudeGate(case.expected), AnthropicUpstream(url, UPSTREAM_KEY)) as bridge:
+    with upstream.serve() as url, Bridge(ClaudeGate(case.expected), AnthropicUpstream(url, UPSTREAM_KEY),
+                                         **options) as bridge:
         assert request(f"{bridge.base_url}/v1/messages", body=case.first).status == 200
         upstream.chunks = PLAIN
         yield bridge, upstream
@@ -93,6 +94,14 @@ def test_a_sub_agent_a_forwarded_answer_started_is_forwarded_while_it_extends_it
     records = [r for r in bridge.records if r.path == "/v1/messages"]
     assert [r.verdict for r in records] == ["ok"] + ["subagent"] * 4
     assert records[0].facts["subagent_calls"] == 1 and records[1].facts["subagent_opened"] is True
+
+
+def test_a_sub_agents_requests_count_against_the_step_budget() -> None:
+    with continued(max_model_requests=2) as (bridge, upstream):
+        assert post(bridge, opening()) == 200
+        assert post(bridge, extended(opening())) == 400  # the third model step
+        summary = bridge.finish()
+    assert len(upstream.received) == 2 and summary.budget_reached and not summary.failed
 
 
 def test_a_prompt_no_forwarded_answer_carried_is_refused_and_not_forwarded() -> None:

@@ -474,7 +474,7 @@ class Bridge:
             return await self._auxiliary(request, shown, started, helper)
         with self._lock:
             budget = self._max_model_requests
-            if budget is not None and self._validated >= budget:
+            if budget is not None and self._validated + self._subagent_count >= budget:  # a sub-agent's steps too
                 self._over_budget += 1
                 over = True
             else:
