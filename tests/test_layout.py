@@ -48,7 +48,6 @@ EXCEPTIONS = {
     "adapters/opencode/calibrate.py": "runs the real release: benchmarks/versions.py (~50 s, too slow for CI)",
     "adapters/pi/calibrate.py": "runs the real release: tests/e2e/test_calibrate.py",
     "adapters/pi/launch.py": "tests/adapters/pi/test_runtime.py and tests/e2e/test_pi_continue.py",
-    "bridge/protocols/anthropic.py": "tests/bridge/test_server.py (relay, stub); tests/e2e/test_claude_bridge.py",
     "bridge/protocols/openai.py": "what both OpenAI protocols share: tests/bridge/protocols/test_openai_chat.py, "
                                   "test_openai_responses.py",
     "bridge/translate/chat_stream.py": _TRANSLATE_PART,

@@ -16,6 +16,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Generic, Protocol, TypeVar
 
 from forkpoint.core.errors import configuration, unsupported_version
@@ -160,6 +161,9 @@ class Gate(ABC):
 
     name: str  # the wire protocol, e.g. "anthropic-messages"
     model_routes: frozenset[str]  # paths under the bridge token, e.g. "/v1/messages"
+    #: the agent's sub-agent tools (name -> the input field holding the sub-agent's prompt): a conversation one of
+    #: them started in a forwarded answer may be forwarded (``bridge.subagents``); empty: none may
+    subagent_tools: Mapping[str, str] = MappingProxyType({})
 
     @abstractmethod
     def first(self, body: Any) -> Verdict:

@@ -41,8 +41,10 @@ from aiohttp import web
 from forkpoint.bridge.accounting import Timing, UsageLedger
 from forkpoint.bridge.gate import Gate, Verdict
 from forkpoint.bridge.limits import ByteBudget, Connections, Limits, Shed, shed_headers
+from forkpoint.bridge.subagents import Subagents
 from forkpoint.bridge.token_capture import AnswerTokens, TokenLog
 from forkpoint.bridge.upstream import (
+    ANSWER_READER,
     ANSWER_TOKENS,
     AUXILIARY,
     CAPTURE,
@@ -54,6 +56,7 @@ from forkpoint.bridge.upstream import (
 )
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.model import JsonObject
+from forkpoint.core.protocols import load
 from forkpoint.process.loop_thread import LoopThread
 
 #: a post-validation body hook: (validated body, facts to record) -> the body to send upstream
@@ -95,7 +98,9 @@ class RequestRecord:
     seq: int
     method: str
     path: str
-    verdict: str  # "ok" (validated), "refused", "local" (answered by the bridge), "not_found"
+    #: "ok" (validated), "subagent" (a sub-agent conversation the bridge proved descends from a forwarded answer:
+    #: ``bridge.subagents``), "refused", "local" (answered by the bridge), "not_found"...
+    verdict: str
     reason: str | None
     forwarded: bool
     status: int
@@ -149,6 +154,8 @@ class BridgeSummary:
     #: model answers still in flight when the bridge stopped, or the last one abandoned by the agent mid-answer (the
     #: agent was waiting on the upstream when it ended)
     in_flight_at_stop: int = 0
+    #: sub-agent requests forwarded (``bridge.subagents``): not counted in ``validated``
+    subagent: int = 0
 
     @property
     def budget_reached(self) -> bool:
@@ -239,6 +246,10 @@ class Bridge:
         self._in_flight_at_stop = 0
         self._ledger = UsageLedger()
         self._server: asyncio.Server | None = None
+        #: the sub-agent conversations the gate's agent may start live (None: its protocol or gate has none)
+        wire = load(gate.name).subagents if gate.subagent_tools else None
+        self._subagents = Subagents(wire, gate.subagent_tools) if wire is not None else None
+        self._subagent_count = 0
 
     def __repr__(self) -> str:  # never show the token
         return f"Bridge(port={self._port}, upstream={self.upstream.name})"
@@ -331,7 +342,7 @@ class Bridge:
                                  self._shed + self._connections.refused + self._connections.timed_out,
                                  self._unrecorded, self._broken, self._ledger.to_json(), self._auxiliary_broken,
                                  self._broken_timed_out, self._stopped, self._streak[0], self._last_failure,
-                                 self._in_flight_at_stop)
+                                 self._in_flight_at_stop, self._subagent_count)
 
     def finish(self) -> BridgeSummary:
         """Stop the bridge and summarise it; ``summary.error()`` is the run's continuation error, if any."""
@@ -463,7 +474,7 @@ class Bridge:
             return await self._auxiliary(request, shown, started, helper)
         with self._lock:
             budget = self._max_model_requests
-            if budget is not None and self._validated >= budget:
+            if budget is not None and self._validated + self._subagent_count >= budget:  # a sub-agent's steps too
                 self._over_budget += 1
                 over = True
             else:
@@ -480,23 +491,38 @@ class Bridge:
             return self._refusal(400, f"forkpoint bridge: {stopped}; the upstream's last answer: {detail}")
         verdict: Verdict
         verdict = self.gate.first(body) if first else self.gate.later(body)
+        subagent = False
+        if not verdict.ok and not first and self._subagents is not None:
+            why, found = self._subagents.admit(body)
+            if why is None:
+                verdict, subagent = Verdict(True, body, None, {"first_request": False, **found}), True
+            else:
+                verdict = Verdict(False, None, f"{verdict.reason} (nor a sub-agent request: {why})", verdict.facts)
         if not verdict.ok or verdict.body is None:
             return self._refuse(request.method, shown, verdict.reason or "refused", started, verdict.facts)
         if self._failed_reason() is not None:  # another request failed while this one was being read
             return self._refuse(request.method, shown, "the bridge FAILED while this request was validated", started)
         with self._lock:
-            self._validated += 1
+            if subagent:
+                self._subagent_count += 1
+            else:
+                self._validated += 1
             observe, self._observe_first = self._observe_first, None
         if observe is not None:
             observe(verdict.body)
         facts = dict(verdict.facts)
         outgoing = verdict.body if self._prepare is None else self._prepare(verdict.body, facts)
+        reader = self._subagents.reader() if self._subagents is not None else None
+        if reader is not None:  # grants the answer's sub-agent calls as they stream to the agent (bridge.subagents)
+            request[ANSWER_READER] = reader
         try:
             response, sent, timing = await self._send(request, outgoing, auxiliary=False)
         except UpstreamRefusal as refusal:
             return self._refuse(request.method, shown, str(refusal), started, facts)
         facts.update(sent.facts or {})
         with self._lock:
+            if reader is not None and reader.prompts:
+                facts["subagent_calls"] = len(reader.prompts)
             if sent.forwarded:
                 self._forwarded += 1
             if sent.broken and self._broken is None:
@@ -504,8 +530,8 @@ class Bridge:
                 self._broken_timed_out = sent.failure == "timeout"
             self._abandoned = (sent.error or "").startswith(GONE_MID_ANSWER)
             self._count_failure(sent)
-        self._record(request.method, shown, "ok", sent.error, sent.forwarded, sent.status, started, facts, sent.usage,
-                     timing)
+        self._record(request.method, shown, "subagent" if subagent else "ok", sent.error, sent.forwarded, sent.status,
+                     started, facts, sent.usage, timing)
         return response
 
     def _count_failure(self, sent: Sent) -> None:

@@ -39,6 +39,7 @@ from aiohttp import web
 from forkpoint.bridge.secret import MIN_REDACTED_SECRET, UpstreamKey
 from forkpoint.bridge.secret import REDACTED as REDACTED  # re-exported: the redactor lives in bridge.secret
 from forkpoint.bridge.secret import Redactor as Redactor
+from forkpoint.bridge.subagents import AnswerReader
 from forkpoint.bridge.token_capture import STREAM_REFUSED, AnswerTokens, TokenLog, refuses_streamed_ids
 from forkpoint.bridge.translate.retry import RetryPolicy, decide
 from forkpoint.bridge.usage_tap import UsageTap
@@ -89,6 +90,8 @@ class Sent:
 CAPTURE = web.RequestKey("forkpoint_capture", TokenLog)
 ANSWER_TOKENS = web.RequestKey("forkpoint_answer_tokens", AnswerTokens)
 AUXILIARY = web.RequestKey("forkpoint_auxiliary", bool)
+#: reads a model answer's bytes as ``relay`` passes them to the agent (``bridge.subagents``)
+ANSWER_READER = web.RequestKey("forkpoint_answer_reader", AnswerReader)
 
 
 def begin_capture(request: web.Request, protocol: str, body: JsonObject, *, strip: bool = True) -> JsonObject:
@@ -302,6 +305,7 @@ async def relay(
         and not (tokens is not None and name.lower() == "content-length")})
     await response.prepare(request)
     tap = UsageTap()  # what the answer reports it used, read as it passes (bridge.usage_tap)
+    reader = request.get(ANSWER_READER)
     pending = first
     while True:
         chunk, broken = (pending, None) if pending else await next_chunk(upstream, clock)
@@ -313,6 +317,8 @@ async def relay(
         if not chunk:
             break
         tap.feed(chunk)
+        if reader is not None:
+            reader.feed(chunk)
         try:
             out = redactor.feed(chunk) if redactor is not None else chunk
         except ValueError as error:  # a compressed answer that does not decompress: broken

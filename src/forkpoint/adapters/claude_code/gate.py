@@ -37,6 +37,7 @@ first request, so the model never saw them and the later requests keep showing i
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import MappingProxyType
 from typing import Any
 
 from forkpoint.adapters.claude_code.envelope import (
@@ -273,6 +274,8 @@ class ClaudeGate(PrefixGate[ExpectedPrefix]):
 
     name = "anthropic-messages"
     model_routes = frozenset({"/v1/messages"})
+    #: its sub-agent tool (``Agent``; ``Task`` before it was renamed) and the input holding the sub-agent's prompt
+    subagent_tools = MappingProxyType({"Agent": "prompt", "Task": "prompt"})
 
     def clean(self, body: Any, first: bool, facts: JsonObject) -> JsonObject:
         return _clean(self.expected, body, self.boundary_prompt, first=first, facts=facts)

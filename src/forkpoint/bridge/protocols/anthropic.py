@@ -7,12 +7,13 @@ content block ``content_block_start`` / deltas / ``content_block_stop``, ``messa
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from aiohttp import web
 
 from forkpoint.bridge.protocols.spec import ChatTranslation, ProtocolSpec
+from forkpoint.bridge.subagents import Opening, SubagentWire, digest
 from forkpoint.bridge.tool_schemas import from_anthropic
 from forkpoint.bridge.translate.sampling import anthropic_pins
 from forkpoint.bridge.upstream import (
@@ -137,6 +138,108 @@ def _whole(completion: JsonObject, prepared: Prepared, answer_id: str) -> tuple[
     return chat_completion_to_anthropic(completion, message_id=answer_id, model=prepared.model)
 
 
+#: the longest SSE line, and tool call input, the sub-agent reader keeps (a longer one is skipped: never granted)
+MAX_LINE_BYTES = 1024 * 1024
+REMINDER = "<system-reminder>"
+
+
+class ToolPrompts:
+    """Reads an Anthropic SSE answer as it streams (``SubagentWire.reader``): the prompt input of each complete
+    ``tool_use`` block named in ``tools``, told to ``found`` at the block's ``content_block_stop``. Holds at most
+    one line and one block's input (``MAX_LINE_BYTES`` each)."""
+
+    def __init__(self, tools: Mapping[str, str], found: Callable[[str], None] | None = None) -> None:
+        self.tools = tools
+        self.found = found
+        self.prompts: list[str] = []
+        self._line = bytearray()
+        self._skipping = False  # inside a line longer than the cap
+        self._blocks: dict[int, tuple[str, list[str], int]] = {}  # index -> (input field, JSON pieces, size)
+
+    def feed(self, chunk: bytes) -> None:
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            self._take(chunk[start:end])
+            if not self._skipping:
+                self._event(bytes(self._line))
+            self._line.clear()
+            self._skipping = False
+            start = end + 1
+        self._take(chunk[start:])
+
+    def _take(self, piece: bytes) -> None:
+        if self._skipping or len(self._line) + len(piece) > MAX_LINE_BYTES:
+            self._skipping = True
+            self._line.clear()
+        else:
+            self._line += piece
+
+    def _event(self, line: bytes) -> None:
+        if not line.startswith(b"data:"):
+            return
+        try:
+            data = json.loads(line[5:])
+        except ValueError:
+            return
+        if not isinstance(data, dict) or not isinstance(data.get("index"), int):
+            return
+        index, kind = data["index"], data.get("type")
+        if kind == "content_block_start":
+            block = data.get("content_block")
+            if isinstance(block, dict) and block.get("type") == "tool_use" and block.get("name") in self.tools:
+                self._blocks[index] = (self.tools[block["name"]], [], 0)
+        elif kind == "content_block_delta" and index in self._blocks:
+            delta = data.get("delta")
+            piece = delta.get("partial_json") if isinstance(delta, dict) else None
+            name, pieces_, size = self._blocks[index]
+            if not isinstance(piece, str) or size + len(piece) > MAX_LINE_BYTES:
+                del self._blocks[index]  # not an input this reader can vouch for: never granted
+                return
+            pieces_.append(piece)
+            self._blocks[index] = (name, pieces_, size + len(piece))
+        elif kind == "content_block_stop" and index in self._blocks:
+            name, pieces_, _ = self._blocks.pop(index)
+            try:
+                arguments = json.loads("".join(pieces_))
+            except ValueError:
+                return
+            prompt = arguments.get(name) if isinstance(arguments, dict) else None
+            if isinstance(prompt, str) and prompt:
+                self.prompts.append(prompt)
+                if self.found is not None:
+                    self.found(prompt)
+
+
+def _project(message: JsonObject) -> JsonObject:
+    """A message as the sub-conversation check compares it: string content as one text block, cache markers
+    (which Claude Code moves to the newest message on every request) left out."""
+    content = message.get("content")
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+    if not isinstance(blocks, list):
+        raise ValueError("a message without content")
+    return {"role": message.get("role"),
+            "content": [{k: v for k, v in b.items() if k != "cache_control"} if isinstance(b, dict) else b
+                        for b in blocks]}
+
+
+def opening(body: Any) -> Opening:
+    """The sub-conversation a request carries: its first user message must be the prompt as its last text block,
+    after nothing but ``<system-reminder>`` text blocks (what Claude Code puts in front, measured on 2.1.220 and
+    2.1.332)."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        raise ValueError("no list of message objects")
+    digests = tuple(digest(_project(message)) for message in messages)
+    answered = any(message.get("role") == "assistant" for message in messages)
+    first = _project(messages[0])["content"]
+    texts: list[str] = [b["text"] for b in first
+                        if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)]
+    if (messages[0].get("role") != "user" or not first or len(texts) != len(first)
+            or not all(t.startswith(REMINDER) for t in texts[:-1])):
+        return Opening(None, answered, digests)
+    return Opening(texts[-1], answered, digests)
+
+
 def _passthrough(url: str, key: str, patience: Patience) -> AnthropicUpstream:
     return AnthropicUpstream(url, key, retry=patience.retry, **patience.options())
 
@@ -152,4 +255,5 @@ SPEC = ProtocolSpec(
     sample_request={"model": "claude-sonnet-4-5", "max_tokens": 64,
                     "messages": [{"role": "user", "content": "hello"}]},
     chat=ChatTranslation("openai-chat", _to_chat, _stream, _whole, "msg_forkpoint_"),
+    subagents=SubagentWire(ToolPrompts, opening),
 )

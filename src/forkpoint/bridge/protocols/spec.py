@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from aiohttp import web
 
     from forkpoint.bridge.protocols import Patience
+    from forkpoint.bridge.subagents import SubagentWire
     from forkpoint.bridge.translate.common import ChatOptions, Translated
     from forkpoint.bridge.translate.pipeline import Prepared
     from forkpoint.bridge.translate.sampling import Change, Put, SamplingPins
@@ -82,6 +83,9 @@ class ProtocolSpec:
     #: protocol, called ``(agent protocol, URL, key, pins, retry, read/answer timeouts)``, when forkpoint
     #: translates to it (Chat)
     translating: str | None = None
+    #: how the bridge proves a sub-agent conversation descends from a forwarded answer (``bridge.subagents``);
+    #: None: sub-agent requests stay refused
+    subagents: SubagentWire | None = None
 
     def translating_upstream(self, agent: str, url: str, key: str, pins: SamplingPins | None,
                              patience: Patience) -> Upstream:

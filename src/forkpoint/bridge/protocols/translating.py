@@ -29,6 +29,7 @@ from forkpoint.bridge.translate.retry import RetryPolicy
 from forkpoint.bridge.translate.sampling import SamplingPins
 from forkpoint.bridge.translate.usage import Usage
 from forkpoint.bridge.upstream import (
+    ANSWER_READER,
     ANSWER_TOKENS,
     MAX_ERROR_BYTES,
     NO_RETRIES,
@@ -181,6 +182,7 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
         await response.prepare(request)
         broken = gone = None
         tokens = request.get(ANSWER_TOKENS)
+        reader = request.get(ANSWER_READER)  # the agent's sub-agent calls, read in the agent's protocol
         while not answer.done:
             chunk, broken = await next_chunk(upstream, clock)
             if broken is not None or not chunk:
@@ -189,6 +191,8 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
                 tokens.feed(chunk)
             for part in answer.feed_parts(chunk):  # one event at a time: a huge text's closing events are each whole
                 out = bytes_out.feed(part) if bytes_out is not None else part
+                if reader is not None:
+                    reader.feed(out)
                 if out and (gone := await write_to_agent(response, out)) is not None:
                     break
             if gone is not None:
@@ -196,10 +200,15 @@ class TranslatingChatUpstream(OpenAIChatUpstream):
         if broken is None and gone is None:
             for part in answer.close_parts():
                 out = bytes_out.feed(part) if bytes_out is not None else part
+                if reader is not None:
+                    reader.feed(out)
                 if out and (gone := await write_to_agent(response, out)) is not None:
                     break
             if gone is None:
-                gone = await end_for_agent(response, bytes_out.flush() if bytes_out is not None else b"")
+                tail = bytes_out.flush() if bytes_out is not None else b""
+                if reader is not None:
+                    reader.feed(tail)
+                gone = await end_for_agent(response, tail)
         if tokens is not None:
             tokens.flush()
         facts["losses"] = sorted({*facts["losses"], *answer.losses})
