@@ -87,3 +87,15 @@ def test_public_recordings_todowrite_reruns_exact(name: str, tmp_path: Path, wor
     finally:
         executor.close()
     assert compared == 2
+
+
+def test_a_2_0_recording_names_its_tool_profile() -> None:
+    """The result names the 2.0.x profile the calls re-ran with, not only the verified version it is read as."""
+    from forkpoint.adapters import get_adapter
+
+    adapter = get_adapter("claude-code")
+    session = Path(__file__).parents[2] / "fixtures" / "claude_code" / "2.0.27" / "old_line" / "session.jsonl"
+    facts = adapter.version_facts(adapter.parse(session))
+    assert facts.status == "unverified" and facts.tool_version == "2.1.220"
+    assert "claude-code 2.0.x (measured on 2.0.27) tool profile" in facts.reasons[0]
+    assert "2.1.220's semantics" not in " ".join(facts.reasons)

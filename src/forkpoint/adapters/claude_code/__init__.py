@@ -71,9 +71,10 @@ class ClaudeCodeAdapter(AdapterBase):
         facts = super().version_facts(trajectory)
         if facts.status != "unverified" or not is_v2_0(facts.recorded):
             return facts
-        note = (f"its Read/Write/Edit/TodoWrite calls re-run with the {V2_0.label} tool profile (cat -n arrows, "
-                "the Read reminder, snippet results, TodoWrite)")
-        return replace(facts, reasons=(*facts.reasons, note))
+        first = (f"Claude Code {facts.recorded} is not a verified version: read as {facts.format_family}, its tools "
+                 f"re-run with the {V2_0.label} tool profile (cat -n Read with its reminder, snippet Write/Edit "
+                 f"texts, inline Bash, TodoWrite); the session is continued as {facts.tool_version}'s")
+        return replace(facts, reasons=(first, *facts.reasons[1:]))
 
     def normalise_observation(self, content: object) -> object:
         """Documented volatile parts only: the persisted-output file path (see tools.normalize_volatile)."""
