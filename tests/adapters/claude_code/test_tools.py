@@ -8,6 +8,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -222,3 +223,19 @@ def test_tools_these_versions_do_not_offer(make: Callable[[str], Run], version: 
     with pytest.raises(ReplayError) as error:
         run("WebFetch", url="https://example.com", prompt="x")
     assert error.value.kind is ErrorKind.UNSUPPORTED_VERSION and error.value.before_effect
+
+
+@pytest.mark.parametrize("count", [12000, 300000])
+def test_v2_0_bash_keeps_30000_units_and_counts_the_lines_cut(make: Any, count: int) -> None:
+    """2.0.27 (calibration probe, `seq 1 12000`): no persisted output; the first 30,000 units, then
+    ``\\n\\n... [5779 lines truncated] ...``. 300,000 lines: the count also covers the log past forkpoint's 1 MiB
+    head."""
+    run = make("2.0.27")
+    fresh = run("Bash", command=f"seq 1 {count}")
+    full = "\n".join(str(n) for n in range(1, count + 1))
+    expected = f"{full[:30000]}\n\n... [{len(full[30000:].split(chr(10)))} lines truncated] ..."
+    assert fresh.content == expected and not fresh.is_error
+    if count == 12000:
+        assert fresh.content.endswith("... [5779 lines truncated] ...")
+    failed = run("Bash", command="echo; ls missing-dir")
+    assert failed.is_error and failed.content == "ls: cannot access 'missing-dir': No such file or directory"
