@@ -99,3 +99,26 @@ def test_a_2_0_recording_names_its_tool_profile() -> None:
     assert facts.status == "unverified" and facts.tool_version == "2.1.220"
     assert "claude-code 2.0.x (measured on 2.0.27) tool profile" in facts.reasons[0]
     assert "2.1.220's semantics" not in " ".join(facts.reasons)
+
+
+def test_public_2_0_reads_reproduce_from_their_recorded_file_content() -> None:
+    """The public 2.0.14-2.0.29 Reads (no workspace: the text is rebuilt from the recorded ``toolUseResult.file``):
+    2.0.26+ carry 2.0.27's reminder, 2.0.14 the older one (V2_0_EARLY)."""
+    from forkpoint.adapters.claude_code.tool_profile import cat_n, v2_0_profile
+
+    paths = sorted(WILD.glob("agentcmd-2.0.*.jsonl"))
+    if not paths:
+        pytest.skip(f"{WILD} is not on this machine")
+    compared = 0
+    for path in paths:
+        lines = [json.loads(raw) for raw in path.read_text("utf-8").splitlines() if raw.strip()]
+        profile = v2_0_profile(lines[-1]["version"])
+        for line in lines:
+            result = line.get("toolUseResult")
+            content = line.get("message", {}).get("content")
+            if not isinstance(result, dict) or result.get("type") != "text" or not isinstance(content, list):
+                continue
+            file = result["file"]
+            assert content[0]["content"] == cat_n(file["content"], file["startLine"]) + profile.read_reminder
+            compared += 1
+    assert compared == 20

@@ -14,7 +14,7 @@ import pytest
 
 from forkpoint.adapters.claude_code.jstext import format_file_size, js_len, js_slice, js_trim
 from forkpoint.adapters.claude_code.launch import project_dir_name
-from forkpoint.adapters.claude_code.tool_profile import V2_0, profile_for_version
+from forkpoint.adapters.claude_code.tool_profile import V2_0, V2_0_EARLY, profile_for_version
 from forkpoint.adapters.claude_code.tools import (
     PERSISTED_PATH_PLACEHOLDER,
     normalize_volatile,
@@ -63,7 +63,8 @@ def test_unverified_versions_are_refused() -> None:
     with pytest.raises(ReplayError) as error:
         profile_for_version("1.0.98")
     assert error.value.kind is ErrorKind.UNSUPPORTED_VERSION
-    assert profile_for_version("2.0.1") is V2_0  # the measured 2.0.x line
+    assert profile_for_version("2.0.27") is V2_0  # the measured 2.0.x line
+    assert profile_for_version("2.0.14") is V2_0_EARLY  # its older Read reminder (public 2.0.14 recordings)
     assert profile_for_version("2.1.250").version == OLD
     assert profile_for_version("2.1.400").version == NEW
 

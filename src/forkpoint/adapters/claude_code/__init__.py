@@ -66,14 +66,15 @@ class ClaudeCodeAdapter(AdapterBase):
         """A 2.0.x recording re-runs with the measured 2.0.x tool profile, named in the result."""
         from dataclasses import replace
 
-        from forkpoint.adapters.claude_code.tool_profile import V2_0, is_v2_0
+        from forkpoint.adapters.claude_code.tool_profile import is_v2_0, v2_0_profile
 
         facts = super().version_facts(trajectory)
         if facts.status != "unverified" or not is_v2_0(facts.recorded):
             return facts
+        label = v2_0_profile(facts.recorded or "").label
         first = (f"Claude Code {facts.recorded} is not a verified version: read as {facts.format_family}, its tools "
-                 f"re-run with the {V2_0.label} tool profile (cat -n Read with its reminder, snippet Write/Edit "
-                 f"texts, inline Bash, TodoWrite); the session is continued as {facts.tool_version}'s")
+                 f"re-run with the {label} tool profile (cat -n Read with its reminder, snippet Write/Edit texts, "
+                 f"inline Bash, TodoWrite); the session is continued as {facts.tool_version}'s")
         return replace(facts, reasons=(first, *facts.reasons[1:]))
 
     def normalise_observation(self, content: object) -> object:

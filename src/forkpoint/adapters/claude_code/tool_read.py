@@ -27,7 +27,7 @@ from forkpoint.adapters.claude_code import tool_media
 from forkpoint.adapters.claude_code.jstext import format_file_size
 from forkpoint.adapters.claude_code.tool_codecs import decode_text, is_valid_utf8
 from forkpoint.adapters.claude_code.tool_files import FileState, SessionFiles, node_error
-from forkpoint.adapters.claude_code.tool_profile import MALWARE_REMINDER, ToolOutcome, cat_n, tool_error, tool_use_error
+from forkpoint.adapters.claude_code.tool_profile import ToolOutcome, cat_n, tool_error, tool_use_error
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.fs import ConfinementError, NotRegularFileError, read_regular_file
 
@@ -117,7 +117,7 @@ def read(files: SessionFiles, arguments: dict[str, Any]) -> ToolOutcome:
     elif text == "":
         content = "<system-reminder>Warning: the file exists but the contents are empty.</system-reminder>"
     elif arrows:
-        content = cat_n("\n".join(selected), start_line) + MALWARE_REMINDER
+        content = cat_n("\n".join(selected), start_line) + files.profile.read_reminder
     else:
         content = "\n".join(f"{start_line + index}\t{line}" for index, line in enumerate(selected))
         note = files.profile.read_invalid_utf8_note
