@@ -64,12 +64,14 @@ class ClaudeCodeAdapter(AdapterBase):
 
     def version_facts(self, trajectory: Trajectory) -> VersionFacts:
         """A 2.0.x recording re-runs with the measured 2.0.x tool profile, named in the result."""
+        facts = super().version_facts(trajectory)
+        if facts.status != "unverified" or not (facts.recorded or "").startswith("2.0."):
+            return facts  # (the tool modules load only for replay: prepare-only of a verified session needs none)
         from dataclasses import replace
 
         from forkpoint.adapters.claude_code.tool_profile import is_v2_0, v2_0_profile
 
-        facts = super().version_facts(trajectory)
-        if facts.status != "unverified" or not is_v2_0(facts.recorded):
+        if not is_v2_0(facts.recorded):
             return facts
         label = v2_0_profile(facts.recorded or "").label
         first = (f"Claude Code {facts.recorded} is not a verified version: read as {facts.format_family}, its tools "
