@@ -76,6 +76,8 @@ class Scenario:
     sub_turns: Callable[[str], Turns] | None = None
     # MCP servers, in Claude's --mcp-config format (written to <home>/mcp.json and passed with --mcp-config)
     mcp_servers: dict[str, Json] | None = None
+    # the versions it is recorded for (None: the verified versions); an old line's scenario names its version
+    only: tuple[str, ...] | None = None
 
 
 def _result_texts(lines: list[Json]) -> list[str]:
@@ -225,6 +227,21 @@ def task(name: str, **arguments: Any) -> list[Block]:
     return [tool_use(name, arguments)]
 
 
+#: old lines recorded for the tool profiles of unverified versions (tool_profile.V2_0), not verified versions
+OLD_LINES = ("2.0.27",)
+
+
+def _todo(content: str, status: str) -> Json:
+    return {"content": content, "status": status, "activeForm": f"Doing: {content}"}
+
+
+def _check_old_line(lines: list[Json], _: Path) -> None:
+    todos = [line["toolUseResult"] for line in lines if line.get("type") == "user"
+             and isinstance(line.get("toolUseResult"), dict) and "newTodos" in line["toolUseResult"]]
+    assert len(todos) == 4 and todos[0]["oldTodos"] == [] and todos[1]["oldTodos"] == todos[0]["newTodos"], todos
+    assert todos[3]["oldTodos"] == [], "a list of completed todos is cleared"
+
+
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario(
         "single_bash", "List the files here, then read notes.txt and summarise it.",
@@ -232,6 +249,34 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
         lambda cwd: [[text("I'll list the files first."), bash("ls", "List files")],
                      [tool_use("Read", {"file_path": f"{cwd}/notes.txt"})],
                      [text("notes.txt says hello and has a second line.")]],
+    ),
+    Scenario(
+        "old_line", "Track todos while reading, writing and editing files.",
+        {"a.txt": "alpha\n", "long.txt": "".join(f"line {i}\n" for i in range(1, 13)), "one.txt": "x\n",
+         "empty.txt": ""},
+        lambda cwd: [[text("Planning."), tool_use("TodoWrite", {"todos": [_todo("Read files", "in_progress"),
+                                                                             _todo("Edit files", "pending")]})],
+                     [tool_use("Read", {"file_path": f"{cwd}/long.txt"}),
+                      tool_use("Read", {"file_path": f"{cwd}/a.txt"})],
+                     [tool_use("Edit", {"file_path": f"{cwd}/long.txt", "old_string": "line 8\n",
+                                        "new_string": "line eight\nline 8b\n"})],
+                     [tool_use("Write", {"file_path": f"{cwd}/new.txt", "content": "one\ntwo\n"})],
+                     [tool_use("Write", {"file_path": f"{cwd}/a.txt", "content": "ALPHA\nBETA\n"})],
+                     [tool_use("TodoWrite", {"todos": [_todo("Read files", "completed"),
+                                                       _todo("Edit files", "in_progress")]})],
+                     [tool_use("Edit", {"file_path": f"{cwd}/long.txt", "old_string": "line 1",
+                                        "new_string": "LINE 1", "replace_all": True})],
+                     [tool_use("Read", {"file_path": f"{cwd}/long.txt", "offset": 5, "limit": 3}),
+                      tool_use("Read", {"file_path": f"{cwd}/empty.txt"}),
+                      tool_use("Read", {"file_path": f"{cwd}/one.txt", "offset": 2})],
+                     [tool_use("TodoWrite", {"todos": [_todo("Read files", "completed"),
+                                                       _todo("Edit files", "completed")]})],
+                     [tool_use("TodoWrite", {"todos": [_todo("Report", "pending")]})],
+                     [bash("true", "No output"), bash("echo out; echo err >&2", "Both streams")],
+                     [text("Done.")]],
+        check=_check_old_line, only=OLD_LINES, keep_final=True,
+        notes="2.0.x: cat -n Read with its reminder, snippet Write/Edit texts, TodoWrite (oldTodos across calls, a "
+              "completed list cleared), Bash without output and with both streams",
     ),
     Scenario(
         "parallel", "Show the contents of a.txt and b.txt.",
@@ -698,12 +743,13 @@ def record(version: str, scenario: Scenario) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="append", choices=tuple(agent_spec("claude-code").versions))
+    parser.add_argument("--version", action="append", choices=(*agent_spec("claude-code").versions, *OLD_LINES))
     parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
     args = parser.parse_args()
     failed = []
     for version in args.version or tuple(agent_spec("claude-code").versions):
-        for name in args.scenario or list(SCENARIOS):
+        for name in args.scenario or [n for n, sc in SCENARIOS.items()
+                                      if (version in sc.only if sc.only is not None else version not in OLD_LINES)]:
             try:
                 fixture = record(version, SCENARIOS[name])
                 meta = json.loads((fixture / "meta.json").read_text())

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from forkpoint.adapters import get_adapter
+from forkpoint.adapters.versions import read_as
 from forkpoint.core.model import Mode
 from forkpoint.run import plan as planning
 
@@ -47,13 +48,14 @@ def test_preparing_every_boundary_leaves_the_parse_untouched(agent: str, path: P
     adapter = get_adapter(agent)
     parsed = adapter.parse(path)
     before = _native_state(parsed.native)
-    profile = adapter.profile_for(parsed)
+    readable, facts = read_as(adapter, parsed)  # an unverified version (claude-code 2.0.27) is read as its nearest
+    profile = facts.profile
     written: dict[int, bytes] = {}
     for after in range(1, parsed.complete_count + 1):
         if after in parsed.boundary_refusals:
             continue
         try:
-            plan = planning.select_boundary(parsed, after, Mode.PREPARE_ONLY, profile, allow_stale_observations=True)
+            plan = planning.select_boundary(readable, after, Mode.PREPARE_ONLY, profile, allow_stale_observations=True)
         except Exception:  # a boundary this recording cannot prepare (refused call): not this test's subject
             continue
         for attempt in ("a", "b"):

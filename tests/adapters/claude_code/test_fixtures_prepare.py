@@ -43,6 +43,9 @@ EXPECTED: dict[str, tuple[int, bool, list[list[str]]]] = {
     "sdk_resume": (2, False, [["Bash"], ["Bash"]]),  # two query() calls, the second resume=ID: one file
     "sdk_fork": (2, False, [["Bash"], ["Bash"]]),  # fork_session: the first batch copied from the original
     "sdk_subagents": (2, False, [["Agent"], ["Bash"]]),
+    # the 2.0.x line (fixture 2.0.27/old_line): its tool profile, TodoWrite re-run
+    "old_line": (11, False, [["TodoWrite"], ["Read", "Read"], ["Edit"], ["Write"], ["Write"], ["TodoWrite"], ["Edit"],
+                             ["Read", "Read", "Read"], ["TodoWrite"], ["TodoWrite"], ["Bash", "Bash"]]),
 }
 
 

@@ -8,12 +8,13 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from forkpoint.adapters.claude_code.jstext import format_file_size, js_len, js_slice, js_trim
 from forkpoint.adapters.claude_code.launch import project_dir_name
-from forkpoint.adapters.claude_code.tool_profile import profile_for_version
+from forkpoint.adapters.claude_code.tool_profile import V2_0, V2_0_EARLY, profile_for_version
 from forkpoint.adapters.claude_code.tools import (
     PERSISTED_PATH_PLACEHOLDER,
     normalize_volatile,
@@ -60,8 +61,10 @@ def test_js_string_helpers() -> None:
 
 def test_unverified_versions_are_refused() -> None:
     with pytest.raises(ReplayError) as error:
-        profile_for_version("2.0.1")
+        profile_for_version("1.0.98")
     assert error.value.kind is ErrorKind.UNSUPPORTED_VERSION
+    assert profile_for_version("2.0.27") is V2_0  # the measured 2.0.x line
+    assert profile_for_version("2.0.14") is V2_0_EARLY  # its older Read reminder (public 2.0.14 recordings)
     assert profile_for_version("2.1.250").version == OLD
     assert profile_for_version("2.1.400").version == NEW
 
@@ -221,3 +224,19 @@ def test_tools_these_versions_do_not_offer(make: Callable[[str], Run], version: 
     with pytest.raises(ReplayError) as error:
         run("WebFetch", url="https://example.com", prompt="x")
     assert error.value.kind is ErrorKind.UNSUPPORTED_VERSION and error.value.before_effect
+
+
+@pytest.mark.parametrize("count", [12000, 300000])
+def test_v2_0_bash_keeps_30000_units_and_counts_the_lines_cut(make: Any, count: int) -> None:
+    """2.0.27 (calibration probe, `seq 1 12000`): no persisted output; the first 30,000 units, then
+    ``\\n\\n... [5779 lines truncated] ...``. 300,000 lines: the count also covers the log past forkpoint's 1 MiB
+    head."""
+    run = make("2.0.27")
+    fresh = run("Bash", command=f"seq 1 {count}")
+    full = "\n".join(str(n) for n in range(1, count + 1))
+    expected = f"{full[:30000]}\n\n... [{len(full[30000:].split(chr(10)))} lines truncated] ..."
+    assert fresh.content == expected and not fresh.is_error
+    if count == 12000:
+        assert fresh.content.endswith("... [5779 lines truncated] ...")
+    failed = run("Bash", command="echo; ls missing-dir")
+    assert failed.is_error and failed.content == "ls: cannot access 'missing-dir': No such file or directory"

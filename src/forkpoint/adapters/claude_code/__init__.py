@@ -11,7 +11,7 @@ from forkpoint.adapters.claude_code.parse import parse_session
 from forkpoint.adapters.claude_code.session import subagent_files, write_prepared, write_rebuilt
 from forkpoint.adapters.claude_code.spec import SPEC
 from forkpoint.core.errors import unsupported_version
-from forkpoint.core.model import FreshObservation, NativePrefix, Plan, RunContext, Trajectory
+from forkpoint.core.model import FreshObservation, NativePrefix, Plan, RunContext, Trajectory, VersionFacts
 
 if TYPE_CHECKING:
     from forkpoint.adapters.base import ToolExecutor
@@ -58,7 +58,26 @@ class ClaudeCodeAdapter(AdapterBase):
         from forkpoint.adapters.claude_code.tools import ClaudeToolExecutor
 
         version = plan.trajectory.version or ""
-        return ClaudeToolExecutor(context, version, _session_id(plan), config_dir(context.home), context.agent_home)
+        recorded = plan.version.recorded if plan.version is not None else None
+        return ClaudeToolExecutor(context, version, _session_id(plan), config_dir(context.home), context.agent_home,
+                                  recorded=recorded)
+
+    def version_facts(self, trajectory: Trajectory) -> VersionFacts:
+        """A 2.0.x recording re-runs with the measured 2.0.x tool profile, named in the result."""
+        facts = super().version_facts(trajectory)
+        if facts.status != "unverified" or not (facts.recorded or "").startswith("2.0."):
+            return facts  # (the tool modules load only for replay: prepare-only of a verified session needs none)
+        from dataclasses import replace
+
+        from forkpoint.adapters.claude_code.tool_profile import is_v2_0, v2_0_profile
+
+        if not is_v2_0(facts.recorded):
+            return facts
+        label = v2_0_profile(facts.recorded or "").label
+        first = (f"Claude Code {facts.recorded} is not a verified version: read as {facts.format_family}, its tools "
+                 f"re-run with the {label} tool profile (cat -n Read with its reminder, snippet Write/Edit texts, "
+                 f"inline Bash, TodoWrite); the session is continued as {facts.tool_version}'s")
+        return replace(facts, reasons=(first, *facts.reasons[1:]))
 
     def normalise_observation(self, content: object) -> object:
         """Documented volatile parts only: the persisted-output file path (see tools.normalize_volatile)."""

@@ -95,6 +95,7 @@ def _results(lines: list[Any]) -> dict[str, dict[str, Any]]:
 def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str], scratch: Path,
           outcome: Outcome) -> str | None:
     from forkpoint.adapters.claude_code.launch import argv
+    from forkpoint.adapters.claude_code.tool_profile import is_v2_0
     from forkpoint.testing.scripted_model import ScriptedModel
 
     cwd, home = scratch / "workspace", scratch / "home"
@@ -130,8 +131,10 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
                            outcome)
 
     def passes(candidate: str) -> bool:
-        rewritten = [{**line, "version": candidate} if isinstance(line, dict) and line.get("version") == version
-                     else line for line in lines]
+        # a 2.0.x release's tools are the measured 2.0.x profile whatever continues it: replayed as recorded
+        rewritten = lines if is_v2_0(version) else [
+            {**line, "version": candidate} if isinstance(line, dict) and line.get("version") == version else line
+            for line in lines]
         tools_ok = replay_check(spec.name, candidate, rewritten, len(expected) - 1, lambda: _restore(cwd), scratch,
                                 outcome)
         return _envelope_check(candidate, cut, nonce, body, outcome) and tools_ok

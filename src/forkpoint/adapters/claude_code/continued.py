@@ -110,7 +110,8 @@ def clean_continued(
         # Attachments may sit between; walk up to check the turn hangs off the boundary observation.
         by_uuid = {r.get("uuid"): r for r in kept}
         current = first_assistant.get("parentUuid")
-        while current in by_uuid and by_uuid[current].get("type") == "attachment":
+        while current in by_uuid and (by_uuid[current].get("type") == "attachment"
+                                      or _is_model_notice(by_uuid[current])):
             current = by_uuid[current].get("parentUuid")
         if current != boundary_uuid:
             raise _error("the first continued assistant turn does not hang off the boundary observation")
@@ -121,6 +122,15 @@ def clean_continued(
         and r["message"].get("model") != "<synthetic>"
     }
     return CleanedSession(out, len(removed), len(turns))
+
+
+def _is_model_notice(record: dict[str, Any]) -> bool:
+    """The warning a newer binary writes when it resumes a session whose model it retired (2.1.332 resuming a
+    2.0.x session: ``Session model claude-sonnet-4-5-20250929 could not be restored (retired)``): its own
+    record, kept, between the boundary observation and the first continued turn."""
+    restriction = record.get("modelRestriction")
+    return (record.get("type") == "system" and record.get("subtype") == "informational"
+            and isinstance(restriction, dict) and restriction.get("at") == "resume")
 
 
 def _resolve(parent: Any, removed: dict[str, str | None]) -> Any:

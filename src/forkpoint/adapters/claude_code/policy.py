@@ -21,8 +21,8 @@ _STALE_REASONS = {
     "Task": "a sub-agent run is its own model conversation and cannot be re-executed",
     "TaskOutput": "it reads the state of an earlier sub-agent or background task",
     "TaskStop": "it stops a background task of the original session",
-    "TodoWrite": "the verified versions disable TodoWrite in every mode (measured: -p and SDK), so its result "
-                 "text could not be measured; forkpoint re-runs the task list tools that replace it",
+    "TodoWrite": "the recorded result is not TodoWrite's constant success text (2.1.220/2.1.332 disable TodoWrite "
+                 "in every mode, measured: -p and SDK); forkpoint re-runs it where the binary ran it (2.0.x)",
     "ExitPlanMode": f"the plan is approved or rejected by a person (and saved under a random file name): "
                     f"{_INTERACTIVE_REASON}",
     "AskUserQuestion": f"the answer was given by a person: {_INTERACTIVE_REASON}",
@@ -61,6 +61,14 @@ def classify(
             return CallPolicy.STALE, (
                 "EnterPlanMode did not give its constant result (a person declined plan mode, or Claude refused "
                 "it): the recorded answer is not re-runnable")
+    if name == "TodoWrite" and historical is not None and not historical.is_error:
+        from forkpoint.adapters.claude_code.tool_todos import TODO_TEXT, todo_input_problem
+
+        problem = todo_input_problem(arguments)
+        if historical.text == TODO_TEXT and problem is None:
+            return CallPolicy.FRESH, None
+        if problem is not None:
+            return CallPolicy.STALE, f"{problem}: Claude Code coerces such input, forkpoint does not re-run it"
     if name in _TASK_TOOLS:
         from forkpoint.adapters.claude_code.tool_tasks import task_input_problem
 

@@ -18,6 +18,9 @@ Measured on the real 2.1.220 / 2.1.332 binaries (scripted model, see the fixture
   ``cwd`` file is) and the agent HOME (where ``tool-results`` is); both are read and written through
   forkpoint.core.fs's strict helpers, so a symlink, FIFO or device planted there is refused (executor error), never
   followed, opened blocking or read without bound. The output log stays in ``<scratch>``, out of its reach.
+- 2.0.x (``ToolProfile.cat_n_arrows``, measured on 2.0.27): nothing is persisted; output above 30,000 UTF-16
+  units keeps its first 30,000 and appends ``\n\n... [N lines truncated] ...`` (N: the lines cut); a failure is
+  the output trimmed on both sides, with no ``Exit code N`` line; no output is an empty result.
 - Timeout: the recordings moved the command to a background task (a random id and a temp path that cannot
   be replayed, and forkpoint never leaves a process running). The replay kills it and reports what the same
   binaries print with background tasks disabled: ``Exit code 143\\nCommand timed out after <floor(s)>s\\n<output>``.
@@ -70,6 +73,8 @@ ERROR_KEEP_UNITS = 5_000
 NO_OUTPUT = "(Bash completed with no output)"
 #: Output kept in memory; the full output is in the run's log file (and persisted when large).
 HEAD_BYTES = 1024 * 1024
+#: 2.0.x keeps this many UTF-16 units of a command's output (its BASH_MAX_OUTPUT_LENGTH default)
+V2_0_OUTPUT_UNITS = 30_000
 
 #: Commands whose success is silent: toolUseResult.noOutputExpected (measured: cd, mkdir, touch, export).
 SILENT_COMMANDS = frozenset(
@@ -128,6 +133,20 @@ def persisted_output_message(output: str, size: int, path: str) -> str:
         f"Preview (first {format_file_size(PREVIEW_UNITS)}):\n"
         f"{preview}{chr(10) + '...' + chr(10) if more else chr(10)}</persisted-output>"
     )
+
+
+def _newlines_after(fd: int, offset: int) -> int:
+    """Newlines in the output log past ``offset`` (read in bounded chunks), not counting the trailing ones."""
+    count = trailing = 0
+    os.lseek(fd, offset, os.SEEK_SET)
+    while chunk := os.read(fd, 1 << 20):
+        stripped = chunk.rstrip(b" \t\r\n")
+        if stripped:
+            count += trailing + stripped.count(b"\n")
+            trailing = chunk[len(stripped):].count(b"\n")
+        else:
+            trailing += chunk.count(b"\n")
+    return count
 
 
 def _decode(data: bytes) -> str:
@@ -216,6 +235,8 @@ class BashShell:
             code = 1
         elif code < 0:
             code = _SIGNAL_EXIT_CODES.get(-code, 128 - code)
+        if self.profile.cat_n_arrows:
+            return self._outcome_v2_0(command, result, log_fd, total, code)
         if code != 0:
             out = js_trim_end(head)
             message = f"Exit code {code}" + (f"\n{out}" if out else "")
@@ -244,6 +265,24 @@ class BashShell:
         else:
             content = "\n".join(part for part in (stdout, js_trim(stderr)) if part) or NO_OUTPUT
         return ToolOutcome(content, False, native, truncated, 0)
+
+    def _outcome_v2_0(self, command: str, result: ProcessResult, log_fd: int | None, total: int,
+                      code: int) -> ToolOutcome:
+        """2.0.x's Bash result: inline, cut at 30,000 units with a count of the lines cut; no exit code line."""
+        text = _decode(result.stdout)
+        if code != 0:
+            return tool_error(truncate_error_message(js_trim(text) or "Error", self.profile), return_code=code)
+        self._follow_cwd(self.shell_dir / "cwd")
+        full = js_trim_end(text)
+        truncated = result.log_truncated
+        if len(full) > V2_0_OUTPUT_UNITS:
+            more = 0 if total <= len(result.stdout) or log_fd is None else _newlines_after(log_fd, len(result.stdout))
+            full = (f"{full[:V2_0_OUTPUT_UNITS]}\n\n... [{len(full[V2_0_OUTPUT_UNITS:].split(chr(10))) + more} lines "
+                    "truncated] ...")
+            truncated = False
+        stdout = strip_leading_blank_lines(full)
+        native = {"stdout": stdout, "stderr": "", "interrupted": False, "isImage": False}
+        return ToolOutcome(stdout, False, native, truncated, 0)
 
     def _follow_cwd(self, cwd_file: Path) -> bool:
         """Move to the directory the command ended in; True when it left the project and was reset."""

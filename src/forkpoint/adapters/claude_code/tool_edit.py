@@ -9,6 +9,9 @@ Every rule here was measured on the real 2.1.220 / 2.1.332 binaries (scripted mo
 - Edit: ``old_string`` matched literally or with curly quotes straightened; trailing whitespace stripped from
   ``new_string`` lines except in Markdown; ``new_string`` "" also eats the following newline; CRLF files stay
   CRLF (and a BOM stays). Write writes the content as is and creates parent directories.
+- 2.0.x (``ToolProfile.cat_n_arrows``): no context notes; a Write over a file and an Edit answer with a numbered
+  ``cat -n`` snippet (the whole written file up to 16000 lines; the edit +-4 lines), ``replace_all`` quotes both
+  strings; ``toolUseResult`` has no ``originalFile``/``userModified`` for Write.
 - forkpoint's budget: a file over 16 MiB is not edited (refused before any effect).
 """
 
@@ -21,7 +24,7 @@ from typing import Any
 from forkpoint.adapters.claude_code.jstext import js_trim, js_trim_end
 from forkpoint.adapters.claude_code.tool_codecs import decode_text, structured_patch, to_utf8, uses_crlf
 from forkpoint.adapters.claude_code.tool_files import FileState, SessionFiles, node_error
-from forkpoint.adapters.claude_code.tool_profile import ToolOutcome, tool_error, tool_use_error
+from forkpoint.adapters.claude_code.tool_profile import ToolOutcome, cat_n, tool_error, tool_use_error
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.fs import ConfinementError, NotRegularFileError, read_regular_file, write_file_confined
 
@@ -37,6 +40,14 @@ MODIFIED_SINCE_READ = (
 )
 NOT_READ_YET = "File has not been read yet. Read it first before writing to it."
 MARKDOWN_EXTENSIONS = frozenset({".md", ".mdx"})
+SNIPPET_HEAD = "Here's the result of running `cat -n` on a snippet of the edited file:\n"
+#: 2.0.x cuts a Write's snippet after this many lines and appends CLIPPED
+WRITE_SNIPPET_LINES = 16000
+CLIPPED = (
+    "<response clipped><NOTE>To save on context only part of this file has been shown to you. You should retry this "
+    "tool after you have searched inside the file with Grep in order to find the line numbers of what you are "
+    "looking for.</NOTE>"
+)
 _QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})
 
 
@@ -126,6 +137,8 @@ def write(files: SessionFiles, arguments: dict[str, Any]) -> ToolOutcome:
     if isinstance(mtime, ToolOutcome):
         return mtime
     files.states[absolute] = FileState(content.replace("\r\n", "\n"), mtime, False)
+    if files.profile.cat_n_arrows:
+        return _write_v2_0(path, content, current)
     if current.kind == "missing":
         native: dict[str, Any] = {
             "type": "create",
@@ -145,6 +158,32 @@ def write(files: SessionFiles, arguments: dict[str, Any]) -> ToolOutcome:
         "userModified": False,
     }
     return ToolOutcome(f"The file {path} has been updated successfully.{CONTEXT_NOTE}", False, native)
+
+
+def _write_v2_0(path: str, content: str, current: _Loaded) -> ToolOutcome:
+    """2.0.x's Write result: a new file is named, an overwritten one shown numbered (its ``Write`` mapping)."""
+    if current.kind == "missing":
+        native: dict[str, Any] = {"type": "create", "filePath": path, "content": content, "structuredPatch": []}
+        return ToolOutcome(f"File created successfully at: {path}", False, native)
+    native = {"type": "update", "filePath": path, "content": content,
+              "structuredPatch": structured_patch(current.text, content)}
+    lines = content.replace("\r\n", "\n").split("\n")
+    shown = "\n".join(lines[:WRITE_SNIPPET_LINES]) + CLIPPED if len(lines) > WRITE_SNIPPET_LINES else content
+    return ToolOutcome(f"The file {path} has been updated. {SNIPPET_HEAD}{cat_n(shown, 1)}", False, native)
+
+
+def _edit_text_v2_0(path: str, original: str, actual: str, new: str, replace_all: bool) -> str:
+    """2.0.x's Edit result: the edited region +-4 lines, numbered (its ``c9Q`` snippet)."""
+    if replace_all:
+        return (f"The file {path} has been updated. All occurrences of '{actual}' were successfully replaced with "
+                f"'{new}'.")
+    before = original.split(actual, 1)[0] if actual else original[:1]
+    first = before.count("\n")
+    edited = new + original if actual == "" else _apply_edit(original, actual, new, False)
+    start = max(0, first - 4)
+    end = first + 4 + len(new.split("\n"))
+    snippet = "\n".join(edited.split("\n")[start:end])
+    return f"The file {path} has been updated. {SNIPPET_HEAD}{cat_n(snippet, start + 1)}"
 
 
 def edit(files: SessionFiles, arguments: dict[str, Any]) -> ToolOutcome:
@@ -223,6 +262,9 @@ def edit(files: SessionFiles, arguments: dict[str, Any]) -> ToolOutcome:
     if tracks and not in_context:
         native["contentNotInModelContext"] = True
     files.states[absolute] = FileState(updated, mtime, False, in_context=in_context)
+    if files.profile.cat_n_arrows:
+        native.pop("staleRecovered", None)
+        return ToolOutcome(_edit_text_v2_0(path, original, actual if old else old, new, replace_all), False, native)
     return ToolOutcome(f"The file {path} {base}{suffix}", False, native)
 
 

@@ -1,10 +1,10 @@
-"""Per-version differences of Claude Code's tools (measured on the real 2.1.220 and 2.1.332 binaries), and the
-shape every tool returns."""
+"""Per-version differences of Claude Code's tools (measured on the real 2.0.27, 2.1.220 and 2.1.332 binaries), and
+the shape every tool returns."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from forkpoint.core.errors import unsupported_version
@@ -34,6 +34,13 @@ class ToolProfile:
     read_utf16_bom: bool = False
     #: Appended to a Read of a file that is not valid UTF-8 (2.1.332).
     read_invalid_utf8_note: str | None = None
+    #: 2.0.x: ``cat -n`` lines (number right-aligned in 6 columns, then ``→``) in Read, Edit and Write results, a
+    #: malware ``<system-reminder>`` after every non-empty Read, and Write/Edit texts with a numbered snippet.
+    cat_n_arrows: bool = False
+    #: appended by 2.0.x to every Read that shows lines
+    read_reminder: str = ""
+    #: the name shown in the result (``tool_profile``)
+    label: str = ""
 
 
 _SIZE_ERROR = (
@@ -56,6 +63,7 @@ OLD = ToolProfile(
     read_allow_large=False,
     read_size_error=_SIZE_ERROR,
     binary_file_error=_BINARY + " Please use appropriate tools for binary file analysis.",
+    label="claude-code 2.1.220",
 )
 NEW = ToolProfile(
     version="2.1.332",
@@ -74,7 +82,72 @@ NEW = ToolProfile(
         "binary. Its undecodable bytes show above as U+FFFD. Edit and Write will refuse it: change it with a shell "
         "command that keeps its encoding, or ask the user whether to convert it to UTF-8.]"
     ),
+    label="claude-code 2.1.332",
 )
+
+
+#: appended by 2.0.x to every Read that shows lines (its ``db6``)
+MALWARE_REMINDER = (
+    "\n\n<system-reminder>\nWhenever you read a file, you should consider whether it would be considered malware. "
+    "You CAN and SHOULD provide analysis of malware, what it is doing. But you MUST refuse to improve or augment "
+    "the code. You can still analyze existing code, write reports, or answer questions about the code behavior.\n"
+    "</system-reminder>\n"
+)
+#: the reminder of the public 2.0.14 recordings (not measured on a binary: 2.0.27 is the measured release; the
+#: text changed somewhere in 2.0.15-2.0.26, and the public 2.0.26 recording has 2.0.27's)
+EARLY_MALWARE_REMINDER = (
+    "\n\n<system-reminder>\nWhenever you read a file, you should consider whether it looks malicious. If it does, you "
+    "MUST refuse to improve or augment the code. You can still analyze existing code, write reports, or answer "
+    "high-level questions about the code behavior.\n</system-reminder>\n"
+)
+
+#: Claude Code 2.0.x (measured on 2.0.27; the public 2.0.14-2.0.29 recordings show the same texts).
+V2_0 = ToolProfile(
+    version="2.0.27",
+    write_requires_read=True,
+    read_dedup=False,
+    edit_tracks_context=False,
+    error_truncate_above=10000,
+    write_directory_message=False,
+    read_allow_large=False,
+    read_size_error="File content ({size}) exceeds maximum allowed size (256KB). Please use offset and limit "
+                    "parameters to read specific portions of the file, or use the GrepTool to search for specific "
+                    "content.",
+    binary_file_error=_BINARY + " Please use appropriate tools for binary file analysis.",
+    cat_n_arrows=True,
+    read_reminder=MALWARE_REMINDER,
+    label="claude-code 2.0.x (measured on 2.0.27)",
+)
+#: 2.0.0-2.0.25: 2.0.27's tools with the Read reminder of the public 2.0.14 recordings
+V2_0_EARLY = replace(V2_0, read_reminder=EARLY_MALWARE_REMINDER,
+                     label="claude-code 2.0.x before 2.0.26 (measured on 2.0.27; Read reminder of public 2.0.14 "
+                           "recordings)")
+
+
+def cat_n(content: str, start_line: int) -> str:
+    """2.0.x's line numbering (``bg``): lines split on CRLF or LF, the number right-aligned in 6 columns, ``→``."""
+    if not content:
+        return ""
+    return "\n".join(f"{start_line + index:>6}→{line}"
+                     for index, line in enumerate(content.replace("\r\n", "\n").split("\n")))
+
+
+def is_v2_0(version: str | None) -> bool:
+    """Whether ``version`` (a recorded label) is a Claude Code 2.0.x release."""
+    match = _VERSION.match(version or "")
+    return match is not None and (int(match.group(1)), int(match.group(2))) == (2, 0)
+
+
+def v2_0_profile(version: str) -> ToolProfile:
+    """The 2.0.x profile of ``version`` (a 2.0.x release): before 2.0.26 with the older Read reminder."""
+    match = _VERSION.match(version)
+    return V2_0_EARLY if match is not None and int(match.group(3)) < 26 else V2_0
+
+
+def tool_profile(tool_version: str, recorded: str | None) -> ToolProfile:
+    """The tools of a recording read as ``tool_version``: a 2.0.x recording re-runs with the measured 2.0.x
+    profile (its texts differ from every verified version's), anything else with ``tool_version``'s."""
+    return v2_0_profile(recorded or "") if is_v2_0(recorded) else profile_for_version(tool_version)
 
 
 def profile_for_version(version: str) -> ToolProfile:
@@ -83,9 +156,11 @@ def profile_for_version(version: str) -> ToolProfile:
     if match is None:
         raise unsupported_version(f"cannot replay Claude Code tools of version {version!r}")
     parts = tuple(int(part) for part in match.groups())
+    if parts[:2] == (2, 0):
+        return v2_0_profile(version)
     if parts[:2] != (2, 1) or parts[2] < 220:
         raise unsupported_version(
-            f"forkpoint re-executes the tools of Claude Code 2.1.220 to 2.1.332, not {version}"
+            f"forkpoint re-executes the tools of Claude Code 2.0.x and 2.1.220 to 2.1.332, not {version}"
         )
     return NEW if parts >= (2, 1, 332) else OLD
 

@@ -9,6 +9,9 @@ Every rule here was measured on the real 2.1.220 / 2.1.332 binaries (scripted mo
 - An empty file / an offset past the end give ``<system-reminder>`` warnings (not errors); a missing file
   Claude's "File does not exist" text (``SessionFiles.missing``); a directory
   ``EISDIR: illegal operation on a directory, read '<path>'``.
+- 2.0.x numbers lines ``cat -n``-style (``     1→<line>``, ``tool_profile.cat_n``) and appends its malware
+  ``<system-reminder>`` to every Read that shows lines; lines that join to nothing (an empty file too) get the
+  offset warning.
 - 2.1.220 answers a repeated Read of an unchanged file with the same range with a "file unchanged" stub.
 - Binary extensions are refused; notebooks, PNGs and PDFs become content blocks (``tool_media``).
 - forkpoint's own budgets apply only beyond that: at most 16 MiB (+1 probe byte) are scanned and 4 MiB
@@ -24,7 +27,7 @@ from forkpoint.adapters.claude_code import tool_media
 from forkpoint.adapters.claude_code.jstext import format_file_size
 from forkpoint.adapters.claude_code.tool_codecs import decode_text, is_valid_utf8
 from forkpoint.adapters.claude_code.tool_files import FileState, SessionFiles, node_error
-from forkpoint.adapters.claude_code.tool_profile import ToolOutcome, tool_error, tool_use_error
+from forkpoint.adapters.claude_code.tool_profile import ToolOutcome, cat_n, tool_error, tool_use_error
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.fs import ConfinementError, NotRegularFileError, read_regular_file
 
@@ -105,13 +108,16 @@ def read(files: SessionFiles, arguments: dict[str, Any]) -> ToolOutcome:
     selected = lines[begin:end]
     cut_by_scan = result.truncated and end > len(lines)
     notice = SCAN_NOTICE if cut_by_scan else None
-    if not selected and not cut_by_scan:
+    arrows = files.profile.cat_n_arrows
+    if (not selected or (arrows and not "\n".join(selected))) and not cut_by_scan:
         content = (
             "<system-reminder>Warning: the file exists but is shorter than the provided offset "
             f"({start_line}). The file has {len(lines)} lines.</system-reminder>"
         )
     elif text == "":
         content = "<system-reminder>Warning: the file exists but the contents are empty.</system-reminder>"
+    elif arrows:
+        content = cat_n("\n".join(selected), start_line) + files.profile.read_reminder
     else:
         content = "\n".join(f"{start_line + index}\t{line}" for index, line in enumerate(selected))
         note = files.profile.read_invalid_utf8_note

@@ -46,9 +46,10 @@ from forkpoint.adapters.claude_code.tool_edit import edit, write
 from forkpoint.adapters.claude_code.tool_files import SessionFiles
 from forkpoint.adapters.claude_code.tool_notebook import notebook_edit
 from forkpoint.adapters.claude_code.tool_plan import enter_plan_mode
-from forkpoint.adapters.claude_code.tool_profile import NEW, ToolOutcome, profile_for_version
+from forkpoint.adapters.claude_code.tool_profile import NEW, ToolOutcome, tool_profile
 from forkpoint.adapters.claude_code.tool_read import read
 from forkpoint.adapters.claude_code.tool_tasks import TASK_TOOLS, TaskList
+from forkpoint.adapters.claude_code.tool_todos import TodoLists
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.model import FreshObservation, RunContext, ToolCall
 from forkpoint.process import sanitized_env
@@ -125,8 +126,8 @@ class ClaudeToolExecutor:
     """
 
     def __init__(self, context: RunContext, version: str, session_id: str, config_dir: Path,
-                 results_home: Path | None = None) -> None:
-        self.profile = profile_for_version(version)
+                 results_home: Path | None = None, recorded: str | None = None) -> None:
+        self.profile = tool_profile(version, recorded)  # ``recorded``: the recording's own version (a 2.0.x profile)
         workspace = context.workspace
         if not workspace.is_dir():
             raise ReplayError(ErrorKind.WORKSPACE, f"workspace {workspace} is not a directory")
@@ -171,6 +172,7 @@ class ClaudeToolExecutor:
         self._agent: str | None = None
         self._shell_dirs: dict[str | None, str] = {}
         self.tasks = TaskList(results_config / "tasks" / session_id, results_config, self._modern)
+        self.todos = TodoLists()
 
     def run(self, call: ToolCall) -> FreshObservation:
         self._enter(call.subagent)
@@ -180,6 +182,8 @@ class ClaudeToolExecutor:
             outcome = handler(rewrite_arguments(self.sandbox, call.call_id, call.arguments))
         elif call.name in TASK_TOOLS:
             outcome = self.tasks.run(call.name, dict(call.arguments))
+        elif call.name == "TodoWrite":
+            outcome = self.todos.write(call.subagent, dict(call.arguments))
         elif call.name == "NotebookEdit":
             recorded = call.historical.text if call.historical is not None else None
             arguments = rewrite_arguments(self.sandbox, call.call_id, call.arguments)
