@@ -260,6 +260,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
                      [shell(["bash", "-lc", "seq 1 3000"], workdir=".", timeout_ms=120000)],
                      [shell(["bash", "-lc", "pwd; cat c.txt; echo err >&2"], workdir="sub")],
                      [shell(["bash", "-lc", "printf 'no newline'; exit 3"])],
+                     [shell(["bash", "-lc", "for i in $(seq 1 300); do printf 'x%.0s' $(seq 1 99); echo; done"])],
+                     [shell(["bash", "-lc", "printf 'bad \\xff\\xfe byte\\n\\ttab \\033[1mbold\\n'"])],
                      [tool_use("update_plan", PLAN)],
                      [text("Done with the shell tool.")]],
         exit_codes={}, versions=("0.40.0",), check=_check_shell_040,
