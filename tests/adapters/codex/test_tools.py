@@ -635,3 +635,11 @@ def test_version_facts_name_the_shell_profile(tmp_path: Path) -> None:
     assert any("Codex 0.40.0's shell tool" in note for note in old.reasons)
     new = CodexAdapter().version_facts(parse_rollout(simple_rollout(1, version="0.171.0").write(tmp_path / "b.jsonl")))
     assert not any("shell tool" in note for note in new.reasons)
+
+
+def test_shell_profile_takes_only_a_version_number() -> None:
+    from forkpoint.adapters.codex.tools import shell_json_profile
+
+    assert shell_json_profile("0.40.0") and shell_json_profile("0.148.9")
+    assert not any(shell_json_profile(v) for v in ("0.149.0", "0.171.0", None, "", "../../etc/passwd",
+                                                   "x" * 10_000, "\x1b[31m0.40"))
