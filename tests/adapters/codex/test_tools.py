@@ -617,8 +617,8 @@ def test_shell_040_output_cap_lines_and_bytes(session_040: Session) -> None:
     head = "\n".join(str(i) for i in range(1, 129))
     tail = "\n".join(str(i) for i in range(173, 301))
     assert many == f"{head}\n[... omitted 44 of 300 lines ...]\n\n{tail}"
-    wide = session_040.call("shell", {"command": ["bash", "-c", "for i in $(seq 1 300); do printf 'x%.0s' "
-                                                                "$(seq 1 99); echo; done"]})
+    wide = session_040.call("shell", {"command": ["bash", "-c", "l=$(printf 'x%.0s' {1..99}); "
+                                                                "for i in {1..300}; do echo \"$l\"; done"]})
     text = json.loads(str(wide.content))["output"]
     first, rest = text.split("\n[... omitted 44 of 300 lines ...]\n\n")
     assert len(first) == 5 * 1024 and len(text.encode()) == 10 * 1024
