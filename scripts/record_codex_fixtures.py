@@ -262,12 +262,19 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
                      [shell(["bash", "-lc", "printf 'no newline'; exit 3"])],
                      [shell(["bash", "-lc", "for i in $(seq 1 300); do printf 'x%.0s' $(seq 1 99); echo; done"])],
                      [shell(["bash", "-lc", "printf 'bad \\xff\\xfe byte\\n\\ttab \\033[1mbold\\n'"])],
+                     [shell(["apply_patch", "*** Begin Patch\n*** Add File: hello.txt\n+hello\n*** End Patch\n"])],
+                     [shell(["bash", "-lc", "apply_patch <<'EOF'\n*** Begin Patch\n*** Update File: a.txt\n@@\n"
+                                            "-alpha\n+ALPHA\n*** End Patch\nEOF\n"])],
+                     [shell(["apply_patch", "*** Begin Patch\n*** Update File: missing.txt\n@@\n-x\n+y\n"
+                                            "*** End Patch\n"])],
+                     [shell(["apply_patch", "garbage"])],
+                     [shell(["bash", "-lc", "cat a.txt hello.txt"])],
                      [tool_use("update_plan", PLAN)],
                      [text("Done with the shell tool.")]],
         exit_codes={}, versions=("0.40.0",), check=_check_shell_040,
         notes="Codex 0.40's `shell` tool (argv command, workdir, timeout_ms; JSON output with exit_code and "
               "duration_seconds): parallel calls, a non-zero exit, a missing program, a timeout, a large output, "
-              "a workdir, stderr, update_plan",
+              "a workdir, stderr, apply_patch through shell (argv and heredoc; success and refusals), update_plan",
     ),
 ]}
 

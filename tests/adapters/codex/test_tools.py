@@ -603,8 +603,14 @@ def test_shell_040_errors_timeout_and_arguments(session_040: Session) -> None:
         f'"metadata":{{"exit_code":124,"duration_seconds":"{DURATION_PLACEHOLDER}"}}}}')
     bad = session_040.call("shell", {"command": "ls"}).content
     assert isinstance(bad, str) and bad.startswith(tool_args.PREFIX + "invalid type: string")
-    with pytest.raises(ReplayError) as error:  # Codex 0.40 ran it as its built-in apply_patch
-        session_040.call("shell", {"command": ["apply_patch", "*** Begin Patch\n*** End Patch\n"]})
+    added = session_040.call("shell", {"command": ["bash", "-lc", "apply_patch <<\"EOF\"\n*** Begin Patch\n"
+                                                   "*** Add File: p.txt\n+patched\n*** End Patch\nEOF"]})
+    assert normalize_volatile(added.content) == (
+        '{"output":"Success. Updated the following files:\\nA p.txt\\n","metadata":{"exit_code":0,'
+        f'"duration_seconds":"{DURATION_PLACEHOLDER}"}}}}')
+    assert (session_040.workspace / "p.txt").read_text() == "patched\n"
+    with pytest.raises(ReplayError) as error:  # Codex 0.40's own parse of other apply_patch scripts: not re-run
+        session_040.call("shell", {"command": ["bash", "-lc", "apply_patch \"$(cat p.diff)\" && ls"]})
     assert error.value.before_effect
     plan = {"explanation": "x", "plan": [{"step": "a", "status": "completed"}]}
     assert session_040.call("update_plan", plan).content == "Plan updated"

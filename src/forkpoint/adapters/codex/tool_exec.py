@@ -55,6 +55,7 @@ import errno
 import json
 import math
 import os
+import re
 import secrets
 import shutil
 import time
@@ -315,6 +316,29 @@ def format_shell_json_output(text: str) -> str:
     return result + (_take_tail(tail, remaining) if remaining else "")
 
 
+_HEREDOC = re.compile(r"\A\s*(?:apply_patch|applypatch)\s+<<\s*(['\"]?)(\w+)\1[ \t]*\n(.*?)\n\2[ \t]*\n?\s*\Z",
+                      re.DOTALL)
+
+
+def shell_apply_patch(argv: list[str]) -> str | None:
+    """The patch of a Codex 0.40 ``shell`` call that Codex ran as its built-in apply_patch (measured: the argv
+    ``["apply_patch", patch]``, or ``[shell, "-lc", "apply_patch <<'EOF'\\n...\\nEOF\\n"]``); None for any other
+    call. A script that starts with apply_patch in another form is refused (Codex's own parse is not reproduced)."""
+    if len(argv) == 2 and argv[0] in ("apply_patch", "applypatch"):
+        return argv[1]
+    if len(argv) == 3 and argv[1] == "-lc" and argv[2].lstrip().startswith(("apply_patch", "applypatch")):
+        match = _HEREDOC.match(argv[2])
+        if match is None:
+            raise ReplayError(ErrorKind.EXECUTOR, "Codex 0.40 ran this shell script through its apply_patch parser, "
+                              "which forkpoint reproduces only for a plain heredoc (the recorded output is reused)",
+                              before_effect=True)
+        return match.group(3) + "\n"
+    if argv and os.path.basename(argv[0]) in ("apply_patch", "applypatch"):
+        raise ReplayError(ErrorKind.EXECUTOR, "an apply_patch argv Codex 0.40 may have intercepted; the recorded "
+                          "output is reused", before_effect=True)
+    return None
+
+
 def shell_json_content(output: str, exit_code: int, duration_s: float) -> str:
     """The JSON text Codex 0.40 returns for a finished ``shell`` call."""
     duration = math.floor(duration_s * 10 + 0.5) / 10
@@ -490,11 +514,8 @@ class CommandTools:
         argv = arguments.get("command")
         if not isinstance(argv, list) or not argv or not all(isinstance(a, str) and "\0" not in a for a in argv):
             raise ReplayError(ErrorKind.EXECUTOR, "shell has no runnable argv", before_effect=True)
-        if os.path.basename(argv[0]) in ("apply_patch", "applypatch") or (
-                len(argv) == 3 and argv[1] == "-lc" and argv[2].lstrip().startswith(("apply_patch", "applypatch"))):
-            raise ReplayError(ErrorKind.EXECUTOR, "Codex 0.40 ran this shell call as its built-in apply_patch, "
-                              "which forkpoint does not re-run for 0.40 (the recorded output is reused)",
-                              before_effect=True)
+        if shell_apply_patch(argv) is not None:  # the executor runs these (tools.CodexToolExecutor)
+            raise ReplayError(ErrorKind.EXECUTOR, "shell apply_patch reached the command runner", before_effect=True)
         workdir = self._workdir(arguments.get("workdir"), "shell")
         timeout_ms = _positive_int(arguments.get("timeout_ms"), SHELL_JSON_DEFAULT_TIMEOUT_MS)
         env = self.environment.build(login=False, unified=False, profile=self.profile, call_id="")

@@ -44,8 +44,17 @@ from typing import Any
 
 from forkpoint.adapters.codex import tool_args
 from forkpoint.adapters.codex.parse import CodexNative, Line
-from forkpoint.adapters.codex.tool_exec import CommandTools, Environment, ExecOutcome, ExecProfile
+from forkpoint.adapters.codex.tool_exec import (
+    SHELL_JSON_PROFILE,
+    CommandTools,
+    Environment,
+    ExecOutcome,
+    ExecProfile,
+    shell_apply_patch,
+    shell_json_content,
+)
 from forkpoint.adapters.codex.tool_patch import ApplyPatch
+from forkpoint.adapters.codex.tool_patch_grammar import VERIFICATION_FAILED
 from forkpoint.adapters.codex.tool_session import Recorded, recorded_outcome
 from forkpoint.adapters.kit.shell import Runner
 from forkpoint.core.errors import ErrorKind, ReplayError
@@ -279,6 +288,11 @@ class CodexToolExecutor:
         if name == "apply_patch":
             return self._apply_patch(call)
         if name == "shell" and self.shell_json:
+            argv = arguments.get("command")
+            patch = shell_apply_patch(argv) if isinstance(argv, list) and all(isinstance(a, str) for a in argv) \
+                else None
+            if patch is not None:
+                return self._shell_apply_patch(patch)
             return self.commands.shell_json(arguments, self._raw(call))
         if name == "update_plan" and (self.profile.update_plan or self.shell_json):
             problem = tool_args.check(self._raw(call), tool_args.UPDATE_PLAN)
@@ -293,6 +307,24 @@ class CodexToolExecutor:
         if line is not None and isinstance(line.payload.get("arguments"), str):
             return str(line.payload["arguments"])
         return tool_args.raw_arguments(call.arguments)
+
+    def _shell_apply_patch(self, patch: str) -> ExecOutcome:
+        """Codex 0.40's apply_patch through ``shell`` (measured): success is the shell JSON with the summary,
+        a refused patch is ``error: <message>``. An empty patch or a failure after a write is not measured: it
+        is reported in the same shapes and marked ``unmeasured``."""
+        started = time.monotonic()
+        result = self.patcher.run(patch)
+        native: dict[str, Any] = {"tool_profile": SHELL_JSON_PROFILE, "changed_paths": list(result.changed)}
+        if result.exit_code is None:
+            message = result.content.removeprefix(VERIFICATION_FAILED)
+            if message == result.content:
+                native["unmeasured"] = True
+            return ExecOutcome(f"error: {message}", None, native)
+        body = result.content.split("Output:\n", 1)[1] if "Output:\n" in result.content else result.content
+        if result.exit_code != 0:
+            native["unmeasured"] = True
+        content = shell_json_content(body, result.exit_code, time.monotonic() - started)
+        return ExecOutcome(content, result.exit_code, native)
 
     def _apply_patch(self, call: ToolCall) -> ExecOutcome:
         line = self._line(call)
