@@ -649,3 +649,12 @@ def test_shell_profile_takes_only_a_version_number() -> None:
     assert shell_json_profile("0.40.0") and shell_json_profile("0.148.9")
     assert not any(shell_json_profile(v) for v in ("0.149.0", "0.171.0", None, "", "../../etc/passwd",
                                                    "x" * 10_000, "\x1b[31m0.40"))
+
+
+def test_shell_040_apply_patch_stays_in_the_workspace(session_040: Session) -> None:
+    """A 0.40 apply_patch through shell naming a path outside the workspace changes nothing (refused first)."""
+    outside = session_040.workspace.parent / "escape.txt"
+    with pytest.raises(ReplayError) as error:
+        session_040.call("shell", {"command": ["apply_patch", "*** Begin Patch\n*** Add File: ../escape.txt\n+x\n"
+                                                              "*** End Patch\n"]})
+    assert error.value.before_effect and not outside.exists()
