@@ -162,8 +162,18 @@ def _check_error(lines: list[Json]) -> None:
     assert "No such file or directory" in output, output
 
 
+def _check_shell_040(lines: list[Json]) -> None:
+    outputs = [json.loads(o) for o in list(_outputs(lines).values())[:3]]
+    assert outputs[0]["output"] == "alpha\n" and outputs[1]["output"] == "beta\n", outputs[:2]
+    assert outputs[2]["metadata"]["exit_code"] == 2, outputs[2]
+
+
 def _check_plan(lines: list[Json]) -> None:
     assert list(_outputs(lines).values()) == ["Plan updated"], _outputs(lines)
+
+
+def shell(command: list[str], **extra: Any) -> Block:
+    return tool_use("shell", {"command": command, **extra})
 
 
 PLAN = {"explanation": "Two small steps.",
@@ -234,7 +244,42 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
         exit_codes={}, versions=("0.149.0",), check=_check_plan,
         notes="update_plan exists in 0.149 only (0.171 answers `unsupported call: update_plan`)",
     ),
+    Scenario(
+        "shell_040", "Inspect the files with the shell tool.",
+        {"a.txt": "alpha\n", "b.txt": "beta\n", "sub/c.txt": "gamma\n"},
+        lambda cwd: [[text("Reading both files in parallel."),
+                      shell(["bash", "-lc", "sleep 1 && cat a.txt"], workdir=".", timeout_ms=120000),
+                      shell(["bash", "-lc", "cat b.txt"], workdir=".", timeout_ms=120000)],
+                     # never served: 0.40 sends each call followed by its output, so the scripted model counts
+                     # the parallel step as two turns
+                     [text("(skipped)")],
+                     [shell(["ls", "missing-dir"], workdir=".", timeout_ms=120000)],
+                     [shell(["no-such-command-fp"], workdir=".")],
+                     [shell(["pwd"], workdir="missing-dir")],
+                     [shell(["bash", "-lc", "echo before; sleep 5; echo after"], timeout_ms=500)],
+                     [shell(["bash", "-lc", "seq 1 3000"], workdir=".", timeout_ms=120000)],
+                     [shell(["bash", "-lc", "pwd; cat c.txt; echo err >&2"], workdir="sub")],
+                     [shell(["bash", "-lc", "printf 'no newline'; exit 3"])],
+                     [shell(["bash", "-lc", "for i in $(seq 1 300); do printf 'x%.0s' $(seq 1 99); echo; done"])],
+                     [shell(["bash", "-lc", "printf 'bad \\xff\\xfe byte\\n\\ttab \\033[1mbold\\n'"])],
+                     [shell(["apply_patch", "*** Begin Patch\n*** Add File: hello.txt\n+hello\n*** End Patch\n"])],
+                     [shell(["bash", "-lc", "apply_patch <<'EOF'\n*** Begin Patch\n*** Update File: a.txt\n@@\n"
+                                            "-alpha\n+ALPHA\n*** End Patch\nEOF\n"])],
+                     [shell(["apply_patch", "*** Begin Patch\n*** Update File: missing.txt\n@@\n-x\n+y\n"
+                                            "*** End Patch\n"])],
+                     [shell(["apply_patch", "garbage"])],
+                     [shell(["bash", "-lc", "cat a.txt hello.txt"])],
+                     [tool_use("update_plan", PLAN)],
+                     [text("Done with the shell tool.")]],
+        exit_codes={}, versions=("0.40.0",), check=_check_shell_040,
+        notes="Codex 0.40's `shell` tool (argv command, workdir, timeout_ms; JSON output with exit_code and "
+              "duration_seconds): parallel calls, a non-zero exit, a missing program, a timeout, a large output, "
+              "a workdir, stderr, apply_patch through shell (argv and heredoc; success and refusals), update_plan",
+    ),
 ]}
+
+#: releases recorded besides the verified versions (their tools are re-run by a recorded-version profile)
+RELEASES = ("0.40.0",)
 
 
 def read_jsonl(path: Path) -> list[Json]:
@@ -317,7 +362,9 @@ def verify(scenario: Scenario, exit_code: int, expected: list[list[str]], turns:
     assert set(outputs) <= set(calls), "output without call"
     last = [p for p in items if p.get("type") == "message" and p.get("role") == "assistant"][-1]
     assert last["content"][0]["text"] == turns[-1][0]["text"], last
-    assert any(line["payload"].get("type") == "task_complete" for line in lines if line["type"] == "event_msg")
+    old_release = bool(scenario.versions) and set(scenario.versions) <= set(RELEASES)  # 0.40 logs no task_complete
+    assert old_release or any(line["payload"].get("type") == "task_complete"
+                              for line in lines if line["type"] == "event_msg")
     if scenario.check:
         scenario.check(lines)
 
@@ -374,14 +421,14 @@ def record(version: str, scenario: Scenario) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="append", choices=tuple(agent_spec("codex").versions))
+    parser.add_argument("--version", action="append", choices=(*agent_spec("codex").versions, *RELEASES))
     parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
     args = parser.parse_args()
     failed = []
     for version in args.version or tuple(agent_spec("codex").versions):
         for name in args.scenario or list(SCENARIOS):
             scenario = SCENARIOS[name]
-            if scenario.versions and version not in scenario.versions:
+            if (scenario.versions or version in RELEASES) and version not in scenario.versions:
                 continue
             try:
                 fixture = record(version, scenario)

@@ -216,3 +216,15 @@ def test_a_mini_swe_agent_release_is_calibrated_and_one_whose_envelope_differs_f
     assert "unexpected 'extra'" in failed.report()
     assert "  1.15.0: failed (no verified version's tool semantics and resume envelope both match (tried 1.17.5))" \
         in _cli("agents", "list").stdout
+
+
+def test_codex_040_is_calibrated_with_its_shell_tool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Codex 0.40.0 has no exec_command: the probe drives its argv ``shell`` tool (parallel calls, a large output,
+    an error), every observation re-runs exactly with the 0.40 shell profile, and its ``exec resume`` request
+    passes 0.149.0's gate: it maps to 0.149.0."""
+    store = _own_store(tmp_path, monkeypatch, "codex", "0.40.0", "npm")
+    outcome = calibrate("codex@0.40.0")
+    assert (outcome.ok, outcome.maps_to) == (True, "0.149.0"), outcome.report()
+    assert {(c.check, c.against, c.ok) for c in outcome.checks} >= {
+        ("tool_observations", "0.149.0", True), ("resume_envelope", "0.149.0", True)}
+    assert (store / "codex" / "0.40.0.json").is_file()

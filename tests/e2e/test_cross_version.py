@@ -243,3 +243,26 @@ def test_a_real_2_0_recording_continues_on_the_newest_verified_binary(tmp_path: 
     assert "cc_version=2.1.332" in json.dumps(main[0]["body"])
     continued = next((tmp_path / "out" / "run-10" / "native" / "continued").glob("*.jsonl")).read_text()
     assert "could not be restored (retired)" in continued
+
+
+def test_a_real_codex_040_recording_reruns_its_shell_calls_and_continues_on_0171(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rollout the REAL Codex 0.40.0 wrote (``shell`` tool, JSON outputs): its shell calls re-run with 0.40's
+    semantics (exact after the documented duration mask), the result names that profile, and the newest verified
+    binary (0.171.0) continues it through the gate."""
+    _require("codex", "0.171.0")
+    monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
+    fixture = FIXTURES / "codex" / "0.40.0" / "shell_040"
+    model = ScriptedModel([[{"type": "text", "text": "Continued after the 0.40 prefix."}]], seed="codex/040-cont",
+                          model="gpt-5.5")
+    with model.serve() as url:
+        result = replay_recording(fixture, tmp_path, agent="codex", trajectory="rollout.jsonl", after=3,
+                                  upstream="openai-responses", upstream_url=url + "/v1")
+    assert result.failure is None, result.failure
+    assert (result.phase, result.agent_status, result.quality_reasons) == ("continued", "completed",
+                                                                             ["unverified_version"])
+    assert result.recorded_version == "0.40.0" and result.metadata["continuing_agent_version"] == "0.171.0"
+    assert result.metadata["exact_observations"] == result.metadata["compared_observations"] == 3
+    notes = result.metadata["version"]["version_notes"]
+    assert any("Codex 0.40.0's shell tool" in note for note in notes), notes
+    assert result.metadata["model_bridge"]["validated"] >= 1 and result.metadata["model_bridge"]["refused"] == 0

@@ -22,6 +22,8 @@ EXPECTED = {
     "unified_exec": [["exec_command"], ["write_stdin"], ["exec_command"], ["write_stdin"], ["write_stdin"],
                      ["write_stdin"], ["write_stdin"], ["exec_command"], ["write_stdin"], ["write_stdin"],
                      ["exec_command"], ["write_stdin"]],
+    # 0.40 writes each call of a parallel response followed by its output: one batch per call
+    "shell_040": [["shell"]] * 16 + [["update_plan"]],
 }
 
 

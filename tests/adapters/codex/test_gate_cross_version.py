@@ -206,3 +206,26 @@ def test_the_specs_claimed_pairs_are_the_profiles_pairs() -> None:
         runtimes.check_cross_version("codex", "0.171.0", "0.149.0")
     assert caught.value.kind.exit_code == 11
     runtimes.check_cross_version("codex", "0.149.0", "0.171.0")
+
+
+def _notice_inside_context(body: Body, *, position: int = -1) -> Body:
+    """The notice moved into the context developer message before it (as 0.171 sends it resuming a Codex 0.40
+    rollout, which has no context message of its own)."""
+    notice = body["input"].pop(_notice_index(body))
+    context = max(i for i, item in enumerate(body["input"]) if item.get("role") == "developer"
+                  and str(item["content"][0].get("text", "")).startswith(("<permissions instructions>",
+                                                                          "<skills_instructions>")))
+    parts = body["input"][context]["content"]
+    parts.insert(len(parts) if position == -1 else position, notice["content"][0])
+    return body
+
+
+def test_the_notice_as_the_last_part_of_the_context_message_is_accepted_once() -> None:
+    assert ok(clean_first_request(EXPECTED, _notice_inside_context(first())))
+    assert "is not a known resume context item" in refused(clean_first_request(
+        EXPECTED, _notice_inside_context(first(), position=0)))  # not as the message's first part
+    twice = _notice_inside_context(first())
+    context = next(i for i, item in enumerate(twice["input"])
+                   if any(part.get("text") == DEFERRED_TOOLS.text for part in item.get("content") or []))
+    twice["input"][context]["content"].append(copy.deepcopy(twice["input"][context]["content"][-1]))
+    assert "is not a known resume context item" in refused(clean_first_request(EXPECTED, twice))

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from forkpoint.adapters.codex.parse import parse_rollout
-from forkpoint.adapters.codex.tools import CodexToolExecutor, normalize_volatile
+from forkpoint.adapters.codex.tools import PROFILES, CodexToolExecutor, normalize_volatile
+from forkpoint.adapters.versions import nearest
 from forkpoint.core.model import CallPolicy, RunContext, ToolCall
 from forkpoint.sandbox import open_sandbox
 
@@ -42,7 +43,10 @@ def test_fresh_equals_recorded_with_the_workspace_elsewhere(rollout: Path, mode:
     path_map = [f"{recorded_cwd}={workspace}"] if mode == "path_map" else []
     sandbox = open_sandbox("local" if mode == "path_map" else "bwrap", workspace, recorded_cwd, path_map)
     context = RunContext(workspace, tmp_path / "state", tmp_path / "out", trajectory.session_id, sandbox=sandbox)
-    executor = CodexToolExecutor(context, trajectory.version, native=trajectory.native)
+    # a release that is not verified (0.40.0) is read as its nearest verified version (forkpoint.adapters.versions)
+    tool_version = trajectory.version if trajectory.version in PROFILES else nearest(list(PROFILES),
+                                                                                       trajectory.version)
+    executor = CodexToolExecutor(context, tool_version, native=trajectory.native)
     calls = [call for batch in trajectory.batches[: trajectory.complete_count] for call in batch.calls
              if call.policy is CallPolicy.FRESH]
     assert calls

@@ -25,6 +25,7 @@ from forkpoint.adapters.codex.tool_policy import is_rm_force, script_commands
 from forkpoint.adapters.codex.tool_text import rust_debug, shlex_join, shlex_quote, truncate_middle
 from forkpoint.adapters.codex.tools import (
     CHUNK_ID_PLACEHOLDER,
+    DURATION_PLACEHOLDER,
     SESSION_ID_PLACEHOLDER,
     WALL_TIME_PLACEHOLDER,
     CodexToolExecutor,
@@ -549,3 +550,111 @@ def test_the_positioned_scanner_reads_every_container_whole_and_ends_it_at_its_c
     assert _node_value(root) == json.loads(raw)
     assert raw.encode()[root.start] in b"{[" and raw.encode()[root.end] in b"}]"
     assert raw.encode()[root.end + 1:].strip() == b""
+
+
+# ----------------------------------------------------------------------------------------- Codex 0.40's shell
+
+
+def _recorded_as(tmp_path: Path, recorded: str) -> Iterator[Session]:
+    """A session whose executor reads a rollout recorded by ``recorded`` (run as the verified 0.149.0)."""
+    from forkpoint.adapters.codex.parse import parse_rollout
+    from forkpoint.testing.codex_rollouts import simple_rollout
+
+    tmp_path.mkdir(exist_ok=True)
+    trajectory = parse_rollout(simple_rollout(1, version=recorded).write(tmp_path / "rollout.jsonl"))
+    workspace = tmp_path / "ws"
+    (workspace / "sub").mkdir(parents=True)
+    (workspace / "sub" / "c.txt").write_text("gamma\n")
+    current = Session(workspace, "0.149.0", tmp_path)
+    current.executor.close()
+    current.executor = CodexToolExecutor(current.context, "0.149.0", native=trajectory.native)
+    yield current
+    current.executor.close()
+
+
+@pytest.fixture
+def session_040(tmp_path: Path) -> Iterator[Session]:
+    yield from _recorded_as(tmp_path, "0.40.0")
+
+
+def test_shell_is_chosen_by_the_recorded_version(tmp_path: Path, session_040: Session) -> None:
+    """A 0.40 recording's shell call runs (argv, workdir, JSON output); on a 0.149 recording it stays unknown."""
+    fresh = session_040.call("shell", {"command": ["bash", "-lc", "cat c.txt; echo err >&2; exit 3"],
+                                       "workdir": "sub", "timeout_ms": 120000})
+    assert normalize_volatile(fresh.content) == (
+        f'{{"output":"gamma\\nerr\\n","metadata":{{"exit_code":3,"duration_seconds":"{DURATION_PLACEHOLDER}"}}}}')
+    assert fresh.native["tool_profile"] == "0.40.0" and fresh.return_code == 3
+    for newer in _recorded_as(tmp_path / "newer", "0.149.0"):
+        assert newer.call("shell", {"command": ["ls"]}).content == "unsupported call: shell"
+
+
+def test_shell_040_errors_timeout_and_arguments(session_040: Session) -> None:
+    script = session_040.workspace / "script.sh"
+    script.write_text("#!/bin/sh\necho hi\n")
+    assert session_040.call("shell", {"command": ["./script.sh"]}).content == (
+        "execution error: Permission denied (os error 13)")
+    assert session_040.call("shell", {"command": ["pwd"], "workdir": "missing"}).content == (
+        "execution error: No such file or directory (os error 2)")
+    assert session_040.call("shell", {"command": ["no-such-program-fp"]}).content == (
+        "execution error: No such file or directory (os error 2)")
+    timed = session_040.call("shell", {"command": ["bash", "-lc", "echo a; sleep 5; echo b"], "timeout_ms": 300})
+    assert normalize_volatile(timed.content) == (
+        f'{{"output":"command timed out after {DURATION_PLACEHOLDER} milliseconds\\na\\n",'
+        f'"metadata":{{"exit_code":124,"duration_seconds":"{DURATION_PLACEHOLDER}"}}}}')
+    bad = session_040.call("shell", {"command": "ls"}).content
+    assert isinstance(bad, str) and bad.startswith(tool_args.PREFIX + "invalid type: string")
+    added = session_040.call("shell", {"command": ["bash", "-lc", "apply_patch <<\"EOF\"\n*** Begin Patch\n"
+                                                   "*** Add File: p.txt\n+patched\n*** End Patch\nEOF"]})
+    assert normalize_volatile(added.content) == (
+        '{"output":"Success. Updated the following files:\\nA p.txt\\n","metadata":{"exit_code":0,'
+        f'"duration_seconds":"{DURATION_PLACEHOLDER}"}}}}')
+    assert (session_040.workspace / "p.txt").read_text() == "patched\n"
+    with pytest.raises(ReplayError) as error:  # Codex 0.40's own parse of other apply_patch scripts: not re-run
+        session_040.call("shell", {"command": ["bash", "-lc", "apply_patch \"$(cat p.diff)\" && ls"]})
+    assert error.value.before_effect
+    plan = {"explanation": "x", "plan": [{"step": "a", "status": "completed"}]}
+    assert session_040.call("update_plan", plan).content == "Plan updated"
+
+
+def test_shell_040_output_cap_lines_and_bytes(session_040: Session) -> None:
+    """Over 256 lines: the first and last 128 (joined by newlines, the last newline lost) around the marker;
+    long lines: the head within 5 KiB, the whole within 10 KiB."""
+    many = json.loads(str(session_040.call("shell", {"command": ["seq", "1", "300"]}).content))["output"]
+    head = "\n".join(str(i) for i in range(1, 129))
+    tail = "\n".join(str(i) for i in range(173, 301))
+    assert many == f"{head}\n[... omitted 44 of 300 lines ...]\n\n{tail}"
+    wide = session_040.call("shell", {"command": ["bash", "-c", "l=$(printf 'x%.0s' {1..99}); "
+                                                                "for i in {1..300}; do echo \"$l\"; done"]})
+    text = json.loads(str(wide.content))["output"]
+    first, rest = text.split("\n[... omitted 44 of 300 lines ...]\n\n")
+    assert len(first) == 5 * 1024 and len(text.encode()) == 10 * 1024
+    assert set(first) <= {"x", "\n"} and rest.endswith("x" * 99)
+
+
+def test_version_facts_name_the_shell_profile(tmp_path: Path) -> None:
+    from forkpoint.adapters.codex import CodexAdapter
+    from forkpoint.adapters.codex.parse import parse_rollout
+    from forkpoint.testing.codex_rollouts import simple_rollout
+
+    old = CodexAdapter().version_facts(parse_rollout(simple_rollout(1, version="0.40.0").write(tmp_path / "a.jsonl")))
+    assert old.tool_version == "0.149.0"
+    assert any("Codex 0.40.0's shell tool" in note for note in old.reasons)
+    new = CodexAdapter().version_facts(parse_rollout(simple_rollout(1, version="0.171.0").write(tmp_path / "b.jsonl")))
+    assert not any("shell tool" in note for note in new.reasons)
+
+
+def test_shell_profile_takes_only_a_version_number() -> None:
+    from forkpoint.adapters.codex.tools import shell_json_profile
+
+    assert shell_json_profile("0.40.0") and shell_json_profile("0.148.9")
+    assert not any(shell_json_profile(v) for v in ("0.149.0", "0.171.0", None, "", "../../etc/passwd",
+                                                   "x" * 10_000, "\x1b[31m0.40"))
+
+
+def test_shell_040_apply_patch_stays_in_the_workspace(session_040: Session) -> None:
+    """A 0.40 apply_patch through shell naming a path outside the workspace changes nothing (refused first)."""
+    outside = session_040.workspace.parent / "escape.txt"
+    with pytest.raises(ReplayError) as error:
+        session_040.call("shell", {"command": ["apply_patch", "*** Begin Patch\n*** Add File: ../escape.txt\n+x\n"
+                                                              "*** End Patch\n"]})
+    assert error.value.before_effect and not outside.exists()

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from forkpoint.adapters.base import AdapterBase
-from forkpoint.adapters.codex.parse import parse_rollout
+from forkpoint.adapters.codex.parse import CodexNative, parse_rollout
 from forkpoint.adapters.codex.session import write_prepared, write_rebuilt
 from forkpoint.adapters.codex.spec import SPEC
-from forkpoint.core.model import FreshObservation, NativePrefix, Plan, RunContext
+from forkpoint.core.model import FreshObservation, NativePrefix, Plan, RunContext, Trajectory, VersionFacts
 
 if TYPE_CHECKING:
     from forkpoint.adapters.base import ToolExecutor
@@ -28,6 +29,19 @@ class CodexAdapter(AdapterBase):
         destination = out_dir / _rollout_name(plan)
         digest = write_prepared(plan, destination) if fresh is None else write_rebuilt(plan, fresh, destination)
         return NativePrefix(destination, self.native_format, session_id, digest)
+
+    def version_facts(self, trajectory: Trajectory) -> VersionFacts:
+        """As every adapter's, plus a note naming the recorded-version tool profile ``shell`` re-runs with."""
+        from forkpoint.adapters.codex.tool_exec import SHELL_JSON_PROFILE
+        from forkpoint.adapters.codex.tools import shell_json_profile
+
+        facts = super().version_facts(trajectory)
+        native = trajectory.native
+        recorded = native.session_meta.get("cli_version") if isinstance(native, CodexNative) else None
+        if not shell_json_profile(recorded if isinstance(recorded, str) else None):
+            return facts
+        note = f"its shell calls re-run with Codex {SHELL_JSON_PROFILE}'s shell tool (the recorded version's profile)"
+        return replace(facts, reasons=(*facts.reasons, note))
 
     # -- replay -------------------------------------------------------------------------------------------------
 

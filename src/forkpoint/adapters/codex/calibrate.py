@@ -29,8 +29,12 @@ ERROR_STEPS = frozenset({3})
 MAX_ROLLOUT_BYTES = 64 * 1024 * 1024
 
 
-def _turns() -> list[list[dict[str, Any]]]:
+def _turns(version: str) -> list[list[dict[str, Any]]]:
+    from forkpoint.adapters.codex.tools import shell_json_profile
     from forkpoint.testing.scripted_model import custom_tool_call, text, tool_use
+
+    if shell_json_profile(version):
+        return _shell_turns()
 
     def run(cmd: str) -> dict[str, Any]:
         return tool_use("exec_command", {"cmd": cmd})
@@ -40,6 +44,27 @@ def _turns() -> list[list[dict[str, Any]]]:
             [run("seq 1 20000")],
             [run("ls missing-dir")],
             [text("Done probing.")]]
+
+
+def _shell_turns() -> list[list[dict[str, Any]]]:
+    """The same probe for a release before 0.149, whose command tool is the argv ``shell`` (0.40 offers the model
+    ``shell`` and ``view_image`` only: no apply_patch for this model). Each call is followed by its output in the
+    next request, so the scripted model counts the parallel step as two turns: the second is never served."""
+    from forkpoint.testing.scripted_model import text, tool_use
+
+    def run(cmd: str) -> dict[str, Any]:
+        return tool_use("shell", {"command": ["bash", "-lc", cmd], "workdir": ".", "timeout_ms": 120000})
+
+    return [[text("Reading both files in parallel."), run("sleep 1 && cat a.txt"), run("cat b.txt")],
+            [text("(never served)")],
+            [run("seq 1 20000")],
+            [run("ls missing-dir")],
+            [text("Done probing.")]]
+
+
+def _exit_code_shown(output: str, code: int) -> bool:
+    """The output reports exit code ``code`` (exec_command's header, or the 0.40 shell JSON's metadata)."""
+    return f"Process exited with code {code}\n" in output or f'"exit_code":{code},' in output
 
 
 def _restore(cwd: Path) -> Path:
@@ -90,7 +115,7 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
 
     cwd, home = scratch / "workspace", scratch / "home"
     _restore(cwd)
-    turns = _turns()
+    turns = _turns(version)
     model = ScriptedModel(turns, seed=SEED, model=MODEL)
     expected = [[item["call_id"] for item in model.respond_responses("main", step)[1] if "call_id" in item]
                 for step in range(len(turns))]
@@ -106,8 +131,8 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
     outputs = _outputs(lines)
     missing = [i for ids in expected for i in ids if i not in outputs]
     wrong = [i for step, ids in enumerate(expected) for i in ids if i in outputs
-             and f"Process exited with code {2 if step in ERROR_STEPS else 0}\n" not in outputs[i]
-             and "exec_command" in json.dumps(turns[step])]
+             and not _exit_code_shown(outputs[i], 2 if step in ERROR_STEPS else 0)
+             and any(name in json.dumps(turns[step]) for name in ('"exec_command"', '"shell"'))]
     calls = sum(map(len, expected))
     if not record_check(outcome, f"{len(lines)} rollout lines", calls, missing, wrong, "wrong exit code") \
             or not parse_check(spec, rollout, version, calls, outcome):
@@ -123,22 +148,38 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
         env = _home(resume_home, url)
         target.parent.mkdir(parents=True)
         target.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in cut), "utf-8")
-        run_release(argv(entrypoint, session_id, nonce), env, cwd, "resume")
+        run_release(_resume_argv(argv(entrypoint, session_id, nonce), version), env, cwd, "resume")
     outcome.evidence["resume-requests.jsonl"] = compact_requests(resume.requests)
     main = [entry for entry in resume.requests if entry.get("kind") == "main"]
     if not main:
         raise trajectory_error("the release made no model request after exec resume")
     body = main[0].get("body")
 
+    from forkpoint.adapters.codex.tools import shell_json_profile
+
     def passes(candidate: str) -> bool:
-        rewritten = [{**line, "payload": {**line["payload"], "cli_version": candidate}}
-                     if isinstance(line, dict) and line.get("type") == "session_meta"
-                     and isinstance(line.get("payload"), dict) else line for line in lines]
+        # a release before 0.149 keeps its version: its shell calls re-run with the profile the RECORDED version
+        # selects (tools.shell_json_profile), the rest as the nearest verified version
+        rewritten = lines if shell_json_profile(version) else [
+            {**line, "payload": {**line["payload"], "cli_version": candidate}}
+            if isinstance(line, dict) and line.get("type") == "session_meta" and isinstance(line.get("payload"), dict)
+            else line for line in lines]
         tools_ok = replay_check(spec.name, candidate, rewritten, len(expected) - 1, lambda: _restore(cwd), scratch,
                                 outcome, name="rollout.jsonl")
         return _envelope_check(candidate, cut, nonce, body, outcome) and tools_ok
 
     return first_match(candidates, passes, outcome)
+
+
+def _resume_argv(command: list[str], version: str) -> list[str]:
+    """``launch.argv``; a release before 0.149 takes ``exec``'s options only before ``resume`` (0.40.0: ``error:
+    unexpected argument '--json' found`` after it)."""
+    from forkpoint.adapters.codex.tools import shell_json_profile
+
+    if not shell_json_profile(version):
+        return command
+    options = [arg for arg in command[3:] if arg.startswith("--")]
+    return [*command[:2], *options, "resume", *(arg for arg in command[3:] if not arg.startswith("--"))]
 
 
 def _cut_after_first_outputs(lines: list[Any], ids: list[str]) -> list[Any]:

@@ -99,7 +99,7 @@ def _clean(expected: CodexExpectedPrefix, body: Any, boundary_prompt: str | None
             inserted.append(notice.name)
             k -= 1
     while k >= 0 and items[k].get("type") not in OUTPUT_TYPES:
-        kind = _context_kind(items[k])
+        kind = _context_kind(items[k], notices)
         if kind is None:
             raise Refusal(f"input item {k} ({item_kind(items[k])}) between the last tool output and the resume "
                            "nonce is not a known resume context item")
@@ -165,15 +165,21 @@ def _is_nonce_item(item: JsonObject, nonce: str) -> bool:
     return item.get("role") == "user" and _message_parts(item) == [nonce]
 
 
-def _context_kind(item: JsonObject) -> str | None:
-    """The fact name of an allowlisted resume context item; every part must carry an allowlisted prefix."""
+def _context_kind(item: JsonObject, notices: tuple[ResumeNotice, ...] = ()) -> str | None:
+    """The fact name of an allowlisted resume context item; every part must carry an allowlisted prefix. A later
+    part may instead be exactly one of this resume's notices, once: 0.171 resuming a rollout that has no context
+    message of its own (Codex 0.40 wrote none) sends its full context message, the notice as its last part,
+    instead of the notice alone after it. A notice on its own stays the exact item ``notices_for`` places."""
     texts = _message_parts(item)
     if texts is None:
         return None
-    kinds = []
-    for text in texts:
+    kinds: list[str] = []
+    for index, text in enumerate(texts):
         kind = next((name for role, prefix, name in ENVELOPE_CONTEXT
                      if item.get("role") == role and text.startswith(prefix)), None)
+        if kind is None and index > 0:
+            kind = next((n.name for n in notices if item.get("role") == n.role and text == n.text
+                         and n.name not in kinds), None)
         if kind is None:
             return None
         kinds.append(kind)

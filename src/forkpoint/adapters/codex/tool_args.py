@@ -68,6 +68,13 @@ SHELL_COMMAND = Struct(
     (("command", STRING), ("workdir", Opt(STRING)), ("login", Opt(BOOL)), ("timeout_ms", Opt(U64)), *_ESCALATION),
     frozenset({"command"}),
 )
+#: Codex 0.40's ``shell`` tool (an argv list, not a script)
+SHELL_040 = Struct(
+    "ShellToolCallParams",
+    (("command", Seq(STRING)), ("workdir", Opt(STRING)), ("timeout_ms", Opt(U64)),
+     ("with_escalated_permissions", Opt(BOOL)), ("justification", Opt(STRING))),
+    frozenset({"command"}),
+)
 _PLAN_ITEM = Struct(
     "PlanItemArg",
     (("step", STRING), ("status", Enum("StepStatus", ("pending", "in_progress", "completed")))),

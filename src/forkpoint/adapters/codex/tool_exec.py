@@ -33,13 +33,29 @@ Output texts (both versions unless noted)::
 
     Exit code: N\\nWall time: <s rounded to 0.1> seconds\\n[Total output lines: N\\n]Output:\\n<output>
                                                                     (shell_command, 0.149 only)
+
+Codex 0.40's ``shell`` tool (``shell_json``; measured on 0.40.0, tests/fixtures/codex/0.40.0/shell_040): the
+``command`` argv is spawned directly (no shell is added: ``["bash", "-lc", s]`` is a login bash), in ``workdir``
+(relative to the session cwd), killed after ``timeout_ms`` (default 10,000). The output is compact JSON::
+
+    {"output":"<stdout+stderr>","metadata":{"exit_code":N,"duration_seconds":<s rounded to 0.1>}}
+
+A timeout is exit code 124 and the output starts ``command timed out after <ms> milliseconds\\n`` (Codex kills
+the direct child only and then waits for the pipes to close, so its duration includes what a background child
+kept running; forkpoint kills the group: the measured values are volatile). Output over 10 KiB or 256 lines
+keeps its first and last 128 lines (``str::lines``, joined by ``\\n``: the final newline is lost) around
+``\\n[... omitted N of M lines ...]\\n\\n``, the head within 5 KiB, the whole within 10 KiB. A program or workdir
+that cannot be spawned answers ``execution error: <io error>`` (``No such file or directory (os error 2)``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import json
+import math
 import os
+import re
 import secrets
 import shutil
 import time
@@ -70,6 +86,7 @@ from forkpoint.adapters.codex.tool_text import (
     io_error,
     needs_truncation,
     rust_debug,
+    rust_lines,
     rust_lines_count,
     seconds_one_decimal,
     shlex_join,
@@ -94,6 +111,14 @@ UNIFIED_OUTPUT_MAX_BYTES = 1024 * 1024  # head + tail kept by exec_command
 LEGACY_OUTPUT_MAX_BYTES = 1024 * 1024  # head kept by shell_command
 LEGACY_DEFAULT_TIMEOUT_MS = 10_000
 LEGACY_TIMEOUT_EXIT_CODE = 124
+SHELL_JSON_PROFILE = "0.40.0"  # the release whose shell tool this reproduces (named in each observation)
+SHELL_JSON_DEFAULT_TIMEOUT_MS = 10_000
+SHELL_JSON_MAX_BYTES = 10 * 1024
+SHELL_JSON_MAX_LINES = 256
+SHELL_JSON_HEAD_LINES = 128
+SHELL_JSON_HEAD_BYTES = SHELL_JSON_MAX_BYTES // 2
+SHELL_JSON_KEEP_HEAD = 8 * 1024 * 1024  # bytes forkpoint keeps to count lines and take the head
+SHELL_JSON_KEEP_TAIL = 1024 * 1024
 SESSION_SHELL = "/bin/bash"
 FALLBACK_SHELL = "/bin/sh"
 UNIFIED_EXEC_ENV = {
@@ -255,6 +280,72 @@ def format_unified_output(
     return text, "\n".join(lines) + "\n"
 
 
+def _json_string(value: str) -> str:
+    """serde_json's string escaping (compact; non-ASCII kept; control characters as ``\\u00xx``)."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _take_head(text: str, budget: int) -> str:
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= budget:
+        return text
+    return data[:budget].decode("utf-8", "ignore")
+
+
+def _take_tail(text: str, budget: int) -> str:
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= budget:
+        return text
+    return data[len(data) - budget:].decode("utf-8", "ignore")
+
+
+def format_shell_json_output(text: str) -> str:
+    """Codex 0.40's head+tail cap of a ``shell`` output for the model (see the module docstring)."""
+    lines = rust_lines(text)
+    total = len(lines)
+    if len(text.encode("utf-8", "surrogatepass")) <= SHELL_JSON_MAX_BYTES and total <= SHELL_JSON_MAX_LINES:
+        return text
+    head_take = min(SHELL_JSON_HEAD_LINES, total)
+    tail_take = min(SHELL_JSON_MAX_LINES - SHELL_JSON_HEAD_LINES, total - head_take)
+    omitted = total - head_take - tail_take
+    head = "\n".join(lines[:head_take])
+    tail = "\n".join(lines[total - tail_take:]) if tail_take else ""
+    marker = f"\n[... omitted {omitted} of {total} lines ...]\n\n"
+    result = _take_head(head, SHELL_JSON_HEAD_BYTES) + marker
+    remaining = max(SHELL_JSON_MAX_BYTES - len(result.encode("utf-8", "surrogatepass")), 0)
+    return result + (_take_tail(tail, remaining) if remaining else "")
+
+
+_HEREDOC = re.compile(r"\A\s*(?:apply_patch|applypatch)\s+<<\s*(['\"]?)(\w+)\1[ \t]*\n(.*?)\n\2[ \t]*\n?\s*\Z",
+                      re.DOTALL)
+
+
+def shell_apply_patch(argv: list[str]) -> str | None:
+    """The patch of a Codex 0.40 ``shell`` call that Codex ran as its built-in apply_patch (measured: the argv
+    ``["apply_patch", patch]``, or ``[shell, "-lc", "apply_patch <<'EOF'\\n...\\nEOF\\n"]``); None for any other
+    call. A script that starts with apply_patch in another form is refused (Codex's own parse is not reproduced)."""
+    if len(argv) == 2 and argv[0] in ("apply_patch", "applypatch"):
+        return argv[1]
+    if len(argv) == 3 and argv[1] == "-lc" and argv[2].lstrip().startswith(("apply_patch", "applypatch")):
+        match = _HEREDOC.match(argv[2])
+        if match is None:
+            raise ReplayError(ErrorKind.EXECUTOR, "Codex 0.40 ran this shell script through its apply_patch parser, "
+                              "which forkpoint reproduces only for a plain heredoc (the recorded output is reused)",
+                              before_effect=True)
+        return match.group(3) + "\n"
+    if argv and os.path.basename(argv[0]) in ("apply_patch", "applypatch"):
+        raise ReplayError(ErrorKind.EXECUTOR, "an apply_patch argv Codex 0.40 may have intercepted; the recorded "
+                          "output is reused", before_effect=True)
+    return None
+
+
+def shell_json_content(output: str, exit_code: int, duration_s: float) -> str:
+    """The JSON text Codex 0.40 returns for a finished ``shell`` call."""
+    duration = math.floor(duration_s * 10 + 0.5) / 10
+    return (f'{{"output":{_json_string(output)},"metadata":{{"exit_code":{exit_code},'
+            f'"duration_seconds":{duration!r}}}}}')
+
+
 class CommandTools:
     """exec_command and shell_command for one run (calls run one at a time)."""
 
@@ -414,3 +505,49 @@ class CommandTools:
         content = f"Exit code: {code}\nWall time: {wall} seconds\n{lines}Output:\n{body}"
         native = {"exit_code": code, "wall_time_s": output.wall_time_s, "timed_out": output.returncode is None}
         return ExecOutcome(content, code, native, output.capture_incomplete)
+
+    def shell_json(self, arguments: dict[str, Any], raw: str) -> ExecOutcome:
+        """Codex 0.40's ``shell`` tool: an argv run directly, answered as JSON (see the module docstring)."""
+        problem = tool_args.check(raw, tool_args.SHELL_040)
+        if problem is not None:
+            return ExecOutcome(problem, None, {"rejected": "arguments"})
+        argv = arguments.get("command")
+        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) and "\0" not in a for a in argv):
+            raise ReplayError(ErrorKind.EXECUTOR, "shell has no runnable argv", before_effect=True)
+        if shell_apply_patch(argv) is not None:  # the executor runs these (tools.CodexToolExecutor)
+            raise ReplayError(ErrorKind.EXECUTOR, "shell apply_patch reached the command runner", before_effect=True)
+        workdir = self._workdir(arguments.get("workdir"), "shell")
+        timeout_ms = _positive_int(arguments.get("timeout_ms"), SHELL_JSON_DEFAULT_TIMEOUT_MS)
+        env = self.environment.build(login=False, unified=False, profile=self.profile, call_id="")
+        native: dict[str, Any] = {"tool_profile": SHELL_JSON_PROFILE}
+        host = self.sandbox.host_path(workdir)
+        code = 0 if os.path.isdir(host) else errno.ENOTDIR if os.path.lexists(host) else errno.ENOENT
+        if not code:
+            code = self._spawnable(argv[0], workdir, env)
+        if code:
+            return ExecOutcome(f"execution error: {io_error(code)}", None, {**native, "rejected": "spawn"})
+        spec = CommandSpec(tuple(argv), Path(workdir), env, max(timeout_ms, 1) / 1000, SHELL_JSON_KEEP_HEAD,
+                           SHELL_JSON_KEEP_TAIL)
+        output = run_command(spec, self.scratch, self.environment.runner)
+        text = decode_lossy(output.head + output.tail)
+        exit_code = output.returncode if output.returncode is not None else LEGACY_TIMEOUT_EXIT_CODE
+        if output.returncode is None:
+            text = f"command timed out after {int(output.wall_time_s * 1000)} milliseconds\n{text}"
+        content = shell_json_content(format_shell_json_output(text), exit_code, output.wall_time_s)
+        native.update(exit_code=exit_code, wall_time_s=output.wall_time_s, timed_out=output.returncode is None)
+        incomplete = output.capture_incomplete or output.total_bytes > len(output.head) + len(output.tail)
+        return ExecOutcome(content, exit_code, native, incomplete)
+
+    def _spawnable(self, program: str, workdir: str, env: Mapping[str, str]) -> int:
+        """0 when ``program`` can be executed the way Rust's ``Command`` finds it, else the errno it fails with."""
+        if "/" in program:
+            candidates = [self.sandbox.host_path(os.path.join(workdir, program))]
+        else:
+            candidates = [os.path.join(d or ".", program) for d in env.get("PATH", os.defpath).split(":")]
+        found = errno.ENOENT
+        for candidate in candidates:
+            if os.path.isfile(candidate):
+                if os.access(candidate, os.X_OK):
+                    return 0
+                found = errno.EACCES
+        return found

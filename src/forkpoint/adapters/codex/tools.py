@@ -12,7 +12,11 @@ proof on the recorded fixtures, ``test_tools.py`` pins the probed texts):
 - ``apply_patch`` (``tool_patch``), freeform (``custom_tool_call``) and function forms (``{"input"}`` or
   ``{"patch"}``): Codex's grammar, matching, texts and per-version line endings, confined to the workspace.
 - ``update_plan``: ``Plan updated`` on 0.149 (after Codex's argument checks); ``unsupported call: update_plan``
-  on 0.171. Any tool Codex does not know (``shell``, ...) gets ``unsupported call: <name>``.
+  on 0.171. Any tool Codex does not know gets ``unsupported call: <name>``.
+- ``shell`` (recordings of Codex before 0.149, ``SHELL_JSON_BEFORE``; measured on 0.40.0): the argv tool with
+  the JSON output (``tool_exec.CommandTools.shell_json``). The tool profile is chosen from the RECORDED version
+  (``session_meta.cli_version``), not the verified version the rest of the run is read as, and each observation
+  names it (``native["tool_profile"] = "0.40.0"``). On a recording of 0.149+ ``shell`` stays unsupported.
 - ``write_stdin`` (``tool_session``): a process session an exec_command left running at its yield stays alive
   (supervised, sandboxed, killed by ``close``); writes and polls are replayed with Codex's windows and texts.
 - ``view_image``, ``web_search``, ... cannot be re-run (the adapter marks them stale): calling
@@ -40,12 +44,22 @@ from typing import Any
 
 from forkpoint.adapters.codex import tool_args
 from forkpoint.adapters.codex.parse import CodexNative, Line
-from forkpoint.adapters.codex.tool_exec import CommandTools, Environment, ExecOutcome, ExecProfile
+from forkpoint.adapters.codex.tool_exec import (
+    SHELL_JSON_PROFILE,
+    CommandTools,
+    Environment,
+    ExecOutcome,
+    ExecProfile,
+    shell_apply_patch,
+    shell_json_content,
+)
 from forkpoint.adapters.codex.tool_patch import ApplyPatch
+from forkpoint.adapters.codex.tool_patch_grammar import VERIFICATION_FAILED
 from forkpoint.adapters.codex.tool_session import Recorded, recorded_outcome
 from forkpoint.adapters.kit.shell import Runner
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.model import FreshObservation, RunContext, ToolCall
+from forkpoint.core.releases import number
 from forkpoint.process import sanitized_env
 from forkpoint.sandbox import local_sandbox
 from forkpoint.sandbox.base import fresh_observation, rewrite_arguments
@@ -82,6 +96,17 @@ PROFILES = {
 }
 
 
+#: recordings of versions before this one ran the argv ``shell`` tool with JSON output (Codex 0.40's semantics);
+#: from it on, Codex answers ``unsupported call: shell``
+SHELL_JSON_BEFORE = (0, 149, 0)
+
+
+def shell_json_profile(recorded: str | None) -> bool:
+    """Whether a recording of ``recorded`` re-runs ``shell`` with Codex 0.40's semantics."""
+    value = number(recorded)
+    return value is not None and value < SHELL_JSON_BEFORE
+
+
 def profile_for_version(version: str) -> CodexToolProfile:
     profile = PROFILES.get(version)
     if profile is None:
@@ -102,6 +127,9 @@ DURATION_PLACEHOLDER = "<duration>"
 _UNIFIED_HEADER = re.compile(r"\AChunk ID: [0-9a-f]{6}\nWall time: \d+(?:\.\d+)? seconds\n")
 _RUNNING = re.compile(r"\AProcess running with session ID \d+\n")
 _LEGACY_HEADER = re.compile(r"\A(Exit code: -?\d+\n)Wall time: \d+(?:\.\d+)? seconds\n")
+_SHELL_JSON = re.compile(
+    r'\A(\{"output":")(command timed out after \d+ milliseconds\\n)?(.*,"metadata":\{"exit_code":-?\d+,)'
+    r'"duration_seconds":\d+(?:\.\d+)?(?:e[+-]?\d+)?\}\}\Z', re.DOTALL)
 _LEGACY_TIMEOUT = re.compile(r"\A((?:Total output lines: \d+\n)?Output:\n)command timed out after \d+ milliseconds\n")
 
 
@@ -115,11 +143,20 @@ def normalize_volatile(content: Any) -> Any:
     - apply_patch / shell_command: ``Wall time: <measured, 0.1 s> seconds`` (second line), and for a timed-out
       shell_command the measured ``command timed out after <N> milliseconds`` first output line.
 
+    - Codex 0.40's ``shell`` JSON: ``"duration_seconds"`` (measured, 0.1 s) and a timed-out command's measured
+      ``command timed out after <N> milliseconds`` first output line.
+
     Everything else (exit code, token count, truncation, output bytes) must match exactly. Values other than
     strings are returned unchanged.
     """
     if not isinstance(content, str):
         return content
+    json_shell = _SHELL_JSON.match(content)
+    if json_shell:
+        timed_out = f"command timed out after {DURATION_PLACEHOLDER} milliseconds\\n" if json_shell.group(2) else ""
+        return (f'{json_shell.group(1)}{timed_out}{json_shell.group(3)}'
+                f'"duration_seconds":"{DURATION_PLACEHOLDER}"}}}}')
+
     match = _UNIFIED_HEADER.match(content)
     if match:
         rest = content[match.end() :]
@@ -176,6 +213,8 @@ class CodexToolExecutor:
         path_prepend: Path | None = None,
     ) -> None:
         self.profile = profile_for_version(version)
+        recorded = native.session_meta.get("cli_version") if native is not None else None
+        self.shell_json = shell_json_profile(recorded if isinstance(recorded, str) else None)
         workspace = context.workspace
         if not workspace.is_dir():
             raise ReplayError(ErrorKind.WORKSPACE, f"workspace {workspace} is not a directory")
@@ -248,7 +287,14 @@ class CodexToolExecutor:
             return self.commands.shell_command(arguments, self._raw(call))
         if name == "apply_patch":
             return self._apply_patch(call)
-        if name == "update_plan" and self.profile.update_plan:
+        if name == "shell" and self.shell_json:
+            argv = arguments.get("command")
+            patch = shell_apply_patch(argv) if isinstance(argv, list) and all(isinstance(a, str) for a in argv) \
+                else None
+            if patch is not None:
+                return self._shell_apply_patch(patch)
+            return self.commands.shell_json(arguments, self._raw(call))
+        if name == "update_plan" and (self.profile.update_plan or self.shell_json):
             problem = tool_args.check(self._raw(call), tool_args.UPDATE_PLAN)
             return ExecOutcome(problem or PLAN_UPDATED, None, {})
         return ExecOutcome(f"unsupported call: {name}", None, {})
@@ -261,6 +307,24 @@ class CodexToolExecutor:
         if line is not None and isinstance(line.payload.get("arguments"), str):
             return str(line.payload["arguments"])
         return tool_args.raw_arguments(call.arguments)
+
+    def _shell_apply_patch(self, patch: str) -> ExecOutcome:
+        """Codex 0.40's apply_patch through ``shell`` (measured): success is the shell JSON with the summary,
+        a refused patch is ``error: <message>``. An empty patch or a failure after a write is not measured: it
+        is reported in the same shapes and marked ``unmeasured``."""
+        started = time.monotonic()
+        result = self.patcher.run(patch)
+        native: dict[str, Any] = {"tool_profile": SHELL_JSON_PROFILE, "changed_paths": list(result.changed)}
+        if result.exit_code is None:
+            message = result.content.removeprefix(VERIFICATION_FAILED)
+            if message == result.content:
+                native["unmeasured"] = True
+            return ExecOutcome(f"error: {message}", None, native)
+        body = result.content.split("Output:\n", 1)[1] if "Output:\n" in result.content else result.content
+        if result.exit_code != 0:
+            native["unmeasured"] = True
+        content = shell_json_content(body, result.exit_code, time.monotonic() - started)
+        return ExecOutcome(content, result.exit_code, native)
 
     def _apply_patch(self, call: ToolCall) -> ExecOutcome:
         line = self._line(call)
