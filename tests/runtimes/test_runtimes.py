@@ -14,7 +14,7 @@ from forkpoint import runtimes
 from forkpoint.adapters.spec import NpmPackage
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.runtimes import npm
-from forkpoint.runtimes.base import package_of
+from forkpoint.runtimes.base import package_of, record_probe
 
 
 @pytest.fixture
@@ -303,6 +303,6 @@ def test_copilots_probe_reports_its_own_release_not_the_newest_unpacked_package(
     runtime = fake_runtime(cache, "copilot-cli", "1.0.92")
     runtime.entrypoint.write_text("#!/bin/sh\nif [ \"$COPILOT_AUTO_UPDATE\" = false ]; then "
                                   "echo 'GitHub Copilot CLI 1.0.92.'; else echo 'GitHub Copilot CLI 1.0.102.'; fi\n")
-    npm.record_probe(runtime, [runtime.entrypoint, runtime.root / "node_modules" / "@github/copilot" /
+    record_probe(runtime, [runtime.entrypoint, runtime.root / "node_modules" / "@github/copilot" /
                                "package.json"], "1.0.102")
     assert runtimes.probe_version(runtime) == "1.0.92"

@@ -9,7 +9,7 @@ import pytest
 
 from forkpoint.adapters import agent_spec
 from forkpoint.adapters.calibration import Outcome
-from forkpoint.adapters.kit.calibration import CliProbe, run_release, scripted_record_check
+from forkpoint.adapters.kit.calibration import CliProbe, difference, run_release, scripted_record_check
 from forkpoint.core.errors import ReplayError
 
 
@@ -97,3 +97,13 @@ def test_a_recording_with_a_changed_error_flag_or_a_missing_call_fails_the_recor
     shorter = Outcome(agent, "0.0.1")
     assert not scripted_record_check(agent_spec(agent), session, cli.errors[:-1], shorter, "fixture")
     assert f"(or unscripted) for ['{last}']" in shorter.checks[-1].detail
+
+
+def test_a_differing_observation_is_shown_where_it_differs_not_by_its_equal_head() -> None:
+    """Measured on Qwen Code 0.23.4: the shell output differs after 60 equal characters (ls in columns: a pty)."""
+    head = '{"output":"Command: sleep 0.2; ls; cat notes.txt\\nDirectory: (root)\\nOutput: greet.py'
+    row = {"historical_preview": {"text": head + '  notes.txt  src\\ntodo"}'},
+           "fresh_preview": {"text": head + '\\nnotes.txt\\nsrc\\ntodo"}'}}
+    shown = difference(row)
+    assert "greet.py  notes.txt  src" in shown and "greet.py\\\\nnotes.txt\\\\nsrc" in shown
+    assert shown.startswith("recorded '…") and "Command: sleep" not in shown

@@ -102,9 +102,21 @@ def first_match(candidates: list[str], passes: Callable[[str], bool], outcome: O
     return None
 
 
-def _head(preview: object) -> str:
+def _text(preview: object) -> str:
     text = preview.get("text") if isinstance(preview, dict) else None
-    return str(text)[:80] if text is not None else ""
+    return str(text) if text is not None else ""
+
+
+def difference(row: dict[str, Any]) -> str:
+    """Where a differing observation's recorded and fresh texts part (their previews from a little before the
+    first differing character): the difference itself, not two equal heads."""
+    recorded, fresh = _text(row.get("historical_preview")), _text(row.get("fresh_preview"))
+    start = max(0, len(os.path.commonprefix([recorded, fresh])) - 30)
+
+    def cut(text: str) -> str:
+        return ("…" if start else "") + text[start:start + 90]
+
+    return f"recorded {cut(recorded)!r}, fresh {cut(fresh)!r}"
 
 
 def _source(run: Path, name: str, data: list[Any] | bytes) -> Path:
@@ -139,8 +151,7 @@ def replay_check(agent: str, candidate: str, lines: list[Any] | bytes, steps: in
     if observations.is_file():
         rows = json.loads(observations.read_text("utf-8"))
         rows = rows.get("observations", []) if isinstance(rows, dict) else []
-        differing = [f"{row.get('name')} {row.get('id')} (batch {row.get('batch')}: recorded "
-                     f"{_head(row.get('historical_preview'))!r}, fresh {_head(row.get('fresh_preview'))!r})"
+        differing = [f"{row.get('name')} {row.get('id')} (batch {row.get('batch')}: {difference(row)})"
                      for row in rows if isinstance(row, dict) and not row.get("exact")]
     ok = bool(compared) and compared == exact
     outcome.checks.append(Check("tool_observations", ok, f"{exact} of {compared} observations exact"
