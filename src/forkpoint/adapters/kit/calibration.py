@@ -111,7 +111,9 @@ def difference(row: dict[str, Any]) -> str:
     """Where a differing observation's recorded and fresh texts part (their previews from a little before the
     first differing character): the difference itself, not two equal heads."""
     recorded, fresh = _text(row.get("historical_preview")), _text(row.get("fresh_preview"))
-    start = max(0, len(os.path.commonprefix([recorded, fresh])) - 30)
+    equal = next((i for i, (a, b) in enumerate(zip(recorded, fresh, strict=False)) if a != b),
+                 min(len(recorded), len(fresh)))
+    start = max(0, equal - 30)
 
     def cut(text: str) -> str:
         return ("…" if start else "") + text[start:start + 90]
