@@ -51,13 +51,19 @@ FIXTURE_FILES = {"claude-code": ("claude_code", "session.jsonl", "parallel"),
                  "codex": ("codex", "rollout.jsonl", "parallel"),
                  "opencode": ("opencode", "export.json", "parallel"),
                  "pi": ("pi", "session.jsonl", "parallel"),
-                 "mini-swe-agent": ("mini_swe_agent", "trajectory.traj.json", "basic")}
+                 "mini-swe-agent": ("mini_swe_agent", "trajectory.traj.json", "basic"),
+                 "gemini-cli": ("gemini_cli", "session.jsonl", "tools"),
+                 "qwen-code": ("qwen_code", "session.jsonl", "tools"),
+                 "copilot-cli": ("copilot_cli", "session.jsonl", "tools")}
 #: agent -> the native file a calibration probe keeps, and the module whose FILES seed its workspace
 PROBE_FILES = {"claude-code": ("session.jsonl", "forkpoint.adapters.claude_code.calibrate"),
                "codex": ("rollout.jsonl", "forkpoint.adapters.codex.calibrate"),
                "opencode": ("export.json", "forkpoint.adapters.opencode.calibrate"),
                "pi": ("session.jsonl", "forkpoint.adapters.pi.calibrate"),
-               "mini-swe-agent": ("trajectory.traj.json", "forkpoint.adapters.mini_swe_agent.calibrate")}
+               "mini-swe-agent": ("trajectory.traj.json", "forkpoint.adapters.mini_swe_agent.calibrate"),
+               "gemini-cli": ("session.jsonl", "forkpoint.adapters.gemini_cli.calibrate"),
+               "qwen-code": ("session.jsonl", "forkpoint.adapters.qwen_code.calibrate"),
+               "copilot-cli": ("session.jsonl", "forkpoint.adapters.copilot_cli.calibrate")}
 
 
 

@@ -228,3 +228,21 @@ def test_codex_040_is_calibrated_with_its_shell_tool(tmp_path: Path, monkeypatch
     assert {(c.check, c.against, c.ok) for c in outcome.checks} >= {
         ("tool_observations", "0.149.0", True), ("resume_envelope", "0.149.0", True)}
     assert (store / "codex" / "0.40.0.json").is_file()
+
+
+def test_a_qwen_code_release_is_calibrated_through_a_continuation_and_listed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Qwen Code 0.24.3 (not shipped; the cheapest of the npm CLIs to probe, ~25 s): its session names 0.24.3 and
+    reads with every call, its write/shell/read/glob/edit/grep calls and a failing read re-run exactly with 0.24.4's
+    tools, and the 0.24.3 CLI resuming a session rebuilt with 0.24.4's profile passes that profile's gate."""
+    store = _own_store(tmp_path, monkeypatch, "qwen-code", "0.24.3", "npm")
+    outcome = calibrate("qwen-code@0.24.3")
+    assert (outcome.ok, outcome.maps_to, outcome.family) == (True, "0.24.4", "qwen-code/chat-recording-jsonl"), \
+        outcome.report()
+    checks = {(c.check, c.against): (c.ok, c.detail) for c in outcome.checks}
+    assert checks[("tool_observations", "0.24.4")] == (True, "7 of 7 observations exact")
+    assert checks[("resume_envelope", "0.24.4")][0]
+    assert "version 0.24.3, 7 calls" in checks[("parse", None)][1]
+    assert json.loads((store / "qwen-code" / "0.24.3.json").read_text())["maps_to"] == "0.24.4"
+    assert b'"version":"0.24.3"' in (store / "qwen-code" / "0.24.3.probe" / "session.jsonl").read_bytes()
+    assert "  0.24.3: calibrated (as 0.24.4)" in _cli("agents", "list").stdout.splitlines()

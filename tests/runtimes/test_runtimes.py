@@ -14,7 +14,7 @@ from forkpoint import runtimes
 from forkpoint.adapters.spec import NpmPackage
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.runtimes import npm
-from forkpoint.runtimes.base import package_of
+from forkpoint.runtimes.base import package_of, record_probe
 
 
 @pytest.fixture
@@ -294,3 +294,15 @@ def test_a_runtime_of_an_agent_this_forkpoint_does_not_know_is_not_listed(cache:
                           text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert [row["agent"] for row in json.loads(done.stdout)] == ["claude-code"]
+
+
+def test_copilots_probe_reports_its_own_release_not_the_newest_unpacked_package(cache: Path) -> None:
+    """Copilot CLI's loader runs the newest package in ~/.cache/copilot/pkg unless auto-update is off (measured: a
+    1.0.92 install reported 1.0.102): the probe turns it off, and an answer cached by an earlier probe that does
+    not match the install is probed again."""
+    runtime = fake_runtime(cache, "copilot-cli", "1.0.92")
+    runtime.entrypoint.write_text("#!/bin/sh\nif [ \"$COPILOT_AUTO_UPDATE\" = false ]; then "
+                                  "echo 'GitHub Copilot CLI 1.0.92.'; else echo 'GitHub Copilot CLI 1.0.102.'; fi\n")
+    record_probe(runtime, [runtime.entrypoint, runtime.root / "node_modules" / "@github/copilot" /
+                               "package.json"], "1.0.102")
+    assert runtimes.probe_version(runtime) == "1.0.92"

@@ -38,6 +38,9 @@ class NpmPackage:
     extra_packages: tuple[str, ...] = ()
     #: the agent's bin runs on this node binary (relative to the prefix) through a generated wrapper script
     node_binary: str | None = None
+    #: set for the ``--version`` probe (Copilot CLI's loader otherwise runs the newest package unpacked in the
+    #: user's ``~/.cache/copilot/pkg``: a 1.0.92 install reported 1.0.102)
+    probe_env: tuple[tuple[str, str], ...] = ()
 
     kind: Literal["npm"] = "npm"
 

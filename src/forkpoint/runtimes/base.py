@@ -219,7 +219,8 @@ def record_probe(runtime: Runtime, paths: list[Path], version: str) -> None:
                 os.unlink(temp)
 
 
-def run_probe(argv: list[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
+def run_probe(argv: list[str], timeout_s: float, extra_env: tuple[tuple[str, str], ...] = ()) \
+        -> subprocess.CompletedProcess[str]:
     """Run a runtime's version probe as a child of a run would be: supervised (nothing of it outlives the probe, a
     timed-out one included; bounded output and processes), the allowlisted environment and a private ``TMPDIR``
     removed afterwards (OpenCode's ``--version`` leaves an ``opencode`` folder in its TMPDIR). A probe that cannot
@@ -229,7 +230,7 @@ def run_probe(argv: list[str], timeout_s: float) -> subprocess.CompletedProcess[
     from forkpoint.process.environment import sanitized_env
 
     with private_temp_dir("fp-probe-") as temp_dir:
-        env = {**sanitized_env(os.environ, strip_credentials=True), "TMPDIR": str(temp_dir)}
+        env = {**sanitized_env(os.environ, strip_credentials=True), "TMPDIR": str(temp_dir), **dict(extra_env)}
         try:
             result = run_supervised(argv, cwd=Path.cwd(), env=env, timeout_s=timeout_s, die_with_parent=True,
                                     max_output_bytes=1024 * 1024)

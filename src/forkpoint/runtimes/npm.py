@@ -151,10 +151,10 @@ def probe_version(runtime: Runtime, spec: NpmPackage) -> str:
     while its entrypoint and the package's package.json are the same files (no process at all)."""
     depends_on = [runtime.entrypoint, runtime.root / "node_modules" / spec.package / "package.json"]
     cached = cached_probe(runtime, depends_on)
-    if cached is not None:
+    if cached is not None and cached == runtime.version:  # a mismatch (e.g. from an older probe env) is re-probed
         return cached
     try:
-        done = run_probe([str(runtime.entrypoint), "--version"], PROBE_TIMEOUT_S)
+        done = run_probe([str(runtime.entrypoint), "--version"], PROBE_TIMEOUT_S, spec.probe_env)
         if done.returncode != 0:
             raise ValueError(f"exit {done.returncode}: {done.stderr.strip()[:500]}")
         version = parse_version_output(done.stdout)

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from forkpoint.adapters.kit.calibration import run_release
+from forkpoint.adapters import agent_spec
+from forkpoint.adapters.calibration import Outcome
+from forkpoint.adapters.kit.calibration import CliProbe, difference, run_release, scripted_record_check
 from forkpoint.core.errors import ReplayError
 
 
@@ -47,3 +49,61 @@ def test_the_bridge_verdict_log_counts_when_a_failed_result_carries_no_bridge_su
     log.write_text('{"verdict": "ok"}\n{"verdict": "local"}\nnot json\n{"verdict": "refused"}\n[1]\n')
     assert _verdicts(tmp_path / "state") == (1, 1)
     assert _verdicts(tmp_path / "nothing") == (0, 0)
+
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+#: each CLI probe's script is its re-record script's: the verified release's fixture of it must pass the record check
+CLI_FIXTURES = {"gemini-cli": "gemini_cli/0.61.0/tools", "qwen-code": "qwen_code/0.24.4/tools",
+                "copilot-cli": "copilot_cli/1.0.102/tools"}
+
+
+def _cli(agent: str) -> CliProbe:
+    from importlib import import_module
+
+    cli: CliProbe = import_module(f"forkpoint.adapters.{agent.replace('-', '_')}.calibrate").CLI
+    return cli
+
+
+@pytest.mark.parametrize("agent", sorted(CLI_FIXTURES))
+def test_a_cli_probes_expected_error_flags_are_what_its_verified_release_recorded(agent: str,
+                                                                                  tmp_path: Path) -> None:
+    """The probe's turns and its expected error flags line up call for call, and the verified release's recording of
+    the same script (the fixture) passes the record check read through the agent's parser."""
+    cli = _cli(agent)
+    turns = cli.turns(tmp_path)
+    assert [sum(b.get("type") == "tool_use" for b in turn) for turn in turns[:-1]] == list(map(len, cli.errors))
+    assert all(b.get("type") != "tool_use" for b in turns[-1])
+    outcome = Outcome(agent, "0.0.1")
+    assert scripted_record_check(agent_spec(agent), FIXTURES / CLI_FIXTURES[agent] / "session.jsonl", cli.errors,
+                                 outcome, "fixture"), outcome.report()
+
+
+@pytest.mark.parametrize("agent", sorted(CLI_FIXTURES))
+def test_a_recording_with_a_changed_error_flag_or_a_missing_call_fails_the_record_check(agent: str) -> None:
+    """A release that flags a failing call as a success (or the reverse), or records fewer batches than scripted,
+    fails the record check naming the call."""
+    from forkpoint.adapters import get_adapter
+
+    cli, session = _cli(agent), FIXTURES / CLI_FIXTURES[agent] / "session.jsonl"
+    last = get_adapter(agent).parse(session).batches[len(cli.errors) - 1].calls[-1].call_id
+    flipped = [*cli.errors[:-1], [*cli.errors[-1][:-1], not cli.errors[-1][-1]]]
+    outcome = Outcome(agent, "0.0.1")
+    assert not scripted_record_check(agent_spec(agent), session, flipped, outcome, "fixture")
+    assert outcome.checks[-1].detail.endswith(f"a wrong error flag (or unscripted) for ['{last}']")
+    assert outcome.reason == "the probe session did not complete as scripted"
+    longer = Outcome(agent, "0.0.1")
+    assert not scripted_record_check(agent_spec(agent), session, [*cli.errors, [False]], longer, "fixture")
+    assert f"no result for ['batch {len(cli.errors) + 1} call 1']" in longer.checks[-1].detail
+    shorter = Outcome(agent, "0.0.1")
+    assert not scripted_record_check(agent_spec(agent), session, cli.errors[:-1], shorter, "fixture")
+    assert f"(or unscripted) for ['{last}']" in shorter.checks[-1].detail
+
+
+def test_a_differing_observation_is_shown_where_it_differs_not_by_its_equal_head() -> None:
+    """Measured on Qwen Code 0.23.4: the shell output differs after 60 equal characters (ls in columns: a pty)."""
+    head = '{"output":"Command: sleep 0.2; ls; cat notes.txt\\nDirectory: (root)\\nOutput: greet.py'
+    row = {"historical_preview": {"text": head + '  notes.txt  src\\ntodo"}'},
+           "fresh_preview": {"text": head + '\\nnotes.txt\\nsrc\\ntodo"}'}}
+    shown = difference(row)
+    assert "greet.py  notes.txt  src" in shown and "greet.py\\\\nnotes.txt\\\\nsrc" in shown
+    assert shown.startswith("recorded '…") and "Command: sleep" not in shown

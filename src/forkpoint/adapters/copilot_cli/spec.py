@@ -22,7 +22,8 @@ SPEC = AgentSpec(
     title="GitHub Copilot CLI",
     adapter="forkpoint.adapters.copilot_cli:CopilotCliAdapter",
     versions={VERSION: "copilot-cli/1.0.102/session-events-v1"},
-    runtime=NpmPackage("@github/copilot", "copilot", "@github/copilot-", "copilot", run_native=True),
+    runtime=NpmPackage("@github/copilot", "copilot", "@github/copilot-", "copilot", run_native=True,
+                       probe_env=(("COPILOT_AUTO_UPDATE", "false"),)),
     native_format="copilot-cli/session-events-jsonl",
     # its BYOK provider (COPILOT_PROVIDER_BASE_URL, type "openai", wire API "completions") speaks Chat Completions
     protocol="openai-chat",

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -101,9 +102,23 @@ def first_match(candidates: list[str], passes: Callable[[str], bool], outcome: O
     return None
 
 
-def _head(preview: object) -> str:
+def _text(preview: object) -> str:
     text = preview.get("text") if isinstance(preview, dict) else None
-    return str(text)[:80] if text is not None else ""
+    return str(text) if text is not None else ""
+
+
+def difference(row: dict[str, Any]) -> str:
+    """Where a differing observation's recorded and fresh texts part (their previews from a little before the
+    first differing character): the difference itself, not two equal heads."""
+    recorded, fresh = _text(row.get("historical_preview")), _text(row.get("fresh_preview"))
+    equal = next((i for i, (a, b) in enumerate(zip(recorded, fresh, strict=False)) if a != b),
+                 min(len(recorded), len(fresh)))
+    start = max(0, equal - 30)
+
+    def cut(text: str) -> str:
+        return ("…" if start else "") + text[start:start + 90]
+
+    return f"recorded {cut(recorded)!r}, fresh {cut(fresh)!r}"
 
 
 def _source(run: Path, name: str, data: list[Any] | bytes) -> Path:
@@ -138,8 +153,7 @@ def replay_check(agent: str, candidate: str, lines: list[Any] | bytes, steps: in
     if observations.is_file():
         rows = json.loads(observations.read_text("utf-8"))
         rows = rows.get("observations", []) if isinstance(rows, dict) else []
-        differing = [f"{row.get('name')} {row.get('id')} (batch {row.get('batch')}: recorded "
-                     f"{_head(row.get('historical_preview'))!r}, fresh {_head(row.get('fresh_preview'))!r})"
+        differing = [f"{row.get('name')} {row.get('id')} (batch {row.get('batch')}: {difference(row)})"
                      for row in rows if isinstance(row, dict) and not row.get("exact")]
     ok = bool(compared) and compared == exact
     outcome.checks.append(Check("tool_observations", ok, f"{exact} of {compared} observations exact"
@@ -200,3 +214,115 @@ def _verdicts(state: Path) -> tuple[int, int]:
             validated += verdict == "ok"
             refused += verdict == "refused"
     return validated, refused
+
+
+def scripted_record_check(spec: AgentSpec, path: Path, errors: list[list[bool]], outcome: Outcome,
+                          summary: str) -> bool:
+    """The record check read through the agent's own parser, for a format whose call ids are not the scripted
+    ones: batch by batch, every scripted call has its result, with the error flag the script expects (``errors``:
+    per scripted turn with calls, per call)."""
+    from forkpoint.adapters import get_adapter
+
+    batches = [batch.calls for batch in get_adapter(spec.name).parse(path).batches]
+    missing: list[str] = []
+    wrong: list[str] = []
+    for index, flags in enumerate(errors):
+        calls = batches[index] if index < len(batches) else ()
+        missing += [f"batch {index + 1} call {n + 1}" for n in range(len(calls), len(flags))]
+        for call, flag in zip(calls, flags, strict=False):
+            if call.historical is None:
+                missing.append(call.call_id)
+            elif call.historical.is_error != flag:
+                wrong.append(call.call_id)
+    wrong += [call.call_id for calls in batches[len(errors):] for call in calls]
+    return record_check(outcome, summary, sum(map(len, errors)), missing, wrong,
+                        "a wrong error flag (or unscripted)")
+
+
+def match_candidates(agent: str, candidates: list[str], as_candidate: Callable[[str], bytes], steps: int,
+                     restore: Callable[[], Path], entrypoint: Path, release: str, scratch: Path, outcome: Outcome,
+                     *, name: str) -> str | None:
+    """The first candidate whose replay of the whole recording (rewritten by ``as_candidate`` to name it) is
+    exact and whose gate accepts the release resuming the recording after its first batch."""
+
+    def passes(candidate: str) -> bool:
+        data = as_candidate(candidate)
+        tools_ok = replay_check(agent, candidate, data, steps, restore, scratch, outcome, name=name)
+        resumed = resume_check(agent, candidate, data, 1, restore, entrypoint, release, scratch, outcome, name=name)
+        return resumed and tools_ok
+
+    return first_match(candidates, passes, outcome)
+
+
+def restore_files(cwd: Path, files: dict[str, str]) -> Path:
+    """The probe's workspace recreated: ``files`` (relative path -> text) and nothing else."""
+    import shutil
+
+    shutil.rmtree(cwd, ignore_errors=True)
+    cwd.mkdir(parents=True)
+    for rel, content in files.items():
+        (cwd / rel).parent.mkdir(parents=True, exist_ok=True)
+        (cwd / rel).write_text(content, "utf-8")
+    return cwd
+
+
+def only_file(found: list[Path], what: str, max_bytes: int = 64 * 1024 * 1024) -> Path:
+    """The one regular file the release wrote (``found``: a glob's matches), bounded."""
+    if len(found) != 1 or found[0].is_symlink() or not found[0].is_file():
+        raise trajectory_error(f"expected one {what} written by the release, found {len(found)}")
+    if found[0].stat().st_size > max_bytes:
+        raise trajectory_error(f"the release wrote a {what} larger than {max_bytes // (1024 * 1024)} MiB")
+    return found[0]
+
+
+@dataclass(frozen=True)
+class CliProbe:
+    """One agent CLI's probe (Gemini CLI, Qwen Code, Copilot CLI): a headless ``-p TASK`` run of the release
+    against ScriptedModel in a fresh workspace and HOME, whose one native session file is the recording."""
+
+    agent: str
+    files: dict[str, str]
+    #: the scripted turns for a workspace at ``cwd`` (the last one text only)
+    turns: Callable[[Path], list[list[dict[str, Any]]]]
+    #: per scripted turn with calls, per call: whether the release must record it as an error
+    errors: list[list[bool]]
+    model: str
+    #: (entrypoint, home) -> argv; the HOME's settings are written here
+    command: Callable[[Path, Path], list[str]]
+    #: (home, the model's base URL, entrypoint) -> the release's environment
+    env: Callable[[Path, str, Path], dict[str, str]]
+    #: (home, cwd) -> the session file the release wrote
+    session: Callable[[Path, Path], Path]
+    #: the version the release writes into its session (None: the format names none)
+    recorded_version: Callable[[str], str | None]
+    #: (session bytes, release version, candidate) -> the session naming ``candidate`` instead
+    as_candidate: Callable[[bytes, str, str], bytes]
+
+
+def probe_cli(cli: CliProbe, spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str], scratch: Path,
+              outcome: Outcome) -> str | None:
+    """Record the probe session with the release, check it was written as scripted and reads with the agent's
+    parser, then find the first candidate whose replay and resume match (``match_candidates``)."""
+    from forkpoint.adapters.calibration import compact_requests
+    from forkpoint.testing.scripted_model import ScriptedModel
+
+    cwd, home = scratch / "workspace", scratch / "home"
+    restore_files(cwd, cli.files)
+    home.mkdir()
+    turns = cli.turns(cwd)
+    model = ScriptedModel(turns, seed=f"{cli.agent}/calibrate", model=cli.model)
+    argv = cli.command(entrypoint, home)
+    with model.serve() as url:
+        code, stderr = run_release(argv, cli.env(home, url, entrypoint), cwd, "probe session")
+    if not ran_ok(outcome, code, stderr):
+        return None
+    session = cli.session(home, cwd)
+    data = session.read_bytes()
+    outcome.evidence.update({"session.jsonl": data, "requests.jsonl": compact_requests(model.requests)})
+    lines = sum(1 for raw in data.splitlines() if raw.strip())
+    if not scripted_record_check(spec, session, cli.errors, outcome, f"{lines} session lines") \
+            or not parse_check(spec, session, cli.recorded_version(version), sum(map(len, cli.errors)), outcome):
+        return None
+    return match_candidates(spec.name, candidates, lambda candidate: cli.as_candidate(data, version, candidate),
+                            len(cli.errors), lambda: restore_files(cwd, cli.files), entrypoint, version, scratch,
+                            outcome, name="session.jsonl")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from forkpoint.adapters.calibration import Check, Outcome, compact_requests
-from forkpoint.adapters.kit.calibration import first_match, parse_check, ran_ok, replay_check, resume_check, run_release
+from forkpoint.adapters.kit.calibration import match_candidates, parse_check, ran_ok, run_release
 from forkpoint.adapters.spec import AgentSpec
 from forkpoint.core.errors import trajectory as trajectory_error
 
@@ -112,14 +112,10 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
         return None
     batches = len(turns) if major < 2 else len(COMMANDS)
 
-    def passes(candidate: str) -> bool:
+    def as_candidate(candidate: str) -> bytes:
         rewritten = json.loads(data)
         rewritten.setdefault("info", {})["mini_version"] = candidate
-        as_candidate = (json.dumps(rewritten, indent=2) + "\n").encode("utf-8")
-        tools_ok = replay_check(spec.name, candidate, as_candidate, batches - 1, lambda: _restore(cwd), scratch,
-                                outcome, name="probe.traj.json")
-        resumed = resume_check(spec.name, candidate, as_candidate, 1, lambda: _restore(cwd), entrypoint, version,
-                               scratch, outcome, name="probe.traj.json")
-        return resumed and tools_ok
+        return (json.dumps(rewritten, indent=2) + "\n").encode("utf-8")
 
-    return first_match(candidates, passes, outcome)
+    return match_candidates(spec.name, candidates, as_candidate, batches - 1, lambda: _restore(cwd), entrypoint,
+                            version, scratch, outcome, name="probe.traj.json")

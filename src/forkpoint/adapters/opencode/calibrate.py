@@ -16,15 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from forkpoint.adapters.calibration import Outcome, compact_requests
-from forkpoint.adapters.kit.calibration import (
-    first_match,
-    parse_check,
-    ran_ok,
-    record_check,
-    replay_check,
-    resume_check,
-    run_release,
-)
+from forkpoint.adapters.kit.calibration import match_candidates, parse_check, ran_ok, record_check, run_release
 from forkpoint.adapters.spec import AgentSpec
 from forkpoint.core.errors import trajectory as trajectory_error
 
@@ -133,14 +125,10 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
                         "wrong status") or not parse_check(spec, path, version, calls, outcome):
         return None
 
-    def passes(candidate: str) -> bool:
+    def as_candidate(candidate: str) -> bytes:
         info = export.get("info")
         rewritten = {**export, "info": {**info, "version": candidate}} if isinstance(info, dict) else export
-        as_candidate = (json.dumps(rewritten, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
-        tools_ok = replay_check(spec.name, candidate, as_candidate, len(expected) - 1, lambda: _restore(cwd), scratch,
-                                outcome, name="export.json")
-        resumed = resume_check(spec.name, candidate, as_candidate, 1, lambda: _restore(cwd), entrypoint, version,
-                               scratch, outcome, name="export.json")
-        return resumed and tools_ok
+        return (json.dumps(rewritten, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
-    return first_match(candidates, passes, outcome)
+    return match_candidates(spec.name, candidates, as_candidate, len(expected) - 1, lambda: _restore(cwd), entrypoint,
+                            version, scratch, outcome, name="export.json")

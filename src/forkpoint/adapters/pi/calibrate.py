@@ -18,15 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from forkpoint.adapters.calibration import Outcome, compact_requests
-from forkpoint.adapters.kit.calibration import (
-    first_match,
-    parse_check,
-    ran_ok,
-    record_check,
-    replay_check,
-    resume_check,
-    run_release,
-)
+from forkpoint.adapters.kit.calibration import match_candidates, parse_check, ran_ok, record_check, run_release
 from forkpoint.adapters.spec import AgentSpec
 from forkpoint.core.errors import trajectory as trajectory_error
 
@@ -126,11 +118,5 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
             or not parse_check(spec, session, None, calls, outcome):
         return None
 
-    def passes(candidate: str) -> bool:
-        tools_ok = replay_check(spec.name, candidate, data, len(expected) - 1, lambda: _restore(cwd), scratch,
-                                outcome)
-        resumed = resume_check(spec.name, candidate, data, 1, lambda: _restore(cwd), entrypoint, version, scratch,
-                               outcome, name="session.jsonl")
-        return resumed and tools_ok
-
-    return first_match(candidates, passes, outcome)
+    return match_candidates(spec.name, candidates, lambda candidate: data, len(expected) - 1, lambda: _restore(cwd),
+                            entrypoint, version, scratch, outcome, name="session.jsonl")
