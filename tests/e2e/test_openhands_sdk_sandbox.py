@@ -30,18 +30,31 @@ def _runtime() -> None:
 
 def test_bwrap_replay_and_continue_with_the_workspace_elsewhere(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replay batches 1..2, continue the SDK to the end; its first live step is a terminal command running the
+    held-out checks: the continued SDK is contained like a replayed call (only the bridge's port reachable)."""
+    from forkpoint.testing.held_out import HeldOut
+
     monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
     recorded = json.loads((FIXTURE / "meta.json").read_text())["cwd"]
     workspace = tmp_path / "elsewhere" / "ws"
     workspace.mkdir(parents=True)  # the recording started in an empty workspace
-    model = ScriptedModel.from_file(FIXTURE / "script.json", model="scripted")
-    with model.serve() as url:
-        result = execute(build_request({
-            "agent": "openhands-sdk", "trajectory": str(FIXTURE / "conversation" / "base_state.json"),
-            "after_step": 2, "workspace": str(workspace), "state_dir": str(tmp_path / "state"),
-            "output_dir": str(tmp_path / "out"), "run_id": "run", "sandbox": "bwrap", "upstream": "openai-chat",
-            "upstream_url": f"{url}/v1"}, source="test"))
-    assert result.failure is None, result.failure
+    script = json.loads((FIXTURE / "script.json").read_text())
+    with HeldOut(tmp_path) as bait:
+        live = {"type": "tool_use", "name": "terminal",
+                "input": {"command": "; ".join(bait.commands()), "security_risk": "LOW"}}
+        script["turns"].insert(2, {"content": [live]})
+        (tmp_path / "script.json").write_text(json.dumps(script))
+        model = ScriptedModel.from_file(tmp_path / "script.json", model="scripted")
+        with model.serve() as url:
+            result = execute(build_request({
+                "agent": "openhands-sdk", "trajectory": str(FIXTURE / "conversation" / "base_state.json"),
+                "after_step": 2, "workspace": str(workspace), "state_dir": str(tmp_path / "state"),
+                "output_dir": str(tmp_path / "out"), "run_id": "run", "sandbox": "bwrap",
+                "upstream": "openai-chat", "upstream_url": f"{url}/v1"}, source="test"))
+        assert result.failure is None, result.failure
+        continued = next((Path(result.output_dir or "") / "native" / "continued").glob("*.json")).read_text()
+        assert "started" in continued and "tried" in continued  # the live command really ran
+        assert bait.violations([continued]) == []
     assert (result.phase, result.agent_status) == ("continued", "completed")
     rows = json.loads((Path(result.output_dir or "") / "observations.json").read_text())["observations"]
     assert len(rows) == 2 and rows[1]["exact"], rows  # the file editor's view, at the recorded path
