@@ -6,6 +6,7 @@ slow to start."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -74,6 +75,12 @@ def test_the_held_out_checks_through_the_sdk_terminal(tmp_path: Path) -> None:
     workspace, no canary read in the host HOME, no non-loopback connect, no process left behind."""
     from forkpoint.testing.held_out import HeldOut
 
+    shared = Path(f"/tmp/tmux-{os.getuid()}")  # the tmux socket stays in the sandbox's own /tmp
+
+    def sdk_sockets() -> set[Path]:
+        return {p for p in shared.iterdir() if "openhands" in p.name} if shared.is_dir() else set()
+
+    before = sdk_sockets()
     workspace = tmp_path / "elsewhere" / "ws"
     workspace.mkdir(parents=True)
     conversation = tmp_path / "conversation"
@@ -95,3 +102,4 @@ def test_the_held_out_checks_through_the_sdk_terminal(tmp_path: Path) -> None:
         fresh = next((Path(result.output_dir or "") / "native" / "prefix").glob("*.json")).read_text()
         assert "started" in fresh and "tried" in fresh  # the hostile command really ran, through the terminal
         assert bait.violations([fresh]) == []
+    assert sdk_sockets() == before
