@@ -14,7 +14,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -91,7 +91,9 @@ def run_runner(python: Path, context: RunContext, name: str, request: dict[str, 
     """Write ``<state>/openhands-sdk/<name>-request.json``, run the runner, read its result (typed errors only).
 
     The runner runs in the run's sandbox, its folder and HOME writable, the venv readable. Replay has no network;
-    a continuation reaches the bridge (``bridge_port``).
+    a continuation reaches the bridge (``bridge_port``): the host's network under local, only the bridge's port
+    relayed in under a sandbox with its own network namespace (bwrap). The SDK's tmux server keeps its socket in
+    TMUX_TMPDIR: the sandbox's private /tmp under bwrap, a folder removed after the run under local.
     """
     work = work_dir(context)
     result_path = work / f"{name}-result.json"
@@ -108,11 +110,22 @@ def run_runner(python: Path, context: RunContext, name: str, request: dict[str, 
         "cwd": str(work), "env": environment(context.home, env_extra), "timeout_s": timeout_s,
         "writable": (context.home, work), "grace_s": 5.0, "max_output_bytes": 4 * 1024 * 1024, "log_path": log,
         "die_with_parent": True}
-    with tmux_dir() as tmux:  # the SDK's terminal server socket: in a folder removed after the run
-        options["env"]["TMUX_TMPDIR"] = str(tmux)
-        options["writable"] = (*options["writable"], tmux)
-        process = sandbox.run(argv, network=bridge_port is not None,
-                              readable=(*interpreter_paths(python), RUNNER.parent), **options)
+    readable = (*interpreter_paths(python), RUNNER.parent)
+    with ExitStack() as stack:
+        if sandbox.private_network:  # bwrap: the sandbox's own /tmp (a tmpfs gone with its namespace)
+            options["env"]["TMUX_TMPDIR"] = "/tmp"
+        else:  # local: a folder of its own, removed after the run
+            tmux = stack.enter_context(tmux_dir())
+            options["env"]["TMUX_TMPDIR"] = str(tmux)
+            options["writable"] = (*options["writable"], tmux)
+        if bridge_port is not None and sandbox.private_network:
+            from forkpoint.sandbox.forward import HostRelay
+
+            relay = stack.enter_context(HostRelay(bridge_port, context.state_dir))
+            process = sandbox.run(relay.wrap(sandbox.host_command(argv)), network=False,
+                                  readable=(*readable, *relay.readable), **options)
+        else:
+            process = sandbox.run(argv, network=bridge_port is not None, readable=readable, **options)
     kind = ErrorKind.CONTINUATION if name == "continue" else ErrorKind.EXECUTOR
     try:  # the runner's folder is writable by replayed commands: read strictly (no link, FIFO or device followed)
         with refused_as(kind, f"read the OpenHands SDK runner result {result_path}"):

@@ -32,5 +32,5 @@ SPEC = AgentSpec(
     exporter="forkpoint.adapters.openhands_sdk.messages:to_chat",
     version_field="base_state.json and the events carry none",
     formats=(FormatFamily("openhands-sdk/v1-event-log", VERSION, VERSION),),
-    sandbox_features=frozenset({"local"}),
+    sandbox_features=frozenset({"local", "bwrap"}),
 )
