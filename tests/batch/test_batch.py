@@ -399,3 +399,52 @@ def test_a_lost_job_whose_branches_had_started_is_ambiguous(tmp_path: Path) -> N
         journal.append("branches_started", count=2)
     settled = _lost(job, job.run_id, RuntimeError("node lost"), tmp_path / "batch")
     assert settled is not None and (settled.category, settled.retryable) == ("ambiguous_execution", False)
+
+
+def _one_call_session(root: Path) -> tuple[Path, Path]:
+    """A one-call Claude session recorded at a path that does not exist (the batch path-maps it) and the
+    workspace to create from."""
+    initial = root / "initial"
+    initial.mkdir()
+    (initial / "data.txt").write_text("data\n")
+    builder = ClaudeSessionBuilder(session_id="00000000-0000-4000-8000-000000000001", cwd=str(root / "rec" / "ws"))
+    builder.user_prompt("go")
+    builder.assistant([text("x"), tool_use("toolu_0001", "Bash", {"command": "cat data.txt"})])
+    builder.results({"toolu_0001": "data"})
+    builder.assistant([text("Done.")])
+    return builder.write(root / "session.jsonl"), initial
+
+
+@pytest.mark.e2e
+def test_a_job_whose_every_branch_failed_is_failed_and_one_with_some_failed_is_done_but_partial(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Branches the upstream refuses (ScriptedModel answers their prompt with HTTP 400): a job whose branches all
+    failed was recorded ``done``, exit 0 — now ``failed`` with the branches' category; a job with one of two failed
+    is ``done`` and listed as partial with its counts."""
+    if runtimes.find("claude-code", "2.1.332") is None:
+        pytest.skip("claude-code 2.1.332 is not installed (forkpoint agents install claude-code@2.1.332)")
+    from forkpoint.testing.script import Fault, Turn
+    from forkpoint.testing.script import text as answer
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "scripted-upstream-key")
+    session, initial = _one_call_session(tmp_path)
+    def refused() -> list[Turn]:  # every request of the branch refused (a turn's faults are its own)
+        return [Turn((answer("no"),), faults=(Fault(400),) * 50) for _ in range(4)]
+
+    model = ScriptedModel([], keyed={"Take ALPHA.": [], "Take BRAVO.": refused(), "Take CHARLIE.": refused()})
+    with model.serve() as url:
+        rows = [{"trajectory": str(session), "after_step": 1, "mode": "continue", "upstream": "anthropic",
+                 "upstream_url": url, "workspace_from": str(initial), "branches": 2, "branch_prompts": prompts}
+                for prompts in (["Take ALPHA.", "Take BRAVO."], ["Take BRAVO.", "Take CHARLIE."])]
+        summary = run_batch(_jobs(tmp_path / "jobs.jsonl", rows), tmp_path / "batch",
+                            BatchOptions(workers=2, retries=0))
+    assert summary["counts"]["done"] == 1 and summary["counts"]["failed"] == 1, summary
+    [failed] = summary["failed"]
+    assert (failed["line"], failed["category"], failed["exit_code"], failed["retryable"]) == (
+        2, "continuation_error", 40, 0), failed
+    assert failed["message"].startswith("all 2 branches failed (continuation_error x2)"), failed["message"]
+    [partial] = summary["partial"]
+    assert (partial["line"], partial["branches"], partial["branches_failed"]) == (1, 2, 1), partial
+    assert partial["message"] == "partial: 1 of 2 branches failed (continuation_error x1)"
+    result = json.loads((tmp_path / "batch" / "runs" / failed["run_id"] / "result.json").read_text())
+    assert result["failure"]["category"] == "continuation_error" and result["metadata"]["branches"]["failed"] == 2

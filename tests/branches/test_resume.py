@@ -301,3 +301,62 @@ def test_continue_and_gc_refuse_a_fifo_where_a_run_document_should_be_instead_of
         continue_run_dir(run, ContinueOptions(branches=1), lambda _: None)
     with pytest.raises(ReplayError, match=r"result\.json is unreadable: not a regular file"):
         collect_snapshots(run)
+
+
+def _path_mapped(tmp_path: Path) -> tuple[Path, Path, str]:
+    """A real replay-only run of a one-call Claude session recorded at a path that does not exist, replayed in a
+    private workspace with ``--path-map RECORDED=WORKSPACE`` (what a batch job does): (run dir, workspace,
+    recorded cwd)."""
+    from forkpoint.run.engine import execute
+    from forkpoint.run.request import build_request
+    from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, text, tool_use
+
+    recorded = str(tmp_path / "recorded" / "ws")
+    workspace = tmp_path / "private"
+    workspace.mkdir()
+    (workspace / "data.txt").write_text("data\n")
+    builder = ClaudeSessionBuilder(session_id="00000000-0000-4000-8000-000000000001", cwd=recorded)
+    builder.user_prompt("go")
+    builder.assistant([text("x"), tool_use("toolu_0001", "Bash", {"command": f"echo hi > {recorded}/out.txt"})])
+    builder.results({"toolu_0001": ""})
+    builder.assistant([text("Done.")])
+    session = builder.write(tmp_path / "session.jsonl")
+    result = execute(build_request({
+        "agent": "claude-code", "trajectory": str(session), "after_step": 1, "workspace": str(workspace),
+        "replay_only": True, "path_map": [f"{recorded}={workspace}"], "state_dir": str(tmp_path / "state"),
+        "output_dir": str(tmp_path / "out"), "run_id": "mapped"}, source="test"))
+    assert result.failure is None, result.failure
+    assert (workspace / "out.txt").read_text() == "hi\n"
+    return Path(result.output_dir or ""), workspace, recorded
+
+
+def test_continue_of_a_path_mapped_run_carries_the_recorded_cwds_entry(tmp_path: Path) -> None:
+    """A run replayed with --path-map (a batch job's run dir) was refused by `continue` before anything ran (the
+    workspace checked without the map): now its branch runs in the mapped workspace, the map re-targeted at the
+    workspace continue verified."""
+    from forkpoint import runtimes
+
+    if runtimes.find("claude-code", "2.1.332") is None:
+        pytest.skip("claude-code 2.1.332 is not installed")
+    run, workspace, recorded = _path_mapped(tmp_path)
+    (workspace / "out.txt").unlink()  # the boundary's file: the restore brings it back
+    done = _continue(run)
+    assert "branches" in json.loads(done.stdout), (done.returncode, done.stdout[-2000:], done.stderr[-2000:])
+    assert (workspace / "out.txt").read_text() == "hi\n"  # the boundary restored into the mapped workspace
+    assert not os.path.lexists(recorded)  # nothing was made at the recorded path
+    events = (tmp_path / "state" / "mapped" / "branches" / "1" / "journal.jsonl").read_text()
+    assert "continuation_started" in events  # the agent ran (the sandbox accepted the mapped workspace)
+
+
+@pytest.mark.parametrize("extra", [{"recorded": "/etc", "real": "/tmp/elsewhere"},
+                                   {"recorded": "relative", "real": "/tmp/x"}, "not an entry"])
+def test_continue_refuses_a_run_dirs_path_map_with_more_than_the_recorded_cwds_entry(
+        tmp_path: Path, extra: Any) -> None:
+    """A run dir's map is a stranger's: an extra entry, a relative path or a wrong shape is refused before any
+    effect (the workspace keeps what the replay left)."""
+    run, workspace, _ = _path_mapped(tmp_path)
+    (workspace / "planted.txt").write_text("keep\n")
+    _edit(run / "result.json", lambda document: document["metadata"]["sandbox"]["path_map"].append(extra))
+    done = _continue(run)
+    assert done.returncode == 2 and "path_map" in done.stdout, (done.returncode, done.stdout[-2000:])
+    assert (workspace / "planted.txt").read_text() == "keep\n" and not (run / "branches.json").exists()

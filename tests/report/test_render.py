@@ -106,3 +106,15 @@ def test_a_branched_run_shows_each_branch_bridge_reward_and_live_turns_side_by_s
     assert "+0.5 (GRPO +1)" in page and "-0.5 (GRPO -1)" in page
     assert "assistant: &lt;b&gt;fix&lt;/b&gt; → Edit" in page and "assistant: give up" in page
     assert "pass@1 0.50, pass@2 1.00, original reward 1.0, equal in 1" in page
+
+
+def test_a_branched_run_some_of_whose_branches_failed_says_how_many_and_why() -> None:
+    """A partial branched run said nothing above its table (each column's failure cell alone): the figures now
+    start with the failed count and categories; all failed says all."""
+    from forkpoint.report.render import _branches
+
+    finished = {"branch": 1, "status": "finished", "failure": None}
+    failed = {"branch": 2, "status": "failed", "failure": {"category": "model_timeout", "message": "m"}}
+    assert "1 of 2 branches failed (model_timeout x1); " in _branches({"branches": [finished, failed]})
+    assert "all 1 branches failed (model_timeout x1)" in _branches({"branches": [failed]})
+    assert "branches failed" not in _branches({"branches": [finished]})

@@ -370,3 +370,40 @@ def test_score_options_are_validated_and_read_from_a_toml_score_table(tmp_path: 
     config.write_text(config.read_text() + "unknown = 1\n")
     with pytest.raises(ReplayError, match="unknown key"):
         load_toml(config)
+
+
+@pytest.mark.e2e
+def test_replay_with_branches_exits_with_their_failure_when_every_branch_failed(tmp_path: Path) -> None:
+    """`forkpoint replay --branches 2` whose every branch fails (the upstream refuses connections: a bound port
+    nobody listens on) exited 0 with a result claiming no failure; now it exits with the branches' category,
+    retryable because every branch's failure was, and says all branches failed."""
+    import socket
+    import subprocess
+
+    from forkpoint import runtimes
+
+    if runtimes.find("claude-code", "2.1.332") is None:
+        pytest.skip("claude-code 2.1.332 is not installed (forkpoint agents install claude-code@2.1.332)")
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "data.txt").write_text("data\n")
+    builder = ClaudeSessionBuilder(session_id="00000000-0000-4000-8000-000000000001", cwd=str(workspace))
+    builder.user_prompt("go")
+    builder.assistant([text("x"), tool_use("toolu_0001", "Bash", {"command": "cat data.txt"})])
+    builder.results({"toolu_0001": "data"})
+    builder.assistant([text("Done.")])
+    session = builder.write(tmp_path / "session.jsonl")
+    with socket.socket() as closed:  # bound, never listening: every connection is refused
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}"
+        done = subprocess.run(
+            [sys.executable, "-m", "forkpoint.cli", "replay", "--agent", "claude-code", "--trajectory", str(session),
+             "--after-step", "1", "--workspace", str(workspace), "--state-dir", str(tmp_path / "state"),
+             "--output-dir", str(tmp_path / "out"), "--run-id", "r1", "--branches", "2", "--upstream", "anthropic",
+             "--upstream-url", url, "--upstream-retries", "0"],
+            capture_output=True, text=True, timeout=600, env={**os.environ, "ANTHROPIC_API_KEY": "k"})
+    assert done.returncode == 40, (done.returncode, done.stderr[-2000:])
+    assert "model_connection_error: all 2 branches failed (model_connection_error x2)" in done.stderr
+    result = json.loads((tmp_path / "out" / "r1" / "result.json").read_text())
+    assert result["failure"]["category"] == "model_connection_error" and result["failure"]["retryable"] is True
+    assert result["metadata"]["branches"]["failed"] == 2

@@ -301,7 +301,7 @@ def _status(batch_dir: Path, ledger: Ledger) -> dict[str, Any]:
             "jobs": sum(counts.values()), "counts": counts, "by_category": ledger.by_category(),
             "model_usage": ledger.usage(),
             "bad_lines": [{"line": line, "reason": reason} for line, reason in bad],
-            "failed": ledger.failures(), "groups": _groups(batch_dir, ledger)}
+            "failed": ledger.failures(), "partial": ledger.partial(), "groups": _groups(batch_dir, ledger)}
 
 
 def _groups(batch_dir: Path, ledger: Ledger) -> list[dict[str, Any]]:

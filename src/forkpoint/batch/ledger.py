@@ -38,7 +38,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     agent_status TEXT, started_at REAL, finished_at REAL, seconds REAL, worker TEXT,
     model_calls INTEGER NOT NULL DEFAULT 0, input_tokens INTEGER NOT NULL DEFAULT 0,
     output_tokens INTEGER NOT NULL DEFAULT 0, cached_tokens INTEGER NOT NULL DEFAULT 0,
-    reasoning_tokens INTEGER NOT NULL DEFAULT 0
+    reasoning_tokens INTEGER NOT NULL DEFAULT 0, branches INTEGER NOT NULL DEFAULT 0,
+    branches_failed INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status, ordinal);
 CREATE TABLE IF NOT EXISTS bad_jobs (line INTEGER PRIMARY KEY, reason TEXT NOT NULL);
@@ -53,6 +54,8 @@ STATUSES = ("pending", "running", "done", "failed", "ambiguous")
 #: what a job's model calls used, summed over its attempts (a retried job paid for every attempt); the columns a
 #: ledger written before they existed gets when it is opened
 USAGE_COLUMNS = ("model_calls", "input_tokens", "output_tokens", "cached_tokens", "reasoning_tokens")
+#: a branched job's branch counts (columns a ledger written before them gets when it is opened)
+BRANCH_COLUMNS = ("branches", "branches_failed")
 
 
 @dataclass(frozen=True)
@@ -76,9 +79,19 @@ class Outcome:
     output_tokens: int = 0
     cached_tokens: int = 0
     reasoning_tokens: int = 0
+    #: a branched job's branches and how many of them failed (a job with some failed is ``done`` but partial;
+    #: with all failed it is ``failed``: forkpoint.branches.branching.branches_failure)
+    branches: int = 0
+    branches_failed: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+    @staticmethod
+    def branches_of(metadata: Any) -> dict[str, int]:
+        """``branches`` and ``branches_failed`` from a result's ``metadata.branches`` (0 when not branched)."""
+        found = metadata if isinstance(metadata, dict) else {}
+        return {"branches": _count(found.get("count")), "branches_failed": _count(found.get("failed"))}
 
     @staticmethod
     def usage_of(model_usage: Any) -> dict[str, int]:
@@ -140,7 +153,7 @@ class Ledger:
                 self.db.execute("PRAGMA synchronous=NORMAL")
                 self.db.executescript(SCHEMA)
                 present = {row[1] for row in self.db.execute("PRAGMA table_info(jobs)")}
-                for column in USAGE_COLUMNS:
+                for column in (*USAGE_COLUMNS, *BRANCH_COLUMNS):
                     if column not in present:  # a ledger from before the usage columns: resumable, old jobs at 0
                         self.db.execute(f"ALTER TABLE jobs ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
                 self._ordinal = int(self.db.execute("SELECT COALESCE(MAX(ordinal), 0) FROM jobs").fetchone()[0])
@@ -231,11 +244,12 @@ class Ledger:
                                                         else "failed")
         self.db.execute(
             "UPDATE jobs SET status = ?, exit_code = ?, category = ?, retryable = ?, message = ?, phase = ?, "
-            "quality = ?, agent_status = ?, finished_at = ?, seconds = ?, worker = ?, "
+            "quality = ?, agent_status = ?, finished_at = ?, seconds = ?, worker = ?, branches = ?, "
+            "branches_failed = ?, "
             + ", ".join(f"{column} = {column} + ?" for column in USAGE_COLUMNS) + " WHERE identity = ?",
             (status, outcome.exit_code, outcome.category, int(outcome.retryable), outcome.message, outcome.phase,
-             outcome.quality, outcome.agent_status, time.time(), outcome.seconds, outcome.worker,
-             *(getattr(outcome, column) for column in USAGE_COLUMNS), outcome.identity))
+             outcome.quality, outcome.agent_status, time.time(), outcome.seconds, outcome.worker, outcome.branches,
+             outcome.branches_failed, *(getattr(outcome, column) for column in USAGE_COLUMNS), outcome.identity))
 
     def reset(self, identity: str, *, status: str, message: str | None = None) -> None:
         self.db.execute("UPDATE jobs SET status = ?, message = COALESCE(?, message), category = CASE WHEN ? = "
@@ -266,6 +280,14 @@ class Ledger:
         keys = ("identity", "line", "status", "agent", "mode", "after_step", "run_id", "category", "exit_code",
                 "retryable", "attempts", "message")
         rows = self.db.execute(f"SELECT {', '.join(keys)} FROM jobs WHERE status IN ('failed', 'ambiguous') "
+                               "ORDER BY ordinal LIMIT ?", (limit,)).fetchall()
+        return [dict(zip(keys, row, strict=True)) for row in rows]
+
+    def partial(self, limit: int = 1000) -> list[dict[str, Any]]:
+        """Done jobs some of whose branches failed (the message names how many and their categories)."""
+        keys = ("identity", "line", "agent", "mode", "after_step", "run_id", "branches", "branches_failed",
+                "message")
+        rows = self.db.execute(f"SELECT {', '.join(keys)} FROM jobs WHERE status = 'done' AND branches_failed > 0 "
                                "ORDER BY ordinal LIMIT ?", (limit,)).fetchall()
         return [dict(zip(keys, row, strict=True)) for row in rows]
 

@@ -52,12 +52,19 @@ def run_job(spec: dict[str, Any], batch_dir: str, run_id: str, driver: str | Non
             values.update(extra)
             result = execute(build_request(values, source=f"job {job.line}"))
         failure = result.failure
+        branches = Outcome.branches_of(result.metadata.get("branches"))
+        if failure is None and branches["branches_failed"]:  # a partial job: done, the failures named
+            from forkpoint.branches.branching import partial_text
+
+            message: str | None = partial_text(result.metadata.get("branches"))
+        else:
+            message = failure.message if failure else None
         outcome = Outcome(
             identity=job.identity, run_id=run_id, exit_code=result.exit_code,
             category=failure.category if failure else None, retryable=bool(failure and failure.retryable),
-            message=failure.message if failure else None, phase=result.phase, quality=result.quality,
+            message=message, phase=result.phase, quality=result.quality,
             agent_status=result.agent_status, seconds=time.monotonic() - started, worker=_worker(),
-            **Outcome.usage_of(result.metadata.get("model_usage")))
+            **Outcome.usage_of(result.metadata.get("model_usage")), **branches)
     except ReplayError as error:
         outcome = _failed(job, run_id, error.kind, error.message, started)
     except Exception as error:  # a bug in one job must not end the batch: recorded as internal

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.hashing import sha256_hex
 from forkpoint.core.model import Continuation, ContinueSettings, NativePrefix, Plan, RunContext
-from forkpoint.core.results import write_json
+from forkpoint.core.results import Failure, write_json
 
 if TYPE_CHECKING:
     from forkpoint.run.request import ReplayRequest
@@ -453,11 +453,57 @@ def aggregate(document: dict[str, Any]) -> Continuation:
     rows = document["branches"]
     order = {"completed": 0, "max_steps": 1, "failed": 2}
     worst = max((row.get("agent_status", "failed") for row in rows), key=lambda s: order.get(s, 2), default="failed")
+    failed = _failed_rows(rows)
     return Continuation(
         agent_status=worst, continued_steps=sum(int(row.get("continued_steps") or 0) for row in rows),
         continued_path=Path(document.get("state_dir", ".")) / "branches", next_action=None,
         metadata={"branches": {"count": len(rows), "agreement": document.get("agreement"),
                                "statuses": dict(Counter(str(row.get("status")) for row in rows)),
+                               "failed": len(failed), "failure_categories": _categories(failed),
                                **({"group": document["group"]} if document.get("group") else {})},
                   "model_usage": combined(row.get("model_usage") for row in rows)},
     )
+
+
+def _failed_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The branches that did not finish (failed, or ambiguous: started without a recorded outcome)."""
+    return [row for row in rows if row.get("status") != "finished"]
+
+
+def _categories(failed: list[dict[str, Any]]) -> dict[str, int]:
+    return dict(sorted(Counter(_category(row) for row in failed).items()))
+
+
+def _category(row: dict[str, Any]) -> str:
+    failure = row.get("failure")
+    category = failure.get("category") if isinstance(failure, dict) else None
+    return category if isinstance(category, str) and category else "internal_error"
+
+
+def branches_failure(document: dict[str, Any]) -> Failure | None:
+    """The run's failure when EVERY branch failed (a branched run must not report success it cannot back): the
+    branches' common category (``continuation_error`` when they differ), retryable only when every branch's
+    failure is. None when at least one branch finished (a partial run: its counts are in the metadata)."""
+    rows = document["branches"]
+    failed = _failed_rows(rows)
+    if not rows or len(failed) < len(rows):
+        return None
+    categories = _categories(failed)
+    category = next(iter(categories)) if len(categories) == 1 else ErrorKind.CONTINUATION.category
+    retryable = all(isinstance(row.get("failure"), dict) and row["failure"].get("retryable") is True
+                    for row in failed)
+    first = next((row["failure"].get("message") for row in failed if isinstance(row.get("failure"), dict)
+                  and isinstance(row["failure"].get("message"), str)), None)
+    summary = ", ".join(f"{name} x{count}" for name, count in categories.items())
+    message = f"all {len(rows)} branches failed ({summary})" + (f"; the first: {first[:1500]}" if first else "")
+    return Failure(category=category, message=message, retryable=retryable)
+
+
+def partial_text(branches: Any) -> str | None:
+    """``partial: K of N branches failed (categories)`` for a branched run some of whose branches failed."""
+    if not isinstance(branches, dict) or not isinstance(branches.get("failed"), int) or not branches["failed"]:
+        return None
+    categories = branches.get("failure_categories") or {}
+    detail = ", ".join(f"{name} x{count}" for name, count in categories.items()) if isinstance(categories, dict) else ""
+    return f"partial: {branches['failed']} of {branches.get('count')} branches failed" + (f" ({detail})" if detail
+                                                                                          else "")

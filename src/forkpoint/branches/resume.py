@@ -93,6 +93,8 @@ def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[
     prefix = _prefix(run_dir, documents)
     sandbox = str((branches_doc.sandbox if branches_doc else None) or recorded_sandbox.get("name") or "local")
     workspace, lock_key = continued_workspace(run_dir, state_dir, snapshot_facts, sandbox, options.workspace)
+    path_map = recorded_path_map(recorded_sandbox.get("path_map"), parsed.cwd, workspace, sandbox,
+                                 "path_map" in agent_spec(agent).sandbox_features, run_dir)
     # The --branch-* lists vary the new branches (--branches K); without it they can only restate the planned
     # branches' recorded variants (branch_records checks that), so they are no part of the request.
     run_choice = {key: value for key, value in options.model_choice.items()
@@ -106,7 +108,7 @@ def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[
         "agent": agent, "trajectory": str(source), "after_step": plan.after_step, "workspace": str(workspace),
         "upstream": options.upstream, "upstream_url": options.upstream_url, "max_steps": options.max_steps,
         "agent_entrypoint": str(options.agent_entrypoint) if options.agent_entrypoint else None,
-        "sandbox": sandbox, "branches": options.branches or 1, **run_choice,
+        "sandbox": sandbox, "path_map": list(path_map), "branches": options.branches or 1, **run_choice,
         "record_tool_schemas": options.record_tool_schemas, "capture_tokens": options.capture_tokens,
         **options.score}, source="continue")
     launch = adapter.prepare_launch(versions.launch_trajectory(agent_spec(agent), plan, options.agent_version),
@@ -114,14 +116,14 @@ def continue_run_dir(run_dir: Path, options: ContinueOptions, report: Callable[[
     setup = BranchSetup(adapter=adapter, plan=plan, prefix=prefix,
                         settings=continue_settings(request, agent_spec(agent), launch, plan), workspace=workspace,
                         state_dir=state_dir, output_dir=run_dir, session_id=prefix.session_id, sandbox_name=sandbox,
-                        recorded_cwd=parsed.cwd, snapshot=snapshot, score=score_spec(request),
+                        recorded_cwd=parsed.cwd, path_map=path_map, snapshot=snapshot, score=score_spec(request),
                         group_id=group_id(source_sha256, plan.after_step), original_reward=request.original_reward)
     # Like a replay, every child gets the run's own TMPDIR (removed at the end; a killed run's is replaced).
     from forkpoint.process import limits
 
     if options.max_processes is not None and options.max_processes < 1:
         raise configuration("--max-processes must be positive")
-    with _holding(workspace, sandbox, lock_key, run_dir, parsed.cwd), \
+    with _holding(workspace, sandbox, lock_key, run_dir, parsed.cwd, path_map), \
             childenv.passing(childenv.resolve(request.env, os.environ).values, temp_dir=state_dir / "tmp"), \
             limits.limiting(options.max_processes or limits.DEFAULT_MAX_PROCESSES):
         return _run_planned(setup, run_dir, options, request, snapshot_facts, plan.after_step, report)
@@ -199,7 +201,38 @@ def continued_workspace(run_dir: Path, state_dir: Path, snapshot_facts: dict[str
     return path, str(recorded.get("lock_key"))
 
 
-def _holding(workspace: Path, sandbox: str, lock_key: str | None, run_dir: Path, recorded_cwd: str | None) -> Any:
+def recorded_path_map(recorded: Any, recorded_cwd: str | None, workspace: Path, sandbox: str, supported: bool,
+                      run_dir: Path) -> tuple[str, ...]:
+    """The ``--path-map`` a continue of a path-mapped run (a batch job's private workspace) gives its branches.
+
+    The run dir's map is a stranger's input: it must have the CLI flag's shape (``PathMap.parse``: absolute, no
+    root, no identity, no duplicate), be for ``--sandbox local`` and an agent that supports maps, and hold only the
+    entry for the recorded cwd. That entry is re-targeted at the workspace continue verified (device and inode, or
+    named with ``--workspace``): the documents never choose where anything is written."""
+    from forkpoint.sandbox.base import PathMap
+
+    if not recorded:
+        return ()
+    where = f"{run_dir}/result.json metadata.sandbox.path_map"
+    if not isinstance(recorded, list) or len(recorded) > 64 or not all(
+            isinstance(entry, dict) and isinstance(entry.get("recorded"), str) and isinstance(entry.get("real"), str)
+            for entry in recorded):
+        raise configuration(f"{where} is not a list of {{recorded, real}} paths: not a map forkpoint wrote; refused")
+    specs = [f"{entry['recorded']}={entry['real']}" for entry in recorded]
+    entries = PathMap.parse(specs).entries  # refused like a bad --path-map
+    if sandbox != "local" or not supported:
+        raise configuration(f"{where} maps paths, but the run is continued under --sandbox {sandbox} with an agent "
+                            f"that {'supports' if supported else 'does not support'} --path-map; refused")
+    cwd = os.path.normpath(recorded_cwd) if recorded_cwd else None
+    others = [old for old, _ in entries if old != cwd]
+    if cwd is None or others:
+        raise configuration(f"{where} maps {', '.join(others[:3]) or 'paths'} besides the recorded cwd {cwd}; "
+                            "continue carries only the recorded cwd's entry — replay again to change the map")
+    return () if os.path.normpath(workspace) == cwd else (f"{cwd}={workspace}",)
+
+
+def _holding(workspace: Path, sandbox: str, lock_key: str | None, run_dir: Path, recorded_cwd: str | None,
+             path_map: tuple[str, ...] = ()) -> Any:
     """The workspace lock (as a replay holds it) while branches restore into a ``local`` workspace, checked once
     more under the lock against the recorded lock key; the recorded-path check of the sandbox, before any effect."""
     import contextlib
@@ -209,7 +242,7 @@ def _holding(workspace: Path, sandbox: str, lock_key: str | None, run_dir: Path,
 
     if sandbox == "bwrap":
         return contextlib.nullcontext()
-    open_sandbox(sandbox, workspace, recorded_cwd)
+    open_sandbox(sandbox, workspace, recorded_cwd, path_map)
     lock = lock_workspace(workspace, f"continue {run_dir.name}")
     if lock_key is not None and lock.name != lock_key:
         lock.release()

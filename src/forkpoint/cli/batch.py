@@ -117,5 +117,10 @@ def _batch_summary(summary: dict[str, Any], as_json: bool) -> None:
     for job in summary["failed"][:20]:
         say(f"  job line {job['line']} after_step {job['after_step']} ({job['status']}, {job['category']}): "
              f"{job['message']}", err=True)
+    partial = summary.get("partial") or []
+    if partial:
+        say(f"  {len(partial)} done job(s) are partial (some of their branches failed):", err=True, style=YELLOW)
+    for job in partial[:20]:
+        say(f"  job line {job['line']} after_step {job['after_step']} (done, partial): {job['message']}", err=True)
     if len(summary["failed"]) > 20:
         say(f"  ... {len(summary['failed']) - 20} more: forkpoint batch status DIR --json", err=True)

@@ -229,6 +229,10 @@ def _render_result(result: Any) -> None:
         f"quality {result.quality}{version_text(result)}, agent {result.agent_status}{calls})",
         style=GREEN,
     )
+    from forkpoint.branches.branching import partial_text
+
+    if note := partial_text(result.metadata.get("branches")):
+        say(f"  {note}", err=True, style=YELLOW)
     if result.score is not None:
         score = result.score
         verdict = (f"reward {score['reward']:g}" if score.get("reward") is not None

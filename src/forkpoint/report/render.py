@@ -264,6 +264,12 @@ def _branches(document: dict[str, Any], live: dict[str, list[dict[str, Any]]] | 
                     if group.get("original_reward") is not None else "")
         figures = (f"group {group.get('id')}: n {group.get('n')}, mean {group.get('mean')}, std {group.get('std')}"
                    f"{', ' + passes if passes else ''}{original}; {figures}")
+    failed = [row for row in rows if row.get("status") in ("failed", "ambiguous")]
+    if failed:  # a partial (or wholly failed) branched run says so before its figures
+        categories = Counter(str((row.get("failure") or {}).get("category") or row.get("status")) for row in failed)
+        summary = ", ".join(f"{name} x{count}" for name, count in sorted(categories.items()))
+        figures = (f"{'all ' + str(len(rows)) if len(failed) == len(rows) else f'{len(failed)} of {len(rows)}'} "
+                   f"branches failed ({summary}); {figures}")
     return (f"<h3>Branches</h3><p class=\"muted\">{e(figures)}</p><div class=\"scroll\"><table class=\"branches\">"
             f"<thead><tr><th></th>{head}</tr></thead><tbody>{cells}</tbody></table></div>")
 

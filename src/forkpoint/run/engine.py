@@ -231,7 +231,8 @@ def _run_allocated(request: ReplayRequest, prepared: Prepared, journal: Journal,
         if request.branches > 1 or request.branch_prompts:
             if facts.boundary_snapshot is None:  # validate_request refuses branches with --drop-snapshot
                 raise configuration("branches continue from the boundary snapshot, and this run kept none")
-            continuation = _branch(request, prepared, prefix, context, journal, report, facts.boundary_snapshot)
+            continuation, stopped = _branch(request, prepared, prefix, context, journal, report,
+                                            facts.boundary_snapshot)
         else:
             continuation = _continue(request, prepared, prefix, context, journal, report)
         status = continuation.agent_status
@@ -342,13 +343,15 @@ def _continue(request: ReplayRequest, prepared: Prepared, prefix: NativePrefix, 
 
 
 def _branch(request: ReplayRequest, prepared: Prepared, prefix: NativePrefix, context: RunContext,
-            journal: Journal, report: Progress, snapshot: dict[str, Any]) -> Continuation:
-    """K continuations from the boundary snapshot (forkpoint.branches.branching); the run's own journal frames them."""
+            journal: Journal, report: Progress, snapshot: dict[str, Any]) -> tuple[Continuation, Failure | None]:
+    """K continuations from the boundary snapshot (forkpoint.branches.branching); the run's own journal frames them.
+    Also returns the run's failure when every branch failed (the run then exits with it, never 0)."""
     from forkpoint.branches.branching import (
         BranchRequest,
         BranchSetup,
         aggregate,
         branch_variants,
+        branches_failure,
         plan_branches,
         run_branches,
     )
@@ -367,7 +370,7 @@ def _branch(request: ReplayRequest, prepared: Prepared, prefix: NativePrefix, co
     journal.append("branches_started", count=branches.count)
     document = run_branches(setup, branches, report)
     journal.append("branches_finished", sync=False, count=branches.count)
-    return aggregate(document)
+    return aggregate(document), branches_failure(document)
 
 
 def _mcp_servers(request: ReplayRequest) -> frozenset[str]:
