@@ -86,13 +86,13 @@ def test_continue_runs_the_next_action_on_the_fresh_prefix(tmp_path: Path, after
     first = model.requests[0]["body"]
     assert first["model"] == "qwen3-coder-plus"
     messages = first["messages"]
-    if prompt:
-        assert messages[-1] == {"role": "user", "content": [{"type": "text", "text": PROMPT}]}
+    if prompt:  # as ``qwen -p PROMPT`` sends it: the CLI's regenerated reminders, then the prompt
+        assert messages[-1]["role"] == "user" and messages[-1]["content"][-1] == {"type": "text", "text": PROMPT}
+        assert "authoritative current date" in json.dumps(messages[-1]["content"][:-1])
         assert messages[-2]["role"] == "tool"
     else:
-        assert messages[-1]["role"] == "tool"
-    assert "__forkpoint_nonce" not in json.dumps(first) and "authoritative current date" not in json.dumps(
-        messages[-1])
+        assert messages[-1]["role"] == "tool" and "authoritative current date" not in json.dumps(messages[-1])
+    assert "__forkpoint_nonce" not in json.dumps(first)
     # the next action really ran: the CLI read the file the replayed write_file made, and sent it back
     second = model.requests[1]["body"]["messages"][-1]
     assert second["role"] == "tool" and second["content"] == [{"type": "text", "text": "todo\n"}]

@@ -80,7 +80,9 @@ def test_another_model_is_refused() -> None:
 
 def test_the_envelope_is_the_exact_datetime_line_and_nothing_else() -> None:
     line = "<current_datetime>2026-12-05T04:22:27.874+00:00</current_datetime>\n\n"
-    assert nonce_envelope({"role": "user", "content": line + NONCE}, NONCE) == (line, "")
+    build = nonce_envelope({"role": "user", "content": line + NONCE}, NONCE)
+    assert build is not None and build(NONCE) == {"role": "user", "content": line + NONCE}
+    assert build("Go on.") == {"role": "user", "content": line + "Go on."}  # a boundary prompt keeps the line
     assert nonce_envelope({"role": "user", "content": "say hi\n" + line + NONCE}, NONCE) is None
     assert nonce_envelope({"role": "user", "content": line + NONCE + " more"}, NONCE) is None
     assert nonce_envelope({"role": "user", "content": line + NONCE, "name": "x"}, NONCE) is None

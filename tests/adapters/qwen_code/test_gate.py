@@ -35,11 +35,17 @@ def test_the_real_resume_request_is_accepted_and_ends_at_the_fresh_observation()
     assert RESUME["nonce"] not in json.dumps(verdict.body)
 
 
-def test_the_boundary_prompt_replaces_the_nonce_and_its_date_reminder() -> None:
-    verdict = _gate("Go on.").first(_body())
+def test_the_boundary_prompt_replaces_the_nonce_and_keeps_the_reminders_the_cli_put_before_it() -> None:
+    """``qwen -p PROMPT`` sends its regenerated ``<system-reminder>`` parts before the prompt: the boundary prompt is
+    forwarded the same way, only the nonce part replaced."""
+    body = _body()
+    sent = body["messages"][-1]["content"]
+    assert len(sent) >= 2 and "<system-reminder>" in json.dumps(sent[:-1])
+    verdict = _gate("Go on.").first(body)
     assert verdict.ok, verdict.reason
     assert verdict.body is not None
-    assert verdict.body["messages"][-1] == {"role": "user", "content": [{"type": "text", "text": "Go on."}]}
+    assert verdict.body["messages"][-1] == {"role": "user",
+                                            "content": [*sent[:-1], {"type": "text", "text": "Go on."}]}
 
 
 def test_a_changed_observation_is_refused() -> None:

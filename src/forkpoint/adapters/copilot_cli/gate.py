@@ -22,7 +22,7 @@ Every request measured carried the tools: a request without them is gated like a
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from forkpoint.adapters.copilot_cli.parse import observation_of, tool_requests
@@ -95,15 +95,18 @@ def nonce_message(text: str) -> JsonObject:
     return {"role": "user", "content": text}
 
 
-def nonce_envelope(message: Any, nonce: str) -> tuple[str, str] | None:
-    """``(<current_datetime> line, "")`` when ``message`` is exactly the CLI's prompt message around ``nonce``."""
+def nonce_envelope(message: Any, nonce: str) -> Callable[[str], JsonObject] | None:
+    """When ``message`` is exactly the CLI's prompt message around ``nonce`` (its ``<current_datetime>`` line, then
+    the prompt): the same message around another text."""
     if not isinstance(message, dict) or set(message) != {"role", "content"} or message.get("role") != "user":
         return None
     content = message.get("content")
     if not isinstance(content, str) or not content.endswith(nonce):
         return None
     head = content[: len(content) - len(nonce)]
-    return (head, "") if _DATETIME.fullmatch(head) else None
+    if not _DATETIME.fullmatch(head):
+        return None
+    return lambda text: {"role": "user", "content": head + text}
 
 
 PROFILE = ChatProfile(agent="Copilot CLI", project=wire_message, system="required", nonce_message=nonce_message,

@@ -20,7 +20,7 @@ drops them from user messages on both sides).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -101,20 +101,26 @@ def wire_message(message: Any, index: int) -> JsonObject:
 
 
 def nonce_message(text: str) -> JsonObject:
-    """The ``-p`` prompt as the CLI sends it, without its date reminder (what the boundary prompt becomes)."""
+    """The ``-p`` prompt's own text part, as the CLI sends it after its reminders."""
     return {"role": "user", "content": [{"type": "text", "text": text}]}
 
 
-def nonce_matches(message: JsonObject, envelope: JsonObject) -> bool:
-    """The prompt message: the nonce text part last, only ``<system-reminder>`` parts before it."""
+def nonce_envelope(message: Any, nonce: str) -> Callable[[str], JsonObject] | None:
+    """When ``message`` is the prompt message (the nonce text part last, only the ``<system-reminder>`` parts the CLI
+    regenerates before it): the same message, reminders kept, around another text."""
+    if not isinstance(message, dict) or message.get("role") != "user" or set(message) != {"role", "content"}:
+        return None
     content = message.get("content")
-    if message.get("role") != "user" or set(message) != {"role", "content"} or not isinstance(content, list):
-        return False
-    return bool(content) and content[-1] == envelope["content"][0] and all(_reminder(p) for p in content[:-1])
+    if not isinstance(content, list) or not content or content[-1] != nonce_message(nonce)["content"][0]:
+        return None
+    reminders = content[:-1]
+    if not all(_reminder(part) for part in reminders):
+        return None
+    return lambda text: {"role": "user", "content": [*reminders, *nonce_message(text)["content"]]}
 
 
 PROFILE = ChatProfile(agent="Qwen Code", project=wire_message, system="optional", nonce_message=nonce_message,
-                      nonce_matches=nonce_matches, verified=frozenset({PROFILE_ID}))
+                      nonce_envelope=nonce_envelope, verified=frozenset({PROFILE_ID}))
 
 
 def expected_prefix(records: Sequence[JsonObject], nonce: str | None, model: str | None = None) -> ExpectedChat:

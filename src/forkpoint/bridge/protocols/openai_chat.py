@@ -251,13 +251,11 @@ class ChatProfile:
     system_hash: Callable[[Any], str] = canonical_sha256
     #: the message the agent appends to carry the nonce (its text replaced by the boundary prompt, same shape)
     nonce_message: Callable[[str], JsonObject] | None = None
-    #: the agent wraps the nonce text in a volatile envelope of its own (Copilot CLI's ``<current_datetime>`` line):
-    #: ``(request message, nonce) -> (head, tail)``, the exact texts around the nonce when the message is the nonce
-    #: message in that envelope, else None; the boundary prompt gets the same head and tail
-    nonce_envelope: Callable[[Any, str], tuple[str, str] | None] | None = None
-    #: (request message, nonce message) -> whether the request message carries the nonce; None: equality (an agent
-    #: that puts its own regenerated context in front of the prompt, e.g. Qwen Code's date reminder, says how)
-    nonce_matches: Callable[[JsonObject, JsonObject], bool] | None = None
+    #: the agent wraps its prompt in volatile context of its own (Copilot CLI's ``<current_datetime>`` line, Qwen
+    #: Code's ``<system-reminder>`` parts): ``(request message, nonce) -> builder`` when the message is the nonce
+    #: message in that envelope (else None); ``builder(text)`` is the same message with ``text`` in the nonce's place,
+    #: so a boundary prompt is forwarded as the agent would have sent it. None: the nonce message is exact.
+    nonce_envelope: Callable[[Any, str], Callable[[str], JsonObject] | None] | None = None
     forbidden: tuple[Forbidden, ...] = ()
     #: requests without tools are the agent's helper calls (title generation): forwarded, not a step
     helpers_without_tools: bool = False
@@ -395,7 +393,7 @@ class ChatGate(PrefixGate[ExpectedChat]):
                 if isinstance(message, dict) and rule.matches(message):
                     raise Refusal(f"messages[{index}] is {rule.reason}")
         cleaned_tail = [] if prompt is None or profile.nonce_message is None else [
-            profile.nonce_message(self._wrapped(messages[end] if nonced else None, prompt))]
+            self._prompt_message(messages[end] if nonced else None, prompt, profile.nonce_message)]
         cleaned = {**body, "messages": [*messages[:end], *cleaned_tail, *rest]}
         if expected.nonce is not None:  # the nonce message, its only place, is not in the cleaned copy
             refuse_nonce_in(cleaned_tail, expected.nonce)
@@ -448,11 +446,8 @@ class ChatGate(PrefixGate[ExpectedChat]):
             return None
         envelope = shape(nonce)
         wrapped = self.profile.nonce_envelope
-        matches = self.profile.nonce_matches
 
         def is_nonce(message: JsonObject) -> bool:
-            if matches is not None:
-                return matches(message, envelope)
             return message == envelope or (wrapped is not None and wrapped(message, nonce) is not None)
 
         i = nonce_position([m if isinstance(m, dict) else {} for m in messages], is_nonce,
@@ -466,11 +461,11 @@ class ChatGate(PrefixGate[ExpectedChat]):
         return i
 
 
-    def _wrapped(self, nonce_message: Any, prompt: str) -> str:
-        """The boundary prompt in the envelope the agent put around the nonce (unchanged without one)."""
+    def _prompt_message(self, nonce_message: Any, prompt: str, plain: Callable[[str], JsonObject]) -> JsonObject:
+        """The boundary prompt in the envelope the agent put around the nonce (the plain prompt message without one)."""
         wrapped, nonce = self.profile.nonce_envelope, self.expected.nonce
-        parts = wrapped(nonce_message, nonce) if wrapped is not None and nonce is not None else None
-        return prompt if parts is None else f"{parts[0]}{prompt}{parts[1]}"
+        build = wrapped(nonce_message, nonce) if wrapped is not None and nonce is not None else None
+        return plain(prompt) if build is None else build(prompt)
 
 
 def _shape(message: JsonObject) -> str:
