@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,17 @@ def test_model_text_and_truncation() -> None:
     long = "a" * 10 + "b" * 10
     assert truncate_content(long, 10) == "aaaaa" + TRUNCATION_NOTE + "bbbbb"
     assert model_text({"observation": "read", "content": long}, 10) == long  # reads are never cut here
+
+
+def test_replay_input_drops_the_environment_events_of_a_gui_session() -> None:
+    """ReplayManager skips ENVIRONMENT events (a GUI session's change_agent_state): they must not count as a
+    controller step, or the replay takes one step more than it replays and calls the model."""
+    parsed = parse_events(FIXTURES / "basic" / "trajectory.json")
+    state = {"id": 3, "source": "environment", "message": "Agent state changed to init",
+             "action": "change_agent_state", "args": {"agent_state": "init", "thought": ""}}
+    native = parsed.native
+    events = (*native.events[:2], state, *native.events[2:])
+    gui = Plan(replace(parsed, native=replace(native, events=events)), 1, Mode.REPLAY_AND_CONTINUE, "p")
+    replayed = replay_input(gui)
+    assert [e["action"] for e in replayed] == ["message", "run"]
+    assert replayed_action_count(replayed) == 1
