@@ -135,7 +135,7 @@ def test_recorded_workspace_falls_back_to_command_metadata() -> None:
 def test_without_a_recorded_workspace_the_default_is_derived_and_said(tmp_path: Path) -> None:
     """tests/runtime/trajs/basic.json's shape: a task and an editor call, no recall, no command: OpenHands'
     default /workspace, marked as derived; a path outside it leaves the workspace unknown (refused later)."""
-    data = [
+    data: list[dict[str, Any]] = [
         {"id": 0, "source": "user", "message": "Create game.py.", "action": "message",
          "args": {"content": "Create game.py.", "image_urls": None, "wait_for_response": False}},
         {"id": 3, "source": "agent", "message": "", "action": "edit",
