@@ -51,9 +51,11 @@ _MAX_STATE_BYTES = 16 * 1024 * 1024
 _ANSI = re.compile(r"\x1B[@-_][0-?]*[ -/]*[@-~]")
 
 
-def clean_terminal_output(raw: bytes) -> str:
-    """SWE-ReX's ``_strip_control_chars`` on pexpect's decoded text (utf-8, backslashreplace)."""
-    return _ANSI.sub("", raw.decode("utf-8", "backslashreplace")).replace("\r\n", "\n")
+def clean_terminal_output(raw: bytes, *, legacy: bool = False) -> str:
+    """SWE-ReX's ``_strip_control_chars`` on pexpect's decoded text (utf-8, backslashreplace). ``legacy``: SWE-ReX
+    before 2025-05-20 (SWE-agent 1.0 development trajectories) kept the CRLF and stripped the output."""
+    text = _ANSI.sub("", raw.decode("utf-8", "backslashreplace"))
+    return text.strip() if legacy else text.replace("\r\n", "\n")
 
 
 def action_script(action: str, state_file: Path, next_state_file: Path) -> str:
@@ -124,7 +126,7 @@ class SweAgentToolExecutor:
             raw = self._render(templates.timeout, {"command": action, "timeout": _number(
                 self.native.execution_timeout_s)}, call)
         else:
-            raw = clean_terminal_output(output.head + output.tail)
+            raw = clean_terminal_output(output.head + output.tail, legacy=templates.format_style)
             if planted is not None:
                 next_state.replace(self.state_file)
         state = self._state(_recorded_state_keys(self.native, call))
