@@ -73,3 +73,40 @@ def test_the_held_out_checks(tmp_path: Path) -> None:
         fresh = next((Path(result.output_dir or "") / "native" / "prefix").glob("*.json")).read_text()
         assert "started" in fresh  # the hostile command really ran
         assert bait.violations([fresh]) == []
+
+
+def test_a_gui_session_recording_replays(tmp_path: Path) -> None:
+    """A GUI-mode recording (OpenHands' tests/runtime/trajs/basic_gui_mode.json shape): the ENVIRONMENT's
+    change_agent_state action and agent_state_changed observations around the task. ReplayManager drops ENVIRONMENT
+    events; counted as a step, the controller used to take one step more than it replayed, call the model (nothing
+    listens) and leave the run ``ambiguous_execution``. Recorded at OpenHands' default /workspace, without recall."""
+    if runtimes.find("openhands", "0.62.0") is None:
+        pytest.skip("openhands 0.62.0 is not installed")
+    recorded = json.loads((FIXTURE / "meta.json").read_text())["cwd"]
+    events = [e for e in json.loads((FIXTURE / "trajectory.json").read_text().replace(recorded, "/workspace"))
+              if e.get("action") != "recall" and e.get("cause") != 2]
+    for event in events:
+        if event["id"]:  # room for the GUI events before the task, ids kept in order
+            event["id"] += 100
+        if isinstance(event.get("cause"), int):
+            event["cause"] += 100
+    gui = [{"id": 1, "timestamp": "2025-01-01T00:00:00", "source": "environment", "message": "", "observation":
+            "agent_state_changed", "content": "", "extras": {"agent_state": "loading"}},
+           {"id": 2, "timestamp": "2025-01-01T00:00:00", "source": "environment",
+            "message": "Agent state changed to init", "action": "change_agent_state",
+            "args": {"agent_state": "init", "thought": ""}},
+           {"id": 3, "timestamp": "2025-01-01T00:00:00", "source": "environment", "message": "No observation",
+            "cause": 2, "observation": "null", "content": "", "extras": {}}]
+    trajectory = tmp_path / "gui.json"
+    trajectory.write_text(json.dumps([events[0], *gui, *events[1:]]))
+    workspace = tmp_path / "elsewhere" / "ws"
+    workspace.mkdir(parents=True)
+    result = execute(build_request({
+        "agent": "openhands", "trajectory": str(trajectory), "after_step": 1, "workspace": str(workspace),
+        "state_dir": str(tmp_path / "state"), "output_dir": str(tmp_path / "out"), "run_id": "run",
+        "sandbox": "bwrap", "replay_only": True}, source="test"))
+    assert result.failure is None, result.failure
+    assert result.metadata["sandbox"]["agent_cwd"] == "/workspace"
+    rows = json.loads((Path(result.output_dir or "") / "observations.json").read_text())["observations"]
+    assert len(rows) == 1 and rows[0]["exact"], rows
+    assert (workspace / "pkg" / "calc.py").read_text() == "def add(a, b):\n    return a - b\n"

@@ -130,3 +130,26 @@ def test_recorded_workspace_falls_back_to_command_metadata() -> None:
     data = [e for e in events("basic") if e.get("observation") != "recall"]
     assert recorded_workspace(data) == "/tmp/forkpoint-rec-openhands/basic"
     assert recorded_workspace([{"id": 1, "action": "message"}]) is None
+
+
+def test_without_a_recorded_workspace_the_default_is_derived_and_said(tmp_path: Path) -> None:
+    """tests/runtime/trajs/basic.json's shape: a task and an editor call, no recall, no command: OpenHands'
+    default /workspace, marked as derived; a path outside it leaves the workspace unknown (refused later)."""
+    data: list[dict[str, Any]] = [
+        {"id": 0, "source": "user", "message": "Create game.py.", "action": "message",
+         "args": {"content": "Create game.py.", "image_urls": None, "wait_for_response": False}},
+        {"id": 3, "source": "agent", "message": "", "action": "edit",
+         "tool_call_metadata": {"function_name": "str_replace_editor", "tool_call_id": "toolu_1",
+                                "model_response": {"id": "r1"}, "total_calls_in_response": 1},
+         "args": {"path": "/workspace/game.py", "command": "create", "file_text": "x = 1\n", "thought": ""}},
+        {"id": 4, "source": "agent", "message": "I edited the file /workspace/game.py.", "cause": 3,
+         "observation": "edit", "tool_call_metadata": {"function_name": "str_replace_editor",
+                                                       "tool_call_id": "toolu_1"},
+         "content": "File created successfully at: /workspace/game.py", "extras": {"path": "/workspace/game.py"}},
+    ]
+    parsed = parse_events(write(tmp_path, data))
+    assert parsed.cwd == "/workspace"
+    assert any("derived" in warning and "/workspace" in warning for warning in parsed.warnings)
+    data[1]["args"]["path"] = "/home/dev/game.py"
+    outside = parse_events(write(tmp_path, data))
+    assert outside.cwd is None and not outside.warnings

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from forkpoint.adapters.openhands.format import TRUNCATION_NOTE, model_text, truncate_content
 from forkpoint.adapters.openhands.parse import parse_events
 from forkpoint.adapters.openhands.session import prefix_events, replay_input, replayed_action_count
-from forkpoint.adapters.openhands.tools import fresh_observations
+from forkpoint.adapters.openhands.tools import check_replay_input, fresh_observations
 from forkpoint.core.errors import ReplayError
 from forkpoint.core.model import FreshObservation, Mode, Plan
 
@@ -68,3 +69,28 @@ def test_model_text_and_truncation() -> None:
     long = "a" * 10 + "b" * 10
     assert truncate_content(long, 10) == "aaaaa" + TRUNCATION_NOTE + "bbbbb"
     assert model_text({"observation": "read", "content": long}, 10) == long  # reads are never cut here
+
+
+def test_replay_input_drops_the_environment_events_of_a_gui_session() -> None:
+    """ReplayManager skips ENVIRONMENT events (a GUI session's change_agent_state): they must not count as a
+    controller step, or the replay takes one step more than it replays and calls the model."""
+    parsed = parse_events(FIXTURES / "basic" / "trajectory.json")
+    state = {"id": 3, "source": "environment", "message": "Agent state changed to init",
+             "action": "change_agent_state", "args": {"agent_state": "init", "thought": ""}}
+    native = parsed.native
+    events = (*native.events[:2], state, *native.events[2:])
+    gui = Plan(replace(parsed, native=replace(native, events=events)), 1, Mode.REPLAY_AND_CONTINUE, "p")
+    replayed = replay_input(gui)
+    assert [e["action"] for e in replayed] == ["message", "run"]
+    assert replayed_action_count(replayed) == 1
+
+
+def test_a_replay_input_that_would_not_replay_the_prefix_is_refused_before_running() -> None:
+    events = replay_input(plan("parallel", 2))
+    ids = [e["tool_call_metadata"]["tool_call_id"] for e in events[1:]]
+    check_replay_input(events, ids)
+    gui = [*events, {"id": 99, "source": "environment", "action": "change_agent_state", "args": {}}]
+    for bad, calls in ((gui, ids), (events, ids[:-1])):
+        with pytest.raises(ReplayError, match="nothing was run") as caught:
+            check_replay_input(bad, calls)
+        assert caught.value.before_effect and caught.value.kind.exit_code == 10

@@ -11,6 +11,7 @@ from forkpoint.adapters.swe_agent.templates import (
     names,
     render,
 )
+from forkpoint.adapters.swe_agent.tools import clean_terminal_output
 
 
 def test_render_substitutes_names_and_slices() -> None:
@@ -59,3 +60,30 @@ def test_check_names_what_is_missing() -> None:
     templates.check({"working_dir"})
     with pytest.raises(TemplateError, match="working_dir"):
         templates.check(set())
+
+
+def test_str_format_templates_of_swe_agent_1_0_development_trajectories() -> None:
+    """Shaped like SWE-agent's 1.0-dev trajectories (``{observation}``, ``{command!r}``): rendered like
+    ``str.format``, never left as literal braces for the model."""
+    templates = ObservationTemplates.from_config({
+        "next_step_template": "{observation}\n(Open file: {open_file})\n(Current directory: {working_dir})\nbash-$",
+        "next_step_no_output_template": "Your command ran successfully and did not produce any output.\n"
+                                        "(Open file: {open_file})\n",
+        "command_cancelled_timeout_template": "The command {command!r} was cancelled after {timeout} seconds."})
+    assert templates.format_style
+    values = {"open_file": "n/a", "working_dir": "/repo"}
+    assert templates.observation_message("a\r\nb", values) == \
+        "a\r\nb\n(Open file: n/a)\n(Current directory: /repo)\nbash-$"
+    assert templates.observation_message("", values) == ("Your command ran successfully and did not produce any "
+                                                         "output.\n(Open file: n/a)\n")
+    assert render(templates.timeout, {"command": "sleep 'x'", "timeout": 30}) == \
+        "The command \"sleep 'x'\" was cancelled after 30 seconds."
+    assert not ObservationTemplates.from_config({"next_step_template": "OBSERVATION:\n{{observation}}"}).format_style
+    with pytest.raises(TemplateError, match=r"str\.format field"):
+        ObservationTemplates.from_config({"next_step_template": "{observation}\n{working_dir:>10}"})
+
+
+def test_legacy_terminal_output_keeps_crlf_and_is_stripped() -> None:
+    """SWE-ReX before 2025-05-20 stripped a session's output and kept the terminal's CRLF."""
+    assert clean_terminal_output(b"\r\nFound 1\r\n/x\r\n") == "\nFound 1\n/x\n"
+    assert clean_terminal_output(b"\r\nFound 1\r\n/x\r\n", legacy=True) == "Found 1\r\n/x"

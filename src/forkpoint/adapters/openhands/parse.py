@@ -17,7 +17,7 @@ observations are compared the way the model would see them.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,9 +96,10 @@ def parse_events(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajec
     for index in turn_of_batch:
         next_actions.append(turns[index + 1].signature() if index + 1 < len(turns) else None)
     native = OpenHandsNative(tuple(events), tuple(batch_actions), tuple(batch_observations), version)
-    return Trajectory.recorded(AGENT, version, path, sha256, session_id=path.stem, cwd=recorded_workspace(events),
+    cwd, derived = workspace_of(events)
+    return Trajectory.recorded(AGENT, version, path, sha256, session_id=path.stem, cwd=cwd,
                                batches=batches, next_actions=next_actions, boundary_refusals=_refusals(groups),
-                               native=native)
+                               warnings=[derived] if derived else (), native=native)
 
 
 def _checked(data: list[Any]) -> list[JsonObject]:
@@ -267,6 +268,27 @@ def _turns(events: Iterable[JsonObject]) -> list[_Turn]:
             turns.append(_Turn({event["id"]}, [event]))
         current = rid
     return turns
+
+
+#: OpenHands' ``workspace_mount_path_in_sandbox`` default: where its sandbox mounts the workspace
+DEFAULT_WORKSPACE = "/workspace"
+
+
+def workspace_of(events: Sequence[JsonObject]) -> tuple[str | None, str | None]:
+    """The workspace and, when it was not recorded, why forkpoint derives it: OpenHands' default ``/workspace``
+    when every absolute path the agent's calls name lies below it (a recording without recall or command events,
+    e.g. OpenHands' own tests/runtime/trajs/basic.json). None when nothing backs a workspace."""
+    recorded = recorded_workspace(events)
+    if recorded is not None:
+        return recorded, None
+    paths = [path for event in events if event.get("source") == "agent" and isinstance(event.get("action"), str)
+             for path in (as_text(as_object(event.get("args")).get("path")),) if path and path.startswith("/")]
+    inside = [os.path.normpath(path).startswith(DEFAULT_WORKSPACE + "/") for path in paths]
+    if not inside or not all(inside):
+        return None, None
+    return DEFAULT_WORKSPACE, (f"no workspace recorded (no recall observation, no command working dir): derived "
+                               f"OpenHands' default sandbox workspace {DEFAULT_WORKSPACE}, which every path the "
+                               "recorded calls name lies below")
 
 
 def recorded_workspace(events: Iterable[JsonObject]) -> str | None:

@@ -80,7 +80,9 @@ def replay_input(plan: Plan[OpenHandsNative]) -> list[JsonObject]:
             break
         if event is task or not isinstance(event.get("action"), str):
             continue
-        if event.get("action") in ("system", "recall"):
+        if event.get("action") in ("system", "recall") or event.get("source") == "environment":
+            # ReplayManager drops ENVIRONMENT events (a GUI session's change_agent_state): counted as a step, the
+            # controller would take one step more than it replays and call the model
             continue
         events.append(copy.deepcopy(event))
     return events

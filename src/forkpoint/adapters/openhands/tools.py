@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from forkpoint.adapters.kit.ids import safe_file_stem
+from forkpoint.adapters.kit.jsondoc import as_object
 from forkpoint.adapters.openhands.format import model_text
 from forkpoint.adapters.openhands.launch import DEAD_LLM_URL, run_runner, work_dir
 from forkpoint.adapters.openhands.session import replay_input, replayed_action_count, write_events
@@ -29,6 +30,19 @@ from forkpoint.sandbox import local_sandbox
 
 REPLAY_TIMEOUT_S = 1800.0
 MAX_ITERATION_ERROR = "Agent reached maximum iteration"
+
+
+def check_replay_input(events: list[JsonObject], call_ids: list[str]) -> None:
+    """Refuse, before the runner starts anything, a ReplayManager input that would not replay exactly the plan's
+    calls: OpenHands would run other actions, or step past the prefix into a model call, and the run could only
+    end ambiguous."""
+    replayed = [as_object(e.get("tool_call_metadata")).get("tool_call_id") for e in events[1:]
+                if e.get("source") == "agent" and isinstance(e.get("action"), str)]
+    ignored = [e.get("id") for e in events[1:] if e.get("source") not in ("agent", "user")]
+    if replayed != call_ids or ignored:
+        raise ReplayError(ErrorKind.TRAJECTORY, f"OpenHands' ReplayManager would replay the actions {replayed} "
+                                                f"(events {ignored} it skips counted as steps), not the calls "
+                                                f"{call_ids} of the prefix; nothing was run", before_effect=True)
 
 
 def fresh_observations(events: list[JsonObject], call_ids: list[str]) -> dict[str, JsonObject]:
@@ -65,6 +79,7 @@ class OpenHandsToolExecutor:
         work = work_dir(self.context)
         events = replay_input(self.plan)
         replay_path = work / "replay-events.json"
+        check_replay_input(events, [call.call_id for call in self.plan.calls])
         write_events(events, replay_path)
         saved = work / "replayed-trajectory.json"
         request: dict[str, Any] = {

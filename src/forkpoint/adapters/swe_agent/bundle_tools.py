@@ -1,5 +1,7 @@
-"""SWE-agent 1.1.0's default bundle tools, re-implemented: ``str_replace_editor`` (edit_anthropic) and ``submit``
-(review_on_submit_m), run as a script inside the replayed shell like SWE-agent runs its bundle scripts.
+"""SWE-agent's bundle tools, re-implemented: ``str_replace_editor`` (edit_anthropic), ``submit``
+(review_on_submit_m), the windowed viewer (``windowed``, formerly ``defaults``: open, goto, scroll_up,
+scroll_down, create) and ``search`` (find_file, search_dir, search_file), run as a script inside the replayed
+shell like SWE-agent runs its bundle scripts.
 
     python -I bundle_tools.py <registry file> <patch file> <tool> [tool arguments...]
 
@@ -307,6 +309,238 @@ def submit_main(registry: Registry, patch_path: Path, argv: list[str]) -> None:
     print("<<SWE_AGENT_SUBMISSION>>")
 
 
+class WindowedFile:
+    """SWE-agent's ``windowed`` bundle (``tools/windowed/lib/windowed_file.py``, once ``tools/defaults``): a window
+    of ``WINDOW`` lines on ``CURRENT_FILE`` starting at the 0-based ``FIRST_LINE``, both kept in the registry."""
+
+    def __init__(self, registry: Registry, path: Path | None = None) -> None:
+        self.registry = registry
+        name = path if path is not None else registry.get("CURRENT_FILE")
+        if not name:
+            fail("No file open. Use the open command first.", 1)
+        self.path = Path(name)
+        if self.path.is_dir():
+            fail(f"Error: {self.path} is a directory. You can only open files. Use cd or ls to navigate "
+                 "directories.", 1)
+        if not self.path.exists():
+            fail(f"Error: File {self.path} not found", 1)
+        registry.set("CURRENT_FILE", str(self.path.resolve()))
+        self.window = int(registry.get("WINDOW"))
+        self.overlap = int(registry.get("OVERLAP", 0))
+        self._first_line = 0
+        self.first_line = int(registry.get("FIRST_LINE", 0))
+
+    @property
+    def text(self) -> str:
+        return self.path.read_text()
+
+    @property
+    def n_lines(self) -> int:
+        return len(self.text.splitlines())
+
+    @property
+    def first_line(self) -> int:
+        return self._first_line
+
+    @first_line.setter
+    def first_line(self, value: float) -> None:
+        self._first_line = max(0, min(int(value), self.n_lines - self.window))
+        self.registry.set("FIRST_LINE", self._first_line)
+
+    def goto(self, line: int) -> None:
+        self.first_line = line - self.window * (1 / 6)
+
+    def scroll(self, lines: int) -> None:
+        self.first_line += lines - self.overlap if lines > 0 else lines + self.overlap
+
+    def print_window(self) -> None:
+        total = self.n_lines
+        start, end = self.first_line, min(self.first_line + self.window - 1, total - 1)
+        out = [f"[File: {self.path} ({total} lines total)]"]
+        if start > 0:
+            out.append(f"({start} more lines above)")
+        out.extend(f"{number + start + 1}:{line}" for number, line in enumerate(self.text.split("\n")[start:end + 1]))
+        if end < total - 1:
+            out.append(f"({total - end - 1} more lines below)")
+        print("\n".join(out))
+
+
+def open_main(registry: Registry, argv: list[str]) -> int:
+    if not argv:
+        if not registry.get("CURRENT_FILE"):
+            fail('Usage: open "<file>"', 1)
+        WindowedFile(registry).print_window()
+        return 0
+    window = WindowedFile(registry, Path(argv[0]))
+    if len(argv) > 1:
+        try:
+            line = int(argv[1])
+        except ValueError:
+            fail('Usage: open "<file>" [<line_number>]\nError: <line_number> must be a number', 1)
+        if line > window.n_lines:
+            print(f"Warning: <line_number> ({line}) is greater than the number of lines in the file "
+                  f"({window.n_lines})")
+            print(f"Warning: Setting <line_number> to {window.n_lines}")
+            line = window.n_lines
+        elif line < 1:
+            print(f"Warning: <line_number> ({line}) is less than 1")
+            print("Warning: Setting <line_number> to 1")
+            line = 1
+    else:
+        line = window.first_line
+    window.goto(line - 1)
+    window.print_window()
+    return 0
+
+
+def goto_main(registry: Registry, argv: list[str]) -> int:
+    if len(argv) > 1:
+        fail("goto allows only one line number at a time.", 1)
+    if not argv:
+        fail("Usage: goto <line>", 1)
+    try:
+        line = int(argv[0])
+    except ValueError:
+        fail("Usage: goto <line>\nError: <line> must be a number", 1)
+    window = WindowedFile(registry)
+    if line > window.n_lines:
+        fail(f"Error: <line> must be less than or equal to {window.n_lines}", 1)
+    window.goto(line - 1)
+    window.print_window()
+    return 0
+
+
+def scroll_main(direction: int) -> Any:
+    def scroll(registry: Registry, argv: list[str]) -> int:
+        window = WindowedFile(registry)
+        window.scroll(direction * window.window)
+        window.print_window()
+        return 0
+    return scroll
+
+
+def create_main(registry: Registry, argv: list[str]) -> int:
+    if not argv:
+        fail("Usage: create <filename>", 1)
+    path = Path(argv[0])
+    if not path.parent.is_dir():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        fail(f"Warning: File '{path}' already exists.", 1)
+    path.touch()
+    window = WindowedFile(registry, path)
+    window.first_line = 0
+    window.print_window()
+    return 0
+
+
+WINDOWED_TOOLS = {"open": open_main, "goto": goto_main, "scroll_up": scroll_main(-1), "scroll_down": scroll_main(1),
+                  "create": create_main}
+
+
+def _echo(data: bytes) -> None:
+    """One ``echo`` of raw bytes (file names and lines are printed as found, never re-decoded)."""
+    sys.stdout.flush()
+    sys.stdout.buffer.write(data + b"\n")
+    sys.stdout.buffer.flush()
+
+
+def _captured(script: str, *args: str) -> bytes:
+    """What bash's ``$(...)`` keeps of a pipeline's output (trailing newlines dropped); stderr goes to the
+    terminal as in SWE-agent's scripts."""
+    done = subprocess.run(["bash", "-c", script, "bash", *args], stdout=subprocess.PIPE, check=False)
+    return done.stdout.rstrip(b"\n")
+
+
+def _search_dir_arg(argv: list[str], usage: str) -> tuple[str, str] | None:
+    if len(argv) == 1:
+        return argv[0], os.path.realpath("./")
+    if len(argv) == 2:
+        if not os.path.isdir(argv[1]):
+            print(f"Directory {argv[1]} not found")
+            return None
+        return argv[0], os.path.realpath(argv[1])
+    print(usage)
+    return None
+
+
+def find_file_main(registry: Registry, argv: list[str]) -> None:
+    """``tools/search/bin/find_file``: ``find <dir> -type f -name <name>``."""
+    found = _search_dir_arg(argv, "Usage: find_file <file_name> [<dir>]")
+    if found is None:
+        return
+    name, where = found
+    matches = _captured('find "$1" -type f -name "$2"', where, name)
+    if not matches:
+        print(f'No matches found for "{name}" in {where}')
+        return
+    count = matches.count(b"\n") + 1
+    print(f'Found {count} matches for "{name}" in {where}:')
+    _echo(matches)
+
+
+def search_dir_main(registry: Registry, argv: list[str]) -> None:
+    """``tools/search/bin/search_dir``: per-file match counts of ``grep -nIH`` over non-hidden files."""
+    found = _search_dir_arg(argv, "Usage: search_dir <search_term> [<dir>]")
+    if found is None:
+        return
+    term, where = found
+    matches = _captured("find \"$1\" -type f ! -path '*/.*' -exec grep -nIH -- \"$2\" {} + "
+                        "| cut -d: -f1 | sort | uniq -c", where, term)
+    if not matches:
+        print(f'No matches found for "{term}" in {where}')
+        return
+    rows = [line.split() for line in matches.split(b"\n")]
+    total = sum(int(row[0]) for row in rows if row)
+    if len(rows) > 100:
+        print(f'More than {len(rows)} files matched for "{term}" in {where}. Please narrow your search.')
+        return
+    print(f'Found {total} matches for "{term}" in {where}:')
+    for row in rows:
+        name = re.sub(rb"^\.+/+", b"./", row[1]) if len(row) > 1 else b""
+        _echo(name + b" (" + (row[0] if row else b"") + b" matches)")
+    print(f'End of matches for "{term}" in {where}')
+
+
+def search_file_main(registry: Registry, argv: list[str]) -> None:
+    """``tools/search/bin/search_file``: ``grep -nH`` in one file (default: the open one), one line per match."""
+    usage = "Usage: search_file <search_term> [<file>]"
+    if not argv or not argv[0]:
+        print(usage)
+        return
+    if len(argv) >= 2:
+        if not os.path.isfile(argv[1]):
+            print(f"{usage}\nError: File name {argv[1]} not found. Please provide a valid file name.")
+            return
+        name = argv[1]
+    else:
+        name = str(registry.get("CURRENT_FILE", ""))
+        if not name:
+            print("No file open. Use the open command first.")
+            return
+    term, name = argv[0], os.path.realpath(name)
+    matches = _captured('grep -nH -- "$1" "$2"', term, name)
+    if not matches:
+        print(f'No matches found for "{term}" in {name}')
+        return
+    lines = matches.split(b"\n")
+    files = {line.split(b":", 1)[0] for line in lines}  # SWE-agent counts ``cut -d: -f1``: the file name
+    if len(files) > 100:
+        print(f'More than {len(files)} lines matched for "{term}" in {name}. Please narrow your search.')
+        return
+    print(f'Found {len(lines)} matches for "{term}" in {name}:')
+    numbers = sorted({int(fields[1]) for fields in (line.split(b":", 2) for line in lines)
+                      if len(fields) > 1 and fields[1].isdigit()})
+    content = Path(name).read_bytes().split(b"\n")
+    for number in numbers:
+        text = content[number - 1] if number <= len(content) else b""
+        _echo(b"Line " + str(number).encode() + b":" + text.rstrip(b"\n"))
+    print(f'End of matches for "{term}" in {name}')
+
+
+SEARCH_TOOLS = {"find_file": find_file_main, "search_dir": search_dir_main, "search_file": search_file_main}
+
+
 def main(argv: list[str]) -> None:
     registry, patch, tool, rest = Registry(Path(argv[0])), Path(argv[1]), argv[2], argv[3:]
     sys.stdout = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8")
@@ -314,6 +548,10 @@ def main(argv: list[str]) -> None:
         editor_main(registry, rest)
     elif tool == "submit":
         submit_main(registry, patch, rest)
+    elif tool in WINDOWED_TOOLS:
+        sys.exit(WINDOWED_TOOLS[tool](registry, rest))
+    elif tool in SEARCH_TOOLS:
+        SEARCH_TOOLS[tool](registry, rest)
     else:
         sys.exit(f"unknown bundle tool {tool!r}")
 

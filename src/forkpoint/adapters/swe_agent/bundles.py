@@ -2,7 +2,9 @@
 
 SWE-agent 1.1.0's default configuration loads the bundles ``registry`` (state only), ``edit_anthropic``
 (``str_replace_editor``) and ``review_on_submit_m`` (``submit`` with review stages); ``tools/submit`` is the plain
-``submit``. forkpoint re-implements those two commands (bundle_tools.py); every other bundle command stays refused.
+``submit``. Older and "classic" configurations load ``windowed`` (``defaults`` before SWE-agent renamed it) and
+``search``. forkpoint re-implements those commands (bundle_tools.py); every other bundle command (``edit`` and
+``insert`` of the *_edit_* bundles, which lint with flake8, ``filemap``, ...) stays refused.
 A bundle is recognised by the last component of its recorded ``path`` (SWE-agent uploads it as
 ``/root/tools/<that name>``).
 """
@@ -18,7 +20,14 @@ from forkpoint.adapters.kit.jsondoc import as_object
 from forkpoint.core.model import CallPolicy, JsonObject
 
 #: bundle directory name -> the commands forkpoint re-implements from it
-REIMPLEMENTED = {"edit_anthropic": ("str_replace_editor",), "review_on_submit_m": ("submit",)}
+_WINDOWED = ("open", "goto", "scroll_up", "scroll_down", "create")
+REIMPLEMENTED = {"edit_anthropic": ("str_replace_editor",), "review_on_submit_m": ("submit",),
+                 "windowed": _WINDOWED, "defaults": _WINDOWED,
+                 "search": ("find_file", "search_dir", "search_file")}
+#: bundles whose state command (``_state``) also records ``open_file`` (the registry's CURRENT_FILE)
+WINDOWED_BUNDLES = frozenset({"windowed", "defaults"})
+#: what tools/windowed/install.sh writes into the registry (``${WINDOW:-100}`` etc. from the environment)
+WINDOWED_REGISTRY_DEFAULTS = {"WINDOW": "100", "OVERLAP": "2", "FIRST_LINE": "0", "CURRENT_FILE": ""}
 PLAIN_SUBMIT_BUNDLE = "submit"
 SUBMISSION_MARKER = "<<SWE_AGENT_SUBMISSION>>"
 _TRACEBACK = "Traceback (most recent call last):"
@@ -34,6 +43,24 @@ class BundleSetup:
     commands: frozenset[str]  # commands forkpoint provides for this recording
     bundles: tuple[str, ...]  # bundle names in the recorded order
     registry_variables: dict[str, Any]
+
+    @property
+    def windowed(self) -> bool:
+        return any(name in WINDOWED_BUNDLES for name in self.bundles)
+
+    @property
+    def state_keys(self) -> frozenset[str]:
+        """The step ``state`` keys forkpoint recomputes: the shell's cwd, and the open file of the windowed
+        bundle's ``_state``."""
+        return frozenset({"working_dir", "open_file"} if self.windowed else {"working_dir"})
+
+    def initial_registry(self, env_variables: dict[str, str]) -> dict[str, Any]:
+        """The registry after the bundles' install scripts: the windowed defaults (taken from the exported
+        variables like install.sh does), then ``registry_variables``."""
+        seeded: dict[str, Any] = {}
+        if self.windowed:
+            seeded = {key: env_variables.get(key) or default for key, default in WINDOWED_REGISTRY_DEFAULTS.items()}
+        return {**seeded, **self.registry_variables}
 
     def registry_flag(self, key: str) -> bool:
         return str(self.registry_variables.get(key, "false")).lower() == "true"

@@ -115,9 +115,9 @@ def parse_traj(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajecto
         else DEFAULT_EXECUTION_TIMEOUT_S
     cwd = recorded_cwd(config)
     format_values = _format_values(config, env_variables, cwd)
-    templates, problem = _templates(agent, set(format_values) | REPLAYABLE_STATE)
-
     setup = bundle_setup(tools)
+    templates, problem = _templates(agent, set(format_values) | setup.state_keys)
+
     steps = _steps(steps_raw, history)
     batches, next_actions, refusals = _batches(steps, steps_raw, history, problem, setup, info)
     statement = format_values.get("problem_statement")
@@ -265,10 +265,11 @@ def classify(name: str, action: str, state: Any, template_problem: str | None, *
     command = first_word(action)
     if terminal or (command in TERMINAL_COMMANDS and terminal is None):
         return CallPolicy.REFUSED, f"{command or 'this step'!r} ends the SWE-agent run"
+    known = setup.state_keys if setup is not None else REPLAYABLE_STATE
     bundled = classify_bundle_call(setup, name, command, action, observation) if setup is not None else None
     if bundled is not None:
         policy, reason = bundled
-        extra = sorted(set(state) - REPLAYABLE_STATE) if isinstance(state, dict) else []
+        extra = sorted(set(state) - known) if isinstance(state, dict) else []
         if extra:
             return CallPolicy.REFUSED, (f"its state ({', '.join(extra)}) comes from a SWE-agent bundle state "
                                         "command forkpoint cannot run")
@@ -280,7 +281,7 @@ def classify(name: str, action: str, state: Any, template_problem: str | None, *
         tool = name if name != "bash" else command
         return CallPolicy.REFUSED, (f"{tool!r} is a SWE-agent tool-bundle command; its script ships with SWE-agent "
                                     "(not installable from PyPI), so forkpoint cannot re-run it")
-    extra = sorted(set(state) - REPLAYABLE_STATE) if isinstance(state, dict) else []
+    extra = sorted(set(state) - known) if isinstance(state, dict) else []
     if extra:
         return CallPolicy.REFUSED, (f"its state ({', '.join(extra)}) comes from a SWE-agent bundle state command "
                                     "forkpoint cannot run")

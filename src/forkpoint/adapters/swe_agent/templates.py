@@ -4,12 +4,14 @@ SWE-agent 1.1.0 renders its observation messages with ``jinja2.Template(t).rende
 substitutions, and the default truncated-observation template slices (``{{observation[:max_observation_length]}}``).
 Jinja drops ONE trailing newline of a template (``keep_trailing_newline`` is off). This module implements exactly
 that subset; a template using anything else (``{% ... %}``, filters, attribute access, unknown names) is refused
-when the trajectory is parsed, never rendered approximately.
+when the trajectory is parsed, never rendered approximately. Templates of SWE-agent's 1.0 development
+trajectories use ``str.format`` (``{observation}``); they are translated into that subset (from_format_style).
 """
 
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +20,8 @@ _EXPR = re.compile(r"\{\{-?\s*(.*?)\s*-?\}\}", re.DOTALL)
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _SIMPLE = re.compile(rf"^({_NAME})$")
 _SLICE = re.compile(rf"^({_NAME})\[\s*:\s*({_NAME}|\d+)\s*\]$")
+#: forkpoint's own spelling of str.format's ``{name!r}`` (from_format_style); Jinja has no such filter
+_REPR = re.compile(rf"^({_NAME})\|pyrepr$")
 
 #: SWE-agent 1.1.0 TemplateConfig defaults (sweagent/agent/agents.py)
 DEFAULT_NEXT_STEP = "Observation: {{observation}}"
@@ -36,6 +40,10 @@ DEFAULT_TIMEOUT_TEMPLATE = (
 )
 
 
+_OBSERVATION_TEMPLATES = frozenset({"next_step_template", "next_step_no_output_template",
+                                    "next_step_truncated_observation_template", "command_cancelled_timeout_template"})
+
+
 class TemplateError(ValueError):
     """A template outside the supported subset, or a name the replay cannot provide."""
 
@@ -46,7 +54,7 @@ def names(template: str) -> set[str]:
         raise TemplateError("it uses Jinja statements or comments ({% %} / {# #})")
     found: set[str] = set()
     for expression in _EXPR.findall(template):
-        simple, sliced = _SIMPLE.match(expression), _SLICE.match(expression)
+        simple, sliced = _SIMPLE.match(expression) or _REPR.match(expression), _SLICE.match(expression)
         if simple:
             found.add(simple.group(1))
         elif sliced:
@@ -71,6 +79,9 @@ def render(template: str, values: Mapping[str, Any]) -> str:
             bound = sliced.group(2)
             end = int(bound) if bound.isdigit() else int(values[bound])
             return _text(values[sliced.group(1)])[:end]
+        quoted = _REPR.match(expression)
+        if quoted:
+            return repr(values[quoted.group(1)])
         return _text(values[expression])
 
     text = _EXPR.sub(substitute, template)
@@ -90,9 +101,16 @@ class ObservationTemplates:
     truncated: str
     max_observation_length: int
     timeout: str
+    #: str.format templates: a SWE-agent 1.0 development trajectory, whose SWE-ReX (before its 2025-05-20
+    #: "Remove strip behavior" change) stripped a session's output and kept the terminal's CRLF
+    format_style: bool = False
 
     @classmethod
     def from_config(cls, templates: Mapping[str, Any]) -> ObservationTemplates:
+        format_style = is_format_style(templates.get("next_step_template"))
+        if format_style:
+            templates = {key: from_format_style(value) if isinstance(value, str) and key in _OBSERVATION_TEMPLATES
+                         and "{{" not in value else value for key, value in templates.items()}
         next_step = _string(templates, "next_step_template", DEFAULT_NEXT_STEP)
         no_output = templates.get("next_step_no_output_template")
         limit = templates.get("max_observation_length", DEFAULT_MAX_OBSERVATION_LENGTH)
@@ -104,6 +122,7 @@ class ObservationTemplates:
             truncated=_string(templates, "next_step_truncated_observation_template", DEFAULT_TRUNCATED),
             max_observation_length=limit,
             timeout=_string(templates, "command_cancelled_timeout_template", DEFAULT_TIMEOUT_TEMPLATE),
+            format_style=format_style,
         )
 
     def check(self, available: set[str]) -> None:
@@ -138,6 +157,31 @@ class ObservationTemplates:
         values = {**context, "observation": observation, "elided_chars": elided,
                   "max_observation_length": self.max_observation_length}
         return render(template, values)
+
+
+def is_format_style(template: Any) -> bool:
+    """SWE-agent's 1.0 development trajectories (and 0.x) rendered templates with ``str.format``:
+    ``{observation}``, never ``{{observation}}``. Told apart by the observation template itself."""
+    return isinstance(template, str) and "{{" not in template and "{observation}" in template
+
+
+def from_format_style(template: str) -> str:
+    """A ``str.format`` template as the Jinja subset rendering the same text: ``{name}`` -> ``{{name}}``, and a
+    trailing newline doubled (str.format keeps it, the Jinja rendering drops one)."""
+    out: list[str] = []
+    try:
+        fields = list(string.Formatter().parse(template))
+    except ValueError as error:
+        raise TemplateError(f"its str.format syntax is broken: {error}") from None
+    for literal, name, spec, conversion in fields:
+        out.append(literal)
+        if name is None:
+            continue
+        if not _SIMPLE.match(name) or spec or conversion not in (None, "r"):
+            raise TemplateError(f"it uses the str.format field {{{name}}}, which forkpoint does not render")
+        out.append("{{" + name + ("|pyrepr" if conversion == "r" else "") + "}}")
+    text = "".join(out)
+    return text + "\n" if text.endswith("\n") else text
 
 
 def _string(mapping: Mapping[str, Any], key: str, default: str) -> str:

@@ -51,9 +51,11 @@ _MAX_STATE_BYTES = 16 * 1024 * 1024
 _ANSI = re.compile(r"\x1B[@-_][0-?]*[ -/]*[@-~]")
 
 
-def clean_terminal_output(raw: bytes) -> str:
-    """SWE-ReX's ``_strip_control_chars`` on pexpect's decoded text (utf-8, backslashreplace)."""
-    return _ANSI.sub("", raw.decode("utf-8", "backslashreplace")).replace("\r\n", "\n")
+def clean_terminal_output(raw: bytes, *, legacy: bool = False) -> str:
+    """SWE-ReX's ``_strip_control_chars`` on pexpect's decoded text (utf-8, backslashreplace). ``legacy``: SWE-ReX
+    before 2025-05-20 (SWE-agent 1.0 development trajectories) kept the CRLF and stripped the output."""
+    text = _ANSI.sub("", raw.decode("utf-8", "backslashreplace"))
+    return text.strip() if legacy else text.replace("\r\n", "\n")
 
 
 def action_script(action: str, state_file: Path, next_state_file: Path) -> str:
@@ -124,10 +126,10 @@ class SweAgentToolExecutor:
             raw = self._render(templates.timeout, {"command": action, "timeout": _number(
                 self.native.execution_timeout_s)}, call)
         else:
-            raw = clean_terminal_output(output.head + output.tail)
+            raw = clean_terminal_output(output.head + output.tail, legacy=templates.format_style)
             if planted is not None:
                 next_state.replace(self.state_file)
-        state = {"working_dir": self._working_dir()} if _records_working_dir(self.native, call) else {}
+        state = self._state(_recorded_state_keys(self.native, call))
         try:
             message = templates.observation_message(raw, {**self.native.format_values, **state})
         except TemplateError as error:
@@ -145,7 +147,7 @@ class SweAgentToolExecutor:
         tool_dir = self.scratch / "bin"
         tool_dir.mkdir()
         registry, patch = self.scratch / "registry.json", self.scratch / "model.patch"
-        registry.write_text(json.dumps(self.native.registry_variables), "utf-8")
+        registry.write_text(json.dumps(self.native.bundles.initial_registry(self.native.env_variables)), "utf-8")
         for tool in sorted(self.native.bundle_commands):
             wrapper = tool_dir / tool
             wrapper.write_text(tool_wrapper(tool, registry, patch), "utf-8")
@@ -158,6 +160,29 @@ class SweAgentToolExecutor:
         except TemplateError as error:
             raise ReplayError(ErrorKind.EXECUTOR, f"cannot render the timeout message of {call.call_id}: {error}") \
                 from None
+
+    def _state(self, keys: list[str]) -> dict[str, str]:
+        """The recorded state keys recomputed: ``_state_anthropic``'s cwd, ``_state``'s open file too."""
+        state: dict[str, str] = {}
+        for key in keys:
+            if key == "working_dir":
+                state[key] = self._working_dir()
+            elif key == "open_file":
+                state[key] = self._open_file()
+        return state
+
+    def _open_file(self) -> str:
+        """The windowed ``_state``: ``n/a`` or the registry's CURRENT_FILE (the tools store it resolved inside
+        the sandbox, so the host never resolves a path the replayed commands control)."""
+        registry = self.scratch / "registry.json"
+        try:
+            raw = read_sandbox_file(self.scratch, registry, kind=ErrorKind.EXECUTOR,
+                                    what="the emulated SWE-agent registry", max_bytes=_MAX_STATE_BYTES)
+            data = json.loads(raw.decode("utf-8", "replace"))
+        except ValueError:  # a command overwrote it: the windowed tools would fail the same way
+            data = {}
+        current = data.get("CURRENT_FILE") if isinstance(data, dict) else None
+        return str(current) if isinstance(current, str) and current else "n/a"
 
     def _working_dir(self) -> str:
         state = read_sandbox_file(self.scratch, self.state_file, kind=ErrorKind.EXECUTOR,
@@ -179,13 +204,14 @@ class SweAgentToolExecutor:
                 directory.rmdir()
 
 
-def _records_working_dir(native: SweAgentNative, call: ToolCall) -> bool:
+def _recorded_state_keys(native: SweAgentNative, call: ToolCall) -> list[str]:
+    """The state keys the step recorded that forkpoint recomputes, in the recorded order."""
     index = call.native if isinstance(call.native, int) else -1
     steps = native.data.get("trajectory")
     if not isinstance(steps, list) or not 0 <= index < len(steps):
-        return False
+        return []
     state = steps[index].get("state") if isinstance(steps[index], dict) else None
-    return isinstance(state, dict) and "working_dir" in state
+    return [key for key in state if key in native.bundles.state_keys] if isinstance(state, dict) else []
 
 
 def _number(value: float) -> int | float:
