@@ -9,6 +9,9 @@ these bwrap arguments, in this order (later mounts cover earlier ones):
    (``/testbed``, ``/Users/alice/proj``, ``/workspace``) can still be created; when the missing part starts
    deeper (``/srv/absent/app``), the deepest existing directory gets the same skeleton (a tmpfs with its
    entries bound back read-only). Every skeleton is remounted read-only at the end (``--remount-ro``).
+   Where the skeleton is not needed (the recorded cwd exists here or lies in a hidden tmpfs, every hidden
+   directory exists here, and the top level holds nothing the skeleton would leave out), the root is one
+   ``--ro-bind / /``: the same view, ~2 ms less per command (each bind is a mount paid on every command; issue 33).
 2. Hidden behind empty tmpfs mounts: ``/tmp`` and ``/var/tmp`` (private temp dirs), ``/home``, ``/root``, the
    user's real ``$HOME`` and ``$XDG_RUNTIME_DIR`` / ``/run/user`` (dotfiles, credentials, agent configs, agent
    sockets): neither readable nor writable inside. ``TMPDIR`` is set to that private ``/tmp`` (the host's, or the
