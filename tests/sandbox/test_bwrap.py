@@ -70,6 +70,21 @@ def test_a_recorded_cwd_in_a_hidden_dir_costs_no_mount_per_top_level_entry(works
     assert inside.isdisjoint(plain)
 
 
+def test_a_recorded_cwd_that_exists_here_outside_the_hidden_dirs(workspace: Path) -> None:
+    """The one-bind root (issue 33) with the workspace mounted over an existing host directory (its mount point
+    already exists in the read-only root); the host's directory is untouched."""
+    recorded = next((path for path in ("/mnt", "/srv", "/opt") if os.path.isdir(path)
+                     and not os.path.islink(path)), None)
+    if recorded is None:
+        pytest.skip("no /mnt, /srv or /opt on this host")
+    before = sorted(os.listdir(recorded))
+    sandbox = BwrapSandbox(workspace, recorded)
+    result = sh(sandbox, "pwd -P; cat notes.txt; echo made > made.txt; touch /etc/x 2>/dev/null || echo read-only")
+    assert text(result) == f"{recorded}\nhello\nread-only\n", text(result)
+    assert (workspace / "made.txt").read_text() == "made\n"
+    assert sorted(os.listdir(recorded)) == before
+
+
 @pytest.mark.parametrize("parent", ["/", "/var"])
 def test_a_recorded_cwd_whose_parents_do_not_exist_here(workspace: Path, parent: str) -> None:
     """/testbed or /Users/alice/proj style recordings: the missing directories are created in a read-only skeleton."""
