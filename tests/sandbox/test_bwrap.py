@@ -51,6 +51,40 @@ def test_the_workspace_is_at_the_recorded_path(workspace: Path) -> None:
     assert sandbox.host_path("/etc/hostname") == "/etc/hostname"
 
 
+def _mount_points(mountinfo: str) -> set[str]:
+    return {line.split()[4] for line in mountinfo.splitlines() if len(line.split()) > 4}
+
+
+def test_a_recorded_cwd_in_a_hidden_dir_costs_no_mount_per_top_level_entry(workspace: Path) -> None:
+    """Issue 33: each mount is paid on every command; where the host's root can simply be bound read-only (the
+    recorded cwd lies in the private /tmp), the top-level directories are not bound one by one."""
+    host = _mount_points(Path("/proc/self/mountinfo").read_text())
+    plain = sorted(path for entry in os.scandir("/") if entry.is_dir(follow_symlinks=False)
+                   and (path := "/" + entry.name) not in host and path not in ("/tmp", "/home", "/root"))
+    assert plain  # /usr, /etc, ... on any usual host
+    sandbox = BwrapSandbox(workspace, RECORDED)
+    result = sh(sandbox, "touch /etc/x 2>/dev/null || echo root-read-only; cat /proc/self/mountinfo")
+    assert result.returncode == 0 and text(result).startswith("root-read-only\n"), text(result)
+    inside = _mount_points(text(result).partition("\n")[2])
+    assert {RECORDED, "/tmp", "/proc", "/dev"} <= inside
+    assert inside.isdisjoint(plain)
+
+
+def test_a_recorded_cwd_that_exists_here_outside_the_hidden_dirs(workspace: Path) -> None:
+    """The one-bind root (issue 33) with the workspace mounted over an existing host directory (its mount point
+    already exists in the read-only root); the host's directory is untouched."""
+    recorded = next((path for path in ("/mnt", "/srv", "/opt") if os.path.isdir(path)
+                     and not os.path.islink(path)), None)
+    if recorded is None:
+        pytest.skip("no /mnt, /srv or /opt on this host")
+    before = sorted(os.listdir(recorded))
+    sandbox = BwrapSandbox(workspace, recorded)
+    result = sh(sandbox, "pwd -P; cat notes.txt; echo made > made.txt; touch /etc/x 2>/dev/null || echo read-only")
+    assert text(result) == f"{recorded}\nhello\nread-only\n", text(result)
+    assert (workspace / "made.txt").read_text() == "made\n"
+    assert sorted(os.listdir(recorded)) == before
+
+
 @pytest.mark.parametrize("parent", ["/", "/var"])
 def test_a_recorded_cwd_whose_parents_do_not_exist_here(workspace: Path, parent: str) -> None:
     """/testbed or /Users/alice/proj style recordings: the missing directories are created in a read-only skeleton."""

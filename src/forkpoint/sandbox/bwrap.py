@@ -9,6 +9,9 @@ these bwrap arguments, in this order (later mounts cover earlier ones):
    (``/testbed``, ``/Users/alice/proj``, ``/workspace``) can still be created; when the missing part starts
    deeper (``/srv/absent/app``), the deepest existing directory gets the same skeleton (a tmpfs with its
    entries bound back read-only). Every skeleton is remounted read-only at the end (``--remount-ro``).
+   Where the skeleton is not needed (the recorded cwd exists here or lies in a hidden tmpfs, every hidden
+   directory exists here, and the top level holds nothing the skeleton would leave out), the root is one
+   ``--ro-bind / /``: the same view, ~2 ms less per command (each bind is a mount paid on every command; issue 33).
 2. Hidden behind empty tmpfs mounts: ``/tmp`` and ``/var/tmp`` (private temp dirs), ``/home``, ``/root``, the
    user's real ``$HOME`` and ``$XDG_RUNTIME_DIR`` / ``/run/user`` (dotfiles, credentials, agent configs, agent
    sockets): neither readable nor writable inside. ``TMPDIR`` is set to that private ``/tmp`` (the host's, or the
@@ -98,6 +101,11 @@ class BwrapSandbox(Sandbox):
         self, cwd: str, *, network: bool, writable: Sequence[Path] = (), readable: Sequence[Path] = ()
     ) -> list[str]:
         """The bwrap argv up to and including ``--`` (see the module docstring for the order and reasons)."""
+        if _root_bind_fits(self.cwd, self.hidden):  # the cheap form (about 2 ms less per command; issue 33)
+            args = [self.executable, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
+            for path in self.hidden:
+                args += ["--tmpfs", path]
+            return [*args, *self._tail(cwd, network, writable, readable, remount=())]
         args = [self.executable, *_skeleton("/", self.hidden)]
         skeleton = _missing_parent_skeleton(self.cwd, self.hidden)
         if skeleton is not None:
@@ -105,14 +113,21 @@ class BwrapSandbox(Sandbox):
         for path in self.hidden:  # the ones the skeletons did not cover (nested, or absent on this host)
             if os.path.dirname(path) not in ("/", skeleton) or not os.path.isdir(path):
                 args += ["--tmpfs", path]
-        args += ["--bind", str(self.workspace), self.cwd]
+        remount = ("/",) if skeleton is None else (skeleton, "/")
+        return [*args, *self._tail(cwd, network, writable, readable, remount=remount)]
+
+    def _tail(
+        self, cwd: str, network: bool, writable: Sequence[Path], readable: Sequence[Path], *, remount: Sequence[str]
+    ) -> list[str]:
+        """The workspace and the extras (after the hidden tmpfs mounts), the skeletons' read-only remounts (after
+        the binds whose mount points bwrap creates in them), the namespaces and ``--``."""
+        args = ["--bind", str(self.workspace), self.cwd]
         for extra in writable:
             args += ["--bind", str(extra), str(extra)]
         for extra in readable:
             args += ["--ro-bind-try", str(extra), str(extra)]
-        if skeleton is not None:
-            args += ["--remount-ro", skeleton]
-        args += ["--remount-ro", "/"]
+        for path in remount:
+            args += ["--remount-ro", path]
         args += ["--chdir", cwd, "--cap-drop", "ALL", "--unshare-pid", "--unshare-ipc", "--die-with-parent"]
         args += ["--setenv", "TMPDIR", "/tmp"]  # the host's TMPDIR is hidden; the sandbox's /tmp is its own
         if not network:
@@ -235,6 +250,26 @@ def _skeleton(directory: str, hidden: Sequence[str]) -> list[str]:
             if stat.S_ISDIR(mode) or stat.S_ISREG(mode):
                 args += ["--ro-bind", path, path]
     return args
+
+
+def _root_bind_fits(root: str, hidden: Sequence[str]) -> bool:
+    """Whether ``--ro-bind / /`` shows exactly what the root skeleton would, so one recursive bind can replace a
+    tmpfs with a bind per top-level entry: the recorded cwd needs no directory created outside a hidden tmpfs
+    (it exists here, or lies in one), every hidden directory exists here (a mount point for its tmpfs in the
+    read-only root), and the top level holds only directories, regular files and symlinks (the skeleton leaves
+    out a socket or device there; the whole-root bind would not)."""
+    if not any(within(root, tmpfs) for tmpfs in hidden) and not os.path.isdir(root):
+        return False
+    if not all(os.path.isdir(path) and not os.path.islink(path) for path in hidden):
+        return False
+    for entry in _entries("/"):
+        try:
+            mode = entry.stat(follow_symlinks=False).st_mode
+        except OSError:
+            return False
+        if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+            return False
+    return True
 
 
 def _missing_parent_skeleton(root: str, hidden: Sequence[str]) -> str | None:
