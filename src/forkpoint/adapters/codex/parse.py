@@ -30,11 +30,11 @@ from forkpoint.core.model import ActionSignature, Batch, CallPolicy, JsonObject,
 AGENT = "codex"
 CALL_TYPES = frozenset({"function_call", "custom_tool_call"})
 OUTPUT_TYPES = frozenset({"function_call_output", "custom_tool_call_output"})
-FRESH_TOOLS = frozenset({"exec_command", "write_stdin", "shell", "shell_command", "apply_patch", "update_plan"})
+FRESH_TOOLS = frozenset({"exec_command", "write_stdin", "shell", "shell_command", "apply_patch", "update_plan",
+                         "view_image"})
 #: the line types whose payload the parse reads beyond its ``type`` (event_msg, turn_context... keep only that)
 _KEPT_PAYLOADS = frozenset({"session_meta", "response_item"})
 _STALE_REASONS = {
-    "view_image": "the image content is sent to the model, not re-created here",
     "web_search": "web search results change over time",
     "request_user_input": "it asked the original user a question",
     "tool_search": "it reflects the original session's tool registry",
