@@ -107,7 +107,7 @@ def test_view_image_continues_with_the_image(tmp_path: Path, monkeypatch: pytest
     observations = json.loads((out / "observations.json").read_text())["observations"]
     assert [row["exact"] for row in observations] == [True, True], observations
     jpeg = base64.b64encode((fixture / "workspace-initial" / "photo.jpg").read_bytes()).decode()
-    first = [entry for entry in model.requests if entry.get("kind") == "main"][0]["body"]["input"]
+    first = next(entry for entry in model.requests if entry.get("kind") == "main")["body"]["input"]
     assert first[-1]["type"] == "function_call_output"
     assert first[-1]["output"] == [{"type": "input_image", "image_url": f"data:image/jpeg;base64,{jpeg}",
                                     "detail": "original"}]
