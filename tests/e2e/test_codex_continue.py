@@ -90,12 +90,15 @@ def test_replay_and_continue_every_boundary(
     assert "__forkpoint_nonce_" not in continued.read_text()
 
 
-def test_view_image_continues_with_the_image(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("version", "detail"), [("0.149.0", "high"), ("0.171.0", "original")])
+def test_view_image_continues_with_the_image(
+    version: str, detail: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A re-run view_image (a JPEG) is rebuilt into the rollout and reaches the model through the gate unchanged:
     the continuation's first request carries the file's exact bytes as Codex's data URL."""
-    _require_runtime("0.171.0")
+    _require_runtime(version)
     monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
-    fixture = FIXTURES / "0.171.0" / "view_image"
+    fixture = FIXTURES / version / "view_image"
     model = ScriptedModel.from_file(fixture / "script.json")
     with model.serve() as url:
         result = run(fixture, tmp_path, 2, upstream="openai-responses", upstream_url=f"{url}/v1")
@@ -110,7 +113,7 @@ def test_view_image_continues_with_the_image(tmp_path: Path, monkeypatch: pytest
     first = next(entry for entry in model.requests if entry.get("kind") == "main")["body"]["input"]
     assert first[-1]["type"] == "function_call_output"
     assert first[-1]["output"] == [{"type": "input_image", "image_url": f"data:image/jpeg;base64,{jpeg}",
-                                    "detail": "original"}]
+                                    "detail": detail}]
     continued = next((out / "native" / "continued").glob("rollout-*.jsonl")).read_text()
     assert f"data:image/jpeg;base64,{jpeg}" in continued
 
