@@ -254,8 +254,11 @@ class CodexToolExecutor:
         if sandbox.path_map:
             call = replace(call, arguments=rewrite_arguments(sandbox, call.call_id, call.arguments))
         outcome = self._dispatch(call)
-        return fresh_observation(sandbox, call.call_id, started, content=outcome.content, native=outcome.native,
-                                 is_error=False, truncated=outcome.truncated, return_code=outcome.return_code)
+        image = not isinstance(outcome.content, str)  # view_image's data URL: base64 is not text to path-map
+        observation = fresh_observation(sandbox, call.call_id, started, content="" if image else outcome.content,
+                                        native=outcome.native, is_error=False, truncated=outcome.truncated,
+                                        return_code=outcome.return_code)
+        return replace(observation, content=outcome.content) if image else observation
 
     def close(self) -> None:
         try:
