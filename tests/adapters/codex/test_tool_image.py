@@ -8,6 +8,7 @@ forkpoint refuses because Codex would re-encode them.
 from __future__ import annotations
 
 import base64
+import json
 import os
 import struct
 import zlib
@@ -21,6 +22,7 @@ from forkpoint.adapters.codex.tool_image import MAX_IMAGE_BYTES, sniff
 from forkpoint.adapters.codex.tools import CodexToolExecutor
 from forkpoint.core.errors import ReplayError
 from forkpoint.core.model import RunContext, ToolCall
+from forkpoint.testing.recordings import replay_recording
 
 RECORDED = Path(__file__).parents[2] / "fixtures" / "codex" / "0.171.0" / "view_image" / "workspace-initial"
 
@@ -125,3 +127,19 @@ def test_sniff_rejects_damaged_pixel_data() -> None:
     patched = short[:12] + b"IHDR" + header + struct.pack(">I", zlib.crc32(b"IHDR" + header)) + short[33:]
     with pytest.raises(Exception, match="wrong size"):
         sniff(patched, "a.png")
+
+
+def test_an_image_codex_would_re_encode_is_reused_only_when_allowed(tmp_path: Path) -> None:
+    """The real rollout's last call views a 2100x40 PNG (over the size Codex sends unchanged on every version):
+    without --allow-stale-observations the replay stops before it; with it the recorded image is reused."""
+    fixture = RECORDED.parent
+    refused = replay_recording(fixture, tmp_path / "a", agent="codex", trajectory="rollout.jsonl", after=6,
+                               replay_only=True)
+    assert refused.failure is not None and "--allow-stale-observations" in refused.failure.message
+    assert "Codex may resize and re-encode it" in refused.failure.message
+    allowed = replay_recording(fixture, tmp_path / "b", agent="codex", trajectory="rollout.jsonl", after=6,
+                               replay_only=True, allow_stale_observations=True)
+    assert allowed.failure is None, allowed.failure
+    rows = json.loads((Path(allowed.output_dir or "") / "observations.json").read_text())["observations"]
+    assert [row["exact"] for row in rows[:5]] == [True] * 5
+    assert rows[5]["stale_reused"] is True

@@ -139,35 +139,37 @@ def _jpeg_size(data: bytes) -> tuple[int, int]:
     raise Unreproducible("a damaged JPEG (Codex's decoder error is unmeasured)")
 
 
+def _refuse(message: str) -> ReplayError:
+    return ReplayError(ErrorKind.EXECUTOR, f"{message}; --allow-stale-observations reuses the recorded observation",
+                       before_effect=True, stale_fallback=True)
+
+
 def view_image(arguments: dict[str, Any], cwd: str, root: Path, aliases: tuple[str, ...],
                host_path: Any, version: str) -> str | list[dict[str, str]]:
     """Codex's output for one view_image call. ``cwd`` is the session cwd the tools see, ``host_path`` maps a
     tools path to the host (the sandbox's), ``root``/``aliases`` confine the read to the workspace."""
     path = arguments.get("path")
     if not isinstance(path, str) or not path:
-        raise ReplayError(ErrorKind.EXECUTOR, "view_image without a path string: Codex's answer is unmeasured",
-                          before_effect=True)
+        raise _refuse("view_image without a path string: Codex's answer is unmeasured")
     absolute = join_path(cwd, path)
     try:
         result = read_regular_file(root, host_path(absolute), max_bytes=MAX_IMAGE_BYTES, aliases=aliases)
     except ConfinementError as error:
-        raise ReplayError(ErrorKind.EXECUTOR, f"view_image path {absolute!r} leads outside the workspace; "
-                          "forkpoint does not read it", before_effect=True) from error
+        raise _refuse(f"view_image path {absolute!r} leads outside the workspace; forkpoint does not read it") \
+            from error
     except NotRegularFileError:
         return f"image path `{absolute}` is not a file"
     except OSError as error:
         code = error.errno if error.errno is not None else errno.EIO
         if code == errno.ENOENT:
             return f"unable to locate image at `{absolute}`: {io_error(code)}"
-        raise ReplayError(ErrorKind.EXECUTOR, f"view_image {absolute!r}: {io_error(code)} (Codex's text for it is "
-                          "unmeasured)", before_effect=True) from error
+        raise _refuse(f"view_image {absolute!r}: {io_error(code)} (Codex's text for it is unmeasured)") from error
     if result.truncated:
-        raise ReplayError(ErrorKind.EXECUTOR, f"view_image {absolute!r} is over {MAX_IMAGE_BYTES} bytes",
-                          before_effect=True)
+        raise _refuse(f"view_image {absolute!r} is over {MAX_IMAGE_BYTES} bytes")
     try:
         image = sniff(result.data, absolute)
     except Unreproducible as error:
-        raise ReplayError(ErrorKind.EXECUTOR, f"view_image {absolute!r}: {error}", before_effect=True) from error
+        raise _refuse(f"view_image {absolute!r}: {error}") from error
     if image is None:
         return INVALID
     url = f"data:{image.mime};base64,{base64.b64encode(result.data).decode('ascii')}"
