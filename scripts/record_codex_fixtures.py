@@ -21,8 +21,10 @@ import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -123,7 +125,7 @@ def apply_patch(patch: str) -> Block:
 class Scenario:
     name: str
     task: str
-    files: dict[str, str]
+    files: dict[str, str | bytes]
     turns: Callable[[str], Turns]  # cwd -> scripted assistant turns
     exit_codes: dict[int, int]  # step -> the exit code every exec_command output of that step must report
     versions: tuple[str, ...] = ()  # empty = every verified version
@@ -174,6 +176,29 @@ def _check_plan(lines: list[Json]) -> None:
 
 def shell(command: list[str], **extra: Any) -> Block:
     return tool_use("shell", {"command": command, **extra})
+
+
+def png(width: int, height: int) -> bytes:
+    """A small RGB PNG (a gradient) built with zlib only, so the fixture needs no image library."""
+    rows = b"".join(b"\x00" + bytes((x * 7 + y * 3) % 256 for x in range(width) for _ in range(3))
+                    for y in range(height))
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+
+
+def jpeg_grey() -> bytes:
+    """An 8x8 mid-grey baseline JPEG (one component, DC-only, one-code Huffman tables) built by hand: no image
+    library on the recording machine, and every decoder reads it."""
+    def segment(marker: int, data: bytes) -> bytes:
+        return struct.pack(">BBH", 0xFF, marker, len(data) + 2) + data
+    quant = segment(0xDB, b"\x00" + b"\x01" * 64)
+    frame = segment(0xC0, struct.pack(">BHHB", 8, 8, 8, 1) + b"\x01\x11\x00")
+    one_code = b"\x01" + b"\x00" * 15 + b"\x00"  # one code of length 1 for symbol 0 (DC: diff 0; AC: EOB)
+    tables = segment(0xC4, b"\x00" + one_code + b"\x10" + one_code)
+    scan = segment(0xDA, b"\x01\x01\x00\x00\x3f\x00")
+    return b"\xff\xd8" + quant + frame + tables + scan + b"\x3f" + b"\xff\xd9"
 
 
 PLAN = {"explanation": "Two small steps.",
@@ -245,6 +270,21 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
         notes="update_plan exists in 0.149 only (0.171 answers `unsupported call: update_plan`)",
     ),
     Scenario(
+        "view_image", "Look at the pictures here.",
+        {"small.png": png(3, 2), "photo.jpg": jpeg_grey(), "notes.txt": "not an image\n", "pics/keep.txt": "x\n",
+         "big.png": png(2100, 40)},
+        lambda cwd: [[tool_use("view_image", {"path": "small.png"})],
+                     [tool_use("view_image", {"path": f"{cwd}/photo.jpg"})],
+                     [tool_use("view_image", {"path": "missing.png"})],
+                     [tool_use("view_image", {"path": "notes.txt"})],
+                     [tool_use("view_image", {"path": "pics"})],
+                     [tool_use("view_image", {"path": "big.png"})],
+                     [text("I looked at the pictures.")]],
+        exit_codes={},
+        notes="view_image: a small PNG, a JPEG by absolute path, a missing file, a text file, a directory and a "
+              "PNG wider than 2048 px",
+    ),
+    Scenario(
         "shell_040", "Inspect the files with the shell tool.",
         {"a.txt": "alpha\n", "b.txt": "beta\n", "sub/c.txt": "gamma\n"},
         lambda cwd: [[text("Reading both files in parallel."),
@@ -286,11 +326,14 @@ def read_jsonl(path: Path) -> list[Json]:
     return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
 
 
-def write_files(root: Path, files: dict[str, str]) -> None:
+def write_files(root: Path, files: dict[str, str | bytes]) -> None:
     for rel, content in files.items():
         target = root / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(content, "utf-8")
+        if isinstance(content, bytes):
+            target.write_bytes(content)
+        else:
+            target.write_text(content, "utf-8")
 
 
 def _sha256(value: Any) -> str:

@@ -8,6 +8,7 @@ execute the scripted next action.
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,8 @@ def _cases() -> list[tuple[str, str, int]]:
     cases = []
     for version in VERSIONS:
         for rollout in sorted((FIXTURES / version).glob("*/rollout.jsonl")):
+            if rollout.parent.name == "view_image":  # one boundary of it: test_view_image_continues_with_the_image
+                continue
             count = parse_rollout(rollout).complete_count
             # first, middle and last (every boundary is replayed by tests/adapters/codex/test_fixture_fidelity.py
             # without continuing, and continued by benchmarks/continuation_fidelity.py)
@@ -85,6 +88,34 @@ def test_replay_and_continue_every_boundary(
     assert next_action["metrics"]["same_tool_calls"] is True, next_action
     continued = next((out / "native" / "continued").glob("rollout-*.jsonl"))
     assert "__forkpoint_nonce_" not in continued.read_text()
+
+
+@pytest.mark.parametrize(("version", "detail"), [("0.149.0", "high"), ("0.171.0", "original")])
+def test_view_image_continues_with_the_image(
+    version: str, detail: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A re-run view_image (a JPEG) is rebuilt into the rollout and reaches the model through the gate unchanged:
+    the continuation's first request carries the file's exact bytes as Codex's data URL."""
+    _require_runtime(version)
+    monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
+    fixture = FIXTURES / version / "view_image"
+    model = ScriptedModel.from_file(fixture / "script.json")
+    with model.serve() as url:
+        result = run(fixture, tmp_path, 2, upstream="openai-responses", upstream_url=f"{url}/v1")
+    assert result.failure is None, result.failure
+    assert (result.phase, result.quality, result.agent_status) == ("continued", "verified", "completed")
+    bridge = result.metadata["model_bridge"]
+    assert bridge["validated"] >= 1 and bridge["refused"] == 0
+    out = Path(result.output_dir or "")
+    observations = json.loads((out / "observations.json").read_text())["observations"]
+    assert [row["exact"] for row in observations] == [True, True], observations
+    jpeg = base64.b64encode((fixture / "workspace-initial" / "photo.jpg").read_bytes()).decode()
+    first = next(entry for entry in model.requests if entry.get("kind") == "main")["body"]["input"]
+    assert first[-1]["type"] == "function_call_output"
+    assert first[-1]["output"] == [{"type": "input_image", "image_url": f"data:image/jpeg;base64,{jpeg}",
+                                    "detail": detail}]
+    continued = next((out / "native" / "continued").glob("rollout-*.jsonl")).read_text()
+    assert f"data:image/jpeg;base64,{jpeg}" in continued
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -160,3 +160,19 @@ def test_volatile_normalisation_names_its_reason() -> None:
                             _unified("Process exited with code 0", "x").replace("0a1b2c", "ffffff"), False,
                             normalise=normalize_volatile)
     assert row["exact"] and row["normalised_reason"] == "volatile"
+
+
+def test_an_equal_large_observation_is_not_run_through_difflib() -> None:
+    """The data URL real Codex 0.149 sent for a re-encoded 2100x40 PNG (178 kB) took ~1 s in difflib per
+    comparison although both sides are equal (4.5 s for one replay of that rollout)."""
+    import json
+    import time
+    from pathlib import Path
+
+    rollout = Path(__file__).parents[1] / "fixtures" / "codex" / "0.149.0" / "view_image" / "rollout.jsonl"
+    text = [json.loads(line)["payload"]["output"][0]["image_url"] for line in rollout.read_text().splitlines()
+            if '"function_call_output"' in line and '"input_image"' in line][-1]
+    assert len(text) > 150_000
+    started = time.monotonic()
+    assert similarity(text, text) == 1.0
+    assert time.monotonic() - started < 0.2

@@ -54,7 +54,8 @@ class ReplayError(Exception):
     """A refusal or failure with a stable category; the message is shown to the user verbatim."""
 
     def __init__(
-        self, kind: ErrorKind, message: str, *, line: int | None = None, before_effect: bool = False
+        self, kind: ErrorKind, message: str, *, line: int | None = None, before_effect: bool = False,
+        stale_fallback: bool = False,
     ) -> None:
         super().__init__(message)
         self.kind = kind
@@ -62,6 +63,9 @@ class ReplayError(Exception):
         self.line = line
         #: True when a tool call was refused before it could have any side effect (not ambiguous).
         self.before_effect = before_effect
+        #: True when the refused call may reuse its recorded observation under --allow-stale-observations (what
+        #: the executor found only at run time, e.g. an image the agent would have re-encoded)
+        self.stale_fallback = stale_fallback and before_effect
 
     def __str__(self) -> str:
         return self.message

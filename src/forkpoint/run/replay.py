@@ -63,7 +63,13 @@ def replay_batches(
             progress(f"[{done}/{total}] batch {batch.ordinal}: {call.name}{who} {_short(call)}")
             policy, reason = plan.policy_of(call)
             if policy is CallPolicy.FRESH:
-                fresh = _execute(batch.ordinal, call, executor, journal)
+                try:
+                    fresh = _execute(batch.ordinal, call, executor, journal)
+                except ReplayError as error:
+                    if not (error.stale_fallback and plan.allow_stale_observations):
+                        raise
+                    progress(f"  stale: {error.message}")
+                    fresh = _reuse(call, None)
             else:
                 fresh = _reuse(call, reason if policy is CallPolicy.REUSED else None)
             outcome.fresh[call.call_id] = fresh

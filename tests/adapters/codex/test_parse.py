@@ -77,6 +77,17 @@ def test_tool_policies(tmp_path: Path) -> None:
     assert policies == [CallPolicy.FRESH, CallPolicy.FRESH, CallPolicy.REFUSED, CallPolicy.STALE]
 
 
+@pytest.mark.parametrize(("version", "policy"), [("0.171.0", CallPolicy.FRESH), ("0.149.0", CallPolicy.FRESH),
+                                               ("0.40.0", CallPolicy.STALE)])
+def test_view_image_is_rerun_from_the_measured_versions_on(tmp_path: Path, version: str, policy: CallPolicy) -> None:
+    builder = CodexRolloutBuilder(version=version)
+    builder.user("look")
+    builder.output(builder.call("view_image", {"path": "a.png"}), "unable to locate image")
+    call = parse_rollout(builder.write(tmp_path / "r.jsonl")).batches[0].calls[0]
+    assert call.policy is policy
+    assert (call.policy_reason is not None and "before 0.149" in call.policy_reason) == (policy is CallPolicy.STALE)
+
+
 def test_lines_without_type_payload_or_timestamp_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "r.jsonl"
     path.write_text('{"type":"session_meta","payload":{"id":"x"}}\n')

@@ -405,7 +405,7 @@ def test_shell_command_update_plan_and_unknown_tools(session: Session) -> None:
     # no process session was started in this replay: Codex's own answer (measured, fixture unified_exec)
     unknown = session.call("write_stdin", {"session_id": 1, "chars": ""}).content
     assert unknown == "write_stdin failed: Unknown process id 1"
-    for name in ("view_image", "web_search"):
+    for name in ("web_search",):
         with pytest.raises(ReplayError) as error:
             session.call(name, {"session_id": 1, "chars": ""})
         assert error.value.before_effect

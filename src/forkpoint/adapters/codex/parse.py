@@ -26,15 +26,16 @@ from forkpoint.core.errors import trajectory
 from forkpoint.core.fs import DEFAULT_MAX_INPUT_BYTES, is_blank, split_line_views
 from forkpoint.core.hashing import sha256_pending
 from forkpoint.core.model import ActionSignature, Batch, CallPolicy, JsonObject, Observation, ToolCall, Trajectory
+from forkpoint.core.releases import number as release_number
 
 AGENT = "codex"
 CALL_TYPES = frozenset({"function_call", "custom_tool_call"})
 OUTPUT_TYPES = frozenset({"function_call_output", "custom_tool_call_output"})
-FRESH_TOOLS = frozenset({"exec_command", "write_stdin", "shell", "shell_command", "apply_patch", "update_plan"})
+FRESH_TOOLS = frozenset({"exec_command", "write_stdin", "shell", "shell_command", "apply_patch", "update_plan",
+                         "view_image"})
 #: the line types whose payload the parse reads beyond its ``type`` (event_msg, turn_context... keep only that)
 _KEPT_PAYLOADS = frozenset({"session_meta", "response_item"})
 _STALE_REASONS = {
-    "view_image": "the image content is sent to the model, not re-created here",
     "web_search": "web search results change over time",
     "request_user_input": "it asked the original user a question",
     "tool_search": "it reflects the original session's tool registry",
@@ -156,7 +157,7 @@ def _build(path: Path, sha256: str, lines: list[Line], warnings: list[str], sour
         calls = []
         ends = []
         for call_line in response.calls:
-            call = _tool_call(call_line, outputs, seen_calls)
+            call = _tool_call(call_line, outputs, seen_calls, version)
             calls.append(call)
             output = outputs.get(call.call_id)
             if output is not None:
@@ -251,7 +252,7 @@ def _call_arguments(item: JsonObject) -> JsonObject:
     return raw if isinstance(raw, dict) else {}
 
 
-def _tool_call(line: Line, outputs: dict[str, Line], seen: set[str]) -> ToolCall:
+def _tool_call(line: Line, outputs: dict[str, Line], seen: set[str], version: str | None = None) -> ToolCall:
     item = line.payload
     call_id = item.get("call_id")
     if not isinstance(call_id, str) or not call_id:
@@ -264,7 +265,18 @@ def _tool_call(line: Line, outputs: dict[str, Line], seen: set[str]) -> ToolCall
     output = outputs.get(call_id)
     historical = Observation(output.payload.get("output")) if output is not None else None
     policy, reason = classify(name, arguments, historical)
+    if name == "view_image" and policy is CallPolicy.FRESH and _before_view_image_measured(version):
+        policy, reason = CallPolicy.STALE, VIEW_IMAGE_UNMEASURED
     return ToolCall(call_id, name, arguments, historical, policy, reason, native=line.index)
+
+
+#: view_image's output was measured on 0.149 and 0.171 only; an older recording's image is reused (stale)
+VIEW_IMAGE_UNMEASURED = "view_image of a Codex recording before 0.149 is unmeasured; the recorded image is reused"
+
+
+def _before_view_image_measured(version: str | None) -> bool:
+    value = release_number(version)
+    return value is None or value < (0, 149, 0)
 
 
 def classify(name: str, arguments: JsonObject, historical: Observation | None) -> tuple[CallPolicy, str | None]:

@@ -239,7 +239,7 @@ def resolve_shell(requested: str | None, environment: Environment) -> str:
 
 @dataclass(frozen=True)
 class ExecOutcome:
-    content: str
+    content: str | list[dict[str, str]]  # a list only for view_image's input_image item
     return_code: int | None
     native: dict[str, Any]
     truncated: bool = False

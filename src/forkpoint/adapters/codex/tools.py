@@ -19,8 +19,10 @@ proof on the recorded fixtures, ``test_tools.py`` pins the probed texts):
   names it (``native["tool_profile"] = "0.40.0"``). On a recording of 0.149+ ``shell`` stays unsupported.
 - ``write_stdin`` (``tool_session``): a process session an exec_command left running at its yield stays alive
   (supervised, sandboxed, killed by ``close``); writes and polls are replayed with Codex's windows and texts.
-- ``view_image``, ``web_search``, ... cannot be re-run (the adapter marks them stale): calling
-  ``run`` with one is a ``ReplayError`` before any effect.
+- ``view_image`` (``tool_image``): the confined file read and the ``input_image`` data URL Codex sends (bytes
+  unchanged); what it would resize or re-encode is refused before any effect (stale).
+- ``web_search``, ... cannot be re-run (the adapter marks them stale): calling ``run`` with one is a
+  ``ReplayError`` before any effect.
 
 Everything runs through the run's sandbox (``context.sandbox``, default local): commands inside it with the network
 off, apply_patch on the paths it exposes (under bwrap the recorded cwd is the session cwd). With ``--path-map``
@@ -53,6 +55,7 @@ from forkpoint.adapters.codex.tool_exec import (
     shell_apply_patch,
     shell_json_content,
 )
+from forkpoint.adapters.codex.tool_image import view_image
 from forkpoint.adapters.codex.tool_patch import ApplyPatch
 from forkpoint.adapters.codex.tool_patch_grammar import VERIFICATION_FAILED
 from forkpoint.adapters.codex.tool_session import Recorded, recorded_outcome
@@ -66,7 +69,6 @@ from forkpoint.sandbox.base import fresh_observation, rewrite_arguments
 
 #: Tools Codex offers whose result cannot be re-created (a process session, an image, the web, the user, ...).
 NOT_REPLAYABLE = {
-    "view_image": "the image is sent to the model, not re-created here",
     "web_search": "web search results change over time",
     "request_user_input": "it asked the original user a question",
     "tool_search": "it reflects the original session's tool registry",
@@ -252,8 +254,11 @@ class CodexToolExecutor:
         if sandbox.path_map:
             call = replace(call, arguments=rewrite_arguments(sandbox, call.call_id, call.arguments))
         outcome = self._dispatch(call)
-        return fresh_observation(sandbox, call.call_id, started, content=outcome.content, native=outcome.native,
-                                 is_error=False, truncated=outcome.truncated, return_code=outcome.return_code)
+        image = not isinstance(outcome.content, str)  # view_image's data URL: base64 is not text to path-map
+        observation = fresh_observation(sandbox, call.call_id, started, content="" if image else outcome.content,
+                                        native=outcome.native, is_error=False, truncated=outcome.truncated,
+                                        return_code=outcome.return_code)
+        return replace(observation, content=outcome.content) if image else observation
 
     def close(self) -> None:
         try:
@@ -287,6 +292,13 @@ class CodexToolExecutor:
             return self.commands.shell_command(arguments, self._raw(call))
         if name == "apply_patch":
             return self._apply_patch(call)
+        if name == "view_image" and not self.shell_json:
+            content = view_image(arguments, self.patcher.cwd, self.workspace, self.patcher.aliases,
+                                 self.sandbox.host_path, self.profile.version)
+            return ExecOutcome(content, None, {})
+        if name == "view_image":
+            raise ReplayError(ErrorKind.EXECUTOR, f"view_image of a Codex {SHELL_JSON_PROFILE} recording is "
+                              f"unmeasured (call {call.call_id})", before_effect=True)
         if name == "shell" and self.shell_json:
             argv = arguments.get("command")
             patch = shell_apply_patch(argv) if isinstance(argv, list) and all(isinstance(a, str) for a in argv) \
