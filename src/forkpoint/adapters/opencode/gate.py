@@ -14,9 +14,12 @@ nonce (OpenCode sends none on a resumed session).
 
 from __future__ import annotations
 
+import dataclasses
+
 from forkpoint.adapters.opencode.envelope import (
     INTERRUPTED,
     PROFILES,
+    SENDER_1_2,
     STEP_LIMIT_TEXT,
     masked_system_sha256,
     project_request_message,
@@ -44,3 +47,11 @@ PROFILE = ChatProfile(
     helpers_without_tools=True,
     verified=frozenset(profile.profile for profile in PROFILES.values()),
 )
+#: a 1.x release before 1.17 (envelope.SENDER_1_2): its nonce message ends with a newline
+PROFILE_1_2 = dataclasses.replace(
+    PROFILE, nonce_message=lambda text: nonce_message(text + SENDER_1_2.nonce_suffix),
+    verified=frozenset({SENDER_1_2.profile}))
+
+
+def profile_for(expected_profile: str) -> ChatProfile:
+    return PROFILE_1_2 if expected_profile == SENDER_1_2.profile else PROFILE
