@@ -8,6 +8,9 @@ the prompt); the manifest's model and tool list are pinned (a ``question`` tool 
 ``permission``); OpenCode's step-limit message and any ``[Tool execution was interrupted]`` result are refused;
 tool-call arguments are compared parsed (OpenCode re-serialises them).
 
+A 1.x release before 1.17 (measured: 1.2.6) sends its own form (``PROFILE_1_2``, ``envelope.SENDER_1_2``): the
+gate follows the release that sends the request, which a calibration names (``forkpoint.runtimes.trial``).
+
 Title-generation requests (no ``tools``) are auxiliary: forwarded unchanged, not a step, unless they carry the
 nonce (OpenCode sends none on a resumed session).
 """
