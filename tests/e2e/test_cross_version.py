@@ -61,6 +61,8 @@ def test_continue_with_the_other_verified_version(agent: str, old: str, new: str
     main = [entry for entry in model.requests if entry.get("kind") == "main"]
     assert main
     out = Path(result.output_dir or "")
+    if agent == "mini-swe-agent":  # 1.17.5 sends role + content (1.15 itself would send `extra` too)
+        assert result.metadata["gate_wire_form"] == "1.17.5: role and content"
     if agent == "claude-code":  # the continuing binary is the one that asked (its billing header names it)
         assert f"cc_version={new}" in json.dumps(main[0]["body"])
     else:
@@ -185,6 +187,8 @@ def test_a_recording_of_an_unverified_version_continues_on_the_newest_proven_bin
     assert upgrade["recorded_version"] == result.recorded_version and upgrade["continuing_version"] == new
     bridge = result.metadata["model_bridge"]
     assert bridge["validated"] >= 1 and bridge["refused"] == 0
+    if agent == "mini-swe-agent":  # 1.17.5 sends role + content (1.15 itself would send `extra` too)
+        assert result.metadata["gate_wire_form"] == "1.17.5: role and content"
     if agent == "claude-code":  # the continuing binary is the one that asked
         main = [entry for entry in model.requests if entry.get("kind") == "main"]
         assert f"cc_version={new}" in json.dumps(main[0]["body"])

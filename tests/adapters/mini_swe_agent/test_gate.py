@@ -10,7 +10,15 @@ from typing import Any
 
 import pytest
 
-from forkpoint.adapters.mini_swe_agent.gate import PROFILE, expected_from_native, project
+from forkpoint.adapters.mini_swe_agent.gate import (
+    PROFILE,
+    ROLE_CONTENT,
+    WHOLE,
+    WITHOUT_EXTRA,
+    expected_from_native,
+    project,
+    wire_form,
+)
 from forkpoint.adapters.mini_swe_agent.parse import MiniNative, parse_trajectory
 from forkpoint.bridge.protocols.openai_chat import ChatGate, ExpectedChat
 
@@ -30,13 +38,15 @@ def _turn_starts(native: MiniNative) -> list[int]:
 
 @pytest.mark.parametrize("requests", RECORDINGS, ids=lambda p: f"{p.parent.parent.name}-{p.parent.name}")
 def test_projection_equals_every_recorded_request(requests: Path) -> None:
-    """What mini sent before model turn k is exactly the projection of the messages before that turn."""
+    """What mini sent before model turn k is exactly the projection of the messages before that turn, in the
+    recording release's wire form (1.15.0 sends its stored messages whole, ``extra`` included)."""
     native = _native(requests.parent)
+    form = wire_form(parse_trajectory(requests.parent / "trajectory.traj.json").version, native.major)
     recorded = [json.loads(line) for line in requests.read_text().splitlines()]
     starts = _turn_starts(native)
     assert len(recorded) == len(starts)
     for entry, start in zip(recorded, starts, strict=True):
-        expected = expected_from_native("p", native.messages[:start], native.major)
+        expected = expected_from_native("p", native.messages[:start], native.major, form=form)
         verdict = ChatGate(PROFILE, expected).first({"model": "openai/scripted", "messages": entry["messages"]})
         assert verdict.ok, (entry["step"], verdict.reason)
 
@@ -110,3 +120,28 @@ def test_boundary_prompt_is_one_trailing_user_message_and_v1_projection() -> Non
 
 def test_project_drops_nulls_recursively_only() -> None:
     assert project({"a": None, "b": [{"c": None, "d": 0}], "e": ""}) == {"b": [{"d": 0}], "e": ""}
+
+
+def test_wire_form_is_the_sending_releases() -> None:
+    assert [wire_form(v, int(v[0])) for v in ("1.15.0", "1.16.9", "1.17.0", "1.17.5", "2.2.8", "2.4.6")] == [
+        WHOLE, WHOLE, ROLE_CONTENT, ROLE_CONTENT, WITHOUT_EXTRA, WITHOUT_EXTRA]
+    assert wire_form(None, 1) == ROLE_CONTENT and wire_form("dev", 2) == WITHOUT_EXTRA
+
+
+def test_v115_wire_keeps_extra_exactly_and_the_other_forms_refuse_it() -> None:
+    """1.15 sends each assistant message's recorded ``extra``: the whole-message gate needs it verbatim; 1.17's
+    role + content gate refuses a request carrying it (the calibration failure before this profile)."""
+    directory = FIXTURES / "1.15.0" / "calibrate"
+    native = _native(directory)
+    sent = json.loads((directory / "requests.jsonl").read_text().splitlines()[2])["messages"]
+    prefix = native.messages[:len(sent)]
+    assert "extra" in sent[2] and "extra" in prefix[2]
+    assert ChatGate(PROFILE, expected_from_native("p", prefix, 1, form=WHOLE)).first({"messages": sent}).ok
+    refused = ChatGate(PROFILE, expected_from_native("p", prefix, 1)).first({"messages": sent})
+    assert not refused.ok and refused.reason is not None and "unexpected 'extra'" in refused.reason
+    stripped = [{k: v for k, v in m.items() if k != "extra"} for m in sent]
+    assert not ChatGate(PROFILE, expected_from_native("p", prefix, 1, form=WHOLE)).first({"messages": stripped}).ok
+    tampered = copy.deepcopy(sent)
+    tampered[2]["extra"]["response"]["id"] = "forged"
+    verdict = ChatGate(PROFILE, expected_from_native("p", prefix, 1, form=WHOLE)).first({"messages": tampered})
+    assert not verdict.ok and verdict.reason is not None and "'extra' differs" in verdict.reason

@@ -179,3 +179,37 @@ def test_manifest_refuses_a_cut_inside_a_batch_and_a_bad_nonce() -> None:
     assert manifest.tools == BUILD_TOOLS and len(manifest.boundary_call_ids) == 3
     assert NONCE in json.dumps(manifest.to_json()) and "alpha" not in json.dumps(manifest.to_json())
     assert manifest.prefix_sha256 == canonical_sha256(session_messages(export))
+
+
+def _as_1_2(body: dict[str, Any]) -> dict[str, Any]:
+    """The request as OpenCode 1.2.6 sends it (measured by `forkpoint agents calibrate opencode@1.2.6`): its
+    registry's tool order with `question`, the nonce followed by a newline."""
+    sent = copy.deepcopy(body)
+    sent["tools"] = [{"type": "function", "function": {"name": name, "parameters": {}}}
+                     for name in ("question", "bash", "read", "glob", "grep", "edit", "write", "task", "webfetch",
+                                  "todowrite", "skill")]
+    sent["messages"][-1] = {"role": "user", "content": NONCE + "\n"}
+    return sent
+
+
+def test_a_1_2_sender_is_judged_by_the_1_2_envelope_and_only_it() -> None:
+    from forkpoint.adapters.opencode.envelope import PROFILES, SENDER_1_2, sender_profile
+    from forkpoint.adapters.opencode.gate import profile_for
+
+    export, body = load("1.17.11", "parallel", 1)
+    sent = _as_1_2(body)
+    refused = gate_for(export).first(sent)  # the 1.17 envelope names the first difference: the tool list
+    assert not refused.ok and refused.reason is not None and "'question'" in refused.reason
+    expected = expected_prefix(export, NONCE, "1.17.11", "scripted-model", sender="1.2.6")
+    assert expected.profile == SENDER_1_2.profile
+    gate = ChatGate(profile_for(expected.profile), expected)
+    verdict = gate.first(sent)
+    assert verdict.ok, verdict.reason
+    assert not ChatGate(profile_for(expected.profile), expected).first(_as_1_2(body) | {"tools": body["tools"]}).ok
+    bare = _as_1_2(body)
+    bare["messages"][-1]["content"] = NONCE  # without 1.2's newline: not its nonce message
+    assert not ChatGate(profile_for(expected.profile), expected).first(bare).ok
+    recorded = expected_prefix(export, NONCE, "1.17.11", "scripted-model").profile
+    assert [sender_profile(v, PROFILES["1.17.11"]) for v in ("1.2.6", "1.16.0", "1.17.4", "2.0.0")] == [
+        SENDER_1_2, SENDER_1_2, PROFILES["1.17.11"], PROFILES["1.17.11"]]
+    assert expected_prefix(export, NONCE, "1.17.11", "scripted-model", sender="1.18.32").profile == recorded

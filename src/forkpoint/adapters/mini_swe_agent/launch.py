@@ -113,6 +113,7 @@ class MiniHooks(AgentHooks[Installed]):
         self.warm = warm
         self.reused = False
         self.expected_sha256: str | None = None
+        self.wire_form: str | None = None
 
     def install(self, job: Job) -> Installed:
         native: MiniNative = job.plan.trajectory.native
@@ -120,14 +121,21 @@ class MiniHooks(AgentHooks[Installed]):
         return Installed(native, native.prefix_calls(job.plan.after_step), job.continued_dir / job.prefix.path.name)
 
     def gate(self, job: Job, state: Installed) -> GateSpec:
-        from forkpoint.adapters.mini_swe_agent.gate import PROFILE, expected_from_native
+        from forkpoint.adapters.mini_swe_agent.gate import PROFILE, expected_from_native, wire_form
         from forkpoint.bridge.protocols.openai_chat import ChatGate
+        from forkpoint.runtimes import trial_release
 
+        # the sender's form: a calibration runs its release in the verified version's place
+        target = job.settings.target
+        sender = trial_release(job.plan.trajectory.agent, target.entrypoint) or target.version
+        form = wire_form(sender, state.native.major)
+        self.wire_form = f"{sender}: {form}"
         expected = expected_from_native(job.plan.profile, _messages(job.prefix.path), state.native.major,
-                                        job.settings.boundary_prompt)
+                                        job.settings.boundary_prompt, form=form)
         self.expected_sha256 = expected.prefix_sha256
         return GateSpec(ChatGate(PROFILE, expected), {"profile": expected.profile, "messages": len(expected.messages),
-                                                      "sha256": expected.prefix_sha256})
+                                                      "sha256": expected.prefix_sha256,
+                                                      "wire_form": self.wire_form})
 
     def launch(self, job: Job, state: Installed, bridge_url: str) -> LaunchSpec:
         from forkpoint.adapters.mini_swe_agent.tools import LOG_NAME
@@ -180,7 +188,8 @@ class MiniHooks(AgentHooks[Installed]):
     def outcome(self, job: Job, state: Installed, ran: Ran, summary: BridgeSummary) -> Outcome:
         status = ran.reply.get("exit_status")
         metadata = {"agent_exit_status": status, "prefix_model_calls": state.prefix_calls,
-                    "expected_prefix_sha256": self.expected_sha256, "companion_reused": self.reused}
+                    "expected_prefix_sha256": self.expected_sha256, "companion_reused": self.reused,
+                    "gate_wire_form": self.wire_form}
         if not ran.reply.get("ok"):
             return Outcome("failed", f"the mini-swe-agent companion failed: {ran.reply.get('error')}",
                            ErrorKind.CONTINUATION, metadata)

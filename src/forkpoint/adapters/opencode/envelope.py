@@ -27,6 +27,7 @@ from forkpoint.bridge.protocols.openai_chat import ExpectedChat, parsed_argument
 from forkpoint.core.errors import configuration, trajectory, unsupported_version
 from forkpoint.core.hashing import count_text, sha256_hex
 from forkpoint.core.model import JsonObject
+from forkpoint.core.releases import number
 
 MIN_NONCE_LENGTH = 16
 DATE_LINE = re.compile(r"Today's date: [^\n]*")
@@ -52,12 +53,31 @@ class EnvelopeProfile:
     version: str
     profile: str
     tools: tuple[str, ...]
+    #: what the sender appends to the nonce word in its user message
+    nonce_suffix: str = ""
 
 
 PROFILES: dict[str, EnvelopeProfile] = {
     version: EnvelopeProfile(version, f"opencode/{version}/chat-completions-resume-v1", BUILD_TOOLS)
     for version in ("1.17.11", "1.18.33")
 }
+#: what a 1.x release before 1.17 sends on resume (measured on 1.2.6 by ``forkpoint agents calibrate``): its
+#: registry's order, not sorted; ``question`` too (its ``resolveTools`` drops only what the AGENT's permission
+#: disables, not the session's ``question: deny``, and the registry adds it for ``OPENCODE_CLIENT`` ``cli``); the
+#: nonce message's content ends with a newline
+SENDER_1_2 = EnvelopeProfile("1.2", "opencode/1.2/chat-completions-resume-v1",
+                             ("question", "bash", "read", "glob", "grep", "edit", "write", "task", "webfetch",
+                              "todowrite", "skill"), nonce_suffix="\n")
+
+
+def sender_profile(release: str, recorded: EnvelopeProfile) -> EnvelopeProfile:
+    """The envelope the SENDING release (the continuing binary, or a release a calibration runs in a verified
+    version's place) produces for a session rebuilt with ``recorded``'s profile: a 1.x release before 1.17
+    sends 1.2's form, every other one the verified version's."""
+    parsed = number(release)
+    if parsed is not None and parsed[0] == 1 and parsed[1] < 17:
+        return SENDER_1_2
+    return recorded
 
 
 def profile_for_version(version: str) -> EnvelopeProfile:
@@ -135,9 +155,12 @@ def project_request_message(message: Any) -> Any:
 
 
 def expected_prefix(export: JsonObject, nonce: str, version: str, model: str,
-                    system_sha256: str | None = None) -> ExpectedChat:
-    """The manifest of a cut session; refuses a cut that does not end with the results of one tool batch."""
+                    system_sha256: str | None = None, sender: str | None = None) -> ExpectedChat:
+    """The manifest of a cut session; refuses a cut that does not end with the results of one tool batch.
+    ``sender``: the release that will send the request, when it is not ``version`` (``sender_profile``)."""
     profile = profile_for_version(version)
+    if sender is not None:
+        profile = sender_profile(sender, profile)
     if len(nonce) < MIN_NONCE_LENGTH or any(c.isspace() or c in "\"'\\" for c in nonce):
         raise configuration(f"the resume nonce must be at least {MIN_NONCE_LENGTH} characters without spaces "
                             "or quotes (OpenCode quotes such an argv word)")

@@ -200,11 +200,15 @@ class OpenCodeHooks(AgentHooks[Installed]):
 
     def gate(self, job: Job, state: Installed) -> GateSpec:
         from forkpoint.adapters.opencode.envelope import expected_prefix
-        from forkpoint.adapters.opencode.gate import PROFILE
+        from forkpoint.adapters.opencode.gate import profile_for
         from forkpoint.bridge.protocols.openai_chat import ChatGate
+        from forkpoint.runtimes import trial_release
 
-        expected = expected_prefix(state.export, job.nonce, job.settings.target.version, state.model)
-        return GateSpec(ChatGate(PROFILE, expected, job.boundary_prompt), expected.to_json())
+        # a calibration runs its release in the verified version's place: the gate expects what that release sends
+        target = job.settings.target
+        expected = expected_prefix(state.export, job.nonce, target.version, state.model,
+                                   sender=trial_release("opencode", target.entrypoint) or target.version)
+        return GateSpec(ChatGate(profile_for(expected.profile), expected, job.boundary_prompt), expected.to_json())
 
     def launch(self, job: Job, state: Installed, bridge_url: str) -> LaunchSpec:
         config = provider_config(state.provider, state.model, bridge_url + "/v1", shell.BRIDGE_KEY)
