@@ -309,7 +309,8 @@ def test_notebook_edits_replayed_exactly_then_continued(tmp_path: Path, upstream
 @pytest.mark.parametrize("version", VERSIONS)
 def test_enter_plan_mode_re_run_then_continued(version: str, tmp_path: Path, upstream_key: None) -> None:
     """EnterPlanMode (recorded in SDK mode, where a person answers) is re-run, not stale: verified, no flag; the
-    questions and the plan approval after it stay stale-by-nature (a person's answers) and need the flag."""
+    question and the plan approval after it re-run from the recorded answers (exact, no flag), marked
+    ``answer_from_recording``."""
     _require_runtime(version)
     fixture = FIXTURES / version / "interactive_tools"
     model = ScriptedModel.from_file(fixture / "script.json")
@@ -320,9 +321,13 @@ def test_enter_plan_mode_re_run_then_continued(version: str, tmp_path: Path, ups
     observations = json.loads((Path(result.output_dir or "") / "observations.json").read_text())["observations"]
     assert [(row["name"], row["exact"], row["stale_reused"]) for row in observations] == [
         ("EnterPlanMode", True, False)]
-    refused = run(fixture, tmp_path, 2, replay_only=True, run_id="after-question")
-    assert refused.failure is not None and refused.exit_code == 10
-    assert "a person answered" in refused.failure.message
+    answered = run(fixture, tmp_path, 3, replay_only=True, run_id="after-question")
+    assert answered.failure is None, answered.failure
+    assert answered.quality_reasons == ["answer_from_recording"]
+    rows = json.loads((Path(answered.output_dir or "") / "observations.json").read_text())["observations"]
+    assert [(row["name"], row["exact"], row["stale_reused"], row.get("note")) for row in rows] == [
+        ("EnterPlanMode", True, False, None), ("AskUserQuestion", True, False, "answer_from_recording"),
+        ("ExitPlanMode", True, False, "answer_from_recording")]
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -296,6 +296,9 @@ class FreshObservation:
     native: Any = field(default=None, compare=False)
     #: the quality reason of an observation reused by design (``CallPolicy.REUSED``), else None
     reused: str | None = None
+    #: the quality reason of a re-run (compared) observation that took part of its input from the recording (Claude's
+    #: AskUserQuestion: ``answer_from_recording``, the original person's answer), else None
+    note: str | None = None
 
 
 @dataclass(frozen=True)

@@ -55,12 +55,14 @@ def observation_entry(
     normalise: Callable[[Any], Any] | None = None,
     reused: str | None = None,
     subagent: str | None = None,
+    note: str | None = None,
 ) -> dict[str, Any]:
     """One row of observations.json. ``exact`` means the same content AND the same error flag.
 
     ``normalise`` masks the adapter's documented volatile parts (e.g. a persisted-output file path) on
     both sides before comparing; ``normalised`` says whether it changed anything. ``reused``: the quality reason
-    of an observation reused by design (not compared, like a stale one); ``subagent``: who made the call.
+    of an observation reused by design (not compared, like a stale one); ``subagent``: who made the call; ``note``:
+    the quality reason of a re-run whose input came partly from the recording (compared like any re-run).
     """
     historical_text = historical.text if historical else ""
     fresh_text = observation_text(fresh_content)
@@ -76,6 +78,7 @@ def observation_entry(
         "batch": batch,
         "subagent": subagent,
         "reused": reused,
+        **({"note": note} if note else {}),
         "exact": exact,
         "similarity": round(similarity(historical_text, fresh_text), 6),
         "historical_bytes": len(historical_text.encode("utf-8")),

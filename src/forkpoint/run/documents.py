@@ -223,6 +223,7 @@ def run_metadata(
         "calls_not_refreshable": not_refreshable,
         "stale_observations_reused": outcome.stale_reused if outcome else [],
         "observations_reused": outcome.reused if outcome else {},
+        "observation_notes": outcome.notes if outcome else {},
         "parse_warnings": list(parsed.warnings),
         "version": plan.version.to_json() if plan.version else None,
         **(continuation.metadata if continuation else {}),
@@ -268,6 +269,7 @@ def finished_result(request: ReplayRequest, plan: Plan, dirs: RunDirs, prefix: N
     write_json(dirs.output_dir / "replay-summary.json", summary, durable=False)
     reasons = [*versions.reasons(plan.version), *(["stale_observations"] if outcome and outcome.stale_reused else []),
                *dict.fromkeys(outcome.reused.values() if outcome else ()),
+               *dict.fromkeys(outcome.notes.values() if outcome else ()),
                *degradation_reasons(facts.replay_degradations)]
     degraded = bool(reasons)
     phase: Phase = "continued" if continuation else ("prepared" if status == "prepared" else "replayed")

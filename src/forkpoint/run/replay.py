@@ -39,6 +39,11 @@ class ReplayOutcome:
         return {call_id: observation.reused for call_id, observation in self.fresh.items() if observation.reused}
 
     @property
+    def notes(self) -> dict[str, str]:
+        """call id -> quality reason of each re-run observation whose input came partly from the recording."""
+        return {call_id: observation.note for call_id, observation in self.fresh.items() if observation.note}
+
+    @property
     def exact(self) -> int:
         return sum(1 for row in self.comparisons if row["exact"])
 
@@ -88,6 +93,7 @@ def replay_batches(
                     stale_reused=fresh.stale_reused,
                     normalise=normalise,
                     reused=fresh.reused,
+                    note=fresh.note,
                     subagent=call.subagent,
                 )
             )

@@ -104,6 +104,8 @@ class _Scan:
     sidechain_file: bool = False
     #: tool_use id -> the ``toolUseResult`` of an Agent/Task result (``agentId``, ``status``, ``isAsync``)
     agent_results: dict[str, JsonObject] = field(default_factory=dict)
+    #: tool_use id -> the recorded ``toolUseResult`` of an interactive tool's result (its answer: tool_interactive)
+    use_results: dict[str, Any] = field(default_factory=dict)
 
 
 def parse_session(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajectory[ClaudeNative]:
@@ -214,6 +216,9 @@ def _index_results(scan: _Scan, record: Record, obj: JsonObject) -> None:
         summary = obj.get("toolUseResult")
         if isinstance(summary, dict) and ("agentId" in summary or "isAsync" in summary):
             scan.agent_results[tool_use_id] = {key: summary.get(key) for key in ("agentId", "status", "isAsync")}
+        if (isinstance(summary, dict) and ("answers" in summary or "isAgent" in summary)) or (
+                isinstance(summary, str) and len(summary) < 4096):  # kept small: only what an answer can be
+            scan.use_results[tool_use_id] = summary
 
 
 def _build(path: Path, sha256: str, scan: _Scan, source: bytes) -> Trajectory[ClaudeNative]:
@@ -445,8 +450,10 @@ def _add_call(
         call_policy, reason = CallPolicy.REFUSED, "server-side tools run at the model provider"
     else:
         version = next(iter(scan.versions)) if len(scan.versions) == 1 else None
-        call_policy, reason = policy.classify(name, arguments, historical, version)
+        recorded = scan.use_results.get(call_id) if name in policy.INTERACTIVE_TOOLS else None
+        call_policy, reason = policy.classify(name, arguments, historical, version, recorded)
     turn.calls.append(ToolCall(call_id, name, arguments, historical, call_policy, reason,
+                               native=scan.use_results.get(call_id) if name in policy.INTERACTIVE_TOOLS else None,
                                mcp=policy.mcp_tool(name, reason)))
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from forkpoint.core.model import CallPolicy, JsonObject, Observation
 
 #: Claude Code's task tools (tool_tasks.TASK_TOOLS; a test keeps the two equal)
@@ -23,6 +25,7 @@ _STALE_REASONS = {
     "TaskStop": "it stops a background task of the original session",
     "TodoWrite": "the recorded result is not TodoWrite's constant success text (2.1.220/2.1.332 disable TodoWrite "
                  "in every mode, measured: -p and SDK); forkpoint re-runs it where the binary ran it (2.0.x)",
+    # re-run from the recorded answer when forkpoint reproduces its text exactly (tool_interactive), else stale
     "ExitPlanMode": f"the plan is approved or rejected by a person (and saved under a random file name): "
                     f"{_INTERACTIVE_REASON}",
     "AskUserQuestion": f"the answer was given by a person: {_INTERACTIVE_REASON}",
@@ -33,6 +36,8 @@ _STALE_REASONS = {
              "skill's instructions enter the conversation as their own message",
 }
 
+#: re-run from the answer the recording holds when its text is reproduced exactly (tool_interactive)
+INTERACTIVE_TOOLS = frozenset({"AskUserQuestion", "ExitPlanMode"})
 ASYNC_LAUNCH_TOOLS = frozenset({"Agent", "Task"})
 ASYNC_COLLECT_TOOLS = frozenset({"TaskOutput", "AgentOutputTool", "BashOutput"})
 
@@ -42,9 +47,11 @@ INTERRUPTED_PREFIX = "[Tool call interrupted"
 
 
 def classify(
-    name: str, arguments: JsonObject, historical: Observation | None, version: str | None = None
+    name: str, arguments: JsonObject, historical: Observation | None, version: str | None = None,
+    recorded: Any = None,
 ) -> tuple[CallPolicy, str | None]:
-    """Return the policy of one call and, when not fresh, the reason shown to the user."""
+    """Return the policy of one call and, when not fresh, the reason shown to the user (``recorded``: the call's
+    recorded ``toolUseResult``, which holds an interactive call's answer)."""
     if name == "Bash" and arguments.get("run_in_background") is True:
         return CallPolicy.REFUSED, "Bash with run_in_background cannot be replayed deterministically"
     if historical is not None and historical.is_error and historical.text.lstrip().startswith("<tool_use_error>"):
@@ -69,6 +76,8 @@ def classify(
             return CallPolicy.FRESH, None
         if problem is not None:
             return CallPolicy.STALE, f"{problem}: Claude Code coerces such input, forkpoint does not re-run it"
+    if name in INTERACTIVE_TOOLS and historical is not None:
+        return _interactive(name, arguments, historical, version, recorded)
     if name in _TASK_TOOLS:
         from forkpoint.adapters.claude_code.tool_tasks import task_input_problem
 
@@ -91,6 +100,22 @@ def classify(
                                   f"against your server; if the tool is read-only: --reuse-observations "
                                   f"'mcp__{server}__*')")
     return CallPolicy.STALE, f"forkpoint does not re-execute the tool {name!r}"
+
+
+def _interactive(name: str, arguments: JsonObject, historical: Observation, version: str | None,
+                 recorded: Any) -> tuple[CallPolicy, str | None]:
+    """Fresh when forkpoint reproduces the recorded result exactly from the recorded answer, else stale (why)."""
+    from forkpoint.adapters.claude_code.tool_interactive import interactive_outcome
+
+    if not isinstance(historical.content, str):
+        return CallPolicy.STALE, f"{_STALE_REASONS[name]} (its recorded result is not plain text)"
+    outcome = interactive_outcome(name, dict(arguments), historical.content, recorded, version)
+    if isinstance(outcome, str):
+        return CallPolicy.STALE, f"{_STALE_REASONS[name]}; not re-run from the recording: {outcome}"
+    if outcome.content != historical.content or outcome.is_error != historical.is_error:
+        return CallPolicy.STALE, (f"{_STALE_REASONS[name]}; the recorded result is not the text forkpoint formats "
+                                  f"from the recorded answer for Claude Code {version}")
+    return CallPolicy.FRESH, None
 
 
 MCP_REASON = "its answer came from the MCP server"

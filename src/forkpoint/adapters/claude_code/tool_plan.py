@@ -4,8 +4,8 @@ Measured on both verified versions in SDK mode (``tests/fixtures/claude_code/<ve
 ``-p`` run disables the tool): the result is the same text whatever the session's state, and ``toolUseResult`` is
 ``{"message": <its first sentence>}``. Entering plan mode changes what Claude lets later calls do; those calls carry
 their own recorded results (a refusal by Claude is a ``<tool_use_error>``, stale), so nothing is lost by re-running
-this one. Its companions are not pure: AskUserQuestion's result is a person's answer and ExitPlanMode's a person's
-approval (plus a randomly named plan file); they stay stale-by-nature (``policy``).
+this one. Its companions carry a person's answer (and ExitPlanMode may name a randomly named plan file): they re-run
+from the answer the recording holds when their text is reproduced exactly, else stay stale (``tool_interactive``).
 """
 
 from __future__ import annotations

@@ -36,14 +36,17 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from forkpoint.adapters.claude_code.launch import project_dir_name, save_shell_state
+from forkpoint.adapters.claude_code.policy import INTERACTIVE_TOOLS
 from forkpoint.adapters.claude_code.tool_bash import BashShell, timeout_ms
 from forkpoint.adapters.claude_code.tool_edit import edit, write
 from forkpoint.adapters.claude_code.tool_files import SessionFiles
+from forkpoint.adapters.claude_code.tool_interactive import ANSWER_FROM_RECORDING, interactive_outcome
 from forkpoint.adapters.claude_code.tool_notebook import notebook_edit
 from forkpoint.adapters.claude_code.tool_plan import enter_plan_mode
 from forkpoint.adapters.claude_code.tool_profile import NEW, ToolOutcome, tool_profile
@@ -173,6 +176,7 @@ class ClaudeToolExecutor:
         self._shell_dirs: dict[str | None, str] = {}
         self.tasks = TaskList(results_config / "tasks" / session_id, results_config, self._modern)
         self.todos = TodoLists()
+        self._answer_version = recorded or version  # an answer's text is the recording binary's format
 
     def run(self, call: ToolCall) -> FreshObservation:
         self._enter(call.subagent)
@@ -184,6 +188,8 @@ class ClaudeToolExecutor:
             outcome = self.tasks.run(call.name, dict(call.arguments))
         elif call.name == "TodoWrite":
             outcome = self.todos.write(call.subagent, dict(call.arguments))
+        elif call.name in INTERACTIVE_TOOLS and call.historical is not None:
+            return self._interactive(call, started)
         elif call.name == "NotebookEdit":
             recorded = call.historical.text if call.historical is not None else None
             arguments = rewrite_arguments(self.sandbox, call.call_id, call.arguments)
@@ -208,6 +214,17 @@ class ClaudeToolExecutor:
         return fresh_observation(self.sandbox, call.call_id, started, content=outcome.content, native=outcome.native,
                                  is_error=outcome.is_error, truncated=outcome.truncated,
                                  return_code=outcome.return_code)
+
+    def _interactive(self, call: ToolCall, started: float) -> FreshObservation:
+        """AskUserQuestion / ExitPlanMode from the recorded answer (policy re-runs only exact reproductions)."""
+        assert call.historical is not None
+        outcome = interactive_outcome(call.name, dict(call.arguments), call.historical.text, call.native,
+                                      self._answer_version)
+        if isinstance(outcome, str):
+            raise ReplayError(ErrorKind.EXECUTOR, f"{call.name} call {call.call_id}: {outcome}", before_effect=True)
+        fresh = fresh_observation(self.sandbox, call.call_id, started, content=outcome.content,
+                                  native=outcome.native, is_error=outcome.is_error, truncated=False, return_code=None)
+        return replace(fresh, note=ANSWER_FROM_RECORDING)
 
     def _enter(self, agent: str | None) -> None:
         """Switch the shell directory to ``agent``'s (None: the session's own); a new sub-agent starts in the
