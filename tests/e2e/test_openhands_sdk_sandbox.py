@@ -54,7 +54,8 @@ def test_bwrap_replay_and_continue_with_the_workspace_elsewhere(tmp_path: Path,
                 "upstream": "openai-chat", "upstream_url": f"{url}/v1"}, source="test"))
         assert result.failure is None, result.failure
         continued = next((Path(result.output_dir or "") / "native" / "continued").glob("*.json")).read_text()
-        assert "started" in continued and "tried" in continued  # the live command really ran
+        # the live command really ran (each check printed its refusal)
+        assert "started" in continued and "canary-hidden" in continued and "outside-refused" in continued
         assert bait.violations([continued]) == []
     assert (result.phase, result.agent_status) == ("continued", "completed")
     rows = json.loads((Path(result.output_dir or "") / "observations.json").read_text())["observations"]
@@ -100,6 +101,7 @@ def test_the_held_out_checks_through_the_sdk_terminal(tmp_path: Path) -> None:
             "run_id": "run", "sandbox": "bwrap", "replay_only": True}, source="test"))
         assert result.failure is None, result.failure
         fresh = next((Path(result.output_dir or "") / "native" / "prefix").glob("*.json")).read_text()
-        assert "started" in fresh and "tried" in fresh  # the hostile command really ran, through the terminal
+        # the hostile command really ran, through the terminal (each check printed its refusal)
+        assert "started" in fresh and "canary-hidden" in fresh and "outside-refused" in fresh
         assert bait.violations([fresh]) == []
     assert sdk_sockets() == before

@@ -229,10 +229,11 @@ def _render_result(result: Any) -> None:
         f"quality {result.quality}{version_text(result)}, agent {result.agent_status}{calls})",
         style=GREEN,
     )
-    from forkpoint.branches.branching import partial_text
+    if branches := result.metadata.get("branches"):  # none in a prepare-only: the branching modules stay unloaded
+        from forkpoint.branches.branching import partial_text
 
-    if note := partial_text(result.metadata.get("branches")):
-        say(f"  {note}", err=True, style=YELLOW)
+        if note := partial_text(branches):
+            say(f"  {note}", err=True, style=YELLOW)
     if result.score is not None:
         score = result.score
         verdict = (f"reward {score['reward']:g}" if score.get("reward") is not None
