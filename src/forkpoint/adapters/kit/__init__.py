@@ -1,1 +1,2 @@
-"""What the agent folders share: the continuation shell, the command runner, ids and JSON helpers."""
+"""What the agent folders share: the continuation shell, the command runner, the companion Python runner's
+host side, ids and JSON helpers."""

@@ -1,0 +1,145 @@
+"""A companion runner shipped inside forkpoint and run on an agent runtime's own Python (OpenHands V0 and the
+OpenHands V1 SDK): one home for how it is started, sandboxed and read back, so both adapters' I/O shells agree.
+
+The runner file is started as ``<venv python> -I <runner.py> <request.json>`` through the run's sandbox
+(forkpoint's supervised process layer: deadline, output caps, no surviving descendants) with an isolated HOME,
+credentials stripped, litellm's local cost map (no download) and its request/result files in the run's state dir.
+Only the host side is shared here: each runner.py stays a standalone file run in the agent's venv.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from forkpoint.adapters.kit import continuation as shell
+from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.fs import read_file_strict, refused_as
+from forkpoint.core.model import RunContext
+from forkpoint.core.results import write_atomic
+from forkpoint.process import ProcessResult, sanitized_env
+from forkpoint.sandbox import home_environment, interpreter_paths, local_sandbox
+
+_TAIL = 4000
+
+
+@dataclass(frozen=True)
+class RunnerOutcome:
+    result: dict[str, Any]
+    process: ProcessResult
+    log: Path
+
+    def tail(self) -> str:
+        data = self.process.stdout[-_TAIL:] + b"\n" + self.process.stderr[-_TAIL:]
+        return data.decode("utf-8", "replace")
+
+
+@dataclass(frozen=True)
+class PythonRunner:
+    """What differs between the agents' runners: the file, its request schema, the names in paths and messages,
+    the environment it must not inherit or must get, and the runtime's quirks."""
+
+    path: Path  # the runner.py shipped next to the adapter
+    schema: str  # the request's ``schema``
+    label: str  # the agent's name in messages ("OpenHands")
+    folder: str  # its folder in the run's state dir and its logs' prefix ("openhands")
+    strip_prefixes: tuple[str, ...]  # environment variables the runner must not inherit
+    fixed_env: Mapping[str, str]  # environment every run gets
+    max_result_bytes: int
+    #: a variable naming a scratch folder of the runner's own (the SDK's TMUX_TMPDIR): the sandbox's private /tmp
+    #: under a sandbox with its own namespaces, a folder removed after the run under local
+    scratch_env: str | None = None
+    scratch_prefix: str = "fp-runner-"
+    #: a result carrying ``error`` is a failed run (not something the hooks judge)
+    error_fails: bool = False
+
+    def work_dir(self, context: RunContext) -> Path:
+        path = context.state_dir / self.folder
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def environment(self, home: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+        env = sanitized_env(os.environ, strip_credentials=True)
+        for name in list(env):
+            if name.startswith(self.strip_prefixes):
+                del env[name]
+        home_environment(env, home)
+        shell.loopback_no_proxy(env)
+        env.update(self.fixed_env)
+        env.update(extra or {})
+        return env
+
+    def run(self, python: Path, context: RunContext, name: str, request: dict[str, Any], *, timeout_s: float,
+            env_extra: dict[str, str] | None = None, bridge_port: int | None = None) -> RunnerOutcome:
+        """Write ``<state>/<folder>/<name>-request.json``, run the runner, read its result (typed errors only).
+
+        The runner runs in the run's sandbox, its folder and HOME writable, the venv and its interpreter readable.
+        Replay has no network; a continuation reaches the bridge (``bridge_port``): the host's network under local,
+        only the bridge's port relayed in under a sandbox with its own network namespace.
+        """
+        work = self.work_dir(context)
+        result_path = work / f"{name}-result.json"
+        result_path.unlink(missing_ok=True)
+        request = {"schema": self.schema, **request, "result": str(result_path)}
+        request_path = work / f"{name}-request.json"
+        write_atomic(request_path, json.dumps(request, indent=2).encode())
+        context.logs.mkdir(parents=True, exist_ok=True)
+        log = context.logs / f"{self.folder}-{name}.log"
+        context.home.mkdir(parents=True, exist_ok=True)
+        sandbox = context.sandbox or local_sandbox(context.workspace)
+        argv = [str(python), "-I", str(self.path), str(request_path)]
+        options: dict[str, Any] = {
+            "cwd": str(work), "env": self.environment(context.home, env_extra), "timeout_s": timeout_s,
+            "writable": (context.home, work), "grace_s": 5.0, "max_output_bytes": 4 * 1024 * 1024,
+            "log_path": log, "die_with_parent": True}
+        readable = (*interpreter_paths(python), self.path.parent)
+        with ExitStack() as stack:
+            if self.scratch_env is not None:
+                if sandbox.private_network:  # the sandbox's own /tmp (a tmpfs gone with its namespace)
+                    options["env"][self.scratch_env] = "/tmp"
+                else:  # local: a folder of its own, removed after the run
+                    scratch = stack.enter_context(scratch_dir(self.scratch_prefix))
+                    options["env"][self.scratch_env] = str(scratch)
+                    options["writable"] = (*options["writable"], scratch)
+            if bridge_port is not None and sandbox.private_network:
+                from forkpoint.sandbox.forward import HostRelay
+
+                relay = stack.enter_context(HostRelay(bridge_port, context.state_dir))
+                process = sandbox.run(relay.wrap(sandbox.host_command(argv)), network=False,
+                                      readable=(*readable, *relay.readable), **options)
+            else:
+                process = sandbox.run(argv, network=bridge_port is not None, readable=readable, **options)
+        kind = ErrorKind.CONTINUATION if name == "continue" else ErrorKind.EXECUTOR
+        what = f"the {self.label} runner"
+        try:  # the runner's folder is writable by replayed commands: read strictly (no link, FIFO or device followed)
+            with refused_as(kind, f"read {what} result {result_path}"):
+                result = json.loads(read_file_strict(work, result_path.name, max_bytes=self.max_result_bytes))
+        except (OSError, ValueError):
+            result = {}
+        outcome = RunnerOutcome(result if isinstance(result, dict) else {}, process, log)
+        if process.timed_out:
+            raise ReplayError(kind, f"{what} ({name}) did not finish within {timeout_s:.0f} s; see {log}")
+        if not outcome.result:
+            raise ReplayError(kind, f"{what} ({name}) exited {process.returncode} without a result: "
+                                    f"{outcome.tail()[-600:].strip()}; see {log}")
+        if self.error_fails and outcome.result.get("error"):
+            raise ReplayError(kind, f"{what} ({name}) failed: {outcome.result['error']}; see {log}")
+        return outcome
+
+
+@contextmanager
+def scratch_dir(prefix: str) -> Iterator[Path]:
+    """A private scratch folder, short (a socket path in it holds at most 107 bytes), removed afterwards."""
+    base = tempfile.gettempdir()
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=base if len(base) <= 40 else "/tmp"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
