@@ -1,2 +1,2 @@
 """What the agent folders share: the continuation shell, the command runner, the companion Python runner's
-host side, ids and JSON helpers."""
+host side, the Chat message projection, ids and JSON helpers."""
