@@ -13,16 +13,17 @@ import json
 import os
 import shutil
 import tempfile
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from forkpoint.adapters.kit import continuation as shell
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.fs import read_file_strict, refused_as
-from forkpoint.core.model import RunContext
+from forkpoint.core.model import FreshObservation, JsonObject, Plan, RunContext, ToolCall
 from forkpoint.core.results import write_atomic
 from forkpoint.process import ProcessResult, sanitized_env
 from forkpoint.sandbox import home_environment, interpreter_paths, local_sandbox
@@ -143,3 +144,36 @@ def scratch_dir(prefix: str) -> Iterator[Path]:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+class BatchReplayExecutor(ABC):
+    """A tool executor whose prefix calls all run in ONE runner process, started at the first call (``run`` of the
+    later calls returns what that process produced): the runtime's start-up takes seconds and its tools keep state
+    between calls. The subclass starts that process (``_replay``: call id -> the native fresh event) and turns one
+    event into the call's fresh observation (``_observation``)."""
+
+    label: ClassVar[str]  # the agent's name in messages
+
+    def __init__(self, plan: Plan, context: RunContext, python: Path) -> None:
+        self.plan = plan
+        self.context = context
+        self.python = python
+        self.sandbox = context.sandbox or local_sandbox(context.workspace)
+        self._fresh: dict[str, JsonObject] | None = None
+
+    @abstractmethod
+    def _replay(self) -> dict[str, JsonObject]: ...
+
+    @abstractmethod
+    def _observation(self, call: ToolCall, event: JsonObject) -> FreshObservation: ...
+
+    def run(self, call: ToolCall) -> FreshObservation:
+        if self._fresh is None:
+            self._fresh = self._replay()
+        event = self._fresh.get(call.call_id)
+        if event is None:
+            raise ReplayError(ErrorKind.EXECUTOR, f"the {self.label} replay did not run {call.call_id}")
+        return self._observation(call, event)
+
+    def close(self) -> None:
+        return None
