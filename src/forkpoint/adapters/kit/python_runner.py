@@ -177,3 +177,37 @@ class BatchReplayExecutor(ABC):
 
     def close(self) -> None:
         return None
+
+
+def runtime_python(agent: str, version: str, needs: str) -> Path:
+    """The installed runtime's Python (replay needs the agent's own tools, not only continuation); ``needs`` says
+    what for in the error ("replaying OpenHands actions needs OpenHands")."""
+    from forkpoint import runtimes
+
+    runtimes.check_verified(agent, version)
+    runtime = runtimes.find(agent, version)
+    if runtime is None:
+        raise ReplayError(ErrorKind.CONFIGURATION, f"{needs} {version} itself: run `forkpoint agents install "
+                                                   f"{agent}@{version}`")
+    return runtime.entrypoint
+
+
+def check_recorded_workspace(plan: Plan, workspace: str, *, what: str, why: str, refusal: str = "") -> None:
+    """The agent's recorded paths are absolute and sent back to the model verbatim (no path rewriting): the
+    workspace must be the recorded one and no call may name a path outside it. ``workspace`` is the workspace as
+    the tools see it (under bwrap: mounted at the recorded cwd); ``what`` names the recording, ``why`` says which
+    paths the agent records, ``refusal`` is appended to the refusal of an outside path."""
+    recorded = plan.trajectory.cwd
+    real = os.path.realpath(workspace)
+    if recorded is None or os.path.realpath(recorded) != real:
+        raise ReplayError(ErrorKind.WORKSPACE,
+                          f"{what} was recorded in the workspace {recorded}, but the workspace is {workspace}; {why} "
+                          f"that are sent back to the model verbatim, so replay it in a fresh workspace at {recorded}")
+    root = os.path.normpath(recorded)
+    for call in plan.calls:
+        path = call.arguments.get("path")
+        if isinstance(path, str) and os.path.isabs(path):
+            normal = os.path.normpath(path)
+            if normal != root and not normal.startswith(root.rstrip("/") + "/"):
+                raise ReplayError(ErrorKind.WORKSPACE, f"call {call.call_id} names {path}, outside the recorded "
+                                                       f"workspace {recorded}{refusal}")
