@@ -29,6 +29,14 @@ from forkpoint.process import ProcessResult, sanitized_env
 from forkpoint.sandbox import home_environment, interpreter_paths, local_sandbox
 
 _TAIL = 4000
+#: the variable the runner reads the bridge key from (named in its request, never written to a file)
+BRIDGE_KEY_ENV = "FORKPOINT_BRIDGE_KEY"
+#: where a replay runner's LLM points: nothing listens there, so a model call could only fail
+DEAD_LLM_URL = "http://127.0.0.1:9/v1"
+#: the live steps a continuation may take when the run names no budget
+DEFAULT_LIVE_STEPS = 100
+#: the boundary prompt reaches the runner only through its environment (never a file forkpoint writes)
+PROMPT_ENV = "FORKPOINT_BOUNDARY_PROMPT"
 
 
 @dataclass(frozen=True)

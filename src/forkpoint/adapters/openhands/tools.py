@@ -18,9 +18,9 @@ import json
 from typing import Any
 
 from forkpoint.adapters.kit.ids import safe_file_stem
-from forkpoint.adapters.kit.python_runner import BatchReplayExecutor
+from forkpoint.adapters.kit.python_runner import DEAD_LLM_URL, BatchReplayExecutor
 from forkpoint.adapters.openhands.format import model_text
-from forkpoint.adapters.openhands.launch import DEAD_LLM_URL, run_runner, work_dir
+from forkpoint.adapters.openhands.launch import run_runner, work_dir
 from forkpoint.adapters.openhands.session import replay_input, replayed_action_count, write_events
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.fs import read_sandbox_file

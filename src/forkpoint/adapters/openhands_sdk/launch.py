@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from forkpoint.adapters.kit import continuation as shell
 from forkpoint.adapters.kit.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
-from forkpoint.adapters.kit.python_runner import PythonRunner
+from forkpoint.adapters.kit.python_runner import BRIDGE_KEY_ENV, DEFAULT_LIVE_STEPS, PROMPT_ENV, PythonRunner
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.fs import read_file_strict, refused_as
 from forkpoint.core.model import JsonObject
@@ -27,13 +27,7 @@ if TYPE_CHECKING:
 
 RUNNER = Path(__file__).with_name("runner.py")
 SCHEMA = "forkpoint.openhands-sdk-runner/v1"
-BRIDGE_KEY_ENV = "FORKPOINT_BRIDGE_KEY"
-#: where the replay runner's LLM points: nothing listens there, so a model call could only fail
-DEAD_LLM_URL = "http://127.0.0.1:9/v1"
-DEFAULT_LIVE_STEPS = 100
 MAX_ITERATIONS_CODE = "MaxIterationsReached"
-#: the boundary prompt reaches the runner only through its environment (never a file forkpoint writes)
-PROMPT_ENV = "FORKPOINT_BOUNDARY_PROMPT"
 MAX_OUT_BYTES = 512 * 1024 * 1024
 
 

@@ -14,9 +14,9 @@ import json
 import uuid
 from typing import Any
 
-from forkpoint.adapters.kit.python_runner import BatchReplayExecutor
+from forkpoint.adapters.kit.python_runner import DEAD_LLM_URL, BatchReplayExecutor
 from forkpoint.adapters.openhands_sdk.format import is_error, model_text
-from forkpoint.adapters.openhands_sdk.launch import DEAD_LLM_URL, read_out, run_runner, work_dir
+from forkpoint.adapters.openhands_sdk.launch import read_out, run_runner, work_dir
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.model import CallPolicy, FreshObservation, JsonObject, ToolCall
 from forkpoint.core.results import write_atomic
