@@ -35,7 +35,13 @@ from aiohttp import web
 
 from forkpoint.adapters.copilot_cli.parse import dumps, observation_of
 from forkpoint.adapters.copilot_cli.runtime import copilot_env, installed_entrypoint, pkg_cache
-from forkpoint.adapters.kit.tool_host import HostConfinement, LoopbackToolHost
+from forkpoint.adapters.kit.tool_host import (
+    DEFAULT_TIMEOUT_S,
+    PROMPT,
+    STARTUP_MARGIN_S,
+    HostConfinement,
+    LoopbackToolHost,
+)
 from forkpoint.bridge.protocols.openai_chat import chat_chunks, encode, wants_usage
 from forkpoint.bridge.upstream import stream_events
 from forkpoint.core.errors import ErrorKind, ReplayError
@@ -43,10 +49,7 @@ from forkpoint.core.fs import read_sandbox_file
 from forkpoint.core.model import FreshObservation, JsonObject, RunContext, ToolCall
 from forkpoint.sandbox import local_sandbox, runtime_paths
 
-PROMPT = "forkpoint-tool-replay"
 MODEL = "gpt-4.1"
-DEFAULT_TIMEOUT_S = 600.0
-STARTUP_MARGIN_S = 120.0
 MUTATING = frozenset({"bash", "create", "edit"})
 #: the shell id counter restarts in every CLI process
 _SHELL_ID = re.compile(r"<shellId: \d+ ")

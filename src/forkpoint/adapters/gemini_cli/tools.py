@@ -28,17 +28,20 @@ from typing import Any
 from aiohttp import web
 
 from forkpoint.adapters.gemini_cli.runtime import gemini_env, installed_entrypoint, write_settings
-from forkpoint.adapters.kit.tool_host import HostConfinement, LoopbackToolHost
+from forkpoint.adapters.kit.tool_host import (
+    DEFAULT_TIMEOUT_S,
+    PROMPT,
+    STARTUP_MARGIN_S,
+    HostConfinement,
+    LoopbackToolHost,
+)
 from forkpoint.bridge.protocols.gemini import encode, response_chunks, usage_metadata
 from forkpoint.bridge.upstream import stream_events
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.model import FreshObservation, JsonObject, RunContext, ToolCall
 from forkpoint.sandbox import local_sandbox, runtime_paths
 
-PROMPT = "forkpoint-tool-replay"
 MODEL = "gemini-2.5-pro"
-DEFAULT_TIMEOUT_S = 600.0
-STARTUP_MARGIN_S = 120.0
 MUTATING = frozenset({"write_file", "replace", "run_shell_command"})
 #: the shell's process group id differs on every run
 _PGID = re.compile(r"Process Group PGID: \d+")

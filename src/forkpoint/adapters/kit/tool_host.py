@@ -21,6 +21,12 @@ if TYPE_CHECKING:
     from forkpoint.sandbox.base import Sandbox
     from forkpoint.sandbox.forward import HostRelay
 
+#: the CLI's ``-p`` prompt: the host answers it with the recorded call, whatever it says
+PROMPT = "forkpoint-tool-replay"
+#: how long one replayed call may take, and what the CLI's start-up may add to it
+DEFAULT_TIMEOUT_S = 600.0
+STARTUP_MARGIN_S = 120.0
+
 
 class LoopbackToolHost(ABC):
     """The loopback model API the CLI re-runs its tools against, served on its own event-loop thread. The routes

@@ -29,7 +29,13 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from forkpoint.adapters.kit.tool_host import HostConfinement, LoopbackToolHost
+from forkpoint.adapters.kit.tool_host import (
+    DEFAULT_TIMEOUT_S,
+    PROMPT,
+    STARTUP_MARGIN_S,
+    HostConfinement,
+    LoopbackToolHost,
+)
 from forkpoint.adapters.qwen_code.parse import response_of
 from forkpoint.adapters.qwen_code.runtime import installed_entrypoint, project_dir, qwen_env, write_settings
 from forkpoint.bridge.protocols.openai_chat import chat_chunks, encode
@@ -40,10 +46,7 @@ from forkpoint.core.model import FreshObservation, JsonObject, RunContext, ToolC
 from forkpoint.process import ProcessResult
 from forkpoint.sandbox import local_sandbox, runtime_paths
 
-PROMPT = "forkpoint-tool-replay"
 MODEL = "qwen3-coder-plus"
-DEFAULT_TIMEOUT_S = 600.0
-START_TIMEOUT_S = 120.0
 MUTATING = frozenset({"write_file", "edit", "run_shell_command"})
 _TAIL = 600
 _FINAL: JsonObject = {"role": "assistant", "content": "Replay finished."}
@@ -122,7 +125,7 @@ class QwenToolExecutor:
             self._start()
         self.host.calls.put(call)
         where = f"{call.name}({call.call_id})"
-        deadline = time.monotonic() + DEFAULT_TIMEOUT_S + START_TIMEOUT_S
+        deadline = time.monotonic() + DEFAULT_TIMEOUT_S + STARTUP_MARGIN_S
         answered = False
         while not answered:
             remaining = deadline - time.monotonic()
