@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from forkpoint.adapters.kit.chat_message import project, project_call, project_text
+import pytest
+
+from forkpoint.adapters.kit.chat_message import project, project_call, project_text, wire_tool_calls
+from forkpoint.bridge.gate import Refusal
 
 
 def test_text_parts_join_and_anything_else_stays_visible() -> None:
@@ -25,3 +28,12 @@ def test_a_message_keeps_its_call_ids_and_parses_arguments() -> None:
     assert project("junk") == {"role": "?", "invalid": True}
     assert project({"role": "assistant", "tool_calls": "junk"})["tool_calls"] == {"invalid": "junk"}
     assert project_call(7) == {"invalid": 7}
+
+
+def test_wire_tool_calls_parse_arguments_and_refuse_a_call_that_is_not_a_function() -> None:
+    message = {"role": "assistant", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]}
+    assert wire_tool_calls(message, 3) == [{"id": "c1", "name": "bash", "arguments": {"command": "ls"}}]
+    assert wire_tool_calls({"role": "assistant"}, 0) == []
+    with pytest.raises(Refusal, match=r"messages\[3\] has a tool call that is not a function call"):
+        wire_tool_calls({"role": "assistant", "tool_calls": [{"id": "c1", "type": "custom"}]}, 3)

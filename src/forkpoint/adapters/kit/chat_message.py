@@ -1,5 +1,6 @@
 """The canonical form of one OpenAI Chat Completions message as litellm sends it (pure): what the chat gates of the
-agents that talk Chat through litellm (OpenHands V0 and the V1 SDK) compare, and what their expected prefix holds."""
+agents that talk Chat through litellm (OpenHands V0 and the V1 SDK) compare, and what their expected prefix holds;
+and the tool calls of an assistant message as the other Chat gates (Pi, Qwen Code, Copilot CLI) compare them."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Any
 import orjson
 
 from forkpoint.adapters.kit.jsondoc import as_object
+from forkpoint.bridge.gate import Refusal
+from forkpoint.bridge.protocols.openai_chat import parsed_arguments
 from forkpoint.core.model import JsonObject
 
 
@@ -46,3 +49,16 @@ def project_call(call: Any) -> JsonObject:
     except orjson.JSONDecodeError:
         arguments = {"_raw_arguments": raw}
     return {"id": call.get("id"), "type": call.get("type"), "name": function.get("name"), "arguments": arguments}
+
+
+def wire_tool_calls(message: JsonObject, index: int) -> list[JsonObject]:
+    """An assistant wire message's tool calls as the Chat gates of Pi, Qwen Code and Copilot CLI compare them (id,
+    name, parsed arguments); a call that is not a function call is refused."""
+    calls = []
+    for call in message.get("tool_calls") or []:
+        parsed = parsed_arguments(call)
+        function = parsed.get("function") if isinstance(parsed, dict) else None
+        if not isinstance(function, dict):
+            raise Refusal(f"messages[{index}] has a tool call that is not a function call")
+        calls.append({"id": parsed.get("id"), "name": function.get("name"), "arguments": function.get("arguments")})
+    return calls
