@@ -3,11 +3,19 @@ Code): no credentials or agent variables leak in, proxies point at a closed port
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
-from forkpoint.adapters.kit.npm_cli import PROXY_SINK, installed_entrypoint, isolated_env, write_settings
+from forkpoint.adapters.kit.npm_cli import (
+    PROXY_SINK,
+    install_jsonl,
+    installed_entrypoint,
+    isolated_env,
+    usable_model,
+    write_settings,
+)
 from forkpoint.core.errors import ErrorKind, ReplayError
 
 
@@ -36,3 +44,27 @@ def test_a_link_planted_where_the_settings_go_is_refused(tmp_path: Path) -> None
 def test_a_missing_runtime_names_the_install_command() -> None:
     with pytest.raises(ReplayError, match=r"forkpoint agents install gemini-cli@0\.0\.1"):
         installed_entrypoint("gemini-cli", "0.0.1", "Gemini CLI")
+
+
+def test_a_recorded_model_that_is_not_a_plain_name_is_refused() -> None:
+    allowed = re.compile(r"[A-Za-z0-9._-]{1,128}")
+    assert usable_model("gemini-2.5-pro", allowed, "no model") == "gemini-2.5-pro"
+    for bad in (None, "--yolo x", "a" * 129, ""):
+        with pytest.raises(ReplayError, match="no model") as caught:
+            usable_model(bad, allowed, "no model")
+        assert caught.value.kind is ErrorKind.TRAJECTORY
+
+
+def test_the_prefix_is_installed_in_home_without_following_a_planted_link(tmp_path: Path) -> None:
+    prefix = tmp_path / "prefix.jsonl"
+    prefix.write_bytes(b'{"a": 1}\n\n{"b": 2}\n')
+    home = tmp_path / "home"
+    (home / "chats").mkdir(parents=True)
+    data, records = install_jsonl(prefix, home, home / "chats" / "s.jsonl")
+    assert (home / "chats" / "s.jsonl").read_bytes() == data == prefix.read_bytes()
+    assert records == [{"a": 1}, {"b": 2}]
+    outside = tmp_path / "outside.jsonl"
+    (home / "chats" / "t.jsonl").symlink_to(outside)
+    with pytest.raises(ReplayError):
+        install_jsonl(prefix, home, home / "chats" / "t.jsonl")
+    assert not outside.exists()

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from forkpoint.adapters.openhands_sdk.envelope import PrefixError, expected_messages, project
+from forkpoint.adapters.kit.chat_message import project
+from forkpoint.adapters.openhands_sdk.envelope import PrefixError, expected_messages
 from forkpoint.adapters.openhands_sdk.parse import parse_conversation
 from forkpoint.core.model import JsonObject
 

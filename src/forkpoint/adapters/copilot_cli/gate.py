@@ -26,8 +26,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from forkpoint.adapters.copilot_cli.parse import observation_of, tool_requests
+from forkpoint.adapters.kit.chat_message import wire_tool_calls
 from forkpoint.bridge.gate import Refusal
-from forkpoint.bridge.protocols.openai_chat import ChatProfile, ExpectedChat, parsed_arguments
+from forkpoint.bridge.protocols.openai_chat import ChatProfile, ExpectedChat
 from forkpoint.core.model import JsonObject
 
 PROFILE_ID = "copilot-cli/1.0.102/session-events-v1"
@@ -81,13 +82,7 @@ def wire_message(message: Any, index: int) -> JsonObject:
         return {"role": "tool", "tool_call_id": message.get("tool_call_id"), "content": message.get("content")}
     if message.get("refusal") is not None:
         raise Refusal(f"messages[{index}] carries a refusal text, which the event log does not hold")
-    calls = []
-    for call in message.get("tool_calls") or []:
-        parsed = parsed_arguments(call)
-        function = parsed.get("function") if isinstance(parsed, dict) else None
-        if not isinstance(function, dict):
-            raise Refusal(f"messages[{index}] has a tool call that is not a function call")
-        calls.append({"id": parsed.get("id"), "name": function.get("name"), "arguments": function.get("arguments")})
+    calls = wire_tool_calls(message, index)
     return {"role": "assistant", "content": message.get("content") or None, "tool_calls": calls}
 
 

@@ -24,6 +24,7 @@ from forkpoint.adapters.copilot_cli.parse import CopilotNative, model_turns, par
 from forkpoint.adapters.copilot_cli.runtime import copilot_env, pkg_cache
 from forkpoint.adapters.kit import continuation as shell
 from forkpoint.adapters.kit.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
+from forkpoint.adapters.kit.npm_cli import install_jsonl, usable_model
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.fs import read_sandbox_file
 from forkpoint.core.model import JsonObject
@@ -45,11 +46,7 @@ class Installed:
 
 
 def recorded_model(native: CopilotNative) -> str:
-    model = native.model
-    if model is None or not _MODEL.fullmatch(model):
-        raise ReplayError(ErrorKind.TRAJECTORY, "the Copilot CLI recording names no usable model (the continuation "
-                                                "asks for the recorded model)")
-    return model
+    return usable_model(native.model, _MODEL, "the Copilot CLI recording names no usable model")
 
 
 def events_path(home: Path, session_id: str) -> Path:
@@ -65,11 +62,8 @@ class CopilotHooks(AgentHooks[Installed]):
     def install(self, job: Job) -> Installed:
         native: CopilotNative = job.plan.trajectory.native
         model = recorded_model(native)
-        data = job.prefix.path.read_bytes()
-        rebuilt = [orjson.loads(line) for line in data.splitlines() if line.strip()]
         target = events_path(job.context.home, native.session_id)
-        # Replayed tools could write the HOME: no link planted there is followed (forkpoint.core.fs strict helpers).
-        shell.write_home_file(job.context.home, target, data)
+        _, rebuilt = install_jsonl(job.prefix.path, job.context.home, target)
         return Installed(native, model, rebuilt, target)
 
     def gate(self, job: Job, state: Installed) -> GateSpec:

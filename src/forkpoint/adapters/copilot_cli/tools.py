@@ -25,34 +25,31 @@ fresh process that starts in the session working directory"); the shell id count
 from __future__ import annotations
 
 import re
-import secrets
 import threading
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from typing import Any
 
 import orjson
 from aiohttp import web
 
 from forkpoint.adapters.copilot_cli.parse import dumps, observation_of
 from forkpoint.adapters.copilot_cli.runtime import copilot_env, installed_entrypoint, pkg_cache
+from forkpoint.adapters.kit.tool_host import (
+    DEFAULT_TIMEOUT_S,
+    PROMPT,
+    STARTUP_MARGIN_S,
+    HostConfinement,
+    LoopbackToolHost,
+)
 from forkpoint.bridge.protocols.openai_chat import chat_chunks, encode, wants_usage
 from forkpoint.bridge.upstream import stream_events
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.fs import read_sandbox_file
 from forkpoint.core.model import FreshObservation, JsonObject, RunContext, ToolCall
-from forkpoint.process.loop_thread import LoopThread
-from forkpoint.process.loopback import LoopbackSite
 from forkpoint.sandbox import local_sandbox, runtime_paths
 
-if TYPE_CHECKING:
-    from forkpoint.sandbox.forward import HostRelay
-
-PROMPT = "forkpoint-tool-replay"
 MODEL = "gpt-4.1"
-DEFAULT_TIMEOUT_S = 600.0
-STARTUP_MARGIN_S = 120.0
 MUTATING = frozenset({"bash", "create", "edit"})
 #: the shell id counter restarts in every CLI process
 _SHELL_ID = re.compile(r"<shellId: \d+ ")
@@ -67,19 +64,20 @@ def normalize_volatile(content: Any) -> Any:
     return content
 
 
-class ToolHost:
+class ToolHost(LoopbackToolHost):
     """The loopback Chat Completions endpoint that hands the CLI one call and lets it end."""
 
+    label = "Copilot CLI"
+    thread_name = "forkpoint-copilot-toolhost"
+    routes = ("/v1/chat/completions", "/chat/completions")
+    url_suffix = "/v1"
+
     def __init__(self) -> None:
-        self._serving: LoopThread[str] = LoopThread("forkpoint-copilot-toolhost")
-        self._site = LoopbackSite()
+        super().__init__()
         self._lock = threading.Lock()
         self.call: ToolCall | None = None
         self.handed = False
         self.answered: str | None = None  # the tool message content the CLI sent back (what its model saw)
-        self.url: str | None = None
-        #: the routes live under a per-executor secret path segment (like the bridge's token)
-        self.token = secrets.token_urlsafe(18)
         self._count = 0
 
     async def _answer(self, request: web.Request) -> web.StreamResponse:
@@ -110,26 +108,9 @@ class ToolHost:
         return await stream_events(request, encode(chat_chunks(response_id, MODEL, message, finish,
                                                                wants_usage(body))))
 
-    async def _listen(self) -> str:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_post(f"/{self.token}/v1/chat/completions", self._answer)
-        app.router.add_post(f"/{self.token}/chat/completions", self._answer)
-        return f"{await self._site.start(app)}/{self.token}/v1"
-
-    def start(self) -> str:
-        if self.url is None:
-            try:
-                self.url = self._serving.start(self._listen, self._site.stop, 10.0)
-            except Exception as error:
-                raise ReplayError(ErrorKind.EXECUTOR, f"the Copilot CLI tool host did not start: {error}") from error
-        return self.url
-
     def arm(self, call: ToolCall) -> None:
         with self._lock:
             self.call, self.handed, self.answered = call, False, None
-
-    def close(self) -> None:
-        self._serving.stop(10.0)
 
 
 def completion_event(events: bytes, call_id: str) -> JsonObject | None:
@@ -152,21 +133,7 @@ class CopilotToolExecutor:
         self.entrypoint = entrypoint or installed_entrypoint()
         self.sandbox = context.sandbox or local_sandbox(context.workspace)
         self.host = ToolHost()
-        self._relay: HostRelay | None = None
-
-    def _confined(self, argv: list[str], url: str) -> tuple[list[str], tuple[Path, ...], bool]:
-        """The CLI's argv, what it reads and whether it shares the host's network: in a sandbox with its own
-        network namespace (bwrap) only the host's port is relayed in (one relay for every call)."""
-        readable = runtime_paths(self.entrypoint)
-        if not self.sandbox.private_network:
-            return argv, readable, True
-        if self._relay is None:
-            from forkpoint.sandbox.forward import HostRelay
-
-            port = urlsplit(url).port
-            assert port is not None
-            self._relay = HostRelay(port, self.context.state_dir)
-        return self._relay.wrap(self.sandbox.host_command(argv)), (*readable, *self._relay.readable), False
+        self.confinement = HostConfinement(self.sandbox, context.state_dir)
 
     def run(self, call: ToolCall) -> FreshObservation:
         url = self.host.start()
@@ -179,7 +146,7 @@ class CopilotToolExecutor:
         argv = [str(self.entrypoint), "--allow-all", "--no-auto-update", "--disable-client-telemetry",
                 "--no-custom-instructions", "--disable-builtin-mcps", "--no-ask-user", "-s",
                 f"--session-id={session_id}", "-p", PROMPT]
-        argv, readable, network = self._confined(argv, url)
+        argv, readable, network = self.confinement.confine(argv, runtime_paths(self.entrypoint), url)
         result = self.sandbox.run(argv, cwd=self.sandbox.cwd, env=copilot_env(home, url, MODEL, self.entrypoint),
                                   timeout_s=DEFAULT_TIMEOUT_S + STARTUP_MARGIN_S, network=network,
                                   writable=(home, cache), readable=readable,
@@ -209,6 +176,5 @@ class CopilotToolExecutor:
                                 return_code=exit_code if isinstance(exit_code, int) else None, native=native)
 
     def close(self) -> None:
-        if self._relay is not None:
-            self._relay.close()
+        self.confinement.close()
         self.host.close()

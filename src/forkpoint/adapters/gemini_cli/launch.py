@@ -24,6 +24,7 @@ from forkpoint.adapters.gemini_cli.parse import GeminiNative, model_turns, parse
 from forkpoint.adapters.gemini_cli.runtime import gemini_env, write_settings
 from forkpoint.adapters.kit import continuation as shell
 from forkpoint.adapters.kit.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
+from forkpoint.adapters.kit.npm_cli import install_jsonl, usable_model
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.fs import read_sandbox_file
 from forkpoint.core.hashing import canonical_sha256
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 #: where the rebuilt session is put for ``--session-file`` (inside the isolated HOME)
 REBUILT_DIR = ".gemini/forkpoint"
 _SESSION_ID = re.compile(r"^[0-9a-fA-F-]{36}$")
+_MODEL = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
 
 @dataclass(frozen=True)
@@ -48,11 +50,7 @@ class Installed:
 
 
 def recorded_model(native: GeminiNative) -> str:
-    model = native.model
-    if model is None or not re.fullmatch(r"[A-Za-z0-9._-]{1,128}", model):
-        raise ReplayError(ErrorKind.TRAJECTORY, "the Gemini CLI recording names no usable model on its gemini "
-                                                "messages (the continuation asks for the recorded model)")
-    return model
+    return usable_model(native.model, _MODEL, "the Gemini CLI recording names no usable model on its gemini messages")
 
 
 class GeminiHooks(AgentHooks[Installed]):
@@ -63,12 +61,9 @@ class GeminiHooks(AgentHooks[Installed]):
     def install(self, job: Job) -> Installed:
         native: GeminiNative = job.plan.trajectory.native
         model = recorded_model(native)
-        data = job.prefix.path.read_bytes()
-        lines = [orjson.loads(line) for line in data.splitlines() if line.strip()]
         home = job.context.home
         target = home / REBUILT_DIR / job.prefix.path.name
-        # Replayed tools could write the HOME: no link planted there is followed (forkpoint.core.fs strict helpers).
-        shell.write_home_file(home, target, data)
+        _, lines = install_jsonl(job.prefix.path, home, target)
         write_settings(home, ErrorKind.CONTINUATION)
         return Installed(native, model, lines[1:], target)
 

@@ -21,30 +21,27 @@ tool host does): a replayed command reaches no other address.
 from __future__ import annotations
 
 import re
-import secrets
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from typing import Any
 
 from aiohttp import web
 
 from forkpoint.adapters.gemini_cli.runtime import gemini_env, installed_entrypoint, write_settings
+from forkpoint.adapters.kit.tool_host import (
+    DEFAULT_TIMEOUT_S,
+    PROMPT,
+    STARTUP_MARGIN_S,
+    HostConfinement,
+    LoopbackToolHost,
+)
 from forkpoint.bridge.protocols.gemini import encode, response_chunks, usage_metadata
 from forkpoint.bridge.upstream import stream_events
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.model import FreshObservation, JsonObject, RunContext, ToolCall
-from forkpoint.process.loop_thread import LoopThread
-from forkpoint.process.loopback import LoopbackSite
 from forkpoint.sandbox import local_sandbox, runtime_paths
 
-if TYPE_CHECKING:
-    from forkpoint.sandbox.forward import HostRelay
-
-PROMPT = "forkpoint-tool-replay"
 MODEL = "gemini-2.5-pro"
-DEFAULT_TIMEOUT_S = 600.0
-STARTUP_MARGIN_S = 120.0
 MUTATING = frozenset({"write_file", "replace", "run_shell_command"})
 #: the shell's process group id differs on every run
 _PGID = re.compile(r"Process Group PGID: \d+")
@@ -62,20 +59,19 @@ def normalize_volatile(content: Any) -> Any:
     return content
 
 
-class ToolHost:
+class ToolHost(LoopbackToolHost):
     """The loopback Gemini API that hands the CLI one call and catches its function response."""
 
+    label = "Gemini CLI"
+    thread_name = "forkpoint-gemini-toolhost"
+    routes = ("/v1beta/models/{call}",)
+
     def __init__(self) -> None:
-        self._serving: LoopThread[str] = LoopThread("forkpoint-gemini-toolhost")
-        self._site = LoopbackSite()
+        super().__init__()
         self._lock = threading.Lock()
         self.call: ToolCall | None = None
         self.handed = False
         self.response: JsonObject | None = None
-        self.url: str | None = None
-        #: the routes live under a per-executor secret path segment (like the bridge's token): another local
-        #: process cannot hand the host a function response without it
-        self.token = secrets.token_urlsafe(18)
 
     async def _answer(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -99,25 +95,9 @@ class ToolHost:
         return await stream_events(request, encode(response_chunks("forkpoint-tools", MODEL, parts,
                                                                    usage_metadata(parts))))
 
-    async def _listen(self) -> str:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_post(f"/{self.token}/v1beta/models/{{call}}", self._answer)
-        return f"{await self._site.start(app)}/{self.token}"
-
-    def start(self) -> str:
-        if self.url is None:
-            try:
-                self.url = self._serving.start(self._listen, self._site.stop, 10.0)
-            except Exception as error:
-                raise ReplayError(ErrorKind.EXECUTOR, f"the Gemini CLI tool host did not start: {error}") from error
-        return self.url
-
     def arm(self, call: ToolCall) -> None:
         with self._lock:
             self.call, self.handed, self.response = call, False, None
-
-    def close(self) -> None:
-        self._serving.stop(10.0)
 
 
 class GeminiToolExecutor:
@@ -126,22 +106,12 @@ class GeminiToolExecutor:
         self.entrypoint = entrypoint or installed_entrypoint()
         self.sandbox = context.sandbox or local_sandbox(context.workspace)
         self.host = ToolHost()
-        self._relay: HostRelay | None = None
+        self.confinement = HostConfinement(self.sandbox, context.state_dir)
 
     def _confined(self, url: str) -> tuple[list[str], tuple[Path, ...], bool]:
-        """The CLI's argv, what it reads and whether it shares the host's network: in a sandbox with its own
-        network namespace only the host's port is relayed in (one relay for every call)."""
+        """The CLI's argv, what it reads and whether it shares the host's network (HostConfinement)."""
         argv = [str(self.entrypoint), "--yolo", "--skip-trust", "-m", MODEL, "-o", "json", "-p", PROMPT]
-        readable = runtime_paths(self.entrypoint)
-        if not self.sandbox.private_network:
-            return argv, readable, True
-        if self._relay is None:
-            from forkpoint.sandbox.forward import HostRelay
-
-            port = urlsplit(url).port
-            assert port is not None
-            self._relay = HostRelay(port, self.context.state_dir)
-        return self._relay.wrap(self.sandbox.host_command(argv)), (*readable, *self._relay.readable), False
+        return self.confinement.confine(argv, runtime_paths(self.entrypoint), url)
 
     def run(self, call: ToolCall) -> FreshObservation:
         url = self.host.start()
@@ -170,6 +140,5 @@ class GeminiToolExecutor:
                                 truncated=result.stdout_truncated, native={"response": response})
 
     def close(self) -> None:
-        if self._relay is not None:
-            self._relay.close()
+        self.confinement.close()
         self.host.close()

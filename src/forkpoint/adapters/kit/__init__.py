@@ -1,1 +1,2 @@
-"""What the agent folders share: the continuation shell, the command runner, ids and JSON helpers."""
+"""What the agent folders share: the continuation shell, the command runner, the npm CLIs' runtime pieces and
+tool host, the companion Python runner's host side, the Chat message projection, ids and JSON helpers."""

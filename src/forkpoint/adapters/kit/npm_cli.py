@@ -1,15 +1,18 @@
-"""What the npm agent CLIs that forkpoint drives with their own tools share (Gemini CLI, Qwen Code): the verified
-runtime's entrypoint, a settings file in the isolated HOME, and the environment they run in (no credentials, the
-model at a loopback URL, every proxy at a closed port)."""
+"""What the npm agent CLIs that forkpoint drives with their own tools share (Gemini CLI, Qwen Code; Copilot CLI the
+recorded model check and the prefix install): the verified runtime's entrypoint, a settings file in the isolated
+HOME, the rebuilt JSONL prefix installed there, the recorded model check, and the environment they run in (no
+credentials, the model at a loopback URL, every proxy at a closed port)."""
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
 import orjson
 
+from forkpoint.adapters.kit.continuation import write_home_file
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.fs import refused_as, write_file_strict
 from forkpoint.core.model import JsonObject
@@ -50,3 +53,20 @@ def isolated_env(home: Path, drop_prefixes: tuple[str, ...], values: Mapping[str
     env.update({"HTTP_PROXY": PROXY_SINK, "HTTPS_PROXY": PROXY_SINK, "http_proxy": PROXY_SINK,
                 "https_proxy": PROXY_SINK, "NO_PROXY": _LOOPBACK, "no_proxy": _LOOPBACK, "NO_COLOR": "1", **values})
     return env
+
+
+def usable_model(model: str | None, allowed: re.Pattern[str], refusal: str) -> str:
+    """The recorded model the continuation asks for (it becomes an argv or settings value): refused with
+    ``refusal`` unless the recording names one that ``allowed`` matches whole."""
+    if model is None or not allowed.fullmatch(model):
+        raise ReplayError(ErrorKind.TRAJECTORY, f"{refusal} (the continuation asks for the recorded model)")
+    return model
+
+
+def install_jsonl(prefix: Path, home: Path, target: Path) -> tuple[bytes, list[JsonObject]]:
+    """Put the rebuilt JSONL prefix where the CLI resumes it from, in the isolated HOME (replayed tools could write
+    the HOME: no link planted there is followed); returns its bytes and its records."""
+    data = prefix.read_bytes()
+    records = [orjson.loads(line) for line in data.splitlines() if line.strip()]
+    write_home_file(home, target, data)
+    return data, records

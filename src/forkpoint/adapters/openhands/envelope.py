@@ -17,10 +17,7 @@ compares the request's projection with this list (``ExpectedChat.of``).
 
 from __future__ import annotations
 
-from typing import Any
-
-import orjson
-
+from forkpoint.adapters.kit.chat_message import project
 from forkpoint.adapters.kit.jsondoc import as_object
 from forkpoint.adapters.openhands.format import model_text
 from forkpoint.adapters.openhands.parse import response_id
@@ -29,41 +26,6 @@ from forkpoint.core.model import JsonObject
 
 class PrefixError(ValueError):
     """The prefix holds something whose model message forkpoint does not model (refuse, never guess)."""
-
-
-def project(message: Any) -> JsonObject:
-    """The canonical form of one Chat Completions message (what the gate compares)."""
-    if not isinstance(message, dict):
-        return {"role": "?", "invalid": True}
-    content = message.get("content")
-    if isinstance(content, list):
-        parts = [p for p in content if isinstance(p, dict)]
-        if any(p.get("type") != "text" for p in parts) or len(parts) != len(content):
-            text: Any = {"non_text_parts": content}
-        else:
-            text = "".join(str(p.get("text", "")) for p in parts)
-    else:
-        text = content if isinstance(content, str) else ""
-    out: JsonObject = {"role": message.get("role"), "text": text}
-    calls = message.get("tool_calls")
-    if calls:
-        out["tool_calls"] = [_call(c) for c in calls] if isinstance(calls, list) else {"invalid": calls}
-    for key in ("tool_call_id", "name"):
-        if key in message:
-            out[key] = message[key]
-    return out
-
-
-def _call(call: Any) -> JsonObject:
-    if not isinstance(call, dict):
-        return {"invalid": call}
-    function = as_object(call.get("function"))
-    raw = function.get("arguments")
-    try:
-        arguments = orjson.loads(raw) if isinstance(raw, str) else raw
-    except orjson.JSONDecodeError:
-        arguments = {"_raw_arguments": raw}
-    return {"id": call.get("id"), "type": call.get("type"), "name": function.get("name"), "arguments": arguments}
 
 
 def expected_messages(events: list[JsonObject]) -> list[JsonObject]:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from forkpoint.adapters.kit.cmd_output import decorate_command_output
+
 MAX_MESSAGE_CHARS = 30_000
 TRUNCATION_NOTE = "\n[... Observation truncated due to length ...]\n"
 
@@ -35,15 +37,7 @@ def model_text(event: dict[str, Any], max_chars: int = MAX_MESSAGE_CHARS) -> str
     if kind == "run":
         raw_metadata = extras.get("metadata")
         metadata: dict[str, Any] = raw_metadata if isinstance(raw_metadata, dict) else {}
-        text = f"{metadata.get('prefix') or ''}{content}{metadata.get('suffix') or ''}"
-        if metadata.get("working_dir"):
-            text += f"\n[Current working directory: {metadata['working_dir']}]"
-        if metadata.get("py_interpreter_path"):
-            text += f"\n[Python interpreter: {metadata['py_interpreter_path']}]"
-        exit_code = metadata.get("exit_code", -1)
-        if exit_code != -1:
-            text += f"\n[Command finished with exit code {exit_code}]"
-        return truncate_content(text, max_chars)
+        return truncate_content(decorate_command_output(metadata, content), max_chars)
     if kind == "error":
         return truncate_content(content, max_chars) + "\n[Error occurred in processing last action]"
     if kind == "read":

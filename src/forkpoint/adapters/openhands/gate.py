@@ -8,7 +8,7 @@ projected by ``expected.project``. Nothing is stripped, so the forwarded body is
 
 from __future__ import annotations
 
-from forkpoint.adapters.openhands.envelope import project
+from forkpoint.adapters.kit.chat_message import project
 from forkpoint.bridge.protocols.openai_chat import ChatProfile
 
 PROFILE = ChatProfile(agent="OpenHands", project=lambda message, _index: project(message))

@@ -10,7 +10,6 @@ the run's state dir. See runner.py for the JSON protocol.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,105 +17,28 @@ from typing import TYPE_CHECKING, Any
 from forkpoint.adapters.kit import continuation as shell
 from forkpoint.adapters.kit.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
 from forkpoint.adapters.kit.ids import safe_file_stem
+from forkpoint.adapters.kit.python_runner import BRIDGE_KEY_ENV, DEFAULT_LIVE_STEPS, PROMPT_ENV, PythonRunner
 from forkpoint.core.errors import ErrorKind, ReplayError
-from forkpoint.core.fs import read_file_strict, read_sandbox_file, refused_as
-from forkpoint.core.model import JsonObject, Plan, RunContext
+from forkpoint.core.fs import read_sandbox_file
+from forkpoint.core.model import JsonObject, Plan
 from forkpoint.core.results import write_atomic
-from forkpoint.process import ProcessResult, sanitized_env
-from forkpoint.sandbox import home_environment, interpreter_paths, local_sandbox
 
 if TYPE_CHECKING:
     from forkpoint.bridge.server import BridgeSummary
 
 RUNNER = Path(__file__).with_name("runner.py")
 SCHEMA = "forkpoint.openhands-runner/v1"
-BRIDGE_KEY_ENV = "FORKPOINT_BRIDGE_KEY"
-#: where the replay-only runner's LLM points: nothing listens there, so a model call could only fail
-DEAD_LLM_URL = "http://127.0.0.1:9/v1"
-_TAIL = 4000
-DEFAULT_LIVE_STEPS = 100
 MAX_ITERATION_ERROR = "Agent reached maximum iteration"
-#: the boundary prompt reaches the runner only through its environment (never a file forkpoint writes)
-PROMPT_ENV = "FORKPOINT_BOUNDARY_PROMPT"
-_MAX_RESULT_BYTES = 64 * 1024 * 1024
 
 
-@dataclass(frozen=True)
-class RunnerOutcome:
-    result: dict[str, Any]
-    process: ProcessResult
-    log: Path
-
-    def tail(self) -> str:
-        data = self.process.stdout[-_TAIL:] + b"\n" + self.process.stderr[-_TAIL:]
-        return data.decode("utf-8", "replace")
-
-
-def work_dir(context: RunContext) -> Path:
-    path = context.state_dir / "openhands"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def environment(home: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = sanitized_env(os.environ, strip_credentials=True)
-    for name in list(env):
-        if name.startswith(("OPENAI_", "LLM_", "LITELLM_", "SANDBOX_", "OPENHANDS_")):
-            del env[name]
-    home_environment(env, home)
-    shell.loopback_no_proxy(env)
-    env.update({"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LOG_LEVEL": "WARNING", "PYTHONDONTWRITEBYTECODE": "1"})
-    env.update(extra or {})
-    return env
-
-
-def run_runner(python: Path, context: RunContext, name: str, request: dict[str, Any], *, timeout_s: float,
-               env_extra: dict[str, str] | None = None, bridge_port: int | None = None) -> RunnerOutcome:
-    """Write ``<state>/openhands/<name>-request.json``, run the runner, read its result (typed errors only).
-
-    The runner runs in the run's sandbox, its folder and HOME writable, the venv and its interpreter readable.
-    Replay has no network; a continuation reaches the bridge (``bridge_port``): the host's network under local,
-    only the bridge's port relayed in under a sandbox with its own network namespace.
-    """
-    work = work_dir(context)
-    result_path = work / f"{name}-result.json"
-    result_path.unlink(missing_ok=True)
-    request = {"schema": SCHEMA, **request, "result": str(result_path)}
-    request_path = work / f"{name}-request.json"
-    write_atomic(request_path, json.dumps(request, indent=2).encode())
-    context.logs.mkdir(parents=True, exist_ok=True)
-    log = context.logs / f"openhands-{name}.log"
-    context.home.mkdir(parents=True, exist_ok=True)
-    sandbox = context.sandbox or local_sandbox(context.workspace)
-    argv = [str(python), "-I", str(RUNNER), str(request_path)]
-    options: dict[str, Any] = {
-        "cwd": str(work), "env": environment(context.home, env_extra), "timeout_s": timeout_s,
-        "writable": (context.home, work), "grace_s": 5.0, "max_output_bytes": 4 * 1024 * 1024, "log_path": log,
-        "die_with_parent": True}
-    readable = (*interpreter_paths(python), RUNNER.parent)
-    if bridge_port is not None and sandbox.private_network:
-        from forkpoint.sandbox.forward import HostRelay
-
-        with HostRelay(bridge_port, context.state_dir) as relay:
-            process = sandbox.run(relay.wrap(sandbox.host_command(argv)), network=False,
-                                  readable=(*readable, *relay.readable), **options)
-    else:
-        process = sandbox.run(argv, network=bridge_port is not None, readable=readable, **options)
-    kind = ErrorKind.CONTINUATION if name == "continue" else ErrorKind.EXECUTOR
-    try:  # the runner's folder is writable by the agent: read strictly (no link, FIFO or device followed)
-        with refused_as(kind, f"read the OpenHands runner result {result_path}"):
-            result = json.loads(read_file_strict(work, result_path.name, max_bytes=_MAX_RESULT_BYTES))
-    except (OSError, ValueError):
-        result = {}
-    outcome = RunnerOutcome(result if isinstance(result, dict) else {}, process, log)
-    if process.timed_out:
-        raise ReplayError(ErrorKind.CONTINUATION if name == "continue" else ErrorKind.EXECUTOR,
-                          f"the OpenHands runner ({name}) did not finish within {timeout_s:.0f} s; see {log}")
-    if not outcome.result:
-        raise ReplayError(ErrorKind.CONTINUATION if name == "continue" else ErrorKind.EXECUTOR,
-                          f"the OpenHands runner ({name}) exited {process.returncode} without a result: "
-                          f"{outcome.tail()[-600:].strip()}; see {log}")
-    return outcome
+#: the runner's host side (kit.python_runner): started on the runtime's Python in the run's sandbox
+RUNNER_SPEC = PythonRunner(
+    RUNNER, SCHEMA, "OpenHands", "openhands", ("OPENAI_", "LLM_", "LITELLM_", "SANDBOX_", "OPENHANDS_"),
+    {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LOG_LEVEL": "WARNING", "PYTHONDONTWRITEBYTECODE": "1"},
+    64 * 1024 * 1024)
+work_dir = RUNNER_SPEC.work_dir
+environment = RUNNER_SPEC.environment
+run_runner = RUNNER_SPEC.run
 
 
 def recorded_model(events: list[JsonObject]) -> str:

@@ -15,18 +15,17 @@ ambiguous, never repeated silently).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from forkpoint.adapters.kit.ids import safe_file_stem
 from forkpoint.adapters.kit.jsondoc import as_object
+from forkpoint.adapters.kit.python_runner import DEAD_LLM_URL, BatchReplayExecutor
 from forkpoint.adapters.openhands.format import model_text
-from forkpoint.adapters.openhands.launch import DEAD_LLM_URL, run_runner, work_dir
+from forkpoint.adapters.openhands.launch import run_runner, work_dir
 from forkpoint.adapters.openhands.session import replay_input, replayed_action_count, write_events
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.fs import read_sandbox_file
-from forkpoint.core.model import FreshObservation, JsonObject, Plan, RunContext, ToolCall
-from forkpoint.sandbox import local_sandbox
+from forkpoint.core.model import FreshObservation, JsonObject, ToolCall
 
 REPLAY_TIMEOUT_S = 1800.0
 MAX_ITERATION_ERROR = "Agent reached maximum iteration"
@@ -67,13 +66,8 @@ def fresh_observations(events: list[JsonObject], call_ids: list[str]) -> dict[st
     return found
 
 
-class OpenHandsToolExecutor:
-    def __init__(self, plan: Plan, context: RunContext, python: Path) -> None:
-        self.plan = plan
-        self.context = context
-        self.python = python
-        self.sandbox = context.sandbox or local_sandbox(context.workspace)
-        self._fresh: dict[str, JsonObject] | None = None
+class OpenHandsToolExecutor(BatchReplayExecutor):
+    label = "OpenHands"
 
     def _replay(self) -> dict[str, JsonObject]:
         work = work_dir(self.context)
@@ -107,16 +101,10 @@ class OpenHandsToolExecutor:
                 from None
         return fresh_observations(trajectory, [call.call_id for call in self.plan.calls])
 
-    def run(self, call: ToolCall) -> FreshObservation:
-        if self._fresh is None:
-            self._fresh = self._replay()
-        event = self._fresh[call.call_id]
+    def _observation(self, call: ToolCall, event: JsonObject) -> FreshObservation:
         native = {key: event[key] for key in ("observation", "content", "extras", "success", "message")
                   if key in event}
         metadata = event.get("extras", {}).get("metadata") if isinstance(event.get("extras"), dict) else None
         code = metadata.get("exit_code") if isinstance(metadata, dict) else None
         return FreshObservation(call.call_id, model_text(event), is_error=event.get("observation") == "error",
                                 return_code=code if isinstance(code, int) else None, native=native)
-
-    def close(self) -> None:
-        return None

@@ -6,16 +6,16 @@ behind the Chat Completions bridge. The SDK is never imported into forkpoint's p
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from forkpoint.adapters.base import AdapterBase
+from forkpoint.adapters.kit.python_runner import check_recorded_workspace
+from forkpoint.adapters.kit.python_runner import runtime_python as kit_runtime_python
 from forkpoint.adapters.openhands_sdk.parse import AGENT, parse_conversation
 from forkpoint.adapters.openhands_sdk.session import bundle, write_bundle
 from forkpoint.adapters.openhands_sdk.spec import SPEC, VERSION
-from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.model import FreshObservation, NativePrefix, Plan, RunContext, Trajectory
 
 if TYPE_CHECKING:
@@ -61,32 +61,11 @@ class OpenHandsSdkAdapter(AdapterBase):
 
 def runtime_python(version: str) -> Path:
     """The installed SDK's Python (replay needs the SDK's tools, not only continuation)."""
-    from forkpoint import runtimes
-
-    runtimes.check_verified(AGENT, version)
-    runtime = runtimes.find(AGENT, version)
-    if runtime is None:
-        raise ReplayError(ErrorKind.CONFIGURATION, f"replaying OpenHands SDK tool calls needs the SDK {version} "
-                                                   f"itself: run `forkpoint agents install {AGENT}@{version}`")
-    return runtime.entrypoint
+    return kit_runtime_python(AGENT, version, "replaying OpenHands SDK tool calls needs the SDK")
 
 
 def check_paths(plan: Plan, workspace: str) -> None:
-    """The SDK's file editor refuses relative paths and its recorded paths are absolute (sent back to the model
-    verbatim): the workspace must be the recorded one. ``workspace`` is the workspace as the tools see it."""
-    recorded = plan.trajectory.cwd
-    real = os.path.realpath(workspace)
-    if recorded is None or os.path.realpath(recorded) != real:
-        raise ReplayError(ErrorKind.WORKSPACE,
-                          f"the OpenHands SDK conversation was recorded in the workspace {recorded}, but the "
-                          f"workspace is {workspace}; the SDK records absolute paths (editor calls, the terminal's "
-                          f"working directory) that are sent back to the model verbatim, so replay it in a fresh "
-                          f"workspace at {recorded}")
-    root = os.path.normpath(recorded)
-    for call in plan.calls:
-        path = call.arguments.get("path")
-        if isinstance(path, str) and os.path.isabs(path):
-            normal = os.path.normpath(path)
-            if normal != root and not normal.startswith(root.rstrip("/") + "/"):
-                raise ReplayError(ErrorKind.WORKSPACE, f"call {call.call_id} names {path}, outside the recorded "
-                                                       f"workspace {recorded}")
+    """The SDK's file editor refuses relative paths and its recorded paths are absolute: the workspace must be
+    the recorded one."""
+    check_recorded_workspace(plan, workspace, what="the OpenHands SDK conversation",
+                             why="the SDK records absolute paths (editor calls, the terminal's working directory)")

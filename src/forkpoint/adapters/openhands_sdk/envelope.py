@@ -17,10 +17,7 @@ tool_call_id, name); the chat gate compares the request's projection with this l
 
 from __future__ import annotations
 
-from typing import Any
-
-import orjson
-
+from forkpoint.adapters.kit.chat_message import project_call, project_text
 from forkpoint.adapters.kit.jsondoc import as_object
 from forkpoint.adapters.openhands_sdk.format import OBSERVATION_KINDS, model_parts
 from forkpoint.core.model import JsonObject
@@ -32,41 +29,6 @@ SILENT_KINDS = frozenset({"ConversationStateUpdateEvent", "PauseEvent", "TokenEv
 
 class PrefixError(ValueError):
     """The prefix holds something whose model message forkpoint does not model (refuse, never guess)."""
-
-
-def _text(content: Any) -> Any:
-    if isinstance(content, list):
-        parts = [p for p in content if isinstance(p, dict)]
-        if any(p.get("type") != "text" for p in parts) or len(parts) != len(content):
-            return {"non_text_parts": content}
-        return "".join(str(p.get("text", "")) for p in parts)
-    return content if isinstance(content, str) else ""
-
-
-def project(message: Any) -> JsonObject:
-    """The canonical form of one Chat Completions message (what the gate compares)."""
-    if not isinstance(message, dict):
-        return {"role": "?", "invalid": True}
-    out: JsonObject = {"role": message.get("role"), "text": _text(message.get("content"))}
-    calls = message.get("tool_calls")
-    if calls:
-        out["tool_calls"] = [_call(c) for c in calls] if isinstance(calls, list) else {"invalid": calls}
-    for key in ("tool_call_id", "name"):
-        if key in message:
-            out[key] = message[key]
-    return out
-
-
-def _call(call: Any) -> JsonObject:
-    if not isinstance(call, dict):
-        return {"invalid": call}
-    function = as_object(call.get("function"))
-    raw = function.get("arguments")
-    try:
-        arguments = orjson.loads(raw) if isinstance(raw, str) else raw
-    except orjson.JSONDecodeError:
-        arguments = {"_raw_arguments": raw}
-    return {"id": call.get("id"), "type": call.get("type"), "name": function.get("name"), "arguments": arguments}
 
 
 def expected_messages(events: list[JsonObject]) -> list[JsonObject]:
@@ -90,16 +52,17 @@ def expected_messages(events: list[JsonObject]) -> list[JsonObject]:
             message = as_object(event.get("llm_message"))
             if event.get("extended_content") or event.get("activated_skills"):
                 raise PrefixError(f"message {index} carries skill content (not modelled)")
-            messages.append({"role": str(message.get("role")), "text": _text(message.get("content"))})
+            messages.append({"role": str(message.get("role")), "text": project_text(message.get("content"))})
         elif kind == "ActionEvent":
             rid = event.get("llm_response_id")
             call = as_object(event.get("tool_call"))
-            projected = _call({"id": call.get("id"), "type": "function",
-                               "function": {"name": call.get("name"), "arguments": call.get("arguments")}})
+            projected = project_call({"id": call.get("id"), "type": "function",
+                                      "function": {"name": call.get("name"), "arguments": call.get("arguments")}})
             if isinstance(rid, str) and rid == current and messages and messages[-1]["role"] == "assistant":
                 messages[-1]["tool_calls"].append(projected)
             else:
-                messages.append({"role": "assistant", "text": _text(event.get("thought")), "tool_calls": [projected]})
+                messages.append({"role": "assistant", "text": project_text(event.get("thought")),
+                                 "tool_calls": [projected]})
             current = rid
         elif kind in OBSERVATION_KINDS:
             messages.append({"role": "tool", "text": "".join(model_parts(event)),

@@ -19,6 +19,8 @@ import re
 from pathlib import PurePosixPath
 from typing import Any
 
+from forkpoint.adapters.kit.cmd_output import decorate_command_output
+
 ERROR_HEADER = "[An error occurred during execution.]\n"
 #: openhands.tools.terminal.constants.MAX_CMD_OUTPUT_SIZE
 MAX_CMD_OUTPUT_SIZE = 30_000
@@ -48,15 +50,7 @@ def _texts(parts: Any) -> list[str]:
 def _terminal(observation: dict[str, Any]) -> str:
     raw = observation.get("metadata")
     metadata: dict[str, Any] = raw if isinstance(raw, dict) else {}
-    text = "".join(_texts(observation.get("content")))
-    out = f"{metadata.get('prefix') or ''}{text}{metadata.get('suffix') or ''}"
-    if metadata.get("working_dir"):
-        out += f"\n[Current working directory: {metadata['working_dir']}]"
-    if metadata.get("py_interpreter_path"):
-        out += f"\n[Python interpreter: {metadata['py_interpreter_path']}]"
-    exit_code = metadata.get("exit_code", -1)
-    if exit_code != -1:
-        out += f"\n[Command finished with exit code {exit_code}]"
+    out = decorate_command_output(metadata, "".join(_texts(observation.get("content"))))
     save_dir = observation.get("full_output_save_dir")
     return maybe_truncate(out, MAX_CMD_OUTPUT_SIZE, save_dir if isinstance(save_dir, str) and save_dir else None,
                           "terminal")

@@ -7,7 +7,7 @@ model request must be EXACTLY the rebuilt conversation (envelope.expected_messag
 
 from __future__ import annotations
 
-from forkpoint.adapters.openhands_sdk.envelope import project
+from forkpoint.adapters.kit.chat_message import project
 from forkpoint.bridge.protocols.openai_chat import ChatProfile
 
 PROFILE = ChatProfile(agent="OpenHands SDK", project=lambda message, _index: project(message))

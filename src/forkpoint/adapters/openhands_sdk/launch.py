@@ -10,138 +10,38 @@ and result files live in the run's state dir. See runner.py for the JSON protoco
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from forkpoint.adapters.kit import continuation as shell
 from forkpoint.adapters.kit.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
+from forkpoint.adapters.kit.python_runner import BRIDGE_KEY_ENV, DEFAULT_LIVE_STEPS, PROMPT_ENV, PythonRunner
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.fs import read_file_strict, refused_as
-from forkpoint.core.model import JsonObject, RunContext
+from forkpoint.core.model import JsonObject
 from forkpoint.core.results import write_atomic
-from forkpoint.process import ProcessResult, sanitized_env
-from forkpoint.sandbox import home_environment, interpreter_paths, local_sandbox
 
 if TYPE_CHECKING:
     from forkpoint.bridge.server import BridgeSummary
 
 RUNNER = Path(__file__).with_name("runner.py")
 SCHEMA = "forkpoint.openhands-sdk-runner/v1"
-BRIDGE_KEY_ENV = "FORKPOINT_BRIDGE_KEY"
-#: where the replay runner's LLM points: nothing listens there, so a model call could only fail
-DEAD_LLM_URL = "http://127.0.0.1:9/v1"
-_TAIL = 4000
-DEFAULT_LIVE_STEPS = 100
 MAX_ITERATIONS_CODE = "MaxIterationsReached"
-#: the boundary prompt reaches the runner only through its environment (never a file forkpoint writes)
-PROMPT_ENV = "FORKPOINT_BOUNDARY_PROMPT"
 MAX_OUT_BYTES = 512 * 1024 * 1024
-_MAX_RESULT_BYTES = 16 * 1024 * 1024
 
 
-@dataclass(frozen=True)
-class RunnerOutcome:
-    result: dict[str, Any]
-    process: ProcessResult
-    log: Path
-
-    def tail(self) -> str:
-        data = self.process.stdout[-_TAIL:] + b"\n" + self.process.stderr[-_TAIL:]
-        return data.decode("utf-8", "replace")
-
-
-def work_dir(context: RunContext) -> Path:
-    path = context.state_dir / "openhands-sdk"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def environment(home: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = sanitized_env(os.environ, strip_credentials=True)
-    for name in list(env):
-        if name.startswith(("OPENAI_", "LLM_", "LITELLM_", "OPENHANDS_", "LMNR_", "OTEL_", "TMUX")):
-            del env[name]
-    home_environment(env, home)
-    shell.loopback_no_proxy(env)
-    env.update({"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LOG_LEVEL": "WARNING", "OPENHANDS_SUPPRESS_BANNER": "1"})
-    env.update(extra or {})
-    return env
-
-
-@contextmanager
-def tmux_dir() -> Iterator[Path]:
-    """A private TMUX_TMPDIR for the SDK's terminal: its tmux server's socket would otherwise stay behind in
-    ``/tmp/tmux-<uid>/`` after every run. Short (a socket path holds at most 107 bytes), removed afterwards."""
-    base = tempfile.gettempdir()
-    folder = Path(tempfile.mkdtemp(prefix="fp-ohsdk-", dir=base if len(base) <= 40 else "/tmp"))
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def run_runner(python: Path, context: RunContext, name: str, request: dict[str, Any], *, timeout_s: float,
-               env_extra: dict[str, str] | None = None, bridge_port: int | None = None) -> RunnerOutcome:
-    """Write ``<state>/openhands-sdk/<name>-request.json``, run the runner, read its result (typed errors only).
-
-    The runner runs in the run's sandbox, its folder and HOME writable, the venv readable. Replay has no network;
-    a continuation reaches the bridge (``bridge_port``): the host's network under local, only the bridge's port
-    relayed in under a sandbox with its own network namespace (bwrap). The SDK's tmux server keeps its socket in
-    TMUX_TMPDIR: the sandbox's private /tmp under bwrap, a folder removed after the run under local.
-    """
-    work = work_dir(context)
-    result_path = work / f"{name}-result.json"
-    result_path.unlink(missing_ok=True)
-    request = {"schema": SCHEMA, **request, "result": str(result_path)}
-    request_path = work / f"{name}-request.json"
-    write_atomic(request_path, json.dumps(request, indent=2).encode())
-    context.logs.mkdir(parents=True, exist_ok=True)
-    log = context.logs / f"openhands-sdk-{name}.log"
-    context.home.mkdir(parents=True, exist_ok=True)
-    sandbox = context.sandbox or local_sandbox(context.workspace)
-    argv = [str(python), "-I", str(RUNNER), str(request_path)]
-    options: dict[str, Any] = {
-        "cwd": str(work), "env": environment(context.home, env_extra), "timeout_s": timeout_s,
-        "writable": (context.home, work), "grace_s": 5.0, "max_output_bytes": 4 * 1024 * 1024, "log_path": log,
-        "die_with_parent": True}
-    readable = (*interpreter_paths(python), RUNNER.parent)
-    with ExitStack() as stack:
-        if sandbox.private_network:  # bwrap: the sandbox's own /tmp (a tmpfs gone with its namespace)
-            options["env"]["TMUX_TMPDIR"] = "/tmp"
-        else:  # local: a folder of its own, removed after the run
-            tmux = stack.enter_context(tmux_dir())
-            options["env"]["TMUX_TMPDIR"] = str(tmux)
-            options["writable"] = (*options["writable"], tmux)
-        if bridge_port is not None and sandbox.private_network:
-            from forkpoint.sandbox.forward import HostRelay
-
-            relay = stack.enter_context(HostRelay(bridge_port, context.state_dir))
-            process = sandbox.run(relay.wrap(sandbox.host_command(argv)), network=False,
-                                  readable=(*readable, *relay.readable), **options)
-        else:
-            process = sandbox.run(argv, network=bridge_port is not None, readable=readable, **options)
-    kind = ErrorKind.CONTINUATION if name == "continue" else ErrorKind.EXECUTOR
-    try:  # the runner's folder is writable by replayed commands: read strictly (no link, FIFO or device followed)
-        with refused_as(kind, f"read the OpenHands SDK runner result {result_path}"):
-            result = json.loads(read_file_strict(work, result_path.name, max_bytes=_MAX_RESULT_BYTES))
-    except (OSError, ValueError):
-        result = {}
-    outcome = RunnerOutcome(result if isinstance(result, dict) else {}, process, log)
-    if process.timed_out:
-        raise ReplayError(kind, f"the OpenHands SDK runner ({name}) did not finish within {timeout_s:.0f} s; "
-                                f"see {log}")
-    if not outcome.result:
-        raise ReplayError(kind, f"the OpenHands SDK runner ({name}) exited {process.returncode} without a result: "
-                                f"{outcome.tail()[-600:].strip()}; see {log}")
-    if outcome.result.get("error"):
-        raise ReplayError(kind, f"the OpenHands SDK runner ({name}) failed: {outcome.result['error']}; see {log}")
-    return outcome
+#: the runner's host side (kit.python_runner): started on the SDK's Python in the run's sandbox; the SDK's tmux
+#: server keeps its socket in TMUX_TMPDIR (the sandbox's private /tmp under bwrap, a folder removed after the run
+#: under local: it would otherwise stay behind in ``/tmp/tmux-<uid>/``)
+RUNNER_SPEC = PythonRunner(
+    RUNNER, SCHEMA, "OpenHands SDK", "openhands-sdk",
+    ("OPENAI_", "LLM_", "LITELLM_", "OPENHANDS_", "LMNR_", "OTEL_", "TMUX"),
+    {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LOG_LEVEL": "WARNING", "OPENHANDS_SUPPRESS_BANNER": "1"},
+    16 * 1024 * 1024, scratch_env="TMUX_TMPDIR", scratch_prefix="fp-ohsdk-", error_fails=True)
+work_dir = RUNNER_SPEC.work_dir
+environment = RUNNER_SPEC.environment
+run_runner = RUNNER_SPEC.run
 
 
 def read_out(work: Path, name: str, kind: ErrorKind, what: str) -> Any:

@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import json
 import uuid
-from pathlib import Path
 from typing import Any
 
+from forkpoint.adapters.kit.python_runner import DEAD_LLM_URL, BatchReplayExecutor
 from forkpoint.adapters.openhands_sdk.format import is_error, model_text
-from forkpoint.adapters.openhands_sdk.launch import DEAD_LLM_URL, read_out, run_runner, work_dir
+from forkpoint.adapters.openhands_sdk.launch import read_out, run_runner, work_dir
 from forkpoint.core.errors import ErrorKind, ReplayError
-from forkpoint.core.model import CallPolicy, FreshObservation, JsonObject, Plan, RunContext, ToolCall
+from forkpoint.core.model import CallPolicy, FreshObservation, JsonObject, ToolCall
 from forkpoint.core.results import write_atomic
-from forkpoint.sandbox import local_sandbox
 
 REPLAY_TIMEOUT_S = 1800.0
 
@@ -44,13 +43,8 @@ def fresh_events(produced: Any, call_ids: list[str]) -> dict[str, JsonObject]:
     return found
 
 
-class SdkToolExecutor:
-    def __init__(self, plan: Plan, context: RunContext, python: Path) -> None:
-        self.plan = plan
-        self.context = context
-        self.python = python
-        self.sandbox = context.sandbox or local_sandbox(context.workspace)
-        self._fresh: dict[str, JsonObject] | None = None
+class SdkToolExecutor(BatchReplayExecutor):
+    label = "OpenHands SDK"
 
     def _replay(self) -> dict[str, JsonObject]:
         work = work_dir(self.context)
@@ -70,16 +64,8 @@ class SdkToolExecutor:
         produced = read_out(work, "replay-out.json", ErrorKind.EXECUTOR, "the OpenHands SDK replay output")
         return fresh_events(produced, [call.call_id for call in calls])
 
-    def run(self, call: ToolCall) -> FreshObservation:
-        if self._fresh is None:
-            self._fresh = self._replay()
-        event = self._fresh.get(call.call_id)
-        if event is None:
-            raise ReplayError(ErrorKind.EXECUTOR, f"the OpenHands SDK replay did not run {call.call_id}")
+    def _observation(self, call: ToolCall, event: JsonObject) -> FreshObservation:
         observation = event.get("observation")
         code = observation.get("exit_code") if isinstance(observation, dict) else None
         return FreshObservation(call.call_id, model_text(event), is_error=is_error(event),
                                 return_code=code if isinstance(code, int) and code != -1 else None, native=event)
-
-    def close(self) -> None:
-        return None

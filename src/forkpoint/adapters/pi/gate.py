@@ -30,8 +30,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from forkpoint.adapters.kit.chat_message import wire_tool_calls
 from forkpoint.bridge.gate import Refusal
-from forkpoint.bridge.protocols.openai_chat import ChatProfile, ExpectedChat, parsed_arguments
+from forkpoint.bridge.protocols.openai_chat import ChatProfile, ExpectedChat
 from forkpoint.core.model import JsonObject
 
 PROFILE_ID = "pi/0.83.0/openai-completions-sdk-v1"
@@ -119,13 +120,7 @@ def wire_message(message: Any, index: int) -> JsonObject:
     if role == "tool":
         return {"role": "tool", "tool_call_id": message.get("tool_call_id"), "content": message.get("content")}
     reasoning = next((message[k] for k in _REASONING_KEYS if isinstance(message.get(k), str)), None)
-    calls = []
-    for call in message.get("tool_calls") or []:
-        parsed = parsed_arguments(call)
-        function = parsed.get("function") if isinstance(parsed, dict) else None
-        if not isinstance(function, dict):
-            raise Refusal(f"messages[{index}] has a tool call that is not a function call")
-        calls.append({"id": parsed.get("id"), "name": function.get("name"), "arguments": function.get("arguments")})
+    calls = wire_tool_calls(message, index)
     content = message.get("content")
     return {"role": "assistant", "content": content if content else None, "reasoning": reasoning,
             "tool_calls": calls}

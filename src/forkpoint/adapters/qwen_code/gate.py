@@ -25,9 +25,10 @@ from typing import Any
 
 import orjson
 
+from forkpoint.adapters.kit.chat_message import wire_tool_calls
 from forkpoint.adapters.qwen_code.parse import parts, response_of
 from forkpoint.bridge.gate import Refusal
-from forkpoint.bridge.protocols.openai_chat import ChatProfile, ExpectedChat, parsed_arguments
+from forkpoint.bridge.protocols.openai_chat import ChatProfile, ExpectedChat
 from forkpoint.core.model import JsonObject
 
 PROFILE_ID = "qwen-code/0.24.4/resume-v1"
@@ -86,13 +87,7 @@ def wire_message(message: Any, index: int) -> JsonObject:
         if role == "user":
             return {"role": "user", "content": texts}
         return {"role": "tool", "tool_call_id": message.get("tool_call_id"), "content": texts}
-    calls = []
-    for call in message.get("tool_calls") or []:
-        parsed = parsed_arguments(call)
-        function = parsed.get("function") if isinstance(parsed, dict) else None
-        if not isinstance(function, dict):
-            raise Refusal(f"messages[{index}] has a tool call that is not a function call")
-        calls.append({"id": parsed.get("id"), "name": function.get("name"), "arguments": function.get("arguments")})
+    calls = wire_tool_calls(message, index)
     reasoning = message.get("reasoning_content")
     if message.get("reasoning", reasoning) != reasoning:
         raise Refusal(f"messages[{index}] carries two different reasonings (reasoning, reasoning_content)")

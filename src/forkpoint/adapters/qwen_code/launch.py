@@ -19,6 +19,7 @@ import orjson
 
 from forkpoint.adapters.kit import continuation as shell
 from forkpoint.adapters.kit.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
+from forkpoint.adapters.kit.npm_cli import install_jsonl, usable_model
 from forkpoint.adapters.qwen_code.gate import expected_prefix
 from forkpoint.adapters.qwen_code.parse import QwenNative, model_turns, parse_qwen, parts, signature
 from forkpoint.adapters.qwen_code.runtime import project_dir, qwen_env, write_settings
@@ -31,6 +32,8 @@ from forkpoint.sandbox import runtime_paths
 if TYPE_CHECKING:
     from forkpoint.bridge.server import BridgeSummary
 
+_MODEL = re.compile(r"[A-Za-z0-9._:/-]{1,128}")
+
 
 @dataclass(frozen=True)
 class Installed:
@@ -42,11 +45,7 @@ class Installed:
 
 
 def recorded_model(native: QwenNative) -> str:
-    model = native.model
-    if model is None or not re.fullmatch(r"[A-Za-z0-9._:/-]{1,128}", model):
-        raise ReplayError(ErrorKind.TRAJECTORY, "the Qwen Code recording names no usable model on its assistant "
-                                                "records (the continuation asks for the recorded model)")
-    return model
+    return usable_model(native.model, _MODEL, "the Qwen Code recording names no usable model on its assistant records")
 
 
 class QwenHooks(AgentHooks[Installed]):
@@ -57,13 +56,10 @@ class QwenHooks(AgentHooks[Installed]):
     def install(self, job: Job) -> Installed:
         native: QwenNative = job.plan.trajectory.native
         model = recorded_model(native)
-        data = job.prefix.path.read_bytes()
-        records = [orjson.loads(line) for line in data.splitlines() if line.strip()]
         home = job.context.home
         chats = home / ".qwen" / "projects" / project_dir(str(job.sandbox.cwd)) / "chats"
         target = chats / f"{native.session_id}.jsonl"
-        # Replayed tools could write the HOME: no link planted there is followed (forkpoint.core.fs strict helpers).
-        shell.write_home_file(home, target, data)
+        data, records = install_jsonl(job.prefix.path, home, target)
         write_settings(home, ErrorKind.CONTINUATION)
         return Installed(native, model, records, data, target)
 

@@ -20,17 +20,22 @@ relayed into it like the bridge for a continued agent (``forkpoint.sandbox.forwa
 from __future__ import annotations
 
 import queue
-import secrets
 import threading
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from typing import Any
 
 import orjson
 from aiohttp import web
 
+from forkpoint.adapters.kit.tool_host import (
+    DEFAULT_TIMEOUT_S,
+    PROMPT,
+    STARTUP_MARGIN_S,
+    HostConfinement,
+    LoopbackToolHost,
+)
 from forkpoint.adapters.qwen_code.parse import response_of
 from forkpoint.adapters.qwen_code.runtime import installed_entrypoint, project_dir, qwen_env, write_settings
 from forkpoint.bridge.protocols.openai_chat import chat_chunks, encode
@@ -39,34 +44,27 @@ from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.fs import read_sandbox_file
 from forkpoint.core.model import FreshObservation, JsonObject, RunContext, ToolCall
 from forkpoint.process import ProcessResult
-from forkpoint.process.loop_thread import LoopThread
-from forkpoint.process.loopback import LoopbackSite
 from forkpoint.sandbox import local_sandbox, runtime_paths
 
-if TYPE_CHECKING:
-    from forkpoint.sandbox.forward import HostRelay
-
-PROMPT = "forkpoint-tool-replay"
 MODEL = "qwen3-coder-plus"
-DEFAULT_TIMEOUT_S = 600.0
-START_TIMEOUT_S = 120.0
 MUTATING = frozenset({"write_file", "edit", "run_shell_command"})
 _TAIL = 600
 _FINAL: JsonObject = {"role": "assistant", "content": "Replay finished."}
 
 
-class ToolHost:
+class ToolHost(LoopbackToolHost):
     """The loopback Chat Completions endpoint: each tools request gets the next queued call (or, after ``finish``,
     the final text); a request whose last message answers the pending call signals it."""
 
+    label = "Qwen Code"
+    thread_name = "forkpoint-qwen-toolhost"
+    routes = ("/v1/chat/completions",)
+
     def __init__(self) -> None:
-        self._serving: LoopThread[str] = LoopThread("forkpoint-qwen-toolhost")
-        self._site = LoopbackSite()
+        super().__init__()
         self.calls: queue.Queue[ToolCall | None] = queue.Queue()
         self.answered: queue.Queue[str] = queue.Queue()
         self.pending: str | None = None
-        self.url: str | None = None
-        self.token = secrets.token_urlsafe(18)  # another local process cannot drive the CLI without it
 
     async def _answer(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -87,22 +85,6 @@ class ToolHost:
         finish = "tool_calls" if message.get("tool_calls") else "stop"
         return await stream_events(request, encode(chat_chunks("forkpoint-tools", MODEL, message, finish, True)))
 
-    async def _listen(self) -> str:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_post(f"/{self.token}/v1/chat/completions", self._answer)
-        return f"{await self._site.start(app)}/{self.token}"
-
-    def start(self) -> str:
-        if self.url is None:
-            try:
-                self.url = self._serving.start(self._listen, self._site.stop, 10.0)
-            except Exception as error:
-                raise ReplayError(ErrorKind.EXECUTOR, f"the Qwen Code tool host did not start: {error}") from error
-        return self.url
-
-    def close(self) -> None:
-        self._serving.stop(10.0)
-
 
 class QwenToolExecutor:
     def __init__(self, context: RunContext, entrypoint: Path | None = None) -> None:
@@ -111,7 +93,7 @@ class QwenToolExecutor:
         self.sandbox = context.sandbox or local_sandbox(context.workspace)
         self.host = ToolHost()
         self.session_id = str(uuid.uuid4())
-        self._relay: HostRelay | None = None
+        self.confinement = HostConfinement(self.sandbox, context.state_dir)
         self._thread: threading.Thread | None = None
         self._result: ProcessResult | None = None
         self._error: BaseException | None = None
@@ -122,16 +104,9 @@ class QwenToolExecutor:
         argv = [str(self.entrypoint), "--yolo", "--auth-type", "openai", "-m", MODEL, "-o", "json",
                 "--session-id", self.session_id, "-p", PROMPT]
         env, sandbox = qwen_env(self.context.home, url), self.sandbox
-        readable, network = runtime_paths(self.entrypoint), True
-        if sandbox.private_network:
-            # no network in the sandbox but the tool host's port, relayed in (as for the continued agent)
-            from forkpoint.sandbox.forward import HostRelay
-
-            port = urlsplit(url).port
-            assert port is not None
-            self._relay = HostRelay(port, self.context.state_dir)
-            argv = self._relay.wrap(sandbox.host_command(argv))
-            readable, network = (*readable, *self._relay.readable), False
+        # under a sandbox with its own network namespace only the tool host's port, relayed in (as for the
+        # continued agent)
+        argv, readable, network = self.confinement.confine(argv, runtime_paths(self.entrypoint), url)
         self.context.logs.mkdir(parents=True, exist_ok=True)
 
         def run() -> None:
@@ -150,7 +125,7 @@ class QwenToolExecutor:
             self._start()
         self.host.calls.put(call)
         where = f"{call.name}({call.call_id})"
-        deadline = time.monotonic() + DEFAULT_TIMEOUT_S + START_TIMEOUT_S
+        deadline = time.monotonic() + DEFAULT_TIMEOUT_S + STARTUP_MARGIN_S
         answered = False
         while not answered:
             remaining = deadline - time.monotonic()
@@ -216,6 +191,5 @@ class QwenToolExecutor:
         self.host.calls.put(None)
         if self._thread is not None:
             self._thread.join(30.0)
-        if self._relay is not None:
-            self._relay.close()
+        self.confinement.close()
         self.host.close()
