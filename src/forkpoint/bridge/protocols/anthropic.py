@@ -157,6 +157,9 @@ class ToolPrompts:
         self._blocks: dict[int, tuple[str, list[str], int]] = {}  # index -> (input field, JSON pieces, size)
 
     def feed(self, chunk: bytes) -> None:
+        if (not self._blocks and not self._line and not self._skipping and chunk.endswith(b"\n")
+                and b'"tool_use"' not in chunk):
+            return  # whole lines, none able to open a watched block, none open: nothing to keep (most chunks)
         start = 0
         while (end := chunk.find(b"\n", start)) >= 0:
             self._take(chunk[start:end])
@@ -175,7 +178,9 @@ class ToolPrompts:
             self._line += piece
 
     def _event(self, line: bytes) -> None:
-        if not line.startswith(b"data:"):
+        # every event of every streamed answer passes here: parse only what can open or continue a watched block
+        # (a tool_use start, or any event while one is open), not each text delta
+        if not line.startswith(b"data:") or (not self._blocks and b'"tool_use"' not in line):
             return
         try:
             data = json.loads(line[5:])
