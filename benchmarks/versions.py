@@ -19,6 +19,10 @@ accepted the continuing binary's first request), ``refused`` (the gate named the
 before anything ran (a pair not proven). Commands of strangers run only in temporary workspaces (through
 ``--sandbox bwrap`` where the adapter supports it), one process per run with a time limit.
 
+``--calibrate AGENT@VERSION`` (repeatable) first calibrates those releases into the measured store (installing
+them), timed: the calibrations too slow for CI (OpenCode's, about 50 s each) are measured here, e.g.
+``--calibrate opencode@1.2.6`` (calibrated as 1.17.11 with the 1.2 tool profile named).
+
 ``--smoke`` runs prepare-only on two fixtures, nothing else.
 """
 
@@ -30,6 +34,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -201,10 +206,13 @@ def gate_cell(document: dict[str, Any]) -> str:
     return f"{failure.get('category', '?')}: {str(failure.get('message', ''))[:70]}"
 
 
-def calibrations() -> list[tuple[str, str, str, str]]:
-    """Every calibration in the store (``FORKPOINT_CALIBRATIONS``, set by main)."""
-    return [(agent, version, status, " ".join(detail.split())[:120].replace("|", "/")) for agent in PROBE_FILES
-            for version, status, detail in calibration.listed(agent_spec(agent))]
+def calibrations(timed: dict[tuple[str, str], float] | None = None) -> list[tuple[str, str, str, str]]:
+    """Every calibration in the store (``FORKPOINT_CALIBRATIONS``, set by main); ``timed``: the wall time of the
+    ones this run calibrated (``--calibrate``)."""
+    timed = timed or {}
+    return [(agent, version, status, " ".join(detail.split())[:120].replace("|", "/")
+             + (f" ({timed[agent, version]:.0f} s, this run)" if (agent, version) in timed else ""))
+            for agent in PROBE_FILES for version, status, detail in calibration.listed(agent_spec(agent))]
 
 
 def main() -> None:
@@ -213,9 +221,19 @@ def main() -> None:
     options.add_argument("--calibrations", type=Path, default=calibration.root(),
                          help="the calibration store whose probe recordings are measured")
     options.add_argument("--no-continue", action="store_true", help="prepare-only and replay-only only")
+    options.add_argument("--calibrate", action="append", default=[], metavar="AGENT@VERSION",
+                         help="calibrate this release into the store first, timed (repeatable)")
     args = finish_args(options.parse_args())
     # the runs (and their subprocesses) read recordings of the store's calibrated versions as calibrated
     os.environ["FORKPOINT_CALIBRATIONS"] = str(args.calibrations)
+    timed: dict[tuple[str, str], float] = {}
+    for target in [] if args.smoke else args.calibrate:
+        from forkpoint.adapters.calibrate import calibrate
+
+        started = time.monotonic()
+        outcome = calibrate(target)
+        timed[outcome.agent, outcome.version] = time.monotonic() - started
+        print(outcome.report(), file=sys.stderr, flush=True)
     found = fixture_recordings()
     if args.smoke:
         found = found[:2]
@@ -259,7 +277,7 @@ def main() -> None:
         + table(("agent", "recording", "recorded version", "status", "tools as", "prepare", "replay-only exact",
                  "continue after batch 1, by version"), rows)
         + "\n\nCalibrations in the measured store (`forkpoint agents calibrate`, real releases, ScriptedModel):\n\n"
-        + table(("agent", "release", "result", "detail"), calibrations() or [("—",) * 4])
+        + table(("agent", "release", "result", "detail"), calibrations(timed) or [("—",) * 4])
     )
     emit("versions", "Version matrix: recorded × continuing version (issue 28)", body, args,
          command="python benchmarks/versions.py --recordings /work/shared/wild-dev --calibrations <store>")

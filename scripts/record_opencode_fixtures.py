@@ -18,6 +18,7 @@ is cut at 65,536 bytes. Saved per case:
   ``meta.json`` (version, session id, cwd, command, env, config, exit code) and ``workspace-initial/``.
 
 Usage: ``python scripts/record_opencode_fixtures.py [--version V ...] [--scenario S ...] [--out DIR]``.
+The 1.2 line's fixture: ``--version 1.2.6 --scenario old_line`` (``old_line`` runs only when named).
 Exits non-zero when a recording does not look right (exit code, missing events, call ids, statuses).
 """
 
@@ -37,6 +38,7 @@ from typing import Any
 
 from forkpoint import runtimes
 from forkpoint.adapters import agent_spec
+from forkpoint.adapters.opencode.tool_profile import LINES
 from forkpoint.testing.scripted_model import Block, ScriptedModel, text, thinking, tool_use
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -197,6 +199,25 @@ SCENARIOS: dict[str, Scenario] = {
         [["completed", "completed"], ["completed"], ["completed"]],
         flags=(),
     ),
+    # recorded with 1.2.6 only (``--version 1.2.6 --scenario old_line``): the texts its tool profile differs in
+    "old_line": Scenario(
+        "Read, search and fail on the 1.2 line.",
+        {"notes.txt": "hello world\nsecond line\n", "src/app.py": "def main():\n    return 42\n",
+         "big.txt": "".join(f"row {n:03d}\n" for n in range(1, 301))},
+        [[tool_use("read", {"filePath": ws("old_line", "notes.txt")}),
+          tool_use("grep", {"pattern": "def main", "include": "*.py"})],
+         [tool_use("read", {"filePath": ws("old_line", "big.txt"), "offset": 101, "limit": 50}),
+          tool_use("glob", {"pattern": "**/*.py"})],
+         [tool_use("read", {"filePath": ws("old_line", "missing.txt")}),
+          tool_use("edit", {"filePath": ws("old_line", "notes.txt"), "oldString": "not there", "newString": "x"})],
+         [tool_use("edit", {"filePath": ws("old_line", "notes.txt"), "oldString": "second line",
+                            "newString": "2nd line"}),
+          tool_use("write", {"filePath": ws("old_line", "out.txt"), "content": "written\n"})],
+         [bash("cat notes.txt out.txt; exit 2")],
+         [text("Done on the old line.")]],
+        [["completed", "completed"], ["completed", "completed"], ["error", "error"], ["completed", "completed"],
+         ["completed"]],
+    ),
     "errors": Scenario(
         "Show me the failures.", {"notes.txt": "hello\n"},
         [[bash("echo out; echo err >&2; exit 3")],
@@ -295,23 +316,19 @@ def record(version: str, name: str, out_root: Path) -> list[str]:
                                                                        "apiKey": "dummy"}}}},
             "exit_code": done.returncode}
     (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", "utf-8")
-    return problems + check(events, scenario)
+    exported = json.loads((out / "export.json").read_text("utf-8")) if (out / "export.json").is_file() else {}
+    return problems + check(exported, scenario)
 
 
-def check(events: list[Json], scenario: Scenario) -> list[str]:
+def check(export: Json, scenario: Scenario) -> list[str]:
+    """The tool statuses of each assistant message in the export (1.2 prints no event for a failed call)."""
     problems = []
     steps: list[list[str]] = []
-    current: list[str] | None = None
-    for event in events:
-        kind, part = event.get("type"), event.get("part") or {}
-        if kind == "step_start":
-            current = []
-        elif kind == "tool_use" and current is not None:
-            current.append(part.get("state", {}).get("status"))
-        elif kind == "step_finish" and current is not None:
-            if current:
-                steps.append(sorted(current))
-            current = None
+    for message in export.get("messages") or []:
+        statuses = [part.get("state", {}).get("status") for part in message.get("parts") or []
+                    if part.get("type") == "tool"]
+        if statuses:
+            steps.append(sorted(statuses))
     want = [sorted(s) for s in scenario.statuses]
     if steps != want:
         problems.append(f"tool statuses per step {steps}, expected {want}")
@@ -320,13 +337,15 @@ def check(events: list[Json], scenario: Scenario) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--version", action="append", choices=tuple(agent_spec("opencode").versions))
+    # a verified version, or the measured release of a line with its own tool profile (1.2.6)
+    parser.add_argument("--version", action="append",
+                        choices=(*agent_spec("opencode").versions, *(line.measured for line in LINES)))
     parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     options = parser.parse_args()
     failures = 0
     for version in options.version or tuple(agent_spec("opencode").versions):
-        for name in options.scenario or sorted(SCENARIOS):
+        for name in options.scenario or sorted(set(SCENARIOS) - {"old_line"}):
             problems = record(version, name, options.out)
             print(f"{version} {name}: {'ok' if not problems else '; '.join(problems)}")
             failures += bool(problems)

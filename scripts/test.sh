@@ -32,6 +32,8 @@ if [ "${FORKPOINT_TEST_SKIP_SETUP:-0}" != 1 ]; then
                  openhands-sdk@1.58.2; do
         python3 -m forkpoint.cli agents install "$agent"
     done
+    # OpenCode 1.2.6: not verified, the binary of the 1.2 tool profile (its fixture and continuation tests)
+    python3 -c "from forkpoint import runtimes; runtimes.install_release('opencode', '1.2.6')"
 fi
 if [ "${FORKPOINT_TEST_SKIP_LINT:-0}" != 1 ]; then
     python3 -m ruff check src tests scripts benchmarks

@@ -270,3 +270,26 @@ def test_a_real_codex_040_recording_reruns_its_shell_calls_and_continues_on_0171
     notes = result.metadata["version"]["version_notes"]
     assert any("Codex 0.40.0's shell tool" in note for note in notes), notes
     assert result.metadata["model_bridge"]["validated"] >= 1 and result.metadata["model_bridge"]["refused"] == 0
+
+
+def test_a_real_1_2_recording_reruns_with_its_own_line_and_continues_on_a_verified_binary(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session the REAL OpenCode 1.2.6 wrote (fixture 1.2.6/old_line: read with its 1.2 line layout, grep, glob,
+    two failed calls whose texts start with ``Error: ``, edit, write, bash): its calls re-run with the 1.2 tool
+    profile (1.2.6's own binary; 1.17's differ in 5 of 9), every observation exact, and the verified binary it is
+    read as (1.17.11: no OpenCode cross-version pair is proven) continues the rebuilt session through the gate."""
+    _require("opencode", "1.2.6", "1.17.11")
+    monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
+    fixture = FIXTURES / "opencode" / "1.2.6" / "old_line"
+    model = ScriptedModel.from_file(fixture / "script.json")
+    with model.serve() as url:
+        result = replay_recording(fixture, tmp_path, agent="opencode", trajectory="export.json", after=5,
+                                  upstream="openai-chat", upstream_url=url + "/v1")
+    assert result.failure is None, result.failure
+    assert (result.phase, result.agent_status, result.quality_reasons) == ("continued", "completed",
+                                                                             ["unverified_version"])
+    assert result.recorded_version == "1.2.6" and result.metadata["continuing_agent_version"] == "1.17.11"
+    assert result.metadata["exact_observations"] == result.metadata["compared_observations"] == 9
+    notes = result.metadata["version"]["version_notes"]
+    assert any("opencode 1.2 (measured on 1.2.6) tool profile: OpenCode 1.2.6's own binary" in n for n in notes), notes
+    assert result.metadata["model_bridge"]["validated"] >= 1 and result.metadata["model_bridge"]["refused"] == 0

@@ -140,5 +140,6 @@ def _store(outcome: Outcome) -> None:
     calibration.write_atomically(path, json.dumps({
         "schema": calibration.SCHEMA, "status": "calibrated", "agent": outcome.agent, "version": outcome.version,
         "format_family": outcome.family, "maps_to": outcome.maps_to, "profile": spec.versions[outcome.maps_to],
+        **({"tool_profile": outcome.tool_profile} if outcome.tool_profile else {}),
         "checked": [c.to_json() for c in outcome.checks], "calibrated_at": calibration.now()}, indent=2) + "\n")
     failed.unlink(missing_ok=True)

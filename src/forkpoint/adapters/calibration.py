@@ -81,6 +81,8 @@ class Calibration:
     format_family: str
     checked: tuple[str, ...]
     calibrated_at: str
+    #: the release line's own tool profile its tools re-run with (OpenCode 1.2), when not ``maps_to``'s
+    tool_profile: str | None = None
 
 
 @dataclass
@@ -106,6 +108,8 @@ class Outcome:
     reason: str | None = None
     #: what the probe recorded, kept with the calibration: file name -> bytes (the native session, the requests)
     evidence: dict[str, bytes] = field(default_factory=dict)
+    #: the tool profile of the release's own line its calls re-ran with, when not the candidate's (OpenCode 1.2)
+    tool_profile: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -114,8 +118,9 @@ class Outcome:
     def report(self) -> str:
         head = (f"calibrated: {self.agent} {self.version} maps to {self.maps_to}" if self.ok
                 else f"FAILED: {self.agent} {self.version}: {self.reason}")
+        tools = [f"tool profile: {self.tool_profile}", ""] if self.tool_profile else []
         lines = [f"# forkpoint calibration of {self.agent} {self.version}", "", head, "",
-                 f"format family: {self.family or '(not read)'}", "", "| check | against | result | detail |",
+                 f"format family: {self.family or '(not read)'}", "", *tools, "| check | against | result | detail |",
                  "|---|---|---|---|"]
         for check in self.checks:
             detail = check.detail.replace("|", "\\|").replace("\n", " ")
@@ -160,7 +165,9 @@ def load(spec: AgentSpec, version: str | None) -> Calibration | None:
         return None
     checked = data.get("checked")
     names = tuple(str(c.get("check")) for c in checked if isinstance(c, dict)) if isinstance(checked, list) else ()
-    return Calibration(spec.name, version, str(maps_to), str(family), names, str(data.get("calibrated_at")))
+    tools = data.get("tool_profile")
+    return Calibration(spec.name, version, str(maps_to), str(family), names, str(data.get("calibrated_at")),
+                       tools[:200] if isinstance(tools, str) else None)
 
 
 def failure(spec: AgentSpec, version: str) -> str | None:
@@ -184,8 +191,9 @@ def listed(spec: AgentSpec) -> list[tuple[str, str, str]]:
         if name.endswith(".json") and not name.endswith(".failed.json") \
                 and valid_version(version := name[:-len(".json")]) and (found := load(spec, version)) is not None:
             why = failure(spec, version)
-            rows.append((version, "calibrated", f"as {found.maps_to}" + (f"; the last re-run failed: {why}"
-                                                                          if why else "")))
+            tools = f", tools as {found.tool_profile}" if found.tool_profile else ""
+            rows.append((version, "calibrated", f"as {found.maps_to}{tools}" + (f"; the last re-run failed: {why}"
+                                                                                 if why else "")))
         elif name.endswith(".failed.json") and valid_version(version := name[:-len(".failed.json")]) \
                 and load(spec, version) is None and (why := failure(spec, version)) is not None:
             rows.append((version, "failed", why))

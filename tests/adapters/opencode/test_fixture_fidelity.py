@@ -1,6 +1,7 @@
 """The proof: re-running the recorded calls of REAL OpenCode sessions reproduces the recorded observations.
 
-For every fixture (tests/fixtures/opencode/<version>/<scenario>/, written by the real binaries), the workspace is
+For every fixture (tests/fixtures/opencode/<version>/<scenario>/, written by the real binaries: the verified ones,
+and 1.2.6 for the 1.2 tool profile, tool_profile.LINES), the workspace is
 rebuilt at the recorded cwd from ``workspace-initial/``, every FRESH call of every complete batch is re-run in order
 by ``OpenCodeToolExecutor`` (the same OpenCode version executing its own tools), and each fresh observation must
 equal the historical one call by call (after ``normalize_volatile``), with the same error status and exit code.
@@ -22,6 +23,7 @@ import pytest
 from forkpoint import runtimes
 from forkpoint.adapters import agent_spec
 from forkpoint.adapters.opencode.parse import parse_opencode
+from forkpoint.adapters.opencode.tool_profile import line_for
 from forkpoint.adapters.opencode.tools import OpenCodeToolExecutor, normalize_volatile
 from forkpoint.core.model import CallPolicy, FreshObservation, RunContext, ToolCall
 from forkpoint.process import childenv
@@ -79,8 +81,9 @@ def replay(export: Path) -> Replay:
     with holding(cwd), tempfile.TemporaryDirectory(prefix="forkpoint-oc-fidelity-") as tmp, caller_shell("/bin/bash"), \
             childenv.passing({}, temp_dir=Path(tmp) / "run-tmp"):  # a run's TMPDIR: Bun's addons go with it
         restore_initial(export.parent)
+        line = line_for(version)  # a 1.2 fixture: its own binary, which prints no event for a failed call
         executor = OpenCodeToolExecutor(RunContext(cwd, Path(tmp) / "state", Path(tmp) / "out"), runtime.entrypoint,
-                                        shell=trajectory.native.shell)
+                                        shell=trajectory.native.shell, error_events=line is None or line.error_events)
         try:
             for call in calls:
                 result.fresh[call.call_id] = executor.run(call)

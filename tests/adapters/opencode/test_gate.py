@@ -16,6 +16,7 @@ import pytest
 
 from forkpoint.adapters.opencode.envelope import (
     BUILD_TOOLS,
+    PROFILES,
     expected_prefix,
     masked_system_sha256,
     project_request_message,
@@ -32,7 +33,9 @@ from forkpoint.core.model import Mode, Plan
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "opencode"
 NONCE = "__forkpoint_nonce_0123456789abcdef0123456789abcdef__"
 SYSTEM = "You are opencode.\n<env>\n  Today's date: Mon Nov 30 2026\n</env>"
+#: the verified versions' fixtures (a 1.2 session continues on a verified binary: tests/e2e/test_cross_version.py)
 CASES = [(p.parent.parent.name, p.parent.name, n) for p in sorted(FIXTURES.glob("*/*/export.json"))
+         if p.parent.parent.name in PROFILES
          for n in range(1, parse_opencode(p).complete_count + 1)]
 
 

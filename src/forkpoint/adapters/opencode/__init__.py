@@ -4,6 +4,7 @@ and continued with ``opencode run --session`` through the Chat Completions bridg
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,6 +12,7 @@ from forkpoint.adapters.base import AdapterBase
 from forkpoint.adapters.opencode.parse import AGENT, parse_opencode
 from forkpoint.adapters.opencode.session import cut_export, native_of, write_export
 from forkpoint.adapters.opencode.spec import SPEC
+from forkpoint.adapters.opencode.tool_profile import installed_release, line_binary, line_for
 from forkpoint.core.errors import configuration, unsupported_version
 from forkpoint.core.fs import DEFAULT_MAX_INPUT_BYTES
 from forkpoint.core.model import FreshObservation, NativePrefix, Plan, RunContext, Trajectory, VersionFacts
@@ -37,14 +39,32 @@ class OpenCodeAdapter(AdapterBase):
         return super().profile_for(trajectory)
 
     def version_facts(self, trajectory: Trajectory) -> VersionFacts:
-        """An event log alone names no version nor the prompt: its export completes it (refused without)."""
+        """An event log alone names no version nor the prompt: its export completes it (refused without). A
+        release line with its own tool profile (tool_profile.LINES) names the binary its tools re-run with."""
         if trajectory.version is None:
             session = trajectory.session_id or "<session id>"
             raise unsupported_version(
                 "an `opencode run --format=json` event log records neither the OpenCode version nor the user prompt; "
                 f"pass the session's export as --opencode-export FILE (`opencode export {session} > FILE`, where the "
                 "session was recorded), or replay that export itself")
-        return super().version_facts(trajectory)
+        facts = super().version_facts(trajectory)
+        line = line_for(facts.recorded) if facts.status != "verified" else None
+        if line is None:
+            return facts
+        release = installed_release(line, facts.recorded)
+        if release is not None:
+            note = (f"the {line.label} tool profile: OpenCode {release}'s own binary re-runs the tools (its read, "
+                    f"grep and error texts differ from {facts.tool_version}'s)")
+            first = facts.reasons[0].replace(f"its tools re-run with {facts.tool_version}'s semantics",
+                                             f"its tools re-run with the {line.label} tool profile") \
+                if facts.reasons else None
+        else:
+            note = (f"the {line.label} tool profile needs an installed OpenCode {line.measured} (`forkpoint agents "
+                    f"calibrate opencode@{line.measured}` installs it): its tools re-run with {facts.tool_version}'s "
+                    "binary instead, whose read, grep and error texts differ")
+            first = None
+        reasons = (first, *facts.reasons[1:]) if first is not None else facts.reasons
+        return replace(facts, reasons=(*reasons, note))
 
     def write_prefix(self, plan: Plan, fresh: Mapping[str, FreshObservation] | None, out_dir: Path) -> NativePrefix:
         destination = out_dir / f"{plan.trajectory.session_id}.json"
@@ -58,8 +78,13 @@ class OpenCodeAdapter(AdapterBase):
         from forkpoint.runtimes import resolve_entrypoint
 
         native = native_of(plan)
-        target = resolve_entrypoint(AGENT, plan.trajectory.version or "", None)
-        return OpenCodeToolExecutor(context, target.entrypoint, shell=native.shell)
+        recorded = plan.version.recorded if plan.version is not None and plan.version.status != "verified" else None
+        line = line_for(recorded)
+        own = line_binary(line, recorded) if line is not None else None
+        entrypoint = own if own is not None else resolve_entrypoint(AGENT, plan.trajectory.version or "",
+                                                                      None).entrypoint
+        return OpenCodeToolExecutor(context, entrypoint, shell=native.shell,
+                                    error_events=line is None or own is None or line.error_events)
 
     def normalise_observation(self, content: object) -> object:
         """Documented volatile parts only (the saved-output path of a truncated bash output)."""

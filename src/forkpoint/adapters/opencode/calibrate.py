@@ -6,6 +6,10 @@ text is absent); a long bash output. ``opencode export`` of the session is the r
 event log names no version). The resume is a forkpoint continuation of that export
 (kit.calibration.resume_check): the release imports the session rebuilt with the candidate's profile and runs
 ``--session`` on it; the candidate's gate judges its first request.
+
+A release of a line with its own tool profile (``tool_profile.LINES``: 1.2.x) is replayed under its own version:
+its calls re-run with its line's binary (the release itself, installed by the calibration), and the profile is
+named in the calibration (``tool_profile``); the resume is still judged as each candidate's.
 """
 
 from __future__ import annotations
@@ -16,7 +20,17 @@ from pathlib import Path
 from typing import Any
 
 from forkpoint.adapters.calibration import Outcome, compact_requests
-from forkpoint.adapters.kit.calibration import match_candidates, parse_check, ran_ok, record_check, run_release
+from forkpoint.adapters.kit.calibration import (
+    first_match,
+    match_candidates,
+    parse_check,
+    ran_ok,
+    record_check,
+    replay_check,
+    resume_check,
+    run_release,
+)
+from forkpoint.adapters.opencode.tool_profile import line_for
 from forkpoint.adapters.spec import AgentSpec
 from forkpoint.core.errors import trajectory as trajectory_error
 
@@ -130,5 +144,20 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
         rewritten = {**export, "info": {**info, "version": candidate}} if isinstance(info, dict) else export
         return (json.dumps(rewritten, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
-    return match_candidates(spec.name, candidates, as_candidate, len(expected) - 1, lambda: _restore(cwd), entrypoint,
-                            version, scratch, outcome, name="export.json")
+    line = line_for(version)
+    if line is None:
+        return match_candidates(spec.name, candidates, as_candidate, len(expected) - 1, lambda: _restore(cwd),
+                                entrypoint, version, scratch, outcome, name="export.json")
+    # a release of a line with its own tool profile (tool_profile.LINES) keeps its version in the replay: its
+    # calls re-run with its line's binary whatever continues it (as a recording of it would); only the resume is
+    # read as the candidate
+    outcome.tool_profile = line.label
+
+    def passes(candidate: str) -> bool:
+        tools_ok = replay_check(spec.name, candidate, data, len(expected) - 1, lambda: _restore(cwd), scratch,
+                                outcome, name="export.json")
+        resumed = resume_check(spec.name, candidate, as_candidate(candidate), 1, lambda: _restore(cwd), entrypoint,
+                               version, scratch, outcome, name="export.json")
+        return resumed and tools_ok
+
+    return first_match(candidates, passes, outcome)

@@ -9,6 +9,11 @@ recorded call id, name and arguments); OpenCode runs it with its own implementat
 ``tool_use`` event on stdout, which is the fresh observation. ``close`` answers the next request with a final
 text, so OpenCode ends its loop and exits; anything left is ended by the supervised process group.
 
+A release whose ``run --format=json`` prints no event for a FAILED tool (1.2: only ``completed`` parts reach
+stdout; ``error_events=False``) is read from the model side: when its step's ``step_finish`` went by with no
+``tool_use`` for the call, the call failed, and the error text is the ``tool`` message for its id in the next
+request (OpenCode sends the ``error`` text there, byte for byte; the part's time is the host's).
+
 Title requests (no ``tools``) get a fixed title. Nothing leaves loopback: the model endpoint is ours, and the
 proxy variables point at a closed loopback port so OpenCode's background fetches fail at once.
 
@@ -52,6 +57,8 @@ MODEL = "replay"
 #: neither ``oss`` nor ``gpt-4`` (ToolRegistry.tools, 1.17/1.18): a host with this model id runs the GPT tool set
 GPT_MODEL = "gpt-5-forkpoint-replay"
 PROMPT = "forkpoint-tool-replay"
+#: the queue entry a model request's tool results become (a type no OpenCode event has)
+REQUEST_RESULTS = "forkpoint.request_results"
 PROXY_SINK = "http://127.0.0.1:9"  # nothing listens there: background fetches fail immediately
 START_TIMEOUT_S = 120.0
 STOP_GRACE_S = 15.0
@@ -157,8 +164,13 @@ class ToolHost:
 
     def __init__(self, entrypoint: Path, workspace: Path, home: Path, log_dir: Path, *,
                  shell: str | None = None, model: str = MODEL, sandbox: Sandbox | None = None,
-                 relay_dir: Path | None = None) -> None:
+                 relay_dir: Path | None = None, error_events: bool = True) -> None:
         self.entrypoint = entrypoint
+        self.error_events = error_events
+        self.dispatched = 0  # calls sent: call k runs in the session's k-th step
+        self.finished = 0  # ``step_finish`` events read
+        #: request number -> its ``tool`` messages (call id -> content); call k's result is in request k + 1
+        self.results: dict[int, dict[str, object]] = {}
         self.model = model
         self.workspace = workspace
         self.sandbox = sandbox or local_sandbox(workspace)
@@ -186,6 +198,10 @@ class ToolHost:
             finish = "stop"
         else:
             self.requests += 1
+            if not self.error_events:  # sequenced with the stdout events (the same queue)
+                self.watch.lines.put({"type": REQUEST_RESULTS, "request": self.requests, "results": {
+                    str(m.get("tool_call_id")): m.get("content") for m in body.get("messages") or []
+                    if isinstance(m, dict) and m.get("role") == "tool"}})
             command = await self._commands.get()
             if command is None:
                 message, finish = {"role": "assistant", "content": "Replay finished."}, "stop"
@@ -249,6 +265,8 @@ class ToolHost:
         loop = self._serving.loop
         assert loop is not None and self._commands is not None
         loop.call_soon_threadsafe(self._commands.put_nowait, call)
+        self.dispatched += 1
+        started_ms = int(time.time() * 1000)
         deadline = time.monotonic() + timeout_s + START_TIMEOUT_S
         while True:
             remaining = deadline - time.monotonic()
@@ -265,6 +283,28 @@ class ToolHost:
             part = event.get("part")
             if event.get("type") == "tool_use" and isinstance(part, dict) and part.get("callID") == call.call_id:
                 return part
+            if self.error_events:
+                continue
+            if event.get("type") == "step_finish":
+                self.finished += 1
+            elif event.get("type") == REQUEST_RESULTS:
+                self.results[int(event["request"])] = event["results"]
+            after = self.results.get(self.dispatched + 1)
+            if self.finished >= self.dispatched and after is not None:
+                self.results = {k: v for k, v in self.results.items() if k > self.dispatched}
+                if call.call_id not in after:
+                    raise ReplayError(ErrorKind.EXECUTOR, f"OpenCode printed no result for {call.name} "
+                                                          f"{call.call_id} and sent none for it")
+                return self._failed(call, after[call.call_id], started_ms)
+
+    def _failed(self, call: HostCall, content: object, started_ms: int) -> JsonObject:
+        """The part of a call whose step finished with no ``tool_use`` event: failed, its error as sent."""
+        if not isinstance(content, str):
+            raise ReplayError(ErrorKind.EXECUTOR, f"OpenCode printed no result for {call.name} {call.call_id} and "
+                                                  "sent a non-text tool message for it")
+        return {"type": "tool", "callID": call.call_id, "tool": call.name, "state": {
+            "status": "error", "input": call.arguments, "error": content,
+            "time": {"start": started_ms, "end": int(time.time() * 1000)}}}
 
     def _exit_text(self) -> str:
         if self._error is not None:

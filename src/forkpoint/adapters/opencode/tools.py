@@ -117,10 +117,13 @@ def observation(call: ToolCall, part: JsonObject, duration_ms: int) -> FreshObse
 
 
 class OpenCodeToolExecutor:
-    """FRESH calls go through one OpenCode tool host (the recorded version) started on the first call."""
+    """FRESH calls go through one OpenCode tool host (the recorded version, or its line's: tool_profile) started
+    on the first call. ``error_events``: whether the binary prints a ``tool_use`` event for a failed call."""
 
-    def __init__(self, context: RunContext, entrypoint: Path, *, shell: str | None = None) -> None:
+    def __init__(self, context: RunContext, entrypoint: Path, *, shell: str | None = None,
+                 error_events: bool = True) -> None:
         self.context = context
+        self.error_events = error_events
         self.entrypoint = entrypoint
         self.shell = shell
         self.workspace = context.workspace
@@ -135,7 +138,8 @@ class OpenCodeToolExecutor:
         if model not in self.hosts:
             home = self.context.state_dir / ("opencode-tools-home" if model == MODEL else "opencode-tools-gpt-home")
             self.hosts[model] = ToolHost(self.entrypoint, self.workspace, home, self.context.logs, shell=self.shell,
-                                         model=model, sandbox=self.sandbox, relay_dir=self.context.state_dir)
+                                         model=model, sandbox=self.sandbox, relay_dir=self.context.state_dir,
+                                         error_events=self.error_events)
         return self.hosts[model]
 
     def run(self, call: ToolCall) -> FreshObservation:
