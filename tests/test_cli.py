@@ -119,7 +119,10 @@ def test_an_unverified_version_is_inspected_prepared_and_refused_on_request(tmp_
     ok = forkpoint("replay", "--agent", "claude-code", "--trajectory", str(old), "--after-step", "2",
                    "--prepare-only", "--workspace", str(tmp_path / "absent"), cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
-    assert "quality degraded (unverified_version: 2.0.27, tools as 2.1.220)" in " ".join(ok.stdout.split())
+    # the measured 2.0.x tool profile re-runs the tools, and the summary names it (not the continuing 2.1.220)
+    assert described["tool_profile"] == "claude-code 2.0.x (measured on 2.0.27)"
+    assert ("quality degraded (unverified_version: 2.0.27, tools as claude-code 2.0.x (measured on 2.0.27))"
+            in " ".join(ok.stdout.split()))
     strict = forkpoint("replay", "--agent", "claude-code", "--trajectory", str(old), "--after-step", "2",
                        "--prepare-only", "--require-verified-version", "--output-dir", str(tmp_path / "strict"),
                        cwd=tmp_path)

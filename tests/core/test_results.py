@@ -47,7 +47,8 @@ def test_metadata_becomes_json_values() -> None:
                                     "s": frozenset({"only"})})
     document = result.to_json()
     assert document["agent"] == {"name": "claude-code", "version": "2.1", "profile": None, "version_status": None,
-                                 "format_family": None, "tool_semantics_version": None}
+                                 "format_family": None, "tool_semantics_version": None,
+                                 "tool_profile": None}
     assert document["artifacts"] == [{"role": "x", "format": "y", "path": "z"}]
     assert document["metadata"] == {"p": "/a/b", "t": [1, 2], "e": "red", "n": {"3": ["c", None]}, "s": ["only"]}
     assert result.exit_code == 0

@@ -115,6 +115,8 @@ def test_unverified_recording_version_prepares_degraded(layout: dict[str, Path])
     assert (result.recorded_version, result.recorded_version_status) == ("2.0.1", "unverified")
     assert result.agent is not None and result.agent.tool_semantics_version == "2.1.220"
     assert result.agent.profile == "claude-code/2.1.220/native-resume-v1"
+    # the tools re-run with the measured 2.0.x profile, and the result names it (not just the continuing version)
+    assert result.agent.tool_profile is not None and "2.0" in result.agent.tool_profile
     out = layout["output"] / "run-1"
     document = json.loads((out / "result.json").read_text())
     assert document["recorded_version_status"] == "unverified"

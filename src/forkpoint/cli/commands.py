@@ -39,9 +39,10 @@ def version_text(result: ReplayResult) -> str:
         return ""
     shown = result.recorded_version or "unknown"
     if result.recorded_version_status == "unverified":
-        return f" (unverified_version: {shown}, tools as {agent.tool_semantics_version})"
+        return f" (unverified_version: {shown}, tools as {agent.tool_profile or agent.tool_semantics_version})"
     if result.recorded_version_status == "calibrated":
-        return f", version {shown} calibrated (as {agent.tool_semantics_version})"
+        tools = f", tools as {agent.tool_profile}" if agent.tool_profile else ""
+        return f", version {shown} calibrated (as {agent.tool_semantics_version}{tools})"
     return f", version {shown} {result.recorded_version_status}"
 
 

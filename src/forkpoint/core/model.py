@@ -211,11 +211,19 @@ class VersionFacts:
     profile: str
     #: why the run is degraded by its version (empty when verified/calibrated)
     reasons: tuple[str, ...] = ()
+    #: a measured tool profile of the recorded release line that re-runs the tools instead of ``tool_version``'s
+    #: (Claude Code 2.0.x, OpenCode 1.2.x): its label; None when ``tool_version``'s own tools do
+    tool_profile: str | None = None
+
+    @property
+    def tools_as(self) -> str:
+        """Whose tool semantics re-ran the calls, as shown to people: the measured profile, else the version."""
+        return self.tool_profile or self.tool_version
 
     def to_json(self) -> dict[str, object]:
         return {"recorded_version": self.recorded, "recorded_version_status": self.status,
                 "format_family": self.format_family, "tool_semantics_version": self.tool_version,
-                "profile": self.profile, "version_notes": list(self.reasons)}
+                "tool_profile": self.tool_profile, "profile": self.profile, "version_notes": list(self.reasons)}
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,8 @@ class AgentInfo:
     version_status: str | None = None
     format_family: str | None = None
     tool_semantics_version: str | None = None
+    #: the measured tool profile of the recorded release line that re-ran the tools, when not tool_semantics_version's
+    tool_profile: str | None = None
 
 
 @dataclass(kw_only=True)

@@ -167,7 +167,7 @@ def _run(view: RunView, anchor: str) -> str:
         ("continuing version", metadata.get("continuing_agent_version") or metadata.get("continuing_version")
          or (version if result.phase == "continued" else "—")),
         ("profile", profile),
-        ("tool semantics", (agent.tool_semantics_version if agent else None) or "—"),
+        ("tool semantics", (agent.tool_profile or agent.tool_semantics_version if agent else None) or "—"),
         ("quality reasons", reasons or "—"),
         ("boundary", f"after batch {result.after_step} of {metadata.get('complete_batches', '?')} complete"),
         ("mode", metadata.get("mode")),

@@ -265,7 +265,8 @@ def finished_result(request: ReplayRequest, plan: Plan, dirs: RunDirs, prefix: N
     if facts_of_version is not None:
         summary.update(recorded_version=facts_of_version.recorded,
                        recorded_version_status=facts_of_version.status,
-                       tool_semantics_version=facts_of_version.tool_version)
+                       tool_semantics_version=facts_of_version.tool_version,
+                       tool_profile=facts_of_version.tool_profile)
     write_json(dirs.output_dir / "replay-summary.json", summary, durable=False)
     reasons = [*versions.reasons(plan.version), *(["stale_observations"] if outcome and outcome.stale_reused else []),
                *dict.fromkeys(outcome.reused.values() if outcome else ()),
@@ -307,7 +308,8 @@ def agent_info(agent: str, plan: Plan) -> AgentInfo:
     if facts is None:
         return AgentInfo(name=agent, version=versions.label(plan.trajectory.version), profile=plan.profile)
     return AgentInfo(name=agent, version=facts.recorded, profile=plan.profile, version_status=facts.status,
-                     format_family=facts.format_family, tool_semantics_version=facts.tool_version)
+                     format_family=facts.format_family, tool_semantics_version=facts.tool_version,
+                     tool_profile=facts.tool_profile)
 
 
 def version_fields(plan: Plan) -> dict[str, Any]:

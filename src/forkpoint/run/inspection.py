@@ -43,6 +43,7 @@ def describe(path: Path, agent: str | None = None, max_bytes: int = DEFAULT_MAX_
         "recorded_version_status": facts.status,
         "format_family": facts.format_family,
         "tool_semantics_version": facts.tool_version,
+        "tool_profile": facts.tool_profile,
         "profile": facts.profile,
         "version_notes": list(facts.reasons),
         "session_id": parsed.session_id,
@@ -105,7 +106,8 @@ def render_table(description: dict[str, Any]) -> None:
     console = Console()
     console.print(f"agent    {description['agent']} {description['version'] or '(version unknown)'}", markup=False)
     console.print(f"version  {description['recorded_version_status']}: read as {description['format_family']}, "
-                  f"tools re-run as {description['tool_semantics_version']} ({description['profile']})", markup=False)
+                  f"tools re-run as {description['tool_profile'] or description['tool_semantics_version']} "
+                  f"({description['profile']})", markup=False)
     console.print(f"session  {description['session_id']}")
     console.print(f"cwd      {description['cwd']}")
     table = Table(show_lines=False)

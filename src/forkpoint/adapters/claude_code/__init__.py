@@ -77,7 +77,7 @@ class ClaudeCodeAdapter(AdapterBase):
         first = (f"Claude Code {facts.recorded} is not a verified version: read as {facts.format_family}, its tools "
                  f"re-run with the {label} tool profile (cat -n Read with its reminder, snippet Write/Edit texts, "
                  f"inline Bash, TodoWrite); the session is continued as {facts.tool_version}'s")
-        return replace(facts, reasons=(first, *facts.reasons[1:]))
+        return replace(facts, reasons=(first, *facts.reasons[1:]), tool_profile=label)
 
     def normalise_observation(self, content: object) -> object:
         """Documented volatile parts only: the persisted-output file path (see tools.normalize_volatile)."""

@@ -64,7 +64,7 @@ class OpenCodeAdapter(AdapterBase):
                     "binary instead, whose read, grep and error texts differ")
             first = None
         reasons = (first, *facts.reasons[1:]) if first is not None else facts.reasons
-        return replace(facts, reasons=(*reasons, note))
+        return replace(facts, reasons=(*reasons, note), tool_profile=line.label if release is not None else None)
 
     def write_prefix(self, plan: Plan, fresh: Mapping[str, FreshObservation] | None, out_dir: Path) -> NativePrefix:
         destination = out_dir / f"{plan.trajectory.session_id}.json"
