@@ -26,7 +26,7 @@ FIXTURES = Path(__file__).parents[2] / "fixtures" / "swe_agent" / "1.1.0"
 
 
 #: scenarios replayed only at their last boundary (it re-runs and compares every earlier step: CI budget)
-LAST_BOUNDARY_ONLY = frozenset({"windowed"})
+LAST_BOUNDARY_ONLY = frozenset({"windowed", "windowed_edit", "windowed_edit_linting"})
 
 
 def _cases() -> list[tuple[str, int]]:
@@ -59,8 +59,10 @@ def run(scenario: str, workspace: Path, tmp_path: Path, after: int, **values: An
 
 def test_every_fixture_has_replayable_boundaries() -> None:
     assert {scenario for scenario, _ in _cases()} == {"shell_state", "thought_action", "timeout", "editor",
-                                                      "windowed"}
+                                                      "windowed", "windowed_edit", "windowed_edit_linting"}
     assert ("windowed", 15) in _cases()  # every windowed/search step re-runs
+    # every linting edit/insert step re-runs (observations from SWE-agent's real scripts and flake8)
+    assert ("windowed_edit", 11) in _cases() and ("windowed_edit_linting", 6) in _cases()
 
 
 @pytest.mark.parametrize(("scenario", "after"), _cases(), ids=lambda v: str(v))
