@@ -185,3 +185,68 @@ def test_guard_multiline_input_makes_the_body_a_heredoc() -> None:
     assert guard_multiline_input("edit 1:2\nx = 1\nend_of_edit", ends) == already
     assert guard_multiline_input(already, ends) == already
     assert guard_multiline_input("ls -la", ends) == "ls -la"
+
+
+def legacy_tool(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``--legacy``: the late-2024 scripts of SWE-agent's 1.0 development trajectories."""
+    from forkpoint.runtimes.flake8 import ensure_flake8
+
+    shim = tmp_path / "bin"
+    shim.mkdir(exist_ok=True)
+    if not (shim / "flake8").exists():
+        (shim / "flake8").symlink_to(ensure_flake8() / "bin" / "flake8")
+    registry = tmp_path / "registry.json"
+    if not registry.exists():
+        registry.write_text(json.dumps({"WINDOW": "5", "OVERLAP": "2", "FIRST_LINE": "0", "CURRENT_FILE": ""}))
+    environment = {"PATH": f"{shim}:{os.environ['PATH']}", "LANG": "C.UTF-8", "HOME": str(tmp_path)}
+    return subprocess.run([sys.executable, "-I", SCRIPT, "--legacy", str(registry), str(tmp_path / "model.patch"),
+                           *argv], cwd=tmp_path, env=environment, capture_output=True, text=True, check=False,
+                          timeout=120)
+
+
+def test_legacy_create_writes_a_line_and_insert_counts_lines_from_one(tmp_path: Path) -> None:
+    """Texts measured on SWE-agent a47c0088's tools/defaults and tools/edit_replace (the public marshmallow
+    demonstration shows the same ``(1 lines total)`` and the empty first line after ``insert``)."""
+    path = tmp_path / "r.py"
+    assert legacy_tool(tmp_path, "create", "r.py").stdout == "[File: r.py (1 lines total)]\n1:\n"
+    done = legacy_tool(tmp_path, "insert", "import os\nprint(os)")
+    assert (done.returncode, done.stdout) == (0, f"[File: {path} (3 lines total)]\n1:\n2:import os\n3:print(os)\n")
+    done = legacy_tool(tmp_path, "insert", "x = undefined_y", "2")
+    assert done.returncode == 4
+    assert done.stdout == (
+        " Your proposed edit has introduced new syntax error(s). Please read this error message carefully and then "
+        "retry editing the file.\n\nERRORS:\n\n- F821 undefined name 'undefined_y'\nThis is how your edit would have "
+        f"looked if applied\n{_RULE}\n[File: {path} (4 lines total)]\n1:\n2:x = undefined_y\n3:import os\n4:print(os)\n"
+        f"{_RULE}\n\nThis is the original code before your edit\n{_RULE}\n[File: {path} (3 lines total)]\n1:\n"
+        f"2:import os\n3:print(os)\n{_RULE}\n\n{_REVERTED}\n")
+    done = legacy_tool(tmp_path, "insert", "y = 1", "1")
+    assert done.stdout == f"[File: {path} (4 lines total)]\n1:y = 1\n2:\n3:import os\n4:print(os)\n"
+    assert path.read_text() == "y = 1\n\nimport os\nprint(os)"
+
+
+def test_legacy_edit_messages(tmp_path: Path) -> None:
+    source = tmp_path / "a.py"
+    source.write_text(LINTED)
+    (tmp_path / "registry.json").write_text(json.dumps({"WINDOW": "5", "OVERLAP": "2", "FIRST_LINE": "0",
+                                                        "CURRENT_FILE": str(source)}))
+    done = legacy_tool(tmp_path, "edit_replace", "nothing", "x")
+    assert (done.returncode, done.stdout) == (3, (
+        "Text 'nothing' not found in displayed lines.\nNote: By default, we only replace the first occurrence in the "
+        "lines that are currently visible in the editor.\nIf you want to replace all occurrences in and outside of "
+        "the visible lines, use the `--replace-all` flag.\n\n"))
+    done = legacy_tool(tmp_path, "edit_replace", "def f(a):", "def f(a)")
+    original = window(source, 10, "1:def f(a):\n2:    return a - 1\n3:\n4:\n5:def g(a):", below=5)
+    assert (done.returncode, source.read_text()) == (4, LINTED)
+    assert done.stdout == (
+        "\nYour proposed edit has introduced new syntax error(s). Please read this error message carefully and then "
+        "retry editing the file.\n\nERRORS:\n\n- E999 SyntaxError: expected ':'\nThis is how your edit would have "
+        f"looked if applied\n{_RULE}\n{original.replace('1:def f(a):', '1:def f(a)')}\n{_RULE}\n\nThis is the "
+        f"original code before your edit\n{_RULE}\n{original}\n{_RULE}\n\n{_REVERTED}\n")
+    # the late-2024 window is one line off, so the F821 the file already had counts as new (the real scripts agree)
+    done = legacy_tool(tmp_path, "edit_replace", "a - 1", "a + 1")
+    assert (done.returncode, source.read_text()) == (4, LINTED)
+    assert "ERRORS:\n\n- F821 undefined name 'undefined_x'\nThis is how" in done.stdout
+    source.write_text(LINTED.replace("undefined_x", "None"))
+    done = legacy_tool(tmp_path, "edit_replace", "a - 1", "a + 1")
+    assert done.stdout.startswith("Text replaced. Please review the changes and make sure they are correct\n"
+                                  "(correct indentation, no duplicate lines, etc). Edit the file again if necessary.\n")

@@ -42,6 +42,10 @@ TRUNCATED_MESSAGE = ("<response clipped><NOTE>To save on context only part of th
 MAX_RESPONSE_LEN = 16000
 SNIPPET_LINES = 4
 COMMANDS = '"view", "create", "str_replace", "insert", "undo_edit"'
+#: ``--legacy``: the windowed and edit tools as SWE-agent's 1.0 development trajectories ran them (``tools/defaults``
+#: and ``tools/edit_replace`` of late November 2024, e.g. SWE-agent a47c0088): older messages, ``create`` writing a
+#: newline, the window clamped one line earlier, 1-based ``insert`` lines, no lint filter above the edit
+LEGACY = False
 
 
 class Registry:
@@ -382,7 +386,7 @@ class WindowedFile:
     @first_line.setter
     def first_line(self, value: float) -> None:
         self._original_first_line = self._first_line
-        self._first_line = max(0, min(int(value), self.n_lines - self.window))
+        self._first_line = max(0, min(int(value), self.n_lines - self.window - (1 if LEGACY else 0)))
         self.registry.set("FIRST_LINE", self._first_line)
 
     @property
@@ -425,7 +429,7 @@ class WindowedFile:
         index = window.find(search)
         if index == -1:
             raise TextNotFound
-        start = self.line_range[0] + len(window[:index].split("\n")) - 1
+        start = self.line_range[0] + len(window[:index].split("\n")) - (0 if LEGACY else 1)
         self.set_window_text(window.replace(search, replace))
         self.goto(start)
         return start, len(search.split("\n")), len(replace.split("\n")), 1
@@ -527,11 +531,14 @@ def create_main(registry: Registry, argv: list[str]) -> int:
     if not argv:
         fail("Usage: create <filename>", 1)
     path = Path(argv[0])
-    if not path.parent.is_dir():
+    if not path.parent.is_dir() and not LEGACY:
         path.parent.mkdir(parents=True, exist_ok=True)
     if path.exists():
         fail(f"Warning: File '{path}' already exists.", 1)
-    path.touch()
+    if LEGACY:  # before SWE-agent #1114 (2025-05): a new file held one empty line
+        path.write_text("\n")
+    else:
+        path.touch()
     window = WindowedFile(registry, path)
     window.first_line = 0
     window.print_window()
@@ -590,7 +597,7 @@ def new_lint_errors(after: str, before: str = "", window: tuple[int, int] | None
                 previous.append((name, number, column, problem))
             elif number > window[1]:
                 previous.append((name, number + added, column, problem))
-        errors = [error for error in errors if error not in previous and error[1] >= window[0]]
+        errors = [error for error in errors if error not in previous and (LEGACY or error[1] >= window[0])]
     return "\n".join(f"- {error[3]}" for error in errors)
 
 
@@ -618,6 +625,9 @@ def edit_replace_main(registry: Registry, argv: list[str]) -> None:
     parser.add_argument("replace_all", type=bool, nargs="?", default=False)
     args = parser.parse_args(argv)
     search, replace, replace_all = args.search, args.replace, args.replace_all
+    if LEGACY:
+        legacy_edit_replace(registry, search, replace, replace_all)
+        return
     window = _edit_target(registry, "No file opened. Either `open` or `create` a file first.")
     if search == replace:
         print("Your search and replace strings are the same. No changes were made. Please modify your search or "
@@ -662,16 +672,52 @@ def edit_replace_main(registry: Registry, argv: list[str]) -> None:
     window.print_window()
 
 
+def legacy_edit_replace(registry: Registry, search: str, replace: str, replace_all: bool) -> None:
+    """``tools/edit_replace/bin/edit`` of late November 2024: its own messages, no retry token, no search of the
+    whole file when the text is not in the window, and the edited window one line longer for the lint filter."""
+    window = _edit_target(registry, "No file opened. Either `open` a file first.")
+    if search == replace:
+        fail("Your search and replace strings are the same. No changes were made.", 2)
+    before = flake8(registry, window.path)
+    try:
+        if not replace_all:
+            if window.window_text().count(search) > 1:
+                fail(f"Error: Found more than one occurrence of {search} in the window while replace_all=False. "
+                     "Aborting edit.", 4)
+            first, searched, replaced, count = window.replace_in_window(search, replace)
+        else:
+            first, searched, replaced, count = window.replace(search, replace)
+    except TextNotFound:
+        fail(f"Text {search!r} not found in displayed lines.\nNote: By default, we only replace the first occurrence "
+             "in the lines that are currently visible in the editor.\nIf you want to replace all occurrences in and "
+             "outside of the visible lines, use the `--replace-all` flag.\n", 3)
+    after = flake8(registry, window.path)
+    errors = new_lint_errors(after) if replace_all else new_lint_errors(after, before, (first, first + searched),
+                                                                        replaced)
+    if errors:
+        print(_reverted(window, errors, f"\n{_SYNTAX} {_READ}\n\nERRORS:\n\n{{errors}}\n") + "\n")
+        sys.exit(4)
+    legacy = "Please review the changes and make sure they are correct\n(correct indentation, no duplicate lines, " \
+             "etc). Edit the file again if necessary."
+    print(f"Text replaced. {legacy}" if not replace_all else f"Replaced {count} occurrences. {legacy}")
+    window.print_window()
+
+
 def insert_main(registry: Registry, argv: list[str]) -> None:
     """``windowed_edit_replace``'s ``insert <text> [<line>]``: after line ``<line>`` (or at the end), linted."""
     parser = argparse.ArgumentParser(prog="insert")
     parser.add_argument("text", type=str)
     parser.add_argument("line", type=int, nargs="?", default=None)
     args = parser.parse_args(argv)
-    window = _edit_target(registry, f"No file opened. Use the `create` or `open` command first.\n{RETRY_WITH_OUTPUT}")
+    no_file = "No file opened. Use the `create` or `open` command first."
+    window = _edit_target(registry, no_file if LEGACY else f"{no_file}\n{RETRY_WITH_OUTPUT}")
     before = flake8(registry, window.path)
-    first, added = window.insert(args.text, args.line)
+    line = args.line - 1 if LEGACY and args.line is not None else args.line
+    first, added = window.insert(args.text, line)
     errors = new_lint_errors(flake8(registry, window.path), before, (first, first), added)
+    if errors and LEGACY:
+        print(_reverted(window, errors, f" {_SYNTAX} {_READ}\n\nERRORS:\n\n{{errors}}\n") + "\n")
+        sys.exit(4)
     if errors:
         print(_reverted(window, errors, f"{_SYNTAX}\n{_READ}\n\nERRORS:\n\n{{errors}}\n\n") + "\n")
         print(RETRY_WITH_OUTPUT)
@@ -832,6 +878,9 @@ SEARCH_TOOLS = {"find_file": find_file_main, "search_dir": search_dir_main, "sea
 
 
 def main(argv: list[str]) -> None:
+    global LEGACY
+    if argv and argv[0] == "--legacy":
+        LEGACY, argv = True, argv[1:]
     registry, patch, tool, rest = Registry(Path(argv[0])), Path(argv[1]), argv[2], argv[3:]
     sys.stdout = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8")
     if tool == "str_replace_editor":

@@ -78,9 +78,11 @@ def initial_state(cwd: str, env_variables: dict[str, str], *, tool_dir: Path | N
     return "\n".join([*lines, f"cd {shlex.quote(cwd)}", 'export ROOT="$(pwd -P)"', ""])
 
 
-def tool_wrapper(tool: str, registry: Path, patch: Path) -> str:
-    """The ``/bin/sh`` script standing in for SWE-agent's bundle script ``tool`` (bundle_tools.py's name for it)."""
-    argv = [sys.executable, "-I", bundle_tools.__file__, str(registry), str(patch), tool]
+def tool_wrapper(tool: str, registry: Path, patch: Path, *, legacy: bool = False) -> str:
+    """The ``/bin/sh`` script standing in for SWE-agent's bundle script ``tool`` (bundle_tools.py's name for it);
+    ``legacy``: the tools of SWE-agent's 1.0 development trajectories."""
+    argv = [sys.executable, "-I", bundle_tools.__file__, *(["--legacy"] if legacy else []), str(registry), str(patch),
+            tool]
     return f"#!/bin/sh\nexec {' '.join(shlex.quote(word) for word in argv)} \"$@\"\n"
 
 
@@ -180,10 +182,12 @@ class SweAgentToolExecutor:
         tool_dir = self.scratch / "bin"
         tool_dir.mkdir()
         registry, patch = self.scratch / "registry.json", self.scratch / "model.patch"
+        # 1.0 development trajectories (str.format templates) ran the late-2024 scripts (bundle_tools.LEGACY)
+        legacy = bool(self.native.templates and self.native.templates.format_style)
         registry.write_text(json.dumps(self.native.bundles.initial_registry(self.native.env_variables)), "utf-8")
         for tool in sorted(self.native.bundle_commands):
             wrapper = tool_dir / tool
-            wrapper.write_text(tool_wrapper(self.native.bundles.tool(tool), registry, patch), "utf-8")
+            wrapper.write_text(tool_wrapper(self.native.bundles.tool(tool), registry, patch, legacy=legacy), "utf-8")
             wrapper.chmod(stat.S_IRWXU)
         if self.flake8 is not None:  # on PATH like the container's pip-installed flake8 (and nothing else of its venv)
             flake8 = tool_dir / "flake8"
