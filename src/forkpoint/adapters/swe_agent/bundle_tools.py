@@ -1,13 +1,16 @@
 """SWE-agent's bundle tools, re-implemented: ``str_replace_editor`` (edit_anthropic), ``submit``
 (review_on_submit_m), the windowed viewer (``windowed``, formerly ``defaults``: open, goto, scroll_up,
-scroll_down, create) and ``search`` (find_file, search_dir, search_file), run as a script inside the replayed
-shell like SWE-agent runs its bundle scripts.
+scroll_down, create), ``search`` (find_file, search_dir, search_file) and the linting edit bundles
+(``windowed_edit_replace``: edit, insert; ``windowed_edit_linting``: edit <start>:<end>), run as a script inside the
+replayed shell like SWE-agent runs its bundle scripts.
 
-    python -I bundle_tools.py <registry file> <patch file> <tool> [tool arguments...]
+    python -I bundle_tools.py [--legacy] <registry file> <patch file> <tool> [tool arguments...]
 
-A STANDALONE stdlib-only script (it runs in the sandbox with ``-I``, without forkpoint importable). Written from
-the public facts of SWE-agent 1.1.0 (tools/edit_anthropic/bin/str_replace_editor, tools/review_on_submit_m/bin/
-submit, tools/registry/lib/registry.py; see docs/adapters/swe-agent.md), not copied. What it reproduces:
+A STANDALONE stdlib-only script (it runs in the sandbox with ``-I``, without forkpoint importable; the edit tools
+call the ``flake8`` on ``PATH``). Written from the public facts of SWE-agent (tools/edit_anthropic/bin/
+str_replace_editor, tools/review_on_submit_m/bin/submit, tools/registry/lib/registry.py, tools/windowed/lib/*,
+tools/windowed_edit_*/bin/*; see docs/adapters/swe-agent.md), not copied, and checked against the real scripts.
+``--legacy``: the late-2024 windowed/edit scripts of SWE-agent's 1.0 development trajectories. What it reproduces:
 
 - the registry: one JSON object in a file (SWE-agent: ``/root/.swe-agent-env``), created from
   ``tools.registry_variables``; ``get`` prefers the file, falls back to an environment variable, then the default;
@@ -17,10 +20,12 @@ submit, tools/registry/lib/registry.py; see docs/adapters/swe-agent.md), not cop
 - the edit history exactly as 1.1.0 keeps it: each edit appends to a FRESH copy of the registry's ``file_history``
   that is never written back, so nothing persists and ``undo_edit`` always answers "No edit history found";
 - ``submit``: ``git add -A && git diff --cached`` into the patch file in ``$ROOT``, then the next review stage of
-  ``SUBMIT_REVIEW_MESSAGES`` (``SUBMIT_STAGE`` counted in the registry) or the ``<<SWE_AGENT_SUBMISSION>>`` markers.
+  ``SUBMIT_REVIEW_MESSAGES`` (``SUBMIT_STAGE`` counted in the registry) or the ``<<SWE_AGENT_SUBMISSION>>`` markers;
+- the edit bundles: flake8 before and after, ``format_flake8_output``'s filter, the revert with both windows.
 
 Not reproduced (the parser marks such calls stale): the tree-sitter "filemap" abbreviation of large Python files
-(SWE-agent's fallback when tree-sitter is missing is used instead), flake8 lint epilogues, Python tracebacks.
+(SWE-agent's fallback when tree-sitter is missing is used instead), the flake8 epilogue of ``str_replace_editor``
+with ``USE_LINTER``, Python tracebacks.
 """
 
 from __future__ import annotations
