@@ -250,3 +250,19 @@ def test_legacy_edit_messages(tmp_path: Path) -> None:
     done = legacy_tool(tmp_path, "edit_replace", "a - 1", "a + 1")
     assert done.stdout.startswith("Text replaced. Please review the changes and make sure they are correct\n"
                                   "(correct indentation, no duplicate lines, etc). Edit the file again if necessary.\n")
+
+
+def test_guard_multiline_input_is_linear_on_a_hostile_action() -> None:
+    """A recorded action of 100,000 ``edit`` lines with no end marker after them: the pattern's lazy scan from every
+    such line to the end would be quadratic (hours); only the text up to the last marker is searched."""
+    import time
+
+    from forkpoint.adapters.swe_agent.tools import guard_multiline_input
+
+    tail = "edit 1:2\n" * 100_000
+    guarded_head = "edit 1:2 << 'end_of_edit'\nx\nend_of_edit\n"
+    for action, head in ((tail, ""), ("edit 1:2\nx\nend_of_edit\n" + tail, guarded_head)):
+        started = time.monotonic()
+        guarded = guard_multiline_input(action, {"edit": "end_of_edit"})
+        assert time.monotonic() - started < 2.0
+        assert guarded.startswith(head) and guarded.endswith(tail)  # SWE-agent's join adds one newline in between

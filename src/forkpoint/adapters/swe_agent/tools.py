@@ -91,9 +91,14 @@ def guard_multiline_input(action: str, multiline: dict[str, str]) -> str:
     (``edit <start>:<end>`` ... ``end_of_edit``) gets ``<< '<end>'`` on its first line, so its body is a heredoc."""
     patterns = [re.compile(rf"^\s*({re.escape(name)})\s*(.*?)^({re.escape(end)})\s*$", re.DOTALL | re.MULTILINE)
                 for name, end in multiline.items()]
+    ends = re.compile("|".join(rf"^{re.escape(end)}\s*$" for end in multiline.values()), re.MULTILINE)
     parsed, rest = [], action
     while rest.strip():
-        matches = sorted((m for m in (pattern.search(rest) for pattern in patterns) if m), key=lambda m: m.start())
+        # a match ends at an end marker: search only up to the last one, so a command line with no marker after it
+        # is never scanned to the end of a hostile action again and again (quadratic)
+        last = max((marker.end() for marker in ends.finditer(rest)), default=0)
+        matches = sorted((m for m in (pattern.search(rest, 0, last) for pattern in patterns) if m),
+                         key=lambda m: m.start())
         if not matches:
             parsed.append(rest)
             break
