@@ -30,20 +30,14 @@ def _version(venv: Path) -> str:
                           check=True, timeout=120).stdout
 
 
-def test_installs_the_pinned_flake8_once_and_reuses_it(cache: Path) -> None:
-    venv = lint.ensure_flake8()
-    assert venv == cache / ".tools" / f"flake8-{lint.FLAKE8_VERSION}"
-    assert _version(venv).startswith(f"{lint.FLAKE8_VERSION} ")
-    marker = venv / "bin" / "flake8"
-    before = marker.stat().st_ino
-    assert lint.ensure_flake8() == venv and marker.stat().st_ino == before  # reused, not reinstalled
-    assert [p.name for p in venv.parent.iterdir() if "staging" in p.name] == []
-
-
-def test_a_broken_copy_is_replaced(cache: Path) -> None:
-    fake = cache / ".tools" / f"flake8-{lint.FLAKE8_VERSION}" / "bin" / "flake8"
+def test_a_broken_copy_is_replaced_by_the_pinned_flake8_which_is_then_reused(cache: Path) -> None:
+    venv = cache / ".tools" / f"flake8-{lint.FLAKE8_VERSION}"
+    fake = venv / "bin" / "flake8"
     fake.parent.mkdir(parents=True)
     fake.write_text("#!/bin/sh\necho 0.0.1\n")
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
-    venv = lint.ensure_flake8()
+    assert lint.ensure_flake8() == venv
     assert _version(venv).startswith(f"{lint.FLAKE8_VERSION} ")
+    before = fake.stat().st_ino
+    assert lint.ensure_flake8() == venv and fake.stat().st_ino == before  # reused, not reinstalled
+    assert [p.name for p in venv.parent.iterdir() if "staging" in p.name] == []
