@@ -4,7 +4,7 @@
 #   2. Debian packages the tests drive: bubblewrap (--sandbox bwrap), ripgrep (OpenCode's grep/glob tools),
 #      chromium (the report tests open reports in it through Playwright);
 #   3. the verified agent runtimes (npm prefixes and uv venvs, cached under ~/.cache/forkpoint/runtimes:
-#      a second run only checks them);
+#      a second run only checks them), and the flake8 SWE-agent's edit bundles lint with (cached there too);
 #   4. ruff, mypy (--strict on src, checked but not strict on tests/: pyproject.toml), then pytest (extra arguments
 #      go to pytest: scripts/test.sh tests/run/test_plan.py -q).
 # FORKPOINT_TEST_SKIP_SETUP=1 skips steps 1-3 (a machine that has run them already), FORKPOINT_TEST_SKIP_LINT=1
@@ -34,6 +34,8 @@ if [ "${FORKPOINT_TEST_SKIP_SETUP:-0}" != 1 ]; then
     done
     # OpenCode 1.2.6: not verified, the binary of the 1.2 tool profile (its fixture and continuation tests)
     python3 -c "from forkpoint import runtimes; runtimes.install_release('opencode', '1.2.6')"
+    # flake8 for SWE-agent's linting edit bundles (pinned, cached next to the runtimes: forkpoint.runtimes.flake8)
+    python3 -c "from forkpoint.runtimes.flake8 import ensure_flake8; ensure_flake8()"
 fi
 if [ "${FORKPOINT_TEST_SKIP_LINT:-0}" != 1 ]; then
     python3 -m ruff check src tests scripts benchmarks

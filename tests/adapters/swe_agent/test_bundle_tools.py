@@ -100,3 +100,169 @@ def test_submit_walks_the_review_stages_then_submits(tmp_path: Path) -> None:
     assert second.stdout == f"<<SWE_AGENT_SUBMISSION>>\n{patch}\n<<SWE_AGENT_SUBMISSION>>\n"
     forced = tool(tmp_path, "submit", "-f", registry=registry, env=env)
     assert forced.stdout.startswith("<<SWE_AGENT_SUBMISSION>>\n")
+
+
+# -- the linting edit bundles: expected texts measured on SWE-agent's real scripts (tools/ at 3ea751c, flake8 7.2.0) --
+LINTED = "def f(a):\n    return a - 1\n\n\ndef g(a):\n    return a\n\n\ndef h():\n    return undefined_x\n"
+_RULE = "-" * 48
+_REVERTED = ("Your changes have NOT been applied. Please fix your edit command and try again.\nDO NOT re-run the same "
+             "failed edit command. Running it again will lead to the same error.\n")
+
+
+def lint_tool(tmp_path: Path, *argv: str, stdin: str | None = None) -> tuple[subprocess.CompletedProcess[str], str]:
+    """Run an edit tool on ``a.py`` (LINTED, already holding an F821 at line 10) open in a 5-line window."""
+    from forkpoint.runtimes.flake8 import ensure_flake8
+
+    shim = tmp_path / "bin"
+    shim.mkdir(exist_ok=True)
+    if not (shim / "flake8").exists():
+        (shim / "flake8").symlink_to(ensure_flake8() / "bin" / "flake8")
+    source = tmp_path / "a.py"
+    source.write_text(LINTED)
+    (tmp_path / "registry.json").write_text(json.dumps({"WINDOW": "5", "OVERLAP": "2", "FIRST_LINE": "0",
+                                                        "CURRENT_FILE": str(source)}))
+    environment = {"PATH": f"{shim}:{os.environ['PATH']}", "LANG": "C.UTF-8", "HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-I", SCRIPT, str(tmp_path / "registry.json"), str(tmp_path / "model.patch"),
+                           *argv], cwd=tmp_path, env=environment, input=stdin or "", capture_output=True, text=True,
+                          check=False, timeout=120)
+    return done, source.read_text()
+
+
+def window(path: Path, total: int, lines: str, below: int = 0, above: int = 0) -> str:
+    return (f"[File: {path} ({total} lines total)]\n" + (f"({above} more lines above)\n" if above else "") + lines
+            + (f"\n({below} more lines below)" if below else ""))
+
+
+def test_edit_ignores_lint_errors_the_file_already_had(tmp_path: Path) -> None:
+    done, text = lint_tool(tmp_path, "edit_replace", "a - 1", "a + 1")
+    assert (done.returncode, text) == (0, LINTED.replace("a - 1", "a + 1"))
+    assert done.stdout == (
+        "Text replaced. Please review the changes and make sure they are correct:\n\n1. The edited file is correctly "
+        "indented\n2. The edited file does not contain duplicate lines\n3. The edit does not break existing "
+        "functionality\n\nEdit the file again if necessary.\n"
+        + window(tmp_path / "a.py", 10, "1:def f(a):\n2:    return a + 1\n3:\n4:\n5:def g(a):", below=5) + "\n")
+
+
+def test_replace_all_reports_every_lint_error_and_reverts(tmp_path: Path) -> None:
+    done, text = lint_tool(tmp_path, "edit_replace", "return a\n", "return a + 0\n", "yes")
+    assert (done.returncode, text) == (4, LINTED)
+    path = tmp_path / "a.py"
+    assert done.stdout == (
+        "Your proposed edit has introduced new syntax error(s). Please read this error message carefully and then "
+        "retry editing the file.\n\nERRORS:\n\n- F821 undefined name 'undefined_x'\n\nThis is how your edit would have "
+        f"looked if applied\n{_RULE}\n"
+        + window(path, 10, "6:    return a + 0\n7:\n8:\n9:def h():\n10:    return undefined_x", above=5)
+        + f"\n{_RULE}\n\nThis is the original code before your edit\n{_RULE}\n"
+        + window(path, 10, "1:def f(a):\n2:    return a - 1\n3:\n4:\n5:def g(a):", below=5)
+        + f"\n{_RULE}\n\n{_REVERTED}\n###SWE-AGENT-RETRY-WITH-OUTPUT###\n")
+
+
+def test_line_range_edit_reads_its_body_up_to_end_of_edit_and_lints_indentation(tmp_path: Path) -> None:
+    done, text = lint_tool(tmp_path, "edit_lines", "5:6", stdin="def g(a):\n  return a\nend_of_edit\nignored\n")
+    assert (done.returncode, text) == (1, LINTED)
+    original = window(tmp_path / "a.py", 10, "1:def f(a):\n2:    return a - 1\n3:\n4:\n5:def g(a):", below=5)
+    assert done.stdout == (
+        "Your proposed edit has introduced new syntax error(s). Please read this error message carefully and then "
+        "retry editing the file.\n\nERRORS:\n- E111 indentation is not a multiple of 4\n\nThis is how your edit would "
+        f"have looked if applied\n{_RULE}\n{original}\n{_RULE}\n\nThis is the original code before your edit\n"
+        f"{_RULE}\n{original}\n{_RULE}\n\n{_REVERTED}")
+
+
+def test_a_reversed_line_range_inserts_and_miscounts_old_errors_like_swe_agent(tmp_path: Path) -> None:
+    """``edit 3:1``: Python's slice assignment inserts the text at line 3, and the pre-existing F821 is not matched
+    after the shift (SWE-agent computes a negative window), so the edit is refused with it."""
+    done, text = lint_tool(tmp_path, "edit_lines", "3:1", "x = 1")
+    assert (done.returncode, text) == (1, LINTED)
+    assert "ERRORS:\n- F821 undefined name 'undefined_x'\n\n" in done.stdout
+    assert window(tmp_path / "a.py", 11, "1:def f(a):\n2:    return a - 1\n3:x = 1\n4:\n5:", below=6) in done.stdout
+
+
+def test_guard_multiline_input_makes_the_body_a_heredoc() -> None:
+    from forkpoint.adapters.swe_agent.tools import guard_multiline_input
+
+    ends = {"edit": "end_of_edit"}
+    already = "edit 1:2 << 'end_of_edit'\nx = 1\nend_of_edit"
+    assert guard_multiline_input("edit 1:2\nx = 1\nend_of_edit", ends) == already
+    assert guard_multiline_input(already, ends) == already
+    assert guard_multiline_input("ls -la", ends) == "ls -la"
+
+
+def legacy_tool(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``--legacy``: the late-2024 scripts of SWE-agent's 1.0 development trajectories."""
+    from forkpoint.runtimes.flake8 import ensure_flake8
+
+    shim = tmp_path / "bin"
+    shim.mkdir(exist_ok=True)
+    if not (shim / "flake8").exists():
+        (shim / "flake8").symlink_to(ensure_flake8() / "bin" / "flake8")
+    registry = tmp_path / "registry.json"
+    if not registry.exists():
+        registry.write_text(json.dumps({"WINDOW": "5", "OVERLAP": "2", "FIRST_LINE": "0", "CURRENT_FILE": ""}))
+    environment = {"PATH": f"{shim}:{os.environ['PATH']}", "LANG": "C.UTF-8", "HOME": str(tmp_path)}
+    return subprocess.run([sys.executable, "-I", SCRIPT, "--legacy", str(registry), str(tmp_path / "model.patch"),
+                           *argv], cwd=tmp_path, env=environment, capture_output=True, text=True, check=False,
+                          timeout=120)
+
+
+def test_legacy_create_writes_a_line_and_insert_counts_lines_from_one(tmp_path: Path) -> None:
+    """Texts measured on SWE-agent a47c0088's tools/defaults and tools/edit_replace (the public marshmallow
+    demonstration shows the same ``(1 lines total)`` and the empty first line after ``insert``)."""
+    path = tmp_path / "r.py"
+    assert legacy_tool(tmp_path, "create", "r.py").stdout == "[File: r.py (1 lines total)]\n1:\n"
+    done = legacy_tool(tmp_path, "insert", "import os\nprint(os)")
+    assert (done.returncode, done.stdout) == (0, f"[File: {path} (3 lines total)]\n1:\n2:import os\n3:print(os)\n")
+    done = legacy_tool(tmp_path, "insert", "x = undefined_y", "2")
+    assert done.returncode == 4
+    assert done.stdout == (
+        " Your proposed edit has introduced new syntax error(s). Please read this error message carefully and then "
+        "retry editing the file.\n\nERRORS:\n\n- F821 undefined name 'undefined_y'\nThis is how your edit would have "
+        f"looked if applied\n{_RULE}\n[File: {path} (4 lines total)]\n1:\n2:x = undefined_y\n3:import os\n4:print(os)\n"
+        f"{_RULE}\n\nThis is the original code before your edit\n{_RULE}\n[File: {path} (3 lines total)]\n1:\n"
+        f"2:import os\n3:print(os)\n{_RULE}\n\n{_REVERTED}\n")
+    done = legacy_tool(tmp_path, "insert", "y = 1", "1")
+    assert done.stdout == f"[File: {path} (4 lines total)]\n1:y = 1\n2:\n3:import os\n4:print(os)\n"
+    assert path.read_text() == "y = 1\n\nimport os\nprint(os)"
+
+
+def test_legacy_edit_messages(tmp_path: Path) -> None:
+    source = tmp_path / "a.py"
+    source.write_text(LINTED)
+    (tmp_path / "registry.json").write_text(json.dumps({"WINDOW": "5", "OVERLAP": "2", "FIRST_LINE": "0",
+                                                        "CURRENT_FILE": str(source)}))
+    done = legacy_tool(tmp_path, "edit_replace", "nothing", "x")
+    assert (done.returncode, done.stdout) == (3, (
+        "Text 'nothing' not found in displayed lines.\nNote: By default, we only replace the first occurrence in the "
+        "lines that are currently visible in the editor.\nIf you want to replace all occurrences in and outside of "
+        "the visible lines, use the `--replace-all` flag.\n\n"))
+    done = legacy_tool(tmp_path, "edit_replace", "def f(a):", "def f(a)")
+    original = window(source, 10, "1:def f(a):\n2:    return a - 1\n3:\n4:\n5:def g(a):", below=5)
+    assert (done.returncode, source.read_text()) == (4, LINTED)
+    assert done.stdout == (
+        "\nYour proposed edit has introduced new syntax error(s). Please read this error message carefully and then "
+        "retry editing the file.\n\nERRORS:\n\n- E999 SyntaxError: expected ':'\nThis is how your edit would have "
+        f"looked if applied\n{_RULE}\n{original.replace('1:def f(a):', '1:def f(a)')}\n{_RULE}\n\nThis is the "
+        f"original code before your edit\n{_RULE}\n{original}\n{_RULE}\n\n{_REVERTED}\n")
+    # the late-2024 window is one line off, so the F821 the file already had counts as new (the real scripts agree)
+    done = legacy_tool(tmp_path, "edit_replace", "a - 1", "a + 1")
+    assert (done.returncode, source.read_text()) == (4, LINTED)
+    assert "ERRORS:\n\n- F821 undefined name 'undefined_x'\nThis is how" in done.stdout
+    source.write_text(LINTED.replace("undefined_x", "None"))
+    done = legacy_tool(tmp_path, "edit_replace", "a - 1", "a + 1")
+    assert done.stdout.startswith("Text replaced. Please review the changes and make sure they are correct\n"
+                                  "(correct indentation, no duplicate lines, etc). Edit the file again if necessary.\n")
+
+
+def test_guard_multiline_input_is_linear_on_a_hostile_action() -> None:
+    """A recorded action of 100,000 ``edit`` lines with no end marker after them: the pattern's lazy scan from every
+    such line to the end would be quadratic (hours); only the text up to the last marker is searched."""
+    import time
+
+    from forkpoint.adapters.swe_agent.tools import guard_multiline_input
+
+    tail = "edit 1:2\n" * 100_000
+    guarded_head = "edit 1:2 << 'end_of_edit'\nx\nend_of_edit\n"
+    for action, head in ((tail, ""), ("edit 1:2\nx\nend_of_edit\n" + tail, guarded_head)):
+        started = time.monotonic()
+        guarded = guard_multiline_input(action, {"edit": "end_of_edit"})
+        assert time.monotonic() - started < 2.0
+        assert guarded.startswith(head) and guarded.endswith(tail)  # SWE-agent's join adds one newline in between

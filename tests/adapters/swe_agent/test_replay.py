@@ -26,7 +26,9 @@ FIXTURES = Path(__file__).parents[2] / "fixtures" / "swe_agent" / "1.1.0"
 
 
 #: scenarios replayed only at their last boundary (it re-runs and compares every earlier step: CI budget)
-LAST_BOUNDARY_ONLY = frozenset({"windowed"})
+LAST_BOUNDARY_ONLY = frozenset({"windowed", "windowed_edit", "windowed_edit_linting"})
+#: scenarios replayed under --sandbox bwrap only (test_sandbox.py; CI budget)
+SANDBOX_ONLY = frozenset({"windowed_edit_linting"})
 
 
 def _cases() -> list[tuple[str, int]]:
@@ -59,11 +61,14 @@ def run(scenario: str, workspace: Path, tmp_path: Path, after: int, **values: An
 
 def test_every_fixture_has_replayable_boundaries() -> None:
     assert {scenario for scenario, _ in _cases()} == {"shell_state", "thought_action", "timeout", "editor",
-                                                      "windowed"}
+                                                      "windowed", "windowed_edit", "windowed_edit_linting"}
     assert ("windowed", 15) in _cases()  # every windowed/search step re-runs
+    # every linting edit/insert step re-runs (observations from SWE-agent's real scripts and flake8)
+    assert ("windowed_edit", 11) in _cases() and ("windowed_edit_linting", 6) in _cases()
 
 
-@pytest.mark.parametrize(("scenario", "after"), _cases(), ids=lambda v: str(v))
+@pytest.mark.parametrize(("scenario", "after"), [case for case in _cases() if case[0] not in SANDBOX_ONLY],
+                         ids=lambda v: str(v))
 def test_replay_only_reproduces_the_recorded_observations(scenario: str, after: int, tmp_path: Path) -> None:
     with restored(scenario) as workspace:
         result = run(scenario, workspace, tmp_path, after, replay_only=True)

@@ -1,5 +1,6 @@
 """SWE-agent under --sandbox bwrap (REAL bwrap): the emulated shell and its bundle tools run with the workspace
-mounted at the recorded path from anywhere on the host, observations exact; the held-out checks hold. (SWE-agent
+mounted at the recorded path from anywhere on the host, observations exact (the linting edit bundle's flake8 too,
+from forkpoint's runtime cache mounted read-only); the held-out checks hold. (SWE-agent
 cannot be installed here, so there is no continuation to sandbox: ``prepare_launch`` refuses it.)"""
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewra
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "swe_agent" / "1.1.0"
 
 
-@pytest.mark.parametrize(("scenario", "after"), [("shell_state", 3), ("editor", 2)])
+@pytest.mark.parametrize(("scenario", "after"), [("shell_state", 3), ("editor", 2),
+                                               ("windowed_edit_linting", 6)])
 def test_replay_with_the_workspace_elsewhere(scenario: str, after: int, tmp_path: Path) -> None:
     fixture = FIXTURES / scenario
     recorded = json.loads((fixture / "meta.json").read_text())["cwd"]

@@ -1,13 +1,16 @@
 """SWE-agent's bundle tools, re-implemented: ``str_replace_editor`` (edit_anthropic), ``submit``
 (review_on_submit_m), the windowed viewer (``windowed``, formerly ``defaults``: open, goto, scroll_up,
-scroll_down, create) and ``search`` (find_file, search_dir, search_file), run as a script inside the replayed
-shell like SWE-agent runs its bundle scripts.
+scroll_down, create), ``search`` (find_file, search_dir, search_file) and the linting edit bundles
+(``windowed_edit_replace``: edit, insert; ``windowed_edit_linting``: edit <start>:<end>), run as a script inside the
+replayed shell like SWE-agent runs its bundle scripts.
 
-    python -I bundle_tools.py <registry file> <patch file> <tool> [tool arguments...]
+    python -I bundle_tools.py [--legacy] <registry file> <patch file> <tool> [tool arguments...]
 
-A STANDALONE stdlib-only script (it runs in the sandbox with ``-I``, without forkpoint importable). Written from
-the public facts of SWE-agent 1.1.0 (tools/edit_anthropic/bin/str_replace_editor, tools/review_on_submit_m/bin/
-submit, tools/registry/lib/registry.py; see docs/adapters/swe-agent.md), not copied. What it reproduces:
+A STANDALONE stdlib-only script (it runs in the sandbox with ``-I``, without forkpoint importable; the edit tools
+call the ``flake8`` on ``PATH``). Written from the public facts of SWE-agent (tools/edit_anthropic/bin/
+str_replace_editor, tools/review_on_submit_m/bin/submit, tools/registry/lib/registry.py, tools/windowed/lib/*,
+tools/windowed_edit_*/bin/*; see docs/adapters/swe-agent.md), not copied, and checked against the real scripts.
+``--legacy``: the late-2024 windowed/edit scripts of SWE-agent's 1.0 development trajectories. What it reproduces:
 
 - the registry: one JSON object in a file (SWE-agent: ``/root/.swe-agent-env``), created from
   ``tools.registry_variables``; ``get`` prefers the file, falls back to an environment variable, then the default;
@@ -17,10 +20,12 @@ submit, tools/registry/lib/registry.py; see docs/adapters/swe-agent.md), not cop
 - the edit history exactly as 1.1.0 keeps it: each edit appends to a FRESH copy of the registry's ``file_history``
   that is never written back, so nothing persists and ``undo_edit`` always answers "No edit history found";
 - ``submit``: ``git add -A && git diff --cached`` into the patch file in ``$ROOT``, then the next review stage of
-  ``SUBMIT_REVIEW_MESSAGES`` (``SUBMIT_STAGE`` counted in the registry) or the ``<<SWE_AGENT_SUBMISSION>>`` markers.
+  ``SUBMIT_REVIEW_MESSAGES`` (``SUBMIT_STAGE`` counted in the registry) or the ``<<SWE_AGENT_SUBMISSION>>`` markers;
+- the edit bundles: flake8 before and after, ``format_flake8_output``'s filter, the revert with both windows.
 
 Not reproduced (the parser marks such calls stale): the tree-sitter "filemap" abbreviation of large Python files
-(SWE-agent's fallback when tree-sitter is missing is used instead), flake8 lint epilogues, Python tracebacks.
+(SWE-agent's fallback when tree-sitter is missing is used instead), the flake8 epilogue of ``str_replace_editor``
+with ``USE_LINTER``, Python tracebacks.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -41,6 +47,10 @@ TRUNCATED_MESSAGE = ("<response clipped><NOTE>To save on context only part of th
 MAX_RESPONSE_LEN = 16000
 SNIPPET_LINES = 4
 COMMANDS = '"view", "create", "str_replace", "insert", "undo_edit"'
+#: ``--legacy``: the windowed and edit tools as SWE-agent's 1.0 development trajectories ran them (``tools/defaults``
+#: and ``tools/edit_replace`` of late November 2024, e.g. SWE-agent a47c0088): older messages, ``create`` writing a
+#: newline, the window clamped one line earlier, 1-based ``insert`` lines, no lint filter above the edit
+LEGACY = False
 
 
 class Registry:
@@ -309,30 +319,66 @@ def submit_main(registry: Registry, patch_path: Path, argv: list[str]) -> None:
     print("<<SWE_AGENT_SUBMISSION>>")
 
 
+class FileNotOpened(Exception):
+    """No ``CURRENT_FILE`` in the registry (the edit tools' own message, not the viewer's)."""
+
+
+class TextNotFound(Exception):
+    pass
+
+
+def _find_all(text: str, sub: str) -> list[int]:
+    """Where ``sub`` starts, non-overlapping. SWE-agent's generator never ends for an empty ``sub`` (the command
+    hangs until SWE-agent's timeout): the same here, without its unbounded list."""
+    if not sub:
+        while True:
+            time.sleep(3600)
+    found, start = [], text.find(sub)
+    while start != -1:
+        found.append(start)
+        start = text.find(sub, start + len(sub))
+    return found
+
+
 class WindowedFile:
     """SWE-agent's ``windowed`` bundle (``tools/windowed/lib/windowed_file.py``, once ``tools/defaults``): a window
-    of ``WINDOW`` lines on ``CURRENT_FILE`` starting at the 0-based ``FIRST_LINE``, both kept in the registry."""
+    of ``WINDOW`` lines on ``CURRENT_FILE`` starting at the 0-based ``FIRST_LINE``, both kept in the registry.
+    ``exit_on_exception=False`` (the edit tools): a missing file raises instead of printing, as there."""
 
-    def __init__(self, registry: Registry, path: Path | None = None) -> None:
+    def __init__(self, registry: Registry, path: Path | None = None, *, exit_on_exception: bool = True) -> None:
         self.registry = registry
         name = path if path is not None else registry.get("CURRENT_FILE")
         if not name:
-            fail("No file open. Use the open command first.", 1)
+            if exit_on_exception:
+                fail("No file open. Use the open command first.", 1)
+            raise FileNotOpened
         self.path = Path(name)
         if self.path.is_dir():
-            fail(f"Error: {self.path} is a directory. You can only open files. Use cd or ls to navigate "
-                 "directories.", 1)
+            message = (f"Error: {self.path} is a directory. You can only open files. Use cd or ls to navigate "
+                       "directories.")
+            if exit_on_exception:
+                fail(message, 1)
+            raise IsADirectoryError(message)
         if not self.path.exists():
-            fail(f"Error: File {self.path} not found", 1)
+            if exit_on_exception:
+                fail(f"Error: File {self.path} not found", 1)
+            raise FileNotFoundError(f"Error: File {self.path} not found")
         registry.set("CURRENT_FILE", str(self.path.resolve()))
         self.window = int(registry.get("WINDOW"))
         self.overlap = int(registry.get("OVERLAP", 0))
         self._first_line = 0
         self.first_line = int(registry.get("FIRST_LINE", 0))
+        self._original_text = self.text
+        self._original_first_line = self.first_line
 
     @property
     def text(self) -> str:
         return self.path.read_text()
+
+    @text.setter
+    def text(self, new_text: str) -> None:
+        self._original_text = self.text
+        self.path.write_text(new_text)
 
     @property
     def n_lines(self) -> int:
@@ -344,25 +390,92 @@ class WindowedFile:
 
     @first_line.setter
     def first_line(self, value: float) -> None:
-        self._first_line = max(0, min(int(value), self.n_lines - self.window))
+        self._original_first_line = self._first_line
+        self._first_line = max(0, min(int(value), self.n_lines - self.window - (1 if LEGACY else 0)))
         self.registry.set("FIRST_LINE", self._first_line)
 
-    def goto(self, line: int) -> None:
+    @property
+    def line_range(self) -> tuple[int, int]:
+        return self.first_line, min(self.first_line + self.window - 1, self.n_lines - 1)
+
+    def goto(self, line: float) -> None:
         self.first_line = line - self.window * (1 / 6)
 
     def scroll(self, lines: int) -> None:
         self.first_line += lines - self.overlap if lines > 0 else lines + self.overlap
 
-    def print_window(self) -> None:
+    def window_text(self, *, decorated: bool = False) -> str:
+        """The window's lines; ``decorated``: with the status line, ``N:`` numbers and the above/below counts."""
+        start, end = self.line_range
+        lines = self.text.split("\n")[start:end + 1]
+        if not decorated:
+            return "\n".join(lines)
         total = self.n_lines
-        start, end = self.first_line, min(self.first_line + self.window - 1, total - 1)
         out = [f"[File: {self.path} ({total} lines total)]"]
         if start > 0:
             out.append(f"({start} more lines above)")
-        out.extend(f"{number + start + 1}:{line}" for number, line in enumerate(self.text.split("\n")[start:end + 1]))
+        out.extend(f"{number + start + 1}:{line}" for number, line in enumerate(lines))
         if end < total - 1:
             out.append(f"({total - end - 1} more lines below)")
-        print("\n".join(out))
+        return "\n".join(out)
+
+    def print_window(self) -> None:
+        print(self.window_text(decorated=True))
+
+    def set_window_text(self, new_text: str, line_range: tuple[int, int] | None = None) -> None:
+        lines = self.text.split("\n")
+        start, stop = line_range if line_range is not None else self.line_range
+        lines[start:stop + 1] = new_text.split("\n") if new_text else []
+        self.text = "\n".join(lines)
+
+    def replace_in_window(self, search: str, replace: str) -> tuple[int, int, int, int]:
+        """(first replaced line, 0-based; search lines; replace lines; replacements)."""
+        window = self.window_text()
+        index = window.find(search)
+        if index == -1:
+            raise TextNotFound
+        start = self.line_range[0] + len(window[:index].split("\n")) - (0 if LEGACY else 1)
+        self.set_window_text(window.replace(search, replace))
+        self.goto(start)
+        return start, len(search.split("\n")), len(replace.split("\n")), 1
+
+    def replace(self, search: str, replace: str) -> tuple[int, int, int, int]:
+        """Every occurrence in the file; the first line is 1-based here, as in SWE-agent."""
+        found = _find_all(self.text, search)
+        if not found:
+            raise TextNotFound
+        start = len(self.text[:found[0]].split("\n"))
+        self.text = self.text.replace(search, replace)
+        self.goto(start)
+        return start, len(search.split("\n")), len(replace.split("\n")), len(found)
+
+    def occurrences(self, search: str) -> list[int]:
+        """1-based line numbers of every occurrence in the file."""
+        return [len(self.text[:index].split("\n")) for index in _find_all(self.text, search)]
+
+    def undo_edit(self) -> None:
+        self.text = self._original_text
+        self.first_line = self._original_first_line
+
+    def insert(self, text: str, line: int | None) -> tuple[int, int]:
+        """(first inserted line, lines added): after ``line`` (negative: at the start; None: at the end)."""
+        if not text:
+            return (self.n_lines if line is None else line), 0
+        text = text[:-1] if text.endswith("\n") else text
+        current = self.text
+        if line is None:
+            new_text = text if not current else (current[:-1] if current.endswith("\n") else current) + "\n" + text
+            at = self.n_lines
+        elif line < 0:
+            new_text = text if not current else text + "\n" + (current[1:] if current.startswith("\n") else current)
+            at = 0
+        else:
+            lines = current.split("\n")
+            lines.insert(line, text)
+            new_text, at = "\n".join(lines), line
+        self.text = new_text
+        self.goto(at)
+        return at, len(text.split("\n"))
 
 
 def open_main(registry: Registry, argv: list[str]) -> int:
@@ -423,15 +536,243 @@ def create_main(registry: Registry, argv: list[str]) -> int:
     if not argv:
         fail("Usage: create <filename>", 1)
     path = Path(argv[0])
-    if not path.parent.is_dir():
+    if not path.parent.is_dir() and not LEGACY:
         path.parent.mkdir(parents=True, exist_ok=True)
     if path.exists():
         fail(f"Warning: File '{path}' already exists.", 1)
-    path.touch()
+    if LEGACY:  # before SWE-agent #1114 (2025-05): a new file held one empty line
+        path.write_text("\n")
+    else:
+        path.touch()
     window = WindowedFile(registry, path)
     window.first_line = 0
     window.print_window()
     return 0
+
+
+# -- the linting edit bundles (windowed_edit_replace, once edit_replace; windowed_edit_linting) -----------------------
+RETRY_WITH_OUTPUT = "###SWE-AGENT-RETRY-WITH-OUTPUT###"  # SWE-agent removes it from the observation
+DEFAULT_LINT_COMMAND = "flake8 --isolated --select=F821,F822,F831,E111,E112,E113,E999,E902 {file_path}"
+_CHECKLIST = ("Please review the changes and make sure they are correct:\n\n"
+              "1. The edited file is correctly indented\n2. The edited file does not contain duplicate lines\n"
+              "3. The edit does not break existing functionality\n\nEdit the file again if necessary.")
+_RULE = "-" * 48
+_LINT_WINDOWS = (f"This is how your edit would have looked if applied\n{_RULE}\n{{applied}}\n{_RULE}\n\n"
+                 f"This is the original code before your edit\n{_RULE}\n{{original}}\n{_RULE}\n\n"
+                 "Your changes have NOT been applied. Please fix your edit command and try again.\n"
+                 "DO NOT re-run the same failed edit command. Running it again will lead to the same error.")
+_SYNTAX = "Your proposed edit has introduced new syntax error(s)."
+_READ = "Please read this error message carefully and then retry editing the file."
+
+
+def flake8(registry: Registry, path: Path) -> str:
+    """``flake8_utils.flake8``: the registry's ``LINT_COMMAND`` (a shell line) on a ``.py`` file, its stdout."""
+    if path.suffix != ".py":
+        return ""
+    command = str(registry.get("LINT_COMMAND", DEFAULT_LINT_COMMAND)).format(file_path=path)
+    return subprocess.run(command, shell=True, capture_output=True, check=False).stdout.decode()
+
+
+def _lint_errors(output: str) -> list[tuple[str, int, int, str]]:
+    errors = []
+    for line in (raw.strip() for raw in output.split("\n")):
+        if not line:
+            continue
+        prefix, _, problem = line.partition(": ")
+        try:
+            name, number, column = prefix.split(":")
+            errors.append((name, int(number), int(column), problem))
+        except ValueError as error:
+            raise ValueError(f"Invalid flake8 error line: {line}") from error
+    return errors
+
+
+def new_lint_errors(after: str, before: str = "", window: tuple[int, int] | None = None,
+                    replacement_lines: int | None = None) -> str:
+    """``format_flake8_output``: the errors after the edit that were not there before (earlier errors moved by the
+    lines the edit added; those inside the edited window, and new ones above it, not counted), as ``- <problem>``."""
+    errors = _lint_errors(after)
+    if before:
+        if window is None or replacement_lines is None:
+            raise AssertionError
+        added = replacement_lines - (window[1] - window[0] + 1)
+        previous = []
+        for name, number, column, problem in _lint_errors(before):
+            if number < window[0]:
+                previous.append((name, number, column, problem))
+            elif number > window[1]:
+                previous.append((name, number + added, column, problem))
+        errors = [error for error in errors if error not in previous and (LEGACY or error[1] >= window[0])]
+    return "\n".join(f"- {error[3]}" for error in errors)
+
+
+def _edit_target(registry: Registry, no_file: str) -> WindowedFile:
+    try:
+        return WindowedFile(registry, exit_on_exception=False)
+    except FileNotOpened:
+        fail(no_file, 1)
+
+
+def _reverted(window: WindowedFile, errors: str, head: str) -> str:
+    applied = window.window_text(decorated=True)
+    window.undo_edit()
+    return head.format(errors=errors) + _LINT_WINDOWS.format(applied=applied,
+                                                             original=window.window_text(decorated=True))
+
+
+def edit_replace_main(registry: Registry, argv: list[str]) -> None:
+    """``windowed_edit_replace``'s ``edit <search> <replace> [<replace-all>]`` (argparse ``type=bool``: any
+    non-empty word, ``False`` too, means replace-all): replace in the window (or the whole file), lint, revert on
+    new flake8 errors."""
+    parser = argparse.ArgumentParser(prog="edit")
+    parser.add_argument("search", type=str)
+    parser.add_argument("replace", type=str)
+    parser.add_argument("replace_all", type=bool, nargs="?", default=False)
+    args = parser.parse_args(argv)
+    search, replace, replace_all = args.search, args.replace, args.replace_all
+    if LEGACY:
+        legacy_edit_replace(registry, search, replace, replace_all)
+        return
+    window = _edit_target(registry, "No file opened. Either `open` or `create` a file first.")
+    if search == replace:
+        print("Your search and replace strings are the same. No changes were made. Please modify your search or "
+              f"replace strings.\n{RETRY_WITH_OUTPUT}")
+        sys.exit(2)
+    before = flake8(registry, window.path)
+    try:
+        if not replace_all:
+            if window.window_text().count(search) > 1:
+                print(f"Your edit was not applied (file not modified): Found more than one occurrence of {search!r} "
+                      "in the currently displayed lines.\nPlease make your search string more specific (for "
+                      f"example, by including more lines of context).\n\n{RETRY_WITH_OUTPUT}")
+                sys.exit(4)
+            first, searched, replaced, count = window.replace_in_window(search, replace)
+        else:
+            first, searched, replaced, count = window.replace(search, replace)
+    except TextNotFound:
+        found = window.occurrences(search)
+        if found:
+            lines = "\n".join(f"- line {number}" for number in found)
+            print(f"Your edit was not applied (file not modified): Text {search!r} not found in displayed lines.\n\n"
+                  f"However, we found the following occurrences of your search string in the file:\n\n{lines}\n\n"
+                  "You can use the `goto` command to navigate to these locations before running the edit command "
+                  "again.\n")
+        else:
+            print(f"Your edit was not applied (file not modified): Text {search!r} not found in displayed lines (or "
+                  "anywhere in the file).\nPlease modify your search string. Did you forget to properly handle "
+                  "whitespace/indentation?\nYou can also call `open` again to re-display the file with the correct "
+                  "context.\n")
+        print(RETRY_WITH_OUTPUT)
+        sys.exit(3)
+    after = flake8(registry, window.path)
+    if replace_all:  # SWE-agent shows every error then: line numbers moved too much to compare
+        errors = new_lint_errors(after)
+    else:
+        errors = new_lint_errors(after, before, (first, first + searched - 1), replaced)
+    if errors:
+        print(_reverted(window, errors, f"{_SYNTAX} {_READ}\n\nERRORS:\n\n{{errors}}\n\n") + "\n")
+        print(RETRY_WITH_OUTPUT)
+        sys.exit(4)
+    print(f"Text replaced. {_CHECKLIST}" if not replace_all else f"Replaced {count} occurrences. {_CHECKLIST}")
+    window.print_window()
+
+
+def legacy_edit_replace(registry: Registry, search: str, replace: str, replace_all: bool) -> None:
+    """``tools/edit_replace/bin/edit`` of late November 2024: its own messages, no retry token, no search of the
+    whole file when the text is not in the window, and the edited window one line longer for the lint filter."""
+    window = _edit_target(registry, "No file opened. Either `open` a file first.")
+    if search == replace:
+        fail("Your search and replace strings are the same. No changes were made.", 2)
+    before = flake8(registry, window.path)
+    try:
+        if not replace_all:
+            if window.window_text().count(search) > 1:
+                fail(f"Error: Found more than one occurrence of {search} in the window while replace_all=False. "
+                     "Aborting edit.", 4)
+            first, searched, replaced, count = window.replace_in_window(search, replace)
+        else:
+            first, searched, replaced, count = window.replace(search, replace)
+    except TextNotFound:
+        fail(f"Text {search!r} not found in displayed lines.\nNote: By default, we only replace the first occurrence "
+             "in the lines that are currently visible in the editor.\nIf you want to replace all occurrences in and "
+             "outside of the visible lines, use the `--replace-all` flag.\n", 3)
+    after = flake8(registry, window.path)
+    errors = new_lint_errors(after) if replace_all else new_lint_errors(after, before, (first, first + searched),
+                                                                        replaced)
+    if errors:
+        print(_reverted(window, errors, f"\n{_SYNTAX} {_READ}\n\nERRORS:\n\n{{errors}}\n") + "\n")
+        sys.exit(4)
+    legacy = "Please review the changes and make sure they are correct\n(correct indentation, no duplicate lines, " \
+             "etc). Edit the file again if necessary."
+    print(f"Text replaced. {legacy}" if not replace_all else f"Replaced {count} occurrences. {legacy}")
+    window.print_window()
+
+
+def insert_main(registry: Registry, argv: list[str]) -> None:
+    """``windowed_edit_replace``'s ``insert <text> [<line>]``: after line ``<line>`` (or at the end), linted."""
+    parser = argparse.ArgumentParser(prog="insert")
+    parser.add_argument("text", type=str)
+    parser.add_argument("line", type=int, nargs="?", default=None)
+    args = parser.parse_args(argv)
+    no_file = "No file opened. Use the `create` or `open` command first."
+    window = _edit_target(registry, no_file if LEGACY else f"{no_file}\n{RETRY_WITH_OUTPUT}")
+    before = flake8(registry, window.path)
+    line = args.line - 1 if LEGACY and args.line is not None else args.line
+    first, added = window.insert(args.text, line)
+    errors = new_lint_errors(flake8(registry, window.path), before, (first, first), added)
+    if errors and LEGACY:
+        print(_reverted(window, errors, f" {_SYNTAX} {_READ}\n\nERRORS:\n\n{{errors}}\n") + "\n")
+        sys.exit(4)
+    if errors:
+        print(_reverted(window, errors, f"{_SYNTAX}\n{_READ}\n\nERRORS:\n\n{{errors}}\n\n") + "\n")
+        print(RETRY_WITH_OUTPUT)
+        sys.exit(4)
+    window.print_window()
+
+
+_RANGE_USAGE = "Usage: edit <start_line>:<end_line>\n<replacement_text>\nend_of_edit"
+
+
+def edit_lines_main(registry: Registry, argv: list[str]) -> None:
+    """``windowed_edit_linting``'s ``edit <start>:<end>`` (the text as an argument or on stdin up to
+    ``end_of_edit``): lines start..end replaced, linted, reverted on new errors. Line numbers are not checked
+    against the file (Python's slice assignment decides, as in SWE-agent)."""
+    parser = argparse.ArgumentParser(prog="edit")
+    parser.add_argument("line_range", help="Line range in format start:end")
+    parser.add_argument("replacement_text", help="Text to insert", nargs="?")
+    args = parser.parse_args(argv)
+    window = _edit_target(registry, "No file opened. Use the `open` command first.")
+    try:
+        start, end = (int(part) - 1 for part in args.line_range.split(":"))
+    except ValueError:
+        fail(_RANGE_USAGE, 1)
+    text: str | None = args.replacement_text
+    if text is None:
+        lines = []
+        while True:
+            try:
+                line = input()
+            except EOFError:
+                break
+            if line == "end_of_edit":
+                break
+            lines.append(line)
+        text = "\n".join(lines)
+    elif text.endswith("\n"):
+        text = text[:-1]
+    before = flake8(registry, window.path)
+    window.set_window_text(text, line_range=(start, end))
+    errors = new_lint_errors(flake8(registry, window.path), before, (start, end), len(text.splitlines()))
+    if errors:
+        print(_reverted(window, errors, f"{_SYNTAX} {_READ}\n\nERRORS:\n{{errors}}\n\n"))
+        sys.exit(1)
+    window.goto(start)
+    print("File updated. Please review the changes and make sure they are correct\n(correct indentation, no "
+          "duplicate lines, etc). Edit the file again if necessary.")
+    window.print_window()
+
+
+EDIT_TOOLS = {"edit_replace": edit_replace_main, "insert": insert_main, "edit_lines": edit_lines_main}
 
 
 WINDOWED_TOOLS = {"open": open_main, "goto": goto_main, "scroll_up": scroll_main(-1), "scroll_down": scroll_main(1),
@@ -542,6 +883,9 @@ SEARCH_TOOLS = {"find_file": find_file_main, "search_dir": search_dir_main, "sea
 
 
 def main(argv: list[str]) -> None:
+    global LEGACY
+    if argv and argv[0] == "--legacy":
+        LEGACY, argv = True, argv[1:]
     registry, patch, tool, rest = Registry(Path(argv[0])), Path(argv[1]), argv[2], argv[3:]
     sys.stdout = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8")
     if tool == "str_replace_editor":
@@ -552,6 +896,8 @@ def main(argv: list[str]) -> None:
         sys.exit(WINDOWED_TOOLS[tool](registry, rest))
     elif tool in SEARCH_TOOLS:
         SEARCH_TOOLS[tool](registry, rest)
+    elif tool in EDIT_TOOLS:
+        EDIT_TOOLS[tool](registry, rest)
     else:
         sys.exit(f"unknown bundle tool {tool!r}")
 

@@ -3,8 +3,10 @@
 SWE-agent 1.1.0's default configuration loads the bundles ``registry`` (state only), ``edit_anthropic``
 (``str_replace_editor``) and ``review_on_submit_m`` (``submit`` with review stages); ``tools/submit`` is the plain
 ``submit``. Older and "classic" configurations load ``windowed`` (``defaults`` before SWE-agent renamed it) and
-``search``. forkpoint re-implements those commands (bundle_tools.py); every other bundle command (``edit`` and
-``insert`` of the *_edit_* bundles, which lint with flake8, ``filemap``, ...) stays refused.
+``search``, with one of the linting edit bundles (``windowed_edit_replace``: ``edit <search> <replace>``,
+``insert``; ``windowed_edit_linting``: ``edit <start>:<end>``; ``edit_replace``/``edit_linting`` before #1147),
+which run flake8 around an edit. forkpoint re-implements those commands (bundle_tools.py); every other bundle
+command (``filemap``, ``windowed_edit_rewrite``, ...) stays refused.
 A bundle is recognised by the last component of its recorded ``path`` (SWE-agent uploads it as
 ``/root/tools/<that name>``).
 """
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from forkpoint.adapters.kit.jsondoc import as_object
@@ -23,7 +25,16 @@ from forkpoint.core.model import CallPolicy, JsonObject
 _WINDOWED = ("open", "goto", "scroll_up", "scroll_down", "create")
 REIMPLEMENTED = {"edit_anthropic": ("str_replace_editor",), "review_on_submit_m": ("submit",),
                  "windowed": _WINDOWED, "defaults": _WINDOWED,
-                 "search": ("find_file", "search_dir", "search_file")}
+                 "search": ("find_file", "search_dir", "search_file"),
+                 "windowed_edit_replace": ("edit", "insert"), "edit_replace": ("edit", "insert"),
+                 "windowed_edit_linting": ("edit",), "edit_linting": ("edit",)}
+#: bundle -> {command: the bundle_tools.py tool running it} where the two differ (two bundles call theirs ``edit``)
+_TOOL_OF = {"windowed_edit_replace": {"edit": "edit_replace"}, "edit_replace": {"edit": "edit_replace"},
+            "windowed_edit_linting": {"edit": "edit_lines"}, "edit_linting": {"edit": "edit_lines"}}
+#: bundles whose commands run flake8 (``pip install flake8`` in their install.sh)
+LINTING_BUNDLES = frozenset(_TOOL_OF)
+#: commands typed with a heredoc body (``end_name`` in the bundle's config.yaml) -> their end marker
+_MULTILINE = {"windowed_edit_linting": {"edit": "end_of_edit"}, "edit_linting": {"edit": "end_of_edit"}}
 #: bundles whose state command (``_state``) also records ``open_file`` (the registry's CURRENT_FILE)
 WINDOWED_BUNDLES = frozenset({"windowed", "defaults"})
 #: what tools/windowed/install.sh writes into the registry (``${WINDOW:-100}`` etc. from the environment)
@@ -43,6 +54,16 @@ class BundleSetup:
     commands: frozenset[str]  # commands forkpoint provides for this recording
     bundles: tuple[str, ...]  # bundle names in the recorded order
     registry_variables: dict[str, Any]
+    tools: dict[str, str] = field(default_factory=dict)  # command -> bundle_tools.py tool, where they differ
+    multiline: dict[str, str] = field(default_factory=dict)  # command -> heredoc end marker
+
+    @property
+    def lints(self) -> bool:
+        """Do the recording's edit commands run flake8 (so the replay needs it)?"""
+        return any(name in LINTING_BUNDLES for name in self.bundles)
+
+    def tool(self, command: str) -> str:
+        return self.tools.get(command, command)
 
     @property
     def windowed(self) -> bool:
@@ -60,6 +81,10 @@ class BundleSetup:
         seeded: dict[str, Any] = {}
         if self.windowed:
             seeded = {key: env_variables.get(key) or default for key, default in WINDOWED_REGISTRY_DEFAULTS.items()}
+        if self.lints:  # the edit bundles' install.sh: CURRENT_FILE, CURRENT_LINE and WINDOW again
+            seeded = {**seeded, "CURRENT_FILE": env_variables.get("CURRENT_FILE") or "",
+                      "CURRENT_LINE": env_variables.get("CURRENT_LINE") or "0",
+                      "WINDOW": str(env_variables.get("WINDOW", ""))}
         return {**seeded, **self.registry_variables}
 
     def registry_flag(self, key: str) -> bool:
@@ -75,7 +100,10 @@ def bundle_setup(tools: JsonObject) -> BundleSetup:
             names.append(os.path.basename(os.path.normpath(path)))
     commands = {command for name in names for command in REIMPLEMENTED.get(name, ())}
     variables = tools.get("registry_variables")
-    return BundleSetup(frozenset(commands), tuple(names), dict(variables) if isinstance(variables, dict) else {})
+    implementations = {command: tool for name in names for command, tool in _TOOL_OF.get(name, {}).items()}
+    multiline = {command: end for name in names for command, end in _MULTILINE.get(name, {}).items()}
+    return BundleSetup(frozenset(commands), tuple(names), dict(variables) if isinstance(variables, dict) else {},
+                       implementations, multiline)
 
 
 def ends_the_run(command: str, index: int, last: int, observation: Any, info: JsonObject) -> bool:

@@ -43,6 +43,7 @@ from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.fs import NotRegularFileError, lstat_strict, read_sandbox_file, refused_as
 from forkpoint.core.model import FreshObservation, Plan, RunContext, ToolCall
 from forkpoint.process import SUPERVISION_ENV, sanitized_env
+from forkpoint.runtimes.flake8 import ensure_flake8
 from forkpoint.sandbox import local_sandbox
 
 SHELL = "/bin/bash"
@@ -77,10 +78,42 @@ def initial_state(cwd: str, env_variables: dict[str, str], *, tool_dir: Path | N
     return "\n".join([*lines, f"cd {shlex.quote(cwd)}", 'export ROOT="$(pwd -P)"', ""])
 
 
-def tool_wrapper(tool: str, registry: Path, patch: Path) -> str:
-    """The ``/bin/sh`` script standing in for SWE-agent's bundle script ``tool``."""
-    argv = [sys.executable, "-I", bundle_tools.__file__, str(registry), str(patch), tool]
+def tool_wrapper(tool: str, registry: Path, patch: Path, *, legacy: bool = False) -> str:
+    """The ``/bin/sh`` script standing in for SWE-agent's bundle script ``tool`` (bundle_tools.py's name for it);
+    ``legacy``: the tools of SWE-agent's 1.0 development trajectories."""
+    argv = [sys.executable, "-I", bundle_tools.__file__, *(["--legacy"] if legacy else []), str(registry), str(patch),
+            tool]
     return f"#!/bin/sh\nexec {' '.join(shlex.quote(word) for word in argv)} \"$@\"\n"
+
+
+def guard_multiline_input(action: str, multiline: dict[str, str]) -> str:
+    """SWE-agent's ``_guard_multiline_input`` (``ToolHandler.guard_multiline_input``): a command with an end marker
+    (``edit <start>:<end>`` ... ``end_of_edit``) gets ``<< '<end>'`` on its first line, so its body is a heredoc."""
+    patterns = [re.compile(rf"^\s*({re.escape(name)})\s*(.*?)^({re.escape(end)})\s*$", re.DOTALL | re.MULTILINE)
+                for name, end in multiline.items()]
+    ends = re.compile("|".join(rf"^{re.escape(end)}\s*$" for end in multiline.values()), re.MULTILINE)
+    parsed, rest = [], action
+    while rest.strip():
+        # a match ends at an end marker: search only up to the last one, so a command line with no marker after it
+        # is never scanned to the end of a hostile action again and again (quadratic)
+        last = max((marker.end() for marker in ends.finditer(rest)), default=0)
+        matches = sorted((m for m in (pattern.search(rest, 0, last) for pattern in patterns) if m),
+                         key=lambda m: m.start())
+        if not matches:
+            parsed.append(rest)
+            break
+        match = matches[0]
+        before, command, rest = rest[:match.start()], rest[match.start():match.end()], rest[match.end():]
+        if before.strip():
+            parsed.append(before)
+        if command.strip():
+            end = match.group(3).strip()
+            if not command.split("\n")[0].strip().endswith(f"<< '{end}'"):
+                guarded = command[match.start():]  # SWE-agent slices the match by its offset again
+                first = guarded.split("\n")[0]
+                command = guarded.replace(first, first + f" << '{end}'", 1)
+            parsed.append(command)
+    return "\n".join(parsed)
 
 
 class SweAgentToolExecutor:
@@ -94,6 +127,8 @@ class SweAgentToolExecutor:
         self.home = context.home
         self.home.mkdir(parents=True, exist_ok=True)
         self.state_file = self.scratch / "state.sh"
+        # the linting edit bundles' install.sh runs `pip install flake8`: forkpoint's pinned, cached copy
+        self.flake8 = ensure_flake8() if native.bundles.lints else None
         tool_dir = self._install_tools() if native.bundle_commands else None
         self.state_file.write_text(initial_state(self.cwd, native.env_variables, tool_dir=tool_dir,
                                                  problem_statement=native.problem_statement), "utf-8")
@@ -106,13 +141,16 @@ class SweAgentToolExecutor:
         if templates is None:
             raise ReplayError(ErrorKind.EXECUTOR, f"cannot render {call.call_id}: {self.native.template_problem}",
                               before_effect=True)
-        action = str(call.arguments["action"]).strip()
+        action = str(call.arguments["action"])
+        if self.native.bundles.multiline:
+            action = guard_multiline_input(action, self.native.bundles.multiline)
+        action = action.strip()
         next_state = self.scratch / "state.next.sh"
         next_state.unlink(missing_ok=True)
         spec = CommandSpec((SHELL, "-c", action_script(action, self.state_file, next_state)), Path(self.cwd),
                            self.env, self.native.execution_timeout_s, KEEP_BYTES, 0, tty=True)
-        output = run_command(spec, self.scratch, Runner(self.sandbox, (self.home, self.scratch),
-                                                        (Path(bundle_tools.__file__).parent,)))
+        readable = (Path(bundle_tools.__file__).parent, *((self.flake8,) if self.flake8 is not None else ()))
+        output = run_command(spec, self.scratch, Runner(self.sandbox, (self.home, self.scratch), readable))
         # The command can write the scratch folder: its next state must be a plain file, never a link or FIFO.
         with refused_as(ErrorKind.EXECUTOR, f"the emulated SWE-agent shell state {next_state}"):
             planted = lstat_strict(self.scratch, next_state.name)
@@ -126,7 +164,9 @@ class SweAgentToolExecutor:
             raw = self._render(templates.timeout, {"command": action, "timeout": _number(
                 self.native.execution_timeout_s)}, call)
         else:
-            raw = clean_terminal_output(output.head + output.tail, legacy=templates.format_style)
+            # DefaultAgent.handle_action removes the edit tools' retry token from every observation
+            raw = clean_terminal_output(output.head + output.tail, legacy=templates.format_style).replace(
+                bundle_tools.RETRY_WITH_OUTPUT, "")
             if planted is not None:
                 next_state.replace(self.state_file)
         state = self._state(_recorded_state_keys(self.native, call))
@@ -147,11 +187,17 @@ class SweAgentToolExecutor:
         tool_dir = self.scratch / "bin"
         tool_dir.mkdir()
         registry, patch = self.scratch / "registry.json", self.scratch / "model.patch"
+        # 1.0 development trajectories (str.format templates) ran the late-2024 scripts (bundle_tools.LEGACY)
+        legacy = bool(self.native.templates and self.native.templates.format_style)
         registry.write_text(json.dumps(self.native.bundles.initial_registry(self.native.env_variables)), "utf-8")
         for tool in sorted(self.native.bundle_commands):
             wrapper = tool_dir / tool
-            wrapper.write_text(tool_wrapper(tool, registry, patch), "utf-8")
+            wrapper.write_text(tool_wrapper(self.native.bundles.tool(tool), registry, patch, legacy=legacy), "utf-8")
             wrapper.chmod(stat.S_IRWXU)
+        if self.flake8 is not None:  # on PATH like the container's pip-installed flake8 (and nothing else of its venv)
+            flake8 = tool_dir / "flake8"
+            flake8.write_text(f"#!/bin/sh\nexec {shlex.quote(str(self.flake8 / 'bin' / 'flake8'))} \"$@\"\n", "utf-8")
+            flake8.chmod(stat.S_IRWXU)
         return tool_dir
 
     def _render(self, template: str, values: dict[str, Any], call: ToolCall) -> str:
@@ -195,7 +241,7 @@ class SweAgentToolExecutor:
         return self.cwd
 
     def close(self) -> None:
-        tools = [self.scratch / "bin" / tool for tool in self.native.bundle_commands]
+        tools = [self.scratch / "bin" / tool for tool in (*self.native.bundle_commands, "flake8")]
         for path in (self.state_file, self.scratch / "state.next.sh", self.scratch / "registry.json",
                      self.scratch / "model.patch", *tools):
             path.unlink(missing_ok=True)
