@@ -40,11 +40,14 @@ import shutil
 import stat
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forkpoint.core.errors import ErrorKind, ReplayError, configuration
 from forkpoint.process import run_supervised, sanitized_env
 from forkpoint.sandbox.base import PathMap, Sandbox, within
+
+if TYPE_CHECKING:
+    from forkpoint.sandbox.executor import CommandExecutor
 
 #: Never the recorded cwd (nor one of its descendants, for the kernel file systems).
 _SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run", "/sbin",
@@ -145,6 +148,15 @@ class BwrapSandbox(Sandbox):
         command = [*self.arguments(cwd, network=network, writable=writable, readable=readable), *argv]
         host_cwd = self.host_path(cwd)
         return command, Path(host_cwd if os.path.isdir(host_cwd) else "/")
+
+    def executor(self) -> CommandExecutor:
+        """One bwrap for all of one replay's commands (``forkpoint.sandbox.executor``); ``FORKPOINT_SANDBOX_EXECUTOR=
+        per-command`` gives each command its own, as before (for comparisons)."""
+        from forkpoint.sandbox.executor import MODE_ENV, CommandExecutor, SandboxExecutor
+
+        if os.environ.get(MODE_ENV) == "per-command":
+            return CommandExecutor(self)
+        return SandboxExecutor(self)
 
     def _probe(self) -> None:
         """Refuse up front when this host cannot create the sandbox (no user namespaces, seccomp, ...)."""
