@@ -217,7 +217,8 @@ def test_the_bwrap_executor_leaves_nothing_of_a_command_behind(tmp_path: Path, a
         _hammer(run_one)
         assert call("readlink /proc/self/ns/pid") == namespace  # one sandbox for all of them
         left = call("set -- /proc/[0-9]*; echo $#")
-        assert left.rstrip().endswith("\n3") or left == "3", left  # its init, the supervisor, this shell: nothing of the scenarios
+        # its init, the supervisor, this shell: nothing of the scenarios
+        assert left.rstrip().endswith("\n3") or left == "3", left
     finally:
         executor.close()
 
