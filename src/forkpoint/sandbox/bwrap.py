@@ -1,7 +1,8 @@
 """``--sandbox bwrap``: bubblewrap (Debian package ``bubblewrap``) mounts the workspace at the recorded cwd.
 
 Every command (each replayed Bash call, and the continued agent) runs in a fresh mount namespace built from
-these bwrap arguments, in this order (later mounts cover earlier ones):
+these bwrap arguments, in this order (later mounts cover earlier ones); Claude Code's and Codex's replayed commands
+share one such sandbox per replay (``executor``: ``forkpoint.sandbox.executor``):
 
 1. The root is bwrap's own tmpfs, re-populated with read-only binds of the host's top-level entries
    (``--ro-bind /usr /usr``, ``--symlink usr/bin /bin``, ...), a fresh ``--proc /proc`` and ``--dev /dev``.
@@ -179,6 +180,9 @@ class BwrapSandbox(Sandbox):
             "recorded_cwd": self.recorded_cwd,
             "hidden": list(self.hidden),
             "network_during_tool_replay": "none (--unshare-net)",
+            "replayed_commands": "Claude Code's Bash, Codex's exec_command / shell_command / shell: one sandbox per "
+                                 "replay, shared by its commands (/tmp, /var/tmp, loopback, IPC; whatever a command "
+                                 "started is killed when it ends); a Codex process session: a sandbox of its own",
             "network_during_continuation": "only the bridge (--unshare-net; 127.0.0.1:<bridge port> inside is "
                                            "relayed to the bridge over a Unix socket)",
             "path_map": [],

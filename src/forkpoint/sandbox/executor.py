@@ -45,7 +45,7 @@ from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.process import limits, reaper
 from forkpoint.process.capture import Capture, Log
 from forkpoint.process.supervise import DEFAULT_MAX_LOG_BYTES, DEFAULT_MAX_OUTPUT_BYTES, ProcessResult, _child_setup
-from forkpoint.process.tree import SUPERVISION_ENV, hold_subreaper, release_subreaper, spawn_leader, unregister_leader
+from forkpoint.process.tree import SUPERVISION_ENV, spawn_leader, unregister_leader
 
 if TYPE_CHECKING:
     from forkpoint.sandbox.base import Sandbox
@@ -105,7 +105,7 @@ class SandboxExecutor(CommandExecutor):
         self._readable: frozenset[str] = frozenset()
         self._setenv: dict[str, str] = {}
         self._events = 0
-        self._held = False
+        self._absent: frozenset[str] = frozenset()  # readable paths missing at the start (``--ro-bind-try`` skipped)
 
     # ------------------------------------------------------------------ commands
 
@@ -159,6 +159,8 @@ class SandboxExecutor(CommandExecutor):
     def _covers(self, writable: Sequence[Path], readable: Sequence[Path]) -> bool:
         want_w = {str(path) for path in writable}
         want_r = {str(path) for path in readable}
+        if want_r & self._absent and any(os.path.exists(path) for path in want_r & self._absent):
+            return False  # made since the start: not in this sandbox (a command of its own shows it)
         return want_w <= self._writable and want_r <= self._readable | self._writable
 
     def _exchange(self, request: dict[str, Any], deadline: float, max_output: int,
@@ -266,8 +268,6 @@ class SandboxExecutor(CommandExecutor):
         env = {"PATH": os.defpath, "LANG": "C.UTF-8", SUPERVISION_ENV: token}
         maximum = limits.run_max_processes() if self.max_processes is None else self.max_processes
         reaper.start()
-        hold_subreaper()
-        self._held = True
         self._limit = limits.open_limit(maximum + _RESIDENTS)
         nproc = limits.nproc_fallback(maximum + _RESIDENTS) if self._limit is None else None
         if self._limit is not None:
@@ -290,6 +290,7 @@ class SandboxExecutor(CommandExecutor):
         self.starts += 1
         self._writable = frozenset(str(path) for path in writable)
         self._readable = frozenset(str(path) for path in readable)
+        self._absent = frozenset(path for path in self._readable if not os.path.exists(path))
         try:
             kind, _ = self._frame(time.monotonic() + _START_TIMEOUT_S)
             if kind != b"h":
@@ -340,12 +341,9 @@ class SandboxExecutor(CommandExecutor):
             if proc is not None:
                 unregister_leader(proc.pid)
                 reaper.leader_done(proc.pid)
-            if self._held:
-                self._held = False
-                release_subreaper()
 
     def close(self) -> None:
-        if self._proc is not None or self._limit is not None or self._held:
+        if self._proc is not None or self._limit is not None:
             self._end()
 
 

@@ -184,6 +184,8 @@ class BashShell:
         self.executor = self.sandbox.executor()
         self.writable = (self.shell_dir, *writable)  # bound read-write at the same path inside a sandbox
         self.readable = readable  # read-only (the saved large outputs when they live in the continued agent's home)
+        for path in readable:  # there before the replay's sandbox starts, so its read-only bind shows later saves
+            path.mkdir(parents=True, exist_ok=True)
 
     def run(self, command: str, timeout: int) -> ToolOutcome:
         cwd = self.cwd if os.path.isdir(self.sandbox.host_path(self.cwd)) else self.root
