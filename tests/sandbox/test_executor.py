@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from forkpoint.adapters.claude_code.tools import ClaudeToolExecutor
+from forkpoint.adapters.codex.tool_session import recorded_outcome
 from forkpoint.adapters.codex.tools import CodexToolExecutor
 from forkpoint.core.errors import ReplayError
 from forkpoint.core.model import RunContext, ToolCall
@@ -199,3 +200,54 @@ def test_the_deadline_and_the_output_cap_hold_per_command(tmp_path: Path) -> Non
     finally:
         executor.close()
     assert os.path.exists(log)
+
+
+def _recorded(session_id: int | None, output: str = "", code: int = 0) -> str:
+    state = (f"Process running with session ID {session_id}" if session_id is not None
+             else f"Process exited with code {code}")
+    return (f"Chunk ID: abcdef\nWall time: 0.2500 seconds\n{state}\nOriginal token count: {(len(output) + 3) // 4}\n"
+            f"Output:\n{output}")
+
+
+def test_a_codex_process_session_runs_in_the_replays_sandbox(tmp_path: Path) -> None:
+    """exec_command left running + write_stdin: in the replay's one sandbox (its /tmp, its PID namespace), alive across
+    other commands, typed into, and ended with everything it started when the replay closes."""
+    codex = CodexToolExecutor(_context(tmp_path, "sessions"), "0.171.0")
+    marker = f"fpsession{uuid.uuid4().hex}"
+    count = iter(range(1000))
+
+    def call(name: str, arguments: dict[str, object], recorded: str) -> str:
+        call_id = f"call_{next(count)}"
+        codex._recorded[call_id] = recorded_outcome(recorded)
+        return str(codex.run(ToolCall(call_id, name, arguments, None)).content)
+
+    try:
+        namespace = _exec(codex, "echo planted > /tmp/plant; readlink /proc/self/ns/pid").strip()
+        first = call("exec_command", {"cmd": "cat /tmp/plant; readlink /proc/self/ns/pid; cat", "tty": True,
+                                      "yield_time_ms": 250}, _recorded(7, f"planted\r\n{namespace}\r\n"))
+        assert first.endswith(f"Output:\nplanted\r\n{namespace}\r\n"), first
+        background = call("exec_command", {"cmd": f"sh -c 'sleep 600' {marker}", "yield_time_ms": 250},
+                          _recorded(8))
+        assert "Process running with session ID 8\n" in background
+        assert _exec(codex, "readlink /proc/self/ns/pid").strip() == namespace  # another command meanwhile
+        typed = call("write_stdin", {"session_id": 7, "chars": "hello\n", "yield_time_ms": 250},
+                     _recorded(7, "hello\r\nhello\r\n"))
+        assert typed.endswith("Output:\nhello\r\nhello\r\n"), typed
+        done = call("write_stdin", {"session_id": 7, "chars": "\u0004", "yield_time_ms": 2000}, _recorded(None))
+        assert "Process exited with code 0\n" in done
+        assert _alive(marker), "the running session did not survive the other commands"
+    finally:
+        codex.close()
+    assert not _alive(marker), "a process session outlived the replay"
+
+
+def _alive(marker: str) -> bool:
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                state = (proc / "stat").read_bytes().rsplit(b") ", 1)[-1][:1]
+                if marker.encode() in (proc / "cmdline").read_bytes() and state != b"Z":
+                    return True
+            except OSError:
+                continue
+    return False

@@ -37,13 +37,14 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.process import limits, reaper
 from forkpoint.process.capture import Capture, Log
+from forkpoint.process.session import _Pending
 from forkpoint.process.supervise import DEFAULT_MAX_LOG_BYTES, DEFAULT_MAX_OUTPUT_BYTES, ProcessResult, _child_setup
 from forkpoint.process.tree import SUPERVISION_ENV, spawn_leader, unregister_leader
 
@@ -106,6 +107,8 @@ class SandboxExecutor(CommandExecutor):
         self._setenv: dict[str, str] = {}
         self._events = 0
         self._absent: frozenset[str] = frozenset()  # readable paths missing at the start (``--ro-bind-try`` skipped)
+        self._sessions = 0
+        self._open_sessions: list[SandboxSession] = []
 
     # ------------------------------------------------------------------ commands
 
@@ -165,26 +168,63 @@ class SandboxExecutor(CommandExecutor):
 
     def _exchange(self, request: dict[str, Any], deadline: float, max_output: int,
                   log: Log | None) -> tuple[dict[str, Any], Capture, Capture]:
+        out, err = Capture(max_output), Capture(max_output)
+
+        def sink(kind: bytes, body: bytes) -> None:
+            (out if kind == b"o" else err).feed(body)
+            if log is not None:
+                log.write(body)
+
+        outcome = self._call(request, deadline, sink)
+        if not (isinstance(outcome.get("returncode"), int) and isinstance(outcome.get("timed_out"), bool)
+                and isinstance(outcome.get("background_cleanup"), bool)):
+            raise self._failure("a malformed reply")
+        return outcome, out, err
+
+    def _call(self, request: dict[str, Any], deadline: float, sink: Callable[[bytes, bytes], None]) -> dict[str, Any]:
+        """One request and its reply: output frames go to ``sink`` until the end frame (a JSON object)."""
         payload = json.dumps(request).encode()
         self._write(struct.pack(">I", len(payload)) + payload, deadline)
-        out, err = Capture(max_output), Capture(max_output)
         while True:
             kind, body = self._frame(deadline)
             if kind in (b"o", b"e"):
-                (out if kind == b"o" else err).feed(body)
-                if log is not None:
-                    log.write(body)
+                sink(kind, body)
                 continue
             try:
                 outcome = json.loads(body)
-                valid = (isinstance(outcome, dict) and isinstance(outcome.get("returncode"), int)
-                         and isinstance(outcome.get("timed_out"), bool)
-                         and isinstance(outcome.get("background_cleanup"), bool))
             except ValueError:
-                valid = False
-            if kind != b"x" or not valid:
+                outcome = None
+            if kind != b"x" or not isinstance(outcome, dict):
                 raise self._failure("a malformed reply")
-            return outcome, out, err
+            return outcome
+
+    # ------------------------------------------------------------------ process sessions
+
+    def start_session(self, argv: Sequence[str], *, cwd: str, env: Mapping[str, str], stdin: bool,
+                      writable: Sequence[Path], readable: Sequence[Path], max_pending_bytes: int) -> SandboxSession:
+        """A process left running between calls (Codex's process sessions) in this sandbox: it shares the replay's
+        ``/tmp``, and its processes are not killed when other commands end (only when it ends or is killed)."""
+        if self._proc is not None and not self._covers(writable, readable):
+            self._end()  # a sandbox without what the session needs: the next one has it
+        if self._proc is None:
+            self._start(writable, readable)
+        self._sessions += 1
+        session = SandboxSession(self, self._sessions, stdin, max_pending_bytes)
+        self._open_sessions = [known for known in self._open_sessions if not known.exited] + [session]
+        child_env = dict(env)
+        child_env[SUPERVISION_ENV] = reaper.INSTANCE + uuid.uuid4().hex[:16]
+        child_env.update(self._setenv)
+        session.request({"op": "start", "id": session.key, "argv": list(argv), "cwd": cwd, "env": child_env,
+                         "stdin": stdin}, _START_TIMEOUT_S)
+        return session
+
+    def _live_sessions(self) -> bool:
+        return any(not session.exited for session in self._open_sessions if session.generation == self.starts)
+
+    @property
+    def generation(self) -> int:
+        """Which sandbox is running (a session of an earlier one has ended with it)."""
+        return self.starts
 
     def _write(self, data: bytes, deadline: float) -> None:
         view = memoryview(data)
@@ -244,8 +284,8 @@ class SandboxExecutor(CommandExecutor):
     def _survivors(self) -> bool:
         """Anything of the command still in the executor's cgroup (only bwrap, its init and the supervisor may
         be): the executor is ended, so nothing survives (fail closed); the next command gets a fresh one."""
-        if self._limit is None or len(self._limit.members()) <= _RESIDENTS:
-            return False
+        if self._limit is None or self._live_sessions() or len(self._limit.members()) <= _RESIDENTS:
+            return False  # (a live process session's processes are in the cgroup too: the supervisor's rule only)
         self._end()
         return True
 
@@ -345,6 +385,73 @@ class SandboxExecutor(CommandExecutor):
     def close(self) -> None:
         if self._proc is not None or self._limit is not None:
             self._end()
+
+
+class SandboxSession:
+    """``process.session.LiveProcess``'s interface for a process session run by the executor's supervisor: started
+    once, pumped, written to and killed across calls; its output kept bounded (the rest counted, not kept)."""
+
+    def __init__(self, executor: SandboxExecutor, key: int, stdin: bool, max_pending_bytes: int) -> None:
+        self.executor = executor
+        self.key = key
+        self.generation = executor.generation
+        self.has_stdin = stdin
+        self.pending = _Pending(max_pending_bytes)
+        self.returncode: int | None = None
+        self.background_cleanup = False
+        self._done = False
+
+    def _feed(self, _kind: bytes, chunk: bytes) -> None:
+        self.pending.output("stdout", chunk)
+
+    def request(self, request: dict[str, Any], wait_s: float) -> dict[str, Any]:
+        if self._done:
+            return {"exited": True}
+        if self.generation != self.executor.generation or self.executor._proc is None:
+            self._done, self.returncode = True, -1  # its sandbox has ended (and it with it)
+            return {"exited": True}
+        try:
+            state = self.executor._call(request, time.monotonic() + wait_s + _ANSWER_SLACK_S, self._feed)
+        except BaseException:
+            self.executor._end()
+            raise
+        if state.get("exited") is True:
+            self._done = True
+            code = state.get("returncode")
+            self.returncode = code if isinstance(code, int) else -1
+            self.background_cleanup = state.get("background_cleanup") is True
+        return state
+
+    @property
+    def exited(self) -> bool:
+        return self._done
+
+    def pump(self, until: float, done: Callable[[], bool]) -> None:
+        """Drain output until ``done()``, the leader's exit or ``until`` (monotonic), in short slices."""
+        while not self._done and not done():
+            remaining = until - time.monotonic()
+            if remaining <= 0:
+                return
+            self.request({"op": "pump", "id": self.key, "timeout_s": min(remaining, 0.02)}, min(remaining, 0.02))
+
+    def write(self, data: bytes, until: float | None = None) -> bool:
+        if self._done or not self.has_stdin:
+            return False
+        wait = max((time.monotonic() + 10.0 if until is None else until) - time.monotonic(), 0.0)
+        state = self.request({"op": "write", "id": self.key, "data": data.hex(), "timeout_s": wait}, wait)
+        return state.get("written") is True
+
+    def take(self) -> tuple[bytes, int]:
+        data, dropped = bytes(self.pending.data), self.pending.dropped
+        self.pending.data.clear()
+        self.pending.dropped = 0
+        return data, dropped
+
+    def kill(self) -> None:
+        """End the session now (idempotent): the process and everything it started."""
+        if not self._done:
+            self.request({"op": "kill", "id": self.key}, 5.0)
+            self._done = True
 
 
 def _setenv(command: Sequence[str]) -> dict[str, str]:

@@ -61,10 +61,10 @@ def _send(fd: int, kind: bytes, payload: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _others(me: int, leader: int) -> list[int]:
-    """Live processes of the namespace other than its init and this one; zombie children are reaped on the way,
-    except the leader (its ``Popen`` reaps it, keeping its exit status)."""
-    found = []
+def _scan(me: int, keep: set[int]) -> dict[int, tuple[int, int]]:
+    """Live processes of the namespace other than its init and this one, as pid -> (ppid, session id); zombie
+    children are reaped on the way, except those in ``keep`` (leaders whose ``Popen`` reaps them, for the status)."""
+    found: dict[int, tuple[int, int]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit() or name in ("1", str(me)):
             continue
@@ -75,12 +75,43 @@ def _others(me: int, leader: int) -> list[int]:
             continue
         fields = stat[stat.rfind(b")") + 2:].split()
         pid = int(name)
-        if fields[:1] not in ([b"Z"], [b"X"]):
-            found.append(pid)
-        elif pid != leader and fields[1:2] == [str(me).encode()]:
+        if len(fields) < 4:
+            continue
+        if fields[0] not in (b"Z", b"X"):
+            found[pid] = (int(fields[1]), int(fields[3]))
+        elif pid not in keep and int(fields[1]) == me:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
     return found
+
+
+def _owned(processes: dict[int, tuple[int, int]], roots: set[int]) -> set[int]:
+    """The processes of the sessions led by ``roots``: in one of their sessions, or descended from a leader."""
+    owned = set()
+    for pid, (ppid, sid) in processes.items():
+        if pid in roots or sid in roots:
+            owned.add(pid)
+            continue
+        seen = 0
+        while ppid in processes and seen < 4096:
+            if ppid in roots:
+                owned.add(pid)
+                break
+            ppid = processes[ppid][0]
+            seen += 1
+    return owned
+
+
+#: the live process sessions (Codex's exec_command left running), by the host's id: their processes are theirs
+SESSIONS: dict[int, _Session] = {}
+
+
+def _others(me: int, leader: int) -> list[int]:
+    """Live processes that belong to no live process session (the running command's, and any leftovers)."""
+    roots = {session.proc.pid for session in SESSIONS.values() if not session.done}
+    processes = _scan(me, {leader} | roots)
+    owned = _owned(processes, roots) if roots else set()
+    return [pid for pid in processes if pid not in owned]
 
 
 def _signal_all(pids: list[int], sig: int) -> None:
@@ -166,6 +197,113 @@ class _Command:
         return {"returncode": code, "timed_out": timed_out, "background_cleanup": background}
 
 
+class _Session:
+    """A process left running between requests (Codex's unified exec process session): started, pumped, written to
+    and killed by id; its processes (its session, its descendants) are not killed at the end of other commands."""
+
+    def __init__(self, request: dict[str, object], reply: int) -> None:
+        self.reply = reply
+        self.me = os.getpid()
+        self.proc = subprocess.Popen(
+            list(request["argv"]),  # type: ignore[call-overload]
+            cwd=str(request["cwd"]), env=dict(request["env"]),  # type: ignore[call-overload]
+            stdin=subprocess.PIPE if request.get("stdin") else subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+        )
+        assert self.proc.stdout is not None
+        self.out: int | None = self.proc.stdout.fileno()
+        os.set_blocking(self.out, False)
+        if self.proc.stdin is not None:
+            os.set_blocking(self.proc.stdin.fileno(), False)
+        self.exit_fd = os.pidfd_open(self.proc.pid)
+        self.done = False
+        self.returncode: int | None = None
+        self.background = False
+
+    def _read(self, timeout: float) -> None:
+        fds = [fd for fd in (self.out, self.exit_fd) if fd is not None and fd >= 0]
+        ready, _, _ = select.select(fds, [], [], max(timeout, 0.0))
+        if self.out is not None and self.out in ready:
+            try:
+                chunk = os.read(self.out, _CHUNK)
+            except BlockingIOError:
+                return
+            if chunk:
+                _send(self.reply, b"o", chunk)
+            else:
+                self.out = None
+
+    def _mine(self) -> list[int]:
+        processes = _scan(self.me, {self.proc.pid})
+        return sorted(_owned(processes, {self.proc.pid}))
+
+    def _finish(self, sig: int | None = None) -> None:
+        """End the session: ``sig`` (SIGTERM, then the grace) first when it is killed, then SIGKILL until nothing of
+        it is left; drain its output; reap the leader."""
+        if self.done:
+            return
+        if sig is not None:
+            _signal_all(self._mine(), sig)
+            until = time.monotonic() + 0.25
+            while time.monotonic() < until and self._mine():
+                self._read(0.005)
+        wait = 0.0005
+        while True:
+            left = self._mine()
+            if self.proc.poll() is None and self.proc.pid not in left:
+                left.append(self.proc.pid)
+            if not left:
+                break
+            self.background = self.background or any(pid != self.proc.pid for pid in left)
+            _signal_all(left, signal.SIGKILL)
+            self._read(wait)
+            wait = min(wait * 2, 0.02)
+        give_up = time.monotonic() + 3.0
+        while self.out is not None and time.monotonic() < give_up:
+            self._read(0.5)
+        os.close(self.exit_fd)
+        self.exit_fd = -1
+        for pipe in (self.proc.stdout, self.proc.stdin):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+        code = self.proc.wait()
+        self.returncode = 128 - code if code < 0 else code
+        self.done = True
+
+    def state(self) -> dict[str, object]:
+        return {"exited": self.done, "returncode": self.returncode, "background_cleanup": self.background}
+
+    def pump(self, timeout_s: float) -> dict[str, object]:
+        until = time.monotonic() + timeout_s
+        while not self.done:
+            if self.proc.poll() is not None:
+                self._finish()
+                break
+            remaining = until - time.monotonic()
+            if remaining <= 0:
+                break
+            self._read(remaining)
+        return self.state()
+
+    def write(self, data: bytes, timeout_s: float) -> bool:
+        stdin = self.proc.stdin
+        if self.done or stdin is None or stdin.closed:
+            return False
+        until = time.monotonic() + timeout_s
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(stdin.fileno(), view[:_CHUNK]):]
+            except BlockingIOError:
+                if time.monotonic() >= until or self.proc.poll() is not None:
+                    return False
+                self._read(0.02)
+            except OSError:
+                return False
+        return True
+
+
 def _spawn_failure(request: dict[str, object], exc: OSError) -> dict[str, object]:
     """What bwrap printed when it could not start one command (``bwrap: execvp ...``), as an exit 1."""
     if exc.filename is not None and exc.filename == request.get("cwd"):
@@ -192,15 +330,47 @@ def main(argv: list[str]) -> int:
             request = json.loads(_read_exact(requests, length))
         except EOFError:
             return 0
-        try:
-            command = _Command(request, reply)
-        except OSError as exc:
-            outcome = _spawn_failure(request, exc)
-            _send(reply, b"o" if request.get("merge_stderr") else b"e", str(outcome.pop("spawn_error")).encode())
+        op = request.get("op", "run")
+        if op == "run":
+            _send(reply, b"x", json.dumps(_run(request, reply)).encode())
         else:
-            outcome = command.run(float(request["timeout_s"]), float(request.get("grace_s", 0.25)))
-        _send(reply, b"x", json.dumps(outcome).encode())
+            _send(reply, b"x", json.dumps(_session_op(op, request, reply)).encode())
 
+
+def _run(request: dict[str, object], reply: int) -> dict[str, object]:
+    try:
+        command = _Command(request, reply)
+    except OSError as exc:
+        outcome = _spawn_failure(request, exc)
+        _send(reply, b"o" if request.get("merge_stderr") else b"e", str(outcome.pop("spawn_error")).encode())
+        return outcome
+    return command.run(float(request["timeout_s"]), float(request.get("grace_s", 0.25)))  # type: ignore[arg-type]
+
+
+def _session_op(op: object, request: dict[str, object], reply: int) -> dict[str, object]:
+    key = int(request["id"])  # type: ignore[call-overload]
+    if op == "start":
+        try:
+            SESSIONS[key] = _Session(request, reply)
+        except OSError as exc:
+            failure = _spawn_failure(request, exc)
+            _send(reply, b"o", str(failure["spawn_error"]).encode())
+            return {"exited": True, "returncode": 1, "background_cleanup": False}
+        return SESSIONS[key].state()
+    session = SESSIONS.get(key)
+    if session is None:
+        return {"exited": True, "returncode": None, "background_cleanup": False, "unknown": True}
+    if op == "pump":
+        state = session.pump(float(request["timeout_s"]))  # type: ignore[arg-type]
+    elif op == "write":
+        written = session.write(bytes.fromhex(str(request["data"])), float(request["timeout_s"]))  # type: ignore[arg-type]
+        state = {**session.state(), "written": written}
+    else:  # kill
+        session._finish(signal.SIGTERM)
+        state = session.state()
+    if session.done:
+        del SESSIONS[key]
+    return state
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv))
