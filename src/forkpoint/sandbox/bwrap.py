@@ -180,9 +180,9 @@ class BwrapSandbox(Sandbox):
             "recorded_cwd": self.recorded_cwd,
             "hidden": list(self.hidden),
             "network_during_tool_replay": "none (--unshare-net)",
-            "replayed_commands": "Claude Code's Bash, Codex's exec_command / shell_command / shell: one sandbox per "
-                                 "replay, shared by its commands (/tmp, /var/tmp, loopback, IPC; whatever a command "
-                                 "started is killed when it ends); a Codex process session: a sandbox of its own",
+            "replayed_commands": "Claude Code's Bash, Codex's exec_command / shell_command / shell and process "
+                                 "sessions: one sandbox per replay, shared by its commands (/tmp, /var/tmp, loopback, "
+                                 "IPC; whatever a command started is killed when it ends)",
             "network_during_continuation": "only the bridge (--unshare-net; 127.0.0.1:<bridge port> inside is "
                                            "relayed to the bridge over a Unix socket)",
             "path_map": [],

@@ -22,7 +22,12 @@ for the whole executor (``RLIMIT_NPROC`` on bwrap, inherited by everything insid
 
 Shared between one replay's commands, as on the recording's machine where Claude Code and Codex ran every command
 of a session on one host: ``/tmp`` and ``/var/tmp``, the private loopback, the IPC namespace, the PID namespace (empty
-between commands). Nothing is shared between executors: each replay, branch and continuation gets its own.
+between commands but for live process sessions). Nothing is shared between executors: each replay, branch and
+continuation gets its own.
+
+Codex's process sessions (``SandboxSession``, the interface of ``process.session.LiveProcess``) run in the same
+sandbox: started, pumped (in 20 ms slices), written to and killed by id through the same pipe; the supervisor spares
+their processes when other commands end.
 """
 
 from __future__ import annotations
