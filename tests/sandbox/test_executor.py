@@ -251,3 +251,23 @@ def _alive(marker: str) -> bool:
             except OSError:
                 continue
     return False
+
+
+def test_a_fork_storm_stops_at_the_limit_and_the_sandbox_serves_on(tmp_path: Path) -> None:
+    from forkpoint.process import limits
+
+    if limits.metadata()["mechanism"] != limits.MECHANISM:
+        pytest.skip("needs a writable cgroup v1 pids hierarchy")
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    executor = SandboxExecutor(open_sandbox("bwrap", workspace, RECORDED), max_processes=30)
+    try:
+        storm = executor.run(["/bin/sh", "-c", "for i in $(seq 60); do sleep 5 & done"], cwd=RECORDED, env=ENV,
+                             timeout_s=30)
+        assert storm.process_limit_hit and not storm.timed_out  # the shell's fork failed (EAGAIN) at the cap
+        calm = executor.run(["/bin/sh", "-c", "for i in $(seq 20); do sleep 0.1 & done; wait; echo calm"],
+                            cwd=RECORDED, env=ENV, timeout_s=30)
+        assert not calm.process_limit_hit and calm.stdout == b"calm\n"  # the cap is per command: nothing carried over
+        assert executor.starts == 1
+    finally:
+        executor.close()

@@ -9,7 +9,9 @@ can still signal it, which ends the sandbox (bwrap's init exits with its first c
 command closed.
 
 Requests (host -> here): 4-byte big-endian length + JSON ``{"argv", "cwd", "env", "timeout_s", "grace_s",
-"merge_stderr"}``. Replies (here -> host): 1-byte kind + 4-byte length + payload; ``o`` / ``e`` output chunks
+"merge_stderr"}`` (a command run to its end), or ``{"op": "start" | "pump" | "write" | "kill", "id", ...}`` for a
+process session (Codex's exec_command left running: ``_Session``; its processes are spared when commands end).
+Replies (here -> host): 1-byte kind + 4-byte length + payload; ``o`` / ``e`` output chunks
 (at most 64 KiB each), ``x`` the end of the command as JSON, ``h`` the hello. The host reads every frame bounded.
 
 Per command: the command starts as a new session leader (stdin /dev/null, its own pipes, no other descriptor);
