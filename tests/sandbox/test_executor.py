@@ -116,17 +116,25 @@ def test_observations_are_the_ones_of_a_bwrap_per_command(tmp_path: Path, agent:
     assert "background-left" in shared[8]
 
 
-def test_nothing_of_a_command_outlives_it_and_the_held_out_checks_hold(tmp_path: Path) -> None:
+@pytest.mark.parametrize("agent", ["claude", "codex"])
+def test_nothing_of_a_command_outlives_it_and_the_held_out_checks_hold(tmp_path: Path, agent: str) -> None:
     context = _context(tmp_path, "held")
-    executor = _claude(context)
+    executor: ClaudeToolExecutor | CodexToolExecutor = (
+        _claude(context) if agent == "claude" else CodexToolExecutor(context, "0.171.0"))
+
+    def run(command: str) -> str:
+        if isinstance(executor, ClaudeToolExecutor):
+            return _bash(executor, command)
+        return _exec(executor, command)
+
     try:
         with HeldOut(tmp_path) as bait:
             outputs = []
             for command in bait.commands():
-                outputs.append(_bash(executor, command))
+                outputs.append(run(command))
                 assert bait.survivors() == [], command  # at the end of each command, not only of the replay
-            namespace = _bash(executor, "readlink /proc/self/ns/pid")
-            assert _bash(executor, "readlink /proc/self/ns/pid") == namespace  # still the one sandbox
+            namespace = run("readlink /proc/self/ns/pid")
+            assert run("readlink /proc/self/ns/pid") == namespace  # still the one sandbox
             executor.close()
             assert bait.violations(outputs) == []
             joined = "\n".join(outputs)
