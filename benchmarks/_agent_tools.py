@@ -1,5 +1,4 @@
-"""Per-call cost of ``--sandbox bwrap`` (host root or an image root) vs ``local`` for the agents whose tools run
-in their own runtime.
+"""Per-call cost of ``--sandbox bwrap`` (host root or an image root) vs ``local`` per adapter.
 
 OpenCode re-runs calls through one long-lived tool host (``opencode run`` of the recorded version), Pi through one
 ``node runner.mjs tool`` per call, mini-swe-agent through one companion (its own ``LocalEnvironment.execute``: a
@@ -7,11 +6,15 @@ fresh ``subprocess.run(shell=True)`` per action). For each agent and sandbox, a 
 trivial bash calls (``echo N``), each timed: the first one includes the runtime's start (the tool host, companion or
 relay) and is reported apart; the rest give the per-call time. ``local`` runs in a workspace at the recorded cwd,
 ``bwrap`` in a workspace elsewhere mounted at the recorded cwd, ``image`` the same with the image root (when given)
-as the sandbox's root. Rounds rotate the order. Used by tool_overhead.py.
+as the sandbox's root. Claude Code's Bash and Codex's exec_command run in-process (forkpoint's own executors): under
+bwrap one sandbox serves all of an executor's commands (``forkpoint.sandbox.executor``); ``bwrap-per-command`` is the
+previous way, one bwrap per command (``FORKPOINT_SANDBOX_EXECUTOR=per-command``), measured in the same rounds.
+Rounds rotate the order. Used by tool_overhead.py.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -24,16 +27,28 @@ from forkpoint import runtimes
 from forkpoint.core.model import RunContext, ToolCall
 from forkpoint.process import childenv
 from forkpoint.sandbox import open_sandbox
+from forkpoint.sandbox.executor import MODE_ENV
 
-AGENTS = ("opencode", "pi", "mini-swe-agent")
+AGENTS = ("claude-code", "codex", "opencode", "pi", "mini-swe-agent")
+IN_PROCESS = ("claude-code", "codex")  # forkpoint's own executors: no runtime needed
 SMOKE_AGENTS = ("opencode", "pi")  # the smoke run stays small (tests/test_benchmarks_smoke.py)
 OPENCODE_VERSION = "1.18.33"
-VERSIONS = {"opencode": OPENCODE_VERSION, "pi": "0.83.0", "mini-swe-agent": "2.4.6"}
+VERSIONS = {"claude-code": "2.1.332", "codex": "0.171.0", "opencode": OPENCODE_VERSION, "pi": "0.83.0",
+            "mini-swe-agent": "2.4.6"}
 MINI_FIXTURE = c.FIXTURES / "mini_swe_agent" / "2.4.6" / "basic"
 TARGET = 1.3
 
 
 def _executor(agent: str, context: RunContext) -> Any:
+    if agent == "claude-code":
+        from forkpoint.adapters.claude_code.tools import ClaudeToolExecutor
+
+        return ClaudeToolExecutor(context, VERSIONS[agent], "11111111-2222-3333-4444-555555555555",
+                                  context.state_dir / "home" / ".claude")
+    if agent == "codex":
+        from forkpoint.adapters.codex.tools import CodexToolExecutor
+
+        return CodexToolExecutor(context, VERSIONS[agent])
     if agent == "opencode":
         from forkpoint.adapters.opencode.tools import OpenCodeToolExecutor
 
@@ -57,6 +72,10 @@ def _executor(agent: str, context: RunContext) -> Any:
 
 def _call(agent: str, n: int) -> ToolCall:
     call_id = f"call_{n:05d}"
+    if agent == "claude-code":
+        return ToolCall(call_id, "Bash", {"command": f"echo {n}"}, None)
+    if agent == "codex":
+        return ToolCall(call_id, "exec_command", {"cmd": f"echo {n}"}, None)
     if agent == "opencode":
         return ToolCall(call_id, "bash", {"command": f"echo {n}", "description": "count"}, None,
                         native={"callID": call_id})
@@ -66,7 +85,7 @@ def _call(agent: str, n: int) -> ToolCall:
 
 
 def available(agent: str) -> bool:
-    return runtimes.find(agent, VERSIONS[agent]) is not None
+    return agent in IN_PROCESS or runtimes.find(agent, VERSIONS[agent]) is not None
 
 
 def _one_run(agent: str, sandbox: str, root: Path, calls: int, index: int,
@@ -78,11 +97,16 @@ def _one_run(agent: str, sandbox: str, root: Path, calls: int, index: int,
     shutil.rmtree(workspace, ignore_errors=True)
     workspace.mkdir(parents=True)
     base.mkdir(parents=True, exist_ok=True)
-    backend = "bwrap" if sandbox == "image" else sandbox
-    context = RunContext(workspace, base / "state", base / "out",
+    backend = "local" if sandbox == "local" else "bwrap"
+    context = RunContext(workspace, base / "state", base / "out", "thread-bench",
                          sandbox=open_sandbox(backend, workspace, str(recorded),
                                               image=str(image) if sandbox == "image" else None))
-    executor = _executor(agent, context)
+    if sandbox == "bwrap-per-command":
+        os.environ[MODE_ENV] = "per-command"
+    try:
+        executor = _executor(agent, context)
+    finally:
+        os.environ.pop(MODE_ENV, None)
     times: list[float] = []
     try:
         with childenv.passing({}, temp_dir=base / "tmp"):
@@ -106,8 +130,10 @@ def measure(root: Path, calls: int, rounds: int, image: Path | None = None,
     rows = []
     skipped = [agent for agent in agents if not available(agent)]
     failed: list[str] = []
-    sandboxes = ("local", "bwrap", "image") if image is not None else ("local", "bwrap")
     for agent in (a for a in agents if a not in skipped):
+        sandboxes: tuple[str, ...] = ("local", "bwrap", "image") if image is not None else ("local", "bwrap")
+        if agent in IN_PROCESS:
+            sandboxes += ("bwrap-per-command",)
         first: dict[str, list[float]] = {name: [] for name in sandboxes}
         per_call: dict[str, list[float]] = {name: [] for name in sandboxes}
         for round_index in range(rounds):
@@ -134,7 +160,9 @@ def measure(root: Path, calls: int, rounds: int, image: Path | None = None,
     body = table(["agent", "sandbox", "first call ms (runtime start)", "per call median ms", "per call p95 ms",
                   "/ local", "≤ 1.3× target"], rows)
     body += (f"\n\n{calls} `echo N` bash calls per executor ({calls - 1} timed per call, the first apart), {rounds} "
-             f"rounds rotating {' / '.join(sandboxes)}; every output checked. OpenCode keeps one tool host and "
+             "rounds rotating local / bwrap / image (/ bwrap-per-command); every output checked. Claude Code's Bash "
+             "and Codex's exec_command (forkpoint's executors) keep one bwrap per replay (`bwrap`; "
+             "`bwrap-per-command`: one per command, as before, in the same rounds). OpenCode keeps one tool host and "
              "mini-swe-agent one companion for all calls, so the sandbox costs them once (the first call: bwrap, the "
              "relay, the runtime's start) and each call only what its command costs inside; Pi starts its Node runner "
              "per call, so bwrap's namespace setup is paid on every call.")

@@ -16,8 +16,8 @@ alternating order (ABBA):
 
 Target: engine ≤ 1.15× the baseline.
 
-Per adapter (``_agent_tools``): ``--sandbox bwrap`` vs ``local`` per call for OpenCode and Pi, whose tools run in
-their own runtime (target: bwrap ≤ 1.3× local per call).
+Per adapter (``_agent_tools``): ``--sandbox bwrap`` vs ``local`` per call for Claude Code, Codex, OpenCode, Pi and
+mini-swe-agent (target: bwrap ≤ 1.3× local per call); Claude Code and Codex also with one bwrap per command (before).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -148,6 +149,8 @@ def main() -> None:
             image = oci_tarball(root / "image.tar", [tree_layer(image_root)], env=["PATH=/bin"])
             os.environ["FORKPOINT_IMAGE_CACHE"] = str(root / "images")
             tasks["bwrap"] = lambda: engine(sandbox="bwrap")
+            if not args.smoke:  # the smoke run stays as small as before
+                tasks["bwrap-per-command"] = lambda: _per_command(lambda: engine(sandbox="bwrap"))
             tasks["image"] = lambda: engine(sandbox="bwrap", image=str(image))
             floor = _bwrap_floor(workspace, 3 if args.smoke else 100)
         samples: dict[str, list[float]] = {name: [] for name in tasks}
@@ -179,13 +182,14 @@ def main() -> None:
               "engine": "engine.execute replay-only",
               "uncapped": "the same without a pids cgroup per command (reference)",
               "cli": "`forkpoint replay --replay-only` (whole CLI)",
-              "bwrap": "engine.execute replay-only, `--sandbox bwrap`",
+              "bwrap": "engine.execute replay-only, `--sandbox bwrap` (one bwrap for the replay's commands)",
+              "bwrap-per-command": "the same with one bwrap per command (as before; reference)",
               "image": "engine.execute replay-only, `--sandbox bwrap --image` (an image root file system)"}
     rows = []
     for name, values in samples.items():
         target = c.verdict(c.median(values) <= TARGET * base) if name in ("engine", "cli") else (
             f"{c.ratio(c.median(values), c.median(samples['engine']))} of local (goal ≤ 1.3×)"
-            if name in ("bwrap", "image") else "")
+            if name in ("bwrap", "image", "bwrap-per-command") else "")
         rows.append([labels[name], c.ms(c.median(values)), c.ms(c.p95(values)), c.ratio(c.median(values), base),
                      c.ms((c.median(values) - base) / calls), target])
     cgroup_ms = c.ms((c.median(samples["engine"]) - c.median(samples["uncapped"])) / calls)
@@ -206,11 +210,23 @@ total; profiling inflates Python-heavy parts). Cumulative: {'; '.join(
 """ + "\n".join(
         f"- `{_where(filename)}:{line}({name})` {tottime * 1000:.0f} ms ({ncalls} calls)"
         for (filename, line, name), (_, ncalls, tottime, _cum, _) in hot)
-    body += ("\n\n### Per adapter: `--sandbox bwrap` (host root, image root) vs `local` per call (OpenCode, Pi, "
-             "mini-swe-agent)\n\n" + adapters)
+    body += ("\n\n### Per adapter: `--sandbox bwrap` (host root, image root) vs `local` per call (Claude Code, Codex, "
+             "OpenCode, Pi, mini-swe-agent)\n\n" + adapters)
     if floor:
         body += "\n\n### bwrap's own fixed cost per command\n\n" + floor
     c.emit("tool_overhead", "5. Tool re-execution overhead (200 Bash calls)", body, args)
+
+
+def _per_command(run: Callable[[], float]) -> float:
+    """``run`` with one bwrap per replayed command (``FORKPOINT_SANDBOX_EXECUTOR=per-command``: the way before the
+    replay's one sandboxed executor), for a side-by-side row."""
+    from forkpoint.sandbox.executor import MODE_ENV
+
+    os.environ[MODE_ENV] = "per-command"
+    try:
+        return run()
+    finally:
+        os.environ.pop(MODE_ENV, None)
 
 
 def _bwrap_floor(workspace: Path, n: int) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -26,6 +27,7 @@ from forkpoint.adapters.claude_code.tools import ClaudeToolExecutor
 from forkpoint.adapters.codex.tools import CodexToolExecutor
 from forkpoint.core.model import RunContext, ToolCall
 from forkpoint.process import run_supervised
+from forkpoint.sandbox import open_sandbox
 from forkpoint.testing.claude_sessions import ClaudeSessionBuilder, text, tool_use
 from forkpoint.testing.codex_rollouts import CodexRolloutBuilder
 
@@ -175,6 +177,48 @@ def test_codex_command_tools_leave_nothing_behind(tmp_path: Path, tool: str) -> 
 
     try:
         _hammer(run_one)
+    finally:
+        executor.close()
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+@pytest.mark.parametrize("agent", ["claude", "codex"])
+def test_the_bwrap_executor_leaves_nothing_of_a_command_behind(tmp_path: Path, agent: str) -> None:
+    """Every scenario through the replay's one sandbox (``forkpoint.sandbox.executor``): each command is killed at its
+    deadline with all it started, inside the shared PID namespace, and the same sandbox answers the next one."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    sandbox = open_sandbox("bwrap", workspace, "/tmp/forkpoint-rec/cleanup")
+    context = RunContext(workspace, tmp_path / "state", tmp_path / "out", "thread-1", sandbox=sandbox)
+    count = iter(range(1_000_000))
+    executor: ClaudeToolExecutor | CodexToolExecutor
+    if agent == "claude":
+        executor = ClaudeToolExecutor(context, "2.1.332", "11111111-2222-3333-4444-555555555555",
+                                      tmp_path / "state" / ".claude")
+    else:
+        executor = CodexToolExecutor(context, "0.149.0")
+
+    def call(script: str) -> str:
+        if agent == "claude":
+            arguments: dict[str, object] = {"command": script, "timeout": int(DEADLINE_S * 1000)}
+            return str(executor.run(ToolCall(f"toolu_{next(count)}", "Bash", arguments, None)).content)
+        arguments = {"command": script, "timeout_ms": int(DEADLINE_S * 1000)}
+        return str(executor.run(ToolCall(f"call_{next(count)}", "shell_command", arguments, None)).content)
+
+    def run_one(scenario: str, marker: str) -> None:
+        content = call(command(scenario, marker))
+        timed_out = "Command timed out after 0s" if agent == "claude" else "Exit code: 124\n"
+        assert content.startswith(("Exit code 143\n" + timed_out) if agent == "claude" else timed_out), (
+            scenario, content[:300])
+        assert len(content) < 1_100_000
+
+    try:
+        namespace = call("readlink /proc/self/ns/pid")
+        _hammer(run_one)
+        assert call("readlink /proc/self/ns/pid") == namespace  # one sandbox for all of them
+        left = call("set -- /proc/[0-9]*; echo $#")
+        # its init, the supervisor, this shell: nothing of the scenarios
+        assert left.rstrip().endswith("\n3") or left == "3", left
     finally:
         executor.close()
 

@@ -128,3 +128,23 @@ def test_a_replayed_command_cannot_get_out_of_the_image(image: Path, tmp_path: P
             assert outcome in fresh, fresh
         assert bait.address is None or "address-unreachable" in fresh
         assert bait.violations([fresh]) == []
+
+
+def test_one_sandbox_serves_a_replays_commands_in_the_image(image: Path, tmp_path: Path) -> None:
+    """The shared executor's supervisor (forkpoint's host interpreter, on the host's loader) runs inside an image
+    root: the image's own tool and environment, one PID namespace and one /tmp for the replay's commands."""
+    from forkpoint.sandbox import open_sandbox
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    executor = open_sandbox("bwrap", workspace, "/testbed", image=str(image)).executor()
+    try:
+        # PPID 2: started by the supervisor, bwrap's init's child (with a bwrap per command the shell is pid 2 itself)
+        first = executor.run(["/bin/sh", "-c", "echo from-image > /tmp/plant; only-in-image /tmp/plant; echo $PPID"],
+                             cwd="/testbed", env={"PATH": "/nowhere"}, timeout_s=60)
+        second = executor.run(["/bin/sh", "-c", "cat /tmp/plant; echo $PPID"], cwd="/testbed",
+                              env={"PATH": "/nowhere"}, timeout_s=60)
+    finally:
+        executor.close()
+    assert first.returncode == 0 and second.returncode == 0, (first, second)
+    assert first.stdout == second.stdout == b"from-image\n2\n", (first, second)

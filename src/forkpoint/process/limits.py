@@ -185,6 +185,15 @@ class CommandLimit:
         text = _read(self.path / "pids.events")
         return any(line.split()[:1] == ["max"] and line.split()[1:2] != ["0"] for line in text.splitlines())
 
+    def max_events(self) -> int:
+        """How many forks failed at the limit so far (``pids.events``: ``max N``): a long-lived cgroup shared by
+        one command after another (``forkpoint.sandbox.executor``) compares it before and after each."""
+        for line in _read(self.path / "pids.events").splitlines():
+            fields = line.split()
+            if fields[:1] == ["max"] and len(fields) == 2 and fields[1].isdigit():
+                return int(fields[1])
+        return 0
+
     def _groups(self) -> list[Path]:
         """The command's cgroup and every cgroup below it (a nested forkpoint makes its own), parents first."""
         groups: list[Path] = []
@@ -320,6 +329,21 @@ def _unlimited(reason: str) -> None:
     with _lock:
         _run["unlimited"] += 1
         _run["unlimited_reason"] = reason
+
+
+def run_max_processes() -> int:
+    """The process limit of the run in progress (``limiting``), 512 outside one."""
+    with _lock:
+        return int(_run["max_processes"])
+
+
+def count_command(hit: bool) -> None:
+    """Count a command run inside a long-lived cgroup (``forkpoint.sandbox.executor``), and whether it reached the
+    limit, as ``open_limit`` / ``record_outcome`` count one with a cgroup of its own."""
+    with _lock:
+        _run["commands"] += 1
+        if hit:
+            _run["at_limit"] += 1
 
 
 def record_outcome(limit: CommandLimit | None) -> bool:

@@ -30,11 +30,14 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forkpoint.core.errors import ErrorKind, ReplayError, configuration
 from forkpoint.core.model import FreshObservation
 from forkpoint.process import ProcessResult, run_supervised
+
+if TYPE_CHECKING:
+    from forkpoint.sandbox.executor import CommandExecutor
 
 _NAME_CHARS = r"\w.\-"
 
@@ -149,6 +152,13 @@ class Sandbox:
         """Run a command to completion inside the sandbox (``options`` go to ``run_supervised``)."""
         command, host_cwd = self.confine(argv, cwd, network=network, writable=writable, readable=readable)
         return run_supervised(command, cwd=host_cwd, env=env, timeout_s=timeout_s, **options)
+
+    def executor(self) -> CommandExecutor:
+        """What runs one replay's commands (``close`` it at the end of the replay): here each command in a sandbox of
+        its own (``run``); bwrap keeps one sandbox for them all (``forkpoint.sandbox.executor``)."""
+        from forkpoint.sandbox.executor import CommandExecutor
+
+        return CommandExecutor(self)
 
     def describe(self) -> dict[str, Any]:
         """What the sandbox did, for result metadata."""

@@ -1,7 +1,8 @@
 """``--sandbox bwrap``: bubblewrap (Debian package ``bubblewrap``) mounts the workspace at the recorded cwd.
 
 Every command (each replayed Bash call, and the continued agent) runs in a fresh mount namespace built from
-these bwrap arguments, in this order (later mounts cover earlier ones):
+these bwrap arguments, in this order (later mounts cover earlier ones); Claude Code's and Codex's replayed commands
+share one such sandbox per replay (``executor``: ``forkpoint.sandbox.executor``):
 
 1. The root is bwrap's own tmpfs, re-populated with read-only binds of the host's top-level entries
    (``--ro-bind /usr /usr``, ``--symlink usr/bin /bin``, ...), a fresh ``--proc /proc`` and ``--dev /dev``.
@@ -40,11 +41,14 @@ import shutil
 import stat
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forkpoint.core.errors import ErrorKind, ReplayError, configuration
 from forkpoint.process import run_supervised, sanitized_env
 from forkpoint.sandbox.base import PathMap, Sandbox, within
+
+if TYPE_CHECKING:
+    from forkpoint.sandbox.executor import CommandExecutor
 
 #: Never the recorded cwd (nor one of its descendants, for the kernel file systems).
 _SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run", "/sbin",
@@ -146,6 +150,15 @@ class BwrapSandbox(Sandbox):
         host_cwd = self.host_path(cwd)
         return command, Path(host_cwd if os.path.isdir(host_cwd) else "/")
 
+    def executor(self) -> CommandExecutor:
+        """One bwrap for all of one replay's commands (``forkpoint.sandbox.executor``); ``FORKPOINT_SANDBOX_EXECUTOR=
+        per-command`` gives each command its own, as before (for comparisons)."""
+        from forkpoint.sandbox.executor import MODE_ENV, CommandExecutor, SandboxExecutor
+
+        if os.environ.get(MODE_ENV) == "per-command":
+            return CommandExecutor(self)
+        return SandboxExecutor(self)
+
     def _probe(self) -> None:
         """Refuse up front when this host cannot create the sandbox (no user namespaces, seccomp, ...)."""
         command = [self.executable, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--cap-drop", "ALL",
@@ -167,6 +180,9 @@ class BwrapSandbox(Sandbox):
             "recorded_cwd": self.recorded_cwd,
             "hidden": list(self.hidden),
             "network_during_tool_replay": "none (--unshare-net)",
+            "replayed_commands": "Claude Code's Bash, Codex's exec_command / shell_command / shell and process "
+                                 "sessions: one sandbox per replay, shared by its commands (/tmp, /var/tmp, loopback, "
+                                 "IPC; whatever a command started is killed when it ends)",
             "network_during_continuation": "only the bridge (--unshare-net; 127.0.0.1:<bridge port> inside is "
                                            "relayed to the bridge over a Unix socket)",
             "path_map": [],

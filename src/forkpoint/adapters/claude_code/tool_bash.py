@@ -180,8 +180,12 @@ class BashShell:
         self.shell_dir = scratch / "shell"  # the command's: the wrapper's cwd file
         self.shell_dir.mkdir(mode=0o700, exist_ok=True)
         self.sandbox = sandbox or local_sandbox(Path(root))
+        # Under bwrap one sandbox runs the session's commands (``forkpoint.sandbox.executor``); ``close`` ends it.
+        self.executor = self.sandbox.executor()
         self.writable = (self.shell_dir, *writable)  # bound read-write at the same path inside a sandbox
         self.readable = readable  # read-only (the saved large outputs when they live in the continued agent's home)
+        for path in readable:  # there before the replay's sandbox starts, so its read-only bind shows later saves
+            path.mkdir(parents=True, exist_ok=True)
 
     def run(self, command: str, timeout: int) -> ToolOutcome:
         cwd = self.cwd if os.path.isdir(self.sandbox.host_path(self.cwd)) else self.root
@@ -198,7 +202,7 @@ class BashShell:
         )
         env = dict(self.env)
         env["PWD"] = cwd
-        result = self.sandbox.run(
+        result = self.executor.run(
             [BASH, "-c", script],
             cwd=cwd,
             env=env,
@@ -221,6 +225,10 @@ class BashShell:
         finally:
             if log_fd is not None:
                 os.close(log_fd)
+
+    def close(self) -> None:
+        """End the session's sandbox (and everything still in it)."""
+        self.executor.close()
 
     def _outcome(self, command: str, timeout: int, result: ProcessResult, log_fd: int | None,
                  cwd_file: Path) -> ToolOutcome:

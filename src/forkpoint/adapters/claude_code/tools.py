@@ -238,7 +238,10 @@ class ClaudeToolExecutor:
     def close(self) -> None:
         """Leave the shell's final directory for the continuation (``shell_state``), then drop the scratch dir."""
         self._enter(None)  # the session's own directory, not a sub-agent's
-        shutil.rmtree(self._scratch, ignore_errors=True)
+        try:
+            self.bash.close()
+        finally:
+            shutil.rmtree(self._scratch, ignore_errors=True)
         with contextlib.suppress(OSError):
             save_shell_state(self._state_dir, os.path.relpath(self.bash.cwd, self.bash.root))
 

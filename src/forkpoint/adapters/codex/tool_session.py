@@ -36,10 +36,13 @@ from typing import TYPE_CHECKING, Any
 from forkpoint.adapters.kit.shell import CommandOutput, _python_install
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.process.session import PTY_SESSION_HELPER, LiveProcess
+from forkpoint.sandbox.executor import SandboxExecutor, SandboxSession
 
 if TYPE_CHECKING:
     from forkpoint.adapters.kit.shell import Runner
 
+#: a live process session: its own supervised process, or one the replay's shared sandbox runs
+Live = LiveProcess | SandboxSession
 MIN_WRITE_YIELD_MS = 250
 MAX_WRITE_YIELD_MS = 30_000
 MIN_POLL_YIELD_MS = 5_000
@@ -110,20 +113,24 @@ class ProcessSessions:
 
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
-        self.live: dict[int, LiveProcess] = {}
+        self.live: dict[int, Live] = {}
         self.keys: dict[int, str] = {}  # session id -> this replay's key of the session (ids can be reused)
         self._started = 0
 
-    def start(self, argv: list[str], cwd: str, env: dict[str, str], tty: bool) -> LiveProcess:
+    def start(self, argv: list[str], cwd: str, env: dict[str, str], tty: bool) -> Live:
         readable = self.runner.readable
         if tty:
             argv = [sys.executable, "-I", "-c", PTY_SESSION_HELPER, *argv]
             readable = (*readable, _python_install())
+        executor = self.runner.executor
+        if isinstance(executor, SandboxExecutor):  # in the replay's one sandbox, with its other commands (its /tmp)
+            return executor.start_session(argv, cwd=cwd, env=env, stdin=tty, writable=self.runner.writable,
+                                          readable=readable, max_pending_bytes=MAX_PENDING_BYTES)
         command, host_cwd = self.runner.sandbox.confine(argv, cwd, network=False, writable=self.runner.writable,
                                                         readable=readable)
         return LiveProcess(command, cwd=Path(host_cwd), env=env, max_pending_bytes=MAX_PENDING_BYTES, stdin=tty)
 
-    def collect(self, process: LiveProcess, started: float, yield_s: float, recorded: Recorded | None) -> CommandOutput:
+    def collect(self, process: Live, started: float, yield_s: float, recorded: Recorded | None) -> CommandOutput:
         """Wait the way Codex would, steered by the recorded outcome (module docstring), then hand out the output."""
         if recorded is None:
             process.pump(started + yield_s, lambda: False)
@@ -137,7 +144,7 @@ class ProcessSessions:
         wall = time.monotonic() - started
         return CommandOutput(code, data, b"", len(data) + dropped, wall, process.background_cleanup, dropped > 0)
 
-    def keep(self, session_id: int, process: LiveProcess) -> None:
+    def keep(self, session_id: int, process: Live) -> None:
         self.drop(session_id)
         while len(self.live) >= MAX_SESSIONS:
             self.drop(next(iter(self.live)))

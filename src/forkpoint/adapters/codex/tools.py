@@ -234,7 +234,9 @@ class CodexToolExecutor:
         home = context.home
         home.mkdir(parents=True, exist_ok=True)
         prepend = path_prepend if path_prepend is not None else runtime_path_dir(version)
-        runner = Runner(self.sandbox, (home,), (prepend,) if prepend is not None else ())
+        # One sandbox for all of the replay's commands under bwrap (``forkpoint.sandbox.executor``), ended by close.
+        self._executor = self.sandbox.executor()
+        runner = Runner(self.sandbox, (home,), (prepend,) if prepend is not None else (), self._executor)
         environment = Environment(
             tool_environment(), Path(cwd), home, context.session_id, prepend, self._scratch, runner
         )
@@ -264,7 +266,10 @@ class CodexToolExecutor:
         try:
             self.commands.close()  # every live process session ends with the replay
         finally:
-            shutil.rmtree(self._scratch, ignore_errors=True)
+            try:
+                self._executor.close()
+            finally:
+                shutil.rmtree(self._scratch, ignore_errors=True)
 
     # -- dispatch
 

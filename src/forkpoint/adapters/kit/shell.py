@@ -25,6 +25,7 @@ from forkpoint.sandbox import local_sandbox
 
 if TYPE_CHECKING:
     from forkpoint.sandbox.base import Sandbox
+    from forkpoint.sandbox.executor import CommandExecutor
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,8 @@ class Runner:
     sandbox: Sandbox
     writable: tuple[Path, ...] = ()  # e.g. the agent HOME, a scratch dir the command writes its state to
     readable: tuple[Path, ...] = ()  # e.g. a runtime's helper binaries (Codex's bundled rg)
+    #: the replay's executor (``Sandbox.executor``: one bwrap for all of the replay's commands); None: one each
+    executor: CommandExecutor | None = None
 
 
 def _python_install() -> Path:
@@ -110,7 +113,7 @@ def run_command(spec: CommandSpec, scratch: Path, runner: Runner | None = None) 
         argv = [sys.executable, "-I", "-c", _PTY_HELPER, *argv]
         readable = (*readable, _python_install())
     started = time.monotonic()
-    result = runner.sandbox.run(
+    result = (runner.executor or runner.sandbox).run(
         argv,
         cwd=str(spec.cwd),
         env=spec.env,
