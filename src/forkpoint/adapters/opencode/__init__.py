@@ -59,7 +59,8 @@ class OpenCodeAdapter(AdapterBase):
 
         native = native_of(plan)
         target = resolve_entrypoint(AGENT, plan.trajectory.version or "", None)
-        return OpenCodeToolExecutor(context, target.entrypoint, shell=native.shell)
+        return OpenCodeToolExecutor(context, target.entrypoint, shell=native.shell,
+                                    recorded_cwd=plan.trajectory.cwd)
 
     def normalise_observation(self, content: object) -> object:
         """Documented volatile parts only (the saved-output path of a truncated bash output)."""
