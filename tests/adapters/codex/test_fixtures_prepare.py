@@ -24,6 +24,7 @@ EXPECTED = {
                      ["exec_command"], ["write_stdin"]],
     # 0.40 writes each call of a parallel response followed by its output: one batch per call
     "shell_040": [["shell"]] * 16 + [["update_plan"]],
+    "view_image_040": [["view_image"]] * 6,
     "view_image": [["view_image"]] * 6,
 }
 

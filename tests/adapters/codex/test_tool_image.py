@@ -143,3 +143,31 @@ def test_an_image_codex_would_re_encode_is_reused_only_when_allowed(tmp_path: Pa
     rows = json.loads((Path(allowed.output_dir or "") / "observations.json").read_text())["observations"]
     assert [row["exact"] for row in rows[:5]] == [True] * 5
     assert rows[5]["stale_reused"] is True
+
+
+def test_codex_040_sends_the_image_in_a_separate_message_and_the_call_stays_stale() -> None:
+    """The real 0.40.0 (fixture view_image_040): every output is the constant 'attached local image path' and the
+    image follows in its own user message (extension's MIME type, file bytes unchanged; nothing when unreadable),
+    which the rebuilt session keeps as recorded: each call is stale with that reason, never a constant claimed fresh."""
+    import json
+
+    from forkpoint.adapters.codex.parse import parse_rollout
+    from forkpoint.core.model import CallPolicy
+
+    fixture = Path(__file__).resolve().parents[2] / "fixtures" / "codex" / "0.40.0" / "view_image_040"
+    rows = [json.loads(line)["payload"] for line in (fixture / "rollout.jsonl").read_text().splitlines()]
+    images = [row["content"] for row in rows if row.get("type") == "message" and row.get("role") == "user"][2:]
+    initial = fixture / "workspace-initial"
+    expected_mime = {"small.png": "image/png", "photo.jpg": "image/jpeg", "notes.txt": "text/plain",
+                     "big.png": "image/png"}
+    calls = [call for batch in parse_rollout(fixture / "rollout.jsonl").batches for call in batch.calls]
+    assert len(calls) == len(images) == 6
+    for call, content in zip(calls, images, strict=True):
+        assert call.historical is not None and call.historical.content == "attached local image path"
+        assert call.policy is CallPolicy.STALE and "attached local image path" in (call.policy_reason or "")
+        name = Path(call.arguments["path"]).name
+        if name in expected_mime:
+            data = base64.b64encode((initial / name).read_bytes()).decode()
+            assert content == [{"type": "input_image", "image_url": f"data:{expected_mime[name]};base64,{data}"}]
+        else:  # missing.png, the directory pics
+            assert content == []
