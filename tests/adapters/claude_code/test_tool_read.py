@@ -186,7 +186,9 @@ def test_read_outside_answers_missing_and_never_reads_the_host(make: Callable[[s
     for path in (tmp_path / "absent" / "Screenshot 1.png", tmp_path / "nothing.txt", canary / "below.txt"):
         observation = run("Read", file_path=str(path))
         assert (observation.content, observation.is_error) == (missing, True), path
-    for path in (canary, tmp_path / "back" / "x.txt", tmp_path):
+    trick = tmp_path / "x: No such file or directory"  # a name that spells the probe's "absent" text: exists
+    trick.write_text("SECRET-CANARY\n")
+    for path in (canary, tmp_path / "back" / "x.txt", tmp_path, trick):
         with pytest.raises(ReplayError) as caught:
             run("Read", file_path=str(path))
         assert caught.value.before_effect and caught.value.stale_fallback

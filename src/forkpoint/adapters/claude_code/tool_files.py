@@ -44,7 +44,9 @@ if TYPE_CHECKING:
 
 #: the existence probe of a path outside the workspace, run inside the sandbox (``ls -d``: an lstat, nothing opened)
 _PROBE_TIMEOUT_S = 60.0
-_ABSENT = (b"No such file or directory", b"Not a directory")
+#: ls's own diagnosis (exit 2, ``ls: cannot access '<path>': <strerror>``, LC_ALL=C); the END of the line is read, so
+#: a path that spells one of these texts itself decides nothing
+_ABSENT = (b": No such file or directory\n", b": Not a directory\n")
 
 _NODE_MESSAGES = {
     errno.EACCES: "permission denied",
@@ -133,7 +135,8 @@ class SessionFiles:
             detail = getattr(error, "message", None) or str(error)
             raise ReplayError(ErrorKind.EXECUTOR, f"Claude Code {tool} of {path!r} (outside the workspace): its "
                                                   f"existence probe failed ({detail})", before_effect=True) from None
-        if result.returncode != 0 and any(text in result.stderr for text in _ABSENT):
+        if result.returncode == 2 and result.stderr.startswith(b"ls: cannot access ") \
+                and result.stderr.endswith(_ABSENT) and result.stderr.count(b"\n") == 1:
             return self.missing_outcome(absolute)
         raise ReplayError(
             ErrorKind.EXECUTOR,
