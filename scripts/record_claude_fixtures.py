@@ -242,6 +242,11 @@ def _check_old_line(lines: list[Json], _: Path) -> None:
     assert todos[3]["oldTodos"] == [], "a list of completed todos is cleared"
 
 
+#: absolute paths outside the recording cwd that exist on no Linux host (what real recordings made on a Mac hold)
+OUTSIDE_PNG = "/var/folders/zz/forkpoint_rec/T/TemporaryItems/NSIRD_screencaptureui_x/Screenshot 1.png"
+OUTSIDE_TEXT = "/var/folders/zz/forkpoint_rec/notes.txt"
+
+
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario(
         "single_bash", "List the files here, then read notes.txt and summarise it.",
@@ -303,6 +308,17 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
                      [tool_use("Read", {"file_path": f"{cwd}/missing.txt"})],
                      [text("Neither missing-dir nor missing.txt exists.")]],
         error_steps=frozenset({0, 1}),
+    ),
+    Scenario(
+        "read_outside", "Look at the screenshot and the notes I saved outside the project.",
+        {"README.md": "# demo\n"},
+        lambda cwd: [[tool_use("Read", {"file_path": OUTSIDE_PNG})],
+                     [tool_use("Read", {"file_path": OUTSIDE_TEXT})],
+                     [tool_use("Read", {"file_path": f"{cwd}/missing.png"})],
+                     [text("Neither the screenshot nor the notes exist here.")]],
+        error_steps=frozenset({0, 1, 2}), only=(*agent_spec("claude-code").versions, *OLD_LINES),
+        notes="Read of missing absolute paths outside the cwd (a macOS screenshot temp path, a text file) and of a "
+              "missing PNG inside it: Claude's 'File does not exist' text",
     ),
     Scenario(
         "stale_tools", "Find the text files and the lines containing hello.",

@@ -105,6 +105,11 @@ def bash(command: str) -> Block:
 LONG_FILE = "".join(f"line {n:04d} of the long session\n" for n in range(1, 1201))
 
 
+#: a project skill (OpenCode finds ``.opencode/skills/<name>/SKILL.md`` in the project, frontmatter name/description)
+SKILL_MD = ("---\nname: release-notes\ndescription: Draft release notes from the changes\n---\n\n"
+            "# Release notes\n\nCollect the changes and fill in template.md.\n")
+
+
 def patch(*lines: str) -> Block:
     return tool_use("apply_patch", {"patchText": "\n".join(("*** Begin Patch", *lines, "*** End Patch"))})
 
@@ -217,6 +222,16 @@ SCENARIOS: dict[str, Scenario] = {
          [text("Done on the old line.")]],
         [["completed", "completed"], ["completed", "completed"], ["error", "error"], ["completed", "completed"],
          ["completed"]],
+    ),
+    "skill": Scenario(
+        "Use the release skill.", {".opencode/skills/release-notes/SKILL.md": SKILL_MD,
+                                   ".opencode/skills/release-notes/template.md": "## Changes\n",
+                                   "notes.txt": "v1\n"},
+        [[tool_use("skill", {"name": "release-notes"})],
+         [tool_use("skill", {"name": "no-such-skill"})],  # OpenCode's not-found error (lists what it has)
+         [bash("cat notes.txt")],
+         [text("Release notes drafted.")]],
+        [["completed"], ["error"], ["completed"]],
     ),
     "errors": Scenario(
         "Show me the failures.", {"notes.txt": "hello\n"},

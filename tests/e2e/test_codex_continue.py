@@ -168,3 +168,14 @@ def test_unknown_tool_and_missing_session_meta(tmp_path: Path) -> None:
     result = replay_recording(fixture, tmp_path, agent="codex", trajectory=unknown, after=1, replay_only=True,
                               output_dir=str(tmp_path / "o2"))
     assert result.failure is not None and result.exit_code == 11 and "teleport" in result.failure.message
+
+
+def test_a_040_view_image_recording_continues_after_its_image_message(tmp_path: Path) -> None:
+    """Codex 0.40's view_image (fixture view_image_040): the batch ends with the image message after the constant
+    output; the rebuilt rollout carries it, the resumed codex sends it, and the gate compares it as history (it
+    refused the request on the old code: a user message between the last output and the nonce)."""
+    _require_runtime(VERSIONS[0])
+    result = run(FIXTURES / "0.40.0" / "view_image_040", tmp_path, 2, upstream="stub", sandbox="bwrap")
+    assert result.failure is None, result.failure
+    document = result.to_json()
+    assert document["observations_match"] == "exact" and document["agent_status"] == "completed"

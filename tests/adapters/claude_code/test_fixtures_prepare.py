@@ -24,6 +24,7 @@ EXPECTED: dict[str, tuple[int, bool, list[list[str]]]] = {
     "dangling": (1, True, [["Bash"]]),
     "cd_persist": (2, False, [["Bash"], ["Bash"]]),
     "large_output": (1, False, [["Bash"]]),
+    "read_outside": (3, False, [["Read"], ["Read"], ["Read"]]),
     "read_media": (4, False, [["Read"], ["Read"], ["Read"], ["Read"]]),
     "cd_continue": (3, False, [["Bash"], ["Bash"], ["Bash"]]),
     "tasks": (19, False, [["TaskList"], ["TaskCreate"], ["TaskCreate"], ["TaskCreate"], ["TaskUpdate"], ["TaskUpdate"],

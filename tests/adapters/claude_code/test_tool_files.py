@@ -20,6 +20,7 @@ def test_paths_outside_the_workspace_are_refused_before_any_effect(
     make: Callable[[str], Run], workspace: Path, tmp_path: Path
 ) -> None:
     run = make(OLD)
+    (tmp_path / "outside.txt").write_text("x\n")  # (a Read of an absent path outside answers "does not exist")
     for name, arguments in (
         ("Read", {"file_path": "/etc/hostname"}),
         ("Read", {"file_path": "../outside.txt"}),

@@ -4,6 +4,7 @@ decoding and "file unchanged" (as measured on the real 2.1.220 / 2.1.332 binarie
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -160,3 +161,84 @@ def test_read_text_decoding_per_version(make: Callable[[str], Run], workspace: P
     invalid = make(NEW)("Read", file_path="bad.txt").content
     assert invalid.startswith("1\tok\ufffd\n2\t\n\n[This file is not valid UTF-8")
     assert make(OLD)("Read", file_path="bad.txt").content == "1\tok\ufffd\n2\t"
+
+
+# --------------------------------------------------------------------------- paths outside the workspace (issue 29)
+
+MISSING_21 = "File does not exist. Note: your current working directory is {cwd}."
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "claude_code"
+WILD_2_0_26 = Path("/work/shared/wild-dev/claude-code/agentcmd-2.0.26.jsonl")
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap is not installed")
+
+
+@BOTH
+def test_read_outside_answers_missing_and_never_reads_the_host(make: Callable[[str], Run], workspace: Path,
+                                                               tmp_path: Path, version: str) -> None:
+    """--sandbox local: a path the host does not have gets Claude's missing-file text (a PNG too, and a path whose
+    parent is a file); a host file outside the workspace is refused before any effect (stale fallback), its content
+    in no answer, and so is a link outside that points back in."""
+    run = make(version)
+    canary = tmp_path / "canary.txt"
+    canary.write_text("SECRET-CANARY\n")
+    (tmp_path / "back").symlink_to(workspace)
+    (workspace / "x.txt").write_text("inside\n")
+    missing = MISSING_21.format(cwd=workspace)
+    for path in (tmp_path / "absent" / "Screenshot 1.png", tmp_path / "nothing.txt", canary / "below.txt"):
+        observation = run("Read", file_path=str(path))
+        assert (observation.content, observation.is_error) == (missing, True), path
+    trick = tmp_path / "x: No such file or directory"  # a name that spells the probe's "absent" text: exists
+    trick.write_text("SECRET-CANARY\n")
+    for path in (canary, tmp_path / "back" / "x.txt", tmp_path, trick):
+        with pytest.raises(ReplayError) as caught:
+            run("Read", file_path=str(path))
+        assert caught.value.before_effect and caught.value.stale_fallback
+        assert "outside the workspace" in caught.value.message and "SECRET" not in caught.value.message
+
+
+@needs_bwrap
+def test_read_outside_asks_the_sandbox_not_the_host(tmp_path: Path, session_id: str) -> None:
+    """--sandbox bwrap: the host HAS the file (under the hidden temp dir), the sandbox does not: the answer is the
+    sandbox's (missing), so nothing on the host side looked at the host file."""
+    from forkpoint.adapters.claude_code.tools import ClaudeToolExecutor
+    from forkpoint.core.model import RunContext, ToolCall
+    from forkpoint.sandbox import open_sandbox
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    host_file = tmp_path / "outside.png"
+    host_file.write_bytes(b"\x89PNG\r\n\x1a\n")
+    recorded = "/Users/alice/project"
+    context = RunContext(workspace, tmp_path / "state", tmp_path / "out",
+                         sandbox=open_sandbox("bwrap", workspace, recorded))
+    executor = ClaudeToolExecutor(context, "2.0.27", session_id, tmp_path / "home" / ".claude")
+    try:
+        fresh = executor.run(ToolCall("toolu_1", "Read", {"file_path": str(host_file)}, None))
+        assert (fresh.content, fresh.is_error) == ("<tool_use_error>File does not exist.</tool_use_error>", True)
+        assert fresh.native == "Error: File does not exist."
+        with pytest.raises(ReplayError) as caught:  # /usr/bin exists inside too: refused, not read
+            executor.run(ToolCall("toolu_2", "Read", {"file_path": "/usr/bin/env"}, None))
+        assert caught.value.stale_fallback
+    finally:
+        executor.close()
+
+
+@needs_bwrap
+@pytest.mark.parametrize("source", [FIXTURES / "2.0.27" / "read_outside" / "session.jsonl", WILD_2_0_26],
+                         ids=["fixture-2.0.27", "wild-2.0.26"])
+def test_a_boundary_after_a_read_outside_replays_without_stale(source: Path, tmp_path: Path) -> None:
+    """The real 2.0.27's answers to missing paths outside its cwd are reproduced exactly; the public 2.0.26
+    recording's Read of a macOS screenshot (batch 2) replays (differs: the file is not here) instead of stopping."""
+    from forkpoint.run.engine import execute
+    from forkpoint.run.request import build_request
+
+    if not source.is_file():
+        pytest.skip(f"{source} is not on this machine")
+    (tmp_path / "ws").mkdir()
+    result = execute(build_request({
+        "agent": "claude-code", "trajectory": str(source), "after_step": 3, "replay_only": True,
+        "workspace": str(tmp_path / "ws"), "sandbox": "bwrap", "state_dir": str(tmp_path / "state"),
+        "output_dir": str(tmp_path / "out"), "run_id": "r", "on_divergence": "ignore"}, source="test")).to_json()
+    assert result["failure"] is None, result["failure"]
+    assert "stale_observations" not in result["quality_reasons"]
+    if source != WILD_2_0_26:
+        assert result["observations_match"] == "exact"

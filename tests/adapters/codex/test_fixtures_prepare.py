@@ -24,6 +24,7 @@ EXPECTED = {
                      ["exec_command"], ["write_stdin"]],
     # 0.40 writes each call of a parallel response followed by its output: one batch per call
     "shell_040": [["shell"]] * 16 + [["update_plan"]],
+    "view_image_040": [["view_image"]] * 6,
     "view_image": [["view_image"]] * 6,
 }
 
@@ -64,6 +65,9 @@ def test_prepare_only_at_every_boundary(rollout: Path, tmp_path: Path) -> None:
         records = [orjson.loads(line) for line in lines]
         assert records[0]["type"] == "session_meta"
         last = records[-1]["payload"]
+        if last["type"] == "message":  # Codex 0.40's view_image: its image message ends the batch
+            assert last["role"] == "user" and rollout.parent.name == "view_image_040"
+            last = records[-2]["payload"]
         assert last["type"] in ("function_call_output", "custom_tool_call_output")
         assert last["call_id"] in {c.call_id for c in parsed.batches[after - 1].calls}
         outputs = {r["payload"]["call_id"] for r in records

@@ -85,6 +85,7 @@ def test_view_image_is_rerun_from_the_measured_versions_on(tmp_path: Path, versi
     builder.output(builder.call("view_image", {"path": "a.png"}), "unable to locate image")
     call = parse_rollout(builder.write(tmp_path / "r.jsonl")).batches[0].calls[0]
     assert call.policy is policy
+    # (0.40's measured form, the constant output and an image message, re-runs: test_tool_image)
     assert (call.policy_reason is not None and "before 0.149" in call.policy_reason) == (policy is CallPolicy.STALE)
 
 

@@ -143,3 +143,86 @@ def test_an_image_codex_would_re_encode_is_reused_only_when_allowed(tmp_path: Pa
     rows = json.loads((Path(allowed.output_dir or "") / "observations.json").read_text())["observations"]
     assert [row["exact"] for row in rows[:5]] == [True] * 5
     assert rows[5]["stale_reused"] is True
+
+
+
+FIXTURE_040 = Path(__file__).resolve().parents[2] / "fixtures" / "codex" / "0.40.0" / "view_image_040"
+
+
+def test_codex_040_sends_the_image_in_a_separate_message_which_is_the_observation() -> None:
+    """The real 0.40.0 (fixture view_image_040): every output is the constant 'attached local image path' and the
+    image follows in its own user message (extension's MIME type, file bytes unchanged; nothing when unreadable).
+    The parse makes that message the call's observation (fresh), and ends the batch after it."""
+    from forkpoint.adapters.codex.parse import parse_rollout
+    from forkpoint.core.model import CallPolicy
+
+    rows = [json.loads(line)["payload"] for line in (FIXTURE_040 / "rollout.jsonl").read_text().splitlines()]
+    outputs = [row["output"] for row in rows if row.get("type") == "function_call_output"]
+    initial = FIXTURE_040 / "workspace-initial"
+    expected_mime = {"small.png": "image/png", "photo.jpg": "image/jpeg", "notes.txt": "text/plain",
+                     "big.png": "image/png"}
+    parsed = parse_rollout(FIXTURE_040 / "rollout.jsonl")
+    calls = [call for batch in parsed.batches for call in batch.calls]
+    assert len(calls) == 6 and outputs == ["attached local image path"] * 6
+    for call in calls:
+        assert call.policy is CallPolicy.FRESH and call.historical is not None
+        name = Path(call.arguments["path"]).name
+        if name in expected_mime:
+            data = base64.b64encode((initial / name).read_bytes()).decode()
+            assert call.historical.content == [{"type": "input_image",
+                                                "image_url": f"data:{expected_mime[name]};base64,{data}"}]
+        else:  # missing.png, the directory pics
+            assert call.historical.content == []
+    for end in parsed.native.batch_end:  # each batch ends with its image message
+        assert parsed.native.lines[end].payload.get("role") == "user"
+
+
+@pytest.mark.skipif(__import__("shutil").which("bwrap") is None, reason="bwrap is not installed")
+def test_codex_040_replay_writes_the_fresh_image_into_the_rebuilt_rollout(tmp_path: Path) -> None:
+    """Replay-only of the fixture with small.png changed in the workspace: that call differs, the others are exact,
+    and the rebuilt rollout's image message carries the NEW bytes after the unchanged constant output."""
+    import shutil
+
+    from forkpoint.run.engine import execute
+    from forkpoint.run.request import build_request
+
+    workspace = tmp_path / "ws"
+    shutil.copytree(FIXTURE_040 / "workspace-initial", workspace)
+    changed = png(5, 4)
+    (workspace / "small.png").write_bytes(changed)
+    result = execute(build_request({
+        "agent": "codex", "trajectory": str(FIXTURE_040 / "rollout.jsonl"), "after_step": 6, "replay_only": True,
+        "workspace": str(workspace), "sandbox": "bwrap", "state_dir": str(tmp_path / "state"),
+        "output_dir": str(tmp_path / "out"), "run_id": "r", "on_divergence": "ignore"}, source="test")).to_json()
+    assert result["failure"] is None, result["failure"]
+    assert "stale_observations" not in result["quality_reasons"]
+    assert result["observations_match"] != "exact"  # small.png changed: that call differs
+    rebuilt = next((tmp_path / "out" / "r" / "native").rglob("rollout-*.jsonl")).read_text()
+    payloads = [json.loads(line)["payload"] for line in rebuilt.splitlines()]
+    messages = [p for p in payloads if p.get("type") == "message" and p.get("role") == "user"][2:]
+    url = f"data:image/png;base64,{base64.b64encode(changed).decode()}"
+    assert messages[0]["content"] == [{"type": "input_image", "image_url": url}]
+    assert [p["output"] for p in payloads if p.get("type") == "function_call_output"] == \
+        ["attached local image path"] * 6
+
+
+def test_codex_040_never_reads_a_link_out_or_a_fifo(tmp_path: Path) -> None:
+    """0.40's form reads the file too: a link leading out of the workspace and a FIFO are refused (stale fallback)
+    before anything is read; a directory and a missing file send nothing, as 0.40 does."""
+    from forkpoint.adapters.codex.tool_image import view_image_040
+
+    workspace = tmp_path / "ws"
+    (workspace / "dir").mkdir(parents=True)
+    secret = tmp_path / "secret.png"
+    secret.write_bytes(png(2, 2))
+    (workspace / "link.png").symlink_to(secret)
+    os.mkfifo(workspace / "pipe.png")
+    cwd = str(workspace)
+    for name in ("link.png", "pipe.png", "noext"):
+        if name == "noext":
+            (workspace / name).write_bytes(b"x")
+        with pytest.raises(ReplayError) as caught:
+            view_image_040({"path": name}, cwd, workspace, (), lambda path: path)
+        assert caught.value.stale_fallback and caught.value.before_effect
+    assert view_image_040({"path": "dir"}, cwd, workspace, (), lambda path: path) == []
+    assert view_image_040({"path": "missing.png"}, cwd, workspace, (), lambda path: path) == []

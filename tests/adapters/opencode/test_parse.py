@@ -266,6 +266,7 @@ def test_both_inputs_are_recognised_as_opencode() -> None:
 
 @pytest.mark.parametrize(("name", "policy", "reason"), [
     ("apply_patch", CallPolicy.FRESH, None),
+    ("skill", CallPolicy.FRESH, None),  # OpenCode's own skill tool re-runs it (tools.SKILL_MISSING otherwise)
     ("list", CallPolicy.STALE, "no longer have it"),
     ("websearch", CallPolicy.STALE, "search results change"),
     ("webfetch", CallPolicy.STALE, "web content changes"),
@@ -275,3 +276,33 @@ def test_tools_real_recordings_use_are_classified(name: str, policy: CallPolicy,
     got, why = classify(name)
     assert got is policy
     assert (why is None) if reason is None else (why is not None and reason in why)
+
+
+WILD_JOLLY_EAGLE = Path("/work/shared/wild-dev/opencode/darkfactory-1.2.5-jolly-eagle.json")
+
+
+def test_a_task_call_names_its_child_session(tmp_path: Path) -> None:
+    """``opencode export`` carries no child session: the task call is stale with a precise reason naming it."""
+    log = write_events(tmp_path / "run.jsonl", [
+        step("msg_1", "prt_10"),
+        tool("msg_1", "prt_11", "call_a", name="task"),
+        finish("msg_1", "prt_19"),
+    ])
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    lines[1]["part"]["state"]["input"] = {"subagent_type": "gitter", "prompt": "commit", "description": "d"}
+    lines[1]["part"]["state"]["metadata"] = {"sessionId": "ses_child123"}
+    log.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    (call,) = parse_opencode(log).batches[0].calls
+    assert call.policy is CallPolicy.STALE and call.policy_reason is not None
+    assert call.policy_reason.startswith("subagent_transcript_missing: the sub-agent 'gitter' ran in child session "
+                                         "ses_child123")
+
+
+def test_the_public_skill_and_task_recording_is_classified() -> None:
+    if not WILD_JOLLY_EAGLE.is_file():
+        pytest.skip(f"{WILD_JOLLY_EAGLE} is not on this machine")
+    skill, task = (batch.calls[0] for batch in parse_opencode(WILD_JOLLY_EAGLE).batches)
+    assert (skill.name, skill.policy) == ("skill", CallPolicy.FRESH)
+    assert task.name == "task" and task.policy is CallPolicy.STALE
+    assert "subagent_transcript_missing" in (task.policy_reason or "")
+    assert "ses_39b5d3ed8ffea9fQ9vQMuZnTtO" in (task.policy_reason or "")

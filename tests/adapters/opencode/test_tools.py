@@ -13,14 +13,16 @@ from forkpoint import runtimes
 from forkpoint.adapters.opencode.parse import parse_opencode
 from forkpoint.adapters.opencode.session import cut_export
 from forkpoint.adapters.opencode.tools import (
+    SKILL_MISSING,
     OpenCodeToolExecutor,
     check_paths,
     normalize_volatile,
     observation,
+    skill_missing,
     wire_call_id,
 )
 from forkpoint.core.errors import ReplayError
-from forkpoint.core.model import FreshObservation, Mode, Plan, RunContext, ToolCall
+from forkpoint.core.model import CallPolicy, FreshObservation, Mode, Plan, RunContext, ToolCall
 from forkpoint.process import childenv
 from forkpoint.sandbox import open_sandbox
 
@@ -209,3 +211,44 @@ def test_the_tool_host_runs_in_the_sandbox(tmp_path: Path) -> None:
         assert "alpha" in str(read.content) and not read.is_error
         assert str(probed.content).startswith(f"{RECORDED}\n") and "probed" in str(probed.content), probed.content
     assert not written.is_error and (workspace / "made.txt").read_text() == "x\n"
+
+
+def _skill_call(directory: str | None, name: str = "release-notes") -> ToolCall:
+    state: dict[str, Any] = {"status": "completed", "input": {"name": name}, "output": "<skill_content>",
+                             "metadata": {"name": name, **({"dir": directory} if directory else {})}}
+    return ToolCall("call_s", "skill", {"name": name}, None, native={"callID": "call_s", "state": state})
+
+
+def test_a_missing_skill_names_the_file_the_original_loaded() -> None:
+    error = 'Skill "release-notes" not found. Available skills: customize-opencode'
+    inside = skill_missing(_skill_call("/Users/a/proj/.opencode/skills/release-notes"), error, "/Users/a/proj")
+    assert inside is not None and inside.startswith(f"{SKILL_MISSING}: OpenCode finds no skill 'release-notes'")
+    assert "put .opencode/skills/release-notes/SKILL.md into the workspace" in inside
+    outside = skill_missing(_skill_call("/Users/a/.config/opencode/skill/release-notes"), error, "/Users/a/proj")
+    assert outside is not None and "outside the project (its own configuration)" in outside
+    assert skill_missing(_skill_call(None), "some other failure", "/p") is None
+
+
+def test_a_skill_the_workspace_lacks_is_a_stale_fallback_on_the_real_binary(tmp_path: Path) -> None:
+    """The skill fixture's load, replayed where its SKILL.md is absent: OpenCode's own skill tool finds nothing, and
+    the call is a precise stale fallback, not a silently different observation (the old code refused every skill
+    load up front instead of re-running it)."""
+    runtime = runtimes.find("opencode", "1.18.33")
+    if runtime is None:
+        pytest.skip("opencode 1.18.33 is not installed")
+    fixture = FIXTURES / "1.18.33" / "skill"
+    trajectory = parse_opencode(fixture / "export.json")
+    loaded = trajectory.batches[0].calls[0]
+    assert (loaded.name, loaded.policy) == ("skill", CallPolicy.FRESH)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    executor = OpenCodeToolExecutor(RunContext(workspace, tmp_path / "state", tmp_path / "out"), runtime.entrypoint,
+                                    recorded_cwd=trajectory.cwd)
+    try:
+        with childenv.passing({}, temp_dir=tmp_path / "run-tmp"), pytest.raises(ReplayError) as caught:
+            executor.run(loaded)
+    finally:
+        executor.close()
+    assert caught.value.stale_fallback and caught.value.before_effect
+    assert SKILL_MISSING in caught.value.message
+    assert "put .opencode/skills/release-notes/SKILL.md into the workspace" in caught.value.message

@@ -54,7 +54,9 @@ def classify(
     recorded ``toolUseResult``, which holds an interactive call's answer)."""
     if name == "Bash" and arguments.get("run_in_background") is True:
         return CallPolicy.REFUSED, "Bash with run_in_background cannot be replayed deterministically"
-    if historical is not None and historical.is_error and historical.text.lstrip().startswith("<tool_use_error>"):
+    if (historical is not None and historical.is_error and historical.text.lstrip().startswith("<tool_use_error>")
+            and not (name == "Read" and historical.text.startswith("<tool_use_error>File does not exist."))):
+        # (2.0.x answers a Read of a missing file with a <tool_use_error>: a function of the workspace, re-run)
         return CallPolicy.STALE, "Claude Code rejected the original call before running it (<tool_use_error>)"
     if historical is not None and historical.is_error and historical.text.lstrip().startswith(INTERRUPTED_PREFIX):
         return CallPolicy.STALE, (

@@ -10,8 +10,16 @@ Every rule here was measured on the real 2.1.220 / 2.1.332 binaries (scripted mo
 - The session remembers what the model saw of each file (``FileState``, Claude's readFileState): Read, Write and
   Edit update it; Write and Edit consult it to refuse a file changed on disk since.
 - A missing file is ``File does not exist. Note: your current working directory is <shell cwd>.`` (+ ``Did you
-  mean <name>?`` for a sibling with the same stem); a FIFO, device or socket is a forkpoint tool error (Claude would
-  block on it).
+  mean <name>?`` for a sibling with the same stem; 2.0.x: ``<tool_use_error>File does not exist.``); a FIFO,
+  device or socket is a forkpoint tool error (Claude would block on it).
+- A Read of a path outside the workspace (a screenshot under macOS's ``/var/folders/...`` in a recording made on a
+  Mac) reads nothing on the host: whether the path exists is asked INSIDE the run's sandbox (``ls -d`` run there:
+  metadata only, no file opened, the final link not followed). Absent there (no such file or directory, or a
+  parent that is not one), the fresh observation is Claude's missing-file text, as the real binary in that
+  sandbox would answer; anything else (it exists, a link, no permission) is refused before any effect, with
+  ``--allow-stale-observations`` reusing the recorded observation. Under ``--sandbox bwrap`` the sandbox's view
+  is the host's system tree with /tmp, /home, /root and $HOME hidden; under ``--sandbox local`` it is the host
+  itself, so only a path the host does not have becomes the missing-file text (its content is never read).
 """
 
 from __future__ import annotations
@@ -24,14 +32,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from forkpoint.adapters.claude_code.tool_profile import ToolOutcome, ToolProfile, tool_error
+from forkpoint.adapters.claude_code.tool_profile import ToolOutcome, ToolProfile, tool_error, tool_use_error
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.fs import ConfinementError, open_confined
+from forkpoint.process import sanitized_env
 from forkpoint.sandbox import local_sandbox
-from forkpoint.sandbox.base import inside_roots
+from forkpoint.sandbox.base import inside_roots, within
 
 if TYPE_CHECKING:
     from forkpoint.sandbox.base import Sandbox
+
+#: the existence probe of a path outside the workspace, run inside the sandbox (``ls -d``: an lstat, nothing opened)
+_PROBE_TIMEOUT_S = 60.0
+#: ls's own diagnosis (exit 2, ``ls: cannot access '<path>': <strerror>``, LC_ALL=C); the END of the line is read, so
+#: a path that spells one of these texts itself decides nothing
+_ABSENT = (b": No such file or directory\n", b": Not a directory\n")
 
 _NODE_MESSAGES = {
     errno.EACCES: "permission denied",
@@ -95,11 +110,48 @@ class SessionFiles:
 
     def resolve(self, tool: str, path: str) -> str:
         """The absolute path Claude would use (``~`` = HOME, relative = shell cwd); refused outside the workspace."""
-        expanded = path
-        if self.home is not None and (path == "~" or path.startswith("~/")):
-            expanded = self.home + path[1:]
-        return inside_roots(expanded, self.cwd(), self.roots,
+        return inside_roots(self.expand(path), self.cwd(), self.roots,
                             f"Claude Code {tool} of {path!r} lies outside the workspace; forkpoint does not touch it")
+
+    def expand(self, path: str) -> str:
+        if self.home is not None and (path == "~" or path.startswith("~/")):
+            return self.home + path[1:]
+        return path
+
+    def outside(self, path: str) -> str | None:
+        """The absolute path (as the tools see it) when ``path`` lies outside every spelling of the workspace."""
+        absolute = os.path.normpath(os.path.join(self.cwd(), self.expand(path)))
+        return None if any(within(absolute, root) for root in self.roots) else absolute
+
+    def absent_outside(self, tool: str, path: str, absolute: str) -> ToolOutcome:
+        """Claude's missing-file answer for a path outside the workspace that the sandbox does not have; any other
+        case is refused before any effect (stale fallback): forkpoint reads no file outside the workspace."""
+        env = sanitized_env(os.environ, strip_credentials=True)
+        env.update({"LC_ALL": "C", "LANG": "C"})
+        try:
+            result = self.sandbox.run(["ls", "-d", "--", absolute], cwd=self.sandbox.cwd, env=env,
+                                      timeout_s=_PROBE_TIMEOUT_S)
+        except (OSError, ReplayError) as error:
+            detail = getattr(error, "message", None) or str(error)
+            raise ReplayError(ErrorKind.EXECUTOR, f"Claude Code {tool} of {path!r} (outside the workspace): its "
+                                                  f"existence probe failed ({detail})", before_effect=True) from None
+        if result.returncode == 2 and result.stderr.startswith(b"ls: cannot access ") \
+                and result.stderr.endswith(_ABSENT) and result.stderr.count(b"\n") == 1:
+            return self.missing_outcome(absolute)
+        raise ReplayError(
+            ErrorKind.EXECUTOR,
+            f"Claude Code {tool} of {path!r} lies outside the workspace and the sandbox ({self.sandbox.name}) does "
+            "not say it is absent; forkpoint reads no file outside the workspace (--allow-stale-observations reuses "
+            "the recorded observation)",
+            before_effect=True, stale_fallback=True,
+        )
+
+    def missing_outcome(self, absolute: str) -> ToolOutcome:
+        """Read's answer for a missing file, in the profile's form."""
+        if self.profile.read_missing_short:
+            similar = self._similar_name(absolute)
+            return tool_use_error("File does not exist." + (f" Did you mean {similar}?" if similar else ""))
+        return tool_error(self.missing(absolute))
 
     def escaped(self, tool: str, path: str, absolute: str) -> ToolOutcome:
         """A symlink led outside: a non-regular target is an ordinary tool error, a regular file a refusal."""

@@ -58,6 +58,11 @@ def media_kind(path: str) -> str | None:
     return "image" if extension in IMAGE_EXTENSIONS else None
 
 
+def missing_file_text(text: str) -> bool:
+    """Whether ``text`` is Read's answer for a missing file (2.1.x plain, 2.0.x as a ``<tool_use_error>``)."""
+    return text.startswith(("File does not exist.", "<tool_use_error>File does not exist."))
+
+
 def classify_read(arguments: dict[str, Any], historical: Observation | None, version: str | None) -> str | None:
     """None when a Read can be re-run, else the reason it stays stale (decided before anything is allocated)."""
     path = arguments.get("file_path")
@@ -65,6 +70,8 @@ def classify_read(arguments: dict[str, Any], historical: Observation | None, ver
     if kind is None:
         return None
     if historical is not None and historical.is_error:
+        if kind == "image" and missing_file_text(historical.text):
+            return None  # measured (fixture read_outside): a missing PNG gets Read's missing-file text
         return f"Claude Code's error text for a failed {kind} Read was not measured"
     content = historical.content if historical is not None else None
     if kind == "notebook":

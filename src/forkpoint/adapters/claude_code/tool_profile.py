@@ -41,6 +41,9 @@ class ToolProfile:
     read_reminder: str = ""
     #: the name shown in the result (``tool_profile``)
     label: str = ""
+    #: 2.0.x: a Read of a missing file is ``<tool_use_error>File does not exist.</tool_use_error>`` (no cwd note;
+    #: fixture ``read_outside``); 2.1.x says ``File does not exist. Note: your current working directory is <cwd>.``
+    read_missing_short: bool = False
 
 
 _SIZE_ERROR = (
@@ -117,6 +120,7 @@ V2_0 = ToolProfile(
     cat_n_arrows=True,
     read_reminder=MALWARE_REMINDER,
     label="claude-code 2.0.x (measured on 2.0.27)",
+    read_missing_short=True,
 )
 #: 2.0.0-2.0.25: 2.0.27's tools with the Read reminder of the public 2.0.14 recordings
 V2_0_EARLY = replace(V2_0, read_reminder=EARLY_MALWARE_REMINDER,

@@ -7,7 +7,8 @@ Every rule here was measured on the real 2.1.220 / 2.1.332 binaries (scripted mo
   line 1); ``limit`` 0 means no limit; no 2,000-line or per-line cut.
 - No ``limit`` and more than 256 KiB on disk: a size error (2.1.332 also accepts ``allow_large: true``).
 - An empty file / an offset past the end give ``<system-reminder>`` warnings (not errors); a missing file
-  Claude's "File does not exist" text (``SessionFiles.missing``); a directory
+  Claude's "File does not exist" text (``SessionFiles.missing_outcome``; a missing PNG too, and a
+  path outside the workspace that the sandbox does not have: ``SessionFiles.absent_outside``); a directory
   ``EISDIR: illegal operation on a directory, read '<path>'``.
 - 2.0.x numbers lines ``cat -n``-style (``     1→<line>``, ``tool_profile.cat_n``) and appends its malware
   ``<system-reminder>`` to every Read that shows lines; lines that join to nothing (an empty file too) get the
@@ -61,6 +62,9 @@ SPECIAL_READ_EXTENSIONS = _extensions(".png .jpg .jpeg .gif .webp .bmp .ico .tif
 def read(files: SessionFiles, arguments: dict[str, Any]) -> ToolOutcome:
     """Claude's Read of ``file_path`` (``offset``/``limit`` lines; 2.1.332 also ``allow_large``)."""
     path = files.path_arg("Read", arguments)
+    outside = files.outside(path)
+    if outside is not None:
+        return files.absent_outside("Read", path, outside)
     absolute = files.resolve("Read", path)
     extension = os.path.splitext(absolute)[1].lower()
     if extension in SPECIAL_READ_EXTENSIONS:
@@ -76,7 +80,7 @@ def read(files: SessionFiles, arguments: dict[str, Any]) -> ToolOutcome:
     except ConfinementError:
         return files.escaped("Read", path, absolute)
     except (FileNotFoundError, NotADirectoryError):
-        return tool_error(files.missing(absolute))
+        return files.missing_outcome(absolute)
     except NotRegularFileError:
         if os.path.isdir(files.host(absolute)):
             return tool_error(f"EISDIR: illegal operation on a directory, read '{absolute}'")
@@ -156,6 +160,11 @@ def _read_media(files: SessionFiles, path: str, absolute: str) -> ToolOutcome:
         result = read_regular_file(files.workspace, absolute, max_bytes=READ_SCAN_BUDGET, aliases=files.aliases)
     except ConfinementError:
         return files.escaped("Read", path, absolute)
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        if kind == "image":  # measured (fixture read_outside): a missing PNG gets Read's missing-file text
+            return files.missing_outcome(absolute)
+        raise ReplayError(ErrorKind.EXECUTOR, f"Claude Code Read of {path!r}: {exc.strerror or exc}; forkpoint "
+                          f"does not reproduce a missing {kind} (unmeasured)", before_effect=True) from None
     except OSError as exc:
         raise ReplayError(
             ErrorKind.EXECUTOR,

@@ -241,6 +241,8 @@ def expected_prefix(rollout_items: Sequence[Any], nonce: str, version: str,
     projected = project(items)
     _check_pairing(projected)
     end = len(projected)
+    while end > 0 and is_image_message(projected[end - 1]):
+        end -= 1  # Codex 0.40's view_image: the image message after the output belongs to the batch
     start = end
     while start > 0 and projected[start - 1]["type"] in OUTPUT_TYPES:
         start -= 1
@@ -269,6 +271,13 @@ def expected_prefix(rollout_items: Sequence[Any], nonce: str, version: str,
         boundary_call_ids=boundary,
         recorded_version=recorded,
     )
+
+
+def is_image_message(item: JsonObject) -> bool:
+    """A user message that is only a view_image's image (Codex 0.40 writes one after the call's output)."""
+    content = item.get("content")
+    return (item.get("type") == "message" and item.get("role") == "user" and isinstance(content, list)
+            and all(isinstance(part, dict) and part.get("type") == "input_image" for part in content))
 
 
 def _is_model_item(item: JsonObject) -> bool:

@@ -43,6 +43,7 @@ from forkpoint.adapters.codex.envelope import (
     ItemDigest,
     ResumeNotice,
     digest_items,
+    is_image_message,
     item_kind,
     project,
 )
@@ -98,7 +99,8 @@ def _clean(expected: CodexExpectedPrefix, body: Any, boundary_prompt: str | None
         if k >= 0 and _is_notice(items[k], notice):
             inserted.append(notice.name)
             k -= 1
-    while k >= 0 and items[k].get("type") not in OUTPUT_TYPES:
+    # (a Codex 0.40 view_image's image message after the last output is history: compared with the prefix below)
+    while k >= 0 and items[k].get("type") not in OUTPUT_TYPES and not is_image_message(items[k]):
         kind = _context_kind(items[k], notices)
         if kind is None:
             raise Refusal(f"input item {k} ({item_kind(items[k])}) between the last tool output and the resume "

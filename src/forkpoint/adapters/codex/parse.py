@@ -13,7 +13,7 @@ Rules (measured on 0.149.0 / 0.171.0, see docs/adapters/codex.md):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -158,12 +158,16 @@ def _build(path: Path, sha256: str, lines: list[Line], warnings: list[str], sour
         ends = []
         for call_line in response.calls:
             call = _tool_call(call_line, outputs, seen_calls, version)
-            calls.append(call)
             output = outputs.get(call.call_id)
+            image = _image_message_040(call, output, lines)
+            if image is not None:  # 0.40's view_image: the image message is the observation, in the batch
+                call = replace(call, historical=Observation(image.payload["content"]), policy=CallPolicy.FRESH,
+                               policy_reason=None)
+            calls.append(call)
             if output is not None:
                 if output.index < call_line.index:
                     raise trajectory(f"output of {call.call_id} comes before its call", line=output.index + 1)
-                ends.append(output.index)
+                ends.append(output.index if image is None else image.index)
         complete = complete_so_far and len(ends) == len(calls)
         complete_so_far = complete
         batches.append(Batch(len(batches) + 1, tuple(calls), f"line:{response.calls[0].index + 1}", complete))
@@ -270,8 +274,37 @@ def _tool_call(line: Line, outputs: dict[str, Line], seen: set[str], version: st
     return ToolCall(call_id, name, arguments, historical, policy, reason, native=line.index)
 
 
-#: view_image's output was measured on 0.149 and 0.171 only; an older recording's image is reused (stale)
-VIEW_IMAGE_UNMEASURED = "view_image of a Codex recording before 0.149 is unmeasured; the recorded image is reused"
+#: view_image before 0.149 (measured on 0.40.0, fixture ``view_image_040``): the call's output is always the constant
+#: ``attached local image path`` (a missing file, a directory and a text file too), and the image goes to the model
+#: in a SEPARATE user message right after it: ``[{"type": "input_image", "image_url": "data:<MIME from the
+#: extension>;base64,<file bytes unchanged>"}]`` (a 2100-px PNG and a ``.txt`` as ``text/plain`` included), or
+#: ``[]`` when the file cannot be read. A call in that form re-runs (``tool_image.view_image_040``): its observation
+#: is that message's content (compared, and written back into the rebuilt rollout), and its batch ends after it; a
+#: recording in any other form stays stale with this reason.
+VIEW_IMAGE_UNMEASURED = (
+    "view_image of a Codex recording before 0.149 not in 0.40's measured form (the output 'attached local image "
+    "path' followed by the image in its own user message, fixture view_image_040); the recorded image is reused")
+ATTACHED_040 = "attached local image path"
+
+
+def _image_message_040(call: ToolCall, output: Line | None, lines: list[Line]) -> Line | None:
+    """The user message carrying a 0.40 view_image's image (the line right after its constant output), else None."""
+    if call.name != "view_image" or call.policy_reason != VIEW_IMAGE_UNMEASURED or output is None:
+        return None
+    if output.payload.get("output") != ATTACHED_040 or output.index + 1 >= len(lines):
+        return None
+    line = lines[output.index + 1]
+    item = line.payload
+    if line.index != output.index + 1 or line.type != "response_item" or _item_type(item) != "message" \
+            or item.get("role") != "user" or not isinstance(item.get("content"), list):
+        return None
+    content = item["content"]
+    if content == []:
+        return line
+    if len(content) == 1 and isinstance(content[0], dict) and set(content[0]) == {"type", "image_url"} \
+            and content[0]["type"] == "input_image" and isinstance(content[0]["image_url"], str):
+        return line
+    return None
 
 
 def _before_view_image_measured(version: str | None) -> bool:

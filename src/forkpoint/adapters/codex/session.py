@@ -7,7 +7,7 @@ from pathlib import Path
 
 import orjson
 
-from forkpoint.adapters.codex.parse import OUTPUT_TYPES, CodexNative, Line
+from forkpoint.adapters.codex.parse import ATTACHED_040, OUTPUT_TYPES, CodexNative, Line
 from forkpoint.core.errors import trajectory
 from forkpoint.core.hashing import sha256_hex
 from forkpoint.core.model import FreshObservation, Plan
@@ -48,20 +48,35 @@ def rebuilt_lines(plan: Plan[CodexNative], fresh: Mapping[str, FreshObservation]
     sees them. Returns the lines and how many event lines were dropped.
     """
     selected = {call.call_id for call in plan.calls}
+    # Codex 0.40's view_image: the output stays the constant, the image message right after it gets the fresh image
+    images_040 = {call.call_id for call in plan.calls if call.name == "view_image"
+                  and call.historical is not None and isinstance(call.historical.content, list)}
     replaced: set[str] = set()
     out: list[bytes] = []
     dropped = 0
+    image_for: str | None = None
     for raw in read_prefix(plan):
         obj = orjson.loads(raw)
         payload = obj.get("payload")
         kind = obj.get("type")
+        if image_for is not None:
+            if not (kind == "response_item" and isinstance(payload, dict) and payload.get("type") == "message"
+                    and payload.get("role") == "user"):
+                raise trajectory(f"the image message of Codex 0.40's view_image {image_for} is not where parsed")
+            payload["content"] = fresh[image_for].content
+            image_for = None
+            out.append(orjson.dumps(obj))
+            continue
         if kind == "response_item" and isinstance(payload, dict) and payload.get("type") in OUTPUT_TYPES:
             call_id = payload.get("call_id")
             if call_id in selected:
                 observation = fresh.get(call_id)
                 if observation is None:
                     raise trajectory(f"no fresh observation for selected call {call_id}")
-                payload["output"] = observation.content
+                if call_id in images_040 and payload.get("output") == ATTACHED_040:
+                    image_for = call_id
+                else:
+                    payload["output"] = observation.content
                 replaced.add(call_id)
                 out.append(orjson.dumps(obj))
                 continue
@@ -69,6 +84,8 @@ def rebuilt_lines(plan: Plan[CodexNative], fresh: Mapping[str, FreshObservation]
             dropped += 1
             continue
         out.append(raw)
+    if image_for is not None:
+        raise trajectory(f"the prefix ends before the image message of Codex 0.40's view_image {image_for}")
     missing = selected - replaced
     if missing:
         raise trajectory(f"the rebuilt rollout did not replace every selected output: {sorted(missing)}")

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import base64
 import errno
+import os
+import stat
 import struct
 import zlib
 from dataclasses import dataclass
@@ -174,3 +176,51 @@ def view_image(arguments: dict[str, Any], cwd: str, root: Path, aliases: tuple[s
         return INVALID
     url = f"data:{image.mime};base64,{base64.b64encode(result.data).decode('ascii')}"
     return [{"type": "input_image", "image_url": url, "detail": DETAIL[version]}]
+
+
+#: Codex 0.40's view_image output, whatever the file (fixture ``view_image_040``)
+ATTACHED_040 = "attached local image path"
+#: 0.40 names the data URL's MIME type after the EXTENSION (``mime_guess``): the ones measured, lowercase; any other
+#: extension is refused (stale) rather than guessed
+MIME_040 = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".txt": "text/plain"}
+
+
+def view_image_040(arguments: dict[str, Any], cwd: str, root: Path, aliases: tuple[str, ...],
+                   host_path: Any) -> list[dict[str, str]]:
+    """The content of the user message Codex 0.40 sends after a view_image call (its output is ``ATTACHED_040``):
+    one ``input_image`` with ``data:<MIME from the extension>;base64,<the file's bytes>`` (no decoding, no resizing:
+    a text file and a 2100-px PNG were sent as they are), or ``[]`` for a missing file or a directory."""
+    path = arguments.get("path")
+    if not isinstance(path, str) or not path:
+        raise _refuse("view_image without a path string: Codex 0.40's answer is unmeasured")
+    absolute = join_path(cwd, path)
+    mime = MIME_040.get(Path(absolute).suffix)
+    try:
+        result = read_regular_file(root, host_path(absolute), max_bytes=MAX_IMAGE_BYTES, aliases=aliases)
+    except ConfinementError as error:
+        raise _refuse(f"view_image path {absolute!r} leads outside the workspace; forkpoint does not read it") \
+            from error
+    except NotRegularFileError:
+        if _is_directory(host_path(absolute)):
+            return []  # measured: a directory sends nothing
+        raise _refuse(f"view_image {absolute!r} is not a regular file (Codex 0.40 would read it; unmeasured)") \
+            from None
+    except OSError as error:
+        if error.errno == errno.ENOENT:
+            return []  # measured: a missing file sends nothing
+        code = error.errno if error.errno is not None else errno.EIO
+        raise _refuse(f"view_image {absolute!r}: {io_error(code)} (Codex 0.40's answer is unmeasured)") from error
+    if result.truncated:
+        raise _refuse(f"view_image {absolute!r} is over {MAX_IMAGE_BYTES} bytes")
+    if mime is None:
+        raise _refuse(f"view_image {absolute!r}: Codex 0.40 names the MIME type after the extension; "
+                      f"{Path(absolute).suffix or '(none)'!r} is unmeasured")
+    return [{"type": "input_image", "image_url": f"data:{mime};base64,{base64.b64encode(result.data).decode()}"}]
+
+
+def _is_directory(path: str) -> bool:
+    """lstat only: a link is not followed (the confined read already refused one leading out)."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False

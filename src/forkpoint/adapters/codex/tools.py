@@ -55,7 +55,7 @@ from forkpoint.adapters.codex.tool_exec import (
     shell_apply_patch,
     shell_json_content,
 )
-from forkpoint.adapters.codex.tool_image import view_image
+from forkpoint.adapters.codex.tool_image import view_image, view_image_040
 from forkpoint.adapters.codex.tool_patch import ApplyPatch
 from forkpoint.adapters.codex.tool_patch_grammar import VERIFICATION_FAILED
 from forkpoint.adapters.codex.tool_session import Recorded, recorded_outcome
@@ -301,9 +301,10 @@ class CodexToolExecutor:
             content = view_image(arguments, self.patcher.cwd, self.workspace, self.patcher.aliases,
                                  self.sandbox.host_path, self.profile.version)
             return ExecOutcome(content, None, {})
-        if name == "view_image":
-            raise ReplayError(ErrorKind.EXECUTOR, f"view_image of a Codex {SHELL_JSON_PROFILE} recording is "
-                              f"unmeasured (call {call.call_id})", before_effect=True)
+        if name == "view_image":  # 0.40: the image goes in the user message after the constant output
+            content = view_image_040(arguments, self.patcher.cwd, self.workspace, self.patcher.aliases,
+                                     self.sandbox.host_path)
+            return ExecOutcome(content, None, {"image_message": True})
         if name == "shell" and self.shell_json:
             argv = arguments.get("command")
             patch = shell_apply_patch(argv) if isinstance(argv, list) and all(isinstance(a, str) for a in argv) \

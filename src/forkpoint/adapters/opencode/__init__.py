@@ -84,7 +84,8 @@ class OpenCodeAdapter(AdapterBase):
         entrypoint = own if own is not None else resolve_entrypoint(AGENT, plan.trajectory.version or "",
                                                                       None).entrypoint
         return OpenCodeToolExecutor(context, entrypoint, shell=native.shell,
-                                    error_events=line is None or own is None or line.error_events)
+                                    error_events=line is None or own is None or line.error_events,
+                                    recorded_cwd=plan.trajectory.cwd)
 
     def normalise_observation(self, content: object) -> object:
         """Documented volatile parts only (the saved-output path of a truncated bash output)."""

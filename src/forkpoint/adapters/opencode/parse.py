@@ -39,15 +39,18 @@ from forkpoint.core.model import ActionSignature, Batch, CallPolicy, JsonObject,
 
 AGENT = "opencode"
 TERMINAL = frozenset({"completed", "error"})
-FRESH_TOOLS = frozenset({"bash", "read", "write", "edit", "glob", "grep", "apply_patch"})
+#: ``skill`` re-runs with OpenCode's own skill tool: its observation is a function of the skill files the workspace
+#: holds (a skill the replay's OpenCode cannot find is a stale fallback, see tools.SKILL_MISSING)
+FRESH_TOOLS = frozenset({"bash", "read", "write", "edit", "glob", "grep", "apply_patch", "skill"})
+#: the reason code of a ``task`` call: its sub-agent's own calls live in a child session no export carries
+SUBAGENT_MISSING = "subagent_transcript_missing"
 STALE_REASONS = {
-    "task": "it ran a sub-agent session of the original run",
+    "task": f"{SUBAGENT_MISSING}: it ran a sub-agent in a child session of the original run",
     "webfetch": "web content changes over time",
     "websearch": "web search results change over time",
     "list": "older OpenCode versions' directory listing; the verified versions (1.17, 1.18) no longer have it",
     "todowrite": "it updated the original session's todo list",
     "todoread": "it read the original session's todo list",
-    "skill": "it loaded a skill from the original machine's configuration",
     "question": "it asked the original user a question",
     "invalid": "OpenCode rejected the original call (unknown tool or bad arguments); its error is reused",
 }
@@ -377,7 +380,24 @@ def _tool_call(call_id: str, part: JsonObject) -> ToolCall:
     elif status == "error":
         historical = Observation(str(state.get("error") or ""), is_error=True)
     policy, reason = classify(part["tool"])
+    if part["tool"] == "task":
+        reason = task_reason(state)
     return ToolCall(call_id, part["tool"], arguments, historical, policy, reason, native=part)
+
+
+def task_reason(state: JsonObject) -> str:
+    """Why a ``task`` call stays stale, naming its child session: ``opencode export <session>`` writes one session's
+    messages, never its sub-agents' child sessions, so the sub-agent's calls cannot be re-run from it."""
+    metadata: JsonObject = state["metadata"] if isinstance(state.get("metadata"), dict) else {}
+    child = metadata.get("sessionId")
+    arguments: JsonObject = state["input"] if isinstance(state.get("input"), dict) else {}
+    agent = arguments.get("subagent_type")
+    who = f" {agent[:80]!r}" if isinstance(agent, str) and agent else ""
+    where = (f"child session {child[:80]}" if isinstance(child, str) and child else
+             "a child session the recording does not name")
+    return (f"{SUBAGENT_MISSING}: the sub-agent{who} ran in {where}, whose messages (its own tool calls) an "
+            "`opencode export` of the parent session does not carry; --allow-stale-observations reuses its answer "
+            "without re-running its calls")
 
 
 def classify(name: str) -> tuple[CallPolicy, str | None]:

@@ -6,6 +6,13 @@ has any effect. The fresh observation is OpenCode's own: the ``output`` of a ``c
 with a non-zero exit is ``completed``, its code in ``metadata.exit``) or the ``error`` text of an ``error`` part.
 The whole fresh tool state (output, metadata, title, time) is kept for the rebuilt session.
 
+``skill`` runs OpenCode's own skill tool: it finds the skill among the SKILL.md files of the workspace (and of the
+tool host's private, empty config), so it re-runs exactly what the workspace holds (1.17 and 1.18 name the base
+directory as a path, 1.2 as a ``file://`` URL: such a recording differs there). A recorded skill load that the
+replay's OpenCode cannot find (``Skill "<name>" not found``: the skill file is not in the workspace, or it came from
+the original machine's own configuration) is a stale fallback naming the file the original loaded
+(``skill_file_missing``), never a silently different observation; the skill tool has no effect to undo.
+
 ``apply_patch`` (what OpenCode offers GPT models instead of edit/write) names its files inside ``patchText``: every
 ``*** Add/Delete/Update File:`` and ``*** Move to:`` header must resolve inside the workspace too. OpenCode only
 offers it to a GPT model id, so it runs in a second tool host whose model id is one (``GPT_MODEL``); edit/write
@@ -40,6 +47,10 @@ NON_GPT_ONLY = frozenset({"edit", "write"})
 DEFAULT_TIMEOUT_S = 600.0
 #: the saved-output path of a truncated bash output names the replaying HOME and a random id
 _SAVED_OUTPUT = re.compile(r"(Full output saved to: )\S+")
+
+
+#: the reason code of a recorded skill load the replay's OpenCode cannot find
+SKILL_MISSING = "skill_file_missing"
 
 
 def normalize_volatile(content: Any) -> Any:
@@ -116,14 +127,36 @@ def observation(call: ToolCall, part: JsonObject, duration_ms: int) -> FreshObse
                             duration_ms=duration_ms, native=state)
 
 
+def skill_missing(call: ToolCall, error: str, recorded_cwd: str | None) -> str | None:
+    """The stale reason of a recorded skill load whose skill the replay's OpenCode did not find, else None."""
+    name = call.arguments.get("name")
+    if not isinstance(name, str) or not error.startswith(f'Skill "{name}" not found'):
+        return None
+    part = call.native if isinstance(call.native, dict) else {}
+    state: JsonObject = part["state"] if isinstance(part.get("state"), dict) else {}
+    metadata: JsonObject = state["metadata"] if isinstance(state.get("metadata"), dict) else {}
+    directory = metadata.get("dir")
+    if not isinstance(directory, str) or not directory:
+        where = "the recording does not say where the original found it"
+    elif recorded_cwd is not None and within(os.path.normpath(directory), os.path.normpath(recorded_cwd)):
+        relative = os.path.relpath(os.path.normpath(directory), os.path.normpath(recorded_cwd))
+        where = (f"the original loaded {directory}/SKILL.md from the project: put {relative}/SKILL.md into the "
+                 "workspace")
+    else:
+        where = f"the original loaded {directory}/SKILL.md from outside the project (its own configuration)"
+    return (f"{SKILL_MISSING}: OpenCode finds no skill {name[:80]!r} here ({error[:300]}); {where}, or pass "
+            "--allow-stale-observations to reuse the recorded observation")
+
+
 class OpenCodeToolExecutor:
     """FRESH calls go through one OpenCode tool host (the recorded version, or its line's: tool_profile) started
     on the first call. ``error_events``: whether the binary prints a ``tool_use`` event for a failed call."""
 
     def __init__(self, context: RunContext, entrypoint: Path, *, shell: str | None = None,
-                 error_events: bool = True) -> None:
+                 error_events: bool = True, recorded_cwd: str | None = None) -> None:
         self.context = context
         self.error_events = error_events
+        self.recorded_cwd = recorded_cwd
         self.entrypoint = entrypoint
         self.shell = shell
         self.workspace = context.workspace
@@ -150,7 +183,12 @@ class OpenCodeToolExecutor:
         if part.get("tool") != call.name:
             raise ReplayError(ErrorKind.EXECUTOR, f"OpenCode ran {part.get('tool')!r} for {call.name} {call.call_id} "
                                                   "(it rejected the call as invalid)")
-        return observation(call, part, int((time.monotonic() - started) * 1000))
+        fresh = observation(call, part, int((time.monotonic() - started) * 1000))
+        if call.name == "skill" and fresh.is_error and not (call.historical and call.historical.is_error):
+            missing = skill_missing(call, str(fresh.content), self.recorded_cwd)
+            if missing is not None:
+                raise ReplayError(ErrorKind.EXECUTOR, missing, before_effect=True, stale_fallback=True)
+        return fresh
 
     def close(self) -> None:
         for host in self.hosts.values():
