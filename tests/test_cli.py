@@ -414,7 +414,7 @@ def test_installing_pi_on_a_host_that_cannot_get_fd_warns_and_installs_pi(tmp_pa
     assert installed.returncode == 0, installed.stderr
     assert installed.stdout.strip() == f"pi@0.83.0: {entry}"
     assert "warning: fd >= 9 (for Pi's find) cannot be installed: apt-get is not on PATH" in installed.stderr
-    assert not (tmp_path / "tools" / "fd").exists()
+    assert not (tmp_path / ".tools" / "fd").exists()
 
 
 def test_model_options_parse_and_are_refused_before_anything_runs(session: Path, tmp_path: Path) -> None:

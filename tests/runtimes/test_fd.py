@@ -177,4 +177,4 @@ def test_an_unsigned_archive_is_refused_and_nothing_is_installed(empty_cache: Pa
         fd.install_fd()
     assert "is not signed" in caught.value.message
     assert fd.find_fd() is None
-    assert [p.name for p in (empty_cache / "tools").iterdir()] == []  # the staging dir is gone
+    assert [p.name for p in (empty_cache / ".tools").iterdir()] == []  # the staging dir is gone

@@ -10,10 +10,10 @@ named regular files taken out of them: the fd binary, the loader, ``libc.so.6`` 
 runs that fd through that loader (``ld.so --library-path``), so no host library is loaded and the binary is not
 modified.
 
-Layout: ``<cache_root>/tools/fd/`` holding ``bin/fd`` (the wrapper), ``libexec/fd``, ``lib/``, and
-``forkpoint-tool.json`` (the packages, their versions and SHA256). An install fills a staging dir and renames it into
-place, like the agent runtimes. Nothing else of a .deb is unpacked: no link, device, absolute or ``..`` path can
-reach the disk, and every member read is bounded.
+Layout: ``<cache_root>/.tools/fd/`` (next to forkpoint's own uv) holding ``bin/fd`` (the wrapper), ``libexec/fd``,
+``lib/``, and ``forkpoint-tool.json`` (the packages, their versions and SHA256). An install fills a staging dir
+and renames it into place, like the agent runtimes. Nothing else of a .deb is unpacked: no link, device, absolute or
+``..`` path can reach the disk, and every member read is bounded.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def unavailable(why: str) -> ReplayError:
 
 
 def tool_root() -> Path:
-    return cache_root() / "tools" / "fd"
+    return cache_root() / ".tools" / "fd"
 
 
 @dataclass(frozen=True)
