@@ -154,20 +154,26 @@ SCENARIOS = [
           tool_use("find", {"pattern": "*.py"}, id="call_opt_2")],
          [tool_use("ls", {}, id="call_opt_3"), tool_use("ls", {"path": "src"}, id="call_opt_4")],
          [tool_use("grep", {"pattern": "helper", "path": "docs", "ignoreCase": True}, id="call_opt_5"),
-          tool_use("find", {"pattern": "*.rs"}, id="call_opt_6")],
+          tool_use("find", {"pattern": "*.rs"}, id="call_opt_6"),
+          tool_use("find", {"pattern": "*.md"}, id="call_opt_10")],
          [tool_use("grep", {"pattern": "(", "path": "src/app.py"}, id="call_opt_7"),
-          tool_use("ls", {"path": "missing"}, id="call_opt_8")],
+          tool_use("ls", {"path": "missing"}, id="call_opt_8"),
+          tool_use("find", {"pattern": "src/*.json", "path": "."}, id="call_opt_11")],
          [tool_use("edit", {"path": "src/app.py", "edits": [{"oldText": "42", "newText": "43"}]}, id="call_opt_9")],
          [text("main is in src/app.py.")]],
         tools="read,bash,edit,write,grep,find,ls",
-        expect_errors={"call_opt_1": False, "call_opt_2": True, "call_opt_3": False, "call_opt_8": True},
-        expect_texts={"call_opt_1": "app.py:1: def main():", "call_opt_2": "fd is not available",
-                      "call_opt_4": "app.py"},
-        notes="pi --tools read,bash,edit,write,grep,find,ls: grep (ripgrep from PATH) and ls ran; find needs fd >= 9 "
-              "(it passes --no-require-git; Debian 12's fd-find 8.6 rejects that flag) and offline Pi cannot "
-              "download its own, so on the recording host (no fd) it answered 'fd is not available' (isError). "
-              "Every grep matches within one file: rg searches several files in parallel and Pi does not sort "
-              "its output, so a multi-file order is not reproducible",
+        expect_errors={"call_opt_1": False, "call_opt_2": False, "call_opt_3": False, "call_opt_8": True,
+                       "call_opt_10": False, "call_opt_11": False},
+        expect_texts={"call_opt_1": "app.py:1: def main():", "call_opt_2": "src/app.py",
+                      "call_opt_4": "app.py", "call_opt_6": "No files found matching pattern",
+                      "call_opt_10": "docs/notes.md", "call_opt_11": "src/data.json"},
+        notes="pi --tools read,bash,edit,write,grep,find,ls: grep (ripgrep from PATH), find and ls ran. find needs "
+              "fd >= 9 (it passes --no-require-git; Debian 12's fd-find 8.6 rejects that flag) and offline Pi "
+              "cannot download its own: forkpoint's fd runtime (Debian trixie's fd-find 10.2.0 through its own "
+              "loader, forkpoint.runtimes.fd) was first on PATH. Every grep matches within one file: rg searches "
+              "several files in parallel and Pi does not sort its output, so a multi-file order is not "
+              "reproducible; find's two-file answer (*.md) is fd's own sorted order (fd sorts what it finds "
+              "within its first 100 ms)",
     ),
     Scenario(
         "long_session", "Summarise the big log, then record the summary and fix a line.",
@@ -234,6 +240,10 @@ def record(scenario: Scenario, entrypoint: Path, version: str) -> Path:
     shutil.rmtree(out, ignore_errors=True)
     shutil.copytree(cwd, out / "workspace-initial")
     env = {"PATH": CLEAN_PATH, "HOME": str(home), "LANG": "C.UTF-8", "TZ": "UTC", "PI_OFFLINE": "1"}
+    if "find" in (scenario.tools or "").split(","):
+        # find runs fd >= 9: forkpoint's fd runtime (Debian trixie's fd-find, installed with Pi) first on PATH,
+        # as forkpoint's replay and continuation put it
+        env["PATH"] = f"{runtimes.install_tool('fd')}:{CLEAN_PATH}"
     tools = ["--tools", scenario.tools] if scenario.tools else []
     command = [str(entrypoint), "--mode", "json", "--provider", PROVIDER, "--model", MODEL, *tools, scenario.task]
     window = 150 if scenario.compaction else 128000

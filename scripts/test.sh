@@ -4,7 +4,8 @@
 #   2. Debian packages the tests drive: bubblewrap (--sandbox bwrap), ripgrep (OpenCode's grep/glob tools),
 #      chromium (the report tests open reports in it through Playwright);
 #   3. the verified agent runtimes (npm prefixes and uv venvs, cached under ~/.cache/forkpoint/runtimes:
-#      a second run only checks them), and the flake8 SWE-agent's edit bundles lint with (cached there too);
+#      a second run only checks them; pi's also brings the fd >= 9 Pi's find runs: forkpoint.runtimes.fd), and
+#      the flake8 SWE-agent's edit bundles lint with (cached there too);
 #   4. ruff, mypy (--strict on src, checked but not strict on tests/: pyproject.toml), then pytest (extra arguments
 #      go to pytest: scripts/test.sh tests/run/test_plan.py -q).
 # FORKPOINT_TEST_SKIP_SETUP=1 skips steps 1-3 (a machine that has run them already), FORKPOINT_TEST_SKIP_LINT=1

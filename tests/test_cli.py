@@ -399,6 +399,27 @@ def test_agents_list_and_install_follow_the_specs(tmp_path: Path, monkeypatch: p
     assert unknown.returncode == 11 and "unknown agent 'swe-agent'" in unknown.stderr
 
 
+def test_installing_pi_on_a_host_that_cannot_get_fd_warns_and_installs_pi(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pi's find needs fd >= 9 (forkpoint.runtimes.fd, fetched with apt): without apt the install says why on
+    stderr and still succeeds (the finds that need fd are refused at replay); no fd runtime appears."""
+    from forkpoint.runtimes import MANIFEST_NAME, Runtime
+
+    monkeypatch.setenv("FORKPOINT_RUNTIMES", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    entry = tmp_path / "pi" / "0.83.0" / "forkpoint-bin" / "pi"
+    entry.parent.mkdir(parents=True)
+    entry.write_text("#!/bin/sh\n")
+    entry.chmod(0o755)
+    runtime = Runtime("pi", "0.83.0", entry.parents[1], entry, "2026-01-01T00:00:00Z")
+    (runtime.root / MANIFEST_NAME).write_text(json.dumps(runtime.manifest()))
+    installed = forkpoint("agents", "install", "pi@0.83.0")
+    assert installed.returncode == 0, installed.stderr
+    assert installed.stdout.strip() == f"pi@0.83.0: {entry}"
+    assert "warning: fd >= 9 (for Pi's find) cannot be installed: apt-get is not on PATH" in installed.stderr
+    assert not (tmp_path / ".tools" / "fd").exists()
+
+
 def test_model_options_parse_and_are_refused_before_anything_runs(session: Path, tmp_path: Path) -> None:
     from forkpoint.cli.parser import MODEL_DESTS, build_parser
 

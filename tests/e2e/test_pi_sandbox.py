@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from forkpoint import runtimes
+from forkpoint.runtimes import fd as fd_runtime
 from forkpoint.testing import ScriptedModel
 from forkpoint.testing.held_out import PROBE_COMMAND, PROBE_FILE, HeldOut
 from forkpoint.testing.recordings import recorded_cwd
@@ -78,3 +79,31 @@ def test_the_continued_pi_reaches_only_the_bridge(tmp_path: Path) -> None:
         assert result.failure is None, result.failure
         assert result.phase == "continued" and result.metadata["model_bridge"]["validated"] >= 2
         assert_contained(bait, (Path(result.output_dir or "") / "native" / "continued" / "events.jsonl").read_text())
+
+
+OPTIONAL = FIXTURE.parent / "optional_tools"
+
+
+def test_find_runs_forkpoints_fd_inside_the_sandbox(tmp_path: Path) -> None:
+    """Pi's find needs fd >= 9: forkpoint's fd runtime (bound read-only, first on PATH) answers the replayed finds
+    exactly as recorded (one file, none, two in fd's order) and the continued Pi's own find, both in bwrap."""
+    if fd_runtime.find_fd() is None:
+        pytest.skip("forkpoint's fd runtime is not installed (forkpoint agents install pi@0.83.0)")
+    case = SandboxCase("pi", OPTIONAL, "events.jsonl", "", "")
+    workspace = case.workspace_elsewhere(tmp_path)
+    script = json.loads((OPTIONAL / "script.json").read_text())
+    model = ScriptedModel([*script["turns"][:3], [tool_use("find", {"pattern": "*.json"}, "call_live_find")],
+                           [text("Done.")]], seed=script["seed"], model="scripted-model")
+    with model.serve() as url:
+        result = case.run(tmp_path, workspace, upstream="openai-chat", upstream_url=f"{url}/v1", after_step=3)
+    assert result.failure is None, result.failure
+    assert (result.phase, result.quality, result.agent_status) == ("continued", "verified", "completed")
+    out = Path(result.output_dir or "")
+    rows = json.loads((out / "observations.json").read_text())["observations"]
+    finds = [row for row in rows if row["name"] == "find"]
+    assert [row["id"] for row in finds] == ["call_opt_2", "call_opt_6", "call_opt_10"]
+    assert all(row["exact"] for row in rows), rows
+    events = [json.loads(line) for line in (out / "native" / "continued" / "events.jsonl").read_text().splitlines()]
+    live = [r for e in events if e.get("type") == "turn_end" for r in e.get("toolResults") or []
+            if r.get("toolCallId") == "call_live_find"]
+    assert [(r["content"], r.get("isError")) for r in live] == [([{"type": "text", "text": "src/data.json"}], False)]

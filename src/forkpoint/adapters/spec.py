@@ -121,6 +121,9 @@ class AgentSpec:
     #: the native formats it reads, by structure (the first is the default family); every verified version
     #: belongs to the family whose range covers it (``forkpoint.adapters.versions``)
     formats: tuple[FormatFamily, ...] = ()
+    #: host programs its own tools run that forkpoint installs with it (``agents install``; forkpoint.runtimes.
+    #: install_tool): ``"fd"``. An install that fails is a warning: the tools that need it are then refused
+    host_tools: tuple[str, ...] = ()
 
     @property
     def upstreams(self) -> tuple[UpstreamChoice, ...]:

@@ -261,6 +261,13 @@ def agents_install(args: argparse.Namespace) -> None:
     except ReplayError as error:
         fail(error, False)
     say(f"{runtime.agent}@{runtime.version}: {runtime.entrypoint}")
+    from forkpoint.adapters import agent_spec
+
+    for tool in agent_spec(name).host_tools:
+        try:
+            say(f"{tool}: {runtimes.install_tool(tool) / tool}")
+        except ReplayError as error:  # the agent is usable; the calls that need the tool are refused with why
+            say(f"warning: {error.message}", err=True, style=DIM)
 
 
 def agents_calibrate(args: argparse.Namespace) -> None:

@@ -31,8 +31,8 @@ from forkpoint.runtimes.base import (
 )
 
 __all__ = ["MANIFEST_NAME", "SCHEMA_VERSION", "Runtime", "cache_root", "check_cross_version", "check_verified",
-           "continued_by", "find", "install", "install_release", "list_installed", "probe_entrypoint", "probe_version",
-           "release_python", "resolve_entrypoint", "trial", "trial_release"]
+           "continued_by", "find", "install", "install_release", "install_tool", "list_installed", "probe_entrypoint",
+           "probe_version", "release_python", "resolve_entrypoint", "trial", "trial_release"]
 
 #: (agent, verified version, release entrypoint) while a calibration runs a release in that version's place
 _TRIAL: ContextVar[tuple[str, str, Path, str] | None] = ContextVar("forkpoint_runtime_trial", default=None)
@@ -74,6 +74,16 @@ def install(agent: str, version: str) -> Runtime:
     interpreter, uv = python.prerequisites(package, version)
     return install_staged(agent, version,
                           lambda staging: python.install(agent, version, package, staging, interpreter, uv))
+
+
+def install_tool(name: str) -> Path:
+    """Install a host tool an agent's own tools run (``AgentSpec.host_tools``; idempotent); the folder to put
+    first on PATH. A host that cannot is a configuration error saying why."""
+    if name != "fd":
+        raise ReplayError(ErrorKind.CONFIGURATION, f"unknown host tool {name!r}")
+    from forkpoint.runtimes import fd
+
+    return fd.install_fd().bin_dir
 
 
 def install_release(agent: str, version: str) -> Runtime:

@@ -8,6 +8,8 @@ no answer is an executor failure of that call, ambiguous only when a changing to
 
 from __future__ import annotations
 
+import os
+from dataclasses import replace
 from pathlib import Path
 
 import orjson
@@ -16,11 +18,12 @@ import pytest
 from forkpoint.adapters.pi import PiAdapter
 from forkpoint.adapters.pi.parse import parse_pi
 from forkpoint.adapters.pi.runtime import PiRuntime, installed
-from forkpoint.adapters.pi.tools import PiToolExecutor
+from forkpoint.adapters.pi.tools import FD_MISSING, PiToolExecutor
 from forkpoint.core.errors import ErrorKind, ReplayError
-from forkpoint.core.model import CallPolicy, Mode, RunContext, ToolCall
+from forkpoint.core.model import CallPolicy, Mode, Observation, RunContext, ToolCall
 from forkpoint.run.plan import select_boundary
 from forkpoint.runtimes import find
+from forkpoint.runtimes.fd import path_fd
 from forkpoint.testing.recordings import restored_workspace
 
 ROOT = Path(__file__).parents[2] / "fixtures" / "pi"
@@ -109,3 +112,31 @@ def test_a_reply_over_64_kib_arrives_whole(tmp_path: Path) -> None:
     assert not fresh.is_error and fresh.content[0]["text"].startswith("line 0001: ")
     assert fresh.native["details"]["truncation"]["truncated"] is True
     assert len(orjson.dumps({"content": fresh.content, "details": fresh.native["details"]})) > 65536
+
+
+def test_find_on_a_host_without_fd_is_refused_before_it_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No forkpoint fd runtime and no fd >= 9 on PATH: a find recorded with an fd cannot re-run as it ran — refused
+    before any process (``fd unavailable``, stale fallback); one recorded without any fd re-runs and gets Pi's own
+    "fd is not available" again."""
+    real = find("pi", "0.83.0")
+    assert real is not None
+    cache = tmp_path / "runtimes"
+    (cache / "pi").mkdir(parents=True)
+    (cache / "pi" / "0.83.0").symlink_to(real.root)  # the same Pi, in a cache without the fd runtime
+    monkeypatch.setenv("FORKPOINT_RUNTIMES", str(cache))
+    if path_fd(os.environ.get("PATH", "")) is not None:
+        pytest.skip("this host has an fd >= 9 on PATH")
+    parsed = parse_pi(FIXTURES / "optional_tools" / "events.jsonl")
+    call = next(c for b in parsed.batches for c in b.calls if c.call_id == "call_opt_2")
+    assert call.historical is not None and call.historical.content == [{"type": "text", "text": "src/app.py"}]
+    with restored_workspace(FIXTURES / "optional_tools") as workspace:
+        context = RunContext(workspace, tmp_path / "state", tmp_path / "out")
+        executor = PiToolExecutor(context, installed("0.83.0"), ("read", "bash", "edit", "write", "grep", "find", "ls"))
+        assert executor.fd is None
+        with pytest.raises(ReplayError, match=r"fd unavailable: Pi's find\(call_opt_2\) needs fd >= 9") as caught:
+            executor.run(call)
+        assert caught.value.before_effect and caught.value.stale_fallback
+        assert not (tmp_path / "state").exists()  # refused before the runner (and its HOME) existed
+        without = replace(call, historical=Observation([{"type": "text", "text": FD_MISSING}], True))
+        fresh = executor.run(without)
+        assert (fresh.content, fresh.is_error) == ([{"type": "text", "text": FD_MISSING}], True)

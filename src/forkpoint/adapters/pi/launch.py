@@ -22,7 +22,7 @@ from forkpoint.adapters.kit.continuation import AgentHooks, Collected, GateSpec,
 from forkpoint.adapters.pi.gate import context_messages, expected_prefix
 from forkpoint.adapters.pi.parse import DEFAULT_TOOLS, PiNative, dumps, model_turns, parse_pi
 from forkpoint.adapters.pi.runtime import PiRuntime, from_entrypoint
-from forkpoint.adapters.pi.tools import _last_json_line, tool_environment
+from forkpoint.adapters.pi.tools import _last_json_line, fd_for, fd_paths, tool_environment
 from forkpoint.core.errors import ErrorKind, ReplayError, unsupported_version
 from forkpoint.core.fs import lstat_strict, make_dirs_strict, read_sandbox_file, refused_as
 from forkpoint.core.model import ActionSignature, JsonObject
@@ -140,12 +140,14 @@ class PiHooks(AgentHooks[Installed]):
                    "expected_version": runtime.version,
                    # Pi's --tools: only a set other than the defaults is passed (the recorded default path as is)
                    "tools": list(native.tools) if native.tools != DEFAULT_TOOLS else None}
-        env = tool_environment(job.context)
+        fd = fd_for(native.tools)
+        env = tool_environment(job.context, fd)
         shell.loopback_no_proxy(env)
         env["PI_CODING_AGENT_DIR"] = str(agent_dir(home))
         return LaunchSpec([str(runtime.node), str(runtime.runner), "continue"], env, job.sandbox.cwd,
                           job.context.logs / "pi-runner.log", writable=(home, state.events_dir),
-                          readable=(runtime.root, runtime.runner.parent), stdin=orjson.dumps(request))
+                          readable=(runtime.root, runtime.runner.parent, *fd_paths(fd)),
+                          stdin=orjson.dumps(request))
 
     def outcome(self, job: Job, state: Installed, ran: Ran, summary: BridgeSummary) -> Outcome:
         reply = _last_json_line(ran.process.stdout) if ran.process is not None else None

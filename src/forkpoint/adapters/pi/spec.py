@@ -47,4 +47,6 @@ SPEC = AgentSpec(
     exporter="forkpoint.adapters.pi.messages:to_chat",
     # the runner's tools and the continuation run through any sandbox (the runtime bound read-only under bwrap)
     sandbox_features=frozenset({"local", "bwrap"}),
+    # find runs fd >= 9 (forkpoint.runtimes.fd)
+    host_tools=("fd",),
 )

@@ -9,6 +9,11 @@ in call order (Pi runs a parallel batch concurrently, but stores and sends the r
 A runner that ends without a reply is an executor failure of that call (exit 30, its stderr tail in the message),
 before any effect unless the runner announced ``started`` for a tool that changes things (bash, edit, write):
 then the effect may have happened and the engine reports ambiguous_execution.
+
+``find`` runs fd. forkpoint's fd runtime (forkpoint.runtimes.fd, installed with Pi) is put first on the tools'
+PATH and bound read-only into the sandbox. Without it, and without an fd >= 9 on PATH, a recorded find that
+answered anything but Pi's "fd is not available" cannot re-run as it ran: it is refused before it starts with the
+reason ``fd unavailable`` (``--allow-stale-observations`` reuses the recorded observation).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -25,6 +31,7 @@ from forkpoint.adapters.pi.runtime import PiRuntime
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.model import FreshObservation, RunContext, ToolCall
 from forkpoint.process import sanitized_env
+from forkpoint.runtimes.fd import FdRuntime, find_fd, path_fd
 from forkpoint.sandbox import home_environment, local_sandbox
 
 DEFAULT_TIMEOUT_S = 3600.0
@@ -34,6 +41,8 @@ _TEMP_LOG = re.compile(r"pi-bash-[0-9A-Za-z]+\.log")
 #: tools whose execution may change the workspace; read, grep, find and ls only read it
 MUTATING = frozenset({"bash", "edit", "write"})
 _STARTED = b'{"started":true}'
+#: Pi's find without any fd (offline it does not download one)
+FD_MISSING = "fd is not available and could not be downloaded"
 _TAIL = 500
 
 
@@ -55,11 +64,24 @@ PROFILES = {"0.83.0": ToolProfile(flagged_errors=False, records_duration=False),
             "1.6.0": ToolProfile(flagged_errors=True, records_duration=True)}
 
 
-def tool_environment(context: RunContext) -> dict[str, str]:
-    """The agent's environment for its tools: no credentials, an isolated HOME, Pi offline."""
+def tool_environment(context: RunContext, fd: FdRuntime | None = None) -> dict[str, str]:
+    """The agent's environment for its tools: no credentials, an isolated HOME, Pi offline, forkpoint's fd (when
+    given) first on PATH."""
     env = home_environment(sanitized_env(os.environ, strip_credentials=True), context.home)
     env["PI_OFFLINE"] = "1"
+    if fd is not None:
+        env["PATH"] = os.pathsep.join(p for p in (str(fd.bin_dir), env.get("PATH")) if p)
     return env
+
+
+def fd_for(tools: tuple[str, ...]) -> FdRuntime | None:
+    """forkpoint's fd runtime when the enabled tools include find and it is installed."""
+    return find_fd() if "find" in tools else None
+
+
+def fd_paths(fd: FdRuntime | None) -> tuple[Path, ...]:
+    """What a sandbox binds read-only for fd: its runtime folder."""
+    return (fd.root,) if fd is not None else ()
 
 
 class PiToolExecutor:
@@ -68,6 +90,21 @@ class PiToolExecutor:
         self.runtime = runtime
         self.tools = tools  # the recording's enabled tool set (parse.enabled_tools)
         self.sandbox = context.sandbox or local_sandbox(context.workspace)
+        self.fd = fd_for(tools)
+
+    def _check_fd(self, call: ToolCall) -> None:
+        """Refuse (stale fallback) a find that ran with an fd when this host has none Pi could run."""
+        if self.fd is not None:
+            return
+        recorded = call.historical.content if call.historical is not None else None
+        texts = [b.get("text") for b in recorded if isinstance(b, dict)] if isinstance(recorded, list) else []
+        if texts == [FD_MISSING] or path_fd(tool_environment(self.context).get("PATH", "")) is not None:
+            return
+        raise ReplayError(ErrorKind.EXECUTOR, f"fd unavailable: Pi's find({call.call_id}) needs fd >= 9, which this "
+                                              f"host lacks (`forkpoint agents install pi@{self.runtime.version}` "
+                                              "installs forkpoint's fd runtime; see docs/adapters/pi.md); "
+                                              "--allow-stale-observations reuses the recorded observation",
+                          before_effect=True, stale_fallback=True)
 
     def run(self, call: ToolCall) -> FreshObservation:
         if call.name not in self.tools:
@@ -77,6 +114,8 @@ class PiToolExecutor:
         if call.name not in PI_TOOLS:
             raise ReplayError(ErrorKind.UNSUPPORTED_TOOL, f'Pi replay profile does not support tool "{call.name}"',
                               before_effect=True)
+        if call.name == "find":
+            self._check_fd(call)
         profile = PROFILES.get(self.runtime.version, PROFILES["1.6.0"])  # a release on trial: 1.x's loop
         request = {"runtime_root": str(self.runtime.root), "cwd": self.sandbox.cwd, "tools": list(self.tools),
                    "flagged_errors": profile.flagged_errors,
@@ -85,10 +124,10 @@ class PiToolExecutor:
         result = self.sandbox.run(
             [str(self.runtime.node), str(self.runtime.runner), "tool"],
             cwd=self.sandbox.cwd,
-            env=tool_environment(self.context),
+            env=tool_environment(self.context, self.fd),
             timeout_s=_timeout(call),
             writable=(self.context.home,),
-            readable=(self.runtime.root, self.runtime.runner.parent),
+            readable=(self.runtime.root, self.runtime.runner.parent, *fd_paths(self.fd)),
             stdin=orjson.dumps(request),
             max_output_bytes=256 * 1024 * 1024,
         )
