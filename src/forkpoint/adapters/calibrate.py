@@ -29,7 +29,8 @@ from forkpoint.core.errors import ReplayError, configuration, unsupported_versio
 from forkpoint.core.releases import number
 
 #: the agents with a calibration probe
-CALIBRATED = ("claude-code", "codex", "copilot-cli", "gemini-cli", "mini-swe-agent", "opencode", "pi", "qwen-code")
+CALIBRATED = ("claude-code", "codex", "copilot-cli", "gemini-cli", "mini-swe-agent", "opencode", "openhands",
+              "openhands-sdk", "pi", "qwen-code")
 #: a probe per agent: (spec, runtime entrypoint, version, candidates, scratch dir, outcome) -> maps_to or None
 Probe = Callable[[AgentSpec, Path, str, list[str], Path, Outcome], str | None]
 
@@ -55,7 +56,7 @@ def _probe_for(agent: str) -> Probe:
         from forkpoint.adapters.pi.calibrate import probe as pi_probe
 
         return pi_probe
-    if agent in ("copilot-cli", "gemini-cli", "qwen-code"):
+    if agent in ("copilot-cli", "gemini-cli", "openhands", "openhands-sdk", "qwen-code"):
         from importlib import import_module
 
         cli_probe: Probe = import_module(f"forkpoint.adapters.{agent.replace('-', '_')}.calibrate").probe
