@@ -19,7 +19,9 @@ accepted the continuing binary's first request), ``refused`` (the gate named the
 before anything ran (a pair not proven). Commands of strangers run only in temporary workspaces (through
 ``--sandbox bwrap`` where the adapter supports it), one process per run with a time limit.
 
-``--smoke`` runs prepare-only on two fixtures, nothing else.
+``--calibrate AGENT@VERSION ...`` first calibrates those releases into the store (each a real install and probe:
+minutes for the Python agents, which is why CI calibrates only one release of each). ``--smoke`` runs prepare-only
+on two fixtures, nothing else.
 """
 
 from __future__ import annotations
@@ -63,7 +65,9 @@ PROBE_FILES = {"claude-code": ("session.jsonl", "forkpoint.adapters.claude_code.
                "mini-swe-agent": ("trajectory.traj.json", "forkpoint.adapters.mini_swe_agent.calibrate"),
                "gemini-cli": ("session.jsonl", "forkpoint.adapters.gemini_cli.calibrate"),
                "qwen-code": ("session.jsonl", "forkpoint.adapters.qwen_code.calibrate"),
-               "copilot-cli": ("session.jsonl", "forkpoint.adapters.copilot_cli.calibrate")}
+               "copilot-cli": ("session.jsonl", "forkpoint.adapters.copilot_cli.calibrate"),
+               "openhands": ("trajectory.json", "forkpoint.adapters.openhands.calibrate"),
+               "openhands-sdk": ("conversation.json", "forkpoint.adapters.openhands_sdk.calibrate")}
 
 
 
@@ -213,9 +217,19 @@ def main() -> None:
     options.add_argument("--calibrations", type=Path, default=calibration.root(),
                          help="the calibration store whose probe recordings are measured")
     options.add_argument("--no-continue", action="store_true", help="prepare-only and replay-only only")
+    options.add_argument("--calibrate", nargs="*", default=[], metavar="AGENT@VERSION",
+                         help="calibrate these releases into the store first (the heavy matrix CI does not run: "
+                              "e.g. openhands-sdk@1.58.0 openhands@0.60.0)")
     args = finish_args(options.parse_args())
     # the runs (and their subprocesses) read recordings of the store's calibrated versions as calibrated
     os.environ["FORKPOINT_CALIBRATIONS"] = str(args.calibrations)
+    if args.calibrate and not args.smoke:
+        from forkpoint.adapters.calibrate import calibrate
+
+        for target in args.calibrate:
+            outcome = calibrate(target)
+            print(f"{target}: " + (f"calibrated as {outcome.maps_to}" if outcome.ok else f"FAILED: {outcome.reason}"),
+                  file=sys.stderr, flush=True)
     found = fixture_recordings()
     if args.smoke:
         found = found[:2]
