@@ -48,8 +48,13 @@ def test_swe_agent_is_refused_with_the_reason_before_anything_is_installed(
     still replay), nothing is installed or written."""
     monkeypatch.setenv("FORKPOINT_CALIBRATIONS", str(tmp_path / "store"))
     installed: list[str] = []
+
+    def install(agent: str, version: str) -> Path:
+        installed.append(version)
+        return tmp_path
+
     with pytest.raises(ReplayError) as refused:
-        calibrate("swe-agent@1.0.1", install=lambda agent, version: installed.append(version) or tmp_path)
+        calibrate("swe-agent@1.0.1", install=install)
     assert refused.value.kind is ErrorKind.UNSUPPORTED_AGENT
     assert "not on PyPI" in refused.value.message and "replays" in refused.value.message
     assert installed == [] and not (tmp_path / "store").exists()
