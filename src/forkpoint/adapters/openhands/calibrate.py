@@ -100,7 +100,7 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
                                    scratch, "probe run")
     if not ran_ok(outcome, code, stderr):
         return None
-    result = json.loads((scratch / "result.json").read_text("utf-8"))
+    result = json.loads(only_file([scratch / "result.json"], "runner result", 1024 * 1024).read_text("utf-8"))
     data = only_file([saved], "trajectory").read_bytes()
     outcome.evidence.update({"trajectory.json": data, "requests.jsonl": compact_requests(model.requests)})
     state = result.get("agent_state")

@@ -97,7 +97,7 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
                                    _env(home), scratch, "probe conversation")
     if not ran_ok(outcome, code, stderr):
         return None
-    result = json.loads((scratch / "result.json").read_text("utf-8"))
+    result = json.loads(only_file([scratch / "result.json"], "runner result", 1024 * 1024).read_text("utf-8"))
     base_state = only_file(sorted(persisted.glob("*/base_state.json")), "conversation (base_state.json)")
     bundle = only_file([scratch / "bundle.json"], "conversation bundle")
     data = bundle.read_bytes()
