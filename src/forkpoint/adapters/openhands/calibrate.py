@@ -66,7 +66,7 @@ def _env(home: Path) -> dict[str, str]:
     from forkpoint.process import sanitized_env
 
     env = sanitized_env(os.environ, strip_credentials=True)
-    env.update({"HOME": str(home), "SCRIPTED_API_KEY": "scripted-calibration-key", "TZ": "UTC",
+    env.update({"HOME": str(home), "TMPDIR": str(home), "SCRIPTED_API_KEY": "scripted-calibration-key", "TZ": "UTC",
                 "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LOG_LEVEL": "WARNING"})
     return env
 
@@ -78,6 +78,14 @@ def as_candidate(data: bytes, candidate: str) -> bytes:
         if isinstance(event, dict) and event.get("action") == "system" and isinstance(event.get("args"), dict):
             event["args"]["openhands_version"] = candidate
     return (json.dumps(events, indent=4) + "\n").encode("utf-8")
+
+
+def _result(path: Path) -> dict[str, Any]:
+    """The runner's result (bounded, never through a link); empty when it wrote none."""
+    if not path.is_file() or path.is_symlink():
+        return {}
+    data = json.loads(only_file([path], "runner result", 1024 * 1024).read_text("utf-8"))
+    return data if isinstance(data, dict) else {}
 
 
 def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str], scratch: Path,
@@ -98,9 +106,12 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
         (scratch / "request.json").write_text(json.dumps(request), "utf-8")
         code, stderr = run_release([str(entrypoint), str(RUNNER), str(scratch / "request.json")], _env(home),
                                    scratch, "probe run")
-    if not ran_ok(outcome, code, stderr):
+    result = _result(scratch / "result.json") if code != 0 else {}
+    # the runner's own error last (the detail is the tail): the release's stderr ends in warnings
+    if not ran_ok(outcome, code, stderr + f"\nrunner: {str(result.get('error'))[:250]}".encode()
+                  if result.get("error") else stderr):
         return None
-    result = json.loads(only_file([scratch / "result.json"], "runner result", 1024 * 1024).read_text("utf-8"))
+    result = _result(scratch / "result.json")
     data = only_file([saved], "trajectory").read_bytes()
     outcome.evidence.update({"trajectory.json": data, "requests.jsonl": compact_requests(model.requests)})
     state = result.get("agent_state")

@@ -72,10 +72,18 @@ def _env(home: Path) -> dict[str, str]:
     from forkpoint.process import sanitized_env
 
     env = sanitized_env(os.environ, strip_credentials=True)
-    env.update({"HOME": str(home), "SCRIPTED_API_KEY": "scripted-calibration-key", "TZ": "UTC",
+    env.update({"HOME": str(home), "TMPDIR": str(home), "SCRIPTED_API_KEY": "scripted-calibration-key", "TZ": "UTC",
                 "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LOG_LEVEL": "WARNING", "OPENHANDS_SUPPRESS_BANNER": "1",
                 "TMUX_TMPDIR": str(home)})  # the SDK's tmux socket: in the probe's scratch, removed with it
     return env
+
+
+def _result(path: Path) -> dict[str, Any]:
+    """The runner's result (bounded, never through a link); empty when it wrote none."""
+    if not path.is_file() or path.is_symlink():
+        return {}
+    data = json.loads(only_file([path], "runner result", 1024 * 1024).read_text("utf-8"))
+    return data if isinstance(data, dict) else {}
 
 
 def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str], scratch: Path,
@@ -95,9 +103,12 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
         (scratch / "request.json").write_text(json.dumps(request), "utf-8")
         code, stderr = run_release([str(entrypoint), "-I", str(RUNNER), str(scratch / "request.json")],
                                    _env(home), scratch, "probe conversation")
-    if not ran_ok(outcome, code, stderr):
+    result = _result(scratch / "result.json") if code != 0 else {}
+    # the runner's own error last (the detail is the tail): the release's stderr ends in warnings
+    if not ran_ok(outcome, code, stderr + f"\nrunner: {str(result.get('error'))[:250]}".encode()
+                  if result.get("error") else stderr):
         return None
-    result = json.loads(only_file([scratch / "result.json"], "runner result", 1024 * 1024).read_text("utf-8"))
+    result = _result(scratch / "result.json")
     base_state = only_file(sorted(persisted.glob("*/base_state.json")), "conversation (base_state.json)")
     bundle = only_file([scratch / "bundle.json"], "conversation bundle")
     data = bundle.read_bytes()
