@@ -21,7 +21,8 @@ before anything ran (a pair not proven). Commands of strangers run only in tempo
 
 ``--calibrate AGENT@VERSION`` (repeatable) first calibrates those releases into the measured store (installing
 them), timed: the calibrations too slow for CI (OpenCode's, about 50 s each) are measured here, e.g.
-``--calibrate opencode@1.2.6`` (calibrated as 1.17.11 with the 1.2 tool profile named).
+``--calibrate opencode@1.2.6`` (calibrated as 1.17.11 with the 1.2 tool profile named), and the Python agents'
+matrix (minutes each: ``--calibrate openhands-sdk@1.58.0 --calibrate openhands@0.60.0``).
 
 ``--smoke`` runs prepare-only on two fixtures, nothing else.
 """
@@ -68,7 +69,9 @@ PROBE_FILES = {"claude-code": ("session.jsonl", "forkpoint.adapters.claude_code.
                "mini-swe-agent": ("trajectory.traj.json", "forkpoint.adapters.mini_swe_agent.calibrate"),
                "gemini-cli": ("session.jsonl", "forkpoint.adapters.gemini_cli.calibrate"),
                "qwen-code": ("session.jsonl", "forkpoint.adapters.qwen_code.calibrate"),
-               "copilot-cli": ("session.jsonl", "forkpoint.adapters.copilot_cli.calibrate")}
+               "copilot-cli": ("session.jsonl", "forkpoint.adapters.copilot_cli.calibrate"),
+               "openhands": ("trajectory.json", "forkpoint.adapters.openhands.calibrate"),
+               "openhands-sdk": ("conversation.json", "forkpoint.adapters.openhands_sdk.calibrate")}
 
 
 

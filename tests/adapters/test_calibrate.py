@@ -40,3 +40,21 @@ def test_a_verified_or_unknown_target_is_refused(tmp_path: Path, monkeypatch: py
             calibrate(target, against="9.9.9" if target.endswith("331") else None,
                       install=lambda agent, version: tmp_path)
     assert not (tmp_path / "store").exists()
+
+
+def test_swe_agent_is_refused_with_the_reason_before_anything_is_installed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SWE-agent has no installable release and no continuing binary: the refusal says so (and that its recordings
+    still replay), nothing is installed or written."""
+    monkeypatch.setenv("FORKPOINT_CALIBRATIONS", str(tmp_path / "store"))
+    installed: list[str] = []
+
+    def install(agent: str, version: str) -> Path:
+        installed.append(version)
+        return tmp_path
+
+    with pytest.raises(ReplayError) as refused:
+        calibrate("swe-agent@1.0.1", install=install)
+    assert refused.value.kind is ErrorKind.UNSUPPORTED_AGENT
+    assert "not on PyPI" in refused.value.message and "replays" in refused.value.message
+    assert installed == [] and not (tmp_path / "store").exists()

@@ -162,3 +162,15 @@ def test_an_agent_is_its_folder_and_one_registry_line(new_agent: str) -> None:
     chat = ", ".join(n for n in AGENT_NAMES if agent_spec(n).protocol == "openai-chat")
     assert _unwrapped(f"{chat}, {new_agent}; OPENAI_API_KEY") in replay  # --upstream: the chat upstream's agents
     assert _unwrapped(f"Chat Completions agents: {chat}, {new_agent};") in replay
+
+
+def test_a_lockstep_extra_requirement_follows_the_release_installed() -> None:
+    """openhands-tools is released with openhands-sdk: a calibrated 1.58.1 SDK gets tools 1.58.1 (pinning the
+    verified 1.58.2 beside it makes the install unsatisfiable)."""
+    from forkpoint.adapters import agent_spec
+    from forkpoint.adapters.spec import PythonPackage
+
+    package = agent_spec("openhands-sdk").runtime
+    assert isinstance(package, PythonPackage)
+    assert package.extras("1.58.1") == ["openhands-tools==1.58.1"]
+    assert package.extras("1.58.2") == ["openhands-tools==1.58.2"]

@@ -25,11 +25,20 @@ from forkpoint.adapters import agent_spec, calibration
 from forkpoint.adapters.calibration import Outcome
 from forkpoint.adapters.spec import AgentSpec
 from forkpoint.adapters.versions import in_family
-from forkpoint.core.errors import ReplayError, configuration, unsupported_version
+from forkpoint.core.errors import ErrorKind, ReplayError, configuration, unsupported_version
 from forkpoint.core.releases import number
 
 #: the agents with a calibration probe
-CALIBRATED = ("claude-code", "codex", "copilot-cli", "gemini-cli", "mini-swe-agent", "opencode", "pi", "qwen-code")
+CALIBRATED = ("claude-code", "codex", "copilot-cli", "gemini-cli", "mini-swe-agent", "opencode", "openhands",
+              "openhands-sdk", "pi", "qwen-code")
+#: agents that cannot be calibrated, and why (a refusal naming the reason, before anything is installed)
+NOT_CALIBRATED = {
+    "swe-agent": "SWE-agent is not on PyPI, so forkpoint cannot install a release to record against ScriptedModel, "
+                 "and no SWE-agent binary continues a forkpoint session (there is no verified continuation runner): "
+                 "a calibration could check neither its native .traj nor its resume. A .traj of any readable "
+                 "version still prepares and replays, unverified, with 1.1.0's tool semantics (the call-by-call "
+                 "comparison of --replay-only is the evidence)",
+}
 #: a probe per agent: (spec, runtime entrypoint, version, candidates, scratch dir, outcome) -> maps_to or None
 Probe = Callable[[AgentSpec, Path, str, list[str], Path, Outcome], str | None]
 
@@ -55,11 +64,13 @@ def _probe_for(agent: str) -> Probe:
         from forkpoint.adapters.pi.calibrate import probe as pi_probe
 
         return pi_probe
-    if agent in ("copilot-cli", "gemini-cli", "qwen-code"):
+    if agent in ("copilot-cli", "gemini-cli", "openhands", "openhands-sdk", "qwen-code"):
         from importlib import import_module
 
         cli_probe: Probe = import_module(f"forkpoint.adapters.{agent.replace('-', '_')}.calibrate").probe
         return cli_probe
+    if agent in NOT_CALIBRATED:
+        raise ReplayError(ErrorKind.UNSUPPORTED_AGENT, f"{agent} cannot be calibrated: {NOT_CALIBRATED[agent]}")
     raise configuration(f"calibrating {agent} is not supported yet (supported: {', '.join(CALIBRATED)})")
 
 

@@ -52,12 +52,18 @@ class PythonPackage:
     package: str
     python: str  # default "X.Y"
     python_for: Mapping[str, str] | None = None  # version -> "X.Y" where it differs
+    #: further requirements installed beside it; ``{version}`` is the release being installed (a companion
+    #: distribution released in lockstep, e.g. openhands-tools with openhands-sdk)
     extra_packages: tuple[str, ...] = ()
 
     kind: Literal["python"] = "python"
 
     def python_version(self, version: str) -> str:
         return (self.python_for or {}).get(version, self.python)
+
+    def extras(self, version: str) -> list[str]:
+        """The extra requirements for ``version`` (a validated release number) of the package."""
+        return [extra.replace("{version}", version) for extra in self.extra_packages]
 
 
 AgentPackage = NpmPackage | PythonPackage

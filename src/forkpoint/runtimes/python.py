@@ -120,7 +120,7 @@ def install(agent: str, version: str, spec: PythonPackage, staging: Path, python
           str(staging)], f"uv venv ({python})", env)
     requirement = f"{spec.package}=={version}"
     _run([str(uv), "pip", "install", "--quiet", "--python", str(staging / ENTRYPOINT), requirement,
-          *spec.extra_packages], f"uv pip install {requirement}", env)
+          *spec.extras(version)], f"uv pip install {requirement}", env)
     staged = Runtime(agent, version, staging, staging / ENTRYPOINT, now())
     probed = probe_version(staged, spec)
     if probed != version:

@@ -162,11 +162,14 @@ def replay_check(agent: str, candidate: str, lines: list[Any] | bytes, steps: in
 
 
 def resume_check(agent: str, candidate: str, data: list[Any] | bytes, after_step: int, restore: Callable[[], Path],
-                 entrypoint: Path, release: str, scratch: Path, outcome: Outcome, *, name: str) -> bool:
+                 entrypoint: Path, release: str, scratch: Path, outcome: Outcome, *, name: str,
+                 reuse: bool = False) -> bool:
     """The release continues its own recording (``data``, read as ``candidate``) after ``after_step``: forkpoint
     rebuilds the session with ``candidate``'s profile, the RELEASE resumes it through the bridge (``--upstream
     stub``: no model), and ``candidate``'s gate must accept its first request. Used by the agents whose resume
-    is a forkpoint continuation (a companion or runner, not only a CLI flag)."""
+    is a forkpoint continuation (a companion or runner, not only a CLI flag). ``reuse``: the prefix keeps its
+    recorded observations (``--reuse-observations '*'``), so no tool re-runs before the release resumes (an agent
+    whose tools start slowly, OpenHands; the replay check compares the tools apart)."""
     from forkpoint import runtimes
     from forkpoint.run.engine import execute
     from forkpoint.run.request import build_request
@@ -179,7 +182,8 @@ def resume_check(agent: str, candidate: str, data: list[Any] | bytes, after_step
             result = execute(build_request({
                 "agent": agent, "trajectory": str(source), "after_step": after_step, "workspace": str(workspace),
                 "state_dir": str(run / "state"), "output_dir": str(run / "out"), "run_id": "calibrate",
-                "upstream": "stub", "max_steps": 2}, source="calibrate"))
+                "upstream": "stub", "max_steps": 2, **({"reuse_observations": ["*"]} if reuse else {})},
+                source="calibrate"))
     except ReplayError as error:
         outcome.checks.append(Check("resume_envelope", False, f"not continued: {error.message}", candidate))
         return False
@@ -241,14 +245,16 @@ def scripted_record_check(spec: AgentSpec, path: Path, errors: list[list[bool]],
 
 def match_candidates(agent: str, candidates: list[str], as_candidate: Callable[[str], bytes], steps: int,
                      restore: Callable[[], Path], entrypoint: Path, release: str, scratch: Path, outcome: Outcome,
-                     *, name: str) -> str | None:
+                     *, name: str, reuse: bool = False) -> str | None:
     """The first candidate whose replay of the whole recording (rewritten by ``as_candidate`` to name it) is
-    exact and whose gate accepts the release resuming the recording after its first batch."""
+    exact and whose gate accepts the release resuming the recording after its first batch (``reuse``: see
+    ``resume_check``)."""
 
     def passes(candidate: str) -> bool:
         data = as_candidate(candidate)
         tools_ok = replay_check(agent, candidate, data, steps, restore, scratch, outcome, name=name)
-        resumed = resume_check(agent, candidate, data, 1, restore, entrypoint, release, scratch, outcome, name=name)
+        resumed = resume_check(agent, candidate, data, 1, restore, entrypoint, release, scratch, outcome, name=name,
+                               reuse=reuse)
         return resumed and tools_ok
 
     return first_match(candidates, passes, outcome)

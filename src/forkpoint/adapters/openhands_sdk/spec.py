@@ -24,7 +24,7 @@ SPEC = AgentSpec(
     title="OpenHands SDK",
     adapter="forkpoint.adapters.openhands_sdk:OpenHandsSdkAdapter",
     versions={VERSION: f"openhands-sdk/{VERSION}/v1-event-log"},
-    runtime=PythonPackage("openhands-sdk", "3.12", extra_packages=(f"openhands-tools=={VERSION}",)),
+    runtime=PythonPackage("openhands-sdk", "3.12", extra_packages=("openhands-tools=={version}",)),
     native_format="openhands-sdk/v1-conversation-dir",
     protocol="openai-chat",
     sniff=sniff,
