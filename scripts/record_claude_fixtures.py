@@ -228,7 +228,7 @@ def task(name: str, **arguments: Any) -> list[Block]:
 
 
 #: old lines recorded for the tool profiles of unverified versions (tool_profile.V2_0), not verified versions
-OLD_LINES = ("2.0.27",)
+OLD_LINES = ("1.0.128", "2.0.27")
 
 
 def _todo(content: str, status: str) -> Json:
@@ -307,7 +307,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
         lambda cwd: [[bash("ls missing-dir", "List missing-dir")],
                      [tool_use("Read", {"file_path": f"{cwd}/missing.txt"})],
                      [text("Neither missing-dir nor missing.txt exists.")]],
-        error_steps=frozenset({0, 1}),
+        error_steps=frozenset({0, 1}), only=(*agent_spec("claude-code").versions, *OLD_LINES),
     ),
     Scenario(
         "read_outside", "Look at the screenshot and the notes I saved outside the project.",

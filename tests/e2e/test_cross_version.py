@@ -222,22 +222,23 @@ def _assert_codex_envelope_gone(first: dict[str, object], out: Path) -> None:
     assert "__forkpoint_nonce_" not in continued
 
 
-def test_a_real_2_0_recording_continues_on_the_newest_verified_binary(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """A session the REAL Claude Code 2.0.27 wrote (fixture 2.0.27/old_line: Read, Write, Edit, TodoWrite, Bash) is
-    replayed with the measured 2.0.x tool profile (every observation exact, TodoWrite re-run) and continued by
-    2.1.332 through the gate; 2.1.332's own notice that the session's model is retired stays in the continued
-    session between the boundary and its first turn."""
+@pytest.mark.parametrize("recorded", ["2.0.27", "1.0.128"])
+def test_a_real_old_line_recording_continues_on_the_newest_verified_binary(recorded: str, tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session the REAL Claude Code 2.0.27 or 1.0.128 wrote (fixture <version>/old_line: Read, Write, Edit,
+    TodoWrite, Bash, parallel calls) is replayed with its measured old-line tool profile (every observation exact,
+    TodoWrite re-run) and continued by 2.1.332 through the gate; 2.1.332's own notice that the session's model is
+    retired stays in the continued session between the boundary and its first turn."""
     _require("claude-code", "2.1.332")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "scripted-upstream-key")
-    fixture = FIXTURES / "claude_code" / "2.0.27" / "old_line"
+    fixture = FIXTURES / "claude_code" / recorded / "old_line"
     model = ScriptedModel.from_file(fixture / "script.json")
     with model.serve() as url:
         result = replay_recording(fixture, tmp_path, agent="claude-code", trajectory="session.jsonl", after=10,
                                   upstream="anthropic", upstream_url=url)
     assert result.failure is None, result.failure
     assert (result.phase, result.quality, result.agent_status) == ("continued", "degraded", "completed")
-    assert result.quality_reasons == ["unverified_version"] and result.recorded_version == "2.0.27"
+    assert result.quality_reasons == ["unverified_version"] and result.recorded_version == recorded
     assert result.metadata["exact_observations"] == result.metadata["compared_observations"] == 13
     assert result.metadata["continuing_agent_version"] == "2.1.332"
     assert result.metadata["session_upgrade"]["derivations"] == []

@@ -14,13 +14,15 @@ CASES = sorted(p.parent for p in FIXTURES.glob("*/*/meta.json"))
 
 def test_every_version_and_scenario_recorded() -> None:
     versions = {case.parent.name for case in CASES}
-    assert versions == {"2.1.220", "2.1.332", "2.0.27"}  # 2.0.27: the old line's tool profile (old_line only)
-    verified = [case for case in CASES if case.parent.name != "2.0.27"]
+    # 1.0.128 and 2.0.27: old lines, recorded for their tool profiles (scenarios with ``only`` naming them)
+    assert versions == {"2.1.220", "2.1.332", "2.0.27", "1.0.128"}
+    verified = [case for case in CASES if case.parent.name not in ("2.0.27", "1.0.128")]
     scenarios = {case.name for case in verified}
     assert {"single_bash", "parallel", "file_tools", "error_result", "stale_tools", "dangling", "cd_persist",
             "large_output", "read_media", "cd_continue"} <= scenarios
     assert len(verified) == 2 * len(scenarios)
-    assert {case.name for case in CASES if case.parent.name == "2.0.27"} == {"old_line"}
+    for old in ("2.0.27", "1.0.128"):
+        assert {case.name for case in CASES if case.parent.name == old} == {"old_line", "read_outside", "error_result"}
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda p: f"{p.parent.name}/{p.name}")

@@ -27,7 +27,7 @@ from forkpoint.testing.recordings import holding, restore_initial
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "claude_code"
 # mcp_tools: its Bash calls read what the MCP server wrote; its proof runs the server (test_tool_mcp.py)
-SESSIONS = sorted(p for p in FIXTURES.glob("2.*/*/session.jsonl") if p.parent.name != "mcp_tools")
+SESSIONS = sorted(p for p in FIXTURES.glob("[0-9]*/*/session.jsonl") if p.parent.name != "mcp_tools")
 
 
 def _fresh_calls(session: Path) -> list[ToolCall]:
@@ -118,8 +118,8 @@ def _files(root: Path) -> dict[str, bytes]:
     return {str(path.relative_to(root)): path.read_bytes() for path in sorted(root.rglob("*")) if path.is_file()}
 
 
-FINAL = sorted(FIXTURES.glob("2.*/*/workspace-final"))
-TASKS = sorted(FIXTURES.glob("2.*/*/tasks"))
+FINAL = sorted(FIXTURES.glob("[0-9]*/*/workspace-final"))
+TASKS = sorted(FIXTURES.glob("[0-9]*/*/tasks"))
 
 
 @pytest.mark.parametrize("final", FINAL, ids=[f"{p.parent.parent.name}-{p.parent.name}" for p in FINAL])

@@ -12,7 +12,7 @@ from forkpoint.run.engine import execute
 from forkpoint.run.request import build_request
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "claude_code"
-SESSIONS = sorted(p for p in FIXTURES.glob("2.*/*/session.jsonl"))
+SESSIONS = sorted(p for p in FIXTURES.glob("[0-9]*/*/session.jsonl"))
 
 # scenario -> (complete batches, incomplete tail, tool names per batch)
 EXPECTED: dict[str, tuple[int, bool, list[list[str]]]] = {
@@ -44,7 +44,7 @@ EXPECTED: dict[str, tuple[int, bool, list[list[str]]]] = {
     "sdk_resume": (2, False, [["Bash"], ["Bash"]]),  # two query() calls, the second resume=ID: one file
     "sdk_fork": (2, False, [["Bash"], ["Bash"]]),  # fork_session: the first batch copied from the original
     "sdk_subagents": (2, False, [["Agent"], ["Bash"]]),
-    # the 2.0.x line (fixture 2.0.27/old_line): its tool profile, TodoWrite re-run
+    # the old lines (fixtures 2.0.27/old_line, 1.0.128/old_line): their tool profile, TodoWrite re-run
     "old_line": (11, False, [["TodoWrite"], ["Read", "Read"], ["Edit"], ["Write"], ["Write"], ["TodoWrite"], ["Edit"],
                              ["Read", "Read", "Read"], ["TodoWrite"], ["TodoWrite"], ["Bash", "Bash"]]),
 }

@@ -27,7 +27,7 @@ from forkpoint.sandbox import open_sandbox
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "claude_code"
 # unavailable_tools: every call was refused by Claude before running (stale), nothing to re-run
 # mcp_tools: its Bash calls read what the MCP server wrote; its proof runs the server (test_tool_mcp.py)
-SESSIONS = sorted(p for p in FIXTURES.glob("2.*/*/session.jsonl") if p.parent.name not in ("unavailable_tools",
+SESSIONS = sorted(p for p in FIXTURES.glob("[0-9]*/*/session.jsonl") if p.parent.name not in ("unavailable_tools",
                                                                                            "mcp_tools"))
 MODES = ["bwrap", "path_map"]
 

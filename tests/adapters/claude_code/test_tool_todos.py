@@ -101,6 +101,19 @@ def test_a_2_0_recording_names_its_tool_profile() -> None:
     assert "2.1.220's semantics" not in " ".join(facts.reasons)
 
 
+def test_a_1_0_recording_names_its_tool_profile() -> None:
+    """A 1.0.x recording (the real 1.0.128) re-runs with 2.0.27's tools and the older reminder, and says so."""
+    from forkpoint.adapters import get_adapter
+    from forkpoint.adapters.claude_code.tool_profile import V2_0_EARLY
+
+    adapter = get_adapter("claude-code")
+    session = Path(__file__).parents[2] / "fixtures" / "claude_code" / "1.0.128" / "old_line" / "session.jsonl"
+    facts = adapter.version_facts(adapter.parse(session))
+    assert facts.status == "unverified" and facts.tool_profile == V2_0_EARLY.label
+    assert f"{V2_0_EARLY.label} tool profile" in facts.reasons[0]
+    assert "2.1.220's semantics" not in " ".join(facts.reasons)
+
+
 def test_public_2_0_reads_reproduce_from_their_recorded_file_content() -> None:
     """The public 2.0.14-2.0.29 Reads (no workspace: the text is rebuilt from the recorded ``toolUseResult.file``):
     2.0.26+ carry 2.0.27's reminder, 2.0.14 the older one (V2_0_EARLY)."""

@@ -59,10 +59,16 @@ def test_js_string_helpers() -> None:
     ]
 
 
-def test_unverified_versions_are_refused() -> None:
+@pytest.mark.parametrize("version", ["0.2.125", "2.1.100", "3.0.0"])
+def test_unverified_versions_are_refused(version: str) -> None:
     with pytest.raises(ReplayError) as error:
-        profile_for_version("1.0.98")
+        profile_for_version(version)
     assert error.value.kind is ErrorKind.UNSUPPORTED_VERSION
+
+
+def test_old_lines_have_their_measured_profiles() -> None:
+    assert profile_for_version("1.0.128") is V2_0_EARLY  # measured: 2.0.27's texts with the older Read reminder
+    assert profile_for_version("1.0.98") is V2_0_EARLY  # the 1.0.x line, measured on its newest release
     assert profile_for_version("2.0.27") is V2_0  # the measured 2.0.x line
     assert profile_for_version("2.0.14") is V2_0_EARLY  # its older Read reminder (public 2.0.14 recordings)
     assert profile_for_version("2.1.250").version == OLD

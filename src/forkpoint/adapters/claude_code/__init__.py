@@ -63,9 +63,9 @@ class ClaudeCodeAdapter(AdapterBase):
                                   recorded=recorded)
 
     def version_facts(self, trajectory: Trajectory) -> VersionFacts:
-        """A 2.0.x recording re-runs with the measured 2.0.x tool profile, named in the result."""
+        """A 1.0.x or 2.0.x recording re-runs with its measured tool profile, named in the result."""
         facts = super().version_facts(trajectory)
-        if facts.status != "unverified" or not (facts.recorded or "").startswith("2.0."):
+        if facts.status != "unverified" or not (facts.recorded or "").startswith(("1.0.", "2.0.")):
             return facts  # (the tool modules load only for replay: prepare-only of a verified session needs none)
         from dataclasses import replace
 

@@ -131,7 +131,7 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
                            outcome)
 
     def passes(candidate: str) -> bool:
-        # a 2.0.x release's tools are the measured 2.0.x profile whatever continues it: replayed as recorded
+        # a 1.0.x or 2.0.x release's tools are its measured old-line profile whatever continues it: replayed as recorded
         rewritten = lines if is_v2_0(version) else [
             {**line, "version": candidate} if isinstance(line, dict) and line.get("version") == version else line
             for line in lines]

@@ -1,5 +1,5 @@
-"""Per-version differences of Claude Code's tools (measured on the real 2.0.27, 2.1.220 and 2.1.332 binaries), and
-the shape every tool returns."""
+"""Per-version differences of Claude Code's tools (measured on the real 1.0.128, 2.0.27, 2.1.220 and 2.1.332
+binaries), and the shape every tool returns."""
 
 from __future__ import annotations
 
@@ -96,8 +96,8 @@ MALWARE_REMINDER = (
     "the code. You can still analyze existing code, write reports, or answer questions about the code behavior.\n"
     "</system-reminder>\n"
 )
-#: the reminder of the public 2.0.14 recordings (not measured on a binary: 2.0.27 is the measured release; the
-#: text changed somewhere in 2.0.15-2.0.26, and the public 2.0.26 recording has 2.0.27's)
+#: the reminder of the real 1.0.128 (fixture 1.0.128/old_line) and of the public 2.0.14 recordings (the text changed
+#: somewhere in 2.0.15-2.0.26, and the public 2.0.26 recording has 2.0.27's)
 EARLY_MALWARE_REMINDER = (
     "\n\n<system-reminder>\nWhenever you read a file, you should consider whether it looks malicious. If it does, you "
     "MUST refuse to improve or augment the code. You can still analyze existing code, write reports, or answer "
@@ -122,10 +122,18 @@ V2_0 = ToolProfile(
     label="claude-code 2.0.x (measured on 2.0.27)",
     read_missing_short=True,
 )
-#: 2.0.0-2.0.25: 2.0.27's tools with the Read reminder of the public 2.0.14 recordings
+#: 1.0.x and 2.0.0-2.0.25: 2.0.27's tools with the older Read reminder. The real 1.0.128 answers every call of the
+#: old_line, read_outside and error_result scenarios with 2.0.27's texts and toolUseResults but this reminder.
 V2_0_EARLY = replace(V2_0, read_reminder=EARLY_MALWARE_REMINDER,
-                     label="claude-code 2.0.x before 2.0.26 (measured on 2.0.27; Read reminder of public 2.0.14 "
-                           "recordings)")
+                     label="claude-code 1.0.x and 2.0.x before 2.0.26 (measured on 1.0.128 and 2.0.27)")
+
+#: the old lines whose tools re-run with a measured profile, not a verified version's: (first, last) release, the
+#: profile. Data: a newly measured line whose texts equal one of these profiles is one more row.
+OLD_LINE_PROFILES: tuple[tuple[tuple[int, int, int], tuple[int, int, int], ToolProfile], ...] = (
+    ((1, 0, 0), (1, 0, 10**6), V2_0_EARLY),
+    ((2, 0, 0), (2, 0, 25), V2_0_EARLY),
+    ((2, 0, 26), (2, 0, 10**6), V2_0),
+)
 
 
 def cat_n(content: str, start_line: int) -> str:
@@ -136,22 +144,29 @@ def cat_n(content: str, start_line: int) -> str:
                      for index, line in enumerate(content.replace("\r\n", "\n").split("\n")))
 
 
-def is_v2_0(version: str | None) -> bool:
-    """Whether ``version`` (a recorded label) is a Claude Code 2.0.x release."""
+def old_line_profile(version: str | None) -> ToolProfile | None:
+    """The measured profile of ``version`` (a recorded label) when it is an old line (1.0.x, 2.0.x), else None."""
     match = _VERSION.match(version or "")
-    return match is not None and (int(match.group(1)), int(match.group(2))) == (2, 0)
+    if match is None:
+        return None
+    parts = tuple(int(part) for part in match.groups())
+    return next((profile for first, last, profile in OLD_LINE_PROFILES if first <= parts <= last), None)
+
+
+def is_v2_0(version: str | None) -> bool:
+    """Whether ``version`` (a recorded label) is an old line that re-runs with the 2.0.x tools (1.0.x, 2.0.x)."""
+    return old_line_profile(version) is not None
 
 
 def v2_0_profile(version: str) -> ToolProfile:
-    """The 2.0.x profile of ``version`` (a 2.0.x release): before 2.0.26 with the older Read reminder."""
-    match = _VERSION.match(version)
-    return V2_0_EARLY if match is not None and int(match.group(3)) < 26 else V2_0
+    """The profile of ``version`` (an old-line release): 1.0.x and 2.0.x before 2.0.26 with the older reminder."""
+    return old_line_profile(version) or V2_0
 
 
 def tool_profile(tool_version: str, recorded: str | None) -> ToolProfile:
-    """The tools of a recording read as ``tool_version``: a 2.0.x recording re-runs with the measured 2.0.x
+    """The tools of a recording read as ``tool_version``: a 1.0.x or 2.0.x recording re-runs with its measured
     profile (its texts differ from every verified version's), anything else with ``tool_version``'s."""
-    return v2_0_profile(recorded or "") if is_v2_0(recorded) else profile_for_version(tool_version)
+    return old_line_profile(recorded) or profile_for_version(tool_version)
 
 
 def profile_for_version(version: str) -> ToolProfile:
@@ -159,12 +174,13 @@ def profile_for_version(version: str) -> ToolProfile:
     match = _VERSION.match(version)
     if match is None:
         raise unsupported_version(f"cannot replay Claude Code tools of version {version!r}")
+    old = old_line_profile(version)
+    if old is not None:
+        return old
     parts = tuple(int(part) for part in match.groups())
-    if parts[:2] == (2, 0):
-        return v2_0_profile(version)
     if parts[:2] != (2, 1) or parts[2] < 220:
         raise unsupported_version(
-            f"forkpoint re-executes the tools of Claude Code 2.0.x and 2.1.220 to 2.1.332, not {version}"
+            f"forkpoint re-executes the tools of Claude Code 1.0.x, 2.0.x and 2.1.220 to 2.1.332, not {version}"
         )
     return NEW if parts >= (2, 1, 332) else OLD
 
