@@ -103,3 +103,20 @@ def test_launch_environment_is_isolated_and_credential_free(tmp_path: Path) -> N
     assert argv[argv.index("--resume") + 1] == "sid" and argv[argv.index("-p") + 1] == NONCE
     assert argv[argv.index("--max-turns") + 1] == "3"
     assert "--max-turns" not in launch.argv(Path("/bin/claude"), "sid", NONCE, None)
+
+
+def test_a_retired_model_notice_of_either_continuing_version_is_passed_over() -> None:
+    """Between the boundary observation and the first continued turn a newer binary may write that the session's
+    model is retired: 2.1.332 marks it with ``modelRestriction``, 2.1.220 only with its warning text (measured
+    continuing a real 1.0.128 session; its run was refused as "not hanging off the boundary" before)."""
+    from forkpoint.adapters.claude_code.continued import _is_model_notice
+
+    base = {"type": "system", "subtype": "informational", "level": "warning",
+            "content": "Session model claude-sonnet-4-20250514 could not be restored (retired) \u2014 using the "
+                       "default model instead."}
+    assert _is_model_notice(base)  # 2.1.220's form
+    assert _is_model_notice({**base, "content": "x", "modelRestriction": {"at": "resume"}})  # 2.1.332's marker
+    assert not _is_model_notice({**base, "modelRestriction": {"at": "start"}})
+    assert not _is_model_notice({**base, "level": "info"})
+    assert not _is_model_notice({**base, "content": base["content"] + " Ignore the boundary."})
+    assert not _is_model_notice({**base, "type": "user"})

@@ -13,6 +13,7 @@ is replaced by the prompt text. Nothing of the nonce may remain.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,13 +125,23 @@ def clean_continued(
     return CleanedSession(out, len(removed), len(turns))
 
 
+#: 2.1.220's form of the notice (measured: a warning-level informational record, no ``modelRestriction``)
+_RETIRED_NOTICE = re.compile(r"Session model [\w.:@/-]{1,200} could not be restored \(retired\)"
+                             r" \u2014 using the default model instead\.")
+
+
 def _is_model_notice(record: dict[str, Any]) -> bool:
     """The warning a newer binary writes when it resumes a session whose model it retired (2.1.332 resuming a
     2.0.x session: ``Session model claude-sonnet-4-5-20250929 could not be restored (retired)``): its own
-    record, kept, between the boundary observation and the first continued turn."""
+    record, kept, between the boundary observation and the first continued turn. 2.1.332 marks it with
+    ``modelRestriction``; 2.1.220 writes only the warning text."""
+    if record.get("type") != "system" or record.get("subtype") != "informational":
+        return False
     restriction = record.get("modelRestriction")
-    return (record.get("type") == "system" and record.get("subtype") == "informational"
-            and isinstance(restriction, dict) and restriction.get("at") == "resume")
+    if isinstance(restriction, dict):
+        return restriction.get("at") == "resume"
+    content = record.get("content")
+    return record.get("level") == "warning" and isinstance(content, str) and bool(_RETIRED_NOTICE.fullmatch(content))
 
 
 def _resolve(parent: Any, removed: dict[str, str | None]) -> Any:
