@@ -114,7 +114,8 @@ def boundaries(agent: str, path: Path) -> tuple[list[int], dict[str, Any]]:
     return [n for n in range(1, last + 1) if n not in refused], {
         "external_from": first_external(agent, description), "detected": detected,
         "version": description["recorded_version"],
-        "status": description["recorded_version_status"], "tools_as": description["tool_semantics_version"]}
+        "status": description["recorded_version_status"],
+        "tools_as": description.get("tool_profile") or description["tool_semantics_version"]}
 
 
 def prepare(agent: str, path: Path, after: int, scratch: Path, *, strict: bool) -> bool:
