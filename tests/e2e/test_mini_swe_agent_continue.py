@@ -10,6 +10,7 @@ the boundary on: counter mode, since 2.x keeps no assistant message for a format
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ pytestmark = pytest.mark.e2e
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "mini_swe_agent"
 VERSIONS = ("1.17.5", "2.4.6")
+EVERY_BOUNDARY = os.environ.get("FORKPOINT_E2E_EVERY_BOUNDARY") == "1"
 
 
 def _native(fixture: Path) -> MiniNative:
@@ -43,9 +45,12 @@ def _cases() -> list[tuple[str, str, int]]:
     for version in VERSIONS:
         for trajectory in sorted((FIXTURES / version).glob("*/trajectory.traj.json")):
             count = parse_trajectory(trajectory).complete_count
-            # first, middle and last on the newest version; first and last on the older one (sampled for CI time:
-            # the envelope differs per version, the boundaries in between repeat the same path)
-            chosen = e2e_boundaries(range(1, count + 1)) if version == VERSIONS[-1] else sorted({1, count})
+            # first, middle and last on the newest version; the last on the older one, and the first too of its
+            # format-error recording (1.x's loop counts consecutive format errors) (sampled for CI time: the
+            # envelope differs per version, the boundaries before the last repeat the same path with a shorter
+            # prefix); FORKPOINT_E2E_EVERY_BOUNDARY=1 runs every boundary
+            wide = version == VERSIONS[-1] or trajectory.parent.name == "format_error" or EVERY_BOUNDARY
+            chosen = e2e_boundaries(range(1, count + 1)) if wide else [count]
             cases += [(version, trajectory.parent.name, after) for after in chosen]
     return cases
 

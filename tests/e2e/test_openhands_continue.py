@@ -34,13 +34,14 @@ VERSION = "0.62.0"
 
 
 def _cases() -> list[tuple[str, int]]:
-    """The first and last boundary of the first scenario, the last of every other (each case starts a real OpenHands
-    twice, ~20 s: the first boundary's path is the same in every scenario, the boundaries in between repeat it;
-    benchmarks/continuation_fidelity covers every boundary; FORKPOINT_E2E_EVERY_BOUNDARY=1 runs them all here)."""
+    """The last boundary of every scenario (each case starts a real OpenHands twice, ~20 s: the boundaries before it
+    take the same path with fewer replayed actions; boundary 1 is continued by
+    test_the_step_budget_and_a_boundary_prompt_in_one_continuation; benchmarks/continuation_fidelity covers every
+    boundary; FORKPOINT_E2E_EVERY_BOUNDARY=1 runs them all here)."""
     counts = [(t.parent.name, parse_events(t).complete_count) for t in sorted(FIXTURES.glob("*/trajectory.json"))]
     if os.environ.get("FORKPOINT_E2E_EVERY_BOUNDARY") == "1":
         return [(name, n) for name, count in counts for n in range(1, count + 1)]
-    return [(name, n) for index, (name, count) in enumerate(counts) for n in sorted({count, *([1] * (index == 0))})]
+    return [(name, count) for name, count in counts]
 
 
 @pytest.fixture(autouse=True)
@@ -164,24 +165,24 @@ def test_a_workspace_elsewhere_is_refused(tmp_path: Path) -> None:
     assert result.exit_code == 20 and "/tmp/forkpoint-rec-openhands/basic" in result.failure.message
 
 
-def test_the_step_budget_stops_the_continuation(tmp_path: Path) -> None:
-    model = ScriptedModel.from_file(FIXTURES / "basic" / "script.json", model="scripted")
-    with workspace("basic") as cwd, model.serve() as url:
-        result = run("basic", cwd, tmp_path, 1, upstream="openai-chat", upstream_url=f"{url}/v1", max_steps=2)
-    assert result.failure is None, result.failure
-    assert (result.agent_status, result.continued_steps) == ("max_steps", 1)
-    assert result.metadata["openhands_max_iterations"] == 2
-
-
-def test_a_boundary_prompt_ends_the_first_request(tmp_path: Path) -> None:
+def test_the_step_budget_and_a_boundary_prompt_in_one_continuation(tmp_path: Path) -> None:
+    """One continuation at boundary 1 (one OpenHands start pair instead of three: CI time) observes the replay of
+    the first boundary, the boundary prompt ending the first request, and the step budget: the prompt is replayed
+    as one more action, so it must not eat the live step (max_iterations = 1 replayed + 1 prompt + 1 live)."""
     prompt = "Please double-check the file first."
     model = ScriptedModel.from_file(FIXTURES / "basic" / "script.json", model="scripted")
     with workspace("basic") as cwd, model.serve() as url:
-        result = run("basic", cwd, tmp_path, 2, upstream="openai-chat", upstream_url=f"{url}/v1",
+        result = run("basic", cwd, tmp_path, 1, upstream="openai-chat", upstream_url=f"{url}/v1", max_steps=2,
                      boundary_user_prompt=prompt)
     assert result.failure is None, result.failure
+    rows = observations(result)
+    assert len(rows) == 1 and all(row["exact"] or lost_output(result, "basic", row["id"]) for row in rows), rows
+    bridge = result.metadata["model_bridge"]
+    assert bridge["validated"] >= 1 and bridge["refused"] == 0 and bridge["forwarded"] == bridge["validated"]
     last = model.requests[0]["body"]["messages"][-1]
     assert last["role"] == "user" and last["content"][0]["text"] == prompt
     assert result.metadata["boundary_user_prompt"]["injected"] is True
     for name in ("result.json", "manifest.json", "replay-events.jsonl", "observations.json"):
         assert prompt not in (out_dir(result) / name).read_text()
+    assert (result.agent_status, result.continued_steps) == ("max_steps", 1)
+    assert result.metadata["openhands_max_iterations"] == 3

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,17 +32,21 @@ FIXTURES = Path(__file__).parents[1] / "fixtures" / "pi" / "0.83.0"
 SCENARIOS = ("single_bash", "parallel", "file_tools", "error_result", "unknown_tool", "unknown_tools", "optional_tools",
              "long_session")
 PROMPT = "Before going on, say what you found so far."
+EVERY_BOUNDARY = os.environ.get("FORKPOINT_E2E_EVERY_BOUNDARY") == "1"
 
 
-def _cases(formats: tuple[str, ...], *, every: str = "events.jsonl") -> list[tuple[str, str, int]]:
-    """First, middle and last boundary of the ``every`` format (all with FORKPOINT_E2E_EVERY_BOUNDARY=1); the first
-    and last of the others (the same prefixes through another parser: sampled, so CI time goes to boundaries that
-    can find different bugs)."""
+def _cases(formats: tuple[str, ...], *, every: str = "events.jsonl", first_too: bool = False) -> list[
+        tuple[str, str, int]]:
+    """First, middle and last boundary of the ``every`` format; the last of the others (the same prefixes through
+    another parser: its last boundary parses and rebuilds every batch the earlier ones hold, and the continuation
+    after boundary 1 is the ``every`` format's; sampled, so CI time goes to boundaries that can find different
+    bugs); ``first_too``: their first and last. FORKPOINT_E2E_EVERY_BOUNDARY=1: every boundary of every format."""
     cases = []
     for s in SCENARIOS:
         for f in formats:
             count = parse_pi(FIXTURES / s / f).complete_count
-            chosen = e2e_boundaries(range(1, count + 1)) if f == every else sorted({1, count})
+            chosen = e2e_boundaries(range(1, count + 1)) if f == every or EVERY_BOUNDARY else sorted(
+                {1, count} if first_too else {count})
             cases += [(s, f, n) for n in chosen]
     return cases
 
@@ -149,7 +154,8 @@ def _continue_verified(fixture: Path, name: str, after: int, tmp_path: Path) -> 
     return result
 
 
-@pytest.mark.parametrize(("scenario", "name", "after"), _cases(("events.jsonl",), every="none"), ids=lambda v: str(v))
+@pytest.mark.parametrize(("scenario", "name", "after"), _cases(("events.jsonl",), every="none", first_too=True),
+                         ids=lambda v: str(v))
 def test_boundary_prompt_at_the_first_and_last_boundary(scenario: str, name: str, after: int, tmp_path: Path) -> None:
     fixture = FIXTURES / scenario
     model = _scripted(fixture)

@@ -254,7 +254,7 @@ def test_a_huge_chat_answer_keeps_forkpoint_in_bounded_memory(tmp_path: Path, ag
 @pytest.mark.parametrize("agent", [CLAUDE, CODEX, OPENCODE], ids=["claude", "codex", "opencode"])
 def test_an_upstream_that_drips_keep_alives_forever_is_cut_by_the_answer_deadline(tmp_path: Path,
                                                                                   agent: Agent) -> None:
-    run = replay(tmp_path, installed(agent), Hostile("drip"), "--answer-timeout", "3")
+    run = replay(tmp_path, installed(agent), Hostile("drip"), "--answer-timeout", "1")
     assert run.returncode == 40, (run.wall_s, run.result)
     assert (failure(run).get("category"), failure(run).get("retryable")) == ("model_timeout", True), run.result
     assert "--answer-timeout" in failure(run)["message"]
@@ -262,7 +262,7 @@ def test_an_upstream_that_drips_keep_alives_forever_is_cut_by_the_answer_deadlin
 
 
 def test_an_upstream_silent_after_one_delta_is_cut_by_the_idle_timeout(tmp_path: Path) -> None:
-    run = replay(tmp_path, installed(CLAUDE), Hostile("silence"), "--upstream-idle-timeout", "2")
+    run = replay(tmp_path, installed(CLAUDE), Hostile("silence"), "--upstream-idle-timeout", "1")
     assert run.returncode == 40, (run.wall_s, run.result)
     assert (failure(run).get("category"), failure(run).get("retryable")) == ("model_timeout", True), run.result
     assert "--upstream-idle-timeout" in failure(run)["message"]
