@@ -113,6 +113,25 @@ def test_requeried_attempts_are_not_re_run_and_stay_in_the_prefix(tmp_path: Path
     assert rebuilt["history"] == original["history"]
 
 
+def test_fresh_text_reaches_the_queries_of_the_requeried_attempts(tmp_path: Path) -> None:
+    """Step 1's fresh observation replaces its message in every later entry's query (the three requeried attempts
+    asked the model with it too) but not in step 1's own query; the requery pairs stay as recorded."""
+    with restored("requery") as workspace:
+        (workspace / "pkg" / "calc.py").write_text("def add(a, b):\n    return a - b  # changed\n")
+        result = run("requery", workspace, tmp_path, 2, replay_only=True)
+    assert result.failure is None, result.failure
+    rebuilt = json.loads(next((out_dir(result) / "native" / "prefix").glob("*.traj")).read_text())
+    original = json.loads(next((FIXTURES / "requery").glob("*.traj")).read_text())
+    fresh = rebuilt["history"][3]["content"]
+    assert "# changed" in fresh and fresh != original["history"][3]["content"]
+    assert rebuilt["trajectory"][0]["query"] == original["trajectory"][0]["query"]
+    for at in (1, 2, 3, 4):
+        assert rebuilt["trajectory"][at]["query"][3]["content"] == fresh
+        assert rebuilt["trajectory"][at]["query"][4:] == original["trajectory"][at]["query"][4:]
+    assert [s["observation"] for s in rebuilt["trajectory"][1:4]] == [
+        s["observation"] for s in original["trajectory"][1:4]]
+
+
 @pytest.mark.parametrize(("after", "entries", "messages"), [(1, 1, 4), (2, 5, 6)])
 def test_a_prefix_ends_at_the_accepted_entry(after: int, entries: int, messages: int, tmp_path: Path) -> None:
     """Step 2's prefix keeps the three attempts requeried before it; step 1's stops before them."""
