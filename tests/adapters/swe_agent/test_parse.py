@@ -296,3 +296,40 @@ def test_an_autosubmitted_last_step_ends_the_run(tmp_path: Path) -> None:
     assert last.policy is CallPolicy.REFUSED and "ends the SWE-agent run" in (last.policy_reason or "")
     assert "step 3 (no action) ends the SWE-agent run" in parsed.boundary_refusals[3]
     assert 2 not in parsed.boundary_refusals
+
+
+def test_requeried_attempts_are_no_calls_and_steps_follow_history() -> None:
+    """forward_with_handling's requeried attempts (format error, blocked ``make``, lint-failed edit) sit in
+    ``trajectory`` only: the step is the accepted entry the history item repeats, not the next trajectory entry."""
+    parsed = parse_traj(next((FIXTURES / "requery").glob("*.traj")))
+    assert parsed.complete_count == 3
+    assert [b.calls[0].arguments["action"] for b in parsed.batches] == [
+        'open "pkg/calc.py"', "sed -i 's/a - b/a + b/' pkg/calc.py && cat pkg/calc.py", "ls"]
+    assert [b.locator for b in parsed.batches] == ["trajectory[0]", "trajectory[4]", "trajectory[5]"]
+    assert [b.native.requeried for b in parsed.batches] == [(), (1, 2, 3), ()]
+    assert [c.policy for b in parsed.batches for c in b.calls] == [CallPolicy.FRESH] * 3
+    assert parsed.next_actions[1] is not None and parsed.next_actions[1].tools == (
+        ("bash", {"action": "sed -i 's/a - b/a + b/' pkg/calc.py && cat pkg/calc.py"}),)
+    assert any("3 requeried attempt(s) (trajectory[1], trajectory[2], trajectory[3])" in w for w in parsed.warnings)
+
+
+def test_a_requery_before_an_autosubmission_is_told_apart_by_its_turn(tmp_path: Path) -> None:
+    """exit_format: the last requeried attempt is followed by the autosubmission step, whose empty query does not
+    show the requery pair; the history item's output names the accepted entry."""
+    data = fixture("requery")
+    data["trajectory"].append({**data["trajectory"][3], "action": "", "response": "oops", "thought": "oops",
+                               "observation": "", "state": {}, "query": data["trajectory"][5]["query"]})
+    message = "Exit due to repeated format/blocklist/bash syntax errors"
+    data["trajectory"].append({"action": "", "observation": "Exited (autosubmitted)", "response": message,
+                               "thought": message, "execution_time": 0.0, "state": {}, "query": [],
+                               "extra_info": {}})
+    data["history"] += [{"role": "assistant", "content": message, "thought": message, "action": "", "agent": "main",
+                         "tool_calls": None, "message_type": "action"},
+                        {"role": "user", "content": "OBSERVATION:\nExited (autosubmitted)", "agent": "main",
+                         "message_type": "observation"}]
+    data["info"]["exit_status"] = "exit_format"
+    parsed = parse_traj(write(tmp_path, data))
+    assert [b.locator for b in parsed.batches] == ["trajectory[0]", "trajectory[4]", "trajectory[5]",
+                                                   "trajectory[7]"]
+    assert parsed.batches[3].native.requeried == (6,)
+    assert 4 in parsed.boundary_refusals and 3 not in parsed.boundary_refusals

@@ -29,6 +29,8 @@ FIXTURES = Path(__file__).parents[2] / "fixtures" / "swe_agent" / "1.1.0"
 LAST_BOUNDARY_ONLY = frozenset({"windowed", "windowed_edit", "windowed_edit_linting"})
 #: scenarios replayed under --sandbox bwrap only (test_sandbox.py; CI budget)
 SANDBOX_ONLY = frozenset({"windowed_edit_linting"})
+#: scenarios with their own replay test (requeried attempts: more trajectory entries than steps)
+OWN_TEST = frozenset({"requery"})
 
 
 def _cases() -> list[tuple[str, int]]:
@@ -61,13 +63,13 @@ def run(scenario: str, workspace: Path, tmp_path: Path, after: int, **values: An
 
 def test_every_fixture_has_replayable_boundaries() -> None:
     assert {scenario for scenario, _ in _cases()} == {"shell_state", "thought_action", "timeout", "editor",
-                                                      "windowed", "windowed_edit", "windowed_edit_linting"}
+                                                      "windowed", "windowed_edit", "windowed_edit_linting", "requery"}
     assert ("windowed", 15) in _cases()  # every windowed/search step re-runs
     # every linting edit/insert step re-runs (observations from SWE-agent's real scripts and flake8)
     assert ("windowed_edit", 11) in _cases() and ("windowed_edit_linting", 6) in _cases()
 
 
-@pytest.mark.parametrize(("scenario", "after"), [case for case in _cases() if case[0] not in SANDBOX_ONLY],
+@pytest.mark.parametrize(("scenario", "after"), [case for case in _cases() if case[0] not in SANDBOX_ONLY | OWN_TEST],
                          ids=lambda v: str(v))
 def test_replay_only_reproduces_the_recorded_observations(scenario: str, after: int, tmp_path: Path) -> None:
     with restored(scenario) as workspace:
@@ -89,6 +91,56 @@ def test_replay_only_reproduces_the_recorded_observations(scenario: str, after: 
     assert rebuilt["history"] == original["history"][: len(rebuilt["history"])]
     assert "exit_status" not in rebuilt["info"] and "submission" not in rebuilt["info"]
     assert isinstance(rebuilt["replay_config"], str)
+
+
+def test_requeried_attempts_are_not_re_run_and_stay_in_the_prefix(tmp_path: Path) -> None:
+    """The blocked ``make`` (and the format error, and the lint-failed edit) were requeried, never executed as steps:
+    the replay re-runs only the three accepted steps (the Makefile's built.txt never appears, ``ls`` matches) and
+    the rebuilt prefix is the recording itself: every trajectory entry, the history the model saw."""
+    with restored("requery") as workspace:
+        result = run("requery", workspace, tmp_path, 3, replay_only=True)
+        planted = (workspace / "built.txt").exists()
+    assert result.failure is None, result.failure
+    assert not planted
+    rows = json.loads((out_dir(result) / "observations.json").read_text())["observations"]
+    assert [row["exact"] for row in rows] == [True] * 3, rows
+    rebuilt = json.loads(next((out_dir(result) / "native" / "prefix").glob("*.traj")).read_text())
+    original = json.loads(next((FIXTURES / "requery").glob("*.traj")).read_text())
+    for fresh_step in rebuilt["trajectory"]:
+        fresh_step.pop("execution_time")
+    assert rebuilt["trajectory"] == [{k: v for k, v in step.items() if k != "execution_time"}
+                                     for step in original["trajectory"]]
+    assert rebuilt["history"] == original["history"]
+
+
+def test_fresh_text_reaches_the_queries_of_the_requeried_attempts(tmp_path: Path) -> None:
+    """Step 1's fresh observation replaces its message in every later entry's query (the three requeried attempts
+    asked the model with it too) but not in step 1's own query; the requery pairs stay as recorded."""
+    with restored("requery") as workspace:
+        (workspace / "pkg" / "calc.py").write_text("def add(a, b):\n    return a - b  # changed\n")
+        result = run("requery", workspace, tmp_path, 2, replay_only=True)
+    assert result.failure is None, result.failure
+    rebuilt = json.loads(next((out_dir(result) / "native" / "prefix").glob("*.traj")).read_text())
+    original = json.loads(next((FIXTURES / "requery").glob("*.traj")).read_text())
+    fresh = rebuilt["history"][3]["content"]
+    assert "# changed" in fresh and fresh != original["history"][3]["content"]
+    assert rebuilt["trajectory"][0]["query"] == original["trajectory"][0]["query"]
+    for at in (1, 2, 3, 4):
+        assert rebuilt["trajectory"][at]["query"][3]["content"] == fresh
+        assert rebuilt["trajectory"][at]["query"][4:] == original["trajectory"][at]["query"][4:]
+    assert [s["observation"] for s in rebuilt["trajectory"][1:4]] == [
+        s["observation"] for s in original["trajectory"][1:4]]
+
+
+@pytest.mark.parametrize(("after", "entries", "messages"), [(1, 1, 4), (2, 5, 6)])
+def test_a_prefix_ends_at_the_accepted_entry(after: int, entries: int, messages: int, tmp_path: Path) -> None:
+    """Step 2's prefix keeps the three attempts requeried before it; step 1's stops before them."""
+    result = run("requery", tmp_path, tmp_path, after, prepare_only=True)
+    assert result.failure is None, result.failure
+    prefix = json.loads(next((out_dir(result) / "native" / "prefix").glob("*.traj")).read_text())
+    original = json.loads(next((FIXTURES / "requery").glob("*.traj")).read_text())
+    assert prefix["trajectory"] == original["trajectory"][:entries]
+    assert prefix["history"] == original["history"][:messages]
 
 
 def test_prepare_only_cuts_the_recording(tmp_path: Path) -> None:

@@ -5,7 +5,14 @@ Format (``DefaultAgent.get_trajectory_data``; see docs/adapters/swe-agent.md): o
 accepted too). SWE-agent runs exactly ONE action per step: step i is ``trajectory[i]`` (the raw ``observation``
 the command printed, ``state`` from the bundles' state command) and, in ``history``, the i-th non-demonstration
 ``assistant`` item followed by the ``user``/``tool`` observation item the model saw (the raw output rendered with
-``next_step_template``). Requeries after format errors never reach ``history`` or ``trajectory``.
+``next_step_template``).
+
+Requeried attempts (``forward_with_handling``'s ``handle_error_with_retry``: a format error, a blocked action, a
+bash syntax error, a bundle tool that printed the retry token such as a lint-failed ``edit``) are appended to
+``trajectory`` but never to ``history``: the model saw them only inside the next query (its output and the
+rendered error template as the last two messages, ``message_type`` ``assistant``/``user``). So step i is the i-th
+ACCEPTED trajectory entry, matched to the i-th history assistant item; requeried entries are no calls (never
+re-run) and stay in the prefix as recorded.
 
 A batch is one step with one call named after the tool (``tool_calls[0].function.name``, else ``bash``) whose
 arguments are ``{"action": <the shell line SWE-agent ran>}``. Its historical observation is the history
@@ -46,10 +53,12 @@ REPLAYABLE_STATE = frozenset({"working_dir"})
 class Step:
     """One step's native pieces: where it sits in ``trajectory`` / ``history``."""
 
-    index: int  # 0-based step index (= trajectory index)
+    index: int  # 0-based step index (= the model's turn in history)
     assistant_at: int  # index in history
     observation_at: int | None  # index in history of the observation item, None when missing
     action: str
+    trajectory_at: int  # index in ``trajectory`` (after the requeried attempts before it)
+    requeried: tuple[int, ...] = ()  # trajectory indices of the attempts requeried before this step
 
 
 @dataclass(frozen=True)
@@ -119,6 +128,11 @@ def parse_traj(path: Path, max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> Trajecto
     templates, problem = _templates(agent, set(format_values) | setup.state_keys)
 
     steps = _steps(steps_raw, history)
+    requeried = [f"trajectory[{t}]" for step in steps for t in step.requeried]
+    if requeried:
+        warnings.append(f"{len(requeried)} requeried attempt(s) ({', '.join(requeried[:5])}"
+                        f"{', ...' if len(requeried) > 5 else ''}) never reached history: they are no calls (not "
+                        "re-run) and stay in the prefix's trajectory as recorded")
     batches, next_actions, refusals = _batches(steps, steps_raw, history, problem, setup, info)
     statement = format_values.get("problem_statement")
     native = SweAgentNative(data, config, tuple(steps), templates, problem, timeout_s, env_variables, format_values,
@@ -193,16 +207,47 @@ def _is_demo(item: JsonObject) -> bool:
 
 def _steps(steps_raw: list[JsonObject], history: list[JsonObject]) -> list[Step]:
     assistants = [i for i, item in enumerate(history) if item.get("role") == "assistant" and not _is_demo(item)]
+    flagged = {t for t in range(len(steps_raw) - 1) if _requeried_by(steps_raw[t], steps_raw[t + 1])}
     steps: list[Step] = []
-    for index, at in enumerate(assistants[: len(steps_raw)]):
-        action = steps_raw[index].get("action")
+    cursor = 0  # the next trajectory entry not yet placed
+    for index, at in enumerate(assistants):
+        candidates = [t for t in range(cursor, len(steps_raw)) if t not in flagged]
+        if not candidates:
+            break
+        # the accepted entry is the one the history item repeats; entries before it were requeried
+        matched = next((t for t in candidates if _same_turn(steps_raw[t], history[at])), candidates[0])
+        action = steps_raw[matched].get("action")
         if not isinstance(action, str):
-            raise trajectory(f"SWE-agent step {index + 1} has no action string")
+            raise trajectory(f"SWE-agent step {index + 1} has no action string (trajectory[{matched}])")
         following = assistants[index + 1] if index + 1 < len(assistants) else len(history)
         observation_at = next((j for j in range(at + 1, following)
                                if history[j].get("role") in ("user", "tool") and not _is_demo(history[j])), None)
-        steps.append(Step(index, at, observation_at, action))
+        steps.append(Step(index, at, observation_at, action, matched, tuple(range(cursor, matched))))
+        cursor = matched + 1
     return steps
+
+
+def _requeried_by(entry: JsonObject, following: JsonObject) -> bool:
+    """``get_model_requery_history``: the next query ends with this entry's output and the error template, as
+    ``message_type`` ``assistant`` and ``user`` (history items are ``action``/``observation``)."""
+    query = following.get("query")
+    if not isinstance(query, list) or len(query) < 2 or not all(isinstance(m, dict) for m in query[-2:]):
+        return False
+    said, error = query[-2], query[-1]
+    if (said.get("role"), said.get("message_type"), error.get("role"), error.get("message_type")) != (
+            "assistant", "assistant", "user", "user"):
+        return False
+    response = entry.get("response")
+    return not isinstance(response, str) or content_text(said.get("content")) == response
+
+
+def _same_turn(entry: JsonObject, assistant: JsonObject) -> bool:
+    """The trajectory entry ``add_step_to_trajectory`` wrote for the turn ``add_step_to_history`` kept."""
+    for entry_key, item_key in (("action", "action"), ("response", "content"), ("thought", "thought")):
+        recorded, kept = entry.get(entry_key), assistant.get(item_key)
+        if isinstance(recorded, str) and item_key in assistant and content_text(kept) != recorded:
+            return False
+    return True
 
 
 def _batches(
@@ -215,7 +260,7 @@ def _batches(
     terminal_at: int | None = None
     for step in steps:
         assistant = history[step.assistant_at]
-        raw = steps_raw[step.index]
+        raw = steps_raw[step.trajectory_at]
         observation = raw.get("observation")
         item = history[step.observation_at] if step.observation_at is not None else None
         complete = complete and item is not None and isinstance(observation, str)
@@ -223,11 +268,11 @@ def _batches(
         name = _tool_name(assistant)
         call_id = _call_id(assistant, step.index)
         command = first_word(step.action)
-        terminal = ends_the_run(command, step.index, len(steps_raw) - 1, observation, info)
+        terminal = ends_the_run(command, step.trajectory_at, len(steps_raw) - 1, observation, info)
         policy, reason = classify(name, step.action, raw.get("state"), template_problem, setup=setup,
                                   terminal=terminal, observation=observation)
-        call = ToolCall(call_id, name, {"action": step.action}, historical, policy, reason, native=step.index)
-        batches.append(Batch(step.index + 1, (call,), f"trajectory[{step.index}]", complete, native=step))
+        call = ToolCall(call_id, name, {"action": step.action}, historical, policy, reason, native=step.trajectory_at)
+        batches.append(Batch(step.index + 1, (call,), f"trajectory[{step.trajectory_at}]", complete, native=step))
         if terminal_at is None and terminal:
             terminal_at = step.index + 1
         if terminal_at is not None:

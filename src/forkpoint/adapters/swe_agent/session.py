@@ -1,11 +1,12 @@
 """Write SWE-agent ``.traj`` prefixes: the recording cut after step N, with historical or fresh observations.
 
-The prefix keeps ``trajectory[:N]`` and ``history`` through step N's observation message (system, instance and
-demonstration messages included), ``replay_config`` and ``environment`` as recorded, and ``info`` without what
-describes the END of the original run (``exit_status``, ``submission``, ``edited_files*``). In the rebuilt prefix
-every replayed step gets its fresh ``observation`` / ``state`` / ``execution_time``, its history message the fresh
-rendered text, and later steps' ``query`` (the exact model input of that step) the fresh text of the messages it
-repeats. Written like SWE-agent writes it: ``json.dumps(data, indent=2)``.
+The prefix keeps ``trajectory`` through step N's entry (requeried attempts included, as recorded) and ``history``
+through step N's observation message (system, instance and demonstration messages included), ``replay_config`` and
+``environment`` as recorded, and ``info`` without what describes the END of the original run (``exit_status``,
+``submission``, ``edited_files*``). In the rebuilt prefix every replayed step gets its fresh ``observation`` /
+``state`` / ``execution_time``, its history message the fresh rendered text, and later steps' ``query`` (the exact
+model input of that step) the fresh text of the messages it repeats. Written like SWE-agent writes it:
+``json.dumps(data, indent=2)``.
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ def prefix_document(plan: Plan[SweAgentNative], fresh: Mapping[str, FreshObserva
     if last.observation_at is None:
         raise trajectory(f"SWE-agent step {plan.after_step} has no observation message")
     history: list[JsonObject] = data["history"][: last.observation_at + 1]
-    trajectory_steps: list[JsonObject] = data["trajectory"][: plan.after_step]
+    # requeried attempts between accepted steps stay as recorded: SWE-agent keeps them in trajectory only
+    trajectory_steps: list[JsonObject] = data["trajectory"][: last.trajectory_at + 1]
     if fresh is not None:
-        replaced: list[tuple[Any, Any]] = []  # (historical content, fresh content) per replayed step
+        replaced: list[tuple[int, Any, Any]] = []  # (trajectory index, historical, fresh content) per replayed step
         for batch, step in zip(plan.batches, steps, strict=True):
             call = batch.calls[0]
             observation = fresh.get(call.call_id)
@@ -45,17 +47,18 @@ def prefix_document(plan: Plan[SweAgentNative], fresh: Mapping[str, FreshObserva
                 raise trajectory(f"no fresh observation for SWE-agent step {step.index + 1} ({call.call_id})")
             assert step.observation_at is not None
             item = history[step.observation_at]
-            replaced.append((item.get("content"), observation.content))
+            replaced.append((step.trajectory_at, item.get("content"), observation.content))
             item["content"] = observation.content
             extra = observation.native if isinstance(observation.native, dict) else {}
-            record = trajectory_steps[step.index]
+            record = trajectory_steps[step.trajectory_at]
             for key in ("observation", "state", "execution_time"):
                 if key in extra:
                     record[key] = extra[key]
         for index, record in enumerate(trajectory_steps):
             query = record.get("query")
             if isinstance(query, list):
-                record["query"] = [_refresh(message, replaced[:index]) for message in query]
+                earlier = [(old, new) for at, old, new in replaced if at < index]
+                record["query"] = [_refresh(message, earlier) for message in query]
     info = as_object(data.get("info"))
     data["info"] = {key: value for key, value in info.items() if key not in END_OF_RUN_INFO}
     data["trajectory"] = trajectory_steps
