@@ -29,13 +29,17 @@ from forkpoint.process import childenv
 from forkpoint.sandbox import open_sandbox
 from forkpoint.sandbox.executor import MODE_ENV
 
-AGENTS = ("claude-code", "codex", "opencode", "pi", "mini-swe-agent")
-IN_PROCESS = ("claude-code", "codex")  # forkpoint's own executors: no runtime needed
+AGENTS = ("claude-code", "codex", "opencode", "pi", "mini-swe-agent", "swe-agent", "gemini-cli", "qwen-code",
+          "copilot-cli")
+IN_PROCESS = ("claude-code", "codex", "swe-agent")  # forkpoint's own executors: no runtime needed
+SHARED_SANDBOX = ("claude-code", "codex")  # one bwrap per replay (also measured with one per command)
 SMOKE_AGENTS = ("opencode", "pi")  # the smoke run stays small (tests/test_benchmarks_smoke.py)
 OPENCODE_VERSION = "1.18.33"
 VERSIONS = {"claude-code": "2.1.332", "codex": "0.171.0", "opencode": OPENCODE_VERSION, "pi": "0.83.0",
-            "mini-swe-agent": "2.4.6"}
+            "mini-swe-agent": "2.4.6", "swe-agent": "1.1.0", "gemini-cli": "0.61.0", "qwen-code": "0.24.4",
+            "copilot-cli": "1.0.102"}
 MINI_FIXTURE = c.FIXTURES / "mini_swe_agent" / "2.4.6" / "basic"
+SWE_FIXTURE = c.FIXTURES / "swe_agent" / "1.1.0" / "shell_state"
 TARGET = 1.3
 
 
@@ -64,10 +68,36 @@ def _executor(agent: str, context: RunContext) -> Any:
         assert runtime is not None
         plan = Plan(parse_trajectory(MINI_FIXTURE / "trajectory.traj.json"), 1, Mode.REPLAY_ONLY, "bench")
         return MiniToolExecutor(plan, context, runtime.entrypoint)
+    if agent == "swe-agent":
+        from forkpoint.adapters.swe_agent.tools import SweAgentToolExecutor
+
+        return SweAgentToolExecutor(_swe_plan(), context)
+    if agent in ("gemini-cli", "qwen-code", "copilot-cli"):
+        runtime = runtimes.find(agent, VERSIONS[agent])
+        assert runtime is not None
+        if agent == "gemini-cli":
+            from forkpoint.adapters.gemini_cli.tools import GeminiToolExecutor
+
+            return GeminiToolExecutor(context, runtime.entrypoint)
+        if agent == "qwen-code":
+            from forkpoint.adapters.qwen_code.tools import QwenToolExecutor
+
+            return QwenToolExecutor(context, runtime.entrypoint)
+        from forkpoint.adapters.copilot_cli.tools import CopilotToolExecutor
+
+        return CopilotToolExecutor(context, runtime.entrypoint)
     from forkpoint.adapters.pi.runtime import installed
     from forkpoint.adapters.pi.tools import PiToolExecutor
 
     return PiToolExecutor(context, installed())
+
+
+def _swe_plan() -> Any:
+    """A SWE-agent plan from a constructed 1.1.0 trajectory: its templates render every fresh observation."""
+    from forkpoint.adapters.swe_agent.parse import parse_traj
+    from forkpoint.core.model import Mode, Plan
+
+    return Plan(parse_traj(next(SWE_FIXTURE.glob("*.traj"))), 1, Mode.REPLAY_ONLY, "bench")
 
 
 def _call(agent: str, n: int) -> ToolCall:
@@ -81,6 +111,14 @@ def _call(agent: str, n: int) -> ToolCall:
                         native={"callID": call_id})
     if agent == "mini-swe-agent":
         return ToolCall(call_id, "bash", {"command": f"echo {n}"}, None, native={"action": {"command": f"echo {n}"}})
+    if agent == "swe-agent":  # the recorded first call as the template (its native step), another action
+        template = _swe_plan().calls[0]
+        return ToolCall(call_id, template.name, {**template.arguments, "action": f"echo {n}"}, None,
+                        native=template.native)
+    if agent in ("gemini-cli", "qwen-code"):
+        return ToolCall(call_id, "run_shell_command", {"command": f"echo {n}", "description": "count"}, None)
+    if agent == "copilot-cli":
+        return ToolCall(call_id, "bash", {"command": f"echo {n}", "description": "count"}, None)
     return ToolCall(call_id, "bash", {"command": f"echo {n}"}, None)
 
 
@@ -132,7 +170,7 @@ def measure(root: Path, calls: int, rounds: int, image: Path | None = None,
     failed: list[str] = []
     for agent in (a for a in agents if a not in skipped):
         sandboxes: tuple[str, ...] = ("local", "bwrap", "image") if image is not None else ("local", "bwrap")
-        if agent in IN_PROCESS:
+        if agent in SHARED_SANDBOX:
             sandboxes += ("bwrap-per-command",)
         first: dict[str, list[float]] = {name: [] for name in sandboxes}
         per_call: dict[str, list[float]] = {name: [] for name in sandboxes}
