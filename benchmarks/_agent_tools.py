@@ -9,11 +9,15 @@ relay) and is reported apart; the rest give the per-call time. ``local`` runs in
 as the sandbox's root. Claude Code's Bash and Codex's exec_command run in-process (forkpoint's own executors): under
 bwrap one sandbox serves all of an executor's commands (``forkpoint.sandbox.executor``); ``bwrap-per-command`` is the
 previous way, one bwrap per command (``FORKPOINT_SANDBOX_EXECUTOR=per-command``), measured in the same rounds.
-Rounds rotate the order. Used by tool_overhead.py.
+SWE-agent's emulated shell is forkpoint's too (one bwrap per replay); Gemini CLI and Copilot CLI start their CLI per
+call, Qwen Code keeps one CLI process. OpenHands (V0) replays the whole prefix in one runner process at the first call
+(``BatchReplayExecutor``): that whole replay is its first call, and each call's time is taken from the replayed
+trajectory (action to observation timestamp). Rounds rotate the order. Used by tool_overhead.py.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import time
@@ -30,16 +34,20 @@ from forkpoint.sandbox import open_sandbox
 from forkpoint.sandbox.executor import MODE_ENV
 
 AGENTS = ("claude-code", "codex", "opencode", "pi", "mini-swe-agent", "swe-agent", "gemini-cli", "qwen-code",
-          "copilot-cli")
+          "copilot-cli", "openhands")
 IN_PROCESS = ("claude-code", "codex", "swe-agent")  # forkpoint's own executors: no runtime needed
 SHARED_SANDBOX = ("claude-code", "codex")  # one bwrap per replay (also measured with one per command)
 SMOKE_AGENTS = ("opencode", "pi")  # the smoke run stays small (tests/test_benchmarks_smoke.py)
 OPENCODE_VERSION = "1.18.33"
 VERSIONS = {"claude-code": "2.1.332", "codex": "0.171.0", "opencode": OPENCODE_VERSION, "pi": "0.83.0",
             "mini-swe-agent": "2.4.6", "swe-agent": "1.1.0", "gemini-cli": "0.61.0", "qwen-code": "0.24.4",
-            "copilot-cli": "1.0.102"}
+            "copilot-cli": "1.0.102", "openhands": "0.62.0"}
 MINI_FIXTURE = c.FIXTURES / "mini_swe_agent" / "2.4.6" / "basic"
 SWE_FIXTURE = c.FIXTURES / "swe_agent" / "1.1.0" / "shell_state"
+OPENHANDS_FIXTURE = c.FIXTURES / "openhands" / "0.62.0" / "basic"
+#: one runner process replays the whole prefix at the first call: timed whole, per call from OpenHands' own clock
+BATCH = ("openhands",)
+LOST_OUTPUT: dict[str, list[int]] = {}  # agent -> [calls with their output, calls that came back without]
 TARGET = 1.3
 
 
@@ -122,6 +130,71 @@ def _call(agent: str, n: int) -> ToolCall:
     return ToolCall(call_id, "bash", {"command": f"echo {n}"}, None)
 
 
+def _openhands_trajectory(path: Path, recorded: Path, calls: int) -> None:
+    """The basic 0.62.0 recording's task and recall, then ``calls`` execute_bash actions ``echo out-N`` (its first
+    command's action/observation pair with new ids), recorded at ``recorded``."""
+    import json
+
+    text = (OPENHANDS_FIXTURE / "trajectory.json").read_text("utf-8")
+    cwd = json.loads((OPENHANDS_FIXTURE / "meta.json").read_text("utf-8"))["cwd"]
+    events = json.loads(text.replace(cwd, str(recorded)))
+    head = [event for event in events if event["id"] <= 4]
+    action, observation = next((a, o) for a, o in itertools.pairwise(events) if a.get("action") == "run")
+    for n in range(1, calls + 1):
+        fresh_action, fresh_observation = json.loads(json.dumps([action, observation]))
+        fresh_action["id"], fresh_observation["id"] = 4 + 2 * n - 1, 4 + 2 * n
+        fresh_observation["cause"] = fresh_action["id"]
+        fresh_action["args"]["command"] = fresh_observation["extras"]["command"] = f"echo out-{n}"
+        fresh_action["message"] = f"Running command: echo out-{n}"
+        fresh_observation["content"] = f"out-{n}\n"
+        for event in (fresh_action, fresh_observation):
+            metadata = event["tool_call_metadata"]
+            metadata["tool_call_id"] = f"call_{n:05d}"
+            response = metadata["model_response"]
+            response["id"] = f"chatcmpl-bench-{n:05d}"
+            for tool_call in response["choices"][0]["message"]["tool_calls"]:
+                tool_call["id"] = f"call_{n:05d}"
+                tool_call["function"]["arguments"] = json.dumps({"command": f"echo out-{n}", "security_risk": "LOW"})
+        head += [fresh_action, fresh_observation]
+    path.write_text(json.dumps(head), "utf-8")
+
+
+def _batch_run(agent: str, context: RunContext, recorded: Path, calls: int) -> tuple[float, list[float]]:
+    """(the whole replay s, each call's s on OpenHands' clock: its action's timestamp to its observation's)."""
+    import json
+    from datetime import datetime
+
+    from forkpoint.adapters.openhands import OpenHandsAdapter
+    from forkpoint.adapters.openhands.launch import work_dir
+    from forkpoint.adapters.openhands.parse import parse_events
+    from forkpoint.core.model import Mode, Plan
+
+    path = context.state_dir.parent / "trajectory.json"
+    context.state_dir.mkdir(parents=True, exist_ok=True)
+    _openhands_trajectory(path, recorded, calls)
+    trajectory = parse_events(path)
+    plan = Plan(trajectory, len(trajectory.batches), Mode.REPLAY_ONLY, "bench")
+    executor = OpenHandsAdapter().executor(plan, context)
+    started = time.perf_counter()
+    try:
+        for n, call in enumerate(plan.calls, 1):
+            fresh = executor.run(call)
+            text = fresh.content if isinstance(fresh.content, str) else str(fresh.content)
+            if fresh.is_error or fresh.return_code != 0 or "out-" in text.replace(f"out-{n}", ""):
+                raise RuntimeError(f"{agent}: echo out-{n} gave {fresh.content!r}")
+            LOST_OUTPUT.setdefault(agent, [0, 0])[f"out-{n}" not in text] += 1
+    finally:
+        executor.close()
+    whole = time.perf_counter() - started
+    events = json.loads((work_dir(context) / "replayed-trajectory.json").read_text("utf-8"))
+    stamps = {event["id"]: datetime.fromisoformat(event["timestamp"]) for event in events}
+    per_call = [(stamps[event["id"]] - stamps[event["cause"]]).total_seconds() for event in events
+                if event.get("observation") == "run" and event.get("cause") in stamps]
+    if len(per_call) != calls:
+        raise RuntimeError(f"{agent}: {len(per_call)} timed observations of {calls} calls")
+    return whole, per_call
+
+
 def available(agent: str) -> bool:
     return agent in IN_PROCESS or runtimes.find(agent, VERSIONS[agent]) is not None
 
@@ -139,6 +212,13 @@ def _one_run(agent: str, sandbox: str, root: Path, calls: int, index: int,
     context = RunContext(workspace, base / "state", base / "out", "thread-bench",
                          sandbox=open_sandbox(backend, workspace, str(recorded),
                                               image=str(image) if sandbox == "image" else None))
+    if agent in BATCH:
+        try:
+            with childenv.passing({}, temp_dir=base / "tmp"):
+                return _batch_run(agent, context, recorded, calls)
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+            shutil.rmtree(workspace, ignore_errors=True)
     if sandbox == "bwrap-per-command":
         os.environ[MODE_ENV] = "per-command"
     try:
@@ -203,9 +283,16 @@ def measure(root: Path, calls: int, rounds: int, image: Path | None = None,
              "`bwrap-per-command`: one per command, as before, in the same rounds). OpenCode keeps one tool host and "
              "mini-swe-agent one companion for all calls, so the sandbox costs them once (the first call: bwrap, the "
              "relay, the runtime's start) and each call only what its command costs inside; Pi starts its Node runner "
-             "per call, so bwrap's namespace setup is paid on every call.")
+             "per call, so bwrap's namespace setup is paid on every call, as do Gemini CLI and Copilot CLI "
+             "(one `gemini -p` / `copilot -p` per call); Qwen Code keeps one CLI process for all calls, SWE-agent's "
+             "emulated shell (forkpoint's own) one bwrap per replay. OpenHands replays the whole prefix in one runner "
+             "process at the first call: its first-call column is that whole replay, its per-call columns each call's "
+             "action-to-observation time on OpenHands' own clock (the replayed trajectory's timestamps), all timed.")
     if skipped:
         body += f" Not installed, skipped: {', '.join(skipped)}."
     if failed:
         body += f" Not measured: {'; '.join(failed)}."
+    for agent, (kept, lost) in LOST_OUTPUT.items():
+        body += (f" {agent}: {lost} of {kept + lost} `echo` calls came back with exit code 0 but without their "
+                 "output (OpenHands' own runtime; forkpoint's replay would report such an observation as not exact).")
     return body
