@@ -11,12 +11,14 @@ bwrap one sandbox serves all of an executor's commands (``forkpoint.sandbox.exec
 previous way, one bwrap per command (``FORKPOINT_SANDBOX_EXECUTOR=per-command``), measured in the same rounds.
 SWE-agent's emulated shell is forkpoint's too (one bwrap per replay); Gemini CLI and Copilot CLI start their CLI per
 call, Qwen Code keeps one CLI process. OpenHands (V0) replays the whole prefix in one runner process at the first call
-(``BatchReplayExecutor``): that whole replay is its first call, and each call's time is taken from the replayed
-trajectory (action to observation timestamp). Rounds rotate the order. Used by tool_overhead.py.
+(``BatchReplayExecutor``), as does the OpenHands SDK: that whole replay is the first call, and each call's time is
+taken from the runtime's own timestamps (V0: action to observation; SDK: one observation to the next). Rounds
+rotate the order. Used by tool_overhead.py.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import shutil
@@ -34,19 +36,21 @@ from forkpoint.sandbox import open_sandbox
 from forkpoint.sandbox.executor import MODE_ENV
 
 AGENTS = ("claude-code", "codex", "opencode", "pi", "mini-swe-agent", "swe-agent", "gemini-cli", "qwen-code",
-          "copilot-cli", "openhands")
+          "copilot-cli", "openhands", "openhands-sdk")
 IN_PROCESS = ("claude-code", "codex", "swe-agent")  # forkpoint's own executors: no runtime needed
 SHARED_SANDBOX = ("claude-code", "codex")  # one bwrap per replay (also measured with one per command)
 SMOKE_AGENTS = ("opencode", "pi")  # the smoke run stays small (tests/test_benchmarks_smoke.py)
 OPENCODE_VERSION = "1.18.33"
 VERSIONS = {"claude-code": "2.1.332", "codex": "0.171.0", "opencode": OPENCODE_VERSION, "pi": "0.83.0",
             "mini-swe-agent": "2.4.6", "swe-agent": "1.1.0", "gemini-cli": "0.61.0", "qwen-code": "0.24.4",
-            "copilot-cli": "1.0.102", "openhands": "0.62.0"}
+            "copilot-cli": "1.0.102", "openhands": "0.62.0",
+            "openhands-sdk": "1.58.2"}
 MINI_FIXTURE = c.FIXTURES / "mini_swe_agent" / "2.4.6" / "basic"
 SWE_FIXTURE = c.FIXTURES / "swe_agent" / "1.1.0" / "shell_state"
 OPENHANDS_FIXTURE = c.FIXTURES / "openhands" / "0.62.0" / "basic"
+SDK_FIXTURE = c.FIXTURES / "openhands-sdk" / "1.58.2" / "basic"
 #: one runner process replays the whole prefix at the first call: timed whole, per call from OpenHands' own clock
-BATCH = ("openhands",)
+BATCH = ("openhands", "openhands-sdk")
 LOST_OUTPUT: dict[str, list[int]] = {}  # agent -> [calls with their output, calls that came back without]
 TARGET = 1.3
 
@@ -159,22 +163,66 @@ def _openhands_trajectory(path: Path, recorded: Path, calls: int) -> None:
     path.write_text(json.dumps(head), "utf-8")
 
 
+def _sdk_conversation(path: Path, recorded: Path, calls: int) -> None:
+    """forkpoint's bundle of the basic 1.58.2 conversation's system prompt and task, then ``calls`` terminal actions
+    ``echo out-N`` (its first terminal action/observation pair with new ids), recorded at ``recorded``."""
+    import json
+
+    from forkpoint.adapters.openhands_sdk.spec import BUNDLE
+
+    cwd = json.loads((SDK_FIXTURE / "meta.json").read_text("utf-8"))["cwd"]
+    folder = SDK_FIXTURE / "conversation"
+    base_state = json.loads((folder / "base_state.json").read_text("utf-8").replace(cwd, str(recorded)))
+    events = [json.loads(f.read_text("utf-8").replace(cwd, str(recorded)))
+              for f in sorted((folder / "events").glob("event-*.json"))]
+    head = events[:2]
+    action, observation = next((a, o) for a, o in itertools.pairwise(events) if a.get("tool_name") == "terminal")
+    parent = head[-1]["id"]
+    for n in range(1, calls + 1):
+        fresh_action, fresh_observation = json.loads(json.dumps([action, observation]))
+        call_id, command = f"call_{n:05d}", f"echo out-{n}"
+        fresh_action.update(id=f"00000000-0000-4000-8000-{2 * n:012d}", parent_id=parent, tool_call_id=call_id,
+                            llm_response_id=f"chatcmpl-bench-{n:05d}",
+                            summary=f"terminal: {json.dumps({'command': command})}")
+        fresh_action["action"]["command"] = command
+        fresh_action["tool_call"].update(id=call_id, arguments=json.dumps({"command": command,
+                                                                         "security_risk": "LOW"}))
+        fresh_observation.update(id=f"00000000-0000-4000-8000-{2 * n + 1:012d}", parent_id=fresh_action["id"],
+                                 action_id=fresh_action["id"], tool_call_id=call_id)
+        fresh_observation["observation"]["command"] = command
+        fresh_observation["observation"]["content"][0]["text"] = f"out-{n}"
+        parent = fresh_observation["id"]
+        head += [fresh_action, fresh_observation]
+    path.write_text(json.dumps({"schema": BUNDLE, "base_state": base_state, "events": head}), "utf-8")
+
+
 def _batch_run(agent: str, context: RunContext, recorded: Path, calls: int) -> tuple[float, list[float]]:
-    """(the whole replay s, each call's s on OpenHands' clock: its action's timestamp to its observation's)."""
+    """(the whole replay s, each call's s on the runtime's clock: OpenHands V0, its action's timestamp to its
+    observation's; the SDK, which replays the recorded ActionEvents, one observation's timestamp to the next)."""
     import json
     from datetime import datetime
 
-    from forkpoint.adapters.openhands import OpenHandsAdapter
-    from forkpoint.adapters.openhands.launch import work_dir
-    from forkpoint.adapters.openhands.parse import parse_events
     from forkpoint.core.model import Mode, Plan
 
     path = context.state_dir.parent / "trajectory.json"
     context.state_dir.mkdir(parents=True, exist_ok=True)
-    _openhands_trajectory(path, recorded, calls)
-    trajectory = parse_events(path)
-    plan = Plan(trajectory, len(trajectory.batches), Mode.REPLAY_ONLY, "bench")
-    executor = OpenHandsAdapter().executor(plan, context)
+    executor: Any
+    if agent == "openhands":
+        from forkpoint.adapters.openhands import OpenHandsAdapter
+        from forkpoint.adapters.openhands.parse import parse_events
+
+        _openhands_trajectory(path, recorded, calls)
+        trajectory: Any = parse_events(path)
+        plan = Plan(trajectory, len(trajectory.batches), Mode.REPLAY_ONLY, "bench")
+        executor = OpenHandsAdapter().executor(plan, context)
+    else:
+        from forkpoint.adapters.openhands_sdk import OpenHandsSdkAdapter
+        from forkpoint.adapters.openhands_sdk.parse import parse_conversation
+
+        _sdk_conversation(path, recorded, calls)
+        trajectory = dataclasses.replace(parse_conversation(path), version=VERSIONS[agent])  # no version in a bundle
+        plan = Plan(trajectory, len(trajectory.batches), Mode.REPLAY_ONLY, "bench")
+        executor = OpenHandsSdkAdapter().executor(plan, context)
     started = time.perf_counter()
     try:
         for n, call in enumerate(plan.calls, 1):
@@ -186,6 +234,14 @@ def _batch_run(agent: str, context: RunContext, recorded: Path, calls: int) -> t
     finally:
         executor.close()
     whole = time.perf_counter() - started
+    if agent == "openhands-sdk":
+        from forkpoint.adapters.openhands_sdk.launch import work_dir as sdk_work_dir
+
+        produced = json.loads((sdk_work_dir(context) / "replay-out.json").read_text("utf-8"))
+        stamps = [datetime.fromisoformat(entry["event"]["timestamp"]) for entry in produced]
+        return whole, [(later - earlier).total_seconds() for earlier, later in itertools.pairwise(stamps)]
+    from forkpoint.adapters.openhands.launch import work_dir
+
     events = json.loads((work_dir(context) / "replayed-trajectory.json").read_text("utf-8"))
     stamps = {event["id"]: datetime.fromisoformat(event["timestamp"]) for event in events}
     per_call = [(stamps[event["id"]] - stamps[event["cause"]]).total_seconds() for event in events
@@ -285,14 +341,15 @@ def measure(root: Path, calls: int, rounds: int, image: Path | None = None,
              "relay, the runtime's start) and each call only what its command costs inside; Pi starts its Node runner "
              "per call, so bwrap's namespace setup is paid on every call, as do Gemini CLI and Copilot CLI "
              "(one `gemini -p` / `copilot -p` per call); Qwen Code keeps one CLI process for all calls, SWE-agent's "
-             "emulated shell (forkpoint's own) one bwrap per replay. OpenHands replays the whole prefix in one runner "
-             "process at the first call: its first-call column is that whole replay, its per-call columns each call's "
-             "action-to-observation time on OpenHands' own clock (the replayed trajectory's timestamps), all timed.")
+             "emulated shell (forkpoint's own) one bwrap per replay. OpenHands and the OpenHands SDK replay the whole "
+             "prefix in one runner process at the first call: their first-call column is that whole replay, their "
+             "per-call columns each call's time on the runtime's own clock (V0: action to observation timestamp; the "
+             "SDK, which re-dispatches the recorded ActionEvents: one observation's timestamp to the next).")
     if skipped:
         body += f" Not installed, skipped: {', '.join(skipped)}."
     if failed:
         body += f" Not measured: {'; '.join(failed)}."
-    for agent, (kept, lost) in LOST_OUTPUT.items():
+    for agent, (kept, lost) in ((a, counts) for a, counts in LOST_OUTPUT.items() if counts[1]):
         body += (f" {agent}: {lost} of {kept + lost} `echo` calls came back with exit code 0 but without their "
                  "output (OpenHands' own runtime; forkpoint's replay would report such an observation as not exact).")
     return body
