@@ -87,3 +87,26 @@ def test_one_sandbox_serves_the_replays_actions(tmp_path: Path) -> None:
             executor.close()
     assert "No such file" in outputs[0] and "kept" in outputs[1], outputs
     assert "No such file" in outputs[2] and "kept" in outputs[3], outputs
+
+
+def test_the_shared_sandbox_in_an_image_root(tmp_path: Path) -> None:
+    """In an image root (bash and coreutils' echo with their libraries, nothing else) the pty helper, a host program
+    on forkpoint's interpreter, runs on the host's loader inside the replay's one sandbox (``host_command``); the
+    action is the image's bash. (Started as is, the helper found no libm in the image.)"""
+    from forkpoint.testing.images import host_programs_root
+
+    root = tmp_path / "root"
+    host_programs_root(root, ["/bin/bash", "/bin/sh", "/bin/echo"])
+    plan = Plan(parse_traj(next((FIXTURES / "shell_state").glob("*.traj"))), 1, Mode.REPLAY_ONLY, "p")
+    template = plan.calls[0]
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    context = RunContext(workspace, tmp_path / "state", tmp_path / "out",
+                         sandbox=open_sandbox("bwrap", workspace, "/testbed", rootfs=str(root)))
+    executor = SweAgentToolExecutor(plan, context)
+    try:
+        fresh = [executor.run(ToolCall(f"c{n}", template.name, {**template.arguments, "action": f"echo out-{n}"},
+                                       None, native=template.native)) for n in (1, 2)]
+    finally:
+        executor.close()
+    assert "out-1" in str(fresh[0].content) and "out-2" in str(fresh[1].content), fresh
