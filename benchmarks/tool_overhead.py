@@ -16,8 +16,10 @@ alternating order (ABBA):
 
 Target: engine ≤ 1.15× the baseline.
 
-Per adapter (``_agent_tools``): ``--sandbox bwrap`` vs ``local`` per call for Claude Code, Codex, OpenCode, Pi and
-mini-swe-agent (target: bwrap ≤ 1.3× local per call); Claude Code and Codex also with one bwrap per command (before).
+Per adapter (``_agent_tools``): ``--sandbox bwrap`` vs ``local`` per call for every adapter (target: bwrap ≤ 1.3×
+local per call); Claude Code and Codex also with one bwrap per command (before). ``--agents a,b`` measures only those
+adapters' rows (printed, for merging into the table; the full run takes long: Gemini CLI and Copilot CLI start per
+call, OpenHands takes ~20 s per replay).
 """
 
 from __future__ import annotations
@@ -217,8 +219,8 @@ total; profiling inflates Python-heavy parts). Cumulative: {'; '.join(
 """ + "\n".join(
         f"- `{_where(filename)}:{line}({name})` {tottime * 1000:.0f} ms ({ncalls} calls)"
         for (filename, line, name), (_, ncalls, tottime, _cum, _) in hot)
-    body += ("\n\n### Per adapter: `--sandbox bwrap` (host root, image root) vs `local` per call (Claude Code, Codex, "
-             "OpenCode, Pi, mini-swe-agent)\n\n" + adapters)
+    body += ("\n\n### Per adapter: `--sandbox bwrap` (host root, image root) vs `local` per call (every adapter)\n\n"
+             + adapters)
     if floor:
         body += "\n\n### bwrap's own fixed cost per command\n\n" + floor
     c.emit("tool_overhead", "5. Tool re-execution overhead (200 Bash calls)", body, args)
