@@ -351,5 +351,6 @@ def measure(root: Path, calls: int, rounds: int, image: Path | None = None,
         body += f" Not measured: {'; '.join(failed)}."
     for agent, (kept, lost) in ((a, counts) for a, counts in LOST_OUTPUT.items() if counts[1]):
         body += (f" {agent}: {lost} of {kept + lost} `echo` calls came back with exit code 0 but without their "
-                 "output (OpenHands' own runtime; forkpoint's replay would report such an observation as not exact).")
+                 "output (OpenHands' own runtime: 0.62's CLI runtime drops the output of a command that exits "
+                 "before its read loop's first select; a replay reports such an observation as not exact).")
     return body
