@@ -16,12 +16,15 @@ alternating order (ABBA):
 
 Target: engine ≤ 1.15× the baseline.
 
-Per adapter (``_agent_tools``): ``--sandbox bwrap`` vs ``local`` per call for Claude Code, Codex, OpenCode, Pi and
-mini-swe-agent (target: bwrap ≤ 1.3× local per call); Claude Code and Codex also with one bwrap per command (before).
+Per adapter (``_agent_tools``): ``--sandbox bwrap`` vs ``local`` per call for every adapter (target: bwrap ≤ 1.3×
+local per call); Claude Code and Codex also with one bwrap per command (before). ``--agents a,b`` measures only those
+adapters' rows (printed, for merging into the table; the full run takes long: Gemini CLI and Copilot CLI start per
+call, OpenHands takes ~20 s per replay).
 """
 
 from __future__ import annotations
 
+import argparse
 import cProfile
 import itertools
 import json
@@ -70,7 +73,13 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=None, help="Bash calls [default: 200; smoke: 20]")
     parser.add_argument("--agent-calls", type=int, default=None,
                         help="bash calls per OpenCode / Pi executor [default: 20; smoke: 4]")
+    parser.add_argument("--agents", default=None,
+                        help="only the per-adapter table, for these agents (comma-separated, of "
+                             f"{', '.join(_agent_tools.AGENTS)}); printed, not written (merge the rows by hand)")
     args = c.finish_args(parser.parse_args())
+    if args.agents is not None:
+        _adapters_only(args)
+        return
     calls = args.calls or (20 if args.smoke else 200)
     with tempfile.TemporaryDirectory(prefix="forkpoint-bench-tools-") as tmp:
         root = Path(tmp)
@@ -210,11 +219,31 @@ total; profiling inflates Python-heavy parts). Cumulative: {'; '.join(
 """ + "\n".join(
         f"- `{_where(filename)}:{line}({name})` {tottime * 1000:.0f} ms ({ncalls} calls)"
         for (filename, line, name), (_, ncalls, tottime, _cum, _) in hot)
-    body += ("\n\n### Per adapter: `--sandbox bwrap` (host root, image root) vs `local` per call (Claude Code, Codex, "
-             "OpenCode, Pi, mini-swe-agent)\n\n" + adapters)
+    body += ("\n\n### Per adapter: `--sandbox bwrap` (host root, image root) vs `local` per call (every adapter)\n\n"
+             + adapters)
     if floor:
         body += "\n\n### bwrap's own fixed cost per command\n\n" + floor
     c.emit("tool_overhead", "5. Tool re-execution overhead (200 Bash calls)", body, args)
+
+
+def _adapters_only(args: argparse.Namespace) -> None:
+    """``--agents``: the per-adapter rows of the named agents alone (host root, and an image root when bwrap is
+    installed), without the 200-call engine runs, printed for merging into the table."""
+    agents = tuple(name.strip() for name in args.agents.split(",") if name.strip())
+    unknown = [name for name in agents if name not in _agent_tools.AGENTS]
+    if unknown or not agents:
+        raise SystemExit(f"--agents: unknown {unknown or 'none given'}; known: {', '.join(_agent_tools.AGENTS)}")
+    with tempfile.TemporaryDirectory(prefix="forkpoint-bench-tools-") as tmp:
+        root = Path(tmp)
+        image: Path | None = None
+        if shutil.which("bwrap") is not None and not args.smoke:
+            image_root = root / "image-root"
+            host_programs_root(image_root, ["/bin/bash", "/bin/sh", "/bin/echo"])
+            image = oci_tarball(root / "image.tar", [tree_layer(image_root)], env=["PATH=/bin"])
+            os.environ["FORKPOINT_IMAGE_CACHE"] = str(root / "images")
+        table = _agent_tools.measure(root / "adapters", args.agent_calls or (4 if args.smoke else 20),
+                                     min(args.repeat, 4), image, agents)
+    print(f"### Per adapter ({', '.join(agents)}) — {c.machine_line()}\n\n{table}")
 
 
 def _per_command(run: Callable[[], float]) -> float:

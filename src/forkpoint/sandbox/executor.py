@@ -137,8 +137,10 @@ class SandboxExecutor(CommandExecutor):
         child_env = dict(env)
         child_env[SUPERVISION_ENV] = reaper.INSTANCE + uuid.uuid4().hex[:16]
         child_env.update(self._setenv)
-        request = {"argv": list(argv), "cwd": cwd, "env": child_env, "timeout_s": timeout_s, "grace_s": grace_s,
-                   "merge_stderr": bool(options.get("merge_stderr"))}
+        # a host program (SWE-agent's and Codex's pty helper on forkpoint's interpreter) on the host's loader in an
+        # image root, as ``confine`` does for a bwrap of its own; the image's programs unchanged
+        request = {"argv": self.sandbox.host_command(argv), "cwd": cwd, "env": child_env, "timeout_s": timeout_s,
+                   "grace_s": grace_s, "merge_stderr": bool(options.get("merge_stderr"))}
         started = time.monotonic()
         try:
             outcome, out, err = self._exchange(request, started + timeout_s + grace_s + _ANSWER_SLACK_S,

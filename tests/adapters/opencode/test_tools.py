@@ -252,3 +252,31 @@ def test_a_skill_the_workspace_lacks_is_a_stale_fallback_on_the_real_binary(tmp_
     assert caught.value.stale_fallback and caught.value.before_effect
     assert SKILL_MISSING in caught.value.message
     assert "put .opencode/skills/release-notes/SKILL.md into the workspace" in caught.value.message
+
+
+@needs_bwrap
+def test_the_tool_host_runs_in_an_image_root(tmp_path: Path) -> None:
+    """In an image root (here: bash and coreutils' echo with their libraries, nothing else) the relay inside the
+    sandbox starts the host's opencode binary on the host's loader and libraries (``host_command``), not on the
+    image's (it exited 127 there: the image had no libpthread, libdl nor libm); the bash call runs the image's
+    bash."""
+    from forkpoint.testing.images import host_programs_root
+
+    runtime = runtimes.find("opencode", "1.18.33")
+    if runtime is None:
+        pytest.skip("opencode 1.18.33 is not installed")
+    root = tmp_path / "root"
+    host_programs_root(root, ["/bin/bash", "/bin/sh", "/bin/echo"])
+    workspace = tmp_path / "elsewhere" / "ws"
+    workspace.mkdir(parents=True)
+    context = RunContext(workspace, tmp_path / "state", tmp_path / "out",
+                         sandbox=open_sandbox("bwrap", workspace, RECORDED, rootfs=str(root)))
+    executor = OpenCodeToolExecutor(context, runtime.entrypoint)
+    try:
+        with childenv.passing({}, temp_dir=tmp_path / "run-tmp"):
+            fresh = executor.run(ToolCall("c1", "bash", {"command": "echo in-image > made.txt; echo $BASH_VERSION",
+                                                         "description": "echo"}, None, native={"callID": "c1"}))
+    finally:
+        executor.close()
+    assert not fresh.is_error, fresh.content
+    assert (workspace / "made.txt").read_text() == "in-image\n"

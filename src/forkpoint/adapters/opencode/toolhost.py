@@ -245,7 +245,9 @@ class ToolHost:
             port = urlsplit(url).port
             assert port is not None
             self._relay = HostRelay(port, self.relay_dir)
-            argv, readable = self._relay.wrap(argv), (*readable, *self._relay.readable)
+            # the relay starts the binary inside: in an image root it must run on the host's loader
+            argv = self._relay.wrap(sandbox.host_command(argv))
+            readable = (*readable, *self._relay.readable)
 
         def run() -> None:
             try:

@@ -135,6 +135,9 @@ class SweAgentToolExecutor:
         env = sanitized_env(os.environ, strip_credentials=True)
         env.update({"HOME": str(self.home), "TERM": "xterm"})
         self.env = env
+        # Under bwrap one sandbox runs the replay's actions (``forkpoint.sandbox.executor``: one bwrap per action
+        # cost ~2x local per call), as SWE-agent ran them all in one container; ``close`` ends it.
+        self.executor = self.sandbox.executor()
 
     def run(self, call: ToolCall) -> FreshObservation:
         templates = self.native.templates
@@ -150,7 +153,8 @@ class SweAgentToolExecutor:
         spec = CommandSpec((SHELL, "-c", action_script(action, self.state_file, next_state)), Path(self.cwd),
                            self.env, self.native.execution_timeout_s, KEEP_BYTES, 0, tty=True)
         readable = (Path(bundle_tools.__file__).parent, *((self.flake8,) if self.flake8 is not None else ()))
-        output = run_command(spec, self.scratch, Runner(self.sandbox, (self.home, self.scratch), readable))
+        output = run_command(spec, self.scratch,
+                             Runner(self.sandbox, (self.home, self.scratch), readable, self.executor))
         # The command can write the scratch folder: its next state must be a plain file, never a link or FIFO.
         with refused_as(ErrorKind.EXECUTOR, f"the emulated SWE-agent shell state {next_state}"):
             planted = lstat_strict(self.scratch, next_state.name)
@@ -241,6 +245,7 @@ class SweAgentToolExecutor:
         return self.cwd
 
     def close(self) -> None:
+        self.executor.close()
         tools = [self.scratch / "bin" / tool for tool in (*self.native.bundle_commands, "flake8")]
         for path in (self.state_file, self.scratch / "state.next.sh", self.scratch / "registry.json",
                      self.scratch / "model.patch", *tools):
