@@ -283,9 +283,10 @@ def interleave(chosen: Mapping[str, list[str]]) -> list[tuple[str, str]]:
 
 
 def sweep(agents: Iterable[str], since: datetime, sample: int | None, store: Path, deadline: float, script: Path,
-          say: Callable[[str], None], *, run: bool = True, prune: bool = False) \
+          say: Callable[[str], None], *, run: bool = True, prune: bool = False, retry: bool = False) \
         -> tuple[dict[str, list[str]], dict[str, list[str]], dict[str, list[str]], dict[str, dict[str, str]]]:
-    """Calibrate the chosen releases of ``agents`` one at a time into ``store`` (``run``: else only choose);
+    """Calibrate the chosen releases of ``agents`` one at a time into ``store`` (``run``: else only choose;
+    ``retry``: run again the releases whose record is ``unnamed``);
     (chosen, window, backfills, publish dates) per agent. Records go to ``<store>/sweep.jsonl`` as they come."""
     from forkpoint.adapters import agent_spec
     from forkpoint.adapters.spec import NpmPackage
@@ -306,8 +307,9 @@ def sweep(agents: Iterable[str], since: datetime, sample: int | None, store: Pat
     done = load_results(store)
     env = dict(os.environ)
     for agent, version in interleave(chosen) if run else []:
-        if version in agent_spec(agent).versions or (agent, version) in done \
-                or stored_record(store, agent, version) is not None:
+        record = done.get((agent, version)) or stored_record(store, agent, version)
+        if version in agent_spec(agent).versions or (record is not None and not (
+                retry and classify(record)[0] == "unnamed")):
             continue
         say(f"{agent}@{version}: running ...")
         record = {"agent": agent, "version": version, "at": datetime.now(UTC).isoformat(timespec="seconds"),

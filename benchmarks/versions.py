@@ -230,6 +230,8 @@ def sweep_section(args: Any) -> None:
         raise SystemExit("--sweep never writes the user's calibration store: name another --calibrations")
     since = datetime.fromisoformat(args.since).replace(tzinfo=UTC) if args.since else _sweep.default_since()
     agents = args.agent or list(_sweep.SWEPT)
+    if args.runtimes:
+        os.environ["FORKPOINT_RUNTIMES"] = str(args.runtimes)  # the workers inherit it
     os.nice(max(0, 10 - os.nice(0)))  # shared machine: below the interactive work
     progress = store / "sweep.log"
     store.mkdir(parents=True, exist_ok=True)
@@ -242,7 +244,7 @@ def sweep_section(args: Any) -> None:
 
     chosen, windows, backfills, published = _sweep.sweep(agents, since, args.sample, store, args.deadline,
                                                          Path(__file__).resolve(), say, run=not args.list_only,
-                                                         prune=args.prune_installs)
+                                                         prune=args.prune_installs, retry=args.retry_unnamed)
     records = _sweep.rows(chosen, windows, store)
     counts = []
     for agent in chosen:
@@ -297,6 +299,9 @@ def main() -> None:
     options.add_argument("--sample", type=int, default=None, help="sweep N releases per agent, spread")
     options.add_argument("--deadline", type=float, default=_sweep.DEADLINE_S, help="seconds per release")
     options.add_argument("--list-only", action="store_true", help="list and choose releases; calibrate nothing")
+    options.add_argument("--retry-unnamed", action="store_true", help="run again the releases that failed unnamed")
+    options.add_argument("--runtimes", type=Path, help="the runtime cache the sweep installs into "
+                         "(default: forkpoint's, $FORKPOINT_RUNTIMES)")
     options.add_argument("--prune-installs", action="store_true",
                          help="remove each release the sweep installed once calibrated (a full sweep: ~350 MB each)")
     args = finish_args(options.parse_args())
