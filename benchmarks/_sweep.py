@@ -38,6 +38,8 @@ _RELEASE = re.compile(r"^(\d{1,9})\.(\d{1,9})\.(\d{1,9})$")
 #: the classes of a release, in the order the counts table shows them
 CLASSES = ("verified", "calibrated", "named", "unnamed", "not-installed", "pending")
 NAMED_CHECKS = ("parse", "tool_observations", "resume_envelope")
+#: details of a failing check that name no difference: the check itself could not run
+NOT_NAMED = ("not continued:", "the release made no request", "replay failed:")
 DEADLINE_S = 1200.0
 NPM_VIEW_TIMEOUT_S = 120.0
 RESULTS = "sweep.jsonl"
@@ -200,8 +202,8 @@ def classify(record: Mapping[str, Any]) -> tuple[str, str]:
         return "unnamed", str(record.get("reason") or "failed with no failing check")
     against = f" against {failed['against']}" if failed.get("against") else ""
     detail = f"{failed.get('check')}{against}: {failed.get('detail')}"
-    named = failed.get("check") in NAMED_CHECKS and "not continued:" not in str(failed.get("detail")) \
-        and "made no request" not in str(failed.get("detail"))
+    text = str(failed.get("detail"))
+    named = failed.get("check") in NAMED_CHECKS and not text.startswith(NOT_NAMED)
     return ("named" if named else "unnamed"), detail
 
 

@@ -82,6 +82,8 @@ def test_classify_names_the_first_failing_check_and_flags_what_is_not_a_named_di
     assert sweep.classify(raised) == ("unnamed", "the release made no model request after --resume")
     not_continued = {**gate, "detail": "not continued: the bridge did not start"}
     assert sweep.classify({**record, "checks": [not_continued]})[0] == "unnamed"
+    no_replay = {"check": "tool_observations", "ok": False, "detail": "replay failed: pi 1.6.0 is not installed"}
+    assert sweep.classify({**record, "checks": [no_replay]})[0] == "unnamed"
 
 
 def test_the_run_order_takes_each_agent_in_turn_newest_first() -> None:
