@@ -254,7 +254,8 @@ def sweep_section(args: Any) -> None:
     body = (
         f"Releases published since {since:%Y-%m-%d} (`npm view <package> time`), "
         + (f"a spread sample of {args.sample} per agent (newest, oldest, every minor line's last release when they "
-           "fit, the rest spread in time)" if args.sample else "every one")
+           "fit, the rest spread in time) plus every other release of the window already swept into the same store "
+           "(the sweep is resumable: `--agent A` without `--sample` sweeps all of A's)" if args.sample else "every one")
         + "; a backfill (a release published after a higher one: a re-publish or a mirror catching up) is left out. "
         "Each release installed into the runtime cache and calibrated (`forkpoint agents calibrate`, ScriptedModel) "
         f"into a separate store, one at a time, {args.deadline:g} s deadline each. `named`: failed, the report's "

@@ -206,7 +206,8 @@ def probe_version(runtime: Runtime, spec: NpmPackage) -> str:
         done = run_probe([str(runtime.entrypoint), "--version"], PROBE_TIMEOUT_S, spec.probe_env)
         if done.returncode != 0:
             raise ValueError(f"exit {done.returncode}: {done.stderr.strip()[:500]}")
-        version = parse_version_output(done.stdout)
+        # Pi 0.75 prints its --version on stderr (0.79 on stdout): read there only when stdout says nothing
+        version = parse_version_output(done.stdout if done.stdout.strip() else done.stderr)
     except (OSError, subprocess.TimeoutExpired, ValueError) as error:
         message = f"{runtime.agent} {runtime.version}: `{runtime.entrypoint} --version` failed: {error}"
         raise ReplayError(ErrorKind.CONFIGURATION, message) from None
