@@ -189,7 +189,9 @@ def classify(record: Mapping[str, Any]) -> tuple[str, str]:
     if record.get("timeout"):
         return "unnamed", f"did not finish within {record['timeout']:g} s (killed)"
     if record.get("installed") is False:
-        return "not-installed", str(record.get("reason") or "")
+        reason = " ".join(str(record.get("reason") or "").split())
+        missing = re.search(r"No matching version found for \S+", reason)  # npm's own words, not its log
+        return "not-installed", missing[0].rstrip(".") if missing else reason
     if record.get("crash"):
         return "unnamed", f"worker crashed: {record['crash']}"
     if record.get("error"):

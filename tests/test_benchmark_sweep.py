@@ -71,7 +71,11 @@ def test_classify_names_the_first_failing_check_and_flags_what_is_not_a_named_di
     assert sweep.classify(record) == ("named", "resume_envelope against 2.1.332: the gate refuses it: message 3 "
                                                "is not the closure")
     assert sweep.classify({"installed": True, "ok": True, "maps_to": "0.171.0"}) == ("calibrated", "as 0.171.0")
-    assert sweep.classify({"installed": False, "reason": "E404"})[0] == "not-installed"
+    assert sweep.classify({"installed": False, "reason": "E404"}) == ("not-installed", "E404")
+    npm = ("configuration_error: npm install opencode-ai@1.17.15 exited 1: /x/opencode-ai\nnpm error command failed\n"
+           "npm error notarget No matching version found for opencode-linux-x64@1.17.15.\nnpm error In most cases")
+    assert sweep.classify({"installed": False, "reason": npm}) == (
+        "not-installed", "No matching version found for opencode-linux-x64@1.17.15")
     assert sweep.classify({"timeout": 900.0})[0] == "unnamed"
     assert sweep.classify({"crash": "exit 1: Traceback"})[0] == "unnamed"
     probe = {"installed": True, "ok": False, "reason": "the probe session did not complete as scripted",
