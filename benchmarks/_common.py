@@ -48,6 +48,7 @@ ORDER = (
     "scoring",
     "rl_batch",
     "versions",
+    "versions_sweep",
 )
 
 DOC_HEADER = """# Benchmarks

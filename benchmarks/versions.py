@@ -24,7 +24,13 @@ them), timed: the calibrations too slow for CI (OpenCode's, about 50 s each) are
 ``--calibrate opencode@1.2.6`` (calibrated as 1.17.11 with the 1.2 tool profile named), and the Python agents'
 matrix (minutes each: ``--calibrate openhands-sdk@1.58.0 --calibrate openhands@0.60.0``).
 
-``--smoke`` runs prepare-only on two fixtures, nothing else.
+``--sweep`` is the release sweep instead (benchmarks/_sweep.py): every release of the last 6 months of Claude
+Code, Codex, OpenCode and Pi (``--since``, ``--agent``; ``--sample N`` per agent) installed and calibrated, one at a
+time under ``--deadline``, into a separate store (``--calibrations``, default a temp dir; never the user's store),
+resumable; its table replaces the "Release sweep" section.
+
+``--smoke`` runs prepare-only on two fixtures, and the sweep's choice of releases from a canned registry answer,
+nothing else.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _sweep
 from _common import FIXTURES, ROOT, emit, finish_args, parser, table
 
 from forkpoint.adapters import agent_spec, calibration
@@ -218,15 +225,105 @@ def calibrations(timed: dict[tuple[str, str], float] | None = None) -> list[tupl
             for agent in PROBE_FILES for version, status, detail in calibration.listed(agent_spec(agent))]
 
 
+#: a registry answer the smoke chooses from (``npm view`` shape: version -> publish time; a pre-release and a
+#: backfill among them)
+CANNED_TIMES = {"created": "2025-01-01T00:00:00Z", "1.0.0": "2025-12-01T00:00:00Z", "1.1.0": "2026-06-10T00:00:00Z",
+                "1.1.1": "2026-07-01T00:00:00Z", "1.2.0": "2026-08-01T00:00:00Z", "1.2.1-beta": "2026-08-02T00:00:00Z",
+                "0.9.9": "2026-08-03T00:00:00Z", "1.2.1": "2026-09-01T00:00:00Z", "1.3.0": "2026-11-01T00:00:00Z"}
+
+
+def sweep_section(args: Any) -> None:
+    """``--sweep``: calibrate the chosen releases into the sweep's own store, then write the section."""
+    from datetime import UTC, datetime
+
+    store = args.calibrations or Path(tempfile.gettempdir()) / "forkpoint-release-sweep"
+    if store.resolve() == calibration.root().resolve() and "FORKPOINT_CALIBRATIONS" not in os.environ:
+        raise SystemExit("--sweep never writes the user's calibration store: name another --calibrations")
+    since = datetime.fromisoformat(args.since).replace(tzinfo=UTC) if args.since else _sweep.default_since()
+    agents = args.agent or list(_sweep.SWEPT)
+    if args.runtimes:
+        os.environ["FORKPOINT_RUNTIMES"] = str(args.runtimes)  # the workers inherit it
+    os.nice(max(0, 10 - os.nice(0)))  # shared machine: below the interactive work
+    progress = store / "sweep.log"
+    store.mkdir(parents=True, exist_ok=True)
+
+    def say(line: str) -> None:
+        stamped = f"{datetime.now(UTC):%H:%M:%S} {line}"
+        print(stamped, file=sys.stderr, flush=True)
+        with progress.open("a", encoding="utf-8") as handle:
+            handle.write(stamped + "\n")
+
+    chosen, windows, backfills, published = _sweep.sweep(agents, since, args.sample, store, args.deadline,
+                                                         Path(__file__).resolve(), say, run=not args.list_only,
+                                                         prune=args.prune_installs, retry=args.retry_unnamed)
+    records = _sweep.rows(chosen, windows, store)
+    counts = []
+    for agent in chosen:
+        kinds = [_sweep.classify(r)[0] for r in records if r["agent"] == agent]
+        counts.append((agent, len(windows[agent]), len(kinds), *(kinds.count(k) for k in _sweep.CLASSES),
+                       len(backfills[agent])))
+    body = (
+        f"Releases published since {since:%Y-%m-%d} (`npm view <package> time`), "
+        + (f"a spread sample of {args.sample} per agent (newest, oldest, every minor line's last release when they "
+           "fit, the rest spread in time) plus every other release of the window already swept into the same store "
+           "(the sweep is resumable: `--agent A` without `--sample` sweeps all of A's)" if args.sample else "every one")
+        + "; a backfill (a release published after a higher one: a re-publish or a mirror catching up) is left out. "
+        "Each release installed into the runtime cache and calibrated (`forkpoint agents calibrate`, ScriptedModel) "
+        f"into a separate store, one at a time, {args.deadline:g} s deadline each. `named`: failed, the report's "
+        "first failing check names the difference; `unnamed`: failed without one (a forkpoint bug to fix).\n\n"
+        + table(("agent", "releases in window", "swept", *_sweep.CLASSES, "backfills left out"), counts)
+        + "\n\n"
+        + table(("agent", "release", "published", "installs", "result", "as / first difference", "wall s"),
+                [(r["agent"], r["version"], published[r["agent"]].get(r["version"], "?"),
+                  {"not-installed": "no", "pending": "—", "verified": "yes"}.get(_sweep.classify(r)[0], "yes"),
+                  _sweep.classify(r)[0], " ".join(_sweep.classify(r)[1].split())[:260].replace("|", "/"),
+                  r.get("wall_s", "—")) for r in records])
+    )
+    emit("versions_sweep", f"Release sweep: calibrating every release since {since:%Y-%m-%d} (issue 28)", body,
+         args, command="nice -n 10 python benchmarks/versions.py --sweep"
+         + (f" --sample {args.sample}" if args.sample else "") + f" --since {since:%Y-%m-%d}"
+         + "".join(f" --agent {a}" for a in args.agent or ()))
+
+
+def smoke_sweep() -> str:
+    """The sweep's choice from a canned registry answer (nothing listed, installed or run)."""
+    from datetime import UTC, datetime
+
+    since = datetime(2026, 6, 5, tzinfo=UTC)
+    window, backfills = _sweep.releases_in_window(CANNED_TIMES, since)
+    return table(("window", "backfills", "sample 3"), [(" ".join(window), " ".join(backfills),
+                                                        " ".join(_sweep.choose_releases(CANNED_TIMES, since, 3)))])
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--sweep-one"] and len(sys.argv) in (3, 4):
+        print(json.dumps(_sweep.worker(sys.argv[2], prune=sys.argv[3:] == ["--prune"])), flush=True)
+        return
     options = parser(__doc__ or "", repeat=1)
     options.add_argument("--recordings", type=Path, default=WILD, help="a directory of <agent>/<file> recordings")
-    options.add_argument("--calibrations", type=Path, default=calibration.root(),
-                         help="the calibration store whose probe recordings are measured")
+    options.add_argument("--calibrations", type=Path, default=None,
+                         help="the calibration store whose probe recordings are measured (default: the user's); "
+                              "with --sweep, the store it calibrates into (default: a dir under $TMPDIR)")
     options.add_argument("--no-continue", action="store_true", help="prepare-only and replay-only only")
     options.add_argument("--calibrate", action="append", default=[], metavar="AGENT@VERSION",
                          help="calibrate this release into the store first, timed (repeatable)")
+    options.add_argument("--sweep", action="store_true", help="the release sweep instead of the matrix")
+    options.add_argument("--agent", action="append", choices=_sweep.SWEPT, help="sweep only this agent (repeat)")
+    options.add_argument("--since", help="sweep releases published since this date (default: 6 months ago)")
+    options.add_argument("--sample", type=int, default=None, help="sweep N releases per agent, spread")
+    options.add_argument("--deadline", type=float, default=_sweep.DEADLINE_S, help="seconds per release")
+    options.add_argument("--list-only", action="store_true", help="list and choose releases; calibrate nothing")
+    options.add_argument("--retry-unnamed", action="store_true", help="run again the releases that failed unnamed")
+    options.add_argument("--runtimes", type=Path, help="the runtime cache the sweep installs into "
+                         "(default: forkpoint's, $FORKPOINT_RUNTIMES)")
+    options.add_argument("--prune-installs", action="store_true",
+                         help="remove each release the sweep installed once calibrated (a full sweep: ~350 MB each)")
     args = finish_args(options.parse_args())
+    if args.sweep and not args.smoke:
+        sweep_section(args)
+        return
+    if args.calibrations is None:
+        args.calibrations = calibration.root()
     # the runs (and their subprocesses) read recordings of the store's calibrated versions as calibrated
     os.environ["FORKPOINT_CALIBRATIONS"] = str(args.calibrations)
     timed: dict[tuple[str, str], float] = {}
@@ -282,6 +379,8 @@ def main() -> None:
         + "\n\nCalibrations in the measured store (`forkpoint agents calibrate`, real releases, ScriptedModel):\n\n"
         + table(("agent", "release", "result", "detail"), calibrations(timed) or [("—",) * 4])
     )
+    if args.smoke:
+        body += "\n\nRelease sweep's choice from a canned registry answer (since 2026-06-05):\n\n" + smoke_sweep()
     emit("versions", "Version matrix: recorded × continuing version (issue 28)", body, args,
          command="python benchmarks/versions.py --recordings /work/shared/wild-dev --calibrations <store>")
 

@@ -247,3 +247,16 @@ def test_a_qwen_code_release_is_calibrated_through_a_continuation_and_listed(
     assert json.loads((store / "qwen-code" / "0.24.3.json").read_text())["maps_to"] == "0.24.4"
     assert b'"version":"0.24.3"' in (store / "qwen-code" / "0.24.3.probe" / "session.jsonl").read_bytes()
     assert "  0.24.3: calibrated (as 0.24.4)" in _cli("agents", "list").stdout.splitlines()
+
+
+@pytest.mark.parametrize(("release", "shell"), [("0.40.0", True), ("0.145.0", False)])
+def test_the_codex_probe_scripts_the_tool_the_release_offers(release: str, shell: bool, tmp_path: Path) -> None:
+    """0.145.0 is older than ``tools.SHELL_JSON_BEFORE`` (0.149) yet offers exec_command and answers ``unsupported
+    call: shell``: the probe asks the release (its first request's tools), so it is probed with exec_command,
+    and 0.40.0 with its argv ``shell``."""
+    from forkpoint.adapters.codex.calibrate import _offers_shell, _restore
+
+    if runtimes.find("codex", release) is None and shutil.which("npm") is None:
+        pytest.skip(f"codex {release} is not installed and npm is missing")
+    entrypoint = runtimes.install_release("codex", release).entrypoint
+    assert _offers_shell(entrypoint, _restore(tmp_path / "workspace"), tmp_path / "home") is shell

@@ -169,6 +169,15 @@ def test_probe_runs_sanitized_in_a_private_tmpdir(cache: Path, tmp_path: Path,
     assert list(host_tmp.iterdir()) == []
 
 
+def test_a_release_printing_its_version_on_stderr_is_probed_there_only_when_stdout_is_silent(cache: Path) -> None:
+    """Pi 0.75.5's ``--version`` writes ``0.75.5`` to stderr and nothing to stdout (it was "not installed")."""
+    runtime = fake_runtime(cache)
+    runtime.entrypoint.write_text("#!/bin/sh\necho 0.75.5 >&2\n")
+    assert runtimes.probe_version(runtime) == "0.75.5"
+    runtime.entrypoint.write_text("#!/bin/sh\necho 'warning 1.2.3' >&2\necho 9.8.7\n")
+    assert runtimes.probe_version(runtime) == "9.8.7"
+
+
 def test_probe_failure_is_typed(cache: Path) -> None:
     runtime = fake_runtime(cache)
     runtime.entrypoint.write_text("#!/bin/sh\nexit 3\n")

@@ -89,7 +89,8 @@ def install_tool(name: str) -> Path:
 def install_release(agent: str, version: str) -> Runtime:
     """Install any released ``agent@version``, verified or not, for ``forkpoint agents calibrate`` (the caller
     validated the version string: forkpoint.adapters.calibration.check_target). A Python release gets the
-    interpreter of the verified version of its major line (``release_python``)."""
+    interpreter of the verified version of its major line (``release_python``); an npm release gets its lockstep
+    siblings at its own version (``npm.lockstep_siblings``)."""
     package = package_of(agent)
     existing = find(agent, version)
     if existing:
@@ -97,7 +98,8 @@ def install_release(agent: str, version: str) -> Runtime:
     if isinstance(package, NpmPackage):
         from forkpoint.runtimes import npm
 
-        return install_staged(agent, version, lambda staging: npm.install(agent, version, package, staging))
+        return install_staged(agent, version,
+                              lambda staging: npm.install(agent, version, package, staging, lockstep=True))
     from forkpoint.runtimes import python
 
     pinned = replace(package, python_for={**(package.python_for or {}), version: release_python(agent, version)})

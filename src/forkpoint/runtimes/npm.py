@@ -7,6 +7,7 @@ import platform
 import re
 import shutil
 import subprocess
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -116,10 +117,58 @@ def _node_wrapper(prefix: Path, spec: NpmPackage, script: Path) -> Path:
     return wrapper
 
 
-def install(agent: str, version: str, spec: NpmPackage, staging: Path) -> dict[str, str]:
-    """``npm install`` the package (and its extra packages) into ``staging``; the manifest of the result."""
+VIEW_TIMEOUT_S = 120.0
+
+
+def lockstep_siblings(package: str, version: str, dependencies: Mapping[str, object],
+                      published: Callable[[str], Collection[str]]) -> list[str]:
+    """``name@version`` for each dependency of a release in its package's own npm scope that asks for a range
+    of the release's own version (``^1.0.3`` of 1.0.3) and has that exact version published: the packages of a
+    lockstep monorepo release, as they were published together. Left to the range, npm takes today's newest
+    sibling (Pi 1.0.3's SDK then imports an export its 1.6.0 sibling removed, and forkpoint's runner cannot load
+    it). ``published(name)``: the versions the registry has of ``name``."""
+    scope, _, _ = package.partition("/")
+    if not package.startswith("@") or not scope:
+        return []
+    pins = []
+    for name, wanted in sorted(dependencies.items()):
+        if name == package or not name.startswith(f"{scope}/") or not isinstance(wanted, str) \
+                or wanted.lstrip("^~=").strip() != version:
+            continue
+        if version in published(name):
+            pins.append(f"{name}@{version}")
+    return pins
+
+
+def _view(spec: str, field: str) -> Any:
+    """``npm view SPEC FIELD --json``, parsed; None when npm fails or answers nothing."""
+    try:
+        done = subprocess.run(["npm", "view", spec, field, "--json"], capture_output=True, text=True,
+                              timeout=VIEW_TIMEOUT_S, check=False, preexec_fn=die_with_parent_hook())
+        return json.loads(done.stdout) if done.returncode == 0 and done.stdout.strip() else None
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None
+
+
+def _siblings(package: str, version: str) -> list[str]:
+    dependencies = _view(f"{package}@{version}", "dependencies")
+    if not isinstance(dependencies, dict):
+        return []
+
+    def published(name: str) -> Collection[str]:
+        versions = _view(name, "versions")
+        return [v for v in versions if isinstance(v, str)] if isinstance(versions, list) else []
+
+    return lockstep_siblings(package, version, dependencies, published)
+
+
+def install(agent: str, version: str, spec: NpmPackage, staging: Path, *, lockstep: bool = False) -> dict[str, str]:
+    """``npm install`` the package (and its extra packages) into ``staging``; the manifest of the result.
+    ``lockstep`` (a release installed for calibration): its same-scope siblings at its own version
+    (:func:`lockstep_siblings`)."""
+    siblings = _siblings(spec.package, version) if lockstep else []
     argv = ["npm", "install", "--prefix", str(staging), "--no-audit", "--no-fund",
-            f"{spec.package}@{version}", *spec.extra_packages]
+            f"{spec.package}@{version}", *siblings, *spec.extra_packages]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False,
                               preexec_fn=die_with_parent_hook())
@@ -157,7 +206,8 @@ def probe_version(runtime: Runtime, spec: NpmPackage) -> str:
         done = run_probe([str(runtime.entrypoint), "--version"], PROBE_TIMEOUT_S, spec.probe_env)
         if done.returncode != 0:
             raise ValueError(f"exit {done.returncode}: {done.stderr.strip()[:500]}")
-        version = parse_version_output(done.stdout)
+        # Pi 0.75 prints its --version on stderr (0.79 on stdout): read there only when stdout says nothing
+        version = parse_version_output(done.stdout if done.stdout.strip() else done.stderr)
     except (OSError, subprocess.TimeoutExpired, ValueError) as error:
         message = f"{runtime.agent} {runtime.version}: `{runtime.entrypoint} --version` failed: {error}"
         raise ReplayError(ErrorKind.CONFIGURATION, message) from None

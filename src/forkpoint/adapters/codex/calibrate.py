@@ -29,11 +29,11 @@ ERROR_STEPS = frozenset({3})
 MAX_ROLLOUT_BYTES = 64 * 1024 * 1024
 
 
-def _turns(version: str) -> list[list[dict[str, Any]]]:
-    from forkpoint.adapters.codex.tools import shell_json_profile
+def _turns(shell: bool) -> list[list[dict[str, Any]]]:
+    """The probe's turns: with the argv ``shell`` tool when the release offers it (``shell``), else exec_command."""
     from forkpoint.testing.scripted_model import custom_tool_call, text, tool_use
 
-    if shell_json_profile(version):
+    if shell:
         return _shell_turns()
 
     def run(cmd: str) -> dict[str, Any]:
@@ -60,6 +60,27 @@ def _shell_turns() -> list[list[dict[str, Any]]]:
             [run("seq 1 20000")],
             [run("ls missing-dir")],
             [text("Done probing.")]]
+
+
+def _offers_shell(entrypoint: Path, cwd: Path, home: Path) -> bool:
+    """Whether the release offers the model the argv ``shell`` tool and no ``exec_command`` (Codex 0.40), read
+    from its own first request (a text-only run in its own home): the release, not a guessed version boundary,
+    decides which tool the probe scripts (0.145.0 is before ``tools.SHELL_JSON_BEFORE`` yet answers
+    ``unsupported call: shell``)."""
+    from forkpoint.testing.scripted_model import ScriptedModel, text
+
+    model = ScriptedModel([[text("Listing the tools only.")]], seed=f"{SEED}/tools", model=MODEL)
+    argv = [str(entrypoint), "exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
+            TASK]
+    with model.serve() as url:
+        run_release(argv, _home(home, url), cwd, "tool listing")
+    main = [entry for entry in model.requests if entry.get("kind") == "main"]
+    body = main[0].get("body") if main else None
+    tools = body.get("tools") if isinstance(body, dict) else None
+    if not isinstance(tools, list):
+        raise trajectory_error("the release made no model request listing its tools")
+    names = {str(tool.get("name")) for tool in tools if isinstance(tool, dict)}
+    return "shell" in names and "exec_command" not in names
 
 
 def _exit_code_shown(output: str, code: int) -> bool:
@@ -115,7 +136,8 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
 
     cwd, home = scratch / "workspace", scratch / "home"
     _restore(cwd)
-    turns = _turns(version)
+    shell = _offers_shell(entrypoint, cwd, scratch / "tools-home")
+    turns = _turns(shell)
     model = ScriptedModel(turns, seed=SEED, model=MODEL)
     expected = [[item["call_id"] for item in model.respond_responses("main", step)[1] if "call_id" in item]
                 for step in range(len(turns))]
@@ -158,9 +180,9 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
     from forkpoint.adapters.codex.tools import shell_json_profile
 
     def passes(candidate: str) -> bool:
-        # a release before 0.149 keeps its version: its shell calls re-run with the profile the RECORDED version
-        # selects (tools.shell_json_profile), the rest as the nearest verified version
-        rewritten = lines if shell_json_profile(version) else [
+        # a release with the shell tool keeps its version: its shell calls re-run with the profile the RECORDED
+        # version selects (tools.shell_json_profile), the rest as the nearest verified version
+        rewritten = lines if shell and shell_json_profile(version) else [
             {**line, "payload": {**line["payload"], "cli_version": candidate}}
             if isinstance(line, dict) and line.get("type") == "session_meta" and isinstance(line.get("payload"), dict)
             else line for line in lines]

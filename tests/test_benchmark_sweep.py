@@ -1,0 +1,95 @@
+"""The release sweep's choice of releases (benchmarks/_sweep.py) and its classification of outcomes: pure
+functions over a registry's ``npm view <package> time --json`` answer and a worker's record."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+try:
+    import _sweep as sweep  # type: ignore[import-not-found]
+finally:
+    sys.path.remove(str(BENCHMARKS))
+
+SINCE = datetime(2026, 6, 5, tzinfo=UTC)
+
+
+def _times(*pairs: tuple[str, str]) -> dict[str, object]:
+    return {"created": "2024-01-01T00:00:00.000Z", "modified": "2026-12-01T00:00:00.000Z",
+            **{version: f"{day}T12:00:00.000Z" for version, day in pairs}}
+
+
+def test_the_window_keeps_plain_releases_published_since_the_date_and_leaves_out_backfills() -> None:
+    times = _times(("2.0.0", "2026-05-01"), ("2.1.0", "2026-06-04"), ("2.1.1", "2026-06-05"),
+                   ("2.1.2-beta.1", "2026-06-06"), ("0.101.0-linux-x64", "2026-06-07"), ("2.1.2", "2026-07-01"),
+                   ("1.0.9", "2026-07-02"), ("2.0.5", "2026-08-01"), ("2.2.0", "2026-09-01"),
+                   ("junk", "2026-09-02"), ("2.3.0", "not a date"))
+    window, backfills = sweep.releases_in_window(times, SINCE)
+    # 2.1.0 is a day early; pre-releases, platform packages, junk and undated entries are no releases;
+    # 1.0.9 and 2.0.5 were published after 2.1.x (a mirror catching up): backfills, not releases of the period
+    assert window == ["2.1.1", "2.1.2", "2.2.0"]
+    assert backfills == ["1.0.9", "2.0.5"]
+    assert sweep.choose_releases(times, SINCE, None) == window
+    assert sweep.choose_releases(times, SINCE, 10) == window
+
+
+def test_a_sample_keeps_the_newest_the_oldest_and_every_minor_lines_last_release() -> None:
+    # one release a week on the 1.4 line, with a 1.5 line in between whose last release is mid-window
+    days = [f"2026-{month:02d}-{day:02d}" for month in range(6, 12) for day in (8, 15, 22)]
+    versions = [f"1.4.{n}" for n in range(8)] + [f"1.5.{n}" for n in range(3)] + [f"1.6.{n}" for n in range(7)]
+    times = _times(*zip(versions, days, strict=True))
+    chosen = sweep.choose_releases(times, SINCE, 5)
+    assert len(chosen) == 5
+    assert chosen[0] == "1.4.0" and chosen[-1] == "1.6.6"  # oldest and newest, oldest first
+    assert {"1.4.7", "1.5.2"} <= set(chosen)  # each minor line's last release
+    # the fifth is spread: not next to a release already chosen
+    (fifth,) = set(chosen) - {"1.4.0", "1.4.7", "1.5.2", "1.6.6"}
+    assert fifth in {"1.6.2", "1.6.3"}
+    assert sweep.choose_releases(times, SINCE, 1) == ["1.6.6"]
+    assert sweep.choose_releases(times, SINCE, 0) == []
+
+
+def test_a_sample_smaller_than_the_minor_lines_spreads_over_the_lines_last_releases() -> None:
+    # Codex-like: a new minor line every week
+    times = _times(*((f"0.{140 + n}.{n % 3}", f"2026-{6 + n // 4:02d}-{1 + 7 * (n % 4):02d}") for n in range(24)))
+    window, _ = sweep.releases_in_window(times, SINCE)
+    chosen = sweep.choose_releases(times, SINCE, 4)
+    assert chosen[0] == window[0] and chosen[-1] == window[-1] and len(chosen) == 4
+    positions = [window.index(v) for v in chosen]
+    assert min(b - a for a, b in itertools.pairwise(positions)) >= 5  # spread, not bunched
+
+
+def test_classify_names_the_first_failing_check_and_flags_what_is_not_a_named_difference() -> None:
+    gate = {"check": "resume_envelope", "against": "2.1.332", "ok": False,
+            "detail": "the gate refuses it: message 3 is not the closure"}
+    record = {"installed": True, "ok": False, "reason": "no verified version matched",
+              "checks": [{"check": "record", "ok": True, "detail": "exit 0"}, gate]}
+    assert sweep.classify(record) == ("named", "resume_envelope against 2.1.332: the gate refuses it: message 3 "
+                                               "is not the closure")
+    assert sweep.classify({"installed": True, "ok": True, "maps_to": "0.171.0"}) == ("calibrated", "as 0.171.0")
+    assert sweep.classify({"installed": False, "reason": "E404"}) == ("not-installed", "E404")
+    npm = ("configuration_error: npm install opencode-ai@1.17.15 exited 1: /x/opencode-ai\nnpm error command failed\n"
+           "npm error notarget No matching version found for opencode-linux-x64@1.17.15.\nnpm error In most cases")
+    assert sweep.classify({"installed": False, "reason": npm}) == (
+        "not-installed", "No matching version found for opencode-linux-x64@1.17.15")
+    assert sweep.classify({"timeout": 900.0})[0] == "unnamed"
+    assert sweep.classify({"crash": "exit 1: Traceback"})[0] == "unnamed"
+    probe = {"installed": True, "ok": False, "reason": "the probe session did not complete as scripted",
+             "checks": [{"check": "record", "ok": False, "detail": "exit 1; stderr: boom"}]}
+    assert sweep.classify(probe) == ("unnamed", "record: exit 1; stderr: boom")
+    raised = {"installed": True, "ok": False, "reason": "the release made no model request after --resume",
+              "checks": [{"check": "record", "ok": True, "detail": "exit 0"}]}
+    assert sweep.classify(raised) == ("unnamed", "the release made no model request after --resume")
+    not_continued = {**gate, "detail": "not continued: the bridge did not start"}
+    assert sweep.classify({**record, "checks": [not_continued]})[0] == "unnamed"
+    no_replay = {"check": "tool_observations", "ok": False, "detail": "replay failed: pi 1.6.0 is not installed"}
+    assert sweep.classify({**record, "checks": [no_replay]})[0] == "unnamed"
+
+
+def test_the_run_order_takes_each_agent_in_turn_newest_first() -> None:
+    order = sweep.interleave({"a": ["1", "2", "3"], "b": ["7"]})
+    assert order == [("a", "3"), ("b", "7"), ("a", "2"), ("a", "1")]
