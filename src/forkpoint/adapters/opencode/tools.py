@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,6 +52,16 @@ _SAVED_OUTPUT = re.compile(r"(Full output saved to: )\S+")
 
 #: the reason code of a recorded skill load the replay's OpenCode cannot find
 SKILL_MISSING = "skill_file_missing"
+#: the reason code of a call whose tool host would load a project's plugin
+PROJECT_PLUGIN = "project_plugin"
+#: the first release whose newer config service loads a project's plugins (a ``plugin`` entry of its
+#: ``opencode.json(c)``, a file in ``.opencode/plugin(s)/``) whatever ``TOOL_HOST_FLAGS`` say: measured, 1.18.33
+#: loads them, 1.17.11 and 1.2.6 do not
+PLUGINS_DESPITE_FLAGS = (1, 18, 0)
+#: the project files that configure plugins, relative to the cwd OpenCode starts in
+PLUGIN_CONFIGS = ("opencode.json", "opencode.jsonc", ".opencode/opencode.json", ".opencode/opencode.jsonc")
+PLUGIN_FOLDERS = (".opencode/plugin", ".opencode/plugins")
+CONFIG_READ_LIMIT = 4 * 1024 * 1024
 
 
 def normalize_volatile(content: Any) -> Any:
@@ -127,6 +138,32 @@ def observation(call: ToolCall, part: JsonObject, duration_ms: int) -> FreshObse
                             duration_ms=duration_ms, native=state)
 
 
+def project_plugins(workspace: Path) -> list[str]:
+    """What of the workspace would make OpenCode load a plugin: a config file naming ``plugin`` (read as bytes, no
+    JSONC parse: any mention counts), a script in a plugin folder. Links are not followed; a link, a special file or
+    an oversized config where one of these is counts too (fail closed)."""
+    found = []
+    for relative in (".opencode", *PLUGIN_CONFIGS, *PLUGIN_FOLDERS):
+        path = workspace / relative
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            continue
+        if stat.S_ISLNK(mode) or not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+            found.append(f"{relative} (not a plain file or folder)")
+        elif relative in PLUGIN_CONFIGS:
+            if not stat.S_ISREG(mode) or os.lstat(path).st_size > CONFIG_READ_LIMIT:
+                found.append(relative)
+                continue
+            with open(path, "rb", opener=lambda name, flags: os.open(name, flags | os.O_NOFOLLOW)) as handle:
+                if b'"plugin' in handle.read(CONFIG_READ_LIMIT):
+                    found.append(f"{relative} (its plugin list)")
+        elif relative in PLUGIN_FOLDERS and stat.S_ISDIR(mode):
+            found.extend(f"{relative}/{name}" for name in sorted(os.listdir(path))[:20]
+                         if name.endswith((".js", ".ts")))
+    return found
+
+
 def skill_missing(call: ToolCall, error: str, recorded_cwd: str | None) -> str | None:
     """The stale reason of a recorded skill load whose skill the replay's OpenCode did not find, else None."""
     name = call.arguments.get("name")
@@ -153,8 +190,11 @@ class OpenCodeToolExecutor:
     on the first call. ``error_events``: whether the binary prints a ``tool_use`` event for a failed call."""
 
     def __init__(self, context: RunContext, entrypoint: Path, *, shell: str | None = None,
-                 error_events: bool = True, recorded_cwd: str | None = None) -> None:
+                 error_events: bool = True, recorded_cwd: str | None = None,
+                 version: tuple[int, int, int] | None = None) -> None:
         self.context = context
+        #: None: unknown, treated as a release that loads a project's plugins (fail closed)
+        self.version = version
         self.error_events = error_events
         self.recorded_cwd = recorded_cwd
         self.entrypoint = entrypoint
@@ -177,6 +217,15 @@ class OpenCodeToolExecutor:
 
     def run(self, call: ToolCall) -> FreshObservation:
         check_paths(call, self.workspace, self.sandbox)
+        if self.version is None or self.version >= PLUGINS_DESPITE_FLAGS:
+            plugins = project_plugins(self.workspace)
+            if plugins:
+                version = ".".join(map(str, self.version)) if self.version else "this"
+                raise ReplayError(ErrorKind.EXECUTOR, (
+                    f"{PROJECT_PLUGIN}: OpenCode {version} would load the project's plugins ({', '.join(plugins)}) "
+                    "in forkpoint's tool host, and forkpoint never runs a project's plugin; pass "
+                    "--allow-stale-observations to reuse the recorded observation"),
+                    before_effect=True, stale_fallback=True)
         started = time.monotonic()
         host = self.host_for(call.name)
         part = host.execute(HostCall(wire_call_id(call), call.name, call.arguments), call_timeout(call))
