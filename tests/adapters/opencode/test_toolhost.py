@@ -168,5 +168,10 @@ def test_plugin_sources_are_found_without_following_links(tmp_path: Path) -> Non
     (tmp_path / ".opencode" / "plugin").mkdir()
     (tmp_path / ".opencode" / "plugin" / "a.ts").write_text("")
     (tmp_path / ".opencode" / "opencode.jsonc").symlink_to(tmp_path / "opencode.json")
-    assert project_plugins(tmp_path) == [".opencode/opencode.jsonc (not a plain file or folder)",
+    (tmp_path / "opencode.json").write_text('{"\\u0070lugin": ["x"]}')  # an escape spells the key
+    assert project_plugins(tmp_path)[0] == "opencode.json (its plugin list)"
+    (tmp_path / "opencode.json").write_text('{"mcp": {}}')
+    (tmp_path / "opencode.jsonc").write_bytes(b"{}" + b" " * (4 * 1024 * 1024))
+    assert project_plugins(tmp_path) == ["opencode.jsonc (its plugin list)",  # too large to read: counts
+                                         ".opencode/opencode.jsonc (not a plain file or folder)",
                                          ".opencode/plugin/a.ts"]

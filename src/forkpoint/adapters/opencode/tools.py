@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from forkpoint.adapters.opencode.toolhost import GPT_MODEL, MODEL, HostCall, ToolHost
 from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.fs import InputTooLargeError, lstat_strict, read_file_strict
 from forkpoint.core.model import FreshObservation, JsonObject, RunContext, ToolCall
 from forkpoint.sandbox import local_sandbox
 from forkpoint.sandbox.base import inside_roots, within
@@ -139,27 +140,31 @@ def observation(call: ToolCall, part: JsonObject, duration_ms: int) -> FreshObse
 
 
 def project_plugins(workspace: Path) -> list[str]:
-    """What of the workspace would make OpenCode load a plugin: a config file naming ``plugin`` (read as bytes, no
-    JSONC parse: any mention counts), a script in a plugin folder. Links are not followed; a link, a special file or
-    an oversized config where one of these is counts too (fail closed)."""
+    """What of the workspace would make OpenCode load a plugin: a config file with a ``"plugin`` string (bytes, no
+    JSONC parse: one in a comment or a value counts too) or any ``\\u`` escape, a script in a plugin folder. No
+    link is followed on the way (core.fs strict helpers); a link, a special file, an unreadable or oversized config
+    where one of these is counts (fail closed)."""
     found = []
     for relative in (".opencode", *PLUGIN_CONFIGS, *PLUGIN_FOLDERS):
-        path = workspace / relative
         try:
-            mode = os.lstat(path).st_mode
+            info = lstat_strict(workspace, relative)
         except OSError:
+            found.append(f"{relative} (not a plain file or folder on the way)")
             continue
-        if stat.S_ISLNK(mode) or not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+        if info is None:
+            continue
+        if not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
             found.append(f"{relative} (not a plain file or folder)")
         elif relative in PLUGIN_CONFIGS:
-            if not stat.S_ISREG(mode) or os.lstat(path).st_size > CONFIG_READ_LIMIT:
-                found.append(relative)
-                continue
-            with open(path, "rb", opener=lambda name, flags: os.open(name, flags | os.O_NOFOLLOW)) as handle:
-                if b'"plugin' in handle.read(CONFIG_READ_LIMIT):
-                    found.append(f"{relative} (its plugin list)")
-        elif relative in PLUGIN_FOLDERS and stat.S_ISDIR(mode):
-            found.extend(f"{relative}/{name}" for name in sorted(os.listdir(path))[:20]
+            try:
+                text = read_file_strict(workspace, relative, max_bytes=CONFIG_READ_LIMIT)
+                mentions = b'"plugin' in text or b"\\u" in text  # a key is quoted; an escape could spell it
+            except (OSError, ValueError, InputTooLargeError, ReplayError):
+                mentions = True
+            if mentions:
+                found.append(f"{relative} (its plugin list)")
+        elif relative in PLUGIN_FOLDERS and stat.S_ISDIR(info.st_mode):
+            found.extend(f"{relative}/{name}" for name in sorted(os.listdir(workspace / relative))[:20]
                          if name.endswith((".js", ".ts")))
     return found
 
