@@ -16,6 +16,7 @@ from forkpoint.adapters.opencode.tool_profile import installed_release, line_bin
 from forkpoint.core.errors import configuration, unsupported_version
 from forkpoint.core.fs import DEFAULT_MAX_INPUT_BYTES
 from forkpoint.core.model import FreshObservation, NativePrefix, Plan, RunContext, Trajectory, VersionFacts
+from forkpoint.core.releases import number
 
 if TYPE_CHECKING:
     from forkpoint.adapters.base import ToolExecutor
@@ -81,11 +82,14 @@ class OpenCodeAdapter(AdapterBase):
         recorded = plan.version.recorded if plan.version is not None and plan.version.status != "verified" else None
         line = line_for(recorded)
         own = line_binary(line, recorded) if line is not None else None
-        entrypoint = own if own is not None else resolve_entrypoint(AGENT, plan.trajectory.version or "",
-                                                                      None).entrypoint
+        if own is not None:
+            entrypoint, version = own, installed_release(line, recorded) if line is not None else None
+        else:
+            target = resolve_entrypoint(AGENT, plan.trajectory.version or "", None)
+            entrypoint, version = target.entrypoint, target.version
         return OpenCodeToolExecutor(context, entrypoint, shell=native.shell,
                                     error_events=line is None or own is None or line.error_events,
-                                    recorded_cwd=plan.trajectory.cwd)
+                                    recorded_cwd=plan.trajectory.cwd, version=number(version))
 
     def normalise_observation(self, content: object) -> object:
         """Documented volatile parts only (the saved-output path of a truncated bash output)."""

@@ -14,6 +14,9 @@ stdout; ``error_events=False``) is read from the model side: when its step's ``s
 ``tool_use`` for the call, the call failed, and the error text is the ``tool`` message for its id in the next
 request (OpenCode sends the ``error`` text there, byte for byte; the part's time is the host's).
 
+The project's own OpenCode configuration is never loaded (``TOOL_HOST_FLAGS``): a plugin it names would be installed
+from npm and run, an MCP server started; they are a stranger's code, and no built-in tool's text depends on them.
+
 Title requests (no ``tools``) get a fixed title. Nothing leaves loopback: the model endpoint is ours, and the
 proxy variables point at a closed loopback port so OpenCode's background fetches fail at once.
 
@@ -61,6 +64,15 @@ PROMPT = "forkpoint-tool-replay"
 REQUEST_RESULTS = "forkpoint.request_results"
 PROXY_SINK = "http://127.0.0.1:9"  # nothing listens there: background fetches fail immediately
 START_TIMEOUT_S = 120.0
+#: the tool host runs OpenCode's built-in tools and nothing of the project's configuration: no ``opencode.json(c)``
+#: of the project (its ``plugin`` list, which OpenCode would install from npm, its MCP servers, which it would start
+#: or connect to), no ``.opencode/`` directory (its plugins, custom tools, agents, its npm dependency install), and
+#: no external plugin at all (``OPENCODE_PURE``, 1.17 and later). Measured on 1.2.6, 1.17.11 and 1.18.33: the
+#: built-in tools' texts do not change (``read`` appends a directory's AGENTS.md either way, and a project's
+#: ``instructions`` do not change it); only the project's skills would be lost, so they are named (``skill_paths``)
+TOOL_HOST_FLAGS = {"OPENCODE_DISABLE_PROJECT_CONFIG": "1", "OPENCODE_PURE": "1"}
+#: the skill folders of a project's ``.opencode`` (``.claude/skills`` and ``.agents/skills`` OpenCode finds anyway)
+PROJECT_SKILL_DIRS = (".opencode/skills", ".opencode/skill")
 STOP_GRACE_S = 15.0
 
 
@@ -116,6 +128,13 @@ def provider_config(provider: str, model: str, base_url: str, api_key: str) -> J
                                "limit": {"context": 128000, "output": 8192}}}}},
         "permission": {"edit": "allow", "bash": "allow", "webfetch": "allow", "external_directory": "allow"},
     }
+
+
+def skill_paths(config: JsonObject, cwd: Path | str) -> JsonObject:
+    """``config`` with the project's ``.opencode`` skill folders (as OpenCode sees the cwd) as extra skill paths:
+    the skill tool finds them exactly as with the project's configuration loaded (same text, same base directory),
+    and no other part of that configuration is read."""
+    return {**config, "skills": {"paths": [os.path.join(str(cwd), folder) for folder in PROJECT_SKILL_DIRS]}}
 
 
 def write_config(home: Path, config: JsonObject, kind: ErrorKind = ErrorKind.CONTINUATION) -> None:
@@ -231,11 +250,12 @@ class ToolHost:
             url = self._serving.start(self._listen, self._site.stop, 10.0)
         except Exception as error:
             raise ReplayError(ErrorKind.EXECUTOR, f"the OpenCode tool host did not start: {error}") from error
-        write_config(self.home, provider_config(PROVIDER, self.model, url, "forkpoint-tools"), ErrorKind.EXECUTOR)
+        sandbox = self.sandbox
+        write_config(self.home, skill_paths(provider_config(PROVIDER, self.model, url, "forkpoint-tools"), sandbox.cwd),
+                     ErrorKind.EXECUTOR)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         argv = [str(self.entrypoint), "run", "--format=json", "--model", f"{PROVIDER}/{self.model}", PROMPT]
-        sandbox = self.sandbox
-        env = opencode_env(self.home, sandbox.cwd, shell=self.shell, workspace=self.workspace)
+        env = {**opencode_env(self.home, sandbox.cwd, shell=self.shell, workspace=self.workspace), **TOOL_HOST_FLAGS}
         log_path = self.log_dir / ("opencode-tools.log" if self.model == MODEL else "opencode-tools-gpt.log")
         readable = runtime_paths(self.entrypoint)
         if sandbox.private_network:

@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from forkpoint.adapters.opencode.toolhost import GPT_MODEL, MODEL, HostCall, ToolHost
 from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.core.fs import InputTooLargeError, lstat_strict, read_file_strict
 from forkpoint.core.model import FreshObservation, JsonObject, RunContext, ToolCall
 from forkpoint.sandbox import local_sandbox
 from forkpoint.sandbox.base import inside_roots, within
@@ -51,6 +53,16 @@ _SAVED_OUTPUT = re.compile(r"(Full output saved to: )\S+")
 
 #: the reason code of a recorded skill load the replay's OpenCode cannot find
 SKILL_MISSING = "skill_file_missing"
+#: the reason code of a call whose tool host would load a project's plugin
+PROJECT_PLUGIN = "project_plugin"
+#: the first release whose newer config service loads a project's plugins (a ``plugin`` entry of its
+#: ``opencode.json(c)``, a file in ``.opencode/plugin(s)/``) whatever ``TOOL_HOST_FLAGS`` say: measured, 1.18.33
+#: loads them, 1.17.11 and 1.2.6 do not
+PLUGINS_DESPITE_FLAGS = (1, 18, 0)
+#: the project files that configure plugins, relative to the cwd OpenCode starts in
+PLUGIN_CONFIGS = ("opencode.json", "opencode.jsonc", ".opencode/opencode.json", ".opencode/opencode.jsonc")
+PLUGIN_FOLDERS = (".opencode/plugin", ".opencode/plugins")
+CONFIG_READ_LIMIT = 4 * 1024 * 1024
 
 
 def normalize_volatile(content: Any) -> Any:
@@ -127,6 +139,36 @@ def observation(call: ToolCall, part: JsonObject, duration_ms: int) -> FreshObse
                             duration_ms=duration_ms, native=state)
 
 
+def project_plugins(workspace: Path) -> list[str]:
+    """What of the workspace would make OpenCode load a plugin: a config file with a ``"plugin`` string (bytes, no
+    JSONC parse: one in a comment or a value counts too) or any ``\\u`` escape, a script in a plugin folder. No
+    link is followed on the way (core.fs strict helpers); a link, a special file, an unreadable or oversized config
+    where one of these is counts (fail closed)."""
+    found = []
+    for relative in (".opencode", *PLUGIN_CONFIGS, *PLUGIN_FOLDERS):
+        try:
+            info = lstat_strict(workspace, relative)
+        except OSError:
+            found.append(f"{relative} (not a plain file or folder on the way)")
+            continue
+        if info is None:
+            continue
+        if not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
+            found.append(f"{relative} (not a plain file or folder)")
+        elif relative in PLUGIN_CONFIGS:
+            try:
+                text = read_file_strict(workspace, relative, max_bytes=CONFIG_READ_LIMIT)
+                mentions = b'"plugin' in text or b"\\u" in text  # a key is quoted; an escape could spell it
+            except (OSError, ValueError, InputTooLargeError, ReplayError):
+                mentions = True
+            if mentions:
+                found.append(f"{relative} (its plugin list)")
+        elif relative in PLUGIN_FOLDERS and stat.S_ISDIR(info.st_mode):
+            found.extend(f"{relative}/{name}" for name in sorted(os.listdir(workspace / relative))[:20]
+                         if name.endswith((".js", ".ts")))
+    return found
+
+
 def skill_missing(call: ToolCall, error: str, recorded_cwd: str | None) -> str | None:
     """The stale reason of a recorded skill load whose skill the replay's OpenCode did not find, else None."""
     name = call.arguments.get("name")
@@ -153,8 +195,11 @@ class OpenCodeToolExecutor:
     on the first call. ``error_events``: whether the binary prints a ``tool_use`` event for a failed call."""
 
     def __init__(self, context: RunContext, entrypoint: Path, *, shell: str | None = None,
-                 error_events: bool = True, recorded_cwd: str | None = None) -> None:
+                 error_events: bool = True, recorded_cwd: str | None = None,
+                 version: tuple[int, int, int] | None = None) -> None:
         self.context = context
+        #: None: unknown, treated as a release that loads a project's plugins (fail closed)
+        self.version = version
         self.error_events = error_events
         self.recorded_cwd = recorded_cwd
         self.entrypoint = entrypoint
@@ -177,6 +222,15 @@ class OpenCodeToolExecutor:
 
     def run(self, call: ToolCall) -> FreshObservation:
         check_paths(call, self.workspace, self.sandbox)
+        if self.version is None or self.version >= PLUGINS_DESPITE_FLAGS:
+            plugins = project_plugins(self.workspace)
+            if plugins:
+                version = ".".join(map(str, self.version)) if self.version else "this"
+                raise ReplayError(ErrorKind.EXECUTOR, (
+                    f"{PROJECT_PLUGIN}: OpenCode {version} would load the project's plugins ({', '.join(plugins)}) "
+                    "in forkpoint's tool host, and forkpoint never runs a project's plugin; pass "
+                    "--allow-stale-observations to reuse the recorded observation"),
+                    before_effect=True, stale_fallback=True)
         started = time.monotonic()
         host = self.host_for(call.name)
         part = host.execute(HostCall(wire_call_id(call), call.name, call.arguments), call_timeout(call))
