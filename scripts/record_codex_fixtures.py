@@ -201,6 +201,22 @@ def jpeg_grey() -> bytes:
     return b"\xff\xd8" + quant + frame + tables + scan + b"\x3f" + b"\xff\xd9"
 
 
+def _view_image_files() -> dict[str, str | bytes]:
+    """The view_image scenarios' workspace (new and 0.40's view_image see the same files)."""
+    return {"small.png": png(3, 2), "photo.jpg": jpeg_grey(), "notes.txt": "not an image\n", "pics/keep.txt": "x\n",
+            "big.png": png(2100, 40)}
+
+
+def _view_image_turns(cwd: str) -> Turns:
+    return [[tool_use("view_image", {"path": "small.png"})],
+            [tool_use("view_image", {"path": f"{cwd}/photo.jpg"})],
+            [tool_use("view_image", {"path": "missing.png"})],
+            [tool_use("view_image", {"path": "notes.txt"})],
+            [tool_use("view_image", {"path": "pics"})],
+            [tool_use("view_image", {"path": "big.png"})],
+            [text("I looked at the pictures.")]]
+
+
 PLAN = {"explanation": "Two small steps.",
         "plan": [{"step": "Inspect notes.txt", "status": "completed"},
                  {"step": "Summarise it", "status": "in_progress"}]}
@@ -271,30 +287,14 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     ),
     Scenario(
         "view_image", "Look at the pictures here.",
-        {"small.png": png(3, 2), "photo.jpg": jpeg_grey(), "notes.txt": "not an image\n", "pics/keep.txt": "x\n",
-         "big.png": png(2100, 40)},
-        lambda cwd: [[tool_use("view_image", {"path": "small.png"})],
-                     [tool_use("view_image", {"path": f"{cwd}/photo.jpg"})],
-                     [tool_use("view_image", {"path": "missing.png"})],
-                     [tool_use("view_image", {"path": "notes.txt"})],
-                     [tool_use("view_image", {"path": "pics"})],
-                     [tool_use("view_image", {"path": "big.png"})],
-                     [text("I looked at the pictures.")]],
+        _view_image_files(), _view_image_turns,
         exit_codes={},
         notes="view_image: a small PNG, a JPEG by absolute path, a missing file, a text file, a directory and a "
               "PNG wider than 2048 px",
     ),
     Scenario(
         "view_image_040", "Look at the pictures here.",
-        {"small.png": png(3, 2), "photo.jpg": jpeg_grey(), "notes.txt": "not an image\n", "pics/keep.txt": "x\n",
-         "big.png": png(2100, 40)},
-        lambda cwd: [[tool_use("view_image", {"path": "small.png"})],
-                     [tool_use("view_image", {"path": f"{cwd}/photo.jpg"})],
-                     [tool_use("view_image", {"path": "missing.png"})],
-                     [tool_use("view_image", {"path": "notes.txt"})],
-                     [tool_use("view_image", {"path": "pics"})],
-                     [tool_use("view_image", {"path": "big.png"})],
-                     [text("I looked at the pictures.")]],
+        _view_image_files(), _view_image_turns,
         exit_codes={}, versions=("0.40.0",),
         notes="Codex 0.40's view_image (its separate image message): the view_image scenario's calls",
     ),
