@@ -33,6 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from fixture_recording import fresh_scenario, read_jsonl, write_script
 from record_claude_fixtures import (
     CLEAN_PATH,
     FIXTURES,
@@ -44,9 +45,7 @@ from record_claude_fixtures import (
     bash,
     compact_request,
     encode_cwd,
-    read_jsonl,
     task,
-    write_files,
 )
 
 from forkpoint import runtimes
@@ -173,15 +172,10 @@ def record(version: str, scenario: SdkScenario) -> Path:
         raise SystemExit(f"claude-code {version} is not installed: `forkpoint agents install claude-code@{version}`")
     cwd, home = REC_ROOT / scenario.name, HOME_ROOT / scenario.name
     fixture = FIXTURES / version / scenario.name
-    for path in (cwd, home, fixture):
-        shutil.rmtree(path, ignore_errors=True)
-        path.mkdir(parents=True)
-    write_files(cwd, scenario.files)
-    write_files(fixture / "workspace-initial", scenario.files)
+    fresh_scenario(cwd, home, fixture, scenario.files)
     seed = f"claude-code/{scenario.name}"
     turns = scenario.turns(str(cwd))
-    (fixture / "script.json").write_text(json.dumps({"seed": seed, "turns": [{"content": t} for t in turns]},
-                                                    indent=2) + "\n")
+    write_script(fixture, seed, turns)
     keyed = {WRITER_KEY: scenario.sub_turns(str(cwd))} if scenario.sub_turns is not None else {}
     model = ScriptedModel(turns, seed=seed, keyed=keyed)
     writer = sdk.AgentDefinition(description="Writes files when asked.", prompt=WRITER_KEY + " Do what you are told.",

@@ -31,6 +31,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from fixture_recording import fresh_scenario, read_jsonl, write_script
+
 from forkpoint import runtimes
 from forkpoint.adapters import agent_spec
 from forkpoint.testing.scripted_model import Block, ScriptedModel, custom_tool_call, text, tool_use
@@ -336,20 +338,6 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
 RELEASES = ("0.40.0",)
 
 
-def read_jsonl(path: Path) -> list[Json]:
-    return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
-
-
-def write_files(root: Path, files: dict[str, str | bytes]) -> None:
-    for rel, content in files.items():
-        target = root / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            target.write_bytes(content)
-        else:
-            target.write_text(content, "utf-8")
-
-
 def _sha256(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
@@ -433,15 +421,10 @@ def record(version: str, scenario: Scenario) -> Path:
     probed = runtimes.probe_version(runtime)
     cwd, home = REC_ROOT / scenario.name, HOME_ROOT / scenario.name
     fixture = FIXTURES / version / scenario.name
-    for path in (cwd, home, fixture):
-        shutil.rmtree(path, ignore_errors=True)
-        path.mkdir(parents=True)
-    write_files(cwd, scenario.files)
-    write_files(fixture / "workspace-initial", scenario.files)
+    fresh_scenario(cwd, home, fixture, scenario.files)
     seed = f"codex/{scenario.name}"
     turns = scenario.turns(str(cwd))
-    (fixture / "script.json").write_text(json.dumps({"seed": seed, "turns": [{"content": t} for t in turns]},
-                                                    indent=2) + "\n")
+    write_script(fixture, seed, turns)
     model = scenario.model(turns, seed=seed, model=MODEL)
     expected = [[item["call_id"] for item in model.respond_responses("main", step)[1] if "call_id" in item]
                 for step in range(len(turns))]

@@ -22,7 +22,6 @@ is then a reset notice after a 30 s wait, not the command's output).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -32,6 +31,8 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from fixture_recording import summarise_chat_request
 
 from forkpoint import runtimes
 from forkpoint.process import sanitized_env
@@ -98,18 +99,6 @@ def scenarios(root: Path) -> dict[str, tuple[str, list[list[Block]], dict[str, s
     }
 
 
-def _summarise_request(entry: Json) -> Json:
-    body = entry.get("body") if isinstance(entry.get("body"), dict) else None
-    if body is None:
-        return entry
-    tools = body.get("tools")
-    summary = {k: v for k, v in body.items() if k != "tools"}
-    if isinstance(tools, list):
-        summary["tools_sha256"] = hashlib.sha256(json.dumps(tools, sort_keys=True).encode()).hexdigest()
-        summary["tool_names"] = [t.get("function", {}).get("name") for t in tools if isinstance(t, dict)]
-    return {**entry, "body": summary}
-
-
 def write_conversation(bundle: Json, target: Path) -> None:
     """The SDK's own layout: base_state.json + events/event-NNNNN-<id>.json (as the SDK names them)."""
     events = target / "events"
@@ -155,7 +144,7 @@ def record(name: str, task: str, turns: list[list[Block]], files: dict[str, str]
     write_conversation(bundle, target / "conversation")
     with (target / "requests.jsonl").open("w") as handle:
         for entry in model.requests:
-            handle.write(json.dumps(_summarise_request(entry), ensure_ascii=False) + "\n")
+            handle.write(json.dumps(summarise_chat_request(entry), ensure_ascii=False) + "\n")
     meta = {"agent": "openhands-sdk", "version": VERSION, "scenario": name, "cwd": str(workspace), "task": task,
             "model": MODEL, "execution_status": result.get("execution_status"), "runner_mode": "record",
             "recorded_at": datetime.now(UTC).isoformat(timespec="seconds")}

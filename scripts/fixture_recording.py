@@ -1,0 +1,56 @@
+"""What the scripts/record_*_fixtures.py recorders share: the fresh scenario dirs, the initial files, the script a
+fixture's ScriptedModel is rebuilt from and the compact request log. One copy, so every recorder writes them alike.
+
+A recorder is run as ``python scripts/record_<agent>_fixtures.py``, which puts scripts/ first on sys.path: it
+imports this module by its plain name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+Json = dict[str, Any]
+
+
+def read_jsonl(path: Path) -> list[Json]:
+    return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
+
+
+def write_files(root: Path, files: dict[str, str | bytes]) -> None:
+    for rel, content in files.items():
+        target = root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content.encode() if isinstance(content, str) else content)
+
+
+def fresh_scenario(cwd: Path, home: Path, fixture: Path, files: dict[str, str | bytes]) -> None:
+    """The scenario's cwd, HOME and fixture dir recreated empty; its files written to the cwd and to the fixture's
+    workspace-initial/."""
+    for path in (cwd, home, fixture):
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True)
+    write_files(cwd, files)
+    write_files(fixture / "workspace-initial", files)
+
+
+def write_script(fixture: Path, seed: str, turns: list[Any]) -> None:
+    """The fixture's script.json: what a test rebuilds the scenario's ScriptedModel from."""
+    (fixture / "script.json").write_text(json.dumps({"seed": seed, "turns": [{"content": t} for t in turns]},
+                                                    indent=2) + "\n")
+
+
+def summarise_chat_request(entry: Json) -> Json:
+    """A Chat Completions request log entry with its tools replaced by their hash and names (OpenHands V0 and SDK)."""
+    body = entry.get("body") if isinstance(entry.get("body"), dict) else None
+    if body is None:
+        return entry
+    tools = body.get("tools")
+    summary = {k: v for k, v in body.items() if k != "tools"}
+    if isinstance(tools, list):
+        summary["tools_sha256"] = hashlib.sha256(json.dumps(tools, sort_keys=True).encode()).hexdigest()
+        summary["tool_names"] = [t.get("function", {}).get("name") for t in tools if isinstance(t, dict)]
+    return {**entry, "body": summary}
