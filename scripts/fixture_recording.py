@@ -54,3 +54,27 @@ def summarise_chat_request(entry: Json) -> Json:
         summary["tools_sha256"] = hashlib.sha256(json.dumps(tools, sort_keys=True).encode()).hexdigest()
         summary["tool_names"] = [t.get("function", {}).get("name") for t in tools if isinstance(t, dict)]
     return {**entry, "body": summary}
+
+
+def digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
+def fresh_cli_scenario(cwd: Path, home: Path, out: Path, files: dict[str, str]) -> None:
+    """An agent CLI scenario's (Gemini CLI, Qwen Code, Copilot CLI) cwd and HOME recreated empty, its files written
+    to the cwd and the fixture dir ``out`` recreated with a copy of them as workspace-initial/."""
+    for folder in (cwd, home):
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+    for rel, body in files.items():
+        (cwd / rel).parent.mkdir(parents=True, exist_ok=True)
+        (cwd / rel).write_text(body)
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(cwd, out / "workspace-initial")
+
+
+def write_cli_meta(out: Path, agent: str, version: str, cwd: Path, model: str, scenario: dict[str, Any]) -> None:
+    """An agent CLI fixture's meta.json and script.json (the scripted turns and the prompt)."""
+    (out / "meta.json").write_text(json.dumps({"agent": agent, "version": version, "cwd": str(cwd),
+                                               "model": model, "prompt": scenario["prompt"]}, indent=1))
+    (out / "script.json").write_text(json.dumps({"turns": scenario["turns"], "prompt": scenario["prompt"]}, indent=1))
