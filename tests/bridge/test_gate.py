@@ -7,7 +7,17 @@ from typing import Any
 
 import pytest
 
-from forkpoint.bridge.gate import Gate, Refusal, Verdict, checked, open_request, refuse_nonce_in, verified_profile
+from forkpoint.bridge.gate import (
+    Gate,
+    Refusal,
+    Verdict,
+    checked,
+    compare_prefix,
+    open_request,
+    refuse_nonce_in,
+    verified_profile,
+)
+from forkpoint.core.hashing import canonical_sha256
 
 NONCE = "__forkpoint_nonce_00112233445566778899aabbccddeeff__"
 
@@ -82,3 +92,26 @@ def test_gate_base_declares_auxiliary_as_a_model_request_by_default() -> None:
             return Verdict(True, body, None)
 
     assert Plain().auxiliary({"messages": []}) is None
+
+
+def test_a_prefix_comparison_names_the_first_differing_missing_or_extra_entry_at_its_request_index() -> None:
+    """compare_prefix (the Chat Completions and Gemini gates): the refusal points at the request's own index."""
+    wanted = [{"n": 0}, {"n": 1}]
+
+    def compare(conversation: list[Any], exact: bool = True) -> str | None:
+        try:
+            compare_prefix("messages", wanted, [canonical_sha256(w) for w in wanted], canonical_sha256(wanted),
+                           conversation, exact=exact, counted="messages after the system", offset=1,
+                           describe=lambda entry: f"n={entry['n']}", explain=lambda want, got: f"{got} != {want}")
+        except Refusal as refusal:
+            return str(refusal)
+        return None
+
+    assert compare([{"n": 0}, {"n": 1}]) is None
+    assert compare([{"n": 0}, {"n": 1}, {"n": 2}], exact=False) is None
+    assert compare([{"n": 0}, {"n": 9}]) == ("messages[2] (n=1) differs from the rebuilt prefix: "
+                                            "{'n': 9} != {'n': 1}")
+    assert compare([{"n": 0}]) == ("messages[2] (n=1) is missing: the request has 1 messages after the system, "
+                                   "the rebuilt prefix 2")
+    assert compare([{"n": 0}, {"n": 1}, {"n": 2}]) == ("messages[3] (n=2) is extra: the request has 3 messages "
+                                                      "after the system, the rebuilt prefix 2")
