@@ -11,12 +11,20 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 from pathlib import Path
 from typing import Any
 
 from forkpoint.adapters.calibration import Check, Outcome, compact_requests
-from forkpoint.adapters.kit.calibration import first_match, parse_check, ran_ok, record_check, replay_check, run_release
+from forkpoint.adapters.kit.calibration import (
+    first_match,
+    only_file,
+    parse_check,
+    ran_ok,
+    record_check,
+    replay_check,
+    restore_files,
+    run_release,
+)
 from forkpoint.adapters.spec import AgentSpec
 from forkpoint.core.errors import trajectory as trajectory_error
 
@@ -67,14 +75,6 @@ def _exit_code_shown(output: str, code: int) -> bool:
     return f"Process exited with code {code}\n" in output or f'"exit_code":{code},' in output
 
 
-def _restore(cwd: Path) -> Path:
-    shutil.rmtree(cwd, ignore_errors=True)
-    cwd.mkdir(parents=True)
-    for rel, content in FILES.items():
-        (cwd / rel).write_text(content, "utf-8")
-    return cwd
-
-
 def _home(home: Path, url: str) -> dict[str, str]:
     """A fresh CODEX_HOME whose provider is ScriptedModel, and the continuation's environment for it."""
     from forkpoint.adapters.codex.launch import codex_home, config_toml, environment
@@ -90,12 +90,7 @@ def _home(home: Path, url: str) -> dict[str, str]:
 def _rollout(home: Path) -> Path:
     from forkpoint.adapters.codex.launch import codex_home
 
-    found = sorted((codex_home(home) / "sessions").rglob("rollout-*.jsonl"))
-    if len(found) != 1 or found[0].is_symlink() or not found[0].is_file():
-        raise trajectory_error(f"expected one rollout written by the release, found {len(found)}")
-    if found[0].stat().st_size > MAX_ROLLOUT_BYTES:
-        raise trajectory_error("the release wrote a rollout larger than 64 MiB")
-    return found[0]
+    return only_file(sorted((codex_home(home) / "sessions").rglob("rollout-*.jsonl")), "rollout", MAX_ROLLOUT_BYTES)
 
 
 def _outputs(lines: list[Any]) -> dict[str, str]:
@@ -106,6 +101,10 @@ def _outputs(lines: list[Any]) -> dict[str, str]:
             output = payload.get("output")
             found[str(payload.get("call_id"))] = output if isinstance(output, str) else json.dumps(output)
     return found
+
+
+def _restore(cwd: Path) -> Path:
+    return restore_files(cwd, FILES)
 
 
 def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str], scratch: Path,

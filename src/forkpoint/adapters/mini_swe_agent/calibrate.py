@@ -11,13 +11,12 @@ with the candidate's profile; the candidate's gate judges litellm's first reques
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 from forkpoint.adapters.calibration import Check, Outcome, compact_requests
-from forkpoint.adapters.kit.calibration import match_candidates, parse_check, ran_ok, run_release
+from forkpoint.adapters.kit.calibration import match_candidates, parse_check, ran_ok, restore_files, run_release
 from forkpoint.adapters.spec import AgentSpec
 from forkpoint.core.errors import trajectory as trajectory_error
 
@@ -41,14 +40,6 @@ def _turns(major: int) -> list[dict[str, Any]]:
     return [{"content": [text("Next step."), *(tool_use("bash", {"command": c}) for c in turn)]} for turn in COMMANDS]
 
 
-def _restore(cwd: Path) -> Path:
-    shutil.rmtree(cwd, ignore_errors=True)
-    for rel, content in FILES.items():
-        (cwd / rel).parent.mkdir(parents=True, exist_ok=True)
-        (cwd / rel).write_text(content, "utf-8")
-    return cwd
-
-
 def _env(home: Path) -> dict[str, str]:
     return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8", "TZ": "UTC",
             "TMPDIR": str(home), "MSWEA_CONFIGURED": "true", "MSWEA_SILENT_STARTUP": "1",
@@ -67,6 +58,10 @@ def _builtin_config(python: Path, home: Path) -> dict[str, Any]:
         raise trajectory_error(f"the release's mini.yaml could not be read: {done.stderr[-300:]}")
     config: dict[str, Any] = json.loads(done.stdout)
     return config
+
+
+def _restore(cwd: Path) -> Path:
+    return restore_files(cwd, FILES)
 
 
 def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str], scratch: Path,

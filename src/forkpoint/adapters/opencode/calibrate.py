@@ -15,7 +15,6 @@ named in the calibration (``tool_profile``); the resume is still judged as each 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from forkpoint.adapters.kit.calibration import (
     ran_ok,
     record_check,
     replay_check,
+    restore_files,
     resume_check,
     run_release,
 )
@@ -65,14 +65,6 @@ def _turns(cwd: Path) -> list[list[dict[str, Any]]]:
             [text("Done probing.")]]
 
 
-def _restore(cwd: Path) -> Path:
-    shutil.rmtree(cwd, ignore_errors=True)
-    for rel, content in FILES.items():
-        (cwd / rel).parent.mkdir(parents=True, exist_ok=True)
-        (cwd / rel).write_text(content, "utf-8")
-    return cwd
-
-
 def _statuses(export: dict[str, Any]) -> dict[str, str]:
     """Call id -> the tool part's status in the export."""
     found = {}
@@ -93,6 +85,10 @@ def _session_id(events: bytes) -> str:
         if isinstance(event, dict) and isinstance(event.get("sessionID"), str):
             return str(event["sessionID"])
     raise trajectory_error("the release's `run --format=json` printed no sessionID")
+
+
+def _restore(cwd: Path) -> Path:
+    return restore_files(cwd, FILES)
 
 
 def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str], scratch: Path,
