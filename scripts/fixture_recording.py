@@ -10,8 +10,12 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+from forkpoint import runtimes
+from forkpoint.runtimes import Runtime
 
 Json = dict[str, Any]
 
@@ -78,3 +82,18 @@ def write_cli_meta(out: Path, agent: str, version: str, cwd: Path, model: str, s
     (out / "meta.json").write_text(json.dumps({"agent": agent, "version": version, "cwd": str(cwd),
                                                "model": model, "prompt": scenario["prompt"]}, indent=1))
     (out / "script.json").write_text(json.dumps({"turns": scenario["turns"], "prompt": scenario["prompt"]}, indent=1))
+
+
+def installed(agent: str, version: str) -> Runtime:
+    """The cached runtime of ``agent@version``; exits saying how to install it when there is none."""
+    runtime = runtimes.find(agent, version)
+    if runtime is None:
+        raise SystemExit(f"{agent} {version} is not installed: `forkpoint agents install {agent}@{version}`")
+    return runtime
+
+
+def write_requests(path: Path, requests: Iterable[Json], compact: Callable[[Json], Json]) -> None:
+    """The request log a fixture keeps (requests.jsonl): each request the model server received, ``compact``-ed."""
+    with path.open("w") as handle:
+        for entry in requests:
+            handle.write(json.dumps(compact(entry), ensure_ascii=False) + "\n")

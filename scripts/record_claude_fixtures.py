@@ -36,7 +36,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fixture_recording import fresh_scenario, read_jsonl, write_script
+from fixture_recording import fresh_scenario, installed, read_jsonl, write_requests, write_script
 
 from forkpoint import runtimes
 from forkpoint.adapters import agent_spec
@@ -685,9 +685,7 @@ def verify(scenario: Scenario, rec: Recording, expected: list[list[str]], fixtur
 
 
 def record(version: str, scenario: Scenario) -> Path:
-    runtime = runtimes.find("claude-code", version)
-    if runtime is None:
-        raise SystemExit(f"claude-code {version} is not installed: `forkpoint agents install claude-code@{version}`")
+    runtime = installed("claude-code", version)
     probed = runtimes.probe_version(runtime)
     cwd, home = REC_ROOT / scenario.name, HOME_ROOT / scenario.name
     fixture = FIXTURES / version / scenario.name
@@ -713,9 +711,7 @@ def record(version: str, scenario: Scenario) -> Path:
     persisted = rec.session.parent / rec.session_id / "tool-results"
     if persisted.is_dir():
         shutil.copytree(persisted, fixture / "tool-results")
-    with (fixture / "requests.jsonl").open("w") as handle:
-        for entry in model.requests:
-            handle.write(json.dumps(compact_request(entry), ensure_ascii=False) + "\n")
+    write_requests(fixture / "requests.jsonl", model.requests, compact_request)
     init = next((line for line in read_jsonl(fixture / "stdout.jsonl")
                  if line.get("type") == "system" and line.get("subtype") == "init"), {})
     if init.get("session_id") not in (None, rec.session_id):

@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fixture_recording import fresh_scenario, read_jsonl, write_script
+from fixture_recording import fresh_scenario, installed, read_jsonl, write_requests, write_script
 
 from forkpoint import runtimes
 from forkpoint.adapters import agent_spec
@@ -415,9 +415,7 @@ def verify(scenario: Scenario, exit_code: int, expected: list[list[str]], turns:
 
 
 def record(version: str, scenario: Scenario) -> Path:
-    runtime = runtimes.find("codex", version)
-    if runtime is None:
-        raise SystemExit(f"codex {version} is not installed: `forkpoint agents install codex@{version}`")
+    runtime = installed("codex", version)
     probed = runtimes.probe_version(runtime)
     cwd, home = REC_ROOT / scenario.name, HOME_ROOT / scenario.name
     fixture = FIXTURES / version / scenario.name
@@ -434,9 +432,7 @@ def record(version: str, scenario: Scenario) -> Path:
     if len(rollouts) != 1:
         raise RuntimeError(f"expected one rollout under {codex_home / 'sessions'}, found {rollouts}")
     shutil.copyfile(rollouts[0], fixture / "rollout.jsonl")
-    with (fixture / "requests.jsonl").open("w") as handle:
-        for entry in model.requests:
-            handle.write(json.dumps(compact_request(entry), ensure_ascii=False) + "\n")
+    write_requests(fixture / "requests.jsonl", model.requests, compact_request)
     first = read_jsonl(fixture / "rollout.jsonl")[0]
     session_id = first.get("payload", {}).get("id")
     started = next((line for line in read_jsonl(fixture / "stdout.jsonl") if line.get("type") == "thread.started"), {})

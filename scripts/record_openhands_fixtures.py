@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fixture_recording import summarise_chat_request
+from fixture_recording import summarise_chat_request, write_requests
 
 from forkpoint import runtimes
 from forkpoint.process import sanitized_env
@@ -127,9 +127,7 @@ def record(name: str, task: str, turns: list[list[Block]], files: dict[str, str]
             raise SystemExit(f"{name}: runner failed: {result.get('error')}")
         trajectory = json.loads((scratch / "trajectory.json").read_text())
     (target / "trajectory.json").write_text(json.dumps(trajectory, indent=4) + "\n")
-    with (target / "requests.jsonl").open("w") as handle:
-        for entry in model.requests:
-            handle.write(json.dumps(summarise_chat_request(entry), ensure_ascii=False) + "\n")
+    write_requests(target / "requests.jsonl", model.requests, summarise_chat_request)
     meta = {"agent": "openhands", "version": VERSION, "scenario": name, "cwd": str(workspace), "task": task,
             "model": MODEL, "agent_state": result.get("agent_state"), "iterations": result.get("iterations"),
             "runner_mode": "record", "recorded_at": datetime.now(UTC).isoformat(timespec="seconds")}

@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fixture_recording import summarise_chat_request
+from fixture_recording import summarise_chat_request, write_requests
 
 from forkpoint import runtimes
 from forkpoint.process import sanitized_env
@@ -142,9 +142,7 @@ def record(name: str, task: str, turns: list[list[Block]], files: dict[str, str]
             raise SystemExit(f"{name}: runner failed: {result.get('error')}")
         bundle = json.loads((scratch / "bundle.json").read_text())
     write_conversation(bundle, target / "conversation")
-    with (target / "requests.jsonl").open("w") as handle:
-        for entry in model.requests:
-            handle.write(json.dumps(summarise_chat_request(entry), ensure_ascii=False) + "\n")
+    write_requests(target / "requests.jsonl", model.requests, summarise_chat_request)
     meta = {"agent": "openhands-sdk", "version": VERSION, "scenario": name, "cwd": str(workspace), "task": task,
             "model": MODEL, "execution_status": result.get("execution_status"), "runner_mode": "record",
             "recorded_at": datetime.now(UTC).isoformat(timespec="seconds")}
