@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from forkpoint import runtimes
+from forkpoint.process import sanitized_env
 from forkpoint.runtimes import Runtime
 
 Json = dict[str, Any]
@@ -64,10 +68,10 @@ def digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
 
 
-def fresh_cli_scenario(cwd: Path, home: Path, out: Path, files: dict[str, str]) -> None:
-    """An agent CLI scenario's (Gemini CLI, Qwen Code, Copilot CLI) cwd and HOME recreated empty, its files written
-    to the cwd and the fixture dir ``out`` recreated with a copy of them as workspace-initial/."""
-    for folder in (cwd, home):
+def fresh_copied_scenario(cwd: Path, out: Path, files: dict[str, str], *others: Path) -> None:
+    """A scenario's cwd (and ``others``: its HOME) recreated empty, its files written to the cwd and the fixture dir
+    ``out`` recreated with a copy of them as workspace-initial/ (the agent CLI and OpenHands recorders)."""
+    for folder in (cwd, *others):
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
     for rel, body in files.items():
@@ -75,6 +79,24 @@ def fresh_cli_scenario(cwd: Path, home: Path, out: Path, files: dict[str, str]) 
         (cwd / rel).write_text(body)
     shutil.rmtree(out, ignore_errors=True)
     shutil.copytree(cwd, out / "workspace-initial")
+
+
+def run_python_runner(argv: list[str], request: Json, scratch: Path, name: str, timeout: float,
+                      env: dict[str, str], detail: Callable[[Json], str] = lambda result: "") -> Json:
+    """One record run of forkpoint's companion runner (OpenHands V0 and SDK) on the runtime's Python: ``request``
+    written to scratch/request.json, ``argv`` + that path run with credentials stripped, HOME in ``scratch`` and
+    litellm's local cost map (``env`` on top); its scratch/result.json, or an exit naming the runner's error."""
+    (scratch / "request.json").write_text(json.dumps(request))
+    full_env = sanitized_env(os.environ, strip_credentials=True)
+    full_env.update({"HOME": str(scratch / "home"), "SCRIPTED_API_KEY": "dummy", "TZ": "UTC",
+                     "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LOG_LEVEL": "WARNING", **env})
+    done = subprocess.run([*argv, str(scratch / "request.json")], env=full_env, capture_output=True, text=True,
+                          timeout=timeout, cwd=scratch, check=False)
+    result: Json = json.loads((scratch / "result.json").read_text())
+    if done.returncode != 0 or result.get("error"):
+        sys.stderr.write(done.stderr[-4000:] + detail(result))
+        raise SystemExit(f"{name}: runner failed: {result.get('error')}")
+    return result
 
 
 def write_cli_meta(out: Path, agent: str, version: str, cwd: Path, model: str, scenario: dict[str, Any]) -> None:

@@ -22,7 +22,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from fixture_recording import digest, fresh_cli_scenario, write_cli_meta
+from fixture_recording import digest, fresh_copied_scenario, write_cli_meta
 
 from forkpoint import runtimes
 from forkpoint.adapters.copilot_cli.parse import dumps, parse_copilot
@@ -72,7 +72,7 @@ def record(name: str, scenario: dict[str, Any]) -> None:
     assert runtime is not None, f"forkpoint agents install copilot-cli@{VERSION}"
     cwd, home = REC_ROOT / name, HOME_ROOT / name
     out = FIXTURES / name
-    fresh_cli_scenario(cwd, home, out, scenario["files"])
+    fresh_copied_scenario(cwd, out, scenario["files"], home)
     model = ScriptedModel(scenario["turns"], seed=f"copilot-{name}", model=MODEL)
     with model.serve() as url:
         done = subprocess.run([str(runtime.entrypoint), "--allow-all", "--no-auto-update",

@@ -23,19 +23,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fixture_recording import summarise_chat_request, write_requests
+from fixture_recording import (
+    fresh_copied_scenario,
+    run_python_runner,
+    summarise_chat_request,
+    write_requests,
+    write_script,
+)
 
 from forkpoint import runtimes
-from forkpoint.process import sanitized_env
 from forkpoint.testing.scripted_model import Block, ScriptedModel, text, tool_use
 
 REPO = Path(__file__).resolve().parent.parent
@@ -95,17 +97,9 @@ def scenarios(root: Path) -> dict[str, tuple[str, list[list[Block]], dict[str, s
 
 def record(name: str, task: str, turns: list[list[Block]], files: dict[str, str], python: Path) -> Path:
     workspace = REC_ROOT / name
-    shutil.rmtree(workspace, ignore_errors=True)
-    workspace.mkdir(parents=True)
-    for relative, content in files.items():
-        path = workspace / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(content)
     target = FIXTURES / VERSION / name
-    shutil.rmtree(target, ignore_errors=True)
-    shutil.copytree(workspace, target / "workspace-initial")
-    script = {"seed": f"openhands/{name}", "turns": [{"content": turn} for turn in turns]}
-    (target / "script.json").write_text(json.dumps(script, indent=2) + "\n")
+    fresh_copied_scenario(workspace, target, files)
+    write_script(target, f"openhands/{name}", turns)
     with tempfile.TemporaryDirectory(prefix=f"forkpoint-rec-openhands-{name}-") as tmp:
         scratch = Path(tmp)
         model = ScriptedModel.from_file(target / "script.json", model="scripted")
@@ -115,16 +109,7 @@ def record(name: str, task: str, turns: list[list[Block]], files: dict[str, str]
                        "save_trajectory": str(scratch / "trajectory.json"), "max_iterations": 20, "task": task,
                        "llm": {"model": MODEL, "base_url": f"{url}/v1", "api_key_env": "SCRIPTED_API_KEY"},
                        "result": str(scratch / "result.json")}
-            (scratch / "request.json").write_text(json.dumps(request))
-            env = sanitized_env(os.environ, strip_credentials=True)
-            env.update({"HOME": str(scratch / "home"), "SCRIPTED_API_KEY": "dummy", "TZ": "UTC",
-                        "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LOG_LEVEL": "WARNING"})
-            done = subprocess.run([str(python), str(RUNNER), str(scratch / "request.json")], env=env,
-                                  capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=scratch, check=False)
-        result = json.loads((scratch / "result.json").read_text())
-        if done.returncode != 0 or result.get("error"):
-            sys.stderr.write(done.stderr[-4000:])
-            raise SystemExit(f"{name}: runner failed: {result.get('error')}")
+            result = run_python_runner([str(python), str(RUNNER)], request, scratch, name, RUN_TIMEOUT_S, {})
         trajectory = json.loads((scratch / "trajectory.json").read_text())
     (target / "trajectory.json").write_text(json.dumps(trajectory, indent=4) + "\n")
     write_requests(target / "requests.jsonl", model.requests, summarise_chat_request)

@@ -21,7 +21,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from fixture_recording import digest, fresh_cli_scenario, write_cli_meta
+from fixture_recording import digest, fresh_copied_scenario, write_cli_meta
 
 from forkpoint import runtimes
 from forkpoint.adapters.qwen_code.parse import parse_qwen
@@ -78,7 +78,7 @@ def record(name: str, scenario: dict[str, Any]) -> None:
     assert runtime is not None, f"forkpoint agents install qwen-code@{VERSION}"
     cwd, home = REC_ROOT / name, HOME_ROOT / name
     out = FIXTURES / name
-    fresh_cli_scenario(cwd, home, out, scenario["files"])
+    fresh_copied_scenario(cwd, out, scenario["files"], home)
     (home / ".qwen").mkdir()
     (home / ".qwen" / "settings.json").write_text(json.dumps(SETTINGS))
     model = ScriptedModel(scenario["turns"], seed=f"qwen-{name}", model=MODEL)
