@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -87,10 +88,6 @@ def _results(lines: list[Any]) -> dict[str, dict[str, Any]]:
     return found
 
 
-def _restore(cwd: Path) -> Path:
-    return restore_files(cwd, FILES)
-
-
 def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str], scratch: Path,
           outcome: Outcome) -> str | None:
     from forkpoint.adapters.claude_code.launch import argv
@@ -98,7 +95,8 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
     from forkpoint.testing.scripted_model import ScriptedModel
 
     cwd, home = scratch / "workspace", scratch / "home"
-    _restore(cwd)
+    restore = partial(restore_files, cwd, FILES)
+    restore()
     turns = _turns(cwd)
     model = ScriptedModel(turns, seed=SEED)
     expected = [[b["id"] for b in model.respond("main", step)[1] if b["type"] == "tool_use"]
@@ -134,7 +132,7 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
         rewritten = lines if is_v2_0(version) else [
             {**line, "version": candidate} if isinstance(line, dict) and line.get("version") == version else line
             for line in lines]
-        tools_ok = replay_check(spec.name, candidate, rewritten, len(expected) - 1, lambda: _restore(cwd), scratch,
+        tools_ok = replay_check(spec.name, candidate, rewritten, len(expected) - 1, restore, scratch,
                                 outcome)
         return _envelope_check(candidate, cut, nonce, body, outcome) and tools_ok
 

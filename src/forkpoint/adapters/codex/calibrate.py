@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -103,17 +104,14 @@ def _outputs(lines: list[Any]) -> dict[str, str]:
     return found
 
 
-def _restore(cwd: Path) -> Path:
-    return restore_files(cwd, FILES)
-
-
 def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str], scratch: Path,
           outcome: Outcome) -> str | None:
     from forkpoint.adapters.codex.launch import argv, codex_home
     from forkpoint.testing.scripted_model import ScriptedModel
 
     cwd, home = scratch / "workspace", scratch / "home"
-    _restore(cwd)
+    restore = partial(restore_files, cwd, FILES)
+    restore()
     turns = _turns(version)
     model = ScriptedModel(turns, seed=SEED, model=MODEL)
     expected = [[item["call_id"] for item in model.respond_responses("main", step)[1] if "call_id" in item]
@@ -163,7 +161,7 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
             {**line, "payload": {**line["payload"], "cli_version": candidate}}
             if isinstance(line, dict) and line.get("type") == "session_meta" and isinstance(line.get("payload"), dict)
             else line for line in lines]
-        tools_ok = replay_check(spec.name, candidate, rewritten, len(expected) - 1, lambda: _restore(cwd), scratch,
+        tools_ok = replay_check(spec.name, candidate, rewritten, len(expected) - 1, restore, scratch,
                                 outcome, name="rollout.jsonl")
         return _envelope_check(candidate, cut, nonce, body, outcome) and tools_ok
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -60,10 +61,6 @@ def _builtin_config(python: Path, home: Path) -> dict[str, Any]:
     return config
 
 
-def _restore(cwd: Path) -> Path:
-    return restore_files(cwd, FILES)
-
-
 def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str], scratch: Path,
           outcome: Outcome) -> str | None:
     from forkpoint.core.fs import read_regular_file
@@ -72,7 +69,8 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
 
     major = (number(version) or (0, 0, 0))[0]
     cwd, home = scratch / "workspace", scratch / "home"
-    _restore(cwd)
+    restore = partial(restore_files, cwd, FILES)
+    restore()
     home.mkdir(parents=True)
     turns = _turns(major)
     calls = sum(len(turn) for turn in COMMANDS)
@@ -112,5 +110,5 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
         rewritten.setdefault("info", {})["mini_version"] = candidate
         return (json.dumps(rewritten, indent=2) + "\n").encode("utf-8")
 
-    return match_candidates(spec.name, candidates, as_candidate, batches - 1, lambda: _restore(cwd), entrypoint,
+    return match_candidates(spec.name, candidates, as_candidate, batches - 1, restore, entrypoint,
                             version, scratch, outcome, name="probe.traj.json")

@@ -15,6 +15,7 @@ named in the calibration (``tool_profile``); the resume is still judged as each 
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -87,10 +88,6 @@ def _session_id(events: bytes) -> str:
     raise trajectory_error("the release's `run --format=json` printed no sessionID")
 
 
-def _restore(cwd: Path) -> Path:
-    return restore_files(cwd, FILES)
-
-
 def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str], scratch: Path,
           outcome: Outcome) -> str | None:
     from forkpoint.adapters.kit.ids import check_id
@@ -100,7 +97,8 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
     from forkpoint.testing.scripted_model import ScriptedModel
 
     cwd, home = scratch / "workspace", scratch / "home"
-    _restore(cwd)
+    restore = partial(restore_files, cwd, FILES)
+    restore()
     turns = _turns(cwd)
     expected = [[block["id"] for block in turn if block.get("type") == "tool_use"] for turn in turns]
     model = ScriptedModel(turns, seed=SEED, model=MODEL)
@@ -142,7 +140,7 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
 
     line = line_for(version)
     if line is None:
-        return match_candidates(spec.name, candidates, as_candidate, len(expected) - 1, lambda: _restore(cwd),
+        return match_candidates(spec.name, candidates, as_candidate, len(expected) - 1, restore,
                                 entrypoint, version, scratch, outcome, name="export.json")
     # a release of a line with its own tool profile (tool_profile.LINES) keeps its version in the replay: its
     # calls re-run with its line's binary whatever continues it (as a recording of it would); only the resume is
@@ -150,9 +148,9 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
     outcome.tool_profile = line.label
 
     def passes(candidate: str) -> bool:
-        tools_ok = replay_check(spec.name, candidate, data, len(expected) - 1, lambda: _restore(cwd), scratch,
+        tools_ok = replay_check(spec.name, candidate, data, len(expected) - 1, restore, scratch,
                                 outcome, name="export.json")
-        resumed = resume_check(spec.name, candidate, as_candidate(candidate), 1, lambda: _restore(cwd), entrypoint,
+        resumed = resume_check(spec.name, candidate, as_candidate(candidate), 1, restore, entrypoint,
                                version, scratch, outcome, name="export.json")
         return resumed and tools_ok
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -78,17 +79,14 @@ def _results(lines: list[Any]) -> dict[str, bool]:
     return found
 
 
-def _restore(cwd: Path) -> Path:
-    return restore_files(cwd, FILES)
-
-
 def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str], scratch: Path,
           outcome: Outcome) -> str | None:
     from forkpoint.adapters.pi.launch import agent_dir, models_json
     from forkpoint.testing.scripted_model import ScriptedModel
 
     cwd, home = scratch / "workspace", scratch / "home"
-    _restore(cwd)
+    restore = partial(restore_files, cwd, FILES)
+    restore()
     turns = _turns()
     expected = [[block["id"] for block in turn if block.get("type") == "tool_use"] for turn in turns]
     model = ScriptedModel(turns, seed=SEED, model=MODEL)
@@ -115,5 +113,5 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
             or not parse_check(spec, session, None, calls, outcome):
         return None
 
-    return match_candidates(spec.name, candidates, lambda candidate: data, len(expected) - 1, lambda: _restore(cwd),
+    return match_candidates(spec.name, candidates, lambda candidate: data, len(expected) - 1, restore,
                             entrypoint, version, scratch, outcome, name="session.jsonl")
