@@ -13,6 +13,7 @@ from forkpoint.bridge.gate import (
     Verdict,
     checked,
     compare_prefix,
+    helper_request,
     open_request,
     refuse_nonce_in,
     verified_profile,
@@ -115,3 +116,16 @@ def test_a_prefix_comparison_names_the_first_differing_missing_or_extra_entry_at
                                    "the rebuilt prefix 2")
     assert compare([{"n": 0}, {"n": 1}, {"n": 2}]) == ("messages[3] (n=2) is extra: the request has 3 messages "
                                                       "after the system, the rebuilt prefix 2")
+
+
+def test_a_helper_request_without_tools_is_forwarded_unchanged_unless_it_carries_the_nonce() -> None:
+    """helper_request (the Chat Completions and Gemini gates' ``auxiliary``): only for a profile that has them."""
+    body = {"messages": [{"role": "user", "content": "title this"}]}
+    forwarded = helper_request(body, True, "NONCE-1", "p", "no-tools helper request")
+    assert forwarded is not None and forwarded.ok and forwarded.body is body
+    assert forwarded.facts == {"profile": "p", "first_request": False, "auxiliary": "no-tools helper request"}
+    leaking = helper_request({"messages": [{"content": "x NONCE-1"}]}, True, "NONCE-1", "p", "helper")
+    assert leaking is not None and not leaking.ok and leaking.reason == ("a helper request (no tools) carries the "
+                                                                         "resume nonce")
+    assert helper_request({**body, "tools": [{}]}, True, "NONCE-1", "p", "helper") is None  # a model request
+    assert helper_request(body, False, "NONCE-1", "p", "helper") is None

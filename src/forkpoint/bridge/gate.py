@@ -156,6 +156,22 @@ def compare_prefix(key: str, wanted: Sequence[Any], wanted_sha256: Sequence[str]
         raise Refusal("the canonical prefix hash differs from the rebuilt prefix")
 
 
+def helper_request(body: Any, helpers_without_tools: bool, nonce: str | None, profile: str,
+                   what: str) -> Verdict | None:
+    """With ``helpers_without_tools`` (an agent whose side requests, title generation and the like, carry no
+    tools): such a request is forwarded unchanged unless it carries the resume nonce; None for a model request."""
+    if not helpers_without_tools or not isinstance(body, dict) or body.get("tools"):
+        return None
+
+    def clean(facts: JsonObject) -> JsonObject:
+        facts["auxiliary"] = what
+        if nonce is not None and count_text(body, nonce):
+            raise Refusal("a helper request (no tools) carries the resume nonce")
+        return body
+
+    return checked(profile, False, clean)
+
+
 def refuse_nonce_in(inserted: Any, nonce: str) -> None:
     """The residue check of a cleaning that removed the one message holding the body's single nonce occurrence
     (counted by ``open_request``) and inserted only ``inserted`` (the boundary prompt): the cleaned copy holds

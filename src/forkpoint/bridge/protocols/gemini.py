@@ -34,8 +34,8 @@ from forkpoint.bridge.gate import (
     PrefixGate,
     Refusal,
     Verdict,
-    checked,
     compare_prefix,
+    helper_request,
     nonce_position,
     open_request,
     refuse_nonce_in,
@@ -55,7 +55,7 @@ from forkpoint.bridge.upstream import (
     sse_event,
     stream_events,
 )
-from forkpoint.core.hashing import canonical_sha256, count_text
+from forkpoint.core.hashing import canonical_sha256
 from forkpoint.core.model import JsonObject
 from forkpoint.core.protocols import wire
 
@@ -403,16 +403,8 @@ class GeminiGate(PrefixGate[ExpectedGemini]):
         self._context: str | None = None
 
     def auxiliary(self, body: Any) -> Verdict | None:
-        if not self.profile.helpers_without_tools or not isinstance(body, dict) or body.get("tools"):
-            return None
-
-        def clean(facts: JsonObject) -> JsonObject:
-            facts["auxiliary"] = "no-tools helper request"
-            if self.expected.nonce is not None and count_text(body, self.expected.nonce):
-                raise Refusal("a helper request (no tools) carries the resume nonce")
-            return body
-
-        return checked(self.expected.profile, False, clean)
+        return helper_request(body, self.profile.helpers_without_tools, self.expected.nonce, self.expected.profile,
+                              "no-tools helper request")
 
     def clean(self, body: Any, first: bool, facts: JsonObject) -> JsonObject:
         profile, expected, prompt = self.profile, self.expected, self.boundary_prompt

@@ -40,8 +40,8 @@ from forkpoint.bridge.gate import (
     PrefixGate,
     Refusal,
     Verdict,
-    checked,
     compare_prefix,
+    helper_request,
     nonce_position,
     open_request,
     refuse_nonce_in,
@@ -51,7 +51,7 @@ from forkpoint.bridge.protocols.spec import ProtocolSpec
 from forkpoint.bridge.tool_schemas import from_chat
 from forkpoint.bridge.translate.sampling import chat_pins
 from forkpoint.bridge.upstream import CHUNK, LocalStub, Sent, sse_event, stream_events
-from forkpoint.core.hashing import canonical_sha256, count_text
+from forkpoint.core.hashing import canonical_sha256
 from forkpoint.core.model import JsonObject
 from forkpoint.core.protocols import wire
 
@@ -354,16 +354,8 @@ class ChatGate(PrefixGate[ExpectedChat]):
     def auxiliary(self, body: Any) -> Verdict | None:
         """With ``helpers_without_tools``: a request without tools is forwarded unchanged unless it carries the
         nonce; otherwise every request is a model request."""
-        if not self.profile.helpers_without_tools or not isinstance(body, dict) or body.get("tools"):
-            return None
-
-        def clean(facts: JsonObject) -> JsonObject:
-            facts["auxiliary"] = "no-tools helper request (title generation)"
-            if self.expected.nonce is not None and count_text(body, self.expected.nonce):
-                raise Refusal("a helper request (no tools) carries the resume nonce")
-            return body
-
-        return checked(self.expected.profile, False, clean)
+        return helper_request(body, self.profile.helpers_without_tools, self.expected.nonce, self.expected.profile,
+                              "no-tools helper request (title generation)")
 
     def clean(self, body: Any, first: bool, facts: JsonObject) -> JsonObject:
         profile, expected, prompt = self.profile, self.expected, self.boundary_prompt
