@@ -33,6 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from fixture_recording import fresh_scenario, installed, read_jsonl, write_requests, write_script
 from record_claude_fixtures import (
     CLEAN_PATH,
     FIXTURES,
@@ -44,9 +45,7 @@ from record_claude_fixtures import (
     bash,
     compact_request,
     encode_cwd,
-    read_jsonl,
     task,
-    write_files,
 )
 
 from forkpoint import runtimes
@@ -168,20 +167,13 @@ async def _run_query(sdk: Any, options: Any, prompt: str, messages: list[Json]) 
 def record(version: str, scenario: SdkScenario) -> Path:
     import claude_agent_sdk as sdk
 
-    runtime = runtimes.find("claude-code", version)
-    if runtime is None:
-        raise SystemExit(f"claude-code {version} is not installed: `forkpoint agents install claude-code@{version}`")
+    runtime = installed("claude-code", version)
     cwd, home = REC_ROOT / scenario.name, HOME_ROOT / scenario.name
     fixture = FIXTURES / version / scenario.name
-    for path in (cwd, home, fixture):
-        shutil.rmtree(path, ignore_errors=True)
-        path.mkdir(parents=True)
-    write_files(cwd, scenario.files)
-    write_files(fixture / "workspace-initial", scenario.files)
+    fresh_scenario(cwd, home, fixture, scenario.files)
     seed = f"claude-code/{scenario.name}"
     turns = scenario.turns(str(cwd))
-    (fixture / "script.json").write_text(json.dumps({"seed": seed, "turns": [{"content": t} for t in turns]},
-                                                    indent=2) + "\n")
+    write_script(fixture, seed, turns)
     keyed = {WRITER_KEY: scenario.sub_turns(str(cwd))} if scenario.sub_turns is not None else {}
     model = ScriptedModel(turns, seed=seed, keyed=keyed)
     writer = sdk.AgentDefinition(description="Writes files when asked.", prompt=WRITER_KEY + " Do what you are told.",
@@ -213,9 +205,7 @@ def record(version: str, scenario: SdkScenario) -> Path:
     subagents = project / final_id / "subagents"
     if subagents.is_dir():
         shutil.copytree(subagents, fixture / final_id / "subagents")
-    with (fixture / "requests.jsonl").open("w") as handle:
-        for entry in model.requests:
-            handle.write(json.dumps(compact_request(entry), ensure_ascii=False) + "\n")
+    write_requests(fixture / "requests.jsonl", model.requests, compact_request)
     with (fixture / "messages.jsonl").open("w") as handle:
         for row in messages:
             handle.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")

@@ -36,6 +36,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from fixture_recording import fresh_scenario, installed, read_jsonl, write_requests, write_script
+
 from forkpoint import runtimes
 from forkpoint.adapters import agent_spec
 from forkpoint.testing.scripted_model import Block, ScriptedModel, text, tool_use
@@ -504,17 +506,6 @@ def encode_cwd(cwd: Path) -> str:
     return re.sub(r"[^A-Za-z0-9]", "-", str(cwd))
 
 
-def read_jsonl(path: Path) -> list[Json]:
-    return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
-
-
-def write_files(root: Path, files: dict[str, str | bytes]) -> None:
-    for rel, content in files.items():
-        target = root / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(content.encode() if isinstance(content, str) else content)
-
-
 def compact_request(entry: Json) -> Json:
     """A request log entry with the big, constant parts (system, tools) replaced by hashes / names."""
     out = {k: v for k, v in entry.items() if k != "body"}
@@ -694,21 +685,14 @@ def verify(scenario: Scenario, rec: Recording, expected: list[list[str]], fixtur
 
 
 def record(version: str, scenario: Scenario) -> Path:
-    runtime = runtimes.find("claude-code", version)
-    if runtime is None:
-        raise SystemExit(f"claude-code {version} is not installed: `forkpoint agents install claude-code@{version}`")
+    runtime = installed("claude-code", version)
     probed = runtimes.probe_version(runtime)
     cwd, home = REC_ROOT / scenario.name, HOME_ROOT / scenario.name
     fixture = FIXTURES / version / scenario.name
-    for path in (cwd, home, fixture):
-        shutil.rmtree(path, ignore_errors=True)
-        path.mkdir(parents=True)
-    write_files(cwd, scenario.files)
-    write_files(fixture / "workspace-initial", scenario.files)
+    fresh_scenario(cwd, home, fixture, scenario.files)
     seed = f"claude-code/{scenario.name}"
     turns = scenario.turns(str(cwd))
-    (fixture / "script.json").write_text(json.dumps({"seed": seed, "turns": [{"content": t} for t in turns]},
-                                                    indent=2) + "\n")
+    write_script(fixture, seed, turns)
     keyed = {SUBAGENT_KEY: scenario.sub_turns(str(cwd))} if scenario.sub_turns is not None else {}
     model = ScriptedModel(turns, seed=seed, keyed=keyed)
     expected = [[b["id"] for b in model.respond("main", step)[1] if b["type"] == "tool_use"]
@@ -727,9 +711,7 @@ def record(version: str, scenario: Scenario) -> Path:
     persisted = rec.session.parent / rec.session_id / "tool-results"
     if persisted.is_dir():
         shutil.copytree(persisted, fixture / "tool-results")
-    with (fixture / "requests.jsonl").open("w") as handle:
-        for entry in model.requests:
-            handle.write(json.dumps(compact_request(entry), ensure_ascii=False) + "\n")
+    write_requests(fixture / "requests.jsonl", model.requests, compact_request)
     init = next((line for line in read_jsonl(fixture / "stdout.jsonl")
                  if line.get("type") == "system" and line.get("subtype") == "init"), {})
     if init.get("session_id") not in (None, rec.session_id):

@@ -31,6 +31,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from fixture_recording import fresh_scenario, installed, read_jsonl, write_requests, write_script
+
 from forkpoint import runtimes
 from forkpoint.adapters import agent_spec
 from forkpoint.testing.scripted_model import Block, ScriptedModel, custom_tool_call, text, tool_use
@@ -201,6 +203,22 @@ def jpeg_grey() -> bytes:
     return b"\xff\xd8" + quant + frame + tables + scan + b"\x3f" + b"\xff\xd9"
 
 
+def _view_image_files() -> dict[str, str | bytes]:
+    """The view_image scenarios' workspace (new and 0.40's view_image see the same files)."""
+    return {"small.png": png(3, 2), "photo.jpg": jpeg_grey(), "notes.txt": "not an image\n", "pics/keep.txt": "x\n",
+            "big.png": png(2100, 40)}
+
+
+def _view_image_turns(cwd: str) -> Turns:
+    return [[tool_use("view_image", {"path": "small.png"})],
+            [tool_use("view_image", {"path": f"{cwd}/photo.jpg"})],
+            [tool_use("view_image", {"path": "missing.png"})],
+            [tool_use("view_image", {"path": "notes.txt"})],
+            [tool_use("view_image", {"path": "pics"})],
+            [tool_use("view_image", {"path": "big.png"})],
+            [text("I looked at the pictures.")]]
+
+
 PLAN = {"explanation": "Two small steps.",
         "plan": [{"step": "Inspect notes.txt", "status": "completed"},
                  {"step": "Summarise it", "status": "in_progress"}]}
@@ -271,30 +289,14 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     ),
     Scenario(
         "view_image", "Look at the pictures here.",
-        {"small.png": png(3, 2), "photo.jpg": jpeg_grey(), "notes.txt": "not an image\n", "pics/keep.txt": "x\n",
-         "big.png": png(2100, 40)},
-        lambda cwd: [[tool_use("view_image", {"path": "small.png"})],
-                     [tool_use("view_image", {"path": f"{cwd}/photo.jpg"})],
-                     [tool_use("view_image", {"path": "missing.png"})],
-                     [tool_use("view_image", {"path": "notes.txt"})],
-                     [tool_use("view_image", {"path": "pics"})],
-                     [tool_use("view_image", {"path": "big.png"})],
-                     [text("I looked at the pictures.")]],
+        _view_image_files(), _view_image_turns,
         exit_codes={},
         notes="view_image: a small PNG, a JPEG by absolute path, a missing file, a text file, a directory and a "
               "PNG wider than 2048 px",
     ),
     Scenario(
         "view_image_040", "Look at the pictures here.",
-        {"small.png": png(3, 2), "photo.jpg": jpeg_grey(), "notes.txt": "not an image\n", "pics/keep.txt": "x\n",
-         "big.png": png(2100, 40)},
-        lambda cwd: [[tool_use("view_image", {"path": "small.png"})],
-                     [tool_use("view_image", {"path": f"{cwd}/photo.jpg"})],
-                     [tool_use("view_image", {"path": "missing.png"})],
-                     [tool_use("view_image", {"path": "notes.txt"})],
-                     [tool_use("view_image", {"path": "pics"})],
-                     [tool_use("view_image", {"path": "big.png"})],
-                     [text("I looked at the pictures.")]],
+        _view_image_files(), _view_image_turns,
         exit_codes={}, versions=("0.40.0",),
         notes="Codex 0.40's view_image (its separate image message): the view_image scenario's calls",
     ),
@@ -334,20 +336,6 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
 
 #: releases recorded besides the verified versions (their tools are re-run by a recorded-version profile)
 RELEASES = ("0.40.0",)
-
-
-def read_jsonl(path: Path) -> list[Json]:
-    return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
-
-
-def write_files(root: Path, files: dict[str, str | bytes]) -> None:
-    for rel, content in files.items():
-        target = root / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            target.write_bytes(content)
-        else:
-            target.write_text(content, "utf-8")
 
 
 def _sha256(value: Any) -> str:
@@ -427,21 +415,14 @@ def verify(scenario: Scenario, exit_code: int, expected: list[list[str]], turns:
 
 
 def record(version: str, scenario: Scenario) -> Path:
-    runtime = runtimes.find("codex", version)
-    if runtime is None:
-        raise SystemExit(f"codex {version} is not installed: `forkpoint agents install codex@{version}`")
+    runtime = installed("codex", version)
     probed = runtimes.probe_version(runtime)
     cwd, home = REC_ROOT / scenario.name, HOME_ROOT / scenario.name
     fixture = FIXTURES / version / scenario.name
-    for path in (cwd, home, fixture):
-        shutil.rmtree(path, ignore_errors=True)
-        path.mkdir(parents=True)
-    write_files(cwd, scenario.files)
-    write_files(fixture / "workspace-initial", scenario.files)
+    fresh_scenario(cwd, home, fixture, scenario.files)
     seed = f"codex/{scenario.name}"
     turns = scenario.turns(str(cwd))
-    (fixture / "script.json").write_text(json.dumps({"seed": seed, "turns": [{"content": t} for t in turns]},
-                                                    indent=2) + "\n")
+    write_script(fixture, seed, turns)
     model = scenario.model(turns, seed=seed, model=MODEL)
     expected = [[item["call_id"] for item in model.respond_responses("main", step)[1] if "call_id" in item]
                 for step in range(len(turns))]
@@ -451,9 +432,7 @@ def record(version: str, scenario: Scenario) -> Path:
     if len(rollouts) != 1:
         raise RuntimeError(f"expected one rollout under {codex_home / 'sessions'}, found {rollouts}")
     shutil.copyfile(rollouts[0], fixture / "rollout.jsonl")
-    with (fixture / "requests.jsonl").open("w") as handle:
-        for entry in model.requests:
-            handle.write(json.dumps(compact_request(entry), ensure_ascii=False) + "\n")
+    write_requests(fixture / "requests.jsonl", model.requests, compact_request)
     first = read_jsonl(fixture / "rollout.jsonl")[0]
     session_id = first.get("payload", {}).get("id")
     started = next((line for line in read_jsonl(fixture / "stdout.jsonl") if line.get("type") == "thread.started"), {})

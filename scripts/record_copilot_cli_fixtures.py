@@ -15,13 +15,14 @@ recreated fresh; call ids are seeded, so re-recordings differ only in event/sess
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
+
+from fixture_recording import digest, fresh_copied_scenario, write_cli_meta
 
 from forkpoint import runtimes
 from forkpoint.adapters.copilot_cli.parse import dumps, parse_copilot
@@ -59,10 +60,6 @@ SCENARIOS: dict[str, dict[str, Any]] = {
 }
 
 
-def digest(value: Any) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
-
-
 def env_for(home: Path, url: str, entrypoint: Path) -> dict[str, str]:
     return {"PATH": os.environ["PATH"], "HOME": str(home), "COPILOT_PROVIDER_BASE_URL": url + "/v1",
             "COPILOT_PROVIDER_API_KEY": "forkpoint-bridge", "COPILOT_OFFLINE": "true", "COPILOT_MODEL": MODEL,
@@ -74,15 +71,8 @@ def record(name: str, scenario: dict[str, Any]) -> None:
     runtime = runtimes.find("copilot-cli", VERSION)
     assert runtime is not None, f"forkpoint agents install copilot-cli@{VERSION}"
     cwd, home = REC_ROOT / name, HOME_ROOT / name
-    for folder in (cwd, home):
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
-    for rel, body in scenario["files"].items():
-        (cwd / rel).parent.mkdir(parents=True, exist_ok=True)
-        (cwd / rel).write_text(body)
     out = FIXTURES / name
-    shutil.rmtree(out, ignore_errors=True)
-    shutil.copytree(cwd, out / "workspace-initial")
+    fresh_copied_scenario(cwd, out, scenario["files"], home)
     model = ScriptedModel(scenario["turns"], seed=f"copilot-{name}", model=MODEL)
     with model.serve() as url:
         done = subprocess.run([str(runtime.entrypoint), "--allow-all", "--no-auto-update",
@@ -92,9 +82,7 @@ def record(name: str, scenario: dict[str, Any]) -> None:
     sessions = sorted((home / ".copilot" / "session-state").glob("*/events.jsonl"))
     assert len(sessions) == 1, sessions
     shutil.copy(sessions[0], out / "session.jsonl")
-    (out / "meta.json").write_text(json.dumps({"agent": "copilot-cli", "version": VERSION, "cwd": str(cwd),
-                                               "model": MODEL, "prompt": scenario["prompt"]}, indent=1))
-    (out / "script.json").write_text(json.dumps({"turns": scenario["turns"], "prompt": scenario["prompt"]}, indent=1))
+    write_cli_meta(out, "copilot-cli", VERSION, cwd, MODEL, scenario)
     with (out / "requests.jsonl").open("w") as handle:
         for entry in model.requests:
             body = entry.get("body") if isinstance(entry.get("body"), dict) else {}

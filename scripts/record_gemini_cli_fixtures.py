@@ -14,13 +14,14 @@ differ only in session/message ids, timestamps and the shell's process group id.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
+
+from fixture_recording import digest, fresh_copied_scenario, write_cli_meta
 
 from forkpoint import runtimes
 from forkpoint.adapters.gemini_cli.parse import dumps, parse_gemini
@@ -53,23 +54,12 @@ SCENARIOS: dict[str, dict[str, Any]] = {
 }
 
 
-def digest(value: Any) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
-
-
 def record(name: str, scenario: dict[str, Any]) -> None:
     runtime = runtimes.find("gemini-cli", VERSION)
     assert runtime is not None, f"forkpoint agents install gemini-cli@{VERSION}"
     cwd, home = REC_ROOT / name, HOME_ROOT / name
-    for folder in (cwd, home):
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
-    for rel, body in scenario["files"].items():
-        (cwd / rel).parent.mkdir(parents=True, exist_ok=True)
-        (cwd / rel).write_text(body)
     out = FIXTURES / name
-    shutil.rmtree(out, ignore_errors=True)
-    shutil.copytree(cwd, out / "workspace-initial")
+    fresh_copied_scenario(cwd, out, scenario["files"], home)
     (home / ".gemini").mkdir()
     (home / ".gemini" / "settings.json").write_text(json.dumps(SETTINGS))
     model = ScriptedModel(scenario["turns"], seed=f"gemini-{name}", model=MODEL)
@@ -83,9 +73,7 @@ def record(name: str, scenario: dict[str, Any]) -> None:
     assert len(sessions) == 1, sessions
     shutil.copy(sessions[0], out / "session.jsonl")
     (out / "output.json").write_bytes(done.stdout)
-    (out / "meta.json").write_text(json.dumps({"agent": "gemini-cli", "version": VERSION, "cwd": str(cwd),
-                                               "model": MODEL, "prompt": scenario["prompt"]}, indent=1))
-    (out / "script.json").write_text(json.dumps({"turns": scenario["turns"], "prompt": scenario["prompt"]}, indent=1))
+    write_cli_meta(out, "gemini-cli", VERSION, cwd, MODEL, scenario)
     with (out / "requests.jsonl").open("w") as handle:
         for entry in model.requests:
             body = entry.get("body") if isinstance(entry.get("body"), dict) else {}

@@ -22,19 +22,22 @@ only ``while line:``, a name never bound), so such a command records an empty ou
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from fixture_recording import (
+    fresh_copied_scenario,
+    run_python_runner,
+    summarise_chat_request,
+    write_requests,
+    write_script,
+)
+
 from forkpoint import runtimes
-from forkpoint.process import sanitized_env
 from forkpoint.testing.scripted_model import Block, ScriptedModel, text, tool_use
 
 REPO = Path(__file__).resolve().parent.parent
@@ -92,31 +95,11 @@ def scenarios(root: Path) -> dict[str, tuple[str, list[list[Block]], dict[str, s
     }
 
 
-def _summarise_request(entry: Json) -> Json:
-    body = entry.get("body") if isinstance(entry.get("body"), dict) else None
-    if body is None:
-        return entry
-    tools = body.get("tools")
-    summary = {k: v for k, v in body.items() if k != "tools"}
-    if isinstance(tools, list):
-        summary["tools_sha256"] = hashlib.sha256(json.dumps(tools, sort_keys=True).encode()).hexdigest()
-        summary["tool_names"] = [t.get("function", {}).get("name") for t in tools if isinstance(t, dict)]
-    return {**entry, "body": summary}
-
-
 def record(name: str, task: str, turns: list[list[Block]], files: dict[str, str], python: Path) -> Path:
     workspace = REC_ROOT / name
-    shutil.rmtree(workspace, ignore_errors=True)
-    workspace.mkdir(parents=True)
-    for relative, content in files.items():
-        path = workspace / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(content)
     target = FIXTURES / VERSION / name
-    shutil.rmtree(target, ignore_errors=True)
-    shutil.copytree(workspace, target / "workspace-initial")
-    script = {"seed": f"openhands/{name}", "turns": [{"content": turn} for turn in turns]}
-    (target / "script.json").write_text(json.dumps(script, indent=2) + "\n")
+    fresh_copied_scenario(workspace, target, files)
+    write_script(target, f"openhands/{name}", turns)
     with tempfile.TemporaryDirectory(prefix=f"forkpoint-rec-openhands-{name}-") as tmp:
         scratch = Path(tmp)
         model = ScriptedModel.from_file(target / "script.json", model="scripted")
@@ -126,21 +109,10 @@ def record(name: str, task: str, turns: list[list[Block]], files: dict[str, str]
                        "save_trajectory": str(scratch / "trajectory.json"), "max_iterations": 20, "task": task,
                        "llm": {"model": MODEL, "base_url": f"{url}/v1", "api_key_env": "SCRIPTED_API_KEY"},
                        "result": str(scratch / "result.json")}
-            (scratch / "request.json").write_text(json.dumps(request))
-            env = sanitized_env(os.environ, strip_credentials=True)
-            env.update({"HOME": str(scratch / "home"), "SCRIPTED_API_KEY": "dummy", "TZ": "UTC",
-                        "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LOG_LEVEL": "WARNING"})
-            done = subprocess.run([str(python), str(RUNNER), str(scratch / "request.json")], env=env,
-                                  capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=scratch, check=False)
-        result = json.loads((scratch / "result.json").read_text())
-        if done.returncode != 0 or result.get("error"):
-            sys.stderr.write(done.stderr[-4000:])
-            raise SystemExit(f"{name}: runner failed: {result.get('error')}")
+            result = run_python_runner([str(python), str(RUNNER)], request, scratch, name, RUN_TIMEOUT_S, {})
         trajectory = json.loads((scratch / "trajectory.json").read_text())
     (target / "trajectory.json").write_text(json.dumps(trajectory, indent=4) + "\n")
-    with (target / "requests.jsonl").open("w") as handle:
-        for entry in model.requests:
-            handle.write(json.dumps(_summarise_request(entry), ensure_ascii=False) + "\n")
+    write_requests(target / "requests.jsonl", model.requests, summarise_chat_request)
     meta = {"agent": "openhands", "version": VERSION, "scenario": name, "cwd": str(workspace), "task": task,
             "model": MODEL, "agent_state": result.get("agent_state"), "iterations": result.get("iterations"),
             "runner_mode": "record", "recorded_at": datetime.now(UTC).isoformat(timespec="seconds")}

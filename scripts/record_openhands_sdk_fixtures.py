@@ -22,19 +22,22 @@ is then a reset notice after a 30 s wait, not the command's output).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from fixture_recording import (
+    fresh_copied_scenario,
+    run_python_runner,
+    summarise_chat_request,
+    write_requests,
+    write_script,
+)
+
 from forkpoint import runtimes
-from forkpoint.process import sanitized_env
 from forkpoint.testing.scripted_model import Block, ScriptedModel, text, tool_use
 
 REPO = Path(__file__).resolve().parent.parent
@@ -98,18 +101,6 @@ def scenarios(root: Path) -> dict[str, tuple[str, list[list[Block]], dict[str, s
     }
 
 
-def _summarise_request(entry: Json) -> Json:
-    body = entry.get("body") if isinstance(entry.get("body"), dict) else None
-    if body is None:
-        return entry
-    tools = body.get("tools")
-    summary = {k: v for k, v in body.items() if k != "tools"}
-    if isinstance(tools, list):
-        summary["tools_sha256"] = hashlib.sha256(json.dumps(tools, sort_keys=True).encode()).hexdigest()
-        summary["tool_names"] = [t.get("function", {}).get("name") for t in tools if isinstance(t, dict)]
-    return {**entry, "body": summary}
-
-
 def write_conversation(bundle: Json, target: Path) -> None:
     """The SDK's own layout: base_state.json + events/event-NNNNN-<id>.json (as the SDK names them)."""
     events = target / "events"
@@ -121,17 +112,9 @@ def write_conversation(bundle: Json, target: Path) -> None:
 
 def record(name: str, task: str, turns: list[list[Block]], files: dict[str, str], python: Path) -> Path:
     workspace = REC_ROOT / name
-    shutil.rmtree(workspace, ignore_errors=True)
-    workspace.mkdir(parents=True)
-    for relative, content in files.items():
-        path = workspace / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(content)
     target = FIXTURES / VERSION / name
-    shutil.rmtree(target, ignore_errors=True)
-    shutil.copytree(workspace, target / "workspace-initial")
-    script = {"seed": f"openhands-sdk/{name}", "turns": [{"content": turn} for turn in turns]}
-    (target / "script.json").write_text(json.dumps(script, indent=2) + "\n")
+    fresh_copied_scenario(workspace, target, files)
+    write_script(target, f"openhands-sdk/{name}", turns)
     with tempfile.TemporaryDirectory(prefix=f"forkpoint-rec-openhands-sdk-{name}-") as tmp:
         scratch = Path(tmp)
         model = ScriptedModel.from_file(target / "script.json", model="scripted")
@@ -140,22 +123,13 @@ def record(name: str, task: str, turns: list[list[Block]], files: dict[str, str]
                        "persistence_dir": str(scratch / "conversations"), "tools": TOOLS, "max_iterations": 20,
                        "task": task, "out": str(scratch / "bundle.json"), "result": str(scratch / "result.json"),
                        "llm": {"model": MODEL, "base_url": f"{url}/v1", "api_key_env": "SCRIPTED_API_KEY"}}
-            (scratch / "request.json").write_text(json.dumps(request))
-            env = sanitized_env(os.environ, strip_credentials=True)
-            env.update({"HOME": str(scratch / "home"), "SCRIPTED_API_KEY": "dummy", "TZ": "UTC",
-                        "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LOG_LEVEL": "WARNING",
-                        "OPENHANDS_SUPPRESS_BANNER": "1", "TMUX_TMPDIR": str(scratch)})  # no socket left in /tmp
-            done = subprocess.run([str(python), "-I", str(RUNNER), str(scratch / "request.json")], env=env,
-                                  capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=scratch, check=False)
-        result = json.loads((scratch / "result.json").read_text())
-        if done.returncode != 0 or result.get("error"):
-            sys.stderr.write(done.stderr[-4000:] + str(result.get("traceback")))
-            raise SystemExit(f"{name}: runner failed: {result.get('error')}")
+            result = run_python_runner([str(python), "-I", str(RUNNER)], request, scratch, name, RUN_TIMEOUT_S,
+                                       {"OPENHANDS_SUPPRESS_BANNER": "1",
+                                        "TMUX_TMPDIR": str(scratch)},  # no socket left in /tmp
+                                       lambda result: str(result.get("traceback")))
         bundle = json.loads((scratch / "bundle.json").read_text())
     write_conversation(bundle, target / "conversation")
-    with (target / "requests.jsonl").open("w") as handle:
-        for entry in model.requests:
-            handle.write(json.dumps(_summarise_request(entry), ensure_ascii=False) + "\n")
+    write_requests(target / "requests.jsonl", model.requests, summarise_chat_request)
     meta = {"agent": "openhands-sdk", "version": VERSION, "scenario": name, "cwd": str(workspace), "task": task,
             "model": MODEL, "execution_status": result.get("execution_status"), "runner_mode": "record",
             "recorded_at": datetime.now(UTC).isoformat(timespec="seconds")}

@@ -14,13 +14,14 @@ differ only in record uuids, session ids, timestamps and the dates in the CLI's 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
+
+from fixture_recording import digest, fresh_copied_scenario, write_cli_meta
 
 from forkpoint import runtimes
 from forkpoint.adapters.qwen_code.parse import parse_qwen
@@ -67,10 +68,6 @@ SCENARIOS: dict[str, dict[str, Any]] = {
 }
 
 
-def digest(value: Any) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
-
-
 def environment(home: Path, url: str) -> dict[str, str]:
     return {"PATH": os.environ["PATH"], "HOME": str(home), "OPENAI_API_KEY": "forkpoint-bridge",
             "OPENAI_BASE_URL": f"{url}/v1", "NO_COLOR": "1", "LANG": "C.UTF-8", "QWEN_CODE_SUPPRESS_YOLO_WARNING": "1"}
@@ -80,15 +77,8 @@ def record(name: str, scenario: dict[str, Any]) -> None:
     runtime = runtimes.find("qwen-code", VERSION)
     assert runtime is not None, f"forkpoint agents install qwen-code@{VERSION}"
     cwd, home = REC_ROOT / name, HOME_ROOT / name
-    for folder in (cwd, home):
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
-    for rel, body in scenario["files"].items():
-        (cwd / rel).parent.mkdir(parents=True, exist_ok=True)
-        (cwd / rel).write_text(body)
     out = FIXTURES / name
-    shutil.rmtree(out, ignore_errors=True)
-    shutil.copytree(cwd, out / "workspace-initial")
+    fresh_copied_scenario(cwd, out, scenario["files"], home)
     (home / ".qwen").mkdir()
     (home / ".qwen" / "settings.json").write_text(json.dumps(SETTINGS))
     model = ScriptedModel(scenario["turns"], seed=f"qwen-{name}", model=MODEL)
@@ -101,9 +91,7 @@ def record(name: str, scenario: dict[str, Any]) -> None:
     assert len(sessions) == 1, sessions
     shutil.copy(sessions[0], out / "session.jsonl")
     (out / "output.json").write_bytes(done.stdout)
-    (out / "meta.json").write_text(json.dumps({"agent": "qwen-code", "version": VERSION, "cwd": str(cwd),
-                                               "model": MODEL, "prompt": scenario["prompt"]}, indent=1))
-    (out / "script.json").write_text(json.dumps({"turns": scenario["turns"], "prompt": scenario["prompt"]}, indent=1))
+    write_cli_meta(out, "qwen-code", VERSION, cwd, MODEL, scenario)
     with (out / "requests.jsonl").open("w") as handle:
         for entry in model.requests:
             handle.write(json.dumps(kept(entry)) + "\n")

@@ -7,7 +7,18 @@ from typing import Any
 
 import pytest
 
-from forkpoint.bridge.gate import Gate, Refusal, Verdict, checked, open_request, refuse_nonce_in, verified_profile
+from forkpoint.bridge.gate import (
+    Gate,
+    Refusal,
+    Verdict,
+    checked,
+    compare_prefix,
+    helper_request,
+    open_request,
+    refuse_nonce_in,
+    verified_profile,
+)
+from forkpoint.core.hashing import canonical_sha256
 
 NONCE = "__forkpoint_nonce_00112233445566778899aabbccddeeff__"
 
@@ -82,3 +93,39 @@ def test_gate_base_declares_auxiliary_as_a_model_request_by_default() -> None:
             return Verdict(True, body, None)
 
     assert Plain().auxiliary({"messages": []}) is None
+
+
+def test_a_prefix_comparison_names_the_first_differing_missing_or_extra_entry_at_its_request_index() -> None:
+    """compare_prefix (the Chat Completions and Gemini gates): the refusal points at the request's own index."""
+    wanted = [{"n": 0}, {"n": 1}]
+
+    def compare(conversation: list[Any], exact: bool = True) -> str | None:
+        try:
+            compare_prefix("messages", wanted, [canonical_sha256(w) for w in wanted], canonical_sha256(wanted),
+                           conversation, exact=exact, counted="messages after the system", offset=1,
+                           describe=lambda entry: f"n={entry['n']}", explain=lambda want, got: f"{got} != {want}")
+        except Refusal as refusal:
+            return str(refusal)
+        return None
+
+    assert compare([{"n": 0}, {"n": 1}]) is None
+    assert compare([{"n": 0}, {"n": 1}, {"n": 2}], exact=False) is None
+    assert compare([{"n": 0}, {"n": 9}]) == ("messages[2] (n=1) differs from the rebuilt prefix: "
+                                            "{'n': 9} != {'n': 1}")
+    assert compare([{"n": 0}]) == ("messages[2] (n=1) is missing: the request has 1 messages after the system, "
+                                   "the rebuilt prefix 2")
+    assert compare([{"n": 0}, {"n": 1}, {"n": 2}]) == ("messages[3] (n=2) is extra: the request has 3 messages "
+                                                      "after the system, the rebuilt prefix 2")
+
+
+def test_a_helper_request_without_tools_is_forwarded_unchanged_unless_it_carries_the_nonce() -> None:
+    """helper_request (the Chat Completions and Gemini gates' ``auxiliary``): only for a profile that has them."""
+    body = {"messages": [{"role": "user", "content": "title this"}]}
+    forwarded = helper_request(body, True, "NONCE-1", "p", "no-tools helper request")
+    assert forwarded is not None and forwarded.ok and forwarded.body is body
+    assert forwarded.facts == {"profile": "p", "first_request": False, "auxiliary": "no-tools helper request"}
+    leaking = helper_request({"messages": [{"content": "x NONCE-1"}]}, True, "NONCE-1", "p", "helper")
+    assert leaking is not None and not leaking.ok and leaking.reason == ("a helper request (no tools) carries the "
+                                                                         "resume nonce")
+    assert helper_request({**body, "tools": [{}]}, True, "NONCE-1", "p", "helper") is None  # a model request
+    assert helper_request(body, False, "NONCE-1", "p", "helper") is None

@@ -254,9 +254,12 @@ def test_the_codex_probe_scripts_the_tool_the_release_offers(release: str, shell
     """0.145.0 is older than ``tools.SHELL_JSON_BEFORE`` (0.149) yet offers exec_command and answers ``unsupported
     call: shell``: the probe asks the release (its first request's tools), so it is probed with exec_command,
     and 0.40.0 with its argv ``shell``."""
-    from forkpoint.adapters.codex.calibrate import _offers_shell, _restore
+    from forkpoint.adapters.codex.calibrate import FILES, _offers_shell
+    from forkpoint.adapters.kit.calibration import restore_files
 
     if runtimes.find("codex", release) is None and shutil.which("npm") is None:
         pytest.skip(f"codex {release} is not installed and npm is missing")
     entrypoint = runtimes.install_release("codex", release).entrypoint
-    assert _offers_shell(entrypoint, _restore(tmp_path / "workspace"), tmp_path / "home") is shell
+    workspace = tmp_path / "workspace"
+    restore_files(workspace, FILES)
+    assert _offers_shell(entrypoint, workspace, tmp_path / "home") is shell

@@ -117,3 +117,19 @@ def test_installed_mini_runtimes_are_real_venvs(version: str, minor: str) -> Non
         with pytest.raises(ReplayError) as caught:
             runtimes.resolve_entrypoint("mini-swe-agent", version, other_runtime.entrypoint)
         assert caught.value.kind.exit_code == 11
+
+
+def test_a_release_is_installed_on_its_major_lines_python_and_a_verified_version_on_its_own(
+        cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """install and install_release share one install path; only the release gets its major line's interpreter
+    pinned (runtimes.release_python): the venv uv is asked for names it."""
+    log = tmp_path / "uv.log"
+    fake_uv = _script(tmp_path / "bin" / "uv", f'echo "$*" >> {log}\necho "stopped here" >&2; exit 1')
+    monkeypatch.setattr(runtimes_python, "ensure_uv", lambda: fake_uv)
+    for install, version in ((runtimes.install_release, "2.3.0"), (runtimes.install, "1.17.5")):
+        with pytest.raises(ReplayError, match="stopped here"):
+            install("mini-swe-agent", version)
+    release, verified = log.read_text().splitlines()
+    assert f"--python {runtimes_python.find_python('3.12')} " in release
+    assert f"--python {runtimes_python.find_python('3.11')} " in verified
+    assert [p.name for p in (cache / "mini-swe-agent").iterdir()] == []

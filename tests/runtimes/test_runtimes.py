@@ -14,7 +14,7 @@ from forkpoint import runtimes
 from forkpoint.adapters.spec import NpmPackage
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.runtimes import npm
-from forkpoint.runtimes.base import package_of, record_probe
+from forkpoint.runtimes.base import package_of, record_probe, stage_into
 
 
 @pytest.fixture
@@ -315,3 +315,28 @@ def test_copilots_probe_reports_its_own_release_not_the_newest_unpacked_package(
     record_probe(runtime, [runtime.entrypoint, runtime.root / "node_modules" / "@github/copilot" /
                                "package.json"], "1.0.102")
     assert runtimes.probe_version(runtime) == "1.0.92"
+
+
+def test_a_staged_install_replaces_an_incomplete_one_keeps_a_concurrent_one_and_leaves_no_staging(
+        tmp_path: Path) -> None:
+    """stage_into (agent runtimes, uv, flake8, fd): what appears at the target is only ever a finished fill."""
+    target = tmp_path / "tools" / "tool"
+    target.mkdir(parents=True)
+    (target / "partial").write_text("left by a killed install")
+
+    def fill(staging: Path) -> None:
+        (staging / "bin").mkdir()
+        (staging / "bin" / "tool").write_text("new")
+
+    stage_into(target, ".tool.staging-", fill)
+    assert sorted(p.relative_to(target).as_posix() for p in target.rglob("*")) == ["bin", "bin/tool"]
+    stage_into(target, ".tool.staging-", lambda staging: (staging / "other").write_text("x"), done=lambda: True)
+    assert (target / "bin" / "tool").read_text() == "new" and not (target / "other").exists()
+
+    def failing(staging: Path) -> None:
+        (staging / "half").write_text("x")
+        raise ReplayError(ErrorKind.CONFIGURATION, "the download failed")
+
+    with pytest.raises(ReplayError, match="download failed"):
+        stage_into(target, ".tool.staging-", failing)
+    assert [p.name for p in target.parent.iterdir()] == ["tool"] and (target / "bin" / "tool").read_text() == "new"

@@ -32,10 +32,10 @@ from typing import Final
 import orjson
 
 from forkpoint.core.errors import ErrorKind, ReplayError
+from forkpoint.workspace.lock import read_holder
 
 DRIVER_LOCK: Final = "driver.lock"
 LEASES: Final = "leases"
-MAX_HOLDER_BYTES: Final = 4096
 _FLAGS: Final = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 _ATTEMPTS: Final = 20
 
@@ -67,11 +67,11 @@ def lock_batch_dir(batch_dir: Path, jobs_file: Path) -> DriverLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = _read_record(fd)
+            holder = read_holder(fd)
             deadline = time.monotonic() + 5
             while not holder and time.monotonic() < deadline:  # the holder writes it right after taking the lock
                 time.sleep(0.01)
-                holder = _read_record(fd)
+                holder = read_holder(fd)
             raise ReplayError(ErrorKind.OUTPUT, _refusal(batch_dir, holder)) from None
         token = secrets.token_hex(16)
         since = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
@@ -95,7 +95,7 @@ def driver_token(batch_dir: Path) -> str | None:
     except (ReplayError, FileNotFoundError):
         return None
     try:
-        record = _read_record(fd)
+        record = read_holder(fd)
     finally:
         os.close(fd)
     token = record.get("token") if record else None
@@ -214,14 +214,6 @@ def _open_own(path: Path, *, create: bool) -> int:
         os.close(fd)
         raise ReplayError(ErrorKind.OUTPUT, f"the batch lock {path} is not a regular file of yours; refused")
     return fd
-
-
-def _read_record(fd: int) -> dict[str, object] | None:
-    try:
-        record = orjson.loads(os.pread(fd, MAX_HOLDER_BYTES, 0))
-    except (OSError, orjson.JSONDecodeError):
-        return None  # the holder has not written it yet
-    return record if isinstance(record, dict) else None
 
 
 def _refusal(batch_dir: Path, holder: dict[str, object] | None) -> str:

@@ -20,7 +20,7 @@ from types import MappingProxyType
 from typing import Any, Generic, Protocol, TypeVar
 
 from forkpoint.core.errors import configuration, unsupported_version
-from forkpoint.core.hashing import count_text
+from forkpoint.core.hashing import canonical_sha256, count_text
 from forkpoint.core.model import JsonObject
 
 
@@ -131,6 +131,45 @@ def nonce_position(items: Sequence[JsonObject], is_nonce: Callable[[JsonObject],
         raise Refusal(refusal)
     facts["nonce_index"] = found[0]
     return found[0]
+
+
+def compare_prefix(key: str, wanted: Sequence[Any], wanted_sha256: Sequence[str], prefix_sha256: str,
+                   conversation: Sequence[Any], *, exact: bool, counted: str, offset: int = 0,
+                   describe: Callable[[Any], str], explain: Callable[[Any, Any], str]) -> None:
+    """Refuse unless ``conversation`` (projected, the request's ``key`` entries from index ``offset``) starts with
+    the ``wanted`` entries of the rebuilt prefix (``exact``: equals them); the refusal names the first difference
+    (``describe``/``explain`` in the protocol's words; ``counted``: what the request's count is of)."""
+    count = len(wanted)
+    for position, got in enumerate(conversation[:count]):
+        if canonical_sha256(got) != wanted_sha256[position]:
+            want = wanted[position]
+            raise Refusal(f"{key}[{offset + position}] ({describe(want)}) differs from the rebuilt prefix: "
+                          f"{explain(want, got)}")
+    if len(conversation) < count:
+        missing = len(conversation)
+        raise Refusal(f"{key}[{offset + missing}] ({describe(wanted[missing])}) is missing: the request has "
+                      f"{missing} {counted}, the rebuilt prefix {count}")
+    if exact and len(conversation) > count:
+        raise Refusal(f"{key}[{offset + count}] ({describe(conversation[count])}) is extra: the request has "
+                      f"{len(conversation)} {counted}, the rebuilt prefix {count}")
+    if canonical_sha256(list(conversation[:count])) != prefix_sha256:
+        raise Refusal("the canonical prefix hash differs from the rebuilt prefix")
+
+
+def helper_request(body: Any, helpers_without_tools: bool, nonce: str | None, profile: str,
+                   what: str) -> Verdict | None:
+    """With ``helpers_without_tools`` (an agent whose side requests, title generation and the like, carry no
+    tools): such a request is forwarded unchanged unless it carries the resume nonce; None for a model request."""
+    if not helpers_without_tools or not isinstance(body, dict) or body.get("tools"):
+        return None
+
+    def clean(facts: JsonObject) -> JsonObject:
+        facts["auxiliary"] = what
+        if nonce is not None and count_text(body, nonce):
+            raise Refusal("a helper request (no tools) carries the resume nonce")
+        return body
+
+    return checked(profile, False, clean)
 
 
 def refuse_nonce_in(inserted: Any, nonce: str) -> None:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import replace
 from pathlib import Path
 
-from forkpoint.adapters.spec import NpmPackage
+from forkpoint.adapters.spec import NpmPackage, PythonPackage
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.model import LaunchTarget, Trajectory
 from forkpoint.runtimes.base import (
@@ -61,6 +61,14 @@ def trial_release(agent: str, entrypoint: Path) -> str | None:
 def install(agent: str, version: str) -> Runtime:
     """Install a verified ``agent@version`` from its registry (idempotent: an installed runtime is returned)."""
     check_verified(agent, version)
+    return _install(agent, version)
+
+
+def _install(agent: str, version: str,
+             pin: Callable[[PythonPackage], PythonPackage] = lambda package: package, *,
+             lockstep: bool = False) -> Runtime:
+    """The installed runtime, else its install from the agent's registry (a Python package ``pin``-ned first; an
+    npm release with its same-scope siblings at its own version when ``lockstep``)."""
     package = package_of(agent)
     existing = find(agent, version)
     if existing:
@@ -68,12 +76,14 @@ def install(agent: str, version: str) -> Runtime:
     if isinstance(package, NpmPackage):
         from forkpoint.runtimes import npm
 
-        return install_staged(agent, version, lambda staging: npm.install(agent, version, package, staging))
+        return install_staged(agent, version,
+                              lambda staging: npm.install(agent, version, package, staging, lockstep=lockstep))
     from forkpoint.runtimes import python
 
-    interpreter, uv = python.prerequisites(package, version)
+    pinned = pin(package)
+    interpreter, uv = python.prerequisites(pinned, version)
     return install_staged(agent, version,
-                          lambda staging: python.install(agent, version, package, staging, interpreter, uv))
+                          lambda staging: python.install(agent, version, pinned, staging, interpreter, uv))
 
 
 def install_tool(name: str) -> Path:
@@ -91,21 +101,8 @@ def install_release(agent: str, version: str) -> Runtime:
     validated the version string: forkpoint.adapters.calibration.check_target). A Python release gets the
     interpreter of the verified version of its major line (``release_python``); an npm release gets its lockstep
     siblings at its own version (``npm.lockstep_siblings``)."""
-    package = package_of(agent)
-    existing = find(agent, version)
-    if existing:
-        return existing
-    if isinstance(package, NpmPackage):
-        from forkpoint.runtimes import npm
-
-        return install_staged(agent, version,
-                              lambda staging: npm.install(agent, version, package, staging, lockstep=True))
-    from forkpoint.runtimes import python
-
-    pinned = replace(package, python_for={**(package.python_for or {}), version: release_python(agent, version)})
-    interpreter, uv = python.prerequisites(pinned, version)
-    return install_staged(agent, version,
-                          lambda staging: python.install(agent, version, pinned, staging, interpreter, uv))
+    return _install(agent, version, lambda package: replace(
+        package, python_for={**(package.python_for or {}), version: release_python(agent, version)}), lockstep=True)
 
 
 def release_python(agent: str, version: str) -> str:

@@ -137,21 +137,35 @@ def list_installed() -> list[Runtime]:
     return found
 
 
-def install_staged(agent: str, version: str, fill: Callable[[Path], dict[str, str]]) -> Runtime:
-    """The one install tail: ``fill(staging)`` installs into a fresh staging dir and returns its manifest; the
-    manifest is written and the staging dir renamed into place (replacing an incomplete earlier install)."""
-    target = cache_root() / agent / version
+def stage_into(target: Path, prefix: str, fill: Callable[[Path], object],
+               done: Callable[[], bool] | None = None) -> None:
+    """Install ``target`` (an agent runtime or a cached host tool: uv, flake8, fd) so a partial install never looks
+    complete: ``fill(staging)`` fills a fresh staging dir next to it (named ``prefix``...), which is then renamed
+    into place, replacing an incomplete earlier install; when ``done()`` says a concurrent installer finished
+    first, its copy is kept. The staging dir never outlives the call."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{version}.staging-", dir=target.parent))
+    staging = Path(tempfile.mkdtemp(prefix=prefix, dir=target.parent))
     try:
-        manifest = fill(staging)
-        (staging / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", "utf-8")
+        fill(staging)
+        if done is not None and done():
+            return
         if target.exists():  # a previous, incomplete install
             shutil.rmtree(target)
         staging.rename(target)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
+    path.write_text(json.dumps(manifest, indent=2) + "\n", "utf-8")
+
+
+def install_staged(agent: str, version: str, fill: Callable[[Path], dict[str, str]]) -> Runtime:
+    """The one install tail: ``fill(staging)`` installs into a fresh staging dir and returns its manifest; the
+    manifest is written and the staging dir renamed into place (stage_into)."""
+    stage_into(cache_root() / agent / version, f".{version}.staging-",
+               lambda staging: write_manifest(staging / MANIFEST_NAME, fill(staging)))
     runtime = find(agent, version)
     if runtime is None:
         raise ReplayError(ErrorKind.INTERNAL, f"{agent} {version}: install finished but the runtime is not valid")

@@ -38,7 +38,7 @@ from typing import IO, Any
 
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.process.reaper import die_with_parent_hook
-from forkpoint.runtimes.base import cache_root, now
+from forkpoint.runtimes.base import cache_root, now, stage_into, write_manifest
 
 SCHEMA = "forkpoint.tool/v1"
 MANIFEST = "forkpoint-tool.json"
@@ -243,19 +243,13 @@ def install_fd() -> FdRuntime:
     mirror = os.environ.get("FORKPOINT_DEBIAN_MIRROR") or debian_mirror(_run(["apt-cache", "policy"], Path("/")))
     if not mirror:
         raise unavailable("apt has no Debian archive configured (set FORKPOINT_DEBIAN_MIRROR to a Debian mirror URI)")
-    root = tool_root()
-    root.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".fd.staging-", dir=root.parent))
-    try:
+
+    def fill(staging: Path) -> None:
         with tempfile.TemporaryDirectory(prefix="forkpoint-fd-apt-") as scratch:
             manifest = _fill(staging, Path(scratch), mirror, arch)
-        (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", "utf-8")
-        if root.exists():
-            shutil.rmtree(root)
-        staging.rename(root)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+        write_manifest(staging / MANIFEST, manifest)
+
+    stage_into(tool_root(), ".fd.staging-", fill)
     installed = find_fd()
     if installed is None:
         raise ReplayError(ErrorKind.INTERNAL, "the fd runtime was installed but is not valid")

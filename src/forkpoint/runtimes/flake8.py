@@ -10,14 +10,12 @@ partial install never looks complete; a concurrent installer's finished copy is 
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from forkpoint.core.errors import ErrorKind, ReplayError
-from forkpoint.runtimes.base import PROBE_TIMEOUT_S, cache_root, run_probe
+from forkpoint.runtimes.base import PROBE_TIMEOUT_S, cache_root, run_probe, stage_into
 
 FLAKE8_VERSION = "7.2.0"
 
@@ -44,22 +42,16 @@ def ensure_flake8(version: str = FLAKE8_VERSION) -> Path:
     venv = flake8_venv(version)
     if _usable(venv, version):
         return venv
-    venv.parent.mkdir(parents=True, exist_ok=True)
     uv, env = ensure_uv(), uv_env()
-    staging = Path(tempfile.mkdtemp(prefix=f".flake8-{version}.staging-", dir=venv.parent))
-    try:
+
+    def fill(staging: Path) -> None:
         _run([str(uv), "venv", "--quiet", "--relocatable", "--allow-existing", "--python", sys.executable,
               str(staging)], "uv venv (flake8)", env)
         _run([str(uv), "pip", "install", "--quiet", "--python", str(staging / "bin" / "python"),
               f"flake8=={version}"], f"uv pip install flake8=={version}", env)
-        if _usable(venv, version):  # another process finished first
-            return venv
-        if venv.exists():
-            shutil.rmtree(venv)
-        staging.rename(venv)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+
+    # another process that finished first keeps its copy
+    stage_into(venv, f".flake8-{version}.staging-", fill, done=lambda: _usable(venv, version))
     if not _usable(venv, version):
         raise ReplayError(ErrorKind.CONFIGURATION, f"flake8 {version} installed in {venv} does not run")
     return venv

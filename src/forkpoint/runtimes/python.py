@@ -16,14 +16,13 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from forkpoint.adapters.spec import PythonPackage
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.process.reaper import die_with_parent_hook
-from forkpoint.runtimes.base import PROBE_TIMEOUT_S, Runtime, cache_root, now, run_probe
+from forkpoint.runtimes.base import PROBE_TIMEOUT_S, Runtime, cache_root, now, run_probe, stage_into
 
 UV_VERSION = "0.13.8"
 INSTALL_TIMEOUT_S = 1800.0
@@ -85,18 +84,13 @@ def ensure_uv() -> Path:
     uv = tools / "uv" / "bin" / "uv"
     if uv.is_file() and os.access(uv, os.X_OK):
         return uv
-    tools.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".uv.staging-", dir=tools))
-    try:
+
+    def fill(staging: Path) -> None:
         _run([sys.executable, "-m", "venv", str(staging)], "creating the uv tools venv")
         _run([str(staging / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
               f"uv=={UV_VERSION}"], f"pip install uv=={UV_VERSION}")
-        if (tools / "uv").exists():
-            shutil.rmtree(tools / "uv")
-        staging.rename(tools / "uv")
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+
+    stage_into(tools / "uv", ".uv.staging-", fill)
     return uv
 
 

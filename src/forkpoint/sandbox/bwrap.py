@@ -41,6 +41,7 @@ import shutil
 import stat
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from forkpoint.core.errors import ErrorKind, ReplayError, configuration
@@ -61,6 +62,19 @@ _PROBE_TIMEOUT_S = 60.0  # a loaded machine (issue 27: probes get deadlines that
 
 def install_hint() -> str:
     return "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) or use --sandbox local"
+
+
+def namespaces(cwd: str, network: bool, env: Mapping[str, str] = MappingProxyType({})) -> list[str]:
+    """The end of every bwrap argv (after the mounts): the working dir, no capabilities, its own pid and ipc (and,
+    without ``network``, net) namespaces, dying with forkpoint, ``env`` and TMPDIR set, then ``--``."""
+    args = ["--chdir", cwd, "--cap-drop", "ALL", "--unshare-pid", "--unshare-ipc", "--die-with-parent"]
+    for name, value in sorted(env.items()):
+        args += ["--setenv", name, value]
+    args += ["--setenv", "TMPDIR", "/tmp"]  # the host's TMPDIR is hidden; the sandbox's /tmp is its own
+    if not network:
+        args.append("--unshare-net")
+    args.append("--")
+    return args
 
 
 class BwrapSandbox(Sandbox):
@@ -132,12 +146,7 @@ class BwrapSandbox(Sandbox):
             args += ["--ro-bind-try", str(extra), str(extra)]
         for path in remount:
             args += ["--remount-ro", path]
-        args += ["--chdir", cwd, "--cap-drop", "ALL", "--unshare-pid", "--unshare-ipc", "--die-with-parent"]
-        args += ["--setenv", "TMPDIR", "/tmp"]  # the host's TMPDIR is hidden; the sandbox's /tmp is its own
-        if not network:
-            args.append("--unshare-net")
-        args.append("--")
-        return args
+        return [*args, *namespaces(cwd, network)]
 
     def confine(
         self, argv: Sequence[str], cwd: str, *, network: bool, writable: Sequence[Path], readable: Sequence[Path]

@@ -29,7 +29,7 @@ from typing import Any
 
 from forkpoint.core.errors import ErrorKind, ReplayError, configuration
 from forkpoint.sandbox.base import PathMap, within
-from forkpoint.sandbox.bwrap import _SYSTEM_DIRS, BwrapSandbox, _check_recorded, _find_bwrap
+from forkpoint.sandbox.bwrap import _SYSTEM_DIRS, BwrapSandbox, _check_recorded, _find_bwrap, namespaces
 
 HOST_DIR = "/.forkpoint-host"
 _HIDDEN = ("/tmp", "/var/tmp")
@@ -158,14 +158,7 @@ class RootfsSandbox(BwrapSandbox):
         for directory in reversed(skeletons):
             args += ["--remount-ro", directory]
         args += ["--remount-ro", "/"]
-        args += ["--chdir", cwd, "--cap-drop", "ALL", "--unshare-pid", "--unshare-ipc", "--die-with-parent"]
-        for name, value in sorted(self.image_env.items()):
-            args += ["--setenv", name, value]
-        args += ["--setenv", "TMPDIR", "/tmp"]
-        if not network:
-            args.append("--unshare-net")
-        args.append("--")
-        return args
+        return [*args, *namespaces(cwd, network, self.image_env)]
 
     def confine(
         self, argv: Sequence[str], cwd: str, *, network: bool, writable: Sequence[Path], readable: Sequence[Path]

@@ -104,7 +104,7 @@ def lock_workspace(workspace: Path, run_id: str, *, create: bool = False) -> Wor
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = _read_holder(fd)
+                holder = read_holder(fd)
                 os.close(fd)
                 raise ReplayError(ErrorKind.WORKSPACE, _refusal(workspace, holder)) from None
             except BaseException:
@@ -173,7 +173,8 @@ def _write_holder(fd: int, workspace: Path, run_id: str) -> None:
         os.pwrite(fd, record, 0)
 
 
-def _read_holder(fd: int) -> dict[str, object] | None:
+def read_holder(fd: int) -> dict[str, object] | None:
+    """The JSON record a lock's holder wrote into the lock file (bounded); None until it has (the batch lock's too)."""
     try:
         data = os.pread(fd, MAX_HOLDER_BYTES, 0)
         holder = orjson.loads(data)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -9,7 +10,14 @@ import pytest
 
 from forkpoint.adapters import agent_spec
 from forkpoint.adapters.calibration import Outcome
-from forkpoint.adapters.kit.calibration import CliProbe, difference, run_release, scripted_record_check
+from forkpoint.adapters.kit.calibration import (
+    CliProbe,
+    difference,
+    run_release,
+    run_runner,
+    runner_env,
+    scripted_record_check,
+)
 from forkpoint.core.errors import ReplayError
 
 
@@ -37,6 +45,27 @@ def test_a_hanging_release_and_its_children_are_killed_at_the_deadline(tmp_path:
             break
         time.sleep(0.01)
     assert state in ("gone", "Z"), f"the release's child {child} survived ({state})"
+
+
+def test_a_companion_runner_gets_its_request_and_its_result_or_its_own_error_is_read_back(tmp_path: Path) -> None:
+    """The OpenHands probes' runner: request.json in, result.json out; a failed run names the runner's error last
+    (the release's stderr ends in warnings), and a result behind a link is not followed."""
+    # a stand-in release whose "runner" copies the request's task into its result and fails when told to
+    script = ('import json, sys; r = json.load(open(sys.argv[1])); sys.stderr.write("warning\\n" * 50); '
+              'json.dump({"echo": r["task"], "error": r.get("error")}, open("result.json", "w")); '
+              'sys.exit(1 if r.get("error") else 0)')
+    argv = [sys.executable, "-c", script]
+    env = runner_env(tmp_path, PATH="/usr/bin:/bin")
+    assert env["HOME"] == str(tmp_path) and env["PATH"] == "/usr/bin:/bin"
+    outcome = Outcome("openhands", "0.0.0")
+    assert run_runner(argv, {"task": "hi"}, env, tmp_path, "probe run", outcome) == {"echo": "hi", "error": None}
+    assert outcome.checks == []
+    assert run_runner(argv, {"task": "hi", "error": "boom"}, env, tmp_path, "probe run", outcome) is None
+    assert outcome.checks[-1].detail.startswith("exit 1;") and outcome.checks[-1].detail.endswith("runner: boom")
+    target = tmp_path / "elsewhere.json"
+    target.write_text('{"echo": "planted"}')
+    planted = [sys.executable, "-c", "import os; os.remove('result.json'); os.symlink('elsewhere.json', 'result.json')"]
+    assert run_runner(planted, {}, env, tmp_path, "probe run", Outcome("openhands", "0.0.0")) == {}
 
 
 def test_the_bridge_verdict_log_counts_when_a_failed_result_carries_no_bridge_summary(tmp_path: Path) -> None:

@@ -89,3 +89,23 @@ def test_pins_apply_or_are_refused(body: dict[str, Any], pins: SamplingPins, pro
     if pins.temperature is not None:
         assert out["temperature"] == pins.temperature
     assert all(change.after != change.before for change in changes)
+
+
+@pytest.mark.parametrize("completion,message", [
+    ({}, "a completion without exactly one choice"),
+    ({"choices": [{}, {}]}, "a completion without exactly one choice"),
+    ({"choices": ["x"]}, "a completion without exactly one choice"),
+    ({"choices": [{"message": "x"}]}, "a completion choice without a message"),
+])
+def test_a_whole_completion_without_one_choice_and_its_message_is_refused_by_every_answer_translator(
+        completion: dict[str, Any], message: str) -> None:
+    """common.only_choice, read first by the Anthropic, Gemini and Responses answer translators."""
+    from forkpoint.bridge.translate.anthropic_answer import chat_completion_to_anthropic
+    from forkpoint.bridge.translate.gemini_answer import chat_completion_to_gemini
+    from forkpoint.bridge.translate.responses_answer import completion_chunks
+
+    for translate in (lambda: chat_completion_to_anthropic(completion, message_id="m", model="x"),
+                      lambda: chat_completion_to_gemini(completion, response_id="r", model="x"),
+                      lambda: completion_chunks(completion)):
+        with pytest.raises(TranslationError, match=f"^{message}$"):
+            translate()

@@ -12,12 +12,20 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from forkpoint.adapters.calibration import Check, Outcome, compact_requests
-from forkpoint.adapters.kit.calibration import first_match, parse_check, ran_ok, record_check, replay_check
+from forkpoint.adapters.kit.calibration import (
+    first_match,
+    only_file,
+    parse_check,
+    ran_ok,
+    record_check,
+    replay_check,
+    restore_files,
+)
 from forkpoint.adapters.kit.calibration import run_release as _run
 from forkpoint.adapters.spec import AgentSpec
 from forkpoint.core.errors import trajectory as trajectory_error
@@ -47,14 +55,6 @@ def _turns(cwd: Path) -> list[list[dict[str, Any]]]:
 ERROR_STEPS = frozenset({5})
 
 
-def _restore(cwd: Path) -> Path:
-    shutil.rmtree(cwd, ignore_errors=True)
-    for rel, content in FILES.items():
-        (cwd / rel).parent.mkdir(parents=True, exist_ok=True)
-        (cwd / rel).write_text(content, "utf-8")
-    return cwd
-
-
 def _env(home: Path, url: str) -> dict[str, str]:
     """The continuation's environment, with the release's temp files (sockets, shell snapshots) under ``home``:
     removed with the scratch dir, nothing left in the user's /tmp."""
@@ -70,11 +70,7 @@ def _session_file(home: Path, cwd: Path) -> Path:
     from forkpoint.adapters.claude_code.launch import config_dir, project_dir_name
 
     found = sorted((config_dir(home) / "projects" / project_dir_name(cwd)).glob("*.jsonl"))
-    if len(found) != 1 or found[0].is_symlink() or not found[0].is_file():
-        raise trajectory_error(f"expected one session file written by the release, found {len(found)}")
-    if found[0].stat().st_size > MAX_SESSION_BYTES:
-        raise trajectory_error("the release wrote a session file larger than 64 MiB")
-    return found[0]
+    return only_file(found, "session file", MAX_SESSION_BYTES)
 
 
 def _lines(path: Path) -> list[Any]:
@@ -99,7 +95,8 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
     from forkpoint.testing.scripted_model import ScriptedModel
 
     cwd, home = scratch / "workspace", scratch / "home"
-    _restore(cwd)
+    restore = partial(restore_files, cwd, FILES)
+    restore()
     turns = _turns(cwd)
     model = ScriptedModel(turns, seed=SEED)
     expected = [[b["id"] for b in model.respond("main", step)[1] if b["type"] == "tool_use"]
@@ -135,7 +132,7 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
         rewritten = lines if is_v2_0(version) else [
             {**line, "version": candidate} if isinstance(line, dict) and line.get("version") == version else line
             for line in lines]
-        tools_ok = replay_check(spec.name, candidate, rewritten, len(expected) - 1, lambda: _restore(cwd), scratch,
+        tools_ok = replay_check(spec.name, candidate, rewritten, len(expected) - 1, restore, scratch,
                                 outcome)
         return _envelope_check(candidate, cut, nonce, body, outcome) and tools_ok
 

@@ -11,12 +11,21 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from forkpoint.adapters.calibration import Check, Outcome, compact_requests
-from forkpoint.adapters.kit.calibration import first_match, parse_check, ran_ok, record_check, replay_check, run_release
+from forkpoint.adapters.kit.calibration import (
+    first_match,
+    only_file,
+    parse_check,
+    ran_ok,
+    record_check,
+    replay_check,
+    restore_files,
+    run_release,
+)
 from forkpoint.adapters.spec import AgentSpec
 from forkpoint.core.errors import trajectory as trajectory_error
 
@@ -88,14 +97,6 @@ def _exit_code_shown(output: str, code: int) -> bool:
     return f"Process exited with code {code}\n" in output or f'"exit_code":{code},' in output
 
 
-def _restore(cwd: Path) -> Path:
-    shutil.rmtree(cwd, ignore_errors=True)
-    cwd.mkdir(parents=True)
-    for rel, content in FILES.items():
-        (cwd / rel).write_text(content, "utf-8")
-    return cwd
-
-
 def _home(home: Path, url: str) -> dict[str, str]:
     """A fresh CODEX_HOME whose provider is ScriptedModel, and the continuation's environment for it."""
     from forkpoint.adapters.codex.launch import codex_home, config_toml, environment
@@ -111,12 +112,7 @@ def _home(home: Path, url: str) -> dict[str, str]:
 def _rollout(home: Path) -> Path:
     from forkpoint.adapters.codex.launch import codex_home
 
-    found = sorted((codex_home(home) / "sessions").rglob("rollout-*.jsonl"))
-    if len(found) != 1 or found[0].is_symlink() or not found[0].is_file():
-        raise trajectory_error(f"expected one rollout written by the release, found {len(found)}")
-    if found[0].stat().st_size > MAX_ROLLOUT_BYTES:
-        raise trajectory_error("the release wrote a rollout larger than 64 MiB")
-    return found[0]
+    return only_file(sorted((codex_home(home) / "sessions").rglob("rollout-*.jsonl")), "rollout", MAX_ROLLOUT_BYTES)
 
 
 def _outputs(lines: list[Any]) -> dict[str, str]:
@@ -135,7 +131,8 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
     from forkpoint.testing.scripted_model import ScriptedModel
 
     cwd, home = scratch / "workspace", scratch / "home"
-    _restore(cwd)
+    restore = partial(restore_files, cwd, FILES)
+    restore()
     shell = _offers_shell(entrypoint, cwd, scratch / "tools-home")
     turns = _turns(shell)
     model = ScriptedModel(turns, seed=SEED, model=MODEL)
@@ -186,7 +183,7 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
             {**line, "payload": {**line["payload"], "cli_version": candidate}}
             if isinstance(line, dict) and line.get("type") == "session_meta" and isinstance(line.get("payload"), dict)
             else line for line in lines]
-        tools_ok = replay_check(spec.name, candidate, rewritten, len(expected) - 1, lambda: _restore(cwd), scratch,
+        tools_ok = replay_check(spec.name, candidate, rewritten, len(expected) - 1, restore, scratch,
                                 outcome, name="rollout.jsonl")
         return _envelope_check(candidate, cut, nonce, body, outcome) and tools_ok
 

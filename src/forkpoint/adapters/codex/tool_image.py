@@ -33,7 +33,7 @@ from typing import Any
 from forkpoint.adapters.codex.tool_patch import join_path
 from forkpoint.adapters.codex.tool_text import io_error
 from forkpoint.core.errors import ErrorKind, ReplayError
-from forkpoint.core.fs import ConfinementError, NotRegularFileError, read_regular_file
+from forkpoint.core.fs import ConfinementError, NotRegularFileError, ReadResult, read_regular_file
 
 #: the largest image Codex was measured to pass through unchanged on every verified version
 MAX_WIDTH = 2048
@@ -146,6 +146,15 @@ def _refuse(message: str) -> ReplayError:
                        before_effect=True, stale_fallback=True)
 
 
+def _read_confined(root: Path, host: str | Path, absolute: str, aliases: tuple[str, ...]) -> ReadResult:
+    """The image file read within the workspace (bounded, no link followed); a path leading out is refused."""
+    try:
+        return read_regular_file(root, host, max_bytes=MAX_IMAGE_BYTES, aliases=aliases)
+    except ConfinementError as error:
+        raise _refuse(f"view_image path {absolute!r} leads outside the workspace; forkpoint does not read it") \
+            from error
+
+
 def view_image(arguments: dict[str, Any], cwd: str, root: Path, aliases: tuple[str, ...],
                host_path: Any, version: str) -> str | list[dict[str, str]]:
     """Codex's output for one view_image call. ``cwd`` is the session cwd the tools see, ``host_path`` maps a
@@ -155,10 +164,7 @@ def view_image(arguments: dict[str, Any], cwd: str, root: Path, aliases: tuple[s
         raise _refuse("view_image without a path string: Codex's answer is unmeasured")
     absolute = join_path(cwd, path)
     try:
-        result = read_regular_file(root, host_path(absolute), max_bytes=MAX_IMAGE_BYTES, aliases=aliases)
-    except ConfinementError as error:
-        raise _refuse(f"view_image path {absolute!r} leads outside the workspace; forkpoint does not read it") \
-            from error
+        result = _read_confined(root, host_path(absolute), absolute, aliases)
     except NotRegularFileError:
         return f"image path `{absolute}` is not a file"
     except OSError as error:
@@ -196,10 +202,7 @@ def view_image_040(arguments: dict[str, Any], cwd: str, root: Path, aliases: tup
     absolute = join_path(cwd, path)
     mime = MIME_040.get(Path(absolute).suffix)
     try:
-        result = read_regular_file(root, host_path(absolute), max_bytes=MAX_IMAGE_BYTES, aliases=aliases)
-    except ConfinementError as error:
-        raise _refuse(f"view_image path {absolute!r} leads outside the workspace; forkpoint does not read it") \
-            from error
+        result = _read_confined(root, host_path(absolute), absolute, aliases)
     except NotRegularFileError:
         if _is_directory(host_path(absolute)):
             return []  # measured: a directory sends nothing

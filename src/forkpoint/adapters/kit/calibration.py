@@ -281,6 +281,40 @@ def only_file(found: list[Path], what: str, max_bytes: int = 64 * 1024 * 1024) -
     return found[0]
 
 
+def runner_env(home: Path, **extra: str) -> dict[str, str]:
+    """A companion runner's environment for a probe (OpenHands V0 and SDK, kit.python_runner's runners run on the
+    release's Python): credentials stripped, HOME and TMPDIR in the probe's scratch, litellm's local cost map (no
+    download), the key ScriptedModel is called with; ``extra`` on top."""
+    from forkpoint.process import sanitized_env
+
+    env = sanitized_env(os.environ, strip_credentials=True)
+    env.update({"HOME": str(home), "TMPDIR": str(home), "SCRIPTED_API_KEY": "scripted-calibration-key", "TZ": "UTC",
+                "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LOG_LEVEL": "WARNING", **extra})
+    return env
+
+
+def runner_result(path: Path) -> dict[str, Any]:
+    """The runner's result (bounded, never through a link); empty when it wrote none."""
+    if not path.is_file() or path.is_symlink():
+        return {}
+    data = json.loads(only_file([path], "runner result", 1024 * 1024).read_text("utf-8"))
+    return data if isinstance(data, dict) else {}
+
+
+def run_runner(argv: list[str], request: dict[str, Any], env: dict[str, str], scratch: Path, what: str,
+               outcome: Outcome) -> dict[str, Any] | None:
+    """One probe run of a companion runner: ``request`` written to scratch/request.json, ``argv`` + that path run
+    as the release, its scratch/result.json read back; None (with the failed ``record`` check) when it exited
+    non-zero, the runner's own error last in the detail (the release's stderr ends in warnings)."""
+    (scratch / "request.json").write_text(json.dumps(request), "utf-8")
+    code, stderr = run_release([*argv, str(scratch / "request.json")], env, scratch, what)
+    result = runner_result(scratch / "result.json") if code != 0 else {}
+    if not ran_ok(outcome, code, stderr + f"\nrunner: {str(result.get('error'))[:250]}".encode()
+                  if result.get("error") else stderr):
+        return None
+    return runner_result(scratch / "result.json")
+
+
 @dataclass(frozen=True)
 class CliProbe:
     """One agent CLI's probe (Gemini CLI, Qwen Code, Copilot CLI): a headless ``-p TASK`` run of the release

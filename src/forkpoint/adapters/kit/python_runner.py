@@ -14,11 +14,11 @@ import os
 import shutil
 import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from forkpoint.adapters.kit import continuation as shell
 from forkpoint.core.errors import ErrorKind, ReplayError
@@ -27,6 +27,9 @@ from forkpoint.core.model import FreshObservation, JsonObject, Plan, RunContext,
 from forkpoint.core.results import write_atomic
 from forkpoint.process import ProcessResult, sanitized_env
 from forkpoint.sandbox import home_environment, interpreter_paths, local_sandbox
+
+if TYPE_CHECKING:
+    from forkpoint.bridge.protocols.openai_chat import ChatProfile
 
 _TAIL = 4000
 #: the variable the runner reads the bridge key from (named in its request, never written to a file)
@@ -141,6 +144,29 @@ class PythonRunner:
         if self.error_fails and outcome.result.get("error"):
             raise ReplayError(kind, f"{what} ({name}) failed: {outcome.result['error']}; see {log}")
         return outcome
+
+
+def continue_env(prompt: str | None) -> dict[str, str]:
+    """What a continuing runner's environment carries beyond PythonRunner's: the bridge key and the boundary
+    prompt (never written to a file)."""
+    return {BRIDGE_KEY_ENV: shell.BRIDGE_KEY, **({PROMPT_ENV: prompt} if prompt else {})}
+
+
+def chat_gate(job: shell.Job, profile: ChatProfile, expected_messages: Callable[[], list[JsonObject]],
+              prefix_error: type[Exception]) -> shell.GateSpec:
+    """The gate of a runner that continues through litellm's Chat Completions (OpenHands V0 and SDK): the first
+    request must open with the rebuilt prefix's messages (and the boundary prompt); a prefix they cannot be built
+    from (``prefix_error``) fails the continuation."""
+    from forkpoint.bridge.protocols.openai_chat import ChatGate, ExpectedChat
+
+    try:
+        messages = expected_messages()
+        if job.boundary_prompt is not None:
+            messages.append({"role": "user", "text": job.boundary_prompt})
+        expected = ExpectedChat.of(job.plan.profile, messages)
+    except prefix_error as error:
+        raise ReplayError(ErrorKind.CONTINUATION, f"cannot build the expected first request: {error}") from None
+    return shell.GateSpec(ChatGate(profile, expected), expected.to_json())
 
 
 @contextmanager

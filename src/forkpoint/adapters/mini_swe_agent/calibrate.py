@@ -11,13 +11,13 @@ with the candidate's profile; the candidate's gate judges litellm's first reques
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from forkpoint.adapters.calibration import Check, Outcome, compact_requests
-from forkpoint.adapters.kit.calibration import match_candidates, parse_check, ran_ok, run_release
+from forkpoint.adapters.kit.calibration import match_candidates, parse_check, ran_ok, restore_files, run_release
 from forkpoint.adapters.spec import AgentSpec
 from forkpoint.core.errors import trajectory as trajectory_error
 
@@ -39,14 +39,6 @@ def _turns(major: int) -> list[dict[str, Any]]:
         return [{"content": [text(f"THOUGHT: step.\n\n```bash\n{command}\n```")]} for turn in COMMANDS
                 for command in turn]
     return [{"content": [text("Next step."), *(tool_use("bash", {"command": c}) for c in turn)]} for turn in COMMANDS]
-
-
-def _restore(cwd: Path) -> Path:
-    shutil.rmtree(cwd, ignore_errors=True)
-    for rel, content in FILES.items():
-        (cwd / rel).parent.mkdir(parents=True, exist_ok=True)
-        (cwd / rel).write_text(content, "utf-8")
-    return cwd
 
 
 def _env(home: Path) -> dict[str, str]:
@@ -77,7 +69,8 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
 
     major = (number(version) or (0, 0, 0))[0]
     cwd, home = scratch / "workspace", scratch / "home"
-    _restore(cwd)
+    restore = partial(restore_files, cwd, FILES)
+    restore()
     home.mkdir(parents=True)
     turns = _turns(major)
     calls = sum(len(turn) for turn in COMMANDS)
@@ -117,5 +110,5 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
         rewritten.setdefault("info", {})["mini_version"] = candidate
         return (json.dumps(rewritten, indent=2) + "\n").encode("utf-8")
 
-    return match_candidates(spec.name, candidates, as_candidate, batches - 1, lambda: _restore(cwd), entrypoint,
+    return match_candidates(spec.name, candidates, as_candidate, batches - 1, restore, entrypoint,
                             version, scratch, outcome, name="probe.traj.json")

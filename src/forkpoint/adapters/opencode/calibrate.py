@@ -15,7 +15,7 @@ named in the calibration (``tool_profile``); the resume is still judged as each 
 from __future__ import annotations
 
 import json
-import shutil
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from forkpoint.adapters.kit.calibration import (
     ran_ok,
     record_check,
     replay_check,
+    restore_files,
     resume_check,
     run_release,
 )
@@ -65,14 +66,6 @@ def _turns(cwd: Path) -> list[list[dict[str, Any]]]:
             [text("Done probing.")]]
 
 
-def _restore(cwd: Path) -> Path:
-    shutil.rmtree(cwd, ignore_errors=True)
-    for rel, content in FILES.items():
-        (cwd / rel).parent.mkdir(parents=True, exist_ok=True)
-        (cwd / rel).write_text(content, "utf-8")
-    return cwd
-
-
 def _statuses(export: dict[str, Any]) -> dict[str, str]:
     """Call id -> the tool part's status in the export."""
     found = {}
@@ -104,7 +97,8 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
     from forkpoint.testing.scripted_model import ScriptedModel
 
     cwd, home = scratch / "workspace", scratch / "home"
-    _restore(cwd)
+    restore = partial(restore_files, cwd, FILES)
+    restore()
     turns = _turns(cwd)
     expected = [[block["id"] for block in turn if block.get("type") == "tool_use"] for turn in turns]
     model = ScriptedModel(turns, seed=SEED, model=MODEL)
@@ -146,7 +140,7 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
 
     line = line_for(version)
     if line is None:
-        return match_candidates(spec.name, candidates, as_candidate, len(expected) - 1, lambda: _restore(cwd),
+        return match_candidates(spec.name, candidates, as_candidate, len(expected) - 1, restore,
                                 entrypoint, version, scratch, outcome, name="export.json")
     # a release of a line with its own tool profile (tool_profile.LINES) keeps its version in the replay: its
     # calls re-run with its line's binary whatever continues it (as a recording of it would); only the resume is
@@ -154,9 +148,9 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
     outcome.tool_profile = line.label
 
     def passes(candidate: str) -> bool:
-        tools_ok = replay_check(spec.name, candidate, data, len(expected) - 1, lambda: _restore(cwd), scratch,
+        tools_ok = replay_check(spec.name, candidate, data, len(expected) - 1, restore, scratch,
                                 outcome, name="export.json")
-        resumed = resume_check(spec.name, candidate, as_candidate(candidate), 1, lambda: _restore(cwd), entrypoint,
+        resumed = resume_check(spec.name, candidate, as_candidate(candidate), 1, restore, entrypoint,
                                version, scratch, outcome, name="export.json")
         return resumed and tools_ok
 

@@ -14,7 +14,6 @@ the model; the candidate's gate judges that first request.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +22,9 @@ from forkpoint.adapters.kit.calibration import (
     match_candidates,
     only_file,
     parse_check,
-    ran_ok,
     restore_files,
-    run_release,
+    run_runner,
+    runner_env,
     scripted_record_check,
 )
 from forkpoint.adapters.spec import AgentSpec
@@ -62,15 +61,6 @@ def _turns(cwd: Path) -> list[list[dict[str, Any]]]:
     ]
 
 
-def _env(home: Path) -> dict[str, str]:
-    from forkpoint.process import sanitized_env
-
-    env = sanitized_env(os.environ, strip_credentials=True)
-    env.update({"HOME": str(home), "TMPDIR": str(home), "SCRIPTED_API_KEY": "scripted-calibration-key", "TZ": "UTC",
-                "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LOG_LEVEL": "WARNING"})
-    return env
-
-
 def as_candidate(data: bytes, candidate: str) -> bytes:
     """The trajectory with its system event naming ``candidate`` (the version replay and the gate key on)."""
     events = json.loads(data)
@@ -78,14 +68,6 @@ def as_candidate(data: bytes, candidate: str) -> bytes:
         if isinstance(event, dict) and event.get("action") == "system" and isinstance(event.get("args"), dict):
             event["args"]["openhands_version"] = candidate
     return (json.dumps(events, indent=4) + "\n").encode("utf-8")
-
-
-def _result(path: Path) -> dict[str, Any]:
-    """The runner's result (bounded, never through a link); empty when it wrote none."""
-    if not path.is_file() or path.is_symlink():
-        return {}
-    data = json.loads(only_file([path], "runner result", 1024 * 1024).read_text("utf-8"))
-    return data if isinstance(data, dict) else {}
 
 
 def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str], scratch: Path,
@@ -103,15 +85,9 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
                    "save_trajectory": str(saved), "max_iterations": 20, "task": TASK,
                    "llm": {"model": "openai/scripted", "base_url": f"{url}/v1", "api_key_env": "SCRIPTED_API_KEY"},
                    "result": str(scratch / "result.json")}
-        (scratch / "request.json").write_text(json.dumps(request), "utf-8")
-        code, stderr = run_release([str(entrypoint), str(RUNNER), str(scratch / "request.json")], _env(home),
-                                   scratch, "probe run")
-    result = _result(scratch / "result.json") if code != 0 else {}
-    # the runner's own error last (the detail is the tail): the release's stderr ends in warnings
-    if not ran_ok(outcome, code, stderr + f"\nrunner: {str(result.get('error'))[:250]}".encode()
-                  if result.get("error") else stderr):
+        result = run_runner([str(entrypoint), str(RUNNER)], request, runner_env(home), scratch, "probe run", outcome)
+    if result is None:
         return None
-    result = _result(scratch / "result.json")
     data = only_file([saved], "trajectory").read_bytes()
     outcome.evidence.update({"trajectory.json": data, "requests.jsonl": compact_requests(model.requests)})
     state = result.get("agent_state")

@@ -16,8 +16,6 @@ stay ``unverified`` (nothing in them says which SDK wrote them).
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +24,9 @@ from forkpoint.adapters.kit.calibration import (
     match_candidates,
     only_file,
     parse_check,
-    ran_ok,
     restore_files,
-    run_release,
+    run_runner,
+    runner_env,
     scripted_record_check,
 )
 from forkpoint.adapters.spec import AgentSpec
@@ -68,24 +66,6 @@ def _turns(cwd: Path) -> list[list[dict[str, Any]]]:
     ]
 
 
-def _env(home: Path) -> dict[str, str]:
-    from forkpoint.process import sanitized_env
-
-    env = sanitized_env(os.environ, strip_credentials=True)
-    env.update({"HOME": str(home), "TMPDIR": str(home), "SCRIPTED_API_KEY": "scripted-calibration-key", "TZ": "UTC",
-                "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LOG_LEVEL": "WARNING", "OPENHANDS_SUPPRESS_BANNER": "1",
-                "TMUX_TMPDIR": str(home)})  # the SDK's tmux socket: in the probe's scratch, removed with it
-    return env
-
-
-def _result(path: Path) -> dict[str, Any]:
-    """The runner's result (bounded, never through a link); empty when it wrote none."""
-    if not path.is_file() or path.is_symlink():
-        return {}
-    data = json.loads(only_file([path], "runner result", 1024 * 1024).read_text("utf-8"))
-    return data if isinstance(data, dict) else {}
-
-
 def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str], scratch: Path,
           outcome: Outcome) -> str | None:
     from forkpoint.testing.scripted_model import ScriptedModel
@@ -100,15 +80,11 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
                    "persistence_dir": str(persisted), "tools": TOOLS, "max_iterations": 20, "task": TASK,
                    "out": str(scratch / "bundle.json"), "result": str(scratch / "result.json"),
                    "llm": {"model": "openai/scripted", "base_url": f"{url}/v1", "api_key_env": "SCRIPTED_API_KEY"}}
-        (scratch / "request.json").write_text(json.dumps(request), "utf-8")
-        code, stderr = run_release([str(entrypoint), "-I", str(RUNNER), str(scratch / "request.json")],
-                                   _env(home), scratch, "probe conversation")
-    result = _result(scratch / "result.json") if code != 0 else {}
-    # the runner's own error last (the detail is the tail): the release's stderr ends in warnings
-    if not ran_ok(outcome, code, stderr + f"\nrunner: {str(result.get('error'))[:250]}".encode()
-                  if result.get("error") else stderr):
+        # the SDK's tmux socket: in the probe's scratch, removed with it
+        env = runner_env(home, OPENHANDS_SUPPRESS_BANNER="1", TMUX_TMPDIR=str(home))
+        result = run_runner([str(entrypoint), "-I", str(RUNNER)], request, env, scratch, "probe conversation", outcome)
+    if result is None:
         return None
-    result = _result(scratch / "result.json")
     base_state = only_file(sorted(persisted.glob("*/base_state.json")), "conversation (base_state.json)")
     bundle = only_file([scratch / "bundle.json"], "conversation bundle")
     data = bundle.read_bytes()

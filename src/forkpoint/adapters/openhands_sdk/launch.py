@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from forkpoint.adapters.kit import continuation as shell
 from forkpoint.adapters.kit.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
-from forkpoint.adapters.kit.python_runner import BRIDGE_KEY_ENV, DEFAULT_LIVE_STEPS, PROMPT_ENV, PythonRunner
+from forkpoint.adapters.kit.python_runner import (
+    BRIDGE_KEY_ENV,
+    DEFAULT_LIVE_STEPS,
+    PROMPT_ENV,
+    PythonRunner,
+    chat_gate,
+    continue_env,
+)
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.fs import read_file_strict, refused_as
 from forkpoint.core.model import JsonObject
@@ -95,16 +102,8 @@ class SdkHooks(AgentHooks[Installed]):
     def gate(self, job: Job, state: Installed) -> GateSpec:
         from forkpoint.adapters.openhands_sdk.envelope import PrefixError, expected_messages
         from forkpoint.adapters.openhands_sdk.gate import PROFILE
-        from forkpoint.bridge.protocols.openai_chat import ChatGate, ExpectedChat
 
-        try:
-            messages = expected_messages(state.document["events"])
-            if job.boundary_prompt is not None:
-                messages.append({"role": "user", "text": job.boundary_prompt})
-            expected = ExpectedChat.of(job.plan.profile, messages)
-        except PrefixError as error:
-            raise ReplayError(ErrorKind.CONTINUATION, f"cannot build the expected first request: {error}") from None
-        return GateSpec(ChatGate(PROFILE, expected), expected.to_json())
+        return chat_gate(job, PROFILE, lambda: expected_messages(state.document["events"]), PrefixError)
 
     def launch(self, job: Job, state: Installed, bridge_url: str) -> LaunchSpec:
         remaining, prompt = job.settings.remaining_steps, job.boundary_prompt
@@ -116,7 +115,7 @@ class SdkHooks(AgentHooks[Installed]):
             "llm": {"model": bridge_model(state.document["base_state"]), "base_url": f"{bridge_url}/v1",
                     "api_key_env": BRIDGE_KEY_ENV},
         }
-        env = {BRIDGE_KEY_ENV: shell.BRIDGE_KEY, **({PROMPT_ENV: prompt} if prompt else {})}
+        env = continue_env(prompt)
         return LaunchSpec([], env, str(state.work), job.context.logs / "openhands-sdk-continue.log", request=request)
 
     def run(self, job: Job, state: Installed, spec: LaunchSpec) -> Ran:

@@ -13,14 +13,21 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from forkpoint.adapters.calibration import Outcome, compact_requests
-from forkpoint.adapters.kit.calibration import match_candidates, parse_check, ran_ok, record_check, run_release
+from forkpoint.adapters.kit.calibration import (
+    match_candidates,
+    only_file,
+    parse_check,
+    ran_ok,
+    record_check,
+    restore_files,
+    run_release,
+)
 from forkpoint.adapters.spec import AgentSpec
-from forkpoint.core.errors import trajectory as trajectory_error
 
 TASK = "Probe every tool: read, write, edit, run commands."
 FILES = {"a.txt": "apple\ncherry\n", "b.txt": "banana\ncherry\n", "notes.md": "# notes\nhello\n",
@@ -49,14 +56,6 @@ def _turns() -> list[list[dict[str, Any]]]:
             [text("Done probing.")]]
 
 
-def _restore(cwd: Path) -> Path:
-    shutil.rmtree(cwd, ignore_errors=True)
-    cwd.mkdir(parents=True)
-    for rel, content in FILES.items():
-        (cwd / rel).write_text(content, "utf-8")
-    return cwd
-
-
 def _env(home: Path) -> dict[str, str]:
     env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8",
            "TZ": "UTC", "PI_OFFLINE": "1", "TMPDIR": str(home / "tmp")}
@@ -67,12 +66,7 @@ def _env(home: Path) -> dict[str, str]:
 def _session_file(home: Path) -> Path:
     from forkpoint.adapters.pi.launch import agent_dir
 
-    found = sorted((agent_dir(home) / "sessions").glob("*/*.jsonl"))
-    if len(found) != 1 or found[0].is_symlink() or not found[0].is_file():
-        raise trajectory_error(f"expected one session file written by the release, found {len(found)}")
-    if found[0].stat().st_size > MAX_SESSION_BYTES:
-        raise trajectory_error("the release wrote a session file larger than 64 MiB")
-    return found[0]
+    return only_file(sorted((agent_dir(home) / "sessions").glob("*/*.jsonl")), "session file", MAX_SESSION_BYTES)
 
 
 def _results(lines: list[Any]) -> dict[str, bool]:
@@ -91,7 +85,8 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
     from forkpoint.testing.scripted_model import ScriptedModel
 
     cwd, home = scratch / "workspace", scratch / "home"
-    _restore(cwd)
+    restore = partial(restore_files, cwd, FILES)
+    restore()
     turns = _turns()
     expected = [[block["id"] for block in turn if block.get("type") == "tool_use"] for turn in turns]
     model = ScriptedModel(turns, seed=SEED, model=MODEL)
@@ -118,5 +113,5 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
             or not parse_check(spec, session, None, calls, outcome):
         return None
 
-    return match_candidates(spec.name, candidates, lambda candidate: data, len(expected) - 1, lambda: _restore(cwd),
+    return match_candidates(spec.name, candidates, lambda candidate: data, len(expected) - 1, restore,
                             entrypoint, version, scratch, outcome, name="session.jsonl")

@@ -30,7 +30,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from aiohttp import web
 
-from forkpoint.bridge.gate import PrefixGate, Refusal, Verdict, checked, nonce_position, open_request, refuse_nonce_in
+from forkpoint.bridge.gate import (
+    PrefixGate,
+    Refusal,
+    Verdict,
+    compare_prefix,
+    helper_request,
+    nonce_position,
+    open_request,
+    refuse_nonce_in,
+)
 from forkpoint.bridge.protocols.spec import ChatTranslation, ProtocolSpec
 from forkpoint.bridge.translate.gemini_answer import google_error_json, response_object
 from forkpoint.bridge.translate.gemini_chat import API_VERSION, STREAM, WHOLE, route_of
@@ -46,7 +55,7 @@ from forkpoint.bridge.upstream import (
     sse_event,
     stream_events,
 )
-from forkpoint.core.hashing import canonical_sha256, count_text
+from forkpoint.core.hashing import canonical_sha256
 from forkpoint.core.model import JsonObject
 from forkpoint.core.protocols import wire
 
@@ -377,21 +386,8 @@ def _explain(want: JsonObject, got: JsonObject) -> str:
 
 def compare(expected: ExpectedGemini, conversation: Sequence[JsonObject], *, exact: bool) -> None:
     """Refuse unless ``conversation`` (projected) starts with (``exact``: equals) the expected contents."""
-    count = len(expected.contents)
-    for position, got in enumerate(conversation[:count]):
-        if canonical_sha256(got) != expected.content_sha256[position]:
-            want = expected.contents[position]
-            raise Refusal(f"contents[{position}] ({describe(want)}) differs from the rebuilt prefix: "
-                          f"{_explain(want, got)}")
-    if len(conversation) < count:
-        missing = len(conversation)
-        raise Refusal(f"contents[{missing}] ({describe(expected.contents[missing])}) is missing: the request has "
-                      f"{missing} contents before the resume envelope, the rebuilt prefix {count}")
-    if exact and len(conversation) > count:
-        raise Refusal(f"contents[{count}] ({describe(conversation[count])}) is extra: the request has "
-                      f"{len(conversation)} contents before the resume envelope, the rebuilt prefix {count}")
-    if canonical_sha256(list(conversation[:count])) != expected.prefix_sha256:
-        raise Refusal("the canonical prefix hash differs from the rebuilt prefix")
+    compare_prefix("contents", expected.contents, expected.content_sha256, expected.prefix_sha256, conversation,
+                   exact=exact, counted="contents before the resume envelope", describe=describe, explain=_explain)
 
 
 class GeminiGate(PrefixGate[ExpectedGemini]):
@@ -407,16 +403,8 @@ class GeminiGate(PrefixGate[ExpectedGemini]):
         self._context: str | None = None
 
     def auxiliary(self, body: Any) -> Verdict | None:
-        if not self.profile.helpers_without_tools or not isinstance(body, dict) or body.get("tools"):
-            return None
-
-        def clean(facts: JsonObject) -> JsonObject:
-            facts["auxiliary"] = "no-tools helper request"
-            if self.expected.nonce is not None and count_text(body, self.expected.nonce):
-                raise Refusal("a helper request (no tools) carries the resume nonce")
-            return body
-
-        return checked(self.expected.profile, False, clean)
+        return helper_request(body, self.profile.helpers_without_tools, self.expected.nonce, self.expected.profile,
+                              "no-tools helper request")
 
     def clean(self, body: Any, first: bool, facts: JsonObject) -> JsonObject:
         profile, expected, prompt = self.profile, self.expected, self.boundary_prompt

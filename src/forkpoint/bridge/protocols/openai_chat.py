@@ -36,13 +36,22 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from aiohttp import web
 
-from forkpoint.bridge.gate import PrefixGate, Refusal, Verdict, checked, nonce_position, open_request, refuse_nonce_in
+from forkpoint.bridge.gate import (
+    PrefixGate,
+    Refusal,
+    Verdict,
+    compare_prefix,
+    helper_request,
+    nonce_position,
+    open_request,
+    refuse_nonce_in,
+)
 from forkpoint.bridge.protocols.openai import OpenAIUpstream, model_of, openai_error_response
 from forkpoint.bridge.protocols.spec import ProtocolSpec
 from forkpoint.bridge.tool_schemas import from_chat
 from forkpoint.bridge.translate.sampling import chat_pins
 from forkpoint.bridge.upstream import CHUNK, LocalStub, Sent, sse_event, stream_events
-from forkpoint.core.hashing import canonical_sha256, count_text
+from forkpoint.core.hashing import canonical_sha256
 from forkpoint.core.model import JsonObject
 from forkpoint.core.protocols import wire
 
@@ -326,21 +335,9 @@ def explain(want: Any, got: Any) -> str:
 def compare(expected: ExpectedChat, conversation: Sequence[Any], offset: int, *, exact: bool, where: str) -> None:
     """Refuse unless ``conversation`` (request messages from ``offset``, projected) starts with the expected
     conversation (``exact``: equals it); name the first difference."""
-    count = expected.message_count
-    for position, got in enumerate(conversation[:count]):
-        if canonical_sha256(got) != expected.message_sha256[position]:
-            want = expected.messages[position]
-            raise Refusal(f"messages[{offset + position}] ({describe(want)}) differs from the rebuilt prefix: "
-                          f"{explain(want, got)}")
-    if len(conversation) < count:
-        missing = len(conversation)
-        raise Refusal(f"messages[{offset + missing}] ({describe(expected.messages[missing])}) is missing: the "
-                      f"request has {missing} conversation messages {where}, the rebuilt prefix {count}")
-    if exact and len(conversation) > count:
-        raise Refusal(f"messages[{offset + count}] ({describe(conversation[count])}) is extra: the request has "
-                      f"{len(conversation)} conversation messages {where}, the rebuilt prefix {count}")
-    if canonical_sha256(list(conversation[:count])) != expected.prefix_sha256:
-        raise Refusal("the canonical prefix hash differs from the rebuilt prefix")
+    compare_prefix("messages", expected.messages, expected.message_sha256, expected.prefix_sha256, conversation,
+                   exact=exact, counted=f"conversation messages {where}", offset=offset, describe=describe,
+                   explain=explain)
 
 
 class ChatGate(PrefixGate[ExpectedChat]):
@@ -357,16 +354,8 @@ class ChatGate(PrefixGate[ExpectedChat]):
     def auxiliary(self, body: Any) -> Verdict | None:
         """With ``helpers_without_tools``: a request without tools is forwarded unchanged unless it carries the
         nonce; otherwise every request is a model request."""
-        if not self.profile.helpers_without_tools or not isinstance(body, dict) or body.get("tools"):
-            return None
-
-        def clean(facts: JsonObject) -> JsonObject:
-            facts["auxiliary"] = "no-tools helper request (title generation)"
-            if self.expected.nonce is not None and count_text(body, self.expected.nonce):
-                raise Refusal("a helper request (no tools) carries the resume nonce")
-            return body
-
-        return checked(self.expected.profile, False, clean)
+        return helper_request(body, self.profile.helpers_without_tools, self.expected.nonce, self.expected.profile,
+                              "no-tools helper request (title generation)")
 
     def clean(self, body: Any, first: bool, facts: JsonObject) -> JsonObject:
         profile, expected, prompt = self.profile, self.expected, self.boundary_prompt

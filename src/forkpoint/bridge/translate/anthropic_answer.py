@@ -14,9 +14,9 @@ reports and retries.
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Literal
 
-from forkpoint.bridge.translate.common import TranslationError, text_of
+from forkpoint.bridge.translate.common import TranslationError, only_choice, text_of
 from forkpoint.bridge.translate.sequencer import FAILED_FINISH, BlockSequencer, Event, Kind, ToolCall
 from forkpoint.bridge.translate.usage import Usage, from_chat, to_anthropic
 from forkpoint.core.model import JsonObject
@@ -99,12 +99,7 @@ def chat_completion_to_anthropic(completion: JsonObject, *, message_id: str, mod
                                  signature: str = "") -> tuple[JsonObject, list[str]]:
     """A whole (non-streamed) Chat completion -> an Anthropic message, with what was lost."""
     losses: list[str] = []
-    choices = completion.get("choices")
-    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
-        raise TranslationError("a completion without exactly one choice")
-    message: Any = choices[0].get("message")
-    if not isinstance(message, dict):
-        raise TranslationError("a completion choice without a message")
+    choice, message = only_choice(completion)
     content: list[JsonObject] = []
     reasoning = message.get("reasoning_content") or message.get("reasoning")
     if isinstance(reasoning, str) and reasoning:
@@ -126,7 +121,7 @@ def chat_completion_to_anthropic(completion: JsonObject, *, message_id: str, mod
         content.append({"type": "tool_use", "id": call.get("id") or f"toolu_fp_{number}",
                         "name": text_of(function.get("name"), f"tool_calls[{number}].function.name"),
                         "input": parsed})
-    finish = choices[0].get("finish_reason")
+    finish = choice.get("finish_reason")
     if isinstance(finish, str) and finish in FAILED_FINISH:
         raise TranslationError(f"the model server ended the answer with finish_reason {finish!r}")
     reason = stop_reason(finish if isinstance(finish, str) else "stop", bool(calls), losses)

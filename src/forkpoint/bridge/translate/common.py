@@ -86,6 +86,18 @@ def json_object(raw: bytes | str, what: str) -> JsonObject:
     return value
 
 
+def only_choice(completion: JsonObject) -> tuple[JsonObject, JsonObject]:
+    """A whole Chat completion's one choice and its message (every answer translator reads these first); any other
+    shape is a TranslationError."""
+    choices = completion.get("choices")
+    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
+        raise TranslationError("a completion without exactly one choice")
+    message = choices[0].get("message")
+    if not isinstance(message, dict):
+        raise TranslationError("a completion choice without a message")
+    return choices[0], message
+
+
 def sse_event(event: str, data: JsonObject) -> bytes:
     """One server-sent event as Anthropic and the Responses API frame it: ``event: X\\ndata: {json}\\n\\n``
     (an empty ``event``: the ``data:`` line alone, as the Gemini API frames its chunks)."""

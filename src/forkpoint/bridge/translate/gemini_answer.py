@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from forkpoint.bridge.translate.common import TranslationError, text_of
+from forkpoint.bridge.translate.common import TranslationError, only_choice, text_of
 from forkpoint.bridge.translate.sequencer import FAILED_FINISH, BlockSequencer, Event, Kind, ToolCall
 from forkpoint.bridge.translate.usage import Usage, from_chat
 from forkpoint.core.model import JsonObject
@@ -121,12 +121,7 @@ def chat_completion_to_gemini(completion: JsonObject, *, response_id: str,
                               model: str) -> tuple[JsonObject, list[str]]:
     """A whole (non-streamed) Chat completion -> a ``GenerateContentResponse``, with what was lost."""
     losses: list[str] = []
-    choices = completion.get("choices")
-    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
-        raise TranslationError("a completion without exactly one choice")
-    message: Any = choices[0].get("message")
-    if not isinstance(message, dict):
-        raise TranslationError("a completion choice without a message")
+    choice, message = only_choice(completion)
     parts: list[JsonObject] = []
     reasoning = message.get("reasoning_content") or message.get("reasoning")
     if isinstance(reasoning, str) and reasoning:
@@ -145,7 +140,7 @@ def chat_completion_to_gemini(completion: JsonObject, *, response_id: str,
         call_id = call.get("id") if isinstance(call.get("id"), str) and call.get("id") else f"call_fp_{number}"
         parts.append(call_part(str(call_id), text_of(function.get("name"), f"tool_calls[{number}].function.name"),
                                arguments, losses))
-    finish = choices[0].get("finish_reason")
+    finish = choice.get("finish_reason")
     if isinstance(finish, str) and finish in FAILED_FINISH:
         raise TranslationError(f"the model server ended the answer with finish_reason {finish!r}")
     reason = finish_reason(finish if isinstance(finish, str) else "stop", losses)

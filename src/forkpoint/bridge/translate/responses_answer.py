@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from typing import Literal
 
-from forkpoint.bridge.translate.common import DONE, TranslationError
+from forkpoint.bridge.translate.common import DONE, TranslationError, only_choice
 from forkpoint.bridge.translate.responses_chat import CUSTOM_INPUT
 from forkpoint.bridge.translate.sequencer import BlockSequencer, Event, Kind, ToolCall
 from forkpoint.bridge.translate.usage import to_responses
@@ -166,12 +166,7 @@ class ChatToResponsesStream(BlockSequencer):
 
 def completion_chunks(completion: JsonObject) -> list[JsonObject]:
     """A whole Chat completion as the chunks a server would have streamed for it (one delta per field)."""
-    choices = completion.get("choices")
-    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
-        raise TranslationError("a completion without exactly one choice")
-    message = choices[0].get("message")
-    if not isinstance(message, dict):
-        raise TranslationError("a completion choice without a message")
+    choice, message = only_choice(completion)
     deltas: list[JsonObject] = [{name: message[name]} for name in ("reasoning_content", "reasoning", "content",
                                                                     "refusal") if message.get(name)]
     calls = message.get("tool_calls") or []
@@ -179,7 +174,7 @@ def completion_chunks(completion: JsonObject) -> list[JsonObject]:
         raise TranslationError("message tool_calls: expected a list")
     deltas += [{"tool_calls": [{**call, "index": index}]} for index, call in enumerate(calls)
                if isinstance(call, dict)]
-    finish = choices[0].get("finish_reason") or ("tool_calls" if calls else "stop")
+    finish = choice.get("finish_reason") or ("tool_calls" if calls else "stop")
     chunks: list[JsonObject] = [{"choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
                                 for delta in deltas]
     chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
