@@ -98,7 +98,7 @@ def test_every_verified_version_has_fresh_calls_of_every_tool() -> None:
     for version in tuple(agent_spec("opencode").versions):
         names = {call.name for export, call_id in CASES if export.parent.parent.name == version
                  for call in fresh_calls(export) if call.call_id == call_id}
-        assert names == {"bash", "read", "write", "edit", "glob", "grep", "apply_patch"}, (version, names)
+        assert names == {"bash", "read", "write", "edit", "glob", "grep", "apply_patch", "skill"}, (version, names)
 
 
 @pytest.mark.parametrize(("export", "call_id"), CASES, ids=IDS)
