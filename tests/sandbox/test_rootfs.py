@@ -158,8 +158,8 @@ NODE_CLIS = [("gemini-cli", "gemini_cli/0.61.0", 2), ("qwen-code", "qwen_code/0.
 def test_the_node_clis_rerun_their_tools_in_an_image_root(agent: str, fixture: str, after: int,
                                                          tmp_path: Path) -> None:
     """In a root of the image's own programs (bash and coreutils, no ``env``, no ``node``, no CA bundle) Gemini
-    CLI and Qwen Code start as the host's node on their script (the shebang's ``env node`` is not there: they
-    exited 127 before) without relaunching themselves (node's execPath is the host's loader there), and Copilot
+    CLI and Qwen Code start as the host's node on their script (the shebang's ``env node`` is not there: they did
+    not start before) without relaunching themselves (node's execPath is the host's loader there), and Copilot
     CLI finds the host's CA bundle (it refused to start without trust roots); the recorded calls, a shell command
     in the image's bash among them, give the recorded observations."""
     from forkpoint.testing.images import host_programs_root
