@@ -173,7 +173,6 @@ def test_the_node_clis_rerun_their_tools_in_an_image_root(agent: str, fixture: s
     host_programs_root(root, ["/bin/bash", "/bin/sh", "/bin/ls", "/bin/cat", "/bin/pwd", "/bin/echo"])
     result = replay_recording(agent_fixture, tmp_path, agent=agent, trajectory="session.jsonl", after=after,
                               sandbox="bwrap", rootfs=str(root), replay_only=True)
-    shutil.rmtree(meta["cwd"], ignore_errors=True)
     assert result.failure is None, result.failure
     rows = json.loads((Path(result.output_dir or "") / "observations.json").read_text())["observations"]
     assert rows and [row["exact"] for row in rows] == [True] * len(rows), rows
