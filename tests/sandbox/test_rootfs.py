@@ -148,3 +148,31 @@ def test_one_sandbox_serves_a_replays_commands_in_the_image(image: Path, tmp_pat
         executor.close()
     assert first.returncode == 0 and second.returncode == 0, (first, second)
     assert first.stdout == second.stdout == b"from-image\n2\n", (first, second)
+
+
+NODE_CLIS = [("gemini-cli", "gemini_cli/0.61.0", 2), ("qwen-code", "qwen_code/0.24.4", 2),
+             ("copilot-cli", "copilot_cli/1.0.102", 1)]
+
+
+@pytest.mark.parametrize(("agent", "fixture", "after"), NODE_CLIS, ids=[agent for agent, _, _ in NODE_CLIS])
+def test_the_node_clis_rerun_their_tools_in_an_image_root(agent: str, fixture: str, after: int,
+                                                         tmp_path: Path) -> None:
+    """In a root of the image's own programs (bash and coreutils, no ``env``, no ``node``, no CA bundle) Gemini
+    CLI and Qwen Code start as the host's node on their script (the shebang's ``env node`` is not there: they did
+    not start before) without relaunching themselves (node's execPath is the host's loader there), and Copilot
+    CLI finds the host's CA bundle (it refused to start without trust roots); the recorded calls, a shell command
+    in the image's bash among them, give the recorded observations."""
+    from forkpoint.testing.images import host_programs_root
+    from forkpoint.testing.recordings import replay_recording
+
+    agent_fixture = Path(__file__).parents[1] / "fixtures" / fixture / "tools"
+    meta = json.loads((agent_fixture / "meta.json").read_text())
+    if runtimes.find(agent, meta["version"]) is None:
+        pytest.skip(f"{agent} {meta['version']} is not installed")
+    root = tmp_path / "root"
+    host_programs_root(root, ["/bin/bash", "/bin/sh", "/bin/ls", "/bin/cat", "/bin/pwd", "/bin/echo"])
+    result = replay_recording(agent_fixture, tmp_path, agent=agent, trajectory="session.jsonl", after=after,
+                              sandbox="bwrap", rootfs=str(root), replay_only=True)
+    assert result.failure is None, result.failure
+    rows = json.loads((Path(result.output_dir or "") / "observations.json").read_text())["observations"]
+    assert rows and [row["exact"] for row in rows] == [True] * len(rows), rows

@@ -137,6 +137,12 @@ class Sandbox:
         runs it: unchanged, except in an image root, where a host program needs the host's loader."""
         return list(argv)
 
+    def host_file(self, path: str) -> str:
+        """Where the host's file ``path`` (absolute: a program for ``host_command``, a CA bundle) is seen inside the
+        sandbox: at its own path, except in an image root, where a path in the system folders names the image's
+        file (the host's is bound apart there, read-only)."""
+        return path
+
     def run(
         self,
         argv: Sequence[str],

@@ -100,6 +100,7 @@ class RootfsSandbox(BwrapSandbox):
                           if name not in _KEEP_OUT and not name.startswith("LD_")}
         self.origin = dict(origin or {"rootfs": str(self.root)})
         self.library_dirs = _host_library_dirs()
+        self._bound_files: dict[str, str] = {}  # where inside -> the host file (``host_file``)
         self.executable = _find_bwrap()
         self._probe()
 
@@ -123,8 +124,12 @@ class RootfsSandbox(BwrapSandbox):
         if not os.path.isabs(program) or any(within(program, system) for system in _SYSTEM_DIRS):
             return list(argv)
         if program.startswith(HOST_DIR + "/"):
-            return list(argv)
-        interpreter = elf_interpreter(os.path.realpath(program))
+            source = self._bound_files.get(program)  # a host system file bound apart (``host_file``)
+            if source is None:
+                return list(argv)
+        else:
+            source = os.path.realpath(program)
+        interpreter = elf_interpreter(source)
         if interpreter is None:
             return list(argv)
         loader = os.path.realpath(interpreter)
@@ -134,6 +139,20 @@ class RootfsSandbox(BwrapSandbox):
         index = self.library_dirs.index(directory)
         library_path = ":".join(f"{HOST_DIR}/{n}" for n in range(len(self.library_dirs)))
         return [f"{HOST_DIR}/{index}/{os.path.basename(loader)}", "--library-path", library_path, *argv]
+
+    def host_file(self, path: str) -> str:
+        """A host file in the system folders (the host's ``/usr/bin/node``, its CA bundle: the same path names the
+        image's file there, or nothing) is bound read-only at ``/.forkpoint-host/file/<n>/<name>``; others stay
+        put (bound at their own paths as ``readable``)."""
+        if not any(within(path, system) for system in _SYSTEM_DIRS):
+            return path
+        source = os.path.realpath(path)
+        for bound, known in self._bound_files.items():
+            if known == source:
+                return bound
+        bound = f"{HOST_DIR}/file/{len(self._bound_files)}/{os.path.basename(source)}"
+        self._bound_files[bound] = source
+        return bound
 
     # ------------------------------------------------------------------ running
 
@@ -155,6 +174,8 @@ class RootfsSandbox(BwrapSandbox):
             args += [how, source, target]
         for index, directory in enumerate(self.library_dirs):
             args += ["--ro-bind", directory, f"{HOST_DIR}/{index}"]
+        for bound, source in self._bound_files.items():
+            args += ["--ro-bind", source, bound]
         for directory in reversed(skeletons):
             args += ["--remount-ro", directory]
         args += ["--remount-ro", "/"]

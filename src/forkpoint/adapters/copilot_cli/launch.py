@@ -24,7 +24,7 @@ from forkpoint.adapters.copilot_cli.parse import CopilotNative, model_turns, par
 from forkpoint.adapters.copilot_cli.runtime import copilot_env, pkg_cache
 from forkpoint.adapters.kit import continuation as shell
 from forkpoint.adapters.kit.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
-from forkpoint.adapters.kit.npm_cli import install_jsonl, usable_model
+from forkpoint.adapters.kit.npm_cli import ca_bundle_env, install_jsonl, usable_model
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.fs import read_sandbox_file
 from forkpoint.core.model import JsonObject
@@ -76,6 +76,7 @@ class CopilotHooks(AgentHooks[Installed]):
     def launch(self, job: Job, state: Installed, bridge_url: str) -> LaunchSpec:
         entrypoint = job.settings.target.entrypoint
         env = copilot_env(job.context.home, bridge_url + "/v1", state.model, entrypoint)
+        env.update(ca_bundle_env(job.sandbox))  # in an image root: it refuses to start without trust roots
         shell.loopback_no_proxy(env)
         argv = [str(entrypoint), "--allow-all", "--no-auto-update", "--disable-client-telemetry",
                 "--disable-builtin-mcps", "--no-ask-user", f"--resume={state.native.session_id}", "-p", job.nonce]

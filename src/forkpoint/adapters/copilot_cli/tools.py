@@ -35,6 +35,7 @@ from aiohttp import web
 
 from forkpoint.adapters.copilot_cli.parse import dumps, observation_of
 from forkpoint.adapters.copilot_cli.runtime import copilot_env, installed_entrypoint, pkg_cache
+from forkpoint.adapters.kit.npm_cli import ca_bundle_env
 from forkpoint.adapters.kit.tool_host import (
     DEFAULT_TIMEOUT_S,
     PROMPT,
@@ -147,7 +148,9 @@ class CopilotToolExecutor:
                 "--no-custom-instructions", "--disable-builtin-mcps", "--no-ask-user", "-s",
                 f"--session-id={session_id}", "-p", PROMPT]
         argv, readable, network = self.confinement.confine(argv, runtime_paths(self.entrypoint), url)
-        result = self.sandbox.run(argv, cwd=self.sandbox.cwd, env=copilot_env(home, url, MODEL, self.entrypoint),
+        # in an image root it refuses to start without trust roots: the host's CA bundle
+        env = {**copilot_env(home, url, MODEL, self.entrypoint), **ca_bundle_env(self.sandbox)}
+        result = self.sandbox.run(argv, cwd=self.sandbox.cwd, env=env,
                                   timeout_s=DEFAULT_TIMEOUT_S + STARTUP_MARGIN_S, network=network,
                                   writable=(home, cache), readable=readable,
                                   max_output_bytes=64 * 1024 * 1024, die_with_parent=True)

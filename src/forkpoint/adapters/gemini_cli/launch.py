@@ -21,16 +21,15 @@ import orjson
 
 from forkpoint.adapters.gemini_cli.gate import expected_prefix
 from forkpoint.adapters.gemini_cli.parse import GeminiNative, model_turns, parse_gemini, signature
-from forkpoint.adapters.gemini_cli.runtime import gemini_env, write_settings
+from forkpoint.adapters.gemini_cli.runtime import NODE_START, gemini_env, write_settings
 from forkpoint.adapters.kit import continuation as shell
 from forkpoint.adapters.kit.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
-from forkpoint.adapters.kit.npm_cli import install_jsonl, usable_model
+from forkpoint.adapters.kit.npm_cli import install_jsonl, node_command, usable_model
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.fs import read_sandbox_file
 from forkpoint.core.hashing import canonical_sha256
 from forkpoint.core.model import JsonObject
 from forkpoint.core.results import write_atomic
-from forkpoint.sandbox import runtime_paths
 
 if TYPE_CHECKING:
     from forkpoint.bridge.server import BridgeSummary
@@ -78,10 +77,12 @@ class GeminiHooks(AgentHooks[Installed]):
         entrypoint = job.settings.target.entrypoint
         env = gemini_env(job.context.home, bridge_url)
         shell.loopback_no_proxy(env)
-        argv = [str(entrypoint), "--session-file", str(state.session_file), "--yolo", "--skip-trust",
+        node = node_command(job.sandbox, entrypoint, NODE_START)
+        env.update(node.env)
+        argv = [*node.argv, "--session-file", str(state.session_file), "--yolo", "--skip-trust",
                 "-m", state.model, "-o", "json", "-p", job.nonce]
         return LaunchSpec(argv, env, job.sandbox.cwd, job.context.logs / "gemini-cli.log",
-                          writable=(job.context.home,), readable=runtime_paths(entrypoint))
+                          writable=(job.context.home,), readable=node.readable)
 
     def outcome(self, job: Job, state: Installed, ran: Ran, summary: BridgeSummary) -> Outcome:
         reply = _json_reply(ran.process.stdout) if ran.process is not None else None

@@ -6,11 +6,14 @@ from pathlib import Path
 
 from forkpoint.adapters.gemini_cli.spec import VERSION
 from forkpoint.adapters.kit import npm_cli
-from forkpoint.adapters.kit.npm_cli import AGENT_KEY, PROXY_SINK
+from forkpoint.adapters.kit.npm_cli import AGENT_KEY, PROXY_SINK, NodeStart
 from forkpoint.core.errors import ErrorKind
 from forkpoint.core.model import JsonObject
 
-__all__ = ["AGENT_KEY", "PROXY_SINK", "SETTINGS", "gemini_env", "installed_entrypoint", "write_settings"]
+__all__ = ["AGENT_KEY", "NODE_START", "PROXY_SINK", "SETTINGS", "gemini_env", "installed_entrypoint",
+           "write_settings"]
+#: in an image root: no relaunch for more heap (its ``--max-old-space-size``, half the memory, given up front)
+NODE_START = NodeStart("GEMINI_CLI_NO_RELAUNCH")
 #: API-key auth (the base URL then points at loopback); no telemetry, no update check, no usage statistics
 SETTINGS: JsonObject = {
     "security": {"auth": {"selectedType": "gemini-api-key"}},

@@ -27,7 +27,8 @@ from typing import Any
 
 from aiohttp import web
 
-from forkpoint.adapters.gemini_cli.runtime import gemini_env, installed_entrypoint, write_settings
+from forkpoint.adapters.gemini_cli.runtime import NODE_START, gemini_env, installed_entrypoint, write_settings
+from forkpoint.adapters.kit.npm_cli import node_command
 from forkpoint.adapters.kit.tool_host import (
     DEFAULT_TIMEOUT_S,
     PROMPT,
@@ -39,7 +40,7 @@ from forkpoint.bridge.protocols.gemini import encode, response_chunks, usage_met
 from forkpoint.bridge.upstream import stream_events
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.model import FreshObservation, JsonObject, RunContext, ToolCall
-from forkpoint.sandbox import local_sandbox, runtime_paths
+from forkpoint.sandbox import local_sandbox
 
 MODEL = "gemini-2.5-pro"
 MUTATING = frozenset({"write_file", "replace", "run_shell_command"})
@@ -108,17 +109,20 @@ class GeminiToolExecutor:
         self.host = ToolHost()
         self.confinement = HostConfinement(self.sandbox, context.state_dir)
 
-    def _confined(self, url: str) -> tuple[list[str], tuple[Path, ...], bool]:
-        """The CLI's argv, what it reads and whether it shares the host's network (HostConfinement)."""
-        argv = [str(self.entrypoint), "--yolo", "--skip-trust", "-m", MODEL, "-o", "json", "-p", PROMPT]
-        return self.confinement.confine(argv, runtime_paths(self.entrypoint), url)
+    def _confined(self, url: str) -> tuple[list[str], tuple[Path, ...], bool, dict[str, str]]:
+        """The CLI's argv, what it reads, whether it shares the host's network (HostConfinement) and what its
+        environment gets in an image root (``node_command``)."""
+        node = node_command(self.sandbox, self.entrypoint, NODE_START)
+        argv = [*node.argv, "--yolo", "--skip-trust", "-m", MODEL, "-o", "json", "-p", PROMPT]
+        argv, readable, network = self.confinement.confine(argv, node.readable, url)
+        return argv, readable, network, node.env
 
     def run(self, call: ToolCall) -> FreshObservation:
         url = self.host.start()
         write_settings(self.context.home, ErrorKind.EXECUTOR)
         self.host.arm(call)
-        argv, readable, network = self._confined(url)
-        result = self.sandbox.run(argv, cwd=self.sandbox.cwd, env=gemini_env(self.context.home, url),
+        argv, readable, network, extra = self._confined(url)
+        result = self.sandbox.run(argv, cwd=self.sandbox.cwd, env={**gemini_env(self.context.home, url), **extra},
                                   timeout_s=DEFAULT_TIMEOUT_S + STARTUP_MARGIN_S, network=network,
                                   writable=(self.context.home,), readable=readable,
                                   max_output_bytes=64 * 1024 * 1024, die_with_parent=True)

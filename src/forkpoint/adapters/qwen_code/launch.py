@@ -19,15 +19,14 @@ import orjson
 
 from forkpoint.adapters.kit import continuation as shell
 from forkpoint.adapters.kit.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
-from forkpoint.adapters.kit.npm_cli import install_jsonl, usable_model
+from forkpoint.adapters.kit.npm_cli import install_jsonl, node_command, usable_model
 from forkpoint.adapters.qwen_code.gate import expected_prefix
 from forkpoint.adapters.qwen_code.parse import QwenNative, model_turns, parse_qwen, parts, signature
-from forkpoint.adapters.qwen_code.runtime import project_dir, qwen_env, write_settings
+from forkpoint.adapters.qwen_code.runtime import NODE_START, project_dir, qwen_env, write_settings
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.fs import read_sandbox_file
 from forkpoint.core.model import JsonObject
 from forkpoint.core.results import write_atomic
-from forkpoint.sandbox import runtime_paths
 
 if TYPE_CHECKING:
     from forkpoint.bridge.server import BridgeSummary
@@ -74,10 +73,12 @@ class QwenHooks(AgentHooks[Installed]):
         entrypoint = job.settings.target.entrypoint
         env = qwen_env(job.context.home, bridge_url)
         shell.loopback_no_proxy(env)
-        argv = [str(entrypoint), "--resume", state.native.session_id, "--yolo", "--auth-type", "openai",
+        node = node_command(job.sandbox, entrypoint, NODE_START)
+        env.update(node.env)
+        argv = [*node.argv, "--resume", state.native.session_id, "--yolo", "--auth-type", "openai",
                 "-m", state.model, "-o", "json", "-p", job.nonce]
         return LaunchSpec(argv, env, job.sandbox.cwd, job.context.logs / "qwen-code.log",
-                          writable=(job.context.home,), readable=runtime_paths(entrypoint))
+                          writable=(job.context.home,), readable=node.readable)
 
     def outcome(self, job: Job, state: Installed, ran: Ran, summary: BridgeSummary) -> Outcome:
         result = _json_result(ran.process.stdout) if ran.process is not None else None

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from forkpoint.adapters.kit import npm_cli
-from forkpoint.adapters.kit.npm_cli import AGENT_KEY
+from forkpoint.adapters.kit.npm_cli import AGENT_KEY, NodeStart
 from forkpoint.adapters.qwen_code.spec import VERSION
 from forkpoint.core.errors import ErrorKind
 from forkpoint.core.model import JsonObject
@@ -20,6 +20,11 @@ SETTINGS: JsonObject = {
     "telemetry": {"enabled": False},
     "memory": {"enableManagedAutoMemory": False, "enableAutoSkill": False},
 }
+
+
+#: in an image root: ``cli.js`` with ``--expose-gc``, as the ``qwen`` bin wrapper spawns it, and no relaunch for more
+#: heap (its ``--max-old-space-size``, half the memory, given up front)
+NODE_START = NodeStart("QWEN_CODE_NO_RELAUNCH", ("--expose-gc",), "cli.js")
 
 
 def project_dir(cwd: str) -> str:

@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from forkpoint.adapters.kit.npm_cli import node_command
 from forkpoint.adapters.kit.tool_host import (
     DEFAULT_TIMEOUT_S,
     PROMPT,
@@ -37,14 +38,14 @@ from forkpoint.adapters.kit.tool_host import (
     LoopbackToolHost,
 )
 from forkpoint.adapters.qwen_code.parse import response_of
-from forkpoint.adapters.qwen_code.runtime import installed_entrypoint, project_dir, qwen_env, write_settings
+from forkpoint.adapters.qwen_code.runtime import NODE_START, installed_entrypoint, project_dir, qwen_env, write_settings
 from forkpoint.bridge.protocols.openai_chat import chat_chunks, encode
 from forkpoint.bridge.upstream import stream_events
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.fs import read_sandbox_file
 from forkpoint.core.model import FreshObservation, JsonObject, RunContext, ToolCall
 from forkpoint.process import ProcessResult
-from forkpoint.sandbox import local_sandbox, runtime_paths
+from forkpoint.sandbox import local_sandbox
 
 MODEL = "qwen3-coder-plus"
 MUTATING = frozenset({"write_file", "edit", "run_shell_command"})
@@ -101,12 +102,13 @@ class QwenToolExecutor:
     def _start(self) -> None:
         url = self.host.start()
         write_settings(self.context.home, ErrorKind.EXECUTOR)
-        argv = [str(self.entrypoint), "--yolo", "--auth-type", "openai", "-m", MODEL, "-o", "json",
+        node = node_command(self.sandbox, self.entrypoint, NODE_START)
+        argv = [*node.argv, "--yolo", "--auth-type", "openai", "-m", MODEL, "-o", "json",
                 "--session-id", self.session_id, "-p", PROMPT]
-        env, sandbox = qwen_env(self.context.home, url), self.sandbox
+        env, sandbox = {**qwen_env(self.context.home, url), **node.env}, self.sandbox
         # under a sandbox with its own network namespace only the tool host's port, relayed in (as for the
         # continued agent)
-        argv, readable, network = self.confinement.confine(argv, runtime_paths(self.entrypoint), url)
+        argv, readable, network = self.confinement.confine(argv, node.readable, url)
         self.context.logs.mkdir(parents=True, exist_ok=True)
 
         def run() -> None:
