@@ -231,8 +231,11 @@ def test_a_20_mb_answer_keeps_forkpoint_in_bounded_memory_and_next_action_small(
 CODEX_CHAT = Agent(**{**CODEX.__dict__, "upstream": "openai-chat"})
 
 
-@pytest.mark.parametrize("megabytes", [10, 30])
-@pytest.mark.parametrize(("agent", "factor"), [(CODEX_CHAT, 9), (OPENCODE, 3)], ids=["codex", "opencode"])
+#: codex at both sizes (its growth was superlinear: two points give the slope); opencode is a guard at the larger
+#: size only (CI time: its 10 MB case cost ~17 s and checked nothing the 30 MB bound does not)
+@pytest.mark.parametrize(("agent", "factor", "megabytes"),
+                         [(CODEX_CHAT, 9, 10), (CODEX_CHAT, 9, 30), (OPENCODE, 3, 30)],
+                         ids=["codex-10", "codex-30", "opencode-30"])
 def test_a_huge_chat_answer_keeps_forkpoint_in_bounded_memory(tmp_path: Path, agent: Agent, factor: int,
                                                               megabytes: int) -> None:
     """A 10 / 30 MB Chat answer (the slope, at half the sizes measured in docs/benchmarks.md, "Huge upstream
