@@ -20,6 +20,10 @@ Scenarios: ``parallel`` (cut after 1 and 2) and ``cd`` (a batch that changes the
 
 Header values are never saved and ``metadata.user_id`` is replaced by ``<redacted>``. The bodies hold only
 scripted content. Usage: ``python scripts/record_claude_requests.py [--out DIR] [--version V ...]``.
+
+``--release V`` records an unverified release that resumes in a form of its own (``envelope.sender_profile``:
+2.1.268-2.1.270) into ``<out>/releases/<V>/`` (install it with ``forkpoint agents calibrate claude-code@V``); the
+gate tests check it against the verified version it calibrates as (``meta.json``'s ``read_as``).
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from forkpoint import runtimes
+from forkpoint.adapters.claude_code.envelope import profile_for_version, sender_profile
+from forkpoint.adapters.claude_code.spec import SPEC
 from forkpoint.testing import ScriptedModel, text, tool_use
 
 NONCE = "__forkpoint_nonce_5e1d0c7a9b3f4e62__"
@@ -121,16 +127,16 @@ def original_after_batch(requests: list[dict[str, Any]], batch: int) -> dict[str
     return dict(requests[batch]["body"])
 
 
-def record_version(version: str, out: Path) -> None:
+def record_version(version: str, out: Path, read_as: str | None = None) -> None:
     runtime = runtimes.find("claude-code", version)
     if runtime is None:
         raise SystemExit(f"claude-code {version} is not installed (forkpoint agents install claude-code {version})")
     for scenario, (script, cuts) in SCENARIOS.items():
-        record_scenario(runtime.entrypoint, version, scenario, script, cuts, out)
+        record_scenario(runtime.entrypoint, version, scenario, script, cuts, out, read_as)
 
 
 def record_scenario(binary: Path, version: str, scenario: str, script: list[list[dict[str, Any]]],
-                    cuts: tuple[int, ...], out: Path) -> None:
+                    cuts: tuple[int, ...], out: Path, read_as: str | None = None) -> None:
     work = WORK_ROOT / version / scenario
     shutil.rmtree(work, ignore_errors=True)
     workspace = work / "ws"
@@ -179,6 +185,7 @@ def record_scenario(binary: Path, version: str, scenario: str, script: list[list
             "cwd": str(workspace),
             "nonce": NONCE,
             "after_batch": batch,
+            **({"read_as": read_as} if read_as is not None else {}),
             "requests": [{"method": e["method"], "path": e["path"], "kind": e.get("kind"),
                           "header_names": sorted(e["headers"])} for e in resume_model.requests],
             "resume_returncode": resumed.returncode,
@@ -199,8 +206,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--version", action="append", dest="versions",
                         help="a verified version (default: every installed verified version)")
+    parser.add_argument("--release", action="append", dest="releases", default=[],
+                        help="an installed release with a measured resume form of its own (2.1.268-2.1.270)")
     args = parser.parse_args(argv)
-    versions = args.versions or [r.version for r in runtimes.list_installed() if r.agent == "claude-code"]
+    for release in args.releases:
+        read_as = "2.1.220"  # what 2.1.268-2.1.270 calibrate as (tools exact against both verified versions)
+        if sender_profile(release, profile_for_version(read_as)) is profile_for_version(read_as):
+            raise SystemExit(f"claude-code {release} resumes in a verified version's form: record that version")
+        record_version(release, args.out / "releases", read_as)
+    if args.releases and not args.versions:
+        return
+    versions = args.versions or [r.version for r in runtimes.list_installed() if r.agent == "claude-code"
+                                 and r.version in SPEC.versions]
     if not versions:
         raise SystemExit("no Claude Code runtime installed")
     for version in versions:

@@ -3,7 +3,8 @@
 
     python scripts/record_pi_fixtures.py [--version 0.83.0|1.6.0] [--scenario S ...]
 
-Needs `forkpoint agents install pi@VERSION` (a verified version). Writes tests/fixtures/pi/<version>/<scenario>/:
+Needs `forkpoint agents install pi@VERSION` (a verified version; 0.85.1, recorded for the scenarios with a
+``write`` only, is installed by `forkpoint agents calibrate pi@0.85.1`). Writes tests/fixtures/pi/<version>/<scenario>/:
 events.jsonl (the `pi --mode json` event stream), session.jsonl (the v3 session file Pi wrote), stderr.txt,
 requests.jsonl (what the
 model server received; the system prompt and tools as hashes), script.json, meta.json and workspace-initial/.
@@ -31,7 +32,8 @@ from forkpoint import runtimes
 from forkpoint.testing.scripted_model import Block, ScriptedModel, text, thinking, tool_use
 
 REPO = Path(__file__).resolve().parent.parent
-VERSIONS = ("0.83.0", "1.6.0")
+#: the verified versions, and 0.85.1: a release whose own tool profile (tools.PROFILE_0_85) is checked on its writes
+VERSIONS = ("0.83.0", "0.85.1", "1.6.0")
 FIXTURES_ROOT = REPO / "tests" / "fixtures" / "pi"
 REC_ROOT = Path("/tmp/forkpoint-rec-pi")
 HOME_ROOT = Path("/tmp/forkpoint-rec-pi-home")
@@ -96,6 +98,7 @@ SCENARIOS = [
          [text("c.txt holds the union.")]],
         notes="batch 1 has three parallel calls; the bash call sleeps so the reads finish first (tool_execution_end "
               "in completion order, toolResults in call order)",
+        versions=("0.83.0", "0.85.1", "1.6.0"),
     ),
     Scenario(
         "file_tools", "Create greeting.txt, then change hello to goodbye.",
@@ -106,6 +109,7 @@ SCENARIOS = [
                    id="call_ft_3")],
          [tool_use("read", {"path": "greeting.txt", "offset": 2, "limit": 1}, id="call_ft_4")],
          [text("greeting.txt now says goodbye.")]],
+        versions=("0.83.0", "0.85.1", "1.6.0"),
     ),
     Scenario(
         "error_result", "Inspect the missing config and run the checker.",

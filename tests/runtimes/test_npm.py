@@ -35,3 +35,18 @@ def test_a_release_is_installed_with_its_scopes_siblings_at_its_own_version() ->
 def test_an_unscoped_package_has_no_siblings() -> None:
     assert npm.lockstep_siblings("opencode-ai", "1.18.30", {"opencode-linux-x64": "1.18.30"},
                                  lambda name: ["1.18.30"]) == []
+
+
+def test_an_undeclared_sibling_is_pinned_only_where_its_own_version_is_published() -> None:
+    """Pi 0.85.0's SDK imports @earendil-works/pi-server without declaring it (0.85.1 declares ``^0.85.1``): it is
+    installed at 0.85.0 with it; a release whose version it never had (0.84.4) gets none, a declared one once."""
+    servers = {"@earendil-works/pi-server": ["0.85.0", "0.85.1"], "@earendil-works/pi-ai": ["0.84.4", "0.85.0",
+                                                                                           "0.85.1"]}
+    pin = lambda version, dependencies: npm.lockstep_siblings(  # noqa: E731
+        "@earendil-works/pi-coding-agent", version, dependencies, servers.__getitem__,
+        ("@earendil-works/pi-server", "other-scope-server"))
+    assert pin("0.85.0", {"@earendil-works/pi-ai": "^0.85.0"}) == [
+        "@earendil-works/pi-ai@0.85.0", "@earendil-works/pi-server@0.85.0"]
+    assert pin("0.85.1", {"@earendil-works/pi-ai": "^0.85.1", "@earendil-works/pi-server": "^0.85.1"}) == [
+        "@earendil-works/pi-ai@0.85.1", "@earendil-works/pi-server@0.85.1"]
+    assert pin("0.84.4", {"@earendil-works/pi-ai": "^0.84.4"}) == ["@earendil-works/pi-ai@0.84.4"]

@@ -41,6 +41,9 @@ class NpmPackage:
     #: set for the ``--version`` probe (Copilot CLI's loader otherwise runs the newest package unpacked in the
     #: user's ``~/.cache/copilot/pkg``: a 1.0.92 install reported 1.0.102)
     probe_env: tuple[tuple[str, str], ...] = ()
+    #: same-scope packages a release may import without declaring them, installed at the release's own version
+    #: with its lockstep siblings when published (``runtimes.npm.lockstep_siblings``)
+    undeclared_siblings: tuple[str, ...] = ()
 
     kind: Literal["npm"] = "npm"
 

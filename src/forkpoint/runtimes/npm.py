@@ -121,12 +121,14 @@ VIEW_TIMEOUT_S = 120.0
 
 
 def lockstep_siblings(package: str, version: str, dependencies: Mapping[str, object],
-                      published: Callable[[str], Collection[str]]) -> list[str]:
+                      published: Callable[[str], Collection[str]], undeclared: Collection[str] = ()) -> list[str]:
     """``name@version`` for each dependency of a release in its package's own npm scope that asks for a range
     of the release's own version (``^1.0.3`` of 1.0.3) and has that exact version published: the packages of a
     lockstep monorepo release, as they were published together. Left to the range, npm takes today's newest
     sibling (Pi 1.0.3's SDK then imports an export its 1.6.0 sibling removed, and forkpoint's runner cannot load
-    it). ``published(name)``: the versions the registry has of ``name``."""
+    it). ``undeclared``: same-scope siblings a release may import without declaring them
+    (``NpmPackage.undeclared_siblings``), pinned likewise when that exact version is published.
+    ``published(name)``: the versions the registry has of ``name``."""
     scope, _, _ = package.partition("/")
     if not package.startswith("@") or not scope:
         return []
@@ -136,6 +138,10 @@ def lockstep_siblings(package: str, version: str, dependencies: Mapping[str, obj
                 or wanted.lstrip("^~=").strip() != version:
             continue
         if version in published(name):
+            pins.append(f"{name}@{version}")
+    for name in sorted(undeclared):
+        if name != package and name.startswith(f"{scope}/") and name not in dependencies \
+                and version in published(name):
             pins.append(f"{name}@{version}")
     return pins
 
@@ -150,7 +156,7 @@ def _view(spec: str, field: str) -> Any:
         return None
 
 
-def _siblings(package: str, version: str) -> list[str]:
+def _siblings(package: str, version: str, undeclared: Collection[str] = ()) -> list[str]:
     dependencies = _view(f"{package}@{version}", "dependencies")
     if not isinstance(dependencies, dict):
         return []
@@ -159,14 +165,14 @@ def _siblings(package: str, version: str) -> list[str]:
         versions = _view(name, "versions")
         return [v for v in versions if isinstance(v, str)] if isinstance(versions, list) else []
 
-    return lockstep_siblings(package, version, dependencies, published)
+    return lockstep_siblings(package, version, dependencies, published, undeclared)
 
 
 def install(agent: str, version: str, spec: NpmPackage, staging: Path, *, lockstep: bool = False) -> dict[str, str]:
     """``npm install`` the package (and its extra packages) into ``staging``; the manifest of the result.
     ``lockstep`` (a release installed for calibration): its same-scope siblings at its own version
     (:func:`lockstep_siblings`)."""
-    siblings = _siblings(spec.package, version) if lockstep else []
+    siblings = _siblings(spec.package, version, spec.undeclared_siblings) if lockstep else []
     argv = ["npm", "install", "--prefix", str(staging), "--no-audit", "--no-fund",
             f"{spec.package}@{version}", *siblings, *spec.extra_packages]
     try:

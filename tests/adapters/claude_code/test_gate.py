@@ -7,6 +7,7 @@ the gate on the REAL first/later requests captured from Claude Code 2.1.220 and 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import re
 from collections.abc import Iterator
@@ -16,12 +17,16 @@ from typing import Any
 import pytest
 
 from forkpoint.adapters.claude_code.envelope import (
+    ATTRIBUTION_REMINDER,
     CONTINUE_TEXT,
     NO_RESPONSE_TEXT,
+    SENDER_2_1_268,
     ExpectedPrefix,
     api_messages_from_session,
     expected_prefix,
+    profile_for_version,
     project,
+    sender_profile,
 )
 from forkpoint.adapters.claude_code.gate import clean_first_request, clean_later_request
 from forkpoint.bridge.gate import Verdict
@@ -460,3 +465,108 @@ def test_real_first_request_with_a_changed_observation_is_refused(case: Path) ->
     first["messages"][k]["content"][0]["content"] += " (changed)"
     reason = refused(clean_first_request(expected, first))
     assert f"(request messages[{k}]) differs from the rebuilt session: the observation of" in reason
+
+
+# -- 2.1.268-2.1.270's own resume form (REAL captures of 2.1.269: requests/releases/2.1.269/) -------------------
+
+RELEASE_CASES = sorted(p for p in (REQUESTS / "releases").glob("2.*/*") if (p / "first_request.json").is_file())
+
+
+def _load_release(case: Path, sender: str | None, read_as: str | None = None) -> tuple[ExpectedPrefix, Body, Body,
+                                                                                          Body]:
+    """A release capture's manifest as the verified version it calibrates as, resumed by ``sender``."""
+    meta = json.loads((case / "meta.json").read_text("utf-8"))
+    records = [json.loads(line) for line in (case / "session.jsonl").read_text("utf-8").splitlines()]
+    expected = expected_prefix(records, meta["nonce"], read_as or meta["read_as"], sender=sender)
+    bodies = [json.loads((case / name).read_text("utf-8"))
+              for name in ("first_request.json", "later_request.json", "original_request.json")]
+    return expected, bodies[0], bodies[1], bodies[2]
+
+
+def test_release_captures_cover_the_measured_sender() -> None:
+    assert {case.parent.name for case in RELEASE_CASES} == {"2.1.269"}
+    assert len(RELEASE_CASES) == 4
+
+
+@pytest.mark.parametrize("case", RELEASE_CASES, ids=lambda c: f"{c.parent.name}-{c.name}")
+def test_release_first_and_later_requests_are_accepted_in_their_own_form(case: Path) -> None:
+    """2.1.269 closes the boundary with 2.1.220's text AND puts the attribution reminder before the nonce: the
+    gate of its own form accepts it and leaves exactly the conversation the recording sent after batch N."""
+    expected, first, later, original = _load_release(case, case.parent.name)
+    assert expected.profile == SENDER_2_1_268.profile and expected.version == "2.1.220"
+    verdict = clean_first_request(expected, first)
+    assert verdict.ok and verdict.body is not None, verdict.reason
+    assert project(verdict.body["messages"]) == project(original["messages"])
+    assert verdict.body["messages"][-1]["content"][-1]["cache_control"] == EPH
+    # the reminder before the nonce went with it: only the recorded one, in front of the first prompt, is left
+    assert json.dumps(verdict.body["messages"]).count(json.dumps(ATTRIBUTION_REMINDER)[1:-1]) == 1
+    assert CONTINUE_TEXT not in json.dumps(verdict.body)
+    later_verdict = clean_later_request(expected, later, None)
+    assert later_verdict.ok and later_verdict.body is not None, later_verdict.reason
+    tail = project(later_verdict.body["messages"])[expected.message_count:]
+    assert [m["role"] for m in tail] == ["assistant", "user"]
+    # the manifest names the form: it survives the trip through the run's state dir
+    assert ExpectedPrefix.from_json(expected.to_json()) == expected
+
+
+@pytest.mark.parametrize("case", RELEASE_CASES, ids=lambda c: f"{c.parent.name}-{c.name}")
+@pytest.mark.parametrize(("sender", "read_as", "reason"), [
+    (None, "2.1.220", "the resume nonce is not the sole content of a user message"),
+    ("2.1.267", "2.1.220", "the resume nonce is not the sole content of a user message"),
+    ("2.1.271", "2.1.220", "the resume nonce is not the sole content of a user message"),
+    (None, "2.1.332", "is 'text'; only tool_result blocks may precede the envelope"),
+])
+def test_release_form_is_refused_as_any_other_senders(case: Path, sender: str | None, read_as: str,
+                                                       reason: str) -> None:
+    """What 2.1.269 sends is no verified version's form, nor that of the releases around it."""
+    expected, first, _, _ = _load_release(case, sender, read_as)
+    assert reason in refused(clean_first_request(expected, first))
+
+
+@pytest.mark.parametrize("case", [c for c in REAL_CASES if c.name == "parallel_after_1"],
+                         ids=lambda c: c.parent.name)
+def test_release_form_refuses_the_verified_versions_requests(case: Path) -> None:
+    """The 2.1.268 form is 2.1.220's closure plus at most the attribution reminder: 2.1.332's request (no closure)
+    is refused; 2.1.220's (the same closure, no reminder) is what the form allows without the reminder."""
+    meta = json.loads((case / "meta.json").read_text("utf-8"))
+    records = [json.loads(line) for line in (case / "session.jsonl").read_text("utf-8").splitlines()]
+    expected = expected_prefix(records, meta["nonce"], meta["version"], sender="2.1.269")
+    first = json.loads((case / "first_request.json").read_text("utf-8"))
+    verdict = clean_first_request(expected, first)
+    if meta["version"] == "2.1.332":
+        assert "does not end with the exact 2.1.268 closure text block" in refused(verdict)
+    else:
+        assert verdict.ok, verdict.reason
+
+
+def test_release_form_allows_only_the_attribution_reminder_before_the_nonce() -> None:
+    case = next(c for c in RELEASE_CASES if c.name == "parallel_after_1")
+    expected, first, _, _ = _load_release(case, "2.1.270")
+    i = next(index for index, m in enumerate(first["messages"]) if isinstance(m["content"], list)
+             and m["content"][-1].get("text") == expected.nonce)
+    attribution = first["messages"][i]["content"][0]
+    assert attribution["text"].startswith(ATTRIBUTION_REMINDER)
+    for blocks in ([{"type": "text", "text": "<system-reminder>\nsomething else\n</system-reminder>"}],
+                   [attribution, attribution]):
+        body = copy.deepcopy(first)
+        body["messages"][i]["content"][:1] = copy.deepcopy(blocks)
+        assert "the resume nonce is not the sole content of a user message" in refused(
+            clean_first_request(expected, body))
+    # a 2.1.332 manifest (any reminder allowed there) would have taken the foreign reminder: the form is narrower
+    body = copy.deepcopy(first)
+    del body["messages"][i]["content"][0]
+    assert clean_first_request(expected, body).ok  # no reminder: a session whose attribution the resume keeps
+
+
+def test_sender_profile_covers_exactly_2_1_268_to_2_1_270() -> None:
+    verified = profile_for_version("2.1.220")
+    for release in ("2.1.268", "2.1.269", "2.1.270", "2.1.269-beta.1"):
+        assert sender_profile(release, verified) is SENDER_2_1_268
+    for other in ("2.1.267", "2.1.271", "2.1.220", "2.1.332", "3.1.269", None, "x"):
+        assert sender_profile(other, verified) is verified
+    # a manifest naming the form over an unknown version, or an unknown form, is refused before anything else
+    case = next(c for c in RELEASE_CASES if c.name == "parallel_after_1")
+    expected, first, _, _ = _load_release(case, "2.1.269")
+    for version, profile in (("2.1.269", expected.profile), ("2.1.220", "claude-code/2.1.269/other")):
+        forged = dataclasses.replace(expected, version=version, profile=profile)
+        assert "no verified resume envelope profile" in refused(clean_first_request(forged, first))

@@ -18,7 +18,14 @@ import pytest
 from forkpoint.adapters.pi import PiAdapter
 from forkpoint.adapters.pi.parse import parse_pi
 from forkpoint.adapters.pi.runtime import PiRuntime, installed
-from forkpoint.adapters.pi.tools import FD_MISSING, PiToolExecutor
+from forkpoint.adapters.pi.tools import (
+    FD_MISSING,
+    PROFILE_0_85,
+    PROFILES,
+    PiToolExecutor,
+    profile_for,
+    reworded,
+)
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.model import CallPolicy, Mode, Observation, RunContext, ToolCall
 from forkpoint.run.plan import select_boundary
@@ -140,3 +147,56 @@ def test_find_on_a_host_without_fd_is_refused_before_it_starts(tmp_path: Path, m
         without = replace(call, historical=Observation([{"type": "text", "text": FD_MISSING}], True))
         fresh = executor.run(without)
         assert (fresh.content, fresh.is_error) == ([{"type": "text", "text": FD_MISSING}], True)
+
+
+# -- Pi 0.85.x: read as 0.83.0, its writes worded without the byte count (tools.PROFILE_0_85) -----------------
+
+
+@pytest.mark.parametrize(("scenario", "source"), [("parallel", "events.jsonl"), ("file_tools", "session.jsonl")])
+def test_a_0_85_recording_re_runs_exactly_with_its_own_profile(scenario: str, source: str, tmp_path: Path) -> None:
+    """Real 0.85.1 recordings (scripts/record_pi_fixtures.py --version 0.85.1) name no version and read as 0.83.0;
+    their own writes' wording picks the 0.85 profile: 0.83.0's binary re-runs the write and its answer is 0.85's
+    (``Successfully wrote to P``), exactly the recorded one. (Only the write runs here: every other call of these
+    recordings gives 0.83.0's text, which the calibration of 0.85.0 and 0.85.1 checked, 8 of 8.)"""
+    parsed = parse_pi(ROOT / "0.85.1" / scenario / source)
+    facts = PiAdapter().version_facts(parsed)
+    assert (facts.status, facts.tool_version, facts.tool_profile) == ("verified", "0.83.0", PROFILE_0_85.label)
+    plan = select_boundary(parsed, parsed.complete_count, Mode.REPLAY_ONLY, PiAdapter().profile_for(parsed))
+    write = next(call for batch in parsed.batches for call in batch.calls if call.name == "write")
+    assert write.historical is not None and write.historical.content[0]["text"].startswith("Successfully wrote to ")
+    with restored_workspace(ROOT / "0.85.1" / scenario) as workspace:
+        executor = PiAdapter().executor(plan, RunContext(workspace, tmp_path / "state", tmp_path / "out"))
+        assert isinstance(executor, PiToolExecutor) and executor.runtime.version == "0.83.0"
+        fresh = executor.run(write)
+        assert (fresh.content, fresh.is_error) == (write.historical.content, write.historical.is_error)
+        assert (workspace / write.arguments["path"]).read_text() == write.arguments["content"]  # it really ran
+
+
+def test_the_0_85_profile_is_only_for_recordings_that_show_its_wording() -> None:
+    """0.83.0's own recordings (with the byte count) keep 0.83.0's profile; a write whose wording is mixed, a
+    failed one, or a 1.x recording (1.6.0's own write already says it) never get it."""
+    ours = parse_pi(FIXTURES / "parallel" / "events.jsonl")
+    assert PiAdapter().version_facts(ours).tool_profile is None
+    theirs = parse_pi(ROOT / "0.85.1" / "parallel" / "events.jsonl")
+    calls = [c for b in theirs.batches for c in b.calls]
+    write = next(c for c in calls if c.name == "write")
+    assert profile_for("0.83.0", calls) is PROFILE_0_85
+    assert profile_for("1.6.0", calls) is PROFILES["1.6.0"]
+    with_bytes = replace(write, call_id="w2", historical=Observation(
+        [{"type": "text", "text": "Successfully wrote 3 bytes to c.txt"}], False))
+    assert profile_for("0.83.0", [*calls, with_bytes]) is PROFILES["0.83.0"]
+    failed = replace(write, historical=Observation([{"type": "text", "text": "EACCES"}], True))
+    assert profile_for("0.83.0", [failed]) is PROFILES["0.83.0"]
+    other_path = replace(write, historical=Observation([{"type": "text", "text": "Successfully wrote to x.txt"}],
+                                                       False))
+    assert profile_for("0.83.0", [other_path]) is PROFILES["0.83.0"]  # not the answer to THIS call's path
+
+
+def test_the_0_85_wording_changes_only_a_successful_writes_own_answer(tmp_path: Path) -> None:
+    write = ToolCall("w1", "write", {"path": "c.txt", "content": "abc"}, None, CallPolicy.FRESH)
+    answer = [{"type": "text", "text": "Successfully wrote 3 bytes to c.txt"}]
+    assert reworded(PROFILE_0_85, write, answer, False) == [{"type": "text", "text": "Successfully wrote to c.txt"}]
+    assert reworded(PROFILES["0.83.0"], write, answer, False) == answer
+    assert reworded(PROFILE_0_85, write, answer, True) == answer
+    assert reworded(PROFILE_0_85, replace(write, arguments={"path": "d.txt"}), answer, False) == answer
+    assert reworded(PROFILE_0_85, replace(write, name="bash"), answer, False) == answer

@@ -134,7 +134,7 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
             for line in lines]
         tools_ok = replay_check(spec.name, candidate, rewritten, len(expected) - 1, restore, scratch,
                                 outcome)
-        return _envelope_check(candidate, cut, nonce, body, outcome) and tools_ok
+        return _envelope_check(candidate, version, cut, nonce, body, outcome) and tools_ok
 
     return first_match(candidates, passes, outcome)
 
@@ -167,12 +167,17 @@ def _resume_request(entrypoint: Path, command: list[str], cut: list[Any], sessio
     return main[0].get("body")
 
 
-def _envelope_check(candidate: str, cut: list[Any], nonce: str, body: Any, outcome: Outcome) -> bool:
-    from forkpoint.adapters.claude_code.envelope import expected_prefix
+def _envelope_check(candidate: str, release: str, cut: list[Any], nonce: str, body: Any, outcome: Outcome) -> bool:
+    """The release's first resumed request against ``candidate``'s prefix, in the form the release sends
+    (``envelope.sender_profile``: 2.1.268-2.1.270 their own, every other release the candidate's)."""
+    from forkpoint.adapters.claude_code.envelope import expected_prefix, profile_for_version
     from forkpoint.adapters.claude_code.gate import clean_first_request
 
-    verdict = clean_first_request(expected_prefix(cut, nonce, candidate), body)
+    expected = expected_prefix(cut, nonce, candidate, sender=release)
+    verdict = clean_first_request(expected, body)
+    form = "" if expected.profile == profile_for_version(candidate).profile else \
+        f" (in the release's own form, {expected.profile})"
     outcome.checks.append(Check("resume_envelope", verdict.ok,
-                                "the gate accepts the first request after --resume" if verdict.ok
-                                else f"the gate refuses it: {verdict.reason}", candidate))
+                                f"the gate accepts the first request after --resume{form}" if verdict.ok
+                                else f"the gate refuses it{form}: {verdict.reason}", candidate))
     return verdict.ok

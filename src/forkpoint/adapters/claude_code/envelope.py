@@ -26,11 +26,14 @@ from forkpoint.bridge.gate import check_resume_nonce, envelope_profile, load_man
 from forkpoint.core.errors import trajectory
 from forkpoint.core.hashing import canonical_sha256
 from forkpoint.core.model import JsonObject
+from forkpoint.core.releases import number
 
 SCHEMA_VERSION = "forkpoint.claude-expected-prefix/v1"
 SYSTEM_REMINDER_PREFIX = "<system-reminder>"
 NO_RESPONSE_TEXT = "No response requested."
 CONTINUE_TEXT = "Continue from where you left off."
+#: how the git attribution reminder Claude Code renders in front of a prompt begins (2.1.268 on)
+ATTRIBUTION_REMINDER = "<system-reminder>\nAttribution for git commits and pull requests you create from here on"
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,8 @@ class EnvelopeProfile:
     #: ``<system-reminder>`` text blocks may precede the nonce in its message: 2.1.332 resuming a 2.1.220 session
     #: (no attribution latched in it) renders its git attribution reminder there (``--agent-version``, issue 17)
     reminders_before_nonce: bool = False
+    #: when set, the only reminder allowed before the nonce: at most one block, starting with this text
+    nonce_reminder: str | None = None
 
 
 PROFILES: dict[str, EnvelopeProfile] = {
@@ -54,6 +59,41 @@ PROFILES: dict[str, EnvelopeProfile] = {
 
 def profile_for_version(version: str) -> EnvelopeProfile:
     return envelope_profile(PROFILES, version, "Claude Code")
+
+
+#: what 2.1.268, 2.1.269 and 2.1.270 send on ``--resume`` (measured on the three real releases by ``forkpoint agents
+#: calibrate``; captures in tests/fixtures/claude_code/requests/releases/2.1.269/): 2.1.220's closure (the boundary's
+#: tool results followed by the text block ``Continue from where you left off.``) AND, in front of the nonce, the
+#: git attribution reminder (``ATTRIBUTION_REMINDER``, the only reminder allowed there). The reminder is not a
+#: fixed notice: these releases render it when the attribution they compute on resume differs from the one latched
+#: in the session (its ``remote_session_change`` attachment): a resumed ``-p`` run names the model without
+#: "(1M context)" (``Co-Authored-By: Claude Opus 5`` against the recording's ``Claude Opus 5 (1M context)``), so a
+#: session recorded with the default 1M model always gets it. 2.1.267 has no attribution attachment yet; 2.1.271
+#: keeps the model naming on resume and sends 2.1.220's form again.
+SENDER_2_1_268 = EnvelopeProfile("2.1.268", "claude-code/2.1.268-2.1.270/native-resume-v1", continue_closure=True,
+                                 reminders_before_nonce=True, nonce_reminder=ATTRIBUTION_REMINDER)
+#: the releases that send ``SENDER_2_1_268``'s form (inclusive)
+SENDER_2_1_268_RELEASES = ((2, 1, 268), (2, 1, 270))
+
+
+def sender_profile(release: str | None, recorded: EnvelopeProfile) -> EnvelopeProfile:
+    """The envelope the SENDING release (the continuing binary, or a release a calibration resumes its own session
+    with) wraps a session rebuilt with ``recorded``'s profile in: 2.1.268-2.1.270 their own form, every other
+    release the verified version's."""
+    parsed = number(release)
+    low, high = SENDER_2_1_268_RELEASES
+    return SENDER_2_1_268 if parsed is not None and low <= parsed <= high else recorded
+
+
+def gate_profile(version: str, profile: str) -> EnvelopeProfile | None:
+    """The envelope profile a manifest names (``version``: the verified version the prefix was rebuilt as), when
+    forkpoint knows it: the verified version's own, or a measured sender's over any verified version."""
+    found = PROFILES.get(version)
+    if found is None:
+        return None
+    if found.profile == profile:
+        return found
+    return SENDER_2_1_268 if profile == SENDER_2_1_268.profile else None
 
 
 
@@ -279,13 +319,17 @@ def tool_ids_and_observations(projected: Sequence[JsonObject]) -> tuple[tuple[st
     return tuple(ids), tuple(observations)
 
 
-def expected_prefix(records: Iterable[JsonObject], nonce: str, version: str) -> ExpectedPrefix:
-    """The manifest for a rebuilt session prefix (its kept lines' parsed objects, in file order).
+def expected_prefix(records: Iterable[JsonObject], nonce: str, version: str,
+                    sender: str | None = None) -> ExpectedPrefix:
+    """The manifest for a rebuilt session prefix (its kept lines' parsed objects, in file order) that ``sender``
+    (default: ``version``, the verified version it is rebuilt as) resumes: the profile is the sender's form
+    (``sender_profile``).
 
     Refuses a prefix that does not end with a user message made only of tool results answering every tool_use
     of the assistant message before it, and a nonce that is short or already occurs in the prefix.
     """
     profile = profile_for_version(version)
+    sent = sender_profile(sender if sender is not None else version, profile)
     record_list = list(records)
     check_resume_nonce(nonce, record_list, "rebuilt session")
     projected = project(api_messages_from_session(record_list))
@@ -307,7 +351,7 @@ def expected_prefix(records: Iterable[JsonObject], nonce: str, version: str) -> 
     hashes, roles, block_digests = digest_messages(projected)
     tool_ids, observations = tool_ids_and_observations(projected)
     return ExpectedPrefix(
-        profile=profile.profile,
+        profile=sent.profile,
         version=profile.version,
         nonce=nonce,
         message_count=len(projected),

@@ -43,10 +43,11 @@ from typing import Any
 from forkpoint.adapters.claude_code.envelope import (
     CONTINUE_TEXT,
     NO_RESPONSE_TEXT,
-    PROFILES,
     BlockDigest,
+    EnvelopeProfile,
     ExpectedPrefix,
     digest_messages,
+    gate_profile,
     is_reminder,
     project_indexed,
 )
@@ -57,7 +58,6 @@ from forkpoint.bridge.gate import (
     nonce_position,
     open_request,
     refuse_nonce_in,
-    verified_profile,
 )
 from forkpoint.core.hashing import canonical_sha256, sha256_hex
 from forkpoint.core.model import JsonObject
@@ -80,11 +80,12 @@ def clean_later_request(expected: ExpectedPrefix, body: Any, boundary_prompt: st
 
 def _clean(expected: ExpectedPrefix, body: Any, boundary_prompt: str | None, *, first: bool,
            facts: JsonObject) -> JsonObject:
-    profile = verified_profile(PROFILES, expected.version, expected.profile, "Claude Code")
+    profile = gate_profile(expected.version, expected.profile)
+    if profile is None:
+        raise Refusal(f"no verified resume envelope profile {expected.profile!r} for Claude Code {expected.version}")
     nonce = expected.nonce
     body, messages = open_request(body, nonce=nonce, boundary_prompt=boundary_prompt)
-    reminders = profile.reminders_before_nonce
-    i = nonce_position(messages, lambda message: _is_nonce_message(message, nonce, reminders),
+    i = nonce_position(messages, lambda message: _is_nonce_message(message, nonce, profile),
                        "the resume nonce is not the sole content of a user message", facts)
 
     after = messages[i + 1:]
@@ -150,8 +151,9 @@ def _clean(expected: ExpectedPrefix, body: Any, boundary_prompt: str | None, *, 
     return cleaned
 
 
-def _is_nonce_message(message: JsonObject, nonce: str, reminders: bool = False) -> bool:
-    """The nonce alone, or (``reminders``: the profile allows it) after the agent's own reminder blocks."""
+def _is_nonce_message(message: JsonObject, nonce: str, profile: EnvelopeProfile) -> bool:
+    """The nonce alone, or (the profile allows it) after the agent's own reminder blocks: any reminders, or at most
+    the one kind the profile names (``nonce_reminder``)."""
     if message.get("role") != "user":
         return False
     content = message.get("content")
@@ -159,14 +161,21 @@ def _is_nonce_message(message: JsonObject, nonce: str, reminders: bool = False) 
         return True
     if not isinstance(content, list) or not content or not isinstance(content[-1], dict):
         return False
-    if len(content) > 1 and not (reminders and all(is_reminder(block) and set(block) == {"type", "text"}
-                                                   and nonce not in block["text"] for block in content[:-1])):
+    if len(content) > 1 and not (profile.reminders_before_nonce and _reminders(content[:-1], nonce, profile)):
         return False
     block = content[-1]
     if block.get("type") != "text" or block.get("text") != nonce:
         return False
     extra = set(block) - {"type", "text", "cache_control"}
     return not extra and block.get("cache_control", EPHEMERAL) == EPHEMERAL
+
+
+def _reminders(blocks: list[Any], nonce: str, profile: EnvelopeProfile) -> bool:
+    if profile.nonce_reminder is not None and (len(blocks) != 1 or not isinstance(blocks[0], dict) or not str(
+            blocks[0].get("text")).startswith(profile.nonce_reminder)):
+        return False
+    return all(is_reminder(block) and set(block) == {"type", "text"} and nonce not in block["text"]
+               for block in blocks)
 
 
 def _text_of(message: JsonObject) -> str:

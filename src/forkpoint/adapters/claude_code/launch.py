@@ -309,9 +309,12 @@ class ClaudeHooks(AgentHooks[Installed]):
     def gate(self, job: Job, state: Installed) -> GateSpec:
         from forkpoint.adapters.claude_code.envelope import expected_prefix
         from forkpoint.adapters.claude_code.gate import ClaudeGate
+        from forkpoint.runtimes import trial_release
 
-        expected = expected_prefix([orjson.loads(line) for line in state.rebuilt], job.nonce,
-                                   job.settings.target.version)
+        # the form the SENDING binary wraps the prefix in (a release on trial in a calibration sends its own)
+        target = job.settings.target
+        expected = expected_prefix([orjson.loads(line) for line in state.rebuilt], job.nonce, target.version,
+                                   sender=trial_release("claude-code", target.entrypoint) or target.version)
         return GateSpec(ClaudeGate(expected, job.boundary_prompt), expected.to_json())
 
     def launch(self, job: Job, state: Installed, bridge_url: str) -> LaunchSpec:

@@ -52,9 +52,12 @@ class PiAdapter(AdapterBase):
         """A Pi session names no agent version: read with the verified profile of its format family (0.83.0 for
         sessions without ``system`` messages, 1.6.0 for those with them; docs/adapters/pi.md)."""
         if trajectory.version is None:
+            from forkpoint.adapters.pi.tools import profile_for
+
             version = read_version(trajectory)
+            tools = profile_for(version, (call for batch in trajectory.batches for call in batch.calls))
             return VersionFacts(None, "verified", self.format_family(trajectory), version,
-                                self.verified_versions[version])
+                                self.verified_versions[version], tool_profile=tools.label)
         return super().version_facts(trajectory)
 
     def write_prefix(self, plan: Plan, fresh: Mapping[str, FreshObservation] | None, out_dir: Path) -> NativePrefix:
@@ -69,11 +72,12 @@ class PiAdapter(AdapterBase):
     def executor(self, plan: Plan, context: RunContext) -> ToolExecutor:
         from forkpoint.adapters.pi.parse import DEFAULT_TOOLS
         from forkpoint.adapters.pi.runtime import installed
-        from forkpoint.adapters.pi.tools import PiToolExecutor
+        from forkpoint.adapters.pi.tools import PiToolExecutor, profile_for
 
         tools = plan.trajectory.native.tools if plan is not None else DEFAULT_TOOLS
         version = (plan.trajectory.version or read_version(plan.trajectory)) if plan is not None else VERSION
-        return PiToolExecutor(context, installed(version), tools)
+        calls = (call for batch in plan.trajectory.batches for call in batch.calls) if plan is not None else ()
+        return PiToolExecutor(context, installed(version), tools, profile_for(version, calls))
 
     def normalise_observation(self, content: object) -> object:
         """Documented volatile part only: the random name of bash's full-output temp file."""

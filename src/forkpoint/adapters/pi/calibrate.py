@@ -4,9 +4,10 @@ The session covers Pi's default tools as the re-record script does (scripts/reco
 read, read and bash, a write, an edit, a large read (Pi truncates it), a long bash output and two failing calls
 (a missing file, a non-zero exit). A bash output over Pi's 2,000-line limit is not probed: its text names a temp
 file of the full output, a path no replay reproduces. Pi's session file names no Pi version, so the parse check
-asks only that the file reads with every call. The resume is a forkpoint continuation of that session
-(kit.calibration.resume_check): the release's own SDK, through forkpoint's runner, resumes a session rebuilt with
-the candidate's profile, and the candidate's gate judges its first request.
+asks only that the file reads with every call; a session whose own answers pick a measured tool profile (0.85's
+``write`` wording, ``tools.PROFILE_0_85``) is replayed with it and the calibration names it. The resume is a
+forkpoint continuation of that session (kit.calibration.resume_check): the release's own SDK, through forkpoint's
+runner, resumes a session rebuilt with the candidate's profile, and the candidate's gate judges its first request.
 """
 
 from __future__ import annotations
@@ -113,5 +114,13 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
             or not parse_check(spec, session, None, calls, outcome):
         return None
 
-    return match_candidates(spec.name, candidates, lambda candidate: data, len(expected) - 1, restore,
-                            entrypoint, version, scratch, outcome, name="session.jsonl")
+    found = match_candidates(spec.name, candidates, lambda candidate: data, len(expected) - 1, restore,
+                             entrypoint, version, scratch, outcome, name="session.jsonl")
+    if found is not None:
+        # the measured profile its tools re-ran with, when its own answers chose one (0.85's write wording)
+        from forkpoint.adapters.pi.parse import parse_pi
+        from forkpoint.adapters.pi.tools import profile_for
+
+        recorded = (call for batch in parse_pi(session).batches for call in batch.calls)
+        outcome.tool_profile = profile_for(found, recorded).label
+    return found

