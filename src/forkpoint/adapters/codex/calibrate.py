@@ -185,7 +185,7 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
             else line for line in lines]
         tools_ok = replay_check(spec.name, candidate, rewritten, len(expected) - 1, restore, scratch,
                                 outcome, name="rollout.jsonl")
-        return _envelope_check(candidate, cut, nonce, body, outcome) and tools_ok
+        return _envelope_check(candidate, version, cut, nonce, body, outcome) and tools_ok
 
     return first_match(candidates, passes, outcome)
 
@@ -208,18 +208,22 @@ def _cut_after_first_outputs(lines: list[Any], ids: list[str]) -> list[Any]:
     return lines[:last + 1]
 
 
-def _envelope_check(candidate: str, cut: list[Any], nonce: str, body: Any, outcome: Outcome) -> bool:
-    from forkpoint.adapters.codex.envelope import expected_prefix
+def _envelope_check(candidate: str, release: str, cut: list[Any], nonce: str, body: Any, outcome: Outcome) -> bool:
+    """The gate on the release's first resumed request, the manifest made for what ``release`` sends in
+    ``candidate``'s place (``envelope.sender_form``)."""
+    from forkpoint.adapters.codex.envelope import ROLLOUT_ITEMS, expected_prefix
     from forkpoint.adapters.codex.gate import clean_first_request
     from forkpoint.core.errors import ReplayError
 
     items = [line["payload"] for line in cut if isinstance(line, dict) and line.get("type") == "response_item"]
     try:
-        verdict = clean_first_request(expected_prefix(items, nonce, candidate, candidate), body)
+        expected = expected_prefix(items, nonce, candidate, candidate, sender=release)
+        verdict = clean_first_request(expected, body)
     except ReplayError as error:
         outcome.checks.append(Check("resume_envelope", False, f"no manifest: {error.message}", candidate))
         return False
+    form = "" if expected.wire_form == ROLLOUT_ITEMS.name else f" (wire form {expected.wire_form})"
     outcome.checks.append(Check("resume_envelope", verdict.ok,
-                                "the gate accepts the first request after exec resume" if verdict.ok
+                                f"the gate accepts the first request after exec resume{form}" if verdict.ok
                                 else f"the gate refuses it: {verdict.reason}", candidate))
     return verdict.ok

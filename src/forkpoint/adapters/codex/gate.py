@@ -15,6 +15,9 @@ right after a tool batch; tests/fixtures/codex/requests/):
     ``<tools>`` announcing its deferred ``multi_agent_v1`` namespace; ``envelope.DEFERRED_TOOLS``);
   - the user message whose only part is ``{"type": "input_text", "text": NONCE}`` (its own new ``msg_`` id).
 
+* Items without their ``id``: the form of a sending release 0.142.0-0.145.0 (``envelope.sender_form``; the
+  manifest names it, ``wire_form``): compared exactly, a request keeping an ``id`` is refused for it and one
+  without is refused for every other sender.
 * Later requests repeat the first request's ``input`` verbatim (envelope included, now in the middle) and
   append the live continuation (assistant message, calls, outputs...).
 * Top level: ``client_metadata`` (turn ids) is new per request; everything else equals the original request.
@@ -39,6 +42,7 @@ from forkpoint.adapters.codex.envelope import (
     OUTPUT_TYPES,
     PROFILES,
     ROLLOUT_ONLY_KEYS,
+    WIRE_FORMS,
     CodexExpectedPrefix,
     ItemDigest,
     ResumeNotice,
@@ -78,6 +82,9 @@ def clean_later_request(expected: CodexExpectedPrefix, body: Any, boundary_promp
 def _clean(expected: CodexExpectedPrefix, body: Any, boundary_prompt: str | None, *, first: bool,
            facts: JsonObject) -> JsonObject:
     profile = kit.verified_profile(PROFILES, expected.version, expected.profile, "Codex")
+    if expected.wire_form not in WIRE_FORMS:
+        raise Refusal(f"no measured Codex wire form {expected.wire_form!r}")
+    facts["wire_form"] = expected.wire_form
     nonce = expected.nonce
     body, items = kit.open_request(body, nonce=nonce, boundary_prompt=boundary_prompt, key="input",
                                    shape="the request has no input list of item objects", checks=_no_server_history)
