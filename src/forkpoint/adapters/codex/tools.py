@@ -17,6 +17,9 @@ proof on the recorded fixtures, ``test_tools.py`` pins the probed texts):
   the JSON output (``tool_exec.CommandTools.shell_json``). The tool profile is chosen from the RECORDED version
   (``session_meta.cli_version``), not the verified version the rest of the run is read as, and each observation
   names it (``native["tool_profile"] = "0.40.0"``). On a recording of 0.149+ ``shell`` stays unsupported.
+- a recording before 0.142 (``TRUNCATION_WARNING_FROM``; measured 0.138.0-0.141.0): exec_command / write_stdin
+  truncate without the ``Warning: truncated output`` first line; those observations name the profile
+  (``native["tool_profile"] = NO_TRUNCATION_WARNING``).
 - ``write_stdin`` (``tool_session``): a process session an exec_command left running at its yield stays alive
   (supervised, sandboxed, killed by ``close``); writes and polls are replayed with Codex's windows and texts.
 - ``view_image`` (``tool_image``): the confined file read and the ``input_image`` data URL Codex sends (bytes
@@ -107,6 +110,20 @@ def shell_json_profile(recorded: str | None) -> bool:
     """Whether a recording of ``recorded`` re-runs ``shell`` with Codex 0.40's semantics."""
     value = number(recorded)
     return value is not None and value < SHELL_JSON_BEFORE
+
+
+#: recordings of releases before this one truncate a long exec_command / write_stdin output without the first line
+#: ``Warning: truncated output (original token count: N)`` (measured on 0.138.0-0.141.0; 0.142.0 adds it); the
+#: rest of the text is the verified versions'. Chosen from the RECORDED version, named in each observation.
+TRUNCATION_WARNING_FROM = (0, 142, 0)
+#: the name of that tool-profile difference (``native["tool_profile"]``, the version note)
+NO_TRUNCATION_WARNING = "0.138.0-0.141.0 truncation text"
+
+
+def truncation_warning(recorded: str | None) -> bool:
+    """Whether a recording of ``recorded`` re-runs exec_command with the warning line (unknown: yes)."""
+    value = number(recorded)
+    return value is None or value >= TRUNCATION_WARNING_FROM
 
 
 def profile_for_version(version: str) -> CodexToolProfile:
@@ -240,7 +257,11 @@ class CodexToolExecutor:
         environment = Environment(
             tool_environment(), Path(cwd), home, context.session_id, prepend, self._scratch, runner
         )
-        self.commands = CommandTools(workspace, environment, self.profile.exec, self._scratch, self.sandbox)
+        exec_profile = self.profile.exec
+        self.truncation_warning = truncation_warning(recorded if isinstance(recorded, str) else None)
+        if not self.truncation_warning:
+            exec_profile = replace(exec_profile, truncation_warning=False)
+        self.commands = CommandTools(workspace, environment, exec_profile, self._scratch, self.sandbox)
         host_roots = (os.path.abspath(workspace), os.path.realpath(workspace))
         self.patcher = ApplyPatch(
             workspace,
@@ -256,6 +277,8 @@ class CodexToolExecutor:
         if sandbox.path_map:
             call = replace(call, arguments=rewrite_arguments(sandbox, call.call_id, call.arguments))
         outcome = self._dispatch(call)
+        if not self.truncation_warning and call.name in ("exec_command", "write_stdin"):
+            outcome = replace(outcome, native={**outcome.native, "tool_profile": NO_TRUNCATION_WARNING})
         image = not isinstance(outcome.content, str)  # view_image's data URL: base64 is not text to path-map
         observation = fresh_observation(sandbox, call.call_id, started, content="" if image else outcome.content,
                                         native=outcome.native, is_error=False, truncated=outcome.truncated,
