@@ -55,7 +55,8 @@ from typing import Any
 
 from forkpoint import runtimes
 from forkpoint.adapters import agent_spec
-from forkpoint.adapters.codex.tools import shell_json_profile
+from forkpoint.adapters.codex.calibrate import OPTIONS_AFTER_RESUME_FROM
+from forkpoint.core.releases import number
 from forkpoint.testing.scripted_model import Block, ScriptedModel, custom_tool_call, text, thinking, tool_use
 
 NONCE = "__forkpoint_nonce_7c2e9a4b1d3f5e80__"
@@ -337,7 +338,7 @@ def capture_resume(binary: Path, meta: Json, case_dir: Path, *, builtin_openai: 
 
 def resume_args(version: str, session_id: str) -> list[str]:
     """``exec resume``'s arguments; a release before 0.149 takes ``exec``'s options only before ``resume``."""
-    if shell_json_profile(version):
+    if (number(version) or (0, 0, 0)) < OPTIONS_AFTER_RESUME_FROM:
         return ["exec", *flags(), "resume", session_id, NONCE]
     return ["exec", "resume", session_id, *flags(), NONCE]
 

@@ -646,8 +646,11 @@ def test_version_facts_name_the_shell_profile(tmp_path: Path) -> None:
 def test_shell_profile_takes_only_a_version_number() -> None:
     from forkpoint.adapters.codex.tools import shell_json_profile
 
-    assert shell_json_profile("0.40.0") and shell_json_profile("0.148.9")
-    assert not any(shell_json_profile(v) for v in ("0.149.0", "0.171.0", None, "", "../../etc/passwd",
+    # the bisected change (0.95.0 offers ``shell``, 0.96.0 ``exec_command``): a 0.96-0.148 recording's ``shell``
+    # is not Codex 0.40's tool there
+    assert shell_json_profile("0.40.0") and shell_json_profile("0.95.0")
+    assert not any(shell_json_profile(v) for v in ("0.96.0", "0.138.0", "0.148.9", "0.149.0", "0.171.0", None, "",
+                                                   "../../etc/passwd",
                                                    "x" * 10_000, "\x1b[31m0.40"))
 
 

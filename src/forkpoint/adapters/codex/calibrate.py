@@ -174,12 +174,15 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
         raise trajectory_error("the release made no model request after exec resume")
     body = main[0].get("body")
 
-    from forkpoint.adapters.codex.tools import shell_json_profile
+    from forkpoint.adapters.codex.tools import shell_json_profile, truncation_warning
+
+    own_profile = (shell and shell_json_profile(version)) or not truncation_warning(version)
 
     def passes(candidate: str) -> bool:
-        # a release with the shell tool keeps its version: its shell calls re-run with the profile the RECORDED
-        # version selects (tools.shell_json_profile), the rest as the nearest verified version
-        rewritten = lines if shell and shell_json_profile(version) else [
+        # a release with a recorded-version tool profile keeps its version: its shell calls / truncated outputs
+        # re-run with the profile the RECORDED version selects (tools.shell_json_profile, tools.truncation_warning),
+        # the rest as the nearest verified version
+        rewritten = lines if own_profile else [
             {**line, "payload": {**line["payload"], "cli_version": candidate}}
             if isinstance(line, dict) and line.get("type") == "session_meta" and isinstance(line.get("payload"), dict)
             else line for line in lines]
@@ -190,12 +193,18 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
     return first_match(candidates, passes, outcome)
 
 
-def _resume_argv(command: list[str], version: str) -> list[str]:
-    """``launch.argv``; a release before 0.149 takes ``exec``'s options only before ``resume`` (0.40.0: ``error:
-    unexpected argument '--json' found`` after it)."""
-    from forkpoint.adapters.codex.tools import shell_json_profile
+#: the probe resumes a release before this one with ``exec``'s options before ``resume`` (every release the sweep
+#: ran before 0.149 took them there; 0.40.0 refuses them after it)
+OPTIONS_AFTER_RESUME_FROM = (0, 149, 0)
 
-    if not shell_json_profile(version):
+
+def _resume_argv(command: list[str], version: str) -> list[str]:
+    """``launch.argv``; a release before 0.149 takes ``exec``'s options before ``resume`` (0.40.0: ``error:
+    unexpected argument '--json' found`` after it)."""
+    from forkpoint.core.releases import number
+
+    value = number(version)
+    if value is None or value >= OPTIONS_AFTER_RESUME_FROM:
         return command
     options = [arg for arg in command[3:] if arg.startswith("--")]
     return [*command[:2], *options, "resume", *(arg for arg in command[3:] if not arg.startswith("--"))]
