@@ -220,7 +220,7 @@ def test_mini_swe_agent_releases_of_both_lines_are_calibrated(
 
 
 def test_codex_040_is_calibrated_with_its_shell_tool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Codex 0.40.0 has no exec_command: the probe drives its argv ``shell`` tool (parallel calls, a large output,
+    """Codex 0.40.0 has no exec_command: the probe drives its argv ``shell`` tool (one call a turn, a large output,
     an error), every observation re-runs exactly with the 0.40 shell profile, and its ``exec resume`` request
     passes 0.149.0's gate: it maps to 0.149.0."""
     store = _own_store(tmp_path, monkeypatch, "codex", "0.40.0", "npm")

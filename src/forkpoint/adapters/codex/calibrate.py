@@ -56,16 +56,17 @@ def _turns(shell: bool) -> list[list[dict[str, Any]]]:
 
 
 def _shell_turns() -> list[list[dict[str, Any]]]:
-    """The same probe for a release before 0.149, whose command tool is the argv ``shell`` (0.40 offers the model
-    ``shell`` and ``view_image`` only: no apply_patch for this model). Each call is followed by its output in the
-    next request, so the scripted model counts the parallel step as two turns: the second is never served."""
+    """The same probe for a release that offers the argv ``shell`` tool (before 0.96: ``tools.SHELL_JSON_BEFORE``;
+    0.40 offers the model ``shell`` and ``view_image`` only: no apply_patch for this model), one call a turn: 0.40
+    sends each parallel call's output in a request of its own, 0.95 both in one, so a parallel turn would be
+    counted differently by the scripted model (0.95.0 was answered ``(never served)``)."""
     from forkpoint.testing.scripted_model import text, tool_use
 
     def run(cmd: str) -> dict[str, Any]:
         return tool_use("shell", {"command": ["bash", "-lc", cmd], "workdir": ".", "timeout_ms": 120000})
 
-    return [[text("Reading both files in parallel."), run("sleep 1 && cat a.txt"), run("cat b.txt")],
-            [text("(never served)")],
+    return [[text("Reading the first file."), run("sleep 1 && cat a.txt")],
+            [run("cat b.txt")],
             [run("seq 1 20000")],
             [run("ls missing-dir")],
             [text("Done probing.")]]
