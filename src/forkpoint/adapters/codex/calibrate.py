@@ -175,9 +175,11 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
         raise trajectory_error("the release made no model request after exec resume")
     body = main[0].get("body")
 
-    from forkpoint.adapters.codex.tools import shell_json_profile, truncation_warning
+    from forkpoint.adapters.codex.tools import NO_TRUNCATION_WARNING, shell_json_profile, truncation_warning
 
     own_profile = (shell and shell_json_profile(version)) or not truncation_warning(version)
+    if not truncation_warning(version):
+        outcome.tool_profile = NO_TRUNCATION_WARNING  # named in the report and the calibration
 
     def passes(candidate: str) -> bool:
         # a release with a recorded-version tool profile keeps its version: its shell calls / truncated outputs
