@@ -332,10 +332,22 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
               "duration_seconds): parallel calls, a non-zero exit, a missing program, a timeout, a large output, "
               "a workdir, stderr, apply_patch through shell (argv and heredoc; success and refusals), update_plan",
     ),
+    Scenario(
+        "truncation_0138", "Print long outputs.",
+        {"README.md": "# demo\n"},
+        lambda cwd: [[exec_command("seq 1 20000")],
+                     [tool_use("exec_command", {"cmd": "seq 1 3000", "max_output_tokens": 100})],
+                     [exec_command("head -c 300000 /dev/zero | tr '\\0' x; echo")],
+                     [text("Printed them.")]],
+        exit_codes={0: 0, 1: 0, 2: 0}, versions=("0.138.0",),
+        notes="Codex 0.138-0.141 truncate a long exec_command output without the 'Warning: truncated output' "
+              "line 0.142 added (tools.TRUNCATION_WARNING_FROM): many lines, a small max_output_tokens, one long "
+              "line (all under exec_command's 1 MiB capture, which 0.138 does not apply the same way)",
+    ),
 ]}
 
 #: releases recorded besides the verified versions (their tools are re-run by a recorded-version profile)
-RELEASES = ("0.40.0",)
+RELEASES = ("0.40.0", "0.138.0")
 
 
 def _sha256(value: Any) -> str:

@@ -34,6 +34,10 @@ under ``<out>/cross/<recorded>-<continuing>/<case>/`` (``--cross-only``: only th
 Bodies: ``client_metadata`` is removed, ``instructions`` and ``tools`` are replaced by ``*_sha256`` (plus
 ``tool_names``); ``input`` is kept whole. Header values are never saved. Usage:
 ``python scripts/record_codex_requests.py [--out DIR] [--version V ...] [--cross-only]``.
+
+A release that is not verified but calibrates with a named difference (``--release R [--continue-with V]``) is
+recorded the same way under ``<out>/releases/<R>/`` (and resumed by ``V`` under ``<out>/releases/cross/<R>-<V>/``):
+the evidence the difference's profile is tested on.
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ from typing import Any
 
 from forkpoint import runtimes
 from forkpoint.adapters import agent_spec
+from forkpoint.adapters.codex.calibrate import OPTIONS_AFTER_RESUME_FROM
+from forkpoint.core.releases import number
 from forkpoint.testing.scripted_model import Block, ScriptedModel, custom_tool_call, text, thinking, tool_use
 
 NONCE = "__forkpoint_nonce_7c2e9a4b1d3f5e80__"
@@ -309,7 +315,7 @@ def capture_resume(binary: Path, meta: Json, case_dir: Path, *, builtin_openai: 
     resume_home = Path(meta["resume_home"])
     with resume_model.serve() as url:
         write_config(resume_home / ".codex", url, builtin_openai=builtin_openai)
-        resumed = run_codex(binary, ["exec", "resume", meta["session_id"], *flags(), NONCE], Path(meta["resume_cwd"]),
+        resumed = run_codex(binary, resume_args(meta["version"], meta["session_id"]), Path(meta["resume_cwd"]),
                             resume_home, builtin_openai=builtin_openai)
     if resumed.returncode != 0:
         raise SystemExit(f"{case}: resume exited {resumed.returncode}: {resumed.stderr[-2000:]!r}")
@@ -328,6 +334,13 @@ def capture_resume(binary: Path, meta: Json, case_dir: Path, *, builtin_openai: 
     dump(case_dir / "meta.json", meta)
     print(f"{case}: input {len(posts[0]['body']['input'])} + {len(posts[1]['body']['input'])} items, "
           f"{len(resume_model.requests)} resume request(s)")
+
+
+def resume_args(version: str, session_id: str) -> list[str]:
+    """``exec resume``'s arguments; a release before 0.149 takes ``exec``'s options only before ``resume``."""
+    if (number(version) or (0, 0, 0)) < OPTIONS_AFTER_RESUME_FROM:
+        return ["exec", *flags(), "resume", session_id, NONCE]
+    return ["exec", "resume", session_id, *flags(), NONCE]
 
 
 def record_cross(recorded: str, continuing: str, out: Path) -> None:
@@ -369,9 +382,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--version", action="append", dest="versions",
                         help="a verified version (default: every installed verified version)")
+    parser.add_argument("--release", action="append", dest="releases", default=[],
+                        help="a release that is not verified (a named difference's evidence), saved under "
+                             "<out>/releases/<release>/")
+    parser.add_argument("--continue-with", action="append", default=[],
+                        help="a verified version that resumes each --release's cut rollouts (saved under "
+                             "<out>/releases/cross/<release>-<version>/)")
     parser.add_argument("--cross-only", action="store_true",
                         help="only re-capture the verified --agent-version pairs from the saved rollouts")
     args = parser.parse_args(argv)
+    for release in args.releases:
+        if not args.cross_only:
+            record_version(release, args.out / "releases")
+        for continuing in args.continue_with:
+            record_cross(release, continuing, args.out / "releases")
+    if args.releases and not args.versions:
+        return
     versions = args.versions or [r.version for r in runtimes.list_installed() if r.agent == "codex"]
     if not versions:
         raise SystemExit("no Codex runtime installed")

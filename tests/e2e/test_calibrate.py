@@ -220,7 +220,7 @@ def test_mini_swe_agent_releases_of_both_lines_are_calibrated(
 
 
 def test_codex_040_is_calibrated_with_its_shell_tool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Codex 0.40.0 has no exec_command: the probe drives its argv ``shell`` tool (parallel calls, a large output,
+    """Codex 0.40.0 has no exec_command: the probe drives its argv ``shell`` tool (one call a turn, a large output,
     an error), every observation re-runs exactly with the 0.40 shell profile, and its ``exec resume`` request
     passes 0.149.0's gate: it maps to 0.149.0."""
     store = _own_store(tmp_path, monkeypatch, "codex", "0.40.0", "npm")
@@ -251,9 +251,9 @@ def test_a_qwen_code_release_is_calibrated_through_a_continuation_and_listed(
 
 @pytest.mark.parametrize(("release", "shell"), [("0.40.0", True), ("0.145.0", False)])
 def test_the_codex_probe_scripts_the_tool_the_release_offers(release: str, shell: bool, tmp_path: Path) -> None:
-    """0.145.0 is older than ``tools.SHELL_JSON_BEFORE`` (0.149) yet offers exec_command and answers ``unsupported
-    call: shell``: the probe asks the release (its first request's tools), so it is probed with exec_command,
-    and 0.40.0 with its argv ``shell``."""
+    """The probe asks the release which tool it offers (its first request's tools): 0.145.0 offers exec_command
+    and answers ``unsupported call: shell``, 0.40.0 its argv ``shell`` (the change is 0.96.0:
+    ``tools.SHELL_JSON_BEFORE``, bisected with this listing)."""
     from forkpoint.adapters.codex.calibrate import FILES, _offers_shell
     from forkpoint.adapters.kit.calibration import restore_files
 

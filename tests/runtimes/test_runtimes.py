@@ -290,6 +290,33 @@ def test_an_older_codex_bundling_every_platform_runs_this_platforms_binary(
     assert entry == package / "bin" / "codex-x86_64-unknown-linux-musl" and entry.stat().st_mode & stat.S_IXUSR
 
 
+def test_codex_0_4x_to_0_99_vendor_layouts_run_this_platforms_binary(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Codex 0.42-0.98 bundle every platform as ``vendor/<triple>/codex/codex`` in the main package; 0.99 has the
+    per-platform package with that layout inside (not ``vendor/<triple>/bin/codex``): both install (the bisect of
+    the shell -> exec_command change ran them)."""
+    monkeypatch.setattr(npm, "_platform_key", lambda: "linux-x64")
+    package = tmp_path / "node_modules" / "@openai" / "codex"
+    (package / "bin").mkdir(parents=True)
+    (package / "package.json").write_text(json.dumps({"name": "@openai/codex", "version": "0.95.0",
+                                                      "bin": {"codex": "bin/codex.js"}}))
+    for triple in ("aarch64-unknown-linux-musl", "x86_64-unknown-linux-musl"):
+        (package / "vendor" / triple / "codex").mkdir(parents=True)
+        (package / "vendor" / triple / "codex" / "codex").write_bytes(b"\x7fELF " + triple.encode())
+    assert npm.entrypoint(tmp_path, _codex()) == package / "vendor" / "x86_64-unknown-linux-musl" / "codex" / "codex"
+
+    native = tmp_path / "new" / "node_modules" / "@openai" / "codex-linux-x64" / "vendor" / "x86_64-unknown-linux-musl"
+    (native / "codex").mkdir(parents=True)
+    (native.parents[1] / "package.json").write_text("{}")
+    (native / "codex" / "codex").write_bytes(b"\x7fELF x64")
+    main = tmp_path / "new" / "node_modules" / "@openai" / "codex"
+    main.mkdir(parents=True)
+    (main / "package.json").write_text(json.dumps({"name": "@openai/codex", "version": "0.99.0", "bin": {
+        "codex": "bin/codex.js"}, "optionalDependencies": {"@openai/codex-linux-x64": "npm:@openai/codex@0.99.0"}}))
+    entry = npm.entrypoint(tmp_path / "new", _codex())
+    assert entry == native / "codex" / "codex" and entry.stat().st_mode & stat.S_IXUSR
+
+
 def test_a_runtime_of_an_agent_this_forkpoint_does_not_know_is_not_listed(cache: Path) -> None:
     """A cache shared with another forkpoint can hold a runtime of an agent it added: `agents list --json`
     crashed on it (unsupported agent) instead of listing the others."""

@@ -33,6 +33,9 @@ class NpmPackage:
     bin_name: str
     native_package_prefix: str | None = None  # e.g. "@anthropic-ai/claude-code-" + "linux-x64"
     native_binary: str | None = None  # file (glob when run_native) inside the native package
+    #: globs tried, in order, when ``native_binary`` matches nothing: older releases' layouts (Codex 0.4x-0.99:
+    #: ``vendor/<triple>/codex/codex``, in the native package from 0.99, in the main package before)
+    older_native_binaries: tuple[str, ...] = ()
     run_native: bool = False
     #: more npm packages installed into the same prefix (e.g. a Node runtime the agent needs)
     extra_packages: tuple[str, ...] = ()

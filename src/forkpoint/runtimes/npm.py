@@ -48,7 +48,7 @@ def _native_entrypoint(prefix: Path, spec: NpmPackage, package: dict[str, Any]) 
         raise ReplayError(ErrorKind.INTERNAL,
                           f"{spec.package}: expected one installed native package for {_platform_key()} "
                           f"among {', '.join(names) or 'no optionalDependencies'}; found {found}")
-    matches = sorted(p for p in installed[0].glob(pattern) if p.is_file())
+    matches = _glob_first(installed[0], (pattern, *spec.older_native_binaries))
     if len(matches) != 1:
         message = f"{spec.package}: expected one native binary {pattern} in {installed[0]}, found {len(matches)}"
         raise ReplayError(ErrorKind.INTERNAL, message)
@@ -65,11 +65,24 @@ _TRIPLES = {"linux-x64": "x86_64-unknown-linux-musl", "linux-arm64": "aarch64-un
             "darwin-x64": "x86_64-apple-darwin", "darwin-arm64": "aarch64-apple-darwin"}
 
 
+def _glob_first(directory: Path, patterns: tuple[str, ...]) -> list[Path]:
+    """The files the first pattern with any match finds (none: [])."""
+    for pattern in patterns:
+        matches = sorted(p for p in directory.glob(pattern) if p.is_file())
+        if matches:
+            return matches
+    return []
+
+
 def _bundled_entrypoint(package_dir: Path, spec: NpmPackage) -> Path:
-    """An older release with no per-platform packages (Codex before 0.4x: every platform's binary in the main
-    package as ``bin/<bin>-<target triple>``): this platform's, when it is a native executable."""
+    """An older release with no per-platform packages, every platform's binary in the main package: Codex before
+    0.4x as ``bin/<bin>-<target triple>``, 0.4x-0.98 in an ``older_native_binaries`` layout under the triple's
+    folder (``vendor/<triple>/codex/codex``): this platform's, when it is a native executable."""
     triple = _TRIPLES.get(_platform_key())
     entry = package_dir / "bin" / f"{spec.bin_name}-{triple}"
+    if triple is not None and not entry.exists():
+        older = [p for p in _glob_first(package_dir, spec.older_native_binaries) if triple in p.parts]
+        entry = older[0] if len(older) == 1 else entry
     if triple is None or entry.is_symlink() or not entry.is_file() or not _is_native_binary(entry):
         raise ReplayError(ErrorKind.INTERNAL,
                           f"{spec.package}: expected one installed native package for {_platform_key()} "

@@ -26,6 +26,7 @@ EXPECTED = {
     "shell_040": [["shell"]] * 16 + [["update_plan"]],
     "view_image_040": [["view_image"]] * 6,
     "view_image": [["view_image"]] * 6,
+    "truncation_0138": [["exec_command"]] * 3,
 }
 
 

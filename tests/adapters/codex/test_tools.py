@@ -646,8 +646,11 @@ def test_version_facts_name_the_shell_profile(tmp_path: Path) -> None:
 def test_shell_profile_takes_only_a_version_number() -> None:
     from forkpoint.adapters.codex.tools import shell_json_profile
 
-    assert shell_json_profile("0.40.0") and shell_json_profile("0.148.9")
-    assert not any(shell_json_profile(v) for v in ("0.149.0", "0.171.0", None, "", "../../etc/passwd",
+    # the bisected change (0.95.0 offers ``shell``, 0.96.0 ``exec_command``): a 0.96-0.148 recording's ``shell``
+    # is not Codex 0.40's tool there
+    assert shell_json_profile("0.40.0") and shell_json_profile("0.95.0")
+    assert not any(shell_json_profile(v) for v in ("0.96.0", "0.138.0", "0.148.9", "0.149.0", "0.171.0", None, "",
+                                                   "../../etc/passwd",
                                                    "x" * 10_000, "\x1b[31m0.40"))
 
 
@@ -658,3 +661,49 @@ def test_shell_040_apply_patch_stays_in_the_workspace(session_040: Session) -> N
         session_040.call("shell", {"command": ["apply_patch", "*** Begin Patch\n*** Add File: ../escape.txt\n+x\n"
                                                               "*** End Patch\n"]})
     assert error.value.before_effect and not outside.exists()
+
+
+# -- the recorded-version truncation text (0.138-0.141; the real texts: tests/fixtures/codex/0.138.0/) ---------------
+
+
+@pytest.mark.parametrize(("recorded", "warning"), [("0.138.0", False), ("0.141.0", False), ("0.142.0", True),
+                                                   ("0.149.0", True), (None, True), ("not-a-version", True)])
+def test_the_truncation_profile_is_chosen_by_the_recorded_version(recorded: str | None, warning: bool) -> None:
+    from forkpoint.adapters.codex.tools import truncation_warning
+
+    assert truncation_warning(recorded) is warning
+
+
+def test_a_pre_0142_truncation_has_no_warning_line_and_nothing_else_differs() -> None:
+    from forkpoint.adapters.codex.tool_exec import format_unified_output
+    from forkpoint.adapters.kit.shell import CommandOutput
+
+    data = "".join(f"{i}\n" for i in range(1, 20001)).encode()
+    output = CommandOutput(0, data, b"", len(data), 0.5, False)
+    new, _ = format_unified_output(output, 10_000)
+    old, header = format_unified_output(output, 10_000, warning=False)
+    assert new == "Warning: truncated output (original token count: 27224)\n" + old
+    assert old.startswith("Total output lines: 20000\n\n1\n2\n") and old.endswith("\n19999\n20000\n")
+    assert header.endswith("Original token count: 27224\nOutput:\n")
+
+
+def test_a_0138_recording_names_its_truncation_profile(tmp_path: Path) -> None:
+    """The observation and the version facts name the recorded-version profile the outputs re-ran with."""
+    from forkpoint.adapters import get_adapter
+    from forkpoint.adapters.codex.parse import parse_rollout
+    from forkpoint.adapters.codex.tools import NO_TRUNCATION_WARNING, CodexToolExecutor
+
+    rollout = Path(__file__).parents[2] / "fixtures" / "codex" / "0.138.0" / "truncation_0138" / "rollout.jsonl"
+    trajectory = parse_rollout(rollout)
+    facts = get_adapter("codex").version_facts(trajectory)
+    assert any(NO_TRUNCATION_WARNING in reason for reason in facts.reasons)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    executor = CodexToolExecutor(RunContext(workspace, tmp_path / "state", tmp_path / "out", "s"), "0.149.0",
+                                 native=trajectory.native)
+    try:
+        fresh = executor.run(ToolCall("c1", "exec_command", {"cmd": "seq 1 20000"}, None))
+    finally:
+        executor.close()
+    assert isinstance(fresh.content, str) and "Output:\nTotal output lines: 20000\n\n1\n" in fresh.content
+    assert fresh.native["tool_profile"] == NO_TRUNCATION_WARNING

@@ -31,17 +31,22 @@ class CodexAdapter(AdapterBase):
         return NativePrefix(destination, self.native_format, session_id, digest)
 
     def version_facts(self, trajectory: Trajectory) -> VersionFacts:
-        """As every adapter's, plus a note naming the recorded-version tool profile ``shell`` re-runs with."""
+        """As every adapter's, plus a note naming each recorded-version tool profile its calls re-run with."""
         from forkpoint.adapters.codex.tool_exec import SHELL_JSON_PROFILE
-        from forkpoint.adapters.codex.tools import shell_json_profile
+        from forkpoint.adapters.codex.tools import NO_TRUNCATION_WARNING, shell_json_profile, truncation_warning
 
         facts = super().version_facts(trajectory)
         native = trajectory.native
         recorded = native.session_meta.get("cli_version") if isinstance(native, CodexNative) else None
-        if not shell_json_profile(recorded if isinstance(recorded, str) else None):
-            return facts
-        note = f"its shell calls re-run with Codex {SHELL_JSON_PROFILE}'s shell tool (the recorded version's profile)"
-        return replace(facts, reasons=(*facts.reasons, note))
+        version = recorded if isinstance(recorded, str) else None
+        notes = []
+        if shell_json_profile(version):
+            notes.append(f"its shell calls re-run with Codex {SHELL_JSON_PROFILE}'s shell tool (the recorded version's "
+                         "profile)")
+        if not truncation_warning(version):
+            notes.append(f"its exec_command outputs re-run with the {NO_TRUNCATION_WARNING} (the recorded version's "
+                         "profile: no 'Warning: truncated output' line)")
+        return replace(facts, reasons=(*facts.reasons, *notes)) if notes else facts
 
     # -- replay -------------------------------------------------------------------------------------------------
 

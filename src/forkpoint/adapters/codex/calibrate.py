@@ -56,16 +56,17 @@ def _turns(shell: bool) -> list[list[dict[str, Any]]]:
 
 
 def _shell_turns() -> list[list[dict[str, Any]]]:
-    """The same probe for a release before 0.149, whose command tool is the argv ``shell`` (0.40 offers the model
-    ``shell`` and ``view_image`` only: no apply_patch for this model). Each call is followed by its output in the
-    next request, so the scripted model counts the parallel step as two turns: the second is never served."""
+    """The same probe for a release that offers the argv ``shell`` tool (before 0.96: ``tools.SHELL_JSON_BEFORE``;
+    0.40 offers the model ``shell`` and ``view_image`` only: no apply_patch for this model), one call a turn: 0.40
+    sends each parallel call's output in a request of its own, 0.95 both in one, so a parallel turn would be
+    counted differently by the scripted model (0.95.0 was answered ``(never served)``)."""
     from forkpoint.testing.scripted_model import text, tool_use
 
     def run(cmd: str) -> dict[str, Any]:
         return tool_use("shell", {"command": ["bash", "-lc", cmd], "workdir": ".", "timeout_ms": 120000})
 
-    return [[text("Reading both files in parallel."), run("sleep 1 && cat a.txt"), run("cat b.txt")],
-            [text("(never served)")],
+    return [[text("Reading the first file."), run("sleep 1 && cat a.txt")],
+            [run("cat b.txt")],
             [run("seq 1 20000")],
             [run("ls missing-dir")],
             [text("Done probing.")]]
@@ -174,28 +175,39 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
         raise trajectory_error("the release made no model request after exec resume")
     body = main[0].get("body")
 
-    from forkpoint.adapters.codex.tools import shell_json_profile
+    from forkpoint.adapters.codex.tools import NO_TRUNCATION_WARNING, shell_json_profile, truncation_warning
+
+    own_profile = (shell and shell_json_profile(version)) or not truncation_warning(version)
+    if not truncation_warning(version):
+        outcome.tool_profile = NO_TRUNCATION_WARNING  # named in the report and the calibration
 
     def passes(candidate: str) -> bool:
-        # a release with the shell tool keeps its version: its shell calls re-run with the profile the RECORDED
-        # version selects (tools.shell_json_profile), the rest as the nearest verified version
-        rewritten = lines if shell and shell_json_profile(version) else [
+        # a release with a recorded-version tool profile keeps its version: its shell calls / truncated outputs
+        # re-run with the profile the RECORDED version selects (tools.shell_json_profile, tools.truncation_warning),
+        # the rest as the nearest verified version
+        rewritten = lines if own_profile else [
             {**line, "payload": {**line["payload"], "cli_version": candidate}}
             if isinstance(line, dict) and line.get("type") == "session_meta" and isinstance(line.get("payload"), dict)
             else line for line in lines]
         tools_ok = replay_check(spec.name, candidate, rewritten, len(expected) - 1, restore, scratch,
                                 outcome, name="rollout.jsonl")
-        return _envelope_check(candidate, cut, nonce, body, outcome) and tools_ok
+        return _envelope_check(candidate, version, cut, nonce, body, outcome) and tools_ok
 
     return first_match(candidates, passes, outcome)
 
 
-def _resume_argv(command: list[str], version: str) -> list[str]:
-    """``launch.argv``; a release before 0.149 takes ``exec``'s options only before ``resume`` (0.40.0: ``error:
-    unexpected argument '--json' found`` after it)."""
-    from forkpoint.adapters.codex.tools import shell_json_profile
+#: the probe resumes a release before this one with ``exec``'s options before ``resume`` (every release the sweep
+#: ran before 0.149 took them there; 0.40.0 refuses them after it)
+OPTIONS_AFTER_RESUME_FROM = (0, 149, 0)
 
-    if not shell_json_profile(version):
+
+def _resume_argv(command: list[str], version: str) -> list[str]:
+    """``launch.argv``; a release before 0.149 takes ``exec``'s options before ``resume`` (0.40.0: ``error:
+    unexpected argument '--json' found`` after it)."""
+    from forkpoint.core.releases import number
+
+    value = number(version)
+    if value is None or value >= OPTIONS_AFTER_RESUME_FROM:
         return command
     options = [arg for arg in command[3:] if arg.startswith("--")]
     return [*command[:2], *options, "resume", *(arg for arg in command[3:] if not arg.startswith("--"))]
@@ -208,18 +220,22 @@ def _cut_after_first_outputs(lines: list[Any], ids: list[str]) -> list[Any]:
     return lines[:last + 1]
 
 
-def _envelope_check(candidate: str, cut: list[Any], nonce: str, body: Any, outcome: Outcome) -> bool:
-    from forkpoint.adapters.codex.envelope import expected_prefix
+def _envelope_check(candidate: str, release: str, cut: list[Any], nonce: str, body: Any, outcome: Outcome) -> bool:
+    """The gate on the release's first resumed request, the manifest made for what ``release`` sends in
+    ``candidate``'s place (``envelope.sender_form``)."""
+    from forkpoint.adapters.codex.envelope import ROLLOUT_ITEMS, expected_prefix
     from forkpoint.adapters.codex.gate import clean_first_request
     from forkpoint.core.errors import ReplayError
 
     items = [line["payload"] for line in cut if isinstance(line, dict) and line.get("type") == "response_item"]
     try:
-        verdict = clean_first_request(expected_prefix(items, nonce, candidate, candidate), body)
+        expected = expected_prefix(items, nonce, candidate, candidate, sender=release)
+        verdict = clean_first_request(expected, body)
     except ReplayError as error:
         outcome.checks.append(Check("resume_envelope", False, f"no manifest: {error.message}", candidate))
         return False
+    form = "" if expected.wire_form == ROLLOUT_ITEMS.name else f" (wire form {expected.wire_form})"
     outcome.checks.append(Check("resume_envelope", verdict.ok,
-                                "the gate accepts the first request after exec resume" if verdict.ok
+                                f"the gate accepts the first request after exec resume{form}" if verdict.ok
                                 else f"the gate refuses it: {verdict.reason}", candidate))
     return verdict.ok

@@ -13,6 +13,13 @@ Measured on the real binaries (0.149.0 and 0.171.0; the captures are in tests/fi
   the rollout, and is replayed identically on resume. The gate checks its shape, fingerprints it and keeps it;
   it is not part of the conversation compared here (like ``instructions``).
 * After the last tool output the resume appends its envelope (see ``forkpoint.adapters.codex.gate``).
+* The SENDING release's wire form (``WireForm``, ``sender_form``): Codex 0.142.0-0.145.0 write every item's
+  ``id`` (``msg_``/``fc_``/``ctc_``/``rs_``) to the rollout but never send one (``store: false``), when recording
+  and on resume alike (measured by ``forkpoint agents calibrate`` on 0.142.0-0.145.0 and recorded on 0.145.0:
+  tests/fixtures/codex/requests/releases/0.145.0/); 0.138-0.141 write none, 0.146.1 and later send them. The
+  manifest of a release in that range (a calibration runs it in a verified version's place) is made from the
+  items without ``id``; every other sender's keeps it, so a request of the one form is refused for the other.
+  A continuing 0.171.0 sends such a rollout's items with their ids (releases/cross/0.145.0-0.171.0/).
 * Across versions (``--agent-version``; tests/fixtures/codex/requests/cross/): 0.171.0 resuming a 0.149.0 rollout
   sends the rollout's items unchanged (no 0.171-only keys are added to them) after its base-instructions item
   (built from the 0.149 ``session_meta`` as from its own; 0.149 sent it as top-level ``instructions``), and
@@ -33,6 +40,7 @@ from forkpoint.bridge.gate import check_resume_nonce, envelope_profile, load_man
 from forkpoint.core.errors import trajectory, unsupported_version
 from forkpoint.core.hashing import canonical_sha256
 from forkpoint.core.model import JsonObject
+from forkpoint.core.releases import number
 
 SCHEMA_VERSION = "forkpoint.codex-expected-prefix/v1"
 #: keys the rollout stores on a response_item that Codex never puts on the wire
@@ -40,6 +48,34 @@ ROLLOUT_ONLY_KEYS = frozenset({"internal_chat_message_metadata_passthrough"})
 CALL_TYPES = frozenset({"function_call", "custom_tool_call"})
 OUTPUT_TYPES = frozenset({"function_call_output", "custom_tool_call_output"})
 OUTPUT_OF = {"function_call": "function_call_output", "custom_tool_call": "custom_tool_call_output"}
+
+
+@dataclass(frozen=True)
+class WireForm:
+    """How a sending release puts the rollout's items on the wire: the item keys it leaves off (both sides of the
+    comparison are the items without them; a request that keeps one is refused)."""
+
+    name: str
+    unsent_keys: frozenset[str]
+
+
+#: the verified versions' form: every rollout item as written, without the rollout-only metadata
+ROLLOUT_ITEMS = WireForm("rollout-items", ROLLOUT_ONLY_KEYS)
+#: Codex 0.142.0-0.145.0: the items without their ``id`` (see the module docstring)
+ITEMS_WITHOUT_IDS = WireForm("rollout-items-without-ids", ROLLOUT_ONLY_KEYS | {"id"})
+WIRE_FORMS = {form.name: form for form in (ROLLOUT_ITEMS, ITEMS_WITHOUT_IDS)}
+#: the releases that send ``ITEMS_WITHOUT_IDS``: from the first (0.142.0) up to, not including, the first release
+#: measured to send the ids again (0.146.1; no 0.146.0 was published)
+WITHOUT_IDS_FROM, WITHOUT_IDS_BEFORE = (0, 142, 0), (0, 146, 1)
+
+
+def sender_form(release: str | None) -> WireForm:
+    """The wire form of the release that sends the requests (the continuing binary, or the release a calibration
+    runs in a verified version's place)."""
+    value = number(release)
+    if value is not None and WITHOUT_IDS_FROM <= value < WITHOUT_IDS_BEFORE:
+        return ITEMS_WITHOUT_IDS
+    return ROLLOUT_ITEMS
 
 
 @dataclass(frozen=True)
@@ -90,16 +126,17 @@ def profile_for_version(version: str) -> EnvelopeProfile:
 # -- the canonical projection ------------------------------------------------------------------------------------
 
 
-def project_item(item: Any) -> Any:
-    """One item as the model sees it: the rollout-only keys removed, everything else kept as is."""
+def project_item(item: Any, form: WireForm = ROLLOUT_ITEMS) -> Any:
+    """One item as the model sees it: the keys the sender never sends removed, everything else kept as is."""
     if not isinstance(item, dict):
         return item
-    return {key: value for key, value in item.items() if key not in ROLLOUT_ONLY_KEYS}
+    return {key: value for key, value in item.items() if key not in form.unsent_keys}
 
 
-def project(items: Sequence[Any]) -> list[Any]:
-    """The canonical form compared on both sides (rollout ``response_item`` payloads / request ``input``)."""
-    return [project_item(item) for item in items]
+def project(items: Sequence[Any], form: WireForm = ROLLOUT_ITEMS) -> list[Any]:
+    """The canonical form compared on both sides (rollout ``response_item`` payloads / request ``input``): a
+    request is projected with ``ROLLOUT_ITEMS`` only, so a key its sender's ``form`` never sends is a difference."""
+    return [project_item(item, form) for item in items]
 
 
 def item_kind(item: Any) -> str:
@@ -157,6 +194,7 @@ class CodexExpectedPrefix:
     outputs: tuple[OutputDigest, ...]  # every tool output, in order
     boundary_call_ids: tuple[str, ...]  # the outputs that end the prefix (batch N), in file order
     recorded_version: str  # the version that wrote the rollout (``version`` resumes it)
+    wire_form: str = ROLLOUT_ITEMS.name  # the sending release's ``WireForm``
     schema_version: str = SCHEMA_VERSION
 
     def to_json(self) -> JsonObject:
@@ -173,6 +211,7 @@ class CodexExpectedPrefix:
             "outputs": [asdict(output) for output in self.outputs],
             "boundary_call_ids": list(self.boundary_call_ids),
             "recorded_version": self.recorded_version,
+            "wire_form": self.wire_form,
         }
 
     @classmethod
@@ -198,6 +237,7 @@ class CodexExpectedPrefix:
             outputs=tuple(OutputDigest(str(o["call_id"]), str(o["sha256"])) for o in data["outputs"]),
             boundary_call_ids=tuple(str(c) for c in data["boundary_call_ids"]),
             recorded_version=str(data.get("recorded_version") or data["version"]),
+            wire_form=str(data.get("wire_form") or ROLLOUT_ITEMS.name),
         )
 
 
@@ -220,9 +260,10 @@ def calls_and_outputs(projected: Sequence[Any]) -> tuple[tuple[str, ...], tuple[
 
 
 def expected_prefix(rollout_items: Sequence[Any], nonce: str, version: str,
-                    recorded_version: str | None = None) -> CodexExpectedPrefix:
+                    recorded_version: str | None = None, sender: str | None = None) -> CodexExpectedPrefix:
     """The manifest for a rebuilt rollout prefix: its ``response_item`` payloads, in file order, resumed by
-    ``version`` (the rollout written by ``recorded_version``, default the same version).
+    ``version`` (the rollout written by ``recorded_version``, default the same version; the requests sent by the
+    release ``sender``, default ``version``: its ``sender_form``).
 
     Refuses a version pair without a resume profile, a prefix that does not end with the outputs of exactly the
     calls of its last model response, a call without exactly one output of the matching type (Codex would invent
@@ -238,7 +279,8 @@ def expected_prefix(rollout_items: Sequence[Any], nonce: str, version: str,
     for index, item in enumerate(items):
         if not isinstance(item, dict) or not isinstance(item.get("type"), str):
             raise trajectory(f"rollout response_item {index} is not an item object with a type")
-    projected = project(items)
+    form = sender_form(sender or version)
+    projected = project(items, form)
     _check_pairing(projected)
     end = len(projected)
     while end > 0 and is_image_message(projected[end - 1]):
@@ -270,6 +312,7 @@ def expected_prefix(rollout_items: Sequence[Any], nonce: str, version: str,
         outputs=outputs,
         boundary_call_ids=boundary,
         recorded_version=recorded,
+        wire_form=form.name,
     )
 
 

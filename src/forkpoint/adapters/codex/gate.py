@@ -15,6 +15,9 @@ right after a tool batch; tests/fixtures/codex/requests/):
     ``<tools>`` announcing its deferred ``multi_agent_v1`` namespace; ``envelope.DEFERRED_TOOLS``);
   - the user message whose only part is ``{"type": "input_text", "text": NONCE}`` (its own new ``msg_`` id).
 
+* Items without their ``id``: the form of a sending release 0.142.0-0.145.0 (``envelope.sender_form``; the
+  manifest names it, ``wire_form``): compared exactly, a request keeping an ``id`` is refused for it and one
+  without is refused for every other sender.
 * Later requests repeat the first request's ``input`` verbatim (envelope included, now in the middle) and
   append the live continuation (assistant message, calls, outputs...).
 * Top level: ``client_metadata`` (turn ids) is new per request; everything else equals the original request.
@@ -39,6 +42,7 @@ from forkpoint.adapters.codex.envelope import (
     OUTPUT_TYPES,
     PROFILES,
     ROLLOUT_ONLY_KEYS,
+    WIRE_FORMS,
     CodexExpectedPrefix,
     ItemDigest,
     ResumeNotice,
@@ -78,6 +82,9 @@ def clean_later_request(expected: CodexExpectedPrefix, body: Any, boundary_promp
 def _clean(expected: CodexExpectedPrefix, body: Any, boundary_prompt: str | None, *, first: bool,
            facts: JsonObject) -> JsonObject:
     profile = kit.verified_profile(PROFILES, expected.version, expected.profile, "Codex")
+    if expected.wire_form not in WIRE_FORMS:
+        raise Refusal(f"no measured Codex wire form {expected.wire_form!r}")
+    facts["wire_form"] = expected.wire_form
     nonce = expected.nonce
     body, items = kit.open_request(body, nonce=nonce, boundary_prompt=boundary_prompt, key="input",
                                    shape="the request has no input list of item objects", checks=_no_server_history)
@@ -168,24 +175,28 @@ def _is_nonce_item(item: JsonObject, nonce: str) -> bool:
 
 
 def _context_kind(item: JsonObject, notices: tuple[ResumeNotice, ...] = ()) -> str | None:
-    """The fact name of an allowlisted resume context item; every part must carry an allowlisted prefix. A later
-    part may instead be exactly one of this resume's notices, once: 0.171 resuming a rollout that has no context
-    message of its own (Codex 0.40 wrote none) sends its full context message, the notice as its last part,
-    instead of the notice alone after it. A notice on its own stays the exact item ``notices_for`` places."""
+    """The fact name of an allowlisted resume context item; every part must carry an allowlisted prefix, except
+    that one part of a message that has an allowlisted part may instead be exactly one of this resume's notices,
+    once: 0.171 resuming a rollout that has no context message of its own (Codex 0.40 wrote none) sends its full
+    context message, the notice as its last part; resuming a 0.138-0.141 rollout it sends the notice FIRST, then a
+    ``<skills_instructions>\n## Skills update`` part, in one message (tests/fixtures/codex/requests/releases/
+    cross/0.138.0-0.171.0/). A notice on its own stays the exact item ``notices_for`` places."""
     texts = _message_parts(item)
     if texts is None:
         return None
     kinds: list[str] = []
-    for index, text in enumerate(texts):
+    noticed: list[str] = []
+    for text in texts:
         kind = next((name for role, prefix, name in ENVELOPE_CONTEXT
                      if item.get("role") == role and text.startswith(prefix)), None)
-        if kind is None and index > 0:
-            kind = next((n.name for n in notices if item.get("role") == n.role and text == n.text
-                         and n.name not in kinds), None)
+        if kind is None and len(texts) > 1 and not noticed:
+            kind = next((n.name for n in notices if item.get("role") == n.role and text == n.text), None)
+            if kind is not None:
+                noticed.append(kind)
         if kind is None:
             return None
         kinds.append(kind)
-    return "+".join(kinds)
+    return "+".join(kinds) if len(kinds) > len(noticed) else None
 
 
 def _is_notice(item: JsonObject, notice: ResumeNotice) -> bool:

@@ -244,9 +244,13 @@ class CodexHooks(AgentHooks[Installed]):
     def gate(self, job: Job, state: Installed) -> GateSpec:
         from forkpoint.adapters.codex.envelope import expected_prefix
         from forkpoint.adapters.codex.gate import CodexGate
+        from forkpoint.runtimes import trial_release
 
         items = [obj["payload"] for obj in map(orjson.loads, state.rebuilt) if obj.get("type") == "response_item"]
-        expected = expected_prefix(items, job.nonce, job.settings.target.version, job.plan.trajectory.version)
+        # a calibration runs its release in the verified version's place: the gate expects what that release sends
+        target = job.settings.target
+        expected = expected_prefix(items, job.nonce, target.version, job.plan.trajectory.version,
+                                   sender=trial_release("codex", target.entrypoint) or target.version)
         return GateSpec(CodexGate(expected, job.boundary_prompt), expected.to_json())
 
     def launch(self, job: Job, state: Installed, bridge_url: str) -> LaunchSpec:

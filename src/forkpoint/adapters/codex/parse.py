@@ -281,6 +281,8 @@ def _tool_call(line: Line, outputs: dict[str, Line], seen: set[str], version: st
 #: ``[]`` when the file cannot be read. A call in that form re-runs (``tool_image.view_image_040``): its observation
 #: is that message's content (compared, and written back into the rebuilt rollout), and its batch ends after it; a
 #: recording in any other form stays stale with this reason.
+#: the first release whose view_image re-runs in the verified versions' form (before it: 0.40's, as above)
+VIEW_IMAGE_MEASURED_FROM = (0, 149, 0)
 VIEW_IMAGE_UNMEASURED = (
     "view_image of a Codex recording before 0.149 not in 0.40's measured form (the output 'attached local image "
     "path' followed by the image in its own user message, fixture view_image_040); the recorded image is reused")
@@ -309,7 +311,7 @@ def _image_message_040(call: ToolCall, output: Line | None, lines: list[Line]) -
 
 def _before_view_image_measured(version: str | None) -> bool:
     value = release_number(version)
-    return value is None or value < (0, 149, 0)
+    return value is None or value < VIEW_IMAGE_MEASURED_FROM
 
 
 def classify(name: str, arguments: JsonObject, historical: Observation | None) -> tuple[CallPolicy, str | None]:

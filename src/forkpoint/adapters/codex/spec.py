@@ -37,7 +37,8 @@ SPEC = AgentSpec(
     },
     # bin/codex.js spawns node_modules/@openai/codex-<platform>/vendor/<target triple>/bin/codex, where
     # @openai/codex-<platform> is an npm alias of @openai/codex@<version>-<platform>
-    runtime=NpmPackage("@openai/codex", "codex", "@openai/codex-", "vendor/*/bin/codex", run_native=True),
+    runtime=NpmPackage("@openai/codex", "codex", "@openai/codex-", "vendor/*/bin/codex", run_native=True,
+                       older_native_binaries=("vendor/*/codex/codex",)),
     native_format="codex/rollout-jsonl",
     protocol="openai-responses",
     more_upstreams=("openai-chat",),

@@ -148,6 +148,9 @@ class ExecProfile:
     version: str
     failure_names_command: bool  # 0.149: "exec_command failed for `<cmd>`: ..."
     per_call_env: bool  # 0.171: CODEX_TOOL_CALL_ID, CODEX_VERSION, CODEX_APPLY_PATCH_PRESERVE_LINE_ENDINGS
+    #: a truncated output starts ``Warning: truncated output (original token count: N)`` (0.142 on; a recording
+    #: of an earlier release re-runs without it: ``tools.truncation_warning``)
+    truncation_warning: bool = True
 
 
 class Environment:
@@ -256,9 +259,11 @@ def _positive_int(value: Any, default: int) -> int:
 
 
 def format_unified_output(
-    output: CommandOutput, max_tokens: int, session_id: int | None = None, start_offset: float = EXEC_START_OFFSET_S
+    output: CommandOutput, max_tokens: int, session_id: int | None = None, start_offset: float = EXEC_START_OFFSET_S,
+    *, warning: bool = True,
 ) -> tuple[str, str]:
-    """(the text after ``Output:\\n``, the whole header) for one exec_command / write_stdin result."""
+    """(the text after ``Output:\\n``, the whole header) for one exec_command / write_stdin result; ``warning``:
+    a truncated text starts with the ``Warning: truncated output`` line (``ExecProfile.truncation_warning``)."""
     head, tail, total = output.head, output.tail, output.total_bytes
     omitted = max(total - len(head) - len(tail), 0)
     collected = head + (f"\n... {omitted} bytes omitted ...\n".encode() + tail if omitted else tail)
@@ -267,7 +272,9 @@ def format_unified_output(
     if needs_truncation(text, max_tokens):
         second = f"... {omitted} bytes omitted ..." if omitted else f"Total output lines: {rust_lines_count(text)}"
         truncated = truncate_middle(text, max_tokens)
-        text = f"Warning: truncated output (original token count: {tokens})\n{second}\n\n{truncated}"
+        text = f"{second}\n\n{truncated}"
+        if warning:
+            text = f"Warning: truncated output (original token count: {tokens})\n{text}"
     chunk_id = "".join(secrets.choice("0123456789abcdef") for _ in range(6))
     wall = max(output.wall_time_s - start_offset, 0.0)
     lines = [f"Chunk ID: {chunk_id}", f"Wall time: {wall:.4f} seconds"]
@@ -412,7 +419,7 @@ class CommandTools:
         timeout = yield_ms / 1000 + EXEC_START_OFFSET_S
         spec = CommandSpec((shell, "-c", cmd), Path(workdir), env, timeout, half, half, tty)
         output = run_command(spec, self.scratch, self.environment.runner)
-        text, header = format_unified_output(output, max_tokens)
+        text, header = format_unified_output(output, max_tokens, warning=self.profile.truncation_warning)
         native = {
             "exit_code": output.returncode,
             "wall_time_s": output.wall_time_s,
@@ -432,7 +439,8 @@ class CommandTools:
         output = self.sessions.collect(process, started + EXEC_START_OFFSET_S, yield_ms / 1000, recorded)
         if process.exited:
             self.sessions.drop(recorded.session_id)
-        text, header = format_unified_output(output, max_tokens, recorded.session_id, 0.0)
+        text, header = format_unified_output(output, max_tokens, recorded.session_id, 0.0,
+                                            warning=self.profile.truncation_warning)
         native = {"exit_code": output.returncode, "session_id": recorded.session_id, "session_key": key,
                   "background_cleanup": output.background_cleanup}
         return ExecOutcome(header + text, output.returncode, native, output.capture_incomplete)
@@ -462,7 +470,8 @@ class CommandTools:
         output = self.sessions.collect(process, started, yield_ms / 1000, recorded)
         if process.exited:
             self.sessions.drop(session_id)
-        text, header = format_unified_output(output, max_tokens, session_id, 0.0)
+        text, header = format_unified_output(output, max_tokens, session_id, 0.0,
+                                            warning=self.profile.truncation_warning)
         native = {"exit_code": output.returncode, "session_id": session_id, "session_key": key}
         return ExecOutcome(header + text, output.returncode, native, output.capture_incomplete)
 

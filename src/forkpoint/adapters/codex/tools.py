@@ -13,10 +13,13 @@ proof on the recorded fixtures, ``test_tools.py`` pins the probed texts):
   ``{"patch"}``): Codex's grammar, matching, texts and per-version line endings, confined to the workspace.
 - ``update_plan``: ``Plan updated`` on 0.149 (after Codex's argument checks); ``unsupported call: update_plan``
   on 0.171. Any tool Codex does not know gets ``unsupported call: <name>``.
-- ``shell`` (recordings of Codex before 0.149, ``SHELL_JSON_BEFORE``; measured on 0.40.0): the argv tool with
+- ``shell`` (recordings of Codex before 0.96, ``SHELL_JSON_BEFORE``; measured on 0.40.0): the argv tool with
   the JSON output (``tool_exec.CommandTools.shell_json``). The tool profile is chosen from the RECORDED version
   (``session_meta.cli_version``), not the verified version the rest of the run is read as, and each observation
-  names it (``native["tool_profile"] = "0.40.0"``). On a recording of 0.149+ ``shell`` stays unsupported.
+  names it (``native["tool_profile"] = "0.40.0"``). On a recording of 0.96+ ``shell`` stays unsupported.
+- a recording before 0.142 (``TRUNCATION_WARNING_FROM``; measured 0.138.0-0.141.0): exec_command / write_stdin
+  truncate without the ``Warning: truncated output`` first line; those observations name the profile
+  (``native["tool_profile"] = NO_TRUNCATION_WARNING``).
 - ``write_stdin`` (``tool_session``): a process session an exec_command left running at its yield stays alive
   (supervised, sandboxed, killed by ``close``); writes and polls are replayed with Codex's windows and texts.
 - ``view_image`` (``tool_image``): the confined file read and the ``input_image`` data URL Codex sends (bytes
@@ -45,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from forkpoint.adapters.codex import tool_args
-from forkpoint.adapters.codex.parse import CodexNative, Line
+from forkpoint.adapters.codex.parse import VIEW_IMAGE_MEASURED_FROM, CodexNative, Line
 from forkpoint.adapters.codex.tool_exec import (
     SHELL_JSON_PROFILE,
     CommandTools,
@@ -98,15 +101,31 @@ PROFILES = {
 }
 
 
-#: recordings of versions before this one ran the argv ``shell`` tool with JSON output (Codex 0.40's semantics);
-#: from it on, Codex answers ``unsupported call: shell``
-SHELL_JSON_BEFORE = (0, 149, 0)
+#: recordings of versions before this one ran the argv ``shell`` tool with JSON output (Codex 0.40's semantics):
+#: the first release that offers the model ``exec_command`` / ``write_stdin`` instead of ``shell`` (bisected on the
+#: real releases with the calibrate probe's tool listing: 0.95.0 offers ``shell``, 0.96.0 ``exec_command``). From
+#: it on, a ``shell`` call is answered ``unsupported call: shell`` (measured on 0.145.0).
+SHELL_JSON_BEFORE = (0, 96, 0)
 
 
 def shell_json_profile(recorded: str | None) -> bool:
     """Whether a recording of ``recorded`` re-runs ``shell`` with Codex 0.40's semantics."""
     value = number(recorded)
     return value is not None and value < SHELL_JSON_BEFORE
+
+
+#: recordings of releases before this one truncate a long exec_command / write_stdin output without the first line
+#: ``Warning: truncated output (original token count: N)`` (measured on 0.138.0-0.141.0; 0.142.0 adds it); the
+#: rest of the text is the verified versions'. Chosen from the RECORDED version, named in each observation.
+TRUNCATION_WARNING_FROM = (0, 142, 0)
+#: the name of that tool-profile difference (``native["tool_profile"]``, the version note)
+NO_TRUNCATION_WARNING = "0.138.0-0.141.0 truncation text"
+
+
+def truncation_warning(recorded: str | None) -> bool:
+    """Whether a recording of ``recorded`` re-runs exec_command with the warning line (unknown: yes)."""
+    value = number(recorded)
+    return value is None or value >= TRUNCATION_WARNING_FROM
 
 
 def profile_for_version(version: str) -> CodexToolProfile:
@@ -217,6 +236,9 @@ class CodexToolExecutor:
         self.profile = profile_for_version(version)
         recorded = native.session_meta.get("cli_version") if native is not None else None
         self.shell_json = shell_json_profile(recorded if isinstance(recorded, str) else None)
+        # view_image before 0.149 runs only in 0.40's measured form (parse.VIEW_IMAGE_UNMEASURED): not bisected
+        recorded_number = number(recorded if isinstance(recorded, str) else None)
+        self.image_040 = recorded_number is not None and recorded_number < VIEW_IMAGE_MEASURED_FROM
         workspace = context.workspace
         if not workspace.is_dir():
             raise ReplayError(ErrorKind.WORKSPACE, f"workspace {workspace} is not a directory")
@@ -240,7 +262,11 @@ class CodexToolExecutor:
         environment = Environment(
             tool_environment(), Path(cwd), home, context.session_id, prepend, self._scratch, runner
         )
-        self.commands = CommandTools(workspace, environment, self.profile.exec, self._scratch, self.sandbox)
+        exec_profile = self.profile.exec
+        self.truncation_warning = truncation_warning(recorded if isinstance(recorded, str) else None)
+        if not self.truncation_warning:
+            exec_profile = replace(exec_profile, truncation_warning=False)
+        self.commands = CommandTools(workspace, environment, exec_profile, self._scratch, self.sandbox)
         host_roots = (os.path.abspath(workspace), os.path.realpath(workspace))
         self.patcher = ApplyPatch(
             workspace,
@@ -256,6 +282,8 @@ class CodexToolExecutor:
         if sandbox.path_map:
             call = replace(call, arguments=rewrite_arguments(sandbox, call.call_id, call.arguments))
         outcome = self._dispatch(call)
+        if not self.truncation_warning and call.name in ("exec_command", "write_stdin"):
+            outcome = replace(outcome, native={**outcome.native, "tool_profile": NO_TRUNCATION_WARNING})
         image = not isinstance(outcome.content, str)  # view_image's data URL: base64 is not text to path-map
         observation = fresh_observation(sandbox, call.call_id, started, content="" if image else outcome.content,
                                         native=outcome.native, is_error=False, truncated=outcome.truncated,
@@ -297,7 +325,7 @@ class CodexToolExecutor:
             return self.commands.shell_command(arguments, self._raw(call))
         if name == "apply_patch":
             return self._apply_patch(call)
-        if name == "view_image" and not self.shell_json:
+        if name == "view_image" and not self.image_040:
             content = view_image(arguments, self.patcher.cwd, self.workspace, self.patcher.aliases,
                                  self.sandbox.host_path, self.profile.version)
             return ExecOutcome(content, None, {})
