@@ -151,7 +151,7 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
         tools_ok = replay_check(spec.name, candidate, data, len(expected) - 1, restore, scratch,
                                 outcome, name="export.json")
         resumed = resume_check(spec.name, candidate, as_candidate(candidate), 1, restore, entrypoint,
-                               version, scratch, outcome, name="export.json")
+                               version, scratch, outcome, name="export.json", reuse=True)  # as match_candidates
         return resumed and tools_ok
 
     return first_match(candidates, passes, outcome)
