@@ -103,6 +103,10 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
     expected = [[block["id"] for block in turn if block.get("type") == "tool_use"] for turn in turns]
     model = ScriptedModel(turns, seed=SEED, model=MODEL)
     env = opencode_env(home, cwd)
+    # its Bun runtime unpacks native libraries (``.<hash>-00000000.so``) and OpenCode its ``opencode/`` folder into
+    # TMPDIR: the probe's own, gone with its scratch (the user's /tmp kept them)
+    env["TMPDIR"] = str(home / "tmp")
+    (home / "tmp").mkdir(parents=True)
     events = scratch / "events.jsonl"
     with model.serve() as url:
         write_config(home, provider_config(PROVIDER, MODEL, f"{url}/v1", "scripted-calibration-key"))
