@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -393,12 +394,12 @@ def test_a_copilot_cli_release_without_the_continuation_options_fails_at_record(
 
 
 @pytest.mark.parametrize(("agent", "release", "maps_to", "calls"), [
-    ("claude-code", "2.1.318", "2.1.332", 8), ("pi", "0.82.0", "0.83.0", 9), ("qwen-code", "0.24.2", "0.24.4", 7)])
+    ("claude-code", "2.1.318", "2.1.332", 8), ("pi", "0.82.0", "0.83.0", 9)])
 def test_a_second_release_of_each_agent_is_calibrated_and_listed(
         agent: str, release: str, maps_to: str, calls: int, store: Path,
         calibrated: Callable[[str], Outcome]) -> None:
-    """A second unshipped release of the agents above with one (Claude Code 2.1.331, Pi 0.84.0, Qwen Code 0.24.3):
-    every probe call re-runs exactly with the verified version's tools and the release's resume passes its gate."""
+    """A second unshipped release of the agents above with one (Claude Code 2.1.331, Pi 0.84.0): every probe call
+    re-runs exactly with the verified version's tools and the release's resume passes its gate."""
     outcome = calibrated(f"{agent}@{release}")
     assert (outcome.ok, outcome.maps_to) == (True, maps_to), outcome.report()
     assert ("tool_observations", maps_to, True, f"{calls} of {calls} observations exact") in {
@@ -406,3 +407,24 @@ def test_a_second_release_of_each_agent_is_calibrated_and_listed(
     assert ("resume_envelope", maps_to, True) in {(c.check, c.against, c.ok) for c in outcome.checks}
     assert json.loads((store / agent / f"{release}.json").read_text())["maps_to"] == maps_to
     assert f"  {release}: calibrated (as {maps_to})" in _listed(agent)
+
+
+def test_a_qwen_code_release_whose_shell_runs_on_a_terminal_fails_naming_the_call(
+        store: Path, calibrated: Callable[[str], Outcome]) -> None:
+    """Qwen Code 0.24.2 (the release before 0.24.3) runs ``run_shell_command`` on a terminal: its recorded ``ls``
+    lists the files in columns, 0.24.4's tools one a line. The calibration FAILS naming that call and both texts,
+    its resume still validated, and writes no profile."""
+    failed = calibrated("qwen-code@0.24.2")
+    assert not failed.ok and failed.reason == (
+        "no verified version's tool semantics and resume envelope both match (tried 0.24.4)"), failed.report()
+    checks = {(c.check, c.against): (c.ok, c.detail) for c in failed.checks}
+    assert checks[("resume_envelope", "0.24.4")][0]
+    ok, detail = checks[("tool_observations", "0.24.4")]
+    assert not ok and detail.startswith("6 of 7 observations exact; differ: run_shell_command ")
+    assert re.search(r"recorded '.*Output: greet\.py  notes\.txt  src.*fresh '.*Output: greet\.py\\+nnotes\.txt\\+nsrc",
+                     detail), detail  # columns, then one name a line (the texts are shown as reprs)
+    assert "| tool_observations | 0.24.4 | DIFFERS | 6 of 7 observations exact; differ: run_shell_command" in \
+        (store / "qwen-code" / "0.24.2.report.md").read_text()
+    assert not (store / "qwen-code" / "0.24.2.json").exists()
+    assert (store / "qwen-code" / "0.24.2.failed-probe" / "session.jsonl").is_file()
+    assert any(line.startswith("  0.24.2: failed (no verified version's") for line in _listed("qwen-code"))
