@@ -245,16 +245,18 @@ def scripted_record_check(spec: AgentSpec, path: Path, errors: list[list[bool]],
 
 def match_candidates(agent: str, candidates: list[str], as_candidate: Callable[[str], bytes], steps: int,
                      restore: Callable[[], Path], entrypoint: Path, release: str, scratch: Path, outcome: Outcome,
-                     *, name: str, reuse: bool = False) -> str | None:
+                     *, name: str) -> str | None:
     """The first candidate whose replay of the whole recording (rewritten by ``as_candidate`` to name it) is
-    exact and whose gate accepts the release resuming the recording after its first batch (``reuse``: see
-    ``resume_check``)."""
+    exact and whose gate accepts the release resuming the recording after its first batch. The resume reuses the
+    recorded observations (``resume_check``'s ``reuse``): the replay has just re-run every call, the first batch's
+    included, and compared it; re-running that batch again would only start the agent's tools once more (OpenCode:
+    a tool host, ~20 s), and a candidate whose tools differ fails whatever its resume says."""
 
     def passes(candidate: str) -> bool:
         data = as_candidate(candidate)
         tools_ok = replay_check(agent, candidate, data, steps, restore, scratch, outcome, name=name)
         resumed = resume_check(agent, candidate, data, 1, restore, entrypoint, release, scratch, outcome, name=name,
-                               reuse=reuse)
+                               reuse=True)
         return resumed and tools_ok
 
     return first_match(candidates, passes, outcome)

@@ -103,6 +103,10 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
     expected = [[block["id"] for block in turn if block.get("type") == "tool_use"] for turn in turns]
     model = ScriptedModel(turns, seed=SEED, model=MODEL)
     env = opencode_env(home, cwd)
+    # its Bun runtime unpacks native libraries (``.<hash>-00000000.so``) and OpenCode its ``opencode/`` folder into
+    # TMPDIR: the probe's own, gone with its scratch (the user's /tmp kept them)
+    env["TMPDIR"] = str(home / "tmp")
+    (home / "tmp").mkdir(parents=True)
     events = scratch / "events.jsonl"
     with model.serve() as url:
         write_config(home, provider_config(PROVIDER, MODEL, f"{url}/v1", "scripted-calibration-key"))
@@ -151,7 +155,7 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
         tools_ok = replay_check(spec.name, candidate, data, len(expected) - 1, restore, scratch,
                                 outcome, name="export.json")
         resumed = resume_check(spec.name, candidate, as_candidate(candidate), 1, restore, entrypoint,
-                               version, scratch, outcome, name="export.json")
+                               version, scratch, outcome, name="export.json", reuse=True)  # as match_candidates
         return resumed and tools_ok
 
     return first_match(candidates, passes, outcome)

@@ -102,4 +102,4 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
         return None
     return match_candidates(spec.name, candidates, lambda candidate: as_candidate(data, candidate), len(ERRORS),
                             lambda: restore_files(cwd, FILES), entrypoint, version, scratch, outcome,
-                            name="trajectory.json", reuse=True)
+                            name="trajectory.json")

@@ -102,4 +102,4 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
     # no version to rewrite: the conversation reads as every candidate as it is
     return match_candidates(spec.name, candidates, lambda _candidate: data, len(ERRORS),
                             lambda: restore_files(cwd, FILES), entrypoint, version, scratch, outcome,
-                            name="conversation.json", reuse=True)
+                            name="conversation.json")
