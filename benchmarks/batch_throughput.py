@@ -145,13 +145,13 @@ def main() -> None:
     parser.add_argument("--duplicates-only", action="store_true",
                         help="Only the identical-lines measurement (printed, never written).")
     args = c.finish_args(parser.parse_args())
-    sizes = (2000, 8000) if args.smoke else (16000, 84000)
+    sizes = (1000, 4000) if args.smoke else (16000, 84000)  # smoke sizes: CI time
     if args.duplicates_only:
         with tempfile.TemporaryDirectory(prefix="forkpoint-bench-batch-") as tmp:
             print(duplicate_rows(Path(tmp), sizes))
         return
-    small, large = (20, 60) if args.smoke else (200, 1000)
-    huge = 120 if args.smoke else 10000
+    small, large = (8, 24) if args.smoke else (200, 1000)
+    huge = 48 if args.smoke else 10000
     rows = []
     with tempfile.TemporaryDirectory(prefix="forkpoint-bench-batch-") as tmp:
         root = Path(tmp)
@@ -175,7 +175,7 @@ def main() -> None:
                              f"{sample['rss_kib'] / 1024:.0f}"))
         prepare_loop = float(rows[0][3])
         best_per_core = max(float(r[3]) / r[2] for r in rows[1:len(executors) + 1])
-        costs = {mode: ledger_cost(root, 2000 if not args.smoke else 200, mode) for mode in ("prepare-only",
+        costs = {mode: ledger_cost(root, 2000 if not args.smoke else 100, mode) for mode in ("prepare-only",
                                                                                               "replay-only")}
         rss = {}
         for count in (large, huge):

@@ -70,9 +70,9 @@ def session(path: Path, workspace: Path, calls: int) -> list[str]:
 
 def main() -> None:
     parser = c.parser(__doc__ or "", repeat=5)
-    parser.add_argument("--calls", type=int, default=None, help="Bash calls [default: 200; smoke: 20]")
+    parser.add_argument("--calls", type=int, default=None, help="Bash calls [default: 200; smoke: 8]")
     parser.add_argument("--agent-calls", type=int, default=None,
-                        help="bash calls per OpenCode / Pi executor [default: 20; smoke: 4]")
+                        help="bash calls per OpenCode / Pi executor [default: 20; smoke: 2]")
     parser.add_argument("--agents", default=None,
                         help="only the per-adapter table, for these agents (comma-separated, of "
                              f"{', '.join(_agent_tools.AGENTS)}); printed, not written (merge the rows by hand)")
@@ -80,7 +80,7 @@ def main() -> None:
     if args.agents is not None:
         _adapters_only(args)
         return
-    calls = args.calls or (20 if args.smoke else 200)
+    calls = args.calls or (8 if args.smoke else 200)  # smoke: CI time, the same paths
     with tempfile.TemporaryDirectory(prefix="forkpoint-bench-tools-") as tmp:
         root = Path(tmp)
         workspace = root / "ws"
@@ -173,7 +173,7 @@ def main() -> None:
         profiler.enable()
         engine()
         profiler.disable()
-        adapters = _agent_tools.measure(root / "adapters", args.agent_calls or (4 if args.smoke else 20),
+        adapters = _agent_tools.measure(root / "adapters", args.agent_calls or (2 if args.smoke else 20),
                                         min(args.repeat, 4), None if args.smoke else image,
                                         _agent_tools.SMOKE_AGENTS if args.smoke else _agent_tools.AGENTS)
     stats = pstats.Stats(profiler)

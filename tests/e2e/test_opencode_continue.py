@@ -42,11 +42,18 @@ EVERY_BOUNDARY = os.environ.get("FORKPOINT_E2E_EVERY_BOUNDARY") == "1"
 #: test_run_event_log_replays_and_continues_with_its_export, so the boundary matrix leaves them out (CI time)
 EVENT_LOG_ONLY = frozenset({"run_log"})
 #: the recordings continued at their first, middle and last boundary on the newest version (CI time: each case
-#: starts opencode three times, ~11 s)
-SAMPLED_WIDE = frozenset({"bash_basic", "apply_patch", "parallel"})
+#: starts opencode three times, ~11 s). Not bash_basic: its first boundary (one bash call) took the path of
+#: apply_patch-1 and parallel-1 again, and bash_basic is continued at boundary 1 on this version anyway (the step
+#: budget, the idle watchdog and tests/reliability/test_hostile_upstreams.py)
+SAMPLED_WIDE = frozenset({"apply_patch", "parallel"})
 #: continued only with FORKPOINT_E2E_EVERY_BOUNDARY=1 (CI time): its tool parts are ordinary completed/error parts
 #: in the rebuilt session, whose prefix test_gate checks offline at every boundary
 EVERY_BOUNDARY_ONLY = frozenset({"skill"})
+#: a final answer over 64 KiB (1.17.11 exited without flushing a pipe: its last `text` event was cut)
+LONG_ANSWER = "".join(f"line {n:05d} of a long final answer\n" for n in range(4000))  # 132 KB
+#: the recording whose last-boundary continuation ends with LONG_ANSWER instead of its recorded final text (CI time:
+#: no continuation of its own); on 1.18.33 test_continuation_uses_a_tool_the_script_names ends with it
+LONG_FINAL = ("1.17.11", "bash_basic")
 
 
 def _cases() -> list[tuple[str, str, int]]:
@@ -64,6 +71,29 @@ def _cases() -> list[tuple[str, str, int]]:
             chosen = e2e_boundaries(range(first, count + 1)) if wide else [count]
             cases += [(version, export.parent.name, after) for after in chosen]
     return cases
+
+
+def replayed_whole() -> set[tuple[str, str]]:
+    """(version, scenario) of the recordings this module re-runs WHOLE in the default suite: continued at their last
+    boundary, or from their event log (run_log), every re-run call's content and error flag compared with the
+    recorded one (observations.json, the first request) and its status and bash exit code too (``same_tool_states``).
+    tests/adapters/opencode/test_fixture_fidelity.py leaves these to this module (CI time: one OpenCode start each)."""
+    whole = {(version, scenario) for version, scenario, after in _cases()
+             if after == parse_opencode(FIXTURES / version / scenario / "export.json").complete_count}
+    return whole | {(version, scenario) for version in VERSIONS for scenario in EVENT_LOG_ONLY}
+
+
+def same_tool_states(continued: Path, export: Path, after: int) -> None:
+    """The fidelity claim's last part: every call of the first ``after`` batches has, in the continued session (which
+    holds the FRESH tool states), the recorded status and, for bash, the recorded exit code."""
+    fresh = [call for batch in parse_opencode(continued).batches[:after] for call in batch.calls]
+    recorded = [call for batch in parse_opencode(export).batches[:after] for call in batch.calls]
+    assert [call.call_id for call in fresh] == [call.call_id for call in recorded]
+    for new, old in zip(fresh, recorded, strict=True):
+        assert new.native["state"]["status"] == old.native["state"]["status"], old.call_id
+        if old.name == "bash":
+            exit_code = new.native["state"].get("metadata", {}).get("exit")
+            assert exit_code == old.native["state"]["metadata"]["exit"], (old.call_id, exit_code)
 
 
 def require_runtime(version: str) -> None:
@@ -92,6 +122,10 @@ def test_replay_and_continue_every_boundary(
     trajectory = parse_opencode(fixture / "export.json")
     stale = any(call.stale for batch in trajectory.batches[:after] for call in batch.calls)
     model = ScriptedModel.from_file(fixture / "script.json")
+    long_final = (version, scenario) == LONG_FINAL and after == trajectory.complete_count
+    if long_final:  # a final answer over 64 KiB in place of the recorded one
+        script = json.loads((fixture / "script.json").read_text())
+        model = ScriptedModel([*script["turns"][:after], {"content": [text(LONG_ANSWER)]}], seed=script["seed"])
     with model.serve() as url:
         result = run(fixture, tmp_path, after, upstream="openai-chat", upstream_url=f"{url}/v1",
                      allow_stale_observations=stale)
@@ -121,6 +155,11 @@ def test_replay_and_continue_every_boundary(
     continued = out / "native" / "continued" / f"{parse_opencode(fixture / 'export.json').session_id}.json"
     assert NONCE_MARK not in continued.read_text()
     assert parse_opencode(continued).batches[:after] == parse_opencode(fixture / "export.json").batches[:after]
+    same_tool_states(continued, fixture / "export.json", after)
+    if long_final:  # 1.17.11 exited without flushing a pipe: its last `text` event was cut; stdout is a file now
+        events = [json.loads(line) for line in (out / "native" / "continued" / "events.jsonl").read_text().splitlines()]
+        assert [e["type"] for e in events][-2:] == ["text", "step_finish"] and events[-2]["part"]["text"] == LONG_ANSWER
+        assert result.metadata["opencode_step_budget"]["completed_steps"] == 1
     if scenario in LAST_ONLY:  # `opencode export` through a pipe was cut at 65,536 bytes (issue 22.3)
         assert continued.stat().st_size > PIPE_CAPACITY and parse_opencode(continued).complete_count == after
 
@@ -168,31 +207,11 @@ def test_run_event_log_replays_and_continues_with_its_export(
     assert main[0]["body"]["messages"][-1]["role"] == "tool" and NONCE_MARK not in json.dumps(main)
     rows = json.loads((Path(continued.output_dir or "") / "observations.json").read_text())["observations"]
     assert len(rows) == sum(len(b.calls) for b in parse_opencode(export).batches)  # no call replayed twice
+    assert all(row["exact"] for row in rows), rows
+    same_tool_states(next((Path(continued.output_dir or "") / "native" / "continued").glob("ses_*.json")), export,
+                     after)
     next_action = json.loads((Path(continued.output_dir or "") / "next-action.json").read_text())
     assert next_action["metrics"]["same_tool_calls"] is True, next_action
-
-
-#: a final answer over 64 KiB (1.17.11 exited without flushing a pipe: its last `text` event was cut)
-LONG_ANSWER = "".join(f"line {n:05d} of a long final answer\n" for n in range(4000))  # 132 KB
-
-
-def test_a_final_event_over_64_kib_is_kept_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """1.17.11 exits without flushing a pipe: its last `text` event (> 64 KiB) was cut; stdout is a file now (on
-    1.18.33 test_continuation_uses_a_tool_the_script_names ends with the same answer)."""
-    version = "1.17.11"
-    require_runtime(version)
-    monkeypatch.setenv("OPENAI_API_KEY", "scripted-upstream-key")
-    fixture = FIXTURES / version / "bash_basic"
-    script = json.loads((fixture / "script.json").read_text())
-    answer = LONG_ANSWER
-    model = ScriptedModel([*script["turns"][:1], {"content": [text(answer)]}], seed=script["seed"])
-    with model.serve() as url:
-        result = run(fixture, tmp_path, 1, upstream="openai-chat", upstream_url=f"{url}/v1")
-    assert result.failure is None, result.failure
-    events_path = Path(result.output_dir or "") / "native" / "continued" / "events.jsonl"
-    events = [json.loads(line) for line in events_path.read_text().splitlines()]
-    assert [e["type"] for e in events][-2:] == ["text", "step_finish"] and events[-2]["part"]["text"] == answer
-    assert result.metadata["opencode_step_budget"]["completed_steps"] == 1
 
 
 def test_stale_calls_need_the_degraded_opt_in(tmp_path: Path) -> None:
