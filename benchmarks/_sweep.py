@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 #: the agents swept (the npm agents the goal names)
-SWEPT = ("claude-code", "codex", "opencode", "pi")
+SWEPT = ("claude-code", "codex", "opencode", "pi", "gemini-cli", "qwen-code", "copilot-cli")
 #: a plain release: pre-releases and Codex's per-platform ``0.101.0-linux-x64`` packages are not releases
 _RELEASE = re.compile(r"^(\d{1,9})\.(\d{1,9})\.(\d{1,9})$")
 #: failing checks whose detail names the difference (anything else is not a named difference)

@@ -41,11 +41,11 @@ def _turns(cwd: Path) -> list[list[dict[str, Any]]]:
 
 
 def _command(entrypoint: Path, home: Path) -> list[str]:
-    from forkpoint.adapters.copilot_cli.runtime import pkg_cache
+    from forkpoint.adapters.copilot_cli.runtime import pkg_cache, redundant_options
 
     pkg_cache(entrypoint).mkdir(exist_ok=True)
-    return [str(entrypoint), "--allow-all", "--no-auto-update", "--disable-client-telemetry", "--disable-builtin-mcps",
-            "--no-ask-user", "-p", "Create notes, look around and fix the greeting."]
+    return [str(entrypoint), "--allow-all", *redundant_options(entrypoint), "--no-ask-user", "-p",
+            "Create notes, look around and fix the greeting."]
 
 
 def _env(home: Path, url: str, entrypoint: Path) -> dict[str, str]:
