@@ -87,8 +87,17 @@ def test_classify_names_the_first_failing_check_and_flags_what_is_not_a_named_di
     assert sweep.classify(raised) == ("unnamed", "the release made no model request after --resume")
     not_continued = {**gate, "detail": "not continued: the bridge did not start"}
     assert sweep.classify({**record, "checks": [not_continued]})[0] == "unnamed"
+    refused = {"check": "record", "ok": False, "detail": "release difference: no option `--skip-trust` (forkpoint's "
+                                                         "command passes it): exit 1; stderr: ..."}
+    assert sweep.classify({**probe, "checks": [refused]}) == ("named", f"record: {refused['detail']}")
     no_replay = {"check": "tool_observations", "ok": False, "detail": "replay failed: pi 1.6.0 is not installed"}
     assert sweep.classify({**record, "checks": [no_replay]})[0] == "unnamed"
+
+
+def test_the_named_record_prefix_is_the_one_the_calibration_writes() -> None:
+    from forkpoint.adapters.kit.calibration import RELEASE_DIFFERENCE
+
+    assert sweep.NAMED_RECORD == RELEASE_DIFFERENCE
 
 
 def test_the_run_order_takes_each_agent_in_turn_newest_first() -> None:
