@@ -11,9 +11,10 @@ window (default: the last 6 months), one at a time, into a SEPARATE calibration 
 
 A release is classified (:func:`classify`) as ``calibrated`` (as which verified profile), ``named`` (failed, and
 the first failing check of its report names the difference: the parser's reading, an observation that differs,
-the gate's refusal, an option of forkpoint's command the release has not got), ``unnamed`` (failed without a
-named difference: the probe did not complete, the worker crashed
-or timed out — a forkpoint bug to look at), ``not-installed``, or ``verified`` (a shipped version: not calibrated).
+the gate's refusal, a ``record`` failure that starts ``release difference:`` — an option of forkpoint's command
+the release has not got, a GitHub login it asks for, a proxy it uses for loopback), ``unnamed`` (failed without a
+named difference: the probe did not complete, the worker crashed or timed out — a forkpoint bug to look at),
+``not-installed``, or ``verified`` (a shipped version: not calibrated).
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ def jsonl(lines: list[Any]) -> bytes:
 
 
 #: how a release's option parser refuses an option forkpoint passes (commander: Copilot CLI; yargs: Gemini CLI and
-#: Qwen Code), the options named in group 1
+#: Qwen Code): the option in group 1, or yargs' comma-separated list in group 2
 _REFUSED_OPTION = re.compile(r"error: unknown option '([^'\n]{1,80})'|Unknown arguments?: ([^\n]{1,200})")
 #: how a ``record`` check's detail starts when the probe could not run for a reason of the release's own (an option
 #: it has not got, GitHub authentication it asks for, a proxy it uses for loopback): a named difference
