@@ -11,8 +11,10 @@ window (default: the last 6 months), one at a time, into a SEPARATE calibration 
 
 A release is classified (:func:`classify`) as ``calibrated`` (as which verified profile), ``named`` (failed, and
 the first failing check of its report names the difference: the parser's reading, an observation that differs,
-the gate's refusal), ``unnamed`` (failed without a named difference: the probe did not complete, the worker crashed
-or timed out — a forkpoint bug to look at), ``not-installed``, or ``verified`` (a shipped version: not calibrated).
+the gate's refusal, a ``record`` failure that starts ``release difference:`` — an option of forkpoint's command
+the release has not got, a GitHub login it asks for, a proxy it uses for loopback), ``unnamed`` (failed without a
+named difference: the probe did not complete, the worker crashed or timed out — a forkpoint bug to look at),
+``not-installed``, or ``verified`` (a shipped version: not calibrated).
 """
 
 from __future__ import annotations
@@ -30,14 +32,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-#: the agents swept (the npm agents the goal names)
-SWEPT = ("claude-code", "codex", "opencode", "pi")
+#: the agents swept: every npm agent (issue 28: the last 6 months of the first four, 12 of the last three)
+SWEPT = ("claude-code", "codex", "opencode", "pi", "gemini-cli", "qwen-code", "copilot-cli")
 #: a plain release: pre-releases and Codex's per-platform ``0.101.0-linux-x64`` packages are not releases
 _RELEASE = re.compile(r"^(\d{1,9})\.(\d{1,9})\.(\d{1,9})$")
 #: failing checks whose detail names the difference (anything else is not a named difference)
 #: the classes of a release, in the order the counts table shows them
 CLASSES = ("verified", "calibrated", "named", "unnamed", "not-installed", "pending")
 NAMED_CHECKS = ("parse", "tool_observations", "resume_envelope")
+#: a ``record`` check whose detail starts so names the release's difference (kit.calibration.RELEASE_DIFFERENCE)
+NAMED_RECORD = "release difference: "
 #: details of a failing check that name no difference: the check itself could not run
 NOT_NAMED = ("not continued:", "the release made no request", "replay failed:")
 DEADLINE_S = 1200.0
@@ -205,7 +209,8 @@ def classify(record: Mapping[str, Any]) -> tuple[str, str]:
     against = f" against {failed['against']}" if failed.get("against") else ""
     detail = f"{failed.get('check')}{against}: {failed.get('detail')}"
     text = str(failed.get("detail"))
-    named = failed.get("check") in NAMED_CHECKS and not text.startswith(NOT_NAMED)
+    named = (failed.get("check") in NAMED_CHECKS and not text.startswith(NOT_NAMED)) \
+        or (failed.get("check") == "record" and text.startswith(NAMED_RECORD))
     return ("named" if named else "unnamed"), detail
 
 

@@ -24,10 +24,11 @@ them), timed: the calibrations too slow for CI (OpenCode's, about 50 s each) are
 ``--calibrate opencode@1.2.6`` (calibrated as 1.17.11 with the 1.2 tool profile named), and the Python agents'
 matrix (minutes each: ``--calibrate openhands-sdk@1.58.0 --calibrate openhands@0.60.0``).
 
-``--sweep`` is the release sweep instead (benchmarks/_sweep.py): every release of the last 6 months of Claude
-Code, Codex, OpenCode and Pi (``--since``, ``--agent``; ``--sample N`` per agent) installed and calibrated, one at a
-time under ``--deadline``, into a separate store (``--calibrations``, default a temp dir; never the user's store),
-resumable; its table replaces the "Release sweep" section.
+``--sweep`` is the release sweep instead (benchmarks/_sweep.py): every release of the last 6 months of the npm
+agents — Claude Code, Codex, OpenCode, Pi, Gemini CLI, Qwen Code, Copilot CLI — (``--since``, ``--agent``;
+``--sample N`` per agent) installed and calibrated, one at a time under ``--deadline``, into a separate store
+(``--calibrations``, default a temp dir; never the user's store), resumable; its table replaces the "Release sweep"
+section. Gemini CLI, Qwen Code and Copilot CLI were swept with ``--since 2025-12-05 --sample 7`` (12 months).
 
 ``--smoke`` runs prepare-only on two fixtures, and the sweep's choice of releases from a canned registry answer,
 nothing else.

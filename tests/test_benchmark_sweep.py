@@ -4,6 +4,7 @@ functions over a registry's ``npm view <package> time --json`` answer and a work
 from __future__ import annotations
 
 import itertools
+import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -86,10 +87,57 @@ def test_classify_names_the_first_failing_check_and_flags_what_is_not_a_named_di
     assert sweep.classify(raised) == ("unnamed", "the release made no model request after --resume")
     not_continued = {**gate, "detail": "not continued: the bridge did not start"}
     assert sweep.classify({**record, "checks": [not_continued]})[0] == "unnamed"
+    refused = {"check": "record", "ok": False, "detail": "release difference: no option `--skip-trust` (forkpoint's "
+                                                         "command passes it): exit 1; stderr: ..."}
+    assert sweep.classify({**probe, "checks": [refused]}) == ("named", f"record: {refused['detail']}")
     no_replay = {"check": "tool_observations", "ok": False, "detail": "replay failed: pi 1.6.0 is not installed"}
     assert sweep.classify({**record, "checks": [no_replay]})[0] == "unnamed"
+
+
+def test_the_named_record_prefix_is_the_one_the_calibration_writes() -> None:
+    from forkpoint.adapters.kit.calibration import RELEASE_DIFFERENCE
+
+    assert sweep.NAMED_RECORD == RELEASE_DIFFERENCE
 
 
 def test_the_run_order_takes_each_agent_in_turn_newest_first() -> None:
     order = sweep.interleave({"a": ["1", "2", "3"], "b": ["7"]})
     assert order == [("a", "3"), ("b", "7"), ("a", "2"), ("a", "1")]
+
+
+#: the registry's real answers (``npm view <package> time --json``, 2026-12-05) for the three agents the sweep
+#: gained: release dates scrambled by a mirror catching up on old lines (Gemini CLI 0.1.15 dated February 2026)
+NPM_TIMES = Path(__file__).parent / "fixtures" / "npm_times"
+TWELVE_MONTHS = datetime(2025, 12, 5, tzinfo=UTC)
+
+
+def test_the_sweep_covers_gemini_cli_qwen_code_and_copilot_cli_through_their_npm_packages() -> None:
+    from forkpoint.adapters import agent_spec
+    from forkpoint.adapters.spec import NpmPackage
+
+    assert {"gemini-cli", "qwen-code", "copilot-cli"} <= set(sweep.SWEPT)
+    packages = {agent: package for agent in sweep.SWEPT if isinstance(package := agent_spec(agent).runtime, NpmPackage)}
+    assert set(packages) == set(sweep.SWEPT)  # what sweep() lists with npm view
+    assert {a: p.package for a, p in packages.items() if a in ("gemini-cli", "qwen-code", "copilot-cli")} == {
+        "gemini-cli": "@google/gemini-cli", "qwen-code": "@qwen-code/qwen-code", "copilot-cli": "@github/copilot"}
+
+
+def test_a_sample_of_seven_spreads_over_twelve_months_of_each_new_agents_real_registry_answer() -> None:
+    expected = {  # what the sweep of 2026-12-05 calibrated (docs/agents.md, "Release sweep")
+        "gemini-cli": (17, 64, ["0.24.0", "0.33.0", "0.35.3", "0.45.2", "0.51.0", "0.56.0", "0.61.0"]),
+        "qwen-code": (11, 9, ["0.7.1", "0.12.0", "0.15.6", "0.23.0", "0.23.4", "0.24.2", "0.24.4"]),
+        "copilot-cli": (34, 64, ["0.0.384", "0.0.420", "1.0.48", "1.0.61", "1.0.68", "1.0.82", "1.0.102"])}
+    for agent, (in_window, left_out, seven) in expected.items():
+        times = json.loads((NPM_TIMES / f"{agent}.json").read_text("utf-8"))
+        window, backfills = sweep.releases_in_window(times, TWELVE_MONTHS)
+        assert (len(window), len(backfills)) == (in_window, left_out), agent
+        chosen = sweep.choose_releases(times, TWELVE_MONTHS, 7)
+        assert chosen == seven, agent
+        # the oldest and the newest of the window, and spread: all but one of the months with a release are covered
+        assert chosen[0] == window[0] and chosen[-1] == window[-1]
+        months = {str(times[v])[:7] for v in window}
+        assert len({str(times[v])[:7] for v in chosen}) >= min(7, len(months)) - 1, agent
+        assert set(chosen) <= set(sweep.choose_releases(times, TWELVE_MONTHS, 8)), agent  # a larger sample extends it
+    gemini = json.loads((NPM_TIMES / "gemini-cli.json").read_text("utf-8"))
+    # an old line the mirror dates to February 2026 (after 0.24.0) is a backfill, never a release of the period
+    assert "0.1.15" in sweep.releases_in_window(gemini, TWELVE_MONTHS)[1]

@@ -11,8 +11,12 @@ import pytest
 from forkpoint.adapters import agent_spec
 from forkpoint.adapters.calibration import Outcome
 from forkpoint.adapters.kit.calibration import (
+    RELEASE_DIFFERENCE,
     CliProbe,
+    ProxySink,
     difference,
+    ran_ok,
+    refused_options,
     run_release,
     run_runner,
     runner_env,
@@ -21,10 +25,60 @@ from forkpoint.adapters.kit.calibration import (
 from forkpoint.core.errors import ReplayError
 
 
-def test_the_exit_code_and_the_stderr_tail_are_returned(tmp_path: Path) -> None:
-    code, stderr = run_release(["/bin/sh", "-c", "head -c 5000 /dev/zero | tr '\\0' x >&2; echo end >&2; exit 3"],
-                               {"PATH": "/usr/bin:/bin"}, tmp_path, "probe")
-    assert code == 3 and len(stderr) == 2000 and stderr.endswith(b"xend\n")
+def test_the_exit_code_and_the_stderr_head_and_tail_are_returned(tmp_path: Path) -> None:
+    code, stderr = run_release(["/bin/sh", "-c", "echo start >&2; head -c 50000 /dev/zero | tr '\\0' x >&2; "
+                                                 "echo end >&2; exit 3"], {"PATH": "/usr/bin:/bin"}, tmp_path, "probe")
+    assert code == 3 and stderr.startswith(b"start\nxxx") and stderr.endswith(b"xend\n")
+    assert len(stderr) <= 16384 + 5 and b"\n...\n" in stderr
+
+
+#: Gemini CLI 0.35.3's real stderr on the probe's command: its refusal, then 4 KB of usage text
+GEMINI_0353 = Path(__file__).parents[2] / "fixtures" / "gemini_cli" / "stderr" / "0.35.3-skip-trust.txt"
+
+
+def test_a_release_refusing_an_option_fails_record_naming_the_option_before_its_usage_text(tmp_path: Path) -> None:
+    # the release sweep's unnamed failure: the refusal came before the usage text, past the 2,000 bytes kept
+    code, stderr = run_release(["/bin/sh", "-c", f"cat {GEMINI_0353} >&2; exit 1"], {"PATH": "/usr/bin:/bin"},
+                               tmp_path, "probe session")
+    outcome = Outcome("gemini-cli", "0.35.3")
+    assert not ran_ok(outcome, code, stderr)
+    (check,) = outcome.checks
+    assert check.check == "record" and not check.ok
+    assert check.detail.startswith(f"{RELEASE_DIFFERENCE}no option `--skip-trust` (forkpoint's command passes it): "
+                                   "exit 1; ")
+
+
+def test_the_refused_options_are_read_from_each_parsers_own_words() -> None:
+    copilot = "Package extraction took 6548ms\nerror: unknown option '--disable-client-telemetry'\nTry 'copilot --help'"
+    assert refused_options(copilot) == ["--disable-client-telemetry"]
+    assert refused_options("x.js:15:Unknown arguments: skip-trust, skipTrust, session-file, sessionFile\nUsage: gemini"
+                           ) == ["--skip-trust", "--session-file"]
+    assert refused_options("Unknown argument: o\n") == ["--o"]
+    assert refused_options("Error: connect ECONNREFUSED 127.0.0.1:9") == []
+    outcome = Outcome("qwen-code", "0.0.1")
+    assert not ran_ok(outcome, 1, b"Error: boom")
+    assert outcome.checks[0].detail == "exit 1; stderr: Error: boom"  # nothing refused: nothing named
+    diagnosed = Outcome("copilot-cli", "0.0.420")
+    assert not ran_ok(diagnosed, 1, b"Error: boom", lambda text: "it asks for X" if "boom" in text else None)
+    assert diagnosed.checks[0].detail == f"{RELEASE_DIFFERENCE}it asks for X: exit 1; stderr: Error: boom"
+
+
+def test_the_proxy_sink_counts_a_request_sent_through_the_proxy_and_none_that_honours_no_proxy() -> None:
+    import subprocess
+
+    sink = ProxySink()
+    try:
+        env = sink.environment({"HTTPS_PROXY": "http://127.0.0.1:9", "https_proxy": "x", "NO_PROXY": "127.0.0.1",
+                                "PATH": "/usr/bin:/bin"})
+        assert env["HTTPS_PROXY"] == env["https_proxy"] == sink.url and env["NO_PROXY"] == "127.0.0.1"
+        # a client that sends everything through its proxy (as Qwen Code 0.15.6 does) reaches the sink
+        subprocess.run(["curl", "-s", "-m", "5", "--noproxy", "", "-x", sink.url, "http://127.0.0.1:1/v1/chat"],
+                       env=env, check=False)
+        subprocess.run(["curl", "-s", "-m", "5", "--noproxy", "127.0.0.1", "http://127.0.0.1:1/"], env=env,
+                       check=False)
+    finally:
+        sink.close()
+    assert sink.hits == 1
 
 
 def test_a_hanging_release_and_its_children_are_killed_at_the_deadline(tmp_path: Path) -> None:

@@ -41,11 +41,11 @@ def _turns(cwd: Path) -> list[list[dict[str, Any]]]:
 
 
 def _command(entrypoint: Path, home: Path) -> list[str]:
-    from forkpoint.adapters.copilot_cli.runtime import pkg_cache
+    from forkpoint.adapters.copilot_cli.runtime import pkg_cache, redundant_options
 
     pkg_cache(entrypoint).mkdir(exist_ok=True)
-    return [str(entrypoint), "--allow-all", "--no-auto-update", "--disable-client-telemetry", "--disable-builtin-mcps",
-            "--no-ask-user", "-p", "Create notes, look around and fix the greeting."]
+    return [str(entrypoint), "--allow-all", *redundant_options(entrypoint), "--no-ask-user", "-p",
+            "Create notes, look around and fix the greeting."]
 
 
 def _env(home: Path, url: str, entrypoint: Path) -> dict[str, str]:
@@ -70,7 +70,17 @@ def as_candidate(data: bytes, version: str, candidate: str) -> bytes:
     return json.dumps(start, ensure_ascii=False).encode("utf-8") + b"\n" + rest
 
 
+def diagnose(stderr: str) -> str | None:
+    """A release that asks for GitHub authentication runs no BYOK provider offline (0.0.420: "To authenticate, you
+    can use any of the following methods")."""
+    if "To authenticate, you can use any of the following methods" in stderr:
+        return ("it asks for GitHub authentication on forkpoint's BYOK provider with COPILOT_OFFLINE=true "
+                "(forkpoint gives it no GitHub token)")
+    return None
+
+
 CLI = CliProbe("copilot-cli", FILES, _turns,
                [[False], [False, False], [False], [False, True], [False, False], [True, True], [False], [False]],
-               MODEL, _command, _env, _session, recorded_version=lambda version: version, as_candidate=as_candidate)
+               MODEL, _command, _env, _session, recorded_version=lambda version: version, as_candidate=as_candidate,
+               diagnose=diagnose)
 probe = partial(probe_cli, CLI)

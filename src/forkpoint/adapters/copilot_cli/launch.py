@@ -21,7 +21,7 @@ import orjson
 
 from forkpoint.adapters.copilot_cli.gate import expected_prefix
 from forkpoint.adapters.copilot_cli.parse import CopilotNative, model_turns, parse_copilot, signature
-from forkpoint.adapters.copilot_cli.runtime import copilot_env, pkg_cache
+from forkpoint.adapters.copilot_cli.runtime import copilot_env, pkg_cache, redundant_options
 from forkpoint.adapters.kit import continuation as shell
 from forkpoint.adapters.kit.continuation import AgentHooks, Collected, GateSpec, Job, LaunchSpec, Outcome, Ran
 from forkpoint.adapters.kit.npm_cli import ca_bundle_env, install_jsonl, usable_model
@@ -78,10 +78,11 @@ class CopilotHooks(AgentHooks[Installed]):
         env = copilot_env(job.context.home, bridge_url + "/v1", state.model, entrypoint)
         env.update(ca_bundle_env(job.sandbox))  # in an image root: it refuses to start without trust roots
         shell.loopback_no_proxy(env)
-        argv = [str(entrypoint), "--allow-all", "--no-auto-update", "--disable-client-telemetry",
-                "--disable-builtin-mcps", "--no-ask-user", f"--resume={state.native.session_id}", "-p", job.nonce]
         cache = pkg_cache(entrypoint)
         cache.mkdir(exist_ok=True)
+        # a calibration's trial runs an older release here: the options it lacks are dropped (redundant_options)
+        argv = [str(entrypoint), "--allow-all", *redundant_options(entrypoint), "--no-ask-user",
+                f"--resume={state.native.session_id}", "-p", job.nonce]
         return LaunchSpec(argv, env, job.sandbox.cwd, job.context.logs / "copilot-cli.log",
                           writable=(job.context.home, cache), readable=runtime_paths(entrypoint))
 

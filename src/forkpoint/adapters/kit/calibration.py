@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 from collections.abc import Callable
@@ -46,19 +47,48 @@ def run_release(argv: list[str], env: dict[str, str], cwd: Path, what: str,
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    return proc.returncode, stderr[-2000:]
+    # the head too: a CLI's refusal of an option comes before the usage text it prints (yargs: Gemini CLI, Qwen Code)
+    return proc.returncode, stderr if len(stderr) <= 16384 else stderr[:8192] + b"\n...\n" + stderr[-8192:]
 
 
 def jsonl(lines: list[Any]) -> bytes:
     return "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines).encode("utf-8")
 
 
-def ran_ok(outcome: Outcome, code: int, stderr: bytes) -> bool:
-    """The probe run exited 0; else the failed ``record`` check and the reason."""
+#: how a release's option parser refuses an option forkpoint passes (commander: Copilot CLI; yargs: Gemini CLI and
+#: Qwen Code): the option in group 1, or yargs' comma-separated list in group 2
+_REFUSED_OPTION = re.compile(r"error: unknown option '([^'\n]{1,80})'|Unknown arguments?: ([^\n]{1,200})")
+#: how a ``record`` check's detail starts when the probe could not run for a reason of the release's own (an option
+#: it has not got, GitHub authentication it asks for, a proxy it uses for loopback): a named difference
+#: (benchmarks/_sweep.py counts it as one), not a probe that failed for no known reason
+RELEASE_DIFFERENCE = "release difference: "
+
+
+def refused_options(stderr: str) -> list[str]:
+    """The options a release's own parser refused (``--skip-trust``, ``--disable-client-telemetry``), in order."""
+    found: list[str] = []
+    for match in _REFUSED_OPTION.finditer(stderr):
+        for name in (match[1] or match[2]).split(","):
+            name = name.strip()
+            option = name if name.startswith("-") else f"--{name}"
+            # yargs names each option twice (``skip-trust, skipTrust``): the camel-case alias is the same option
+            if name and not re.search(r"[a-z][A-Z]", name) and option not in found:
+                found.append(option)
+    return found
+
+
+def ran_ok(outcome: Outcome, code: int, stderr: bytes, diagnose: Callable[[str], str | None] | None = None) -> bool:
+    """The probe run exited 0; else the failed ``record`` check and the reason, naming the release's difference
+    when its stderr shows one: the options it refused (Gemini CLI 0.35.3 has no ``--skip-trust``), or what the
+    agent's ``diagnose`` reads there."""
     if code == 0:
         return True
-    outcome.checks.append(Check("record", False, f"exit {code}; stderr: "
-                                f"{stderr.decode('utf-8', 'replace')[-300:].strip()}"))
+    text = stderr.decode("utf-8", "replace")
+    refused = refused_options(text)
+    why = f"no option {', '.join(f'`{o}`' for o in refused)} (forkpoint's command passes it)" if refused \
+        else diagnose(text) if diagnose is not None else None
+    named = f"{RELEASE_DIFFERENCE}{why}: " if why else ""
+    outcome.checks.append(Check("record", False, f"{named}exit {code}; stderr: {text[-300:].strip()}"))
     outcome.reason = "the probe session did not complete as scripted"
     return False
 
@@ -339,6 +369,50 @@ class CliProbe:
     recorded_version: Callable[[str], str | None]
     #: (session bytes, release version, candidate) -> the session naming ``candidate`` instead
     as_candidate: Callable[[bytes, str, str], bytes]
+    #: a failed run's stderr -> the release's difference it shows, if any (Copilot: GitHub authentication)
+    diagnose: Callable[[str], str | None] | None = None
+
+
+class ProxySink:
+    """A loopback listener the probe's proxy variables point at (instead of a closed port): it accepts and closes
+    each connection and counts them, so a release that sends its loopback model requests through the proxy
+    despite ``NO_PROXY`` (Qwen Code 0.15.6) is seen doing so."""
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self.hits = 0
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self._server.settimeout(0.2)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.getsockname()[1]}"
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                connection, _ = self._server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.hits += 1
+            connection.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._server.close()
+
+    def environment(self, env: dict[str, str]) -> dict[str, str]:
+        """``env`` with every proxy variable it sets pointing here."""
+        return {name: self.url if name.lower() in ("http_proxy", "https_proxy", "all_proxy") else value
+                for name, value in env.items()}
 
 
 def probe_cli(cli: CliProbe, spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str], scratch: Path,
@@ -354,9 +428,20 @@ def probe_cli(cli: CliProbe, spec: AgentSpec, entrypoint: Path, version: str, ca
     turns = cli.turns(cwd)
     model = ScriptedModel(turns, seed=f"{cli.agent}/calibrate", model=cli.model)
     argv = cli.command(entrypoint, home)
-    with model.serve() as url:
-        code, stderr = run_release(argv, cli.env(home, url, entrypoint), cwd, "probe session")
-    if not ran_ok(outcome, code, stderr):
+    sink = ProxySink()
+    try:
+        with model.serve() as url:
+            env = sink.environment(cli.env(home, url, entrypoint))
+            code, stderr = run_release(argv, env, cwd, "probe session")
+    finally:
+        sink.close()
+    if not ran_ok(outcome, code, stderr, cli.diagnose):
+        return None
+    if not model.requests and sink.hits:
+        outcome.checks.append(Check("record", False, (
+            f"{RELEASE_DIFFERENCE}its model requests go to HTTPS_PROXY despite NO_PROXY={env.get('NO_PROXY')} "
+            f"({sink.hits} connection(s) to forkpoint's proxy sink, none to the model at {url}): exit {code}")))
+        outcome.reason = "the probe session did not complete as scripted"
         return None
     session = cli.session(home, cwd)
     data = session.read_bytes()
