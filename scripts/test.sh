@@ -38,7 +38,7 @@ if [ "${FORKPOINT_TEST_SKIP_SETUP:-0}" != 1 ]; then
     # tests' wall time is the calibrations', not npm's or uv's)
     python3 -c "import sys; from forkpoint import runtimes; [runtimes.install_release(*r.split('@')) for r in sys.argv[1:]]" \
         opencode@1.2.6 opencode@1.18.32 claude-code@2.1.331 codex@0.169.1 codex@0.40.0 codex@0.145.0 pi@0.84.0 \
-        qwen-code@0.24.3 gemini-cli@0.60.0 gemini-cli@0.51.0 copilot-cli@1.0.92 mini-swe-agent@2.3.1 \
+        qwen-code@0.24.3 gemini-cli@0.60.0 gemini-cli@0.51.0 copilot-cli@1.0.92 copilot-cli@1.0.82 mini-swe-agent@2.3.1 \
         claude-code@2.1.318 pi@0.82.0 qwen-code@0.24.2
     # flake8 for SWE-agent's linting edit bundles (pinned, cached next to the runtimes: forkpoint.runtimes.flake8)
     python3 -c "from forkpoint.runtimes.flake8 import ensure_flake8; ensure_flake8()"

@@ -6,10 +6,9 @@ then replayed with ``recorded_version_status: calibrated`` (quality not degraded
 binary; a calibration that cannot match fails with its report and changes nothing.
 
 Two releases per npm agent (Claude Code 2.1.331/2.1.318, Codex 0.169.1/0.40.0, OpenCode 1.18.32/1.2.6, Pi
-0.84.0/0.82.0, Qwen Code 0.24.3/0.24.2, Gemini CLI 0.60.0/0.51.0, Copilot CLI 1.0.92; npm has no Copilot release
-between 1.0.92 and the verified 1.0.102), each calibrated ONCE per run (``calibrated``) and inspected by every test
-that needs it; Gemini CLI 0.51.0 (its resume), Qwen Code 0.24.2 (a shell call's text) and Copilot CLI 1.0.92 (an
-option it lacks) must FAIL, each naming its difference, and write no profile. scripts/test.sh
+0.84.0/0.82.0, Qwen Code 0.24.3/0.24.2, Gemini CLI 0.60.0/0.51.0, Copilot CLI 1.0.92/1.0.82), each calibrated ONCE
+per run (``calibrated``) and inspected by every test that needs it; Gemini CLI 0.51.0 (its resume), Qwen Code 0.24.2
+(a shell call's text) and Copilot CLI 1.0.82 (its resume) must FAIL, each naming its difference, and write no profile. scripts/test.sh
 installs these releases (cached), so the tests' time is the calibrations'."""
 
 from __future__ import annotations
@@ -378,20 +377,27 @@ def test_a_gemini_cli_release_is_calibrated_and_an_older_one_fails_naming_its_re
     assert any(line.startswith("  0.51.0: failed (no verified version's tool semantics") for line in listed)
 
 
-def test_a_copilot_cli_release_without_the_continuation_options_fails_at_record(
+def test_a_copilot_cli_release_without_the_continuation_options_is_calibrated_and_an_older_one_fails(
         store: Path, calibrated: Callable[[str], Outcome]) -> None:
-    """Copilot CLI 1.0.92 (the release before the verified 1.0.102; npm has none between them) has no
-    ``--disable-client-telemetry``, which the continuation's command passes: its probe run exits 1 and the
-    calibration FAILS at ``record`` with the release's own error, writing no profile."""
-    failed = calibrated("copilot-cli@1.0.92")
-    assert (failed.ok, failed.reason) == (False, "the probe session did not complete as scripted"), failed.report()
-    record = next(c for c in failed.checks if c.check == "record")
-    assert not record.ok and record.detail.startswith("exit 1; stderr: error: Invalid command format")
-    assert [c.check for c in failed.checks] == ["record"]  # nothing is checked against a profile
-    assert "| record | - | DIFFERS | exit 1; stderr: error: Invalid command format" in \
-        (store / "copilot-cli" / "1.0.92.report.md").read_text()
-    assert not (store / "copilot-cli" / "1.0.92.json").exists()
-    assert "  1.0.92: failed (the probe session did not complete as scripted)" in _listed("copilot-cli")
+    """Copilot CLI 1.0.92 has no ``--disable-client-telemetry`` (the verified 1.0.102's continuation passes it): the
+    calibration runs it without the options ``COPILOT_OFFLINE`` makes redundant, read from its own ``--help``, and it
+    maps to 1.0.102 (twelve calls exact, its resume passes the gate). 1.0.82's tools are exact too, but its resume
+    puts a ``<system_reminder>`` beside the nonce: the calibration FAILS naming the resume envelope, no profile."""
+    outcome = calibrated("copilot-cli@1.0.92")
+    assert (outcome.ok, outcome.maps_to) == (True, "1.0.102"), outcome.report()
+    assert ("tool_observations", "1.0.102", True, "12 of 12 observations exact") in {
+        (c.check, c.against, c.ok, c.detail) for c in outcome.checks}
+    assert json.loads((store / "copilot-cli" / "1.0.92.json").read_text())["maps_to"] == "1.0.102"
+    failed = calibrated("copilot-cli@1.0.82")
+    assert not failed.ok and failed.reason == (
+        "no verified version's tool semantics and resume envelope both match (tried 1.0.102)"), failed.report()
+    report = (store / "copilot-cli" / "1.0.82.report.md").read_text()
+    assert "| tool_observations | 1.0.102 | ok | 12 of 12 observations exact |" in report
+    assert "| resume_envelope | 1.0.102 | DIFFERS | the gate refuses it: " in report
+    assert not (store / "copilot-cli" / "1.0.82.json").exists()
+    listed = _listed("copilot-cli")
+    assert "  1.0.92: calibrated (as 1.0.102)" in listed
+    assert any(line.startswith("  1.0.82: failed (no verified version's tool semantics") for line in listed)
 
 
 @pytest.mark.parametrize(("agent", "release", "maps_to", "calls"), [
