@@ -1,5 +1,6 @@
 """The release sweep of benchmarks/versions.py (issue 28): calibrate the releases of each npm agent published in a
-window (default: the last 6 months), one at a time, into a SEPARATE calibration store, and classify each.
+window (default: the last 6 months; ``until``: an earlier window, e.g. the 6 months before those), one at a time,
+into a SEPARATE calibration store, and classify each.
 
 * :func:`releases_in_window` and :func:`choose_releases` are pure (unit tested, and all the smoke runs): from the
   registry's ``npm view <package> time --json`` answer, which releases are in the window and which a sample of N
@@ -60,8 +61,12 @@ def _when(stamp: object) -> datetime | None:
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
-def releases_in_window(times: Mapping[str, object], since: datetime) -> tuple[list[str], list[str]]:
-    """(releases published at or after ``since``, oldest first; backfills in the window).
+def releases_in_window(times: Mapping[str, object], since: datetime,
+                       until: datetime | None = None) -> tuple[list[str], list[str]]:
+    """(releases published at or after ``since`` and before ``until``, oldest first; backfills in the window).
+
+    ``until`` is exclusive, so ``[A, B)`` and ``[B, ...)`` split the releases exactly: no release is in both
+    windows or in neither. Whether a release is a backfill depends on every release before it, in the window or not.
 
     A backfill is a release published (by the registry's clock) after a higher one: a re-publish or a mirror
     catching up on an old line (the registry here dates Claude Code 0.2.29 to July 2026), not a release of that
@@ -75,7 +80,7 @@ def releases_in_window(times: Mapping[str, object], since: datetime) -> tuple[li
         backfill = highest is not None and number < highest
         if not backfill:
             highest = number
-        if when >= since:
+        if when >= since and (until is None or when < until):
             (backfills if backfill else window).append(version)
     return window, backfills
 
@@ -92,11 +97,12 @@ def _spread(pool: list[str], chosen: list[str], count: int, at: Mapping[str, flo
     return picked
 
 
-def choose_releases(times: Mapping[str, object], since: datetime, sample: int | None) -> list[str]:
+def choose_releases(times: Mapping[str, object], since: datetime, sample: int | None,
+                    until: datetime | None = None) -> list[str]:
     """The releases a sweep calibrates, oldest first: every release in the window, or (``sample``) N of them —
     the newest and the oldest, every minor line's last release (when they fit in N; else N of those lines,
     spread), the rest evenly spread in time."""
-    window, _ = releases_in_window(times, since)
+    window, _ = releases_in_window(times, since, until)
     if sample is None or sample >= len(window):
         return window
     if sample <= 0:
@@ -287,10 +293,11 @@ def interleave(chosen: Mapping[str, list[str]]) -> list[tuple[str, str]]:
 
 
 def sweep(agents: Iterable[str], since: datetime, sample: int | None, store: Path, deadline: float, script: Path,
-          say: Callable[[str], None], *, run: bool = True, prune: bool = False, retry: bool = False) \
+          say: Callable[[str], None], *, run: bool = True, prune: bool = False, retry: bool = False,
+          until: datetime | None = None) \
         -> tuple[dict[str, list[str]], dict[str, list[str]], dict[str, list[str]], dict[str, dict[str, str]]]:
-    """Calibrate the chosen releases of ``agents`` one at a time into ``store`` (``run``: else only choose;
-    ``retry``: run again the releases whose record is ``unnamed``);
+    """Calibrate the chosen releases of ``agents`` published in ``[since, until)`` one at a time into ``store``
+    (``run``: else only choose; ``retry``: run again the releases whose record is ``unnamed``);
     (chosen, window, backfills, publish dates) per agent. Records go to ``<store>/sweep.jsonl`` as they come."""
     from forkpoint.adapters import agent_spec
     from forkpoint.adapters.spec import NpmPackage
@@ -303,10 +310,11 @@ def sweep(agents: Iterable[str], since: datetime, sample: int | None, store: Pat
         package = agent_spec(agent).runtime
         assert isinstance(package, NpmPackage), agent
         times = npm_times(package.package)
-        chosen[agent] = choose_releases(times, since, sample)
-        windows[agent], backfills[agent] = releases_in_window(times, since)
+        chosen[agent] = choose_releases(times, since, sample, until)
+        windows[agent], backfills[agent] = releases_in_window(times, since, until)
         published[agent] = {v: str(times[v])[:10] for v in windows[agent]}
-        say(f"{agent}: {len(windows[agent])} releases since {since:%Y-%m-%d} "
+        span = f"since {since:%Y-%m-%d}" + (f" before {until:%Y-%m-%d}" if until else "")
+        say(f"{agent}: {len(windows[agent])} releases {span} "
             f"({len(backfills[agent])} backfills left out), chosen {len(chosen[agent])}: {' '.join(chosen[agent])}")
     done = load_results(store)
     env = dict(os.environ)
