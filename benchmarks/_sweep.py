@@ -13,7 +13,8 @@ into a SEPARATE calibration store, and classify each.
 A release is classified (:func:`classify`) as ``calibrated`` (as which verified profile), ``named`` (failed, and
 the first failing check of its report names the difference: the parser's reading, an observation that differs,
 the gate's refusal), ``unnamed`` (failed without a named difference: the probe did not complete, the worker crashed
-or timed out — a forkpoint bug to look at), ``not-installed``, or ``verified`` (a shipped version: not calibrated).
+or timed out, forkpoint's install code failed on an installed package — a forkpoint bug to look at),
+``not-installed`` (the registry or npm could not give the release), or ``verified`` (a shipped version: not calibrated).
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ CLASSES = ("verified", "calibrated", "named", "unnamed", "not-installed", "pendi
 NAMED_CHECKS = ("parse", "tool_observations", "resume_envelope")
 #: details of a failing check that name no difference: the check itself could not run
 NOT_NAMED = ("not continued:", "the release made no request", "replay failed:")
+#: an install failure forkpoint's own code raised (the package installed, forkpoint could not find its binary):
+#: a forkpoint bug, not a release the registry cannot give (Codex 0.130.0's per-platform package holds
+#: ``vendor/<triple>/codex/codex``, not the ``bin/codex`` the spec looked for)
+INSTALL_BUG = "internal_error:"
 DEADLINE_S = 1200.0
 NPM_VIEW_TIMEOUT_S = 120.0
 RESULTS = "sweep.jsonl"
@@ -196,6 +201,8 @@ def classify(record: Mapping[str, Any]) -> tuple[str, str]:
         return "unnamed", f"did not finish within {record['timeout']:g} s (killed)"
     if record.get("installed") is False:
         reason = " ".join(str(record.get("reason") or "").split())
+        if reason.startswith(INSTALL_BUG):
+            return "unnamed", f"install: {reason}"
         missing = re.search(r"No matching version found for \S+", reason)  # npm's own words, not its log
         return "not-installed", missing[0].rstrip(".") if missing else reason
     if record.get("crash"):

@@ -93,6 +93,10 @@ def test_classify_names_the_first_failing_check_and_flags_what_is_not_a_named_di
            "npm error notarget No matching version found for opencode-linux-x64@1.17.15.\nnpm error In most cases")
     assert sweep.classify({"installed": False, "reason": npm}) == (
         "not-installed", "No matching version found for opencode-linux-x64@1.17.15")
+    # forkpoint's own install code failing on a package npm installed is a forkpoint bug, not "not installed"
+    layout = ("internal_error: @openai/codex: expected one native binary vendor/*/bin/codex in /x/node_modules/"
+              "@openai/codex-linux-x64, found 0")
+    assert sweep.classify({"installed": False, "reason": layout}) == ("unnamed", f"install: {layout}")
     assert sweep.classify({"timeout": 900.0})[0] == "unnamed"
     assert sweep.classify({"crash": "exit 1: Traceback"})[0] == "unnamed"
     probe = {"installed": True, "ok": False, "reason": "the probe session did not complete as scripted",
