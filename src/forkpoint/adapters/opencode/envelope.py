@@ -70,12 +70,18 @@ SENDER_1_2 = EnvelopeProfile("1.2", "opencode/1.2/chat-completions-resume-v1",
                               "todowrite", "skill"), nonce_suffix="\n")
 
 
+#: the first 1.x minor line measured sending the verified versions' form (the enabled tools sorted, no
+#: ``question``, the nonce alone): 1.15.3 and 1.15.4 (the release sweep's older window, 2026-05: each was refused
+#: by the 1.2 form's tool list before); 1.2.6 sends 1.2's form
+SORTED_TOOLS_SINCE = (1, 15)
+
+
 def sender_profile(release: str, recorded: EnvelopeProfile) -> EnvelopeProfile:
     """The envelope the SENDING release (the continuing binary, or a release a calibration runs in a verified
-    version's place) produces for a session rebuilt with ``recorded``'s profile: a 1.x release before 1.17
-    sends 1.2's form, every other one the verified version's."""
+    version's place) produces for a session rebuilt with ``recorded``'s profile: a 1.x release before
+    ``SORTED_TOOLS_SINCE`` sends 1.2's form, every other one the verified version's."""
     parsed = number(release)
-    if parsed is not None and parsed[0] == 1 and parsed[1] < 17:
+    if parsed is not None and parsed[0] == 1 and parsed[:2] < SORTED_TOOLS_SINCE:
         return SENDER_1_2
     return recorded
 

@@ -8,8 +8,9 @@ the prompt); the manifest's model and tool list are pinned (a ``question`` tool 
 ``permission``); OpenCode's step-limit message and any ``[Tool execution was interrupted]`` result are refused;
 tool-call arguments are compared parsed (OpenCode re-serialises them).
 
-A 1.x release before 1.17 (measured: 1.2.6) sends its own form (``PROFILE_1_2``, ``envelope.SENDER_1_2``): the
-gate follows the release that sends the request, which a calibration names (``forkpoint.runtimes.trial``).
+A 1.x release before 1.15 (measured: 1.2.6) sends its own form (``PROFILE_1_2``, ``envelope.SENDER_1_2``;
+1.15.3 and 1.15.4 send the verified versions'): the gate follows the release that sends the request, which a
+calibration names (``forkpoint.runtimes.trial``).
 
 Title-generation requests (no ``tools``) are auxiliary: forwarded unchanged, not a step, unless they carry the
 nonce (OpenCode sends none on a resumed session).
@@ -50,7 +51,7 @@ PROFILE = ChatProfile(
     helpers_without_tools=True,
     verified=frozenset(profile.profile for profile in PROFILES.values()),
 )
-#: a 1.x release before 1.17 (envelope.SENDER_1_2): its nonce message ends with a newline
+#: a 1.x release before 1.15 (envelope.SENDER_1_2): its nonce message ends with a newline
 PROFILE_1_2 = dataclasses.replace(
     PROFILE, nonce_message=lambda text: nonce_message(text + SENDER_1_2.nonce_suffix),
     verified=frozenset({SENDER_1_2.profile}))
