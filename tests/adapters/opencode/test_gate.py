@@ -213,7 +213,7 @@ def test_a_1_2_sender_is_judged_by_the_1_2_envelope_and_only_it() -> None:
     bare["messages"][-1]["content"] = NONCE  # without 1.2's newline: not its nonce message
     assert not ChatGate(profile_for(expected.profile), expected).first(bare).ok
     recorded = expected_prefix(export, NONCE, "1.17.11", "scripted-model").profile
-    assert [sender_profile(v, PROFILES["1.17.11"]) for v in ("1.2.6", "1.14.41", "1.17.4", "2.0.0")] == [
+    assert [sender_profile(v, PROFILES["1.17.11"]) for v in ("1.2.6", "1.1.9", "1.17.4", "2.0.0")] == [
         SENDER_1_2, SENDER_1_2, PROFILES["1.17.11"], PROFILES["1.17.11"]]
     assert expected_prefix(export, NONCE, "1.17.11", "scripted-model", sender="1.18.32").profile == recorded
 
@@ -228,3 +228,21 @@ def test_a_1_15_sender_sends_the_verified_form_and_is_judged_by_it() -> None:
         assert verdict.ok, verdict.reason
         refused = ChatGate(profile_for(expected.profile), expected).first(_as_1_2(body))
         assert not refused.ok and refused.reason is not None and "'question'" in refused.reason
+
+
+def test_a_1_3_to_1_14_sender_offers_the_registry_order_without_question() -> None:
+    """Measured by the release sweep's older window: 1.3.2 and 1.14.41 offer 1.2's registry order but no
+    ``question`` (each was refused by the 1.2 form's tool list); 1.15 sorts them (above)."""
+    from forkpoint.adapters.opencode.envelope import PROFILES, SENDER_1_3, sender_profile
+
+    export, body = load("1.17.11", "parallel", 1)
+    sent = _as_1_2(body)
+    sent["tools"] = [tool for tool in sent["tools"] if tool["function"]["name"] != "question"]
+    sent["messages"][-1] = {"role": "user", "content": NONCE}
+    for sender in ("1.3.2", "1.14.41"):
+        assert sender_profile(sender, PROFILES["1.17.11"]) == SENDER_1_3
+        expected = expected_prefix(export, NONCE, "1.17.11", "scripted-model", sender=sender)
+        verdict = ChatGate(profile_for(expected.profile), expected).first(copy.deepcopy(sent))
+        assert verdict.ok, verdict.reason
+        for other in (_as_1_2(body), body):  # 1.2's list (with question), 1.17's (sorted): not this sender's
+            assert not ChatGate(profile_for(expected.profile), expected).first(copy.deepcopy(other)).ok
