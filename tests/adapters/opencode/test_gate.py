@@ -238,11 +238,12 @@ def test_a_1_3_to_1_14_sender_offers_the_registry_order_without_question() -> No
     export, body = load("1.17.11", "parallel", 1)
     sent = _as_1_2(body)
     sent["tools"] = [tool for tool in sent["tools"] if tool["function"]["name"] != "question"]
-    sent["messages"][-1] = {"role": "user", "content": NONCE}
+    bare = copy.deepcopy(sent)
+    bare["messages"][-1] = {"role": "user", "content": NONCE}  # the nonce message is 1.2's: NONCE + newline
     for sender in ("1.3.2", "1.14.41"):
         assert sender_profile(sender, PROFILES["1.17.11"]) == SENDER_1_3
         expected = expected_prefix(export, NONCE, "1.17.11", "scripted-model", sender=sender)
         verdict = ChatGate(profile_for(expected.profile), expected).first(copy.deepcopy(sent))
         assert verdict.ok, verdict.reason
-        for other in (_as_1_2(body), body):  # 1.2's list (with question), 1.17's (sorted): not this sender's
+        for other in (_as_1_2(body), body, bare):  # 1.2's list (with question), 1.17's (sorted), a bare nonce
             assert not ChatGate(profile_for(expected.profile), expected).first(copy.deepcopy(other)).ok

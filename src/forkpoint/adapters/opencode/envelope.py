@@ -71,9 +71,11 @@ SENDER_1_2 = EnvelopeProfile("1.2", "opencode/1.2/chat-completions-resume-v1",
 
 
 #: what 1.3.x to 1.14.x send (measured on 1.3.2 and 1.14.41 by the release sweep's older window): 1.2's registry
-#: order, but without ``question`` (the session's ``question: deny`` is honoured)
+#: order, but without ``question`` (the session's ``question: deny`` is honoured), and 1.2's nonce message (a bare
+#: nonce was refused on both)
 SENDER_1_3 = EnvelopeProfile("1.3", "opencode/1.3/chat-completions-resume-v1",
-                             tuple(tool for tool in SENDER_1_2.tools if tool != "question"))
+                             tuple(tool for tool in SENDER_1_2.tools if tool != "question"),
+                             nonce_suffix=SENDER_1_2.nonce_suffix)
 #: the older senders, each from the first (major, minor) line measured sending it, newest first: 1.15.3 and
 #: 1.15.4 send the verified versions' form (the enabled tools sorted, no ``question``, the nonce alone)
 SENDERS: tuple[tuple[tuple[int, int], EnvelopeProfile | None], ...] = (
