@@ -46,6 +46,9 @@ NOT_NAMED = ("not continued:", "the release made no request", "replay failed:")
 #: a forkpoint bug, not a release the registry cannot give (Codex 0.130.0's per-platform package holds
 #: ``vendor/<triple>/codex/codex``, not the ``bin/codex`` the spec looked for)
 INSTALL_BUG = "internal_error:"
+#: ... unless npm installed no package for this platform at all: the registry has no build of it (Codex 0.142.1's
+#: ``linux-x64``), which is "not installed"
+NO_BUILD = re.compile(r"expected one installed native package for \S+ among .*; found none$")
 DEADLINE_S = 1200.0
 NPM_VIEW_TIMEOUT_S = 120.0
 RESULTS = "sweep.jsonl"
@@ -201,7 +204,7 @@ def classify(record: Mapping[str, Any]) -> tuple[str, str]:
         return "unnamed", f"did not finish within {record['timeout']:g} s (killed)"
     if record.get("installed") is False:
         reason = " ".join(str(record.get("reason") or "").split())
-        if reason.startswith(INSTALL_BUG):
+        if reason.startswith(INSTALL_BUG) and not NO_BUILD.search(reason):
             return "unnamed", f"install: {reason}"
         missing = re.search(r"No matching version found for \S+", reason)  # npm's own words, not its log
         return "not-installed", missing[0].rstrip(".") if missing else reason

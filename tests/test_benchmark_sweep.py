@@ -97,6 +97,9 @@ def test_classify_names_the_first_failing_check_and_flags_what_is_not_a_named_di
     layout = ("internal_error: @openai/codex: expected one native binary vendor/*/bin/codex in /x/node_modules/"
               "@openai/codex-linux-x64, found 0")
     assert sweep.classify({"installed": False, "reason": layout}) == ("unnamed", f"install: {layout}")
+    no_build = ("internal_error: @openai/codex: expected one installed native package for linux-x64 among "
+                "@openai/codex-darwin-arm64, @openai/codex-linux-x64; found none")  # the registry has no build
+    assert sweep.classify({"installed": False, "reason": no_build}) == ("not-installed", no_build)
     assert sweep.classify({"timeout": 900.0})[0] == "unnamed"
     assert sweep.classify({"crash": "exit 1: Traceback"})[0] == "unnamed"
     probe = {"installed": True, "ok": False, "reason": "the probe session did not complete as scripted",
