@@ -49,6 +49,7 @@ ORDER = (
     "rl_batch",
     "versions",
     "versions_sweep",
+    "versions_sweep_older",
 )
 
 DOC_HEADER = """# Benchmarks

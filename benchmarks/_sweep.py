@@ -1,5 +1,6 @@
 """The release sweep of benchmarks/versions.py (issue 28): calibrate the releases of each npm agent published in a
-window (default: the last 6 months), one at a time, into a SEPARATE calibration store, and classify each.
+window (default: the last 6 months; ``until``: an earlier window, e.g. the 6 months before those), one at a time,
+into a SEPARATE calibration store, and classify each.
 
 * :func:`releases_in_window` and :func:`choose_releases` are pure (unit tested, and all the smoke runs): from the
   registry's ``npm view <package> time --json`` answer, which releases are in the window and which a sample of N
@@ -13,8 +14,9 @@ A release is classified (:func:`classify`) as ``calibrated`` (as which verified 
 the first failing check of its report names the difference: the parser's reading, an observation that differs,
 the gate's refusal, a ``record`` failure that starts ``release difference:`` — an option of forkpoint's command
 the release has not got, a GitHub login it asks for, a proxy it uses for loopback), ``unnamed`` (failed without a
-named difference: the probe did not complete, the worker crashed or timed out — a forkpoint bug to look at),
-``not-installed``, or ``verified`` (a shipped version: not calibrated).
+named difference: the probe did not complete, the worker crashed or timed out, forkpoint's install code failed on an
+installed package — a forkpoint bug to look at), ``not-installed`` (the registry or npm could not give the release),
+or ``verified`` (a shipped version: not calibrated).
 """
 
 from __future__ import annotations
@@ -44,6 +46,13 @@ NAMED_CHECKS = ("parse", "tool_observations", "resume_envelope")
 NAMED_RECORD = "release difference: "
 #: details of a failing check that name no difference: the check itself could not run
 NOT_NAMED = ("not continued:", "the release made no request", "replay failed:")
+#: an install failure forkpoint's own code raised (the package installed, forkpoint could not find its binary):
+#: a forkpoint bug, not a release the registry cannot give (Codex 0.130.0's per-platform package holds
+#: ``vendor/<triple>/codex/codex``, not the ``bin/codex`` the spec looked for)
+INSTALL_BUG = "internal_error:"
+#: ... unless npm installed no package for this platform at all: the registry has no build of it (Codex 0.142.1's
+#: ``linux-x64``), which is "not installed"
+NO_BUILD = re.compile(r"expected one installed native package for \S+ among .*; found none$")
 DEADLINE_S = 1200.0
 NPM_VIEW_TIMEOUT_S = 120.0
 RESULTS = "sweep.jsonl"
@@ -64,8 +73,12 @@ def _when(stamp: object) -> datetime | None:
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
-def releases_in_window(times: Mapping[str, object], since: datetime) -> tuple[list[str], list[str]]:
-    """(releases published at or after ``since``, oldest first; backfills in the window).
+def releases_in_window(times: Mapping[str, object], since: datetime,
+                       until: datetime | None = None) -> tuple[list[str], list[str]]:
+    """(releases published at or after ``since`` and before ``until``, oldest first; backfills in the window).
+
+    ``until`` is exclusive, so ``[A, B)`` and ``[B, ...)`` split the releases exactly: no release is in both
+    windows or in neither. Whether a release is a backfill depends on every release before it, in the window or not.
 
     A backfill is a release published (by the registry's clock) after a higher one: a re-publish or a mirror
     catching up on an old line (the registry here dates Claude Code 0.2.29 to July 2026), not a release of that
@@ -79,7 +92,7 @@ def releases_in_window(times: Mapping[str, object], since: datetime) -> tuple[li
         backfill = highest is not None and number < highest
         if not backfill:
             highest = number
-        if when >= since:
+        if when >= since and (until is None or when < until):
             (backfills if backfill else window).append(version)
     return window, backfills
 
@@ -96,11 +109,12 @@ def _spread(pool: list[str], chosen: list[str], count: int, at: Mapping[str, flo
     return picked
 
 
-def choose_releases(times: Mapping[str, object], since: datetime, sample: int | None) -> list[str]:
+def choose_releases(times: Mapping[str, object], since: datetime, sample: int | None,
+                    until: datetime | None = None) -> list[str]:
     """The releases a sweep calibrates, oldest first: every release in the window, or (``sample``) N of them —
     the newest and the oldest, every minor line's last release (when they fit in N; else N of those lines,
     spread), the rest evenly spread in time."""
-    window, _ = releases_in_window(times, since)
+    window, _ = releases_in_window(times, since, until)
     if sample is None or sample >= len(window):
         return window
     if sample <= 0:
@@ -194,6 +208,8 @@ def classify(record: Mapping[str, Any]) -> tuple[str, str]:
         return "unnamed", f"did not finish within {record['timeout']:g} s (killed)"
     if record.get("installed") is False:
         reason = " ".join(str(record.get("reason") or "").split())
+        if reason.startswith(INSTALL_BUG) and not NO_BUILD.search(reason):
+            return "unnamed", f"install: {reason}"
         missing = re.search(r"No matching version found for \S+", reason)  # npm's own words, not its log
         return "not-installed", missing[0].rstrip(".") if missing else reason
     if record.get("crash"):
@@ -292,10 +308,11 @@ def interleave(chosen: Mapping[str, list[str]]) -> list[tuple[str, str]]:
 
 
 def sweep(agents: Iterable[str], since: datetime, sample: int | None, store: Path, deadline: float, script: Path,
-          say: Callable[[str], None], *, run: bool = True, prune: bool = False, retry: bool = False) \
+          say: Callable[[str], None], *, run: bool = True, prune: bool = False, retry: bool = False,
+          until: datetime | None = None) \
         -> tuple[dict[str, list[str]], dict[str, list[str]], dict[str, list[str]], dict[str, dict[str, str]]]:
-    """Calibrate the chosen releases of ``agents`` one at a time into ``store`` (``run``: else only choose;
-    ``retry``: run again the releases whose record is ``unnamed``);
+    """Calibrate the chosen releases of ``agents`` published in ``[since, until)`` one at a time into ``store``
+    (``run``: else only choose; ``retry``: run again the releases whose record is ``unnamed``);
     (chosen, window, backfills, publish dates) per agent. Records go to ``<store>/sweep.jsonl`` as they come."""
     from forkpoint.adapters import agent_spec
     from forkpoint.adapters.spec import NpmPackage
@@ -308,10 +325,11 @@ def sweep(agents: Iterable[str], since: datetime, sample: int | None, store: Pat
         package = agent_spec(agent).runtime
         assert isinstance(package, NpmPackage), agent
         times = npm_times(package.package)
-        chosen[agent] = choose_releases(times, since, sample)
-        windows[agent], backfills[agent] = releases_in_window(times, since)
+        chosen[agent] = choose_releases(times, since, sample, until)
+        windows[agent], backfills[agent] = releases_in_window(times, since, until)
         published[agent] = {v: str(times[v])[:10] for v in windows[agent]}
-        say(f"{agent}: {len(windows[agent])} releases since {since:%Y-%m-%d} "
+        span = f"since {since:%Y-%m-%d}" + (f" before {until:%Y-%m-%d}" if until else "")
+        say(f"{agent}: {len(windows[agent])} releases {span} "
             f"({len(backfills[agent])} backfills left out), chosen {len(chosen[agent])}: {' '.join(chosen[agent])}")
     done = load_results(store)
     env = dict(os.environ)

@@ -29,6 +29,9 @@ agents — Claude Code, Codex, OpenCode, Pi, Gemini CLI, Qwen Code, Copilot CLI 
 ``--sample N`` per agent) installed and calibrated, one at a time under ``--deadline``, into a separate store
 (``--calibrations``, default a temp dir; never the user's store), resumable; its table replaces the "Release sweep"
 section. Gemini CLI, Qwen Code and Copilot CLI were swept with ``--since 2025-12-05 --sample 7`` (12 months).
+``--until DATE`` sweeps an earlier window instead (releases published before DATE, e.g. ``--since 2025-12-05
+--until 2026-06-05``: the older half of the last 12 months), whose table is a section of its own ("Release sweep,
+older window").
 
 ``--smoke`` runs prepare-only on two fixtures, and the sweep's choice of releases from a canned registry answer,
 nothing else.
@@ -241,6 +244,10 @@ def sweep_section(args: Any) -> None:
     if store.resolve() == calibration.root().resolve() and "FORKPOINT_CALIBRATIONS" not in os.environ:
         raise SystemExit("--sweep never writes the user's calibration store: name another --calibrations")
     since = datetime.fromisoformat(args.since).replace(tzinfo=UTC) if args.since else _sweep.default_since()
+    until = datetime.fromisoformat(args.until).replace(tzinfo=UTC) if args.until else None
+    if until is not None and until <= since:
+        raise SystemExit(f"--until {args.until} is not after --since {since:%Y-%m-%d}")
+    span = f"since {since:%Y-%m-%d}" + (f" and before {until:%Y-%m-%d}" if until else "")
     agents = args.agent or list(_sweep.SWEPT)
     if args.runtimes:
         os.environ["FORKPOINT_RUNTIMES"] = str(args.runtimes)  # the workers inherit it
@@ -256,7 +263,8 @@ def sweep_section(args: Any) -> None:
 
     chosen, windows, backfills, published = _sweep.sweep(agents, since, args.sample, store, args.deadline,
                                                          Path(__file__).resolve(), say, run=not args.list_only,
-                                                         prune=args.prune_installs, retry=args.retry_unnamed)
+                                                         prune=args.prune_installs, retry=args.retry_unnamed,
+                                                         until=until)
     records = _sweep.rows(chosen, windows, store)
     counts = []
     for agent in chosen:
@@ -264,7 +272,7 @@ def sweep_section(args: Any) -> None:
         counts.append((agent, len(windows[agent]), len(kinds), *(kinds.count(k) for k in _sweep.CLASSES),
                        len(backfills[agent])))
     body = (
-        f"Releases published since {since:%Y-%m-%d} (`npm view <package> time`), "
+        f"Releases published {span} (`npm view <package> time`), "
         + (f"a spread sample of {args.sample} per agent (newest, oldest, every minor line's last release when they "
            "fit, the rest spread in time) plus every other release of the window already swept into the same store "
            "(the sweep is resumable: `--agent A` without `--sample` sweeps all of A's)" if args.sample else "every one")
@@ -280,9 +288,13 @@ def sweep_section(args: Any) -> None:
                   _sweep.classify(r)[0], " ".join(_sweep.classify(r)[1].split())[:260].replace("|", "/"),
                   r.get("wall_s", "—")) for r in records])
     )
-    emit("versions_sweep", f"Release sweep: calibrating every release since {since:%Y-%m-%d} (issue 28)", body,
+    title = (f"Release sweep: calibrating every release since {since:%Y-%m-%d} (issue 28)" if until is None else
+             f"Release sweep, older window: releases published {since:%Y-%m-%d} to before {until:%Y-%m-%d} "
+             "(issue 28)")
+    emit("versions_sweep" if until is None else "versions_sweep_older", title, body,
          args, command="nice -n 10 python benchmarks/versions.py --sweep"
          + (f" --sample {args.sample}" if args.sample else "") + f" --since {since:%Y-%m-%d}"
+         + (f" --until {until:%Y-%m-%d}" if until else "")
          + "".join(f" --agent {a}" for a in args.agent or ()))
 
 
@@ -311,6 +323,7 @@ def main() -> None:
     options.add_argument("--sweep", action="store_true", help="the release sweep instead of the matrix")
     options.add_argument("--agent", action="append", choices=_sweep.SWEPT, help="sweep only this agent (repeat)")
     options.add_argument("--since", help="sweep releases published since this date (default: 6 months ago)")
+    options.add_argument("--until", help="sweep releases published before this date (default: no end)")
     options.add_argument("--sample", type=int, default=None, help="sweep N releases per agent, spread")
     options.add_argument("--deadline", type=float, default=_sweep.DEADLINE_S, help="seconds per release")
     options.add_argument("--list-only", action="store_true", help="list and choose releases; calibrate nothing")

@@ -38,6 +38,23 @@ def test_the_window_keeps_plain_releases_published_since_the_date_and_leaves_out
     assert sweep.choose_releases(times, SINCE, 10) == window
 
 
+def test_an_earlier_window_ends_before_until_and_the_two_windows_split_the_releases_exactly() -> None:
+    older = datetime(2025, 12, 5, tzinfo=UTC)
+    times = _times(("1.0.0", "2025-12-04"), ("1.1.0", "2025-12-05"), ("1.2.0", "2026-02-01"),
+                   ("1.0.5", "2026-03-01"), ("1.3.0", "2026-06-04"), ("1.3.1", "2026-06-05"), ("1.4.0", "2026-07-01"),
+                   ("1.2.9", "2026-07-02"))
+    window, backfills = sweep.releases_in_window(times, older, SINCE)
+    # 1.0.0 is before the window, 1.3.1 on its (exclusive) end; 1.0.5 came after 1.2.0: a backfill
+    assert window == ["1.1.0", "1.2.0", "1.3.0"] and backfills == ["1.0.5"]
+    later, later_backfills = sweep.releases_in_window(times, SINCE)
+    assert later == ["1.3.1", "1.4.0"] and later_backfills == ["1.2.9"]
+    everything, all_backfills = sweep.releases_in_window(times, older)
+    assert everything == window + later and all_backfills == backfills + later_backfills
+    # a sample chooses within the window only: its newest is the window's last release, not 1.4.0
+    assert sweep.choose_releases(times, older, 2, SINCE) == ["1.1.0", "1.3.0"]
+    assert sweep.choose_releases(times, older, None, SINCE) == window
+
+
 def test_a_sample_keeps_the_newest_the_oldest_and_every_minor_lines_last_release() -> None:
     # one release a week on the 1.4 line, with a 1.5 line in between whose last release is mid-window
     days = [f"2026-{month:02d}-{day:02d}" for month in range(6, 12) for day in (8, 15, 22)]
@@ -77,6 +94,13 @@ def test_classify_names_the_first_failing_check_and_flags_what_is_not_a_named_di
            "npm error notarget No matching version found for opencode-linux-x64@1.17.15.\nnpm error In most cases")
     assert sweep.classify({"installed": False, "reason": npm}) == (
         "not-installed", "No matching version found for opencode-linux-x64@1.17.15")
+    # forkpoint's own install code failing on a package npm installed is a forkpoint bug, not "not installed"
+    layout = ("internal_error: @openai/codex: expected one native binary vendor/*/bin/codex in /x/node_modules/"
+              "@openai/codex-linux-x64, found 0")
+    assert sweep.classify({"installed": False, "reason": layout}) == ("unnamed", f"install: {layout}")
+    no_build = ("internal_error: @openai/codex: expected one installed native package for linux-x64 among "
+                "@openai/codex-darwin-arm64, @openai/codex-linux-x64; found none")  # the registry has no build
+    assert sweep.classify({"installed": False, "reason": no_build}) == ("not-installed", no_build)
     assert sweep.classify({"timeout": 900.0})[0] == "unnamed"
     assert sweep.classify({"crash": "exit 1: Traceback"})[0] == "unnamed"
     probe = {"installed": True, "ok": False, "reason": "the probe session did not complete as scripted",

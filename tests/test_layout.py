@@ -42,7 +42,6 @@ EXCEPTIONS = {
     "adapters/qwen_code/runtime.py": "the HOME and env the real CLI runs in: tests/e2e/test_qwen_code_continue.py",
     "testing/scripted_gemini.py": "tests/bridge/protocols/test_gemini.py (ScriptedModel behind the bridge) and e2e",
     "adapters/swe_agent/spec.py": _SPEC,
-    "adapters/claude_code/calibrate.py": "runs the real release: tests/e2e/test_calibrate.py",
     "adapters/codex/calibrate.py": "runs the real release: tests/e2e/test_calibrate.py",
     "adapters/mini_swe_agent/calibrate.py": "runs the real release: tests/e2e/test_calibrate.py",
     "adapters/opencode/calibrate.py": "runs the real release: benchmarks/versions.py (~50 s, too slow for CI)",

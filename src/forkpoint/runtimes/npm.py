@@ -102,6 +102,8 @@ def entrypoint(prefix: Path, spec: NpmPackage) -> Path:
     if not isinstance(rel, str):
         raise ReplayError(ErrorKind.INTERNAL, f"{spec.package} declares no bin {spec.bin_name!r}")
     entry = package_dir / rel
+    if entry.is_symlink():
+        entry = _materialised(prefix, spec, entry)
     if spec.node_binary:
         return _node_wrapper(prefix, spec, entry)
     if spec.native_package_prefix and spec.native_binary and rel.endswith(".exe") and not _is_native_binary(entry):
@@ -111,6 +113,20 @@ def entrypoint(prefix: Path, spec: NpmPackage) -> Path:
         entry.unlink(missing_ok=True)
         shutil.copy2(native, entry)
     entry.chmod(entry.stat().st_mode | 0o111)
+    return entry
+
+
+def _materialised(prefix: Path, spec: NpmPackage, entry: Path) -> Path:
+    """A bin the package's postinstall replaced with a link to its platform binary (OpenCode 1.0.x and 1.1.x link
+    it by ABSOLUTE path into the staging prefix, a link that dangles once the prefix is renamed into place: the
+    release was 'not valid' after its install): the binary, copied in its place. Only a native executable inside
+    the prefix is copied."""
+    target = entry.resolve()
+    if not target.is_relative_to(prefix.resolve()) or not target.is_file() or not _is_native_binary(target):
+        raise ReplayError(ErrorKind.INTERNAL, f"{spec.package}: its bin {entry.name} links to {target}, not a native "
+                                              "executable inside the install")
+    entry.unlink()
+    shutil.copy2(target, entry)
     return entry
 
 

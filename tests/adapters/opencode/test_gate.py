@@ -22,7 +22,7 @@ from forkpoint.adapters.opencode.envelope import (
     project_request_message,
     session_messages,
 )
-from forkpoint.adapters.opencode.gate import PROFILE
+from forkpoint.adapters.opencode.gate import PROFILE, profile_for
 from forkpoint.adapters.opencode.parse import parse_opencode
 from forkpoint.adapters.opencode.session import cut_export
 from forkpoint.bridge.protocols.openai_chat import ChatGate
@@ -213,6 +213,37 @@ def test_a_1_2_sender_is_judged_by_the_1_2_envelope_and_only_it() -> None:
     bare["messages"][-1]["content"] = NONCE  # without 1.2's newline: not its nonce message
     assert not ChatGate(profile_for(expected.profile), expected).first(bare).ok
     recorded = expected_prefix(export, NONCE, "1.17.11", "scripted-model").profile
-    assert [sender_profile(v, PROFILES["1.17.11"]) for v in ("1.2.6", "1.16.0", "1.17.4", "2.0.0")] == [
+    assert [sender_profile(v, PROFILES["1.17.11"]) for v in ("1.2.6", "1.1.9", "1.17.4", "2.0.0")] == [
         SENDER_1_2, SENDER_1_2, PROFILES["1.17.11"], PROFILES["1.17.11"]]
     assert expected_prefix(export, NONCE, "1.17.11", "scripted-model", sender="1.18.32").profile == recorded
+
+
+def test_a_1_15_sender_sends_the_verified_form_and_is_judged_by_it() -> None:
+    """Measured by the release sweep's older window: 1.15.3 and 1.15.4 offer the enabled tools sorted, without
+    ``question`` (the 1.2 form's tool list refused both), as 1.17.11 does."""
+    export, body = load("1.17.11", "parallel", 1)
+    for sender in ("1.15.3", "1.15.4"):
+        expected = expected_prefix(export, NONCE, "1.17.11", "scripted-model", sender=sender)
+        verdict = ChatGate(profile_for(expected.profile), expected).first(copy.deepcopy(body))
+        assert verdict.ok, verdict.reason
+        refused = ChatGate(profile_for(expected.profile), expected).first(_as_1_2(body))
+        assert not refused.ok and refused.reason is not None and "'question'" in refused.reason
+
+
+def test_a_1_3_to_1_14_sender_offers_the_registry_order_without_question() -> None:
+    """Measured by the release sweep's older window: 1.3.2 and 1.14.41 offer 1.2's registry order but no
+    ``question`` (each was refused by the 1.2 form's tool list); 1.15 sorts them (above)."""
+    from forkpoint.adapters.opencode.envelope import PROFILES, SENDER_1_3, sender_profile
+
+    export, body = load("1.17.11", "parallel", 1)
+    sent = _as_1_2(body)
+    sent["tools"] = [tool for tool in sent["tools"] if tool["function"]["name"] != "question"]
+    bare = copy.deepcopy(sent)
+    bare["messages"][-1] = {"role": "user", "content": NONCE}  # the nonce message is 1.2's: NONCE + newline
+    for sender in ("1.3.2", "1.14.41"):
+        assert sender_profile(sender, PROFILES["1.17.11"]) == SENDER_1_3
+        expected = expected_prefix(export, NONCE, "1.17.11", "scripted-model", sender=sender)
+        verdict = ChatGate(profile_for(expected.profile), expected).first(copy.deepcopy(sent))
+        assert verdict.ok, verdict.reason
+        for other in (_as_1_2(body), body, bare):  # 1.2's list (with question), 1.17's (sorted), a bare nonce
+            assert not ChatGate(profile_for(expected.profile), expected).first(copy.deepcopy(other)).ok

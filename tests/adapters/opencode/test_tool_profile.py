@@ -9,14 +9,22 @@ import pytest
 
 from forkpoint import runtimes
 from forkpoint.adapters import get_adapter
-from forkpoint.adapters.opencode.tool_profile import LINE_1_2, _plain, installed_release, line_binary, line_for
+from forkpoint.adapters.opencode.tool_profile import (
+    LINE_1_2,
+    LINE_1_3,
+    _plain,
+    installed_release,
+    line_binary,
+    line_for,
+)
 
 FIXTURE = Path(__file__).parents[2] / "fixtures" / "opencode" / "1.2.6" / "old_line" / "export.json"
 
 
 @pytest.mark.parametrize(("recorded", "line"), [
     ("1.2.5", LINE_1_2), ("1.2.0", LINE_1_2), ("1.2.6", LINE_1_2), ("1.2.5-beta.1", LINE_1_2),
-    ("1.17.11", None), ("1.3.0", None), ("1.1.9", None), (None, None), ("not a version", None),
+    ("1.17.11", None), ("1.3.0", LINE_1_3), ("1.3.2", LINE_1_3), ("1.14.41", None), ("1.4.0", None),
+    ("1.1.9", None), (None, None), ("not a version", None),
 ])
 def test_the_line_is_chosen_by_the_recorded_release_number(recorded: str | None, line: object) -> None:
     assert line_for(recorded) is line

@@ -69,7 +69,10 @@ def _env(home: Path, url: str) -> dict[str, str]:
 def _session_file(home: Path, cwd: Path) -> Path:
     from forkpoint.adapters.claude_code.launch import config_dir, project_dir_name
 
-    found = sorted((config_dir(home) / "projects" / project_dir_name(cwd)).glob("*.jsonl"))
+    # 2.0.x from about 2.0.59 on also writes an ``agent-<id>.jsonl`` sidechain transcript per warm-up subagent
+    # beside the session (the older-window sweep: "found 3"); the session itself is ``<session id>.jsonl``
+    found = sorted(path for path in (config_dir(home) / "projects" / project_dir_name(cwd)).glob("*.jsonl")
+                   if not path.name.startswith("agent-"))
     return only_file(found, "session file", MAX_SESSION_BYTES)
 
 

@@ -70,13 +70,27 @@ SENDER_1_2 = EnvelopeProfile("1.2", "opencode/1.2/chat-completions-resume-v1",
                               "todowrite", "skill"), nonce_suffix="\n")
 
 
+#: what 1.3.x to 1.14.x send (measured on 1.3.2 and 1.14.41 by the release sweep's older window): 1.2's registry
+#: order, but without ``question`` (the session's ``question: deny`` is honoured), and 1.2's nonce message (a bare
+#: nonce was refused on both)
+SENDER_1_3 = EnvelopeProfile("1.3", "opencode/1.3/chat-completions-resume-v1",
+                             tuple(tool for tool in SENDER_1_2.tools if tool != "question"),
+                             nonce_suffix=SENDER_1_2.nonce_suffix)
+#: the older senders, each from the first (major, minor) line measured sending it, newest first: 1.15.3 and
+#: 1.15.4 send the verified versions' form (the enabled tools sorted, no ``question``, the nonce alone)
+SENDERS: tuple[tuple[tuple[int, int], EnvelopeProfile | None], ...] = (
+    ((1, 15), None), ((1, 3), SENDER_1_3), ((1, 0), SENDER_1_2))
+
+
 def sender_profile(release: str, recorded: EnvelopeProfile) -> EnvelopeProfile:
     """The envelope the SENDING release (the continuing binary, or a release a calibration runs in a verified
-    version's place) produces for a session rebuilt with ``recorded``'s profile: a 1.x release before 1.17
-    sends 1.2's form, every other one the verified version's."""
+    version's place) produces for a session rebuilt with ``recorded``'s profile: a 1.x release before 1.15 sends
+    its line's older form (``SENDERS``), every other one the verified version's."""
     parsed = number(release)
-    if parsed is not None and parsed[0] == 1 and parsed[1] < 17:
-        return SENDER_1_2
+    if parsed is not None and parsed[0] == 1:
+        sender = next((profile for first, profile in SENDERS if parsed[:2] >= first), None)
+        if sender is not None:
+            return sender
     return recorded
 
 

@@ -8,8 +8,9 @@ the prompt); the manifest's model and tool list are pinned (a ``question`` tool 
 ``permission``); OpenCode's step-limit message and any ``[Tool execution was interrupted]`` result are refused;
 tool-call arguments are compared parsed (OpenCode re-serialises them).
 
-A 1.x release before 1.17 (measured: 1.2.6) sends its own form (``PROFILE_1_2``, ``envelope.SENDER_1_2``): the
-gate follows the release that sends the request, which a calibration names (``forkpoint.runtimes.trial``).
+A 1.x release before 1.15 sends its line's older form (``envelope.SENDERS``: 1.2's measured on 1.2.6, 1.3's on
+1.3.2 and 1.14.41; 1.15.3 and 1.15.4 send the verified versions'): the gate follows the release that sends the
+request, which a calibration names (``forkpoint.runtimes.trial``).
 
 Title-generation requests (no ``tools``) are auxiliary: forwarded unchanged, not a step, unless they carry the
 nonce (OpenCode sends none on a resumed session).
@@ -23,7 +24,9 @@ from forkpoint.adapters.opencode.envelope import (
     INTERRUPTED,
     PROFILES,
     SENDER_1_2,
+    SENDERS,
     STEP_LIMIT_TEXT,
+    EnvelopeProfile,
     masked_system_sha256,
     project_request_message,
 )
@@ -50,11 +53,18 @@ PROFILE = ChatProfile(
     helpers_without_tools=True,
     verified=frozenset(profile.profile for profile in PROFILES.values()),
 )
-#: a 1.x release before 1.17 (envelope.SENDER_1_2): its nonce message ends with a newline
-PROFILE_1_2 = dataclasses.replace(
-    PROFILE, nonce_message=lambda text: nonce_message(text + SENDER_1_2.nonce_suffix),
-    verified=frozenset({SENDER_1_2.profile}))
+
+
+def _sender(sender: EnvelopeProfile) -> ChatProfile:
+    """The profile of an older sending release: its nonce message carries its suffix (1.2's ends with a newline)."""
+    return dataclasses.replace(PROFILE, nonce_message=lambda text: nonce_message(text + sender.nonce_suffix),
+                               verified=frozenset({sender.profile}))
+
+
+#: the older senders' profiles (envelope.SENDERS), by their envelope profile name
+SENDER_PROFILES = {sender.profile: _sender(sender) for _, sender in SENDERS if sender is not None}
+PROFILE_1_2 = SENDER_PROFILES[SENDER_1_2.profile]
 
 
 def profile_for(expected_profile: str) -> ChatProfile:
-    return PROFILE_1_2 if expected_profile == SENDER_1_2.profile else PROFILE
+    return SENDER_PROFILES.get(expected_profile, PROFILE)

@@ -10,6 +10,8 @@ of another release of the line re-runs with that release's binary when it is ins
 1.2 (measured on 1.2.6 against 1.17.11, by its bundled tool code and the calibration probe; ``DIFFERENCES``):
 the texts of read (line layout and splitting, its continuation notes, line truncation), grep's last line and
 every error text (``Error: `` first) differ; bash, write, edit and glob outputs are the same (the probe's).
+1.3 (measured on 1.3.2 by the calibration probe): read's ``<content>`` layout and grep's last line as 1.2; its
+error texts and events are 1.17's. 1.14.41's tools are all 1.17's (where 1.4-1.13 change is not measured).
 With no binary of the line installed the calls re-run with the verified binary as before, and the result says so.
 """
 
@@ -54,7 +56,14 @@ LINE_1_2 = ToolLine(
      "`Error: File not found: PATH`, `Error: Could not find oldString in the file. ...`"),
     error_events=False,
 )
-LINES: tuple[ToolLine, ...] = (LINE_1_2,)
+#: measured on the real 1.3.2 by the release sweep's older window (``forkpoint agents calibrate opencode@1.3.2``
+#: against 1.17.11: 7 of 10 exact); its error texts and events are 1.17's (1.14.41's tools are all 1.17's)
+LINE_1_3 = ToolLine(
+    (1, 3, 0), (1, 3, 999_999_999), "1.3.2", "opencode 1.3 (measured on 1.3.2)",
+    ("read: `<content>` is followed by the first line on the same line (both reads of the probe)",
+     "grep: no newline after the last match line"),
+)
+LINES: tuple[ToolLine, ...] = (LINE_1_2, LINE_1_3)
 
 
 def line_for(recorded: str | None) -> ToolLine | None:
