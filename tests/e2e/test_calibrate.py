@@ -8,8 +8,8 @@ binary; a calibration that cannot match fails with its report and changes nothin
 Two releases per npm agent (Claude Code 2.1.331/2.1.318, Codex 0.169.1/0.40.0, OpenCode 1.18.32/1.2.6, Pi
 0.84.0/0.82.0, Qwen Code 0.24.3/0.24.2, Gemini CLI 0.60.0/0.51.0, Copilot CLI 1.0.92/1.0.82), each calibrated ONCE
 per run (``calibrated``) and inspected by every test that needs it; Gemini CLI 0.51.0 (its resume), Qwen Code 0.24.2
-(a shell call's text) and Copilot CLI 1.0.82 (its resume) must FAIL, each naming its difference, and write no profile. scripts/test.sh
-installs these releases (cached), so the tests' time is the calibrations'."""
+(a shell call's text) and Copilot CLI 1.0.82 (its resume) must FAIL, each naming its difference, and write no
+profile. scripts/test.sh installs these releases (cached), so the tests' time is the calibrations'."""
 
 from __future__ import annotations
 
