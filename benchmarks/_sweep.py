@@ -41,7 +41,8 @@ _RELEASE = re.compile(r"^(\d{1,9})\.(\d{1,9})\.(\d{1,9})$")
 #: failing checks whose detail names the difference (anything else is not a named difference)
 #: the classes of a release, in the order the counts table shows them
 CLASSES = ("verified", "calibrated", "named", "unnamed", "not-installed", "pending")
-NAMED_CHECKS = ("parse", "tool_observations", "resume_envelope")
+#: (``release``: the release is not the agent the probe drives, e.g. an openhands-ai without V0's agent loop)
+NAMED_CHECKS = ("release", "parse", "tool_observations", "resume_envelope")
 #: details of a failing check that name no difference: the check itself could not run
 NOT_NAMED = ("not continued:", "the release made no request", "replay failed:")
 DEADLINE_S = 1200.0

@@ -91,6 +91,9 @@ def test_classify_names_the_first_failing_check_and_flags_what_is_not_a_named_di
     assert sweep.classify({**record, "checks": [not_continued]})[0] == "unnamed"
     no_replay = {"check": "tool_observations", "ok": False, "detail": "replay failed: pi 1.6.0 is not installed"}
     assert sweep.classify({**record, "checks": [no_replay]})[0] == "unnamed"
+    # an openhands-ai release without V0's agent loop: the probe names it (adapters/openhands/calibrate.py)
+    not_v0 = {"check": "release", "ok": False, "detail": "openhands-ai 1.11.0 has no `openhands.core.main`: ..."}
+    assert sweep.classify({**record, "checks": [not_v0]}) == ("named", f"release: {not_v0['detail']}")
 
 
 def test_the_run_order_takes_each_agent_in_turn_newest_first() -> None:
