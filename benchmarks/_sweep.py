@@ -190,6 +190,14 @@ def registry_times(agent: str) -> dict[str, object]:
     raise RuntimeError(f"{agent}: forkpoint installs no release of it")
 
 
+def deps_date(stamp: object) -> str | None:
+    """The ``UV_EXCLUDE_NEWER`` a PyPI release is installed with: a day after its publish time, so it gets the
+    dependencies a user installing it that day got (openhands-ai 1.3.0 with today's ``mcp`` cannot import
+    ``McpError``) and still its lockstep companions (openhands-tools, published minutes after the SDK)."""
+    when = _when(stamp)
+    return (when + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ") if when is not None else None
+
+
 def sample_for(agent: str, sample: int | None) -> int | None:
     """The sample size of ``agent``: the one asked for, else every release (npm) or :data:`PYPI_SAMPLE` (PyPI)."""
     from forkpoint.adapters import agent_spec
@@ -364,9 +372,12 @@ def sweep(agents: Iterable[str], since: datetime, sample: int | None, store: Pat
     backfills: dict[str, list[str]] = {}
     published: dict[str, dict[str, str]] = {}
     windows: dict[str, list[str]] = {}
+    deps_as_of: dict[str, dict[str, str]] = {}
     for agent in agents:
         times = registry_times(agent)
         chosen[agent] = choose_releases(times, since, sample_for(agent, sample))
+        if sample_for(agent, None) is not None:  # a PyPI agent: its dependencies as of its release
+            deps_as_of[agent] = {v: when for v in chosen[agent] if (when := deps_date(times.get(v))) is not None}
         windows[agent], backfills[agent] = releases_in_window(times, since)
         published[agent] = {v: str(times[v])[:10] for v in windows[agent]}
         say(f"{agent}: {len(windows[agent])} releases since {since:%Y-%m-%d} "
@@ -379,8 +390,11 @@ def sweep(agents: Iterable[str], since: datetime, sample: int | None, store: Pat
                 retry and classify(record)[0] == "unnamed")):
             continue
         say(f"{agent}@{version}: running ...")
+        as_of = deps_as_of.get(agent, {}).get(version)
         record = {"agent": agent, "version": version, "at": datetime.now(UTC).isoformat(timespec="seconds"),
-                  **run_one(f"{agent}@{version}", store, deadline, script, env, prune)}
+                  **({"deps_as_of": as_of} if as_of else {}),
+                  **run_one(f"{agent}@{version}", store, deadline, script,
+                            {**env, "UV_EXCLUDE_NEWER": as_of} if as_of else env, prune)}
         _append(store, record)
         kind, detail = classify(record)
         say(f"{agent}@{version}: {kind} ({record['wall_s']} s): {' '.join(detail.split())[:300]}")

@@ -137,3 +137,8 @@ def test_a_pypi_agent_is_sampled_unless_a_sample_is_asked_for_and_an_npm_agent_i
     assert sweep.sample_for("openhands", None) == sweep.PYPI_SAMPLE
     assert sweep.sample_for("mini-swe-agent", 12) == 12
     assert sweep.sample_for("codex", None) is None
+
+
+def test_a_pypi_release_is_installed_with_the_dependencies_of_the_day_after_it_was_published() -> None:
+    assert sweep.deps_date("2026-01-15T18:55:38.054750Z") == "2026-01-16T18:55:38Z"
+    assert sweep.deps_date("not a date") is None and sweep.deps_date(None) is None
