@@ -4,6 +4,7 @@ tests/e2e/test_calibrate_openhands.py): the recording is read as the candidate b
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 from forkpoint import runtimes
 from forkpoint.adapters import agent_spec, get_adapter
 from forkpoint.adapters.calibration import Outcome
-from forkpoint.adapters.openhands.calibrate import ERRORS, NO_V0, as_candidate, has_v0, probe
+from forkpoint.adapters.openhands.calibrate import ERRORS, HAS_V0, NO_V0, V0_MODULE, as_candidate, has_v0, probe
 
 FIXTURE = Path(__file__).parents[2] / "fixtures" / "openhands" / "0.62.0" / "parallel" / "trajectory.json"
 
@@ -55,3 +56,21 @@ def test_the_verified_release_has_v0s_agent_loop(tmp_path: Path) -> None:
         pytest.skip("openhands 0.62.0 is not installed")
     (tmp_path / "home").mkdir()
     assert has_v0(runtime.entrypoint, tmp_path / "home", tmp_path)
+
+
+def test_a_v0_package_whose_dependency_does_not_import_is_not_called_v0_less(tmp_path: Path) -> None:
+    """Only V0's own packages missing mean "no V0": a release whose ``openhands.core`` fails on a dependency
+    (openhands-ai 1.3.0 with today's ``mcp``) is left to the runner, whose error says which."""
+    (tmp_path / "openhands" / "core").mkdir(parents=True)
+    (tmp_path / "openhands" / "__init__.py").write_text("")
+    (tmp_path / "openhands" / "core" / "__init__.py").write_text("import forkpoint_no_such_dependency\n")
+
+    def check() -> int:
+        return subprocess.run([sys.executable, "-c", HAS_V0, V0_MODULE], cwd=tmp_path, capture_output=True,
+                              timeout=60, check=False).returncode
+
+    assert check() != 4  # the dependency's ModuleNotFoundError: not "no V0" (the runner runs and says)
+    (tmp_path / "openhands" / "core" / "__init__.py").write_text("")
+    assert check() == 4  # openhands.core without main: no V0
+    (tmp_path / "openhands" / "core" / "main.py").write_text("")
+    assert check() == 0

@@ -38,9 +38,11 @@ RUNNER = Path(__file__).resolve().parent / "runner.py"
 ERRORS = [[False, False], [False], [False, False], [False], [False, False]]
 #: the V0 agent loop the runner drives; openhands-ai releases after V0's removal (1.11.0) no longer ship it
 V0_MODULE = "openhands.core.main"
-#: exits 0 when the release's Python finds V0's module, 4 when not (importing its parents, not the module)
-HAS_V0 = ("import importlib.util, sys\ntry:\n    found = importlib.util.find_spec(sys.argv[1]) is not None\n"
-          "except ImportError:\n    found = False\nsys.exit(0 if found else 4)")
+#: exits 4 when the release's Python has no V0 module (it or a parent package is missing; the parents are imported,
+#: not the module); any other failure (a dependency that does not import) is left to the runner to report
+HAS_V0 = ("import importlib.util, sys\nname = sys.argv[1]\ntry:\n"
+          "    found = importlib.util.find_spec(name) is not None\nexcept ModuleNotFoundError as error:\n"
+          "    found = not (error.name == name or name.startswith(f'{error.name}.'))\nsys.exit(0 if found else 4)")
 NO_V0 = "the release is not OpenHands V0"
 
 
@@ -82,7 +84,7 @@ def has_v0(entrypoint: Path, home: Path, scratch: Path) -> bool:
     another agent, a named difference, not a probe that crashed."""
     code, _ = run_release([str(entrypoint), "-I", "-c", HAS_V0, V0_MODULE], runner_env(home), scratch,
                           "V0 module check")
-    return code == 0
+    return code != 4
 
 
 def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str], scratch: Path,
