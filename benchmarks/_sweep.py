@@ -38,10 +38,10 @@ SWEPT = ("claude-code", "codex", "opencode", "pi", "mini-swe-agent", "openhands-
 PYPI_SAMPLE = 8
 #: a plain release: pre-releases and Codex's per-platform ``0.101.0-linux-x64`` packages are not releases
 _RELEASE = re.compile(r"^(\d{1,9})\.(\d{1,9})\.(\d{1,9})$")
-#: failing checks whose detail names the difference (anything else is not a named difference)
 #: the classes of a release, in the order the counts table shows them
 CLASSES = ("verified", "calibrated", "named", "unnamed", "not-installed", "pending")
-#: (``release``: the release is not the agent the probe drives, e.g. an openhands-ai without V0's agent loop)
+#: failing checks whose detail names the difference (anything else is not a named difference); ``release``: the
+#: release is not the agent the probe drives (an openhands-ai without V0's agent loop)
 NAMED_CHECKS = ("release", "parse", "tool_observations", "resume_envelope")
 #: details of a failing check that name no difference: the check itself could not run
 NOT_NAMED = ("not continued:", "the release made no request", "replay failed:")
