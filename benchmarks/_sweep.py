@@ -1,11 +1,12 @@
-"""The release sweep of benchmarks/versions.py (issue 28): calibrate the releases of each npm agent published in a
+"""The release sweep of benchmarks/versions.py (issue 28): calibrate the releases of each agent published in a
 window (default: the last 6 months; ``until``: an earlier window, e.g. the 6 months before those), one at a time,
 into a SEPARATE calibration store, and classify each.
 
 * :func:`releases_in_window` and :func:`choose_releases` are pure (unit tested, and all the smoke runs): from the
   registry's ``npm view <package> time --json`` answer, which releases are in the window and which a sample of N
-  keeps;
-* :func:`sweep` lists each agent's releases with ``npm view``, then for each chosen release runs one worker process
+  keeps; :func:`pypi_release_times` is the same answer made from PyPI's JSON API (a PyPI agent's releases);
+* :func:`sweep` lists each agent's releases (``npm view``, or ``https://pypi.org/pypi/<package>/json``), then for
+  each chosen release runs one worker process
   (``versions.py --sweep-one AGENT@VERSION``: install into the runtime cache, then ``forkpoint agents calibrate``)
   under a deadline, killed with its process group past it. The store is resumable: a release with a profile, a
   failure marker or a line in ``<store>/sweep.jsonl`` is not run again.
@@ -34,14 +35,20 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-#: the agents swept: every npm agent (issue 28: the last 6 months of the first four, 12 of the last three)
-SWEPT = ("claude-code", "codex", "opencode", "pi", "gemini-cli", "qwen-code", "copilot-cli")
+#: the agents swept: every npm agent (issue 28: the last 6 months of the first four, 12 of the next three), then the
+#: PyPI ones
+SWEPT = ("claude-code", "codex", "opencode", "pi", "gemini-cli", "qwen-code", "copilot-cli",
+         "mini-swe-agent", "openhands-sdk", "openhands")
+#: a PyPI agent's sample when none is asked for: each install is a large venv (OpenHands ~1 GB) and each
+#: calibration takes minutes, so a sweep of every release is asked for explicitly (``--sample`` above the window)
+PYPI_SAMPLE = 8
 #: a plain release: pre-releases and Codex's per-platform ``0.101.0-linux-x64`` packages are not releases
 _RELEASE = re.compile(r"^(\d{1,9})\.(\d{1,9})\.(\d{1,9})$")
-#: failing checks whose detail names the difference (anything else is not a named difference)
 #: the classes of a release, in the order the counts table shows them
 CLASSES = ("verified", "calibrated", "named", "unnamed", "not-installed", "pending")
-NAMED_CHECKS = ("parse", "tool_observations", "resume_envelope")
+#: failing checks whose detail names the difference (anything else is not a named difference); ``release``: the
+#: release is not the agent the probe drives (an openhands-ai without V0's agent loop)
+NAMED_CHECKS = ("release", "parse", "tool_observations", "resume_envelope")
 #: a ``record`` check whose detail starts so names the release's difference (kit.calibration.RELEASE_DIFFERENCE)
 NAMED_RECORD = "release difference: "
 #: details of a failing check that name no difference: the check itself could not run
@@ -55,6 +62,10 @@ INSTALL_BUG = "internal_error:"
 NO_BUILD = re.compile(r"expected one installed native package for \S+ among .*; found none$")
 DEADLINE_S = 1200.0
 NPM_VIEW_TIMEOUT_S = 120.0
+PYPI_JSON = "https://pypi.org/pypi/{package}/json"
+PYPI_TIMEOUT_S = 60.0
+#: the JSON API's answer is read up to this (openhands-ai's is ~180 kB)
+PYPI_MAX_BYTES = 16 << 20
 RESULTS = "sweep.jsonl"
 
 
@@ -150,6 +161,71 @@ def npm_times(package: str) -> dict[str, object]:
     if not isinstance(data, dict):
         raise RuntimeError(f"npm view {package} time: not an object")
     return data
+
+
+def pypi_release_times(answer: Mapping[str, object]) -> dict[str, object]:
+    """PyPI's JSON API answer (``releases``: version -> its files) as ``npm view``'s ``time``: version -> the
+    first upload of its files. A release whose files are all yanked, or that has none, has no date (never swept);
+    pre-releases (``2.0.0a1``) stay in and ``releases_in_window`` leaves them out."""
+    releases = answer.get("releases")
+    if not isinstance(releases, Mapping):
+        raise RuntimeError("the PyPI answer has no 'releases' object")
+    times: dict[str, object] = {}
+    for version, files in releases.items():
+        stamps = sorted(f["upload_time_iso_8601"] for f in files if isinstance(f, Mapping)
+                        and not f.get("yanked") and isinstance(f.get("upload_time_iso_8601"), str)) \
+            if isinstance(files, list) else []
+        if isinstance(version, str) and stamps and _when(stamps[0]) is not None:
+            times[version] = stamps[0]
+    return times
+
+
+def pypi_times(package: str) -> dict[str, object]:
+    """The release times of a PyPI distribution (:func:`pypi_release_times` of its JSON API answer)."""
+    import urllib.request
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", package):
+        raise RuntimeError(f"not a distribution name: {package!r}")
+    request = urllib.request.Request(PYPI_JSON.format(package=package), headers={"Accept": "application/json"})
+    with urllib.request.urlopen(request, timeout=PYPI_TIMEOUT_S) as answer:
+        body = answer.read(PYPI_MAX_BYTES + 1)
+    if len(body) > PYPI_MAX_BYTES:
+        raise RuntimeError(f"PyPI's answer for {package} is over {PYPI_MAX_BYTES} bytes")
+    data = json.loads(body)
+    if not isinstance(data, dict):
+        raise RuntimeError(f"PyPI's answer for {package}: not an object")
+    return pypi_release_times(data)
+
+
+def registry_times(agent: str) -> dict[str, object]:
+    """The agent's release times from its own registry (npm or PyPI)."""
+    from forkpoint.adapters import agent_spec
+    from forkpoint.adapters.spec import NpmPackage, PythonPackage
+
+    package = agent_spec(agent).runtime
+    if isinstance(package, NpmPackage):
+        return npm_times(package.package)
+    if isinstance(package, PythonPackage):
+        return pypi_times(package.package)
+    raise RuntimeError(f"{agent}: forkpoint installs no release of it")
+
+
+def deps_date(stamp: object) -> str | None:
+    """The ``UV_EXCLUDE_NEWER`` a PyPI release is installed with: a day after its publish time, so it gets the
+    dependencies a user installing it that day got (openhands-ai 1.3.0 with today's ``mcp`` cannot import
+    ``McpError``) and still its lockstep companions (openhands-tools, published minutes after the SDK)."""
+    when = _when(stamp)
+    return (when + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ") if when is not None else None
+
+
+def sample_for(agent: str, sample: int | None) -> int | None:
+    """The sample size of ``agent``: the one asked for, else every release (npm) or :data:`PYPI_SAMPLE` (PyPI)."""
+    from forkpoint.adapters import agent_spec
+    from forkpoint.adapters.spec import PythonPackage
+
+    if sample is not None:
+        return sample
+    return PYPI_SAMPLE if isinstance(agent_spec(agent).runtime, PythonPackage) else None
 
 
 # -- one release (the worker) ----------------------------------------------------------------------------------
@@ -315,17 +391,17 @@ def sweep(agents: Iterable[str], since: datetime, sample: int | None, store: Pat
     (``run``: else only choose; ``retry``: run again the releases whose record is ``unnamed``);
     (chosen, window, backfills, publish dates) per agent. Records go to ``<store>/sweep.jsonl`` as they come."""
     from forkpoint.adapters import agent_spec
-    from forkpoint.adapters.spec import NpmPackage
 
     chosen: dict[str, list[str]] = {}
     backfills: dict[str, list[str]] = {}
     published: dict[str, dict[str, str]] = {}
     windows: dict[str, list[str]] = {}
+    deps_as_of: dict[str, dict[str, str]] = {}
     for agent in agents:
-        package = agent_spec(agent).runtime
-        assert isinstance(package, NpmPackage), agent
-        times = npm_times(package.package)
-        chosen[agent] = choose_releases(times, since, sample, until)
+        times = registry_times(agent)
+        chosen[agent] = choose_releases(times, since, sample_for(agent, sample), until)
+        if sample_for(agent, None) is not None:  # a PyPI agent: its dependencies as of its release
+            deps_as_of[agent] = {v: when for v in chosen[agent] if (when := deps_date(times.get(v))) is not None}
         windows[agent], backfills[agent] = releases_in_window(times, since, until)
         published[agent] = {v: str(times[v])[:10] for v in windows[agent]}
         span = f"since {since:%Y-%m-%d}" + (f" before {until:%Y-%m-%d}" if until else "")
@@ -339,8 +415,11 @@ def sweep(agents: Iterable[str], since: datetime, sample: int | None, store: Pat
                 retry and classify(record)[0] == "unnamed")):
             continue
         say(f"{agent}@{version}: running ...")
+        as_of = deps_as_of.get(agent, {}).get(version)
         record = {"agent": agent, "version": version, "at": datetime.now(UTC).isoformat(timespec="seconds"),
-                  **run_one(f"{agent}@{version}", store, deadline, script, env, prune)}
+                  **({"deps_as_of": as_of} if as_of else {}),
+                  **run_one(f"{agent}@{version}", store, deadline, script,
+                            {**env, "UV_EXCLUDE_NEWER": as_of} if as_of else env, prune)}
         _append(store, record)
         kind, detail = classify(record)
         say(f"{agent}@{version}: {kind} ({record['wall_s']} s): {' '.join(detail.split())[:300]}")

@@ -25,13 +25,14 @@ them), timed: the calibrations too slow for CI (OpenCode's, about 50 s each) are
 matrix (minutes each: ``--calibrate openhands-sdk@1.58.0 --calibrate openhands@0.60.0``).
 
 ``--sweep`` is the release sweep instead (benchmarks/_sweep.py): every release of the last 6 months of the npm
-agents — Claude Code, Codex, OpenCode, Pi, Gemini CLI, Qwen Code, Copilot CLI — (``--since``, ``--agent``;
-``--sample N`` per agent) installed and calibrated, one at a time under ``--deadline``, into a separate store
-(``--calibrations``, default a temp dir; never the user's store), resumable; its table replaces the "Release sweep"
-section. Gemini CLI, Qwen Code and Copilot CLI were swept with ``--since 2025-12-05 --sample 7`` (12 months).
-``--until DATE`` sweeps an earlier window instead (releases published before DATE, e.g. ``--since 2025-12-05
---until 2026-06-05``: the older half of the last 12 months), whose table is a section of its own ("Release sweep,
-older window").
+agents — Claude Code, Codex, OpenCode, Pi, Gemini CLI, Qwen Code, Copilot CLI — and a spread sample of 8 of
+mini-swe-agent, OpenHands and the OpenHands SDK (PyPI: large installs, minutes per calibration) (``--since``,
+``--agent``; ``--sample N`` per agent) installed and calibrated, one at a time under ``--deadline``, into a separate
+store (``--calibrations``, default a temp dir; never the user's store), resumable; its table replaces the "Release
+sweep" section. Gemini CLI, Qwen Code and Copilot CLI were swept with ``--since 2025-12-05 --sample 7`` (12
+months), the PyPI agents with ``--since 2025-12-05``. ``--until DATE`` sweeps an earlier window instead (releases
+published before DATE, e.g. ``--since 2025-12-05 --until 2026-06-05``: the older half of the last 12 months),
+whose table is a section of its own ("Release sweep, older window").
 
 ``--smoke`` runs prepare-only on two fixtures, and the sweep's choice of releases from a canned registry answer,
 nothing else.
@@ -272,10 +273,13 @@ def sweep_section(args: Any) -> None:
         counts.append((agent, len(windows[agent]), len(kinds), *(kinds.count(k) for k in _sweep.CLASSES),
                        len(backfills[agent])))
     body = (
-        f"Releases published {span} (`npm view <package> time`), "
-        + (f"a spread sample of {args.sample} per agent (newest, oldest, every minor line's last release when they "
-           "fit, the rest spread in time) plus every other release of the window already swept into the same store "
-           "(the sweep is resumable: `--agent A` without `--sample` sweeps all of A's)" if args.sample else "every one")
+        f"Releases published {span} (`npm view <package> time`; for a PyPI agent the first upload "
+        "of each release's files, from `https://pypi.org/pypi/<package>/json`, yanked releases and pre-releases left "
+        "out), "
+        + (f"a spread sample of {args.sample} per agent" if args.sample else
+           f"every one of an npm agent's, a spread sample of {_sweep.PYPI_SAMPLE} of a PyPI agent's")
+        + " (a sample: newest, oldest, every minor line's last release when they fit, the rest spread in time; plus "
+        "every other release of the window already swept into the same store: the sweep is resumable)"
         + "; a backfill (a release published after a higher one: a re-publish or a mirror catching up) is left out. "
         "Each release installed into the runtime cache and calibrated (`forkpoint agents calibrate`, ScriptedModel) "
         f"into a separate store, one at a time, {args.deadline:g} s deadline each. `named`: failed, the report's "
@@ -324,7 +328,8 @@ def main() -> None:
     options.add_argument("--agent", action="append", choices=_sweep.SWEPT, help="sweep only this agent (repeat)")
     options.add_argument("--since", help="sweep releases published since this date (default: 6 months ago)")
     options.add_argument("--until", help="sweep releases published before this date (default: no end)")
-    options.add_argument("--sample", type=int, default=None, help="sweep N releases per agent, spread")
+    options.add_argument("--sample", type=int, default=None, help="sweep N releases per agent, spread "
+                         f"(default: every release of an npm agent, {_sweep.PYPI_SAMPLE} of a PyPI agent)")
     options.add_argument("--deadline", type=float, default=_sweep.DEADLINE_S, help="seconds per release")
     options.add_argument("--list-only", action="store_true", help="list and choose releases; calibrate nothing")
     options.add_argument("--retry-unnamed", action="store_true", help="run again the releases that failed unnamed")

@@ -1,5 +1,6 @@
 """The release sweep's choice of releases (benchmarks/_sweep.py) and its classification of outcomes: pure
-functions over a registry's ``npm view <package> time --json`` answer and a worker's record."""
+functions over a registry's ``npm view <package> time --json`` answer (or PyPI's JSON API answer) and a worker's
+record."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+
+import pytest
 
 BENCHMARKS = Path(__file__).parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
@@ -116,6 +119,9 @@ def test_classify_names_the_first_failing_check_and_flags_what_is_not_a_named_di
     assert sweep.classify({**probe, "checks": [refused]}) == ("named", f"record: {refused['detail']}")
     no_replay = {"check": "tool_observations", "ok": False, "detail": "replay failed: pi 1.6.0 is not installed"}
     assert sweep.classify({**record, "checks": [no_replay]})[0] == "unnamed"
+    # an openhands-ai release without V0's agent loop: the probe names it (adapters/openhands/calibrate.py)
+    not_v0 = {"check": "release", "ok": False, "detail": "openhands-ai 1.11.0 has no `openhands.core.main`: ..."}
+    assert sweep.classify({**record, "checks": [not_v0]}) == ("named", f"release: {not_v0['detail']}")
 
 
 def test_the_named_record_prefix_is_the_one_the_calibration_writes() -> None:
@@ -141,7 +147,7 @@ def test_the_sweep_covers_gemini_cli_qwen_code_and_copilot_cli_through_their_npm
 
     assert {"gemini-cli", "qwen-code", "copilot-cli"} <= set(sweep.SWEPT)
     packages = {agent: package for agent in sweep.SWEPT if isinstance(package := agent_spec(agent).runtime, NpmPackage)}
-    assert set(packages) == set(sweep.SWEPT)  # what sweep() lists with npm view
+    assert set(packages) == set(sweep.SWEPT) - {"mini-swe-agent", "openhands-sdk", "openhands"}  # listed by npm view
     assert {a: p.package for a, p in packages.items() if a in ("gemini-cli", "qwen-code", "copilot-cli")} == {
         "gemini-cli": "@google/gemini-cli", "qwen-code": "@qwen-code/qwen-code", "copilot-cli": "@github/copilot"}
 
@@ -165,3 +171,46 @@ def test_a_sample_of_seven_spreads_over_twelve_months_of_each_new_agents_real_re
     gemini = json.loads((NPM_TIMES / "gemini-cli.json").read_text("utf-8"))
     # an old line the mirror dates to February 2026 (after 0.24.0) is a backfill, never a release of the period
     assert "0.1.15" in sweep.releases_in_window(gemini, TWELVE_MONTHS)[1]
+
+
+def _files(*uploads: tuple[str, bool]) -> list[dict[str, object]]:
+    """A release's files in PyPI's JSON API shape (the fields the sweep reads, and a few it does not)."""
+    return [{"filename": f"pkg-{n}.whl", "packagetype": "bdist_wheel", "upload_time": stamp[:19],
+             "upload_time_iso_8601": stamp, "yanked": yanked, "yanked_reason": None}
+            for n, (stamp, yanked) in enumerate(uploads)]
+
+
+def test_a_pypi_answer_dates_each_release_by_its_first_upload_and_leaves_out_yanked_and_empty_ones() -> None:
+    answer = {"info": {"name": "openhands-ai", "version": "1.2.0"}, "urls": [], "releases": {
+        "0.62.0": _files(("2025-11-11T18:43:05.349003Z", False)),
+        # the sdist a day after the wheel: the release is dated by its first file
+        "1.0.0": _files(("2025-12-17T09:00:00.000000Z", False), ("2025-12-16T14:26:27.349003Z", False)),
+        "1.1.0": _files(("2026-01-10T10:00:00.000000Z", True)),  # every file yanked: no release
+        "1.1.1": _files(("2026-01-11T10:00:00.000000Z", True), ("2026-01-11T10:05:00.000000Z", False)),
+        "1.2.0a1": _files(("2026-02-01T10:00:00.000000Z", False)),  # a pre-release
+        "1.2.0": _files(("2026-03-01T10:00:00.000000Z", False)),
+        "1.3.0": [],  # a release with no files (registered, never uploaded)
+        "1.4.0": _files(("not a date", False))}}
+    times = sweep.pypi_release_times(answer)
+    assert times == {"0.62.0": "2025-11-11T18:43:05.349003Z", "1.0.0": "2025-12-16T14:26:27.349003Z",
+                     "1.1.1": "2026-01-11T10:05:00.000000Z", "1.2.0a1": "2026-02-01T10:00:00.000000Z",
+                     "1.2.0": "2026-03-01T10:00:00.000000Z"}
+    since = datetime(2025, 12, 5, tzinfo=UTC)
+    assert sweep.releases_in_window(times, since) == (["1.0.0", "1.1.1", "1.2.0"], [])
+    assert sweep.choose_releases(times, since, 2) == ["1.0.0", "1.2.0"]
+
+
+def test_a_pypi_answer_without_releases_is_refused() -> None:
+    with pytest.raises(RuntimeError, match="no 'releases'"):
+        sweep.pypi_release_times({"info": {"name": "x"}})
+
+
+def test_a_pypi_agent_is_sampled_unless_a_sample_is_asked_for_and_an_npm_agent_is_swept_whole() -> None:
+    assert sweep.sample_for("openhands", None) == sweep.PYPI_SAMPLE
+    assert sweep.sample_for("mini-swe-agent", 12) == 12
+    assert sweep.sample_for("codex", None) is None
+
+
+def test_a_pypi_release_is_installed_with_the_dependencies_of_the_day_after_it_was_published() -> None:
+    assert sweep.deps_date("2026-01-15T18:55:38.054750Z") == "2026-01-16T18:55:38Z"
+    assert sweep.deps_date("not a date") is None and sweep.deps_date(None) is None

@@ -100,7 +100,6 @@ EXCEPTIONS = {
     "adapters/openhands_sdk/__init__.py": _ADAPTER_INIT,
     "adapters/openhands_sdk/envelope.py": "tests/adapters/openhands_sdk/test_gate.py",
     "adapters/openhands_sdk/launch.py": "starts the SDK's Python; tests/e2e/test_openhands_sdk_continue.py",
-    "adapters/openhands_sdk/runner.py": "runs inside the SDK venv; tests/e2e/test_openhands_sdk_continue.py",
     "adapters/openhands_sdk/tools.py": "tests/adapters/openhands_sdk/test_session.py and "
                                        "tests/e2e/test_openhands_sdk_continue.py",
     "adapters/pi/__init__.py": _ADAPTER_INIT,

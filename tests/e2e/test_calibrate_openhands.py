@@ -3,8 +3,8 @@
 release is calibrated ONCE per module into a private calibration store and every test reads that outcome.
 
 ScriptedModel is the model (the only stand-in); each release is installed into the runtime cache by forkpoint's
-own installer (uv, on the Python of its line). SDK 1.58.1 calibrates as 1.58.2; SDK 1.0.0 FAILS, the report naming
-why (its LLM settings differ); V0 0.61.0 calibrates as 0.62.0, and a recording of it then reads as
+own installer (uv, on the Python of its line). SDK 1.58.1 calibrates as 1.58.2; SDK 1.5.0 FAILS, the report naming
+why (its tools' texts differ); V0 0.61.0 calibrates as 0.62.0, and a recording of it then reads as
 ``calibrated``. SWE-agent cannot be calibrated (tests/adapters/test_calibrate.py).
 """
 
@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.e2e,
                                  reason="slow calibrations of Python agents: FORKPOINT_SLOW_CALIBRATIONS=1")]
 
 SDK_RELEASE = "1.58.1"  # the release before the verified 1.58.2
-SDK_OLD = "1.0.0"  # the first 1.x: its LLM settings differ
+SDK_OLD = "1.5.0"  # December 2025: no api_mode on its LLM, and its file editor's texts differ
 V0_RELEASE = "0.61.0"  # the release before the verified 0.62.0
 
 
@@ -107,24 +107,25 @@ def test_an_sdk_release_is_calibrated_with_every_tool_and_listed(sdk: Outcome, s
     assert f"  {SDK_RELEASE}: calibrated (as 1.58.2)" in _cli("agents", "list").stdout.splitlines()
 
 
-def test_an_sdk_release_the_probe_cannot_drive_fails_with_its_reason(sdk: Outcome, store: Path) -> None:
-    """1.0.0's ``LLM`` has no ``api_mode`` (forkpoint's runner pins Chat Completions with it): the probe run fails,
-    the report names the runner's own error (not the warnings ending its stderr), no profile is written and the
-    1.58.1 profile is untouched. (A release that runs but differs, 1.43.1's file editor, is measured in
-    docs/agents.md: it costs a whole probe, too slow for CI.)"""
-    _needs("openhands-sdk", SDK_OLD, "1.58.2")
+def test_an_older_sdk_release_fails_with_its_tool_differences_named(sdk: Outcome, store: Path) -> None:
+    """1.5.0's ``LLM`` has no ``api_mode`` (forkpoint's runner pins Chat Completions with it where it exists): the
+    release picks Chat Completions for the scripted model itself, so the probe runs (before: ``ValidationError``,
+    nothing recorded). It records and parses, and the report names what differs: its file editor numbers the
+    empty line after a file's last newline (``view`` of ``notes.txt`` ends ``     3\t``), 1.58.2's does not. No
+    profile is written and the 1.58.1 profile is untouched."""
+    _needs("openhands-sdk", "1.58.2")
     before = (store / "openhands-sdk" / f"{SDK_RELEASE}.json").read_bytes()
     failed = calibrate(f"openhands-sdk@{SDK_OLD}")
-    assert (failed.ok, failed.reason) == (False, "the probe session did not complete as scripted")
-    ok, detail = _checks(failed)[("record", None)]
-    assert not ok and detail.startswith("exit 3; stderr:")
-    assert "runner: ValidationError: 1 validation error for LLM" in detail and "api_mode" in detail
-    assert "| record | - | DIFFERS | exit 3" in failed.report()
+    assert (failed.ok, failed.reason) == (
+        False, "no verified version's tool semantics and resume envelope both match (tried 1.58.2)"), failed.report()
+    checks = _checks(failed)
+    assert checks[("record", None)][0] and checks[("parse", None)][0]
+    ok, detail = checks[("tool_observations", "1.58.2")]
+    assert not ok and "observations exact; differ: file_editor" in detail
+    assert "2\\tsecond line\\n     3\\t\\n'" in detail, detail  # the detail shows the texts' reprs
     assert not (store / "openhands-sdk" / f"{SDK_OLD}.json").exists()
     assert json.loads((store / "openhands-sdk" / f"{SDK_OLD}.failed.json").read_text())["status"] == "failed"
     assert (store / "openhands-sdk" / f"{SDK_RELEASE}.json").read_bytes() == before
-    listing = _cli("agents", "list").stdout.splitlines()
-    assert f"  {SDK_OLD}: failed (the probe session did not complete as scripted)" in listing
 
 
 def test_a_v0_release_is_calibrated_and_its_recordings_read_as_calibrated(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,15 @@ def test_a_release_is_installed_on_its_major_lines_python_and_a_verified_version
     assert f"--python {runtimes_python.find_python('3.12')} " in release
     assert f"--python {runtimes_python.find_python('3.11')} " in verified
     assert [p.name for p in (cache / "mini-swe-agent").iterdir()] == []
+
+
+def test_uvs_temp_files_do_not_outlive_the_install(cache: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """uv keeps a build lock in its TMPDIR after building an sdist (``uv-setuptools-<hash>.lock``: installing
+    openhands-sdk 1.5.0 left two in the test session's TMPDIR); an install gives uv a temp folder of its own."""
+    fake_uv = _script(tmp_path / "bin" / "uv", 'touch "${TMPDIR:-/tmp}/uv-setuptools-0123456789abcdef.lock"\n'
+                                               'echo "stopped here" >&2; exit 1')
+    monkeypatch.setattr(runtimes_python, "ensure_uv", lambda: fake_uv)
+    with pytest.raises(ReplayError, match="stopped here"):
+        runtimes.install("mini-swe-agent", "1.17.5")
+    assert not list(Path(tempfile.gettempdir()).glob("uv-setuptools-*.lock"))

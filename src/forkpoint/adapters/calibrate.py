@@ -33,11 +33,12 @@ CALIBRATED = ("claude-code", "codex", "copilot-cli", "gemini-cli", "mini-swe-age
               "openhands-sdk", "pi", "qwen-code")
 #: agents that cannot be calibrated, and why (a refusal naming the reason, before anything is installed)
 NOT_CALIBRATED = {
-    "swe-agent": "SWE-agent is not on PyPI, so forkpoint cannot install a release to record against ScriptedModel, "
-                 "and no SWE-agent binary continues a forkpoint session (there is no verified continuation runner): "
-                 "a calibration could check neither its native .traj nor its resume. A .traj of any readable "
-                 "version still prepares and replays, unverified, with 1.1.0's tool semantics (the call-by-call "
-                 "comparison of --replay-only is the evidence)",
+    "swe-agent": "SWE-agent 1.x is not on PyPI (the only `sweagent` release there is 0.0.1 of 2024-04-02, a "
+                 "pre-1.0 snapshot; 1.x ships as git tags), so forkpoint cannot install a release to record against "
+                 "ScriptedModel, and no SWE-agent binary continues a forkpoint session (there is no verified "
+                 "continuation runner): a calibration could check neither its native .traj nor its resume. A .traj "
+                 "of any readable version still prepares and replays, unverified, with 1.1.0's tool semantics (the "
+                 "call-by-call comparison of --replay-only is the evidence)",
 }
 #: a probe per agent: (spec, runtime entrypoint, version, candidates, scratch dir, outcome) -> maps_to or None
 Probe = Callable[[AgentSpec, Path, str, list[str], Path, Outcome], str | None]

@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -108,13 +109,16 @@ def prerequisites(spec: PythonPackage, version: str) -> tuple[Path, Path]:
 
 
 def install(agent: str, version: str, spec: PythonPackage, staging: Path, python: Path, uv: Path) -> dict[str, str]:
-    """A relocatable venv on ``python`` in ``staging`` filled by ``uv``; the manifest of the result."""
-    env = uv_env()
-    _run([str(uv), "venv", "--quiet", "--relocatable", "--allow-existing", "--python", str(python),
-          str(staging)], f"uv venv ({python})", env)
+    """A relocatable venv on ``python`` in ``staging`` filled by ``uv``; the manifest of the result. uv's temp
+    files (the build locks it keeps after building an sdist, ``uv-setuptools-*.lock``) go to a folder of their
+    own, removed afterwards: nothing of an install outlives it in the user's TMPDIR."""
     requirement = f"{spec.package}=={version}"
-    _run([str(uv), "pip", "install", "--quiet", "--python", str(staging / ENTRYPOINT), requirement,
-          *spec.extras(version)], f"uv pip install {requirement}", env)
+    with tempfile.TemporaryDirectory(prefix="fp-uv-") as scratch:
+        env = {**uv_env(), "TMPDIR": scratch}
+        _run([str(uv), "venv", "--quiet", "--relocatable", "--allow-existing", "--python", str(python),
+              str(staging)], f"uv venv ({python})", env)
+        _run([str(uv), "pip", "install", "--quiet", "--python", str(staging / ENTRYPOINT), requirement,
+              *spec.extras(version)], f"uv pip install {requirement}", env)
     staged = Runtime(agent, version, staging, staging / ENTRYPOINT, now())
     probed = probe_version(staged, spec)
     if probed != version:

@@ -23,6 +23,7 @@ from forkpoint.adapters.kit.calibration import (
     only_file,
     parse_check,
     restore_files,
+    run_release,
     run_runner,
     runner_env,
     scripted_record_check,
@@ -35,6 +36,14 @@ SEED = "openhands/calibrate"
 RUNNER = Path(__file__).resolve().parent / "runner.py"
 #: per scripted turn with calls, per call: V0 observations carry no error flag (an error is in the text)
 ERRORS = [[False, False], [False], [False, False], [False], [False, False]]
+#: the V0 agent loop the runner drives; openhands-ai releases after V0's removal (1.11.0) no longer ship it
+V0_MODULE = "openhands.core.main"
+#: exits 4 when the release's Python has no V0 module (it or a parent package is missing; the parents are imported,
+#: not the module); any other failure (a dependency that does not import) is left to the runner to report
+HAS_V0 = ("import importlib.util, sys\nname = sys.argv[1]\ntry:\n"
+          "    found = importlib.util.find_spec(name) is not None\nexcept ModuleNotFoundError as error:\n"
+          "    found = not (error.name == name or name.startswith(f'{error.name}.'))\nsys.exit(0 if found else 4)")
+NO_V0 = "the release is not OpenHands V0"
 
 
 def _turns(cwd: Path) -> list[list[dict[str, Any]]]:
@@ -70,6 +79,14 @@ def as_candidate(data: bytes, candidate: str) -> bytes:
     return (json.dumps(events, indent=4) + "\n").encode("utf-8")
 
 
+def has_v0(entrypoint: Path, home: Path, scratch: Path) -> bool:
+    """Whether the release's Python has V0's agent loop (``V0_MODULE``): an openhands-ai release without it is
+    another agent, a named difference, not a probe that crashed."""
+    code, _ = run_release([str(entrypoint), "-I", "-c", HAS_V0, V0_MODULE], runner_env(home), scratch,
+                          "V0 module check")
+    return code != 4
+
+
 def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str], scratch: Path,
           outcome: Outcome) -> str | None:
     from forkpoint.testing.scripted_model import ScriptedModel
@@ -77,6 +94,12 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
     cwd, home = scratch / "workspace", scratch / "home"
     restore_files(cwd, FILES)
     home.mkdir()
+    if not has_v0(entrypoint, home, scratch):
+        outcome.checks.append(Check("release", False, f"openhands-ai {version} has no `{V0_MODULE}`: V0's agent "
+                                    "loop (run_controller, CodeActAgent, the CLI runtime) is not in the release, "
+                                    "so it cannot write a V0 trajectory or continue one"))
+        outcome.reason = NO_V0
+        return None
     model = ScriptedModel(_turns(cwd), seed=SEED, model="scripted")
     saved = scratch / "trajectory.json"
     with model.serve() as url:

@@ -52,7 +52,9 @@ KEPT_LLM_SETTINGS = ("temperature", "top_p", "top_k", "max_output_tokens", "reas
 
 def _llm(request: dict[str, Any]) -> Any:
     """Chat Completions at ``llm.base_url`` (``api_mode`` chat: the SDK would pick the Responses API for some
-    models on its own), with the recorded agent's sampling settings when there is one."""
+    models on its own), with the recorded agent's sampling settings when there is one. A release whose ``LLM``
+    has no ``api_mode`` (1.x before it, e.g. 1.0.0) picks the API by the model's name alone: it runs when that
+    pick is Chat Completions, and is refused (not sent to the wrong API) when it is not."""
     from openhands.sdk import LLM
     from pydantic import SecretStr
 
@@ -60,8 +62,13 @@ def _llm(request: dict[str, Any]) -> Any:
     recorded = (request.get("agent") or {}).get("llm") or {}
     kept = {key: recorded[key] for key in KEPT_LLM_SETTINGS if key in recorded and key in LLM.model_fields
             and recorded[key] is not None}
-    return LLM(**kept, model=llm["model"], base_url=llm["base_url"], api_mode="chat", usage_id="agent",
+    pinned = {"api_mode": "chat"} if "api_mode" in LLM.model_fields else {}
+    made = LLM(**kept, **pinned, model=llm["model"], base_url=llm["base_url"], usage_id="agent",
                api_key=SecretStr(os.environ.get(llm["api_key_env"], "forkpoint")), num_retries=0)
+    if not pinned and made.uses_responses_api():
+        raise RuntimeError(f"this SDK's LLM has no api_mode and sends {llm['model']!r} to the Responses API "
+                           "(forkpoint's bridge speaks Chat Completions)")
+    return made
 
 
 def _agent(request: dict[str, Any]) -> Any:

@@ -1,8 +1,9 @@
 """SWE-agent adapter: a 1.1.0 ``.traj`` in; replay-only without SWE-agent installed (shell actions re-run in the
 workspace through forkpoint's supervised process layer, observations rendered with the recording's templates).
 
-SWE-agent is not on PyPI (the ``sweagent`` package there is an unrelated 0.0.1 placeholder), so forkpoint cannot
-install it; continuing the agent needs a SWE-agent runtime given explicitly (see ``prepare_launch``).
+SWE-agent 1.x is not on PyPI (the only ``sweagent`` release there is 0.0.1 of 2024-04-02, a pre-1.0 snapshot with no
+CLI; 1.x ships as git tags, installed from a clone), so forkpoint cannot install it; continuing the agent needs a
+SWE-agent runtime given explicitly (see ``prepare_launch``).
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ if TYPE_CHECKING:
     from forkpoint.adapters.base import ToolExecutor
 
 NOT_ON_PYPI = (
-    "SWE-agent is not on PyPI (the `sweagent` package there is an unrelated 0.0.1 placeholder), so forkpoint "
-    "cannot install it. Install SWE-agent 1.1.0 from its git source (editable: `uv pip install -e <SWE-agent "
-    "checkout>` in its own venv) and pass that venv's Python as --agent-entrypoint; or use --replay-only / "
-    "--prepare-only, which need no SWE-agent"
+    "SWE-agent 1.x is not on PyPI (the only `sweagent` release there is 0.0.1 of 2024-04-02, a pre-1.0 snapshot "
+    "with no CLI), so forkpoint cannot install it. Install SWE-agent 1.1.0 from its git source (editable: "
+    "`uv pip install -e <SWE-agent checkout>` in its own venv) and pass that venv's Python as --agent-entrypoint; "
+    "or use --replay-only / --prepare-only, which need no SWE-agent"
 )
 PROBE = "import sweagent, sys; sys.stdout.write(sweagent.__version__)"
 
