@@ -50,6 +50,7 @@ def test_environment_is_private_and_offline(tmp_path: Path) -> None:
     assert env["XDG_DATA_HOME"].startswith(str(tmp_path / "home")) and "OPENCODE_CONFIG" not in env
     assert "OPENAI_API_KEY" not in env and env["https_proxy"] == env["HTTPS_PROXY"] == PROXY_SINK
     assert env["OPENCODE_DISABLE_MODELS_FETCH"] == "1" and "127.0.0.1" in env["NO_PROXY"]
+    assert env["OPENCODE_DISABLE_DEFAULT_PLUGINS"] == "1"  # 1.0.162 would install one from npm and exit 1 offline
 
 
 def test_the_shell_comes_from_the_recording_never_from_the_caller(tmp_path: Path) -> None:
