@@ -8,21 +8,24 @@ from pathlib import Path
 
 import pytest
 
-from forkpoint.adapters.copilot_cli.runtime import REDUNDANT_OPTIONS, known_options, redundant_options
+from forkpoint.adapters.copilot_cli.runtime import REDUNDANT_OPTIONS, redundant_options
 from forkpoint.adapters.copilot_cli.spec import VERSION
+from forkpoint.adapters.kit.cli_options import known_options
 
 #: the real ``copilot --help`` of each release (COPILOT_AUTO_UPDATE=false, COPILOT_OFFLINE=true, NO_COLOR=1)
 HELP = Path(__file__).parents[2] / "fixtures" / "copilot_cli" / "help"
 
 
 def test_a_release_without_disable_client_telemetry_runs_without_it_and_keeps_the_rest() -> None:
-    assert known_options((HELP / "1.0.82.txt").read_text("utf-8")) == ["--no-auto-update", "--disable-builtin-mcps"]
-    assert known_options((HELP / f"{VERSION}.txt").read_text("utf-8")) == list(REDUNDANT_OPTIONS)
+    assert known_options((HELP / "1.0.82.txt").read_text("utf-8"), REDUNDANT_OPTIONS) \
+        == ["--no-auto-update", "--disable-builtin-mcps"]
+    assert known_options((HELP / f"{VERSION}.txt").read_text("utf-8"), REDUNDANT_OPTIONS) == list(REDUNDANT_OPTIONS)
 
 
 def test_an_option_counts_only_as_a_whole_word() -> None:
-    assert known_options("  --disable-client-telemetry-v2   x\n  --no-auto-updates\n") == []
-    assert known_options("--no-auto-update, --disable-builtin-mcps") == ["--no-auto-update", "--disable-builtin-mcps"]
+    assert known_options("  --disable-client-telemetry-v2   x\n  --no-auto-updates\n", REDUNDANT_OPTIONS) == []
+    assert known_options("--no-auto-update, --disable-builtin-mcps", REDUNDANT_OPTIONS) \
+        == ["--no-auto-update", "--disable-builtin-mcps"]
 
 
 def test_the_verified_runtime_gets_every_option() -> None:

@@ -7,7 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from forkpoint.adapters.opencode.launch import IDLE_ENV, argv, export_json, idle_limit, recorded_model
+from forkpoint.adapters.kit import cli_options
+from forkpoint.adapters.opencode.launch import (
+    IDLE_ENV,
+    RUN_OPTIONS,
+    argv,
+    export_json,
+    idle_limit,
+    recorded_model,
+    run_options,
+)
 from forkpoint.adapters.opencode.toolhost import PROXY_SINK, opencode_env, provider_config
 from forkpoint.core.errors import ReplayError
 from forkpoint.core.hashing import make_nonce
@@ -41,6 +50,7 @@ def test_environment_is_private_and_offline(tmp_path: Path) -> None:
     assert env["XDG_DATA_HOME"].startswith(str(tmp_path / "home")) and "OPENCODE_CONFIG" not in env
     assert "OPENAI_API_KEY" not in env and env["https_proxy"] == env["HTTPS_PROXY"] == PROXY_SINK
     assert env["OPENCODE_DISABLE_MODELS_FETCH"] == "1" and "127.0.0.1" in env["NO_PROXY"]
+    assert env["OPENCODE_DISABLE_DEFAULT_PLUGINS"] == "1"  # 1.0.162 would install one from npm and exit 1 offline
 
 
 def test_the_shell_comes_from_the_recording_never_from_the_caller(tmp_path: Path) -> None:
@@ -80,3 +90,29 @@ def test_idle_limit_is_configurable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(IDLE_ENV, "soon")
     with pytest.raises(ReplayError):
         idle_limit()
+
+
+def test_thinking_is_passed_only_to_a_release_whose_run_help_lists_it(tmp_path: Path) -> None:
+    """1.1.16 has no ``run --thinking`` (yargs prints the usage and exits 1: the calibration failed unnamed); the
+    release here is an executable printing that release's real ``run --help``."""
+    for version, thinking in (("1.1.16", False), ("1.17.11", True)):
+        binary = tmp_path / version / "opencode"
+        binary.parent.mkdir()
+        binary.write_text(f'#!/bin/sh\ncat "{FIXTURES / "help" / f"run-{version}.txt"}"\n')
+        binary.chmod(0o755)
+        words = argv(binary, "ses_1", "scripted", "scripted-model", make_nonce())
+        assert ("--thinking" in words) is thinking
+        assert words[:3] == [str(binary), "run", "--format=json"] and "--print-logs" in words
+
+
+def test_a_verified_runtime_gets_thinking_without_reading_its_help() -> None:
+    from forkpoint.adapters.opencode.spec import SPEC
+    from forkpoint.runtimes import find
+
+    runtimes = [r for r in (find("opencode", v) for v in SPEC.versions) if r is not None]
+    if not runtimes:
+        pytest.skip("no verified OpenCode runtime is installed")
+    for runtime in runtimes:
+        assert run_options(runtime.entrypoint) == list(RUN_OPTIONS)
+    read = {key[0] for key in cli_options._READ}  # no help was read: the verified ones are known without a process
+    assert not read & {str(runtime.entrypoint.resolve()) for runtime in runtimes}

@@ -12,8 +12,6 @@ does not get a copy per run.
 from __future__ import annotations
 
 import os
-import re
-import subprocess
 from pathlib import Path
 
 from forkpoint.adapters.copilot_cli.spec import VERSION
@@ -44,32 +42,17 @@ def installed_entrypoint() -> Path:
 #: GitHub MCP server, no update; ``COPILOT_AUTO_UPDATE=false``): a release without one (1.0.82 has no
 #: ``--disable-client-telemetry`` and exits 1 on it) runs without it
 REDUNDANT_OPTIONS = ("--no-auto-update", "--disable-client-telemetry", "--disable-builtin-mcps")
-HELP_TIMEOUT_S = 60.0
-
-
-def known_options(help_text: str, options: tuple[str, ...] = REDUNDANT_OPTIONS) -> list[str]:
-    """The ``options`` a ``copilot --help`` text lists (as whole words: ``--no-ask-user`` is not ``--no-ask``)."""
-    return [option for option in options if re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", help_text)]
 
 
 def redundant_options(entrypoint: Path) -> list[str]:
     """:data:`REDUNDANT_OPTIONS` the binary at ``entrypoint`` accepts: all of them for the verified runtime (no
-    process); for another release (a calibration's probe or trial) those its own ``--help`` lists — all of them
-    when that cannot be read, so the run fails as before and its stderr says why."""
-    from forkpoint.runtimes import find
-    from forkpoint.runtimes.base import run_probe
+    process); for another release (a calibration's probe or trial) those its own ``--help`` lists
+    (kit.cli_options.offered_options)."""
+    from forkpoint.adapters.kit.cli_options import offered_options
 
-    verified = find("copilot-cli", VERSION)
-    if verified is not None and verified.entrypoint.resolve() == entrypoint.resolve():
-        return list(REDUNDANT_OPTIONS)
     env = (("COPILOT_AUTO_UPDATE", "false"), ("COPILOT_OFFLINE", "true"), ("NO_COLOR", "1"),
            ("COPILOT_PKG_CACHE_HOME", str(pkg_cache(entrypoint))))
-    try:
-        done = run_probe([str(entrypoint), "--help"], HELP_TIMEOUT_S, env)
-    except (OSError, subprocess.TimeoutExpired):
-        return list(REDUNDANT_OPTIONS)
-    return known_options(done.stdout) if done.returncode == 0 and "--allow-all" in done.stdout \
-        else list(REDUNDANT_OPTIONS)
+    return offered_options("copilot-cli", (VERSION,), entrypoint, REDUNDANT_OPTIONS, ("--help",), "--allow-all", env)
 
 
 def pkg_cache(entrypoint: Path) -> Path:

@@ -91,7 +91,7 @@ def _session_id(events: bytes) -> str:
 def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str], scratch: Path,
           outcome: Outcome) -> str | None:
     from forkpoint.adapters.kit.ids import check_id
-    from forkpoint.adapters.opencode.launch import export_json
+    from forkpoint.adapters.opencode.launch import export_json, run_options
     from forkpoint.adapters.opencode.toolhost import opencode_env, provider_config, write_config
     from forkpoint.core.fs import read_regular_file
     from forkpoint.testing.scripted_model import ScriptedModel
@@ -110,7 +110,7 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
     events = scratch / "events.jsonl"
     with model.serve() as url:
         write_config(home, provider_config(PROVIDER, MODEL, f"{url}/v1", "scripted-calibration-key"))
-        code, stderr = run_release([str(entrypoint), "run", "--format=json", "--thinking", TASK], env, cwd,
+        code, stderr = run_release([str(entrypoint), "run", "--format=json", *run_options(entrypoint), TASK], env, cwd,
                                    "probe session", stdout=events)
     if not ran_ok(outcome, code, stderr):
         return None

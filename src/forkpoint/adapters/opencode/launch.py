@@ -6,6 +6,7 @@ forkpoint.adapters.kit.continuation).
 2. ``opencode.json`` pins the recorded provider id and model, served by ``@ai-sdk/openai-compatible`` at the
    bridge; every permission is allowed; no ``agent.build.steps`` (it would inject a step-limit message).
 3. ``opencode run --format=json --thinking --print-logs --session <id> --model <provider/model> <NONCE>``
+   (``--thinking`` only where the release offers it: run_options)
    from the workspace, under the step and idle watchdogs (watchdog.StepWatch); the bridge also refuses any
    model request past the budget, so nothing beyond it is ever forwarded.
 4. The database is reconciled (database.reconcile: the nonce message removed, empty messages dropped,
@@ -35,7 +36,7 @@ from forkpoint.adapters.kit.ids import check_id
 from forkpoint.adapters.opencode.database import Reconciled, database_path, reconcile
 from forkpoint.adapters.opencode.parse import parse_opencode
 from forkpoint.adapters.opencode.session import native_of
-from forkpoint.adapters.opencode.toolhost import opencode_env, provider_config, write_config
+from forkpoint.adapters.opencode.toolhost import PROXY_SINK, opencode_env, provider_config, write_config
 from forkpoint.adapters.opencode.watchdog import DEFAULT_IDLE_S, StepWatch
 from forkpoint.core.errors import ErrorKind, ReplayError
 from forkpoint.core.fs import DEFAULT_MAX_INPUT_BYTES, read_regular_file
@@ -142,8 +143,26 @@ def export_json(stdout: bytes) -> JsonObject:
     return value
 
 
+#: ``run`` options a release may lack: 1.0.162 and 1.1.16 have no ``--thinking`` (yargs prints the usage and exits
+#: 1), 1.1.53 and later have it; without it the events carry no reasoning, the export (the record) still does
+RUN_OPTIONS = ("--thinking",)
+_HELP_ENV = (("OPENCODE_DISABLE_MODELS_FETCH", "1"), ("OPENCODE_DISABLE_AUTOUPDATE", "1"),
+             ("OPENCODE_DISABLE_SHARE", "1"), ("NO_COLOR", "1"), ("HTTP_PROXY", PROXY_SINK),
+             ("HTTPS_PROXY", PROXY_SINK), ("http_proxy", PROXY_SINK), ("https_proxy", PROXY_SINK))
+
+
+def run_options(entrypoint: Path) -> list[str]:
+    """:data:`RUN_OPTIONS` the binary at ``entrypoint`` offers: all for a verified runtime (no process); for
+    another release (a calibration's probe and resume trial) those its ``run --help`` lists, read once."""
+    from forkpoint.adapters.kit.cli_options import offered_options
+    from forkpoint.adapters.opencode.spec import SPEC
+
+    return offered_options(SPEC.name, SPEC.versions, entrypoint, RUN_OPTIONS, ("run", "--help"), "--session",
+                           _HELP_ENV, private_home=True)
+
+
 def argv(entrypoint: Path, session_id: str, provider: str, model: str, nonce: str) -> list[str]:
-    return [str(entrypoint), "run", "--format=json", "--thinking", "--print-logs", "--session",
+    return [str(entrypoint), "run", "--format=json", *run_options(entrypoint), "--print-logs", "--session",
             check_id(session_id, "session id"),
             "--model", f"{provider}/{model}", nonce]
 

@@ -80,6 +80,9 @@ def opencode_env(home: Path, cwd: Path | str, base: dict[str, str] | None = None
                  shell: str | None = None, workspace: Path | None = None) -> dict[str, str]:
     """A private HOME/XDG tree, OpenCode's network extras off, every proxy at a closed loopback port.
 
+    No default plugin: 1.0.162 installs ``opencode-copilot-auth`` from npm at start and exits 1 when that fails
+    offline; 1.17.11 sends the same requests with or without them (measured: only ports and session ids differ).
+
     ``PWD`` is set to the cwd: OpenCode takes its project directory from it (an inherited PWD would point its
     tools at forkpoint's own directory). ``SHELL`` comes from the recording, never from the caller: OpenCode runs
     bash-tool commands with ``$SHELL`` started as that path (``$0``, and every shell error line, names it), else
@@ -100,7 +103,7 @@ def opencode_env(home: Path, cwd: Path | str, base: dict[str, str] | None = None
         "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"), "XDG_DATA_HOME": str(home / ".local/share"),
         "XDG_CACHE_HOME": str(home / ".cache"), "XDG_STATE_HOME": str(home / ".local/state"),
         "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_SHARE": "1",
-        "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+        "OPENCODE_DISABLE_LSP_DOWNLOAD": "1", "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
         "HTTP_PROXY": PROXY_SINK, "HTTPS_PROXY": PROXY_SINK, "http_proxy": PROXY_SINK, "https_proxy": PROXY_SINK,
         "NO_PROXY": "127.0.0.1,localhost,::1", "no_proxy": "127.0.0.1,localhost,::1",
     })
