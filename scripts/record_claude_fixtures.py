@@ -231,6 +231,8 @@ def task(name: str, **arguments: Any) -> list[Block]:
 
 #: old lines recorded for the tool profiles of unverified versions (tool_profile.V2_0), not verified versions
 OLD_LINES = ("1.0.128", "2.0.27")
+#: 2.1.x releases recorded for a measured recorded-version profile (tool_profile.NO_CONTEXT_NOTE)
+NOTE_LESS = ("2.1.108",)
 
 
 def _todo(content: str, status: str) -> Json:
@@ -284,6 +286,18 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
         check=_check_old_line, only=OLD_LINES, keep_final=True,
         notes="2.0.x: cat -n Read with its reminder, snippet Write/Edit texts, TodoWrite (oldTodos across calls, a "
               "completed list cleared), Bash without output and with both streams",
+    ),
+    Scenario(
+        "no_context_note", "Create new.txt, change it, then overwrite it.",
+        {"README.md": "# demo\n"},
+        lambda cwd: [[tool_use("Write", {"file_path": f"{cwd}/new.txt", "content": "line one\nline two\n"})],
+                     [tool_use("Edit", {"file_path": f"{cwd}/new.txt", "old_string": "line two",
+                                        "new_string": "line 2"})],
+                     [tool_use("Write", {"file_path": f"{cwd}/new.txt", "content": "rewritten\n"})],
+                     [text("Done.")]],
+        only=NOTE_LESS,
+        notes="2.1.94-2.1.126: Write (new and over a file) and Edit answer without 2.1.220's ' (file state is "
+              "current in your context — no need to Read it back)' (tool_profile.NO_CONTEXT_NOTE)",
     ),
     Scenario(
         "parallel", "Show the contents of a.txt and b.txt.",
@@ -741,13 +755,14 @@ def record(version: str, scenario: Scenario) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="append", choices=(*agent_spec("claude-code").versions, *OLD_LINES))
+    releases = (*OLD_LINES, *NOTE_LESS)  # recorded besides the verified versions, each for its own scenarios
+    parser.add_argument("--version", action="append", choices=(*agent_spec("claude-code").versions, *releases))
     parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
     args = parser.parse_args()
     failed = []
     for version in args.version or tuple(agent_spec("claude-code").versions):
         for name in args.scenario or [n for n, sc in SCENARIOS.items()
-                                      if (version in sc.only if sc.only is not None else version not in OLD_LINES)]:
+                                      if (version in sc.only if sc.only is not None else version not in releases)]:
             try:
                 fixture = record(version, SCENARIOS[name])
                 meta = json.loads((fixture / "meta.json").read_text())

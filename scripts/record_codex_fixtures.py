@@ -344,10 +344,19 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
               "line 0.142 added (tools.TRUNCATION_WARNING_FROM): many lines, a small max_output_tokens, one long "
               "line (all under exec_command's 1 MiB capture, which 0.138 does not apply the same way)",
     ),
+    Scenario(
+        "truncation_096", "Print a long output.",
+        {"README.md": "# demo\n"},
+        lambda cwd: [[tool_use("exec_command", {"cmd": "seq 1 3000", "max_output_tokens": 100})],
+                     [text("Printed it.")]],
+        exit_codes={0: 0}, versions=("0.96.0",),
+        notes="Codex 0.96.0, the first exec_command release, truncates as 0.138-0.141 do (no 'Warning: truncated "
+              "output' line, tools.NO_TRUNCATION_WARNING): the first release of that profile's range",
+    ),
 ]}
 
 #: releases recorded besides the verified versions (their tools are re-run by a recorded-version profile)
-RELEASES = ("0.40.0", "0.138.0")
+RELEASES = ("0.40.0", "0.96.0", "0.138.0")
 
 
 def _sha256(value: Any) -> str:

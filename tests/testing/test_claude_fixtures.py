@@ -14,9 +14,11 @@ CASES = sorted(p.parent for p in FIXTURES.glob("*/*/meta.json"))
 
 def test_every_version_and_scenario_recorded() -> None:
     versions = {case.parent.name for case in CASES}
-    # 1.0.128 and 2.0.27: old lines, recorded for their tool profiles (scenarios with ``only`` naming them)
-    assert versions == {"2.1.220", "2.1.332", "2.0.27", "1.0.128"}
-    verified = [case for case in CASES if case.parent.name not in ("2.0.27", "1.0.128")]
+    # 1.0.128 and 2.0.27: old lines, 2.1.108: the 2.1.94-2.1.126 profile, each recorded for its tool profile
+    # (scenarios with ``only`` naming them)
+    assert versions == {"2.1.220", "2.1.332", "2.0.27", "1.0.128", "2.1.108"}
+    assert {case.name for case in CASES if case.parent.name == "2.1.108"} == {"no_context_note"}
+    verified = [case for case in CASES if case.parent.name not in ("2.0.27", "1.0.128", "2.1.108")]
     scenarios = {case.name for case in verified}
     assert {"single_bash", "parallel", "file_tools", "error_result", "stale_tools", "dangling", "cd_persist",
             "large_output", "read_media", "cd_continue"} <= scenarios

@@ -92,7 +92,8 @@ def replay(session: Path) -> Replay:
         restore_initial(fixture)
         config_dir = Path(tmp) / "home" / ".claude"
         context = RunContext(cwd, Path(tmp) / "state", Path(tmp) / "out")
-        executor = ClaudeToolExecutor(context, trajectory.version, trajectory.session_id, config_dir)
+        executor = ClaudeToolExecutor(context, trajectory.version, trajectory.session_id, config_dir,
+                                      recorded=trajectory.version)  # a recorded-version profile (2.1.108)
         try:
             for call in calls:
                 fresh = executor.run(call)

@@ -19,6 +19,7 @@ EXPECTED: dict[str, tuple[int, bool, list[list[str]]]] = {
     "single_bash": (2, False, [["Bash"], ["Read"]]),
     "parallel": (1, False, [["Bash", "Bash"]]),
     "file_tools": (4, False, [["Write"], ["Read"], ["Edit"], ["Read"]]),
+    "no_context_note": (3, False, [["Write"], ["Edit"], ["Write"]]),
     "error_result": (2, False, [["Bash"], ["Read"]]),
     "stale_tools": (3, False, [["Glob"], ["Grep"], ["Bash"]]),
     "dangling": (1, True, [["Bash"]]),

@@ -69,7 +69,8 @@ def test_fresh_equals_recorded_with_the_workspace_elsewhere(session: Path, mode:
     sandbox = open_sandbox("local" if mode == "path_map" else "bwrap", workspace, recorded_cwd, path_map)
     config_dir = tmp_path / "state" / "home" / ".claude"
     context = RunContext(workspace, tmp_path / "state", tmp_path / "out", sandbox=sandbox)
-    executor = ClaudeToolExecutor(context, trajectory.version, trajectory.session_id, config_dir)
+    executor = ClaudeToolExecutor(context, trajectory.version, trajectory.session_id, config_dir,
+                                  recorded=trajectory.version)  # a recorded-version profile (2.1.108)
     recorded_native = _recorded_tool_use_results(session)
     calls = [inner for batch in trajectory.batches[: trajectory.complete_count] for call in batch.calls
              for inner in call.replay_order() if inner.policy is CallPolicy.FRESH]

@@ -75,6 +75,34 @@ def test_old_lines_have_their_measured_profiles() -> None:
     assert profile_for_version("2.1.400").version == NEW
 
 
+
+@pytest.mark.parametrize(("recorded", "note"), [("2.1.92", True), ("2.1.93", True), ("2.1.94", False),
+                                                ("2.1.108", False), ("2.1.120", False), ("2.1.126", False),
+                                                ("2.1.128", True), ("2.1.220", True), (None, True)])
+def test_2_1_94_to_126_recordings_re_run_without_the_context_note(recorded: str | None, note: bool) -> None:
+    """The measured range (calibrated: 2.1.94-2.1.126 differ only there, 2.1.92 resumes differently, 2.1.128 has
+    the note) and nothing else: the rest of 2.1.220's tools, and not an old line (``is_v2_0``: 2.0.x)."""
+    from dataclasses import replace
+
+    from forkpoint.adapters.claude_code.tool_profile import NO_CONTEXT_NOTE, is_v2_0, tool_profile
+    from forkpoint.adapters.claude_code.tool_profile import OLD as OLD_PROFILE
+
+    profile = tool_profile("2.1.220", recorded)
+    assert profile.context_note is note and profile.write_user_modified is note
+    assert profile is (OLD_PROFILE if note else NO_CONTEXT_NOTE)
+    assert replace(profile, context_note=True, write_user_modified=True, label="") == replace(OLD_PROFILE, label="")
+    assert not is_v2_0(recorded)
+
+
+def test_a_2_1_108_recording_names_its_tool_profile() -> None:
+    from forkpoint.adapters import get_adapter
+    from forkpoint.adapters.claude_code.parse import parse_session
+    from forkpoint.adapters.claude_code.tool_profile import NO_CONTEXT_NOTE
+
+    session = Path(__file__).parents[2] / "fixtures" / "claude_code" / "2.1.108" / "no_context_note" / "session.jsonl"
+    facts = get_adapter("claude-code").version_facts(parse_session(session))
+    assert facts.tool_version == "2.1.220" and facts.tool_profile == NO_CONTEXT_NOTE.label
+    assert "2.1.94-2.1.126" in NO_CONTEXT_NOTE.label and any(NO_CONTEXT_NOTE.label in r for r in facts.reasons)
 @pytest.mark.parametrize(("version", "dedup"), [(OLD, True), (NEW, False)])
 def test_repeated_read_of_an_unchanged_file(
     make: Callable[[str], Run], workspace: Path, version: str, dedup: bool

@@ -27,6 +27,7 @@ EXPECTED = {
     "view_image_040": [["view_image"]] * 6,
     "view_image": [["view_image"]] * 6,
     "truncation_0138": [["exec_command"]] * 3,
+    "truncation_096": [["exec_command"]],
 }
 
 

@@ -663,10 +663,11 @@ def test_shell_040_apply_patch_stays_in_the_workspace(session_040: Session) -> N
     assert error.value.before_effect and not outside.exists()
 
 
-# -- the recorded-version truncation text (0.138-0.141; the real texts: tests/fixtures/codex/0.138.0/) ---------------
+# -- the recorded-version truncation text (0.96-0.141; the real texts: tests/fixtures/codex/0.96.0/, 0.138.0/) ------
 
 
-@pytest.mark.parametrize(("recorded", "warning"), [("0.138.0", False), ("0.141.0", False), ("0.142.0", True),
+@pytest.mark.parametrize(("recorded", "warning"), [("0.96.0", False), ("0.137.0", False), ("0.138.0", False),
+                                                   ("0.141.0", False), ("0.142.0", True),
                                                    ("0.149.0", True), (None, True), ("not-a-version", True)])
 def test_the_truncation_profile_is_chosen_by_the_recorded_version(recorded: str | None, warning: bool) -> None:
     from forkpoint.adapters.codex.tools import truncation_warning
@@ -707,3 +708,26 @@ def test_a_0138_recording_names_its_truncation_profile(tmp_path: Path) -> None:
         executor.close()
     assert isinstance(fresh.content, str) and "Output:\nTotal output lines: 20000\n\n1\n" in fresh.content
     assert fresh.native["tool_profile"] == NO_TRUNCATION_WARNING
+
+
+def test_a_096_recording_re_runs_with_the_truncation_profile_of_its_range(tmp_path: Path) -> None:
+    """0.96.0 (the first exec_command release; its real recording) truncates as 0.138-0.141: the fresh output is the
+    recorded one and the profile is named by its measured range, 0.96.0-0.141.0."""
+    from forkpoint.adapters.codex.parse import parse_rollout
+    from forkpoint.adapters.codex.tools import CodexToolExecutor, normalize_volatile
+
+    rollout = Path(__file__).parents[2] / "fixtures" / "codex" / "0.96.0" / "truncation_096" / "rollout.jsonl"
+    trajectory = parse_rollout(rollout)
+    (call,) = [c for batch in trajectory.batches for c in batch.calls]
+    assert call.historical is not None
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    executor = CodexToolExecutor(RunContext(workspace, tmp_path / "state", tmp_path / "out", "s"), "0.149.0",
+                                 native=trajectory.native)
+    try:
+        fresh = executor.run(call)
+    finally:
+        executor.close()
+    assert "Warning: truncated output" not in str(fresh.content)
+    assert normalize_volatile(fresh.content) == normalize_volatile(call.historical.content)
+    assert fresh.native["tool_profile"] == "0.96.0-0.141.0 truncation text"

@@ -63,8 +63,17 @@ class ClaudeCodeAdapter(AdapterBase):
                                   recorded=recorded)
 
     def version_facts(self, trajectory: Trajectory) -> VersionFacts:
-        """A 1.0.x or 2.0.x recording re-runs with its measured tool profile, named in the result."""
+        """A 1.0.x, 2.0.x or 2.1.94-2.1.126 recording re-runs with its measured tool profile, named in the result."""
         facts = super().version_facts(trajectory)
+        if facts.status != "verified" and (facts.recorded or "").startswith("2.1."):
+            from dataclasses import replace
+
+            from forkpoint.adapters.claude_code.tool_profile import NO_CONTEXT_NOTE, no_context_note
+
+            if no_context_note(facts.recorded):
+                note = (f"its tools re-run with the {NO_CONTEXT_NOTE.label} tool profile (the recorded version's: "
+                        "Write and Edit answer without 'file state is current in your context')")
+                return replace(facts, reasons=(*facts.reasons, note), tool_profile=NO_CONTEXT_NOTE.label)
         if facts.status != "unverified" or not (facts.recorded or "").startswith(("1.0.", "2.0.")):
             return facts  # (the tool modules load only for replay: prepare-only of a verified session needs none)
         from dataclasses import replace

@@ -94,7 +94,7 @@ def _results(lines: list[Any]) -> dict[str, dict[str, Any]]:
 def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str], scratch: Path,
           outcome: Outcome) -> str | None:
     from forkpoint.adapters.claude_code.launch import argv
-    from forkpoint.adapters.claude_code.tool_profile import is_v2_0
+    from forkpoint.adapters.claude_code.tool_profile import is_v2_0, recorded_profile
     from forkpoint.testing.scripted_model import ScriptedModel
 
     cwd, home = scratch / "workspace", scratch / "home"
@@ -130,9 +130,14 @@ def probe(spec: AgentSpec, entrypoint: Path, version: str, candidates: list[str]
     body = _resume_request(entrypoint, argv(entrypoint, session_id, nonce, 1), cut, session_id, cwd, scratch,
                            outcome)
 
+    own = recorded_profile(version)
+    if own is not None and not is_v2_0(version):
+        outcome.tool_profile = own.label  # 2.1.94-2.1.126: named in the report and the calibration
+
     def passes(candidate: str) -> bool:
-        # a 1.0.x or 2.0.x release's tools are its measured old-line profile whatever continues it: replayed as recorded
-        rewritten = lines if is_v2_0(version) else [
+        # a release with a measured recorded-version profile (1.0.x, 2.0.x, 2.1.94-2.1.126) keeps its version, so its
+        # tools re-run with that profile whatever continues it (tool_profile.recorded_profile): replayed as recorded
+        rewritten = lines if own is not None else [
             {**line, "version": candidate} if isinstance(line, dict) and line.get("version") == version else line
             for line in lines]
         tools_ok = replay_check(spec.name, candidate, rewritten, len(expected) - 1, restore, scratch,

@@ -148,7 +148,8 @@ def write(files: SessionFiles, arguments: dict[str, Any]) -> ToolOutcome:
             "originalFile": None,
             "userModified": False,
         }
-        return ToolOutcome(f"File created successfully at: {path}{CONTEXT_NOTE}", False, native)
+        return ToolOutcome(f"File created successfully at: {path}{_context_note(files)}", False,
+                           _write_native(files, native))
     native = {
         "type": "update",
         "filePath": path,
@@ -157,7 +158,18 @@ def write(files: SessionFiles, arguments: dict[str, Any]) -> ToolOutcome:
         "originalFile": current.text,
         "userModified": False,
     }
-    return ToolOutcome(f"The file {path} has been updated successfully.{CONTEXT_NOTE}", False, native)
+    return ToolOutcome(f"The file {path} has been updated successfully.{_context_note(files)}", False,
+                       _write_native(files, native))
+
+
+def _context_note(files: SessionFiles) -> str:
+    """The note 2.1.220 appends to a Write/Edit result; the 2.1.94-2.1.126 profile has none."""
+    return CONTEXT_NOTE if files.profile.context_note else ""
+
+
+def _write_native(files: SessionFiles, native: dict[str, Any]) -> dict[str, Any]:
+    """Write's ``toolUseResult``: 2.1.94-2.1.126 write no ``userModified`` (``ToolProfile.write_user_modified``)."""
+    return native if files.profile.write_user_modified else {k: v for k, v in native.items() if k != "userModified"}
 
 
 def _write_v2_0(path: str, content: str, current: _Loaded) -> ToolOutcome:
@@ -247,7 +259,7 @@ def edit(files: SessionFiles, arguments: dict[str, Any]) -> ToolOutcome:
     base = "has been updated. All occurrences were successfully replaced." if replace_all else (
         "has been updated successfully."
     )
-    suffix = STALE_NOTE if recovered else CONTEXT_NOTE if in_context or not tracks else ""
+    suffix = STALE_NOTE if recovered else _context_note(files) if in_context or not tracks else ""
     native: dict[str, Any] = {
         "filePath": path,
         "oldString": actual if old else old,

@@ -44,6 +44,10 @@ class ToolProfile:
     #: 2.0.x: a Read of a missing file is ``<tool_use_error>File does not exist.</tool_use_error>`` (no cwd note;
     #: fixture ``read_outside``); 2.1.x says ``File does not exist. Note: your current working directory is <cwd>.``
     read_missing_short: bool = False
+    #: Write and Edit append ``tool_edit.CONTEXT_NOTE`` (2.1.128 on; 2.1.94-2.1.126 do not: ``NO_CONTEXT_NOTE``)
+    context_note: bool = True
+    #: Write's ``toolUseResult`` carries ``userModified: false`` (2.1.220; 2.1.108's has no such key, its Edit's does)
+    write_user_modified: bool = True
 
 
 _SIZE_ERROR = (
@@ -135,6 +139,30 @@ OLD_LINE_PROFILES: tuple[tuple[tuple[int, int, int], tuple[int, int, int], ToolP
     ((2, 0, 26), (2, 0, 10**6), V2_0),
 )
 
+#: Claude Code 2.1.94-2.1.126: 2.1.220's tools, but Write and Edit answer without the context note (and Write's
+#: toolUseResult has no ``userModified``: the real 2.1.108, fixture 2.1.108/no_context_note). Ends measured with
+#: ``agents calibrate``: 2.1.94, 2.1.96, 2.1.100, 2.1.108, 2.1.120-2.1.123, 2.1.126 lack only the note and pass
+#: 2.1.220's resume gate; 2.1.92 (no 2.1.93 was published) lacks it too but resumes differently; 2.1.128 has the
+#: note (no 2.1.127). Chosen from the RECORDED version, like the old lines, but not one of them: a recording of
+#: this range is a 2.1.x session in every other respect (``is_v2_0`` stays false).
+NO_CONTEXT_NOTE = replace(OLD, context_note=False, write_user_modified=False,
+                          label="claude-code 2.1.94-2.1.126 (2.1.220's tools without the Write/Edit context note)")
+NO_CONTEXT_NOTE_LINE = ((2, 1, 94), (2, 1, 126))
+
+
+def no_context_note(version: str | None) -> bool:
+    """Whether ``version`` (a recorded label) re-runs with ``NO_CONTEXT_NOTE``."""
+    match = _VERSION.match(version or "")
+    if match is None:
+        return False
+    first, last = NO_CONTEXT_NOTE_LINE
+    return first <= tuple(int(part) for part in match.groups()) <= last
+
+
+def recorded_profile(version: str | None) -> ToolProfile | None:
+    """The measured profile a recording of ``version`` re-runs with instead of a verified version's, if any."""
+    return old_line_profile(version) or (NO_CONTEXT_NOTE if no_context_note(version) else None)
+
 
 def cat_n(content: str, start_line: int) -> str:
     """2.0.x's line numbering (``bg``): lines split on CRLF or LF, the number right-aligned in 6 columns, ``→``."""
@@ -164,9 +192,9 @@ def v2_0_profile(version: str) -> ToolProfile:
 
 
 def tool_profile(tool_version: str, recorded: str | None) -> ToolProfile:
-    """The tools of a recording read as ``tool_version``: a 1.0.x or 2.0.x recording re-runs with its measured
-    profile (its texts differ from every verified version's), anything else with ``tool_version``'s."""
-    return old_line_profile(recorded) or profile_for_version(tool_version)
+    """The tools of a recording read as ``tool_version``: a 1.0.x, 2.0.x or 2.1.94-2.1.126 recording re-runs with
+    its measured profile (its texts differ from every verified version's), anything else with ``tool_version``'s."""
+    return recorded_profile(recorded) or profile_for_version(tool_version)
 
 
 def profile_for_version(version: str) -> ToolProfile:

@@ -17,7 +17,7 @@ proof on the recorded fixtures, ``test_tools.py`` pins the probed texts):
   the JSON output (``tool_exec.CommandTools.shell_json``). The tool profile is chosen from the RECORDED version
   (``session_meta.cli_version``), not the verified version the rest of the run is read as, and each observation
   names it (``native["tool_profile"] = "0.40.0"``). On a recording of 0.96+ ``shell`` stays unsupported.
-- a recording before 0.142 (``TRUNCATION_WARNING_FROM``; measured 0.138.0-0.141.0): exec_command / write_stdin
+- a recording before 0.142 (``TRUNCATION_WARNING_FROM``; measured 0.96.0-0.141.0): exec_command / write_stdin
   truncate without the ``Warning: truncated output`` first line; those observations name the profile
   (``native["tool_profile"] = NO_TRUNCATION_WARNING``).
 - ``write_stdin`` (``tool_session``): a process session an exec_command left running at its yield stays alive
@@ -115,11 +115,14 @@ def shell_json_profile(recorded: str | None) -> bool:
 
 
 #: recordings of releases before this one truncate a long exec_command / write_stdin output without the first line
-#: ``Warning: truncated output (original token count: N)`` (measured on 0.138.0-0.141.0; 0.142.0 adds it); the
-#: rest of the text is the verified versions'. Chosen from the RECORDED version, named in each observation.
+#: ``Warning: truncated output (original token count: N)`` (0.142.0 adds it); the rest of the text is the verified
+#: versions'. Measured from 0.96.0, the first ``exec_command`` release (fixture 0.96.0/truncation_096), on 0.101.0,
+#: 0.105.0, 0.110.0, 0.113.0, 0.128.0, 0.130.0 and 0.137.0-0.141.0 (the release sweep's probes; 0.116.0/0.118.0
+#: write the same text after their own ``Command:`` line). Chosen from the RECORDED version, named in each
+#: observation.
 TRUNCATION_WARNING_FROM = (0, 142, 0)
 #: the name of that tool-profile difference (``native["tool_profile"]``, the version note)
-NO_TRUNCATION_WARNING = "0.138.0-0.141.0 truncation text"
+NO_TRUNCATION_WARNING = "0.96.0-0.141.0 truncation text"
 
 
 def truncation_warning(recorded: str | None) -> bool:
